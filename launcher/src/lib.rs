@@ -1,1 +1,1 @@
-pub fn x(){}
+pub mod unit;
