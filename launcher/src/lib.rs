@@ -1,1 +1,53 @@
+//! vmwarden: run each microVM as its own principal, in its own mount
+//! namespace, with its credentials on a noswap tmpfs only it can see — and
+//! prove after every stop that nothing was left behind.
+//!
+//! The three binaries (`vmwarden-launch`, `vmwarden-cleanup`, `vmwarden`)
+//! share this library: destructive commands use the same ownership and
+//! liveness code as the launcher.
+
+pub mod creds;
+pub mod dirs;
+pub mod error;
+pub mod hypervisor;
+pub mod intent;
+pub mod landlock_policy;
+pub mod launch;
+pub mod lease;
+pub mod liveness;
+pub mod mountinfo;
+pub mod paths;
+pub mod principal;
+pub mod qmp;
+pub mod registry;
+pub mod sandbox;
+pub mod spec;
 pub mod unit;
+
+pub use error::{Error, Result};
+
+/// Print an error with its chain of causes, the way every binary reports.
+pub fn report_error(prog: &str, err: &dyn std::error::Error) {
+    let mut msg = format!("{prog}: error: {err}");
+    let mut src = err.source();
+    while let Some(s) = src {
+        let s_txt = s.to_string();
+        if !msg.contains(&s_txt) {
+            msg.push_str(&format!("\n  caused by: {s_txt}"));
+        }
+        src = s.source();
+    }
+    eprintln!("{msg}");
+}
+
+/// Set up `tracing` to stderr; `filter` comes from `VMWARDEN_LOG`.
+pub fn init_logging(filter: Option<&str>) {
+    let f = tracing_subscriber::EnvFilter::try_new(filter.unwrap_or("info"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(f)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .try_init();
+}

@@ -1,1 +1,86 @@
-fn main(){}
+//! `vmwarden-launch NAME`: prepare the sandbox, drop to the VM's principal
+//! and `execve` the hypervisor (or, with `--probe -- CMD…`, CMD).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use vmwarden::launch::{self, Options, STEPS};
+use vmwarden::paths::{RootArgs, Roots};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "vmwarden-launch",
+    version,
+    about = "Launch one microVM in its own sandbox"
+)]
+struct Args {
+    /// VM name (the unit instance, %i).
+    #[arg(required_unless_present = "list_steps")]
+    name: Option<String>,
+    /// Spec path (default CONFIG_DIR/NAME.json).
+    #[arg(long)]
+    spec: Option<PathBuf>,
+    #[command(flatten)]
+    roots: RootArgs,
+    /// Print the launch step names in order and exit.
+    #[arg(long)]
+    list_steps: bool,
+    /// Run CMD in the identical sandbox instead of the hypervisor.
+    #[arg(long, requires = "cmd")]
+    probe: bool,
+    /// The probe command (after `--`).
+    #[arg(last = true)]
+    cmd: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    // 1. Single-threaded from here; inherited fds closed, environment captured then cleared.
+    if let Err(e) = vmwarden::sandbox::close_inherited_fds() {
+        vmwarden::report_error("vmwarden-launch", &e);
+        return ExitCode::FAILURE;
+    }
+    let credentials_directory = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
+    let fault_after = std::env::var("VMWARDEN_FAULT_AFTER").ok();
+    let log = std::env::var("VMWARDEN_LOG").ok();
+    // clap reads the VMWARDEN_*_ROOT variables, so parse before clearing.
+    let args = Args::parse();
+    for (k, _) in std::env::vars_os() {
+        // SAFETY: the launcher is single-threaded (checked again before the
+        // privilege drop); nothing else reads the environment concurrently.
+        unsafe { std::env::remove_var(k) };
+    }
+    vmwarden::init_logging(log.as_deref());
+    if args.list_steps {
+        for s in STEPS {
+            println!("{s}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let Some(name) = args.name.clone() else {
+        return ExitCode::FAILURE;
+    };
+    if args.probe && args.cmd.is_empty() {
+        eprintln!("vmwarden-launch: error: --probe needs a command after --");
+        return ExitCode::FAILURE;
+    }
+    if !args.probe && !args.cmd.is_empty() {
+        eprintln!("vmwarden-launch: error: a command after -- needs --probe");
+        return ExitCode::FAILURE;
+    }
+    let opts = Options {
+        name,
+        roots: Roots::from(&args.roots),
+        spec: args.spec,
+        probe: args.probe.then_some(args.cmd),
+        credentials_directory,
+        fault_after,
+    };
+    match launch::launch(opts) {
+        Ok(never) => match never {},
+        Err(e) => {
+            vmwarden::report_error("vmwarden-launch", &e);
+            ExitCode::FAILURE
+        }
+    }
+}

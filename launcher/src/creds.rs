@@ -1,0 +1,172 @@
+//! Credentials: read from their sources (as root, in the host namespace)
+//! and written into the VM's private noswap tmpfs.
+//!
+//! Sources are opened with `O_NOFOLLOW | O_NONBLOCK` (a FIFO must not block
+//! the launch) and must be regular files of at most 1 MiB.
+
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag, AT_FDCWD};
+use nix::sys::stat::{fchmod, Mode};
+use nix::unistd::{fchown, Gid, Uid};
+
+use crate::dirs::Dir;
+use crate::error::{Error, IoContext, Result, SysContext};
+use crate::spec::{CredentialSource, Spec, MAX_CREDENTIAL_BYTES};
+
+/// A credential read into memory. The bytes never reach argv or environ;
+/// `execve` discards this memory.
+pub struct Loaded {
+    pub name: String,
+    pub bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Loaded {{ name: {:?}, len: {} }}",
+            self.name,
+            self.bytes.len()
+        )
+    }
+}
+
+fn describe(src: &CredentialSource) -> String {
+    match src {
+        CredentialSource::Systemd(id) => format!("systemd credential {id:?}"),
+        CredentialSource::Path(p) => format!("path {}", p.display()),
+    }
+}
+
+/// Read every credential the spec names. `credentials_directory` is the
+/// `$CREDENTIALS_DIRECTORY` the launcher was started with, if any.
+pub fn read_all(spec: &Spec, credentials_directory: Option<&Path>) -> Result<Vec<Loaded>> {
+    let mut out = Vec::with_capacity(spec.credentials.len());
+    for c in &spec.credentials {
+        let desc = describe(&c.source);
+        let err = |reason: String| Error::Credential {
+            name: c.name.clone(),
+            source_desc: desc.clone(),
+            reason,
+        };
+        let (path, fd) = match &c.source {
+            CredentialSource::Systemd(id) => {
+                let dir = credentials_directory.ok_or_else(|| {
+                    err("$CREDENTIALS_DIRECTORY is not set; give the credential with LoadCredential= in the unit".to_string())
+                })?;
+                let dfd = openat(
+                    AT_FDCWD,
+                    dir,
+                    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| err(format!("cannot open {}: {e}", dir.display())))?;
+                let path = dir.join(id);
+                (
+                    path.clone(),
+                    openat(
+                        dfd.as_fd(),
+                        id.as_str(),
+                        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+                        Mode::empty(),
+                    ),
+                )
+            }
+            CredentialSource::Path(p) => (
+                p.clone(),
+                openat(
+                    AT_FDCWD,
+                    p,
+                    OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                ),
+            ),
+        };
+        let fd = fd.map_err(|e| match e {
+            Errno::ELOOP => err(format!(
+                "{} is a symlink; credentials are never read through symlinks",
+                path.display()
+            )),
+            Errno::ENOENT => err(format!("{} does not exist", path.display())),
+            e => err(format!("cannot open {}: {e}", path.display())),
+        })?;
+        let f = std::fs::File::from(fd);
+        let md = f
+            .metadata()
+            .map_err(|e| err(format!("fstat {}: {e}", path.display())))?;
+        if !md.is_file() {
+            return Err(err(format!("{} is not a regular file", path.display())));
+        }
+        if md.len() > MAX_CREDENTIAL_BYTES {
+            return Err(err(format!(
+                "{} is {} bytes; the limit is {MAX_CREDENTIAL_BYTES}",
+                path.display(),
+                md.len()
+            )));
+        }
+        let mut bytes = Vec::with_capacity(md.len() as usize);
+        f.take(MAX_CREDENTIAL_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| err(format!("read {}: {e}", path.display())))?;
+        if bytes.len() as u64 > MAX_CREDENTIAL_BYTES {
+            return Err(err(format!(
+                "{} grew past {MAX_CREDENTIAL_BYTES} bytes while read",
+                path.display()
+            )));
+        }
+        out.push(Loaded {
+            name: c.name.clone(),
+            bytes,
+        });
+    }
+    Ok(out)
+}
+
+/// tmpfs size for a credential set: each file rounded up to pages, plus slack.
+pub fn tmpfs_size(creds: &[Loaded]) -> u64 {
+    let page = 4096u64;
+    let files: u64 = creds
+        .iter()
+        .map(|c| (c.bytes.len() as u64).div_ceil(page).max(1) * page)
+        .sum();
+    files + 4 * page
+}
+
+/// Write each credential into the (still writable, root-owned 0700) tmpfs:
+/// created `O_EXCL` 0600 by root, written, then owned by the principal and
+/// made 0400. The directory becomes the principal's, 0500.
+pub fn install(dir: &Dir, creds: &[Loaded], uid: u32, gid: u32) -> Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    for c in creds {
+        let path = dir.path.join(&c.name);
+        let fd = openat(
+            dir.fd.as_fd(),
+            c.name.as_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )
+        .sys("create credential", &path)?;
+        let mut f = std::fs::File::from(fd);
+        f.write_all(&c.bytes).io("write credential", &path)?;
+        fchown(
+            f.as_fd(),
+            Some(Uid::from_raw(uid)),
+            Some(Gid::from_raw(gid)),
+        )
+        .sys("fchown", &path)?;
+        fchmod(f.as_fd(), Mode::from_bits_truncate(0o400)).sys("fchmod", &path)?;
+        written.push(path);
+    }
+    fchown(
+        dir.fd.as_fd(),
+        Some(Uid::from_raw(uid)),
+        Some(Gid::from_raw(gid)),
+    )
+    .sys("fchown", &dir.path)?;
+    fchmod(dir.fd.as_fd(), Mode::from_bits_truncate(0o500)).sys("fchmod", &dir.path)?;
+    Ok(written)
+}

@@ -1,0 +1,306 @@
+//! `openat`-style directory handling: walk without following symlinks,
+//! create with an exact owner and mode, refuse or tighten what is found.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag, AT_FDCWD};
+use nix::sys::stat::{fchmod, fstat, mkdirat, FileStat, Mode, SFlag};
+use nix::unistd::{fchown, Gid, Uid};
+
+use crate::error::{Error, Result, SysContext};
+
+const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
+/// What to do with group/other permission bits beyond the wanted mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loose {
+    /// Refuse: the contents of a loosely-permissioned directory cannot be trusted.
+    Refuse,
+    /// Tighten to the wanted mode (the directory's contents are checked elsewhere).
+    Tighten,
+}
+
+/// The owner and mode a directory must have.
+#[derive(Debug, Clone, Copy)]
+pub struct Want {
+    pub uid: u32,
+    pub gid: u32,
+    pub mode: u32,
+    pub loose: Loose,
+}
+
+/// An open directory and the path it was opened by (for messages).
+#[derive(Debug)]
+pub struct Dir {
+    pub fd: OwnedFd,
+    pub path: PathBuf,
+}
+
+impl Dir {
+    pub fn stat(&self) -> Result<FileStat> {
+        fstat(self.fd.as_fd()).sys("fstat", &self.path)
+    }
+}
+
+fn is_dir(st: &FileStat) -> bool {
+    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR
+}
+
+/// Open an absolute, normalised path as a directory, component by component,
+/// never following a symlink.
+pub fn open_dir(path: &Path) -> Result<Dir> {
+    crate::spec::check_abs_normalised(path).map_err(|reason| Error::Refused {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    })?;
+    let mut fd = openat(AT_FDCWD, "/", DIR_FLAGS, Mode::empty()).sys("open", "/")?;
+    let mut so_far = PathBuf::from("/");
+    for c in path.components() {
+        if let Component::Normal(name) = c {
+            so_far.push(name);
+            fd = open_child_dir(&fd, name, &so_far)?;
+        }
+    }
+    Ok(Dir {
+        fd,
+        path: path.to_path_buf(),
+    })
+}
+
+fn open_child_dir(parent: &OwnedFd, name: &OsStr, path: &Path) -> Result<OwnedFd> {
+    match openat(parent.as_fd(), name, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::ELOOP) => Err(Error::Refused {
+            path: path.to_path_buf(),
+            reason: "is a symlink; vmwarden never follows symlinks on its own paths".into(),
+        }),
+        Err(Errno::ENOTDIR) => Err(Error::Refused {
+            path: path.to_path_buf(),
+            reason: "is not a directory".into(),
+        }),
+        Err(e) => Err(e).sys("open directory", path),
+    }
+}
+
+/// Open `parent/name` as a directory if it exists (never following a symlink).
+pub fn open_existing(parent: &Dir, name: &str) -> Result<Option<Dir>> {
+    let path = parent.path.join(name);
+    match openat(parent.fd.as_fd(), name, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => Ok(Some(Dir { fd, path })),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(Errno::ELOOP) => Err(Error::Refused {
+            path,
+            reason: "is a symlink; vmwarden never follows symlinks on its own paths".into(),
+        }),
+        Err(Errno::ENOTDIR) => Err(Error::Refused {
+            path,
+            reason: "is not a directory".into(),
+        }),
+        Err(e) => Err(e).sys("open directory", path),
+    }
+}
+
+/// Check `dir` against `want`: refuse a foreign owner, refuse or tighten
+/// loose bits, fix the group and any missing owner bits.
+pub fn enforce(dir: &Dir, want: &Want) -> Result<()> {
+    let st = dir.stat()?;
+    if !is_dir(&st) {
+        return Err(Error::Refused {
+            path: dir.path.clone(),
+            reason: "is not a directory".into(),
+        });
+    }
+    if st.st_uid != want.uid {
+        return Err(Error::Refused {
+            path: dir.path.clone(),
+            reason: format!(
+                "is owned by uid {}, expected uid {}; fix or remove it by hand",
+                st.st_uid, want.uid
+            ),
+        });
+    }
+    let mode = st.st_mode & 0o7777;
+    if mode & !want.mode != 0 && want.loose == Loose::Refuse {
+        return Err(Error::Refused {
+            path: dir.path.clone(),
+            reason: format!(
+                "has mode {mode:04o}, looser than {:04o}; its contents cannot be trusted, fix or remove it by hand",
+                want.mode
+            ),
+        });
+    }
+    if st.st_gid != want.gid {
+        fchown(dir.fd.as_fd(), None, Some(Gid::from_raw(want.gid))).sys("fchown", &dir.path)?;
+    }
+    if mode != want.mode {
+        fchmod(dir.fd.as_fd(), Mode::from_bits_truncate(want.mode)).sys("fchmod", &dir.path)?;
+    }
+    Ok(())
+}
+
+/// Check an existing directory against `want` without changing anything
+/// (a pre-flight check before the launch creates its first file). A missing
+/// directory passes: it will be created with the wanted owner and mode.
+pub fn preflight(path: &Path, want: &Want) -> Result<()> {
+    let (parent, name) = match split_parent(path) {
+        Ok(x) => x,
+        // A missing parent is created later, like the directory itself.
+        Err(Error::Sys {
+            errno: Errno::ENOENT,
+            ..
+        }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let Some(dir) = open_existing(&parent, &name)? else {
+        return Ok(());
+    };
+    let st = dir.stat()?;
+    if st.st_uid != want.uid {
+        return Err(Error::Refused {
+            path: dir.path.clone(),
+            reason: format!(
+                "is owned by uid {}, expected uid {}; fix or remove it by hand",
+                st.st_uid, want.uid
+            ),
+        });
+    }
+    let mode = st.st_mode & 0o7777;
+    if mode & !want.mode != 0 && want.loose == Loose::Refuse {
+        return Err(Error::Refused {
+            path: dir.path.clone(),
+            reason: format!(
+                "has mode {mode:04o}, looser than {:04o}; its contents cannot be trusted, fix or remove it by hand",
+                want.mode
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Create `parent/name` if missing (owner and mode set on the new inode
+/// before anyone else can use it), then open it without following symlinks
+/// and enforce `want`. Returns the directory and whether it was created.
+pub fn ensure(parent: &Dir, name: &str, want: &Want) -> Result<(Dir, bool)> {
+    let path = parent.path.join(name);
+    let created = match mkdirat(parent.fd.as_fd(), name, Mode::from_bits_truncate(0o700)) {
+        Ok(()) => true,
+        Err(Errno::EEXIST) => false,
+        Err(e) => return Err(e).sys("mkdir", path),
+    };
+    let dir = match open_existing(parent, name)? {
+        Some(d) => d,
+        None => {
+            return Err(Error::Refused {
+                path,
+                reason: "vanished while it was being created".into(),
+            })
+        }
+    };
+    if created {
+        fchown(
+            dir.fd.as_fd(),
+            Some(Uid::from_raw(want.uid)),
+            Some(Gid::from_raw(want.gid)),
+        )
+        .sys("fchown", &dir.path)?;
+        fchmod(dir.fd.as_fd(), Mode::from_bits_truncate(want.mode)).sys("fchmod", &dir.path)?;
+    }
+    enforce(&dir, want)?;
+    Ok((dir, created))
+}
+
+/// Open the parent of `path` (walked without symlinks) and return it with
+/// the final component.
+pub fn split_parent(path: &Path) -> Result<(Dir, String)> {
+    let parent = path.parent().ok_or_else(|| Error::Refused {
+        path: path.to_path_buf(),
+        reason: "has no parent directory".into(),
+    })?;
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| Error::Refused {
+            path: path.to_path_buf(),
+            reason: "has no UTF-8 file name".into(),
+        })?;
+    Ok((open_dir(parent)?, name.to_string()))
+}
+
+/// Replace `dir/name` durably: write a temp file (`O_EXCL`, `mode`), fsync,
+/// rename over `name`, fsync the directory.
+pub fn durable_write(dir: &Dir, name: &str, bytes: &[u8], mode: u32) -> Result<()> {
+    use std::io::Write;
+    let tmp = format!(".{name}.tmp");
+    let path = dir.path.join(name);
+    let tmp_path = dir.path.join(&tmp);
+    match nix::unistd::unlinkat(
+        dir.fd.as_fd(),
+        tmp.as_str(),
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    ) {
+        Ok(()) | Err(Errno::ENOENT) => {}
+        Err(e) => return Err(e).sys("unlink", &tmp_path),
+    }
+    let fd = openat(
+        dir.fd.as_fd(),
+        tmp.as_str(),
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(mode),
+    )
+    .sys("create", &tmp_path)?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(bytes).map_err(|source| Error::Io {
+        op: "write",
+        path: tmp_path.clone(),
+        source,
+    })?;
+    nix::unistd::fsync(f.as_fd()).sys("fsync", &tmp_path)?;
+    drop(f);
+    nix::fcntl::renameat(dir.fd.as_fd(), tmp.as_str(), dir.fd.as_fd(), name)
+        .sys("rename", &path)?;
+    nix::unistd::fsync(dir.fd.as_fd()).sys("fsync", &dir.path)?;
+    Ok(())
+}
+
+/// Read a small regular file `dir/name` without following symlinks.
+/// `Ok(None)` when it does not exist.
+pub fn read_small(dir: &Dir, name: &str, max: u64) -> Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let path = dir.path.join(name);
+    let fd = match openat(
+        dir.fd.as_fd(),
+        name,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+        Mode::empty(),
+    ) {
+        Err(Errno::ENOENT) => return Ok(None),
+        r => r.sys("open", &path)?,
+    };
+    let f = std::fs::File::from(fd);
+    let md = f.metadata().map_err(|source| Error::Io {
+        op: "stat",
+        path: path.clone(),
+        source,
+    })?;
+    if !md.is_file() || md.len() > max {
+        return Err(Error::Refused {
+            path,
+            reason: format!("is not a regular file of at most {max} bytes"),
+        });
+    }
+    let mut bytes = Vec::new();
+    f.take(max)
+        .read_to_end(&mut bytes)
+        .map_err(|source| Error::Io {
+            op: "read",
+            path,
+            source,
+        })?;
+    Ok(Some(bytes))
+}

@@ -1,0 +1,118 @@
+//! One flat error type for the launcher, cleanup and operator commands.
+//!
+//! Every variant names the path or field it is about and carries the cause,
+//! so a message printed by a binary is enough to act on.
+
+use std::path::PathBuf;
+
+use nix::errno::Errno;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Spec(#[from] crate::spec::SpecError),
+
+    #[error("{flag} {path}: {reason}")]
+    Root {
+        flag: String,
+        path: PathBuf,
+        reason: &'static str,
+    },
+
+    #[error("{what}: {reason}")]
+    Usage { what: String, reason: String },
+
+    #[error("principal {principal}: {reason}")]
+    Principal { principal: String, reason: String },
+
+    #[error("{path}: {op}: {errno}")]
+    Sys {
+        op: &'static str,
+        path: PathBuf,
+        errno: Errno,
+    },
+
+    #[error("{path}: {op}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{path}: refused: {reason}")]
+    Refused { path: PathBuf, reason: String },
+
+    #[error("VM {name} is already running ({reason}); nothing was changed")]
+    AlreadyRunning { name: String, reason: String },
+
+    #[error("VM {name}: liveness is ambiguous ({reason}); refusing to start a second instance")]
+    Ambiguous { name: String, reason: String },
+
+    #[error("credential {name} ({source_desc}): {reason}")]
+    Credential {
+        name: String,
+        source_desc: String,
+        reason: String,
+    },
+
+    #[error("kernel lacks tmpfs `noswap` (needs Linux 6.4 or later) for {path}: {errno}; refusing to put credentials on swappable memory")]
+    NoSwapUnsupported { path: PathBuf, errno: Errno },
+
+    #[error("privilege drop failed: {0}")]
+    Drop(String),
+
+    #[error("landlock: {0}")]
+    Landlock(String),
+
+    #[error("capabilities: {op}: {source}")]
+    Caps {
+        op: &'static str,
+        #[source]
+        source: caps::errors::CapsError,
+    },
+
+    #[error("exec {path}: {errno}")]
+    Exec { path: PathBuf, errno: Errno },
+
+    #[error("QMP {path}: {reason}")]
+    Qmp { path: PathBuf, reason: String },
+
+    #[error("intent record {path}: {reason}")]
+    Intent { path: PathBuf, reason: String },
+
+    #[error("{0}")]
+    Other(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Attach a path and an operation name to a nix error.
+pub trait SysContext<T> {
+    fn sys(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T>;
+}
+
+impl<T> SysContext<T> for std::result::Result<T, Errno> {
+    fn sys(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T> {
+        self.map_err(|errno| Error::Sys {
+            op,
+            path: path.into(),
+            errno,
+        })
+    }
+}
+
+/// Attach a path and an operation name to an io error.
+pub trait IoContext<T> {
+    fn io(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::result::Result<T, std::io::Error> {
+    fn io(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T> {
+        self.map_err(|source| Error::Io {
+            op,
+            path: path.into(),
+            source,
+        })
+    }
+}

@@ -1,0 +1,102 @@
+//! The intent record: `RUNTIME/NAME/instance.json`, written durably (temp
+//! file, fsync, rename, fsync of the directory) before any resource it names
+//! exists, so a launch killed at any point leaves a record of what to look for.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::dirs::Dir;
+use crate::error::{Error, IoContext, Result};
+use crate::paths::INTENT_FILE;
+
+pub const MAX_INTENT_BYTES: u64 = 256 * 1024;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct IntentPrincipal {
+    pub uid: u32,
+    pub gid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+/// One resource the launch is about to create.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Resource {
+    /// A directory inside the runtime dir; removed by cleanup.
+    RuntimeDir { path: PathBuf },
+    /// A socket or file the hypervisor creates inside the runtime dir.
+    RuntimeFile { path: PathBuf },
+    /// A mount made only inside the VM's private mount namespace; gone with
+    /// the namespace, verified absent by cleanup.
+    PrivateMount { path: PathBuf, fstype: String },
+    /// The persistent state dir; user-owned, never deleted by cleanup.
+    StateDir { path: PathBuf },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Intent {
+    pub version: u32,
+    pub name: String,
+    pub instance_id: String,
+    /// The launcher's pid, which `execve` makes the hypervisor's pid.
+    pub pid: u32,
+    pub boot_id: String,
+    pub created_unix: u64,
+    pub principal: IntentPrincipal,
+    pub resources: Vec<Resource>,
+}
+
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+pub fn new_instance_id() -> Result<String> {
+    let mut b = [0u8; 16];
+    let mut f = std::fs::File::open("/dev/urandom").io("open", "/dev/urandom")?;
+    std::io::Read::read_exact(&mut f, &mut b).io("read", "/dev/urandom")?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+impl Intent {
+    /// Write durably into `rundir` (root 0600).
+    pub fn write(&self, rundir: &Dir) -> Result<()> {
+        let mut bytes = serde_json::to_vec_pretty(self).map_err(|e| Error::Intent {
+            path: rundir.path.join(INTENT_FILE),
+            reason: e.to_string(),
+        })?;
+        bytes.push(b'\n');
+        crate::dirs::durable_write(rundir, INTENT_FILE, &bytes, 0o600)
+    }
+
+    /// Read the record. `Ok(None)` when there is none; an unreadable or
+    /// unparsable record is an error (the caller keeps what it cannot read).
+    pub fn read(rundir: &Dir) -> Result<Option<Intent>> {
+        let path = rundir.path.join(INTENT_FILE);
+        let Some(bytes) =
+            crate::dirs::read_small(rundir, INTENT_FILE, MAX_INTENT_BYTES).map_err(|e| {
+                Error::Intent {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                }
+            })?
+        else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| Error::Intent {
+                path,
+                reason: format!("cannot be parsed: {e}"),
+            })
+    }
+
+    pub fn path(runtime_dir: &Path) -> PathBuf {
+        runtime_dir.join(INTENT_FILE)
+    }
+}

@@ -1,0 +1,370 @@
+//! The launch, in order (ARCHITECTURE.md "The launch, in order"). One linear
+//! function that reads like the step list; each step that creates something
+//! is in the intent record before it exists.
+
+use std::convert::Infallible;
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+
+use crate::creds;
+use crate::dirs::{self, Dir, Loose, Want};
+use crate::error::{Error, Result};
+use crate::hypervisor::{self, Layout};
+use crate::intent::{self, Intent, IntentPrincipal, Resource};
+use crate::landlock_policy;
+use crate::lease::Lease;
+use crate::liveness;
+use crate::paths::{Roots, CONTROL_DIR, CREDENTIALS_DIR};
+use crate::principal::{self, Principal};
+use crate::sandbox;
+use crate::spec::{Spec, SpecError};
+
+/// Step names, in order. `VMWARDEN_FAULT_AFTER=<step>` (builds with the
+/// `fault-injection` feature) SIGKILLs the launcher right after that step.
+pub const STEPS: &[&str] = &[
+    "sanitized",
+    "spec-loaded",
+    "principal-resolved",
+    "runtime-dir",
+    "lease-taken",
+    "intent-written",
+    "state-dir",
+    "control-dir",
+    "credentials-dir",
+    "namespace",
+    "masked",
+    "credentials-mounted",
+    "credentials-installed",
+    "rlimits",
+    "privileges-dropped",
+    "landlock",
+];
+
+/// Environment the hypervisor (or probe command) gets: nothing but a PATH.
+pub const EXEC_PATH: &str = "PATH=/run/current-system/sw/bin:/usr/local/bin:/usr/bin:/bin";
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub name: String,
+    pub roots: Roots,
+    /// Spec path; defaults to `CONFIG_DIR/NAME.json`.
+    pub spec: Option<PathBuf>,
+    /// `--probe -- CMD…`: run CMD in the identical sandbox.
+    pub probe: Option<Vec<String>>,
+    /// `$CREDENTIALS_DIRECTORY`, captured before the environment was cleared.
+    pub credentials_directory: Option<PathBuf>,
+    /// `$VMWARDEN_FAULT_AFTER`, captured likewise (honoured only with the
+    /// `fault-injection` feature).
+    pub fault_after: Option<String>,
+}
+
+struct Faults(Option<String>);
+
+impl Faults {
+    fn after(&self, step: &str) {
+        debug_assert!(STEPS.contains(&step), "unknown step {step}");
+        tracing::debug!(step, "launch step done");
+        #[cfg(feature = "fault-injection")]
+        if self.0.as_deref() == Some(step) {
+            tracing::warn!(step, "fault injection: SIGKILL after step");
+            let _ =
+                nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
+        }
+        #[cfg(not(feature = "fault-injection"))]
+        let _ = &self.0;
+    }
+}
+
+fn root_want(mode: u32, loose: Loose) -> Want {
+    Want {
+        uid: 0,
+        gid: 0,
+        mode,
+        loose,
+    }
+}
+
+/// Spec paths must not point into another VM's runtime or state directory:
+/// those are masked inside the sandbox (and are not this VM's).
+fn check_spec_paths_scoped(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<()> {
+    let own_state = roots.state_dir(&spec.name);
+    let own_run = roots.runtime_dir(&spec.name);
+    let mut fields: Vec<(String, &Path)> = vec![("kernel".into(), &spec.kernel)];
+    if let Some(i) = &spec.initrd {
+        fields.push(("initrd".into(), i));
+    }
+    for (i, d) in spec.disks.iter().enumerate() {
+        fields.push((format!("disks[{i}].path"), &d.path));
+    }
+    for (i, p) in spec.landlock.read.iter().enumerate() {
+        fields.push((format!("landlock.read[{i}]"), p));
+    }
+    for (i, p) in spec.landlock.write.iter().enumerate() {
+        fields.push((format!("landlock.write[{i}]"), p));
+    }
+    for (field, p) in fields {
+        let foreign = (p.starts_with(&roots.state_root) && !p.starts_with(&own_state))
+            || (p.starts_with(&roots.runtime_root) && !p.starts_with(&own_run));
+        if foreign {
+            return Err(Error::Spec(SpecError::Invalid {
+                path: spec_path.to_path_buf(),
+                field,
+                reason: format!(
+                    "{} is inside another VM's directory (only {} and {} belong to this VM)",
+                    p.display(),
+                    own_state.display(),
+                    own_run.display()
+                ),
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// Everything up to `execve`. Returns only on error.
+pub fn launch(opts: Options) -> Result<Infallible> {
+    let faults = Faults(opts.fault_after.clone());
+    faults.after("sanitized");
+
+    // 2. Spec: every field, and the files it names. Nothing is created yet.
+    let roots = &opts.roots;
+    roots
+        .validate()
+        .map_err(|(flag, path, reason)| Error::Root { flag, path, reason })?;
+    if !crate::spec::valid_name(&opts.name) {
+        return Err(Error::Usage {
+            what: format!("VM name {:?}", opts.name),
+            reason: "must match ^[a-z][a-z0-9-]{0,31}$".into(),
+        });
+    }
+    let spec_path = opts
+        .spec
+        .clone()
+        .unwrap_or_else(|| roots.spec_path(&opts.name));
+    let spec = Spec::load(&spec_path, &opts.name)?;
+    check_spec_paths_scoped(&spec, &spec_path, roots)?;
+    let loaded = creds::read_all(&spec, opts.credentials_directory.as_deref())?;
+    faults.after("spec-loaded");
+
+    // 3. Principal.
+    let principal = principal::resolve(&spec, roots)?;
+    crate::registry::check_launch(roots, &spec.name, &principal)?;
+    // Pre-flight the directories that already exist, so a refusal leaves
+    // nothing behind (no runtime dir, lease or intent record yet).
+    let vm_want = |mode| Want {
+        uid: principal.uid,
+        gid: principal.gid,
+        mode,
+        loose: Loose::Tighten,
+    };
+    dirs::preflight(&roots.state_dir(&spec.name), &vm_want(0o700))?;
+    dirs::preflight(&roots.runtime_root, &root_want(0o755, Loose::Tighten))?;
+    dirs::preflight(
+        &roots.runtime_dir(&spec.name),
+        &root_want(0o755, Loose::Refuse),
+    )?;
+    faults.after("principal-resolved");
+
+    // 4. Runtime root and this VM's runtime dir, then the lease.
+    let (rt_parent, rt_name) = dirs::split_parent(&roots.runtime_root)?;
+    let (runtime_root, _) = dirs::ensure(&rt_parent, &rt_name, &root_want(0o755, Loose::Tighten))?;
+    let (rundir, _) = dirs::ensure(&runtime_root, &spec.name, &root_want(0o755, Loose::Refuse))?;
+    faults.after("runtime-dir");
+    let lease = match Lease::acquire(&rundir)? {
+        Some(l) => l,
+        None => {
+            return Err(Error::AlreadyRunning {
+                name: spec.name.clone(),
+                reason: format!(
+                    "its lease {} is held",
+                    rundir.path.join(crate::paths::LEASE_FILE).display()
+                ),
+            })
+        }
+    };
+    if let liveness::Verdict::Ambiguous(reason) | liveness::Verdict::Live(reason) =
+        liveness::probe_with_lease_held(roots, &spec.name, principal.uid)
+    {
+        return Err(Error::Ambiguous {
+            name: spec.name.clone(),
+            reason,
+        });
+    }
+    faults.after("lease-taken");
+
+    // 5. Intent record, before any resource exists.
+    let state_dir_path = roots.state_dir(&spec.name);
+    let control_path = rundir.path.join(CONTROL_DIR);
+    let creds_path = rundir.path.join(CREDENTIALS_DIR);
+    let qmp_path = control_path.join(crate::paths::QMP_SOCKET);
+    let record = Intent {
+        version: 1,
+        name: spec.name.clone(),
+        instance_id: intent::new_instance_id()?,
+        pid: std::process::id(),
+        boot_id: intent::boot_id(),
+        created_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        principal: IntentPrincipal {
+            uid: principal.uid,
+            gid: principal.gid,
+            user: principal.user.clone(),
+        },
+        resources: vec![
+            Resource::StateDir {
+                path: state_dir_path.clone(),
+            },
+            Resource::RuntimeDir {
+                path: control_path.clone(),
+            },
+            Resource::RuntimeFile {
+                path: qmp_path.clone(),
+            },
+            Resource::RuntimeDir {
+                path: creds_path.clone(),
+            },
+            Resource::PrivateMount {
+                path: creds_path.clone(),
+                fstype: "tmpfs".into(),
+            },
+        ],
+    };
+    record.write(&rundir)?;
+    faults.after("intent-written");
+
+    // 6. Host resources: state dir (principal's, 0700), control dir, the
+    //    credential mount point (root 0700 on the host side).
+    let (st_parent, st_name) = dirs::split_parent(&roots.state_root)?;
+    let (state_root, _) = dirs::ensure(&st_parent, &st_name, &root_want(0o755, Loose::Tighten))?;
+    crate::registry::register(roots, &state_root, &spec.name, &principal)?;
+    let (state_dir, _) = dirs::ensure(&state_root, &spec.name, &vm_want(0o700))?;
+    faults.after("state-dir");
+    let (_control, _) = dirs::ensure(
+        &rundir,
+        CONTROL_DIR,
+        &Want {
+            loose: Loose::Refuse,
+            ..vm_want(0o700)
+        },
+    )?;
+    faults.after("control-dir");
+    let (_creds_mountpoint, _) =
+        dirs::ensure(&rundir, CREDENTIALS_DIR, &root_want(0o700, Loose::Refuse))?;
+    faults.after("credentials-dir");
+
+    // 7. Private mount namespace, credential tmpfs, masks.
+    sandbox::enter_private_mount_namespace()?;
+    faults.after("namespace");
+    sandbox::mask_root_except(&roots.runtime_root, &rundir)?;
+    sandbox::mask_root_except(&roots.state_root, &state_dir)?;
+    sandbox::mask_dir(Path::new("/run/credentials"))?;
+    faults.after("masked");
+    sandbox::mount_credential_tmpfs(
+        &creds_path,
+        &spec.name,
+        creds::tmpfs_size(&loaded),
+        loaded.len(),
+    )?;
+    faults.after("credentials-mounted");
+    let creds_dir = dirs::open_dir(&creds_path)?;
+    creds::install(&creds_dir, &loaded, principal.uid, principal.gid)?;
+    drop(creds_dir);
+    drop(loaded);
+    sandbox::remount_read_only(&creds_path)?;
+    faults.after("credentials-installed");
+
+    // 8. rlimits.
+    sandbox::set_rlimits()?;
+    faults.after("rlimits");
+
+    // 9. Drop to the principal and prove it.
+    sandbox::drop_privileges(&principal)?;
+    faults.after("privileges-dropped");
+
+    // 10. Landlock.
+    let policy = landlock_policy::policy(&spec, &state_dir_path, &control_path, &creds_path);
+    let outcome = landlock_policy::apply(&policy, spec.landlock.mode)?;
+    tracing::info!(?outcome, "landlock applied");
+    faults.after("landlock");
+
+    // 11. execve: the lease fd is inherited, everything else is closed.
+    let argv: Vec<String> = match &opts.probe {
+        Some(cmd) => cmd.clone(),
+        None => {
+            let seccomp = hypervisor::qemu_has_seccomp(&spec.hypervisor.binary);
+            if !seccomp {
+                tracing::warn!(binary = %spec.hypervisor.binary.display(), "QEMU lacks seccomp support: running without -sandbox");
+            }
+            hypervisor::qemu_argv(
+                &spec,
+                &Layout {
+                    qmp_socket: qmp_path.clone(),
+                    credentials_dir: creds_path.clone(),
+                },
+                seccomp,
+            )
+        }
+    };
+    exec(&argv, &lease, &principal, &state_dir)
+}
+
+fn resolve_program(arg0: &str) -> PathBuf {
+    if arg0.contains('/') {
+        return PathBuf::from(arg0);
+    }
+    for dir in EXEC_PATH.trim_start_matches("PATH=").split(':') {
+        let p = Path::new(dir).join(arg0);
+        if p.is_file() {
+            return p;
+        }
+    }
+    PathBuf::from(arg0)
+}
+
+fn exec(
+    argv: &[String],
+    lease: &Lease,
+    principal: &Principal,
+    state_dir: &Dir,
+) -> Result<Infallible> {
+    let Some(arg0) = argv.first() else {
+        return Err(Error::Usage {
+            what: "--probe".into(),
+            reason: "needs a command after --".into(),
+        });
+    };
+    let program = resolve_program(arg0);
+    let cstr = |s: &str| {
+        CString::new(s).map_err(|_| Error::Usage {
+            what: format!("argument {s:?}"),
+            reason: "contains a NUL byte".into(),
+        })
+    };
+    let c_argv = argv.iter().map(|a| cstr(a)).collect::<Result<Vec<_>>>()?;
+    let c_env = [cstr(EXEC_PATH)?];
+    let c_prog =
+        CString::new(program.as_os_str().as_encoded_bytes()).map_err(|_| Error::Usage {
+            what: format!("program {}", program.display()),
+            reason: "contains a NUL byte".into(),
+        })?;
+    // The working directory is the VM's state dir (the principal's own),
+    // by path: inside this namespace it is reached through the bind mount.
+    nix::unistd::chdir(&state_dir.path).map_err(|errno| Error::Sys {
+        op: "chdir",
+        path: state_dir.path.clone(),
+        errno,
+    })?;
+    let lease_fd = lease.inherit_across_exec()?;
+    sandbox::cloexec_all_but(&[lease_fd])?;
+    tracing::info!(uid = principal.uid, program = %program.display(), "exec");
+    let errno = match nix::unistd::execve(&c_prog, &c_argv, &c_env) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    };
+    Err(Error::Exec {
+        path: program,
+        errno,
+    })
+}

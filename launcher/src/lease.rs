@@ -1,0 +1,146 @@
+//! The instance lease: `RUNTIME/NAME/instance.lock`, an exclusive `flock`
+//! taken by the launcher and inherited through `execve`, so the hypervisor
+//! holds it for exactly as long as it lives. Held ⇒ live.
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::PathBuf;
+
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, openat, FcntlArg, FdFlag, Flock, FlockArg, OFlag};
+use nix::sys::stat::{fchmod, fstat, fstatat, Mode, SFlag};
+
+use crate::dirs::Dir;
+use crate::error::{Error, Result, SysContext};
+use crate::paths::LEASE_FILE;
+
+/// A held lease. Dropping it releases the lock (error paths); `execve`
+/// hands it to the hypervisor (see [`Lease::inherit_across_exec`]).
+#[derive(Debug)]
+pub struct Lease {
+    lock: Flock<File>,
+    pub path: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseState {
+    /// No lease file.
+    Absent,
+    /// The file exists and nobody holds the lock.
+    Free,
+    /// Somebody (the hypervisor, or a launcher mid-way) holds it.
+    Held,
+}
+
+fn check_lock_file(path: &PathBuf, file: &File) -> Result<()> {
+    let st = fstat(file.as_fd()).sys("fstat", path)?;
+    if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) != SFlag::S_IFREG {
+        return Err(Error::Refused {
+            path: path.clone(),
+            reason: "is not a regular file".into(),
+        });
+    }
+    if st.st_uid != 0 {
+        return Err(Error::Refused {
+            path: path.clone(),
+            reason: format!("is owned by uid {}, expected root", st.st_uid),
+        });
+    }
+    if st.st_mode & 0o7777 != 0o600 {
+        fchmod(file.as_fd(), Mode::from_bits_truncate(0o600)).sys("fchmod", path)?;
+    }
+    Ok(())
+}
+
+impl Lease {
+    /// Take the lease, or `Ok(None)` when it is held elsewhere. After the lock
+    /// the path is re-checked to still name the locked inode, so a concurrent
+    /// unlink and re-create cannot give two holders two different files.
+    pub fn acquire(rundir: &Dir) -> Result<Option<Lease>> {
+        let path = rundir.path.join(LEASE_FILE);
+        for _ in 0..8 {
+            let fd = match openat(
+                rundir.fd.as_fd(),
+                LEASE_FILE,
+                OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::from_bits_truncate(0o600),
+            ) {
+                Err(Errno::ELOOP) => {
+                    return Err(Error::Refused {
+                        path,
+                        reason: "is a symlink".into(),
+                    })
+                }
+                r => r.sys("open lease", &path)?,
+            };
+            let file = File::from(fd);
+            check_lock_file(&path, &file)?;
+            let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(l) => l,
+                Err((_, Errno::EWOULDBLOCK)) => return Ok(None),
+                Err((_, e)) => return Err(e).sys("flock", &path),
+            };
+            let held = fstat(lock.as_fd()).sys("fstat", &path)?;
+            match fstatat(
+                rundir.fd.as_fd(),
+                LEASE_FILE,
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            ) {
+                Ok(now) if now.st_dev == held.st_dev && now.st_ino == held.st_ino => {
+                    return Ok(Some(Lease { lock, path }))
+                }
+                // Replaced or removed under us: try again on the new file.
+                Ok(_) | Err(Errno::ENOENT) => continue,
+                Err(e) => return Err(e).sys("fstatat", &path),
+            }
+        }
+        Err(Error::Refused {
+            path,
+            reason: "kept changing while the lease was being taken".into(),
+        })
+    }
+
+    /// Clear close-on-exec so the hypervisor inherits the lock.
+    pub fn inherit_across_exec(&self) -> Result<i32> {
+        let fd = self.lock.as_raw_fd();
+        fcntl(self.lock.as_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
+            .sys("fcntl F_SETFD", &self.path)?;
+        Ok(fd)
+    }
+
+    pub fn raw_fd(&self) -> i32 {
+        self.lock.as_raw_fd()
+    }
+}
+
+/// Probe the lease without taking it for longer than the probe.
+pub fn state(rundir: &Dir) -> Result<LeaseState> {
+    let path = rundir.path.join(LEASE_FILE);
+    let fd = match openat(
+        rundir.fd.as_fd(),
+        LEASE_FILE,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+        Mode::empty(),
+    ) {
+        Err(Errno::ENOENT) => return Ok(LeaseState::Absent),
+        Err(Errno::ELOOP) => {
+            return Err(Error::Refused {
+                path,
+                reason: "is a symlink".into(),
+            })
+        }
+        r => r.sys("open lease", &path)?,
+    };
+    let file = File::from(fd);
+    match Flock::lock(file, FlockArg::LockSharedNonblock) {
+        Ok(_unlocked_on_drop) => Ok(LeaseState::Free),
+        Err((_, Errno::EWOULDBLOCK)) => Ok(LeaseState::Held),
+        Err((_, e)) => Err(e).sys("flock", &path),
+    }
+}
+
+/// Take the lease for a teardown: the same exclusive lock the launcher takes,
+/// so no launch can start while cleanup deletes. `Ok(None)` when held.
+pub fn acquire_for_teardown(rundir: &Dir) -> Result<Option<Lease>> {
+    Lease::acquire(rundir)
+}

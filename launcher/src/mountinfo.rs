@@ -1,0 +1,147 @@
+//! `/proc/PID/mountinfo` parsing, used to verify the credential tmpfs and to
+//! find credential mounts that survive in any mount namespace.
+
+use std::path::PathBuf;
+
+/// Mount source given to a VM's credential tmpfs: identifies it in every
+/// namespace's mountinfo.
+pub fn credential_source(name: &str) -> String {
+    format!("vmwarden-creds:{name}")
+}
+pub const CREDENTIAL_SOURCE_PREFIX: &str = "vmwarden-creds:";
+/// Mount source of the read-only tmpfs that masks other VMs' directories.
+pub const MASK_SOURCE: &str = "vmwarden-mask";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub mount_id: u64,
+    pub mount_point: PathBuf,
+    pub mount_options: String,
+    pub fstype: String,
+    pub source: String,
+    pub super_options: String,
+}
+
+impl Mount {
+    pub fn has_option(&self, opt: &str) -> bool {
+        self.mount_options.split(',').any(|o| o == opt)
+            || self.super_options.split(',').any(|o| o == opt)
+    }
+}
+
+/// Undo mountinfo's octal escapes (`\040` for space and friends).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn parse(text: &str) -> Vec<Mount> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let l: Vec<&str> = left.split(' ').collect();
+        let r: Vec<&str> = right.split(' ').collect();
+        if l.len() < 6 || r.len() < 3 {
+            continue;
+        }
+        out.push(Mount {
+            mount_id: l[0].parse().unwrap_or(0),
+            mount_point: PathBuf::from(unescape(l[4])),
+            mount_options: l[5].to_string(),
+            fstype: r[0].to_string(),
+            source: unescape(r[1]),
+            super_options: r[2].to_string(),
+        });
+    }
+    out
+}
+
+/// Mounts of process `pid` (`"self"` for the caller).
+pub fn read(pid: &str) -> std::io::Result<Vec<Mount>> {
+    Ok(parse(&std::fs::read_to_string(format!(
+        "/proc/{pid}/mountinfo"
+    ))?))
+}
+
+/// Mount namespace inode of a process (`/proc/PID/ns/mnt`).
+pub fn mnt_ns(pid: &str) -> Option<String> {
+    std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
+/// One entry per mount namespace: a pid in it and the credential mounts of
+/// VM `name` (or of any VM when `name` is `None`) seen there.
+pub fn credential_mounts_everywhere(name: Option<&str>) -> Vec<(u32, String, Mount)> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let fname = e.file_name();
+        let Some(pid) = fname.to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Some(ns) = mnt_ns(&pid.to_string()) else {
+            continue;
+        };
+        if !seen.insert(ns.clone()) {
+            continue;
+        }
+        let Ok(mounts) = read(&pid.to_string()) else {
+            continue;
+        };
+        for m in mounts {
+            let hit = match name {
+                Some(n) => m.source == credential_source(n),
+                None => m.source.starts_with(CREDENTIAL_SOURCE_PREFIX),
+            };
+            if hit {
+                out.push((pid, ns.clone(), m));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_tmpfs_line_with_optional_fields() {
+        let t = "36 35 0:32 / /run/vmwarden/web/credentials ro,nosuid,nodev,noexec,relatime master:1 - tmpfs vmwarden-creds:web ro,size=20k,nr_inodes=18,mode=500,uid=61000,gid=61000,noswap\n";
+        let m = &parse(t)[0];
+        assert_eq!(
+            m.mount_point,
+            PathBuf::from("/run/vmwarden/web/credentials")
+        );
+        assert_eq!(m.fstype, "tmpfs");
+        assert_eq!(m.source, "vmwarden-creds:web");
+        assert!(m.has_option("noswap"));
+        assert!(m.has_option("ro"));
+        assert!(!m.has_option("rw"));
+    }
+
+    #[test]
+    fn unescapes_spaces() {
+        let t = "1 0 0:1 / /a\\040b rw - tmpfs x rw\n";
+        assert_eq!(parse(t)[0].mount_point, PathBuf::from("/a b"));
+    }
+}

@@ -1,0 +1,105 @@
+//! The three roots every binary works under, and the paths derived from them.
+//!
+//! Defaults are the production paths; tests, demos and benchmarks override
+//! each root with a flag or the matching `VMWARDEN_*` environment variable so
+//! many VMs can run side by side without touching the real roots.
+
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_CONFIG_DIR: &str = "/etc/vmwarden/vms";
+pub const DEFAULT_RUNTIME_ROOT: &str = "/run/vmwarden";
+pub const DEFAULT_STATE_ROOT: &str = "/var/lib/vmwarden";
+
+/// Entry names inside one VM's runtime directory.
+pub const LEASE_FILE: &str = "instance.lock";
+pub const INTENT_FILE: &str = "instance.json";
+pub const CONTROL_DIR: &str = "control";
+pub const CREDENTIALS_DIR: &str = "credentials";
+pub const QMP_SOCKET: &str = "qmp.sock";
+/// Inside the state root: the principal registry (root 0700).
+pub const PRINCIPALS_DIR: &str = ".principals";
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RootArgs {
+    /// Directory holding NAME.json launch specs.
+    #[arg(long, env = "VMWARDEN_CONFIG_DIR", default_value = DEFAULT_CONFIG_DIR)]
+    pub config_dir: PathBuf,
+    /// Runtime root: one directory per VM (leases, intent records, sockets).
+    #[arg(long, env = "VMWARDEN_RUNTIME_ROOT", default_value = DEFAULT_RUNTIME_ROOT)]
+    pub runtime_root: PathBuf,
+    /// State root: one persistent, principal-owned directory per VM.
+    #[arg(long, env = "VMWARDEN_STATE_ROOT", default_value = DEFAULT_STATE_ROOT)]
+    pub state_root: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roots {
+    pub config_dir: PathBuf,
+    pub runtime_root: PathBuf,
+    pub state_root: PathBuf,
+}
+
+impl From<&RootArgs> for Roots {
+    fn from(a: &RootArgs) -> Self {
+        Roots {
+            config_dir: a.config_dir.clone(),
+            runtime_root: a.runtime_root.clone(),
+            state_root: a.state_root.clone(),
+        }
+    }
+}
+
+impl Default for Roots {
+    fn default() -> Self {
+        Roots {
+            config_dir: DEFAULT_CONFIG_DIR.into(),
+            runtime_root: DEFAULT_RUNTIME_ROOT.into(),
+            state_root: DEFAULT_STATE_ROOT.into(),
+        }
+    }
+}
+
+impl Roots {
+    pub fn spec_path(&self, name: &str) -> PathBuf {
+        self.config_dir.join(format!("{name}.json"))
+    }
+    pub fn runtime_dir(&self, name: &str) -> PathBuf {
+        self.runtime_root.join(name)
+    }
+    pub fn state_dir(&self, name: &str) -> PathBuf {
+        self.state_root.join(name)
+    }
+    pub fn control_dir(&self, name: &str) -> PathBuf {
+        self.runtime_dir(name).join(CONTROL_DIR)
+    }
+    pub fn credentials_dir(&self, name: &str) -> PathBuf {
+        self.runtime_dir(name).join(CREDENTIALS_DIR)
+    }
+    pub fn qmp_socket(&self, name: &str) -> PathBuf {
+        self.control_dir(name).join(QMP_SOCKET)
+    }
+    pub fn lease_path(&self, name: &str) -> PathBuf {
+        self.runtime_dir(name).join(LEASE_FILE)
+    }
+    pub fn intent_path(&self, name: &str) -> PathBuf {
+        self.runtime_dir(name).join(INTENT_FILE)
+    }
+    pub fn principals_dir(&self) -> PathBuf {
+        self.state_root.join(PRINCIPALS_DIR)
+    }
+    /// Checks every root is absolute and normalised; a relative root would
+    /// make every later openat walk depend on the working directory.
+    pub fn validate(&self) -> Result<(), (String, PathBuf, &'static str)> {
+        for (flag, p) in [
+            ("--config-dir", &self.config_dir),
+            ("--runtime-root", &self.runtime_root),
+            ("--state-root", &self.state_root),
+        ] {
+            crate::spec::check_abs_normalised(p).map_err(|r| (flag.to_string(), p.clone(), r))?;
+            if p == Path::new("/") {
+                return Err((flag.to_string(), p.clone(), "must not be /"));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,233 @@
+//! The VM's principal: who the hypervisor runs as.
+//!
+//! A principal is a uid/gid pair that belongs to exactly one VM, is never
+//! root, is not in a privileged group and gets `/dev/kvm` only through the
+//! device's own group.
+
+use std::ffi::CString;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
+
+use crate::error::{Error, Result};
+use crate::paths::Roots;
+use crate::spec::{Accel, Spec};
+
+/// Groups whose members can read raw disks, logs or shadow, administer the
+/// host or become root. A VM principal in any of them is refused.
+pub const PRIVILEGED_GROUPS: &[&str] = &[
+    "root",
+    "wheel",
+    "sudo",
+    "admin",
+    "adm",
+    "disk",
+    "shadow",
+    "kmem",
+    "sys",
+    "staff",
+    "docker",
+    "lxd",
+    "libvirt",
+    "libvirtd",
+    "systemd-journal",
+    "nixbld",
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub uid: u32,
+    pub gid: u32,
+    /// The user name when the principal was given by name (or has one in NSS).
+    pub user: Option<String>,
+    /// Supplementary groups the hypervisor gets (only the `/dev/kvm` group).
+    pub groups: Vec<u32>,
+}
+
+impl Principal {
+    pub fn display(&self) -> String {
+        match &self.user {
+            Some(u) => format!("{u} ({}:{})", self.uid, self.gid),
+            None => format!("{}:{}", self.uid, self.gid),
+        }
+    }
+}
+
+fn perr(who: &str, reason: impl Into<String>) -> Error {
+    Error::Principal {
+        principal: who.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Resolve the uid/gid a spec names (NSS for names), without policy checks.
+pub fn resolve_ids(spec: &Spec) -> Result<(u32, u32, Option<String>)> {
+    let who = spec.principal_display();
+    let p = &spec.principal;
+    let (uid, user) = match (&p.user, p.uid) {
+        (Some(name), _) => {
+            let u = User::from_name(name)
+                .map_err(|e| perr(&who, format!("looking up user {name:?}: {e}")))?
+                .ok_or_else(|| {
+                    perr(
+                        &who,
+                        format!("field `principal.user`: user {name:?} does not exist"),
+                    )
+                })?;
+            (u.uid.as_raw(), Some(name.clone()))
+        }
+        (None, Some(uid)) => {
+            let name = User::from_uid(Uid::from_raw(uid))
+                .ok()
+                .flatten()
+                .map(|u| u.name);
+            (uid, name)
+        }
+        (None, None) => return Err(perr(&who, "field `principal`: needs `user` or `uid`")),
+    };
+    let gid = match (&p.group, p.gid) {
+        (Some(name), _) => Group::from_name(name)
+            .map_err(|e| perr(&who, format!("looking up group {name:?}: {e}")))?
+            .ok_or_else(|| {
+                perr(
+                    &who,
+                    format!("field `principal.group`: group {name:?} does not exist"),
+                )
+            })?
+            .gid
+            .as_raw(),
+        (None, Some(gid)) => gid,
+        (None, None) => return Err(perr(&who, "field `principal`: needs `group` or `gid`")),
+    };
+    Ok((uid, gid, user))
+}
+
+fn group_name(gid: u32) -> Option<String> {
+    Group::from_gid(Gid::from_raw(gid))
+        .ok()
+        .flatten()
+        .map(|g| g.name)
+}
+
+/// Resolve and check the principal of `spec`:
+/// uid/gid ≠ 0, not shared with another configured VM, not a member of a
+/// privileged group. `/dev/kvm`'s group is added when the device is
+/// group-owned and group read-write.
+pub fn resolve(spec: &Spec, roots: &Roots) -> Result<Principal> {
+    let who = spec.principal_display();
+    let (uid, gid, user) = resolve_ids(spec)?;
+    if uid == 0 {
+        return Err(perr(
+            &who,
+            "field `principal`: resolves to uid 0; a VM never runs as root",
+        ));
+    }
+    if gid == 0 {
+        return Err(perr(
+            &who,
+            "field `principal`: resolves to gid 0; a VM never runs with the root group",
+        ));
+    }
+    // Primary and supplementary groups must not be privileged.
+    let mut member_of = vec![gid];
+    if let Some(name) = &user {
+        if let Ok(cname) = CString::new(name.as_str()) {
+            if let Ok(gs) = getgrouplist(&cname, Gid::from_raw(gid)) {
+                member_of.extend(gs.into_iter().map(|g| g.as_raw()));
+            }
+        }
+    }
+    member_of.sort_unstable();
+    member_of.dedup();
+    for g in &member_of {
+        if *g == 0 {
+            return Err(perr(&who, "is a member of group 0 (root); refused"));
+        }
+        if let Some(name) = group_name(*g) {
+            if PRIVILEGED_GROUPS.contains(&name.as_str()) {
+                return Err(perr(
+                    &who,
+                    format!("is a member of the privileged group {name:?} (gid {g}); a VM principal must not be"),
+                ));
+            }
+        }
+    }
+    // Shared with another VM's principal?
+    if let Some(other) = uid_owner_elsewhere(roots, &spec.name, uid) {
+        return Err(perr(
+            &who,
+            format!(
+                "uid {uid} is also the principal of VM {:?} ({}); every VM needs its own principal",
+                other.0,
+                other.1.display()
+            ),
+        ));
+    }
+    let mut groups = Vec::new();
+    if spec.hypervisor.accel == Accel::Kvm {
+        if let Some(g) = kvm_device_group(Path::new("/dev/kvm")) {
+            groups.push(g);
+        }
+    }
+    Ok(Principal {
+        uid,
+        gid,
+        user,
+        groups,
+    })
+}
+
+/// `Some(gid)` when `/dev/kvm` is owned by a non-root group with group
+/// read-write: the only way a principal gets KVM access from vmwarden.
+pub fn kvm_device_group(dev: &Path) -> Option<u32> {
+    let md = std::fs::metadata(dev).ok()?;
+    (md.gid() != 0 && md.mode() & 0o060 == 0o060).then_some(md.gid())
+}
+
+/// Another VM in the config dir whose principal resolves to `uid`.
+/// Specs that cannot be read are skipped (they are not this VM's to judge).
+pub fn uid_owner_elsewhere(
+    roots: &Roots,
+    name: &str,
+    uid: u32,
+) -> Option<(String, std::path::PathBuf)> {
+    for (other, path, spec) in configured_specs(roots) {
+        if other == name {
+            continue;
+        }
+        let Some(spec) = spec else { continue };
+        if let Ok((ouid, _, _)) = resolve_ids(&spec) {
+            if ouid == uid {
+                return Some((other, path));
+            }
+        }
+    }
+    None
+}
+
+/// Every `NAME.json` in the config dir with a valid VM name, parsed when
+/// possible (`None` when the spec cannot be read or parsed).
+pub fn configured_specs(roots: &Roots) -> Vec<(String, std::path::PathBuf, Option<Spec>)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(&roots.config_dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let fname = e.file_name();
+        let Some(fname) = fname.to_str() else {
+            continue;
+        };
+        let Some(stem) = fname.strip_suffix(".json") else {
+            continue;
+        };
+        if !crate::spec::valid_name(stem) {
+            continue;
+        }
+        let path = e.path();
+        let spec = Spec::read(&path).ok();
+        out.push((stem.to_string(), path, spec));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}

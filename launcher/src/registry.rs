@@ -1,0 +1,208 @@
+//! The principal registry: `STATE_ROOT/.principals/uid-<UID>.json` (root
+//! 0700 directory, 0600 records) maps a uid to the VM it belongs to and a
+//! generation. Retiring a principal leaves a tombstone, so a uid is never
+//! silently handed to another VM while the old VM's files still exist.
+
+use serde::{Deserialize, Serialize};
+
+use crate::dirs::{self, Dir, Loose, Want};
+use crate::error::{Error, Result};
+use crate::paths::{Roots, PRINCIPALS_DIR};
+
+const MAX_RECORD: u64 = 16 * 1024;
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum State {
+    Active,
+    Retired,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    pub uid: u32,
+    pub vm: String,
+    pub generation: u64,
+    pub state: State,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_unix: Option<u64>,
+}
+
+fn record_name(uid: u32) -> String {
+    format!("uid-{uid}.json")
+}
+
+fn registry_want() -> Want {
+    Want {
+        uid: 0,
+        gid: 0,
+        mode: 0o700,
+        loose: Loose::Tighten,
+    }
+}
+
+fn open_registry(roots: &Roots) -> Result<Option<Dir>> {
+    let state_root = match dirs::open_dir(&roots.state_root) {
+        Ok(d) => d,
+        Err(Error::Sys {
+            errno: nix::errno::Errno::ENOENT,
+            ..
+        }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    dirs::open_existing(&state_root, PRINCIPALS_DIR)
+}
+
+/// The record for `uid`, if any.
+pub fn lookup(roots: &Roots, uid: u32) -> Result<Option<Record>> {
+    let Some(dir) = open_registry(roots)? else {
+        return Ok(None);
+    };
+    let name = record_name(uid);
+    let Some(bytes) = dirs::read_small(&dir, &name, MAX_RECORD)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| Error::Refused {
+            path: dir.path.join(name),
+            reason: format!("principal record cannot be parsed ({e}); fix or remove it by hand"),
+        })
+}
+
+/// Every record in the registry (unparsable ones are reported as errors).
+pub fn all(roots: &Roots) -> Result<Vec<Record>> {
+    let Some(dir) = open_registry(roots)? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    let rd = std::fs::read_dir(&dir.path).map_err(|source| Error::Io {
+        op: "read_dir",
+        path: dir.path.clone(),
+        source,
+    })?;
+    for e in rd.flatten() {
+        let n = e.file_name();
+        let Some(uid) = n
+            .to_str()
+            .and_then(|s| s.strip_prefix("uid-"))
+            .and_then(|s| s.strip_suffix(".json"))
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some(r) = lookup(roots, uid)? {
+            out.push(r);
+        }
+    }
+    out.sort_by_key(|r| r.uid);
+    Ok(out)
+}
+
+/// What still exists of VM `vm` (its state dir's entries, processes of
+/// `uid`): a non-empty answer means the uid cannot move to another VM.
+pub fn residue(roots: &Roots, vm: &str, uid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    let sd = roots.state_dir(vm);
+    if let Ok(rd) = std::fs::read_dir(&sd) {
+        let n = rd.count();
+        if n > 0 {
+            out.push(format!("{} ({n} entries)", sd.display()));
+        }
+    }
+    let pids = crate::liveness::processes_of_uid(uid);
+    if !pids.is_empty() {
+        out.push(format!("processes {pids:?} running as uid {uid}"));
+    }
+    out
+}
+
+/// Refuse a launch whose uid belonged to a different VM that left residue.
+pub fn check_launch(roots: &Roots, name: &str, p: &crate::principal::Principal) -> Result<()> {
+    let Some(rec) = lookup(roots, p.uid)? else {
+        return Ok(());
+    };
+    if rec.vm == name {
+        return Ok(());
+    }
+    let left = residue(roots, &rec.vm, p.uid);
+    if left.is_empty() {
+        return Ok(());
+    }
+    let what = match rec.state {
+        State::Retired => "was retired with VM",
+        State::Active => "belongs to VM",
+    };
+    Err(Error::Principal {
+        principal: p.display(),
+        reason: format!(
+            "uid {} {what} {:?} (generation {}) whose files still exist: {}; remove them with `vmwarden purge {}` or give VM {name:?} its own uid",
+            p.uid,
+            rec.vm,
+            rec.generation,
+            left.join(", "),
+            rec.vm
+        ),
+    })
+}
+
+/// Record that `uid` belongs to `name` (a new generation when it belonged to
+/// another VM or was retired).
+pub fn register(
+    roots: &Roots,
+    state_root: &Dir,
+    name: &str,
+    p: &crate::principal::Principal,
+) -> Result<()> {
+    let (dir, _) = dirs::ensure(state_root, PRINCIPALS_DIR, &registry_want())?;
+    let prev = lookup(roots, p.uid)?;
+    let generation = match &prev {
+        Some(r) if r.vm == name && r.state == State::Active => return Ok(()),
+        Some(r) => r.generation + 1,
+        None => 1,
+    };
+    write(
+        &dir,
+        &Record {
+            uid: p.uid,
+            vm: name.to_string(),
+            generation,
+            state: State::Active,
+            retired_unix: None,
+        },
+    )
+}
+
+fn write(dir: &Dir, rec: &Record) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(rec).map_err(|e| Error::Other(e.to_string()))?;
+    bytes.push(b'\n');
+    dirs::durable_write(dir, &record_name(rec.uid), &bytes, 0o600)
+}
+
+/// Turn the registration of `uid` into a tombstone. Fails closed: an error
+/// writing the tombstone is an error of the whole retirement.
+pub fn retire(roots: &Roots, name: &str, uid: u32) -> Result<Record> {
+    let state_root = dirs::open_dir(&roots.state_root)?;
+    let (dir, _) = dirs::ensure(&state_root, PRINCIPALS_DIR, &registry_want())?;
+    let prev = lookup(roots, uid)?;
+    let generation = prev.as_ref().map(|r| r.generation).unwrap_or(1);
+    let rec = Record {
+        uid,
+        vm: name.to_string(),
+        generation,
+        state: State::Retired,
+        retired_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_secs()),
+    };
+    write(&dir, &rec)?;
+    match lookup(roots, uid)? {
+        Some(r) if r == rec => Ok(rec),
+        other => Err(Error::Refused {
+            path: dir.path.join(record_name(uid)),
+            reason: format!("tombstone did not read back as written (found {other:?})"),
+        }),
+    }
+}

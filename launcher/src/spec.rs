@@ -1,0 +1,558 @@
+//! The launch spec: `/etc/vmwarden/vms/NAME.json`, version 1.
+//!
+//! Field names are a contract shared with the NixOS module and operators'
+//! tools: extend, never rename. Unknown fields are rejected. `load` reads and
+//! validates; nothing on the host is created or changed by this module.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Largest spec file accepted.
+pub const MAX_SPEC_BYTES: u64 = 64 * 1024;
+/// fw_cfg file names are at most 55 bytes (56 with the NUL) in QEMU.
+pub const FW_CFG_NAME_MAX: usize = 55;
+/// Prefix systemd's guest side reads credentials from.
+pub const FW_CFG_CREDENTIAL_PREFIX: &str = "opt/io.systemd.credentials/";
+/// Largest credential file copied into the VM's tmpfs.
+pub const MAX_CREDENTIAL_BYTES: u64 = 1024 * 1024;
+/// Longest kernel command line accepted.
+pub const MAX_CMDLINE_BYTES: usize = 4096;
+pub const MAX_VCPUS: u32 = 255;
+pub const MIN_MEMORY_MIB: u64 = 16;
+pub const MAX_MEMORY_MIB: u64 = 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("cannot read spec {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("spec {path} is {size} bytes; the limit is {MAX_SPEC_BYTES}")]
+    TooLarge { path: PathBuf, size: u64 },
+    #[error("spec {path} is not valid: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("spec {path}: field `{field}` {reason}")]
+    Invalid {
+        path: PathBuf,
+        field: String,
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Spec {
+    pub version: u32,
+    pub name: String,
+    pub principal: PrincipalSpec,
+    pub hypervisor: HypervisorSpec,
+    pub vcpus: u32,
+    pub memory_mib: u64,
+    pub kernel: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initrd: Option<PathBuf>,
+    #[serde(default)]
+    pub cmdline: String,
+    #[serde(default)]
+    pub credentials: Vec<CredentialSpec>,
+    #[serde(default)]
+    pub disks: Vec<DiskSpec>,
+    #[serde(default)]
+    pub interfaces: Vec<InterfaceSpec>,
+    #[serde(default)]
+    pub landlock: LandlockSpec,
+    #[serde(default = "default_keep_on_purge")]
+    pub keep_on_purge: Vec<String>,
+}
+
+fn default_keep_on_purge() -> Vec<String> {
+    vec!["identity".to_string()]
+}
+
+/// `{"user": "vm-web", "group": "vm-web"}` or `{"uid": 61000, "gid": 61000}`
+/// (a name and a number may be mixed: one of user/uid, one of group/gid).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum HypervisorKind {
+    Qemu,
+    CloudHypervisor,
+    Firecracker,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Accel {
+    Kvm,
+    Tcg,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Machine {
+    Microvm,
+    Pc,
+    Q35,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HypervisorSpec {
+    pub kind: HypervisorKind,
+    pub binary: PathBuf,
+    #[serde(default = "default_accel")]
+    pub accel: Accel,
+    #[serde(default = "default_machine")]
+    pub machine: Machine,
+}
+
+fn default_accel() -> Accel {
+    Accel::Kvm
+}
+fn default_machine() -> Machine {
+    Machine::Microvm
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialSpec {
+    pub name: String,
+    pub source: CredentialSource,
+}
+
+/// `{"systemd": "NAME"}` reads `$CREDENTIALS_DIRECTORY/NAME` (LoadCredential=);
+/// `{"path": "/abs"}` reads a root-owned file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub enum CredentialSource {
+    Systemd(String),
+    Path(PathBuf),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DiskSpec {
+    pub path: PathBuf,
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InterfaceSpec {
+    pub tap: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum LandlockMode {
+    /// Refuse to run without Landlock.
+    #[default]
+    Required,
+    /// Apply what the kernel supports and log what could not be applied.
+    BestEffort,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LandlockSpec {
+    #[serde(default)]
+    pub mode: LandlockMode,
+    #[serde(default)]
+    pub read: Vec<PathBuf>,
+    #[serde(default)]
+    pub write: Vec<PathBuf>,
+}
+
+/// `^[a-z][a-z0-9-]{0,31}$`: VM names, also used in paths and unit names.
+pub fn valid_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 32
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+/// Credential names end up as file names in the tmpfs and in fw_cfg.
+pub fn valid_credential_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// Absolute, no `.`/`..` components, no empty components, no trailing slash.
+pub fn check_abs_normalised(p: &Path) -> Result<(), &'static str> {
+    let s = p.as_os_str().as_encoded_bytes();
+    if !p.is_absolute() {
+        return Err("must be an absolute path");
+    }
+    if s.contains(&0) {
+        return Err("must not contain NUL");
+    }
+    if s.len() > 1 && s.ends_with(b"/") {
+        return Err("must not end with '/'");
+    }
+    if s.windows(2).any(|w| w == b"//") {
+        return Err("must not contain '//'");
+    }
+    for c in p.components() {
+        match c {
+            Component::RootDir | Component::Normal(_) => {}
+            _ => return Err("must be normalised (no '.' or '..' components)"),
+        }
+    }
+    Ok(())
+}
+
+impl Spec {
+    /// Parse from bytes without touching the file system beyond nothing.
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Spec, SpecError> {
+        serde_json::from_slice(bytes).map_err(|source| SpecError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Read (size-capped) and parse, without validating.
+    pub fn read(path: &Path) -> Result<Spec, SpecError> {
+        let read_err = |source| SpecError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let f = File::open(path).map_err(read_err)?;
+        let md = f.metadata().map_err(read_err)?;
+        if !md.is_file() {
+            return Err(read_err(std::io::Error::other("not a regular file")));
+        }
+        if md.len() > MAX_SPEC_BYTES {
+            return Err(SpecError::TooLarge {
+                path: path.to_path_buf(),
+                size: md.len(),
+            });
+        }
+        let mut bytes = Vec::with_capacity(md.len() as usize);
+        f.take(MAX_SPEC_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read_err)?;
+        if bytes.len() as u64 > MAX_SPEC_BYTES {
+            return Err(SpecError::TooLarge {
+                path: path.to_path_buf(),
+                size: bytes.len() as u64,
+            });
+        }
+        Spec::parse(path, &bytes)
+    }
+
+    /// Read, parse and validate every field, including the files the spec
+    /// names (kernel, initrd, hypervisor binary, disks). `expected_name` is
+    /// the unit instance name: the spec must describe that VM.
+    pub fn load(path: &Path, expected_name: &str) -> Result<Spec, SpecError> {
+        let spec = Spec::read(path)?;
+        spec.validate(path, expected_name)?;
+        spec.validate_files(path)?;
+        Ok(spec)
+    }
+
+    /// Field checks that need no file system access.
+    pub fn validate(&self, path: &Path, expected_name: &str) -> Result<(), SpecError> {
+        let bad = |field: &str, reason: String| SpecError::Invalid {
+            path: path.to_path_buf(),
+            field: field.to_string(),
+            reason,
+        };
+        if self.version != 1 {
+            return Err(bad(
+                "version",
+                format!("is {}; this vmwarden understands version 1", self.version),
+            ));
+        }
+        if !valid_name(&self.name) {
+            return Err(bad(
+                "name",
+                format!(
+                    "{:?} must match ^[a-z][a-z0-9-]{{0,31}}$ (lowercase letter first, then lowercase letters, digits or '-', at most 32)",
+                    self.name
+                ),
+            ));
+        }
+        if self.name != expected_name {
+            return Err(bad(
+                "name",
+                format!(
+                    "is {:?} but the VM being started is {:?}",
+                    self.name, expected_name
+                ),
+            ));
+        }
+        self.validate_principal(path)?;
+        self.validate_hypervisor(path)?;
+        if self.vcpus == 0 || self.vcpus > MAX_VCPUS {
+            return Err(bad(
+                "vcpus",
+                format!("is {}; must be 1..={MAX_VCPUS}", self.vcpus),
+            ));
+        }
+        if self.memory_mib < MIN_MEMORY_MIB || self.memory_mib > MAX_MEMORY_MIB {
+            return Err(bad(
+                "memory_mib",
+                format!(
+                    "is {}; must be {MIN_MEMORY_MIB}..={MAX_MEMORY_MIB}",
+                    self.memory_mib
+                ),
+            ));
+        }
+        check_abs_normalised(&self.kernel).map_err(|r| bad("kernel", r.to_string()))?;
+        if let Some(initrd) = &self.initrd {
+            check_abs_normalised(initrd).map_err(|r| bad("initrd", r.to_string()))?;
+        }
+        if self.cmdline.len() > MAX_CMDLINE_BYTES {
+            return Err(bad(
+                "cmdline",
+                format!(
+                    "is {} bytes; the limit is {MAX_CMDLINE_BYTES}",
+                    self.cmdline.len()
+                ),
+            ));
+        }
+        if self.cmdline.chars().any(|c| c.is_control()) {
+            return Err(bad(
+                "cmdline",
+                "must not contain control characters".to_string(),
+            ));
+        }
+        self.validate_credentials(path)?;
+        for (i, d) in self.disks.iter().enumerate() {
+            check_abs_normalised(&d.path)
+                .map_err(|r| bad(&format!("disks[{i}].path"), r.to_string()))?;
+            if d.path.as_os_str().as_encoded_bytes().contains(&b',') {
+                return Err(bad(
+                    &format!("disks[{i}].path"),
+                    "must not contain ',' (QEMU option separator)".to_string(),
+                ));
+            }
+        }
+        if !self.interfaces.is_empty() {
+            return Err(bad(
+                "interfaces",
+                "is not supported by this version of vmwarden yet (networking is not implemented); remove the interfaces".to_string(),
+            ));
+        }
+        for (i, p) in self.landlock.read.iter().enumerate() {
+            check_abs_normalised(p)
+                .map_err(|r| bad(&format!("landlock.read[{i}]"), r.to_string()))?;
+        }
+        for (i, p) in self.landlock.write.iter().enumerate() {
+            check_abs_normalised(p)
+                .map_err(|r| bad(&format!("landlock.write[{i}]"), r.to_string()))?;
+        }
+        for (i, k) in self.keep_on_purge.iter().enumerate() {
+            let field = format!("keep_on_purge[{i}]");
+            let p = Path::new(k);
+            if k.is_empty() || p.is_absolute() {
+                return Err(bad(
+                    &field,
+                    format!("{k:?} must be a relative path inside the VM's state directory"),
+                ));
+            }
+            if !p.components().all(|c| matches!(c, Component::Normal(_)))
+                || k.ends_with('/')
+                || k.contains("//")
+            {
+                return Err(bad(
+                    &field,
+                    format!(
+                        "{k:?} must be normalised (no '.', '..', empty components or trailing '/')"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_principal(&self, path: &Path) -> Result<(), SpecError> {
+        let bad = |field: &str, reason: &str| SpecError::Invalid {
+            path: path.to_path_buf(),
+            field: field.to_string(),
+            reason: reason.to_string(),
+        };
+        let p = &self.principal;
+        match (&p.user, p.uid) {
+            (Some(_), Some(_)) => {
+                return Err(bad("principal", "sets both `user` and `uid`; give one"))
+            }
+            (None, None) => return Err(bad("principal", "needs `user` or `uid`")),
+            (Some(u), None) if u.is_empty() || u.contains(['/', ':', '\n', '\0']) => {
+                return Err(bad("principal.user", "is not a valid user name"))
+            }
+            (None, Some(0)) => return Err(bad("principal.uid", "is 0; a VM never runs as root")),
+            _ => {}
+        }
+        match (&p.group, p.gid) {
+            (Some(_), Some(_)) => {
+                return Err(bad("principal", "sets both `group` and `gid`; give one"))
+            }
+            (None, None) => return Err(bad("principal", "needs `group` or `gid`")),
+            (Some(g), None) if g.is_empty() || g.contains(['/', ':', '\n', '\0']) => {
+                return Err(bad("principal.group", "is not a valid group name"))
+            }
+            (None, Some(0)) => {
+                return Err(bad(
+                    "principal.gid",
+                    "is 0; a VM never runs with the root group",
+                ))
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn validate_hypervisor(&self, path: &Path) -> Result<(), SpecError> {
+        let bad = |field: &str, reason: String| SpecError::Invalid {
+            path: path.to_path_buf(),
+            field: field.to_string(),
+            reason,
+        };
+        if self.hypervisor.kind != HypervisorKind::Qemu {
+            return Err(bad(
+                "hypervisor.kind",
+                format!(
+                    "{:?} is not supported by this version of vmwarden yet; use \"qemu\"",
+                    self.hypervisor.kind
+                ),
+            ));
+        }
+        check_abs_normalised(&self.hypervisor.binary)
+            .map_err(|r| bad("hypervisor.binary", r.to_string()))?;
+        Ok(())
+    }
+
+    fn validate_credentials(&self, path: &Path) -> Result<(), SpecError> {
+        let bad = |field: String, reason: String| SpecError::Invalid {
+            path: path.to_path_buf(),
+            field,
+            reason,
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, c) in self.credentials.iter().enumerate() {
+            let field = format!("credentials[{i}].name");
+            if !valid_credential_name(&c.name) {
+                return Err(bad(
+                    field,
+                    format!(
+                        "{:?} must be letters, digits, '-', '_' or '.', starting with a letter or digit",
+                        c.name
+                    ),
+                ));
+            }
+            let fw = FW_CFG_CREDENTIAL_PREFIX.len() + c.name.len();
+            if fw > FW_CFG_NAME_MAX {
+                return Err(bad(
+                    field,
+                    format!(
+                        "{:?} makes the fw_cfg name {FW_CFG_CREDENTIAL_PREFIX}{} {fw} bytes; QEMU allows {FW_CFG_NAME_MAX} (credential names up to {} bytes)",
+                        c.name,
+                        c.name,
+                        FW_CFG_NAME_MAX - FW_CFG_CREDENTIAL_PREFIX.len()
+                    ),
+                ));
+            }
+            if !seen.insert(c.name.clone()) {
+                return Err(bad(field, format!("{:?} appears twice", c.name)));
+            }
+            match &c.source {
+                CredentialSource::Systemd(id) => {
+                    if !valid_credential_name(id) {
+                        return Err(bad(
+                            format!("credentials[{i}].source.systemd"),
+                            format!("{id:?} is not a valid systemd credential name"),
+                        ));
+                    }
+                }
+                CredentialSource::Path(p) => check_abs_normalised(p)
+                    .map_err(|r| bad(format!("credentials[{i}].source.path"), r.to_string()))?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that the files the spec names exist and have the right type.
+    /// Credentials are checked when they are read (`creds::read_all`).
+    pub fn validate_files(&self, path: &Path) -> Result<(), SpecError> {
+        let bad = |field: &str, p: &Path, reason: String| SpecError::Invalid {
+            path: path.to_path_buf(),
+            field: field.to_string(),
+            reason: format!("{}: {reason}", p.display()),
+        };
+        let regular = |field: &str, p: &Path, exec: bool| -> Result<(), SpecError> {
+            let md = std::fs::metadata(p).map_err(|e| bad(field, p, e.to_string()))?;
+            if !md.is_file() {
+                return Err(bad(field, p, "is not a regular file".to_string()));
+            }
+            if exec && md.permissions().mode() & 0o111 == 0 {
+                return Err(bad(field, p, "is not executable".to_string()));
+            }
+            Ok(())
+        };
+        regular("hypervisor.binary", &self.hypervisor.binary, true)?;
+        regular("kernel", &self.kernel, false)?;
+        if let Some(initrd) = &self.initrd {
+            regular("initrd", initrd, false)?;
+        }
+        for (i, d) in self.disks.iter().enumerate() {
+            let field = format!("disks[{i}].path");
+            let md = std::fs::metadata(&d.path).map_err(|e| bad(&field, &d.path, e.to_string()))?;
+            let ft = md.file_type();
+            if !(ft.is_file() || ft.is_block_device()) {
+                return Err(bad(
+                    &field,
+                    &d.path,
+                    "is neither a regular file nor a block device".to_string(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The principal spec rendered for messages.
+    pub fn principal_display(&self) -> String {
+        let p = &self.principal;
+        let u = p
+            .user
+            .clone()
+            .unwrap_or_else(|| p.uid.map(|u| u.to_string()).unwrap_or_default());
+        let g = p
+            .group
+            .clone()
+            .unwrap_or_else(|| p.gid.map(|g| g.to_string()).unwrap_or_default());
+        format!("{u}:{g}")
+    }
+}
