@@ -6,6 +6,8 @@
 //! share this library: destructive commands use the same ownership and
 //! liveness code as the launcher.
 
+pub mod cleanup;
+pub mod control;
 pub mod creds;
 pub mod dirs;
 pub mod error;
@@ -16,13 +18,17 @@ pub mod launch;
 pub mod lease;
 pub mod liveness;
 pub mod mountinfo;
+pub mod ownership;
 pub mod paths;
 pub mod principal;
+pub mod purge;
 pub mod qmp;
+pub mod reap;
 pub mod registry;
 pub mod sandbox;
 pub mod spec;
 pub mod unit;
+pub mod verify;
 
 pub use error::{Error, Result};
 

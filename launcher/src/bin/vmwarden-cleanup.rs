@@ -1,1 +1,57 @@
-fn main() {}
+//! `vmwarden-cleanup NAME` (ExecStopPost=+): tear down what the launch
+//! created, verify, print one JSON report, exit 0 only when clean.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use vmwarden::cleanup::{cleanup, ServiceResult};
+use vmwarden::paths::{RootArgs, Roots};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "vmwarden-cleanup",
+    version,
+    about = "Tear down one VM's runtime state and prove it"
+)]
+struct Args {
+    /// VM name (the unit instance, %i).
+    name: String,
+    #[command(flatten)]
+    roots: RootArgs,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    vmwarden::init_logging(std::env::var("VMWARDEN_LOG").ok().as_deref());
+    if !vmwarden::spec::valid_name(&args.name) {
+        eprintln!(
+            "vmwarden-cleanup: error: VM name {:?} must match ^[a-z][a-z0-9-]{{0,31}}$",
+            args.name
+        );
+        return ExitCode::FAILURE;
+    }
+    let roots = Roots::from(&args.roots);
+    if let Err((flag, path, reason)) = roots.validate() {
+        eprintln!(
+            "vmwarden-cleanup: error: {flag} {}: {reason}",
+            path.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let report = cleanup(&roots, &args.name, ServiceResult::from_env());
+    println!("{}", report.to_json());
+    if report.clean {
+        ExitCode::SUCCESS
+    } else {
+        for f in &report.failed {
+            eprintln!("vmwarden-cleanup: {}: {}", f.path.display(), f.reason);
+        }
+        if report.failed.is_empty() {
+            eprintln!(
+                "vmwarden-cleanup: {}: nothing deleted: {}",
+                args.name, report.liveness
+            );
+        }
+        ExitCode::FAILURE
+    }
+}

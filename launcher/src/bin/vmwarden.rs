@@ -1,1 +1,289 @@
-fn main() {}
+//! `vmwarden`: operator commands. Destructive ones use the launcher's own
+//! ownership and liveness code.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use vmwarden::paths::{RootArgs, Roots};
+use vmwarden::{control, purge, reap, verify, Error};
+
+#[derive(Debug, Parser)]
+#[command(name = "vmwarden", version, about = "Operate vmwarden microVMs")]
+struct Cli {
+    #[command(flatten)]
+    roots: RootArgs,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Show whether VMs are running (all known VMs without NAME).
+    Status {
+        name: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Return once the VM's control socket answers (ExecStartPost).
+    WaitReady {
+        name: String,
+        /// Seconds to wait.
+        #[arg(long, default_value_t = 60.0)]
+        timeout: f64,
+    },
+    /// Graceful power-down through QMP, then quit, then SIGKILL (ExecStop).
+    Stop {
+        name: String,
+        /// Seconds to wait for the guest to power off.
+        #[arg(long, default_value_t = 30.0)]
+        timeout: f64,
+    },
+    /// Find (and with --apply remove) what no live instance owns.
+    Reap {
+        #[arg(long)]
+        apply: bool,
+        /// Also kill processes of principals with no live instance.
+        #[arg(long)]
+        kill: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a stopped VM's persistent state (asks for DELETE-EVERYTHING on a terminal).
+    Purge {
+        name: String,
+        /// Keep identity/ and keep_on_purge, and the principal's registration.
+        #[arg(long)]
+        keep_identity: bool,
+    },
+    /// Check that nothing of the VMs was left running or behind.
+    VerifyClean {
+        names: Vec<String>,
+        /// Directories that must be untouched since --since.
+        #[arg(long = "protected")]
+        protected: Vec<PathBuf>,
+        /// Unix time (seconds) the protected dirs must be unchanged since.
+        #[arg(long)]
+        since: Option<f64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the systemd units for hosts without Nix.
+    RenderUnit(vmwarden::unit::RenderUnitArgs),
+}
+
+fn check_name(name: &str) -> Result<(), Error> {
+    if vmwarden::spec::valid_name(name) {
+        Ok(())
+    } else {
+        Err(Error::Usage {
+            what: format!("VM name {name:?}"),
+            reason: "must match ^[a-z][a-z0-9-]{0,31}$".into(),
+        })
+    }
+}
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+fn run(cli: Cli) -> Result<ExitCode, Error> {
+    let roots = Roots::from(&cli.roots);
+    roots
+        .validate()
+        .map_err(|(flag, path, reason)| Error::Root { flag, path, reason })?;
+    match cli.cmd {
+        Cmd::Status {
+            name,
+            json: as_json,
+        } => {
+            let names = match name {
+                Some(n) => {
+                    check_name(&n)?;
+                    vec![n]
+                }
+                None => control::known_vms(&roots),
+            };
+            let st: Vec<_> = names.iter().map(|n| control::status(&roots, n)).collect();
+            if as_json {
+                println!("{}", json(&st));
+            } else {
+                for s in &st {
+                    println!(
+                        "{} {} pid={} uid={} qmp={} ({})",
+                        s.name,
+                        s.state,
+                        s.pid.map(|p| p.to_string()).unwrap_or("-".into()),
+                        s.uid.map(|p| p.to_string()).unwrap_or("-".into()),
+                        s.qmp_status.as_deref().unwrap_or("-"),
+                        s.liveness
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::WaitReady { name, timeout } => {
+            check_name(&name)?;
+            let status = control::wait_ready(&roots, &name, Duration::from_secs_f64(timeout))?;
+            println!("{name}: ready (qmp status {status})");
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Stop { name, timeout } => {
+            check_name(&name)?;
+            let by = control::stop(&roots, &name, Duration::from_secs_f64(timeout))?;
+            println!(
+                "{name}: stopped by {}",
+                serde_json::to_value(by)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Reap {
+            apply,
+            kill,
+            json: as_json,
+        } => {
+            let r = reap::reap(&roots, apply, kill);
+            if as_json {
+                println!("{}", json(&r));
+            } else {
+                let verb = if apply { "deleting" } else { "would delete" };
+                for o in &r.orphans {
+                    println!("{verb} {:?} {} ({})", o.kind, o.path.display(), o.reason);
+                }
+                for k in &r.kept {
+                    println!("keeping {:?} {} ({})", k.kind, k.path.display(), k.reason);
+                }
+                for p in &r.killed {
+                    println!("killed pid {p}");
+                }
+                for f in &r.failed {
+                    println!("FAILED {} ({})", f.path.display(), f.reason);
+                }
+                println!(
+                    "reap: {} orphan(s), {} kept, {} deleted, {} failed{}",
+                    r.orphans.len(),
+                    r.kept.len(),
+                    r.deleted.len(),
+                    r.failed.len(),
+                    if apply {
+                        ""
+                    } else {
+                        " (dry run: nothing changed; --apply to delete)"
+                    }
+                );
+            }
+            Ok(if r.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Cmd::Purge {
+            name,
+            keep_identity,
+        } => {
+            check_name(&name)?;
+            let plan = purge::plan(&roots, &name, keep_identity)?;
+            println!(
+                "purge plan for {name}: state dir {} stays",
+                plan.state_dir.display()
+            );
+            for k in &plan.keep {
+                println!("  keep   {k}");
+            }
+            for d in &plan.delete {
+                println!("  delete {}", d.display());
+            }
+            match plan.retire_uid {
+                Some(uid) => println!("  retire principal uid {uid} (tombstone; the uid is not reused while residue exists)"),
+                None if keep_identity => println!("  keep the principal's registration (--keep-identity)"),
+                None => println!("  no principal to retire could be determined"),
+            }
+            if !std::io::stdin().is_terminal() {
+                return Err(Error::Usage {
+                    what: "purge".into(),
+                    reason: format!(
+                        "needs a terminal to type {} on; nothing deleted",
+                        purge::CONFIRM_PHRASE
+                    ),
+                });
+            }
+            print!("Type {} to proceed: ", purge::CONFIRM_PHRASE);
+            let _ = std::io::stdout().flush();
+            let mut line = String::new();
+            std::io::stdin()
+                .lock()
+                .read_line(&mut line)
+                .map_err(|e| Error::Other(format!("reading confirmation: {e}")))?;
+            if line.trim_end_matches(['\n', '\r']) != purge::CONFIRM_PHRASE {
+                println!("purge: not confirmed; nothing deleted");
+                return Ok(ExitCode::FAILURE);
+            }
+            let rep = purge::execute(&roots, &name, plan)?;
+            for d in &rep.outcome.deleted {
+                println!("deleted {}", d.display());
+            }
+            for f in &rep.outcome.failed {
+                println!("FAILED {} ({})", f.path.display(), f.reason);
+            }
+            if let Some(r) = &rep.retired {
+                println!(
+                    "retired principal uid {} (generation {})",
+                    r.uid, r.generation
+                );
+            }
+            let ok = rep.outcome.failed.is_empty()
+                && (rep.plan.retire_uid.is_none() || rep.retired.is_some());
+            println!("purge: {}", if ok { "done" } else { "INCOMPLETE" });
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Cmd::VerifyClean {
+            names,
+            protected,
+            since,
+            json: as_json,
+        } => {
+            for n in &names {
+                check_name(n)?;
+            }
+            let r = verify::verify(&roots, &names, &protected, since);
+            if as_json {
+                println!("{}", json(&r));
+            } else {
+                print!("{}", r.lines());
+            }
+            Ok(if r.clean {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Cmd::RenderUnit(args) => {
+            let text =
+                vmwarden::unit::render_unit(&args).map_err(|e| Error::Other(e.to_string()))?;
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    vmwarden::init_logging(std::env::var("VMWARDEN_LOG").ok().as_deref());
+    match run(cli) {
+        Ok(c) => c,
+        Err(e) => {
+            vmwarden::report_error("vmwarden", &e);
+            ExitCode::FAILURE
+        }
+    }
+}

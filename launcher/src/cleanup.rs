@@ -1,0 +1,220 @@
+//! `vmwarden-cleanup NAME`: tear down what a launch created, verify, report.
+//!
+//! Not dead ⇒ delete nothing. Otherwise: take the lease (no launch can start
+//! meanwhile), delete the runtime dir's entries minus the keep set (the
+//! intent record last), check no credential tmpfs of the VM survives in any
+//! mount namespace, re-check every deletion, report. Idempotent.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::dirs;
+use crate::error::Error;
+use crate::intent::{Intent, Resource};
+use crate::lease::Lease;
+use crate::liveness::{self, Verdict};
+use crate::mountinfo;
+use crate::ownership::{self, Failed, Kept, Outcome, DELETE_LAST, RUNTIME_KEEP};
+use crate::paths::Roots;
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
+pub struct ServiceResult {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_result: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_status: Option<String>,
+}
+
+impl ServiceResult {
+    /// `$SERVICE_RESULT`, `$EXIT_CODE`, `$EXIT_STATUS` as systemd sets them
+    /// for `ExecStopPost=`.
+    pub fn from_env() -> Self {
+        ServiceResult {
+            service_result: std::env::var("SERVICE_RESULT").ok(),
+            exit_code: std::env::var("EXIT_CODE").ok(),
+            exit_status: std::env::var("EXIT_STATUS").ok(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Report {
+    pub name: String,
+    pub runtime_dir: PathBuf,
+    pub liveness: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
+    pub deleted: Vec<PathBuf>,
+    pub kept: Vec<Kept>,
+    pub failed: Vec<Failed>,
+    pub service_result: ServiceResult,
+    pub clean: bool,
+}
+
+impl Report {
+    fn new(roots: &Roots, name: &str, service_result: ServiceResult) -> Self {
+        Report {
+            name: name.to_string(),
+            runtime_dir: roots.runtime_dir(name),
+            liveness: String::new(),
+            instance_id: None,
+            deleted: Vec::new(),
+            kept: Vec::new(),
+            failed: Vec::new(),
+            service_result,
+            clean: false,
+        }
+    }
+
+    fn refuse(mut self, verdict: &Verdict) -> Self {
+        self.liveness = verdict.reason();
+        self.kept.push(Kept {
+            path: self.runtime_dir.clone(),
+            reason: format!("not deleted: VM is {}", verdict.reason()),
+        });
+        self.clean = false;
+        self
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}
+
+/// Tear down VM `name`'s runtime state. Never touches the state dir.
+pub fn cleanup(roots: &Roots, name: &str, service_result: ServiceResult) -> Report {
+    let report = Report::new(roots, name, service_result);
+    let verdict = liveness::probe(roots, name);
+    if !verdict.is_dead() {
+        return report.refuse(&verdict);
+    }
+    cleanup_dead(roots, name, report)
+}
+
+fn cleanup_dead(roots: &Roots, name: &str, mut report: Report) -> Report {
+    report.liveness = Verdict::Dead.reason();
+    let rundir = match dirs::open_dir(&roots.runtime_dir(name)) {
+        Ok(d) => d,
+        Err(Error::Sys {
+            errno: nix::errno::Errno::ENOENT,
+            ..
+        }) => {
+            // Nothing was ever created (or it is already gone): check mounts.
+            report.failed.extend(surviving_credential_mounts(name));
+            report.clean = report.failed.is_empty();
+            return report;
+        }
+        Err(e) => {
+            report.failed.push(Failed {
+                path: report.runtime_dir.clone(),
+                reason: e.to_string(),
+            });
+            return report;
+        }
+    };
+    // Same exclusive lock as the launcher: no launch starts while we delete.
+    let _lease = match Lease::acquire(&rundir) {
+        Ok(Some(l)) => l,
+        Ok(None) => {
+            return report.refuse(&Verdict::Live(
+                "its lease was taken while cleanup started".into(),
+            ));
+        }
+        Err(e) => {
+            return report.refuse(&Verdict::Ambiguous(format!("cannot take the lease: {e}")));
+        }
+    };
+    let intent = match Intent::read(&rundir) {
+        Ok(i) => i,
+        Err(e) => return report.refuse(&Verdict::Ambiguous(e.to_string())),
+    };
+    if let Some(uid) = intent.as_ref().map(|i| i.principal.uid) {
+        let v = liveness::probe_with_lease_held(roots, name, uid);
+        if !v.is_dead() {
+            return report.refuse(&v);
+        }
+    }
+    report.instance_id = intent.as_ref().map(|i| i.instance_id.clone());
+
+    // Recorded resources outside the runtime dir are not cleanup's to delete.
+    if let Some(i) = &intent {
+        for r in &i.resources {
+            match r {
+                Resource::StateDir { path } => report.kept.push(Kept {
+                    path: path.clone(),
+                    reason: "state dir: persistent and the user's; only `vmwarden purge` deletes in it".into(),
+                }),
+                Resource::RuntimeDir { path } | Resource::RuntimeFile { path } if !path.starts_with(&rundir.path) => {
+                    report.kept.push(Kept {
+                        path: path.clone(),
+                        reason: "recorded outside this VM's runtime dir; not vmwarden-cleanup's to delete".into(),
+                    })
+                }
+                _ => {}
+            }
+        }
+    }
+
+    // E(runtime dir) \ K, the intent record last.
+    let names = match ownership::entries(&rundir) {
+        Ok(n) => n,
+        Err(e) => {
+            report.failed.push(Failed {
+                path: rundir.path.clone(),
+                reason: format!("cannot enumerate: {e}"),
+            });
+            return report;
+        }
+    };
+    for k in RUNTIME_KEEP {
+        if names.iter().any(|n| n == k) {
+            report.kept.push(Kept {
+                path: rundir.path.join(k),
+                reason: "keep set: the lease file stays so every launch locks the same inode"
+                    .into(),
+            });
+        }
+    }
+    let doomed = ownership::deletion_set(&names, RUNTIME_KEEP, Some(DELETE_LAST));
+    let skip = ownership::test_skip_delete();
+    let out: Outcome = ownership::delete_entries(&rundir, &doomed, skip.as_deref());
+    report.deleted.extend(out.deleted);
+    report.failed.extend(out.failed);
+    report.kept.extend(out.kept);
+
+    // Verify: nothing but the keep set remains, no credential mount anywhere.
+    match ownership::entries(&rundir) {
+        Ok(left) => {
+            for n in ownership::deletion_set(&left, RUNTIME_KEEP, None) {
+                let p = rundir.path.join(&n);
+                if !report.failed.iter().any(|f| f.path == p) {
+                    report.failed.push(Failed {
+                        path: p,
+                        reason: "still present after cleanup".into(),
+                    });
+                }
+            }
+        }
+        Err(e) => report.failed.push(Failed {
+            path: rundir.path.clone(),
+            reason: format!("cannot re-enumerate: {e}"),
+        }),
+    }
+    report.failed.extend(surviving_credential_mounts(name));
+    report.clean = report.failed.is_empty();
+    report
+}
+
+/// Credential tmpfs mounts of `name` still present in any mount namespace.
+pub fn surviving_credential_mounts(name: &str) -> Vec<Failed> {
+    mountinfo::credential_mounts_everywhere(Some(name))
+        .into_iter()
+        .map(|(pid, ns, m)| Failed {
+            path: m.mount_point,
+            reason: format!("credential tmpfs still mounted in mount namespace {ns} (pid {pid})"),
+        })
+        .collect()
+}

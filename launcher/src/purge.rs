@@ -1,0 +1,207 @@
+//! `vmwarden purge NAME [--keep-identity]`: delete a stopped VM's persistent
+//! state. The plan is `E(state dir) \ K`, where K is empty, or with
+//! `--keep-identity` the identity set (`identity/` plus `keep_on_purge`).
+//! The state dir itself stays. Without `--keep-identity` the principal is
+//! retired (a tombstone in the registry), failing closed.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::dirs::{self, Dir};
+use crate::error::{Error, Result};
+use crate::lease::Lease;
+use crate::liveness::{self, Verdict};
+use crate::ownership::{self, Outcome};
+use crate::paths::Roots;
+
+/// What a user must type, on a terminal, to confirm.
+pub const CONFIRM_PHRASE: &str = "DELETE-EVERYTHING";
+pub const IDENTITY_DIR: &str = "identity";
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Plan {
+    pub state_dir: PathBuf,
+    pub keep: Vec<String>,
+    pub delete: Vec<PathBuf>,
+    pub retire_uid: Option<u32>,
+}
+
+/// The keep set K: nothing, or `identity` plus the spec's `keep_on_purge`.
+pub fn keep_set(keep_identity: bool, keep_on_purge: &[String]) -> Vec<String> {
+    if !keep_identity {
+        return Vec::new();
+    }
+    let mut k = vec![IDENTITY_DIR.to_string()];
+    k.extend(keep_on_purge.iter().cloned());
+    k.sort();
+    k.dedup();
+    k
+}
+
+/// `E(dir) \ K` where K may hold nested paths (`a/b` keeps `a/b`, and `a`
+/// itself is descended into rather than deleted).
+pub fn plan_entries(dir: &Dir, keep: &[String]) -> Result<Vec<PathBuf>> {
+    let names = ownership::entries(dir).map_err(|errno| Error::Sys {
+        op: "read directory",
+        path: dir.path.clone(),
+        errno,
+    })?;
+    let mut out = Vec::new();
+    for n in names {
+        if keep.iter().any(|k| k == &n) {
+            continue;
+        }
+        let prefix = format!("{n}/");
+        let nested: Vec<String> = keep
+            .iter()
+            .filter_map(|k| k.strip_prefix(&prefix).map(str::to_string))
+            .collect();
+        if nested.is_empty() {
+            out.push(dir.path.join(&n));
+            continue;
+        }
+        match dirs::open_existing(dir, &n) {
+            Ok(Some(sub)) => out.extend(plan_entries(&sub, &nested)?),
+            // A kept path below a non-directory: keep the entry (ambiguity keeps).
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+fn spec_keep_and_uid(roots: &Roots, name: &str) -> (Vec<String>, Option<u32>) {
+    match crate::spec::Spec::read(&roots.spec_path(name)) {
+        Ok(s) => (
+            s.keep_on_purge.clone(),
+            crate::principal::resolve_ids(&s).ok().map(|x| x.0),
+        ),
+        Err(_) => (vec![IDENTITY_DIR.to_string()], None),
+    }
+}
+
+/// The uid to retire: the spec's, else the registry's record for this VM,
+/// else the state dir's owner.
+fn principal_uid(roots: &Roots, name: &str, spec_uid: Option<u32>, state_dir: &Dir) -> Option<u32> {
+    spec_uid
+        .or_else(|| {
+            crate::registry::all(roots)
+                .ok()?
+                .into_iter()
+                .find(|r| r.vm == name)
+                .map(|r| r.uid)
+        })
+        .or_else(|| state_dir.stat().ok().map(|s| s.st_uid).filter(|u| *u != 0))
+}
+
+pub fn plan(roots: &Roots, name: &str, keep_identity: bool) -> Result<Plan> {
+    let verdict = liveness::probe(roots, name);
+    if !verdict.is_dead() {
+        return Err(Error::Refused {
+            path: roots.state_dir(name),
+            reason: format!("VM {name} is {}; stop it first", verdict.reason()),
+        });
+    }
+    let state_dir = dirs::open_dir(&roots.state_dir(name))?;
+    let (kop, spec_uid) = spec_keep_and_uid(roots, name);
+    let keep = keep_set(keep_identity, &kop);
+    let delete = plan_entries(&state_dir, &keep)?;
+    let retire_uid = if keep_identity {
+        None
+    } else {
+        principal_uid(roots, name, spec_uid, &state_dir)
+    };
+    Ok(Plan {
+        state_dir: state_dir.path.clone(),
+        keep,
+        delete,
+        retire_uid,
+    })
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Report {
+    pub plan: Plan,
+    pub outcome: Outcome,
+    pub retired: Option<crate::registry::Record>,
+}
+
+/// Carry out `plan` under the VM's lease (no launch can start meanwhile).
+pub fn execute(roots: &Roots, name: &str, plan: Plan) -> Result<Report> {
+    // Hold the launcher's lease (creating the runtime dir would be a new
+    // resource; without one, no launch is in progress).
+    let rundir = dirs::open_dir(&roots.runtime_dir(name)).ok();
+    let _lease = match &rundir {
+        Some(d) => match Lease::acquire(d)? {
+            Some(l) => Some(l),
+            None => {
+                return Err(Error::Refused {
+                    path: plan.state_dir.clone(),
+                    reason: format!(
+                        "VM {name} started while purge was confirming; nothing deleted"
+                    ),
+                })
+            }
+        },
+        None => None,
+    };
+    if let Verdict::Live(r) | Verdict::Ambiguous(r) = match plan.retire_uid {
+        Some(uid) => liveness::probe_with_lease_held(roots, name, uid),
+        None => Verdict::Dead,
+    } {
+        return Err(Error::Refused {
+            path: plan.state_dir.clone(),
+            reason: format!("VM {name} is not dead ({r}); nothing deleted"),
+        });
+    }
+    let mut outcome = Outcome::default();
+    // Group by parent dir so each deletion is an openat under its parent.
+    let mut by_parent: std::collections::BTreeMap<PathBuf, Vec<String>> = Default::default();
+    for p in &plan.delete {
+        if let (Some(parent), Some(n)) = (p.parent(), p.file_name().and_then(|n| n.to_str())) {
+            by_parent
+                .entry(parent.to_path_buf())
+                .or_default()
+                .push(n.to_string());
+        }
+    }
+    for (parent, names) in by_parent {
+        if !parent.starts_with(&plan.state_dir) {
+            continue;
+        }
+        match dirs::open_dir(&parent) {
+            Ok(d) => outcome.merge(ownership::delete_entries(&d, &names, None)),
+            Err(e) => outcome.failed.push(ownership::Failed {
+                path: parent.clone(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+    let retired = match (plan.retire_uid, outcome.failed.is_empty()) {
+        (Some(uid), true) => Some(crate::registry::retire(roots, name, uid)?),
+        _ => None,
+    };
+    Ok(Report {
+        plan,
+        outcome,
+        retired,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_set_without_identity_is_empty() {
+        assert!(keep_set(false, &["identity".into(), "keys".into()]).is_empty());
+    }
+
+    #[test]
+    fn keep_set_with_identity_adds_keep_on_purge() {
+        assert_eq!(
+            keep_set(true, &["keys/host".into()]),
+            vec!["identity".to_string(), "keys/host".to_string()]
+        );
+    }
+}

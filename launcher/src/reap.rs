@@ -1,0 +1,307 @@
+//! `vmwarden reap`: find what no live instance owns any more — orphaned
+//! runtime dirs, runtime dirs of VMs no longer configured, stray credential
+//! mounts, processes of vmwarden principals without a live instance — and,
+//! with `--apply` (and `--kill`), remove it with the same liveness probe and
+//! cleanup code the unit uses. Never looks inside state dirs.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::cleanup::{self, ServiceResult};
+use crate::dirs;
+use crate::liveness::{self, Verdict};
+use crate::mountinfo;
+use crate::ownership::{self, RUNTIME_KEEP};
+use crate::paths::Roots;
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    RuntimeDir,
+    UnconfiguredRuntimeDir,
+    UnknownEntry,
+    CredentialMount,
+    Process,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Item {
+    pub kind: Kind,
+    pub path: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct Report {
+    pub apply: bool,
+    pub kill: bool,
+    /// Would delete (dry run) / was asked to delete (`--apply`).
+    pub orphans: Vec<Item>,
+    /// Left alone, with the reason (live, ambiguous, or needs `--kill`).
+    pub kept: Vec<Item>,
+    pub deleted: Vec<PathBuf>,
+    pub killed: Vec<u32>,
+    pub failed: Vec<ownership::Failed>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        !self.apply || self.failed.is_empty()
+    }
+}
+
+/// uids that belong to vmwarden principals: the registry and every spec.
+fn principal_uids(roots: &Roots) -> Vec<(u32, String)> {
+    let mut out: Vec<(u32, String)> = crate::registry::all(roots)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| (r.uid, r.vm))
+        .collect();
+    for (name, _, spec) in crate::principal::configured_specs(roots) {
+        if let Some(spec) = spec {
+            if let Ok((uid, _, _)) = crate::principal::resolve_ids(&spec) {
+                out.push((uid, name));
+            }
+        }
+    }
+    out.sort();
+    out.dedup_by_key(|x| x.0);
+    out
+}
+
+fn lease_held(roots: &Roots, name: &str) -> bool {
+    dirs::open_dir(&roots.runtime_dir(name))
+        .ok()
+        .and_then(|d| crate::lease::state(&d).ok())
+        == Some(crate::lease::LeaseState::Held)
+}
+
+/// Unmount a stray credential tmpfs inside the mount namespace of `pid`
+/// (in a child, so the caller's namespace never changes).
+fn unmount_in_namespace(pid: u32, target: &std::path::Path) -> Result<(), String> {
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::{fork, ForkResult};
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
+        .map_err(|e| format!("open ns of pid {pid}: {e}"))?;
+    // SAFETY: reap is single-threaded; the child only calls setns, umount2
+    // and _exit (async-signal-safe) before exiting.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            let ok = nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNS).is_ok()
+                && nix::mount::umount2(target, nix::mount::MntFlags::MNT_DETACH).is_ok();
+            // SAFETY: _exit ends the child without running parent state's destructors.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+        }
+        Ok(ForkResult::Parent { child }) => match waitpid(child, None) {
+            Ok(WaitStatus::Exited(_, 0)) => Ok(()),
+            other => Err(format!(
+                "unmount in namespace of pid {pid} failed: {other:?}"
+            )),
+        },
+        Err(e) => Err(format!("fork: {e}")),
+    }
+}
+
+pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
+    let mut r = Report {
+        apply,
+        kill,
+        ..Default::default()
+    };
+    let configured: Vec<String> = crate::principal::configured_specs(roots)
+        .into_iter()
+        .map(|(n, _, _)| n)
+        .collect();
+
+    // 1. Processes of principals with no live instance (lease not held).
+    for (uid, vm) in principal_uids(roots) {
+        if lease_held(roots, &vm) {
+            continue;
+        }
+        for pid in liveness::processes_of_uid(uid) {
+            let item = Item {
+                kind: Kind::Process,
+                path: PathBuf::from(format!("/proc/{pid}")),
+                vm: Some(vm.clone()),
+                pid: Some(pid),
+                reason: format!(
+                    "runs as uid {uid} (principal of {vm}) but {vm} has no live instance"
+                ),
+            };
+            if kill {
+                r.orphans.push(item);
+            } else {
+                r.kept.push(Item {
+                    reason: format!("{}; kill it with --kill", item.reason),
+                    ..item
+                });
+            }
+        }
+    }
+    if apply && kill {
+        for it in r.orphans.iter().filter(|i| i.kind == Kind::Process) {
+            if let Some(pid) = it.pid {
+                if nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                )
+                .is_ok()
+                {
+                    r.killed.push(pid);
+                }
+            }
+        }
+        // Give the kernel a moment to reap them before judging liveness.
+        let end = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < end
+            && r.killed
+                .iter()
+                .any(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    // 2. Runtime root: every entry is vmwarden's.
+    let root = match dirs::open_dir(&roots.runtime_root) {
+        Ok(d) => Some(d),
+        Err(crate::error::Error::Sys {
+            errno: nix::errno::Errno::ENOENT,
+            ..
+        }) => None,
+        Err(e) => {
+            r.failed.push(ownership::Failed {
+                path: roots.runtime_root.clone(),
+                reason: e.to_string(),
+            });
+            None
+        }
+    };
+    if let Some(root) = root {
+        let names = ownership::entries(&root).unwrap_or_default();
+        for n in names {
+            let path = root.path.join(&n);
+            let is_vm_dir = crate::spec::valid_name(&n)
+                && std::fs::symlink_metadata(&path)
+                    .map(|m| m.is_dir())
+                    .unwrap_or(false);
+            if !is_vm_dir {
+                r.orphans.push(Item {
+                    kind: Kind::UnknownEntry,
+                    path: path.clone(),
+                    vm: None,
+                    pid: None,
+                    reason: "not a VM runtime dir, in vmwarden's runtime root".into(),
+                });
+                if apply {
+                    let out = ownership::delete_entries(&root, &[n.clone()], None);
+                    r.deleted.extend(out.deleted);
+                    r.failed.extend(out.failed);
+                }
+                continue;
+            }
+            let verdict = liveness::probe(roots, &n);
+            let is_configured = configured.contains(&n);
+            match verdict {
+                Verdict::Live(reason) => {
+                    r.kept.push(Item {
+                        kind: Kind::RuntimeDir,
+                        path,
+                        vm: Some(n.clone()),
+                        pid: None,
+                        reason: format!("live: {reason}"),
+                    });
+                    continue;
+                }
+                Verdict::Ambiguous(reason) => {
+                    r.kept.push(Item {
+                        kind: Kind::RuntimeDir,
+                        path,
+                        vm: Some(n.clone()),
+                        pid: None,
+                        reason: format!("ambiguous: {reason}"),
+                    });
+                    continue;
+                }
+                Verdict::Dead => {}
+            }
+            let leftovers = dirs::open_dir(&path)
+                .ok()
+                .and_then(|d| ownership::entries(&d).ok())
+                .map(|e| ownership::deletion_set(&e, RUNTIME_KEEP, None))
+                .unwrap_or_default();
+            if is_configured && leftovers.is_empty() {
+                continue;
+            }
+            r.orphans.push(Item {
+                kind: if is_configured {
+                    Kind::RuntimeDir
+                } else {
+                    Kind::UnconfiguredRuntimeDir
+                },
+                path: path.clone(),
+                vm: Some(n.clone()),
+                pid: None,
+                reason: if is_configured {
+                    format!("no live instance; leftovers {leftovers:?}")
+                } else {
+                    "VM is no longer configured and has no live instance".into()
+                },
+            });
+            if apply {
+                let rep = cleanup::cleanup(roots, &n, ServiceResult::default());
+                if !rep.clean && rep.failed.is_empty() {
+                    r.failed.push(ownership::Failed {
+                        path: path.clone(),
+                        reason: format!("cleanup refused: {}", rep.liveness),
+                    });
+                }
+                r.deleted.extend(rep.deleted);
+                r.failed.extend(rep.failed);
+                if !is_configured && rep.clean {
+                    // The VM is gone: its runtime dir goes too, lease file and all.
+                    let out = ownership::delete_entries(&root, &[n.clone()], None);
+                    r.deleted.extend(out.deleted);
+                    r.failed.extend(out.failed);
+                }
+            }
+        }
+    }
+
+    // 3. Credential mounts of VMs with no live instance, in any namespace.
+    for (pid, ns, m) in mountinfo::credential_mounts_everywhere(None) {
+        let vm = m
+            .source
+            .strip_prefix(mountinfo::CREDENTIAL_SOURCE_PREFIX)
+            .unwrap_or("")
+            .to_string();
+        if lease_held(roots, &vm) {
+            continue;
+        }
+        r.orphans.push(Item {
+            kind: Kind::CredentialMount,
+            path: m.mount_point.clone(),
+            vm: Some(vm.clone()),
+            pid: Some(pid),
+            reason: format!(
+                "credential tmpfs of {vm} in mount namespace {ns} with no live instance"
+            ),
+        });
+        if apply {
+            match unmount_in_namespace(pid, &m.mount_point) {
+                Ok(()) => r.deleted.push(m.mount_point.clone()),
+                Err(reason) => r.failed.push(ownership::Failed {
+                    path: m.mount_point.clone(),
+                    reason,
+                }),
+            }
+        }
+    }
+    r
+}

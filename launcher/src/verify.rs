@@ -1,0 +1,209 @@
+//! `vmwarden verify-clean`: independent checks that nothing of a VM was left
+//! running or behind, one line per check.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::dirs;
+use crate::lease::{self, LeaseState};
+use crate::liveness;
+use crate::mountinfo;
+use crate::ownership::{self, RUNTIME_KEEP};
+use crate::paths::Roots;
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Check {
+    pub check: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
+    pub ok: bool,
+    pub expected: String,
+    pub actual: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Report {
+    pub audited_root: PathBuf,
+    pub checks: Vec<Check>,
+    pub clean: bool,
+}
+
+impl Report {
+    pub fn lines(&self) -> String {
+        let mut s = format!("audited_root={}\n", self.audited_root.display());
+        for c in &self.checks {
+            let vm =
+                c.vm.as_deref()
+                    .map(|v| format!(" vm={v}"))
+                    .unwrap_or_default();
+            if c.ok {
+                s.push_str(&format!("{}{vm} check=ok\n", c.check));
+            } else {
+                s.push_str(&format!(
+                    "{}{vm} check=FAIL expected={} actual={}\n",
+                    c.check, c.expected, c.actual
+                ));
+            }
+        }
+        s.push_str(&format!(
+            "result={}\n",
+            if self.clean { "clean" } else { "dirty" }
+        ));
+        s
+    }
+}
+
+fn check(
+    name: &str,
+    vm: Option<&str>,
+    ok: bool,
+    expected: impl Into<String>,
+    actual: impl Into<String>,
+) -> Check {
+    Check {
+        check: name.to_string(),
+        vm: vm.map(str::to_string),
+        ok,
+        expected: expected.into(),
+        actual: actual.into(),
+    }
+}
+
+/// Entries under `dir` (recursively) changed after `since` (unix seconds).
+fn changed_since(dir: &Path, since: f64, out: &mut Vec<PathBuf>) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let Ok(md) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        let t = (md.mtime() as f64 + md.mtime_nsec() as f64 / 1e9)
+            .max(md.ctime() as f64 + md.ctime_nsec() as f64 / 1e9);
+        if t > since {
+            out.push(p.clone());
+        }
+        if md.is_dir() {
+            changed_since(&p, since, out);
+        }
+    }
+}
+
+pub fn verify(
+    roots: &Roots,
+    names: &[String],
+    protected: &[PathBuf],
+    since: Option<f64>,
+) -> Report {
+    let mut checks = Vec::new();
+    let names: Vec<String> = if names.is_empty() {
+        crate::control::known_vms(roots)
+    } else {
+        names.to_vec()
+    };
+    for n in &names {
+        let vm = Some(n.as_str());
+        let rundir = roots.runtime_dir(n);
+        // Runtime dir holds nothing but the keep set.
+        let left = match dirs::open_dir(&rundir) {
+            Ok(d) => ownership::entries(&d)
+                .map(|e| ownership::deletion_set(&e, RUNTIME_KEEP, None))
+                .unwrap_or_else(|e| vec![format!("<unreadable: {e}>")]),
+            Err(crate::error::Error::Sys {
+                errno: nix::errno::Errno::ENOENT,
+                ..
+            }) => Vec::new(),
+            Err(e) => vec![format!("<{e}>")],
+        };
+        checks.push(check(
+            "runtime-empty",
+            vm,
+            left.is_empty(),
+            format!("{RUNTIME_KEEP:?}"),
+            format!("{left:?}"),
+        ));
+        // Nobody holds the lease.
+        let held = dirs::open_dir(&rundir)
+            .ok()
+            .and_then(|d| lease::state(&d).ok())
+            == Some(LeaseState::Held);
+        checks.push(check(
+            "no-lease-holder",
+            vm,
+            !held,
+            "free",
+            if held { "held" } else { "free" },
+        ));
+        // No process of its principal.
+        match liveness::vm_uid(roots, n, None) {
+            Ok(Some(uid)) => {
+                let pids = liveness::processes_of_uid(uid);
+                checks.push(check(
+                    "no-process",
+                    vm,
+                    pids.is_empty(),
+                    format!("no pid of uid {uid}"),
+                    format!("{pids:?}"),
+                ));
+            }
+            Ok(None) => {}
+            Err(e) => checks.push(check("no-process", vm, false, "principal resolvable", e)),
+        }
+        let mounts = mountinfo::credential_mounts_everywhere(Some(n));
+        checks.push(check(
+            "no-credential-mount",
+            vm,
+            mounts.is_empty(),
+            "none in any mount namespace",
+            format!(
+                "{:?}",
+                mounts
+                    .iter()
+                    .map(|(p, ns, m)| format!("{} in {ns} (pid {p})", m.mount_point.display()))
+                    .collect::<Vec<_>>()
+            ),
+        ));
+    }
+    // Processes of every registered principal without a live instance.
+    if names.is_empty() {
+        let all = mountinfo::credential_mounts_everywhere(None);
+        checks.push(check(
+            "no-credential-mount-any",
+            None,
+            all.is_empty(),
+            "none",
+            format!("{}", all.len()),
+        ));
+    }
+    for p in protected {
+        let mut changed = Vec::new();
+        let exists = p.exists();
+        if let Some(t) = since {
+            changed_since(p, t, &mut changed);
+        }
+        checks.push(Check {
+            check: "protected-untouched".into(),
+            vm: None,
+            ok: exists && changed.is_empty(),
+            expected: format!(
+                "{} exists, nothing changed since {}",
+                p.display(),
+                since.unwrap_or(0.0)
+            ),
+            actual: if exists {
+                format!("changed {changed:?}")
+            } else {
+                "missing".into()
+            },
+        });
+    }
+    let clean = checks.iter().all(|c| c.ok);
+    Report {
+        audited_root: roots.runtime_root.clone(),
+        checks,
+        clean,
+    }
+}
