@@ -73,17 +73,30 @@ pub fn open_dir(path: &Path) -> Result<Dir> {
     })
 }
 
+/// Why `parent/name` could not be opened as a directory, in words: with
+/// `O_DIRECTORY|O_NOFOLLOW` a symlink fails with ENOTDIR or ELOOP.
+fn not_a_dir(parent: &OwnedFd, name: &OsStr, path: &Path) -> Error {
+    let is_link = nix::sys::stat::fstatat(
+        parent.as_fd(),
+        name,
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .map(|st| SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFLNK)
+    .unwrap_or(false);
+    Error::Refused {
+        path: path.to_path_buf(),
+        reason: if is_link {
+            "is a symlink; vmwarden never follows symlinks on its own paths".into()
+        } else {
+            "is not a directory".into()
+        },
+    }
+}
+
 fn open_child_dir(parent: &OwnedFd, name: &OsStr, path: &Path) -> Result<OwnedFd> {
     match openat(parent.as_fd(), name, DIR_FLAGS, Mode::empty()) {
         Ok(fd) => Ok(fd),
-        Err(Errno::ELOOP) => Err(Error::Refused {
-            path: path.to_path_buf(),
-            reason: "is a symlink; vmwarden never follows symlinks on its own paths".into(),
-        }),
-        Err(Errno::ENOTDIR) => Err(Error::Refused {
-            path: path.to_path_buf(),
-            reason: "is not a directory".into(),
-        }),
+        Err(Errno::ELOOP | Errno::ENOTDIR) => Err(not_a_dir(parent, name, path)),
         Err(e) => Err(e).sys("open directory", path),
     }
 }
@@ -94,14 +107,7 @@ pub fn open_existing(parent: &Dir, name: &str) -> Result<Option<Dir>> {
     match openat(parent.fd.as_fd(), name, DIR_FLAGS, Mode::empty()) {
         Ok(fd) => Ok(Some(Dir { fd, path })),
         Err(Errno::ENOENT) => Ok(None),
-        Err(Errno::ELOOP) => Err(Error::Refused {
-            path,
-            reason: "is a symlink; vmwarden never follows symlinks on its own paths".into(),
-        }),
-        Err(Errno::ENOTDIR) => Err(Error::Refused {
-            path,
-            reason: "is not a directory".into(),
-        }),
+        Err(Errno::ELOOP | Errno::ENOTDIR) => Err(not_a_dir(&parent.fd, OsStr::new(name), &path)),
         Err(e) => Err(e).sys("open directory", path),
     }
 }

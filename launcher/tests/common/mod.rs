@@ -1,0 +1,368 @@
+//! Shared harness for the root integration tests: private roots per test,
+//! specs, the real binaries, the test guest, and host-state snapshots.
+//!
+//! These tests need root (namespaces, mounts, setresuid, landlock on real
+//! paths). They fail loudly without it; run them as the README says.
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+pub const LAUNCH: &str = env!("CARGO_BIN_EXE_vmwarden-launch");
+pub const CLEANUP: &str = env!("CARGO_BIN_EXE_vmwarden-cleanup");
+pub const VMWARDEN: &str = env!("CARGO_BIN_EXE_vmwarden");
+pub const QEMU: &str = "/usr/bin/qemu-system-x86_64";
+
+pub fn require_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test needs root (mount namespaces, tmpfs, setresuid, landlock): run `sudo tests/run-tests.sh` as the README says"
+    );
+}
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The test guest: kernel, initramfs and the kernel command line.
+#[derive(Debug, Clone)]
+pub struct Assets {
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+}
+
+pub fn assets() -> Assets {
+    let dir = std::env::var("VMWARDEN_TEST_ASSETS")
+        .unwrap_or_else(|_| "/var/cache/vmwarden/test-assets".into());
+    let a = Assets {
+        kernel: Path::new(&dir).join("vmlinuz"),
+        initrd: Path::new(&dir).join("initramfs.img"),
+    };
+    assert!(
+        a.kernel.is_file() && a.initrd.is_file(),
+        "guest assets missing in {dir}: run tests/assets/build-guest.sh (tests/run-tests.sh does)"
+    );
+    a
+}
+
+/// Kernel command line for the test guest on `machine` in `mode`.
+pub fn guest_cmdline(machine: &str, mode: &str) -> String {
+    let out = Command::new("bash")
+        .arg(repo_root().join("tests/assets/guest-cmdline.sh"))
+        .args([machine, mode, "tcg"])
+        .output()
+        .expect("run guest-cmdline.sh");
+    assert!(
+        out.status.success(),
+        "guest-cmdline.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Root tests share host-wide state (processes of test uids, mounts in
+/// every namespace), so they run one at a time even within one binary.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// One test's private config, runtime and state roots.
+pub struct Env {
+    _serial: std::sync::MutexGuard<'static, ()>,
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub run: PathBuf,
+    pub state: PathBuf,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        require_root();
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::Builder::new()
+            .prefix("vmwarden-test.")
+            .tempdir_in("/tmp")
+            .unwrap();
+        // Principals must be able to traverse to their own dirs.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let config = dir.path().join("config");
+        std::fs::create_dir(&config).unwrap();
+        Env {
+            _serial: serial,
+            config,
+            run: dir.path().join("run"),
+            state: dir.path().join("state"),
+            dir,
+        }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// A spec for the test guest (TCG, microvm, hold mode).
+    pub fn spec(&self, name: &str, uid: u32) -> Value {
+        let a = assets();
+        json!({
+            "version": 1,
+            "name": name,
+            "principal": { "uid": uid, "gid": uid },
+            "hypervisor": { "kind": "qemu", "binary": QEMU, "accel": "tcg", "machine": "microvm" },
+            "vcpus": 1,
+            "memory_mib": 256,
+            "kernel": a.kernel,
+            "initrd": a.initrd,
+            "cmdline": guest_cmdline("microvm", "hold"),
+            "credentials": [],
+            "landlock": { "mode": "required", "read": [], "write": [] }
+        })
+    }
+
+    pub fn write_spec(&self, name: &str, spec: &Value) -> PathBuf {
+        let p = self.config.join(format!("{name}.json"));
+        std::fs::write(&p, serde_json::to_vec_pretty(spec).unwrap()).unwrap();
+        p
+    }
+
+    /// A root-only credential file with `content`.
+    pub fn secret(&self, name: &str, content: &[u8]) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, content).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        p
+    }
+
+    fn with_roots(&self, c: &mut Command) {
+        c.arg("--config-dir")
+            .arg(&self.config)
+            .arg("--runtime-root")
+            .arg(&self.run)
+            .arg("--state-root")
+            .arg(&self.state)
+            .env_remove("CREDENTIALS_DIRECTORY")
+            .env_remove("VMWARDEN_FAULT_AFTER");
+    }
+
+    pub fn launch_cmd(&self, name: &str) -> Command {
+        let mut c = Command::new(LAUNCH);
+        c.arg(name);
+        self.with_roots(&mut c);
+        c
+    }
+
+    /// `vmwarden-launch NAME --probe -- CMD…`, waited for.
+    pub fn probe(&self, name: &str, cmd: &[&str]) -> Output {
+        let mut c = self.launch_cmd(name);
+        c.arg("--probe").arg("--").args(cmd);
+        c.output().unwrap()
+    }
+
+    pub fn vmwarden(&self, args: &[&str]) -> Output {
+        let mut c = Command::new(VMWARDEN);
+        self.with_roots(&mut c);
+        c.args(args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    pub fn cleanup(&self, name: &str) -> (Output, Value) {
+        let mut c = Command::new(CLEANUP);
+        c.arg(name);
+        self.with_roots(&mut c);
+        let out = c.output().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("cleanup printed no JSON ({e}): {}", text(&out)));
+        (out, v)
+    }
+
+    pub fn verify_clean(&self, names: &[&str]) -> Output {
+        let mut args = vec!["verify-clean"];
+        args.extend_from_slice(names);
+        self.vmwarden(&args)
+    }
+
+    /// Start the hypervisor for `name`, serial console to a log file.
+    pub fn start(&self, name: &str) -> Guest {
+        let log = self.path(&format!("{name}.serial.log"));
+        let f = std::fs::File::create(&log).unwrap();
+        let mut c = self.launch_cmd(name);
+        c.stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f);
+        let child = c.spawn().unwrap();
+        Guest { child, log }
+    }
+}
+
+pub struct Guest {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Guest {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+    /// Wait until the serial log has a line starting with `marker`.
+    pub fn wait_for(&mut self, marker: &str, timeout: Duration) -> String {
+        let end = Instant::now() + timeout;
+        loop {
+            let t = self.log_text();
+            if let Some(l) = t.lines().find(|l| l.starts_with(marker)) {
+                return l.to_string();
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!("guest exited ({st}) before {marker:?}; log:\n{t}");
+            }
+            assert!(
+                Instant::now() < end,
+                "no {marker:?} within {timeout:?}; log:\n{t}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let end = Instant::now() + timeout;
+        while Instant::now() < end {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.kill();
+        }
+    }
+}
+
+pub fn text(o: &Output) -> String {
+    format!(
+        "status={} stdout={} stderr={}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let mut c = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    c.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = c.wait_with_output().unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// `/proc/PID/status` field values.
+pub fn proc_status(pid: u32, key: &str) -> String {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
+        .trim()
+        .to_string()
+}
+
+pub fn read_proc_bytes(pid: u32, what: &str) -> Vec<u8> {
+    let mut v = Vec::new();
+    std::fs::File::open(format!("/proc/{pid}/{what}"))
+        .unwrap()
+        .read_to_end(&mut v)
+        .unwrap();
+    v
+}
+
+/// Everything a failed launch could have left: files under the test's
+/// roots (with owner and mode), mounts in every namespace that mention the
+/// test dir or vmwarden, and processes of the given uids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub files: BTreeSet<String>,
+    pub mounts: BTreeSet<String>,
+    pub procs: BTreeSet<u32>,
+}
+
+fn walk(p: &Path, out: &mut BTreeSet<String>) {
+    let Ok(md) = std::fs::symlink_metadata(p) else {
+        return;
+    };
+    out.insert(format!(
+        "{} {:o} {}:{}",
+        p.display(),
+        md.mode(),
+        md.uid(),
+        md.gid()
+    ));
+    if md.is_dir() {
+        if let Ok(rd) = std::fs::read_dir(p) {
+            for e in rd.flatten() {
+                walk(&e.path(), out);
+            }
+        }
+    }
+}
+
+pub fn snapshot(env: &Env, uids: &[u32]) -> Snapshot {
+    let mut files = BTreeSet::new();
+    walk(env.dir.path(), &mut files);
+    // Test logs are ours, not the launcher's.
+    files.retain(|f| !f.contains(".serial.log"));
+    let mut mounts = BTreeSet::new();
+    let dir = env.dir.path().to_string_lossy().into_owned();
+    for (_, ns, m) in vmwarden::mountinfo::credential_mounts_everywhere(None) {
+        mounts.insert(format!("{ns} {} {}", m.source, m.mount_point.display()));
+    }
+    for m in vmwarden::mountinfo::read("self").unwrap() {
+        if m.mount_point.to_string_lossy().starts_with(&dir) || m.source.starts_with("vmwarden") {
+            mounts.insert(format!("self {} {}", m.source, m.mount_point.display()));
+        }
+    }
+    let mut procs = BTreeSet::new();
+    for u in uids {
+        procs.extend(vmwarden::liveness::processes_of_uid(*u));
+    }
+    Snapshot {
+        files,
+        mounts,
+        procs,
+    }
+}
+
+/// Fresh principal uids per test, away from real users.
+pub fn uid(n: u32) -> u32 {
+    61000 + n
+}
