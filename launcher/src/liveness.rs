@@ -29,7 +29,8 @@ impl Verdict {
     }
 }
 
-/// Pids of processes whose real, effective, saved or fs uid is `uid`.
+/// Pids of live (non-zombie) processes whose real, effective, saved or fs
+/// uid is `uid`.
 pub fn processes_of_uid(uid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir("/proc") else {
@@ -42,11 +43,19 @@ pub fn processes_of_uid(uid: u32) -> Vec<u32> {
         let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
             continue;
         };
-        let hit = status
+        // A zombie holds nothing (its fds, lease included, are closed); it
+        // only waits for its parent to reap it.
+        let zombie = status
             .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .map(|ids| ids.split_whitespace().any(|x| x.parse::<u32>() == Ok(uid)))
+            .find_map(|l| l.strip_prefix("State:"))
+            .map(|st| matches!(st.trim_start().chars().next(), Some('Z' | 'X')))
             .unwrap_or(false);
+        let hit = !zombie
+            && status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|ids| ids.split_whitespace().any(|x| x.parse::<u32>() == Ok(uid)))
+                .unwrap_or(false);
         if hit {
             out.push(pid);
         }

@@ -14,22 +14,15 @@
 //!   files), and `ReadWritePaths=` for writable disks and `landlock.write`.
 
 use std::fmt::Write as _;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-/// Largest spec file `--dropin` reads (the launcher's own cap is the same).
-const MAX_SPEC_BYTES: u64 = 1024 * 1024;
-
-/// QEMU keeps fw_cfg file names in 56 bytes including the NUL.
-const FW_CFG_PREFIX: &str = "opt/io.systemd.credentials/";
-const FW_CFG_MAX: usize = 55;
+use crate::paths::DEFAULT_CONFIG_DIR;
+use crate::spec::{CredentialSource, Spec, SpecError};
 
 /// Default directory of the three binaries on hosts without Nix.
 pub const DEFAULT_BIN_DIR: &str = "/usr/local/bin";
 /// Default root of the credential files `--dropin` points `LoadCredential=` at.
 pub const DEFAULT_CREDENTIALS_DIR: &str = "/etc/vmwarden/credentials";
-/// Default configuration directory (specs live in `vms/NAME.json` below it).
-pub const DEFAULT_CONFIG_DIR: &str = "/etc/vmwarden";
 
 /// Arguments of `vmwarden render-unit`.
 #[derive(clap::Args, Debug, Clone)]
@@ -54,7 +47,7 @@ pub struct RenderUnitArgs {
     pub dropin: Option<String>,
 
     /// Launch spec the drop-in is built from [default:
-    /// CONFIG_DIR/vms/NAME.json].
+    /// CONFIG_DIR/NAME.json, i.e. /etc/vmwarden/vms/NAME.json].
     #[arg(long, value_name = "PATH", requires = "dropin")]
     pub spec: Option<PathBuf>,
 
@@ -63,9 +56,9 @@ pub struct RenderUnitArgs {
     #[arg(long, value_name = "DIR", default_value = DEFAULT_CREDENTIALS_DIR)]
     pub credentials_dir: PathBuf,
 
-    /// Configuration directory used for the default `--spec` path; the
-    /// caller fills it from the global `--config-dir`
-    /// (default /etc/vmwarden).
+    /// Directory of the launch specs, for the default `--spec` path; the
+    /// caller fills it from the global `--config-dir` (None: the default,
+    /// /etc/vmwarden/vms).
     #[arg(skip)]
     pub config_dir: Option<PathBuf>,
 }
@@ -95,31 +88,15 @@ pub enum UnitError {
     },
     #[error("--dropin {name:?}: VM names must match ^[a-z][a-z0-9-]{{0,31}}$")]
     BadName { name: String },
-    #[error("reading spec {path}: {source}")]
-    ReadSpec {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("spec {path} is larger than {max} bytes")]
-    SpecTooLarge { path: PathBuf, max: u64 },
-    #[error("spec {path} is not valid JSON: {source}")]
-    SpecJson {
-        path: PathBuf,
-        #[source]
-        source: serde_json::Error,
-    },
-    #[error("spec {path}: field `{field}`: {reason}")]
-    SpecField {
+    /// The spec could not be read, parsed or validated (the launcher's own
+    /// checks, `Spec::read` + `Spec::validate`).
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error("spec {path}: field `{field}`: {value:?} cannot be written into a unit file unquoted (whitespace, '%', quotes or backslashes)")]
+    UnitUnsafe {
         path: PathBuf,
         field: String,
-        reason: String,
-    },
-    #[error("spec {path} is for VM {found:?}, not {wanted:?}")]
-    NameMismatch {
-        path: PathBuf,
-        wanted: String,
-        found: String,
+        value: String,
     },
 }
 
@@ -166,7 +143,7 @@ pub fn render_unit(args: &RenderUnitArgs) -> Result<String, UnitError> {
             &target(),
         )),
         Which::Dropin(name) => {
-            if !valid_vm_name(name) {
+            if !crate::spec::valid_name(name) {
                 return Err(UnitError::BadName {
                     name: name.to_string(),
                 });
@@ -178,10 +155,12 @@ pub fn render_unit(args: &RenderUnitArgs) -> Result<String, UnitError> {
                     .config_dir
                     .clone()
                     .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_DIR))
-                    .join("vms")
                     .join(format!("{name}.json")),
             };
-            let spec = read_spec(&path)?;
+            // The launcher's own reading and validation (no file checks:
+            // the images may not exist yet when the unit is installed).
+            let spec = Spec::read(&path)?;
+            spec.validate(&path, name)?;
             let lines = dropin(name, &path, &spec, &creds)?;
             Ok(render(
                 &format!(
@@ -327,155 +306,49 @@ fn target() -> Vec<Entry> {
 
 /// The per-VM drop-in; `dropin` in modules/lib.nix, with credential
 /// sources at `creds/NAME/C` instead of the module's per-credential paths.
-fn dropin(
-    name: &str,
-    path: &Path,
-    spec: &serde_json::Value,
-    creds: &str,
-) -> Result<Vec<Entry>, UnitError> {
-    let field_err = |field: String, reason: &str| UnitError::SpecField {
-        path: path.to_path_buf(),
-        field,
-        reason: reason.to_string(),
-    };
-    let found = spec
-        .get("name")
-        .and_then(|v| v.as_str())
-        .ok_or_else(|| field_err("name".into(), "missing or not a string"))?;
-    if found != name {
-        return Err(UnitError::NameMismatch {
+/// `spec` has passed `Spec::validate`.
+fn dropin(name: &str, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<Entry>, UnitError> {
+    let mut out = Vec::new();
+    for c in &spec.credentials {
+        // {"systemd": C}: PID 1 reads the root-only file and hands it to the
+        // launcher in $CREDENTIALS_DIRECTORY. {"path": P}: the launcher
+        // reads P itself; nothing for systemd.
+        if let CredentialSource::Systemd(sd) = &c.source {
+            out.push(e(
+                "Service",
+                "LoadCredential",
+                format!("{sd}:{creds}/{name}/{sd}"),
+            ));
+        }
+    }
+    let writable = spec
+        .disks
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| !d.read_only)
+        .map(|(i, d)| (format!("disks[{i}].path"), &d.path))
+        .chain(
+            spec.landlock
+                .write
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (format!("landlock.write[{i}]"), p)),
+        );
+    for (field, p) in writable {
+        let unsafe_err = || UnitError::UnitUnsafe {
             path: path.to_path_buf(),
-            wanted: name.to_string(),
-            found: found.to_string(),
-        });
-    }
-
-    let mut load = Vec::new();
-    for (i, cred) in array(spec, "credentials", path)?.iter().enumerate() {
-        let at = format!("credentials[{i}]");
-        let cname = cred
-            .get("name")
-            .and_then(|v| v.as_str())
-            .ok_or_else(|| field_err(format!("{at}.name"), "missing or not a string"))?;
-        if !valid_cred_name(cname) {
-            return Err(field_err(
-                format!("{at}.name"),
-                "credential names are letters, digits, '_', '.', '-', not starting with '.'",
-            ));
-        }
-        if FW_CFG_PREFIX.len() + cname.len() > FW_CFG_MAX {
-            return Err(field_err(
-                format!("{at}.name"),
-                "the fw_cfg name opt/io.systemd.credentials/NAME would exceed 55 bytes",
-            ));
-        }
-        let source = cred
-            .get("source")
-            .and_then(|v| v.as_object())
-            .ok_or_else(|| field_err(format!("{at}.source"), "missing or not an object"))?;
-        if let Some(sd) = source.get("systemd") {
-            let sd = sd.as_str().filter(|s| valid_cred_name(s)).ok_or_else(|| {
-                field_err(
-                    format!("{at}.source.systemd"),
-                    "not a valid systemd credential name",
-                )
-            })?;
-            // systemd credential `sd`, read by PID 1 (as root) from a
-            // root-only file, handed to the launcher in $CREDENTIALS_DIRECTORY.
-            load.push(format!("{sd}:{creds}/{name}/{sd}"));
-        }
-        // {"path": P}: the launcher reads P itself; nothing for systemd.
-    }
-
-    let mut writable = Vec::new();
-    for (i, disk) in array(spec, "disks", path)?.iter().enumerate() {
-        let at = format!("disks[{i}]");
-        let p = disk
-            .get("path")
-            .and_then(|v| v.as_str())
-            .ok_or_else(|| field_err(format!("{at}.path"), "missing or not a string"))?;
-        let read_only = match disk.get("read_only") {
-            None => false,
-            Some(v) => v
-                .as_bool()
-                .ok_or_else(|| field_err(format!("{at}.read_only"), "not a boolean"))?,
+            field: field.clone(),
+            value: p.display().to_string(),
         };
-        if !read_only {
-            writable.push((at, p));
-        }
-    }
-    let landlock_write = spec
-        .get("landlock")
-        .and_then(|l| l.get("write"))
-        .map(|w| {
-            w.as_array()
-                .ok_or_else(|| field_err("landlock.write".into(), "not an array"))
-        })
-        .transpose()?;
-    for (i, w) in landlock_write.into_iter().flatten().enumerate() {
-        let at = format!("landlock.write[{i}]");
-        let p = w
-            .as_str()
-            .ok_or_else(|| field_err(at.clone(), "not a string"))?;
-        writable.push((at, p));
-    }
-
-    let mut out: Vec<Entry> = load
-        .into_iter()
-        .map(|l| e("Service", "LoadCredential", l))
-        .collect();
-    for (at, p) in writable {
-        if !unit_safe_path(p) {
-            return Err(field_err(
-                at,
-                "not a normalised absolute path without whitespace, '%', quotes or backslashes",
-            ));
+        let s = p.to_str().ok_or_else(unsafe_err)?;
+        if !unit_safe_path(s) {
+            return Err(unsafe_err());
         }
         // '-': a missing image is the launcher's error to report, not a
         // namespace setup failure.
-        out.push(e("Service", "ReadWritePaths", format!("-{p}")));
+        out.push(e("Service", "ReadWritePaths", format!("-{s}")));
     }
     Ok(out)
-}
-
-fn array<'a>(
-    spec: &'a serde_json::Value,
-    field: &str,
-    path: &Path,
-) -> Result<&'a [serde_json::Value], UnitError> {
-    match spec.get(field) {
-        None => Ok(&[]),
-        Some(v) => v
-            .as_array()
-            .map(|a| a.as_slice())
-            .ok_or_else(|| UnitError::SpecField {
-                path: path.to_path_buf(),
-                field: field.to_string(),
-                reason: "not an array".to_string(),
-            }),
-    }
-}
-
-fn read_spec(path: &Path) -> Result<serde_json::Value, UnitError> {
-    let read_err = |source| UnitError::ReadSpec {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(read_err)?;
-    let mut bytes = Vec::new();
-    file.take(MAX_SPEC_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_err)?;
-    if bytes.len() as u64 > MAX_SPEC_BYTES {
-        return Err(UnitError::SpecTooLarge {
-            path: path.to_path_buf(),
-            max: MAX_SPEC_BYTES,
-        });
-    }
-    serde_json::from_slice(&bytes).map_err(|source| UnitError::SpecJson {
-        path: path.to_path_buf(),
-        source,
-    })
 }
 
 /// `# comment` header, then the sections in the order [Unit], [Service],
@@ -494,23 +367,6 @@ fn render(header: &str, entries: &[Entry]) -> String {
         out.push('\n');
     }
     out
-}
-
-fn valid_vm_name(n: &str) -> bool {
-    let b = n.as_bytes();
-    !b.is_empty()
-        && b.len() <= 32
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-}
-
-fn valid_cred_name(n: &str) -> bool {
-    let b = n.as_bytes();
-    !b.is_empty()
-        && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
 /// Normalised absolute path that can stand in a unit file unquoted:
@@ -574,6 +430,33 @@ mod tests {
                 .push(v.to_string());
         }
         out
+    }
+
+    /// A valid spec for VM `web`, as the NixOS module writes it, with
+    /// `patch` merged over the top level.
+    fn spec_json(patch: serde_json::Value) -> String {
+        let mut v = serde_json::json!({
+            "version": 1,
+            "name": "web",
+            "principal": {"user": "vm-web", "group": "vm-web"},
+            "hypervisor": {"kind": "qemu", "binary": "/usr/bin/qemu-system-x86_64",
+                           "accel": "kvm", "machine": "microvm"},
+            "vcpus": 1,
+            "memory_mib": 256,
+            "kernel": "/srv/images/vmlinuz",
+            "cmdline": "console=ttyS0",
+            "credentials": [],
+            "disks": [],
+            "interfaces": [],
+            "landlock": {"mode": "required", "read": [], "write": []},
+            "keep_on_purge": ["identity"]
+        });
+        if let (Some(base), Some(extra)) = (v.as_object_mut(), patch.as_object()) {
+            for (k, val) in extra {
+                base.insert(k.clone(), val.clone());
+            }
+        }
+        v.to_string()
     }
 
     fn spec_file(json: &str) -> tempfile::NamedTempFile {
@@ -669,14 +552,13 @@ mod tests {
 
     #[test]
     fn dropin_loads_systemd_credentials_and_opens_writable_paths() {
-        let f = spec_file(
-            r#"{"version":1,"name":"web",
-                "credentials":[{"name":"db","source":{"systemd":"db"}},
-                               {"name":"tok","source":{"path":"/run/secrets/tok"}}],
-                "disks":[{"path":"/var/lib/vmwarden/web/root.img","read_only":false},
-                         {"path":"/srv/ro.img","read_only":true}],
-                "landlock":{"mode":"required","read":[],"write":["/srv/scratch"]}}"#,
-        );
+        let f = spec_file(&spec_json(serde_json::json!({
+            "credentials": [{"name": "db", "source": {"systemd": "db"}},
+                            {"name": "tok", "source": {"path": "/run/secrets/tok"}}],
+            "disks": [{"path": "/var/lib/vmwarden/web/root.img", "read_only": false},
+                      {"path": "/srv/ro.img", "read_only": true}],
+            "landlock": {"mode": "required", "read": [], "write": ["/srv/scratch"]}
+        })));
         let text = render_unit(&dropin_args("web", f.path())).expect("render");
         let u = parse(&text);
         assert_eq!(
@@ -691,50 +573,32 @@ mod tests {
     }
 
     #[test]
-    fn dropin_errors_name_the_path_and_field() {
-        let cases: &[(&str, &str, &str)] = &[
-            ("web", "{", "not valid JSON"),
-            ("web", r#"{"name":"db"}"#, "is for VM \"db\""),
-            ("web", r#"{"version":1}"#, "field `name`"),
+    fn dropin_refuses_what_the_launcher_refuses() {
+        let cases: Vec<(String, &str)> = vec![
+            ("{".to_string(), "not valid"),
+            (spec_json(serde_json::json!({"name": "db"})), "field `name`"),
+            (spec_json(serde_json::json!({"bogus": 1})), "bogus"),
             (
-                "web",
-                r#"{"name":"web","credentials":{}}"#,
-                "field `credentials`",
+                spec_json(serde_json::json!({"credentials": [
+                    {"name": "abcdefghijklmnopqrstuvwxyz0123", "source": {"systemd": "x"}}]})),
+                "credentials",
             ),
             (
-                "web",
-                r#"{"name":"web","credentials":[{"name":"a:b","source":{"systemd":"x"}}]}"#,
-                "credentials[0].name",
+                spec_json(serde_json::json!({"disks": [{"path": "rel.img"}]})),
+                "disks[0].path",
             ),
             (
-                "web",
-                r#"{"name":"web","credentials":[{"name":"abcdefghijklmnopqrstuvwxyz0123","source":{"systemd":"x"}}]}"#,
-                "55 bytes",
+                spec_json(serde_json::json!({"disks": [{"path": "/a b.img"}]})),
+                "disks[0].path",
             ),
             (
-                "web",
-                r#"{"name":"web","credentials":[{"name":"a","source":{"systemd":"../x"}}]}"#,
-                "credentials[0].source.systemd",
-            ),
-            (
-                "web",
-                r#"{"name":"web","disks":[{"path":"/a b","read_only":false}]}"#,
-                "disks[0]",
-            ),
-            (
-                "web",
-                r#"{"name":"web","disks":[{"path":"/a","read_only":"no"}]}"#,
-                "disks[0].read_only",
-            ),
-            (
-                "web",
-                r#"{"name":"web","landlock":{"write":["rel"]}}"#,
+                spec_json(serde_json::json!({"landlock": {"mode": "required", "write": ["/x%y"]}})),
                 "landlock.write[0]",
             ),
         ];
-        for (name, json, want) in cases {
+        for (json, want) in &cases {
             let f = spec_file(json);
-            let err = render_unit(&dropin_args(name, f.path())).expect_err(json);
+            let err = render_unit(&dropin_args("web", f.path())).expect_err(json);
             let msg = err.to_string();
             assert!(msg.contains(want), "{json}: {msg}");
             assert!(
@@ -754,7 +618,7 @@ mod tests {
         assert!(matches!(err, UnitError::BadName { .. }), "{err}");
         let err = render_unit(&RenderUnitArgs {
             dropin: Some("web".into()),
-            config_dir: Some(PathBuf::from("/nonexistent/vmwarden")),
+            config_dir: Some(PathBuf::from("/nonexistent/vmwarden/vms")),
             ..RenderUnitArgs::default()
         })
         .expect_err("missing spec");
@@ -766,17 +630,13 @@ mod tests {
     }
 
     #[test]
-    fn name_rules() {
-        assert!(valid_vm_name("web"));
-        assert!(valid_vm_name("a-1"));
-        assert!(valid_vm_name(&"a".repeat(32)));
-        assert!(!valid_vm_name(&"a".repeat(33)));
-        assert!(!valid_vm_name("1web"));
-        assert!(!valid_vm_name("Web"));
-        assert!(!valid_vm_name(""));
-        assert!(valid_cred_name("db-password.v2"));
-        assert!(!valid_cred_name(".hidden"));
-        assert!(!valid_cred_name("a/b"));
-        assert!(!valid_cred_name("a:b"));
+    fn unit_safe_paths() {
+        assert!(unit_safe_path("/var/lib/vmwarden/web/root.img"));
+        assert!(unit_safe_path("/"));
+        for bad in [
+            "rel", "/a b", "/a%i", "/a\"b", "/a\\b", "/a//b", "/a/", "/a/./b", "/a/../b",
+        ] {
+            assert!(!unit_safe_path(bad), "{bad}");
+        }
     }
 }
