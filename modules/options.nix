@@ -1,0 +1,300 @@
+# The user-facing options (ARCHITECTURE.md "NixOS options"). Every field of
+# the launch spec has an option here; host.nix turns them into the spec,
+# the users and the units.
+{
+  lib,
+  pkgs,
+  ...
+}: let
+  inherit (lib) literalExpression mkEnableOption mkOption types;
+  vlib = import ./lib.nix {inherit lib;};
+
+  absolutePath = lib.mkOptionType {
+    name = "vmwardenAbsolutePath";
+    description = "normalised absolute path (a string starting with `/`; no `.`, `..` or empty components, no trailing `/`; no whitespace, `%`, quotes or backslashes)";
+    descriptionClass = "noun";
+    check = vlib.isNormalAbsolutePath;
+    merge = lib.mergeEqualOption;
+  };
+
+  # QEMU's -drive splits on ',' (the launcher refuses it too).
+  diskPath =
+    absolutePath
+    // {
+      name = "vmwardenDiskPath";
+      description = "${absolutePath.description}, without `,`";
+      check = p: absolutePath.check p && !lib.hasInfix "," p;
+    };
+
+  relativePath = lib.mkOptionType {
+    name = "vmwardenRelativePath";
+    description = "normalised relative path (no leading `/`, no `.`, `..` or empty components)";
+    descriptionClass = "noun";
+    check = vlib.isNormalRelativePath;
+    merge = lib.mergeEqualOption;
+  };
+
+  # Same naming as the `qemu-system-*` binaries.
+  qemuArch = pkgs.stdenv.hostPlatform.qemuArch or "x86_64";
+
+  diskModule = {
+    options = {
+      path = mkOption {
+        type = diskPath;
+        example = "/var/lib/vmwarden/web/root.img";
+        description = ''
+          Host path of the disk image, attached as a virtio block device in
+          list order. Keep images outside {file}`/home`, {file}`/root`,
+          {file}`/run/user`, {file}`/tmp` and {file}`/var/tmp`: the unit
+          hides those directories. The VM's principal must be able to open
+          the image (for example, own it).
+        '';
+      };
+      readOnly = mkOption {
+        type = types.bool;
+        default = false;
+        description = "Attach the image read-only.";
+      };
+    };
+  };
+
+  vmModule = {
+    name,
+    config,
+    ...
+  }: {
+    options = {
+      hypervisor = mkOption {
+        type = types.enum ["qemu" "cloud-hypervisor" "firecracker"];
+        default = "qemu";
+        description = ''
+          Hypervisor that runs this VM. Only `"qemu"` is supported so far;
+          the others are reserved and rejected by an assertion.
+        '';
+      };
+
+      hypervisorBinary = mkOption {
+        type = absolutePath;
+        default =
+          if config.hypervisor == "qemu"
+          then "${pkgs.qemu_kvm}/bin/qemu-system-${qemuArch}"
+          else "/run/current-system/sw/bin/${config.hypervisor}";
+        defaultText = literalExpression ''"''${pkgs.qemu_kvm}/bin/qemu-system-''${pkgs.stdenv.hostPlatform.qemuArch}"'';
+        example = literalExpression ''"''${pkgs.qemu}/bin/qemu-system-x86_64"'';
+        description = "Absolute path of the hypervisor executable the launcher execs.";
+      };
+
+      accel = mkOption {
+        type = types.enum ["kvm" "tcg"];
+        default = "kvm";
+        description = ''
+          QEMU accelerator. `"tcg"` emulates the CPU in software (slow; for
+          hosts without usable KVM, e.g. nested test VMs).
+        '';
+      };
+
+      machine = mkOption {
+        type = types.enum ["microvm" "pc" "q35"];
+        default = "microvm";
+        description = "QEMU machine type.";
+      };
+
+      vcpus = mkOption {
+        type = types.ints.between 1 255;
+        default = 1;
+        description = "Number of virtual CPUs.";
+      };
+
+      memoryMiB = mkOption {
+        type = types.ints.between 16 1048576;
+        default = 512;
+        description = "Guest memory in MiB.";
+      };
+
+      kernel = mkOption {
+        type = absolutePath;
+        example = literalExpression ''"''${pkgs.linuxPackages_latest.kernel}/bzImage"'';
+        description = "Absolute path of the guest kernel image.";
+      };
+
+      initrd = mkOption {
+        type = types.nullOr absolutePath;
+        default = null;
+        example = literalExpression ''"''${guest.config.system.build.initialRamdisk}/initrd"'';
+        description = "Absolute path of the guest initrd, or `null` for none.";
+      };
+
+      cmdline = mkOption {
+        type = types.str;
+        default = "console=ttyS0";
+        example = "console=ttyS0 reboot=t panic=-1";
+        description = "Guest kernel command line. Never put secrets here: use {option}`credentials`.";
+      };
+
+      disks = mkOption {
+        type = types.listOf (types.submodule diskModule);
+        default = [];
+        example = literalExpression ''[ { path = "/var/lib/vmwarden/web/root.img"; } ]'';
+        description = "Disk images, attached in order as virtio block devices.";
+      };
+
+      credentials = mkOption {
+        type = types.attrsOf absolutePath;
+        default = {};
+        example = literalExpression ''
+          {
+            db-password = config.sops.secrets.db-password.path;  # sops-nix
+            api-token = config.age.secrets.api-token.path;       # agenix
+          }
+        '';
+        description = ''
+          Secrets for the guest, as credential name → host file. systemd
+          reads each file as root with `LoadCredential=` (so a root-only
+          file from sops-nix or agenix works); the launcher copies it onto a
+          tmpfs (`noswap`) that exists only in the VM's mount namespace,
+          owned by the VM's principal, and QEMU hands it to the guest as
+          fw_cfg `opt/io.systemd.credentials/<name>`, which systemd in the
+          guest imports as a credential. Never on a command line.
+
+          Give the path as a string: a Nix path literal would copy the
+          secret into the world-readable Nix store (an assertion refuses
+          store paths). Names: a letter or digit, then letters, digits, `_`,
+          `.`, `-`; at most 28 bytes (the fw_cfg name limit is 55 bytes).
+        '';
+      };
+
+      principal = {
+        user = mkOption {
+          type = types.str;
+          default = "vm-${name}";
+          defaultText = literalExpression ''"vm-''${name}"'';
+          description = ''
+            System user the hypervisor runs as; created by this module
+            (`isSystemUser`). Must not be shared with another VM.
+          '';
+        };
+        group = mkOption {
+          type = types.str;
+          default = "vm-${name}";
+          defaultText = literalExpression ''"vm-''${name}"'';
+          description = "Primary group of {option}`principal.user`; created by this module.";
+        };
+        uid = mkOption {
+          type = types.nullOr (types.ints.between 1 4294967294);
+          default = null;
+          example = 30001;
+          description = ''
+            Fixed uid for {option}`principal.user`, or `null` to let NixOS
+            allocate one (stable across rebuilds). Must be unique.
+          '';
+        };
+      };
+
+      landlock = {
+        mode = mkOption {
+          type = types.enum ["required" "best-effort"];
+          default = "required";
+          description = ''
+            `"required"`: refuse to start the VM when the kernel cannot
+            enforce the Landlock policy. `"best-effort"`: start anyway and
+            log what could not be enforced.
+          '';
+        };
+        read = mkOption {
+          type = types.listOf absolutePath;
+          default = [];
+          description = ''
+            Extra paths the hypervisor may read (and execute), beyond what
+            the launcher derives from the spec (binary, kernel, initrd,
+            disks, credentials, its own directories).
+          '';
+        };
+        write = mkOption {
+          type = types.listOf absolutePath;
+          default = [];
+          description = ''
+            Extra paths the hypervisor may write. They are also made
+            writable in the unit (`ReadWritePaths=`).
+          '';
+        };
+      };
+
+      keepOnPurge = mkOption {
+        type = types.listOf relativePath;
+        default = ["identity"];
+        example = ["identity" "ssh-host-keys"];
+        description = ''
+          Entries of the VM's state directory ({file}`/var/lib/vmwarden/<name>`)
+          that `vmwarden purge <name> --keep-identity` keeps.
+        '';
+      };
+
+      autostart = mkOption {
+        type = types.bool;
+        default = true;
+        description = ''
+          Start the VM at boot (`microvms.target` wants it). Otherwise start
+          it with `systemctl start microvm@<name>`.
+        '';
+      };
+
+      restartIfChanged = mkOption {
+        type = types.bool;
+        default = true;
+        description = ''
+          Restart the VM when a rebuild changes its spec or the unit. With
+          `false`, a running VM keeps its old configuration until it is
+          restarted by hand. Removing a VM from {option}`vmwarden.vms`
+          always stops it.
+        '';
+      };
+    };
+  };
+in {
+  options.vmwarden = {
+    enable = mkEnableOption ''
+      vmwarden: microVMs that each run as their own system user, in their
+      own mount namespace, with credentials on a per-VM noswap tmpfs, and
+      whose teardown is verified after every stop'';
+
+    package = mkOption {
+      type = types.package;
+      default = pkgs.vmwarden or (throw "vmwarden.package: pkgs has no `vmwarden`; import this flake's nixosModules.default (it sets the package), apply its overlays.default, or set vmwarden.package.");
+      defaultText = literalExpression "vmwarden.packages.\${system}.default (set by the flake's nixosModules.default)";
+      description = "Package providing `vmwarden-launch`, `vmwarden-cleanup` and `vmwarden`.";
+    };
+
+    reapReport.enable = mkOption {
+      type = types.bool;
+      default = true;
+      description = ''
+        Run `vmwarden reap` (a dry run: it deletes nothing) once at boot,
+        before the VMs start, so leftovers of earlier runs and of removed
+        VMs are reported in the journal
+        (`journalctl -u vmwarden-reap-report`).
+      '';
+    };
+
+    vms = mkOption {
+      type = types.attrsOf (types.submodule vmModule);
+      default = {};
+      example = literalExpression ''
+        {
+          web = {
+            vcpus = 2;
+            memoryMiB = 1024;
+            kernel = "''${pkgs.linuxPackages_latest.kernel}/bzImage";
+            initrd = "/var/lib/vmwarden-images/web/initrd";
+            disks = [ { path = "/var/lib/vmwarden/web/root.img"; } ];
+            credentials.db-password = config.sops.secrets.db-password.path;
+          };
+        }
+      '';
+      description = ''
+        MicroVMs, by name (`^[a-z][a-z0-9-]{0,31}$`). Each becomes
+        {file}`/etc/vmwarden/vms/<name>.json`, a system user and group, and
+        the instance `microvm@<name>.service` of the shared template.
+      '';
+    };
+  };
+}
