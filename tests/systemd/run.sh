@@ -1,0 +1,326 @@
+#!/usr/bin/env bash
+# Real systemd drives microvm@.service: the CI stage.
+#
+#   tests/systemd/run.sh            the scenarios (needs target/release binaries)
+#   tests/systemd/run.sh --smoke    infrastructure self-test without vmwarden:
+#                                   L2 boots, a hand-written unit runs a nested
+#                                   KVM guest with a credential, host parses
+#
+# What happens:
+#   1. tests/setup-host.sh (idempotent), build-rootfs.sh (cached Debian bookworm
+#      systemd tree), tests/assets/build-guest.sh (cached nested-guest kernel +
+#      initramfs)
+#   2. per-run layer on a hard-linked copy of the cached tree: the vmwarden
+#      binaries, the units from `vmwarden render-unit`, specs a/b (and a broken c),
+#      credentials with LoadCredential= drop-ins, the nested-guest assets, the
+#      scenario runner; packed with mkfs.ext4 -d (plus an empty results disk)
+#   3. boots it as the L2 guest under QEMU TCG (-cpu max: nested SVM, so the
+#      nested L3 guests run with KVM inside), serial console to serial.log
+#   4. reads results.txt from the results disk (falls back to the serial log),
+#      prints "systemd: N passed, M failed", exits non-zero on any failed
+#      scenario, on a missing final line and on the overall timeout
+#
+# Environment:
+#   VMWARDEN_BIN_DIR               vmwarden binaries (default <repo>/target/release)
+#   VMWARDEN_SYSTEMD_OUT           artifacts dir (default <repo>/target/systemd-test)
+#   VMWARDEN_SYSTEMD_TIMEOUT       overall guest timeout in s (default 1500)
+#   VMWARDEN_SYSTEMD_EXTRA_ENV     "K=V K2=V2": Environment= drop-in for microvm@.service
+#                                  in the guest (e.g. VMWARDEN_TEST_SKIP_DELETE=control)
+#   VMWARDEN_SYSTEMD_ONLY          run only these scenarios (space separated names)
+#   VMWARDEN_SYSTEMD_L3_ACCEL      kvm (default) | tcg: accel of the nested guests
+#   VMWARDEN_SYSTEMD_MACHINE       L2 machine type: microvm (default) | q35 | pc
+#   VMWARDEN_SYSTEMD_MEM           L2 memory in MiB (default 3072)
+#   VMWARDEN_SYSTEMD_UNIT          render (default) | handwritten: where microvm@.service
+#                                  comes from (handwritten = guest/microvm@.service, a
+#                                  stand-in while render-unit does not exist)
+#   VMWARDEN_SYSTEMD_KEEP=1        keep the per-run images in the work dir
+#   VMWARDEN_TEST_CACHE, VMWARDEN_TEST_ASSETS   cache locations (see the builders)
+set -euo pipefail
+export PATH="$PATH:/usr/sbin:/sbin"
+export LC_ALL=C
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+MODE=full
+case "${1:-}" in
+  "") ;;
+  --smoke) MODE=smoke ;;
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) echo "usage: $0 [--smoke]" >&2; exit 2 ;;
+esac
+
+BIN_DIR=${VMWARDEN_BIN_DIR:-$REPO/target/release}
+OUTDIR=${VMWARDEN_SYSTEMD_OUT:-$REPO/target/systemd-test}
+TIMEOUT=${VMWARDEN_SYSTEMD_TIMEOUT:-1500}
+EXTRA_ENV=${VMWARDEN_SYSTEMD_EXTRA_ENV:-}
+ONLY=${VMWARDEN_SYSTEMD_ONLY:-}
+L3_ACCEL=${VMWARDEN_SYSTEMD_L3_ACCEL:-kvm}
+MACHINE=${VMWARDEN_SYSTEMD_MACHINE:-microvm}
+MEM=${VMWARDEN_SYSTEMD_MEM:-3072}
+UNIT_SRC=${VMWARDEN_SYSTEMD_UNIT:-render}
+KEEP=${VMWARDEN_SYSTEMD_KEEP:-0}
+
+die() { echo "systemd: ERROR: $*" >&2; echo "systemd: 0 passed, 1 failed (setup error)"; exit 1; }
+log() { echo "systemd: $*"; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b - a}'; }
+
+[ "$(id -u)" -eq 0 ] || die "must run as root"
+T_ALL=$(now)
+mkdir -p "$OUTDIR"
+rm -f "$OUTDIR"/{serial.log,results.txt,scenarios.log,journal.txt,timings.txt,qemu.out}
+TIMINGS=$OUTDIR/timings.txt
+timing() { echo "$1=$2" >>"$TIMINGS"; log "time $1: $2 s"; }
+
+# ---------------------------------------------------------------- 1. inputs
+if [ -x "$REPO/tests/setup-host.sh" ]; then
+  "$REPO/tests/setup-host.sh" >/dev/null || die "tests/setup-host.sh failed"
+fi
+for c in qemu-system-x86_64 mkfs.ext4 debugfs cp; do
+  command -v "$c" >/dev/null 2>&1 || die "missing $c"
+done
+
+t=$(now)
+CACHE=$("$HERE/build-rootfs.sh") || die "build-rootfs.sh failed"
+timing rootfs_cache "$(since "$t")"
+# shellcheck source=/dev/null
+. "$CACHE/info.env"
+log "rootfs cache $CACHE (kernel $KVER; its debootstrap took ${DEBOOTSTRAP_S}s when built)"
+
+t=$(now)
+[ -x "$REPO/tests/assets/build-guest.sh" ] || die "tests/assets/build-guest.sh missing"
+ASSETS_ENV=$("$REPO/tests/assets/build-guest.sh" | tail -1) || die "build-guest.sh failed"
+# shellcheck source=/dev/null
+. "$ASSETS_ENV"
+[ -r "$KERNEL" ] && [ -r "$INITRD" ] || die "nested-guest assets missing ($KERNEL, $INITRD)"
+timing guest_assets "$(since "$t")"
+
+if [ "$MODE" = full ]; then
+  for b in vmwarden vmwarden-launch vmwarden-cleanup; do
+    [ -x "$BIN_DIR/$b" ] || die "$BIN_DIR/$b missing: run cargo build --release first (or set VMWARDEN_BIN_DIR)"
+  done
+fi
+
+# ---------------------------------------------------------------- 2. per-run image
+QPID=""
+WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/vmwarden-systemd.XXXXXX")
+finish() {
+  if [ -n "$QPID" ] && kill -0 "$QPID" 2>/dev/null; then
+    kill "$QPID" 2>/dev/null; sleep 2; kill -9 "$QPID" 2>/dev/null || true
+  fi
+  if [ "$KEEP" = 1 ]; then log "kept work dir $WORK"; else rm -rf --one-file-system "$WORK"; fi
+}
+trap finish EXIT
+t=$(now)
+ROOT=$WORK/root
+# Hard links: fast, and the cache stays untouched as long as no existing file is
+# written in place. put() and unshare() replace files instead.
+cp -al "$CACHE/tree" "$ROOT"
+
+put() { # SRC DEST MODE
+  mkdir -p "$(dirname "$ROOT$2")"; rm -f "$ROOT$2"; install -m "$3" "$1" "$ROOT$2"
+}
+putc() { # DEST MODE < content
+  local tmp; tmp=$(mktemp "$WORK/put.XXXXXX"); cat >"$tmp"; put "$tmp" "$1" "$2"; rm -f "$tmp"
+}
+unshare() { # DEST...: break the hard link to the cache before a tool edits the file
+  local f; for f in "$@"; do [ -e "$ROOT$f" ] || continue; cp -p "$ROOT$f" "$ROOT$f.unshare"; mv -f "$ROOT$f.unshare" "$ROOT$f"; done
+}
+
+# VM principals (an operator does this once per VM on a non-Nix host)
+unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
+systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
+  || chroot "$ROOT" /bin/sh -c 'for v in a b c; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done' \
+  || die "cannot create the VM principals"
+grep -q '^vm-c:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
+# /dev/kvm: Debian's udev rule gives it to group kvm, 0660; the kvm module must load
+printf 'kvm_amd\n' | putc /etc/modules-load.d/vmwarden-test-kvm.conf 0644
+
+# nested-guest assets (world-readable: QEMU runs as the VM's principal)
+put "$KERNEL" /opt/vmwarden-test/assets/vmlinuz 0644
+put "$INITRD" /opt/vmwarden-test/assets/initramfs.img 0644
+chmod 0755 "$ROOT/opt/vmwarden-test" "$ROOT/opt/vmwarden-test/assets"
+
+# per-run secrets (text, so the "not on the command line" check can grep them)
+SECRETS=/etc/vmwarden-test/secrets
+for s in a-db-password a-token b-token; do
+  head -c 36 /dev/urandom | base64 | tr -d '\n=' | putc "$SECRETS/$s" 0600
+done
+chmod 0700 "$ROOT/etc/vmwarden-test" "$ROOT$SECRETS"
+
+# specs: a has a LoadCredential= credential and a path credential, b one of each kind
+if [ "$L3_ACCEL" = kvm ]; then L3_MACHINE=microvm; else L3_MACHINE=pc; fi
+spec() { # NAME MEMORY CREDENTIALS_JSON
+  cat <<EOF
+{
+  "version": 1,
+  "name": "$1",
+  "principal": { "user": "vm-$1", "group": "vm-$1" },
+  "hypervisor": { "kind": "qemu", "binary": "/usr/bin/qemu-system-x86_64",
+                  "accel": "$L3_ACCEL", "machine": "$L3_MACHINE" },
+  "vcpus": 1,
+  "memory_mib": $2,
+  "kernel": "/opt/vmwarden-test/assets/vmlinuz",
+  "initrd": "/opt/vmwarden-test/assets/initramfs.img",
+  "cmdline": "console=ttyS0 quiet panic=-1",
+  "credentials": $3,
+  "disks": [],
+  "interfaces": [],
+  "landlock": { "mode": "required", "read": [], "write": [] },
+  "keep_on_purge": [ "identity" ]
+}
+EOF
+}
+spec a 256 '[ { "name": "db-password", "source": { "systemd": "db-password" } },
+                  { "name": "token", "source": { "path": "'$SECRETS'/a-token" } } ]' \
+  | putc /etc/vmwarden/vms/a.json 0644
+spec b 256 '[ { "name": "token", "source": { "systemd": "token" } } ]' \
+  | putc /etc/vmwarden/vms/b.json 0644
+# c: memory_mib below the minimum; the scenario copies it into /etc/vmwarden/vms
+spec c 4 '[]' | putc /opt/vmwarden-test/specs/c.json 0644
+CREDS_a="db-password:$SECRETS/a-db-password token:$SECRETS/a-token"
+CREDS_b="token:$SECRETS/b-token"
+# the LoadCredential= side of the "systemd" credentials: VM -> "name:file ..."
+LOADCRED_a="db-password:$SECRETS/a-db-password"
+LOADCRED_b="token:$SECRETS/b-token"
+
+UNITDIR=/etc/systemd/system
+if [ "$MODE" = full ]; then
+  for b in vmwarden vmwarden-launch vmwarden-cleanup; do put "$BIN_DIR/$b" /usr/local/bin/$b 0755; done
+  VMW=$BIN_DIR/vmwarden
+  if [ "$UNIT_SRC" = render ]; then
+    "$VMW" render-unit --bin-dir /usr/local/bin >"$WORK/microvm@.service" \
+      || die "vmwarden render-unit --bin-dir /usr/local/bin failed"
+    "$VMW" render-unit --target >"$WORK/microvms.target" \
+      || die "vmwarden render-unit --target failed"
+  else
+    log "WARNING: using the hand-written stand-in unit, not render-unit output"
+    cp "$HERE/guest/microvm@.service" "$HERE/guest/microvms.target" "$WORK/"
+  fi
+  put "$WORK/microvm@.service" "$UNITDIR/microvm@.service" 0644
+  put "$WORK/microvms.target" "$UNITDIR/microvms.target" 0644
+  cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
+  # per-VM credential drop-ins: from render-unit --dropin when it can, else by hand
+  for v in a b; do
+    var=LOADCRED_$v
+    if [ "$UNIT_SRC" = render ] && "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
+         >"$WORK/dropin-$v.conf" 2>"$WORK/dropin-$v.err" && grep -q '^LoadCredential=' "$WORK/dropin-$v.conf"; then
+      :
+    else
+      { echo "# LoadCredential= for the spec's \"systemd\" credentials (hand-written by run.sh)"
+        echo "[Service]"
+        for lc in ${!var}; do echo "LoadCredential=$lc"; done; } >"$WORK/dropin-$v.conf"
+    fi
+    put "$WORK/dropin-$v.conf" "$UNITDIR/microvm@$v.service.d/credentials.conf" 0644
+    cp "$WORK/dropin-$v.conf" "$OUTDIR/microvm@$v.credentials.conf"
+    # autostart: what `systemctl enable` / the module's microvms.target wants
+    mkdir -p "$ROOT$UNITDIR/microvms.target.wants"
+    ln -sfn ../microvm@.service "$ROOT$UNITDIR/microvms.target.wants/microvm@$v.service"
+  done
+else
+  put "$HERE/guest/vmwarden-smoke@.service" "$UNITDIR/vmwarden-smoke@.service" 0644
+  put "$HERE/guest/qmp-powerdown.sh" /opt/vmwarden-test/qmp-powerdown.sh 0755
+fi
+if [ -n "$EXTRA_ENV" ]; then
+  { echo "# from VMWARDEN_SYSTEMD_EXTRA_ENV (run.sh)"; echo "[Service]"
+    for kv in $EXTRA_ENV; do
+      case "$kv" in *=*) printf 'Environment="%s"\n' "$kv" ;; *) die "VMWARDEN_SYSTEMD_EXTRA_ENV: '$kv' is not K=V" ;; esac
+    done; } | putc "$UNITDIR/microvm@.service.d/90-test-env.conf" 0644
+  log "extra environment for microvm@.service: $EXTRA_ENV"
+fi
+
+# scenario runner
+put "$HERE/scenarios.sh" /opt/vmwarden-test/scenarios.sh 0755
+put "$HERE/guest/vmwarden-scenarios.service" "$UNITDIR/vmwarden-scenarios.service" 0644
+mkdir -p "$ROOT$UNITDIR/multi-user.target.wants"
+ln -sfn ../vmwarden-scenarios.service "$ROOT$UNITDIR/multi-user.target.wants/vmwarden-scenarios.service"
+{ printf 'MODE=%q\nREADY_TIMEOUT=%q\nPOWEROFF=1\nONLY=%q\nL3_ACCEL=%q\n' \
+    "$MODE" "${VMWARDEN_SYSTEMD_READY_TIMEOUT:-300}" "$ONLY" "$L3_ACCEL"
+  printf 'CREDS_a=%q\nCREDS_b=%q\n' "$CREDS_a" "$CREDS_b"; } | putc /opt/vmwarden-test/run.env 0644
+
+ROOT_IMG=$WORK/root.ext4 RES_IMG=$WORK/results.ext4
+SZ=$(( $(du -sm "$ROOT" | cut -f1) + 768 ))
+mkfs.ext4 -q -F -L vmw-l2root -d "$ROOT" "$ROOT_IMG" "${SZ}M" || die "mkfs.ext4 -d (root) failed"
+rm -rf --one-file-system "$ROOT"
+truncate -s 64M "$RES_IMG"
+mkfs.ext4 -q -F -L vmw-results "$RES_IMG" || die "mkfs.ext4 (results) failed"
+timing image_build "$(since "$t")"
+
+# ---------------------------------------------------------------- 3. boot L2
+SERIAL=$OUTDIR/serial.log
+: >"$SERIAL"
+APPEND="console=ttyS0 panic=-1 quiet mitigations=off"
+case "$MACHINE" in
+  microvm) BLK=virtio-blk-device
+           # microvm + TCG hangs in TSC calibration without it (ENVIRONMENT.md)
+           APPEND="$APPEND tsc_early_khz=$(awk '/cpu MHz/{printf "%d", $4*1000; exit}' /proc/cpuinfo)" ;;
+  q35|pc)  BLK=virtio-blk-pci ;;
+  *) die "VMWARDEN_SYSTEMD_MACHINE=$MACHINE: microvm, q35 or pc" ;;
+esac
+# -cx16: QEMU 7.2's TCG corrupts EFLAGS around cmpxchg16b, and Linux 6.12's SLUB
+# fast path (this_cpu_try_cmpxchg128) then oopses within seconds of boot, 9 boots
+# in 10. Without CX16 the kernel takes the locked slow path; 4 of 4 boots clean.
+# -cpu max keeps SVM, so KVM works inside for the nested guests.
+L2_CPU=${VMWARDEN_SYSTEMD_CPU:-max,-cx16}
+QEMU=(qemu-system-x86_64 -accel tcg,thread=multi -cpu "$L2_CPU" -machine "$MACHINE" -smp 2 -m "$MEM"
+      -display none -monitor none -serial "file:$SERIAL" -no-reboot
+      -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initrd.img" -append "$APPEND"
+      -drive "file=$ROOT_IMG,format=raw,if=none,id=root,cache=unsafe" -device "$BLK,drive=root"
+      -drive "file=$RES_IMG,format=raw,if=none,id=res" -device "$BLK,drive=res")
+echo "+ ${QEMU[*]}" >"$OUTDIR/qemu.out"
+T_BOOT=$(now)
+"${QEMU[@]}" >>"$OUTDIR/qemu.out" 2>&1 &
+QPID=$!
+log "L2 guest booting (pid $QPID, timeout ${TIMEOUT}s, serial $SERIAL)"
+# progress lines as they come
+tail -n +1 -F --pid="$QPID" "$SERIAL" 2>/dev/null \
+  | grep --line-buffered -aoE '(SCENARIO|VMWARDEN-L2).*' | sed -u 's/\r$//; s/^/systemd: guest: /' &
+DEADLINE=$(( $(date +%s) + TIMEOUT )); L2_UP="" TIMED_OUT=0
+while kill -0 "$QPID" 2>/dev/null; do
+  if [ -z "$L2_UP" ] && grep -aq 'VMWARDEN-L2-UP' "$SERIAL"; then
+    L2_UP=$(since "$T_BOOT"); timing l2_boot_to_scenarios "$L2_UP"
+  fi
+  if [ "$(date +%s)" -ge "$DEADLINE" ]; then
+    TIMED_OUT=1; log "TIMEOUT after ${TIMEOUT}s: stopping the L2 guest"
+    kill "$QPID" 2>/dev/null; sleep 3; kill -9 "$QPID" 2>/dev/null || true
+    break
+  fi
+  sleep 1
+done
+wait "$QPID" 2>/dev/null || true
+QPID=""
+timing l2_total "$(since "$T_BOOT")"
+[ -n "$L2_UP" ] || { grep -aq 'VMWARDEN-L2-UP' "$SERIAL" && L2_UP=late; } || true
+
+# ---------------------------------------------------------------- 4. results
+for f in results.txt scenarios.log journal.txt status-a.json status-b.json; do
+  debugfs -R "dump /$f $OUTDIR/$f" "$RES_IMG" >/dev/null 2>&1 || true
+  [ -s "$OUTDIR/$f" ] || rm -f "$OUTDIR/$f"
+done
+RESULTS=$OUTDIR/results.txt
+if ! grep -q '^SCENARIOS ' "$RESULTS" 2>/dev/null; then
+  log "no final line on the results disk; using the serial console"
+  tr -d '\r' <"$SERIAL" | grep -aoE '(VMWARDEN-L2-UP|SCENARIO |SCENARIOS ).*' | awk '!seen[$0]++' >"$RESULTS" || true
+fi
+echo "--- results ($RESULTS)"; cat "$RESULTS" 2>/dev/null || true; echo "---"
+while read -r name secs; do timing "scenario_$name" "$secs"; done < <(
+  sed -n 's/^SCENARIO name=\([^ ]*\) result=[a-z]* time_s=\([0-9.]*\).*/\1 \2/p' "$RESULTS" 2>/dev/null)
+timing total "$(since "$T_ALL")"
+
+passed=$(grep -c '^SCENARIO name=.* result=pass' "$RESULTS" 2>/dev/null || true)
+failed=$(grep -c '^SCENARIO name=.* result=fail' "$RESULTS" 2>/dev/null || true)
+final=$(grep '^SCENARIOS ' "$RESULTS" 2>/dev/null | tail -1 || true)
+rc=0
+if [ "$TIMED_OUT" = 1 ]; then log "FAIL: overall timeout (${TIMEOUT}s)"; failed=$((failed + 1)); rc=1; fi
+if [ -z "$L2_UP" ]; then log "FAIL: the L2 guest never reached the scenario runner (see $SERIAL)"; rc=1; fi
+if [ -z "$final" ]; then
+  log "FAIL: no final 'SCENARIOS passed=N failed=M' line"; rc=1; [ "$failed" -gt 0 ] || failed=1
+elif [ "$final" != "SCENARIOS passed=$passed failed=$(grep -c '^SCENARIO name=.* result=fail' "$RESULTS")" ]; then
+  log "FAIL: final line '$final' does not match the scenario lines"; rc=1
+fi
+[ "$failed" -eq 0 ] || rc=1
+[ "$passed" -gt 0 ] || rc=1
+grep '^SCENARIO name=.* result=fail' "$RESULTS" 2>/dev/null | sed 's/^/systemd: FAILED: /' || true
+log "artifacts in $OUTDIR (serial.log, results.txt, scenarios.log, journal.txt, timings.txt)"
+echo "systemd: $passed passed, $failed failed"
+exit $rc
