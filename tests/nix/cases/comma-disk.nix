@@ -1,0 +1,5 @@
+# QEMU's -drive would split this path.
+{
+  imports = [./base.nix];
+  vmwarden.vms.web.disks = [{path = "/srv/a,b.img";}];
+}

@@ -1,0 +1,5 @@
+# vcpus must be an integer.
+{
+  imports = [./base.nix];
+  vmwarden.vms.web.vcpus = "two";
+}

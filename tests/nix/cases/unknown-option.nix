@@ -1,0 +1,5 @@
+# A misspelt option (vcpu for vcpus).
+{
+  imports = [./base.nix];
+  vmwarden.vms.web.vcpu = 2;
+}

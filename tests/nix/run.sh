@@ -1,0 +1,322 @@
+#!/usr/bin/env bash
+# The Nix CI stage: everything about the NixOS module, the flake and the
+# nixosTests that can be checked on a machine without a NixOS builder.
+#
+#   tests/nix/run.sh
+#
+# Installs what it needs: nix-bin (Nix 2.8: parse + eval), python3-pyflakes
+# (apt), deadnix and alejandra (cargo install, cached in $VMWARDEN_NIX_TOOLS,
+# default ~/.cache/vmwarden/nix-tools). Then:
+#   * every .nix file parses (nix-instantiate --parse);
+#   * alejandra --check . and deadnix --fail . pass;
+#   * every nixosTest testScript in checks/nixos parses, passes pyflakes, and
+#     uses only real Machine methods and declared node names;
+#   * the units `vmwarden render-unit` prints pass `systemd-analyze verify`
+#     with no output; their `systemd-analyze security` exposure is recorded
+#     (and must stay <= MAX_EXPOSURE);
+#   * with NIXPKGS_LIB=<nixpkgs lib> (see tests/nix/README.md): the
+#     module-evaluation tests: cases/*.nix succeed or fail with the expected
+#     message, the specs carry exactly the contract's fields and pass the
+#     launcher's validation, the rendered units pass systemd-analyze verify
+#     with no output, and match `vmwarden render-unit` key by key.
+#     Without NIXPKGS_LIB they are not run, and one line says so.
+# Ends with "nix: N passed, M failed"; exits 1 if anything failed.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+top=$(git -C "$here" rev-parse --show-toplevel)
+cd "$top" || exit 1
+
+MAX_EXPOSURE=${MAX_EXPOSURE:-3.5}
+TOOLS=${VMWARDEN_NIX_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/vmwarden/nix-tools}
+work=$(mktemp -d /tmp/vmwarden-nix.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+pass=0
+fail=0
+ok() {
+  pass=$((pass + 1))
+  echo "ok   $*"
+}
+bad() {
+  fail=$((fail + 1))
+  echo "FAIL $*"
+}
+step() { echo "== $*"; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# ------------------------------------------------------------ tools
+apt_install() { # apt_install PACKAGE: install; `apt-get update` only if that fails
+  local t
+  t=$(now)
+  if ! apt-get -o DPkg::Lock::Timeout=300 install -y "$1" >"$work/apt.log" 2>&1; then
+    apt-get -o DPkg::Lock::Timeout=300 update >>"$work/apt.log" 2>&1
+    apt-get -o DPkg::Lock::Timeout=300 install -y "$1" >>"$work/apt.log" 2>&1 ||
+      { tail -20 "$work/apt.log"; return 1; }
+  fi
+  echo "installed $1 ($(since "$t") s)"
+}
+
+step "tools"
+command -v nix-instantiate >/dev/null || apt_install nix-bin || bad "apt-get install nix-bin"
+command -v pyflakes3 >/dev/null || apt_install python3-pyflakes || bad "apt-get install python3-pyflakes"
+command -v systemd-analyze >/dev/null || apt_install systemd || bad "apt-get install systemd"
+mkdir -p "$TOOLS"
+if [ ! -x "$TOOLS/bin/deadnix" ]; then
+  t=$(now)
+  if cargo install --quiet --locked --root "$TOOLS" --target-dir "$TOOLS/build" deadnix --version 1.3.1; then
+    echo "installed deadnix 1.3.1 ($(since "$t") s)"
+  else
+    bad "cargo install deadnix"
+  fi
+fi
+# crates.io's `alejandra` is a library only; tests/nix/alejandra-cli is its
+# CLI. Reinstalled when that source changes.
+stamp=$(cat tests/nix/alejandra-cli/Cargo.toml tests/nix/alejandra-cli/Cargo.lock tests/nix/alejandra-cli/src/*.rs | sha256sum | cut -c1-16)
+if [ ! -x "$TOOLS/bin/alejandra" ] || [ "$(cat "$TOOLS/alejandra.stamp" 2>/dev/null)" != "$stamp" ]; then
+  t=$(now)
+  if cargo install --quiet --locked --force --root "$TOOLS" --target-dir "$TOOLS/build" --path tests/nix/alejandra-cli; then
+    echo "$stamp" >"$TOOLS/alejandra.stamp"
+    echo "installed alejandra (library 3.1.0 + tests/nix/alejandra-cli) ($(since "$t") s)"
+  else
+    bad "cargo install --path tests/nix/alejandra-cli"
+  fi
+fi
+export PATH="$TOOLS/bin:$PATH"
+
+# ------------------------------------------------------------ syntax and lint
+step "parse, format, lint"
+mapfile -t nixfiles < <(git ls-files --cached --others --exclude-standard '*.nix')
+perr=0
+for f in "${nixfiles[@]}"; do
+  [ -f "$f" ] || continue
+  if ! out=$(nix-instantiate --parse "$f" 2>&1 >/dev/null); then
+    echo "$out"
+    perr=$((perr + 1))
+  fi
+done
+if [ "$perr" -eq 0 ] && [ "${#nixfiles[@]}" -gt 0 ]; then
+  ok "nix-instantiate --parse: ${#nixfiles[@]} files"
+else
+  bad "nix-instantiate --parse: $perr of ${#nixfiles[@]} files do not parse"
+fi
+if out=$(alejandra --check . 2>&1); then ok "alejandra --check . (${out##*: })"; else
+  echo "$out"
+  bad "alejandra --check . (run: $TOOLS/bin/alejandra .)"
+fi
+if out=$(deadnix --fail . 2>&1); then ok "deadnix --fail ."; else
+  echo "$out"
+  bad "deadnix --fail ."
+fi
+
+# ------------------------------------------------------------ nixosTests
+step "checks/nixos testScripts"
+if nix-instantiate --eval --strict --json tests/nix/testscripts.nix >"$work/ts.json" 2>"$work/ts.err"; then
+  out=$(python3 tests/nix/check_testscripts.py --pyflakes <"$work/ts.json")
+  echo "$out" | grep -v ' passed, '
+  if [[ $(echo "$out" | tail -1) =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+    pass=$((pass + BASH_REMATCH[1]))
+    fail=$((fail + BASH_REMATCH[2]))
+  else
+    bad "check_testscripts.py printed no result"
+  fi
+else
+  cat "$work/ts.err"
+  bad "tests/nix/testscripts.nix does not evaluate"
+fi
+# The checker must catch what it claims to (negative control).
+printf '%s' '{"neg.nix":{"name":"neg","nodeNames":["host"],"testScript":"start_all()\nhost.wait_for_units(\"x\")\nhots.succeed(\"y\")\n"}}' >"$work/neg.json"
+if out=$(python3 tests/nix/check_testscripts.py <"$work/neg.json") ||
+  ! grep -q "wait_for_units is not a Machine method" <<<"$out" || ! grep -q "unknown name 'hots'" <<<"$out"; then
+  echo "$out"
+  bad "check_testscripts.py misses a wrong method or node name"
+else
+  ok "check_testscripts.py rejects host.wait_for_units and an unknown node"
+fi
+missing=""
+for f in checks/nixos/*.nix; do
+  grep -q "./nixos/$(basename "$f")" checks/default.nix || missing="$missing $f"
+done
+if [ -z "$missing" ]; then ok "checks/default.nix runs every checks/nixos test"; else bad "not in checks/default.nix:$missing"; fi
+
+# ------------------------------------------------------------ units
+# Stub binaries at the ExecStart= paths: `systemd-analyze verify` checks
+# that they exist and are executable, nothing more.
+stubs="$work/root"
+mkdir -p "$stubs/bin"
+for b in vmwarden-launch vmwarden-cleanup vmwarden; do
+  printf '#!/bin/sh\nexit 0\n' >"$stubs/bin/$b"
+  chmod +x "$stubs/bin/$b"
+done
+sed "s|@BIN@|$stubs/bin|g" tests/nix/fixtures/microvm-nix-style@.service >"$stubs/microvm-nix-style@.service"
+for b in microvm-run microvm-pre-start microvm-shutdown microvm-post-stop; do cp "$stubs/bin/vmwarden" "$stubs/bin/$b"; done
+
+verify() { # verify LABEL UNITFILE: systemd-analyze verify, no output allowed
+  local out
+  out=$(cd "$(dirname "$2")" && systemd-analyze verify --man=no "$2" 2>&1)
+  local rc=$?
+  if [ "$rc" -eq 0 ] && [ -z "$out" ]; then ok "systemd-analyze verify $1"; else
+    echo "$out"
+    bad "systemd-analyze verify $1 (rc=$rc)"
+  fi
+}
+exposure() { # exposure UNITFILE -> prints the overall exposure number
+  (cd "$(dirname "$1")" && systemd-analyze security --offline=true --man=no "$1" 2>/dev/null) |
+    sed -n 's/.*Overall exposure level for .*: \([0-9.]*\) .*/\1/p'
+}
+
+step "vmwarden render-unit"
+vmw=${VMWARDEN_BIN:-}
+if [ -z "$vmw" ]; then
+  if cargo build --quiet --bin vmwarden 2>"$work/build.err"; then
+    vmw="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/vmwarden"
+  else
+    cat "$work/build.err"
+    bad "cargo build --bin vmwarden"
+  fi
+fi
+ru="$work/render-unit"
+mkdir -p "$ru"
+if [ -n "$vmw" ] && "$vmw" render-unit --bin-dir "$stubs/bin" >"$ru/microvm@.service" &&
+  "$vmw" render-unit --reap-report --bin-dir "$stubs/bin" >"$ru/vmwarden-reap-report.service" &&
+  "$vmw" render-unit --target >"$ru/microvms.target"; then
+  verify "(render-unit) microvm@.service" "$ru/microvm@.service"
+  verify "(render-unit) vmwarden-reap-report.service" "$ru/vmwarden-reap-report.service"
+  verify "(render-unit) microvms.target" "$ru/microvms.target"
+  e_t=$(exposure "$ru/microvm@.service")
+  e_r=$(exposure "$ru/vmwarden-reap-report.service")
+  e_m=$(exposure "$stubs/microvm-nix-style@.service")
+  echo "systemd-analyze security --offline=true: microvm@.service ${e_t:-?}, vmwarden-reap-report.service ${e_r:-?}, microvm.nix-style microvm@.service ${e_m:-?} (0 best, 10 worst)"
+  if [ -n "$e_t" ] && awk -v e="$e_t" -v m="$MAX_EXPOSURE" 'BEGIN { exit !(e <= m) }'; then
+    ok "microvm@.service exposure $e_t <= $MAX_EXPOSURE"
+  else
+    bad "microvm@.service exposure ${e_t:-unknown} > $MAX_EXPOSURE"
+  fi
+else
+  bad "vmwarden render-unit failed"
+fi
+
+# ------------------------------------------------------------ module evaluation
+step "module evaluation"
+if [ -z "${NIXPKGS_LIB:-}" ]; then
+  echo "NOT RUN: module-evaluation tests (NIXPKGS_LIB is not set; see tests/nix/README.md to provide a nixpkgs lib)"
+else
+  H=tests/nix/harness/eval.nix
+  modules() { echo "[ $top/modules/default.nix $top/tests/nix/support.nix $* ]"; }
+  ev() { # ev ATTR MODULE... : evaluate the harness
+    local attr=$1
+    shift
+    nix-instantiate --eval --strict --json "$H" --arg modules "$(modules "$@")" --arg extraPkgNames '["vmwarden"]' -A "$attr"
+  }
+  # case | expectation ("ok" or a fixed string the error must contain)
+  while IFS='|' read -r case want; do
+    [ -n "$case" ] || continue
+    out=$(ev report "$top/tests/nix/cases/$case.nix" 2>&1 >/dev/null)
+    rc=$?
+    if [ "$want" = ok ]; then
+      if [ "$rc" -eq 0 ]; then ok "eval $case: evaluates"; else
+        echo "$out"
+        bad "eval $case: should evaluate"
+      fi
+    elif [ "$rc" -ne 0 ] && grep -qF -- "$want" <<<"$out"; then
+      ok "eval $case: fails with \"$want\""
+    else
+      echo "$out"
+      bad "eval $case: should fail with \"$want\""
+    fi
+  done <<'CASES'
+two-vms|ok
+base|ok
+microvm-nix-disabled|ok
+type-error|option `vmwarden.vms.web.vcpus' is not of type `integer between 1 and 255
+unknown-option|The option `vmwarden.vms.web.vcpu' does not exist
+relative-path|option `vmwarden.vms.web.kernel' is not of type `normalised absolute path
+comma-disk|is not of type `normalised absolute path
+duplicate-uid|uid 30001 is used by several users (vm-db, vm-web)
+uid-taken|uid 1000 is used by several users (alice, vm-web)
+shared-user|principal.user "vm-web" is shared by several VMs (db, web)
+bad-name|vmwarden.vms."Web_1": VM names must match ^[a-z][a-z0-9-]{0,31}$
+privileged-group|principal.group = "wheel" is a privileged group
+fwcfg-too-long|is 56 bytes; QEMU allows 55
+store-secret|is in the Nix store, which every local user can read
+hidden-path|/home/alice/web.img is under /home, which microvm@.service hides
+old-kernel|vmwarden needs Linux >= 6.4
+unsupported-hypervisor|vmwarden.vms.web.hypervisor = "firecracker" is not supported yet
+microvm-nix|vmwarden and microvm.nix's host module both define microvm@.service
+CASES
+
+  # Specs: exactly the contract's fields, and accepted by the launcher's
+  # own validation (render-unit --dropin runs Spec::read + Spec::validate).
+  two="$top/tests/nix/cases/two-vms.nix"
+  for vm in web batch; do
+    if ev "config.environment.etc.\"vmwarden/vms/$vm.json\".source.text" "$two" 2>"$work/e" |
+      python3 -c 'import json,sys; sys.stdout.write(json.load(sys.stdin))' >"$work/$vm.json"; then
+      if out=$(python3 tests/nix/units.py spec "$work/$vm.json"); then ok "spec $vm: ${out#ok   }"; else
+        echo "$out"
+        bad "spec $vm"
+      fi
+    else
+      cat "$work/e"
+      bad "spec $vm does not evaluate"
+    fi
+  done
+
+  # The module's units with the package at the stub directory: verify.
+  printf '{lib, ...}: {vmwarden.package = lib.mkForce {type = "derivation"; name = "vmwarden"; outPath = "%s";};}\n' "$stubs" >"$work/stub-package.nix"
+  mu="$work/module-units"
+  mkdir -p "$mu"
+  if ev checked.systemd.units "$two" "$work/stub-package.nix" >"$work/units.json" 2>"$work/e" &&
+    python3 tests/nix/units.py write "$work/units.json" "$mu" >/dev/null; then
+    for u in "microvm@.service" "microvm@web.service" "microvm@batch.service" microvms.target vmwarden-reap-report.service; do
+      verify "(module) $u" "$mu/$u"
+    done
+    e_n=$(exposure "$mu/microvm@.service")
+    echo "systemd-analyze security --offline=true: module microvm@.service ${e_n:-?}, with the web drop-in $(exposure "$mu/microvm@web.service")"
+  else
+    cat "$work/e"
+    bad "module units do not evaluate"
+  fi
+
+  # Parity: module vs render-unit, key by key (same bin dir on both sides).
+  if [ -n "$vmw" ] && [ -s "$work/units.json" ]; then
+    text() { python3 -c 'import json,sys; sys.stdout.write(json.load(open(sys.argv[1]))[sys.argv[2]]["text"])' "$work/units.json" "$1"; }
+    par() { # par LABEL KIND NIXUNIT RUSTFILE [opts]
+      local label=$1 kind=$2 nixu=$3 rust=$4
+      shift 4
+      text "$nixu" >"$work/nix-unit"
+      if out=$(python3 tests/nix/units.py parity "$work/nix-unit" "$rust" "$kind" "$@"); then
+        ok "parity $label: ${out#ok   }"
+      else
+        echo "$out"
+        bad "parity $label: the module and render-unit differ"
+      fi
+    }
+    par "microvm@.service" template "microvm@.service" "$ru/microvm@.service"
+    par "vmwarden-reap-report.service" reap vmwarden-reap-report.service "$ru/vmwarden-reap-report.service"
+    par "microvms.target" target microvms.target "$ru/microvms.target"
+    # Negative control: one changed value must be found.
+    sed 's/^KillMode=mixed$/KillMode=control-group/' "$ru/microvm@.service" >"$work/changed.service"
+    text "microvm@.service" >"$work/nix-unit"
+    if out=$(python3 tests/nix/units.py parity "$work/nix-unit" "$work/changed.service" template) ||
+      ! grep -q "KillMode" <<<"$out"; then
+      echo "$out"
+      bad "parity check misses a changed KillMode="
+    else
+      ok "parity check catches a changed KillMode="
+    fi
+    for vm in web batch; do
+      if "$vmw" render-unit --dropin "$vm" --spec "$work/$vm.json" >"$ru/$vm.conf" 2>"$work/e"; then
+        par "microvm@$vm drop-in" dropin "microvm@$vm.service" "$ru/$vm.conf" --cred-dir /etc/vmwarden/credentials --vm "$vm"
+      else
+        cat "$work/e"
+        bad "render-unit --dropin $vm (the launcher refused the module's spec)"
+      fi
+    done
+  else
+    bad "parity: no vmwarden binary or no module units"
+  fi
+fi
+
+echo "nix: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Helpers for tests/nix/run.sh (module-evaluation stage).
+
+  units.py write UNITS_JSON DIR
+      Write the module's rendered units (harness `checked.systemd.units`)
+      into DIR the way NixOS lays them out (drop-ins as NAME.d/overrides.conf).
+
+  units.py spec SPEC_JSON_FILE
+      Check a module-written launch spec against the contract in
+      ARCHITECTURE.md: exactly these fields, these types.
+
+  units.py parity NIX_TEXT_FILE RUST_TEXT_FILE KIND [--store-bin P --bin B]
+              [--cred-dir D --vm NAME]
+      Compare a unit rendered by the module with `vmwarden render-unit`'s,
+      key by key: same sections, same keys, same values in the same order.
+      KIND: template | reap | target | dropin. NixOS-only keys (X-*) are
+      ignored; for `target`, NixOS's Wants= (the autostart VMs) and the
+      [Install] section (NixOS makes symlinks instead) are compared as
+      documented differences; for `dropin`, LoadCredential= sources differ
+      by design (the module points at the configured file, render-unit at
+      D/NAME/CRED), so only the credential names are compared for equality
+      and render-unit's sources must be D/NAME/CRED.
+"""
+import json
+import os
+import sys
+
+
+def parse(text):
+    """section -> key -> [values], in file order; comments/blank skipped."""
+    out = {}
+    section = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+            out.setdefault(section, {})
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or section is None:
+            raise SystemExit(f"unparsable unit line: {raw!r}")
+        out[section].setdefault(key, []).append(value)
+    return out
+
+
+def drop_nixos_only(u):
+    return {s: {k: v for k, v in keys.items() if not k.startswith("X-")} for s, keys in u.items()}
+
+
+def cmd_write(units_json, outdir):
+    units = json.load(open(units_json))
+    for name, u in units.items():
+        path = os.path.join(outdir, u["file"])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(u["text"])
+        print(path)
+
+
+CONTRACT = {
+    "version": int, "name": str, "principal": dict, "hypervisor": dict,
+    "vcpus": int, "memory_mib": int, "kernel": str, "initrd": str,
+    "cmdline": str, "credentials": list, "disks": list, "interfaces": list,
+    "landlock": dict, "keep_on_purge": list,
+}
+OPTIONAL = {"initrd"}
+
+
+def cmd_spec(path):
+    spec = json.load(open(path))
+    errs = []
+
+    def want(obj, where, fields, optional=()):
+        if not isinstance(obj, dict):
+            errs.append(f"{where}: not an object")
+            return
+        extra = set(obj) - set(fields)
+        missing = set(fields) - set(obj) - set(optional)
+        if extra:
+            errs.append(f"{where}: fields not in the contract: {sorted(extra)}")
+        if missing:
+            errs.append(f"{where}: missing fields: {sorted(missing)}")
+        for k, t in fields.items():
+            if k in obj and not (isinstance(obj[k], t) and not (t is int and isinstance(obj[k], bool))):
+                errs.append(f"{where}.{k}: {obj[k]!r} is not {t.__name__}")
+
+    want(spec, "spec", CONTRACT, OPTIONAL)
+    if spec.get("version") != 1:
+        errs.append("spec.version is not 1")
+    want(spec.get("principal"), "principal", {"user": str, "group": str})
+    want(spec.get("hypervisor"), "hypervisor", {"kind": str, "binary": str, "accel": str, "machine": str})
+    want(spec.get("landlock"), "landlock", {"mode": str, "read": list, "write": list})
+    for i, c in enumerate(spec.get("credentials", [])):
+        want(c, f"credentials[{i}]", {"name": str, "source": dict})
+        want(c.get("source"), f"credentials[{i}].source", {"systemd": str})
+    for i, d in enumerate(spec.get("disks", [])):
+        want(d, f"disks[{i}]", {"path": str, "read_only": bool})
+    for e in errs:
+        print(f"FAIL {path}: {e}")
+    if errs:
+        sys.exit(1)
+    print(f"ok   {os.path.basename(path)}: exactly the contract's fields")
+
+
+def cmd_parity(nix_file, rust_file, kind, opts):
+    nix_text = open(nix_file).read()
+    if opts.get("--store-bin"):
+        nix_text = nix_text.replace(opts["--store-bin"], opts["--bin"])
+    nix = drop_nixos_only(parse(nix_text))
+    rust = parse(open(rust_file).read())
+    notes = []
+    if kind == "target":
+        wants = nix.get("Unit", {}).pop("Wants", None)
+        notes.append(f"NixOS Wants={wants} (autostart VMs; render-unit: systemctl add-wants)")
+        if rust.get("Install") != {"WantedBy": ["multi-user.target"]}:
+            return [f"target [Install] is {rust.get('Install')}, want WantedBy=multi-user.target"]
+        rust.pop("Install")
+    if kind == "dropin":
+        vm, cred_dir = opts["--vm"], opts["--cred-dir"]
+        n = nix.get("Service", {}).pop("LoadCredential", [])
+        r = rust.get("Service", {}).pop("LoadCredential", [])
+        names_n = [x.split(":", 1)[0] for x in n]
+        names_r = [x.split(":", 1)[0] for x in r]
+        if names_n != names_r:
+            return [f"LoadCredential names differ: module {names_n}, render-unit {names_r}"]
+        for x in r:
+            c, _, src = x.partition(":")
+            if src != f"{cred_dir}/{vm}/{c}":
+                return [f"render-unit LoadCredential={x}: want source {cred_dir}/{vm}/{c}"]
+        notes.append(f"LoadCredential names {names_n}")
+        nix = {s: k for s, k in nix.items() if k}
+        rust = {s: k for s, k in rust.items() if k}
+    problems = []
+    for section in sorted(set(nix) | set(rust)):
+        a, b = nix.get(section), rust.get(section)
+        if a is None or b is None:
+            problems.append(f"[{section}] only in {'render-unit' if a is None else 'the module'}")
+            continue
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                problems.append(f"[{section}] {key}: module {a.get(key)} != render-unit {b.get(key)}")
+    keys = sum(len(k) for k in nix.values())
+    if not problems:
+        print(f"ok   {kind}: {len(nix)} section(s), {keys} key(s) identical" + (f"; {'; '.join(notes)}" if notes else ""))
+    return problems
+
+
+def main():
+    args = sys.argv[1:]
+    if not args:
+        raise SystemExit(__doc__)
+    if args[0] == "write":
+        cmd_write(args[1], args[2])
+    elif args[0] == "spec":
+        cmd_spec(args[1])
+    elif args[0] == "parity":
+        opts = dict(zip(args[4::2], args[5::2]))
+        problems = cmd_parity(args[1], args[2], args[3], opts)
+        for p in problems:
+            print(f"FAIL {args[3]}: {p}")
+        sys.exit(1 if problems else 0)
+    else:
+        raise SystemExit(__doc__)
+
+
+main()
