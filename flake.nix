@@ -64,8 +64,8 @@
         package = self.packages.${pkgs.stdenv.hostPlatform.system}.default;
       });
 
-    # `nix run .#demo`: boots a NixOS host VM that runs two vmwarden microVMs
-    # (the startup-shutdown check, driven interactively-visible).
+    # `nix run .#demo`: the startup-shutdown check's driver: boots a NixOS
+    # host VM that runs two vmwarden microVMs, and stops them.
     apps = forAllSystems (pkgs: {
       demo = {
         type = "app";

@@ -246,6 +246,14 @@ unsupported-hypervisor|vmwarden.vms.web.hypervisor = "firecracker" is not suppor
 microvm-nix|vmwarden and microvm.nix's host module both define microvm@.service
 CASES
 
+  # The flake's outputs, evaluated with stub packages; its module on a host.
+  if out=$(nix-instantiate --eval --strict --json tests/nix/flake-eval.nix -A problems 2>&1) && [ "$out" = "[]" ]; then
+    ok "flake.nix: packages, nixosModules.default (x86_64 + aarch64), checks, apps, devShells, source filter"
+  else
+    echo "$out"
+    bad "flake.nix outputs (tests/nix/flake-eval.nix)"
+  fi
+
   # Specs: exactly the contract's fields, and accepted by the launcher's
   # own validation (render-unit --dropin runs Spec::read + Spec::validate).
   two="$top/tests/nix/cases/two-vms.nix"
