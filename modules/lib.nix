@@ -126,7 +126,8 @@ in rec {
 
   # ---------------------------------------------------------------- units
   # `vmwarden render-unit` (launcher/src/unit.rs) prints the same units for
-  # hosts without Nix; tests/nix/unit-parity.sh compares them key by key.
+  # hosts without Nix; tests/nix/run.sh compares them key by key
+  # (units.py parity).
   # Change both together.
 
   # microvm@.service. `bin` is the directory holding the three binaries.

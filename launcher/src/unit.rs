@@ -2,7 +2,7 @@
 //!
 //! The NixOS module (`modules/lib.nix`) renders the same units; the two are
 //! kept identical key by key (sections, keys, values) and
-//! `tests/nix/unit-parity.sh` compares them. Change both together.
+//! `tests/nix/run.sh` compares them (`units.py parity`). Change both together.
 //!
 //! * default: `microvm@.service`, the template every VM runs from;
 //! * `--target`: `microvms.target`;
