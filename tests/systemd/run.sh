@@ -30,9 +30,6 @@
 #   VMWARDEN_SYSTEMD_L3_ACCEL      kvm (default) | tcg: accel of the nested guests
 #   VMWARDEN_SYSTEMD_MACHINE       L2 machine type: microvm (default) | q35 | pc
 #   VMWARDEN_SYSTEMD_MEM           L2 memory in MiB (default 3072)
-#   VMWARDEN_SYSTEMD_UNIT          render (default) | handwritten: where microvm@.service
-#                                  comes from (handwritten = guest/microvm@.service, a
-#                                  stand-in while render-unit does not exist)
 #   VMWARDEN_SYSTEMD_KEEP=1        keep the per-run images in the work dir
 #   VMWARDEN_TEST_CACHE, VMWARDEN_TEST_ASSETS   cache locations (see the builders)
 set -euo pipefail
@@ -57,7 +54,6 @@ ONLY=${VMWARDEN_SYSTEMD_ONLY:-}
 L3_ACCEL=${VMWARDEN_SYSTEMD_L3_ACCEL:-kvm}
 MACHINE=${VMWARDEN_SYSTEMD_MACHINE:-microvm}
 MEM=${VMWARDEN_SYSTEMD_MEM:-3072}
-UNIT_SRC=${VMWARDEN_SYSTEMD_UNIT:-render}
 KEEP=${VMWARDEN_SYSTEMD_KEEP:-0}
 
 die() { echo "systemd: ERROR: $*" >&2; echo "systemd: 0 passed, 1 failed (setup error)"; exit 1; }
@@ -141,12 +137,24 @@ put "$KERNEL" /opt/vmwarden-test/assets/vmlinuz 0644
 put "$INITRD" /opt/vmwarden-test/assets/initramfs.img 0644
 chmod 0755 "$ROOT/opt/vmwarden-test" "$ROOT/opt/vmwarden-test/assets"
 
-# per-run secrets (text, so the "not on the command line" check can grep them)
+# per-run secrets (text, so the "not on the command line" check can grep them).
+# "systemd" credentials live where `render-unit --dropin` points LoadCredential=
+# (/etc/vmwarden/credentials/<vm>/<name>, root 0400); "path" credentials anywhere.
+CREDDIR=/etc/vmwarden/credentials
 SECRETS=/etc/vmwarden-test/secrets
-for s in a-db-password a-token b-token; do
-  head -c 36 /dev/urandom | base64 | tr -d '\n=' | putc "$SECRETS/$s" 0600
-done
-chmod 0700 "$ROOT/etc/vmwarden-test" "$ROOT$SECRETS"
+secret() { head -c 36 /dev/urandom | base64 | tr -d '\n=' | putc "$1" 0400; }
+secret $CREDDIR/a/db-password
+secret $SECRETS/a-token
+secret $CREDDIR/b/token
+chmod 0700 "$ROOT/etc/vmwarden-test" "$ROOT$SECRETS" "$ROOT$CREDDIR" "$ROOT$CREDDIR/a" "$ROOT$CREDDIR/b"
+if [ "$MODE" = smoke ]; then
+  # the smoke unit's LoadCredential= reads $SECRETS/a-<name>
+  cp -p "$ROOT$CREDDIR/a/db-password" "$ROOT$SECRETS/a-db-password"
+  CREDS_a="db-password:$SECRETS/a-db-password token:$SECRETS/a-token"
+else
+  CREDS_a="db-password:$CREDDIR/a/db-password token:$SECRETS/a-token"
+fi
+CREDS_b="token:$CREDDIR/b/token"
 
 # specs: a has a LoadCredential= credential and a path credential, b one of each kind
 if [ "$L3_ACCEL" = kvm ]; then L3_MACHINE=microvm; else L3_MACHINE=pc; fi
@@ -178,44 +186,27 @@ spec b 256 '[ { "name": "token", "source": { "systemd": "token" } } ]' \
   | putc /etc/vmwarden/vms/b.json 0644
 # c: memory_mib below the minimum; the scenario copies it into /etc/vmwarden/vms
 spec c 4 '[]' | putc /opt/vmwarden-test/specs/c.json 0644
-CREDS_a="db-password:$SECRETS/a-db-password token:$SECRETS/a-token"
-CREDS_b="token:$SECRETS/b-token"
-# the LoadCredential= side of the "systemd" credentials: VM -> "name:file ..."
-LOADCRED_a="db-password:$SECRETS/a-db-password"
-LOADCRED_b="token:$SECRETS/b-token"
 
 UNITDIR=/etc/systemd/system
 if [ "$MODE" = full ]; then
   for b in vmwarden vmwarden-launch vmwarden-cleanup; do put "$BIN_DIR/$b" /usr/local/bin/$b 0755; done
   VMW=$BIN_DIR/vmwarden
-  if [ "$UNIT_SRC" = render ]; then
-    "$VMW" render-unit --bin-dir /usr/local/bin >"$WORK/microvm@.service" \
-      || die "vmwarden render-unit --bin-dir /usr/local/bin failed"
-    "$VMW" render-unit --target >"$WORK/microvms.target" \
-      || die "vmwarden render-unit --target failed"
-  else
-    log "WARNING: using the hand-written stand-in unit, not render-unit output"
-    cp "$HERE/guest/microvm@.service" "$HERE/guest/microvms.target" "$WORK/"
-  fi
+  "$VMW" render-unit --bin-dir /usr/local/bin >"$WORK/microvm@.service" \
+    || die "vmwarden render-unit --bin-dir /usr/local/bin failed"
+  "$VMW" render-unit --target >"$WORK/microvms.target" || die "vmwarden render-unit --target failed"
   put "$WORK/microvm@.service" "$UNITDIR/microvm@.service" 0644
   put "$WORK/microvms.target" "$UNITDIR/microvms.target" 0644
   cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
-  # per-VM credential drop-ins: from render-unit --dropin when it can, else by hand
+  # per-VM credential drop-ins (what an operator installs per VM)
   for v in a b; do
-    var=LOADCRED_$v
-    if [ "$UNIT_SRC" = render ] && "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
-         >"$WORK/dropin-$v.conf" 2>"$WORK/dropin-$v.err" && grep -q '^LoadCredential=' "$WORK/dropin-$v.conf"; then
-      :
-    else
-      { echo "# LoadCredential= for the spec's \"systemd\" credentials (hand-written by run.sh)"
-        echo "[Service]"
-        for lc in ${!var}; do echo "LoadCredential=$lc"; done; } >"$WORK/dropin-$v.conf"
-    fi
-    put "$WORK/dropin-$v.conf" "$UNITDIR/microvm@$v.service.d/credentials.conf" 0644
-    cp "$WORK/dropin-$v.conf" "$OUTDIR/microvm@$v.credentials.conf"
-    # autostart: what `systemctl enable` / the module's microvms.target wants
+    "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
+      --credentials-dir "$CREDDIR" >"$WORK/dropin-$v.conf" \
+      || die "vmwarden render-unit --dropin $v failed"
+    put "$WORK/dropin-$v.conf" "$UNITDIR/microvm@$v.service.d/vmwarden.conf" 0644
+    cp "$WORK/dropin-$v.conf" "$OUTDIR/microvm@$v.vmwarden.conf"
+    # autostart: what `systemctl add-wants microvms.target microvm@$v.service` does
     mkdir -p "$ROOT$UNITDIR/microvms.target.wants"
-    ln -sfn ../microvm@.service "$ROOT$UNITDIR/microvms.target.wants/microvm@$v.service"
+    ln -sfn "$UNITDIR/microvm@.service" "$ROOT$UNITDIR/microvms.target.wants/microvm@$v.service"
   done
 else
   put "$HERE/guest/vmwarden-smoke@.service" "$UNITDIR/vmwarden-smoke@.service" 0644

@@ -114,23 +114,20 @@ check_no_secret_argv() { # VM PID
   done
 }
 
-# the ExecStopPost cleanup report (JSON) of the last stop, from the unit's journal
-cleanup_report() { # UNIT CURSOR -> prints the last JSON object line
+# the ExecStopPost cleanup reports (one JSON object per line) after a cursor
+cleanup_report() { # UNIT CURSOR first|last -> prints that report
   jlog "$1" "$2" | grep -E '^\{.*\}$' | while IFS= read -r l; do
-    printf '%s\n' "$l" | jq -e 'type=="object"' >/dev/null 2>&1 && printf '%s\n' "$l"
-  done | tail -1
+    printf '%s\n' "$l" | jq -e 'type=="object" and has("clean")' >/dev/null 2>&1 && printf '%s\n' "$l"
+  done | if [ "${3:-last}" = first ]; then head -1; else tail -1; fi
 }
-check_cleanup() { # VM UNIT CURSOR
+check_cleanup() { # VM UNIT CURSOR [first|last]
   local rep ok
-  for _ in $(seq 1 20); do rep=$(cleanup_report "$2" "$3"); [ -n "$rep" ] && break; sleep 0.5; done
+  for _ in $(seq 1 20); do rep=$(cleanup_report "$2" "$3" "${4:-last}"); [ -n "$rep" ] && break; sleep 0.5; done
   log "cleanup report $1: $rep"
   [ -n "$rep" ] || { fail "$1: no cleanup JSON report in the journal (did ExecStopPost run?)"; return 1; }
-  ok=$(printf '%s\n' "$rep" | jq -r '
-    ((.failed // []) | length) == 0
-    and ((.clean // true) == true)
-    and (((.result // .status // "clean") | ascii_downcase) | test("^(clean|ok)$"))')
-  [ "$ok" = true ] || { fail "$1: cleanup report not clean: $(printf '%s' "$rep" | head -c 300)"; return 1; }
-  note "$1 cleanup=clean"
+  ok=$(printf '%s\n' "$rep" | jq -r '.clean == true and ((.failed // []) | length) == 0')
+  [ "$ok" = true ] || { fail "$1: cleanup report not clean: $(printf '%s' "$rep" | jq -c '{clean, failed, liveness}' 2>/dev/null | head -c 400)"; return 1; }
+  note "$1 cleanup=clean($(printf '%s' "$rep" | jq -r '(.deleted|length|tostring) + " deleted"'))"
 }
 # vmwarden's own audit plus independent checks that do not trust vmwarden
 check_clean() { # VM
@@ -164,7 +161,7 @@ check_running() { # VM CURSOR
   post=$(systemctl show -p ExecStartPost "$u" 2>/dev/null)
   log "$u ExecStartPost: $post"
   case "$post" in *wait-ready*) ;; *) fail "$vm: ExecStartPost has no wait-ready: $post"; return 1 ;; esac
-  printf '%s' "$post" | grep -q 'status=0/0' \
+  printf '%s' "$post" | grep -Eq 'code=exited ; status=0( |/)' \
     || { fail "$vm: wait-ready did not exit 0 before active: $post"; return 1; }
   st=$(qmp_status "$vm")
   [ "$st" = running ] || { fail "$vm: QMP query-status=$st"; return 1; }
@@ -184,11 +181,16 @@ check_running() { # VM CURSOR
   note "$vm active qmp=running uid=vm-$vm"
 }
 wait_guest() { # VM CURSOR -> READY + creds
-  local vm=$1 t0=$SECONDS
-  wait_journal "microvm@$vm.service" "$2" '^VMWARDEN-GUEST-READY' "$READY_TIMEOUT" \
-    || { fail "$vm: no VMWARDEN-GUEST-READY within ${READY_TIMEOUT}s"; return 1; }
+  local vm=$1 u=microvm@$1.service t0=$SECONDS end=$((SECONDS + READY_TIMEOUT))
+  until jlog "$u" "$2" | grep -q '^VMWARDEN-GUEST-READY'; do
+    if [ "$(state "$u")" != active ]; then
+      fail "$vm: the unit went $(state "$u") before the guest was ready: $(jlog "$u" "$2" | tail -4 | tr '\n' ' ')"; return 1
+    fi
+    [ $SECONDS -lt $end ] || { fail "$vm: no VMWARDEN-GUEST-READY within ${READY_TIMEOUT}s"; return 1; }
+    sleep 1
+  done
   note "$vm guest_ready_s=$((SECONDS - t0))"
-  check_creds "$vm" "microvm@$vm.service" "$2"
+  check_creds "$vm" "$u" "$2"
 }
 check_graceful_stop() { # VM CURSOR
   local u=microvm@$1.service j
@@ -243,22 +245,42 @@ s_stop_a() {
 }
 
 s_kill_b() {
-  local cur cur2 rc st; cur=$(mark)
+  local cur cur2 rc st sub n0 n restart end
+  cur=$(mark)
   [ "$(state microvm@b.service)" = active ] || { fail "precondition: microvm@b not active"; return 1; }
+  restart=$(systemctl show -p Restart --value microvm@b.service)
+  n0=$(systemctl show -p NRestarts --value microvm@b.service)
   systemctl kill -s KILL microvm@b.service || { fail "systemctl kill failed"; return 1; }
-  wait_settled microvm@b.service 120 || { fail "microvm@b still $(state microvm@b.service) 120s after SIGKILL"; return 1; }
+  # The killed instance is torn down (ExecStopPost ran) once the unit is failed
+  # or inactive, or, with Restart=on-failure, waiting in auto-restart.
+  end=$((SECONDS + 120))
+  while :; do
+    st=$(state microvm@b.service); sub=$(systemctl show -p SubState --value microvm@b.service)
+    n=$(systemctl show -p NRestarts --value microvm@b.service)
+    case "$st/$sub" in failed/*|inactive/*|*/auto-restart) break ;; esac
+    if [ "$st" = active ] && [ "${n:-0}" -gt "${n0:-0}" ]; then break; fi  # restarted already
+    [ $SECONDS -lt $end ] || { fail "microvm@b still $st/$sub 120s after SIGKILL"; return 1; }
+    sleep 0.2
+  done
+  note "after SIGKILL: $st/$sub (Restart=$restart)"
+  # the kill's own ExecStopPost report is the first one after the cursor
+  check_cleanup b microvm@b.service "$cur" first || return 1
+  # Hold it down so the teardown can be audited: stop cancels a pending
+  # automatic restart (or stops the restarted instance).
+  timeout 300 systemctl stop microvm@b.service
   st=$(state microvm@b.service)
-  case "$st" in failed|inactive) note "after kill: $st" ;; *) fail "after SIGKILL microvm@b is $st"; return 1 ;; esac
-  check_cleanup b microvm@b.service "$cur" && check_clean b || return 1
+  case "$st" in failed|inactive) ;; *) fail "microvm@b is $st after the kill and a stop"; return 1 ;; esac
+  check_clean b || return 1
   systemctl reset-failed microvm@b.service 2>/dev/null
   cur2=$(mark)
   timeout 600 systemctl start microvm@b.service; rc=$?
-  [ $rc -eq 0 ] || { fail "restart after kill: systemctl start rc=$rc"; return 1; }
+  [ $rc -eq 0 ] || { fail "start after kill: systemctl start rc=$rc"; return 1; }
   check_running b "$cur2" && wait_guest b "$cur2"
 }
 
 s_restart_b() {
   local cur rc old new; cur=$(mark)
+  [ "$(state microvm@b.service)" = active ] || { fail "precondition: microvm@b not active"; return 1; }
   old=$(mainpid microvm@b.service)
   timeout 900 systemctl restart microvm@b.service; rc=$?
   [ $rc -eq 0 ] || { fail "systemctl restart rc=$rc"; return 1; }
@@ -290,7 +312,7 @@ s_target_stop() {
 }
 
 s_broken_spec() {
-  local cur rc st j
+  local cur rc st j nr prevent
   install -m 0644 "$T/specs/c.json" /etc/vmwarden/vms/c.json
   cur=$(mark)
   timeout 120 systemctl start microvm@c.service; rc=$?
@@ -302,10 +324,19 @@ s_broken_spec() {
     || { fail "no validation message naming memory_mib in the journal: $(jlog microvm@c.service "$cur" | tail -4 | tr '\n' ' ')"; return 1; }
   j=$(jlog microvm@c.service "$cur" | grep -m1 'memory_mib')
   log "validation message: $j"
+  # The unit has RestartPreventExitStatus=78: a spec error (EX_CONFIG) must not
+  # be retried until the start limit.
+  nr=$(systemctl show -p NRestarts --value microvm@c.service)
+  prevent=$(systemctl show -p RestartPreventExitStatus --value microvm@c.service)
+  if [ "${nr:-0}" -gt 0 ]; then
+    fail "a spec error was retried $nr times (launcher exit status $(systemctl show -p ExecMainStatus --value microvm@c.service), unit RestartPreventExitStatus=$prevent); message: $(printf '%s' "$j" | head -c 160)"
+    systemctl reset-failed microvm@c.service 2>/dev/null; return 1
+  fi
   if [ -e "$STATE_ROOT/c" ]; then fail "state dir $STATE_ROOT/c was created for an invalid spec"; return 1; fi
+  note "start failed ($st, NRestarts=$(systemctl show -p NRestarts --value microvm@c.service)), message: $(printf '%s' "$j" | head -c 200)"
   check_clean c || return 1
   systemctl reset-failed microvm@c.service 2>/dev/null
-  note "start failed ($st), message: $(printf '%s' "$j" | head -c 160)"
+  return 0
 }
 
 s_all_clean() {
