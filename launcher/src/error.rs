@@ -87,6 +87,28 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// `EX_CONFIG` (sysexits.h): the configuration or the host state it points
+/// at is wrong, and starting again will not help. The unit sets
+/// `RestartPreventExitStatus=78` so systemd does not retry such a launch.
+pub const EXIT_CONFIG: u8 = 78;
+
+impl Error {
+    /// The launcher's exit status for this error: 78 for a refused spec,
+    /// principal, credential or path; 1 for everything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Spec(_)
+            | Error::Root { .. }
+            | Error::Usage { .. }
+            | Error::Principal { .. }
+            | Error::Refused { .. }
+            | Error::Credential { .. }
+            | Error::NoSwapUnsupported { .. } => EXIT_CONFIG,
+            _ => 1,
+        }
+    }
+}
+
 /// Attach a path and an operation name to a nix error.
 pub trait SysContext<T> {
     fn sys(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T>;

@@ -168,7 +168,37 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         }
     }
 
-    // 2. Runtime root: every entry is vmwarden's.
+    // 2. Credential mounts of VMs with no live instance, in any namespace
+    //    (before the runtime dirs: their cleanup checks for these mounts).
+    for (pid, ns, m) in mountinfo::credential_mounts_everywhere(None) {
+        let vm = m
+            .source
+            .strip_prefix(mountinfo::CREDENTIAL_SOURCE_PREFIX)
+            .unwrap_or("")
+            .to_string();
+        if lease_held(roots, &vm) {
+            continue;
+        }
+        r.orphans.push(Item {
+            kind: Kind::CredentialMount,
+            path: m.mount_point.clone(),
+            vm: Some(vm.clone()),
+            pid: Some(pid),
+            reason: format!(
+                "credential tmpfs of {vm} in mount namespace {ns} with no live instance"
+            ),
+        });
+        if apply {
+            match unmount_in_namespace(pid, &m.mount_point) {
+                Ok(()) => r.deleted.push(m.mount_point.clone()),
+                Err(reason) => r.failed.push(ownership::Failed {
+                    path: m.mount_point.clone(),
+                    reason,
+                }),
+            }
+        }
+    }
+    // 3. Runtime root: every entry is vmwarden's.
     let root = match dirs::open_dir(&roots.runtime_root) {
         Ok(d) => Some(d),
         Err(crate::error::Error::Sys {
@@ -274,34 +304,5 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         }
     }
 
-    // 3. Credential mounts of VMs with no live instance, in any namespace.
-    for (pid, ns, m) in mountinfo::credential_mounts_everywhere(None) {
-        let vm = m
-            .source
-            .strip_prefix(mountinfo::CREDENTIAL_SOURCE_PREFIX)
-            .unwrap_or("")
-            .to_string();
-        if lease_held(roots, &vm) {
-            continue;
-        }
-        r.orphans.push(Item {
-            kind: Kind::CredentialMount,
-            path: m.mount_point.clone(),
-            vm: Some(vm.clone()),
-            pid: Some(pid),
-            reason: format!(
-                "credential tmpfs of {vm} in mount namespace {ns} with no live instance"
-            ),
-        });
-        if apply {
-            match unmount_in_namespace(pid, &m.mount_point) {
-                Ok(()) => r.deleted.push(m.mount_point.clone()),
-                Err(reason) => r.failed.push(ownership::Failed {
-                    path: m.mount_point.clone(),
-                    reason,
-                }),
-            }
-        }
-    }
     r
 }

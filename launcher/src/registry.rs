@@ -137,7 +137,7 @@ pub fn check_launch(roots: &Roots, name: &str, p: &crate::principal::Principal) 
     Err(Error::Principal {
         principal: p.display(),
         reason: format!(
-            "uid {} {what} {:?} (generation {}) whose files still exist: {}; remove them with `vmwarden purge {}` or give VM {name:?} its own uid",
+            "uid {} {what} {:?} (generation {}) and that VM's residue still exists: {}; remove it with `vmwarden purge {}` or give VM {name:?} its own uid",
             p.uid,
             rec.vm,
             rec.generation,

@@ -511,9 +511,9 @@ fn every_bad_input_is_refused_by_name_and_leaves_nothing() {
         if out.status.success() {
             why.push("exited 0".to_string());
         }
-        if out.status.code() != Some(1) {
+        if out.status.code() != Some(78) {
             why.push(format!(
-                "expected a refusal with exit 1, got {}",
+                "expected a refusal with exit 78 (EX_CONFIG, so the unit does not retry), got {}",
                 out.status
             ));
         }

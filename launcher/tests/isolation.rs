@@ -13,8 +13,15 @@ use serde_json::json;
 /// Run `sh -c SCRIPT` in VM `name`'s sandbox and return its stdout lines.
 fn probe_lines(env: &Env, name: &str, script: &str) -> Vec<String> {
     let out = env.probe(name, &["/bin/sh", "-c", script]);
-    assert!(out.status.success(), "probe of {name} failed: {}", text(&out));
-    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+    assert!(
+        out.status.success(),
+        "probe of {name} failed: {}",
+        text(&out)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 /// `try LABEL CMD…` prints `LABEL=ok` or `LABEL=denied`.
@@ -63,7 +70,12 @@ fn matrix(env: &Env, me: &str, me_uid: u32, other: &str, other_uid: u32) {
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let want_ok = ["own_cred", "own_state_write", "own_state_read", "own_control_write"];
+    let want_ok = [
+        "own_cred",
+        "own_state_write",
+        "own_state_read",
+        "own_control_write",
+    ];
     let want_denied = [
         "other_cred",
         "other_cred_ls",
@@ -95,7 +107,12 @@ fn matrix(env: &Env, me: &str, me_uid: u32, other: &str, other_uid: u32) {
     assert!(!std::path::Path::new("/tmp/vmwarden-probe-escape").exists());
     assert!(!std::path::Path::new("/etc/vmwarden-probe-escape").exists());
     use std::os::unix::fs::MetadataExt;
-    assert_eq!(std::fs::metadata(env.state.join(format!("{me}/probe-file"))).unwrap().uid(), me_uid);
+    assert_eq!(
+        std::fs::metadata(env.state.join(format!("{me}/probe-file")))
+            .unwrap()
+            .uid(),
+        me_uid
+    );
 
     let stop = env.vmwarden(&["stop", other, "--timeout", "30"]);
     assert!(stop.status.success(), "{}", text(&stop));
@@ -111,7 +128,10 @@ fn matrix(env: &Env, me: &str, me_uid: u32, other: &str, other_uid: u32) {
 fn two_vms_cannot_reach_each_other() {
     let env = Env::new();
     let (a_uid, b_uid) = (uid(21), uid(22));
-    for (name, u, secret) in [("alpha", a_uid, "alpha-secret"), ("beta", b_uid, "beta-secret")] {
+    for (name, u, secret) in [
+        ("alpha", a_uid, "alpha-secret"),
+        ("beta", b_uid, "beta-secret"),
+    ] {
         let src = env.secret(&format!("{name}.cred"), secret.as_bytes());
         let mut s = env.spec(name, u);
         s["credentials"] = json!([{ "name": "key", "source": { "path": src } }]);
@@ -133,7 +153,10 @@ fn landlock_required_confines_reads_to_the_policy() {
     let lines = probe_lines(
         &env,
         "gamma",
-        &format!("{TRY} try world cat {} ; try usr cat /usr/share/common-licenses/GPL-3", world.display()),
+        &format!(
+            "{TRY} try world cat {} ; try usr cat /usr/share/common-licenses/GPL-3",
+            world.display()
+        ),
     );
     assert!(lines.contains(&"world=denied".to_string()), "{lines:?}");
     assert!(lines.contains(&"usr=ok".to_string()), "{lines:?}");
@@ -141,7 +164,11 @@ fn landlock_required_confines_reads_to_the_policy() {
     let mut s = env.spec("gamma", uid(23));
     s["landlock"]["read"] = json!([world]);
     env.write_spec("gamma", &s);
-    let lines = probe_lines(&env, "gamma", &format!("{TRY} try world cat {}", world.display()));
+    let lines = probe_lines(
+        &env,
+        "gamma",
+        &format!("{TRY} try world cat {}", world.display()),
+    );
     assert!(lines.contains(&"world=ok".to_string()), "{lines:?}");
     env.cleanup("gamma");
 }

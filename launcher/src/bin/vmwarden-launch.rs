@@ -62,11 +62,11 @@ fn main() -> ExitCode {
     };
     if args.probe && args.cmd.is_empty() {
         eprintln!("vmwarden-launch: error: --probe needs a command after --");
-        return ExitCode::FAILURE;
+        return ExitCode::from(vmwarden::error::EXIT_CONFIG);
     }
     if !args.probe && !args.cmd.is_empty() {
         eprintln!("vmwarden-launch: error: a command after -- needs --probe");
-        return ExitCode::FAILURE;
+        return ExitCode::from(vmwarden::error::EXIT_CONFIG);
     }
     let opts = Options {
         name,
@@ -80,7 +80,7 @@ fn main() -> ExitCode {
         Ok(never) => match never {},
         Err(e) => {
             vmwarden::report_error("vmwarden-launch", &e);
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         }
     }
 }

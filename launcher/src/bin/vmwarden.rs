@@ -267,7 +267,10 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 ExitCode::FAILURE
             })
         }
-        Cmd::RenderUnit(args) => {
+        Cmd::RenderUnit(mut args) => {
+            // --dropin reads specs from the same config dir as every command.
+            args.config_dir
+                .get_or_insert_with(|| roots.config_dir.clone());
             let text =
                 vmwarden::unit::render_unit(&args).map_err(|e| Error::Other(e.to_string()))?;
             print!("{text}");
