@@ -18,7 +18,11 @@ fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap();
     let p = dir.join(name);
-    assert!(p.exists(), "{} not built: run `cargo build --release` first (cargo bench does)", p.display());
+    assert!(
+        p.exists(),
+        "{} not built: run `cargo build --release` first (cargo bench does)",
+        p.display()
+    );
     p
 }
 
@@ -39,8 +43,17 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn run_ok(c: &mut Command) {
-    let o = c.stdout(Stdio::null()).stderr(Stdio::piped()).output().unwrap();
-    assert!(o.status.success(), "{:?} failed: {}", c, String::from_utf8_lossy(&o.stderr));
+    let o = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{:?} failed: {}",
+        c,
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 struct Roots {
@@ -52,8 +65,15 @@ struct Roots {
 
 impl Roots {
     fn new() -> Roots {
-        let dir = tempfile::Builder::new().prefix("vmwarden-bench.").tempdir_in("/tmp").unwrap();
-        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("vmwarden-bench.")
+            .tempdir_in("/tmp")
+            .unwrap();
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         let config = dir.path().join("config");
         std::fs::create_dir(&config).unwrap();
         Roots {
@@ -64,7 +84,12 @@ impl Roots {
         }
     }
     fn args<'a>(&self, c: &'a mut Command) -> &'a mut Command {
-        c.arg("--config-dir").arg(&self.config).arg("--runtime-root").arg(&self.run).arg("--state-root").arg(&self.state)
+        c.arg("--config-dir")
+            .arg(&self.config)
+            .arg("--runtime-root")
+            .arg(&self.run)
+            .arg("--state-root")
+            .arg(&self.state)
     }
     fn spec(&self, name: &str, uid: u32) {
         let s = serde_json::json!({
@@ -76,15 +101,28 @@ impl Roots {
             "credentials": [ { "name": "key", "source": { "path": self.config.join("key") } } ]
         });
         std::fs::write(self.config.join("key"), b"bench-secret").unwrap();
-        std::fs::write(self.config.join(format!("{name}.json")), serde_json::to_vec(&s).unwrap()).unwrap();
+        std::fs::write(
+            self.config.join(format!("{name}.json")),
+            serde_json::to_vec(&s).unwrap(),
+        )
+        .unwrap();
     }
 }
 
 fn row(label: &str, v: &mut [Duration], base_p50: Option<Duration>) {
     let (p50, p95) = (pct(v, 0.5), pct(v, 0.95));
     match base_p50 {
-        Some(b) => println!("{label:<44} p50 {:>8.2} ms  p95 {:>8.2} ms  ratio(p50) {:>6.1}x", ms(p50), ms(p95), ms(p50) / ms(b)),
-        None => println!("{label:<44} p50 {:>8.2} ms  p95 {:>8.2} ms  (baseline)", ms(p50), ms(p95)),
+        Some(b) => println!(
+            "{label:<44} p50 {:>8.2} ms  p95 {:>8.2} ms  ratio(p50) {:>6.1}x",
+            ms(p50),
+            ms(p95),
+            ms(p50) / ms(b)
+        ),
+        None => println!(
+            "{label:<44} p50 {:>8.2} ms  p95 {:>8.2} ms  (baseline)",
+            ms(p50),
+            ms(p95)
+        ),
     }
 }
 
@@ -96,7 +134,10 @@ fn launch_overhead(n: usize) {
     let vmw = bin("vmwarden");
     // Warm up caches.
     for _ in 0..3 {
-        run_ok(r.args(Command::new(&launch).arg("bench")).args(["--probe", "--", "/bin/true"]));
+        run_ok(
+            r.args(Command::new(&launch).arg("bench"))
+                .args(["--probe", "--", "/bin/true"]),
+        );
     }
     let mut base = Vec::new();
     let mut probe = Vec::new();
@@ -104,16 +145,30 @@ fn launch_overhead(n: usize) {
     let mut verify = Vec::new();
     for _ in 0..n {
         base.push(time(|| run_ok(&mut Command::new("/bin/true"))));
-        probe.push(time(|| run_ok(r.args(Command::new(&launch).arg("bench")).args(["--probe", "--", "/bin/true"]))));
+        probe.push(time(|| {
+            run_ok(
+                r.args(Command::new(&launch).arg("bench"))
+                    .args(["--probe", "--", "/bin/true"]),
+            )
+        }));
         clean.push(time(|| run_ok(r.args(Command::new(&cleanup).arg("bench")))));
-        verify.push(time(|| run_ok(r.args(&mut Command::new(&vmw)).args(["verify-clean", "bench"]))));
+        verify.push(time(|| {
+            run_ok(
+                r.args(&mut Command::new(&vmw))
+                    .args(["verify-clean", "bench"]),
+            )
+        }));
     }
     let b = pct(&mut base, 0.5);
     println!("\n== launcher setup overhead ({n} runs each, interleaved)");
     row("/bin/true (direct)", &mut base, None);
     row("vmwarden-launch --probe -- /bin/true", &mut probe, Some(b));
     println!("\n== teardown per VM ({n} runs each)");
-    row("vmwarden-cleanup (after one probe launch)", &mut clean, Some(b));
+    row(
+        "vmwarden-cleanup (after one probe launch)",
+        &mut clean,
+        Some(b),
+    );
     row("vmwarden verify-clean NAME", &mut verify, Some(b));
 }
 
@@ -130,7 +185,11 @@ fn synthetic(r: &Roots, n: usize) {
             "version": 1, "name": name, "instance_id": format!("{i:032x}"), "pid": 1, "boot_id": "",
             "created_unix": 0, "principal": { "uid": 62000 + i, "gid": 62000 + i }, "resources": []
         });
-        std::fs::write(d.join("instance.json"), serde_json::to_vec(&intent).unwrap()).unwrap();
+        std::fs::write(
+            d.join("instance.json"),
+            serde_json::to_vec(&intent).unwrap(),
+        )
+        .unwrap();
         r.spec(&name, 62000 + i as u32);
     }
 }
@@ -146,7 +205,12 @@ fn reap_scaling() {
             .map(|_| time(|| run_ok(r.args(&mut Command::new(&vmw)).args(["reap", "--json"]))))
             .collect();
         let m = pct(&mut v, 0.5);
-        println!("{:>5} runtime dirs  median {:>9.1} ms  ({:.3} ms per dir)", n, ms(m), ms(m) / n as f64);
+        println!(
+            "{:>5} runtime dirs  median {:>9.1} ms  ({:.3} ms per dir)",
+            n,
+            ms(m),
+            ms(m) / n as f64
+        );
         medians.push(m);
     }
     println!(

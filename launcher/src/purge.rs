@@ -61,10 +61,9 @@ pub fn plan_entries(dir: &Dir, keep: &[String]) -> Result<Vec<PathBuf>> {
             out.push(dir.path.join(&n));
             continue;
         }
-        match dirs::open_existing(dir, &n) {
-            Ok(Some(sub)) => out.extend(plan_entries(&sub, &nested)?),
-            // A kept path below a non-directory: keep the entry (ambiguity keeps).
-            _ => {}
+        // A kept path below a non-directory keeps the entry (ambiguity keeps).
+        if let Ok(Some(sub)) = dirs::open_existing(dir, &n) {
+            out.extend(plan_entries(&sub, &nested)?);
         }
     }
     Ok(out)

@@ -230,7 +230,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
                     reason: "not a VM runtime dir, in vmwarden's runtime root".into(),
                 });
                 if apply {
-                    let out = ownership::delete_entries(&root, &[n.clone()], None);
+                    let out = ownership::delete_entries(&root, std::slice::from_ref(&n), None);
                     r.deleted.extend(out.deleted);
                     r.failed.extend(out.failed);
                 }
@@ -296,7 +296,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
                 r.failed.extend(rep.failed);
                 if !is_configured && rep.clean {
                     // The VM is gone: its runtime dir goes too, lease file and all.
-                    let out = ownership::delete_entries(&root, &[n.clone()], None);
+                    let out = ownership::delete_entries(&root, std::slice::from_ref(&n), None);
                     r.deleted.extend(out.deleted);
                     r.failed.extend(out.failed);
                 }

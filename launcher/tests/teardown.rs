@@ -48,6 +48,7 @@ fn spec_with_cred(env: &Env, name: &str, u: u32) {
 }
 
 #[test]
+#[allow(clippy::assertions_on_constants)]
 fn kill_at_every_launch_step_then_cleanup_is_clean_and_relaunch_works() {
     assert!(
         cfg!(feature = "fault-injection"),

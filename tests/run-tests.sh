@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Every vmwarden test, as root, on this machine: lint, unit tests, root
+# integration tests on the real kernel with real QEMU guests, the Nix stage,
+# and real systemd driving microvm@ in a systemd-booted guest.
+#
+#   sudo tests/run-tests.sh            everything
+#   sudo tests/run-tests.sh fast       everything but the systemd-guest stage
+#
+# Installs what it needs (apt packages, the guest kernel and initramfs, Nix
+# tools) and prints "stages: N passed, M failed" last; exits non-zero if any
+# stage failed.
+set -uo pipefail
+export PATH="$PATH:/usr/sbin:/sbin:$HOME/.cargo/bin"
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+if [ "$(id -u)" != 0 ]; then
+  echo "run-tests.sh: the suite needs root (mount namespaces, tmpfs, setresuid, landlock, QEMU as other uids): sudo $0" >&2
+  exit 1
+fi
+WHICH=${1:-all}
+
+passed=0; failed=0; failed_names=()
+stage() {
+  local name=$1; shift
+  local t0=$SECONDS
+  printf '\n===== stage %s\n' "$name"
+  if "$@"; then
+    passed=$((passed + 1)); printf '===== stage %s: ok (%ss)\n' "$name" $((SECONDS - t0))
+  else
+    failed=$((failed + 1)); failed_names+=("$name"); printf '===== stage %s: FAILED (%ss)\n' "$name" $((SECONDS - t0))
+  fi
+}
+
+setup() {
+  bash tests/setup-host.sh && bash tests/assets/build-guest.sh >/dev/null
+}
+lint() {
+  cargo fmt --all -- --check && cargo clippy --all-targets --features fault-injection --quiet -- -D warnings
+}
+rust_tests() {
+  # Unit tests and the root integration tests (real namespaces, mounts,
+  # landlock, QEMU guests). The fault-injection build adds the launcher's
+  # kill-after-step switch the teardown tests need; root tests run one at a time.
+  cargo test --features fault-injection -- --test-threads=1
+}
+release_build() {
+  cargo build --release --quiet
+}
+
+stage setup setup || { echo "setup failed: nothing else can run"; echo "stages: 0 passed, 1 failed"; exit 1; }
+stage lint lint
+stage rust-tests rust_tests
+stage release-build release_build
+stage nix bash tests/nix/run.sh
+if [ "$WHICH" = all ]; then
+  stage systemd bash tests/systemd/run.sh
+fi
+
+echo
+[ "$failed" = 0 ] || echo "failed stages: ${failed_names[*]}"
+echo "stages: $passed passed, $failed failed"
+[ "$failed" = 0 ]
