@@ -95,6 +95,11 @@ fn is_dir_mode(mode: u32) -> bool {
     SFlag::from_bits_truncate(mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR
 }
 
+/// Deepest directory nesting removal descends into. The control dir is the
+/// principal's to fill: a compromised hypervisor must not be able to make
+/// root's cleanup recurse until its stack overflows.
+pub const MAX_DEPTH: usize = 64;
+
 /// Remove `parent/name` recursively on `parent`'s file system only.
 fn remove_at(
     parent: &std::os::fd::OwnedFd,
@@ -102,12 +107,27 @@ fn remove_at(
     name: &str,
     path: &Path,
 ) -> Result<(), String> {
+    remove_at_depth(parent, dev, name, path, 0)
+}
+
+fn remove_at_depth(
+    parent: &std::os::fd::OwnedFd,
+    dev: u64,
+    name: &str,
+    path: &Path,
+    depth: usize,
+) -> Result<(), String> {
     let st = match fstatat(parent.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => st,
         Err(Errno::ENOENT) => return Ok(()),
         Err(e) => return Err(format!("stat: {e}")),
     };
     if is_dir_mode(st.st_mode) {
+        if depth >= MAX_DEPTH {
+            return Err(format!(
+                "nested deeper than {MAX_DEPTH} directories; not descending"
+            ));
+        }
         if st.st_dev != dev {
             return Err("is a mount point (another file system); not descending".into());
         }
@@ -125,7 +145,7 @@ fn remove_at(
         let names = entries(&child).map_err(|e| format!("read directory: {e}"))?;
         let mut errs = Vec::new();
         for n in names {
-            if let Err(e) = remove_at(&child.fd, dev, &n, &path.join(&n)) {
+            if let Err(e) = remove_at_depth(&child.fd, dev, &n, &path.join(&n), depth + 1) {
                 errs.push(format!("{}: {e}", path.join(&n).display()));
             }
         }

@@ -212,7 +212,22 @@ fn a_deletion_that_leaves_the_path_is_failed_and_exit_is_nonzero() {
     assert!(!o.status.success());
     assert!(rep["failed"].to_string().contains("immutable"), "{rep}");
 
-    // 3. A deletion that reports success but leaves the path (the test
+    // 3. A tree nested deeper than cleanup descends (a compromised VM
+    //    filling its control dir): refused as failed, not a stack overflow.
+    let mut deep = rundir.join("control");
+    for i in 0..(vmwarden::ownership::MAX_DEPTH + 5) {
+        deep = deep.join(format!("d{i}"));
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    let (o, rep) = env.cleanup("web");
+    assert!(!o.status.success());
+    assert!(
+        rep["failed"].to_string().contains("nested deeper than"),
+        "{rep}"
+    );
+    std::fs::remove_dir_all(rundir.join("control")).unwrap();
+
+    // 4. A deletion that reports success but leaves the path (the test
     //    switch skips the unlink and reports it deleted): the verify pass
     //    must move it to failed.
     if cfg!(feature = "fault-injection") {
