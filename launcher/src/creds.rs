@@ -76,15 +76,30 @@ pub fn read_all(spec: &Spec, credentials_directory: Option<&Path>) -> Result<Vec
                     ),
                 )
             }
-            CredentialSource::Path(p) => (
-                p.clone(),
-                openat(
-                    AT_FDCWD,
-                    p,
-                    OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-                    Mode::empty(),
-                ),
-            ),
+            CredentialSource::Path(p) => {
+                // Every component is walked without following symlinks (not
+                // only the last one): a directory on the way may be writable
+                // by the VM itself (e.g. its state dir's identity/), and root
+                // must not be steered into another VM's files.
+                let (parent, name) = crate::dirs::split_parent(p).map_err(|e| match e {
+                    Error::Refused { path, reason } => err(format!("{}: {reason}", path.display())),
+                    Error::Sys {
+                        errno: Errno::ENOENT,
+                        path,
+                        ..
+                    } => err(format!("{} does not exist", path.display())),
+                    e => err(e.to_string()),
+                })?;
+                (
+                    p.clone(),
+                    openat(
+                        parent.fd.as_fd(),
+                        name.as_str(),
+                        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+                        Mode::empty(),
+                    ),
+                )
+            }
         };
         let fd = fd.map_err(|e| match e {
             Errno::ELOOP => err(format!(

@@ -52,6 +52,23 @@ fn check_lock_file(path: &PathBuf, file: &File) -> Result<()> {
     Ok(())
 }
 
+/// `LOCK_EX|LOCK_NB`, retried briefly: read-only probes ([`state`]) hold a
+/// shared lock for microseconds, and must not make a launch or a cleanup
+/// think the VM is running.
+fn lock_exclusive_retrying(mut file: File) -> std::result::Result<Flock<File>, Errno> {
+    for _ in 0..20 {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => return Ok(l),
+            Err((f, Errno::EWOULDBLOCK)) => {
+                file = f;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err((_, e)) => return Err(e),
+        }
+    }
+    Err(Errno::EWOULDBLOCK)
+}
+
 impl Lease {
     /// Take the lease, or `Ok(None)` when it is held elsewhere. After the lock
     /// the path is re-checked to still name the locked inode, so a concurrent
@@ -62,7 +79,9 @@ impl Lease {
             let fd = match openat(
                 rundir.fd.as_fd(),
                 LEASE_FILE,
-                OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                // Read-only: the hypervisor inherits this fd and must not be
+                // able to write to a root-owned file on /run.
+                OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
                 Mode::from_bits_truncate(0o600),
             ) {
                 Err(Errno::ELOOP) => {
@@ -75,10 +94,10 @@ impl Lease {
             };
             let file = File::from(fd);
             check_lock_file(&path, &file)?;
-            let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            let lock = match lock_exclusive_retrying(file) {
                 Ok(l) => l,
-                Err((_, Errno::EWOULDBLOCK)) => return Ok(None),
-                Err((_, e)) => return Err(e).sys("flock", &path),
+                Err(Errno::EWOULDBLOCK) => return Ok(None),
+                Err(e) => return Err(e).sys("flock", &path),
             };
             let held = fstat(lock.as_fd()).sys("fstat", &path)?;
             match fstatat(

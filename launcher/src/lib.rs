@@ -20,6 +20,7 @@ pub mod liveness;
 pub mod mountinfo;
 pub mod ownership;
 pub mod paths;
+pub mod peer;
 pub mod principal;
 pub mod purge;
 pub mod qmp;

@@ -85,35 +85,71 @@ pub fn mnt_ns(pid: &str) -> Option<String> {
         .map(|p| p.to_string_lossy().into_owned())
 }
 
-/// One entry per mount namespace: a pid in it and the credential mounts of
-/// VM `name` (or of any VM when `name` is `None`) seen there.
-pub fn credential_mounts_everywhere(name: Option<&str>) -> Vec<(u32, String, Mount)> {
-    let mut seen = std::collections::BTreeSet::new();
+/// Is `m` a vmwarden credential tmpfs (of VM `name`, or of any VM)? The
+/// source string alone is not enough: anyone can name a tmpfs anything.
+pub fn is_credential_mount(m: &Mount, name: Option<&str>) -> bool {
+    let Some(vm) = m.source.strip_prefix(CREDENTIAL_SOURCE_PREFIX) else {
+        return false;
+    };
+    m.fstype == "tmpfs"
+        && crate::spec::valid_name(vm)
+        && name.is_none_or(|n| n == vm)
+        && m.mount_point
+            .ends_with(format!("{vm}/{}", crate::paths::CREDENTIALS_DIR))
+}
+
+/// Thread ids of every process (a process whose main thread has exited
+/// still runs, and still holds its namespaces, in its other threads).
+pub fn all_tids() -> Vec<u32> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return out;
     };
     for e in rd.flatten() {
-        let fname = e.file_name();
-        let Some(pid) = fname.to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        let Some(ns) = mnt_ns(&pid.to_string()) else {
+        match std::fs::read_dir(format!("/proc/{pid}/task")) {
+            Ok(tasks) => out.extend(
+                tasks
+                    .flatten()
+                    .filter_map(|t| t.file_name().to_str().and_then(|s| s.parse::<u32>().ok())),
+            ),
+            Err(_) => out.push(pid),
+        }
+    }
+    out
+}
+
+/// One entry per credential mount per mount namespace: a thread in that
+/// namespace, the namespace, and the mount of VM `name` (or of any VM when
+/// `name` is `None`). Only namespaces of this (the initial) user namespace
+/// count: an unprivileged user's namespace is not vmwarden's and cannot
+/// hold a mount the launcher made.
+pub fn credential_mounts_everywhere(name: Option<&str>) -> Vec<(u32, String, Mount)> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    let my_userns = std::fs::read_link("/proc/self/ns/user").ok();
+    for tid in all_tids() {
+        let base = format!("/proc/{tid}");
+        let Some(ns) = std::fs::read_link(format!("{base}/ns/mnt"))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned())
+        else {
             continue;
         };
+        if std::fs::read_link(format!("{base}/ns/user")).ok() != my_userns {
+            continue;
+        }
         if !seen.insert(ns.clone()) {
             continue;
         }
-        let Ok(mounts) = read(&pid.to_string()) else {
+        let Ok(text) = std::fs::read_to_string(format!("{base}/mountinfo")) else {
             continue;
         };
-        for m in mounts {
-            let hit = match name {
-                Some(n) => m.source == credential_source(n),
-                None => m.source.starts_with(CREDENTIAL_SOURCE_PREFIX),
-            };
-            if hit {
-                out.push((pid, ns.clone(), m));
+        for m in parse(&text) {
+            if is_credential_mount(&m, name) {
+                out.push((tid, ns.clone(), m));
             }
         }
     }
@@ -137,6 +173,58 @@ mod tests {
         assert!(m.has_option("noswap"));
         assert!(m.has_option("ro"));
         assert!(!m.has_option("rw"));
+    }
+
+    #[test]
+    fn credential_mount_needs_tmpfs_valid_name_and_its_mount_point() {
+        let m = |fstype: &str, source: &str, mp: &str| Mount {
+            mount_id: 1,
+            mount_point: PathBuf::from(mp),
+            mount_options: "ro".into(),
+            fstype: fstype.into(),
+            source: source.into(),
+            super_options: "noswap".into(),
+        };
+        assert!(is_credential_mount(
+            &m(
+                "tmpfs",
+                "vmwarden-creds:web",
+                "/run/vmwarden/web/credentials"
+            ),
+            Some("web")
+        ));
+        assert!(is_credential_mount(
+            &m(
+                "tmpfs",
+                "vmwarden-creds:web",
+                "/run/vmwarden/web/credentials"
+            ),
+            None
+        ));
+        assert!(!is_credential_mount(
+            &m(
+                "tmpfs",
+                "vmwarden-creds:web",
+                "/run/vmwarden/web/credentials"
+            ),
+            Some("db")
+        ));
+        assert!(!is_credential_mount(
+            &m(
+                "ramfs",
+                "vmwarden-creds:web",
+                "/run/vmwarden/web/credentials"
+            ),
+            None
+        ));
+        assert!(!is_credential_mount(
+            &m("tmpfs", "vmwarden-creds:web", "/tmp"),
+            None
+        ));
+        assert!(!is_credential_mount(
+            &m("tmpfs", "vmwarden-creds:../x", "/x/credentials"),
+            None
+        ));
     }
 
     #[test]

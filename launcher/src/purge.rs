@@ -24,6 +24,9 @@ pub struct Plan {
     pub state_dir: PathBuf,
     pub keep: Vec<String>,
     pub delete: Vec<PathBuf>,
+    /// The VM's principal uid, when it can be determined (re-checked for
+    /// liveness under the lease before anything is deleted).
+    pub principal_uid: Option<u32>,
     pub retire_uid: Option<u32>,
 }
 
@@ -105,15 +108,13 @@ pub fn plan(roots: &Roots, name: &str, keep_identity: bool) -> Result<Plan> {
     let (kop, spec_uid) = spec_keep_and_uid(roots, name);
     let keep = keep_set(keep_identity, &kop);
     let delete = plan_entries(&state_dir, &keep)?;
-    let retire_uid = if keep_identity {
-        None
-    } else {
-        principal_uid(roots, name, spec_uid, &state_dir)
-    };
+    let uid = principal_uid(roots, name, spec_uid, &state_dir);
+    let retire_uid = if keep_identity { None } else { uid };
     Ok(Plan {
         state_dir: state_dir.path.clone(),
         keep,
         delete,
+        principal_uid: uid,
         retire_uid,
     })
 }
@@ -123,31 +124,43 @@ pub struct Report {
     pub plan: Plan,
     pub outcome: Outcome,
     pub retired: Option<crate::registry::Record>,
+    /// Why the principal was not retired when it should have been.
+    pub retire_error: Option<String>,
 }
 
 /// Carry out `plan` under the VM's lease (no launch can start meanwhile).
 pub fn execute(roots: &Roots, name: &str, plan: Plan) -> Result<Report> {
-    // Hold the launcher's lease (creating the runtime dir would be a new
-    // resource; without one, no launch is in progress).
-    let rundir = dirs::open_dir(&roots.runtime_dir(name)).ok();
-    let _lease = match &rundir {
-        Some(d) => match Lease::acquire(d)? {
-            Some(l) => Some(l),
-            None => {
-                return Err(Error::Refused {
-                    path: plan.state_dir.clone(),
-                    reason: format!(
-                        "VM {name} started while purge was confirming; nothing deleted"
-                    ),
-                })
-            }
-        },
-        None => None,
+    // Hold the launcher's lease for the whole deletion, creating the runtime
+    // dir and lease file if needed (exactly as a launch would), so no launch
+    // can start between the confirmation and the last unlink.
+    let (rt_parent, rt_name) = dirs::split_parent(&roots.runtime_root)?;
+    let root_want = |mode| crate::dirs::Want {
+        uid: 0,
+        gid: 0,
+        mode,
+        loose: crate::dirs::Loose::Refuse,
     };
-    if let Verdict::Live(r) | Verdict::Ambiguous(r) = match plan.retire_uid {
+    let (runtime_root, _) = dirs::ensure(
+        &rt_parent,
+        &rt_name,
+        &crate::dirs::Want {
+            loose: crate::dirs::Loose::Tighten,
+            ..root_want(0o755)
+        },
+    )?;
+    let (rundir, _) = dirs::ensure(&runtime_root, name, &root_want(0o755))?;
+    let Some(_lease) = Lease::acquire(&rundir)? else {
+        return Err(Error::Refused {
+            path: plan.state_dir.clone(),
+            reason: format!("VM {name} started while purge was confirming; nothing deleted"),
+        });
+    };
+    // Re-check under the lease, whatever the plan retires.
+    let recheck = match plan.principal_uid {
         Some(uid) => liveness::probe_with_lease_held(roots, name, uid),
         None => Verdict::Dead,
-    } {
+    };
+    if let Verdict::Live(r) | Verdict::Ambiguous(r) = recheck {
         return Err(Error::Refused {
             path: plan.state_dir.clone(),
             reason: format!("VM {name} is not dead ({r}); nothing deleted"),
@@ -176,14 +189,20 @@ pub fn execute(roots: &Roots, name: &str, plan: Plan) -> Result<Report> {
             }),
         }
     }
-    let retired = match (plan.retire_uid, outcome.failed.is_empty()) {
-        (Some(uid), true) => Some(crate::registry::retire(roots, name, uid)?),
-        _ => None,
+    // Retirement fails closed, but what was deleted is still reported.
+    let (retired, retire_error) = match (plan.retire_uid, outcome.failed.is_empty()) {
+        (Some(uid), true) => match crate::registry::retire(roots, name, uid) {
+            Ok(r) => (Some(r), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        (Some(_), false) => (None, Some("not retired: some deletions failed".to_string())),
+        (None, _) => (None, None),
     };
     Ok(Report {
         plan,
         outcome,
         retired,
+        retire_error,
     })
 }
 

@@ -1,7 +1,7 @@
 //! A small QMP client over the control socket: greeting, capabilities
 //! negotiation, commands, events. Blocking with timeouts; no threads.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 
 pub struct Qmp {
     path: PathBuf,
+    timeout: Duration,
     reader: BufReader<UnixStream>,
     writer: UnixStream,
     pub greeting: Value,
@@ -26,23 +27,25 @@ impl Qmp {
         }
     }
 
-    /// Connect, read the greeting and negotiate capabilities.
+    /// Connect (only to a peer running as the control dir's owner, see
+    /// [`crate::peer::connect`]), read the greeting and negotiate
+    /// capabilities. Every command gets `timeout` as an overall deadline.
     pub fn connect(path: &Path, timeout: Duration) -> Result<Qmp> {
-        let s = UnixStream::connect(path).map_err(|e| Self::err(path, format!("connect: {e}")))?;
-        s.set_read_timeout(Some(timeout))
-            .and_then(|_| s.set_write_timeout(Some(timeout)))
+        let s = crate::peer::connect(path).map_err(|e| Self::err(path, e))?;
+        s.set_write_timeout(Some(timeout))
             .map_err(|e| Self::err(path, format!("set timeout: {e}")))?;
         let writer = s
             .try_clone()
             .map_err(|e| Self::err(path, format!("dup: {e}")))?;
         let mut q = Qmp {
             path: path.to_path_buf(),
+            timeout,
             reader: BufReader::new(s),
             writer,
             greeting: Value::Null,
             events: Vec::new(),
         };
-        let g = q.read_msg()?;
+        let g = q.read_msg(Instant::now() + timeout)?;
         if g.get("QMP").is_none() {
             return Err(Self::err(path, format!("unexpected greeting {g}")));
         }
@@ -51,15 +54,15 @@ impl Qmp {
         Ok(q)
     }
 
-    fn read_msg(&mut self) -> Result<Value> {
-        let mut line = String::new();
-        let n = self
-            .reader
-            .read_line(&mut line)
-            .map_err(|e| Self::err(&self.path, format!("read: {e}")))?;
-        if n == 0 {
-            return Err(Self::err(&self.path, "connection closed"));
-        }
+    /// One message, bounded in size (a VM controls the other end) and in time.
+    fn read_msg(&mut self, deadline: Instant) -> Result<Value> {
+        let stream = self
+            .writer
+            .try_clone()
+            .map_err(|e| Self::err(&self.path, format!("dup: {e}")))?;
+        let line = crate::peer::read_line(&mut self.reader, &stream, deadline)
+            .map_err(|e| Self::err(&self.path, e))?
+            .ok_or_else(|| Self::err(&self.path, "connection closed"))?;
         serde_json::from_str(&line)
             .map_err(|e| Self::err(&self.path, format!("bad JSON {line:?}: {e}")))
     }
@@ -76,8 +79,9 @@ impl Qmp {
         self.writer
             .write_all(&bytes)
             .map_err(|e| Self::err(&self.path, format!("write: {e}")))?;
+        let deadline = Instant::now() + self.timeout;
         loop {
-            let m = self.read_msg()?;
+            let m = self.read_msg(deadline)?;
             if m.get("event").is_some() {
                 self.events.push(m);
                 continue;
@@ -105,11 +109,7 @@ impl Qmp {
         }
         let end = Instant::now() + timeout;
         while Instant::now() < end {
-            let left = end
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(10));
-            let _ = self.reader.get_ref().set_read_timeout(Some(left));
-            match self.read_msg() {
+            match self.read_msg(end) {
                 Ok(m) if m["event"] == name => {
                     self.events.push(m.clone());
                     return Ok(m);

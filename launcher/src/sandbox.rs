@@ -54,16 +54,21 @@ pub fn mount_credential_tmpfs(target: &Path, vm: &str, size: u64, files: usize) 
         }
         Err(e) => return Err(e).sys("mount credential tmpfs", target),
     }
-    let ok = mountinfo::read("self")
-        .ok()
-        .and_then(|ms| ms.into_iter().rev().find(|m| m.mount_point == target))
-        .map(|m| m.source == source && m.has_option("noswap"))
-        .unwrap_or(false);
-    if !ok {
-        return Err(Error::NoSwapUnsupported {
-            path: target.to_path_buf(),
-            errno: Errno::EINVAL,
-        });
+    let mounts = mountinfo::read("self").map_err(|e| Error::Refused {
+        path: target.to_path_buf(),
+        reason: format!("cannot read /proc/self/mountinfo to confirm noswap: {e}"),
+    })?;
+    let found = mounts.into_iter().rev().find(|m| m.mount_point == target);
+    match found {
+        Some(m) if m.source == source && m.has_option("noswap") => {}
+        other => {
+            return Err(Error::Refused {
+                path: target.to_path_buf(),
+                reason: format!(
+                    "the credential tmpfs was mounted but mountinfo does not show it with noswap ({other:?}); refusing to put credentials on swappable memory"
+                ),
+            })
+        }
     }
     Ok(())
 }

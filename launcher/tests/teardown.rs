@@ -290,8 +290,10 @@ fn reap_dry_run_then_apply_then_kill() {
     std::fs::write(env.run.join("not-a-vm.tmp"), b"x").unwrap();
     let mut proc_ = orphan_process(uid(43));
     // A stray credential mount in a namespace nothing of vmwarden owns.
-    let stray_mp = env.path("stray-mp");
-    std::fs::create_dir(&stray_mp).unwrap();
+    // (at a path shaped like a runtime dir's credential mount point, since
+    // only those count as vmwarden's)
+    let stray_mp = env.path("stray/gone/credentials");
+    std::fs::create_dir_all(&stray_mp).unwrap();
     let mut holder = Command::new("unshare")
         .args(["-m", "--propagation", "private", "sh", "-c"])
         .arg(format!(
@@ -321,7 +323,12 @@ fn reap_dry_run_then_apply_then_kill() {
     assert!(dry.status.success(), "{}", text(&dry));
     let r: serde_json::Value = serde_json::from_slice(&dry.stdout).unwrap();
     let orphans = r["orphans"].to_string();
-    for want in ["run/orphan", "run/gone", "not-a-vm.tmp", "stray-mp"] {
+    for want in [
+        "run/orphan",
+        "run/gone",
+        "not-a-vm.tmp",
+        "stray/gone/credentials",
+    ] {
         assert!(orphans.contains(want), "dry run misses {want}: {r:#}");
     }
     assert!(!orphans.contains("run/live"), "{r:#}");

@@ -231,6 +231,9 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             for f in &rep.outcome.failed {
                 println!("FAILED {} ({})", f.path.display(), f.reason);
             }
+            if let Some(e) = &rep.retire_error {
+                println!("NOT RETIRED: {e}");
+            }
             if let Some(r) = &rep.retired {
                 println!(
                     "retired principal uid {} (generation {})",
