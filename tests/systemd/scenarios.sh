@@ -239,9 +239,10 @@ s_stop_a() {
   [ "$(state microvm@a.service)" = active ] || { fail "precondition: microvm@a not active"; return 1; }
   timeout 300 systemctl stop microvm@a.service; rc=$?
   [ $rc -eq 0 ] || { fail "systemctl stop rc=$rc"; return 1; }
+  check_graceful_stop a "$cur" && check_cleanup a microvm@a.service "$cur" || return 1
   [ "$(state microvm@a.service)" = inactive ] \
     || { fail "microvm@a is $(state microvm@a.service) after stop (ExecStop/ExecStopPost failed?)"; return 1; }
-  check_graceful_stop a "$cur" && check_cleanup a microvm@a.service "$cur" && check_clean a
+  check_clean a
 }
 
 s_kill_b() {
