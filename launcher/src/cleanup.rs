@@ -102,8 +102,10 @@ fn cleanup_dead(roots: &Roots, name: &str, mut report: Report) -> Report {
             errno: nix::errno::Errno::ENOENT,
             ..
         }) => {
-            // Nothing was ever created (or it is already gone): check mounts.
+            // Nothing was ever created (or it is already gone): check mounts
+            // and taps.
             report.failed.extend(surviving_credential_mounts(name));
+            report.failed.extend(surviving_taps(roots, name, None));
             report.clean = report.failed.is_empty();
             return report;
         }
@@ -204,8 +206,28 @@ fn cleanup_dead(roots: &Roots, name: &str, mut report: Report) -> Report {
         }),
     }
     report.failed.extend(surviving_credential_mounts(name));
+    report
+        .failed
+        .extend(surviving_taps(roots, name, intent.as_ref()));
     report.clean = report.failed.is_empty();
     report
+}
+
+/// Taps of `name` (intent record and spec) that still exist. The kernel
+/// deletes a non-persistent tap with its last fd; a survivor means some
+/// process still holds it or it was made persistent. Cleanup does not
+/// delete it (it may be in use); `vmwarden reap --apply` does once the VM
+/// is not live.
+pub fn surviving_taps(roots: &Roots, name: &str, intent: Option<&Intent>) -> Vec<Failed> {
+    crate::net::surviving(&crate::net::vm_taps(roots, name, intent))
+        .into_iter()
+        .map(|(tap, why)| Failed {
+            path: PathBuf::from(crate::net::SYS_CLASS_NET).join(&tap),
+            reason: format!(
+                "tap {tap} survives the hypervisor ({why}): something still holds its fd or it was made persistent; `vmwarden reap --apply` deletes it"
+            ),
+        })
+        .collect()
 }
 
 /// Credential tmpfs mounts of `name` still present in any mount namespace.

@@ -13,6 +13,7 @@ use crate::lease::{self, LeaseState};
 use crate::liveness::{self, Verdict};
 use crate::paths::Roots;
 use crate::qmp::Qmp;
+use crate::spec::HypervisorKind;
 
 const POLL: Duration = Duration::from_millis(50);
 
@@ -23,14 +24,49 @@ fn lease_held(roots: &Roots, name: &str) -> bool {
         == Some(LeaseState::Held)
 }
 
-/// Return once the control socket answers QMP, or fail when the instance
-/// dies or `timeout` passes.
+/// The hypervisor kind of VM `name`: from its intent record, else its
+/// spec, else QEMU.
+pub fn kind_of(roots: &Roots, name: &str) -> HypervisorKind {
+    dirs::open_dir(&roots.runtime_dir(name))
+        .ok()
+        .and_then(|d| Intent::read(&d).ok().flatten())
+        .and_then(|i| i.hypervisor)
+        .or_else(|| {
+            crate::spec::Spec::read(&roots.spec_path(name))
+                .ok()
+                .map(|s| s.hypervisor.kind)
+        })
+        .unwrap_or(HypervisorKind::Qemu)
+}
+
+/// The control socket `wait-ready`, `stop` and `status` talk to.
+pub fn control_socket(roots: &Roots, name: &str, kind: HypervisorKind) -> std::path::PathBuf {
+    match kind {
+        HypervisorKind::Qemu => roots.qmp_socket(name),
+        _ => roots.api_socket(name),
+    }
+}
+
+/// The run state through the control socket: QMP `query-status` for QEMU
+/// ("running"), the API's `state` for cloud-hypervisor / firecracker
+/// ("Running").
+pub fn run_state(roots: &Roots, name: &str, kind: HypervisorKind, t: Duration) -> Result<String> {
+    let sock = control_socket(roots, name, kind);
+    match kind {
+        HypervisorKind::Qemu => Qmp::connect(&sock, t).and_then(|mut q| q.status()),
+        _ => crate::api::vm_state(&sock, kind, t),
+    }
+}
+
+/// Return once the control socket answers (QMP, or the HTTP API), or fail
+/// when the instance dies or `timeout` passes.
 pub fn wait_ready(roots: &Roots, name: &str, timeout: Duration) -> Result<String> {
-    let sock = roots.qmp_socket(name);
+    let kind = kind_of(roots, name);
+    let sock = control_socket(roots, name, kind);
     let end = Instant::now() + timeout;
     let mut last = String::from("no attempt yet");
     while Instant::now() < end {
-        match Qmp::connect(&sock, Duration::from_secs(2)).and_then(|mut q| q.status()) {
+        match run_state(roots, name, kind, Duration::from_secs(2)) {
             Ok(status) => return Ok(status),
             Err(e) => last = e.to_string(),
         }
@@ -57,9 +93,11 @@ pub fn wait_ready(roots: &Roots, name: &str, timeout: Duration) -> Result<String
 pub enum StoppedBy {
     /// It was not running.
     NotRunning,
-    /// The guest powered off after the ACPI power button.
+    /// The guest powered off after the ACPI power button (QMP
+    /// `system_powerdown`, cloud-hypervisor `vm.power-button`, firecracker
+    /// `SendCtrlAltDel`).
     Powerdown,
-    /// QMP `quit`.
+    /// QMP `quit`, or cloud-hypervisor `vm.shutdown` + `vmm.shutdown`.
     Quit,
     /// SIGKILL of the hypervisor, the last resort.
     Sigkill,
@@ -82,9 +120,14 @@ fn wait_gone(roots: &Roots, name: &str, uid: Option<u32>, d: Duration) -> bool {
     }
 }
 
-/// Stop VM `name`: `system_powerdown` and wait up to `timeout`; then `quit`
+/// Stop VM `name`: the power button and wait up to `timeout`; then quit
 /// and wait a little; then SIGKILL the hypervisor (the intent record's pid,
-/// only while it still runs as the VM's uid).
+/// only while it still runs as the VM's uid). Per kind:
+/// * QEMU: QMP `system_powerdown`, then `quit`;
+/// * cloud-hypervisor: `PUT /api/v1/vm.power-button`, then `PUT
+///   /api/v1/vm.shutdown` and `PUT /api/v1/vmm.shutdown`;
+/// * firecracker: `PUT /actions {"action_type":"SendCtrlAltDel"}` (x86: the
+///   guest reboots, which ends firecracker), then nothing but SIGKILL.
 pub fn stop(roots: &Roots, name: &str, timeout: Duration) -> Result<StoppedBy> {
     let rundir = match dirs::open_dir(&roots.runtime_dir(name)) {
         Ok(d) => d,
@@ -95,17 +138,38 @@ pub fn stop(roots: &Roots, name: &str, timeout: Duration) -> Result<StoppedBy> {
     if !lease_held(roots, name) {
         return Ok(StoppedBy::NotRunning);
     }
-    let sock = roots.qmp_socket(name);
-    if let Ok(mut q) = Qmp::connect(&sock, Duration::from_secs(2)) {
-        if q.execute("system_powerdown", None).is_ok() && wait_gone(roots, name, uid, timeout) {
-            return Ok(StoppedBy::Powerdown);
+    let kind = intent
+        .as_ref()
+        .and_then(|i| i.hypervisor)
+        .unwrap_or_else(|| kind_of(roots, name));
+    let sock = control_socket(roots, name, kind);
+    let t = Duration::from_secs(2);
+    let put = |uri: &str, body: Option<&str>| crate::api::expect_ok(&sock, "PUT", uri, body, t);
+    let pressed = match kind {
+        HypervisorKind::Qemu => Qmp::connect(&sock, t)
+            .and_then(|mut q| q.execute("system_powerdown", None))
+            .is_ok(),
+        HypervisorKind::CloudHypervisor => put("/api/v1/vm.power-button", None).is_ok(),
+        HypervisorKind::Firecracker => {
+            put("/actions", Some(r#"{"action_type":"SendCtrlAltDel"}"#)).is_ok()
         }
+    };
+    if pressed && wait_gone(roots, name, uid, timeout) {
+        return Ok(StoppedBy::Powerdown);
     }
-    if let Ok(mut q) = Qmp::connect(&sock, Duration::from_secs(2)) {
-        let _ = q.execute("quit", None);
-        if wait_gone(roots, name, uid, Duration::from_secs(5)) {
-            return Ok(StoppedBy::Quit);
+    let quit = match kind {
+        HypervisorKind::Qemu => Qmp::connect(&sock, t)
+            .and_then(|mut q| q.execute("quit", None))
+            .is_ok(),
+        HypervisorKind::CloudHypervisor => {
+            let vm = put("/api/v1/vm.shutdown", None).is_ok();
+            put("/api/v1/vmm.shutdown", None).is_ok() || vm
         }
+        // firecracker has no API call that ends the process.
+        HypervisorKind::Firecracker => false,
+    };
+    if quit && wait_gone(roots, name, uid, Duration::from_secs(5)) {
+        return Ok(StoppedBy::Quit);
     }
     if let (Some(i), Some(uid)) = (&intent, uid) {
         if liveness::processes_of_uid(uid).contains(&i.pid) {
@@ -141,6 +205,10 @@ pub struct Status {
     pub instance_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qmp_status: Option<String>,
+    pub hypervisor: HypervisorKind,
+    /// cloud-hypervisor / firecracker: the API's `state`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_state: Option<String>,
 }
 
 /// Every VM that is configured or has a runtime dir, sorted by name.
@@ -169,11 +237,17 @@ pub fn status(roots: &Roots, name: &str) -> Status {
     let intent = dirs::open_dir(&roots.runtime_dir(name))
         .ok()
         .and_then(|d| Intent::read(&d).ok().flatten());
-    let qmp_status = match &verdict {
-        Verdict::Live(_) => Qmp::connect(&roots.qmp_socket(name), Duration::from_secs(1))
-            .and_then(|mut q| q.status())
-            .ok(),
+    let kind = intent
+        .as_ref()
+        .and_then(|i| i.hypervisor)
+        .unwrap_or_else(|| kind_of(roots, name));
+    let run_state = match &verdict {
+        Verdict::Live(_) => run_state(roots, name, kind, Duration::from_secs(1)).ok(),
         _ => None,
+    };
+    let (qmp_status, api_state) = match kind {
+        HypervisorKind::Qemu => (run_state, None),
+        _ => (None, run_state),
     };
     Status {
         name: name.to_string(),
@@ -188,5 +262,7 @@ pub fn status(roots: &Roots, name: &str) -> Status {
         uid: intent.as_ref().map(|i| i.principal.uid),
         instance_id: intent.map(|i| i.instance_id),
         qmp_status,
+        hypervisor: kind,
+        api_state,
     }
 }

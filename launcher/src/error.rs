@@ -75,6 +75,17 @@ pub enum Error {
     #[error("exec {path}: {errno}")]
     Exec { path: PathBuf, errno: Errno },
 
+    #[error("network interface {what}: {op}: {source}")]
+    Net {
+        what: String,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("control API {path}: {reason}")]
+    Api { path: PathBuf, reason: String },
+
     #[error("QMP {path}: {reason}")]
     Qmp { path: PathBuf, reason: String },
 

@@ -1,9 +1,14 @@
-//! Hypervisor command lines rendered from the spec. Nothing secret is ever
-//! rendered: credentials are passed as paths into the VM's private tmpfs.
+//! Hypervisor command lines (and firecracker's config file) rendered from
+//! the spec. Nothing secret is ever rendered: QEMU gets credentials as paths
+//! into the VM's private tmpfs; cloud-hypervisor and firecracker get none
+//! (the spec refuses them). Taps are passed as inherited fd numbers.
 
 use std::path::{Path, PathBuf};
 
-use crate::spec::{Accel, Machine, Spec, FW_CFG_CREDENTIAL_PREFIX};
+use serde_json::json;
+
+use crate::net::format_mac;
+use crate::spec::{Accel, HypervisorKind, Machine, Spec, FW_CFG_CREDENTIAL_PREFIX};
 
 /// libvirt's default `seccomp_sandbox = 1` set: QEMU's own seccomp filter.
 pub const QEMU_SANDBOX: &str =
@@ -14,6 +19,12 @@ pub const QEMU_SANDBOX: &str =
 pub struct Layout {
     pub qmp_socket: PathBuf,
     pub credentials_dir: PathBuf,
+    /// cloud-hypervisor / firecracker API socket (`control/api.sock`).
+    pub api_socket: PathBuf,
+    /// firecracker's config file (`control/firecracker.json`).
+    pub firecracker_config: PathBuf,
+    /// Open tap fds, one per `spec.interfaces` entry, in order.
+    pub tap_fds: Vec<i32>,
 }
 
 /// QEMU option values escape ',' by doubling it.
@@ -81,10 +92,118 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
             ),
         ]);
     }
+    let nic = match spec.hypervisor.machine {
+        Machine::Microvm => "virtio-net-device",
+        Machine::Pc | Machine::Q35 => "virtio-net-pci",
+    };
+    for (i, fd) in layout.tap_fds.iter().enumerate() {
+        // vhost=off: the fd is all QEMU gets; no /dev/vhost-net.
+        push(&["-netdev", &format!("tap,id=net{i},fd={fd},vhost=off")]);
+        push(&[
+            "-device",
+            &format!("{nic},netdev=net{i},mac={}", format_mac(&spec.guest_mac(i))),
+        ]);
+    }
     if seccomp {
         push(&["-sandbox", QEMU_SANDBOX]);
     }
     a
+}
+
+/// The cloud-hypervisor argv. Its own seccomp filter stays on; its
+/// `--landlock` is not used: the launcher's Landlock domain already covers
+/// the whole process (applied before `execve`, single-threaded).
+pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
+    let mut a: Vec<String> = vec![spec.hypervisor.binary.to_string_lossy().into_owned()];
+    let mut push = |xs: &[&str]| a.extend(xs.iter().map(|s| s.to_string()));
+    push(&[
+        "--api-socket",
+        &format!("path={}", layout.api_socket.to_string_lossy()),
+    ]);
+    push(&["--kernel", &spec.kernel.to_string_lossy()]);
+    if let Some(initrd) = &spec.initrd {
+        push(&["--initramfs", &initrd.to_string_lossy()]);
+    }
+    if !spec.cmdline.is_empty() {
+        push(&["--cmdline", &spec.cmdline]);
+    }
+    push(&["--cpus", &format!("boot={}", spec.vcpus)]);
+    push(&["--memory", &format!("size={}M", spec.memory_mib)]);
+    if !spec.disks.is_empty() {
+        push(&["--disk"]);
+        for d in &spec.disks {
+            let ro = if d.read_only { ",readonly=on" } else { "" };
+            push(&[&format!("path={}{ro}", d.path.to_string_lossy())]);
+        }
+    }
+    if !layout.tap_fds.is_empty() {
+        push(&["--net"]);
+        for (i, fd) in layout.tap_fds.iter().enumerate() {
+            push(&[&format!("fd=[{fd}],mac={}", format_mac(&spec.guest_mac(i)))]);
+        }
+    }
+    push(&["--serial", "tty", "--console", "off"]);
+    push(&["--seccomp", "true"]);
+    a
+}
+
+/// firecracker's `--config-file` contents. No network interfaces (the spec
+/// refuses them for firecracker) and no secrets.
+pub fn firecracker_config(spec: &Spec) -> String {
+    let mut boot = json!({
+        "kernel_image_path": spec.kernel,
+        "boot_args": spec.cmdline,
+    });
+    if let Some(i) = &spec.initrd {
+        boot["initrd_path"] = json!(i);
+    }
+    let drives: Vec<serde_json::Value> = spec
+        .disks
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            json!({
+                "drive_id": format!("disk{i}"),
+                "path_on_host": d.path,
+                "is_root_device": false,
+                "is_read_only": d.read_only,
+            })
+        })
+        .collect();
+    let cfg = json!({
+        "boot-source": boot,
+        "drives": drives,
+        "machine-config": {
+            "vcpu_count": spec.vcpus,
+            "mem_size_mib": spec.memory_mib,
+        },
+        "network-interfaces": [],
+    });
+    let mut text = serde_json::to_string_pretty(&cfg).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// The firecracker argv: the API socket stays on (graceful stop and
+/// wait-ready use it); the VM is configured from the file and starts at once.
+pub fn firecracker_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
+    vec![
+        spec.hypervisor.binary.to_string_lossy().into_owned(),
+        "--api-sock".into(),
+        layout.api_socket.to_string_lossy().into_owned(),
+        "--config-file".into(),
+        layout.firecracker_config.to_string_lossy().into_owned(),
+    ]
+}
+
+/// The argv for the spec's hypervisor kind. `qemu_seccomp` only matters
+/// for QEMU.
+pub fn argv(spec: &Spec, layout: &Layout, qemu_seccomp: bool) -> Vec<String> {
+    match spec.hypervisor.kind {
+        HypervisorKind::Qemu => qemu_argv(spec, layout, qemu_seccomp),
+        HypervisorKind::CloudHypervisor => cloud_hypervisor_argv(spec, layout),
+        HypervisorKind::Firecracker => firecracker_argv(spec, layout),
+    }
 }
 
 /// Whether `qemu -help` lists `-sandbox` (QEMU built with seccomp). Runs the
@@ -124,7 +243,183 @@ mod tests {
         Layout {
             qmp_socket: "/run/vmwarden/web/control/qmp.sock".into(),
             credentials_dir: "/run/vmwarden/web/credentials".into(),
+            api_socket: "/run/vmwarden/web/control/api.sock".into(),
+            firecracker_config: "/run/vmwarden/web/control/firecracker.json".into(),
+            tap_fds: vec![],
         }
+    }
+
+    fn with_nics(mut s: Spec) -> Spec {
+        s.interfaces = vec![
+            InterfaceSpec {
+                tap: "vmw-web0".into(),
+                bridge: Some("br0".into()),
+                mac: Some("02:00:00:00:00:01".into()),
+            },
+            InterfaceSpec {
+                tap: "vmw-web1".into(),
+                bridge: None,
+                mac: None,
+            },
+        ];
+        s
+    }
+
+    #[test]
+    fn qemu_taps_are_inherited_fds() {
+        let s = with_nics(spec());
+        let l = Layout {
+            tap_fds: vec![5, 6],
+            ..layout()
+        };
+        let argv = qemu_argv(&s, &l, true);
+        let derived = format_mac(&crate::net::derived_mac("web", "vmw-web1"));
+        let tail: Vec<&str> = argv[argv.len() - 10..].iter().map(|x| x.as_str()).collect();
+        assert_eq!(
+            tail,
+            [
+                "-netdev",
+                "tap,id=net0,fd=5,vhost=off",
+                "-device",
+                "virtio-net-device,netdev=net0,mac=02:00:00:00:00:01",
+                "-netdev",
+                "tap,id=net1,fd=6,vhost=off",
+                "-device",
+                &format!("virtio-net-device,netdev=net1,mac={derived}"),
+                "-sandbox",
+                QEMU_SANDBOX,
+            ]
+        );
+        let mut q = s.clone();
+        q.hypervisor.machine = Machine::Q35;
+        assert!(qemu_argv(&q, &l, false)
+            .join(" ")
+            .contains("-device virtio-net-pci,netdev=net0,mac=02:00:00:00:00:01"));
+    }
+
+    fn ch_spec() -> Spec {
+        let mut s = with_nics(spec());
+        s.hypervisor.kind = HypervisorKind::CloudHypervisor;
+        s.hypervisor.accel = Accel::Kvm;
+        s.hypervisor.binary = "/usr/bin/cloud-hypervisor".into();
+        s.credentials.clear();
+        s.disks[1].path = "/data/b.img".into();
+        s
+    }
+
+    #[test]
+    fn renders_golden_cloud_hypervisor_argv() {
+        let s = ch_spec();
+        let l = Layout {
+            tap_fds: vec![5, 6],
+            ..layout()
+        };
+        let derived = format_mac(&crate::net::derived_mac("web", "vmw-web1"));
+        let want = [
+            "/usr/bin/cloud-hypervisor",
+            "--api-socket",
+            "path=/run/vmwarden/web/control/api.sock",
+            "--kernel",
+            "/k/bzImage",
+            "--initramfs",
+            "/k/initrd",
+            "--cmdline",
+            "console=ttyS0 quiet",
+            "--cpus",
+            "boot=2",
+            "--memory",
+            "size=512M",
+            "--disk",
+            "path=/var/lib/vmwarden/web/root.img",
+            "path=/data/b.img,readonly=on",
+            "--net",
+            "fd=[5],mac=02:00:00:00:00:01",
+            &format!("fd=[6],mac={derived}"),
+            "--serial",
+            "tty",
+            "--console",
+            "off",
+            "--seccomp",
+            "true",
+        ];
+        assert_eq!(argv(&s, &l, true), want);
+    }
+
+    #[test]
+    fn renders_golden_firecracker_config_and_argv() {
+        let mut s = spec();
+        s.hypervisor.kind = HypervisorKind::Firecracker;
+        s.hypervisor.binary = "/usr/bin/firecracker".into();
+        s.credentials.clear();
+        assert_eq!(
+            argv(&s, &layout(), true),
+            [
+                "/usr/bin/firecracker",
+                "--api-sock",
+                "/run/vmwarden/web/control/api.sock",
+                "--config-file",
+                "/run/vmwarden/web/control/firecracker.json",
+            ]
+        );
+        let want = r#"{
+  "boot-source": {
+    "boot_args": "console=ttyS0 quiet",
+    "initrd_path": "/k/initrd",
+    "kernel_image_path": "/k/bzImage"
+  },
+  "drives": [
+    {
+      "drive_id": "disk0",
+      "is_read_only": false,
+      "is_root_device": false,
+      "path_on_host": "/var/lib/vmwarden/web/root.img"
+    },
+    {
+      "drive_id": "disk1",
+      "is_read_only": true,
+      "is_root_device": false,
+      "path_on_host": "/data/a,b.img"
+    }
+  ],
+  "machine-config": {
+    "mem_size_mib": 512,
+    "vcpu_count": 2
+  },
+  "network-interfaces": []
+}
+"#;
+        assert_eq!(firecracker_config(&s), want);
+    }
+
+    #[test]
+    fn spec_refuses_what_these_hypervisors_cannot_do_safely() {
+        let p = Path::new("/etc/vmwarden/vms/web.json");
+        // Credentials on cloud-hypervisor: the reason is the command line.
+        let mut s = ch_spec();
+        s.credentials = spec().credentials;
+        let e = s.validate(p, "web").unwrap_err().to_string();
+        assert!(
+            e.contains("`credentials`") && e.contains("/proc/PID/cmdline"),
+            "{e}"
+        );
+        // TCG on cloud-hypervisor.
+        let mut s = ch_spec();
+        s.hypervisor.accel = Accel::Tcg;
+        let e = s.validate(p, "web").unwrap_err().to_string();
+        assert!(
+            e.contains("`hypervisor.accel`") && e.contains("only on KVM"),
+            "{e}"
+        );
+        // Interfaces on firecracker.
+        let mut s = ch_spec();
+        s.hypervisor.kind = HypervisorKind::Firecracker;
+        let e = s.validate(p, "web").unwrap_err().to_string();
+        assert!(
+            e.contains("`interfaces`") && e.contains("firecracker"),
+            "{e}"
+        );
+        // The plain cloud-hypervisor spec passes.
+        ch_spec().validate(p, "web").unwrap();
     }
 
     #[test]

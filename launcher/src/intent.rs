@@ -34,6 +34,14 @@ pub enum Resource {
     PrivateMount { path: PathBuf, fstype: String },
     /// The persistent state dir; user-owned, never deleted by cleanup.
     StateDir { path: PathBuf },
+    /// A tap the launcher creates as a non-persistent fd for the
+    /// hypervisor: the kernel deletes it when the last holder dies. Cleanup
+    /// and verify-clean check it is gone; `reap --apply` deletes a survivor.
+    Tap {
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bridge: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -47,7 +55,24 @@ pub struct Intent {
     pub boot_id: String,
     pub created_unix: u64,
     pub principal: IntentPrincipal,
+    /// The hypervisor kind (absent in records written before it existed:
+    /// those are QEMU's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hypervisor: Option<crate::spec::HypervisorKind>,
     pub resources: Vec<Resource>,
+}
+
+impl Intent {
+    /// Tap names this record lists.
+    pub fn taps(&self) -> Vec<String> {
+        self.resources
+            .iter()
+            .filter_map(|r| match r {
+                Resource::Tap { name, .. } => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 pub fn boot_id() -> String {

@@ -4,7 +4,9 @@
 //! Read/execute: the system's program and library trees, the hypervisor
 //! binary, kernel, initrd, read-only disks, the credential tmpfs and the
 //! spec's `landlock.read`. Read/write: the VM's state and control dirs,
-//! writable disks, the KVM/tun/vhost devices and the spec's `landlock.write`.
+//! writable disks, the KVM and vsock devices and the spec's `landlock.write`.
+//! cloud-hypervisor and firecracker need nothing more: their API socket and
+//! firecracker's config file live in the control dir.
 //! TCP bind/connect are denied; signals and abstract sockets are scoped to
 //! the domain where the ABI allows.
 
@@ -47,14 +49,10 @@ pub const SYSTEM_READ: &[&str] = &[
     "/dev/random",
 ];
 
-/// Devices a hypervisor opens read-write.
-pub const DEVICES_RW: &[&str] = &[
-    "/dev/null",
-    "/dev/kvm",
-    "/dev/net/tun",
-    "/dev/vhost-net",
-    "/dev/vhost-vsock",
-];
+/// Devices a hypervisor opens read-write. No `/dev/net/tun` or
+/// `/dev/vhost-net`: taps arrive as open fds (vhost off), so the hypervisor
+/// never opens a tun device itself.
+pub const DEVICES_RW: &[&str] = &["/dev/null", "/dev/kvm", "/dev/vhost-vsock"];
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Policy {

@@ -4,6 +4,7 @@
 
 use std::convert::Infallible;
 use std::ffi::CString;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::creds;
@@ -14,10 +15,11 @@ use crate::intent::{self, Intent, IntentPrincipal, Resource};
 use crate::landlock_policy;
 use crate::lease::Lease;
 use crate::liveness;
-use crate::paths::{Roots, CONTROL_DIR, CREDENTIALS_DIR};
+use crate::net;
+use crate::paths::{Roots, API_SOCKET, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG};
 use crate::principal::{self, Principal};
 use crate::sandbox;
-use crate::spec::{Spec, SpecError};
+use crate::spec::{HypervisorKind, Spec, SpecError};
 
 /// Step names, in order. `VMWARDEN_FAULT_AFTER=<step>` (builds with the
 /// `fault-injection` feature) SIGKILLs the launcher right after that step.
@@ -31,6 +33,8 @@ pub const STEPS: &[&str] = &[
     "state-dir",
     "control-dir",
     "credentials-dir",
+    "taps",
+    "hypervisor-config",
     "namespace",
     "masked",
     "credentials-mounted",
@@ -163,6 +167,7 @@ pub fn launch(opts: Options) -> Result<Infallible> {
         &roots.runtime_dir(&spec.name),
         &root_want(0o755, Loose::Refuse),
     )?;
+    preflight_interfaces(&spec, &spec_path, roots)?;
     faults.after("principal-resolved");
 
     // 4. Runtime root and this VM's runtime dir, then the lease.
@@ -197,6 +202,41 @@ pub fn launch(opts: Options) -> Result<Infallible> {
     let control_path = rundir.path.join(CONTROL_DIR);
     let creds_path = rundir.path.join(CREDENTIALS_DIR);
     let qmp_path = control_path.join(crate::paths::QMP_SOCKET);
+    let api_path = control_path.join(API_SOCKET);
+    let fc_config_path = control_path.join(FIRECRACKER_CONFIG);
+    let kind = spec.hypervisor.kind;
+    let mut resources = vec![
+        Resource::StateDir {
+            path: state_dir_path.clone(),
+        },
+        Resource::RuntimeDir {
+            path: control_path.clone(),
+        },
+        Resource::RuntimeFile {
+            path: match kind {
+                HypervisorKind::Qemu => qmp_path.clone(),
+                _ => api_path.clone(),
+            },
+        },
+    ];
+    if kind == HypervisorKind::Firecracker {
+        resources.push(Resource::RuntimeFile {
+            path: fc_config_path.clone(),
+        });
+    }
+    resources.extend([
+        Resource::RuntimeDir {
+            path: creds_path.clone(),
+        },
+        Resource::PrivateMount {
+            path: creds_path.clone(),
+            fstype: "tmpfs".into(),
+        },
+    ]);
+    resources.extend(spec.interfaces.iter().map(|n| Resource::Tap {
+        name: n.tap.clone(),
+        bridge: n.bridge.clone(),
+    }));
     let record = Intent {
         version: 1,
         name: spec.name.clone(),
@@ -212,24 +252,8 @@ pub fn launch(opts: Options) -> Result<Infallible> {
             gid: principal.gid,
             user: principal.user.clone(),
         },
-        resources: vec![
-            Resource::StateDir {
-                path: state_dir_path.clone(),
-            },
-            Resource::RuntimeDir {
-                path: control_path.clone(),
-            },
-            Resource::RuntimeFile {
-                path: qmp_path.clone(),
-            },
-            Resource::RuntimeDir {
-                path: creds_path.clone(),
-            },
-            Resource::PrivateMount {
-                path: creds_path.clone(),
-                fstype: "tmpfs".into(),
-            },
-        ],
+        hypervisor: Some(kind),
+        resources,
     };
     record.write(&rundir)?;
     faults.after("intent-written");
@@ -241,7 +265,7 @@ pub fn launch(opts: Options) -> Result<Infallible> {
     crate::registry::register(roots, &state_root, &spec.name, &principal)?;
     let (state_dir, _) = dirs::ensure(&state_root, &spec.name, &vm_want(0o700))?;
     faults.after("state-dir");
-    let (_control, _) = dirs::ensure(
+    let (control, _) = dirs::ensure(
         &rundir,
         CONTROL_DIR,
         &Want {
@@ -253,6 +277,28 @@ pub fn launch(opts: Options) -> Result<Infallible> {
     let (_creds_mountpoint, _) =
         dirs::ensure(&rundir, CREDENTIALS_DIR, &root_want(0o700, Loose::Refuse))?;
     faults.after("credentials-dir");
+
+    //    Taps: created here as non-persistent fds (close-on-exec until the
+    //    exec below), MAC set, attached to their bridge, up. From now on the
+    //    kernel deletes each tap when its last fd holder dies.
+    let taps = create_taps(&spec)?;
+    faults.after("taps");
+
+    //    The control dir holds only what this instance's hypervisor makes:
+    //    stale sockets of a dead instance go (a hypervisor cannot bind over
+    //    them), and firecracker's config file is written for the principal.
+    for stale in [API_SOCKET, FIRECRACKER_CONFIG] {
+        remove_stale(&control, stale)?;
+    }
+    if kind == HypervisorKind::Firecracker {
+        write_private(
+            &control,
+            FIRECRACKER_CONFIG,
+            hypervisor::firecracker_config(&spec).as_bytes(),
+            &principal,
+        )?;
+    }
+    faults.after("hypervisor-config");
 
     // 7. Private mount namespace, credential tmpfs, masks.
     sandbox::enter_private_mount_namespace()?;
@@ -293,21 +339,176 @@ pub fn launch(opts: Options) -> Result<Infallible> {
     let argv: Vec<String> = match &opts.probe {
         Some(cmd) => cmd.clone(),
         None => {
-            let seccomp = hypervisor::qemu_has_seccomp(&spec.hypervisor.binary);
-            if !seccomp {
+            let seccomp = kind == HypervisorKind::Qemu
+                && hypervisor::qemu_has_seccomp(&spec.hypervisor.binary);
+            if kind == HypervisorKind::Qemu && !seccomp {
                 tracing::warn!(binary = %spec.hypervisor.binary.display(), "QEMU lacks seccomp support: running without -sandbox");
             }
-            hypervisor::qemu_argv(
+            hypervisor::argv(
                 &spec,
                 &Layout {
                     qmp_socket: qmp_path.clone(),
                     credentials_dir: creds_path.clone(),
+                    api_socket: api_path.clone(),
+                    firecracker_config: fc_config_path.clone(),
+                    tap_fds: taps.iter().map(|t| t.fd.as_raw_fd()).collect(),
                 },
                 seccomp,
             )
         }
     };
-    exec(&argv, &lease, &principal, &state_dir)
+    exec(&argv, &lease, &taps, &principal, &state_dir)
+}
+
+/// Before anything is created: every bridge exists and is a bridge, no tap
+/// name is taken on this host or claimed by another configured VM.
+fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<()> {
+    if spec.interfaces.is_empty() {
+        return Ok(());
+    }
+    let bad = |field: String, reason: String| {
+        Error::Spec(SpecError::Invalid {
+            path: spec_path.to_path_buf(),
+            field,
+            reason,
+        })
+    };
+    let others = crate::principal::configured_specs(roots);
+    let mut rtnl = net::Rtnl::open()?;
+    for (i, n) in spec.interfaces.iter().enumerate() {
+        for (other, _, other_spec) in &others {
+            if other == &spec.name {
+                continue;
+            }
+            if let Some(o) = other_spec {
+                if o.interfaces.iter().any(|x| x.tap == n.tap) {
+                    return Err(bad(
+                        format!("interfaces[{i}].tap"),
+                        format!("{:?} is also a tap of VM {other:?}; tap names must be unique across VMs", n.tap),
+                    ));
+                }
+            }
+        }
+        if rtnl.link(&n.tap)?.is_some() {
+            return Err(bad(
+                format!("interfaces[{i}].tap"),
+                format!(
+                    "{:?} already exists on this host (a leftover of a stopped VM is deleted by `vmwarden reap --apply`)",
+                    n.tap
+                ),
+            ));
+        }
+        if let Some(b) = &n.bridge {
+            match rtnl.link(b)? {
+                None => {
+                    return Err(bad(
+                        format!("interfaces[{i}].bridge"),
+                        format!("{b:?} does not exist; create the bridge first (vmwarden attaches taps to it, it does not make bridges)"),
+                    ))
+                }
+                Some(l) if l.kind != Some(netlink_packet_route::link::InfoKind::Bridge) => {
+                    return Err(bad(
+                        format!("interfaces[{i}].bridge"),
+                        format!("{b:?} is not a bridge (its kind is {:?})", l.kind),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Create, address, attach and raise every tap of the spec.
+fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
+    if spec.interfaces.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut rtnl = net::Rtnl::open()?;
+    let mut taps = Vec::new();
+    for (i, n) in spec.interfaces.iter().enumerate() {
+        let tap = net::create_tap(&n.tap)?;
+        let link = rtnl.link(&n.tap)?.ok_or_else(|| Error::Net {
+            what: n.tap.clone(),
+            op: "RTM_GETLINK",
+            source: std::io::Error::other("the tap vanished right after TUNSETIFF"),
+        })?;
+        let controller = match &n.bridge {
+            Some(b) => Some(
+                rtnl.link(b)?
+                    .ok_or_else(|| Error::Net {
+                        what: b.clone(),
+                        op: "RTM_GETLINK",
+                        source: std::io::Error::other("the bridge disappeared during the launch"),
+                    })?
+                    .index,
+            ),
+            None => None,
+        };
+        let mac = net::host_side_mac(&spec.guest_mac(i));
+        rtnl.configure(&n.tap, link.index, &mac, controller)?;
+        tracing::info!(tap = %n.tap, bridge = ?n.bridge, "tap created");
+        taps.push(tap);
+    }
+    Ok(taps)
+}
+
+/// Remove `dir/name` if it exists (never following a symlink).
+fn remove_stale(dir: &Dir, name: &str) -> Result<()> {
+    use std::os::fd::AsFd;
+    match nix::unistd::unlinkat(
+        dir.fd.as_fd(),
+        name,
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    ) {
+        Ok(()) | Err(nix::errno::Errno::ENOENT) => Ok(()),
+        Err(errno) => Err(Error::Sys {
+            op: "unlink stale",
+            path: dir.path.join(name),
+            errno,
+        }),
+    }
+}
+
+/// Create `dir/name` (`O_EXCL|O_NOFOLLOW`, 0600), owned by the principal.
+fn write_private(dir: &Dir, name: &str, bytes: &[u8], p: &Principal) -> Result<()> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::Mode;
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    let path = dir.path.join(name);
+    let fd = openat(
+        dir.fd.as_fd(),
+        name,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|errno| Error::Sys {
+        op: "create",
+        path: path.clone(),
+        errno,
+    })?;
+    nix::unistd::fchown(
+        &fd,
+        Some(nix::unistd::Uid::from_raw(p.uid)),
+        Some(nix::unistd::Gid::from_raw(p.gid)),
+    )
+    .map_err(|errno| Error::Sys {
+        op: "fchown",
+        path: path.clone(),
+        errno,
+    })?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(bytes).map_err(|source| Error::Io {
+        op: "write",
+        path: path.clone(),
+        source,
+    })?;
+    f.sync_all().map_err(|source| Error::Io {
+        op: "fsync",
+        path,
+        source,
+    })
 }
 
 fn resolve_program(arg0: &str) -> PathBuf {
@@ -326,6 +527,7 @@ fn resolve_program(arg0: &str) -> PathBuf {
 fn exec(
     argv: &[String],
     lease: &Lease,
+    taps: &[net::Tap],
     principal: &Principal,
     state_dir: &Dir,
 ) -> Result<Infallible> {
@@ -356,8 +558,11 @@ fn exec(
         path: state_dir.path.clone(),
         errno,
     })?;
-    let lease_fd = lease.inherit_across_exec()?;
-    sandbox::cloexec_all_but(&[lease_fd])?;
+    let mut keep = vec![lease.inherit_across_exec()?];
+    for t in taps {
+        keep.push(net::inherit_across_exec(&t.fd)?);
+    }
+    sandbox::cloexec_all_but(&keep)?;
     tracing::info!(uid = principal.uid, program = %program.display(), "exec");
     let errno = match nix::unistd::execve(&c_prog, &c_argv, &c_env) {
         Ok(never) => match never {},

@@ -6,6 +6,7 @@
 //! share this library: destructive commands use the same ownership and
 //! liveness code as the launcher.
 
+pub mod api;
 pub mod cleanup;
 pub mod control;
 pub mod creds;
@@ -18,6 +19,7 @@ pub mod launch;
 pub mod lease;
 pub mod liveness;
 pub mod mountinfo;
+pub mod net;
 pub mod ownership;
 pub mod paths;
 pub mod peer;

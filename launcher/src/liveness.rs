@@ -65,6 +65,7 @@ pub fn processes_of_uid(uid: u32) -> Vec<u32> {
 }
 
 /// Does something answer with a QMP greeting on the control socket?
+/// (cloud-hypervisor's and firecracker's API socket: [`crate::api::answers`].)
 pub fn control_socket_answers(sock: &Path) -> bool {
     use std::io::Read;
     let Ok(mut s) = std::os::unix::net::UnixStream::connect(sock) else {
@@ -117,6 +118,12 @@ pub fn probe_with_lease_held(roots: &Roots, name: &str, uid: u32) -> Verdict {
     if control_socket_answers(&roots.qmp_socket(name)) {
         return Verdict::Live(format!("{} answers QMP", roots.qmp_socket(name).display()));
     }
+    if crate::api::answers(&roots.api_socket(name)) {
+        return Verdict::Live(format!(
+            "{} answers HTTP (cloud-hypervisor/firecracker API)",
+            roots.api_socket(name).display()
+        ));
+    }
     if let Some(p) = unit_cgroup_pids(name) {
         if !p.is_empty() {
             return Verdict::Ambiguous(format!("the unit's cgroup still holds pids {p:?}"));
@@ -158,6 +165,8 @@ pub fn probe(roots: &Roots, name: &str) -> Verdict {
         Ok(None) => {
             if control_socket_answers(&roots.qmp_socket(name)) {
                 Verdict::Live("the control socket answers QMP".into())
+            } else if crate::api::answers(&roots.api_socket(name)) {
+                Verdict::Live("the API socket answers HTTP".into())
             } else {
                 Verdict::Dead
             }

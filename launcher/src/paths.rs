@@ -16,6 +16,10 @@ pub const INTENT_FILE: &str = "instance.json";
 pub const CONTROL_DIR: &str = "control";
 pub const CREDENTIALS_DIR: &str = "credentials";
 pub const QMP_SOCKET: &str = "qmp.sock";
+/// cloud-hypervisor's and firecracker's HTTP API socket, in `control/`.
+pub const API_SOCKET: &str = "api.sock";
+/// firecracker's `--config-file`, in `control/` (principal's, 0600).
+pub const FIRECRACKER_CONFIG: &str = "firecracker.json";
 /// Inside the state root: the principal registry (root 0700).
 pub const PRINCIPALS_DIR: &str = ".principals";
 
@@ -77,6 +81,9 @@ impl Roots {
     }
     pub fn qmp_socket(&self, name: &str) -> PathBuf {
         self.control_dir(name).join(QMP_SOCKET)
+    }
+    pub fn api_socket(&self, name: &str) -> PathBuf {
+        self.control_dir(name).join(API_SOCKET)
     }
     pub fn lease_path(&self, name: &str) -> PathBuf {
         self.runtime_dir(name).join(LEASE_FILE)

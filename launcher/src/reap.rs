@@ -23,6 +23,7 @@ pub enum Kind {
     UnconfiguredRuntimeDir,
     UnknownEntry,
     CredentialMount,
+    Tap,
     Process,
 }
 
@@ -198,6 +199,10 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
             }
         }
     }
+    // 2b. vmw-* taps of VMs with no live instance, and taps no VM claims
+    //     (before the runtime dirs: their cleanup checks for these taps).
+    reap_taps(roots, &mut r);
+
     // 3. Runtime root: every entry is vmwarden's.
     let root = match dirs::open_dir(&roots.runtime_root) {
         Ok(d) => Some(d),
@@ -305,4 +310,91 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
     }
 
     r
+}
+
+/// Which VM claims each tap: the intent records in the runtime root and the
+/// configured specs.
+fn tap_owners(roots: &Roots) -> std::collections::BTreeMap<String, String> {
+    let mut owners = std::collections::BTreeMap::new();
+    for vm in crate::control::known_vms(roots) {
+        let intent = dirs::open_dir(&roots.runtime_dir(&vm))
+            .ok()
+            .and_then(|d| crate::intent::Intent::read(&d).ok().flatten());
+        for t in crate::net::vm_taps(roots, &vm, intent.as_ref()) {
+            owners.entry(t).or_insert_with(|| vm.clone());
+        }
+    }
+    owners
+}
+
+fn reap_taps(roots: &Roots, r: &mut Report) {
+    let links = crate::net::vmwarden_links();
+    if links.is_empty() {
+        return;
+    }
+    let owners = tap_owners(roots);
+    let mut rtnl = None;
+    for tap in links {
+        let path = PathBuf::from(crate::net::SYS_CLASS_NET).join(&tap);
+        let owner = owners.get(&tap).cloned();
+        if !crate::net::is_tun(&tap) {
+            r.kept.push(Item {
+                kind: Kind::Tap,
+                path,
+                vm: owner,
+                pid: None,
+                reason: "named vmw-* but not a tun/tap device; not vmwarden's".into(),
+            });
+            continue;
+        }
+        let reason = match &owner {
+            Some(vm) => match liveness::probe(roots, vm) {
+                Verdict::Dead => format!("tap of {vm}, which has no live instance"),
+                v => {
+                    r.kept.push(Item {
+                        kind: Kind::Tap,
+                        path,
+                        vm: owner.clone(),
+                        pid: None,
+                        reason: format!("tap of {vm}: {}", v.reason()),
+                    });
+                    continue;
+                }
+            },
+            None => "vmw-* tap that no VM's intent record or spec names".into(),
+        };
+        r.orphans.push(Item {
+            kind: Kind::Tap,
+            path: path.clone(),
+            vm: owner,
+            pid: None,
+            reason,
+        });
+        if r.apply {
+            if rtnl.is_none() {
+                match crate::net::Rtnl::open() {
+                    Ok(n) => rtnl = Some(n),
+                    Err(e) => {
+                        r.failed.push(ownership::Failed {
+                            path,
+                            reason: e.to_string(),
+                        });
+                        continue;
+                    }
+                }
+            }
+            let Some(n) = rtnl.as_mut() else { continue };
+            match n.delete(&tap) {
+                Ok(_) if !crate::net::link_exists(&tap).unwrap_or(true) => r.deleted.push(path),
+                Ok(_) => r.failed.push(ownership::Failed {
+                    path,
+                    reason: "RTM_DELLINK succeeded but the tap still exists".into(),
+                }),
+                Err(e) => r.failed.push(ownership::Failed {
+                    path,
+                    reason: e.to_string(),
+                }),
+            }
+        }
+    }
 }

@@ -102,6 +102,16 @@ pub enum HypervisorKind {
     Firecracker,
 }
 
+impl HypervisorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HypervisorKind::Qemu => "qemu",
+            HypervisorKind::CloudHypervisor => "cloud-hypervisor",
+            HypervisorKind::Firecracker => "firecracker",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Accel {
@@ -356,16 +366,12 @@ impl Spec {
             if d.path.as_os_str().as_encoded_bytes().contains(&b',') {
                 return Err(bad(
                     &format!("disks[{i}].path"),
-                    "must not contain ',' (QEMU option separator)".to_string(),
+                    "must not contain ',' (the option separator of QEMU and cloud-hypervisor)"
+                        .to_string(),
                 ));
             }
         }
-        if !self.interfaces.is_empty() {
-            return Err(bad(
-                "interfaces",
-                "is not supported by this version of vmwarden yet (networking is not implemented); remove the interfaces".to_string(),
-            ));
-        }
+        self.validate_interfaces(path)?;
         for (i, p) in self.landlock.read.iter().enumerate() {
             check_abs_normalised(p)
                 .map_err(|r| bad(&format!("landlock.read[{i}]"), r.to_string()))?;
@@ -441,18 +447,101 @@ impl Spec {
             field: field.to_string(),
             reason,
         };
-        if self.hypervisor.kind != HypervisorKind::Qemu {
-            return Err(bad(
-                "hypervisor.kind",
-                format!(
-                    "{:?} is not supported by this version of vmwarden yet; use \"qemu\"",
-                    self.hypervisor.kind
-                ),
-            ));
+        let kind = self.hypervisor.kind;
+        if kind != HypervisorKind::Qemu {
+            if self.hypervisor.accel != Accel::Kvm {
+                return Err(bad(
+                    "hypervisor.accel",
+                    format!(
+                        "is {:?}, but {} runs only on KVM; use \"kvm\" (or hypervisor.kind \"qemu\" for TCG)",
+                        self.hypervisor.accel,
+                        kind.as_str()
+                    ),
+                ));
+            }
+            if !self.credentials.is_empty() {
+                return Err(bad(
+                    "credentials",
+                    format!(
+                        "cannot be passed to {} safely: it has no channel that keeps a secret off its command line \
+                         (cloud-hypervisor's only credential channel, SMBIOS OEM strings, is an argv value that every \
+                         local user can read in /proc/PID/cmdline; firecracker has neither fw_cfg nor SMBIOS). \
+                         Use hypervisor.kind \"qemu\" (fw_cfg from a private tmpfs) or deliver the secret over the network or a disk",
+                        kind.as_str()
+                    ),
+                ));
+            }
         }
         check_abs_normalised(&self.hypervisor.binary)
             .map_err(|r| bad("hypervisor.binary", r.to_string()))?;
         Ok(())
+    }
+
+    fn validate_interfaces(&self, path: &Path) -> Result<(), SpecError> {
+        let bad = |field: String, reason: String| SpecError::Invalid {
+            path: path.to_path_buf(),
+            field,
+            reason,
+        };
+        if !self.interfaces.is_empty() && self.hypervisor.kind == HypervisorKind::Firecracker {
+            return Err(bad(
+                "interfaces".into(),
+                "is not supported with firecracker: firecracker opens its taps by name and cannot take an open tap fd, \
+                 so the tap would have to be persistent and owned by the VM's principal, and would outlive a killed \
+                 hypervisor; vmwarden only hands out taps the kernel deletes when the hypervisor dies. Use qemu or cloud-hypervisor"
+                    .into(),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, n) in self.interfaces.iter().enumerate() {
+            if !crate::net::valid_tap_name(&n.tap) {
+                return Err(bad(
+                    format!("interfaces[{i}].tap"),
+                    format!(
+                        "{:?} must match ^vmw-[a-z0-9-]{{1,11}}$ (the vmw- prefix marks vmwarden's taps; 15 bytes at most, the kernel's IFNAMSIZ)",
+                        n.tap
+                    ),
+                ));
+            }
+            if !seen.insert(n.tap.clone()) {
+                return Err(bad(
+                    format!("interfaces[{i}].tap"),
+                    format!("{:?} appears twice", n.tap),
+                ));
+            }
+            if let Some(b) = &n.bridge {
+                if !crate::net::valid_ifname(b) || b.starts_with(crate::net::TAP_PREFIX) {
+                    return Err(bad(
+                        format!("interfaces[{i}].bridge"),
+                        format!(
+                            "{b:?} is not a usable bridge name (1-15 bytes of letters, digits, '_', '.', '-', not starting with vmw-)"
+                        ),
+                    ));
+                }
+            }
+            if let Some(m) = &n.mac {
+                let Some(mac) = crate::net::parse_mac(m) else {
+                    return Err(bad(
+                        format!("interfaces[{i}].mac"),
+                        format!("{m:?} is not a MAC address (six hex pairs separated by ':')"),
+                    ));
+                };
+                if let Some(why) = crate::net::mac_problem(&mac) {
+                    return Err(bad(format!("interfaces[{i}].mac"), format!("{m:?} {why}")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The guest MAC of interface `i`: the spec's, or one derived from the
+    /// VM and tap names (stable across boots).
+    pub fn guest_mac(&self, i: usize) -> [u8; 6] {
+        let n = &self.interfaces[i];
+        n.mac
+            .as_deref()
+            .and_then(crate::net::parse_mac)
+            .unwrap_or_else(|| crate::net::derived_mac(&self.name, &n.tap))
     }
 
     fn validate_credentials(&self, path: &Path) -> Result<(), SpecError> {

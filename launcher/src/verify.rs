@@ -152,6 +152,18 @@ pub fn verify(
             Ok(None) => {}
             Err(e) => checks.push(check("no-process", vm, false, "principal resolvable", e)),
         }
+        let intent = dirs::open_dir(&rundir)
+            .ok()
+            .and_then(|d| crate::intent::Intent::read(&d).ok().flatten());
+        let taps = crate::net::vm_taps(roots, n, intent.as_ref());
+        let left = crate::net::surviving(&taps);
+        checks.push(check(
+            "no-tap",
+            vm,
+            left.is_empty(),
+            format!("none of {taps:?} in {}", crate::net::SYS_CLASS_NET),
+            format!("{left:?}"),
+        ));
         let mounts = mountinfo::credential_mounts_everywhere(Some(n));
         checks.push(check(
             "no-credential-mount",

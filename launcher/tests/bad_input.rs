@@ -42,6 +42,16 @@ fn without(field: &'static str) -> Box<dyn Fn(&Env) -> String> {
     })
 }
 
+/// A bridge name that exists nowhere (the cases run in the host's network
+/// namespace and must leave no `vmw-*` link in it either).
+const BRIDGE: &str = "vmwt-nobr";
+
+fn nic(interfaces: Value) -> Box<dyn Fn(&Env) -> String> {
+    with_spec(move |_, s| {
+        s["interfaces"] = interfaces.clone();
+    })
+}
+
 fn cred(env: &Env, s: &mut Value, path: &std::path::Path) {
     let _ = env;
     s["credentials"] = json!([{ "name": "token", "source": { "path": path } }]);
@@ -391,12 +401,42 @@ fn cases() -> Vec<Case> {
             expect: &["`hypervisor.binary`", "not executable"],
         },
         Case {
-            name: "unsupported hypervisor kind",
-            setup: with_spec(|_, s| {
+            name: "credentials with firecracker",
+            setup: with_spec(|env, s| {
                 s["hypervisor"]["kind"] = json!("firecracker");
+                s["hypervisor"]["accel"] = json!("kvm");
+                let p = env.secret("tok", b"x");
+                cred(env, s, &p);
             }),
             env: None,
-            expect: &["`hypervisor.kind`", "not supported"],
+            expect: &["`credentials`", "firecracker", "/proc/PID/cmdline"],
+        },
+        Case {
+            name: "credentials with cloud-hypervisor",
+            setup: with_spec(|env, s| {
+                s["hypervisor"]["kind"] = json!("cloud-hypervisor");
+                s["hypervisor"]["accel"] = json!("kvm");
+                let p = env.secret("tok", b"x");
+                cred(env, s, &p);
+            }),
+            env: None,
+            expect: &["`credentials`", "cloud-hypervisor", "OEM strings"],
+        },
+        Case {
+            name: "cloud-hypervisor on TCG",
+            setup: with_spec(|_, s| {
+                s["hypervisor"]["kind"] = json!("cloud-hypervisor");
+            }),
+            env: None,
+            expect: &["`hypervisor.accel`", "only on KVM"],
+        },
+        Case {
+            name: "unknown hypervisor kind",
+            setup: with_spec(|_, s| {
+                s["hypervisor"]["kind"] = json!("crosvm");
+            }),
+            env: None,
+            expect: &["unknown variant `crosvm`"],
         },
         Case {
             name: "unknown accel",
@@ -407,12 +447,82 @@ fn cases() -> Vec<Case> {
             expect: &["unknown variant `hvf`"],
         },
         Case {
-            name: "interfaces not implemented yet",
+            name: "tap name without the vmw- prefix",
+            setup: nic(json!([{ "tap": "tap0", "bridge": BRIDGE }])),
+            env: None,
+            expect: &["`interfaces[0].tap`", "\"tap0\"", "^vmw-[a-z0-9-]{1,11}$"],
+        },
+        Case {
+            name: "tap name over 15 bytes",
+            setup: nic(json!([{ "tap": "vmw-abcdefghijkl" }])),
+            env: None,
+            expect: &["`interfaces[0].tap`", "IFNAMSIZ"],
+        },
+        Case {
+            name: "tap name with a slash",
+            setup: nic(json!([{ "tap": "vmw-a/b" }])),
+            env: None,
+            expect: &["`interfaces[0].tap`"],
+        },
+        Case {
+            name: "multicast MAC",
+            setup: nic(json!([{ "tap": "vmw-web0", "mac": "01:00:5e:00:00:01" }])),
+            env: None,
+            expect: &["`interfaces[0].mac`", "unicast"],
+        },
+        Case {
+            name: "MAC that does not parse",
+            setup: nic(json!([{ "tap": "vmw-web0", "mac": "02:00:00:00:00" }])),
+            env: None,
+            expect: &["`interfaces[0].mac`", "not a MAC address"],
+        },
+        Case {
+            name: "bridge that does not exist",
+            setup: nic(json!([{ "tap": "vmw-web0", "bridge": BRIDGE }])),
+            env: None,
+            expect: &["`interfaces[0].bridge`", "vmwt-nobr", "does not exist"],
+        },
+        Case {
+            name: "bridge that is not a bridge",
+            setup: nic(json!([{ "tap": "vmw-web0", "bridge": "lo" }])),
+            env: None,
+            expect: &["`interfaces[0].bridge`", "\"lo\" is not a bridge"],
+        },
+        Case {
+            name: "bridge name with a slash",
+            setup: nic(json!([{ "tap": "vmw-web0", "bridge": "../br" }])),
+            env: None,
+            expect: &["`interfaces[0].bridge`", "not a usable bridge name"],
+        },
+        Case {
+            name: "duplicate tap in one spec",
+            setup: nic(json!([{ "tap": "vmw-web0" }, { "tap": "vmw-web0" }])),
+            env: None,
+            expect: &["`interfaces[1].tap`", "twice"],
+        },
+        Case {
+            name: "tap shared with another configured VM",
+            setup: Box::new(|env| {
+                let mut other = env.spec("db", uid(2));
+                other["interfaces"] = json!([{ "tap": "vmw-shared" }]);
+                env.write_spec("db", &other);
+                let mut s = env.spec(VM, uid(1));
+                s["interfaces"] = json!([{ "tap": "vmw-shared" }]);
+                env.write_spec(VM, &s);
+                VM.to_string()
+            }),
+            env: None,
+            expect: &["`interfaces[0].tap`", "also a tap of VM \"db\""],
+        },
+        Case {
+            name: "interfaces with firecracker",
             setup: with_spec(|_, s| {
+                s["hypervisor"]["kind"] = json!("firecracker");
+                s["hypervisor"]["accel"] = json!("kvm");
                 s["interfaces"] = json!([{ "tap": "vmw-web0" }]);
             }),
             env: None,
-            expect: &["`interfaces`", "not supported"],
+            expect: &["`interfaces`", "firecracker", "tap fd"],
         },
         Case {
             name: "vcpus 0",

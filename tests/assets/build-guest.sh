@@ -109,7 +109,7 @@ MODDIR="$WORK/root/lib/modules/$KVER"
 # modinfo depends= (the package ships no modules.dep).
 WANT_MODS=(
   virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci
-  virtio_mmio virtio_blk qemu_fw_cfg button evdev
+  virtio_mmio virtio_blk virtio_net qemu_fw_cfg button evdev
 )
 declare -A KO_PATH=() STATE=()
 while IFS= read -r -d '' ko; do
@@ -162,6 +162,7 @@ cat >"$R/init" <<'EOF'
 # vmwarden test guest. Markers (one line each, on the console = ttyS0):
 #   VMWARDEN-CRED name=<NAME> sha256=<hex>   per fw_cfg opt/io.systemd.credentials/<NAME>
 #   VMWARDEN-CRED-NONE                       no qemu_fw_cfg or no credentials
+#   VMWARDEN-NIC name=<if> mac=<mac>         per network interface (not lo)
 #   VMWARDEN-GUEST-READY uptime=<s>
 #   VMWARDEN-GUEST-POWERBUTTON               (hold mode) ACPI power button, then poweroff -f
 # vmwarden.mode=hold (default) | oneshot (poweroff -f right after READY)
@@ -191,6 +192,14 @@ for d in "$CREDS"/*; do
   n=$((n + 1))
 done
 [ "$n" -gt 0 ] || echo "VMWARDEN-CRED-NONE"
+
+for d in /sys/class/net/*; do
+  nic=${d##*/}
+  [ "$nic" = lo ] && continue
+  [ -r "$d/address" ] || continue
+  read -r mac <"$d/address"
+  echo "VMWARDEN-NIC name=$nic mac=$mac"
+done
 
 if [ "$MODE" = hold ]; then
   # Start acpid before READY and wait until it holds the input device open:

@@ -143,7 +143,7 @@ impl Env {
         p
     }
 
-    fn with_roots(&self, c: &mut Command) {
+    pub fn with_roots(&self, c: &mut Command) {
         c.arg("--config-dir")
             .arg(&self.config)
             .arg("--runtime-root")
@@ -314,6 +314,8 @@ pub struct Snapshot {
     pub files: BTreeSet<String>,
     pub mounts: BTreeSet<String>,
     pub procs: BTreeSet<u32>,
+    /// `vmw-*` interfaces in this network namespace.
+    pub links: BTreeSet<String>,
 }
 
 fn walk(p: &Path, out: &mut BTreeSet<String>) {
@@ -359,6 +361,105 @@ pub fn snapshot(env: &Env, uids: &[u32]) -> Snapshot {
         files,
         mounts,
         procs,
+        links: vmwarden::net::vmwarden_links().into_iter().collect(),
+    }
+}
+
+/// A network namespace the test creates (`ip netns add`) and deletes on drop,
+/// with helpers to run commands and vmwarden's binaries inside it.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(tag: &str) -> Netns {
+        let name = format!("vmwt-{tag}-{}", std::process::id());
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        let out = Command::new("ip")
+            .args(["netns", "add", &name])
+            .output()
+            .expect("run ip netns add (iproute2)");
+        assert!(out.status.success(), "ip netns add: {}", text(&out));
+        let ns = Netns { name };
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// `ip -n NS ARGS…`, asserted to succeed; returns stdout.
+    pub fn ip(&self, args: &[&str]) -> String {
+        let out = self.ip_output(args);
+        assert!(
+            out.status.success(),
+            "ip -n {} {args:?}: {}",
+            self.name,
+            text(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn ip_output(&self, args: &[&str]) -> Output {
+        Command::new("ip")
+            .arg("-n")
+            .arg(&self.name)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Does interface `name` exist in the namespace?
+    pub fn has_link(&self, name: &str) -> bool {
+        self.ip_output(&["link", "show", "dev", name])
+            .status
+            .success()
+    }
+
+    /// A bridge, up.
+    pub fn bridge(&self, name: &str) {
+        self.ip(&["link", "add", name, "type", "bridge"]);
+        self.ip(&["link", "set", name, "up"]);
+    }
+
+    /// `ip netns exec NS PROGRAM` with the env's roots (the launcher's pid
+    /// stays the child's: `ip netns exec` execs).
+    pub fn cmd(&self, env: &Env, program: &str, first: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]).args(first);
+        env.with_roots(&mut c);
+        c
+    }
+
+    pub fn vmwarden(&self, env: &Env, args: &[&str]) -> Output {
+        let mut c = self.cmd(env, VMWARDEN, &[]);
+        c.args(args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    pub fn cleanup(&self, env: &Env, name: &str) -> (Output, Value) {
+        let out = self.cmd(env, CLEANUP, &[name]).output().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("cleanup printed no JSON ({e}): {}", text(&out)));
+        (out, v)
+    }
+
+    /// Start VM `name`'s hypervisor inside the namespace, serial to a log.
+    pub fn start(&self, env: &Env, name: &str) -> Guest {
+        let log = env.path(&format!("{name}.serial.log"));
+        let f = std::fs::File::create(&log).unwrap();
+        let mut c = self.cmd(env, LAUNCH, &[name]);
+        c.stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f);
+        Guest {
+            child: c.spawn().unwrap(),
+            log,
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
     }
 }
 

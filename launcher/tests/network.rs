@@ -1,0 +1,237 @@
+//! Taps for real, in a network namespace the test creates: a bridge, two
+//! QEMU guests (TCG) each with a tap the launcher made, the guests see their
+//! NIC with the spec's MAC, the taps die with the hypervisor, and cleanup,
+//! verify-clean and reap agree. Needs root and iproute2 (`ip netns`).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+
+const BOOT: Duration = Duration::from_secs(120);
+
+fn nic_spec(env: &Env, name: &str, uid: u32, tap: &str, mac: &str) -> serde_json::Value {
+    let mut s = env.spec(name, uid);
+    s["interfaces"] = json!([{ "tap": tap, "bridge": "br0", "mac": mac }]);
+    s
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < end, "{what} within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The interface name a tun fd of `pid` is attached to, per /proc fdinfo.
+fn tun_fds_of(pid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        if let Ok(t) = std::fs::read_to_string(e.path()) {
+            if let Some(l) = t.lines().find_map(|l| l.strip_prefix("iff:")) {
+                out.push(l.trim().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn two_guests_on_a_bridge_see_their_macs_and_their_taps_die_with_them() {
+    let env = Env::new();
+    let ns = Netns::new("two");
+    ns.bridge("br0");
+    let (mac_a, mac_b) = ("02:00:00:00:0a:01", "02:00:00:00:0b:01");
+    env.write_spec("neta", &nic_spec(&env, "neta", uid(21), "vmw-neta0", mac_a));
+    env.write_spec("netb", &nic_spec(&env, "netb", uid(22), "vmw-netb0", mac_b));
+
+    let mut a = ns.start(&env, "neta");
+    let mut b = ns.start(&env, "netb");
+    a.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    b.wait_for("VMWARDEN-GUEST-READY", BOOT);
+
+    // The guests see one virtio NIC each, with the spec's MAC.
+    for (g, mac) in [(&a, mac_a), (&b, mac_b)] {
+        let nics: Vec<String> = g
+            .log_text()
+            .lines()
+            .filter(|l| l.starts_with("VMWARDEN-NIC "))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(
+            nics,
+            [format!("VMWARDEN-NIC name=eth0 mac={mac}")],
+            "{}",
+            g.log_text()
+        );
+    }
+
+    // Host side, inside the namespace: each tap is on br0, up, with the
+    // host-side MAC (fe: + the guest's last five octets).
+    for (tap, host_mac) in [
+        ("vmw-neta0", "fe:00:00:00:0a:01"),
+        ("vmw-netb0", "fe:00:00:00:0b:01"),
+    ] {
+        let l = ns.ip(&["-o", "-d", "link", "show", "dev", tap]);
+        assert!(l.contains("master br0"), "{tap} not on br0: {l}");
+        assert!(l.contains(",UP"), "{tap} not up: {l}");
+        assert!(l.contains(&format!("link/ether {host_mac}")), "{tap}: {l}");
+        assert!(
+            l.contains("tun type tap pi off vnet_hdr on persist off"),
+            "{tap} must be a non-persistent tap: {l}"
+        );
+        // Not in the test's own network namespace.
+        assert!(!std::path::Path::new("/sys/class/net").join(tap).exists());
+    }
+    // The hypervisor itself holds exactly its own tap, and the intent record
+    // named it before it existed.
+    assert_eq!(tun_fds_of(a.pid()), ["vmw-neta0"]);
+    assert_eq!(tun_fds_of(b.pid()), ["vmw-netb0"]);
+    let intent: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.run.join("neta/instance.json")).unwrap())
+            .unwrap();
+    assert!(
+        intent["resources"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({ "kind": "tap", "name": "vmw-neta0", "bridge": "br0" })),
+        "{intent}"
+    );
+
+    // SIGKILL the hypervisor: the kernel deletes its tap, nobody else does.
+    a.kill();
+    wait_until(
+        "vmw-neta0 gone after SIGKILL",
+        Duration::from_secs(10),
+        || !ns.has_link("vmw-neta0"),
+    );
+    assert!(ns.has_link("vmw-netb0"), "the other VM's tap must stay");
+    let (o, rep) = ns.cleanup(&env, "neta");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    let v = ns.vmwarden(&env, &["verify-clean", "neta"]);
+    let vt = String::from_utf8_lossy(&v.stdout).into_owned();
+    assert!(
+        v.status.success() && vt.contains("no-tap vm=neta check=ok"),
+        "{}",
+        text(&v)
+    );
+
+    // Graceful stop of the other one: same result.
+    let st = ns.vmwarden(&env, &["stop", "netb", "--timeout", "60"]);
+    assert!(st.status.success(), "{}", text(&st));
+    b.wait_exit(Duration::from_secs(30));
+    assert!(!ns.has_link("vmw-netb0"));
+    let (o, rep) = ns.cleanup(&env, "netb");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    let v = ns.vmwarden(&env, &["verify-clean", "neta", "netb"]);
+    assert!(v.status.success(), "{}", text(&v));
+    assert_eq!(ns.ip(&["-o", "link", "show", "master", "br0"]).trim(), "");
+}
+
+#[test]
+fn a_surviving_tap_fails_cleanup_and_only_reap_deletes_it_when_the_vm_is_dead() {
+    let env = Env::new();
+    let ns = Netns::new("reap");
+    ns.bridge("br0");
+
+    // A live VM (a probe holding the lease and its tap) keeps its tap.
+    env.write_spec(
+        "live",
+        &nic_spec(&env, "live", uid(23), "vmw-live0", "02:00:00:00:0c:01"),
+    );
+    let mut probe = ns
+        .cmd(&env, LAUNCH, &["live"])
+        .args(["--probe", "--", "/bin/sleep", "60"])
+        .spawn()
+        .unwrap();
+    wait_until("the probe's tap", Duration::from_secs(20), || {
+        ns.has_link("vmw-live0")
+    });
+    assert_eq!(tun_fds_of(probe.id()), ["vmw-live0"]);
+
+    // A stopped VM whose tap survived (made persistent by someone), and a
+    // vmw-* tap nobody claims.
+    env.write_spec(
+        "dead",
+        &nic_spec(&env, "dead", uid(24), "vmw-dead0", "02:00:00:00:0d:01"),
+    );
+    ns.ip(&["tuntap", "add", "dev", "vmw-dead0", "mode", "tap"]);
+    ns.ip(&["tuntap", "add", "dev", "vmw-stray0", "mode", "tap"]);
+
+    // Launching "dead" now is refused: its tap name is taken, nothing made.
+    let out = ns
+        .cmd(&env, LAUNCH, &["dead"])
+        .args(["--probe", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("`interfaces[0].tap`") && stderr(&out).contains("already exists"),
+        "{}",
+        text(&out)
+    );
+    assert!(!env.run.join("dead").exists());
+
+    let (o, rep) = ns.cleanup(&env, "dead");
+    assert!(!o.status.success() && rep["clean"] == false, "{}", text(&o));
+    assert!(
+        rep["failed"].to_string().contains("tap vmw-dead0 survives"),
+        "{rep}"
+    );
+    let v = ns.vmwarden(&env, &["verify-clean", "dead"]);
+    assert!(!v.status.success(), "{}", text(&v));
+    assert!(
+        String::from_utf8_lossy(&v.stdout).contains("no-tap vm=dead check=FAIL"),
+        "{}",
+        text(&v)
+    );
+
+    // Dry run: lists, deletes nothing.
+    let dry = ns.vmwarden(&env, &["reap", "--json"]);
+    let dry_t = String::from_utf8_lossy(&dry.stdout).into_owned();
+    assert!(dry.status.success(), "{}", text(&dry));
+    assert!(
+        dry_t.contains("vmw-dead0") && dry_t.contains("vmw-stray0"),
+        "{dry_t}"
+    );
+    assert!(ns.has_link("vmw-dead0") && ns.has_link("vmw-stray0"));
+
+    let ap = ns.vmwarden(&env, &["reap", "--apply", "--json"]);
+    assert!(ap.status.success(), "{}", text(&ap));
+    assert!(
+        !ns.has_link("vmw-dead0") && !ns.has_link("vmw-stray0"),
+        "{}",
+        text(&ap)
+    );
+    assert!(
+        ns.has_link("vmw-live0"),
+        "a live VM's tap must be kept: {}",
+        text(&ap)
+    );
+    let rep: serde_json::Value = serde_json::from_slice(&ap.stdout).unwrap();
+    assert!(
+        rep["kept"].to_string().contains("vmw-live0"),
+        "the live tap should be listed as kept: {rep}"
+    );
+    let (o, rep) = ns.cleanup(&env, "dead");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+
+    let _ = probe.kill();
+    let _ = probe.wait();
+    wait_until(
+        "vmw-live0 gone with the probe",
+        Duration::from_secs(10),
+        || !ns.has_link("vmw-live0"),
+    );
+    let (o, rep) = ns.cleanup(&env, "live");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    let v = ns.vmwarden(&env, &["verify-clean", "live", "dead"]);
+    assert!(v.status.success(), "{}", text(&v));
+}
