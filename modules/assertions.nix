@@ -49,8 +49,16 @@
         message = "vmwarden.vms.\"${name}\": VM names must match ^${vlib.vmNameRegex}$ (a lowercase letter, then at most 31 lowercase letters, digits or '-'); rename the attribute.";
       }
       {
-        assertion = vm.hypervisor == "qemu";
-        message = "${at}.hypervisor = \"${vm.hypervisor}\" is not supported yet; use \"qemu\".";
+        assertion = vm.hypervisor == "qemu" || vm.credentials == {};
+        message = "${at}.credentials: ${vm.hypervisor} cannot receive credentials safely (cloud-hypervisor's only channel, SMBIOS OEM strings, is on its command line, which every local user can read; firecracker has none); use hypervisor = \"qemu\" or deliver the secret another way.";
+      }
+      {
+        assertion = vm.hypervisor == "qemu" || vm.accel == "kvm";
+        message = "${at}.accel = \"${vm.accel}\": ${vm.hypervisor} runs only on KVM; set accel = \"kvm\" or use hypervisor = \"qemu\".";
+      }
+      {
+        assertion = vm.hypervisor != "firecracker" || vm.interfaces == [];
+        message = "${at}.interfaces: firecracker opens taps by name and cannot take an open tap fd, so vmwarden cannot give it a tap that dies with it; use hypervisor = \"qemu\" or \"cloud-hypervisor\".";
       }
       {
         assertion = vlib.validPrincipalName p.user;
@@ -74,7 +82,15 @@
       }
     ]
     ++ credChecks
-    ++ pathChecks;
+    ++ pathChecks
+    ++ map (i: {
+      assertion = vlib.unicastMac i.mac;
+      message = "${at}.interfaces: mac \"${i.mac}\" of ${i.tap} is not a unicast address (the first octet must be even, and not all zero).";
+    }) (filter (i: i.mac != null) vm.interfaces)
+    ++ map (t: {
+      assertion = false;
+      message = "${at}.interfaces: tap \"${t}\" appears twice.";
+    }) (vlib.duplicates (map (i: i.tap) vm.interfaces));
 
   # uid -> owners, over VMs and every other user with a fixed uid.
   vmUsers = map (vm: vm.principal.user) vms;
@@ -100,6 +116,10 @@ in {
         assertion = false;
         message = "vmwarden: principal.user \"${u}\" is shared by several VMs (${concatStringsSep ", " (map (vm: vm.name) (filter (vm: vm.principal.user == u) vms))}); give each VM its own user.";
       }) (vlib.duplicates vmUsers)
+      ++ map (t: {
+        assertion = false;
+        message = "vmwarden: tap \"${t}\" is used by several VMs (${concatStringsSep ", " (map (vm: vm.name) (filter (vm: builtins.any (i: i.tap == t) vm.interfaces) vms))}); tap names must be unique.";
+      }) (vlib.duplicates (concatLists (map (vm: lib.unique (map (i: i.tap) vm.interfaces)) vms)))
       ++ [
         {
           assertion = kernelVersion == null || !lib.versionOlder kernelVersion vlib.minKernel;

@@ -18,6 +18,14 @@ in rec {
   credNameRegex = "[A-Za-z0-9][A-Za-z0-9_.-]*";
   validCredName = n: builtins.match credNameRegex n != null;
 
+  # Taps the launcher creates (IFNAMSIZ: 15 bytes), other interface names
+  # (bridges), guest MACs; launcher/src/net.rs checks the same.
+  tapNameRegex = "vmw-[a-z0-9-]{1,11}";
+  ifNameRegex = "[A-Za-z0-9_.-]{1,15}";
+  macRegex = "[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}";
+  # The first octet's lowest bit clear: not multicast/broadcast.
+  unicastMac = m: builtins.match "[0-9A-Fa-f][02468aceACE].*" m != null && builtins.match "(00:){5}00" m == null;
+
   # QEMU stores fw_cfg file names in 56 bytes including the NUL.
   fwCfgPrefix = "opt/io.systemd.credentials/";
   fwCfgMax = 55;
@@ -116,7 +124,11 @@ in rec {
           read_only = d.readOnly;
         })
         vm.disks;
-      interfaces = [];
+      interfaces = map (i:
+        {inherit (i) tap;}
+        // lib.optionalAttrs (i.bridge != null) {inherit (i) bridge;}
+        // lib.optionalAttrs (i.mac != null) {inherit (i) mac;})
+      vm.interfaces;
       landlock = {
         inherit (vm.landlock) mode read write;
       };
@@ -251,12 +263,20 @@ in rec {
   dropin = vm: credSource: {
     overrideStrategy = "asDropin";
     path = lib.mkForce [];
-    serviceConfig = {
-      LoadCredential = map (c: "${c}:${credSource c}") (builtins.attrNames vm.credentials);
-      # '-': a missing image is the launcher's error to report, not a
-      # namespace setup failure.
-      ReadWritePaths = map (p: "-${p}") (writablePaths vm);
-    };
+    serviceConfig =
+      {
+        LoadCredential = map (c: "${c}:${credSource c}") (builtins.attrNames vm.credentials);
+        # '-': a missing image is the launcher's error to report, not a
+        # namespace setup failure.
+        ReadWritePaths = map (p: "-${p}") (writablePaths vm);
+      }
+      # Taps: the launcher (root, before its privilege drop) creates them
+      # through /dev/net/tun (already in DeviceAllow) and configures them over
+      # rtnetlink. Both settings merge with the template's.
+      // lib.optionalAttrs (vm.interfaces != []) {
+        CapabilityBoundingSet = "CAP_NET_ADMIN";
+        RestrictAddressFamilies = "AF_NETLINK";
+      };
   };
 
   writablePaths = vm: map (d: d.path) (filter (d: !d.readOnly) vm.disks) ++ vm.landlock.write;

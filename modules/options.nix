@@ -34,6 +34,41 @@
     merge = lib.mergeEqualOption;
   };
 
+  interfaceModule = {
+    options = {
+      tap = mkOption {
+        type = types.strMatching vlib.tapNameRegex;
+        example = "vmw-web0";
+        description = ''
+          Name of the tap the launcher creates for this interface
+          (`^${vlib.tapNameRegex}$`: the `vmw-` prefix marks vmwarden's taps,
+          15 bytes at most). The tap is non-persistent: the kernel deletes it
+          when the hypervisor exits, however it exits. Unique across VMs.
+        '';
+      };
+      bridge = mkOption {
+        type = types.nullOr (types.strMatching vlib.ifNameRegex);
+        default = null;
+        example = "br0";
+        description = ''
+          Existing bridge the tap is attached to (vmwarden does not create
+          bridges: use e.g. {option}`networking.bridges`). `null` leaves the
+          tap unattached (route to it instead).
+        '';
+      };
+      mac = mkOption {
+        type = types.nullOr (types.strMatching vlib.macRegex);
+        default = null;
+        example = "02:00:00:00:00:01";
+        description = ''
+          Guest MAC address (unicast). `null` derives a stable locally
+          administered one from the VM and tap names. The host side of the
+          tap gets the same address with the first octet `fe`.
+        '';
+      };
+    };
+  };
+
   # Same naming as the `qemu-system-*` binaries.
   qemuArch = pkgs.stdenv.hostPlatform.qemuArch or "x86_64";
 
@@ -68,8 +103,11 @@
         type = types.enum ["qemu" "cloud-hypervisor" "firecracker"];
         default = "qemu";
         description = ''
-          Hypervisor that runs this VM. Only `"qemu"` is supported so far;
-          the others are reserved and rejected by an assertion.
+          Hypervisor that runs this VM. `"cloud-hypervisor"` and
+          `"firecracker"` run only on KVM and take no {option}`credentials`
+          (neither has a channel that keeps a secret off its command line);
+          `"firecracker"` takes no {option}`interfaces` either (it cannot
+          take an open tap fd).
         '';
       };
 
@@ -129,6 +167,17 @@
         default = "console=ttyS0";
         example = "console=ttyS0 reboot=t panic=-1";
         description = "Guest kernel command line. Never put secrets here: use {option}`credentials`.";
+      };
+
+      interfaces = mkOption {
+        type = types.listOf (types.submodule interfaceModule);
+        default = [];
+        example = literalExpression ''[ { tap = "vmw-web0"; bridge = "br0"; mac = "02:00:00:00:00:01"; } ]'';
+        description = ''
+          Network interfaces: one virtio NIC per entry, backed by a tap the
+          launcher creates, attaches to {option}`bridge` and hands to the
+          hypervisor as an open file descriptor.
+        '';
       };
 
       disks = mkOption {

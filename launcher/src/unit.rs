@@ -309,6 +309,13 @@ fn target() -> Vec<Entry> {
 /// `spec` has passed `Spec::validate`.
 fn dropin(name: &str, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<Entry>, UnitError> {
     let mut out = Vec::new();
+    // Taps: the launcher creates them (root, before its drop) through
+    // /dev/net/tun, already in the template's DeviceAllow, and configures
+    // them over rtnetlink. Both settings merge with the template's.
+    let taps = !spec.interfaces.is_empty();
+    if taps {
+        out.push(e("Service", "CapabilityBoundingSet", "CAP_NET_ADMIN"));
+    }
     for c in &spec.credentials {
         // {"systemd": C}: PID 1 reads the root-only file and hands it to the
         // launcher in $CREDENTIALS_DIRECTORY. {"path": P}: the launcher
@@ -347,6 +354,9 @@ fn dropin(name: &str, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<Entry
         // '-': a missing image is the launcher's error to report, not a
         // namespace setup failure.
         out.push(e("Service", "ReadWritePaths", format!("-{s}")));
+    }
+    if taps {
+        out.push(e("Service", "RestrictAddressFamilies", "AF_NETLINK"));
     }
     Ok(out)
 }
@@ -570,6 +580,26 @@ mod tests {
             ["-/var/lib/vmwarden/web/root.img", "-/srv/scratch"]
         );
         assert!(!u.contains_key("Unit"));
+    }
+
+    #[test]
+    fn dropin_grants_net_admin_and_netlink_only_to_vms_with_interfaces() {
+        let plain = parse(
+            &render_unit(&dropin_args(
+                "web",
+                spec_file(&spec_json(serde_json::json!({}))).path(),
+            ))
+            .expect("render"),
+        );
+        let svc = plain.get("Service").cloned().unwrap_or_default();
+        assert!(!svc.contains_key("CapabilityBoundingSet"));
+        assert!(!svc.contains_key("RestrictAddressFamilies"));
+        let f = spec_file(&spec_json(serde_json::json!({
+            "interfaces": [{"tap": "vmw-web0", "bridge": "br0", "mac": "02:00:00:00:00:01"}]
+        })));
+        let u = parse(&render_unit(&dropin_args("web", f.path())).expect("render"));
+        assert_eq!(u["Service"]["CapabilityBoundingSet"], ["CAP_NET_ADMIN"]);
+        assert_eq!(u["Service"]["RestrictAddressFamilies"], ["AF_NETLINK"]);
     }
 
     #[test]

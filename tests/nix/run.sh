@@ -242,7 +242,10 @@ fwcfg-too-long|is 56 bytes; QEMU allows 55
 store-secret|is in the Nix store, which every local user can read
 hidden-path|/home/alice/web.img is under /home, which microvm@.service hides
 old-kernel|vmwarden needs Linux >= 6.4
-unsupported-hypervisor|vmwarden.vms.web.hypervisor = "firecracker" is not supported yet
+unsupported-hypervisor|vmwarden.vms.web.credentials: cloud-hypervisor cannot receive credentials safely
+firecracker-tap|vmwarden.vms.web.interfaces: firecracker opens taps by name
+duplicate-tap|vmwarden: tap "vmw-web0" is used by several VMs (db, web)
+multicast-mac|mac "01:00:5e:00:00:01" of vmw-web0 is not a unicast address
 microvm-nix|vmwarden and microvm.nix's host module both define microvm@.service
 CASES
 

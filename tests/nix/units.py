@@ -97,6 +97,8 @@ def cmd_spec(path):
         want(c.get("source"), f"credentials[{i}].source", {"systemd": str})
     for i, d in enumerate(spec.get("disks", [])):
         want(d, f"disks[{i}]", {"path": str, "read_only": bool})
+    for i, n in enumerate(spec.get("interfaces", [])):
+        want(n, f"interfaces[{i}]", {"tap": str, "bridge": str, "mac": str}, ("bridge", "mac"))
     for e in errs:
         print(f"FAIL {path}: {e}")
     if errs:

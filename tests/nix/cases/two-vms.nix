@@ -20,6 +20,14 @@
         db-password = "/run/secrets/db-password";
         api-token = "/run/agenix/api-token";
       };
+      interfaces = [
+        {
+          tap = "vmw-web0";
+          bridge = "br0";
+          mac = "02:00:00:00:00:01";
+        }
+        {tap = "vmw-web1";}
+      ];
       principal.uid = 30001;
       keepOnPurge = ["identity" "ssh-host-keys"];
     };

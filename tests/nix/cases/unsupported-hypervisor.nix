@@ -1,5 +1,9 @@
-# Only QEMU is supported so far.
+# cloud-hypervisor cannot receive credentials without putting them on its
+# command line.
 {
   imports = [./base.nix];
-  vmwarden.vms.web.hypervisor = "firecracker";
+  vmwarden.vms.web = {
+    hypervisor = "cloud-hypervisor";
+    credentials.token = "/run/secrets/token";
+  };
 }

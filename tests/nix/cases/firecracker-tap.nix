@@ -1,0 +1,8 @@
+# firecracker cannot take an open tap fd.
+{
+  imports = [./base.nix];
+  vmwarden.vms.web = {
+    hypervisor = "firecracker";
+    interfaces = [{tap = "vmw-web0";}];
+  };
+}
