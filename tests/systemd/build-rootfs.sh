@@ -71,7 +71,7 @@ cleanup_mounts() {
 trap cleanup_mounts EXIT
 
 t0=$(date +%s)
-log "debootstrap bookworm minbase -> $R (about 80-120 s)"
+log "debootstrap bookworm minbase -> $R (about 40-90 s)"
 debootstrap --variant=minbase \
   --include=systemd,systemd-sysv,udev,kmod,acl,procps,ca-certificates \
   bookworm "$R" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 \
