@@ -10,12 +10,16 @@
 //! TCP bind/connect are denied; signals and abstract sockets are scoped to
 //! the domain where the ABI allows.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag, AT_FDCWD};
+use nix::sys::stat::{fstat, Mode, SFlag};
 
 use crate::error::{Error, Result};
 use crate::spec::{LandlockMode, Spec};
@@ -54,34 +58,134 @@ pub const SYSTEM_READ: &[&str] = &[
 /// never opens a tun device itself.
 pub const DEVICES_RW: &[&str] = &["/dev/null", "/dev/kvm", "/dev/vhost-vsock"];
 
+/// What a rule grants beneath its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// Read and execute: program and library trees, the hypervisor binary.
+    Exec,
+    /// Read only, never execute: kernel, initrd, credentials, read-only disks.
+    Read,
+    /// Read and write, never execute: state and control dirs, writable disks,
+    /// devices. A VM cannot run what it writes.
+    Write,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub path: PathBuf,
+    pub grant: Grant,
+    /// The spec field the path comes from; `None` for the built-in system
+    /// paths, which are skipped when a host lacks them. A missing spec path
+    /// is an error naming its field.
+    pub field: Option<String>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Policy {
-    pub read: Vec<PathBuf>,
-    pub write: Vec<PathBuf>,
+    pub rules: Vec<Rule>,
+    /// Trees the VM's principal can write: rule paths inside them are
+    /// opened without following any symlink (the VM could have planted one
+    /// pointing at `/`).
+    pub vm_trees: Vec<PathBuf>,
 }
 
 /// The rule set for one VM, before it meets the kernel.
 pub fn policy(spec: &Spec, state_dir: &Path, control_dir: &Path, creds_dir: &Path) -> Policy {
-    let mut read: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
-    read.push(spec.hypervisor.binary.clone());
-    read.push(spec.kernel.clone());
+    let mut rules = Vec::new();
+    let mut add = |path: &Path, grant, field: Option<String>| {
+        rules.push(Rule {
+            path: path.to_path_buf(),
+            grant,
+            field,
+        })
+    };
+    for p in SYSTEM_READ {
+        add(Path::new(p), Grant::Exec, None);
+    }
+    for p in DEVICES_RW {
+        add(Path::new(p), Grant::Write, None);
+    }
+    add(
+        &spec.hypervisor.binary,
+        Grant::Exec,
+        Some("hypervisor.binary".into()),
+    );
+    add(&spec.kernel, Grant::Read, Some("kernel".into()));
     if let Some(i) = &spec.initrd {
-        read.push(i.clone());
+        add(i, Grant::Read, Some("initrd".into()));
     }
-    read.push(creds_dir.to_path_buf());
-    let mut write: Vec<PathBuf> = DEVICES_RW.iter().map(PathBuf::from).collect();
-    write.push(state_dir.to_path_buf());
-    write.push(control_dir.to_path_buf());
-    for d in &spec.disks {
-        if d.read_only {
-            read.push(d.path.clone());
+    add(creds_dir, Grant::Read, Some("credentials dir".into()));
+    add(state_dir, Grant::Write, Some("state dir".into()));
+    add(control_dir, Grant::Write, Some("control dir".into()));
+    for (i, d) in spec.disks.iter().enumerate() {
+        let g = if d.read_only {
+            Grant::Read
         } else {
-            write.push(d.path.clone());
-        }
+            Grant::Write
+        };
+        add(&d.path, g, Some(format!("disks[{i}].path")));
     }
-    read.extend(spec.landlock.read.iter().cloned());
-    write.extend(spec.landlock.write.iter().cloned());
-    Policy { read, write }
+    for (i, p) in spec.landlock.read.iter().enumerate() {
+        add(p, Grant::Read, Some(format!("landlock.read[{i}]")));
+    }
+    for (i, p) in spec.landlock.write.iter().enumerate() {
+        add(p, Grant::Write, Some(format!("landlock.write[{i}]")));
+    }
+    Policy {
+        rules,
+        vm_trees: vec![state_dir.to_path_buf(), control_dir.to_path_buf()],
+    }
+}
+
+fn access(grant: Grant, abi: ABI) -> BitFlags<AccessFs> {
+    let mut a = match grant {
+        Grant::Exec | Grant::Read => AccessFs::from_read(abi),
+        Grant::Write => AccessFs::from_all(abi),
+    };
+    if grant != Grant::Exec {
+        a.remove(AccessFs::Execute);
+    }
+    a
+}
+
+/// Open a rule's path as an `O_PATH` fd: inside a VM tree without following
+/// any symlink, elsewhere normally (root-controlled paths such as
+/// `/run/current-system/sw/bin/qemu` are symlinks into the store).
+/// `Ok(None)`: a built-in path this host lacks.
+fn open_rule(r: &Rule, vm_trees: &[PathBuf]) -> Result<Option<(OwnedFd, bool)>> {
+    let bad = |reason: String| {
+        Error::Landlock(format!(
+            "`{}`: {}: {reason}",
+            r.field.as_deref().unwrap_or("system path"),
+            r.path.display()
+        ))
+    };
+    let flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
+    let opened = if vm_trees.iter().any(|t| r.path.starts_with(t)) {
+        let (parent, name) = crate::dirs::split_parent(&r.path).map_err(|e| bad(e.to_string()))?;
+        openat(
+            parent.fd.as_fd(),
+            name.as_str(),
+            flags | OFlag::O_NOFOLLOW,
+            Mode::empty(),
+        )
+    } else {
+        openat(AT_FDCWD, &r.path, flags, Mode::empty())
+    };
+    let fd = match opened {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) if r.field.is_none() => return Ok(None),
+        Err(e) => return Err(bad(e.to_string())),
+    };
+    let st = fstat(fd.as_fd()).map_err(|e| bad(format!("fstat: {e}")))?;
+    let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
+    if kind == SFlag::S_IFLNK {
+        return Err(bad(
+            "is a symlink inside the VM's own directory; refusing to grant access through it"
+                .into(),
+        ));
+    }
+    Ok(Some((fd, kind == SFlag::S_IFDIR)))
 }
 
 /// What was enforced, for the launch log.
@@ -109,11 +213,18 @@ pub fn apply(p: &Policy, mode: LandlockMode) -> Result<Outcome> {
         .scope(Scope::from_all(abi))
         .map_err(le)?
         .create()
-        .map_err(le)?
-        .add_rules(path_beneath_rules(&p.read, AccessFs::from_read(abi)))
-        .map_err(le)?
-        .add_rules(path_beneath_rules(&p.write, AccessFs::from_all(abi)))
         .map_err(le)?;
+    let mut rs = rs;
+    for r in &p.rules {
+        let Some((fd, is_dir)) = open_rule(r, &p.vm_trees)? else {
+            continue;
+        };
+        let mut a = access(r.grant, abi);
+        if !is_dir {
+            a &= AccessFs::from_file(abi);
+        }
+        rs = rs.add_rule(PathBeneath::new(fd, a)).map_err(le)?;
+    }
     let status = rs.restrict_self().map_err(le)?;
     let outcome = match status.ruleset {
         RulesetStatus::FullyEnforced => Outcome::Full,

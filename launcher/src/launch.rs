@@ -93,7 +93,15 @@ fn root_want(mode: u32, loose: Loose) -> Want {
 fn check_spec_paths_scoped(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<()> {
     let own_state = roots.state_dir(&spec.name);
     let own_run = roots.runtime_dir(&spec.name);
-    let mut fields: Vec<(String, &Path)> = vec![("kernel".into(), &spec.kernel)];
+    let mut fields: Vec<(String, &Path)> = vec![
+        ("kernel".into(), &spec.kernel),
+        ("hypervisor.binary".into(), &spec.hypervisor.binary),
+    ];
+    for (i, c) in spec.credentials.iter().enumerate() {
+        if let crate::spec::CredentialSource::Path(p) = &c.source {
+            fields.push((format!("credentials[{i}].source.path"), p));
+        }
+    }
     if let Some(i) = &spec.initrd {
         fields.push(("initrd".into(), i));
     }

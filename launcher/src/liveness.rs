@@ -40,23 +40,21 @@ pub fn processes_of_uid(uid: u32) -> Vec<u32> {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-            continue;
+        // Every thread counts: a process whose main thread has exited shows
+        // as a zombie in /proc/PID/status while its other threads run on.
+        let tasks: Vec<String> = match std::fs::read_dir(format!("/proc/{pid}/task")) {
+            Ok(rd) => rd
+                .flatten()
+                .map(|t| {
+                    format!(
+                        "/proc/{pid}/task/{}/status",
+                        t.file_name().to_string_lossy()
+                    )
+                })
+                .collect(),
+            Err(_) => vec![format!("/proc/{pid}/status")],
         };
-        // A zombie holds nothing (its fds, lease included, are closed); it
-        // only waits for its parent to reap it.
-        let zombie = status
-            .lines()
-            .find_map(|l| l.strip_prefix("State:"))
-            .map(|st| matches!(st.trim_start().chars().next(), Some('Z' | 'X')))
-            .unwrap_or(false);
-        let hit = !zombie
-            && status
-                .lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .map(|ids| ids.split_whitespace().any(|x| x.parse::<u32>() == Ok(uid)))
-                .unwrap_or(false);
-        if hit {
+        if tasks.iter().any(|p| task_runs_as(p, uid)) {
             out.push(pid);
         }
     }
@@ -64,11 +62,33 @@ pub fn processes_of_uid(uid: u32) -> Vec<u32> {
     out
 }
 
+/// A live (non-zombie) task whose real, effective, saved or fs uid is `uid`.
+/// A zombie holds nothing (its fds, lease included, are closed); it only
+/// waits for its parent to reap it.
+fn task_runs_as(status_path: &str, uid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(status_path) else {
+        return false;
+    };
+    let zombie = status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .map(|st| matches!(st.trim_start().chars().next(), Some('Z' | 'X')))
+        .unwrap_or(false);
+    !zombie
+        && status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .map(|ids| ids.split_whitespace().any(|x| x.parse::<u32>() == Ok(uid)))
+            .unwrap_or(false)
+}
+
 /// Does something answer with a QMP greeting on the control socket?
 /// (cloud-hypervisor's and firecracker's API socket: [`crate::api::answers`].)
 pub fn control_socket_answers(sock: &Path) -> bool {
     use std::io::Read;
-    let Ok(mut s) = std::os::unix::net::UnixStream::connect(sock) else {
+    // Only a peer running as the control dir's owner counts (a VM could
+    // point its socket at another VM's through a symlink).
+    let Ok(mut s) = crate::peer::connect(sock) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_millis(500)));

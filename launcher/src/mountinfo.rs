@@ -93,7 +93,7 @@ pub fn is_credential_mount(m: &Mount, name: Option<&str>) -> bool {
     };
     m.fstype == "tmpfs"
         && crate::spec::valid_name(vm)
-        && name.is_none_or(|n| n == vm)
+        && name.map_or(true, |n| n == vm)
         && m.mount_point
             .ends_with(format!("{vm}/{}", crate::paths::CREDENTIALS_DIR))
 }

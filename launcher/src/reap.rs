@@ -95,7 +95,11 @@ fn unmount_in_namespace(pid: u32, target: &std::path::Path) -> Result<(), String
     match unsafe { fork() } {
         Ok(ForkResult::Child) => {
             let ok = nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNS).is_ok()
-                && nix::mount::umount2(target, nix::mount::MntFlags::MNT_DETACH).is_ok();
+                && nix::mount::umount2(
+                    target,
+                    nix::mount::MntFlags::MNT_DETACH | nix::mount::MntFlags::UMOUNT_NOFOLLOW,
+                )
+                .is_ok();
             // SAFETY: _exit ends the child without running parent state's destructors.
             unsafe { libc::_exit(if ok { 0 } else { 1 }) }
         }
@@ -109,6 +113,82 @@ fn unmount_in_namespace(pid: u32, target: &std::path::Path) -> Result<(), String
     }
 }
 
+/// The lease of `vm` for the process pass: `Ok(None)` when it is held (the
+/// VM is live). With `may_launch` (a configured VM, and we are about to
+/// kill), a missing runtime dir is made exactly as a launch would make it,
+/// so a launch cannot start while we kill.
+fn lease_for_kill(
+    roots: &Roots,
+    vm: &str,
+    may_launch: bool,
+) -> crate::error::Result<Option<Option<crate::lease::Lease>>> {
+    let rundir = match dirs::open_dir(&roots.runtime_dir(vm)) {
+        Ok(d) => d,
+        Err(crate::error::Error::Sys {
+            errno: nix::errno::Errno::ENOENT,
+            ..
+        }) if !may_launch => return Ok(Some(None)),
+        Err(crate::error::Error::Sys {
+            errno: nix::errno::Errno::ENOENT,
+            ..
+        }) => {
+            let (parent, name) = dirs::split_parent(&roots.runtime_root)?;
+            let want = |mode, loose| dirs::Want {
+                uid: 0,
+                gid: 0,
+                mode,
+                loose,
+            };
+            let (root, _) = dirs::ensure(&parent, &name, &want(0o755, dirs::Loose::Tighten))?;
+            dirs::ensure(&root, vm, &want(0o755, dirs::Loose::Refuse))?.0
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(crate::lease::Lease::acquire(&rundir)?.map(Some))
+}
+
+/// Delete a runtime dir whose VM is no longer configured: every entry (the
+/// lease file last) while holding the lease, then the directory itself.
+fn delete_runtime_dir_under_lease(root: &dirs::Dir, name: &str) -> ownership::Outcome {
+    let mut out = ownership::Outcome::default();
+    let rundir = match dirs::open_existing(root, name) {
+        Ok(Some(d)) => d,
+        Ok(None) => return out,
+        Err(e) => {
+            out.failed.push(ownership::Failed {
+                path: root.path.join(name),
+                reason: e.to_string(),
+            });
+            return out;
+        }
+    };
+    let lease = match crate::lease::Lease::acquire(&rundir) {
+        Ok(Some(l)) => l,
+        Ok(None) => {
+            out.kept.push(ownership::Kept {
+                path: rundir.path.clone(),
+                reason: "its lease was taken meanwhile (a launch started)".into(),
+            });
+            return out;
+        }
+        Err(e) => {
+            out.failed.push(ownership::Failed {
+                path: rundir.path.clone(),
+                reason: e.to_string(),
+            });
+            return out;
+        }
+    };
+    let names = ownership::entries(&rundir).unwrap_or_default();
+    let doomed = ownership::deletion_set(&names, &[], Some(crate::paths::LEASE_FILE));
+    out.merge(ownership::delete_entries(&rundir, &doomed, None));
+    if out.failed.is_empty() {
+        out.merge(ownership::delete_entries(root, &[name.to_string()], None));
+    }
+    drop(lease);
+    out
+}
+
 pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
     let mut r = Report {
         apply,
@@ -120,11 +200,29 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         .map(|(n, _, _)| n)
         .collect();
 
-    // 1. Processes of principals with no live instance (lease not held).
+    // 1. Processes of principals with no live instance. Listing and killing
+    //    happen under the VM's lease (taken as the launcher takes it), so a
+    //    VM starting meanwhile is never mistaken for an orphan.
+    let configured_set: std::collections::BTreeSet<&String> = configured.iter().collect();
     for (uid, vm) in principal_uids(roots) {
-        if lease_held(roots, &vm) {
-            continue;
-        }
+        // Only a run that may kill needs to shut launches out (and may
+        // create the runtime dir to do so); a dry run changes nothing.
+        let may_launch = configured_set.contains(&vm) && apply && kill;
+        let _lease = match lease_for_kill(roots, &vm, may_launch) {
+            Ok(Some(l)) => l,
+            Ok(None) => continue, // live: its lease is held
+            Err(e) => {
+                r.kept.push(Item {
+                    kind: Kind::Process,
+                    path: roots.runtime_dir(&vm),
+                    vm: Some(vm.clone()),
+                    pid: None,
+                    reason: format!("cannot take {vm}'s lease to check its processes: {e}"),
+                });
+                continue;
+            }
+        };
+        let mut killed_here = Vec::new();
         for pid in liveness::processes_of_uid(uid) {
             let item = Item {
                 kind: Kind::Process,
@@ -135,38 +233,33 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
                     "runs as uid {uid} (principal of {vm}) but {vm} has no live instance"
                 ),
             };
-            if kill {
-                r.orphans.push(item);
-            } else {
+            if !kill {
                 r.kept.push(Item {
                     reason: format!("{}; kill it with --kill", item.reason),
                     ..item
                 });
+                continue;
             }
-        }
-    }
-    if apply && kill {
-        for it in r.orphans.iter().filter(|i| i.kind == Kind::Process) {
-            if let Some(pid) = it.pid {
-                if nix::sys::signal::kill(
+            r.orphans.push(item);
+            if apply
+                && nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid as i32),
                     nix::sys::signal::Signal::SIGKILL,
                 )
                 .is_ok()
-                {
-                    r.killed.push(pid);
-                }
+            {
+                killed_here.push(pid);
             }
         }
-        // Give the kernel a moment to reap them before judging liveness.
+        // Wait (still under the lease) until the kernel has reaped them.
         let end = std::time::Instant::now() + Duration::from_secs(5);
-        while std::time::Instant::now() < end
-            && r.killed
-                .iter()
-                .any(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+        while !killed_here.is_empty()
+            && std::time::Instant::now() < end
+            && !liveness::processes_of_uid(uid).is_empty()
         {
             std::thread::sleep(Duration::from_millis(20));
         }
+        r.killed.extend(killed_here);
     }
 
     // 2. Credential mounts of VMs with no live instance, in any namespace
@@ -300,8 +393,9 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
                 r.deleted.extend(rep.deleted);
                 r.failed.extend(rep.failed);
                 if !is_configured && rep.clean {
-                    // The VM is gone: its runtime dir goes too, lease file and all.
-                    let out = ownership::delete_entries(&root, std::slice::from_ref(&n), None);
+                    // The VM is gone: its runtime dir goes too, lease file
+                    // and all, deleted while the lease is held.
+                    let out = delete_runtime_dir_under_lease(&root, &n);
                     r.deleted.extend(out.deleted);
                     r.failed.extend(out.failed);
                 }

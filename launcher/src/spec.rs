@@ -611,6 +611,15 @@ impl Spec {
             }
             Ok(())
         };
+        for (field, paths) in [
+            ("landlock.read", &self.landlock.read),
+            ("landlock.write", &self.landlock.write),
+        ] {
+            for (i, p) in paths.iter().enumerate() {
+                std::fs::symlink_metadata(p)
+                    .map_err(|e| bad(&format!("{field}[{i}]"), p, e.to_string()))?;
+            }
+        }
         regular("hypervisor.binary", &self.hypervisor.binary, true)?;
         regular("kernel", &self.kernel, false)?;
         if let Some(initrd) = &self.initrd {
