@@ -112,9 +112,9 @@ pub fn open_existing(parent: &Dir, name: &str) -> Result<Option<Dir>> {
     }
 }
 
-/// Check `dir` against `want`: refuse a foreign owner, refuse or tighten
-/// loose bits, fix the group and any missing owner bits.
-pub fn enforce(dir: &Dir, want: &Want) -> Result<()> {
+/// The refusals of `want` (a foreign owner; loose bits when `Loose::Refuse`),
+/// without changing anything. Returns the stat for the caller's fixes.
+fn check(dir: &Dir, want: &Want) -> Result<FileStat> {
     let st = dir.stat()?;
     if !is_dir(&st) {
         return Err(Error::Refused {
@@ -141,10 +141,17 @@ pub fn enforce(dir: &Dir, want: &Want) -> Result<()> {
             ),
         });
     }
+    Ok(st)
+}
+
+/// Check `dir` against `want`: refuse a foreign owner, refuse or tighten
+/// loose bits, fix the group and any missing owner bits.
+pub fn enforce(dir: &Dir, want: &Want) -> Result<()> {
+    let st = check(dir, want)?;
     if st.st_gid != want.gid {
         fchown(dir.fd.as_fd(), None, Some(Gid::from_raw(want.gid))).sys("fchown", &dir.path)?;
     }
-    if mode != want.mode {
+    if st.st_mode & 0o7777 != want.mode {
         fchmod(dir.fd.as_fd(), Mode::from_bits_truncate(want.mode)).sys("fchmod", &dir.path)?;
     }
     Ok(())
@@ -163,30 +170,10 @@ pub fn preflight(path: &Path, want: &Want) -> Result<()> {
         }) => return Ok(()),
         Err(e) => return Err(e),
     };
-    let Some(dir) = open_existing(&parent, &name)? else {
-        return Ok(());
-    };
-    let st = dir.stat()?;
-    if st.st_uid != want.uid {
-        return Err(Error::Refused {
-            path: dir.path.clone(),
-            reason: format!(
-                "is owned by uid {}, expected uid {}; fix or remove it by hand",
-                st.st_uid, want.uid
-            ),
-        });
+    match open_existing(&parent, &name)? {
+        Some(dir) => check(&dir, want).map(|_| ()),
+        None => Ok(()),
     }
-    let mode = st.st_mode & 0o7777;
-    if mode & !want.mode != 0 && want.loose == Loose::Refuse {
-        return Err(Error::Refused {
-            path: dir.path.clone(),
-            reason: format!(
-                "has mode {mode:04o}, looser than {:04o}; its contents cannot be trusted, fix or remove it by hand",
-                want.mode
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// Create `parent/name` if missing (owner and mode set on the new inode
