@@ -101,9 +101,8 @@ pub fn request(
     timeout: Duration,
 ) -> Result<Response> {
     let deadline = std::time::Instant::now() + timeout;
-    let mut s: UnixStream = crate::peer::connect(sock).map_err(|e| err(sock, e))?;
-    s.set_read_timeout(Some(timeout))
-        .and_then(|_| s.set_write_timeout(Some(timeout)))
+    let mut s: UnixStream = crate::peer::connect(sock, timeout).map_err(|e| err(sock, e))?;
+    s.set_write_timeout(Some(timeout))
         .map_err(|e| err(sock, format!("set timeout: {e}")))?;
     s.write_all(&render_request(method, uri, body))
         .map_err(|e| err(sock, format!("{method} {uri}: write: {e}")))?;
@@ -116,6 +115,10 @@ pub fn request(
                 format!("{method} {uri}: no complete response within {timeout:?}"),
             ));
         }
+        // Each read gets only what is left of the overall deadline.
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .map_err(|e| err(sock, format!("set timeout: {e}")))?;
         let n = s
             .read(&mut chunk)
             .map_err(|e| err(sock, format!("{method} {uri}: read: {e}")))?;

@@ -180,7 +180,18 @@ fn cleanup_dead(roots: &Roots, name: &str, mut report: Report) -> Report {
             });
         }
     }
-    let doomed = ownership::deletion_set(&names, RUNTIME_KEEP, Some(DELETE_LAST));
+    // A surviving tap keeps the intent record: it is what ties the tap to
+    // this VM for a later reap once the spec is gone.
+    let taps_left = surviving_taps(roots, name, intent.as_ref());
+    let mut keep: Vec<&str> = RUNTIME_KEEP.to_vec();
+    if !taps_left.is_empty() {
+        keep.push(DELETE_LAST);
+        report.kept.push(Kept {
+            path: rundir.path.join(DELETE_LAST),
+            reason: "a tap of this VM survives; the intent record stays until it is gone".into(),
+        });
+    }
+    let doomed = ownership::deletion_set(&names, &keep, Some(DELETE_LAST));
     let skip = ownership::test_skip_delete();
     let out: Outcome = ownership::delete_entries(&rundir, &doomed, skip.as_deref());
     report.deleted.extend(out.deleted);
@@ -190,7 +201,7 @@ fn cleanup_dead(roots: &Roots, name: &str, mut report: Report) -> Report {
     // Verify: nothing but the keep set remains, no credential mount anywhere.
     match ownership::entries(&rundir) {
         Ok(left) => {
-            for n in ownership::deletion_set(&left, RUNTIME_KEEP, None) {
+            for n in ownership::deletion_set(&left, &keep, None) {
                 let p = rundir.path.join(&n);
                 if !report.failed.iter().any(|f| f.path == p) {
                     report.failed.push(Failed {
@@ -206,9 +217,7 @@ fn cleanup_dead(roots: &Roots, name: &str, mut report: Report) -> Report {
         }),
     }
     report.failed.extend(surviving_credential_mounts(name));
-    report
-        .failed
-        .extend(surviving_taps(roots, name, intent.as_ref()));
+    report.failed.extend(taps_left);
     report.clean = report.failed.is_empty();
     report
 }

@@ -149,6 +149,19 @@ pub fn launch(opts: Options) -> Result<Infallible> {
             reason: "must match ^[a-z][a-z0-9-]{0,31}$".into(),
         });
     }
+    // A running VM is reported as running before anything else is judged
+    // (its taps exist, its credentials may be unavailable to a second caller).
+    if let Ok(d) = dirs::open_dir(&roots.runtime_dir(&opts.name)) {
+        if matches!(crate::lease::state(&d), Ok(crate::lease::LeaseState::Held)) {
+            return Err(Error::AlreadyRunning {
+                name: opts.name.clone(),
+                reason: format!(
+                    "its lease {} is held",
+                    d.path.join(crate::paths::LEASE_FILE).display()
+                ),
+            });
+        }
+    }
     let spec_path = opts
         .spec
         .clone()
@@ -441,16 +454,27 @@ fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
             op: "RTM_GETLINK",
             source: std::io::Error::other("the tap vanished right after TUNSETIFF"),
         })?;
+        // Re-checked here (the pre-flight ran before the lease): whatever
+        // holds the name now must still be a bridge.
         let controller = match &n.bridge {
-            Some(b) => Some(
-                rtnl.link(b)?
-                    .ok_or_else(|| Error::Net {
-                        what: b.clone(),
-                        op: "RTM_GETLINK",
-                        source: std::io::Error::other("the bridge disappeared during the launch"),
-                    })?
-                    .index,
-            ),
+            Some(b) => {
+                let field = format!("interfaces[{i}].bridge");
+                let gone = |reason: String| Error::Net {
+                    what: format!("{field} {b:?}"),
+                    op: "RTM_GETLINK",
+                    source: std::io::Error::other(reason),
+                };
+                match rtnl.link(b)? {
+                    None => return Err(gone("the bridge disappeared during the launch".into())),
+                    Some(l) if l.kind != Some(netlink_packet_route::link::InfoKind::Bridge) => {
+                        return Err(gone(format!(
+                            "is no longer a bridge (its kind is {:?})",
+                            l.kind
+                        )))
+                    }
+                    Some(l) => Some(l.index),
+                }
+            }
             None => None,
         };
         let mac = net::host_side_mac(&spec.guest_mac(i));

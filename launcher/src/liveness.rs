@@ -88,7 +88,7 @@ pub fn control_socket_answers(sock: &Path) -> bool {
     use std::io::Read;
     // Only a peer running as the control dir's owner counts (a VM could
     // point its socket at another VM's through a symlink).
-    let Ok(mut s) = crate::peer::connect(sock) else {
+    let Ok(mut s) = crate::peer::connect(sock, Duration::from_millis(500)) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_millis(500)));

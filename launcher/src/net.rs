@@ -128,7 +128,9 @@ pub fn derived_mac(vm: &str, tap: &str) -> [u8; 6] {
 /// address (a bridge takes the lowest port MAC).
 pub fn host_side_mac(guest: &[u8; 6]) -> [u8; 6] {
     let mut m = *guest;
-    m[0] = 0xfe;
+    // A guest MAC that already starts with 0xfe would equal the host side:
+    // then 0xfa, as libvirt does.
+    m[0] = if guest[0] == 0xfe { 0xfa } else { 0xfe };
     m
 }
 
@@ -280,6 +282,20 @@ impl Rtnl {
             .map(|_| ())
     }
 
+    /// RTM_DELLINK of exactly the device with `index` (vetted beforehand),
+    /// never of whatever holds `name` by now. `Ok(false)` when it was gone.
+    pub fn delete_index(&mut self, name: &str, index: u32) -> Result<bool> {
+        let mut m = LinkMessage::default();
+        m.header.index = index;
+        match self.request(name, "RTM_DELLINK", RouteNetlinkMessage::DelLink(m), 0) {
+            Ok(_) => Ok(true),
+            Err(Error::Net { source, .. }) if source.raw_os_error() == Some(libc::ENODEV) => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// RTM_DELLINK by name. `Ok(false)` when it was already gone.
     pub fn delete(&mut self, name: &str) -> Result<bool> {
         let Some(l) = self.link(name)? else {
@@ -407,6 +423,25 @@ pub fn surviving(taps: &[String]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `IFF_PERSIST` in `/sys/class/net/NAME/tun_flags`.
+const IFF_PERSIST: u32 = 0x0800;
+
+/// A tun/tap device as sysfs shows it: its ifindex and whether it is
+/// persistent. `None` when `name` is not a tun/tap device (or is gone).
+/// Only a persistent tap can outlive every holder of its fd: a
+/// non-persistent one that exists is, by definition, held open by someone.
+pub fn tun_info(name: &str) -> Option<(u32, bool)> {
+    let dir = std::path::Path::new(SYS_CLASS_NET).join(name);
+    let flags = std::fs::read_to_string(dir.join("tun_flags")).ok()?;
+    let flags = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).ok()?;
+    let index = std::fs::read_to_string(dir.join("ifindex"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some((index, flags & IFF_PERSIST != 0))
+}
+
 /// Is `/sys/class/net/NAME` a tun/tap device?
 pub fn is_tun(name: &str) -> bool {
     std::path::Path::new(SYS_CLASS_NET)
@@ -476,6 +511,8 @@ mod tests {
         assert!(mac_problem(&d).is_none());
         let h = host_side_mac(&d);
         assert_eq!(h[0], 0xfe);
+        let g = [0xfe, 0, 0, 0, 0, 1];
+        assert_ne!(host_side_mac(&g), g, "host side must differ from the guest");
         assert!(mac_problem(&h).is_none());
         assert_eq!(h[1..], d[1..]);
     }

@@ -19,7 +19,10 @@ pub const MAX_MESSAGE: u64 = 64 * 1024;
 /// the uid owning the socket's directory (the VM's principal). A socket
 /// whose peer is anyone else — e.g. reached through a symlink the VM
 /// planted — is refused.
-pub fn connect(sock: &Path) -> Result<UnixStream, String> {
+/// `timeout` bounds the connect itself (`SO_SNDTIMEO` applies to a Unix
+/// stream connect): a VM can fill its own listener's backlog, and a plain
+/// blocking connect would then wait forever.
+pub fn connect(sock: &Path, timeout: Duration) -> Result<UnixStream, String> {
     let dir = sock
         .parent()
         .ok_or_else(|| format!("{} has no parent directory", sock.display()))?;
@@ -27,7 +30,29 @@ pub fn connect(sock: &Path) -> Result<UnixStream, String> {
     if !dmd.is_dir() {
         return Err(format!("{} is not a directory", dir.display()));
     }
-    let s = UnixStream::connect(sock).map_err(|e| format!("connect: {e}"))?;
+    use nix::sys::socket::{self as so, sockopt};
+    let fd = so::socket(
+        so::AddressFamily::Unix,
+        so::SockType::Stream,
+        so::SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(|e| format!("socket: {e}"))?;
+    let tv = nix::sys::time::TimeVal::new(
+        timeout.as_secs() as _,
+        timeout
+            .subsec_micros()
+            .max(if timeout.is_zero() { 1 } else { 0 }) as _,
+    );
+    so::setsockopt(&fd, sockopt::SendTimeout, &tv).map_err(|e| format!("SO_SNDTIMEO: {e}"))?;
+    let addr = so::UnixAddr::new(sock).map_err(|e| format!("address: {e}"))?;
+    so::connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr).map_err(|e| match e {
+        nix::errno::Errno::EAGAIN | nix::errno::Errno::EINPROGRESS => {
+            format!("connect: no answer within {timeout:?} (backlog full)")
+        }
+        e => format!("connect: {e}"),
+    })?;
+    let s = UnixStream::from(fd);
     let cred = nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
         .map_err(|e| format!("SO_PEERCRED: {e}"))?;
     if cred.uid() != dmd.uid() {

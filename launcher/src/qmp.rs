@@ -31,7 +31,7 @@ impl Qmp {
     /// [`crate::peer::connect`]), read the greeting and negotiate
     /// capabilities. Every command gets `timeout` as an overall deadline.
     pub fn connect(path: &Path, timeout: Duration) -> Result<Qmp> {
-        let s = crate::peer::connect(path).map_err(|e| Self::err(path, e))?;
+        let s = crate::peer::connect(path, timeout).map_err(|e| Self::err(path, e))?;
         s.set_write_timeout(Some(timeout))
             .map_err(|e| Self::err(path, format!("set timeout: {e}")))?;
         let writer = s

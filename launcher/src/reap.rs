@@ -406,16 +406,19 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
     r
 }
 
-/// Which VM claims each tap: the intent records in the runtime root and the
-/// configured specs.
-fn tap_owners(roots: &Roots) -> std::collections::BTreeMap<String, String> {
-    let mut owners = std::collections::BTreeMap::new();
+/// Every VM that claims each tap: the intent records in the runtime root
+/// and the configured specs (two VMs may name the same tap by mistake).
+fn tap_claimants(roots: &Roots) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut owners: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for vm in crate::control::known_vms(roots) {
         let intent = dirs::open_dir(&roots.runtime_dir(&vm))
             .ok()
             .and_then(|d| crate::intent::Intent::read(&d).ok().flatten());
         for t in crate::net::vm_taps(roots, &vm, intent.as_ref()) {
-            owners.entry(t).or_insert_with(|| vm.clone());
+            let v = owners.entry(t).or_default();
+            if !v.contains(&vm) {
+                v.push(vm.clone());
+            }
         }
     }
     owners
@@ -426,36 +429,53 @@ fn reap_taps(roots: &Roots, r: &mut Report) {
     if links.is_empty() {
         return;
     }
-    let owners = tap_owners(roots);
+    let claimants = tap_claimants(roots);
     let mut rtnl = None;
     for tap in links {
         let path = PathBuf::from(crate::net::SYS_CLASS_NET).join(&tap);
-        let owner = owners.get(&tap).cloned();
-        if !crate::net::is_tun(&tap) {
+        let claims = claimants.get(&tap).cloned().unwrap_or_default();
+        let owner = claims.first().cloned();
+        let mut keep = |reason: String| {
             r.kept.push(Item {
                 kind: Kind::Tap,
-                path,
-                vm: owner,
+                path: path.clone(),
+                vm: owner.clone(),
                 pid: None,
-                reason: "named vmw-* but not a tun/tap device; not vmwarden's".into(),
-            });
+                reason,
+            })
+        };
+        let Some((index, persistent)) = crate::net::tun_info(&tap) else {
+            keep("named vmw-* but not a tun/tap device; not vmwarden's".into());
+            continue;
+        };
+        if !persistent {
+            keep(
+                "non-persistent tap: something holds it open (it goes when that process exits)"
+                    .into(),
+            );
+            continue;
+        }
+        // Any claimant that is not dead keeps it (ambiguity keeps).
+        let not_dead: Vec<String> = claims
+            .iter()
+            .filter_map(|vm| match liveness::probe(roots, vm) {
+                Verdict::Dead => None,
+                v => Some(format!("{vm}: {}", v.reason())),
+            })
+            .collect();
+        if !not_dead.is_empty() {
+            keep(format!(
+                "tap claimed by a VM that is not dead ({})",
+                not_dead.join("; ")
+            ));
             continue;
         }
         let reason = match &owner {
-            Some(vm) => match liveness::probe(roots, vm) {
-                Verdict::Dead => format!("tap of {vm}, which has no live instance"),
-                v => {
-                    r.kept.push(Item {
-                        kind: Kind::Tap,
-                        path,
-                        vm: owner.clone(),
-                        pid: None,
-                        reason: format!("tap of {vm}: {}", v.reason()),
-                    });
-                    continue;
-                }
-            },
-            None => "vmw-* tap that no VM's intent record or spec names".into(),
+            Some(_) => format!(
+                "persistent tap of {}, none of which has a live instance",
+                claims.join(", ")
+            ),
+            None => "persistent vmw-* tap that no VM's intent record or spec names".into(),
         };
         r.orphans.push(Item {
             kind: Kind::Tap,
@@ -478,8 +498,11 @@ fn reap_taps(roots: &Roots, r: &mut Report) {
                 }
             }
             let Some(n) = rtnl.as_mut() else { continue };
-            match n.delete(&tap) {
-                Ok(_) if !crate::net::link_exists(&tap).unwrap_or(true) => r.deleted.push(path),
+            // Delete the vetted device by its index, not whatever holds the name now.
+            match n.delete_index(&tap, index) {
+                Ok(_) if crate::net::tun_info(&tap).map(|(i, _)| i) != Some(index) => {
+                    r.deleted.push(path)
+                }
                 Ok(_) => r.failed.push(ownership::Failed {
                     path,
                     reason: "RTM_DELLINK succeeded but the tap still exists".into(),

@@ -357,3 +357,61 @@ fn read_only_probes_never_make_a_launch_say_already_running() {
     prober.join().unwrap();
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+#[test]
+fn a_full_listen_backlog_cannot_hang_root_on_connect() {
+    let env = Env::new();
+    let sock = env.run.join("evil/control/qmp.sock");
+    let server = format!(
+        "import socket,time\n\
+         s=socket.socket(socket.AF_UNIX); s.bind('{0}'); s.listen(0)\n\
+         held=[]\n\
+         for i in range(4):\n\
+         \x20   c=socket.socket(socket.AF_UNIX); c.setblocking(False)\n\
+         \x20   try: c.connect('{0}')\n\
+         \x20   except OSError: pass\n\
+         \x20   held.append(c)\n\
+         print('FULL', flush=True)\n\
+         time.sleep(600)\n",
+        sock.display()
+    );
+    std::fs::write(env.path("backlog.py"), &server).unwrap();
+    let mut sp = env.spec("evil", uid(79));
+    sp["landlock"]["read"] = json!([env.path("backlog.py")]);
+    env.write_spec("evil", &sp);
+    let mut evil = spawn_probe(
+        &env,
+        "evil",
+        &format!("exec python3 {}", env.path("backlog.py").display()),
+    );
+    evil.wait_for("FULL", Duration::from_secs(30));
+    for args in [
+        &["status", "evil"][..],
+        &["wait-ready", "evil", "--timeout", "2"][..],
+        &["stop", "evil", "--timeout", "2"][..],
+    ] {
+        let mut c = Command::new(VMWARDEN);
+        c.args(["--config-dir"])
+            .arg(&env.config)
+            .args(["--runtime-root"])
+            .arg(&env.run)
+            .args(["--state-root"])
+            .arg(&env.state);
+        c.args(args).stdout(Stdio::null()).stderr(Stdio::null());
+        let mut child = c.spawn().unwrap();
+        let mut done = false;
+        for _ in 0..600 {
+            if child.try_wait().unwrap().is_some() {
+                done = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if !done {
+            let _ = child.kill();
+        }
+        assert!(done, "`vmwarden {}` hung on a full backlog", args.join(" "));
+    }
+    evil.kill();
+    env.cleanup("evil");
+}

@@ -203,7 +203,14 @@ fn a_surviving_tap_fails_cleanup_and_only_reap_deletes_it_when_the_vm_is_dead() 
     );
     assert!(ns.has_link("vmw-dead0") && ns.has_link("vmw-stray0"));
 
+    // A stopped VM whose spec names the live VM's tap by mistake must not
+    // get that tap deleted (every claimant counts; a held tap is kept).
+    env.write_spec(
+        "aaa",
+        &nic_spec(&env, "aaa", uid(25), "vmw-live0", "02:00:00:00:0e:01"),
+    );
     let ap = ns.vmwarden(&env, &["reap", "--apply", "--json"]);
+    std::fs::remove_file(env.config.join("aaa.json")).unwrap();
     assert!(ap.status.success(), "{}", text(&ap));
     assert!(
         !ns.has_link("vmw-dead0") && !ns.has_link("vmw-stray0"),
