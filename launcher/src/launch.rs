@@ -42,6 +42,7 @@ pub const STEPS: &[&str] = &[
     "rlimits",
     "privileges-dropped",
     "landlock",
+    "seccomp",
 ];
 
 /// Environment the hypervisor (or probe command) gets: nothing but a PATH.
@@ -346,6 +347,10 @@ pub fn launch(opts: Options) -> Result<Infallible> {
     sandbox::set_rlimits()?;
     faults.after("rlimits");
 
+    // The seccomp filter is compiled while a failure can still be reported
+    // cleanly, and installed after Landlock.
+    let seccomp_prog = crate::seccomp::program()?;
+
     // 9. Drop to the principal and prove it.
     sandbox::drop_privileges(&principal)?;
     faults.after("privileges-dropped");
@@ -355,6 +360,10 @@ pub fn launch(opts: Options) -> Result<Infallible> {
     let outcome = landlock_policy::apply(&policy, spec.landlock.mode)?;
     tracing::info!(?outcome, "landlock applied");
     faults.after("landlock");
+
+    // 10b. seccomp: no tap fd can be made persistent, re-owned or re-MACed.
+    crate::seccomp::apply(&seccomp_prog)?;
+    faults.after("seccomp");
 
     // 11. execve: the lease fd is inherited, everything else is closed.
     let argv: Vec<String> = match &opts.probe {

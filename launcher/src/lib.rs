@@ -29,6 +29,7 @@ pub mod qmp;
 pub mod reap;
 pub mod registry;
 pub mod sandbox;
+pub mod seccomp;
 pub mod spec;
 pub mod unit;
 pub mod verify;

@@ -242,3 +242,66 @@ fn a_surviving_tap_fails_cleanup_and_only_reap_deletes_it_when_the_vm_is_dead() 
     let v = ns.vmwarden(&env, &["verify-clean", "live", "dead"]);
     assert!(v.status.success(), "{}", text(&v));
 }
+
+#[test]
+fn a_vm_cannot_make_its_tap_persistent_or_change_its_host_mac() {
+    // Through the inherited tap fd, no capability is needed for these
+    // ioctls; the launcher's seccomp filter refuses them.
+    let env = Env::new();
+    let ns = Netns::new("ioctl");
+    ns.bridge("br0");
+    let mut s = nic_spec(&env, "evil", uid(26), "vmw-evil0", "02:00:00:00:0f:01");
+    let script = env.path("ioctl.py");
+    std::fs::write(
+        &script,
+        r#"import fcntl, os, struct
+def is_tap(f):
+    try:
+        return int(f) > 2 and 'iff:' in open('/proc/self/fdinfo/' + f).read()
+    except OSError:
+        return False
+fd = next(int(f) for f in list(os.listdir('/proc/self/fd')) if is_tap(f))
+def attempt(name, req, arg):
+    try:
+        fcntl.ioctl(fd, req, arg); print(name + '=ok')
+    except OSError as e:
+        print(name + '=denied:' + str(e.errno))
+attempt('TUNSETPERSIST', 0x400454cb, 1)
+attempt('TUNSETOWNER', 0x400454cc, 0)
+attempt('TUNSETGROUP', 0x400454ce, 0)
+hw = struct.pack('16sH6s8x', b'vmw-evil0', 1, bytes.fromhex('020000000099'))
+attempt('SIOCSIFHWADDR', 0x8924, hw)
+attempt('TUNGETIFF', 0x800454d2, b'\0' * 40)
+"#,
+    )
+    .unwrap();
+    s["landlock"]["read"] = json!([script]);
+    env.write_spec("evil", &s);
+    let out = ns
+        .cmd(&env, LAUNCH, &["evil"])
+        .args(["--probe", "--", "/usr/bin/python3"])
+        .arg(&script)
+        .output()
+        .unwrap();
+    let o = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    for denied in [
+        "TUNSETPERSIST",
+        "TUNSETOWNER",
+        "TUNSETGROUP",
+        "SIOCSIFHWADDR",
+    ] {
+        assert!(
+            o.contains(&format!("{denied}=denied:1")),
+            "{denied} not refused with EPERM: {o}"
+        );
+    }
+    // The harmless query a hypervisor uses still works (positive control).
+    assert!(o.contains("TUNGETIFF=ok"), "{o}");
+    // The tap died with the probe: it was never made persistent.
+    wait_until("vmw-evil0 gone", Duration::from_secs(10), || {
+        !ns.has_link("vmw-evil0")
+    });
+    let (o, rep) = ns.cleanup(&env, "evil");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+}
