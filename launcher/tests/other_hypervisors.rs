@@ -183,3 +183,82 @@ fn firecracker_config_is_the_principals_alone() {
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
     assert!(!cfg.exists());
 }
+
+/// A stand-in for cloud-hypervisor's API, run as the VM's principal in its
+/// sandbox: answers GET with a running state, logs every PUT, and exits
+/// after `vm.power-button`, as a guest that powers off would.
+const FAKE_CH_API: &str = r#"import http.server, json, os, socketserver, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"state": "Running"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_PUT(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(204)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        self.wfile.flush()
+        print("PUT " + self.path, flush=True)
+        if self.path.endswith("power-button"):
+            os._exit(0)
+    def log_message(self, *a):
+        pass
+class S(socketserver.UnixStreamServer):
+    def get_request(self):
+        c, _ = self.socket.accept()
+        return c, ("vm", 0)
+print("LISTENING", flush=True)
+S(sys.argv[1], H).serve_forever()
+"#;
+
+#[test]
+fn cloud_hypervisor_api_paths_wait_ready_status_and_graceful_stop() {
+    // Runs everywhere: the API client, readiness, status and the power-button
+    // stop against a server in the identical sandbox (the real binary is
+    // covered by the test above when VMWARDEN_TEST_CLOUD_HYPERVISOR is set).
+    let env = Env::new();
+    let script = env.path("fake-ch-api.py");
+    std::fs::write(&script, FAKE_CH_API).unwrap();
+    let mut s = env.spec("chapi", uid(34));
+    s["hypervisor"] = json!({ "kind": "cloud-hypervisor", "binary": "/bin/true", "accel": "kvm" });
+    s["landlock"]["read"] = json!([script]);
+    env.write_spec("chapi", &s);
+    let sock = env.run.join("chapi/control/api.sock");
+    let log = env.path("chapi.serial.log");
+    let f = std::fs::File::create(&log).unwrap();
+    let mut c = env.launch_cmd("chapi");
+    c.args(["--probe", "--", "/usr/bin/python3"])
+        .arg(&script)
+        .arg(&sock);
+    c.stdout(f.try_clone().unwrap()).stderr(f);
+    let mut g = Guest {
+        child: c.spawn().unwrap(),
+        log,
+    };
+    g.wait_for("LISTENING", Duration::from_secs(30));
+
+    let r = env.vmwarden(&["wait-ready", "chapi", "--timeout", "20"]);
+    assert!(r.status.success(), "{}", text(&r));
+    let st = env.vmwarden(&["status", "chapi", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(v[0]["state"], "running", "{v}");
+    let stop = env.vmwarden(&["stop", "chapi", "--timeout", "20"]);
+    assert!(stop.status.success(), "{}", text(&stop));
+    assert!(
+        String::from_utf8_lossy(&stop.stdout).contains("stopped by powerdown"),
+        "{}",
+        text(&stop)
+    );
+    assert!(g.wait_exit(Duration::from_secs(10)).is_some());
+    assert!(
+        g.log_text().contains("PUT /api/v1/vm.power-button"),
+        "{}",
+        g.log_text()
+    );
+    let (o, rep) = env.cleanup("chapi");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+}
