@@ -305,3 +305,49 @@ attempt('TUNGETIFF', 0x800454d2, b'\0' * 40)
     let (o, rep) = ns.cleanup(&env, "evil");
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
 }
+
+#[test]
+#[allow(clippy::assertions_on_constants)]
+fn kill_at_every_launch_step_with_a_tap_leaves_no_tap() {
+    assert!(
+        cfg!(feature = "fault-injection"),
+        "this test needs the fault-injection build: cargo test --features fault-injection"
+    );
+    let env = Env::new();
+    let ns = Netns::new("kill");
+    ns.bridge("br0");
+    env.write_spec(
+        "kvm0",
+        &nic_spec(&env, "kvm0", uid(27), "vmw-kill0", "02:00:00:00:10:01"),
+    );
+    let steps = String::from_utf8(
+        std::process::Command::new(LAUNCH)
+            .arg("--list-steps")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    for step in steps.lines() {
+        let out = ns
+            .cmd(&env, LAUNCH, &["kvm0"])
+            .env("VMWARDEN_FAULT_AFTER", step)
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(9), "step {step}: {}", text(&out));
+        // The tap's only holder died: the kernel removed it, nothing else had to.
+        assert!(
+            !ns.has_link("vmw-kill0"),
+            "tap survived a kill after {step}"
+        );
+        let (o, rep) = ns.cleanup(&env, "kvm0");
+        assert!(
+            o.status.success() && rep["clean"] == true,
+            "after {step}: {}",
+            text(&o)
+        );
+        let v = ns.vmwarden(&env, &["verify-clean", "kvm0"]);
+        assert!(v.status.success(), "after {step}: {}", text(&v));
+    }
+}
