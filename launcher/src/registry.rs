@@ -175,7 +175,10 @@ pub fn register(
 }
 
 fn write(dir: &Dir, rec: &Record) -> Result<()> {
-    let mut bytes = serde_json::to_vec_pretty(rec).map_err(|e| Error::Other(e.to_string()))?;
+    let mut bytes = serde_json::to_vec_pretty(rec).map_err(|e| Error::Refused {
+        path: dir.path.join(record_name(rec.uid)),
+        reason: format!("cannot serialise the principal record: {e}"),
+    })?;
     bytes.push(b'\n');
     dirs::durable_write(dir, &record_name(rec.uid), &bytes, 0o600)
 }

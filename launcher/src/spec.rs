@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -234,11 +234,12 @@ pub fn check_abs_normalised(p: &Path) -> Result<(), &'static str> {
     if s.windows(2).any(|w| w == b"//") {
         return Err("must not contain '//'");
     }
-    for c in p.components() {
-        match c {
-            Component::RootDir | Component::Normal(_) => {}
-            _ => return Err("must be normalised (no '.' or '..' components)"),
-        }
+    // On the raw bytes: Path::components() silently drops interior "."
+    // components, so "/a/./b" would pass a components() check.
+    if s.split(|b| *b == b'/')
+        .any(|seg| seg == b"." || seg == b"..")
+    {
+        return Err("must be normalised (no '.' or '..' components)");
     }
     Ok(())
 }
@@ -389,9 +390,8 @@ impl Spec {
                     format!("{k:?} must be a relative path inside the VM's state directory"),
                 ));
             }
-            if !p.components().all(|c| matches!(c, Component::Normal(_)))
-                || k.ends_with('/')
-                || k.contains("//")
+            if k.split('/')
+                .any(|seg| seg.is_empty() || seg == "." || seg == "..")
             {
                 return Err(bad(
                     &field,
@@ -652,5 +652,142 @@ impl Spec {
             .clone()
             .unwrap_or_else(|| p.gid.map(|g| g.to_string()).unwrap_or_default());
         format!("{u}:{g}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn base() -> serde_json::Value {
+        json!({
+            "version": 1, "name": "web",
+            "principal": { "user": "vm-web", "group": "vm-web" },
+            "hypervisor": { "kind": "qemu", "binary": "/usr/bin/qemu-system-x86_64" },
+            "vcpus": 2, "memory_mib": 512, "kernel": "/boot/vmlinuz"
+        })
+    }
+
+    fn check(v: serde_json::Value) -> Result<Spec, SpecError> {
+        let p = Path::new("/etc/vmwarden/vms/web.json");
+        let s = Spec::parse(p, &serde_json::to_vec(&v).unwrap())?;
+        s.validate(p, "web")?;
+        Ok(s)
+    }
+
+    fn field_of(v: serde_json::Value) -> String {
+        match check(v) {
+            Err(SpecError::Invalid { field, .. }) => field,
+            other => panic!("expected an invalid field, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_fill_the_optional_fields() {
+        let s = check(base()).unwrap();
+        assert_eq!(s.hypervisor.accel, Accel::Kvm);
+        assert_eq!(s.hypervisor.machine, Machine::Microvm);
+        assert_eq!(s.landlock.mode, LandlockMode::Required);
+        assert_eq!(s.keep_on_purge, vec!["identity".to_string()]);
+        assert!(s.credentials.is_empty() && s.disks.is_empty() && s.interfaces.is_empty());
+    }
+
+    #[test]
+    fn names() {
+        for ok in ["a", "web", "db-1", &format!("a{}", "b".repeat(31))] {
+            assert!(valid_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "Web",
+            "1web",
+            "-a",
+            "a/b",
+            "a.b",
+            "a_b",
+            &"a".repeat(33),
+        ] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn paths_must_be_absolute_and_normalised() {
+        assert!(check_abs_normalised(Path::new("/a/b")).is_ok());
+        for bad in ["a/b", "/a/../b", "/a/./b", "/a//b", "/a/b/", ""] {
+            assert!(check_abs_normalised(Path::new(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn fw_cfg_name_limit_is_55_bytes() {
+        let mut v = base();
+        v["credentials"] = json!([{ "name": "a".repeat(28), "source": { "systemd": "x" } }]);
+        assert!(check(v.clone()).is_ok(), "27 + 28 = 55 bytes fits");
+        v["credentials"] = json!([{ "name": "a".repeat(29), "source": { "systemd": "x" } }]);
+        assert_eq!(field_of(v), "credentials[0].name");
+    }
+
+    #[test]
+    fn each_rejection_names_its_field() {
+        let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>)> = vec![
+            ("version", Box::new(|v| v["version"] = json!(2))),
+            ("name", Box::new(|v| v["name"] = json!("db"))),
+            (
+                "principal.uid",
+                Box::new(|v| v["principal"] = json!({ "uid": 0, "gid": 1 })),
+            ),
+            (
+                "principal.gid",
+                Box::new(|v| v["principal"] = json!({ "uid": 1, "gid": 0 })),
+            ),
+            (
+                "principal",
+                Box::new(|v| v["principal"] = json!({ "user": "a", "uid": 5, "gid": 1 })),
+            ),
+            ("vcpus", Box::new(|v| v["vcpus"] = json!(0))),
+            ("memory_mib", Box::new(|v| v["memory_mib"] = json!(8))),
+            ("kernel", Box::new(|v| v["kernel"] = json!("vmlinuz"))),
+            (
+                "hypervisor.binary",
+                Box::new(|v| v["hypervisor"]["binary"] = json!("qemu")),
+            ),
+            ("cmdline", Box::new(|v| v["cmdline"] = json!("a\nb"))),
+            (
+                "keep_on_purge[0]",
+                Box::new(|v| v["keep_on_purge"] = json!(["../x"])),
+            ),
+            (
+                "landlock.write[0]",
+                Box::new(|v| v["landlock"] = json!({ "write": ["rel"] })),
+            ),
+            (
+                "disks[0].path",
+                Box::new(|v| v["disks"] = json!([{ "path": "/a,b" }])),
+            ),
+        ];
+        for (want, f) in cases {
+            let mut v = base();
+            f(&mut v);
+            assert_eq!(field_of(v), want);
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let mut v = base();
+        v["extra"] = json!(1);
+        assert!(matches!(check(v), Err(SpecError::Parse { .. })));
+        let mut v = base();
+        v["hypervisor"]["cpu"] = json!("host");
+        assert!(matches!(check(v), Err(SpecError::Parse { .. })));
+    }
+
+    #[test]
+    fn round_trips_through_json() {
+        let s = check(base()).unwrap();
+        let again: Spec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(s, again);
     }
 }

@@ -138,7 +138,11 @@ pub fn verify(
             if held { "held" } else { "free" },
         ));
         // No process of its principal.
-        match liveness::vm_uid(roots, n, None) {
+        // The uid the last launch recorded, else the spec's.
+        let intent = dirs::open_dir(&rundir)
+            .ok()
+            .and_then(|d| crate::intent::Intent::read(&d).ok().flatten());
+        match liveness::vm_uid(roots, n, intent.as_ref()) {
             Ok(Some(uid)) => {
                 let pids = liveness::processes_of_uid(uid);
                 checks.push(check(
