@@ -731,41 +731,33 @@ mod tests {
 
     #[test]
     fn each_rejection_names_its_field() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>)> = vec![
-            ("version", Box::new(|v| v["version"] = json!(2))),
-            ("name", Box::new(|v| v["name"] = json!("db"))),
-            (
-                "principal.uid",
-                Box::new(|v| v["principal"] = json!({ "uid": 0, "gid": 1 })),
-            ),
-            (
-                "principal.gid",
-                Box::new(|v| v["principal"] = json!({ "uid": 1, "gid": 0 })),
-            ),
-            (
-                "principal",
-                Box::new(|v| v["principal"] = json!({ "user": "a", "uid": 5, "gid": 1 })),
-            ),
-            ("vcpus", Box::new(|v| v["vcpus"] = json!(0))),
-            ("memory_mib", Box::new(|v| v["memory_mib"] = json!(8))),
-            ("kernel", Box::new(|v| v["kernel"] = json!("vmlinuz"))),
-            (
-                "hypervisor.binary",
-                Box::new(|v| v["hypervisor"]["binary"] = json!("qemu")),
-            ),
-            ("cmdline", Box::new(|v| v["cmdline"] = json!("a\nb"))),
-            (
-                "keep_on_purge[0]",
-                Box::new(|v| v["keep_on_purge"] = json!(["../x"])),
-            ),
-            (
-                "landlock.write[0]",
-                Box::new(|v| v["landlock"] = json!({ "write": ["rel"] })),
-            ),
-            (
-                "disks[0].path",
-                Box::new(|v| v["disks"] = json!([{ "path": "/a,b" }])),
-            ),
+        type Mutate = fn(&mut serde_json::Value);
+        let cases: Vec<(&str, Mutate)> = vec![
+            ("version", |v| v["version"] = json!(2)),
+            ("name", |v| v["name"] = json!("db")),
+            ("principal.uid", |v| {
+                v["principal"] = json!({ "uid": 0, "gid": 1 })
+            }),
+            ("principal.gid", |v| {
+                v["principal"] = json!({ "uid": 1, "gid": 0 })
+            }),
+            ("principal", |v| {
+                v["principal"] = json!({ "user": "a", "uid": 5, "gid": 1 })
+            }),
+            ("vcpus", |v| v["vcpus"] = json!(0)),
+            ("memory_mib", |v| v["memory_mib"] = json!(8)),
+            ("kernel", |v| v["kernel"] = json!("vmlinuz")),
+            ("hypervisor.binary", |v| {
+                v["hypervisor"]["binary"] = json!("qemu")
+            }),
+            ("cmdline", |v| v["cmdline"] = json!("a\nb")),
+            ("keep_on_purge[0]", |v| v["keep_on_purge"] = json!(["../x"])),
+            ("landlock.write[0]", |v| {
+                v["landlock"] = json!({ "write": ["rel"] })
+            }),
+            ("disks[0].path", |v| {
+                v["disks"] = json!([{ "path": "/a,b" }])
+            }),
         ];
         for (want, f) in cases {
             let mut v = base();
