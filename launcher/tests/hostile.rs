@@ -28,6 +28,19 @@ fn spawn_probe(env: &Env, name: &str, script: &str) -> Guest {
     }
 }
 
+/// Run the Python program `code` as VM `name`'s principal in its sandbox
+/// (the script readable through `landlock.read`) and wait for `marker`.
+fn python_probe(env: &Env, name: &str, u: u32, file: &str, code: &str, marker: &str) -> Guest {
+    let script = env.path(file);
+    std::fs::write(&script, code).unwrap();
+    let mut sp = env.spec(name, u);
+    sp["landlock"]["read"] = json!([script]);
+    env.write_spec(name, &sp);
+    let mut g = spawn_probe(env, name, &format!("exec python3 {}", script.display()));
+    g.wait_for(marker, Duration::from_secs(30));
+    g
+}
+
 #[test]
 fn a_symlinked_control_socket_cannot_steer_stop_or_status_to_another_vm() {
     let env = Env::new();
@@ -87,42 +100,18 @@ fn a_flooding_fake_qmp_server_cannot_hang_root() {
          \x20   except Exception: pass\n",
         sock.display()
     );
-    std::fs::write(env.path("server.py"), &server).unwrap();
-    let mut sp = env.spec("evil", uid(73));
-    sp["landlock"]["read"] = json!([env.path("server.py")]);
-    env.write_spec("evil", &sp);
-    let mut evil = spawn_probe(
-        &env,
-        "evil",
-        &format!("exec python3 {}", env.path("server.py").display()),
-    );
-    evil.wait_for("LISTENING", Duration::from_secs(30));
+    let mut evil = python_probe(&env, "evil", uid(73), "server.py", &server, "LISTENING");
     // Bounded: each command fails instead of growing without end.
-    let mut c = Command::new(VMWARDEN);
-    c.args(["--config-dir"])
-        .arg(&env.config)
-        .args(["--runtime-root"])
-        .arg(&env.run)
-        .args(["--state-root"])
-        .arg(&env.state);
-    c.args(["wait-ready", "evil", "--timeout", "3"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    let mut done = None;
-    for _ in 0..600 {
-        if let Some(st) = child.try_wait().unwrap() {
-            done = Some(st);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    if done.is_none() {
-        let _ = child.kill();
-    }
-    let st = done.expect("wait-ready against a flooding server never returned");
-    assert!(!st.success(), "a flooding server must not count as ready");
-    let out = child.wait_with_output().unwrap();
+    let out = env
+        .vmwarden_bounded(
+            &["wait-ready", "evil", "--timeout", "3"],
+            Duration::from_secs(60),
+        )
+        .expect("wait-ready against a flooding server never returned");
+    assert!(
+        !out.status.success(),
+        "a flooding server must not count as ready"
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("longer than") || err.contains("timed out") || err.contains("did not answer"),
@@ -375,41 +364,15 @@ fn a_full_listen_backlog_cannot_hang_root_on_connect() {
          time.sleep(600)\n",
         sock.display()
     );
-    std::fs::write(env.path("backlog.py"), &server).unwrap();
-    let mut sp = env.spec("evil", uid(79));
-    sp["landlock"]["read"] = json!([env.path("backlog.py")]);
-    env.write_spec("evil", &sp);
-    let mut evil = spawn_probe(
-        &env,
-        "evil",
-        &format!("exec python3 {}", env.path("backlog.py").display()),
-    );
-    evil.wait_for("FULL", Duration::from_secs(30));
+    let mut evil = python_probe(&env, "evil", uid(79), "backlog.py", &server, "FULL");
     for args in [
         &["status", "evil"][..],
         &["wait-ready", "evil", "--timeout", "2"][..],
         &["stop", "evil", "--timeout", "2"][..],
     ] {
-        let mut c = Command::new(VMWARDEN);
-        c.args(["--config-dir"])
-            .arg(&env.config)
-            .args(["--runtime-root"])
-            .arg(&env.run)
-            .args(["--state-root"])
-            .arg(&env.state);
-        c.args(args).stdout(Stdio::null()).stderr(Stdio::null());
-        let mut child = c.spawn().unwrap();
-        let mut done = false;
-        for _ in 0..600 {
-            if child.try_wait().unwrap().is_some() {
-                done = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        if !done {
-            let _ = child.kill();
-        }
+        let done = env
+            .vmwarden_bounded(args, Duration::from_secs(60))
+            .is_some();
         assert!(done, "`vmwarden {}` hung on a full backlog", args.join(" "));
     }
     evil.kill();

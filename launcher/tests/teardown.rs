@@ -232,15 +232,8 @@ fn a_deletion_that_leaves_the_path_is_failed_and_exit_is_nonzero() {
     //    must move it to failed.
     if cfg!(feature = "fault-injection") {
         std::fs::write(rundir.join("sticky"), b"x").unwrap();
-        let mut c = Command::new(CLEANUP);
-        c.arg("web")
-            .args(["--config-dir"])
-            .arg(&env.config)
-            .args(["--runtime-root"])
-            .arg(&env.run)
-            .args(["--state-root"])
-            .arg(&env.state)
-            .env("VMWARDEN_TEST_SKIP_DELETE", "sticky");
+        let mut c = env.cleanup_cmd();
+        c.arg("web").env("VMWARDEN_TEST_SKIP_DELETE", "sticky");
         let o = c.output().unwrap();
         let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         assert!(!o.status.success());
@@ -400,14 +393,8 @@ impl WaitTimeout for std::process::Child {
 fn purge_on_pty(env: &Env, args: &[&str], answer: &str) -> (bool, String) {
     let pty = nix::pty::openpty(None, None).unwrap();
     let slave = std::fs::File::from(pty.slave);
-    let mut c = Command::new(VMWARDEN);
-    c.args(["--config-dir"])
-        .arg(&env.config)
-        .args(["--runtime-root"])
-        .arg(&env.run)
-        .args(["--state-root"])
-        .arg(&env.state)
-        .arg("purge")
+    let mut c = env.vmwarden_cmd();
+    c.arg("purge")
         .args(args)
         .stdin(slave.try_clone().unwrap())
         .stdout(slave.try_clone().unwrap())

@@ -168,17 +168,53 @@ impl Env {
         c.output().unwrap()
     }
 
-    pub fn vmwarden(&self, args: &[&str]) -> Output {
+    /// `vmwarden` with this env's roots (arguments still to add).
+    pub fn vmwarden_cmd(&self) -> Command {
         let mut c = Command::new(VMWARDEN);
         self.with_roots(&mut c);
-        c.args(args).stdin(Stdio::null()).output().unwrap()
+        c
+    }
+
+    pub fn vmwarden(&self, args: &[&str]) -> Output {
+        self.vmwarden_cmd()
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// `vmwarden ARGS…`, killed if it has not returned within `limit`:
+    /// `None` means it hung (the caller asserts it did not).
+    pub fn vmwarden_bounded(&self, args: &[&str], limit: Duration) -> Option<Output> {
+        let mut child = self
+            .vmwarden_cmd()
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if child.try_wait().unwrap().is_some() {
+                return Some(child.wait_with_output().unwrap());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+
+    /// `vmwarden-cleanup` with this env's roots (arguments still to add).
+    pub fn cleanup_cmd(&self) -> Command {
+        let mut c = Command::new(CLEANUP);
+        self.with_roots(&mut c);
+        c
     }
 
     pub fn cleanup(&self, name: &str) -> (Output, Value) {
-        let mut c = Command::new(CLEANUP);
-        c.arg(name);
-        self.with_roots(&mut c);
-        let out = c.output().unwrap();
+        let out = self.cleanup_cmd().arg(name).output().unwrap();
         let v: Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("cleanup printed no JSON ({e}): {}", text(&out)));
         (out, v)
