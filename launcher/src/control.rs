@@ -6,14 +6,15 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::dirs;
+use crate::config::paths::Roots;
+use crate::config::spec::HypervisorKind;
 use crate::error::{Error, Result};
-use crate::intent::Intent;
-use crate::lease::{self, LeaseState};
-use crate::liveness::{self, Verdict};
-use crate::paths::Roots;
-use crate::qmp::Qmp;
-use crate::spec::HypervisorKind;
+use crate::host::dirs;
+use crate::host::procs;
+use crate::hypervisor::qmp::Qmp;
+use crate::instance::intent::Intent;
+use crate::instance::lease::{self, LeaseState};
+use crate::instance::liveness::{self, Verdict};
 
 const POLL: Duration = Duration::from_millis(50);
 
@@ -32,7 +33,7 @@ pub fn kind_of(roots: &Roots, name: &str) -> HypervisorKind {
         .and_then(|d| Intent::read(&d).ok().flatten())
         .and_then(|i| i.hypervisor)
         .or_else(|| {
-            crate::spec::Spec::read(&roots.spec_path(name))
+            crate::config::spec::Spec::read(&roots.spec_path(name))
                 .ok()
                 .map(|s| s.hypervisor.kind)
         })
@@ -54,7 +55,7 @@ pub fn run_state(roots: &Roots, name: &str, kind: HypervisorKind, t: Duration) -
     let sock = control_socket(roots, name, kind);
     match kind {
         HypervisorKind::Qemu => Qmp::connect(&sock, t).and_then(|mut q| q.status()),
-        _ => crate::api::vm_state(&sock, kind, t),
+        _ => crate::hypervisor::api::vm_state(&sock, kind, t),
     }
 }
 
@@ -108,7 +109,7 @@ fn wait_gone(roots: &Roots, name: &str, uid: Option<u32>, d: Duration) -> bool {
     loop {
         let gone = !lease_held(roots, name)
             && uid
-                .map(|u| liveness::processes_of_uid(u).is_empty())
+                .map(|u| procs::processes_of_uid(u).is_empty())
                 .unwrap_or(true);
         if gone {
             return true;
@@ -144,7 +145,9 @@ pub fn stop(roots: &Roots, name: &str, timeout: Duration) -> Result<StoppedBy> {
         .unwrap_or_else(|| kind_of(roots, name));
     let sock = control_socket(roots, name, kind);
     let t = Duration::from_secs(2);
-    let put = |uri: &str, body: Option<&str>| crate::api::expect_ok(&sock, "PUT", uri, body, t);
+    let put = |uri: &str, body: Option<&str>| {
+        crate::hypervisor::api::expect_ok(&sock, "PUT", uri, body, t)
+    };
     let pressed = match kind {
         HypervisorKind::Qemu => Qmp::connect(&sock, t)
             .and_then(|mut q| q.execute("system_powerdown", None))
@@ -172,7 +175,7 @@ pub fn stop(roots: &Roots, name: &str, timeout: Duration) -> Result<StoppedBy> {
         return Ok(StoppedBy::Quit);
     }
     if let (Some(i), Some(uid)) = (&intent, uid) {
-        if liveness::processes_of_uid(uid).contains(&i.pid) {
+        if procs::processes_of_uid(uid).contains(&i.pid) {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(i.pid as i32),
                 nix::sys::signal::Signal::SIGKILL,
@@ -209,27 +212,6 @@ pub struct Status {
     /// cloud-hypervisor / firecracker: the API's `state`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_state: Option<String>,
-}
-
-/// Every VM that is configured or has a runtime dir, sorted by name.
-pub fn known_vms(roots: &Roots) -> Vec<String> {
-    let mut names: Vec<String> = crate::principal::configured_specs(roots)
-        .into_iter()
-        .map(|(n, _, _)| n)
-        .collect();
-    if let Ok(rd) = std::fs::read_dir(&roots.runtime_root) {
-        for e in rd.flatten() {
-            if let Some(n) = e.file_name().to_str() {
-                if crate::spec::valid_name(n) && e.file_type().map(|t| t.is_dir()).unwrap_or(false)
-                {
-                    names.push(n.to_string());
-                }
-            }
-        }
-    }
-    names.sort();
-    names.dedup();
-    names
 }
 
 pub fn status(roots: &Roots, name: &str) -> Status {

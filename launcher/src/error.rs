@@ -10,7 +10,7 @@ use nix::errno::Errno;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
-    Spec(#[from] crate::spec::SpecError),
+    Spec(#[from] crate::config::spec::SpecError),
 
     #[error("{flag} {path}: {reason}")]
     Root {

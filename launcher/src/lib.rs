@@ -6,33 +6,16 @@
 //! share this library: destructive commands use the same ownership and
 //! liveness code as the launcher.
 
-pub mod api;
-pub mod cleanup;
+pub mod config;
 pub mod control;
-pub mod creds;
-pub mod dirs;
 pub mod error;
+pub mod host;
 pub mod hypervisor;
-pub mod intent;
-pub mod landlock_policy;
+pub mod identity;
+pub mod instance;
 pub mod launch;
-pub mod lease;
-pub mod liveness;
-pub mod mountinfo;
-pub mod net;
-pub mod ownership;
-pub mod paths;
-pub mod peer;
-pub mod principal;
-pub mod purge;
-pub mod qmp;
-pub mod reap;
-pub mod registry;
-pub mod sandbox;
-pub mod seccomp;
-pub mod spec;
+pub mod teardown;
 pub mod unit;
-pub mod verify;
 
 pub use error::{Error, Result};
 

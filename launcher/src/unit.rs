@@ -16,8 +16,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::paths::DEFAULT_CONFIG_DIR;
-use crate::spec::{CredentialSource, Spec, SpecError};
+use crate::config::paths::DEFAULT_CONFIG_DIR;
+use crate::config::spec::{CredentialSource, Spec, SpecError};
 
 /// Default directory of the three binaries on hosts without Nix.
 pub const DEFAULT_BIN_DIR: &str = "/usr/local/bin";
@@ -143,7 +143,7 @@ pub fn render_unit(args: &RenderUnitArgs) -> Result<String, UnitError> {
             &target(),
         )),
         Which::Dropin(name) => {
-            if !crate::spec::valid_name(name) {
+            if !crate::config::names::valid_name(name) {
                 return Err(UnitError::BadName {
                     name: name.to_string(),
                 });

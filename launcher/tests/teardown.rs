@@ -215,7 +215,7 @@ fn a_deletion_that_leaves_the_path_is_failed_and_exit_is_nonzero() {
     // 3. A tree nested deeper than cleanup descends (a compromised VM
     //    filling its control dir): refused as failed, not a stack overflow.
     let mut deep = rundir.join("control");
-    for i in 0..(vmwarden::ownership::MAX_DEPTH + 5) {
+    for i in 0..(vmwarden::host::ownership::MAX_DEPTH + 5) {
         deep = deep.join(format!("d{i}"));
     }
     std::fs::create_dir_all(&deep).unwrap();
@@ -340,7 +340,7 @@ fn reap_dry_run_then_apply_then_kill() {
     assert!(!env.run.join("not-a-vm.tmp").exists());
     assert!(!env.run.join("orphan/left-behind").exists());
     assert!(env.run.join("live/control/qmp.sock").exists());
-    assert!(vmwarden::mountinfo::credential_mounts_everywhere(Some("gone")).is_empty());
+    assert!(vmwarden::host::mountinfo::credential_mounts_everywhere(Some("gone")).is_empty());
     assert!(
         proc_.try_wait().unwrap().is_none(),
         "reap without --kill killed a process"
@@ -354,7 +354,7 @@ fn reap_dry_run_then_apply_then_kill() {
     assert!(v.status.success(), "{}", text(&v));
 
     // The live VM is untouched and every state dir is as it was.
-    assert!(vmwarden::liveness::control_socket_answers(
+    assert!(vmwarden::instance::liveness::control_socket_answers(
         &env.run.join("live/control/qmp.sock")
     ));
     let state_after = {
@@ -485,8 +485,8 @@ fn purge_needs_a_terminal_keeps_identity_and_retires_the_principal() {
     .collect();
     assert_eq!(left, want, "{out}");
     assert!(sd.is_dir() && std::fs::metadata(&sd).unwrap().mode() & 0o777 == 0o700);
-    let reg = vmwarden::registry::lookup(
-        &vmwarden::paths::Roots {
+    let reg = vmwarden::identity::registry::lookup(
+        &vmwarden::config::paths::Roots {
             config_dir: env.config.clone(),
             runtime_root: env.run.clone(),
             state_root: env.state.clone(),
@@ -495,22 +495,22 @@ fn purge_needs_a_terminal_keeps_identity_and_retires_the_principal() {
     )
     .unwrap()
     .unwrap();
-    assert_eq!(reg.state, vmwarden::registry::State::Active);
+    assert_eq!(reg.state, vmwarden::identity::registry::State::Active);
 
     // Without --keep-identity: everything goes, the principal is retired.
     let (ok, out) = purge_on_pty(&env, &["web"], "DELETE-EVERYTHING");
     assert!(ok, "{out}");
     assert!(walkdir(&sd).is_empty(), "{out}");
     assert!(sd.is_dir(), "the state dir itself stays");
-    let roots = vmwarden::paths::Roots {
+    let roots = vmwarden::config::paths::Roots {
         config_dir: env.config.clone(),
         runtime_root: env.run.clone(),
         state_root: env.state.clone(),
     };
-    let reg = vmwarden::registry::lookup(&roots, uid(51))
+    let reg = vmwarden::identity::registry::lookup(&roots, uid(51))
         .unwrap()
         .unwrap();
-    assert_eq!(reg.state, vmwarden::registry::State::Retired);
+    assert_eq!(reg.state, vmwarden::identity::registry::State::Retired);
 
     // Residue under the retired uid: another VM may not take that uid.
     std::fs::write(sd.join("residue"), b"r").unwrap();
@@ -529,12 +529,12 @@ fn purge_needs_a_terminal_keeps_identity_and_retires_the_principal() {
     std::fs::remove_file(sd.join("residue")).unwrap();
     let o = env.probe("other", &["/bin/true"]);
     assert!(o.status.success(), "{}", text(&o));
-    let reg = vmwarden::registry::lookup(&roots, uid(51))
+    let reg = vmwarden::identity::registry::lookup(&roots, uid(51))
         .unwrap()
         .unwrap();
     assert_eq!(
         (reg.vm.as_str(), reg.generation, reg.state),
-        ("other", 2, vmwarden::registry::State::Active)
+        ("other", 2, vmwarden::identity::registry::State::Active)
     );
     assert_clean(&env, "other");
 }

@@ -4,8 +4,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use vmwarden::cleanup::{cleanup, ServiceResult};
-use vmwarden::paths::{RootArgs, Roots};
+use vmwarden::config::paths::{RootArgs, Roots};
+use vmwarden::teardown::cleanup::{cleanup, ServiceResult};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -23,7 +23,7 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     vmwarden::init_logging(std::env::var("VMWARDEN_LOG").ok().as_deref());
-    if !vmwarden::spec::valid_name(&args.name) {
+    if !vmwarden::config::names::valid_name(&args.name) {
         eprintln!(
             "vmwarden-cleanup: error: VM name {:?} must match ^[a-z][a-z0-9-]{{0,31}}$",
             args.name

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use vmwarden::config::paths::{RootArgs, Roots};
 use vmwarden::launch::{self, Options, STEPS};
-use vmwarden::paths::{RootArgs, Roots};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -36,7 +36,7 @@ struct Args {
 
 fn main() -> ExitCode {
     // 1. Single-threaded from here; inherited fds closed, environment captured then cleared.
-    if let Err(e) = vmwarden::sandbox::close_inherited_fds() {
+    if let Err(e) = vmwarden::launch::sandbox::close_inherited_fds() {
         vmwarden::report_error("vmwarden-launch", &e);
         return ExitCode::FAILURE;
     }

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use vmwarden::paths::{RootArgs, Roots};
-use vmwarden::{control, purge, reap, verify, Error};
+use vmwarden::config::paths::{RootArgs, Roots};
+use vmwarden::teardown::{purge, reap, verify};
+use vmwarden::{control, Error};
 
 #[derive(Debug, Parser)]
 #[command(name = "vmwarden", version, about = "Operate vmwarden microVMs")]
@@ -75,7 +76,7 @@ enum Cmd {
 }
 
 fn check_name(name: &str) -> Result<(), Error> {
-    if vmwarden::spec::valid_name(name) {
+    if vmwarden::config::names::valid_name(name) {
         Ok(())
     } else {
         Err(Error::Usage {
@@ -104,7 +105,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     check_name(&n)?;
                     vec![n]
                 }
-                None => control::known_vms(&roots),
+                None => vmwarden::instance::known_vms(&roots),
             };
             let st: Vec<_> = names.iter().map(|n| control::status(&roots, n)).collect();
             if as_json {

@@ -381,23 +381,23 @@ pub fn snapshot(env: &Env, uids: &[u32]) -> Snapshot {
     files.retain(|f| !f.contains(".serial.log"));
     let mut mounts = BTreeSet::new();
     let dir = env.dir.path().to_string_lossy().into_owned();
-    for (_, ns, m) in vmwarden::mountinfo::credential_mounts_everywhere(None) {
+    for (_, ns, m) in vmwarden::host::mountinfo::credential_mounts_everywhere(None) {
         mounts.insert(format!("{ns} {} {}", m.source, m.mount_point.display()));
     }
-    for m in vmwarden::mountinfo::read("self").unwrap() {
+    for m in vmwarden::host::mountinfo::read("self").unwrap() {
         if m.mount_point.to_string_lossy().starts_with(&dir) || m.source.starts_with("vmwarden") {
             mounts.insert(format!("self {} {}", m.source, m.mount_point.display()));
         }
     }
     let mut procs = BTreeSet::new();
     for u in uids {
-        procs.extend(vmwarden::liveness::processes_of_uid(*u));
+        procs.extend(vmwarden::host::procs::processes_of_uid(*u));
     }
     Snapshot {
         files,
         mounts,
         procs,
-        links: vmwarden::net::vmwarden_links().into_iter().collect(),
+        links: vmwarden::host::net::vmwarden_links().into_iter().collect(),
     }
 }
 

@@ -8,12 +8,12 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::dirs::{self, Dir};
+use crate::config::paths::Roots;
 use crate::error::{Error, Result};
-use crate::lease::Lease;
-use crate::liveness::{self, Verdict};
-use crate::ownership::{self, Outcome};
-use crate::paths::Roots;
+use crate::host::dirs::{self, Dir};
+use crate::host::ownership::{self, Outcome};
+use crate::instance::lease::Lease;
+use crate::instance::liveness::{self, Verdict};
 
 /// What a user must type, on a terminal, to confirm.
 pub const CONFIRM_PHRASE: &str = "DELETE-EVERYTHING";
@@ -73,10 +73,12 @@ pub fn plan_entries(dir: &Dir, keep: &[String]) -> Result<Vec<PathBuf>> {
 }
 
 fn spec_keep_and_uid(roots: &Roots, name: &str) -> (Vec<String>, Option<u32>) {
-    match crate::spec::Spec::read(&roots.spec_path(name)) {
+    match crate::config::spec::Spec::read(&roots.spec_path(name)) {
         Ok(s) => (
             s.keep_on_purge.clone(),
-            crate::principal::resolve_ids(&s).ok().map(|x| x.0),
+            crate::identity::principal::resolve_ids(&s)
+                .ok()
+                .map(|x| x.0),
         ),
         Err(_) => (vec![IDENTITY_DIR.to_string()], None),
     }
@@ -87,7 +89,7 @@ fn spec_keep_and_uid(roots: &Roots, name: &str) -> (Vec<String>, Option<u32>) {
 fn principal_uid(roots: &Roots, name: &str, spec_uid: Option<u32>, state_dir: &Dir) -> Option<u32> {
     spec_uid
         .or_else(|| {
-            crate::registry::all(roots)
+            crate::identity::registry::all(roots)
                 .ok()?
                 .into_iter()
                 .find(|r| r.vm == name)
@@ -123,7 +125,7 @@ pub fn plan(roots: &Roots, name: &str, keep_identity: bool) -> Result<Plan> {
 pub struct Report {
     pub plan: Plan,
     pub outcome: Outcome,
-    pub retired: Option<crate::registry::Record>,
+    pub retired: Option<crate::identity::registry::Record>,
     /// Why the principal was not retired when it should have been.
     pub retire_error: Option<String>,
 }
@@ -134,17 +136,17 @@ pub fn execute(roots: &Roots, name: &str, plan: Plan) -> Result<Report> {
     // dir and lease file if needed (exactly as a launch would), so no launch
     // can start between the confirmation and the last unlink.
     let (rt_parent, rt_name) = dirs::split_parent(&roots.runtime_root)?;
-    let root_want = |mode| crate::dirs::Want {
+    let root_want = |mode| crate::host::dirs::Want {
         uid: 0,
         gid: 0,
         mode,
-        loose: crate::dirs::Loose::Refuse,
+        loose: crate::host::dirs::Loose::Refuse,
     };
     let (runtime_root, _) = dirs::ensure(
         &rt_parent,
         &rt_name,
-        &crate::dirs::Want {
-            loose: crate::dirs::Loose::Tighten,
+        &crate::host::dirs::Want {
+            loose: crate::host::dirs::Loose::Tighten,
             ..root_want(0o755)
         },
     )?;
@@ -191,7 +193,7 @@ pub fn execute(roots: &Roots, name: &str, plan: Plan) -> Result<Report> {
     }
     // Retirement fails closed, but what was deleted is still reported.
     let (retired, retire_error) = match (plan.retire_uid, outcome.failed.is_empty()) {
-        (Some(uid), true) => match crate::registry::retire(roots, name, uid) {
+        (Some(uid), true) => match crate::identity::registry::retire(roots, name, uid) {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(e.to_string())),
         },

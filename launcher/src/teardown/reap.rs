@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::cleanup::{self, ServiceResult};
-use crate::dirs;
-use crate::liveness::{self, Verdict};
-use crate::mountinfo;
-use crate::ownership::{self, RUNTIME_KEEP};
-use crate::paths::Roots;
+use crate::config::paths::Roots;
+use crate::host::dirs;
+use crate::host::mountinfo;
+use crate::host::ownership::{self, RUNTIME_KEEP};
+use crate::host::procs;
+use crate::instance::liveness::{self, Verdict};
+use crate::teardown::cleanup::{self, ServiceResult};
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
@@ -59,14 +60,14 @@ impl Report {
 
 /// uids that belong to vmwarden principals: the registry and every spec.
 fn principal_uids(roots: &Roots) -> Vec<(u32, String)> {
-    let mut out: Vec<(u32, String)> = crate::registry::all(roots)
+    let mut out: Vec<(u32, String)> = crate::identity::registry::all(roots)
         .unwrap_or_default()
         .into_iter()
         .map(|r| (r.uid, r.vm))
         .collect();
-    for (name, _, spec) in crate::principal::configured_specs(roots) {
+    for (name, _, spec) in crate::identity::principal::configured_specs(roots) {
         if let Some(spec) = spec {
-            if let Ok((uid, _, _)) = crate::principal::resolve_ids(&spec) {
+            if let Ok((uid, _, _)) = crate::identity::principal::resolve_ids(&spec) {
                 out.push((uid, name));
             }
         }
@@ -79,8 +80,8 @@ fn principal_uids(roots: &Roots) -> Vec<(u32, String)> {
 fn lease_held(roots: &Roots, name: &str) -> bool {
     dirs::open_dir(&roots.runtime_dir(name))
         .ok()
-        .and_then(|d| crate::lease::state(&d).ok())
-        == Some(crate::lease::LeaseState::Held)
+        .and_then(|d| crate::instance::lease::state(&d).ok())
+        == Some(crate::instance::lease::LeaseState::Held)
 }
 
 /// Unmount a stray credential tmpfs inside the mount namespace of `pid`
@@ -121,7 +122,7 @@ fn lease_for_kill(
     roots: &Roots,
     vm: &str,
     may_launch: bool,
-) -> crate::error::Result<Option<Option<crate::lease::Lease>>> {
+) -> crate::error::Result<Option<Option<crate::instance::lease::Lease>>> {
     let rundir = match dirs::open_dir(&roots.runtime_dir(vm)) {
         Ok(d) => d,
         Err(crate::error::Error::Sys {
@@ -144,7 +145,7 @@ fn lease_for_kill(
         }
         Err(e) => return Err(e),
     };
-    Ok(crate::lease::Lease::acquire(&rundir)?.map(Some))
+    Ok(crate::instance::lease::Lease::acquire(&rundir)?.map(Some))
 }
 
 /// Delete a runtime dir whose VM is no longer configured: every entry (the
@@ -162,7 +163,7 @@ fn delete_runtime_dir_under_lease(root: &dirs::Dir, name: &str) -> ownership::Ou
             return out;
         }
     };
-    let lease = match crate::lease::Lease::acquire(&rundir) {
+    let lease = match crate::instance::lease::Lease::acquire(&rundir) {
         Ok(Some(l)) => l,
         Ok(None) => {
             out.kept.push(ownership::Kept {
@@ -180,7 +181,7 @@ fn delete_runtime_dir_under_lease(root: &dirs::Dir, name: &str) -> ownership::Ou
         }
     };
     let names = ownership::entries(&rundir).unwrap_or_default();
-    let doomed = ownership::deletion_set(&names, &[], Some(crate::paths::LEASE_FILE));
+    let doomed = ownership::deletion_set(&names, &[], Some(crate::config::paths::LEASE_FILE));
     out.merge(ownership::delete_entries(&rundir, &doomed, None));
     if out.failed.is_empty() {
         out.merge(ownership::delete_entries(root, &[name.to_string()], None));
@@ -195,7 +196,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         kill,
         ..Default::default()
     };
-    let configured: Vec<String> = crate::principal::configured_specs(roots)
+    let configured: Vec<String> = crate::identity::principal::configured_specs(roots)
         .into_iter()
         .map(|(n, _, _)| n)
         .collect();
@@ -223,7 +224,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
             }
         };
         let mut killed_here = Vec::new();
-        for pid in liveness::processes_of_uid(uid) {
+        for pid in procs::processes_of_uid(uid) {
             let item = Item {
                 kind: Kind::Process,
                 path: PathBuf::from(format!("/proc/{pid}")),
@@ -255,7 +256,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         let end = std::time::Instant::now() + Duration::from_secs(5);
         while !killed_here.is_empty()
             && std::time::Instant::now() < end
-            && !liveness::processes_of_uid(uid).is_empty()
+            && !procs::processes_of_uid(uid).is_empty()
         {
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -315,7 +316,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         let names = ownership::entries(&root).unwrap_or_default();
         for n in names {
             let path = root.path.join(&n);
-            let is_vm_dir = crate::spec::valid_name(&n)
+            let is_vm_dir = crate::config::names::valid_name(&n)
                 && std::fs::symlink_metadata(&path)
                     .map(|m| m.is_dir())
                     .unwrap_or(false);
@@ -410,11 +411,11 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
 /// and the configured specs (two VMs may name the same tap by mistake).
 fn tap_claimants(roots: &Roots) -> std::collections::BTreeMap<String, Vec<String>> {
     let mut owners: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    for vm in crate::control::known_vms(roots) {
+    for vm in crate::instance::known_vms(roots) {
         let intent = dirs::open_dir(&roots.runtime_dir(&vm))
             .ok()
-            .and_then(|d| crate::intent::Intent::read(&d).ok().flatten());
-        for t in crate::net::vm_taps(roots, &vm, intent.as_ref()) {
+            .and_then(|d| crate::instance::intent::Intent::read(&d).ok().flatten());
+        for t in crate::teardown::taps::vm_taps(roots, &vm, intent.as_ref()) {
             let v = owners.entry(t).or_default();
             if !v.contains(&vm) {
                 v.push(vm.clone());
@@ -425,14 +426,14 @@ fn tap_claimants(roots: &Roots) -> std::collections::BTreeMap<String, Vec<String
 }
 
 fn reap_taps(roots: &Roots, r: &mut Report) {
-    let links = crate::net::vmwarden_links();
+    let links = crate::host::net::vmwarden_links();
     if links.is_empty() {
         return;
     }
     let claimants = tap_claimants(roots);
     let mut rtnl = None;
     for tap in links {
-        let path = PathBuf::from(crate::net::SYS_CLASS_NET).join(&tap);
+        let path = PathBuf::from(crate::host::net::SYS_CLASS_NET).join(&tap);
         let claims = claimants.get(&tap).cloned().unwrap_or_default();
         let owner = claims.first().cloned();
         let mut keep = |reason: String| {
@@ -444,7 +445,7 @@ fn reap_taps(roots: &Roots, r: &mut Report) {
                 reason,
             })
         };
-        let Some((index, persistent)) = crate::net::tun_info(&tap) else {
+        let Some((index, persistent)) = crate::host::net::tun_info(&tap) else {
             keep("named vmw-* but not a tun/tap device; not vmwarden's".into());
             continue;
         };
@@ -486,7 +487,7 @@ fn reap_taps(roots: &Roots, r: &mut Report) {
         });
         if r.apply {
             if rtnl.is_none() {
-                match crate::net::Rtnl::open() {
+                match crate::host::net::Rtnl::open() {
                     Ok(n) => rtnl = Some(n),
                     Err(e) => {
                         r.failed.push(ownership::Failed {
@@ -500,7 +501,7 @@ fn reap_taps(roots: &Roots, r: &mut Report) {
             let Some(n) = rtnl.as_mut() else { continue };
             // Delete the vetted device by its index, not whatever holds the name now.
             match n.delete_index(&tap, index) {
-                Ok(_) if crate::net::tun_info(&tap).map(|(i, _)| i) != Some(index) => {
+                Ok(_) if crate::host::net::tun_info(&tap).map(|(i, _)| i) != Some(index) => {
                     r.deleted.push(path)
                 }
                 Ok(_) => r.failed.push(ownership::Failed {

@@ -5,9 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::dirs::{self, Dir, Loose, Want};
+use crate::config::paths::{Roots, PRINCIPALS_DIR};
 use crate::error::{Error, Result};
-use crate::paths::{Roots, PRINCIPALS_DIR};
+use crate::host::dirs::{self, Dir, Loose, Want};
 
 const MAX_RECORD: u64 = 16 * 1024;
 
@@ -111,7 +111,7 @@ pub fn residue(roots: &Roots, vm: &str, uid: u32) -> Vec<String> {
             out.push(format!("{} ({n} entries)", sd.display()));
         }
     }
-    let pids = crate::liveness::processes_of_uid(uid);
+    let pids = crate::host::procs::processes_of_uid(uid);
     if !pids.is_empty() {
         out.push(format!("processes {pids:?} running as uid {uid}"));
     }
@@ -119,7 +119,11 @@ pub fn residue(roots: &Roots, vm: &str, uid: u32) -> Vec<String> {
 }
 
 /// Refuse a launch whose uid belonged to a different VM that left residue.
-pub fn check_launch(roots: &Roots, name: &str, p: &crate::principal::Principal) -> Result<()> {
+pub fn check_launch(
+    roots: &Roots,
+    name: &str,
+    p: &crate::identity::principal::Principal,
+) -> Result<()> {
     let Some(rec) = lookup(roots, p.uid)? else {
         return Ok(());
     };
@@ -153,7 +157,7 @@ pub fn register(
     roots: &Roots,
     state_root: &Dir,
     name: &str,
-    p: &crate::principal::Principal,
+    p: &crate::identity::principal::Principal,
 ) -> Result<()> {
     let (dir, _) = dirs::ensure(state_root, PRINCIPALS_DIR, &registry_want())?;
     let prev = lookup(roots, p.uid)?;

@@ -2,24 +2,26 @@
 //! function that reads like the step list; each step that creates something
 //! is in the intent record before it exists.
 
+pub mod creds;
+pub mod landlock;
+pub mod sandbox;
+pub mod seccomp;
+
 use std::convert::Infallible;
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::creds;
-use crate::dirs::{self, Dir, Loose, Want};
+use crate::config::paths::{Roots, API_SOCKET, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG};
+use crate::config::spec::{HypervisorKind, Spec, SpecError};
 use crate::error::{Error, Result};
+use crate::host::dirs::{self, Dir, Loose, Want};
+use crate::host::net;
 use crate::hypervisor::{self, Layout};
-use crate::intent::{self, Intent, IntentPrincipal, Resource};
-use crate::landlock_policy;
-use crate::lease::Lease;
-use crate::liveness;
-use crate::net;
-use crate::paths::{Roots, API_SOCKET, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG};
-use crate::principal::{self, Principal};
-use crate::sandbox;
-use crate::spec::{HypervisorKind, Spec, SpecError};
+use crate::identity::principal::{self, Principal};
+use crate::instance::intent::{self, Intent, IntentPrincipal, Resource};
+use crate::instance::lease::Lease;
+use crate::instance::liveness;
 
 /// Step names, in order. `VMWARDEN_FAULT_AFTER=<step>` (builds with the
 /// `fault-injection` feature) SIGKILLs the launcher right after that step.
@@ -99,7 +101,7 @@ fn check_spec_paths_scoped(spec: &Spec, spec_path: &Path, roots: &Roots) -> Resu
         ("hypervisor.binary".into(), &spec.hypervisor.binary),
     ];
     for (i, c) in spec.credentials.iter().enumerate() {
-        if let crate::spec::CredentialSource::Path(p) = &c.source {
+        if let crate::config::spec::CredentialSource::Path(p) = &c.source {
             fields.push((format!("credentials[{i}].source.path"), p));
         }
     }
@@ -144,7 +146,7 @@ pub fn launch(opts: Options) -> Result<Infallible> {
     roots
         .validate()
         .map_err(|(flag, path, reason)| Error::Root { flag, path, reason })?;
-    if !crate::spec::valid_name(&opts.name) {
+    if !crate::config::names::valid_name(&opts.name) {
         return Err(Error::Usage {
             what: format!("VM name {:?}", opts.name),
             reason: "must match ^[a-z][a-z0-9-]{0,31}$".into(),
@@ -153,12 +155,15 @@ pub fn launch(opts: Options) -> Result<Infallible> {
     // A running VM is reported as running before anything else is judged
     // (its taps exist, its credentials may be unavailable to a second caller).
     if let Ok(d) = dirs::open_dir(&roots.runtime_dir(&opts.name)) {
-        if matches!(crate::lease::state(&d), Ok(crate::lease::LeaseState::Held)) {
+        if matches!(
+            crate::instance::lease::state(&d),
+            Ok(crate::instance::lease::LeaseState::Held)
+        ) {
             return Err(Error::AlreadyRunning {
                 name: opts.name.clone(),
                 reason: format!(
                     "its lease {} is held",
-                    d.path.join(crate::paths::LEASE_FILE).display()
+                    d.path.join(crate::config::paths::LEASE_FILE).display()
                 ),
             });
         }
@@ -174,7 +179,7 @@ pub fn launch(opts: Options) -> Result<Infallible> {
 
     // 3. Principal.
     let principal = principal::resolve(&spec, roots)?;
-    crate::registry::check_launch(roots, &spec.name, &principal)?;
+    crate::identity::registry::check_launch(roots, &spec.name, &principal)?;
     // Pre-flight the directories that already exist, so a refusal leaves
     // nothing behind (no runtime dir, lease or intent record yet).
     let vm_want = |mode| Want {
@@ -204,7 +209,7 @@ pub fn launch(opts: Options) -> Result<Infallible> {
                 name: spec.name.clone(),
                 reason: format!(
                     "its lease {} is held",
-                    rundir.path.join(crate::paths::LEASE_FILE).display()
+                    rundir.path.join(crate::config::paths::LEASE_FILE).display()
                 ),
             })
         }
@@ -223,7 +228,7 @@ pub fn launch(opts: Options) -> Result<Infallible> {
     let state_dir_path = roots.state_dir(&spec.name);
     let control_path = rundir.path.join(CONTROL_DIR);
     let creds_path = rundir.path.join(CREDENTIALS_DIR);
-    let qmp_path = control_path.join(crate::paths::QMP_SOCKET);
+    let qmp_path = control_path.join(crate::config::paths::QMP_SOCKET);
     let api_path = control_path.join(API_SOCKET);
     let fc_config_path = control_path.join(FIRECRACKER_CONFIG);
     let kind = spec.hypervisor.kind;
@@ -284,7 +289,7 @@ pub fn launch(opts: Options) -> Result<Infallible> {
     //    credential mount point (root 0700 on the host side).
     let (st_parent, st_name) = dirs::split_parent(&roots.state_root)?;
     let (state_root, _) = dirs::ensure(&st_parent, &st_name, &root_want(0o755, Loose::Tighten))?;
-    crate::registry::register(roots, &state_root, &spec.name, &principal)?;
+    crate::identity::registry::register(roots, &state_root, &spec.name, &principal)?;
     let (state_dir, _) = dirs::ensure(&state_root, &spec.name, &vm_want(0o700))?;
     faults.after("state-dir");
     let (control, _) = dirs::ensure(
@@ -349,20 +354,20 @@ pub fn launch(opts: Options) -> Result<Infallible> {
 
     // The seccomp filter is compiled while a failure can still be reported
     // cleanly, and installed after Landlock.
-    let seccomp_prog = crate::seccomp::program()?;
+    let seccomp_prog = seccomp::program()?;
 
     // 9. Drop to the principal and prove it.
     sandbox::drop_privileges(&principal)?;
     faults.after("privileges-dropped");
 
     // 10. Landlock.
-    let policy = landlock_policy::policy(&spec, &state_dir_path, &control_path, &creds_path);
-    let outcome = landlock_policy::apply(&policy, spec.landlock.mode)?;
+    let policy = landlock::policy(&spec, &state_dir_path, &control_path, &creds_path);
+    let outcome = landlock::apply(&policy, spec.landlock.mode)?;
     tracing::info!(?outcome, "landlock applied");
     faults.after("landlock");
 
     // 10b. seccomp: no tap fd can be made persistent, re-owned or re-MACed.
-    crate::seccomp::apply(&seccomp_prog)?;
+    seccomp::apply(&seccomp_prog)?;
     faults.after("seccomp");
 
     // 11. execve: the lease fd is inherited, everything else is closed.
@@ -403,7 +408,7 @@ fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<
             reason,
         })
     };
-    let others = crate::principal::configured_specs(roots);
+    let others = crate::identity::principal::configured_specs(roots);
     let mut rtnl = net::Rtnl::open()?;
     for (i, n) in spec.interfaces.iter().enumerate() {
         for (other, _, other_spec) in &others {
@@ -486,7 +491,7 @@ fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
             }
             None => None,
         };
-        let mac = net::host_side_mac(&spec.guest_mac(i));
+        let mac = crate::config::names::host_side_mac(&spec.guest_mac(i));
         rtnl.configure(&n.tap, link.index, &mac, controller)?;
         tracing::info!(tap = %n.tap, bridge = ?n.bridge, "tap created");
         taps.push(tap);

@@ -3,12 +3,15 @@
 //! into the VM's private tmpfs; cloud-hypervisor and firecracker get none
 //! (the spec refuses them). Taps are passed as inherited fd numbers.
 
+pub mod api;
+pub mod qmp;
+
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use crate::net::format_mac;
-use crate::spec::{Accel, HypervisorKind, Machine, Spec, FW_CFG_CREDENTIAL_PREFIX};
+use crate::config::names::format_mac;
+use crate::config::spec::{Accel, HypervisorKind, Machine, Spec, FW_CFG_CREDENTIAL_PREFIX};
 
 /// libvirt's default `seccomp_sandbox = 1` set: QEMU's own seccomp filter.
 pub const QEMU_SANDBOX: &str =
@@ -226,7 +229,7 @@ pub fn qemu_has_seccomp(binary: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::*;
+    use crate::config::spec::*;
 
     fn spec() -> Spec {
         serde_json::from_str(
@@ -273,7 +276,7 @@ mod tests {
             ..layout()
         };
         let argv = qemu_argv(&s, &l, true);
-        let derived = format_mac(&crate::net::derived_mac("web", "vmw-web1"));
+        let derived = format_mac(&crate::config::names::derived_mac("web", "vmw-web1"));
         let tail: Vec<&str> = argv[argv.len() - 10..].iter().map(|x| x.as_str()).collect();
         assert_eq!(
             tail,
@@ -314,7 +317,7 @@ mod tests {
             tap_fds: vec![5, 6],
             ..layout()
         };
-        let derived = format_mac(&crate::net::derived_mac("web", "vmw-web1"));
+        let derived = format_mac(&crate::config::names::derived_mac("web", "vmw-web1"));
         let want = [
             "/usr/bin/cloud-hypervisor",
             "--api-socket",

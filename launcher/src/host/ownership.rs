@@ -15,8 +15,8 @@ use nix::sys::stat::{fstatat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use serde::Serialize;
 
-use crate::dirs::Dir;
-use crate::paths::{INTENT_FILE, LEASE_FILE};
+use crate::config::paths::{INTENT_FILE, LEASE_FILE};
+use crate::host::dirs::Dir;
 
 /// Entries of a VM's runtime dir that teardown keeps: the lease file, so a
 /// concurrent launch always locks the same inode.

@@ -1,7 +1,7 @@
 //! A minimal HTTP/1.1 client over a unix socket, for cloud-hypervisor's and
 //! firecracker's control API (`control/api.sock`). Blocking, one request per
 //! connection, no threads, no runtime. Like QMP, it only talks to a peer
-//! running as the control dir's owner ([`crate::peer::connect`]) and reads a
+//! running as the control dir's owner ([`crate::host::peer::connect`]) and reads a
 //! bounded response under an overall deadline.
 
 use std::io::{Read, Write};
@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 
 /// Largest response accepted (headers + body).
-const MAX_RESPONSE: usize = crate::peer::MAX_MESSAGE as usize;
+const MAX_RESPONSE: usize = crate::host::peer::MAX_MESSAGE as usize;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
@@ -101,7 +101,7 @@ pub fn request(
     timeout: Duration,
 ) -> Result<Response> {
     let deadline = std::time::Instant::now() + timeout;
-    let mut s: UnixStream = crate::peer::connect(sock, timeout).map_err(|e| err(sock, e))?;
+    let mut s: UnixStream = crate::host::peer::connect(sock, timeout).map_err(|e| err(sock, e))?;
     s.set_write_timeout(Some(timeout))
         .map_err(|e| err(sock, format!("set timeout: {e}")))?;
     s.write_all(&render_request(method, uri, body))
@@ -164,11 +164,11 @@ pub fn answers(sock: &Path) -> bool {
 /// firecracker `GET /`; both answer JSON with a `state` field.
 pub fn vm_state(
     sock: &Path,
-    kind: crate::spec::HypervisorKind,
+    kind: crate::config::spec::HypervisorKind,
     timeout: Duration,
 ) -> Result<String> {
     let uri = match kind {
-        crate::spec::HypervisorKind::CloudHypervisor => "/api/v1/vm.info",
+        crate::config::spec::HypervisorKind::CloudHypervisor => "/api/v1/vm.info",
         _ => "/",
     };
     let r = expect_ok(sock, "GET", uri, None, timeout)?;
@@ -239,7 +239,7 @@ mod tests {
         });
         let st = vm_state(
             &sock,
-            crate::spec::HypervisorKind::CloudHypervisor,
+            crate::config::spec::HypervisorKind::CloudHypervisor,
             Duration::from_secs(5),
         )
         .unwrap();

@@ -4,10 +4,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::dirs;
-use crate::intent::Intent;
-use crate::lease::{self, LeaseState};
-use crate::paths::Roots;
+use crate::config::paths::Roots;
+use crate::host::dirs;
+use crate::host::procs::{processes_of_uid, unit_cgroup_pids};
+use crate::instance::intent::Intent;
+use crate::instance::lease::{self, LeaseState};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -29,87 +30,18 @@ impl Verdict {
     }
 }
 
-/// Pids of live (non-zombie) processes whose real, effective, saved or fs
-/// uid is `uid`.
-pub fn processes_of_uid(uid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        // Every thread counts: a process whose main thread has exited shows
-        // as a zombie in /proc/PID/status while its other threads run on.
-        let tasks: Vec<String> = match std::fs::read_dir(format!("/proc/{pid}/task")) {
-            Ok(rd) => rd
-                .flatten()
-                .map(|t| {
-                    format!(
-                        "/proc/{pid}/task/{}/status",
-                        t.file_name().to_string_lossy()
-                    )
-                })
-                .collect(),
-            Err(_) => vec![format!("/proc/{pid}/status")],
-        };
-        if tasks.iter().any(|p| task_runs_as(p, uid)) {
-            out.push(pid);
-        }
-    }
-    out.sort_unstable();
-    out
-}
-
-/// A live (non-zombie) task whose real, effective, saved or fs uid is `uid`.
-/// A zombie holds nothing (its fds, lease included, are closed); it only
-/// waits for its parent to reap it.
-fn task_runs_as(status_path: &str, uid: u32) -> bool {
-    let Ok(status) = std::fs::read_to_string(status_path) else {
-        return false;
-    };
-    let zombie = status
-        .lines()
-        .find_map(|l| l.strip_prefix("State:"))
-        .map(|st| matches!(st.trim_start().chars().next(), Some('Z' | 'X')))
-        .unwrap_or(false);
-    !zombie
-        && status
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .map(|ids| ids.split_whitespace().any(|x| x.parse::<u32>() == Ok(uid)))
-            .unwrap_or(false)
-}
-
 /// Does something answer with a QMP greeting on the control socket?
-/// (cloud-hypervisor's and firecracker's API socket: [`crate::api::answers`].)
+/// (cloud-hypervisor's and firecracker's API socket: [`crate::hypervisor::api::answers`].)
 pub fn control_socket_answers(sock: &Path) -> bool {
     use std::io::Read;
     // Only a peer running as the control dir's owner counts (a VM could
     // point its socket at another VM's through a symlink).
-    let Ok(mut s) = crate::peer::connect(sock, Duration::from_millis(500)) else {
+    let Ok(mut s) = crate::host::peer::connect(sock, Duration::from_millis(500)) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
     let mut buf = [0u8; 64];
     matches!(s.read(&mut buf), Ok(n) if n > 0 && buf[..n].starts_with(b"{\"QMP\""))
-}
-
-/// Pids in the unit's cgroup other than the caller (ExecStopPost runs inside
-/// it), when the unit's cgroup is known.
-pub fn unit_cgroup_pids(name: &str) -> Option<Vec<u32>> {
-    let p = format!(
-        "/sys/fs/cgroup/system.slice/system-microvm.slice/microvm@{name}.service/cgroup.procs"
-    );
-    let text = std::fs::read_to_string(p).ok()?;
-    let me = std::process::id();
-    Some(
-        text.lines()
-            .filter_map(|l| l.trim().parse::<u32>().ok())
-            .filter(|p| *p != me)
-            .collect(),
-    )
 }
 
 /// The uid whose processes count as the VM's: from the intent record, else
@@ -118,8 +50,8 @@ pub fn vm_uid(roots: &Roots, name: &str, intent: Option<&Intent>) -> Result<Opti
     if let Some(i) = intent {
         return Ok(Some(i.principal.uid));
     }
-    match crate::spec::Spec::read(&roots.spec_path(name)) {
-        Ok(spec) => crate::principal::resolve_ids(&spec)
+    match crate::config::spec::Spec::read(&roots.spec_path(name)) {
+        Ok(spec) => crate::identity::principal::resolve_ids(&spec)
             .map(|(u, _, _)| Some(u))
             .map_err(|e| format!("cannot resolve the principal of {name}: {e}")),
         Err(_) => Ok(None),
@@ -138,7 +70,7 @@ pub fn probe_with_lease_held(roots: &Roots, name: &str, uid: u32) -> Verdict {
     if control_socket_answers(&roots.qmp_socket(name)) {
         return Verdict::Live(format!("{} answers QMP", roots.qmp_socket(name).display()));
     }
-    if crate::api::answers(&roots.api_socket(name)) {
+    if crate::hypervisor::api::answers(&roots.api_socket(name)) {
         return Verdict::Live(format!(
             "{} answers HTTP (cloud-hypervisor/firecracker API)",
             roots.api_socket(name).display()
@@ -169,7 +101,7 @@ pub fn probe(roots: &Roots, name: &str) -> Verdict {
             Ok(LeaseState::Held) => {
                 return Verdict::Live(format!(
                     "lease {} is held",
-                    d.path.join(crate::paths::LEASE_FILE).display()
+                    d.path.join(crate::config::paths::LEASE_FILE).display()
                 ))
             }
             Ok(_) => {}
@@ -185,7 +117,7 @@ pub fn probe(roots: &Roots, name: &str) -> Verdict {
         Ok(None) => {
             if control_socket_answers(&roots.qmp_socket(name)) {
                 Verdict::Live("the control socket answers QMP".into())
-            } else if crate::api::answers(&roots.api_socket(name)) {
+            } else if crate::hypervisor::api::answers(&roots.api_socket(name)) {
                 Verdict::Live("the API socket answers HTTP".into())
             } else {
                 Verdict::Dead

@@ -10,9 +10,9 @@ use std::path::Path;
 
 use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
 
+use crate::config::paths::Roots;
+use crate::config::spec::{Accel, Spec};
 use crate::error::{Error, Result};
-use crate::paths::Roots;
-use crate::spec::{Accel, Spec};
 
 /// Groups whose members can read raw disks, logs or shadow, administer the
 /// host or become root. A VM principal in any of them is refused.
@@ -221,7 +221,7 @@ pub fn configured_specs(roots: &Roots) -> Vec<(String, std::path::PathBuf, Optio
         let Some(stem) = fname.strip_suffix(".json") else {
             continue;
         };
-        if !crate::spec::valid_name(stem) {
+        if !crate::config::names::valid_name(stem) {
             continue;
         }
         let path = e.path();

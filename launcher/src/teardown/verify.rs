@@ -5,12 +5,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::dirs;
-use crate::lease::{self, LeaseState};
-use crate::liveness;
-use crate::mountinfo;
-use crate::ownership::{self, RUNTIME_KEEP};
-use crate::paths::Roots;
+use crate::config::paths::Roots;
+use crate::host::dirs;
+use crate::host::mountinfo;
+use crate::host::ownership::{self, RUNTIME_KEEP};
+use crate::host::procs;
+use crate::instance::lease::{self, LeaseState};
+use crate::instance::liveness;
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Check {
@@ -100,7 +101,7 @@ pub fn verify(
 ) -> Report {
     let mut checks = Vec::new();
     let names: Vec<String> = if names.is_empty() {
-        crate::control::known_vms(roots)
+        crate::instance::known_vms(roots)
     } else {
         names.to_vec()
     };
@@ -141,10 +142,10 @@ pub fn verify(
         // The uid the last launch recorded, else the spec's.
         let intent = dirs::open_dir(&rundir)
             .ok()
-            .and_then(|d| crate::intent::Intent::read(&d).ok().flatten());
+            .and_then(|d| crate::instance::intent::Intent::read(&d).ok().flatten());
         match liveness::vm_uid(roots, n, intent.as_ref()) {
             Ok(Some(uid)) => {
-                let pids = liveness::processes_of_uid(uid);
+                let pids = procs::processes_of_uid(uid);
                 checks.push(check(
                     "no-process",
                     vm,
@@ -158,14 +159,14 @@ pub fn verify(
         }
         let intent = dirs::open_dir(&rundir)
             .ok()
-            .and_then(|d| crate::intent::Intent::read(&d).ok().flatten());
-        let taps = crate::net::vm_taps(roots, n, intent.as_ref());
-        let left = crate::net::surviving(&taps);
+            .and_then(|d| crate::instance::intent::Intent::read(&d).ok().flatten());
+        let taps = crate::teardown::taps::vm_taps(roots, n, intent.as_ref());
+        let left = crate::teardown::taps::surviving(&taps);
         checks.push(check(
             "no-tap",
             vm,
             left.is_empty(),
-            format!("none of {taps:?} in {}", crate::net::SYS_CLASS_NET),
+            format!("none of {taps:?} in {}", crate::host::net::SYS_CLASS_NET),
             format!("{left:?}"),
         ));
         let mounts = mountinfo::credential_mounts_everywhere(Some(n));

@@ -92,10 +92,10 @@ pub fn is_credential_mount(m: &Mount, name: Option<&str>) -> bool {
         return false;
     };
     m.fstype == "tmpfs"
-        && crate::spec::valid_name(vm)
+        && crate::config::names::valid_name(vm)
         && name.map_or(true, |n| n == vm)
         && m.mount_point
-            .ends_with(format!("{vm}/{}", crate::paths::CREDENTIALS_DIR))
+            .ends_with(format!("{vm}/{}", crate::config::paths::CREDENTIALS_DIR))
 }
 
 /// Thread ids of every process (a process whose main thread has exited

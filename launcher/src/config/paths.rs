@@ -102,7 +102,8 @@ impl Roots {
             ("--runtime-root", &self.runtime_root),
             ("--state-root", &self.state_root),
         ] {
-            crate::spec::check_abs_normalised(p).map_err(|r| (flag.to_string(), p.clone(), r))?;
+            crate::config::names::check_abs_normalised(p)
+                .map_err(|r| (flag.to_string(), p.clone(), r))?;
             if p == Path::new("/") {
                 return Err((flag.to_string(), p.clone(), "must not be /"));
             }

@@ -9,14 +9,14 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::dirs;
+use crate::config::paths::Roots;
 use crate::error::Error;
-use crate::intent::{Intent, Resource};
-use crate::lease::Lease;
-use crate::liveness::{self, Verdict};
-use crate::mountinfo;
-use crate::ownership::{self, Failed, Kept, Outcome, DELETE_LAST, RUNTIME_KEEP};
-use crate::paths::Roots;
+use crate::host::dirs;
+use crate::host::mountinfo;
+use crate::host::ownership::{self, Failed, Kept, Outcome, DELETE_LAST, RUNTIME_KEEP};
+use crate::instance::intent::{Intent, Resource};
+use crate::instance::lease::Lease;
+use crate::instance::liveness::{self, Verdict};
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
 pub struct ServiceResult {
@@ -228,10 +228,10 @@ fn cleanup_dead(roots: &Roots, name: &str, mut report: Report) -> Report {
 /// delete it (it may be in use); `vmwarden reap --apply` does once the VM
 /// is not live.
 pub fn surviving_taps(roots: &Roots, name: &str, intent: Option<&Intent>) -> Vec<Failed> {
-    crate::net::surviving(&crate::net::vm_taps(roots, name, intent))
+    crate::teardown::taps::surviving(&crate::teardown::taps::vm_taps(roots, name, intent))
         .into_iter()
         .map(|(tap, why)| Failed {
-            path: PathBuf::from(crate::net::SYS_CLASS_NET).join(&tap),
+            path: PathBuf::from(crate::host::net::SYS_CLASS_NET).join(&tap),
             reason: format!(
                 "tap {tap} survives the hypervisor ({why}): something still holds its fd or it was made persistent; `vmwarden reap --apply` deletes it"
             ),

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::names::{check_abs_normalised, valid_credential_name, valid_name};
+
 /// Largest spec file accepted.
 pub const MAX_SPEC_BYTES: u64 = 64 * 1024;
 /// fw_cfg file names are at most 55 bytes (56 with the NUL) in QEMU.
@@ -198,50 +200,6 @@ pub struct LandlockSpec {
     pub read: Vec<PathBuf>,
     #[serde(default)]
     pub write: Vec<PathBuf>,
-}
-
-/// `^[a-z][a-z0-9-]{0,31}$`: VM names, also used in paths and unit names.
-pub fn valid_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= 32
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-}
-
-/// Credential names end up as file names in the tmpfs and in fw_cfg.
-pub fn valid_credential_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b[0].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-}
-
-/// Absolute, no `.`/`..` components, no empty components, no trailing slash.
-pub fn check_abs_normalised(p: &Path) -> Result<(), &'static str> {
-    let s = p.as_os_str().as_encoded_bytes();
-    if !p.is_absolute() {
-        return Err("must be an absolute path");
-    }
-    if s.contains(&0) {
-        return Err("must not contain NUL");
-    }
-    if s.len() > 1 && s.ends_with(b"/") {
-        return Err("must not end with '/'");
-    }
-    if s.windows(2).any(|w| w == b"//") {
-        return Err("must not contain '//'");
-    }
-    // On the raw bytes: Path::components() silently drops interior "."
-    // components, so "/a/./b" would pass a components() check.
-    if s.split(|b| *b == b'/')
-        .any(|seg| seg == b"." || seg == b"..")
-    {
-        return Err("must be normalised (no '.' or '..' components)");
-    }
-    Ok(())
 }
 
 impl Spec {
@@ -494,7 +452,7 @@ impl Spec {
         }
         let mut seen = std::collections::BTreeSet::new();
         for (i, n) in self.interfaces.iter().enumerate() {
-            if !crate::net::valid_tap_name(&n.tap) {
+            if !crate::config::names::valid_tap_name(&n.tap) {
                 return Err(bad(
                     format!("interfaces[{i}].tap"),
                     format!(
@@ -510,7 +468,9 @@ impl Spec {
                 ));
             }
             if let Some(b) = &n.bridge {
-                if !crate::net::valid_ifname(b) || b.starts_with(crate::net::TAP_PREFIX) {
+                if !crate::config::names::valid_ifname(b)
+                    || b.starts_with(crate::config::names::TAP_PREFIX)
+                {
                     return Err(bad(
                         format!("interfaces[{i}].bridge"),
                         format!(
@@ -520,13 +480,13 @@ impl Spec {
                 }
             }
             if let Some(m) = &n.mac {
-                let Some(mac) = crate::net::parse_mac(m) else {
+                let Some(mac) = crate::config::names::parse_mac(m) else {
                     return Err(bad(
                         format!("interfaces[{i}].mac"),
                         format!("{m:?} is not a MAC address (six hex pairs separated by ':')"),
                     ));
                 };
-                if let Some(why) = crate::net::mac_problem(&mac) {
+                if let Some(why) = crate::config::names::mac_problem(&mac) {
                     return Err(bad(format!("interfaces[{i}].mac"), format!("{m:?} {why}")));
                 }
             }
@@ -540,8 +500,8 @@ impl Spec {
         let n = &self.interfaces[i];
         n.mac
             .as_deref()
-            .and_then(crate::net::parse_mac)
-            .unwrap_or_else(|| crate::net::derived_mac(&self.name, &n.tap))
+            .and_then(crate::config::names::parse_mac)
+            .unwrap_or_else(|| crate::config::names::derived_mac(&self.name, &n.tap))
     }
 
     fn validate_credentials(&self, path: &Path) -> Result<(), SpecError> {

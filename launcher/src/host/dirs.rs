@@ -55,7 +55,7 @@ fn is_dir(st: &FileStat) -> bool {
 /// Open an absolute, normalised path as a directory, component by component,
 /// never following a symlink.
 pub fn open_dir(path: &Path) -> Result<Dir> {
-    crate::spec::check_abs_normalised(path).map_err(|reason| Error::Refused {
+    crate::config::names::check_abs_normalised(path).map_err(|reason| Error::Refused {
         path: path.to_path_buf(),
         reason: reason.to_string(),
     })?;

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dirs::Dir;
+use crate::config::paths::INTENT_FILE;
 use crate::error::{Error, IoContext, Result};
-use crate::paths::INTENT_FILE;
+use crate::host::dirs::Dir;
 
 pub const MAX_INTENT_BYTES: u64 = 256 * 1024;
 
@@ -58,7 +58,7 @@ pub struct Intent {
     /// The hypervisor kind (absent in records written before it existed:
     /// those are QEMU's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hypervisor: Option<crate::spec::HypervisorKind>,
+    pub hypervisor: Option<crate::config::spec::HypervisorKind>,
     pub resources: Vec<Resource>,
 }
 
@@ -96,19 +96,17 @@ impl Intent {
             reason: e.to_string(),
         })?;
         bytes.push(b'\n');
-        crate::dirs::durable_write(rundir, INTENT_FILE, &bytes, 0o600)
+        crate::host::dirs::durable_write(rundir, INTENT_FILE, &bytes, 0o600)
     }
 
     /// Read the record. `Ok(None)` when there is none; an unreadable or
     /// unparsable record is an error (the caller keeps what it cannot read).
     pub fn read(rundir: &Dir) -> Result<Option<Intent>> {
         let path = rundir.path.join(INTENT_FILE);
-        let Some(bytes) =
-            crate::dirs::read_small(rundir, INTENT_FILE, MAX_INTENT_BYTES).map_err(|e| {
-                Error::Intent {
-                    path: path.clone(),
-                    reason: e.to_string(),
-                }
+        let Some(bytes) = crate::host::dirs::read_small(rundir, INTENT_FILE, MAX_INTENT_BYTES)
+            .map_err(|e| Error::Intent {
+                path: path.clone(),
+                reason: e.to_string(),
             })?
         else {
             return Ok(None);

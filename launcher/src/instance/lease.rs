@@ -10,9 +10,9 @@ use nix::errno::Errno;
 use nix::fcntl::{fcntl, openat, FcntlArg, FdFlag, Flock, FlockArg, OFlag};
 use nix::sys::stat::{fchmod, fstat, fstatat, Mode, SFlag};
 
-use crate::dirs::Dir;
+use crate::config::paths::LEASE_FILE;
 use crate::error::{Error, Result, SysContext};
-use crate::paths::LEASE_FILE;
+use crate::host::dirs::Dir;
 
 /// A held lease. Dropping it releases the lock (error paths); `execve`
 /// hands it to the hypervisor (see [`Lease::inherit_across_exec`]).

@@ -26,12 +26,9 @@ use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, L
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
+use crate::config::names::{valid_tap_name, TAP_PREFIX};
 use crate::error::{Error, Result};
 
-/// Prefix of every tap vmwarden creates.
-pub const TAP_PREFIX: &str = "vmw-";
-/// IFNAMSIZ (16) minus the NUL.
-pub const IFNAME_MAX: usize = 15;
 pub const TUN_DEVICE: &str = "/dev/net/tun";
 pub const SYS_CLASS_NET: &str = "/sys/class/net";
 
@@ -50,88 +47,6 @@ struct IfReq {
     name: [u8; 16],
     flags: libc::c_short,
     _pad: [u8; 22],
-}
-
-/// `^vmw-[a-z0-9-]{1,11}$`.
-pub fn valid_tap_name(name: &str) -> bool {
-    let Some(rest) = name.strip_prefix(TAP_PREFIX) else {
-        return false;
-    };
-    !rest.is_empty()
-        && name.len() <= IFNAME_MAX
-        && rest
-            .bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-}
-
-/// A Linux interface name that is safe to look up: 1..=15 bytes of
-/// `[A-Za-z0-9_.-]`, not `.` or `..`.
-pub fn valid_ifname(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= IFNAME_MAX
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
-}
-
-/// Parse `aa:bb:cc:dd:ee:ff` (hex, either case).
-pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let parts: Vec<&str> = s.split(':').collect();
-    if parts.len() != 6 {
-        return None;
-    }
-    let mut mac = [0u8; 6];
-    for (i, p) in parts.iter().enumerate() {
-        if p.len() != 2 {
-            return None;
-        }
-        mac[i] = u8::from_str_radix(p, 16).ok()?;
-    }
-    Some(mac)
-}
-
-pub fn format_mac(mac: &[u8; 6]) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
-/// Why a guest MAC is unusable, if it is.
-pub fn mac_problem(mac: &[u8; 6]) -> Option<&'static str> {
-    if mac[0] & 1 != 0 {
-        Some("is a multicast/broadcast address; a NIC needs a unicast MAC (the first octet's lowest bit must be 0)")
-    } else if mac == &[0; 6] {
-        Some("is all zeros")
-    } else {
-        None
-    }
-}
-
-/// A stable, locally administered unicast MAC for a spec that gives none:
-/// `02:` followed by 5 bytes of FNV-1a over "VM/TAP".
-pub fn derived_mac(vm: &str, tap: &str) -> [u8; 6] {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in vm.bytes().chain([b'/']).chain(tap.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    let b = h.to_be_bytes();
-    [0x02, b[0], b[1], b[2], b[3], b[4]]
-}
-
-/// The host side of the tap gets the guest MAC with its first octet set to
-/// 0xfe (libvirt's convention): unicast, locally administered, distinct from
-/// the guest's, and high enough that a bridge never adopts it as its own
-/// address (a bridge takes the lowest port MAC).
-pub fn host_side_mac(guest: &[u8; 6]) -> [u8; 6] {
-    let mut m = *guest;
-    // A guest MAC that already starts with 0xfe would equal the host side:
-    // then 0xfa, as libvirt does.
-    m[0] = if guest[0] == 0xfe { 0xfa } else { 0xfe };
-    m
 }
 
 fn net_err(what: impl Into<String>, op: &'static str, source: std::io::Error) -> Error {
@@ -395,34 +310,6 @@ pub fn vmwarden_links() -> Vec<String> {
     out
 }
 
-/// The taps VM `name` has or may have: its intent record's and its spec's.
-pub fn vm_taps(
-    roots: &crate::paths::Roots,
-    name: &str,
-    intent: Option<&crate::intent::Intent>,
-) -> Vec<String> {
-    let mut out: Vec<String> = intent.map(|i| i.taps()).unwrap_or_default();
-    if let Ok(spec) = crate::spec::Spec::read(&roots.spec_path(name)) {
-        out.extend(spec.interfaces.into_iter().map(|n| n.tap));
-    }
-    out.retain(|t| valid_tap_name(t));
-    out.sort();
-    out.dedup();
-    out
-}
-
-/// Of `taps`, those that exist in this network namespace (an error to check
-/// counts as existing: keep, and say so).
-pub fn surviving(taps: &[String]) -> Vec<(String, String)> {
-    taps.iter()
-        .filter_map(|t| match link_exists(t) {
-            Ok(false) => None,
-            Ok(true) => Some((t.clone(), "exists".to_string())),
-            Err(e) => Some((t.clone(), format!("cannot tell: {e}"))),
-        })
-        .collect()
-}
-
 /// `IFF_PERSIST` in `/sys/class/net/NAME/tun_flags`.
 const IFF_PERSIST: u32 = 0x0800;
 
@@ -456,64 +343,5 @@ pub fn link_exists(name: &str) -> Result<bool> {
     match Rtnl::open() {
         Ok(mut r) => r.link(name).map(|l| l.is_some()),
         Err(_) => Ok(std::path::Path::new(SYS_CLASS_NET).join(name).exists()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tap_names() {
-        for ok in ["vmw-a", "vmw-web0", "vmw-abcdefghijk", "vmw-a-1"] {
-            assert!(valid_tap_name(ok), "{ok}");
-        }
-        for bad in [
-            "vmw-",
-            "vmw-abcdefghijkl",
-            "tap0",
-            "vmw-Web",
-            "vmw-a_b",
-            "vmw-a/b",
-            "vmw-a b",
-            "",
-        ] {
-            assert!(!valid_tap_name(bad), "{bad}");
-        }
-    }
-
-    #[test]
-    fn ifnames() {
-        assert!(valid_ifname("br0"));
-        assert!(valid_ifname("br-lan.10"));
-        assert!(!valid_ifname(".."));
-        assert!(!valid_ifname("a/b"));
-        assert!(!valid_ifname("a234567890123456"));
-        assert!(!valid_ifname(""));
-    }
-
-    #[test]
-    fn macs() {
-        let m = parse_mac("02:00:00:00:00:01").unwrap();
-        assert_eq!(format_mac(&m), "02:00:00:00:00:01");
-        assert_eq!(parse_mac("02:AA:bb:00:00:01").unwrap()[1], 0xaa);
-        assert!(parse_mac("02:00:00:00:00").is_none());
-        assert!(parse_mac("02:00:00:00:00:001").is_none());
-        assert!(parse_mac("02-00-00-00-00-01").is_none());
-        assert!(mac_problem(&parse_mac("01:00:5e:00:00:01").unwrap()).is_some());
-        assert!(mac_problem(&parse_mac("ff:ff:ff:ff:ff:ff").unwrap()).is_some());
-        assert!(mac_problem(&[0; 6]).is_some());
-        assert!(mac_problem(&parse_mac("52:54:00:12:34:56").unwrap()).is_none());
-        let d = derived_mac("web", "vmw-web0");
-        assert_eq!(d, derived_mac("web", "vmw-web0"));
-        assert_ne!(d, derived_mac("db", "vmw-web0"));
-        assert_eq!(d[0], 0x02);
-        assert!(mac_problem(&d).is_none());
-        let h = host_side_mac(&d);
-        assert_eq!(h[0], 0xfe);
-        let g = [0xfe, 0, 0, 0, 0, 1];
-        assert_ne!(host_side_mac(&g), g, "host side must differ from the guest");
-        assert!(mac_problem(&h).is_none());
-        assert_eq!(h[1..], d[1..]);
     }
 }

@@ -13,9 +13,9 @@ use nix::fcntl::{openat, OFlag, AT_FDCWD};
 use nix::sys::stat::{fchmod, Mode};
 use nix::unistd::{fchown, Gid, Uid};
 
-use crate::dirs::Dir;
+use crate::config::spec::{CredentialSource, Spec, MAX_CREDENTIAL_BYTES};
 use crate::error::{Error, IoContext, Result, SysContext};
-use crate::spec::{CredentialSource, Spec, MAX_CREDENTIAL_BYTES};
+use crate::host::dirs::Dir;
 
 /// A credential read into memory. The bytes never reach argv or environ;
 /// `execve` discards this memory.
@@ -81,7 +81,7 @@ pub fn read_all(spec: &Spec, credentials_directory: Option<&Path>) -> Result<Vec
                 // only the last one): a directory on the way may be writable
                 // by the VM itself (e.g. its state dir's identity/), and root
                 // must not be steered into another VM's files.
-                let (parent, name) = crate::dirs::split_parent(p).map_err(|e| match e {
+                let (parent, name) = crate::host::dirs::split_parent(p).map_err(|e| match e {
                     Error::Refused { path, reason } => err(format!("{}: {reason}", path.display())),
                     Error::Sys {
                         errno: Errno::ENOENT,

@@ -16,10 +16,10 @@ use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::stat::{mkdirat, Mode};
 use nix::unistd::{getgroups, getresgid, getresuid, setgroups, setresgid, setresuid, Gid, Uid};
 
-use crate::dirs::{self, Dir};
 use crate::error::{Error, Result, SysContext};
-use crate::mountinfo;
-use crate::principal::Principal;
+use crate::host::dirs::{self, Dir};
+use crate::host::mountinfo;
+use crate::identity::principal::Principal;
 
 const NONE: Option<&str> = None;
 

@@ -21,8 +21,8 @@ use nix::errno::Errno;
 use nix::fcntl::{openat, OFlag, AT_FDCWD};
 use nix::sys::stat::{fstat, Mode, SFlag};
 
+use crate::config::spec::{LandlockMode, Spec};
 use crate::error::{Error, Result};
-use crate::spec::{LandlockMode, Spec};
 
 /// The newest ABI this build knows; older kernels get the best they have.
 const BEST_ABI: ABI = ABI::V6;
@@ -162,7 +162,8 @@ fn open_rule(r: &Rule, vm_trees: &[PathBuf]) -> Result<Option<(OwnedFd, bool)>> 
     };
     let flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
     let opened = if vm_trees.iter().any(|t| r.path.starts_with(t)) {
-        let (parent, name) = crate::dirs::split_parent(&r.path).map_err(|e| bad(e.to_string()))?;
+        let (parent, name) =
+            crate::host::dirs::split_parent(&r.path).map_err(|e| bad(e.to_string()))?;
         openat(
             parent.fd.as_fd(),
             name.as_str(),

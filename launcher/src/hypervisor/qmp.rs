@@ -28,10 +28,10 @@ impl Qmp {
     }
 
     /// Connect (only to a peer running as the control dir's owner, see
-    /// [`crate::peer::connect`]), read the greeting and negotiate
+    /// [`crate::host::peer::connect`]), read the greeting and negotiate
     /// capabilities. Every command gets `timeout` as an overall deadline.
     pub fn connect(path: &Path, timeout: Duration) -> Result<Qmp> {
-        let s = crate::peer::connect(path, timeout).map_err(|e| Self::err(path, e))?;
+        let s = crate::host::peer::connect(path, timeout).map_err(|e| Self::err(path, e))?;
         s.set_write_timeout(Some(timeout))
             .map_err(|e| Self::err(path, format!("set timeout: {e}")))?;
         let writer = s
@@ -60,7 +60,7 @@ impl Qmp {
             .writer
             .try_clone()
             .map_err(|e| Self::err(&self.path, format!("dup: {e}")))?;
-        let line = crate::peer::read_line(&mut self.reader, &stream, deadline)
+        let line = crate::host::peer::read_line(&mut self.reader, &stream, deadline)
             .map_err(|e| Self::err(&self.path, e))?
             .ok_or_else(|| Self::err(&self.path, "connection closed"))?;
         serde_json::from_str(&line)

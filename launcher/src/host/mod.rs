@@ -1,0 +1,10 @@
+//! The host as the launcher and the teardown tools see it: directories walked
+//! with `openat`, ownership, mount tables, /proc, network links, socket peers.
+//! Knows nothing of instances or hypervisors.
+
+pub mod dirs;
+pub mod mountinfo;
+pub mod net;
+pub mod ownership;
+pub mod peer;
+pub mod procs;

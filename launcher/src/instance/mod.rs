@@ -1,0 +1,31 @@
+//! The runtime-dir protocol that launch and teardown share: the flock lease,
+//! the intent record written before any resource exists, and the one
+//! liveness probe every tool believes.
+
+pub mod intent;
+pub mod lease;
+pub mod liveness;
+
+use crate::config::paths::Roots;
+
+/// Every VM that is configured or has a runtime dir, sorted by name.
+pub fn known_vms(roots: &Roots) -> Vec<String> {
+    let mut names: Vec<String> = crate::identity::principal::configured_specs(roots)
+        .into_iter()
+        .map(|(n, _, _)| n)
+        .collect();
+    if let Ok(rd) = std::fs::read_dir(&roots.runtime_root) {
+        for e in rd.flatten() {
+            if let Some(n) = e.file_name().to_str() {
+                if crate::config::names::valid_name(n)
+                    && e.file_type().map(|t| t.is_dir()).unwrap_or(false)
+                {
+                    names.push(n.to_string());
+                }
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
