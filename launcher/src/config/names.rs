@@ -2,7 +2,10 @@
 //! and interface names, MAC addresses, and the syntax of a spec path. A
 //! leaf: it imports nothing from the crate.
 
+use std::ffi::OsStr;
+use std::fmt;
 use std::path::Path;
+use std::str::FromStr;
 
 /// Prefix of every tap vmwarden creates.
 pub const TAP_PREFIX: &str = "vmw-";
@@ -102,11 +105,11 @@ pub fn format_mac(mac: &[u8; 6]) -> String {
 }
 
 /// Why a guest MAC is unusable, if it is.
-pub fn mac_problem(mac: &[u8; 6]) -> Option<&'static str> {
+pub fn mac_problem(mac: &[u8; 6]) -> Option<NameRule> {
     if mac[0] & 1 != 0 {
-        Some("is a multicast/broadcast address; a NIC needs a unicast MAC (the first octet's lowest bit must be 0)")
+        Some(NameRule::MacUnicast)
     } else if mac == &[0; 6] {
-        Some("is all zeros")
+        Some(NameRule::MacNonZero)
     } else {
         None
     }
@@ -134,6 +137,272 @@ pub fn host_side_mac(guest: &[u8; 6]) -> [u8; 6] {
     // then 0xfa, as libvirt does.
     m[0] = if guest[0] == 0xfe { 0xfa } else { 0xfe };
     m
+}
+
+/// The rule a name broke. Each rule's text is the one every message about
+/// such a name uses: the spec's field errors and the binaries' argument
+/// errors alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRule {
+    /// `^[a-z][a-z0-9-]{0,31}$`
+    VmName,
+    /// `^[A-Za-z0-9][A-Za-z0-9_.-]*$`
+    CredentialName,
+    /// `^vmw-[a-z0-9-]{1,11}$`
+    TapName,
+    /// An interface name (1..=15 of `[A-Za-z0-9_.-]`, not `.`/`..`) that is
+    /// not one of vmwarden's taps.
+    BridgeName,
+    /// Six hex pairs separated by `:`.
+    MacSyntax,
+    /// The first octet's lowest bit is 0.
+    MacUnicast,
+    /// Not `00:00:00:00:00:00`.
+    MacNonZero,
+}
+
+impl NameRule {
+    /// What kind of name it is, for a message that does not already say so.
+    pub fn what(self) -> &'static str {
+        match self {
+            NameRule::VmName => "VM name",
+            NameRule::CredentialName => "credential name",
+            NameRule::TapName => "tap name",
+            NameRule::BridgeName => "bridge name",
+            NameRule::MacSyntax | NameRule::MacUnicast | NameRule::MacNonZero => "MAC",
+        }
+    }
+
+    /// The rule, as it follows the offending value in a message.
+    pub fn text(self) -> &'static str {
+        match self {
+            NameRule::VmName => "must match ^[a-z][a-z0-9-]{0,31}$ (lowercase letter first, then lowercase letters, digits or '-', at most 32)",
+            NameRule::CredentialName => "must be letters, digits, '-', '_' or '.', starting with a letter or digit",
+            NameRule::TapName => "must match ^vmw-[a-z0-9-]{1,11}$ (the vmw- prefix marks vmwarden's taps; 15 bytes at most, the kernel's IFNAMSIZ)",
+            NameRule::BridgeName => "is not a usable bridge name (1-15 bytes of letters, digits, '_', '.', '-', not starting with vmw-)",
+            NameRule::MacSyntax => "is not a MAC address (six hex pairs separated by ':')",
+            NameRule::MacUnicast => "is a multicast/broadcast address; a NIC needs a unicast MAC (the first octet's lowest bit must be 0)",
+            NameRule::MacNonZero => "is all zeros",
+        }
+    }
+}
+
+/// A value refused by one of the name types: `VM name "a/b" must match …`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{} {value:?} {}", rule.what(), rule.text())]
+pub struct NameError {
+    pub rule: NameRule,
+    pub value: String,
+}
+
+impl NameError {
+    fn new(rule: NameRule, value: &str) -> Self {
+        NameError {
+            rule,
+            value: value.to_string(),
+        }
+    }
+
+    /// `"VALUE" RULE`, for a message that already names the field (the
+    /// spec's `field `name` "Web" must match …`).
+    pub fn reason(&self) -> String {
+        format!("{:?} {}", self.value, self.rule.text())
+    }
+}
+
+/// A name held as a `String` that passed `$check` (`$rule` otherwise):
+/// `parse`, `as_str`, `Display` and `Debug` as the string, `AsRef<str>`,
+/// `AsRef<Path>`, `FromStr` (clap's `value_parser`), serde as a string
+/// (deserialising through `parse`).
+macro_rules! string_name {
+    ($(#[$doc:meta])* $name:ident, $check:expr, $rule:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Deserialize)]
+        #[serde(try_from = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            pub fn parse(s: &str) -> Result<Self, NameError> {
+                if $check(s) {
+                    Ok($name(s.to_string()))
+                } else {
+                    Err(NameError::new($rule, s))
+                }
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        /// As the string (quoted), so `{:?}` in a message reads as before.
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<Path> for $name {
+            fn as_ref(&self) -> &Path {
+                Path::new(&self.0)
+            }
+        }
+
+        impl AsRef<OsStr> for $name {
+            fn as_ref(&self) -> &OsStr {
+                OsStr::new(&self.0)
+            }
+        }
+
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = NameError;
+            fn from_str(s: &str) -> Result<Self, NameError> {
+                $name::parse(s)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = NameError;
+            fn try_from(s: String) -> Result<Self, NameError> {
+                $name::parse(&s)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(n: $name) -> String {
+                n.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+    };
+}
+
+string_name!(
+    /// A VM name, `^[a-z][a-z0-9-]{0,31}$`: one path component under every
+    /// root, and the instance of `microvm@NAME.service`.
+    VmName,
+    valid_name,
+    NameRule::VmName
+);
+
+string_name!(
+    /// A credential name: a file name in the VM's credential tmpfs and in
+    /// `$CREDENTIALS_DIRECTORY`, and part of an fw_cfg name.
+    CredentialName,
+    valid_credential_name,
+    NameRule::CredentialName
+);
+
+string_name!(
+    /// A tap vmwarden creates, `^vmw-[a-z0-9-]{1,11}$`.
+    TapName,
+    valid_tap_name,
+    NameRule::TapName
+);
+
+string_name!(
+    /// A bridge a tap is attached to: an interface name safe to look up
+    /// that is not one of vmwarden's taps.
+    BridgeName,
+    |s: &str| valid_ifname(s) && !s.starts_with(TAP_PREFIX),
+    NameRule::BridgeName
+);
+
+/// A guest NIC's MAC address: unicast and not all zeros. Parsed from
+/// `aa:bb:cc:dd:ee:ff` (hex, either case), shown in lowercase.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(try_from = "String")]
+pub struct Mac([u8; 6]);
+
+impl Mac {
+    pub fn parse(s: &str) -> Result<Self, NameError> {
+        let mac = parse_mac(s).ok_or_else(|| NameError::new(NameRule::MacSyntax, s))?;
+        match mac_problem(&mac) {
+            Some(rule) => Err(NameError::new(rule, s)),
+            None => Ok(Mac(mac)),
+        }
+    }
+
+    pub fn octets(&self) -> [u8; 6] {
+        self.0
+    }
+
+    /// The stable MAC of a spec interface that gives none (see `derived_mac`).
+    pub fn derived(vm: &VmName, tap: &TapName) -> Mac {
+        Mac(derived_mac(vm.as_str(), tap.as_str()))
+    }
+
+    /// The host side of the tap (see `host_side_mac`).
+    pub fn host_side(&self) -> Mac {
+        Mac(host_side_mac(&self.0))
+    }
+}
+
+impl fmt::Display for Mac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_mac(&self.0))
+    }
+}
+
+impl fmt::Debug for Mac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&format_mac(&self.0), f)
+    }
+}
+
+impl FromStr for Mac {
+    type Err = NameError;
+    fn from_str(s: &str) -> Result<Self, NameError> {
+        Mac::parse(s)
+    }
+}
+
+impl TryFrom<String> for Mac {
+    type Error = NameError;
+    fn try_from(s: String) -> Result<Self, NameError> {
+        Mac::parse(&s)
+    }
+}
+
+impl serde::Serialize for Mac {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_mac(&self.0))
+    }
 }
 
 #[cfg(test)]
@@ -192,5 +461,150 @@ mod tests {
         assert_ne!(host_side_mac(&g), g, "host side must differ from the guest");
         assert!(mac_problem(&h).is_none());
         assert_eq!(h[1..], d[1..]);
+    }
+
+    /// Every `ok` parses and shows as given; every `bad` is refused by
+    /// `parse`, `FromStr` and serde alike, with `rule` and the value.
+    fn table<T>(rule: NameRule, ok: &[&str], bad: &[&str])
+    where
+        T: FromStr<Err = NameError>
+            + fmt::Display
+            + fmt::Debug
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+    {
+        for s in ok {
+            let v: T = s.parse().unwrap_or_else(|e| panic!("{s:?}: {e}"));
+            assert_eq!(v.to_string(), *s);
+            assert_eq!(format!("{v:?}"), format!("{s:?}"), "Debug as the string");
+            let json = serde_json::to_string(&v).unwrap();
+            assert_eq!(json, format!("{s:?}"), "serialised as a string");
+            assert_eq!(
+                serde_json::from_str::<T>(&json).unwrap().to_string(),
+                v.to_string()
+            );
+        }
+        for s in bad {
+            let e = s.parse::<T>().expect_err(s);
+            assert_eq!(e.rule, rule, "{s:?}: {e}");
+            assert_eq!(e.value, *s);
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with(&format!("{} {s:?} ", rule.what())) && msg.ends_with(rule.text()),
+                "{msg}"
+            );
+            assert_eq!(e.reason(), format!("{s:?} {}", rule.text()));
+            let de = serde_json::from_str::<T>(&serde_json::to_string(s).unwrap())
+                .expect_err(s)
+                .to_string();
+            assert!(de.starts_with(&msg), "serde refuses with the rule: {de}");
+        }
+    }
+
+    #[test]
+    fn vm_name_table() {
+        let longest = format!("a{}", "b".repeat(31));
+        let too_long = "a".repeat(33);
+        table::<VmName>(
+            NameRule::VmName,
+            &["a", "web", "db-1", "a-", &longest],
+            &[
+                "", "Web", "1web", "-a", "a/b", "a.b", "a_b", "..", ".", "a b", "wéb", "a\n",
+                &too_long,
+            ],
+        );
+        let e = VmName::parse("a/b").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "VM name \"a/b\" must match ^[a-z][a-z0-9-]{0,31}$ (lowercase letter first, then lowercase letters, digits or '-', at most 32)"
+        );
+        let web = VmName::parse("web").unwrap();
+        assert_eq!(web, "web");
+        assert_eq!(web.as_str(), "web");
+        assert_eq!(
+            Path::new("/run/vmwarden").join(&web),
+            Path::new("/run/vmwarden/web")
+        );
+    }
+
+    #[test]
+    fn credential_name_table() {
+        table::<CredentialName>(
+            NameRule::CredentialName,
+            &["t", "db-password", "A.b_c-1", "0"],
+            &["", ".hidden", "-a", "_a", "a/b", "..", "a b", "a:b", "ä"],
+        );
+    }
+
+    #[test]
+    fn tap_name_table() {
+        table::<TapName>(
+            NameRule::TapName,
+            &["vmw-a", "vmw-web0", "vmw-abcdefghijk", "vmw-a-1"],
+            &[
+                "vmw-",
+                "vmw-abcdefghijkl",
+                "tap0",
+                "vmw-Web",
+                "vmw-a_b",
+                "vmw-a/b",
+                "vmw-a b",
+                "",
+            ],
+        );
+    }
+
+    #[test]
+    fn bridge_name_table() {
+        table::<BridgeName>(
+            NameRule::BridgeName,
+            &["br0", "br-lan.10", "virbr_0", "a23456789012345"],
+            &[
+                "",
+                ".",
+                "..",
+                "../br",
+                "a/b",
+                "a b",
+                "a234567890123456",
+                "vmw-x",
+                "vmw-",
+            ],
+        );
+    }
+
+    #[test]
+    fn mac_table() {
+        table::<Mac>(
+            NameRule::MacSyntax,
+            &["02:00:00:00:00:01", "52:54:00:12:34:56"],
+            &[
+                "",
+                "02:00:00:00:00",
+                "02:00:00:00:00:001",
+                "02-00-00-00-00-01",
+                "0g:00:00:00:00:01",
+            ],
+        );
+        table::<Mac>(
+            NameRule::MacUnicast,
+            &[],
+            &["01:00:5e:00:00:01", "ff:ff:ff:ff:ff:ff"],
+        );
+        table::<Mac>(NameRule::MacNonZero, &[], &["00:00:00:00:00:00"]);
+        let m = Mac::parse("02:AA:bb:00:00:01").unwrap();
+        assert_eq!(
+            m.to_string(),
+            "02:aa:bb:00:00:01",
+            "either case in, lowercase out"
+        );
+        let vm = VmName::parse("web").unwrap();
+        let tap = TapName::parse("vmw-web0").unwrap();
+        let d = Mac::derived(&vm, &tap);
+        assert_eq!(d.octets(), derived_mac("web", "vmw-web0"));
+        assert_eq!(Mac::parse(&d.to_string()), Ok(d), "a derived MAC is usable");
+        let h = d.host_side();
+        assert_eq!(h.octets(), host_side_mac(&d.octets()));
+        assert_eq!(Mac::parse(&h.to_string()), Ok(h), "the host side is usable");
     }
 }

@@ -487,7 +487,10 @@ impl Spec {
                     ));
                 };
                 if let Some(why) = crate::config::names::mac_problem(&mac) {
-                    return Err(bad(format!("interfaces[{i}].mac"), format!("{m:?} {why}")));
+                    return Err(bad(
+                        format!("interfaces[{i}].mac"),
+                        format!("{m:?} {}", why.text()),
+                    ));
                 }
             }
         }
