@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::config::spec::HypervisorKind;
 use crate::error::{Error, Result};
@@ -18,7 +19,7 @@ use crate::instance::liveness::{self, Verdict};
 
 const POLL: Duration = Duration::from_millis(50);
 
-fn lease_held(roots: &Roots, name: &str) -> bool {
+fn lease_held(roots: &Roots, name: &VmName) -> bool {
     dirs::open_dir(&roots.runtime_dir(name))
         .ok()
         .and_then(|d| lease::state(&d).ok())
@@ -27,7 +28,7 @@ fn lease_held(roots: &Roots, name: &str) -> bool {
 
 /// The hypervisor kind of VM `name`: from its intent record, else its
 /// spec, else QEMU.
-pub fn kind_of(roots: &Roots, name: &str) -> HypervisorKind {
+pub fn kind_of(roots: &Roots, name: &VmName) -> HypervisorKind {
     dirs::open_dir(&roots.runtime_dir(name))
         .ok()
         .and_then(|d| Intent::read(&d).ok().flatten())
@@ -41,7 +42,7 @@ pub fn kind_of(roots: &Roots, name: &str) -> HypervisorKind {
 }
 
 /// The control socket `wait-ready`, `stop` and `status` talk to.
-pub fn control_socket(roots: &Roots, name: &str, kind: HypervisorKind) -> std::path::PathBuf {
+pub fn control_socket(roots: &Roots, name: &VmName, kind: HypervisorKind) -> std::path::PathBuf {
     match kind {
         HypervisorKind::Qemu => roots.qmp_socket(name),
         _ => roots.api_socket(name),
@@ -51,7 +52,12 @@ pub fn control_socket(roots: &Roots, name: &str, kind: HypervisorKind) -> std::p
 /// The run state through the control socket: QMP `query-status` for QEMU
 /// ("running"), the API's `state` for cloud-hypervisor / firecracker
 /// ("Running").
-pub fn run_state(roots: &Roots, name: &str, kind: HypervisorKind, t: Duration) -> Result<String> {
+pub fn run_state(
+    roots: &Roots,
+    name: &VmName,
+    kind: HypervisorKind,
+    t: Duration,
+) -> Result<String> {
     let sock = control_socket(roots, name, kind);
     match kind {
         HypervisorKind::Qemu => Qmp::connect(&sock, t).and_then(|mut q| q.status()),
@@ -61,7 +67,7 @@ pub fn run_state(roots: &Roots, name: &str, kind: HypervisorKind, t: Duration) -
 
 /// Return once the control socket answers (QMP, or the HTTP API), or fail
 /// when the instance dies or `timeout` passes.
-pub fn wait_ready(roots: &Roots, name: &str, timeout: Duration) -> Result<String> {
+pub fn wait_ready(roots: &Roots, name: &VmName, timeout: Duration) -> Result<String> {
     let kind = kind_of(roots, name);
     let sock = control_socket(roots, name, kind);
     let end = Instant::now() + timeout;
@@ -104,7 +110,7 @@ pub enum StoppedBy {
     Sigkill,
 }
 
-fn wait_gone(roots: &Roots, name: &str, uid: Option<u32>, d: Duration) -> bool {
+fn wait_gone(roots: &Roots, name: &VmName, uid: Option<u32>, d: Duration) -> bool {
     let end = Instant::now() + d;
     loop {
         let gone = !lease_held(roots, name)
@@ -129,7 +135,7 @@ fn wait_gone(roots: &Roots, name: &str, uid: Option<u32>, d: Duration) -> bool {
 ///   /api/v1/vm.shutdown` and `PUT /api/v1/vmm.shutdown`;
 /// * firecracker: `PUT /actions {"action_type":"SendCtrlAltDel"}` (x86: the
 ///   guest reboots, which ends firecracker), then nothing but SIGKILL.
-pub fn stop(roots: &Roots, name: &str, timeout: Duration) -> Result<StoppedBy> {
+pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy> {
     let rundir = match dirs::open_dir(&roots.runtime_dir(name)) {
         Ok(d) => d,
         Err(_) => return Ok(StoppedBy::NotRunning),
@@ -214,7 +220,7 @@ pub struct Status {
     pub api_state: Option<String>,
 }
 
-pub fn status(roots: &Roots, name: &str) -> Status {
+pub fn status(roots: &Roots, name: &VmName) -> Status {
     let verdict = liveness::probe(roots, name);
     let intent = dirs::open_dir(&roots.runtime_dir(name))
         .ok()

@@ -44,3 +44,26 @@ pub fn init_logging(filter: Option<&str>) {
         .without_time()
         .try_init();
 }
+
+/// Parse the command line. A name argument its type refuses (a
+/// [`config::names::NameError`] from clap's value parser) is reported as
+/// `PROG: error: ARG: VM name "…" must match …` and exits with
+/// `name_exit`, the status the binary gives a bad name; every other clap
+/// error, and `--help`/`--version`, goes through clap as usual.
+pub fn parse_args<T: clap::Parser>(prog: &str, name_exit: u8) -> T {
+    let err = match T::try_parse() {
+        Ok(args) => return args,
+        Err(e) => e,
+    };
+    let name_error =
+        std::error::Error::source(&err).and_then(|s| s.downcast_ref::<config::names::NameError>());
+    if let Some(ne) = name_error {
+        let arg = match err.get(clap::error::ContextKind::InvalidArg) {
+            Some(clap::error::ContextValue::String(a)) => a.clone(),
+            _ => "argument".to_string(),
+        };
+        eprintln!("{prog}: error: {arg}: {ne}");
+        std::process::exit(name_exit.into());
+    }
+    err.exit()
+}

@@ -16,6 +16,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::config::names::VmName;
 use crate::config::paths::DEFAULT_CONFIG_DIR;
 use crate::config::spec::{CredentialSource, Spec, SpecError};
 
@@ -44,7 +45,7 @@ pub struct RenderUnitArgs {
     /// Print the drop-in of VM NAME (install it as
     /// /etc/systemd/system/microvm@NAME.service.d/vmwarden.conf).
     #[arg(long, value_name = "NAME")]
-    pub dropin: Option<String>,
+    pub dropin: Option<VmName>,
 
     /// Launch spec the drop-in is built from [default:
     /// CONFIG_DIR/NAME.json, i.e. /etc/vmwarden/vms/NAME.json].
@@ -86,8 +87,6 @@ pub enum UnitError {
         path: PathBuf,
         reason: &'static str,
     },
-    #[error("--dropin {name:?}: VM names must match ^[a-z][a-z0-9-]{{0,31}}$")]
-    BadName { name: String },
     /// The spec could not be read, parsed or validated (the launcher's own
     /// checks, `Spec::read` + `Spec::validate`).
     #[error(transparent)]
@@ -105,7 +104,7 @@ enum Which<'a> {
     Template,
     Target,
     ReapReport,
-    Dropin(&'a str),
+    Dropin(&'a VmName),
 }
 
 /// Render the unit selected by `args` as the text of a unit file.
@@ -143,11 +142,6 @@ pub fn render_unit(args: &RenderUnitArgs) -> Result<String, UnitError> {
             &target(),
         )),
         Which::Dropin(name) => {
-            if !crate::config::names::valid_name(name) {
-                return Err(UnitError::BadName {
-                    name: name.to_string(),
-                });
-            }
             let creds = unit_safe_dir("credentials-dir", &args.credentials_dir)?;
             let path = match &args.spec {
                 Some(p) => p.clone(),
@@ -307,7 +301,7 @@ fn target() -> Vec<Entry> {
 /// The per-VM drop-in; `dropin` in modules/lib.nix, with credential
 /// sources at `creds/NAME/C` instead of the module's per-credential paths.
 /// `spec` has passed `Spec::validate`.
-fn dropin(name: &str, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<Entry>, UnitError> {
+fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<Entry>, UnitError> {
     let mut out = Vec::new();
     // Taps: the launcher creates them (root, before its drop) through
     // /dev/net/tun, already in the template's DeviceAllow, and configures
@@ -477,7 +471,7 @@ mod tests {
 
     fn dropin_args(name: &str, spec: &Path) -> RenderUnitArgs {
         RenderUnitArgs {
-            dropin: Some(name.to_string()),
+            dropin: Some(VmName::parse(name).unwrap()),
             spec: Some(spec.to_path_buf()),
             ..RenderUnitArgs::default()
         }
@@ -640,14 +634,12 @@ mod tests {
 
     #[test]
     fn dropin_checks_the_name_and_reports_missing_spec() {
+        // The name is checked where it is parsed: `--dropin Bad_Name` never
+        // becomes a `RenderUnitArgs` (tests/names.rs runs the binary).
+        let err = "Bad_Name".parse::<VmName>().expect_err("bad name");
+        assert!(err.to_string().contains("^[a-z][a-z0-9-]{0,31}$"), "{err}");
         let err = render_unit(&RenderUnitArgs {
-            dropin: Some("Bad_Name".into()),
-            ..RenderUnitArgs::default()
-        })
-        .expect_err("bad name");
-        assert!(matches!(err, UnitError::BadName { .. }), "{err}");
-        let err = render_unit(&RenderUnitArgs {
-            dropin: Some("web".into()),
+            dropin: Some(VmName::parse("web").unwrap()),
             config_dir: Some(PathBuf::from("/nonexistent/vmwarden/vms")),
             ..RenderUnitArgs::default()
         })

@@ -340,7 +340,10 @@ fn reap_dry_run_then_apply_then_kill() {
     assert!(!env.run.join("not-a-vm.tmp").exists());
     assert!(!env.run.join("orphan/left-behind").exists());
     assert!(env.run.join("live/control/qmp.sock").exists());
-    assert!(vmwarden::host::mountinfo::credential_mounts_everywhere(Some("gone")).is_empty());
+    assert!(
+        vmwarden::host::mountinfo::credential_mounts_everywhere(Some(&"gone".parse().unwrap()))
+            .is_empty()
+    );
     assert!(
         proc_.try_wait().unwrap().is_none(),
         "reap without --kill killed a process"

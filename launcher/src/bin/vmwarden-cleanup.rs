@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use vmwarden::config::names::VmName;
 use vmwarden::config::paths::{RootArgs, Roots};
 use vmwarden::teardown::cleanup::{cleanup, ServiceResult};
 
@@ -15,21 +16,15 @@ use vmwarden::teardown::cleanup::{cleanup, ServiceResult};
 )]
 struct Args {
     /// VM name (the unit instance, %i).
-    name: String,
+    name: VmName,
     #[command(flatten)]
     roots: RootArgs,
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    // A bad name exits 1 (EXIT_FAILURE), as every failure of cleanup does.
+    let args: Args = vmwarden::parse_args("vmwarden-cleanup", 1);
     vmwarden::init_logging(std::env::var("VMWARDEN_LOG").ok().as_deref());
-    if !vmwarden::config::names::valid_name(&args.name) {
-        eprintln!(
-            "vmwarden-cleanup: error: VM name {:?} must match ^[a-z][a-z0-9-]{{0,31}}$",
-            args.name
-        );
-        return ExitCode::FAILURE;
-    }
     let roots = Roots::from(&args.roots);
     if let Err((flag, path, reason)) = roots.validate() {
         eprintln!(

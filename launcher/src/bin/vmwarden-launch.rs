@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use vmwarden::config::names::VmName;
 use vmwarden::config::paths::{RootArgs, Roots};
 use vmwarden::launch::{self, Options, STEPS};
 
@@ -17,7 +18,7 @@ use vmwarden::launch::{self, Options, STEPS};
 struct Args {
     /// VM name (the unit instance, %i).
     #[arg(required_unless_present = "list_steps")]
-    name: Option<String>,
+    name: Option<VmName>,
     /// Spec path (default CONFIG_DIR/NAME.json).
     #[arg(long)]
     spec: Option<PathBuf>,
@@ -44,7 +45,9 @@ fn main() -> ExitCode {
     let fault_after = std::env::var("VMWARDEN_FAULT_AFTER").ok();
     let log = std::env::var("VMWARDEN_LOG").ok();
     // clap reads the VMWARDEN_*_ROOT variables, so parse before clearing.
-    let args = Args::parse();
+    // A bad name is a configuration error: EX_CONFIG, which the unit does
+    // not retry.
+    let args: Args = vmwarden::parse_args("vmwarden-launch", vmwarden::error::EXIT_CONFIG);
     for (k, _) in std::env::vars_os() {
         // SAFETY: the launcher is single-threaded (checked again before the
         // privilege drop); nothing else reads the environment concurrently.

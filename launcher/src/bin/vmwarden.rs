@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use vmwarden::config::names::VmName;
 use vmwarden::config::paths::{RootArgs, Roots};
 use vmwarden::teardown::{purge, reap, verify};
 use vmwarden::{control, Error};
@@ -24,20 +25,20 @@ struct Cli {
 enum Cmd {
     /// Show whether VMs are running (all known VMs without NAME).
     Status {
-        name: Option<String>,
+        name: Option<VmName>,
         #[arg(long)]
         json: bool,
     },
     /// Return once the VM's control socket answers (ExecStartPost).
     WaitReady {
-        name: String,
+        name: VmName,
         /// Seconds to wait.
         #[arg(long, default_value_t = 60.0)]
         timeout: f64,
     },
     /// Graceful power-down through QMP, then quit, then SIGKILL (ExecStop).
     Stop {
-        name: String,
+        name: VmName,
         /// Seconds to wait for the guest to power off.
         #[arg(long, default_value_t = 30.0)]
         timeout: f64,
@@ -54,14 +55,14 @@ enum Cmd {
     },
     /// Delete a stopped VM's persistent state (asks for DELETE-EVERYTHING on a terminal).
     Purge {
-        name: String,
+        name: VmName,
         /// Keep identity/ and keep_on_purge, and the principal's registration.
         #[arg(long)]
         keep_identity: bool,
     },
     /// Check that nothing of the VMs was left running or behind.
     VerifyClean {
-        names: Vec<String>,
+        names: Vec<VmName>,
         /// Directories that must be untouched since --since.
         #[arg(long = "protected")]
         protected: Vec<PathBuf>,
@@ -73,17 +74,6 @@ enum Cmd {
     },
     /// Print the systemd units for hosts without Nix.
     RenderUnit(vmwarden::unit::RenderUnitArgs),
-}
-
-fn check_name(name: &str) -> Result<(), Error> {
-    if vmwarden::config::names::valid_name(name) {
-        Ok(())
-    } else {
-        Err(Error::Usage {
-            what: format!("VM name {name:?}"),
-            reason: "must match ^[a-z][a-z0-9-]{0,31}$".into(),
-        })
-    }
 }
 
 fn json<T: serde::Serialize>(v: &T) -> String {
@@ -101,10 +91,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             json: as_json,
         } => {
             let names = match name {
-                Some(n) => {
-                    check_name(&n)?;
-                    vec![n]
-                }
+                Some(n) => vec![n],
                 None => vmwarden::instance::known_vms(&roots),
             };
             let st: Vec<_> = names.iter().map(|n| control::status(&roots, n)).collect();
@@ -126,13 +113,11 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::WaitReady { name, timeout } => {
-            check_name(&name)?;
             let status = control::wait_ready(&roots, &name, Duration::from_secs_f64(timeout))?;
             println!("{name}: ready (qmp status {status})");
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Stop { name, timeout } => {
-            check_name(&name)?;
             let by = control::stop(&roots, &name, Duration::from_secs_f64(timeout))?;
             println!(
                 "{name}: stopped by {}",
@@ -188,7 +173,6 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             name,
             keep_identity,
         } => {
-            check_name(&name)?;
             let plan = purge::plan(&roots, &name, keep_identity)?;
             println!(
                 "purge plan for {name}: state dir {} stays",
@@ -256,9 +240,6 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             since,
             json: as_json,
         } => {
-            for n in &names {
-                check_name(n)?;
-            }
             let r = verify::verify(&roots, &names, &protected, since);
             if as_json {
                 println!("{}", json(&r));
@@ -284,7 +265,8 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // A bad name exits 1, like every refused command.
+    let cli: Cli = vmwarden::parse_args("vmwarden", 1);
     vmwarden::init_logging(std::env::var("VMWARDEN_LOG").ok().as_deref());
     match run(cli) {
         Ok(c) => c,

@@ -1,6 +1,13 @@
 //! The name and path rules every other part relies on: VM, credential, tap
 //! and interface names, MAC addresses, and the syntax of a spec path. A
 //! leaf: it imports nothing from the crate.
+//!
+//! Parse, don't validate: a name is checked once, where it enters (the
+//! command line through clap, a spec or record through serde, a directory
+//! listing through `parse`), and from then on travels as [`VmName`],
+//! [`CredentialName`], [`TapName`], [`BridgeName`] or [`Mac`]. A function
+//! that joins a name into a path takes the type, so an unchecked string
+//! cannot reach the join.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -14,7 +21,7 @@ pub const TAP_PREFIX: &str = "vmw-";
 pub const IFNAME_MAX: usize = 15;
 
 /// `^[a-z][a-z0-9-]{0,31}$`: VM names, also used in paths and unit names.
-pub fn valid_name(name: &str) -> bool {
+fn valid_name(name: &str) -> bool {
     let b = name.as_bytes();
     !b.is_empty()
         && b.len() <= 32
@@ -24,7 +31,7 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 /// Credential names end up as file names in the tmpfs and in fw_cfg.
-pub fn valid_credential_name(name: &str) -> bool {
+fn valid_credential_name(name: &str) -> bool {
     let b = name.as_bytes();
     !b.is_empty()
         && b[0].is_ascii_alphanumeric()
@@ -58,7 +65,7 @@ pub fn check_abs_normalised(p: &Path) -> Result<(), &'static str> {
 }
 
 /// `^vmw-[a-z0-9-]{1,11}$`.
-pub fn valid_tap_name(name: &str) -> bool {
+fn valid_tap_name(name: &str) -> bool {
     let Some(rest) = name.strip_prefix(TAP_PREFIX) else {
         return false;
     };
@@ -71,7 +78,7 @@ pub fn valid_tap_name(name: &str) -> bool {
 
 /// A Linux interface name that is safe to look up: 1..=15 bytes of
 /// `[A-Za-z0-9_.-]`, not `.` or `..`.
-pub fn valid_ifname(name: &str) -> bool {
+fn valid_ifname(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= IFNAME_MAX
         && name != "."
@@ -82,7 +89,7 @@ pub fn valid_ifname(name: &str) -> bool {
 }
 
 /// Parse `aa:bb:cc:dd:ee:ff` (hex, either case).
-pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let parts: Vec<&str> = s.split(':').collect();
     if parts.len() != 6 {
         return None;
@@ -97,7 +104,7 @@ pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
     Some(mac)
 }
 
-pub fn format_mac(mac: &[u8; 6]) -> String {
+fn format_mac(mac: &[u8; 6]) -> String {
     mac.iter()
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
@@ -105,7 +112,7 @@ pub fn format_mac(mac: &[u8; 6]) -> String {
 }
 
 /// Why a guest MAC is unusable, if it is.
-pub fn mac_problem(mac: &[u8; 6]) -> Option<NameRule> {
+fn mac_problem(mac: &[u8; 6]) -> Option<NameRule> {
     if mac[0] & 1 != 0 {
         Some(NameRule::MacUnicast)
     } else if mac == &[0; 6] {
@@ -117,7 +124,7 @@ pub fn mac_problem(mac: &[u8; 6]) -> Option<NameRule> {
 
 /// A stable, locally administered unicast MAC for a spec that gives none:
 /// `02:` followed by 5 bytes of FNV-1a over "VM/TAP".
-pub fn derived_mac(vm: &str, tap: &str) -> [u8; 6] {
+fn derived_mac(vm: &str, tap: &str) -> [u8; 6] {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in vm.bytes().chain([b'/']).chain(tap.bytes()) {
         h ^= u64::from(b);
@@ -131,7 +138,7 @@ pub fn derived_mac(vm: &str, tap: &str) -> [u8; 6] {
 /// 0xfe (libvirt's convention): unicast, locally administered, distinct from
 /// the guest's, and high enough that a bridge never adopts it as its own
 /// address (a bridge takes the lowest port MAC).
-pub fn host_side_mac(guest: &[u8; 6]) -> [u8; 6] {
+fn host_side_mac(guest: &[u8; 6]) -> [u8; 6] {
     let mut m = *guest;
     // A guest MAC that already starts with 0xfe would equal the host side:
     // then 0xfa, as libvirt does.

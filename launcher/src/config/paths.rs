@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::config::names::VmName;
+
 pub const DEFAULT_CONFIG_DIR: &str = "/etc/vmwarden/vms";
 pub const DEFAULT_RUNTIME_ROOT: &str = "/run/vmwarden";
 pub const DEFAULT_STATE_ROOT: &str = "/var/lib/vmwarden";
@@ -64,31 +66,31 @@ impl Default for Roots {
 }
 
 impl Roots {
-    pub fn spec_path(&self, name: &str) -> PathBuf {
+    pub fn spec_path(&self, name: &VmName) -> PathBuf {
         self.config_dir.join(format!("{name}.json"))
     }
-    pub fn runtime_dir(&self, name: &str) -> PathBuf {
+    pub fn runtime_dir(&self, name: &VmName) -> PathBuf {
         self.runtime_root.join(name)
     }
-    pub fn state_dir(&self, name: &str) -> PathBuf {
+    pub fn state_dir(&self, name: &VmName) -> PathBuf {
         self.state_root.join(name)
     }
-    pub fn control_dir(&self, name: &str) -> PathBuf {
+    pub fn control_dir(&self, name: &VmName) -> PathBuf {
         self.runtime_dir(name).join(CONTROL_DIR)
     }
-    pub fn credentials_dir(&self, name: &str) -> PathBuf {
+    pub fn credentials_dir(&self, name: &VmName) -> PathBuf {
         self.runtime_dir(name).join(CREDENTIALS_DIR)
     }
-    pub fn qmp_socket(&self, name: &str) -> PathBuf {
+    pub fn qmp_socket(&self, name: &VmName) -> PathBuf {
         self.control_dir(name).join(QMP_SOCKET)
     }
-    pub fn api_socket(&self, name: &str) -> PathBuf {
+    pub fn api_socket(&self, name: &VmName) -> PathBuf {
         self.control_dir(name).join(API_SOCKET)
     }
-    pub fn lease_path(&self, name: &str) -> PathBuf {
+    pub fn lease_path(&self, name: &VmName) -> PathBuf {
         self.runtime_dir(name).join(LEASE_FILE)
     }
-    pub fn intent_path(&self, name: &str) -> PathBuf {
+    pub fn intent_path(&self, name: &VmName) -> PathBuf {
         self.runtime_dir(name).join(INTENT_FILE)
     }
     pub fn principals_dir(&self) -> PathBuf {

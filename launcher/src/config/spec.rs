@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::names::{check_abs_normalised, valid_credential_name, valid_name};
+use crate::config::names::{
+    check_abs_normalised, BridgeName, CredentialName, Mac, NameError, TapName, VmName,
+};
 
 /// Largest spec file accepted.
 pub const MAX_SPEC_BYTES: u64 = 64 * 1024;
@@ -55,7 +57,7 @@ pub enum SpecError {
 #[serde(deny_unknown_fields)]
 pub struct Spec {
     pub version: u32,
-    pub name: String,
+    pub name: VmName,
     pub principal: PrincipalSpec,
     pub hypervisor: HypervisorSpec,
     pub vcpus: u32,
@@ -150,7 +152,7 @@ fn default_machine() -> Machine {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CredentialSpec {
-    pub name: String,
+    pub name: CredentialName,
     pub source: CredentialSource,
 }
 
@@ -159,7 +161,7 @@ pub struct CredentialSpec {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub enum CredentialSource {
-    Systemd(String),
+    Systemd(CredentialName),
     Path(PathBuf),
 }
 
@@ -174,11 +176,11 @@ pub struct DiskSpec {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct InterfaceSpec {
-    pub tap: String,
+    pub tap: TapName,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bridge: Option<String>,
+    pub bridge: Option<BridgeName>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mac: Option<String>,
+    pub mac: Option<Mac>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
@@ -204,10 +206,18 @@ pub struct LandlockSpec {
 
 impl Spec {
     /// Parse from bytes without touching the file system beyond nothing.
+    /// The name types refuse a bad name here, reported as an invalid field.
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<Spec, SpecError> {
-        serde_json::from_slice(bytes).map_err(|source| SpecError::Parse {
-            path: path.to_path_buf(),
-            source,
+        serde_json::from_slice(bytes).map_err(|source| match refused_name(bytes, &source) {
+            Some((field, e)) => SpecError::Invalid {
+                path: path.to_path_buf(),
+                field,
+                reason: e.reason(),
+            },
+            None => SpecError::Parse {
+                path: path.to_path_buf(),
+                source,
+            },
         })
     }
 
@@ -244,7 +254,7 @@ impl Spec {
     /// Read, parse and validate every field, including the files the spec
     /// names (kernel, initrd, hypervisor binary, disks). `expected_name` is
     /// the unit instance name: the spec must describe that VM.
-    pub fn load(path: &Path, expected_name: &str) -> Result<Spec, SpecError> {
+    pub fn load(path: &Path, expected_name: &VmName) -> Result<Spec, SpecError> {
         let spec = Spec::read(path)?;
         spec.validate(path, expected_name)?;
         spec.validate_files(path)?;
@@ -252,7 +262,7 @@ impl Spec {
     }
 
     /// Field checks that need no file system access.
-    pub fn validate(&self, path: &Path, expected_name: &str) -> Result<(), SpecError> {
+    pub fn validate(&self, path: &Path, expected_name: &VmName) -> Result<(), SpecError> {
         let bad = |field: &str, reason: String| SpecError::Invalid {
             path: path.to_path_buf(),
             field: field.to_string(),
@@ -264,16 +274,7 @@ impl Spec {
                 format!("is {}; this vmwarden understands version 1", self.version),
             ));
         }
-        if !valid_name(&self.name) {
-            return Err(bad(
-                "name",
-                format!(
-                    "{:?} must match ^[a-z][a-z0-9-]{{0,31}}$ (lowercase letter first, then lowercase letters, digits or '-', at most 32)",
-                    self.name
-                ),
-            ));
-        }
-        if self.name != expected_name {
+        if &self.name != expected_name {
             return Err(bad(
                 "name",
                 format!(
@@ -452,46 +453,11 @@ impl Spec {
         }
         let mut seen = std::collections::BTreeSet::new();
         for (i, n) in self.interfaces.iter().enumerate() {
-            if !crate::config::names::valid_tap_name(&n.tap) {
-                return Err(bad(
-                    format!("interfaces[{i}].tap"),
-                    format!(
-                        "{:?} must match ^vmw-[a-z0-9-]{{1,11}}$ (the vmw- prefix marks vmwarden's taps; 15 bytes at most, the kernel's IFNAMSIZ)",
-                        n.tap
-                    ),
-                ));
-            }
             if !seen.insert(n.tap.clone()) {
                 return Err(bad(
                     format!("interfaces[{i}].tap"),
                     format!("{:?} appears twice", n.tap),
                 ));
-            }
-            if let Some(b) = &n.bridge {
-                if !crate::config::names::valid_ifname(b)
-                    || b.starts_with(crate::config::names::TAP_PREFIX)
-                {
-                    return Err(bad(
-                        format!("interfaces[{i}].bridge"),
-                        format!(
-                            "{b:?} is not a usable bridge name (1-15 bytes of letters, digits, '_', '.', '-', not starting with vmw-)"
-                        ),
-                    ));
-                }
-            }
-            if let Some(m) = &n.mac {
-                let Some(mac) = crate::config::names::parse_mac(m) else {
-                    return Err(bad(
-                        format!("interfaces[{i}].mac"),
-                        format!("{m:?} is not a MAC address (six hex pairs separated by ':')"),
-                    ));
-                };
-                if let Some(why) = crate::config::names::mac_problem(&mac) {
-                    return Err(bad(
-                        format!("interfaces[{i}].mac"),
-                        format!("{m:?} {}", why.text()),
-                    ));
-                }
             }
         }
         Ok(())
@@ -499,12 +465,9 @@ impl Spec {
 
     /// The guest MAC of interface `i`: the spec's, or one derived from the
     /// VM and tap names (stable across boots).
-    pub fn guest_mac(&self, i: usize) -> [u8; 6] {
+    pub fn guest_mac(&self, i: usize) -> Mac {
         let n = &self.interfaces[i];
-        n.mac
-            .as_deref()
-            .and_then(crate::config::names::parse_mac)
-            .unwrap_or_else(|| crate::config::names::derived_mac(&self.name, &n.tap))
+        n.mac.unwrap_or_else(|| Mac::derived(&self.name, &n.tap))
     }
 
     fn validate_credentials(&self, path: &Path) -> Result<(), SpecError> {
@@ -516,16 +479,7 @@ impl Spec {
         let mut seen = std::collections::BTreeSet::new();
         for (i, c) in self.credentials.iter().enumerate() {
             let field = format!("credentials[{i}].name");
-            if !valid_credential_name(&c.name) {
-                return Err(bad(
-                    field,
-                    format!(
-                        "{:?} must be letters, digits, '-', '_' or '.', starting with a letter or digit",
-                        c.name
-                    ),
-                ));
-            }
-            let fw = FW_CFG_CREDENTIAL_PREFIX.len() + c.name.len();
+            let fw = FW_CFG_CREDENTIAL_PREFIX.len() + c.name.as_str().len();
             if fw > FW_CFG_NAME_MAX {
                 return Err(bad(
                     field,
@@ -540,17 +494,9 @@ impl Spec {
             if !seen.insert(c.name.clone()) {
                 return Err(bad(field, format!("{:?} appears twice", c.name)));
             }
-            match &c.source {
-                CredentialSource::Systemd(id) => {
-                    if !valid_credential_name(id) {
-                        return Err(bad(
-                            format!("credentials[{i}].source.systemd"),
-                            format!("{id:?} is not a valid systemd credential name"),
-                        ));
-                    }
-                }
-                CredentialSource::Path(p) => check_abs_normalised(p)
-                    .map_err(|r| bad(format!("credentials[{i}].source.path"), r.to_string()))?,
+            if let CredentialSource::Path(p) = &c.source {
+                check_abs_normalised(p)
+                    .map_err(|r| bad(format!("credentials[{i}].source.path"), r.to_string()))?;
             }
         }
         Ok(())
@@ -618,6 +564,43 @@ impl Spec {
     }
 }
 
+/// The field whose name type refused its value, when that refusal is what
+/// failed `serde_json` (which reports only a line and a column), so it reads
+/// like every other field error. The spec's name fields, in document order.
+fn refused_name(bytes: &[u8], err: &serde_json::Error) -> Option<(String, NameError)> {
+    if !err.is_data() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    type Check = fn(&str) -> Option<NameError>;
+    let vm: Check = |s| VmName::parse(s).err();
+    let cred: Check = |s| CredentialName::parse(s).err();
+    let tap: Check = |s| TapName::parse(s).err();
+    let bridge: Check = |s| BridgeName::parse(s).err();
+    let mac: Check = |s| Mac::parse(s).err();
+    let mut fields: Vec<(String, &serde_json::Value, Check)> =
+        vec![("name".into(), &v["name"], vm)];
+    let items = |key: &str| v[key].as_array().into_iter().flatten().enumerate();
+    for (i, c) in items("credentials") {
+        fields.push((format!("credentials[{i}].name"), &c["name"], cred));
+        fields.push((
+            format!("credentials[{i}].source.systemd"),
+            &c["source"]["systemd"],
+            cred,
+        ));
+    }
+    for (i, n) in items("interfaces") {
+        fields.push((format!("interfaces[{i}].tap"), &n["tap"], tap));
+        fields.push((format!("interfaces[{i}].bridge"), &n["bridge"], bridge));
+        fields.push((format!("interfaces[{i}].mac"), &n["mac"], mac));
+    }
+    let msg = err.to_string();
+    fields.into_iter().find_map(|(field, value, check)| {
+        let e = check(value.as_str()?)?;
+        msg.starts_with(&e.to_string()).then_some((field, e))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -635,7 +618,7 @@ mod tests {
     fn check(v: serde_json::Value) -> Result<Spec, SpecError> {
         let p = Path::new("/etc/vmwarden/vms/web.json");
         let s = Spec::parse(p, &serde_json::to_vec(&v).unwrap())?;
-        s.validate(p, "web")?;
+        s.validate(p, &VmName::parse("web").unwrap())?;
         Ok(s)
     }
 
@@ -659,7 +642,7 @@ mod tests {
     #[test]
     fn names() {
         for ok in ["a", "web", "db-1", &format!("a{}", "b".repeat(31))] {
-            assert!(valid_name(ok), "{ok}");
+            assert!(VmName::parse(ok).is_ok(), "{ok}");
         }
         for bad in [
             "",
@@ -671,7 +654,7 @@ mod tests {
             "a_b",
             &"a".repeat(33),
         ] {
-            assert!(!valid_name(bad), "{bad}");
+            assert!(VmName::parse(bad).is_err(), "{bad}");
         }
     }
 
@@ -727,6 +710,83 @@ mod tests {
             f(&mut v);
             assert_eq!(field_of(v), want);
         }
+    }
+
+    #[test]
+    fn a_bad_name_is_refused_while_parsing_with_its_field_and_rule() {
+        type Mutate = fn(&mut serde_json::Value);
+        let cases: Vec<(&str, &str, Mutate)> = vec![
+            ("name", "\"Web\" must match ^[a-z][a-z0-9-]{0,31}$", |v| {
+                v["name"] = json!("Web")
+            }),
+            ("name", "\"\" must match", |v| v["name"] = json!("")),
+            (
+                "credentials[1].name",
+                "\"a/b\" must be letters, digits",
+                |v| {
+                    v["credentials"] = json!([
+                        { "name": "ok", "source": { "systemd": "ok" } },
+                        { "name": "a/b", "source": { "systemd": "x" } }
+                    ])
+                },
+            ),
+            (
+                "credentials[0].source.systemd",
+                "\"../x\" must be letters",
+                |v| v["credentials"] = json!([{ "name": "t", "source": { "systemd": "../x" } }]),
+            ),
+            (
+                "interfaces[0].tap",
+                "\"tap0\" must match ^vmw-[a-z0-9-]{1,11}$",
+                |v| v["interfaces"] = json!([{ "tap": "tap0" }]),
+            ),
+            (
+                "interfaces[1].bridge",
+                "\"vmw-x\" is not a usable bridge name",
+                |v| {
+                    v["interfaces"] =
+                        json!([{ "tap": "vmw-a" }, { "tap": "vmw-b", "bridge": "vmw-x" }])
+                },
+            ),
+            ("interfaces[0].mac", "\"02:00\" is not a MAC address", |v| {
+                v["interfaces"] = json!([{ "tap": "vmw-a", "mac": "02:00" }])
+            }),
+            (
+                "interfaces[0].mac",
+                "\"ff:ff:ff:ff:ff:ff\" is a multicast",
+                |v| v["interfaces"] = json!([{ "tap": "vmw-a", "mac": "ff:ff:ff:ff:ff:ff" }]),
+            ),
+            (
+                "interfaces[0].mac",
+                "\"00:00:00:00:00:00\" is all zeros",
+                |v| v["interfaces"] = json!([{ "tap": "vmw-a", "mac": "00:00:00:00:00:00" }]),
+            ),
+        ];
+        let p = Path::new("/etc/vmwarden/vms/web.json");
+        for (want, reason, f) in cases {
+            let mut v = base();
+            f(&mut v);
+            let err = Spec::parse(p, &serde_json::to_vec(&v).unwrap()).expect_err(want);
+            let msg = err.to_string();
+            match err {
+                SpecError::Invalid { field, .. } => assert_eq!(field, want, "{msg}"),
+                other => panic!("{want}: expected an invalid field, got {other:?}"),
+            }
+            assert!(
+                msg.starts_with(&format!("spec {}: field `{want}` {reason}", p.display())),
+                "{msg}"
+            );
+        }
+        // A bad name in a spec that fails earlier (keys are serialised in
+        // order, so `extra` comes first): serde's first error is reported.
+        let mut v = base();
+        v["name"] = json!("Web");
+        v["extra"] = json!(1);
+        assert!(matches!(check(v), Err(SpecError::Parse { .. })));
+        // A name of the wrong JSON type is a parse error, not a name error.
+        let mut v = base();
+        v["name"] = json!(7);
+        assert!(matches!(check(v), Err(SpecError::Parse { .. })));
     }
 
     #[test]

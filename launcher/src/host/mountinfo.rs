@@ -3,9 +3,11 @@
 
 use std::path::PathBuf;
 
+use crate::config::names::VmName;
+
 /// Mount source given to a VM's credential tmpfs: identifies it in every
 /// namespace's mountinfo.
-pub fn credential_source(name: &str) -> String {
+pub fn credential_source(name: &VmName) -> String {
     format!("vmwarden-creds:{name}")
 }
 pub const CREDENTIAL_SOURCE_PREFIX: &str = "vmwarden-creds:";
@@ -87,15 +89,18 @@ pub fn mnt_ns(pid: &str) -> Option<String> {
 
 /// Is `m` a vmwarden credential tmpfs (of VM `name`, or of any VM)? The
 /// source string alone is not enough: anyone can name a tmpfs anything.
-pub fn is_credential_mount(m: &Mount, name: Option<&str>) -> bool {
-    let Some(vm) = m.source.strip_prefix(CREDENTIAL_SOURCE_PREFIX) else {
-        return false;
-    };
-    m.fstype == "tmpfs"
-        && crate::config::names::valid_name(vm)
-        && name.map_or(true, |n| n == vm)
+pub fn is_credential_mount(m: &Mount, name: Option<&VmName>) -> bool {
+    credential_mount_vm(m).is_some_and(|vm| name.map_or(true, |n| n == &vm))
+}
+
+/// The VM whose credential tmpfs `m` is, if it is one (see
+/// [`is_credential_mount`]).
+pub fn credential_mount_vm(m: &Mount) -> Option<VmName> {
+    let vm = VmName::parse(m.source.strip_prefix(CREDENTIAL_SOURCE_PREFIX)?).ok()?;
+    (m.fstype == "tmpfs"
         && m.mount_point
-            .ends_with(format!("{vm}/{}", crate::config::paths::CREDENTIALS_DIR))
+            .ends_with(format!("{vm}/{}", crate::config::paths::CREDENTIALS_DIR)))
+    .then_some(vm)
 }
 
 /// Thread ids of every process (a process whose main thread has exited
@@ -126,7 +131,7 @@ pub fn all_tids() -> Vec<u32> {
 /// `name` is `None`). Only namespaces of this (the initial) user namespace
 /// count: an unprivileged user's namespace is not vmwarden's and cannot
 /// hold a mount the launcher made.
-pub fn credential_mounts_everywhere(name: Option<&str>) -> Vec<(u32, String, Mount)> {
+pub fn credential_mounts_everywhere(name: Option<&VmName>) -> Vec<(u32, String, Mount)> {
     let mut seen = std::collections::BTreeSet::new();
     let mut out = Vec::new();
     let my_userns = std::fs::read_link("/proc/self/ns/user").ok();
@@ -191,7 +196,7 @@ mod tests {
                 "vmwarden-creds:web",
                 "/run/vmwarden/web/credentials"
             ),
-            Some("web")
+            Some(&VmName::parse("web").unwrap())
         ));
         assert!(is_credential_mount(
             &m(
@@ -207,7 +212,7 @@ mod tests {
                 "vmwarden-creds:web",
                 "/run/vmwarden/web/credentials"
             ),
-            Some("db")
+            Some(&VmName::parse("db").unwrap())
         ));
         assert!(!is_credential_mount(
             &m(

@@ -26,7 +26,7 @@ use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, L
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
-use crate::config::names::{valid_tap_name, TAP_PREFIX};
+use crate::config::names::{TapName, TAP_PREFIX};
 use crate::error::{Error, Result};
 
 pub const TUN_DEVICE: &str = "/dev/net/tun";
@@ -232,19 +232,14 @@ impl Rtnl {
 /// the tap.
 #[derive(Debug)]
 pub struct Tap {
-    pub name: String,
+    pub name: TapName,
     pub fd: OwnedFd,
 }
 
 /// Create tap `name` (never persistent; EBUSY if a device of that name
 /// exists) and return its open queue fd (close-on-exec until `execve`).
-pub fn create_tap(name: &str) -> Result<Tap> {
-    if !valid_tap_name(name) {
-        return Err(Error::Usage {
-            what: format!("tap name {name:?}"),
-            reason: "must match ^vmw-[a-z0-9-]{1,11}$".into(),
-        });
-    }
+pub fn create_tap(tap: &TapName) -> Result<Tap> {
+    let name = tap.as_str();
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -279,7 +274,7 @@ pub fn create_tap(name: &str) -> Result<Tap> {
         ));
     }
     Ok(Tap {
-        name: name.to_string(),
+        name: tap.clone(),
         fd: OwnedFd::from(f),
     })
 }

@@ -1,6 +1,8 @@
 //! The /proc and cgroup scans: which tasks run as a uid, which pids a unit's
 //! cgroup holds. Only facts about the host; verdicts are `instance::liveness`.
 
+use crate::config::names::VmName;
+
 /// Pids of live (non-zombie) processes whose real, effective, saved or fs
 /// uid is `uid`.
 pub fn processes_of_uid(uid: u32) -> Vec<u32> {
@@ -56,7 +58,7 @@ fn task_runs_as(status_path: &str, uid: u32) -> bool {
 
 /// Pids in the unit's cgroup other than the caller (ExecStopPost runs inside
 /// it), when the unit's cgroup is known.
-pub fn unit_cgroup_pids(name: &str) -> Option<Vec<u32>> {
+pub fn unit_cgroup_pids(name: &VmName) -> Option<Vec<u32>> {
     let p = format!(
         "/sys/fs/cgroup/system.slice/system-microvm.slice/microvm@{name}.service/cgroup.procs"
     );

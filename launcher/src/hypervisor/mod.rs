@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use crate::config::names::format_mac;
 use crate::config::spec::{Accel, HypervisorKind, Machine, Spec, FW_CFG_CREDENTIAL_PREFIX};
 
 /// libvirt's default `seccomp_sandbox = 1` set: QEMU's own seccomp filter.
@@ -104,7 +103,7 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
         push(&["-netdev", &format!("tap,id=net{i},fd={fd},vhost=off")]);
         push(&[
             "-device",
-            &format!("{nic},netdev=net{i},mac={}", format_mac(&spec.guest_mac(i))),
+            &format!("{nic},netdev=net{i},mac={}", spec.guest_mac(i)),
         ]);
     }
     if seccomp {
@@ -142,7 +141,7 @@ pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
     if !layout.tap_fds.is_empty() {
         push(&["--net"]);
         for (i, fd) in layout.tap_fds.iter().enumerate() {
-            push(&[&format!("fd=[{fd}],mac={}", format_mac(&spec.guest_mac(i)))]);
+            push(&[&format!("fd=[{fd}],mac={}", spec.guest_mac(i))]);
         }
     }
     push(&["--serial", "tty", "--console", "off"]);
@@ -255,12 +254,12 @@ mod tests {
     fn with_nics(mut s: Spec) -> Spec {
         s.interfaces = vec![
             InterfaceSpec {
-                tap: "vmw-web0".into(),
-                bridge: Some("br0".into()),
-                mac: Some("02:00:00:00:00:01".into()),
+                tap: "vmw-web0".parse().unwrap(),
+                bridge: Some("br0".parse().unwrap()),
+                mac: Some("02:00:00:00:00:01".parse().unwrap()),
             },
             InterfaceSpec {
-                tap: "vmw-web1".into(),
+                tap: "vmw-web1".parse().unwrap(),
                 bridge: None,
                 mac: None,
             },
@@ -276,7 +275,10 @@ mod tests {
             ..layout()
         };
         let argv = qemu_argv(&s, &l, true);
-        let derived = format_mac(&crate::config::names::derived_mac("web", "vmw-web1"));
+        let derived = crate::config::names::Mac::derived(
+            &"web".parse().unwrap(),
+            &"vmw-web1".parse().unwrap(),
+        );
         let tail: Vec<&str> = argv[argv.len() - 10..].iter().map(|x| x.as_str()).collect();
         assert_eq!(
             tail,
@@ -317,7 +319,10 @@ mod tests {
             tap_fds: vec![5, 6],
             ..layout()
         };
-        let derived = format_mac(&crate::config::names::derived_mac("web", "vmw-web1"));
+        let derived = crate::config::names::Mac::derived(
+            &"web".parse().unwrap(),
+            &"vmw-web1".parse().unwrap(),
+        );
         let want = [
             "/usr/bin/cloud-hypervisor",
             "--api-socket",
@@ -397,10 +402,11 @@ mod tests {
     #[test]
     fn spec_refuses_what_these_hypervisors_cannot_do_safely() {
         let p = Path::new("/etc/vmwarden/vms/web.json");
+        let web = &crate::config::names::VmName::parse("web").unwrap();
         // Credentials on cloud-hypervisor: the reason is the command line.
         let mut s = ch_spec();
         s.credentials = spec().credentials;
-        let e = s.validate(p, "web").unwrap_err().to_string();
+        let e = s.validate(p, web).unwrap_err().to_string();
         assert!(
             e.contains("`credentials`") && e.contains("/proc/PID/cmdline"),
             "{e}"
@@ -408,7 +414,7 @@ mod tests {
         // TCG on cloud-hypervisor.
         let mut s = ch_spec();
         s.hypervisor.accel = Accel::Tcg;
-        let e = s.validate(p, "web").unwrap_err().to_string();
+        let e = s.validate(p, web).unwrap_err().to_string();
         assert!(
             e.contains("`hypervisor.accel`") && e.contains("only on KVM"),
             "{e}"
@@ -416,13 +422,13 @@ mod tests {
         // Interfaces on firecracker.
         let mut s = ch_spec();
         s.hypervisor.kind = HypervisorKind::Firecracker;
-        let e = s.validate(p, "web").unwrap_err().to_string();
+        let e = s.validate(p, web).unwrap_err().to_string();
         assert!(
             e.contains("`interfaces`") && e.contains("firecracker"),
             "{e}"
         );
         // The plain cloud-hypervisor spec passes.
-        ch_spec().validate(p, "web").unwrap();
+        ch_spec().validate(p, web).unwrap();
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
 
+use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::config::spec::{Accel, Spec};
 use crate::error::{Error, Result};
@@ -189,11 +190,11 @@ pub fn kvm_device_group(dev: &Path) -> Option<u32> {
 /// Specs that cannot be read are skipped (they are not this VM's to judge).
 pub fn uid_owner_elsewhere(
     roots: &Roots,
-    name: &str,
+    name: &VmName,
     uid: u32,
-) -> Option<(String, std::path::PathBuf)> {
+) -> Option<(VmName, std::path::PathBuf)> {
     for (other, path, spec) in configured_specs(roots) {
-        if other == name {
+        if &other == name {
             continue;
         }
         let Some(spec) = spec else { continue };
@@ -208,7 +209,7 @@ pub fn uid_owner_elsewhere(
 
 /// Every `NAME.json` in the config dir with a valid VM name, parsed when
 /// possible (`None` when the spec cannot be read or parsed).
-pub fn configured_specs(roots: &Roots) -> Vec<(String, std::path::PathBuf, Option<Spec>)> {
+pub fn configured_specs(roots: &Roots) -> Vec<(VmName, std::path::PathBuf, Option<Spec>)> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir(&roots.config_dir) else {
         return out;
@@ -218,15 +219,15 @@ pub fn configured_specs(roots: &Roots) -> Vec<(String, std::path::PathBuf, Optio
         let Some(fname) = fname.to_str() else {
             continue;
         };
-        let Some(stem) = fname.strip_suffix(".json") else {
+        let Some(name) = fname
+            .strip_suffix(".json")
+            .and_then(|stem| VmName::parse(stem).ok())
+        else {
             continue;
         };
-        if !crate::config::names::valid_name(stem) {
-            continue;
-        }
         let path = e.path();
         let spec = Spec::read(&path).ok();
-        out.push((stem.to_string(), path, spec));
+        out.push((name, path, spec));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out

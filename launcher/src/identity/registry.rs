@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::names::VmName;
 use crate::config::paths::{Roots, PRINCIPALS_DIR};
 use crate::error::{Error, Result};
 use crate::host::dirs::{self, Dir, Loose, Want};
@@ -22,7 +23,7 @@ pub enum State {
 #[serde(deny_unknown_fields)]
 pub struct Record {
     pub uid: u32,
-    pub vm: String,
+    pub vm: VmName,
     pub generation: u64,
     pub state: State,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -102,7 +103,7 @@ pub fn all(roots: &Roots) -> Result<Vec<Record>> {
 
 /// What still exists of VM `vm` (its state dir's entries, processes of
 /// `uid`): a non-empty answer means the uid cannot move to another VM.
-pub fn residue(roots: &Roots, vm: &str, uid: u32) -> Vec<String> {
+pub fn residue(roots: &Roots, vm: &VmName, uid: u32) -> Vec<String> {
     let mut out = Vec::new();
     let sd = roots.state_dir(vm);
     if let Ok(rd) = std::fs::read_dir(&sd) {
@@ -121,13 +122,13 @@ pub fn residue(roots: &Roots, vm: &str, uid: u32) -> Vec<String> {
 /// Refuse a launch whose uid belonged to a different VM that left residue.
 pub fn check_launch(
     roots: &Roots,
-    name: &str,
+    name: &VmName,
     p: &crate::identity::principal::Principal,
 ) -> Result<()> {
     let Some(rec) = lookup(roots, p.uid)? else {
         return Ok(());
     };
-    if rec.vm == name {
+    if &rec.vm == name {
         return Ok(());
     }
     let left = residue(roots, &rec.vm, p.uid);
@@ -156,13 +157,13 @@ pub fn check_launch(
 pub fn register(
     roots: &Roots,
     state_root: &Dir,
-    name: &str,
+    name: &VmName,
     p: &crate::identity::principal::Principal,
 ) -> Result<()> {
     let (dir, _) = dirs::ensure(state_root, PRINCIPALS_DIR, &registry_want())?;
     let prev = lookup(roots, p.uid)?;
     let generation = match &prev {
-        Some(r) if r.vm == name && r.state == State::Active => return Ok(()),
+        Some(r) if &r.vm == name && r.state == State::Active => return Ok(()),
         Some(r) => r.generation + 1,
         None => 1,
     };
@@ -170,7 +171,7 @@ pub fn register(
         &dir,
         &Record {
             uid: p.uid,
-            vm: name.to_string(),
+            vm: name.clone(),
             generation,
             state: State::Active,
             retired_unix: None,
@@ -189,14 +190,14 @@ fn write(dir: &Dir, rec: &Record) -> Result<()> {
 
 /// Turn the registration of `uid` into a tombstone. Fails closed: an error
 /// writing the tombstone is an error of the whole retirement.
-pub fn retire(roots: &Roots, name: &str, uid: u32) -> Result<Record> {
+pub fn retire(roots: &Roots, name: &VmName, uid: u32) -> Result<Record> {
     let state_root = dirs::open_dir(&roots.state_root)?;
     let (dir, _) = dirs::ensure(&state_root, PRINCIPALS_DIR, &registry_want())?;
     let prev = lookup(roots, uid)?;
     let generation = prev.as_ref().map(|r| r.generation).unwrap_or(1);
     let rec = Record {
         uid,
-        vm: name.to_string(),
+        vm: name.clone(),
         generation,
         state: State::Retired,
         retired_unix: std::time::SystemTime::now()

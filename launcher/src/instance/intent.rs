@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::names::TapName;
 use crate::config::paths::INTENT_FILE;
 use crate::error::{Error, IoContext, Result};
 use crate::host::dirs::Dir;
@@ -63,12 +64,13 @@ pub struct Intent {
 }
 
 impl Intent {
-    /// Tap names this record lists.
-    pub fn taps(&self) -> Vec<String> {
+    /// Tap names this record lists (a name that is not a tap name, which
+    /// the launcher never writes, is not one of vmwarden's taps).
+    pub fn taps(&self) -> Vec<TapName> {
         self.resources
             .iter()
             .filter_map(|r| match r {
-                Resource::Tap { name, .. } => Some(name.clone()),
+                Resource::Tap { name, .. } => TapName::parse(name).ok(),
                 _ => None,
             })
             .collect()

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::host::dirs;
 use crate::host::procs::{processes_of_uid, unit_cgroup_pids};
@@ -46,7 +47,11 @@ pub fn control_socket_answers(sock: &Path) -> bool {
 
 /// The uid whose processes count as the VM's: from the intent record, else
 /// from the spec. `Err` carries the reason it cannot be known.
-pub fn vm_uid(roots: &Roots, name: &str, intent: Option<&Intent>) -> Result<Option<u32>, String> {
+pub fn vm_uid(
+    roots: &Roots,
+    name: &VmName,
+    intent: Option<&Intent>,
+) -> Result<Option<u32>, String> {
     if let Some(i) = intent {
         return Ok(Some(i.principal.uid));
     }
@@ -60,7 +65,7 @@ pub fn vm_uid(roots: &Roots, name: &str, intent: Option<&Intent>) -> Result<Opti
 
 /// Everything but the lease, for a caller that holds the lease itself
 /// (the launcher after taking it, cleanup under its own lock).
-pub fn probe_with_lease_held(roots: &Roots, name: &str, uid: u32) -> Verdict {
+pub fn probe_with_lease_held(roots: &Roots, name: &VmName, uid: u32) -> Verdict {
     let pids = processes_of_uid(uid);
     if !pids.is_empty() {
         return Verdict::Ambiguous(format!(
@@ -86,7 +91,7 @@ pub fn probe_with_lease_held(roots: &Roots, name: &str, uid: u32) -> Verdict {
 
 /// Is VM `name` running? Lease, processes of its uid, the control socket and
 /// the unit's cgroup; anything unclear is `Ambiguous`.
-pub fn probe(roots: &Roots, name: &str) -> Verdict {
+pub fn probe(roots: &Roots, name: &VmName) -> Verdict {
     let rundir = match dirs::open_dir(&roots.runtime_dir(name)) {
         Ok(d) => Some(d),
         Err(crate::error::Error::Sys {

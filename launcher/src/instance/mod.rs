@@ -6,21 +6,20 @@ pub mod intent;
 pub mod lease;
 pub mod liveness;
 
+use crate::config::names::VmName;
 use crate::config::paths::Roots;
 
 /// Every VM that is configured or has a runtime dir, sorted by name.
-pub fn known_vms(roots: &Roots) -> Vec<String> {
-    let mut names: Vec<String> = crate::identity::principal::configured_specs(roots)
+pub fn known_vms(roots: &Roots) -> Vec<VmName> {
+    let mut names: Vec<VmName> = crate::identity::principal::configured_specs(roots)
         .into_iter()
         .map(|(n, _, _)| n)
         .collect();
     if let Ok(rd) = std::fs::read_dir(&roots.runtime_root) {
         for e in rd.flatten() {
-            if let Some(n) = e.file_name().to_str() {
-                if crate::config::names::valid_name(n)
-                    && e.file_type().map(|t| t.is_dir()).unwrap_or(false)
-                {
-                    names.push(n.to_string());
+            if let Some(n) = e.file_name().to_str().and_then(|n| VmName::parse(n).ok()) {
+                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    names.push(n);
                 }
             }
         }

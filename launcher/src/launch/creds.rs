@@ -13,6 +13,7 @@ use nix::fcntl::{openat, OFlag, AT_FDCWD};
 use nix::sys::stat::{fchmod, Mode};
 use nix::unistd::{fchown, Gid, Uid};
 
+use crate::config::names::CredentialName;
 use crate::config::spec::{CredentialSource, Spec, MAX_CREDENTIAL_BYTES};
 use crate::error::{Error, IoContext, Result, SysContext};
 use crate::host::dirs::Dir;
@@ -20,7 +21,7 @@ use crate::host::dirs::Dir;
 /// A credential read into memory. The bytes never reach argv or environ;
 /// `execve` discards this memory.
 pub struct Loaded {
-    pub name: String,
+    pub name: CredentialName,
     pub bytes: Vec<u8>,
 }
 
@@ -49,7 +50,7 @@ pub fn read_all(spec: &Spec, credentials_directory: Option<&Path>) -> Result<Vec
     for c in &spec.credentials {
         let desc = describe(&c.source);
         let err = |reason: String| Error::Credential {
-            name: c.name.clone(),
+            name: c.name.to_string(),
             source_desc: desc.clone(),
             reason,
         };

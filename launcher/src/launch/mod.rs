@@ -12,6 +12,7 @@ use std::ffi::CString;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
+use crate::config::names::VmName;
 use crate::config::paths::{Roots, API_SOCKET, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG};
 use crate::config::spec::{HypervisorKind, Spec, SpecError};
 use crate::error::{Error, Result};
@@ -52,7 +53,7 @@ pub const EXEC_PATH: &str = "PATH=/run/current-system/sw/bin:/usr/local/bin:/usr
 
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub name: String,
+    pub name: VmName,
     pub roots: Roots,
     /// Spec path; defaults to `CONFIG_DIR/NAME.json`.
     pub spec: Option<PathBuf>,
@@ -146,12 +147,6 @@ pub fn launch(opts: Options) -> Result<Infallible> {
     roots
         .validate()
         .map_err(|(flag, path, reason)| Error::Root { flag, path, reason })?;
-    if !crate::config::names::valid_name(&opts.name) {
-        return Err(Error::Usage {
-            what: format!("VM name {:?}", opts.name),
-            reason: "must match ^[a-z][a-z0-9-]{0,31}$".into(),
-        });
-    }
     // A running VM is reported as running before anything else is judged
     // (its taps exist, its credentials may be unavailable to a second caller).
     if let Ok(d) = dirs::open_dir(&roots.runtime_dir(&opts.name)) {
@@ -160,7 +155,7 @@ pub fn launch(opts: Options) -> Result<Infallible> {
             Ok(crate::instance::lease::LeaseState::Held)
         ) {
             return Err(Error::AlreadyRunning {
-                name: opts.name.clone(),
+                name: opts.name.to_string(),
                 reason: format!(
                     "its lease {} is held",
                     d.path.join(crate::config::paths::LEASE_FILE).display()
@@ -200,13 +195,17 @@ pub fn launch(opts: Options) -> Result<Infallible> {
     // 4. Runtime root and this VM's runtime dir, then the lease.
     let (rt_parent, rt_name) = dirs::split_parent(&roots.runtime_root)?;
     let (runtime_root, _) = dirs::ensure(&rt_parent, &rt_name, &root_want(0o755, Loose::Tighten))?;
-    let (rundir, _) = dirs::ensure(&runtime_root, &spec.name, &root_want(0o755, Loose::Refuse))?;
+    let (rundir, _) = dirs::ensure(
+        &runtime_root,
+        spec.name.as_str(),
+        &root_want(0o755, Loose::Refuse),
+    )?;
     faults.after("runtime-dir");
     let lease = match Lease::acquire(&rundir)? {
         Some(l) => l,
         None => {
             return Err(Error::AlreadyRunning {
-                name: spec.name.clone(),
+                name: spec.name.to_string(),
                 reason: format!(
                     "its lease {} is held",
                     rundir.path.join(crate::config::paths::LEASE_FILE).display()
@@ -218,7 +217,7 @@ pub fn launch(opts: Options) -> Result<Infallible> {
         liveness::probe_with_lease_held(roots, &spec.name, principal.uid)
     {
         return Err(Error::Ambiguous {
-            name: spec.name.clone(),
+            name: spec.name.to_string(),
             reason,
         });
     }
@@ -261,12 +260,12 @@ pub fn launch(opts: Options) -> Result<Infallible> {
         },
     ]);
     resources.extend(spec.interfaces.iter().map(|n| Resource::Tap {
-        name: n.tap.clone(),
-        bridge: n.bridge.clone(),
+        name: n.tap.to_string(),
+        bridge: n.bridge.as_ref().map(|b| b.to_string()),
     }));
     let record = Intent {
         version: 1,
-        name: spec.name.clone(),
+        name: spec.name.to_string(),
         instance_id: intent::new_instance_id()?,
         pid: std::process::id(),
         boot_id: intent::boot_id(),
@@ -290,7 +289,7 @@ pub fn launch(opts: Options) -> Result<Infallible> {
     let (st_parent, st_name) = dirs::split_parent(&roots.state_root)?;
     let (state_root, _) = dirs::ensure(&st_parent, &st_name, &root_want(0o755, Loose::Tighten))?;
     crate::identity::registry::register(roots, &state_root, &spec.name, &principal)?;
-    let (state_dir, _) = dirs::ensure(&state_root, &spec.name, &vm_want(0o700))?;
+    let (state_dir, _) = dirs::ensure(&state_root, spec.name.as_str(), &vm_want(0o700))?;
     faults.after("state-dir");
     let (control, _) = dirs::ensure(
         &rundir,
@@ -424,7 +423,7 @@ fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<
                 }
             }
         }
-        if rtnl.link(&n.tap)?.is_some() {
+        if rtnl.link(n.tap.as_str())?.is_some() {
             return Err(bad(
                 format!("interfaces[{i}].tap"),
                 format!(
@@ -434,7 +433,7 @@ fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<
             ));
         }
         if let Some(b) = &n.bridge {
-            match rtnl.link(b)? {
+            match rtnl.link(b.as_str())? {
                 None => {
                     return Err(bad(
                         format!("interfaces[{i}].bridge"),
@@ -463,8 +462,8 @@ fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
     let mut taps = Vec::new();
     for (i, n) in spec.interfaces.iter().enumerate() {
         let tap = net::create_tap(&n.tap)?;
-        let link = rtnl.link(&n.tap)?.ok_or_else(|| Error::Net {
-            what: n.tap.clone(),
+        let link = rtnl.link(n.tap.as_str())?.ok_or_else(|| Error::Net {
+            what: n.tap.to_string(),
             op: "RTM_GETLINK",
             source: std::io::Error::other("the tap vanished right after TUNSETIFF"),
         })?;
@@ -478,7 +477,7 @@ fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
                     op: "RTM_GETLINK",
                     source: std::io::Error::other(reason),
                 };
-                match rtnl.link(b)? {
+                match rtnl.link(b.as_str())? {
                     None => return Err(gone("the bridge disappeared during the launch".into())),
                     Some(l) if l.kind != Some(netlink_packet_route::link::InfoKind::Bridge) => {
                         return Err(gone(format!(
@@ -491,8 +490,8 @@ fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
             }
             None => None,
         };
-        let mac = crate::config::names::host_side_mac(&spec.guest_mac(i));
-        rtnl.configure(&n.tap, link.index, &mac, controller)?;
+        let mac = spec.guest_mac(i).host_side();
+        rtnl.configure(n.tap.as_str(), link.index, &mac.octets(), controller)?;
         tracing::info!(tap = %n.tap, bridge = ?n.bridge, "tap created");
         taps.push(tap);
     }

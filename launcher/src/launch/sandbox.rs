@@ -16,6 +16,7 @@ use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::stat::{mkdirat, Mode};
 use nix::unistd::{getgroups, getresgid, getresuid, setgroups, setresgid, setresuid, Gid, Uid};
 
+use crate::config::names::VmName;
 use crate::error::{Error, Result, SysContext};
 use crate::host::dirs::{self, Dir};
 use crate::host::mountinfo;
@@ -34,7 +35,7 @@ pub fn enter_private_mount_namespace() -> Result<()> {
 
 /// Mount the credential tmpfs on `target` with `noswap` (fail closed when the
 /// kernel lacks it) and confirm the option took effect.
-pub fn mount_credential_tmpfs(target: &Path, vm: &str, size: u64, files: usize) -> Result<()> {
+pub fn mount_credential_tmpfs(target: &Path, vm: &VmName, size: u64, files: usize) -> Result<()> {
     let data = format!("mode=0700,size={size},nr_inodes={},noswap", files + 16);
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     let source = mountinfo::credential_source(vm);

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::error::Error;
 use crate::host::dirs;
@@ -55,7 +56,7 @@ pub struct Report {
 }
 
 impl Report {
-    fn new(roots: &Roots, name: &str, service_result: ServiceResult) -> Self {
+    fn new(roots: &Roots, name: &VmName, service_result: ServiceResult) -> Self {
         Report {
             name: name.to_string(),
             runtime_dir: roots.runtime_dir(name),
@@ -85,7 +86,7 @@ impl Report {
 }
 
 /// Tear down VM `name`'s runtime state. Never touches the state dir.
-pub fn cleanup(roots: &Roots, name: &str, service_result: ServiceResult) -> Report {
+pub fn cleanup(roots: &Roots, name: &VmName, service_result: ServiceResult) -> Report {
     let report = Report::new(roots, name, service_result);
     let verdict = liveness::probe(roots, name);
     if !verdict.is_dead() {
@@ -94,7 +95,7 @@ pub fn cleanup(roots: &Roots, name: &str, service_result: ServiceResult) -> Repo
     cleanup_dead(roots, name, report)
 }
 
-fn cleanup_dead(roots: &Roots, name: &str, mut report: Report) -> Report {
+fn cleanup_dead(roots: &Roots, name: &VmName, mut report: Report) -> Report {
     report.liveness = Verdict::Dead.reason();
     let rundir = match dirs::open_dir(&roots.runtime_dir(name)) {
         Ok(d) => d,
@@ -227,7 +228,7 @@ fn cleanup_dead(roots: &Roots, name: &str, mut report: Report) -> Report {
 /// process still holds it or it was made persistent. Cleanup does not
 /// delete it (it may be in use); `vmwarden reap --apply` does once the VM
 /// is not live.
-pub fn surviving_taps(roots: &Roots, name: &str, intent: Option<&Intent>) -> Vec<Failed> {
+pub fn surviving_taps(roots: &Roots, name: &VmName, intent: Option<&Intent>) -> Vec<Failed> {
     crate::teardown::taps::surviving(&crate::teardown::taps::vm_taps(roots, name, intent))
         .into_iter()
         .map(|(tap, why)| Failed {
@@ -240,7 +241,7 @@ pub fn surviving_taps(roots: &Roots, name: &str, intent: Option<&Intent>) -> Vec
 }
 
 /// Credential tmpfs mounts of `name` still present in any mount namespace.
-pub fn surviving_credential_mounts(name: &str) -> Vec<Failed> {
+pub fn surviving_credential_mounts(name: &VmName) -> Vec<Failed> {
     mountinfo::credential_mounts_everywhere(Some(name))
         .into_iter()
         .map(|(pid, ns, m)| Failed {

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::error::{Error, Result};
 use crate::host::dirs::{self, Dir};
@@ -72,7 +73,7 @@ pub fn plan_entries(dir: &Dir, keep: &[String]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-fn spec_keep_and_uid(roots: &Roots, name: &str) -> (Vec<String>, Option<u32>) {
+fn spec_keep_and_uid(roots: &Roots, name: &VmName) -> (Vec<String>, Option<u32>) {
     match crate::config::spec::Spec::read(&roots.spec_path(name)) {
         Ok(s) => (
             s.keep_on_purge.clone(),
@@ -86,19 +87,24 @@ fn spec_keep_and_uid(roots: &Roots, name: &str) -> (Vec<String>, Option<u32>) {
 
 /// The uid to retire: the spec's, else the registry's record for this VM,
 /// else the state dir's owner.
-fn principal_uid(roots: &Roots, name: &str, spec_uid: Option<u32>, state_dir: &Dir) -> Option<u32> {
+fn principal_uid(
+    roots: &Roots,
+    name: &VmName,
+    spec_uid: Option<u32>,
+    state_dir: &Dir,
+) -> Option<u32> {
     spec_uid
         .or_else(|| {
             crate::identity::registry::all(roots)
                 .ok()?
                 .into_iter()
-                .find(|r| r.vm == name)
+                .find(|r| &r.vm == name)
                 .map(|r| r.uid)
         })
         .or_else(|| state_dir.stat().ok().map(|s| s.st_uid).filter(|u| *u != 0))
 }
 
-pub fn plan(roots: &Roots, name: &str, keep_identity: bool) -> Result<Plan> {
+pub fn plan(roots: &Roots, name: &VmName, keep_identity: bool) -> Result<Plan> {
     let verdict = liveness::probe(roots, name);
     if !verdict.is_dead() {
         return Err(Error::Refused {
@@ -131,7 +137,7 @@ pub struct Report {
 }
 
 /// Carry out `plan` under the VM's lease (no launch can start meanwhile).
-pub fn execute(roots: &Roots, name: &str, plan: Plan) -> Result<Report> {
+pub fn execute(roots: &Roots, name: &VmName, plan: Plan) -> Result<Report> {
     // Hold the launcher's lease for the whole deletion, creating the runtime
     // dir and lease file if needed (exactly as a launch would), so no launch
     // can start between the confirmation and the last unlink.
@@ -150,7 +156,7 @@ pub fn execute(roots: &Roots, name: &str, plan: Plan) -> Result<Report> {
             ..root_want(0o755)
         },
     )?;
-    let (rundir, _) = dirs::ensure(&runtime_root, name, &root_want(0o755))?;
+    let (rundir, _) = dirs::ensure(&runtime_root, name.as_str(), &root_want(0o755))?;
     let Some(_lease) = Lease::acquire(&rundir)? else {
         return Err(Error::Refused {
             path: plan.state_dir.clone(),

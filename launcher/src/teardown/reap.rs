@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::host::dirs;
 use crate::host::mountinfo;
@@ -33,7 +34,7 @@ pub struct Item {
     pub kind: Kind,
     pub path: PathBuf,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub vm: Option<String>,
+    pub vm: Option<VmName>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
     pub reason: String,
@@ -59,8 +60,8 @@ impl Report {
 }
 
 /// uids that belong to vmwarden principals: the registry and every spec.
-fn principal_uids(roots: &Roots) -> Vec<(u32, String)> {
-    let mut out: Vec<(u32, String)> = crate::identity::registry::all(roots)
+fn principal_uids(roots: &Roots) -> Vec<(u32, VmName)> {
+    let mut out: Vec<(u32, VmName)> = crate::identity::registry::all(roots)
         .unwrap_or_default()
         .into_iter()
         .map(|r| (r.uid, r.vm))
@@ -77,7 +78,7 @@ fn principal_uids(roots: &Roots) -> Vec<(u32, String)> {
     out
 }
 
-fn lease_held(roots: &Roots, name: &str) -> bool {
+fn lease_held(roots: &Roots, name: &VmName) -> bool {
     dirs::open_dir(&roots.runtime_dir(name))
         .ok()
         .and_then(|d| crate::instance::lease::state(&d).ok())
@@ -120,7 +121,7 @@ fn unmount_in_namespace(pid: u32, target: &std::path::Path) -> Result<(), String
 /// so a launch cannot start while we kill.
 fn lease_for_kill(
     roots: &Roots,
-    vm: &str,
+    vm: &VmName,
     may_launch: bool,
 ) -> crate::error::Result<Option<Option<crate::instance::lease::Lease>>> {
     let rundir = match dirs::open_dir(&roots.runtime_dir(vm)) {
@@ -141,7 +142,7 @@ fn lease_for_kill(
                 loose,
             };
             let (root, _) = dirs::ensure(&parent, &name, &want(0o755, dirs::Loose::Tighten))?;
-            dirs::ensure(&root, vm, &want(0o755, dirs::Loose::Refuse))?.0
+            dirs::ensure(&root, vm.as_str(), &want(0o755, dirs::Loose::Refuse))?.0
         }
         Err(e) => return Err(e),
     };
@@ -150,9 +151,9 @@ fn lease_for_kill(
 
 /// Delete a runtime dir whose VM is no longer configured: every entry (the
 /// lease file last) while holding the lease, then the directory itself.
-fn delete_runtime_dir_under_lease(root: &dirs::Dir, name: &str) -> ownership::Outcome {
+fn delete_runtime_dir_under_lease(root: &dirs::Dir, name: &VmName) -> ownership::Outcome {
     let mut out = ownership::Outcome::default();
-    let rundir = match dirs::open_existing(root, name) {
+    let rundir = match dirs::open_existing(root, name.as_str()) {
         Ok(Some(d)) => d,
         Ok(None) => return out,
         Err(e) => {
@@ -196,7 +197,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         kill,
         ..Default::default()
     };
-    let configured: Vec<String> = crate::identity::principal::configured_specs(roots)
+    let configured: Vec<VmName> = crate::identity::principal::configured_specs(roots)
         .into_iter()
         .map(|(n, _, _)| n)
         .collect();
@@ -204,7 +205,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
     // 1. Processes of principals with no live instance. Listing and killing
     //    happen under the VM's lease (taken as the launcher takes it), so a
     //    VM starting meanwhile is never mistaken for an orphan.
-    let configured_set: std::collections::BTreeSet<&String> = configured.iter().collect();
+    let configured_set: std::collections::BTreeSet<&VmName> = configured.iter().collect();
     for (uid, vm) in principal_uids(roots) {
         // Only a run that may kill needs to shut launches out (and may
         // create the runtime dir to do so); a dry run changes nothing.
@@ -266,11 +267,9 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
     // 2. Credential mounts of VMs with no live instance, in any namespace
     //    (before the runtime dirs: their cleanup checks for these mounts).
     for (pid, ns, m) in mountinfo::credential_mounts_everywhere(None) {
-        let vm = m
-            .source
-            .strip_prefix(mountinfo::CREDENTIAL_SOURCE_PREFIX)
-            .unwrap_or("")
-            .to_string();
+        let Some(vm) = mountinfo::credential_mount_vm(&m) else {
+            continue;
+        };
         if lease_held(roots, &vm) {
             continue;
         }
@@ -316,11 +315,12 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         let names = ownership::entries(&root).unwrap_or_default();
         for n in names {
             let path = root.path.join(&n);
-            let is_vm_dir = crate::config::names::valid_name(&n)
-                && std::fs::symlink_metadata(&path)
+            let vm_dir = VmName::parse(&n).ok().filter(|_| {
+                std::fs::symlink_metadata(&path)
                     .map(|m| m.is_dir())
-                    .unwrap_or(false);
-            if !is_vm_dir {
+                    .unwrap_or(false)
+            });
+            let Some(n) = vm_dir else {
                 r.orphans.push(Item {
                     kind: Kind::UnknownEntry,
                     path: path.clone(),
@@ -334,7 +334,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
                     r.failed.extend(out.failed);
                 }
                 continue;
-            }
+            };
             let verdict = liveness::probe(roots, &n);
             let is_configured = configured.contains(&n);
             match verdict {
@@ -409,8 +409,11 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
 
 /// Every VM that claims each tap: the intent records in the runtime root
 /// and the configured specs (two VMs may name the same tap by mistake).
-fn tap_claimants(roots: &Roots) -> std::collections::BTreeMap<String, Vec<String>> {
-    let mut owners: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+fn tap_claimants(
+    roots: &Roots,
+) -> std::collections::BTreeMap<crate::config::names::TapName, Vec<VmName>> {
+    let mut owners: std::collections::BTreeMap<crate::config::names::TapName, Vec<VmName>> =
+        Default::default();
     for vm in crate::instance::known_vms(roots) {
         let intent = dirs::open_dir(&roots.runtime_dir(&vm))
             .ok()
@@ -434,7 +437,7 @@ fn reap_taps(roots: &Roots, r: &mut Report) {
     let mut rtnl = None;
     for tap in links {
         let path = PathBuf::from(crate::host::net::SYS_CLASS_NET).join(&tap);
-        let claims = claimants.get(&tap).cloned().unwrap_or_default();
+        let claims = claimants.get(tap.as_str()).cloned().unwrap_or_default();
         let owner = claims.first().cloned();
         let mut keep = |reason: String| {
             r.kept.push(Item {

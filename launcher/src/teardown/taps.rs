@@ -1,20 +1,19 @@
 //! Which taps belong to a VM and which of them still exist: the teardown
 //! side of `host::net`, which itself knows nothing of specs or instances.
 
-use crate::config::names::valid_tap_name;
+use crate::config::names::{TapName, VmName};
 use crate::host::net::link_exists;
 
 /// The taps VM `name` has or may have: its intent record's and its spec's.
 pub fn vm_taps(
     roots: &crate::config::paths::Roots,
-    name: &str,
+    name: &VmName,
     intent: Option<&crate::instance::intent::Intent>,
-) -> Vec<String> {
-    let mut out: Vec<String> = intent.map(|i| i.taps()).unwrap_or_default();
+) -> Vec<TapName> {
+    let mut out: Vec<TapName> = intent.map(|i| i.taps()).unwrap_or_default();
     if let Ok(spec) = crate::config::spec::Spec::read(&roots.spec_path(name)) {
         out.extend(spec.interfaces.into_iter().map(|n| n.tap));
     }
-    out.retain(|t| valid_tap_name(t));
     out.sort();
     out.dedup();
     out
@@ -22,9 +21,9 @@ pub fn vm_taps(
 
 /// Of `taps`, those that exist in this network namespace (an error to check
 /// counts as existing: keep, and say so).
-pub fn surviving(taps: &[String]) -> Vec<(String, String)> {
+pub fn surviving(taps: &[TapName]) -> Vec<(TapName, String)> {
     taps.iter()
-        .filter_map(|t| match link_exists(t) {
+        .filter_map(|t| match link_exists(t.as_str()) {
             Ok(false) => None,
             Ok(true) => Some((t.clone(), "exists".to_string())),
             Err(e) => Some((t.clone(), format!("cannot tell: {e}"))),

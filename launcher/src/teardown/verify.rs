@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::host::dirs;
 use crate::host::mountinfo;
@@ -95,12 +96,12 @@ fn changed_since(dir: &Path, since: f64, out: &mut Vec<PathBuf>) {
 
 pub fn verify(
     roots: &Roots,
-    names: &[String],
+    names: &[VmName],
     protected: &[PathBuf],
     since: Option<f64>,
 ) -> Report {
     let mut checks = Vec::new();
-    let names: Vec<String> = if names.is_empty() {
+    let names: Vec<VmName> = if names.is_empty() {
         crate::instance::known_vms(roots)
     } else {
         names.to_vec()
