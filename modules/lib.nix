@@ -1,12 +1,24 @@
 # Pure helpers shared by options.nix, assertions.nix and host.nix: the
 # naming rules, the launch-spec rendering and the systemd unit definitions.
 # Nothing here reads `config`; everything takes its inputs as arguments.
+# The rules and the units' keys are data in ../units/, which the launcher
+# reads too (units/rules.toml, units/*.service.toml, units/*.target.toml).
 {lib}: let
   inherit (lib) all filter hasPrefix optional splitString;
+
+  # ../units/rules.toml: what the launcher checks (launcher/build.rs turns
+  # the same file into its constants).
+  rules = builtins.fromTOML (builtins.readFile ../units/rules.toml);
+  # A character class of rules.toml as a regex bracket expression.
+  class = c: "[${c}]";
+
+  # "02" -> 2: the value of a MAC octet (the option type checked the hex).
+  hexDigits = builtins.listToAttrs (lib.imap0 (value: name: {inherit name value;}) (lib.stringToCharacters "0123456789abcdef"));
+  octet = s: 16 * hexDigits.${lib.toLower (builtins.substring 0 1 s)} + hexDigits.${lib.toLower (builtins.substring 1 1 s)};
 in rec {
   # ---------------------------------------------------------------- names
   # VM names, as the launcher checks them (ARCHITECTURE.md, launch step 2).
-  vmNameRegex = "[a-z][a-z0-9-]{0,31}";
+  vmNameRegex = "${class rules.vm_name.first}${class rules.vm_name.rest}{0,${toString (rules.vm_name.max_len - 1)}}";
   validVmName = n: builtins.match vmNameRegex n != null;
 
   # Unix user and group names the module creates for a VM.
@@ -15,24 +27,35 @@ in rec {
 
   # Credential names, as the launcher checks them: a file name without ':'
   # (LoadCredential's separator), starting with a letter or digit.
-  credNameRegex = "[A-Za-z0-9][A-Za-z0-9_.-]*";
+  credNameRegex = "${class rules.credential_name.first}${class rules.credential_name.rest}*";
   validCredName = n: builtins.match credNameRegex n != null;
 
   # Taps the launcher creates (IFNAMSIZ: 15 bytes), other interface names
-  # (bridges), guest MACs; launcher/src/net.rs checks the same.
-  tapNameRegex = "vmw-[a-z0-9-]{1,11}";
-  ifNameRegex = "[A-Za-z0-9_.-]{1,15}";
+  # (bridges), guest MACs; launcher/src/config/names.rs checks the same.
+  tapPrefix = rules.tap.prefix;
+  ifNameMax = rules.ifname.max_len;
+  tapNameRegex = "${lib.escapeRegex tapPrefix}${class rules.tap.rest}{1,${toString (ifNameMax - builtins.stringLength tapPrefix)}}";
+  ifNameRegex = "${class rules.ifname.chars}{1,${toString ifNameMax}}";
+  # A bridge the launcher accepts: an interface name, not "." or "..", and
+  # not one of vmwarden's own taps.
+  validBridgeName = n: builtins.match ifNameRegex n != null && !builtins.elem n rules.ifname.refused && !hasPrefix tapPrefix n;
   macRegex = "[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}";
-  # The first octet's lowest bit clear: not multicast/broadcast.
-  unicastMac = m: builtins.match "[0-9A-Fa-f][02468aceACE].*" m != null && builtins.match "(00:){5}00" m == null;
+  # Not multicast/broadcast (the first octet's group bit clear), not zero.
+  unicastMac = m: let
+    group = builtins.bitAnd (octet m) rules.mac.group_bit != 0;
+    zero = builtins.match "(00:){5}00" m != null;
+  in
+    !group && !(rules.mac.refuse_zero && zero);
 
   # QEMU stores fw_cfg file names in 56 bytes including the NUL.
-  fwCfgPrefix = "opt/io.systemd.credentials/";
-  fwCfgMax = 55;
+  fwCfgPrefix = rules.fw_cfg.credential_prefix;
+  fwCfgMax = rules.fw_cfg.name_max;
   fwCfgName = c: fwCfgPrefix + c;
 
   # Groups whose membership would give a VM principal more than its own VM.
-  privilegedGroups = ["root" "wheel" "sudo" "adm" "disk" "kvm" "shadow" "systemd-journal" "docker" "lxd" "libvirtd" "nogroup"];
+  privilegedGroups = rules.groups.privileged;
+  # Groups shared with others: never a VM principal's own group.
+  sharedGroups = rules.groups.shared;
 
   # tmpfs `noswap` (credential tmpfs) appeared in Linux 6.4.
   minKernel = "6.4";

@@ -238,6 +238,7 @@ uid-taken|uid 1000 is used by several users (alice, vm-web)
 shared-user|principal.user "vm-web" is shared by several VMs (db, web)
 bad-name|vmwarden.vms."Web_1": VM names must match ^[a-z][a-z0-9-]{0,31}$
 privileged-group|principal.group = "wheel" is a privileged group
+shared-group|principal.group = "kvm" is shared with others
 fwcfg-too-long|is 56 bytes; QEMU allows 55
 store-secret|is in the Nix store, which every local user can read
 hidden-path|/home/alice/web.img is under /home, which microvm@.service hides
@@ -246,6 +247,8 @@ unsupported-hypervisor|vmwarden.vms.web.credentials: cloud-hypervisor cannot rec
 firecracker-tap|vmwarden.vms.web.interfaces: firecracker opens taps by name
 duplicate-tap|vmwarden: tap "vmw-web0" is used by several VMs (db, web)
 multicast-mac|mac "01:00:5e:00:00:01" of vmw-web0 is not a unicast address
+zero-mac|mac "00:00:00:00:00:00" of vmw-web0 is not a unicast address
+bad-bridge|bridge "vmw-br0" of vmw-web0 is not a bridge the launcher accepts
 microvm-nix|vmwarden and microvm.nix's host module both define microvm@.service
 CASES
 
