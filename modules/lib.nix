@@ -249,6 +249,15 @@ in rec {
   nixosServiceDefaults = {
     # NixOS's default PATH of coreutils, findutils, grep, sed and systemd.
     path = lib.mkForce [];
+    # systemd.globalEnvironment (nixpkgs nixos/modules/config/locale.nix
+    # sets TZDIR, i18n.nix LOCALE_ARCHIVE) goes into every service's text
+    # (serviceToUnit in nixos/lib/systemd-lib.nix: globalEnvironment //
+    # environment, null values left out): a tzdata or glibc-locales update
+    # would change the unit and restart every running VM.
+    environment = {
+      TZDIR = null;
+      LOCALE_ARCHIVE = null;
+    };
   };
 
   # microvm@.service. `bin` is the directory holding the three binaries.
