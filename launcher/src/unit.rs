@@ -234,7 +234,7 @@ fn unit_data(
 /// out in byte order within each section, the order NixOS prints them in,
 /// so the two texts match line by line. `mkNixosUnit` in modules/lib.nix
 /// reads the same data with the same rules.
-pub fn entries(file: &str, text: &str, bin: Option<&str>) -> Result<Vec<Entry>, UnitError> {
+fn entries(file: &str, text: &str, bin: Option<&str>) -> Result<Vec<Entry>, UnitError> {
     let bad = |reason: String| UnitError::Data {
         file: file.to_string(),
         reason,
