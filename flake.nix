@@ -12,15 +12,17 @@
     forAllSystems = f: lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
 
     # Only what cargo needs: a change to docs, modules or tests does not
-    # rebuild the package. (No lib.fileset: it needs builtins.readFileType.)
+    # rebuild the package; units/ does: the launcher compiles its data in.
+    # (No lib.fileset: it needs builtins.readFileType.)
     src = lib.cleanSourceWith {
       name = "vmwarden-source";
       src = ./.;
       filter = path: _type: let
         rel = lib.removePrefix (toString ./. + "/") (toString path);
       in
-        builtins.elem rel ["Cargo.toml" "Cargo.lock" "launcher"]
-        || lib.hasPrefix "launcher/" rel;
+        builtins.elem rel ["Cargo.toml" "Cargo.lock" "launcher" "units"]
+        || lib.hasPrefix "launcher/" rel
+        || lib.hasPrefix "units/" rel;
     };
 
     vmwardenFor = pkgs:

@@ -77,12 +77,20 @@
         message = "${at}.principal.group = \"${p.group}\" is a privileged group (${concatStringsSep ", " vlib.privilegedGroups}); use the VM's own group, e.g. \"vm-${name}\".";
       }
       {
+        assertion = !builtins.elem p.group vlib.sharedGroups;
+        message = "${at}.principal.group = \"${p.group}\" is shared with others (every VM's hypervisor gets /dev/kvm's group; nogroup is nobody's), and a VM's files are group-owned by it; use the VM's own group, e.g. \"vm-${name}\".";
+      }
+      {
         assertion = p.uid != 65534;
         message = "${at}.principal.uid = 65534 is the overflow uid (nobody); pick another uid or leave it null.";
       }
     ]
     ++ credChecks
     ++ pathChecks
+    ++ map (i: {
+      assertion = vlib.validBridgeName i.bridge;
+      message = "${at}.interfaces: bridge \"${i.bridge}\" of ${i.tap} is not a bridge the launcher accepts (not \".\" or \"..\", not starting with ${vlib.tapPrefix}, which marks vmwarden's taps).";
+    }) (filter (i: i.bridge != null) vm.interfaces)
     ++ map (i: {
       assertion = vlib.unicastMac i.mac;
       message = "${at}.interfaces: mac \"${i.mac}\" of ${i.tap} is not a unicast address (the first octet must be even, and not all zero).";

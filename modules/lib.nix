@@ -1,12 +1,24 @@
 # Pure helpers shared by options.nix, assertions.nix and host.nix: the
 # naming rules, the launch-spec rendering and the systemd unit definitions.
 # Nothing here reads `config`; everything takes its inputs as arguments.
+# The rules and the units' keys are data in ../units/, which the launcher
+# reads too (units/rules.toml, units/*.service.toml, units/*.target.toml).
 {lib}: let
   inherit (lib) all filter hasPrefix optional splitString;
+
+  # ../units/rules.toml: what the launcher checks (launcher/build.rs turns
+  # the same file into its constants).
+  rules = builtins.fromTOML (builtins.readFile ../units/rules.toml);
+  # A character class of rules.toml as a regex bracket expression.
+  class = c: "[${c}]";
+
+  # "02" -> 2: the value of a MAC octet (the option type checked the hex).
+  hexDigits = builtins.listToAttrs (lib.imap0 (value: name: {inherit name value;}) (lib.stringToCharacters "0123456789abcdef"));
+  octet = s: 16 * hexDigits.${lib.toLower (builtins.substring 0 1 s)} + hexDigits.${lib.toLower (builtins.substring 1 1 s)};
 in rec {
   # ---------------------------------------------------------------- names
   # VM names, as the launcher checks them (ARCHITECTURE.md, launch step 2).
-  vmNameRegex = "[a-z][a-z0-9-]{0,31}";
+  vmNameRegex = "${class rules.vm_name.first}${class rules.vm_name.rest}{0,${toString (rules.vm_name.max_len - 1)}}";
   validVmName = n: builtins.match vmNameRegex n != null;
 
   # Unix user and group names the module creates for a VM.
@@ -15,24 +27,35 @@ in rec {
 
   # Credential names, as the launcher checks them: a file name without ':'
   # (LoadCredential's separator), starting with a letter or digit.
-  credNameRegex = "[A-Za-z0-9][A-Za-z0-9_.-]*";
+  credNameRegex = "${class rules.credential_name.first}${class rules.credential_name.rest}*";
   validCredName = n: builtins.match credNameRegex n != null;
 
   # Taps the launcher creates (IFNAMSIZ: 15 bytes), other interface names
-  # (bridges), guest MACs; launcher/src/net.rs checks the same.
-  tapNameRegex = "vmw-[a-z0-9-]{1,11}";
-  ifNameRegex = "[A-Za-z0-9_.-]{1,15}";
+  # (bridges), guest MACs; launcher/src/config/names.rs checks the same.
+  tapPrefix = rules.tap.prefix;
+  ifNameMax = rules.ifname.max_len;
+  tapNameRegex = "${lib.escapeRegex tapPrefix}${class rules.tap.rest}{1,${toString (ifNameMax - builtins.stringLength tapPrefix)}}";
+  ifNameRegex = "${class rules.ifname.chars}{1,${toString ifNameMax}}";
+  # A bridge the launcher accepts: an interface name, not "." or "..", and
+  # not one of vmwarden's own taps.
+  validBridgeName = n: builtins.match ifNameRegex n != null && !builtins.elem n rules.ifname.refused && !hasPrefix tapPrefix n;
   macRegex = "[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}";
-  # The first octet's lowest bit clear: not multicast/broadcast.
-  unicastMac = m: builtins.match "[0-9A-Fa-f][02468aceACE].*" m != null && builtins.match "(00:){5}00" m == null;
+  # Not multicast/broadcast (the first octet's group bit clear), not zero.
+  unicastMac = m: let
+    group = builtins.bitAnd (octet m) rules.mac.group_bit != 0;
+    zero = builtins.match "(00:){5}00" m != null;
+  in
+    !group && !(rules.mac.refuse_zero && zero);
 
   # QEMU stores fw_cfg file names in 56 bytes including the NUL.
-  fwCfgPrefix = "opt/io.systemd.credentials/";
-  fwCfgMax = 55;
+  fwCfgPrefix = rules.fw_cfg.credential_prefix;
+  fwCfgMax = rules.fw_cfg.name_max;
   fwCfgName = c: fwCfgPrefix + c;
 
   # Groups whose membership would give a VM principal more than its own VM.
-  privilegedGroups = ["root" "wheel" "sudo" "adm" "disk" "kvm" "shadow" "systemd-journal" "docker" "lxd" "libvirtd" "nogroup"];
+  privilegedGroups = rules.groups.privileged;
+  # Groups shared with others: never a VM principal's own group.
+  sharedGroups = rules.groups.shared;
 
   # tmpfs `noswap` (credential tmpfs) appeared in Linux 6.4.
   minKernel = "6.4";
@@ -137,192 +160,140 @@ in rec {
     // lib.optionalAttrs (vm.initrd != null) {inherit (vm) initrd;};
 
   # ---------------------------------------------------------------- units
-  # `vmwarden render-unit` (launcher/src/unit.rs) prints the same units for
-  # hosts without Nix; tests/nix/run.sh compares them key by key
-  # (units.py parity).
-  # Change both together.
+  # The keys of microvm@.service, vmwarden-reap-report.service and
+  # microvms.target, each with the reason for it, are data in ../units/*.toml;
+  # `vmwarden render-unit` (launcher/src/unit.rs) prints the same data for
+  # hosts without Nix. Each key becomes a normal-priority definition, as a
+  # host's own would be, so any of them can be overridden with lib.mkForce.
+  # tests/nix/run.sh compares the two renderings (units.py parity) and shows
+  # that one key changed in the data changes both.
 
-  # microvm@.service. `bin` is the directory holding the three binaries.
-  template = bin: {
-    description = "vmwarden microVM %i";
-    # network.target: stop VMs before the network goes at shutdown.
-    # vmwarden-reap-report: the boot-time report sees the last boot's
-    # leftovers before any VM starts.
-    after = ["network.target" "vmwarden-reap-report.service"];
-    before = ["microvms.target"];
-    # `systemctl stop/restart microvms.target` stops/restarts every VM.
-    partOf = ["microvms.target"];
-    # A few crashes in a row mean something is wrong: stop retrying.
-    startLimitIntervalSec = 600;
-    startLimitBurst = 3;
-    # No spec, no VM: `systemctl start microvm@typo` and an instance whose VM
-    # was removed from the configuration (its drop-in is gone, so
-    # switch-to-configuration restarts it) are skipped, not started.
-    unitConfig.ConditionPathExists = "/etc/vmwarden/vms/%i.json";
-    # The launcher builds the whole environment it needs.
+  # [Unit]/[Install] keys NixOS has typed options for. The module defines
+  # the option (what a host overrides), not unitConfig; a space-separated
+  # string of units becomes the option's list.
+  unitListOptions = {
+    After = "after";
+    Before = "before";
+    BindsTo = "bindsTo";
+    Conflicts = "conflicts";
+    Documentation = "documentation";
+    OnFailure = "onFailure";
+    OnSuccess = "onSuccess";
+    PartOf = "partOf";
+    Requires = "requires";
+    Requisite = "requisite";
+    Upholds = "upholds";
+    Wants = "wants";
+  };
+  installOptions = {
+    RequiredBy = "requiredBy";
+    UpheldBy = "upheldBy";
+    WantedBy = "wantedBy";
+  };
+  # Typed when the value fits the option's type (int for the start limits).
+  unitScalarOptions = {
+    Description = "description";
+    StartLimitBurst = "startLimitBurst";
+    StartLimitIntervalSec = "startLimitIntervalSec";
+  };
+
+  # NixOS definitions (systemd.services.<name> or systemd.targets.<name>)
+  # from the unit data in ../units/FILE, with the placeholders in `subst`
+  # (e.g. {"@bin@" = "/nix/store/...-vmwarden/bin";}) substituted in every
+  # string. The same rules as `entries` in launcher/src/unit.rs: sections
+  # [Unit], [Service], [Install]; a string, integer or boolean is one line,
+  # a list one line per element.
+  fromUnitData = subst: file: let
+    data = builtins.fromTOML (builtins.readFile (../units + "/${file}"));
+    where = "units/${file}";
+    scalar = k: v:
+      if builtins.isString v
+      then builtins.replaceStrings (builtins.attrNames subst) (builtins.attrValues subst) v
+      else if builtins.isInt v || builtins.isBool v
+      then v
+      else throw "${where}: ${k}: a ${builtins.typeOf v} is not a string, integer, boolean or a list of them";
+    value = k: v:
+      if builtins.isList v
+      then map (scalar k) v
+      else scalar k v;
+    units = k: v:
+      if builtins.isString v
+      then filter (u: u != "") (splitString " " v)
+      else throw "${where}: ${k}: write the units as one space-separated string";
+    section = name: lib.mapAttrs value (data.${name} or {});
+    unit = section "Unit";
+    install = section "Install";
+    isTyped = k: v: unitListOptions ? ${k} || (unitScalarOptions ? ${k} && (k == "Description" || builtins.isInt v));
+    typed = lib.filterAttrs isTyped unit;
+    unitConfig = lib.filterAttrs (k: v: !isTyped k v) unit;
+    badSections = builtins.attrNames (removeAttrs data ["Unit" "Service" "Install"]);
+    badInstall = builtins.attrNames (removeAttrs install (builtins.attrNames installOptions));
+  in
+    if badSections != []
+    then throw "${where}: [${builtins.head badSections}]: the sections are Unit, Service, Install"
+    else if badInstall != []
+    then throw "${where}: [Install] ${builtins.head badInstall}: the module knows only ${toString (builtins.attrNames installOptions)}"
+    else
+      lib.mapAttrs' (k: v:
+        if unitListOptions ? ${k}
+        then lib.nameValuePair unitListOptions.${k} (units k v)
+        else lib.nameValuePair unitScalarOptions.${k} v)
+      typed
+      // lib.mapAttrs' (k: v: lib.nameValuePair installOptions.${k} (units k v)) install
+      // lib.optionalAttrs (unitConfig != {}) {inherit unitConfig;}
+      // lib.optionalAttrs (data ? Service) {serviceConfig = section "Service";};
+
+  # What NixOS adds to every service on its own, undone: the launcher builds
+  # the whole environment it needs (and clears the rest), so nothing here
+  # may make the unit differ from render-unit's or restart running VMs.
+  nixosServiceDefaults = {
+    # NixOS's default PATH of coreutils, findutils, grep, sed and systemd.
     path = lib.mkForce [];
-    serviceConfig = {
-      # exec: the unit fails if vmwarden-launch cannot be executed; the
-      # launcher then execve()s the hypervisor, which stays the main process.
-      Type = "exec";
-      ExecStart = "${bin}/vmwarden-launch %i";
-      # '+': outside the sandbox, as full root (it only reads the socket).
-      ExecStartPost = "+${bin}/vmwarden wait-ready %i";
-      # Graceful: ACPI power-down through the control socket, then quit.
-      ExecStop = "${bin}/vmwarden stop %i";
-      # '+': cleanup must see every mount namespace and delete anything.
-      ExecStopPost = "+${bin}/vmwarden-cleanup %i";
-      # mixed: after ExecStop returns, SIGTERM goes to the hypervisor only
-      # (it owns any helper it spawned and tears it down itself), then
-      # SIGKILL to whatever is left in the cgroup, so nothing outlives the
-      # unit and ExecStopPost runs with every VM process gone.
-      KillMode = "mixed";
-      # A guest boot under TCG (or a loaded host at boot) is slow.
-      TimeoutStartSec = 300;
-      # ExecStop's own deadline (vmwarden stop) must end before this.
-      TimeoutStopSec = 150;
-      # on-failure: a hypervisor crash or OOM kill restarts the VM (cleanup
-      # runs in between, so each start begins from a clean slate); a guest
-      # that powers itself off (exit 0) stays off, unlike Restart=always.
-      Restart = "on-failure";
-      RestartSec = "5s";
-      # 78 (EX_CONFIG): the launcher refused the spec; retrying cannot help.
-      RestartPreventExitStatus = 78;
-      SyslogIdentifier = "microvm@%i";
-      Slice = "machine.slice";
-
-      # ---- hardening that does not fight the launcher ----
-      # The launcher starts as root and drops to the VM principal itself;
-      # these are the only capabilities it uses: unshare + mounts
-      # (SYS_ADMIN), the drop (SETUID, SETGID, SETPCAP for the bounding set
-      # and securebits), runtime/state dirs and credential files owned by the
-      # principal (CHOWN, FOWNER, DAC_OVERRIDE); and ExecStop's last resort,
-      # SIGKILL of the hypervisor, which runs as another uid (KILL). Taps
-      # (NET_ADMIN, AF_NETLINK) belong in the per-VM drop-in of VMs that
-      # have interfaces: both settings merge across drop-ins.
-      CapabilityBoundingSet = "CAP_CHOWN CAP_DAC_OVERRIDE CAP_FOWNER CAP_KILL CAP_SETGID CAP_SETPCAP CAP_SETUID CAP_SYS_ADMIN";
-      NoNewPrivileges = true;
-      # /run/vmwarden and /var/lib/vmwarden must exist before the namespace
-      # is built: systemd creates them (0755 root) and makes them writable;
-      # the launcher creates and owns everything below. Preserved, because
-      # the per-VM directories outlive each run.
-      RuntimeDirectory = "vmwarden";
-      RuntimeDirectoryMode = "0755";
-      RuntimeDirectoryPreserve = true;
-      StateDirectory = "vmwarden";
-      StateDirectoryMode = "0755";
-      ProtectSystem = "strict";
-      ProtectHome = true;
-      PrivateTmp = true;
-      PrivateIPC = true;
-      # The unit's own mount namespace; the launcher's credential tmpfs lives
-      # in a further one below it.
-      PrivateMounts = true;
-      # PrivateDevices would hide /dev/kvm; a closed device policy instead.
-      DevicePolicy = "closed";
-      DeviceAllow = [
-        "/dev/kvm rw"
-        "/dev/net/tun rw"
-        "/dev/vhost-net rw"
-        "/dev/vhost-vsock rw"
-      ];
-      ProtectKernelTunables = true;
-      ProtectKernelModules = true;
-      ProtectKernelLogs = true;
-      ProtectControlGroups = true;
-      ProtectClock = true;
-      ProtectHostname = true;
-      # ProtectProc=invisible is left out on purpose: it would hide the VM
-      # principal's processes from the launcher's liveness probe (root has
-      # no CAP_SYS_PTRACE here), turning "live" into a false "dead".
-      # ProcSubset=pid too: it hides /proc/mounts, /proc/sys and the like,
-      # which the launcher and QEMU read.
-      # The launcher makes its own mount namespace, nothing else.
-      RestrictNamespaces = "mnt";
-      # The control socket (and NSS lookups); no IP or netlink sockets.
-      RestrictAddressFamilies = "AF_UNIX";
-      IPAddressDeny = "any";
-      RestrictRealtime = true;
-      RestrictSUIDSGID = true;
-      LockPersonality = true;
-      # MemoryDenyWriteExecute is left out on purpose: QEMU's TCG
-      # accelerator is a JIT and needs writable+executable memory.
-      SystemCallArchitectures = "native";
-      # A deny list: the hypervisor inherits this filter, and an allow list
-      # that misses one syscall of some QEMU code path kills the VM.
-      SystemCallFilter = "~@clock @cpu-emulation @debug @module @obsolete @raw-io @reboot @swap";
-      UMask = "0077";
-      # Guest memory never lands in a core file (the launcher sets it too).
-      LimitCORE = 0;
+    # systemd.globalEnvironment (nixpkgs nixos/modules/config/locale.nix
+    # sets TZDIR, i18n.nix LOCALE_ARCHIVE) goes into every service's text
+    # (serviceToUnit in nixos/lib/systemd-lib.nix: globalEnvironment //
+    # environment, null values left out): a tzdata or glibc-locales update
+    # would change the unit and restart every running VM.
+    environment = {
+      TZDIR = null;
+      LOCALE_ARCHIVE = null;
     };
   };
+
+  # microvm@.service. `bin` is the directory holding the three binaries.
+  template = bin: fromUnitData {"@bin@" = bin;} "microvm@.service.toml" // nixosServiceDefaults;
 
   # The per-VM drop-in (microvm@<name>.service.d/): credentials and the
   # writable paths outside the state root. `credSource c` is the host file
   # of systemd credential c.
-  dropin = vm: credSource: {
-    overrideStrategy = "asDropin";
-    path = lib.mkForce [];
-    serviceConfig =
-      {
-        LoadCredential = map (c: "${c}:${credSource c}") (builtins.attrNames vm.credentials);
-        # '-': a missing image is the launcher's error to report, not a
-        # namespace setup failure.
-        ReadWritePaths = map (p: "-${p}") (writablePaths vm);
-      }
-      # Taps: the launcher (root, before its privilege drop) creates them
-      # through /dev/net/tun (already in DeviceAllow) and configures them over
-      # rtnetlink. Both settings merge with the template's.
-      // lib.optionalAttrs (vm.interfaces != []) {
-        CapabilityBoundingSet = "CAP_NET_ADMIN";
-        RestrictAddressFamilies = "AF_NETLINK";
-      };
-  };
+  dropin = vm: credSource:
+    nixosServiceDefaults
+    // {
+      overrideStrategy = "asDropin";
+      serviceConfig =
+        {
+          LoadCredential = map (c: "${c}:${credSource c}") (builtins.attrNames vm.credentials);
+          # '-': a missing image is the launcher's error to report, not a
+          # namespace setup failure.
+          ReadWritePaths = map (p: "-${p}") (writablePaths vm);
+        }
+        # Taps: the launcher (root, before its privilege drop) creates them
+        # through /dev/net/tun (already in DeviceAllow) and configures them over
+        # rtnetlink. Both settings merge with the template's.
+        // lib.optionalAttrs (vm.interfaces != []) {
+          CapabilityBoundingSet = "CAP_NET_ADMIN";
+          RestrictAddressFamilies = "AF_NETLINK";
+        };
+    };
 
   writablePaths = vm: map (d: d.path) (filter (d: !d.readOnly) vm.disks) ++ vm.landlock.write;
 
   # microvms.target: the autostart VMs (wants) come from the module.
-  target = {
-    description = "vmwarden microVMs";
-    wantedBy = ["multi-user.target"];
-  };
+  target = fromUnitData {} "microvms.target.toml";
 
   # Boot-time dry run of `vmwarden reap`: what a previous boot left behind,
   # in the journal; deletes nothing.
-  reapReport = bin: {
-    description = "vmwarden: report leftovers of stopped or removed microVMs (dry run)";
-    wantedBy = ["multi-user.target"];
-    after = ["local-fs.target"];
-    before = ["microvms.target"];
-    path = lib.mkForce [];
-    serviceConfig = {
-      Type = "oneshot";
-      ExecStart = "${bin}/vmwarden reap";
-      # Reads /proc, mountinfo, netlink and the registry; writes nothing.
-      CapabilityBoundingSet = "CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_SYS_PTRACE";
-      NoNewPrivileges = true;
-      ProtectSystem = "strict";
-      ProtectHome = true;
-      PrivateTmp = true;
-      PrivateDevices = true;
-      ProtectKernelTunables = true;
-      ProtectKernelModules = true;
-      ProtectKernelLogs = true;
-      ProtectControlGroups = true;
-      ProtectClock = true;
-      ProtectHostname = true;
-      RestrictNamespaces = true;
-      RestrictAddressFamilies = "AF_UNIX AF_NETLINK";
-      IPAddressDeny = "any";
-      RestrictRealtime = true;
-      RestrictSUIDSGID = true;
-      LockPersonality = true;
-      MemoryDenyWriteExecute = true;
-      SystemCallArchitectures = "native";
-      SystemCallFilter = "@system-service";
-      UMask = "0077";
-    };
-  };
+  reapReport = bin: fromUnitData {"@bin@" = bin;} "vmwarden-reap-report.service.toml" // nixosServiceDefaults;
 
   # ---------------------------------------------------------------- misc
   # microvm.nix's host module (nixosModules.host) also defines microvm@.service.

@@ -41,8 +41,8 @@
         example = "vmw-web0";
         description = ''
           Name of the tap the launcher creates for this interface
-          (`^${vlib.tapNameRegex}$`: the `vmw-` prefix marks vmwarden's taps,
-          15 bytes at most). The tap is non-persistent: the kernel deletes it
+          (`^${vlib.tapNameRegex}$`: the `${vlib.tapPrefix}` prefix marks vmwarden's taps,
+          ${toString vlib.ifNameMax} bytes at most). The tap is non-persistent: the kernel deletes it
           when the hypervisor exits, however it exits. Unique across VMs.
         '';
       };
@@ -52,8 +52,9 @@
         example = "br0";
         description = ''
           Existing bridge the tap is attached to (vmwarden does not create
-          bridges: use e.g. {option}`networking.bridges`). `null` leaves the
-          tap unattached (route to it instead).
+          bridges: use e.g. {option}`networking.bridges`); not `.`, `..` or a
+          name starting with `${vlib.tapPrefix}`. `null` leaves the tap
+          unattached (route to it instead).
         '';
       };
       mac = mkOption {
@@ -202,13 +203,13 @@
           file from sops-nix or agenix works); the launcher copies it onto a
           tmpfs (`noswap`) that exists only in the VM's mount namespace,
           owned by the VM's principal, and QEMU hands it to the guest as
-          fw_cfg `opt/io.systemd.credentials/<name>`, which systemd in the
+          fw_cfg `${vlib.fwCfgPrefix}<name>`, which systemd in the
           guest imports as a credential. Never on a command line.
 
           Give the path as a string: a Nix path literal would copy the
           secret into the world-readable Nix store (an assertion refuses
-          store paths). Names: a letter or digit, then letters, digits, `_`,
-          `.`, `-`; at most 28 bytes (the fw_cfg name limit is 55 bytes).
+          store paths). Names: `^${vlib.credNameRegex}$`; at most
+          ${toString (vlib.fwCfgMax - builtins.stringLength vlib.fwCfgPrefix)} bytes (the fw_cfg name limit is ${toString vlib.fwCfgMax} bytes).
         '';
       };
 
@@ -340,7 +341,7 @@ in {
         }
       '';
       description = ''
-        MicroVMs, by name (`^[a-z][a-z0-9-]{0,31}$`). Each becomes
+        MicroVMs, by name (`^${vlib.vmNameRegex}$`). Each becomes
         {file}`/etc/vmwarden/vms/<name>.json`, a system user and group, and
         the instance `microvm@<name>.service` of the shared template.
       '';

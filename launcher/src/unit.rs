@@ -1,8 +1,11 @@
 //! `vmwarden render-unit`: the systemd units for hosts without Nix.
 //!
-//! The NixOS module (`modules/lib.nix`) renders the same units; the two are
-//! kept identical key by key (sections, keys, values) and
-//! `tests/nix/run.sh` compares them (`units.py parity`). Change both together.
+//! The keys of the three fixed units, each with the reason for it, are data
+//! in `units/*.toml`, compiled in here and read by the NixOS module
+//! (`modules/lib.nix`, `builtins.fromTOML`) too: change a key there and both
+//! renderings change. `tests/nix/run.sh` shows that and compares the two
+//! renderings key by key (`units.py parity`), with the per-VM drop-in, which
+//! stays code on both sides.
 //!
 //! * default: `microvm@.service`, the template every VM runs from;
 //! * `--target`: `microvms.target`;
@@ -24,6 +27,16 @@ use crate::config::spec::{CredentialSource, Spec, SpecError};
 pub const DEFAULT_BIN_DIR: &str = "/usr/local/bin";
 /// Default root of the credential files `--dropin` points `LoadCredential=` at.
 pub const DEFAULT_CREDENTIALS_DIR: &str = "/etc/vmwarden/credentials";
+
+/// `units/microvm@.service.toml`, compiled in.
+pub const TEMPLATE_DATA: &str = include_str!("../../units/microvm@.service.toml");
+/// `units/vmwarden-reap-report.service.toml`, compiled in.
+pub const REAP_REPORT_DATA: &str = include_str!("../../units/vmwarden-reap-report.service.toml");
+/// `units/microvms.target.toml`, compiled in.
+pub const TARGET_DATA: &str = include_str!("../../units/microvms.target.toml");
+/// Stands for the binaries' directory in the unit data (`--bin-dir` here,
+/// `${vmwarden.package}/bin` in the module).
+pub const BIN_PLACEHOLDER: &str = "@bin@";
 
 /// Arguments of `vmwarden render-unit`.
 #[derive(clap::Args, Debug, Clone)]
@@ -62,6 +75,11 @@ pub struct RenderUnitArgs {
     /// /etc/vmwarden/vms).
     #[arg(skip)]
     pub config_dir: Option<PathBuf>,
+
+    /// Read the unit data from DIR/*.toml instead of the copy compiled in
+    /// (for tests/nix/run.sh: an edited key must change both renderings).
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub units_dir: Option<PathBuf>,
 }
 
 impl Default for RenderUnitArgs {
@@ -74,6 +92,7 @@ impl Default for RenderUnitArgs {
             spec: None,
             credentials_dir: PathBuf::from(DEFAULT_CREDENTIALS_DIR),
             config_dir: None,
+            units_dir: None,
         }
     }
 }
@@ -97,6 +116,10 @@ pub enum UnitError {
         field: String,
         value: String,
     },
+    /// The unit data (`units/*.toml`) could not be read or has a shape the
+    /// renderers do not take.
+    #[error("unit data {file}: {reason}")]
+    Data { file: String, reason: String },
 }
 
 /// Which unit file a `render_unit` call prints.
@@ -118,29 +141,34 @@ pub fn render_unit(args: &RenderUnitArgs) -> Result<String, UnitError> {
     match which {
         Which::Template => {
             let bin = unit_safe_dir("bin-dir", &args.bin_dir)?;
+            let data = unit_data(args, "microvm@.service.toml", TEMPLATE_DATA)?;
             Ok(render(
                 "microvm@.service: the template every vmwarden microVM runs from.\n\
                  # Install as /etc/systemd/system/microvm@.service; start a VM with\n\
                  # `systemctl start microvm@NAME` (spec: /etc/vmwarden/vms/NAME.json),\n\
                  # autostart it with `systemctl add-wants microvms.target microvm@NAME.service`.",
-                &template(&bin),
+                &entries("microvm@.service.toml", &data, Some(&bin))?,
             ))
         }
         Which::ReapReport => {
             let bin = unit_safe_dir("bin-dir", &args.bin_dir)?;
+            let data = unit_data(args, "vmwarden-reap-report.service.toml", REAP_REPORT_DATA)?;
             Ok(render(
                 "vmwarden-reap-report.service: `vmwarden reap` (dry run) once at boot.\n\
                  # Install as /etc/systemd/system/vmwarden-reap-report.service, then\n\
                  # `systemctl enable vmwarden-reap-report.service`.",
-                &reap_report(&bin),
+                &entries("vmwarden-reap-report.service.toml", &data, Some(&bin))?,
             ))
         }
-        Which::Target => Ok(render(
-            "microvms.target: wants the VMs that start at boot.\n\
-             # Install as /etc/systemd/system/microvms.target, then\n\
-             # `systemctl enable microvms.target`.",
-            &target(),
-        )),
+        Which::Target => {
+            let data = unit_data(args, "microvms.target.toml", TARGET_DATA)?;
+            Ok(render(
+                "microvms.target: wants the VMs that start at boot.\n\
+                 # Install as /etc/systemd/system/microvms.target, then\n\
+                 # `systemctl enable microvms.target`.",
+                &entries("microvms.target.toml", &data, None)?,
+            ))
+        }
         Which::Dropin(name) => {
             let creds = unit_safe_dir("credentials-dir", &args.credentials_dir)?;
             let path = match &args.spec {
@@ -169,134 +197,86 @@ pub fn render_unit(args: &RenderUnitArgs) -> Result<String, UnitError> {
 }
 
 /// One `Key=value` line of a unit section.
-type Entry = (&'static str, &'static str, String);
+type Entry = (&'static str, String, String);
 
-fn e(section: &'static str, key: &'static str, value: impl Into<String>) -> Entry {
-    (section, key, value.into())
+fn e(section: &'static str, key: &str, value: impl Into<String>) -> Entry {
+    (section, key.to_string(), value.into())
 }
 
-/// microvm@.service; the same keys and values as `template` in
-/// modules/lib.nix, with `bin` for "${package}/bin". Keys are listed in the
-/// order NixOS prints them (byte order), so the two texts match line by line.
-fn template(bin: &str) -> Vec<Entry> {
-    let s = "Service";
-    vec![
-        e("Unit", "After", "network.target vmwarden-reap-report.service"),
-        e("Unit", "Before", "microvms.target"),
-        e("Unit", "ConditionPathExists", "/etc/vmwarden/vms/%i.json"),
-        e("Unit", "Description", "vmwarden microVM %i"),
-        e("Unit", "PartOf", "microvms.target"),
-        e("Unit", "StartLimitBurst", "3"),
-        e("Unit", "StartLimitIntervalSec", "600"),
-        e(
-            s,
-            "CapabilityBoundingSet",
-            "CAP_CHOWN CAP_DAC_OVERRIDE CAP_FOWNER CAP_KILL CAP_SETGID CAP_SETPCAP CAP_SETUID CAP_SYS_ADMIN",
-        ),
-        e(s, "DeviceAllow", "/dev/kvm rw"),
-        e(s, "DeviceAllow", "/dev/net/tun rw"),
-        e(s, "DeviceAllow", "/dev/vhost-net rw"),
-        e(s, "DeviceAllow", "/dev/vhost-vsock rw"),
-        e(s, "DevicePolicy", "closed"),
-        e(s, "ExecStart", format!("{bin}/vmwarden-launch %i")),
-        e(s, "ExecStartPost", format!("+{bin}/vmwarden wait-ready %i")),
-        e(s, "ExecStop", format!("{bin}/vmwarden stop %i")),
-        e(s, "ExecStopPost", format!("+{bin}/vmwarden-cleanup %i")),
-        e(s, "IPAddressDeny", "any"),
-        e(s, "KillMode", "mixed"),
-        e(s, "LimitCORE", "0"),
-        e(s, "LockPersonality", "true"),
-        e(s, "NoNewPrivileges", "true"),
-        e(s, "PrivateIPC", "true"),
-        e(s, "PrivateMounts", "true"),
-        e(s, "PrivateTmp", "true"),
-        e(s, "ProtectClock", "true"),
-        e(s, "ProtectControlGroups", "true"),
-        e(s, "ProtectHome", "true"),
-        e(s, "ProtectHostname", "true"),
-        e(s, "ProtectKernelLogs", "true"),
-        e(s, "ProtectKernelModules", "true"),
-        e(s, "ProtectKernelTunables", "true"),
-        e(s, "ProtectSystem", "strict"),
-        e(s, "Restart", "on-failure"),
-        e(s, "RestartPreventExitStatus", "78"),
-        e(s, "RestartSec", "5s"),
-        e(s, "RestrictAddressFamilies", "AF_UNIX"),
-        e(s, "RestrictNamespaces", "mnt"),
-        e(s, "RestrictRealtime", "true"),
-        e(s, "RestrictSUIDSGID", "true"),
-        e(s, "RuntimeDirectory", "vmwarden"),
-        e(s, "RuntimeDirectoryMode", "0755"),
-        e(s, "RuntimeDirectoryPreserve", "true"),
-        e(s, "Slice", "machine.slice"),
-        e(s, "StateDirectory", "vmwarden"),
-        e(s, "StateDirectoryMode", "0755"),
-        e(s, "SyslogIdentifier", "microvm@%i"),
-        e(s, "SystemCallArchitectures", "native"),
-        e(
-            s,
-            "SystemCallFilter",
-            "~@clock @cpu-emulation @debug @module @obsolete @raw-io @reboot @swap",
-        ),
-        e(s, "TimeoutStartSec", "300"),
-        e(s, "TimeoutStopSec", "150"),
-        e(s, "Type", "exec"),
-        e(s, "UMask", "0077"),
-    ]
+/// The text of unit data file `file`: the compiled-in copy, or the file in
+/// `--units-dir`.
+fn unit_data(
+    args: &RenderUnitArgs,
+    file: &str,
+    compiled_in: &'static str,
+) -> Result<std::borrow::Cow<'static, str>, UnitError> {
+    let Some(dir) = &args.units_dir else {
+        return Ok(compiled_in.into());
+    };
+    let path = dir.join(file);
+    std::fs::read_to_string(&path)
+        .map(Into::into)
+        .map_err(|err| UnitError::Data {
+            file: path.display().to_string(),
+            reason: err.to_string(),
+        })
 }
 
-/// vmwarden-reap-report.service; `reapReport` in modules/lib.nix.
-fn reap_report(bin: &str) -> Vec<Entry> {
-    let s = "Service";
-    vec![
-        e("Unit", "After", "local-fs.target"),
-        e("Unit", "Before", "microvms.target"),
-        e(
-            "Unit",
-            "Description",
-            "vmwarden: report leftovers of stopped or removed microVMs (dry run)",
-        ),
-        e(
-            s,
-            "CapabilityBoundingSet",
-            "CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_SYS_PTRACE",
-        ),
-        e(s, "ExecStart", format!("{bin}/vmwarden reap")),
-        e(s, "IPAddressDeny", "any"),
-        e(s, "LockPersonality", "true"),
-        e(s, "MemoryDenyWriteExecute", "true"),
-        e(s, "NoNewPrivileges", "true"),
-        e(s, "PrivateDevices", "true"),
-        e(s, "PrivateTmp", "true"),
-        e(s, "ProtectClock", "true"),
-        e(s, "ProtectControlGroups", "true"),
-        e(s, "ProtectHome", "true"),
-        e(s, "ProtectHostname", "true"),
-        e(s, "ProtectKernelLogs", "true"),
-        e(s, "ProtectKernelModules", "true"),
-        e(s, "ProtectKernelTunables", "true"),
-        e(s, "ProtectSystem", "strict"),
-        e(s, "RestrictAddressFamilies", "AF_UNIX AF_NETLINK"),
-        e(s, "RestrictNamespaces", "true"),
-        e(s, "RestrictRealtime", "true"),
-        e(s, "RestrictSUIDSGID", "true"),
-        e(s, "SystemCallArchitectures", "native"),
-        e(s, "SystemCallFilter", "@system-service"),
-        e(s, "Type", "oneshot"),
-        e(s, "UMask", "0077"),
-        e("Install", "WantedBy", "multi-user.target"),
-    ]
+/// The lines of a unit from its data (`units/*.toml`): tables `[Unit]`,
+/// `[Service]`, `[Install]`; a string, integer or boolean is one line, a
+/// list one line per element; `@bin@` in a string becomes `bin`. Keys come
+/// out in byte order within each section, the order NixOS prints them in,
+/// so the two texts match line by line. `mkNixosUnit` in modules/lib.nix
+/// reads the same data with the same rules.
+fn entries(file: &str, text: &str, bin: Option<&str>) -> Result<Vec<Entry>, UnitError> {
+    let bad = |reason: String| UnitError::Data {
+        file: file.to_string(),
+        reason,
+    };
+    let table: toml::Table = text.parse().map_err(|err| bad(format!("{err}")))?;
+    let scalar = |key: &str, v: &toml::Value| -> Result<String, UnitError> {
+        match v {
+            toml::Value::String(s) if s.contains(BIN_PLACEHOLDER) => match bin {
+                Some(b) => Ok(s.replace(BIN_PLACEHOLDER, b)),
+                None => Err(bad(format!(
+                    "{key}: {BIN_PLACEHOLDER} has no value in this unit"
+                ))),
+            },
+            toml::Value::String(s) => Ok(s.clone()),
+            toml::Value::Integer(i) => Ok(i.to_string()),
+            toml::Value::Boolean(b) => Ok(b.to_string()),
+            v => Err(bad(format!(
+                "{key}: {} is not a string, integer, boolean or a list of them",
+                v.type_str()
+            ))),
+        }
+    };
+    let mut out = Vec::new();
+    for (name, keys) in &table {
+        let Some(section) = SECTIONS.iter().find(|s| **s == name.as_str()) else {
+            return Err(bad(format!("[{name}]: the sections are {SECTIONS:?}")));
+        };
+        let toml::Value::Table(keys) = keys else {
+            return Err(bad(format!("{name} is not a [section]")));
+        };
+        let mut sorted: Vec<(&String, &toml::Value)> = keys.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(b.0));
+        for (key, value) in sorted {
+            match value {
+                toml::Value::Array(items) => {
+                    for item in items {
+                        out.push(e(section, key, scalar(key, item)?));
+                    }
+                }
+                v => out.push(e(section, key, scalar(key, v)?)),
+            }
+        }
+    }
+    Ok(out)
 }
 
-/// microvms.target; `target` in modules/lib.nix. NixOS expresses WantedBy=
-/// as a symlink, here it is the [Install] section `systemctl enable` reads;
-/// the VMs it wants are added with `systemctl add-wants`.
-fn target() -> Vec<Entry> {
-    vec![
-        e("Unit", "Description", "vmwarden microVMs"),
-        e("Install", "WantedBy", "multi-user.target"),
-    ]
-}
+/// The sections unit data may have, in the order they are printed.
+const SECTIONS: [&str; 3] = ["Unit", "Service", "Install"];
 
 /// The per-VM drop-in; `dropin` in modules/lib.nix, with credential
 /// sources at `creds/NAME/C` instead of the module's per-credential paths.
@@ -359,7 +339,7 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
 /// [Install], each followed by a blank line, like NixOS's unit text.
 fn render(header: &str, entries: &[Entry]) -> String {
     let mut out = format!("# {header}\n");
-    for section in ["Unit", "Service", "Install"] {
+    for section in SECTIONS {
         let lines: Vec<&Entry> = entries.iter().filter(|en| en.0 == section).collect();
         if lines.is_empty() {
             continue;
@@ -497,22 +477,102 @@ mod tests {
         assert!(!u.contains_key("Install"));
     }
 
+    /// The compiled-in unit data, by file name.
+    const DATA: [(&str, &str); 3] = [
+        ("microvm@.service.toml", TEMPLATE_DATA),
+        ("vmwarden-reap-report.service.toml", REAP_REPORT_DATA),
+        ("microvms.target.toml", TARGET_DATA),
+    ];
+
     #[test]
     fn keys_are_in_nixos_order() {
         // NixOS prints each section's keys in byte order; keeping the same
         // order here makes the two texts comparable line by line.
-        for entries in [template("/b"), reap_report("/b"), target()] {
-            for section in ["Unit", "Service", "Install"] {
+        for (file, data) in DATA {
+            let entries = entries(file, data, Some("/b")).expect(file);
+            for section in SECTIONS {
                 let keys: Vec<&str> = entries
                     .iter()
                     .filter(|en| en.0 == section)
-                    .map(|en| en.1)
+                    .map(|en| en.1.as_str())
                     .collect();
                 let mut sorted = keys.clone();
                 sorted.sort();
-                assert_eq!(keys, sorted, "[{section}] keys out of order");
+                assert_eq!(keys, sorted, "{file} [{section}] keys out of order");
             }
         }
+    }
+
+    #[test]
+    fn every_key_in_the_data_says_why() {
+        for (file, data) in DATA {
+            let mut previous = "";
+            for line in data.lines() {
+                let is_key =
+                    line.contains(" = ") && !line.starts_with('#') && !line.starts_with('[');
+                assert!(
+                    !is_key || previous.starts_with("# "),
+                    "{file}: `{line}` has no comment line above it saying why"
+                );
+                previous = line;
+            }
+        }
+    }
+
+    #[test]
+    fn one_changed_key_in_the_data_changes_the_unit() {
+        let edited = TEMPLATE_DATA.replace("TimeoutStopSec = 150", "TimeoutStopSec = 151");
+        assert_ne!(edited, TEMPLATE_DATA);
+        let before = entries("t", TEMPLATE_DATA, Some("/b")).expect("compiled-in data");
+        let after = entries("t", &edited, Some("/b")).expect("edited data");
+        let changed: Vec<_> = before.iter().zip(&after).filter(|(a, b)| a != b).collect();
+        assert_eq!(before.len(), after.len());
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        assert_eq!(changed[0].1 .1, "TimeoutStopSec");
+        assert_eq!(changed[0].1 .2, "151");
+    }
+
+    #[test]
+    fn data_of_the_wrong_shape_is_refused() {
+        for (text, want) in [
+            ("[Unit]\nA = 1.5\n", "A: float"),
+            ("[Unit]\nA = [[1]]\n", "A: array"),
+            ("[Unit]\nA = {b = 1}\n", "A: table"),
+            ("[Timer]\nA = 1\n", "[Timer]"),
+            ("A = 1\n", "[A]"),
+            ("[Service]\nExecStart = \"@bin@/x\"\n", "@bin@ has no value"),
+            ("[Unit\n", "f.toml"),
+        ] {
+            let err = entries("f.toml", text, None).expect_err(text).to_string();
+            assert!(err.contains(want), "{text:?}: {err}");
+            assert!(err.contains("f.toml"), "{text:?}: {err}");
+        }
+        let ok = entries("f.toml", "[Service]\nA = [\"x\", 2, true]\n", None).expect("list");
+        let values: Vec<&str> = ok.iter().map(|en| en.2.as_str()).collect();
+        assert_eq!(values, ["x", "2", "true"]);
+    }
+
+    #[test]
+    fn units_dir_replaces_the_compiled_in_data() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(
+            dir.path().join("microvms.target.toml"),
+            TARGET_DATA.replace("vmwarden microVMs", "edited"),
+        )
+        .expect("write");
+        let args = RenderUnitArgs {
+            target: true,
+            units_dir: Some(dir.path().to_path_buf()),
+            ..RenderUnitArgs::default()
+        };
+        let t = parse(&render_unit(&args).expect("render"));
+        assert_eq!(t["Unit"]["Description"], ["edited"]);
+        let err = render_unit(&RenderUnitArgs {
+            target: false,
+            ..args
+        })
+        .expect_err("no microvm@.service.toml there");
+        assert!(err.to_string().contains("microvm@.service.toml"), "{err}");
     }
 
     #[test]

@@ -72,6 +72,8 @@ in {
       cargoLock = inSrc "Cargo.lock" "regular";
       launcher = inSrc "launcher" "directory";
       librs = inSrc "launcher/src/lib.rs" "regular";
+      units = inSrc "units" "directory";
+      rules = inSrc "units/rules.toml" "regular";
       modules = inSrc "modules" "directory";
       docs = inSrc "docs" "directory";
       tests = inSrc "tests" "directory";
@@ -81,6 +83,8 @@ in {
       cargoLock = true;
       launcher = true;
       librs = true;
+      units = true;
+      rules = true;
       modules = false;
       docs = false;
       tests = false;

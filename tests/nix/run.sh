@@ -18,7 +18,11 @@
 #     module-evaluation tests: cases/*.nix succeed or fail with the expected
 #     message, the specs carry exactly the contract's fields and pass the
 #     launcher's validation, the rendered units pass systemd-analyze verify
-#     with no output, and match `vmwarden render-unit` key by key.
+#     with no output; the units both read from units/*.toml render the same
+#     key by key, and one key edited in a copy of that data changes both
+#     renderings; the per-VM drop-in (code on both sides) matches
+#     `vmwarden render-unit --dropin`; keys can be overridden with mkForce and
+#     systemd.globalEnvironment does not reach vmwarden's units.
 #     Without NIXPKGS_LIB they are not run, and one line says so.
 # Ends with "nix: N passed, M failed"; exits 1 if anything failed.
 set -uo pipefail
@@ -238,6 +242,7 @@ uid-taken|uid 1000 is used by several users (alice, vm-web)
 shared-user|principal.user "vm-web" is shared by several VMs (db, web)
 bad-name|vmwarden.vms."Web_1": VM names must match ^[a-z][a-z0-9-]{0,31}$
 privileged-group|principal.group = "wheel" is a privileged group
+shared-group|principal.group = "kvm" is shared with others
 fwcfg-too-long|is 56 bytes; QEMU allows 55
 store-secret|is in the Nix store, which every local user can read
 hidden-path|/home/alice/web.img is under /home, which microvm@.service hides
@@ -246,8 +251,42 @@ unsupported-hypervisor|vmwarden.vms.web.credentials: cloud-hypervisor cannot rec
 firecracker-tap|vmwarden.vms.web.interfaces: firecracker opens taps by name
 duplicate-tap|vmwarden: tap "vmw-web0" is used by several VMs (db, web)
 multicast-mac|mac "01:00:5e:00:00:01" of vmw-web0 is not a unicast address
+zero-mac|mac "00:00:00:00:00:00" of vmw-web0 is not a unicast address
+bad-bridge|bridge "vmw-br0" of vmw-web0 is not a bridge the launcher accepts
+override|ok
 microvm-nix|vmwarden and microvm.nix's host module both define microvm@.service
 CASES
+
+  # A host overrides keys of the unit data with lib.mkForce; the harness's
+  # systemd.globalEnvironment (TZDIR, LOCALE_ARCHIVE, as on NixOS) reaches a
+  # host's own service but none of vmwarden's (parity below shows the same
+  # for every unit: render-unit has no Environment= line).
+  if ev unitTexts "$top/tests/nix/cases/override.nix" >"$work/override.json" 2>"$work/e"; then
+    if out=$(python3 - "$work/override.json" <<'PY'
+import json, sys
+u = json.load(open(sys.argv[1]))
+want = {
+    "microvm@.service": ["KillMode=control-group", "After=network-online.target", 'Environment="TZDIR=/etc/zoneinfo"'],
+    "probe.service": ['Environment="TZDIR=/nix/store/', 'Environment="LOCALE_ARCHIVE=/nix/store/'],
+}
+bad = [f"{n}: no line starting {w!r}" for n, ws in want.items() for w in ws
+       if not any(line.startswith(w) for line in u[n].splitlines())]
+bad += [f"{n}: has {line!r}" for n in ("microvm@.service", "microvm@web.service", "vmwarden-reap-report.service")
+        for line in u[n].splitlines()
+        if line.startswith("KillMode=mixed") or line.startswith('Environment="LOCALE_ARCHIVE') or line.startswith("After=network.target")]
+print("\n".join(bad))
+sys.exit(1 if bad else 0)
+PY
+    ); then
+      ok "override: lib.mkForce replaces data keys (KillMode=, After=, TZDIR); globalEnvironment reaches probe.service, not vmwarden's units"
+    else
+      echo "$out"
+      bad "override: mkForce or globalEnvironment"
+    fi
+  else
+    cat "$work/e"
+    bad "override does not evaluate"
+  fi
 
   # The flake's outputs, evaluated with stub packages; its module on a host.
   if out=$(nix-instantiate --eval --strict --json tests/nix/flake-eval.nix -A problems 2>&1) && [ "$out" = "[]" ]; then
@@ -289,9 +328,58 @@ CASES
     bad "module units do not evaluate"
   fi
 
-  # Parity: module vs render-unit, key by key (same bin dir on both sides).
+  # The three fixed units are data (units/*.toml) that both renderers read.
+  # Both renderings of the repo's data agree key by key, and one key edited
+  # in a copy of the data changes both renderings, and only that key.
   if [ -n "$vmw" ] && [ -s "$work/units.json" ]; then
-    text() { python3 -c 'import json,sys; sys.stdout.write(json.load(open(sys.argv[1]))[sys.argv[2]]["text"])' "$work/units.json" "$1"; }
+    text() { python3 -c 'import json,sys; sys.stdout.write(json.load(open(sys.argv[1]))[sys.argv[2]]["text"])' "${2:-$work/units.json}" "$1"; }
+    ed="$work/edited"
+    mkdir -p "$ed"
+    cp -r modules units "$ed/"
+    edit() { # edit FILE OLD NEW: replace the one line OLD of the copied data
+      python3 -c 'import sys
+p, a, b = sys.argv[1:]
+s = open(p).read()
+assert s.count(a + "\n") == 1, (p, a)
+open(p, "w").write(s.replace(a + "\n", b + "\n"))' "$ed/units/$1" "$2" "$3"
+    }
+    if edit "microvm@.service.toml" 'TimeoutStopSec = 150' 'TimeoutStopSec = 151' &&
+      edit "vmwarden-reap-report.service.toml" 'UMask = "0077"' 'UMask = "0027"' &&
+      edit "microvms.target.toml" 'Description = "vmwarden microVMs"' 'Description = "vmwarden microVMs (edited)"' &&
+      nix-instantiate --eval --strict --json "$H" --arg modules "[ $ed/modules/default.nix $top/tests/nix/support.nix $two $work/stub-package.nix ]" \
+        --arg extraPkgNames '["vmwarden"]' -A checked.systemd.units >"$work/units-edited.json" 2>"$work/e" &&
+      "$vmw" render-unit --units-dir "$ed/units" --bin-dir "$stubs/bin" >"$work/edited-microvm@.service" &&
+      "$vmw" render-unit --units-dir "$ed/units" --reap-report --bin-dir "$stubs/bin" >"$work/edited-vmwarden-reap-report.service" &&
+      "$vmw" render-unit --units-dir "$ed/units" --target >"$work/edited-microvms.target"; then
+      onekey() { # onekey UNIT KIND SECTION KEY VALUE
+        text "$1" >"$work/nix-orig"
+        text "$1" "$work/units-edited.json" >"$work/nix-edited"
+        if out=$(python3 tests/nix/units.py onekey "$work/nix-orig" "$ru/$1" "$work/nix-edited" "$work/edited-$1" "$2" "$3" "$4" "$5"); then
+          ok "$1 from units/: module and render-unit agree key by key; ${out#ok   $2: }"
+        else
+          echo "$out"
+          bad "$1 from units/: the module and render-unit differ, or an edited key did not change both"
+        fi
+      }
+      onekey "microvm@.service" template Service TimeoutStopSec 151
+      onekey "vmwarden-reap-report.service" reap Service UMask 0027
+      onekey "microvms.target" target Unit Description "vmwarden microVMs (edited)"
+    else
+      cat "$work/e"
+      bad "units from an edited copy of units/ do not render"
+    fi
+    # Negative control: one changed value must be found.
+    sed 's/^KillMode=mixed$/KillMode=control-group/' "$ru/microvm@.service" >"$work/changed.service"
+    text "microvm@.service" >"$work/nix-unit"
+    if out=$(python3 tests/nix/units.py parity "$work/nix-unit" "$work/changed.service" template) ||
+      ! grep -q "KillMode" <<<"$out"; then
+      echo "$out"
+      bad "parity check misses a changed KillMode="
+    else
+      ok "parity check catches a changed KillMode="
+    fi
+    # The per-VM drop-in stays code on both sides (modules/lib.nix `dropin`,
+    # launcher/src/unit.rs `dropin`): module vs render-unit, key by key.
     par() { # par LABEL KIND NIXUNIT RUSTFILE [opts]
       local label=$1 kind=$2 nixu=$3 rust=$4
       shift 4
@@ -303,19 +391,6 @@ CASES
         bad "parity $label: the module and render-unit differ"
       fi
     }
-    par "microvm@.service" template "microvm@.service" "$ru/microvm@.service"
-    par "vmwarden-reap-report.service" reap vmwarden-reap-report.service "$ru/vmwarden-reap-report.service"
-    par "microvms.target" target microvms.target "$ru/microvms.target"
-    # Negative control: one changed value must be found.
-    sed 's/^KillMode=mixed$/KillMode=control-group/' "$ru/microvm@.service" >"$work/changed.service"
-    text "microvm@.service" >"$work/nix-unit"
-    if out=$(python3 tests/nix/units.py parity "$work/nix-unit" "$work/changed.service" template) ||
-      ! grep -q "KillMode" <<<"$out"; then
-      echo "$out"
-      bad "parity check misses a changed KillMode="
-    else
-      ok "parity check catches a changed KillMode="
-    fi
     for vm in web batch; do
       if "$vmw" render-unit --dropin "$vm" --spec "$work/$vm.json" >"$ru/$vm.conf" 2>"$work/e"; then
         par "microvm@$vm drop-in" dropin "microvm@$vm.service" "$ru/$vm.conf" --cred-dir /etc/vmwarden/credentials --vm "$vm"

@@ -20,6 +20,12 @@
       by design (the module points at the configured file, render-unit at
       D/NAME/CRED), so only the credential names are compared for equality
       and render-unit's sources must be D/NAME/CRED.
+
+  units.py onekey NIX_ORIG RUST_ORIG NIX_EDIT RUST_EDIT KIND SECTION KEY VALUE
+      One key of a unit's data (units/*.toml) was changed to VALUE in a copy:
+      the module's and render-unit's renderings of the original data agree
+      (parity), so do those of the edited copy, and each renderer's output
+      changed in exactly [SECTION] KEY, to VALUE.
 """
 import json
 import os
@@ -106,7 +112,7 @@ def cmd_spec(path):
     print(f"ok   {os.path.basename(path)}: exactly the contract's fields")
 
 
-def cmd_parity(nix_file, rust_file, kind, opts):
+def cmd_parity(nix_file, rust_file, kind, opts, quiet=False):
     nix_text = open(nix_file).read()
     if opts.get("--store-bin"):
         nix_text = nix_text.replace(opts["--store-bin"], opts["--bin"])
@@ -144,8 +150,33 @@ def cmd_parity(nix_file, rust_file, kind, opts):
             if a.get(key) != b.get(key):
                 problems.append(f"[{section}] {key}: module {a.get(key)} != render-unit {b.get(key)}")
     keys = sum(len(k) for k in nix.values())
-    if not problems:
+    if not problems and not quiet:
         print(f"ok   {kind}: {len(nix)} section(s), {keys} key(s) identical" + (f"; {'; '.join(notes)}" if notes else ""))
+    return problems
+
+
+def changed_keys(a, b):
+    """[(section, key)] whose values differ between two parsed units."""
+    out = []
+    for section in sorted(set(a) | set(b)):
+        x, y = a.get(section, {}), b.get(section, {})
+        out += [(section, k) for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)]
+    return out
+
+
+def cmd_onekey(nix_orig, rust_orig, nix_edit, rust_edit, kind, section, key, value):
+    problems = [f"original data: {p}" for p in cmd_parity(nix_orig, rust_orig, kind, {}, quiet=True)]
+    problems += [f"edited data: {p}" for p in cmd_parity(nix_edit, rust_edit, kind, {}, quiet=True)]
+    for who, orig, edit in (("module", nix_orig, nix_edit), ("render-unit", rust_orig, rust_edit)):
+        a = drop_nixos_only(parse(open(orig).read()))
+        b = drop_nixos_only(parse(open(edit).read()))
+        changed = changed_keys(a, b)
+        if changed != [(section, key)]:
+            problems.append(f"{who}: editing [{section}] {key} changed {changed}")
+        elif b[section][key] != [value]:
+            problems.append(f"{who}: [{section}] {key} is {b[section][key]}, want [{value!r}]")
+    if not problems:
+        print(f"ok   {kind}: [{section}] {key}={value} in the data changed both renderings, and only that key")
     return problems
 
 
@@ -162,6 +193,11 @@ def main():
         problems = cmd_parity(args[1], args[2], args[3], opts)
         for p in problems:
             print(f"FAIL {args[3]}: {p}")
+        sys.exit(1 if problems else 0)
+    elif args[0] == "onekey":
+        problems = cmd_onekey(*args[1:9])
+        for p in problems:
+            print(f"FAIL {args[5]}: {p}")
         sys.exit(1 if problems else 0)
     else:
         raise SystemExit(__doc__)

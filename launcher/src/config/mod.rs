@@ -3,4 +3,5 @@
 
 pub mod names;
 pub mod paths;
+pub mod rules;
 pub mod spec;

@@ -1,6 +1,7 @@
 //! The name and path rules every other part relies on: VM, credential, tap
-//! and interface names, MAC addresses, and the syntax of a spec path. A
-//! leaf: it imports nothing from the crate.
+//! and interface names, MAC addresses, and the syntax of a spec path. The
+//! rules themselves (classes, lengths, prefixes) come from `units/rules.toml`
+//! through `config::rules`, its only import from the crate.
 //!
 //! Parse, don't validate: a name is checked once, where it enters (the
 //! command line through clap, a spec or record through serde, a directory
@@ -14,29 +15,31 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
+use crate::config::rules;
+
 /// Prefix of every tap vmwarden creates.
-pub const TAP_PREFIX: &str = "vmw-";
+pub const TAP_PREFIX: &str = rules::TAP_PREFIX;
 
 /// IFNAMSIZ (16) minus the NUL.
-pub const IFNAME_MAX: usize = 15;
+pub const IFNAME_MAX: usize = rules::IFNAME_MAX;
 
 /// `^[a-z][a-z0-9-]{0,31}$`: VM names, also used in paths and unit names.
 fn valid_name(name: &str) -> bool {
     let b = name.as_bytes();
     !b.is_empty()
-        && b.len() <= 32
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.len() <= rules::VM_NAME_MAX
+        && rules::VM_NAME_FIRST.contains(b[0])
+        && b[1..].iter().all(|c| rules::VM_NAME_REST.contains(*c))
 }
 
 /// Credential names end up as file names in the tmpfs and in fw_cfg.
 fn valid_credential_name(name: &str) -> bool {
     let b = name.as_bytes();
     !b.is_empty()
-        && b[0].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && rules::CREDENTIAL_NAME_FIRST.contains(b[0])
+        && b[1..]
+            .iter()
+            .all(|c| rules::CREDENTIAL_NAME_REST.contains(*c))
 }
 
 /// Absolute, no `.`/`..` components, no empty components, no trailing slash.
@@ -71,9 +74,7 @@ fn valid_tap_name(name: &str) -> bool {
     };
     !rest.is_empty()
         && name.len() <= IFNAME_MAX
-        && rest
-            .bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && rest.bytes().all(|c| rules::TAP_REST.contains(c))
 }
 
 /// A Linux interface name that is safe to look up: 1..=15 bytes of
@@ -81,11 +82,8 @@ fn valid_tap_name(name: &str) -> bool {
 fn valid_ifname(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= IFNAME_MAX
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+        && !rules::IFNAME_REFUSED.contains(&name)
+        && name.bytes().all(|c| rules::IFNAME_CHARS.contains(c))
 }
 
 /// Parse `aa:bb:cc:dd:ee:ff` (hex, either case).
@@ -113,9 +111,9 @@ fn format_mac(mac: &[u8; 6]) -> String {
 
 /// Why a guest MAC is unusable, if it is.
 fn mac_problem(mac: &[u8; 6]) -> Option<NameRule> {
-    if mac[0] & 1 != 0 {
+    if mac[0] & rules::MAC_GROUP_BIT != 0 {
         Some(NameRule::MacUnicast)
-    } else if mac == &[0; 6] {
+    } else if rules::MAC_REFUSE_ZERO && mac == &[0; 6] {
         Some(NameRule::MacNonZero)
     } else {
         None

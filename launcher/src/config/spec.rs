@@ -18,9 +18,9 @@ use crate::config::names::{
 /// Largest spec file accepted.
 pub const MAX_SPEC_BYTES: u64 = 64 * 1024;
 /// fw_cfg file names are at most 55 bytes (56 with the NUL) in QEMU.
-pub const FW_CFG_NAME_MAX: usize = 55;
+pub const FW_CFG_NAME_MAX: usize = crate::config::rules::FW_CFG_NAME_MAX;
 /// Prefix systemd's guest side reads credentials from.
-pub const FW_CFG_CREDENTIAL_PREFIX: &str = "opt/io.systemd.credentials/";
+pub const FW_CFG_CREDENTIAL_PREFIX: &str = crate::config::rules::FW_CFG_CREDENTIAL_PREFIX;
 /// Largest credential file copied into the VM's tmpfs.
 pub const MAX_CREDENTIAL_BYTES: u64 = 1024 * 1024;
 /// Longest kernel command line accepted.

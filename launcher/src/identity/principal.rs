@@ -16,25 +16,10 @@ use crate::config::spec::{Accel, Spec};
 use crate::error::{Error, Result};
 
 /// Groups whose members can read raw disks, logs or shadow, administer the
-/// host or become root. A VM principal in any of them is refused.
-pub const PRIVILEGED_GROUPS: &[&str] = &[
-    "root",
-    "wheel",
-    "sudo",
-    "admin",
-    "adm",
-    "disk",
-    "shadow",
-    "kmem",
-    "sys",
-    "staff",
-    "docker",
-    "lxd",
-    "libvirt",
-    "libvirtd",
-    "systemd-journal",
-    "nixbld",
-];
+/// host or become root. A VM principal in any of them is refused. The list
+/// is `[groups] privileged` in `units/rules.toml`, shared with the NixOS
+/// module.
+pub const PRIVILEGED_GROUPS: &[&str] = crate::config::rules::PRIVILEGED_GROUPS;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {

@@ -499,7 +499,13 @@ impl Drop for Netns {
     }
 }
 
-/// Fresh principal uids per test, away from real users.
+/// Fresh principal uids per test, away from real users. Two checkouts
+/// testing on one machine at once set `VMWARDEN_TEST_UID_BASE` apart (by
+/// 1000 or more) so neither sees the other's VMs as processes of its uids.
 pub fn uid(n: u32) -> u32 {
-    61000 + n
+    let base = std::env::var("VMWARDEN_TEST_UID_BASE")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(61000);
+    base + n
 }

@@ -96,7 +96,13 @@ in {
               package
             ])
           );
-        default = {};
+        # What a default NixOS system puts here (nixos/modules/config/locale.nix
+        # and i18n.nix): every service gets these unless it sets them to null,
+        # so a tzdata or glibc-locales update changes its unit text.
+        default = {
+          TZDIR = "/nix/store/00000000000000000000000000000000-tzdata-2025b/share/zoneinfo";
+          LOCALE_ARCHIVE = "/nix/store/00000000000000000000000000000000-glibc-locales-2.40-66/lib/locale/locale-archive";
+        };
       };
       tmpfiles.rules = strs;
       # Output: rendered units, keyed by unit file name.

@@ -1,0 +1,5 @@
+# A VM principal whose own group is shared with every other VM (kvm).
+{
+  imports = [./base.nix];
+  vmwarden.vms.web.principal.group = "kvm";
+}
