@@ -506,6 +506,51 @@ mod tests {
         }
     }
 
+    /// The rule texts are literal (they say the rule in words too): a change
+    /// to `units/rules.toml` must change them with it.
+    #[test]
+    fn rule_texts_say_what_the_rules_file_says() {
+        let vm = NameRule::VmName.text();
+        assert!(
+            vm.contains(&format!("must match {} ", rules::VM_NAME_PATTERN)),
+            "{vm}"
+        );
+        assert!(
+            vm.contains(&format!("at most {})", rules::VM_NAME_MAX)),
+            "{vm}"
+        );
+        let tap = NameRule::TapName.text();
+        assert!(
+            tap.contains(&format!("must match {} ", rules::TAP_PATTERN)),
+            "{tap}"
+        );
+        assert!(
+            tap.contains(&format!("{} bytes at most", rules::IFNAME_MAX)),
+            "{tap}"
+        );
+        let bridge = NameRule::BridgeName.text();
+        assert!(
+            bridge.contains(&format!("(1-{} bytes", rules::IFNAME_MAX)),
+            "{bridge}"
+        );
+        assert!(
+            bridge.contains(&format!("not starting with {})", rules::TAP_PREFIX)),
+            "{bridge}"
+        );
+        // The classes the words describe.
+        assert_eq!(rules::IFNAME_CHARS.pattern, "A-Za-z0-9_.-", "{bridge}");
+        assert_eq!(
+            (
+                rules::CREDENTIAL_NAME_FIRST.pattern,
+                rules::CREDENTIAL_NAME_REST.pattern
+            ),
+            ("A-Za-z0-9", "A-Za-z0-9_.-"),
+            "{}",
+            NameRule::CredentialName.text()
+        );
+        assert_eq!(rules::MAC_GROUP_BIT, 1, "{}", NameRule::MacUnicast.text());
+    }
+
     #[test]
     fn vm_name_table() {
         let longest = format!("a{}", "b".repeat(31));
