@@ -1,6 +1,7 @@
 //! Talking to a running VM through its control socket: `wait-ready`,
 //! `stop` (graceful power-down, then quit, then SIGKILL) and `status`.
 
+use std::path::PathBuf;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -8,15 +9,50 @@ use serde::Serialize;
 
 use crate::config::paths::Roots;
 use crate::config::spec::HypervisorKind;
-use crate::error::{Error, Result};
 use crate::host::dirs;
 use crate::host::procs;
-use crate::hypervisor::qmp::Qmp;
+use crate::hypervisor::api::ApiError;
+use crate::hypervisor::qmp::{Qmp, QmpError};
 use crate::instance::intent::Intent;
 use crate::instance::lease::{self, LeaseState};
 use crate::instance::liveness::{self, Verdict};
 
 const POLL: Duration = Duration::from_millis(50);
+
+/// A VM that does not answer, or does not stop.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error(transparent)]
+    Qmp(#[from] QmpError),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// `last` is the last attempt's error (none when there was no attempt).
+    #[error("VM {name} is not running (its lease is not held); last error: {}", attempt_text(.last))]
+    NotRunning {
+        name: String,
+        #[source]
+        last: Option<Box<ControlError>>,
+    },
+    #[error("VM {name}: control socket {sock} did not answer within {timeout:?}: {}", attempt_text(.last))]
+    NotReady {
+        name: String,
+        sock: PathBuf,
+        timeout: Duration,
+        #[source]
+        last: Option<Box<ControlError>>,
+    },
+    #[error("VM {name} is still running after power-down, quit and SIGKILL: {}", .verdict.reason())]
+    StillRunning { name: String, verdict: Verdict },
+}
+
+fn attempt_text(last: &Option<Box<ControlError>>) -> String {
+    match last {
+        Some(e) => e.to_string(),
+        None => "no attempt yet".into(),
+    }
+}
+
+type Result<T, E = ControlError> = std::result::Result<T, E>;
 
 fn lease_held(roots: &Roots, name: &str) -> bool {
     dirs::open_dir(&roots.runtime_dir(name))
@@ -53,10 +89,10 @@ pub fn control_socket(roots: &Roots, name: &str, kind: HypervisorKind) -> std::p
 /// ("Running").
 pub fn run_state(roots: &Roots, name: &str, kind: HypervisorKind, t: Duration) -> Result<String> {
     let sock = control_socket(roots, name, kind);
-    match kind {
-        HypervisorKind::Qemu => Qmp::connect(&sock, t).and_then(|mut q| q.status()),
-        _ => crate::hypervisor::api::vm_state(&sock, kind, t),
-    }
+    Ok(match kind {
+        HypervisorKind::Qemu => Qmp::connect(&sock, t).and_then(|mut q| q.status())?,
+        _ => crate::hypervisor::api::vm_state(&sock, kind, t)?,
+    })
 }
 
 /// Return once the control socket answers (QMP, or the HTTP API), or fail
@@ -65,28 +101,30 @@ pub fn wait_ready(roots: &Roots, name: &str, timeout: Duration) -> Result<String
     let kind = kind_of(roots, name);
     let sock = control_socket(roots, name, kind);
     let end = Instant::now() + timeout;
-    let mut last = String::from("no attempt yet");
+    let mut last = None;
     while Instant::now() < end {
         match run_state(roots, name, kind, Duration::from_secs(2)) {
             Ok(status) => return Ok(status),
-            Err(e) => last = e.to_string(),
+            Err(e) => last = Some(Box::new(e)),
         }
         if !lease_held(roots, name) {
             // Give a launch that is still between steps a moment, then judge.
             sleep(POLL);
             if !lease_held(roots, name) {
-                return Err(Error::Other(format!(
-                    "VM {name} is not running (its lease is not held); last error: {last}"
-                )));
+                return Err(ControlError::NotRunning {
+                    name: name.to_string(),
+                    last,
+                });
             }
         }
         sleep(POLL);
     }
-    Err(Error::Other(format!(
-        "VM {name}: control socket {} did not answer within {:?}: {last}",
-        sock.display(),
-        timeout
-    )))
+    Err(ControlError::NotReady {
+        name: name.to_string(),
+        sock,
+        timeout,
+        last,
+    })
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -188,10 +226,10 @@ pub fn stop(roots: &Roots, name: &str, timeout: Duration) -> Result<StoppedBy> {
     if wait_gone(roots, name, uid, Duration::from_millis(100)) {
         return Ok(StoppedBy::Quit);
     }
-    Err(Error::Other(format!(
-        "VM {name} is still running after power-down, quit and SIGKILL: {}",
-        liveness::probe(roots, name).reason()
-    )))
+    Err(ControlError::StillRunning {
+        name: name.to_string(),
+        verdict: liveness::probe(roots, name),
+    })
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

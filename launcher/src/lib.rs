@@ -21,7 +21,16 @@ pub use error::{Error, Result};
 
 /// Print an error with its chain of causes, the way every binary reports.
 pub fn report_error(prog: &str, err: &dyn std::error::Error) {
-    let mut msg = format!("{prog}: error: {err}");
+    report(format!("{prog}: error: {err}"), err);
+}
+
+/// The launcher's report: `PROG: error at step "STEP": …`.
+pub fn report_launch_error(prog: &str, err: &launch::LaunchError) {
+    report(format!("{prog}: error {err}"), err);
+}
+
+/// Print `msg` and each cause of `err` that `msg` does not already say.
+fn report(mut msg: String, err: &dyn std::error::Error) {
     let mut src = err.source();
     while let Some(s) = src {
         let s_txt = s.to_string();

@@ -212,6 +212,12 @@ fn a_credential_path_through_a_vm_owned_directory_cannot_reach_another_vm() {
     );
     assert_eq!(out.status.code(), Some(78), "{}", text(&out));
     assert!(stderr(&out).contains("is a symlink"), "{}", text(&out));
+    // Credentials are read with the spec, before anything is created.
+    assert!(
+        stderr(&out).contains("error at step \"spec-loaded\": credential host-key"),
+        "{}",
+        text(&out)
+    );
     assert_eq!(before, snapshot(&env, &[uid(75)]));
     // Pointing straight into another VM's state dir is refused by field.
     s["credentials"] =

@@ -31,11 +31,8 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let roots = Roots::from(&args.roots);
-    if let Err((flag, path, reason)) = roots.validate() {
-        eprintln!(
-            "vmwarden-cleanup: error: {flag} {}: {reason}",
-            path.display()
-        );
+    if let Err(e) = roots.validate() {
+        vmwarden::report_error("vmwarden-cleanup", &e);
         return ExitCode::FAILURE;
     }
     let report = cleanup(&roots, &args.name, ServiceResult::from_env());

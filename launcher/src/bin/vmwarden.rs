@@ -79,9 +79,8 @@ fn check_name(name: &str) -> Result<(), Error> {
     if vmwarden::config::names::valid_name(name) {
         Ok(())
     } else {
-        Err(Error::Usage {
-            what: format!("VM name {name:?}"),
-            reason: "must match ^[a-z][a-z0-9-]{0,31}$".into(),
+        Err(Error::BadName {
+            name: name.to_string(),
         })
     }
 }
@@ -92,9 +91,7 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 
 fn run(cli: Cli) -> Result<ExitCode, Error> {
     let roots = Roots::from(&cli.roots);
-    roots
-        .validate()
-        .map_err(|(flag, path, reason)| Error::Root { flag, path, reason })?;
+    roots.validate()?;
     match cli.cmd {
         Cmd::Status {
             name,
@@ -206,12 +203,8 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 None => println!("  no principal to retire could be determined"),
             }
             if !std::io::stdin().is_terminal() {
-                return Err(Error::Usage {
-                    what: "purge".into(),
-                    reason: format!(
-                        "needs a terminal to type {} on; nothing deleted",
-                        purge::CONFIRM_PHRASE
-                    ),
+                return Err(Error::NoTerminal {
+                    phrase: purge::CONFIRM_PHRASE,
                 });
             }
             print!("Type {} to proceed: ", purge::CONFIRM_PHRASE);
@@ -220,7 +213,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             std::io::stdin()
                 .lock()
                 .read_line(&mut line)
-                .map_err(|e| Error::Other(format!("reading confirmation: {e}")))?;
+                .map_err(Error::Confirm)?;
             if line.trim_end_matches(['\n', '\r']) != purge::CONFIRM_PHRASE {
                 println!("purge: not confirmed; nothing deleted");
                 return Ok(ExitCode::FAILURE);
@@ -275,8 +268,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             // --dropin reads specs from the same config dir as every command.
             args.config_dir
                 .get_or_insert_with(|| roots.config_dir.clone());
-            let text =
-                vmwarden::unit::render_unit(&args).map_err(|e| Error::Other(e.to_string()))?;
+            let text = vmwarden::unit::render_unit(&args)?;
             print!("{text}");
             Ok(ExitCode::SUCCESS)
         }

@@ -17,17 +17,16 @@
 //! look for in `/sys/class/net`.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::PathBuf;
 
 use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST,
+    DecodeError, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST,
 };
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
 use crate::config::names::{valid_tap_name, TAP_PREFIX};
-use crate::error::{Error, Result};
+use crate::host::sys::{IoContext, IoError, SysContext, SysError};
 
 pub const TUN_DEVICE: &str = "/dev/net/tun";
 pub const SYS_CLASS_NET: &str = "/sys/class/net";
@@ -49,8 +48,52 @@ struct IfReq {
     _pad: [u8; 22],
 }
 
-fn net_err(what: impl Into<String>, op: &'static str, source: std::io::Error) -> Error {
-    Error::Net {
+/// A network interface operation that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("network interface {what}: {op}: {source}")]
+    Link {
+        what: String,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("network interface {what}: {op}: {source}")]
+    Decode {
+        what: String,
+        op: &'static str,
+        #[source]
+        source: DecodeError,
+    },
+    #[error("network interface {name}: TUNSETIFF: kernel named the tap {got:?}")]
+    Renamed { name: String, got: String },
+    #[error("tap name {name:?}: must match ^vmw-[a-z0-9-]{{1,11}}$")]
+    BadTapName { name: String },
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    #[error(transparent)]
+    Io(#[from] IoError),
+}
+
+impl NetError {
+    /// A name the caller should have refused (`EX_CONFIG`).
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, NetError::BadTapName { .. })
+    }
+
+    /// The kernel's errno for a failed link operation.
+    fn link_errno(&self) -> Option<i32> {
+        match self {
+            NetError::Link { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+type Result<T, E = NetError> = std::result::Result<T, E>;
+
+fn net_err(what: impl Into<String>, op: &'static str, source: std::io::Error) -> NetError {
+    NetError::Link {
         what: what.into(),
         op,
         source,
@@ -109,8 +152,13 @@ impl Rtnl {
                 .map_err(|e| net_err(what, op, e))?;
             let mut off = 0;
             while off < data.len() {
-                let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data[off..])
-                    .map_err(|e| net_err(what, op, std::io::Error::other(e.to_string())))?;
+                let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data[off..]).map_err(
+                    |source| NetError::Decode {
+                        what: what.to_string(),
+                        op,
+                        source,
+                    },
+                )?;
                 let len = m.header.length as usize;
                 if len == 0 {
                     break;
@@ -164,14 +212,7 @@ impl Rtnl {
                     controller,
                 }))
             }
-            Err(Error::Net { source, .. })
-                if matches!(
-                    source.raw_os_error(),
-                    Some(libc::ENODEV) | Some(libc::ENOENT)
-                ) =>
-            {
-                Ok(None)
-            }
+            Err(e) if matches!(e.link_errno(), Some(libc::ENODEV) | Some(libc::ENOENT)) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -204,9 +245,7 @@ impl Rtnl {
         m.header.index = index;
         match self.request(name, "RTM_DELLINK", RouteNetlinkMessage::DelLink(m), 0) {
             Ok(_) => Ok(true),
-            Err(Error::Net { source, .. }) if source.raw_os_error() == Some(libc::ENODEV) => {
-                Ok(false)
-            }
+            Err(e) if e.link_errno() == Some(libc::ENODEV) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -220,9 +259,7 @@ impl Rtnl {
         m.header.index = l.index;
         match self.request(name, "RTM_DELLINK", RouteNetlinkMessage::DelLink(m), 0) {
             Ok(_) => Ok(true),
-            Err(Error::Net { source, .. }) if source.raw_os_error() == Some(libc::ENODEV) => {
-                Ok(false)
-            }
+            Err(e) if e.link_errno() == Some(libc::ENODEV) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -240,20 +277,15 @@ pub struct Tap {
 /// exists) and return its open queue fd (close-on-exec until `execve`).
 pub fn create_tap(name: &str) -> Result<Tap> {
     if !valid_tap_name(name) {
-        return Err(Error::Usage {
-            what: format!("tap name {name:?}"),
-            reason: "must match ^vmw-[a-z0-9-]{1,11}$".into(),
+        return Err(NetError::BadTapName {
+            name: name.to_string(),
         });
     }
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(TUN_DEVICE)
-        .map_err(|source| Error::Io {
-            op: "open",
-            path: PathBuf::from(TUN_DEVICE),
-            source,
-        })?;
+        .io("open", TUN_DEVICE)?;
     let mut req = IfReq {
         name: [0; 16],
         flags: IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_TUN_EXCL,
@@ -269,14 +301,10 @@ pub fn create_tap(name: &str) -> Result<Tap> {
     }
     let got = req.name.split(|b| *b == 0).next().unwrap_or(&[]);
     if got != name.as_bytes() {
-        return Err(net_err(
-            name,
-            "TUNSETIFF",
-            std::io::Error::other(format!(
-                "kernel named the tap {:?}",
-                String::from_utf8_lossy(got)
-            )),
-        ));
+        return Err(NetError::Renamed {
+            name: name.to_string(),
+            got: String::from_utf8_lossy(got).into_owned(),
+        });
     }
     Ok(Tap {
         name: name.to_string(),
@@ -287,11 +315,8 @@ pub fn create_tap(name: &str) -> Result<Tap> {
 /// Clear close-on-exec on exactly `fd` (a tap the hypervisor inherits).
 pub fn inherit_across_exec(fd: &OwnedFd) -> Result<i32> {
     use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-    fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).map_err(|errno| Error::Sys {
-        op: "fcntl(F_SETFD, 0) on a tap fd",
-        path: PathBuf::from(TUN_DEVICE),
-        errno,
-    })?;
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))
+        .sys("fcntl(F_SETFD, 0) on a tap fd", TUN_DEVICE)?;
     Ok(fd.as_raw_fd())
 }
 

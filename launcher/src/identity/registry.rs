@@ -3,11 +3,61 @@
 //! generation. Retiring a principal leaves a tombstone, so a uid is never
 //! silently handed to another VM while the old VM's files still exist.
 
+use std::path::PathBuf;
+
 use serde::{Deserialize, Serialize};
 
 use crate::config::paths::{Roots, PRINCIPALS_DIR};
-use crate::error::{Error, Result};
-use crate::host::dirs::{self, Dir, Loose, Want};
+use crate::host::dirs::{self, Dir, DirError, Loose, Want};
+use crate::host::sys::IoError;
+use crate::identity::principal::{PrincipalError, Problem};
+
+/// A registry that cannot be read or written, or a launch it refuses.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error(transparent)]
+    Dir(#[from] DirError),
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error(
+        "{path}: refused: principal record cannot be parsed ({source}); fix or remove it by hand"
+    )]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: refused: cannot serialise the principal record: {source}")]
+    Serialise {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: refused: tombstone did not read back as written (found {found:?})")]
+    TombstoneMismatch {
+        path: PathBuf,
+        found: Option<Record>,
+    },
+    /// The uid still belongs to another VM's residue.
+    #[error(transparent)]
+    Principal(#[from] PrincipalError),
+}
+
+impl RegistryError {
+    /// A record or a principal refused (`EX_CONFIG`).
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            RegistryError::Dir(e) => e.is_refusal(),
+            RegistryError::Io(_) => false,
+            RegistryError::Parse { .. }
+            | RegistryError::Serialise { .. }
+            | RegistryError::TombstoneMismatch { .. }
+            | RegistryError::Principal(_) => true,
+        }
+    }
+}
+
+type Result<T, E = RegistryError> = std::result::Result<T, E>;
 
 const MAX_RECORD: u64 = 16 * 1024;
 
@@ -45,13 +95,10 @@ fn registry_want() -> Want {
 fn open_registry(roots: &Roots) -> Result<Option<Dir>> {
     let state_root = match dirs::open_dir(&roots.state_root) {
         Ok(d) => d,
-        Err(Error::Sys {
-            errno: nix::errno::Errno::ENOENT,
-            ..
-        }) => return Ok(None),
-        Err(e) => return Err(e),
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e.into()),
     };
-    dirs::open_existing(&state_root, PRINCIPALS_DIR)
+    Ok(dirs::open_existing(&state_root, PRINCIPALS_DIR)?)
 }
 
 /// The record for `uid`, if any.
@@ -65,9 +112,9 @@ pub fn lookup(roots: &Roots, uid: u32) -> Result<Option<Record>> {
     };
     serde_json::from_slice(&bytes)
         .map(Some)
-        .map_err(|e| Error::Refused {
+        .map_err(|source| RegistryError::Parse {
             path: dir.path.join(name),
-            reason: format!("principal record cannot be parsed ({e}); fix or remove it by hand"),
+            source,
         })
 }
 
@@ -77,7 +124,7 @@ pub fn all(roots: &Roots) -> Result<Vec<Record>> {
         return Ok(Vec::new());
     };
     let mut out = Vec::new();
-    let rd = std::fs::read_dir(&dir.path).map_err(|source| Error::Io {
+    let rd = std::fs::read_dir(&dir.path).map_err(|source| IoError {
         op: "read_dir",
         path: dir.path.clone(),
         source,
@@ -134,21 +181,22 @@ pub fn check_launch(
     if left.is_empty() {
         return Ok(());
     }
-    let what = match rec.state {
-        State::Retired => "was retired with VM",
-        State::Active => "belongs to VM",
+    let was = match rec.state {
+        State::Retired => "was retired with",
+        State::Active => "belongs to",
     };
-    Err(Error::Principal {
+    Err(PrincipalError {
         principal: p.display(),
-        reason: format!(
-            "uid {} {what} {:?} (generation {}) and that VM's residue still exists: {}; remove it with `vmwarden purge {}` or give VM {name:?} its own uid",
-            p.uid,
-            rec.vm,
-            rec.generation,
-            left.join(", "),
-            rec.vm
-        ),
-    })
+        problem: Box::new(Problem::Residue {
+            uid: p.uid,
+            was,
+            vm: rec.vm,
+            generation: rec.generation,
+            residue: left,
+            name: name.to_string(),
+        }),
+    }
+    .into())
 }
 
 /// Record that `uid` belongs to `name` (a new generation when it belonged to
@@ -179,12 +227,17 @@ pub fn register(
 }
 
 fn write(dir: &Dir, rec: &Record) -> Result<()> {
-    let mut bytes = serde_json::to_vec_pretty(rec).map_err(|e| Error::Refused {
+    let mut bytes = serde_json::to_vec_pretty(rec).map_err(|source| RegistryError::Serialise {
         path: dir.path.join(record_name(rec.uid)),
-        reason: format!("cannot serialise the principal record: {e}"),
+        source,
     })?;
     bytes.push(b'\n');
-    dirs::durable_write(dir, &record_name(rec.uid), &bytes, 0o600)
+    Ok(dirs::durable_write(
+        dir,
+        &record_name(rec.uid),
+        &bytes,
+        0o600,
+    )?)
 }
 
 /// Turn the registration of `uid` into a tombstone. Fails closed: an error
@@ -207,9 +260,9 @@ pub fn retire(roots: &Roots, name: &str, uid: u32) -> Result<Record> {
     write(&dir, &rec)?;
     match lookup(roots, uid)? {
         Some(r) if r == rec => Ok(rec),
-        other => Err(Error::Refused {
+        found => Err(RegistryError::TombstoneMismatch {
             path: dir.path.join(record_name(uid)),
-            reason: format!("tombstone did not read back as written (found {other:?})"),
+            found,
         }),
     }
 }

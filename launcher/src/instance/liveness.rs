@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::config::paths::Roots;
 use crate::host::dirs;
 use crate::host::procs::{processes_of_uid, unit_cgroup_pids};
+use crate::identity::principal::PrincipalError;
 use crate::instance::intent::Intent;
 use crate::instance::lease::{self, LeaseState};
 
@@ -20,6 +21,14 @@ pub enum Verdict {
 impl Verdict {
     pub fn is_dead(&self) -> bool {
         matches!(self, Verdict::Dead)
+    }
+    /// What was found, without the verdict: the reason for `Live` and
+    /// `Ambiguous`, "dead" for `Dead`.
+    pub fn detail(&self) -> &str {
+        match self {
+            Verdict::Live(r) | Verdict::Ambiguous(r) => r,
+            Verdict::Dead => "dead",
+        }
     }
     pub fn reason(&self) -> String {
         match self {
@@ -44,16 +53,33 @@ pub fn control_socket_answers(sock: &Path) -> bool {
     matches!(s.read(&mut buf), Ok(n) if n > 0 && buf[..n].starts_with(b"{\"QMP\""))
 }
 
+/// The VM's uid cannot be known: its spec names a principal that does not
+/// resolve (and no intent record says which uid it ran as).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot resolve the principal of {name}: {source}")]
+pub struct UnknownUid {
+    pub name: String,
+    #[source]
+    pub source: PrincipalError,
+}
+
 /// The uid whose processes count as the VM's: from the intent record, else
-/// from the spec. `Err` carries the reason it cannot be known.
-pub fn vm_uid(roots: &Roots, name: &str, intent: Option<&Intent>) -> Result<Option<u32>, String> {
+/// from the spec.
+pub fn vm_uid(
+    roots: &Roots,
+    name: &str,
+    intent: Option<&Intent>,
+) -> Result<Option<u32>, UnknownUid> {
     if let Some(i) = intent {
         return Ok(Some(i.principal.uid));
     }
     match crate::config::spec::Spec::read(&roots.spec_path(name)) {
         Ok(spec) => crate::identity::principal::resolve_ids(&spec)
             .map(|(u, _, _)| Some(u))
-            .map_err(|e| format!("cannot resolve the principal of {name}: {e}")),
+            .map_err(|source| UnknownUid {
+                name: name.to_string(),
+                source,
+            }),
         Err(_) => Ok(None),
     }
 }
@@ -89,10 +115,7 @@ pub fn probe_with_lease_held(roots: &Roots, name: &str, uid: u32) -> Verdict {
 pub fn probe(roots: &Roots, name: &str) -> Verdict {
     let rundir = match dirs::open_dir(&roots.runtime_dir(name)) {
         Ok(d) => Some(d),
-        Err(crate::error::Error::Sys {
-            errno: nix::errno::Errno::ENOENT,
-            ..
-        }) => None,
+        Err(e) if e.is_not_found() => None,
         Err(e) => return Verdict::Ambiguous(format!("cannot open its runtime dir: {e}")),
     };
     let mut intent = None;
@@ -123,6 +146,6 @@ pub fn probe(roots: &Roots, name: &str) -> Verdict {
                 Verdict::Dead
             }
         }
-        Err(reason) => Verdict::Ambiguous(reason),
+        Err(e) => Verdict::Ambiguous(e.to_string()),
     }
 }

@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::config::paths::Roots;
-use crate::error::Error;
 use crate::host::dirs;
 use crate::host::mountinfo;
 use crate::host::ownership::{self, Failed, Kept, Outcome, DELETE_LAST, RUNTIME_KEEP};
@@ -98,10 +97,7 @@ fn cleanup_dead(roots: &Roots, name: &str, mut report: Report) -> Report {
     report.liveness = Verdict::Dead.reason();
     let rundir = match dirs::open_dir(&roots.runtime_dir(name)) {
         Ok(d) => d,
-        Err(Error::Sys {
-            errno: nix::errno::Errno::ENOENT,
-            ..
-        }) => {
+        Err(e) if e.is_not_found() => {
             // Nothing was ever created (or it is already gone): check mounts
             // and taps.
             report.failed.extend(surviving_credential_mounts(name));

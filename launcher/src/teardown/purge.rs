@@ -9,11 +9,53 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::config::paths::Roots;
-use crate::error::{Error, Result};
-use crate::host::dirs::{self, Dir};
+use crate::host::dirs::{self, Dir, DirError};
 use crate::host::ownership::{self, Outcome};
-use crate::instance::lease::Lease;
+use crate::host::sys::{SysContext, SysError};
+use crate::instance::lease::{Lease, LeaseError};
 use crate::instance::liveness::{self, Verdict};
+
+/// A purge refused (the VM is not dead), or one that cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum PurgeError {
+    #[error("{path}: refused: VM {name} is {}; stop it first", .verdict.reason())]
+    NotStopped {
+        path: PathBuf,
+        name: String,
+        verdict: Verdict,
+    },
+    #[error("{path}: refused: VM {name} started while purge was confirming; nothing deleted")]
+    StartedMeanwhile { path: PathBuf, name: String },
+    /// The re-check under the lease found it live or ambiguous.
+    #[error("{path}: refused: VM {name} is not dead ({}); nothing deleted", .verdict.detail())]
+    NotDead {
+        path: PathBuf,
+        name: String,
+        verdict: Verdict,
+    },
+    #[error(transparent)]
+    Dir(#[from] DirError),
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error(transparent)]
+    Sys(#[from] SysError),
+}
+
+impl PurgeError {
+    /// A purge refused (`EX_CONFIG`).
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            PurgeError::NotStopped { .. }
+            | PurgeError::StartedMeanwhile { .. }
+            | PurgeError::NotDead { .. } => true,
+            PurgeError::Dir(e) => e.is_refusal(),
+            PurgeError::Lease(e) => e.is_refusal(),
+            PurgeError::Sys(_) => false,
+        }
+    }
+}
+
+type Result<T, E = PurgeError> = std::result::Result<T, E>;
 
 /// What a user must type, on a terminal, to confirm.
 pub const CONFIRM_PHRASE: &str = "DELETE-EVERYTHING";
@@ -45,11 +87,7 @@ pub fn keep_set(keep_identity: bool, keep_on_purge: &[String]) -> Vec<String> {
 /// `E(dir) \ K` where K may hold nested paths (`a/b` keeps `a/b`, and `a`
 /// itself is descended into rather than deleted).
 pub fn plan_entries(dir: &Dir, keep: &[String]) -> Result<Vec<PathBuf>> {
-    let names = ownership::entries(dir).map_err(|errno| Error::Sys {
-        op: "read directory",
-        path: dir.path.clone(),
-        errno,
-    })?;
+    let names = ownership::entries(dir).sys("read directory", &dir.path)?;
     let mut out = Vec::new();
     for n in names {
         if keep.iter().any(|k| k == &n) {
@@ -101,9 +139,10 @@ fn principal_uid(roots: &Roots, name: &str, spec_uid: Option<u32>, state_dir: &D
 pub fn plan(roots: &Roots, name: &str, keep_identity: bool) -> Result<Plan> {
     let verdict = liveness::probe(roots, name);
     if !verdict.is_dead() {
-        return Err(Error::Refused {
+        return Err(PurgeError::NotStopped {
             path: roots.state_dir(name),
-            reason: format!("VM {name} is {}; stop it first", verdict.reason()),
+            name: name.to_string(),
+            verdict,
         });
     }
     let state_dir = dirs::open_dir(&roots.state_dir(name))?;
@@ -152,9 +191,9 @@ pub fn execute(roots: &Roots, name: &str, plan: Plan) -> Result<Report> {
     )?;
     let (rundir, _) = dirs::ensure(&runtime_root, name, &root_want(0o755))?;
     let Some(_lease) = Lease::acquire(&rundir)? else {
-        return Err(Error::Refused {
+        return Err(PurgeError::StartedMeanwhile {
             path: plan.state_dir.clone(),
-            reason: format!("VM {name} started while purge was confirming; nothing deleted"),
+            name: name.to_string(),
         });
     };
     // Re-check under the lease, whatever the plan retires.
@@ -162,10 +201,11 @@ pub fn execute(roots: &Roots, name: &str, plan: Plan) -> Result<Report> {
         Some(uid) => liveness::probe_with_lease_held(roots, name, uid),
         None => Verdict::Dead,
     };
-    if let Verdict::Live(r) | Verdict::Ambiguous(r) = recheck {
-        return Err(Error::Refused {
+    if !recheck.is_dead() {
+        return Err(PurgeError::NotDead {
             path: plan.state_dir.clone(),
-            reason: format!("VM {name} is not dead ({r}); nothing deleted"),
+            name: name.to_string(),
+            verdict: recheck,
         });
     }
     let mut outcome = Outcome::default();

@@ -9,13 +9,40 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use nix::errno::Errno;
+use nix::sys::wait::WaitStatus;
+
 use crate::config::paths::Roots;
-use crate::host::dirs;
+use crate::host::dirs::{self, DirError};
 use crate::host::mountinfo;
 use crate::host::ownership::{self, RUNTIME_KEEP};
 use crate::host::procs;
+use crate::instance::lease::{Lease, LeaseError};
 use crate::instance::liveness::{self, Verdict};
 use crate::teardown::cleanup::{self, ServiceResult};
+
+/// What reap could not do (an item's reason in the report).
+#[derive(Debug, thiserror::Error)]
+pub enum ReapError {
+    #[error(transparent)]
+    Dir(#[from] DirError),
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error("open ns of pid {pid}: {source}")]
+    OpenNamespace {
+        pid: u32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("fork: {0}")]
+    Fork(#[source] Errno),
+    /// The child that unmounts in the namespace did not exit 0.
+    #[error("unmount in namespace of pid {pid} failed: {status:?}")]
+    Unmount {
+        pid: u32,
+        status: Result<WaitStatus, Errno>,
+    },
+}
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
@@ -86,11 +113,11 @@ fn lease_held(roots: &Roots, name: &str) -> bool {
 
 /// Unmount a stray credential tmpfs inside the mount namespace of `pid`
 /// (in a child, so the caller's namespace never changes).
-fn unmount_in_namespace(pid: u32, target: &std::path::Path) -> Result<(), String> {
-    use nix::sys::wait::{waitpid, WaitStatus};
+fn unmount_in_namespace(pid: u32, target: &std::path::Path) -> Result<(), ReapError> {
+    use nix::sys::wait::waitpid;
     use nix::unistd::{fork, ForkResult};
     let ns = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
-        .map_err(|e| format!("open ns of pid {pid}: {e}"))?;
+        .map_err(|source| ReapError::OpenNamespace { pid, source })?;
     // SAFETY: reap is single-threaded; the child only calls setns, umount2
     // and _exit (async-signal-safe) before exiting.
     match unsafe { fork() } {
@@ -106,11 +133,9 @@ fn unmount_in_namespace(pid: u32, target: &std::path::Path) -> Result<(), String
         }
         Ok(ForkResult::Parent { child }) => match waitpid(child, None) {
             Ok(WaitStatus::Exited(_, 0)) => Ok(()),
-            other => Err(format!(
-                "unmount in namespace of pid {pid} failed: {other:?}"
-            )),
+            status => Err(ReapError::Unmount { pid, status }),
         },
-        Err(e) => Err(format!("fork: {e}")),
+        Err(e) => Err(ReapError::Fork(e)),
     }
 }
 
@@ -122,17 +147,11 @@ fn lease_for_kill(
     roots: &Roots,
     vm: &str,
     may_launch: bool,
-) -> crate::error::Result<Option<Option<crate::instance::lease::Lease>>> {
+) -> Result<Option<Option<Lease>>, ReapError> {
     let rundir = match dirs::open_dir(&roots.runtime_dir(vm)) {
         Ok(d) => d,
-        Err(crate::error::Error::Sys {
-            errno: nix::errno::Errno::ENOENT,
-            ..
-        }) if !may_launch => return Ok(Some(None)),
-        Err(crate::error::Error::Sys {
-            errno: nix::errno::Errno::ENOENT,
-            ..
-        }) => {
+        Err(e) if e.is_not_found() && !may_launch => return Ok(Some(None)),
+        Err(e) if e.is_not_found() => {
             let (parent, name) = dirs::split_parent(&roots.runtime_root)?;
             let want = |mode, loose| dirs::Want {
                 uid: 0,
@@ -143,9 +162,9 @@ fn lease_for_kill(
             let (root, _) = dirs::ensure(&parent, &name, &want(0o755, dirs::Loose::Tighten))?;
             dirs::ensure(&root, vm, &want(0o755, dirs::Loose::Refuse))?.0
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
-    Ok(crate::instance::lease::Lease::acquire(&rundir)?.map(Some))
+    Ok(Lease::acquire(&rundir)?.map(Some))
 }
 
 /// Delete a runtime dir whose VM is no longer configured: every entry (the
@@ -286,9 +305,9 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         if apply {
             match unmount_in_namespace(pid, &m.mount_point) {
                 Ok(()) => r.deleted.push(m.mount_point.clone()),
-                Err(reason) => r.failed.push(ownership::Failed {
+                Err(e) => r.failed.push(ownership::Failed {
                     path: m.mount_point.clone(),
-                    reason,
+                    reason: e.to_string(),
                 }),
             }
         }
@@ -300,10 +319,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
     // 3. Runtime root: every entry is vmwarden's.
     let root = match dirs::open_dir(&roots.runtime_root) {
         Ok(d) => Some(d),
-        Err(crate::error::Error::Sys {
-            errno: nix::errno::Errno::ENOENT,
-            ..
-        }) => None,
+        Err(e) if e.is_not_found() => None,
         Err(e) => {
             r.failed.push(ownership::Failed {
                 path: roots.runtime_root.clone(),

@@ -113,10 +113,7 @@ pub fn verify(
             Ok(d) => ownership::entries(&d)
                 .map(|e| ownership::deletion_set(&e, RUNTIME_KEEP, None))
                 .unwrap_or_else(|e| vec![format!("<unreadable: {e}>")]),
-            Err(crate::error::Error::Sys {
-                errno: nix::errno::Errno::ENOENT,
-                ..
-            }) => Vec::new(),
+            Err(e) if e.is_not_found() => Vec::new(),
             Err(e) => vec![format!("<{e}>")],
         };
         checks.push(check(
@@ -155,7 +152,13 @@ pub fn verify(
                 ));
             }
             Ok(None) => {}
-            Err(e) => checks.push(check("no-process", vm, false, "principal resolvable", e)),
+            Err(e) => checks.push(check(
+                "no-process",
+                vm,
+                false,
+                "principal resolvable",
+                e.to_string(),
+            )),
         }
         let intent = dirs::open_dir(&rundir)
             .ok()
