@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::config::paths::Roots;
-use crate::config::spec::HypervisorKind;
+use crate::config::spec::{HypervisorKind, Spec};
 use crate::host::dirs;
 use crate::host::procs;
-use crate::hypervisor::api::ApiError;
+use crate::hypervisor::api::{self, ApiError};
 use crate::hypervisor::qmp::{Qmp, QmpError};
 use crate::instance::intent::Intent;
 use crate::instance::lease::{self, LeaseState};
@@ -69,7 +69,7 @@ pub fn kind_of(roots: &Roots, name: &str) -> HypervisorKind {
         .and_then(|d| Intent::read(&d).ok().flatten())
         .and_then(|i| i.hypervisor)
         .or_else(|| {
-            crate::config::spec::Spec::read(&roots.spec_path(name))
+            Spec::read(&roots.spec_path(name))
                 .ok()
                 .map(|s| s.hypervisor.kind)
         })
@@ -77,7 +77,7 @@ pub fn kind_of(roots: &Roots, name: &str) -> HypervisorKind {
 }
 
 /// The control socket `wait-ready`, `stop` and `status` talk to.
-pub fn control_socket(roots: &Roots, name: &str, kind: HypervisorKind) -> std::path::PathBuf {
+pub fn control_socket(roots: &Roots, name: &str, kind: HypervisorKind) -> PathBuf {
     match kind {
         HypervisorKind::Qemu => roots.qmp_socket(name),
         _ => roots.api_socket(name),
@@ -91,7 +91,7 @@ pub fn run_state(roots: &Roots, name: &str, kind: HypervisorKind, t: Duration) -
     let sock = control_socket(roots, name, kind);
     Ok(match kind {
         HypervisorKind::Qemu => Qmp::connect(&sock, t).and_then(|mut q| q.status())?,
-        _ => crate::hypervisor::api::vm_state(&sock, kind, t)?,
+        _ => api::vm_state(&sock, kind, t)?,
     })
 }
 
@@ -183,9 +183,7 @@ pub fn stop(roots: &Roots, name: &str, timeout: Duration) -> Result<StoppedBy> {
         .unwrap_or_else(|| kind_of(roots, name));
     let sock = control_socket(roots, name, kind);
     let t = Duration::from_secs(2);
-    let put = |uri: &str, body: Option<&str>| {
-        crate::hypervisor::api::expect_ok(&sock, "PUT", uri, body, t)
-    };
+    let put = |uri: &str, body: Option<&str>| api::expect_ok(&sock, "PUT", uri, body, t);
     let pressed = match kind {
         HypervisorKind::Qemu => Qmp::connect(&sock, t)
             .and_then(|mut q| q.execute("system_powerdown", None))
@@ -214,10 +212,7 @@ pub fn stop(roots: &Roots, name: &str, timeout: Duration) -> Result<StoppedBy> {
     }
     if let (Some(i), Some(uid)) = (&intent, uid) {
         if procs::processes_of_uid(uid).contains(&i.pid) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(i.pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            let _ = procs::sigkill(i.pid);
             if wait_gone(roots, name, Some(uid), Duration::from_secs(5)) {
                 return Ok(StoppedBy::Sigkill);
             }

@@ -19,6 +19,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::config::names::valid_name;
 use crate::config::paths::DEFAULT_CONFIG_DIR;
 use crate::config::spec::{CredentialSource, Spec, SpecError};
 
@@ -171,7 +172,7 @@ pub fn render_unit(args: &RenderUnitArgs) -> Result<String, UnitError> {
             ))
         }
         Which::Dropin(name) => {
-            if !crate::config::names::valid_name(name) {
+            if !valid_name(name) {
                 return Err(UnitError::BadName {
                     name: name.to_string(),
                 });

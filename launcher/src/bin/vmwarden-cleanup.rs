@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use vmwarden::config::names::valid_name;
 use vmwarden::config::paths::{RootArgs, Roots};
 use vmwarden::teardown::cleanup::{cleanup, ServiceResult};
 
@@ -23,7 +24,7 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     vmwarden::init_logging(std::env::var("VMWARDEN_LOG").ok().as_deref());
-    if !vmwarden::config::names::valid_name(&args.name) {
+    if !valid_name(&args.name) {
         eprintln!(
             "vmwarden-cleanup: error: VM name {:?} must match ^[a-z][a-z0-9-]{{0,31}}$",
             args.name

@@ -43,7 +43,7 @@ fn fail(e: LaunchError) -> ExitCode {
 
 fn main() -> ExitCode {
     // 1. Single-threaded from here; inherited fds closed, environment captured then cleared.
-    if let Err(e) = vmwarden::launch::sandbox::close_inherited_fds() {
+    if let Err(e) = launch::sandbox::close_inherited_fds() {
         return fail(LaunchError::at(STEPS[0], e));
     }
     let credentials_directory = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);

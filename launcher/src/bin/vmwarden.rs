@@ -7,8 +7,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use vmwarden::config::names::valid_name;
 use vmwarden::config::paths::{RootArgs, Roots};
+use vmwarden::instance::known_vms;
 use vmwarden::teardown::{purge, reap, verify};
+use vmwarden::unit::{self, RenderUnitArgs};
 use vmwarden::{control, Error};
 
 #[derive(Debug, Parser)]
@@ -72,11 +75,11 @@ enum Cmd {
         json: bool,
     },
     /// Print the systemd units for hosts without Nix.
-    RenderUnit(vmwarden::unit::RenderUnitArgs),
+    RenderUnit(RenderUnitArgs),
 }
 
 fn check_name(name: &str) -> Result<(), Error> {
-    if vmwarden::config::names::valid_name(name) {
+    if valid_name(name) {
         Ok(())
     } else {
         Err(Error::BadName {
@@ -102,7 +105,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     check_name(&n)?;
                     vec![n]
                 }
-                None => vmwarden::instance::known_vms(&roots),
+                None => known_vms(&roots),
             };
             let st: Vec<_> = names.iter().map(|n| control::status(&roots, n)).collect();
             if as_json {
@@ -268,7 +271,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             // --dropin reads specs from the same config dir as every command.
             args.config_dir
                 .get_or_insert_with(|| roots.config_dir.clone());
-            let text = vmwarden::unit::render_unit(&args)?;
+            let text = unit::render_unit(&args)?;
             print!("{text}");
             Ok(ExitCode::SUCCESS)
         }

@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::config::names::check_abs_normalised;
+
 pub const DEFAULT_CONFIG_DIR: &str = "/etc/vmwarden/vms";
 pub const DEFAULT_RUNTIME_ROOT: &str = "/run/vmwarden";
 pub const DEFAULT_STATE_ROOT: &str = "/var/lib/vmwarden";
@@ -116,7 +118,7 @@ impl Roots {
                 path: p.clone(),
                 reason,
             };
-            crate::config::names::check_abs_normalised(p).map_err(refuse)?;
+            check_abs_normalised(p).map_err(refuse)?;
             if p == Path::new("/") {
                 return Err(refuse("must not be /"));
             }

@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::names::{check_abs_normalised, valid_credential_name, valid_name};
+use crate::config::names::{
+    check_abs_normalised, derived_mac, mac_problem, parse_mac, valid_credential_name, valid_ifname,
+    valid_name, valid_tap_name, TAP_PREFIX,
+};
 
 /// Largest spec file accepted.
 pub const MAX_SPEC_BYTES: u64 = 64 * 1024;
@@ -452,7 +455,7 @@ impl Spec {
         }
         let mut seen = std::collections::BTreeSet::new();
         for (i, n) in self.interfaces.iter().enumerate() {
-            if !crate::config::names::valid_tap_name(&n.tap) {
+            if !valid_tap_name(&n.tap) {
                 return Err(bad(
                     format!("interfaces[{i}].tap"),
                     format!(
@@ -468,9 +471,7 @@ impl Spec {
                 ));
             }
             if let Some(b) = &n.bridge {
-                if !crate::config::names::valid_ifname(b)
-                    || b.starts_with(crate::config::names::TAP_PREFIX)
-                {
+                if !valid_ifname(b) || b.starts_with(TAP_PREFIX) {
                     return Err(bad(
                         format!("interfaces[{i}].bridge"),
                         format!(
@@ -480,13 +481,13 @@ impl Spec {
                 }
             }
             if let Some(m) = &n.mac {
-                let Some(mac) = crate::config::names::parse_mac(m) else {
+                let Some(mac) = parse_mac(m) else {
                     return Err(bad(
                         format!("interfaces[{i}].mac"),
                         format!("{m:?} is not a MAC address (six hex pairs separated by ':')"),
                     ));
                 };
-                if let Some(why) = crate::config::names::mac_problem(&mac) {
+                if let Some(why) = mac_problem(&mac) {
                     return Err(bad(format!("interfaces[{i}].mac"), format!("{m:?} {why}")));
                 }
             }
@@ -500,8 +501,8 @@ impl Spec {
         let n = &self.interfaces[i];
         n.mac
             .as_deref()
-            .and_then(crate::config::names::parse_mac)
-            .unwrap_or_else(|| crate::config::names::derived_mac(&self.name, &n.tap))
+            .and_then(parse_mac)
+            .unwrap_or_else(|| derived_mac(&self.name, &n.tap))
     }
 
     fn validate_credentials(&self, path: &Path) -> Result<(), SpecError> {
@@ -674,7 +675,7 @@ mod tests {
 
     #[test]
     fn paths_must_be_absolute_and_normalised() {
-        assert!(check_abs_normalised(Path::new("/a/b")).is_ok());
+        check_abs_normalised(Path::new("/a/b")).unwrap();
         for bad in ["a/b", "/a/../b", "/a/./b", "/a//b", "/a/b/", ""] {
             assert!(check_abs_normalised(Path::new(bad)).is_err(), "{bad}");
         }

@@ -3,6 +3,9 @@
 
 use std::path::PathBuf;
 
+use crate::config::names::valid_name;
+use crate::config::paths::CREDENTIALS_DIR;
+
 /// Mount source given to a VM's credential tmpfs: identifies it in every
 /// namespace's mountinfo.
 pub fn credential_source(name: &str) -> String {
@@ -92,10 +95,9 @@ pub fn is_credential_mount(m: &Mount, name: Option<&str>) -> bool {
         return false;
     };
     m.fstype == "tmpfs"
-        && crate::config::names::valid_name(vm)
+        && valid_name(vm)
         && name.map_or(true, |n| n == vm)
-        && m.mount_point
-            .ends_with(format!("{vm}/{}", crate::config::paths::CREDENTIALS_DIR))
+        && m.mount_point.ends_with(format!("{vm}/{}", CREDENTIALS_DIR))
 }
 
 /// Thread ids of every process (a process whose main thread has exited

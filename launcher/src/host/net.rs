@@ -32,7 +32,7 @@ pub const TUN_DEVICE: &str = "/dev/net/tun";
 pub const SYS_CLASS_NET: &str = "/sys/class/net";
 
 // include/uapi/linux/if_tun.h
-const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const TUNSETIFF: libc::Ioctl = 0x4004_54ca;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
@@ -101,6 +101,7 @@ fn net_err(what: impl Into<String>, op: &'static str, source: std::io::Error) ->
 }
 
 /// A blocking rtnetlink socket.
+#[derive(Debug)]
 pub struct Rtnl {
     sock: Socket,
     seq: u32,
@@ -212,7 +213,7 @@ impl Rtnl {
                     controller,
                 }))
             }
-            Err(e) if matches!(e.link_errno(), Some(libc::ENODEV) | Some(libc::ENOENT)) => Ok(None),
+            Err(e) if matches!(e.link_errno(), Some(libc::ENODEV | libc::ENOENT)) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -295,7 +296,7 @@ pub fn create_tap(name: &str) -> Result<Tap> {
     // SAFETY: TUNSETIFF reads and writes one `struct ifreq`; `req` is a
     // properly sized, initialised #[repr(C)] ifreq that outlives the call,
     // and the fd is a valid open /dev/net/tun. The return value is checked.
-    let rc = unsafe { libc::ioctl(f.as_raw_fd(), TUNSETIFF as _, &mut req as *mut IfReq) };
+    let rc = unsafe { libc::ioctl(f.as_raw_fd(), TUNSETIFF, std::ptr::addr_of_mut!(req)) };
     if rc < 0 {
         return Err(net_err(name, "TUNSETIFF", std::io::Error::last_os_error()));
     }

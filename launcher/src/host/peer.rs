@@ -99,11 +99,13 @@ pub fn connect(sock: &Path, timeout: Duration) -> Result<UnixStream, PeerError> 
         None,
     )
     .map_err(sys("socket"))?;
+    // A zero SO_SNDTIMEO means "no timeout": a zero timeout becomes 1 µs.
+    let micros = timeout
+        .subsec_micros()
+        .max(if timeout.is_zero() { 1 } else { 0 });
     let tv = nix::sys::time::TimeVal::new(
-        timeout.as_secs() as _,
-        timeout
-            .subsec_micros()
-            .max(if timeout.is_zero() { 1 } else { 0 }) as _,
+        libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        libc::suseconds_t::from(micros),
     );
     so::setsockopt(&fd, sockopt::SendTimeout, &tv).map_err(sys("SO_SNDTIMEO"))?;
     let addr = so::UnixAddr::new(sock).map_err(sys("address"))?;
@@ -115,8 +117,7 @@ pub fn connect(sock: &Path, timeout: Duration) -> Result<UnixStream, PeerError> 
         },
     })?;
     let s = UnixStream::from(fd);
-    let cred = nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
-        .map_err(sys("SO_PEERCRED"))?;
+    let cred = so::getsockopt(&s, sockopt::PeerCredentials).map_err(sys("SO_PEERCRED"))?;
     if cred.uid() != dmd.uid() {
         return Err(PeerError::WrongPeer {
             sock: sock.to_path_buf(),

@@ -304,7 +304,7 @@ mod tests {
             parse_response(&full[..full.len() - 3], false).unwrap(),
             None
         );
-        assert!(parse_response(&full[..full.len() - 3], true).is_err());
+        parse_response(&full[..full.len() - 3], true).unwrap_err();
         let nc = b"HTTP/1.1 204 No Content\r\nServer: Firecracker API\r\n\r\n";
         assert_eq!(parse_response(nc, false).unwrap().unwrap().status, 204);
         let to_eof = b"HTTP/1.0 400 Bad Request\r\n\r\nnope";
@@ -312,8 +312,8 @@ mod tests {
         let r = parse_response(to_eof, true).unwrap().unwrap();
         assert_eq!((r.status, r.body.as_str()), (400, "nope"));
         assert!(!r.ok());
-        assert!(parse_response(b"SSH-2.0-x\r\n\r\n", false).is_err());
-        assert!(parse_response(b"", true).is_err());
+        parse_response(b"SSH-2.0-x\r\n\r\n", false).unwrap_err();
+        parse_response(b"", true).unwrap_err();
     }
 
     #[test]
@@ -337,7 +337,7 @@ mod tests {
         });
         let st = vm_state(
             &sock,
-            crate::config::spec::HypervisorKind::CloudHypervisor,
+            HypervisorKind::CloudHypervisor,
             Duration::from_secs(5),
         )
         .unwrap();

@@ -229,6 +229,7 @@ pub fn qemu_has_seccomp(binary: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::names::derived_mac;
     use crate::config::spec::*;
 
     fn spec() -> Spec {
@@ -276,7 +277,7 @@ mod tests {
             ..layout()
         };
         let argv = qemu_argv(&s, &l, true);
-        let derived = format_mac(&crate::config::names::derived_mac("web", "vmw-web1"));
+        let derived = format_mac(&derived_mac("web", "vmw-web1"));
         let tail: Vec<&str> = argv[argv.len() - 10..].iter().map(|x| x.as_str()).collect();
         assert_eq!(
             tail,
@@ -317,7 +318,7 @@ mod tests {
             tap_fds: vec![5, 6],
             ..layout()
         };
-        let derived = format_mac(&crate::config::names::derived_mac("web", "vmw-web1"));
+        let derived = format_mac(&derived_mac("web", "vmw-web1"));
         let want = [
             "/usr/bin/cloud-hypervisor",
             "--api-socket",

@@ -58,6 +58,7 @@ pub enum QmpError {
 
 type Result<T, E = QmpError> = std::result::Result<T, E>;
 
+#[derive(Debug)]
 pub struct Qmp {
     path: PathBuf,
     timeout: Duration,

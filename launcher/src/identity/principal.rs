@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
 
+use crate::config::names::valid_name;
 use crate::config::paths::Roots;
 use crate::config::spec::{Accel, Spec};
 
@@ -234,11 +235,7 @@ pub fn kvm_device_group(dev: &Path) -> Option<u32> {
 
 /// Another VM in the config dir whose principal resolves to `uid`.
 /// Specs that cannot be read are skipped (they are not this VM's to judge).
-pub fn uid_owner_elsewhere(
-    roots: &Roots,
-    name: &str,
-    uid: u32,
-) -> Option<(String, std::path::PathBuf)> {
+pub fn uid_owner_elsewhere(roots: &Roots, name: &str, uid: u32) -> Option<(String, PathBuf)> {
     for (other, path, spec) in configured_specs(roots) {
         if other == name {
             continue;
@@ -255,7 +252,7 @@ pub fn uid_owner_elsewhere(
 
 /// Every `NAME.json` in the config dir with a valid VM name, parsed when
 /// possible (`None` when the spec cannot be read or parsed).
-pub fn configured_specs(roots: &Roots) -> Vec<(String, std::path::PathBuf, Option<Spec>)> {
+pub fn configured_specs(roots: &Roots) -> Vec<(String, PathBuf, Option<Spec>)> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir(&roots.config_dir) else {
         return out;
@@ -268,7 +265,7 @@ pub fn configured_specs(roots: &Roots) -> Vec<(String, std::path::PathBuf, Optio
         let Some(stem) = fname.strip_suffix(".json") else {
             continue;
         };
-        if !crate::config::names::valid_name(stem) {
+        if !valid_name(stem) {
             continue;
         }
         let path = e.path();

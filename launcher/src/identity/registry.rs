@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::paths::{Roots, PRINCIPALS_DIR};
 use crate::host::dirs::{self, Dir, DirError, Loose, Want};
+use crate::host::procs::processes_of_uid;
 use crate::host::sys::IoError;
-use crate::identity::principal::{PrincipalError, Problem};
+use crate::identity::principal::{Principal, PrincipalError, Problem};
 
 /// A registry that cannot be read or written, or a launch it refuses.
 #[derive(Debug, thiserror::Error)]
@@ -158,7 +159,7 @@ pub fn residue(roots: &Roots, vm: &str, uid: u32) -> Vec<String> {
             out.push(format!("{} ({n} entries)", sd.display()));
         }
     }
-    let pids = crate::host::procs::processes_of_uid(uid);
+    let pids = processes_of_uid(uid);
     if !pids.is_empty() {
         out.push(format!("processes {pids:?} running as uid {uid}"));
     }
@@ -166,11 +167,7 @@ pub fn residue(roots: &Roots, vm: &str, uid: u32) -> Vec<String> {
 }
 
 /// Refuse a launch whose uid belonged to a different VM that left residue.
-pub fn check_launch(
-    roots: &Roots,
-    name: &str,
-    p: &crate::identity::principal::Principal,
-) -> Result<()> {
+pub fn check_launch(roots: &Roots, name: &str, p: &Principal) -> Result<()> {
     let Some(rec) = lookup(roots, p.uid)? else {
         return Ok(());
     };
@@ -201,12 +198,7 @@ pub fn check_launch(
 
 /// Record that `uid` belongs to `name` (a new generation when it belonged to
 /// another VM or was retired).
-pub fn register(
-    roots: &Roots,
-    state_root: &Dir,
-    name: &str,
-    p: &crate::identity::principal::Principal,
-) -> Result<()> {
+pub fn register(roots: &Roots, state_root: &Dir, name: &str, p: &Principal) -> Result<()> {
     let (dir, _) = dirs::ensure(state_root, PRINCIPALS_DIR, &registry_want())?;
     let prev = lookup(roots, p.uid)?;
     let generation = match &prev {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::config::paths::INTENT_FILE;
+use crate::config::spec::HypervisorKind;
 use crate::host::dirs::{self, Dir, DirError};
 use crate::host::sys::{IoContext, IoError};
 
@@ -96,7 +97,7 @@ pub struct Intent {
     /// The hypervisor kind (absent in records written before it existed:
     /// those are QEMU's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hypervisor: Option<crate::config::spec::HypervisorKind>,
+    pub hypervisor: Option<HypervisorKind>,
     pub resources: Vec<Resource>,
 }
 

@@ -4,10 +4,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::config::paths::Roots;
-use crate::host::dirs;
+use crate::config::paths::{Roots, LEASE_FILE};
+use crate::config::spec::Spec;
 use crate::host::procs::{processes_of_uid, unit_cgroup_pids};
-use crate::identity::principal::PrincipalError;
+use crate::host::{dirs, peer};
+use crate::hypervisor::api;
+use crate::identity::principal::{self, PrincipalError};
 use crate::instance::intent::Intent;
 use crate::instance::lease::{self, LeaseState};
 
@@ -45,7 +47,7 @@ pub fn control_socket_answers(sock: &Path) -> bool {
     use std::io::Read;
     // Only a peer running as the control dir's owner counts (a VM could
     // point its socket at another VM's through a symlink).
-    let Ok(mut s) = crate::host::peer::connect(sock, Duration::from_millis(500)) else {
+    let Ok(mut s) = peer::connect(sock, Duration::from_millis(500)) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
@@ -73,8 +75,8 @@ pub fn vm_uid(
     if let Some(i) = intent {
         return Ok(Some(i.principal.uid));
     }
-    match crate::config::spec::Spec::read(&roots.spec_path(name)) {
-        Ok(spec) => crate::identity::principal::resolve_ids(&spec)
+    match Spec::read(&roots.spec_path(name)) {
+        Ok(spec) => principal::resolve_ids(&spec)
             .map(|(u, _, _)| Some(u))
             .map_err(|source| UnknownUid {
                 name: name.to_string(),
@@ -96,7 +98,7 @@ pub fn probe_with_lease_held(roots: &Roots, name: &str, uid: u32) -> Verdict {
     if control_socket_answers(&roots.qmp_socket(name)) {
         return Verdict::Live(format!("{} answers QMP", roots.qmp_socket(name).display()));
     }
-    if crate::hypervisor::api::answers(&roots.api_socket(name)) {
+    if api::answers(&roots.api_socket(name)) {
         return Verdict::Live(format!(
             "{} answers HTTP (cloud-hypervisor/firecracker API)",
             roots.api_socket(name).display()
@@ -124,7 +126,7 @@ pub fn probe(roots: &Roots, name: &str) -> Verdict {
             Ok(LeaseState::Held) => {
                 return Verdict::Live(format!(
                     "lease {} is held",
-                    d.path.join(crate::config::paths::LEASE_FILE).display()
+                    d.path.join(LEASE_FILE).display()
                 ))
             }
             Ok(_) => {}
@@ -140,7 +142,7 @@ pub fn probe(roots: &Roots, name: &str) -> Verdict {
         Ok(None) => {
             if control_socket_answers(&roots.qmp_socket(name)) {
                 Verdict::Live("the control socket answers QMP".into())
-            } else if crate::hypervisor::api::answers(&roots.api_socket(name)) {
+            } else if api::answers(&roots.api_socket(name)) {
                 Verdict::Live("the API socket answers HTTP".into())
             } else {
                 Verdict::Dead

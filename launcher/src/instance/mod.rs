@@ -6,20 +6,20 @@ pub mod intent;
 pub mod lease;
 pub mod liveness;
 
+use crate::config::names::valid_name;
 use crate::config::paths::Roots;
+use crate::identity::principal::configured_specs;
 
 /// Every VM that is configured or has a runtime dir, sorted by name.
 pub fn known_vms(roots: &Roots) -> Vec<String> {
-    let mut names: Vec<String> = crate::identity::principal::configured_specs(roots)
+    let mut names: Vec<String> = configured_specs(roots)
         .into_iter()
         .map(|(n, _, _)| n)
         .collect();
     if let Ok(rd) = std::fs::read_dir(&roots.runtime_root) {
         for e in rd.flatten() {
             if let Some(n) = e.file_name().to_str() {
-                if crate::config::names::valid_name(n)
-                    && e.file_type().map(|t| t.is_dir()).unwrap_or(false)
-                {
+                if valid_name(n) && e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
                     names.push(n.to_string());
                 }
             }

@@ -16,18 +16,20 @@ use nix::errno::Errno;
 
 use netlink_packet_route::link::InfoKind;
 
+use crate::config::names::{host_side_mac, valid_name};
 use crate::config::paths::{
-    RootError, Roots, API_SOCKET, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG,
+    RootError, Roots, API_SOCKET, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG, LEASE_FILE,
+    QMP_SOCKET,
 };
-use crate::config::spec::{HypervisorKind, Spec, SpecError};
+use crate::config::spec::{CredentialSource, HypervisorKind, Spec, SpecError};
 use crate::host::dirs::{self, Dir, DirError, Loose, Want};
 use crate::host::net::{self, NetError};
 use crate::host::sys::{IoContext, IoError, SysContext, SysError};
 use crate::hypervisor::{self, Layout};
 use crate::identity::principal::{self, Principal, PrincipalError};
-use crate::identity::registry::RegistryError;
+use crate::identity::registry::{self, RegistryError};
 use crate::instance::intent::{self, Intent, IntentError, IntentPrincipal, Resource};
-use crate::instance::lease::{Lease, LeaseError};
+use crate::instance::lease::{self, Lease, LeaseError, LeaseState};
 use crate::instance::liveness::{self, Verdict};
 use crate::launch::creds::CredentialError;
 use crate::launch::landlock::LandlockError;
@@ -262,7 +264,7 @@ fn check_spec_paths_scoped(spec: &Spec, spec_path: &Path, roots: &Roots) -> Resu
         ("hypervisor.binary".into(), &spec.hypervisor.binary),
     ];
     for (i, c) in spec.credentials.iter().enumerate() {
-        if let crate::config::spec::CredentialSource::Path(p) = &c.source {
+        if let CredentialSource::Path(p) = &c.source {
             fields.push((format!("credentials[{i}].source.path"), p));
         }
     }
@@ -310,7 +312,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // 2. Spec: every field, and the files it names. Nothing is created yet.
     let roots = &opts.roots;
     roots.validate()?;
-    if !crate::config::names::valid_name(&opts.name) {
+    if !valid_name(&opts.name) {
         return Err(StepError::BadName {
             name: opts.name.clone(),
         });
@@ -318,13 +320,10 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // A running VM is reported as running before anything else is judged
     // (its taps exist, its credentials may be unavailable to a second caller).
     if let Ok(d) = dirs::open_dir(&roots.runtime_dir(&opts.name)) {
-        if matches!(
-            crate::instance::lease::state(&d),
-            Ok(crate::instance::lease::LeaseState::Held)
-        ) {
+        if matches!(lease::state(&d), Ok(LeaseState::Held)) {
             return Err(StepError::AlreadyRunning {
                 name: opts.name.clone(),
-                lease: d.path.join(crate::config::paths::LEASE_FILE),
+                lease: d.path.join(LEASE_FILE),
             });
         }
     }
@@ -339,7 +338,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
 
     // 3. Principal.
     let principal = principal::resolve(&spec, roots)?;
-    crate::identity::registry::check_launch(roots, &spec.name, &principal)?;
+    registry::check_launch(roots, &spec.name, &principal)?;
     // Pre-flight the directories that already exist, so a refusal leaves
     // nothing behind (no runtime dir, lease or intent record yet).
     let vm_want = |mode| Want {
@@ -367,7 +366,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         None => {
             return Err(StepError::AlreadyRunning {
                 name: spec.name.clone(),
-                lease: rundir.path.join(crate::config::paths::LEASE_FILE),
+                lease: rundir.path.join(LEASE_FILE),
             })
         }
     };
@@ -384,7 +383,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let state_dir_path = roots.state_dir(&spec.name);
     let control_path = rundir.path.join(CONTROL_DIR);
     let creds_path = rundir.path.join(CREDENTIALS_DIR);
-    let qmp_path = control_path.join(crate::config::paths::QMP_SOCKET);
+    let qmp_path = control_path.join(QMP_SOCKET);
     let api_path = control_path.join(API_SOCKET);
     let fc_config_path = control_path.join(FIRECRACKER_CONFIG);
     let kind = spec.hypervisor.kind;
@@ -445,7 +444,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     //    credential mount point (root 0700 on the host side).
     let (st_parent, st_name) = dirs::split_parent(&roots.state_root)?;
     let (state_root, _) = dirs::ensure(&st_parent, &st_name, &root_want(0o755, Loose::Tighten))?;
-    crate::identity::registry::register(roots, &state_root, &spec.name, &principal)?;
+    registry::register(roots, &state_root, &spec.name, &principal)?;
     let (state_dir, _) = dirs::ensure(&state_root, &spec.name, &vm_want(0o700))?;
     steps.after("state-dir");
     let (control, _) = dirs::ensure(
@@ -564,7 +563,7 @@ fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<
             reason,
         })
     };
-    let others = crate::identity::principal::configured_specs(roots);
+    let others = principal::configured_specs(roots);
     let mut rtnl = net::Rtnl::open()?;
     for (i, n) in spec.interfaces.iter().enumerate() {
         for (other, _, other_spec) in &others {
@@ -646,7 +645,7 @@ fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
             }
             None => None,
         };
-        let mac = crate::config::names::host_side_mac(&spec.guest_mac(i));
+        let mac = host_side_mac(&spec.guest_mac(i));
         rtnl.configure(&n.tap, link.index, &mac, controller)?;
         tracing::info!(tap = %n.tap, bridge = ?n.bridge, "tap created");
         taps.push(tap);

@@ -268,16 +268,16 @@ pub fn assert_single_threaded() -> Result<()> {
 }
 
 // Securebits (include/uapi/linux/securebits.h).
-const SECBIT_NOROOT: u64 = 1 << 0;
-const SECBIT_NOROOT_LOCKED: u64 = 1 << 1;
-const SECBIT_NO_SETUID_FIXUP_LOCKED: u64 = 1 << 3;
-const SECBIT_KEEP_CAPS_LOCKED: u64 = 1 << 5;
-const SECBIT_NO_CAP_AMBIENT_RAISE: u64 = 1 << 6;
-const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: u64 = 1 << 7;
+const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
+const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
+const SECBIT_KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
+const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
+const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
 /// uid 0 gets no special powers, the setuid fixup (which clears the
 /// capability sets when the uid leaves 0) stays on, keep-caps stays off, no
 /// ambient raise, and all of it locked.
-pub const SECUREBITS: u64 = SECBIT_NOROOT
+pub const SECUREBITS: libc::c_ulong = SECBIT_NOROOT
     | SECBIT_NOROOT_LOCKED
     | SECBIT_NO_SETUID_FIXUP_LOCKED
     | SECBIT_KEEP_CAPS_LOCKED
@@ -301,15 +301,7 @@ pub fn drop_privileges(p: &Principal) -> Result<()> {
     caps::clear(None, CapSet::Bounding).map_err(caps_err("clear bounding set"))?;
     // SAFETY: prctl(PR_SET_SECUREBITS) takes an integer bit mask and no
     // pointers; the return value is checked.
-    let rc = unsafe {
-        libc::prctl(
-            libc::PR_SET_SECUREBITS,
-            SECUREBITS as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
+    let rc = unsafe { libc::prctl(libc::PR_SET_SECUREBITS, SECUREBITS, 0, 0, 0) };
     Errno::result(rc).sys("prctl(PR_SET_SECUREBITS)", "/")?;
     nix::sys::prctl::set_no_new_privs().sys("prctl(PR_SET_NO_NEW_PRIVS)", "/")?;
     let u = Uid::from_raw(p.uid);
@@ -378,9 +370,18 @@ pub fn verify_dropped(p: &Principal) -> Result<()> {
     Ok(())
 }
 
+/// `close_range`'s flags argument is an int (libc declares the flag, 1 << 2,
+/// unsigned).
+#[allow(clippy::cast_possible_wrap)]
+const CLOSE_RANGE_CLOEXEC: libc::c_int = libc::CLOSE_RANGE_CLOEXEC as libc::c_int;
+
 /// Mark every fd ≥ 3 except `keep` close-on-exec, as late as possible.
 pub fn cloexec_all_but(keep: &[i32]) -> Result<()> {
-    let mut keep: Vec<u32> = keep.iter().map(|k| *k as u32).filter(|k| *k >= 3).collect();
+    let mut keep: Vec<u32> = keep
+        .iter()
+        .filter_map(|k| u32::try_from(*k).ok())
+        .filter(|k| *k >= 3)
+        .collect();
     keep.sort_unstable();
     let mut first = 3u32;
     for k in keep.iter().copied().chain(std::iter::once(u32::MAX)) {
@@ -388,8 +389,7 @@ pub fn cloexec_all_but(keep: &[i32]) -> Result<()> {
             let last = if k == u32::MAX { u32::MAX } else { k - 1 };
             // SAFETY: close_range only changes the fd table; with
             // CLOSE_RANGE_CLOEXEC it closes nothing and the return is checked.
-            let rc =
-                unsafe { libc::close_range(first, last, libc::CLOSE_RANGE_CLOEXEC as libc::c_int) };
+            let rc = unsafe { libc::close_range(first, last, CLOSE_RANGE_CLOEXEC) };
             Errno::result(rc).sys("close_range(CLOEXEC)", "/proc/self/fd")?;
         }
         first = k.saturating_add(1);

@@ -9,9 +9,12 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::config::paths::Roots;
-use crate::host::dirs::{self, Dir, DirError};
+use crate::config::spec::Spec;
+use crate::host::dirs::{self, Dir, DirError, Loose, Want};
 use crate::host::ownership::{self, Outcome};
 use crate::host::sys::{SysContext, SysError};
+use crate::identity::principal;
+use crate::identity::registry::{self, Record};
 use crate::instance::lease::{Lease, LeaseError};
 use crate::instance::liveness::{self, Verdict};
 
@@ -111,12 +114,10 @@ pub fn plan_entries(dir: &Dir, keep: &[String]) -> Result<Vec<PathBuf>> {
 }
 
 fn spec_keep_and_uid(roots: &Roots, name: &str) -> (Vec<String>, Option<u32>) {
-    match crate::config::spec::Spec::read(&roots.spec_path(name)) {
+    match Spec::read(&roots.spec_path(name)) {
         Ok(s) => (
             s.keep_on_purge.clone(),
-            crate::identity::principal::resolve_ids(&s)
-                .ok()
-                .map(|x| x.0),
+            principal::resolve_ids(&s).ok().map(|x| x.0),
         ),
         Err(_) => (vec![IDENTITY_DIR.to_string()], None),
     }
@@ -127,7 +128,7 @@ fn spec_keep_and_uid(roots: &Roots, name: &str) -> (Vec<String>, Option<u32>) {
 fn principal_uid(roots: &Roots, name: &str, spec_uid: Option<u32>, state_dir: &Dir) -> Option<u32> {
     spec_uid
         .or_else(|| {
-            crate::identity::registry::all(roots)
+            registry::all(roots)
                 .ok()?
                 .into_iter()
                 .find(|r| r.vm == name)
@@ -164,7 +165,7 @@ pub fn plan(roots: &Roots, name: &str, keep_identity: bool) -> Result<Plan> {
 pub struct Report {
     pub plan: Plan,
     pub outcome: Outcome,
-    pub retired: Option<crate::identity::registry::Record>,
+    pub retired: Option<Record>,
     /// Why the principal was not retired when it should have been.
     pub retire_error: Option<String>,
 }
@@ -175,17 +176,17 @@ pub fn execute(roots: &Roots, name: &str, plan: Plan) -> Result<Report> {
     // dir and lease file if needed (exactly as a launch would), so no launch
     // can start between the confirmation and the last unlink.
     let (rt_parent, rt_name) = dirs::split_parent(&roots.runtime_root)?;
-    let root_want = |mode| crate::host::dirs::Want {
+    let root_want = |mode| Want {
         uid: 0,
         gid: 0,
         mode,
-        loose: crate::host::dirs::Loose::Refuse,
+        loose: Loose::Refuse,
     };
     let (runtime_root, _) = dirs::ensure(
         &rt_parent,
         &rt_name,
-        &crate::host::dirs::Want {
-            loose: crate::host::dirs::Loose::Tighten,
+        &Want {
+            loose: Loose::Tighten,
             ..root_want(0o755)
         },
     )?;
@@ -233,7 +234,7 @@ pub fn execute(roots: &Roots, name: &str, plan: Plan) -> Result<Report> {
     }
     // Retirement fails closed, but what was deleted is still reported.
     let (retired, retire_error) = match (plan.retire_uid, outcome.failed.is_empty()) {
-        (Some(uid), true) => match crate::identity::registry::retire(roots, name, uid) {
+        (Some(uid), true) => match registry::retire(roots, name, uid) {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(e.to_string())),
         },

@@ -12,14 +12,20 @@ use serde::Serialize;
 use nix::errno::Errno;
 use nix::sys::wait::WaitStatus;
 
-use crate::config::paths::Roots;
+use crate::config::names::valid_name;
+use crate::config::paths::{Roots, LEASE_FILE};
 use crate::host::dirs::{self, DirError};
 use crate::host::mountinfo;
+use crate::host::net::{self, Rtnl, SYS_CLASS_NET};
 use crate::host::ownership::{self, RUNTIME_KEEP};
 use crate::host::procs;
-use crate::instance::lease::{Lease, LeaseError};
+use crate::identity::{principal, registry};
+use crate::instance::intent::Intent;
+use crate::instance::known_vms;
+use crate::instance::lease::{self, Lease, LeaseError, LeaseState};
 use crate::instance::liveness::{self, Verdict};
 use crate::teardown::cleanup::{self, ServiceResult};
+use crate::teardown::taps;
 
 /// What reap could not do (an item's reason in the report).
 #[derive(Debug, thiserror::Error)]
@@ -87,14 +93,14 @@ impl Report {
 
 /// uids that belong to vmwarden principals: the registry and every spec.
 fn principal_uids(roots: &Roots) -> Vec<(u32, String)> {
-    let mut out: Vec<(u32, String)> = crate::identity::registry::all(roots)
+    let mut out: Vec<(u32, String)> = registry::all(roots)
         .unwrap_or_default()
         .into_iter()
         .map(|r| (r.uid, r.vm))
         .collect();
-    for (name, _, spec) in crate::identity::principal::configured_specs(roots) {
+    for (name, _, spec) in principal::configured_specs(roots) {
         if let Some(spec) = spec {
-            if let Ok((uid, _, _)) = crate::identity::principal::resolve_ids(&spec) {
+            if let Ok((uid, _, _)) = principal::resolve_ids(&spec) {
                 out.push((uid, name));
             }
         }
@@ -107,8 +113,8 @@ fn principal_uids(roots: &Roots) -> Vec<(u32, String)> {
 fn lease_held(roots: &Roots, name: &str) -> bool {
     dirs::open_dir(&roots.runtime_dir(name))
         .ok()
-        .and_then(|d| crate::instance::lease::state(&d).ok())
-        == Some(crate::instance::lease::LeaseState::Held)
+        .and_then(|d| lease::state(&d).ok())
+        == Some(LeaseState::Held)
 }
 
 /// Unmount a stray credential tmpfs inside the mount namespace of `pid`
@@ -182,7 +188,7 @@ fn delete_runtime_dir_under_lease(root: &dirs::Dir, name: &str) -> ownership::Ou
             return out;
         }
     };
-    let lease = match crate::instance::lease::Lease::acquire(&rundir) {
+    let lease = match Lease::acquire(&rundir) {
         Ok(Some(l)) => l,
         Ok(None) => {
             out.kept.push(ownership::Kept {
@@ -200,7 +206,7 @@ fn delete_runtime_dir_under_lease(root: &dirs::Dir, name: &str) -> ownership::Ou
         }
     };
     let names = ownership::entries(&rundir).unwrap_or_default();
-    let doomed = ownership::deletion_set(&names, &[], Some(crate::config::paths::LEASE_FILE));
+    let doomed = ownership::deletion_set(&names, &[], Some(LEASE_FILE));
     out.merge(ownership::delete_entries(&rundir, &doomed, None));
     if out.failed.is_empty() {
         out.merge(ownership::delete_entries(root, &[name.to_string()], None));
@@ -215,7 +221,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         kill,
         ..Default::default()
     };
-    let configured: Vec<String> = crate::identity::principal::configured_specs(roots)
+    let configured: Vec<String> = principal::configured_specs(roots)
         .into_iter()
         .map(|(n, _, _)| n)
         .collect();
@@ -261,13 +267,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
                 continue;
             }
             r.orphans.push(item);
-            if apply
-                && nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                )
-                .is_ok()
-            {
+            if apply && procs::sigkill(pid).is_ok() {
                 killed_here.push(pid);
             }
         }
@@ -332,7 +332,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         let names = ownership::entries(&root).unwrap_or_default();
         for n in names {
             let path = root.path.join(&n);
-            let is_vm_dir = crate::config::names::valid_name(&n)
+            let is_vm_dir = valid_name(&n)
                 && std::fs::symlink_metadata(&path)
                     .map(|m| m.is_dir())
                     .unwrap_or(false);
@@ -427,11 +427,11 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
 /// and the configured specs (two VMs may name the same tap by mistake).
 fn tap_claimants(roots: &Roots) -> std::collections::BTreeMap<String, Vec<String>> {
     let mut owners: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    for vm in crate::instance::known_vms(roots) {
+    for vm in known_vms(roots) {
         let intent = dirs::open_dir(&roots.runtime_dir(&vm))
             .ok()
-            .and_then(|d| crate::instance::intent::Intent::read(&d).ok().flatten());
-        for t in crate::teardown::taps::vm_taps(roots, &vm, intent.as_ref()) {
+            .and_then(|d| Intent::read(&d).ok().flatten());
+        for t in taps::vm_taps(roots, &vm, intent.as_ref()) {
             let v = owners.entry(t).or_default();
             if !v.contains(&vm) {
                 v.push(vm.clone());
@@ -442,14 +442,14 @@ fn tap_claimants(roots: &Roots) -> std::collections::BTreeMap<String, Vec<String
 }
 
 fn reap_taps(roots: &Roots, r: &mut Report) {
-    let links = crate::host::net::vmwarden_links();
+    let links = net::vmwarden_links();
     if links.is_empty() {
         return;
     }
     let claimants = tap_claimants(roots);
     let mut rtnl = None;
     for tap in links {
-        let path = PathBuf::from(crate::host::net::SYS_CLASS_NET).join(&tap);
+        let path = PathBuf::from(SYS_CLASS_NET).join(&tap);
         let claims = claimants.get(&tap).cloned().unwrap_or_default();
         let owner = claims.first().cloned();
         let mut keep = |reason: String| {
@@ -461,7 +461,7 @@ fn reap_taps(roots: &Roots, r: &mut Report) {
                 reason,
             })
         };
-        let Some((index, persistent)) = crate::host::net::tun_info(&tap) else {
+        let Some((index, persistent)) = net::tun_info(&tap) else {
             keep("named vmw-* but not a tun/tap device; not vmwarden's".into());
             continue;
         };
@@ -503,7 +503,7 @@ fn reap_taps(roots: &Roots, r: &mut Report) {
         });
         if r.apply {
             if rtnl.is_none() {
-                match crate::host::net::Rtnl::open() {
+                match Rtnl::open() {
                     Ok(n) => rtnl = Some(n),
                     Err(e) => {
                         r.failed.push(ownership::Failed {
@@ -517,9 +517,7 @@ fn reap_taps(roots: &Roots, r: &mut Report) {
             let Some(n) = rtnl.as_mut() else { continue };
             // Delete the vetted device by its index, not whatever holds the name now.
             match n.delete_index(&tap, index) {
-                Ok(_) if crate::host::net::tun_info(&tap).map(|(i, _)| i) != Some(index) => {
-                    r.deleted.push(path)
-                }
+                Ok(_) if net::tun_info(&tap).map(|(i, _)| i) != Some(index) => r.deleted.push(path),
                 Ok(_) => r.failed.push(ownership::Failed {
                     path,
                     reason: "RTM_DELLINK succeeded but the tap still exists".into(),

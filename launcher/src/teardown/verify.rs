@@ -8,10 +8,14 @@ use serde::Serialize;
 use crate::config::paths::Roots;
 use crate::host::dirs;
 use crate::host::mountinfo;
+use crate::host::net::SYS_CLASS_NET;
 use crate::host::ownership::{self, RUNTIME_KEEP};
 use crate::host::procs;
+use crate::instance::intent::Intent;
+use crate::instance::known_vms;
 use crate::instance::lease::{self, LeaseState};
 use crate::instance::liveness;
+use crate::teardown::taps;
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Check {
@@ -101,7 +105,7 @@ pub fn verify(
 ) -> Report {
     let mut checks = Vec::new();
     let names: Vec<String> = if names.is_empty() {
-        crate::instance::known_vms(roots)
+        known_vms(roots)
     } else {
         names.to_vec()
     };
@@ -139,7 +143,7 @@ pub fn verify(
         // The uid the last launch recorded, else the spec's.
         let intent = dirs::open_dir(&rundir)
             .ok()
-            .and_then(|d| crate::instance::intent::Intent::read(&d).ok().flatten());
+            .and_then(|d| Intent::read(&d).ok().flatten());
         match liveness::vm_uid(roots, n, intent.as_ref()) {
             Ok(Some(uid)) => {
                 let pids = procs::processes_of_uid(uid);
@@ -162,14 +166,14 @@ pub fn verify(
         }
         let intent = dirs::open_dir(&rundir)
             .ok()
-            .and_then(|d| crate::instance::intent::Intent::read(&d).ok().flatten());
-        let taps = crate::teardown::taps::vm_taps(roots, n, intent.as_ref());
-        let left = crate::teardown::taps::surviving(&taps);
+            .and_then(|d| Intent::read(&d).ok().flatten());
+        let vm_taps = taps::vm_taps(roots, n, intent.as_ref());
+        let left = taps::surviving(&vm_taps);
         checks.push(check(
             "no-tap",
             vm,
             left.is_empty(),
-            format!("none of {taps:?} in {}", crate::host::net::SYS_CLASS_NET),
+            format!("none of {vm_taps:?} in {SYS_CLASS_NET}"),
             format!("{left:?}"),
         ));
         let mounts = mountinfo::credential_mounts_everywhere(Some(n));
