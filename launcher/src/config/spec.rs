@@ -15,13 +15,14 @@ use crate::config::names::{
     check_abs_normalised, derived_mac, mac_problem, parse_mac, valid_credential_name, valid_ifname,
     valid_name, valid_tap_name, TAP_PREFIX,
 };
+use crate::config::rules;
 
 /// Largest spec file accepted.
 pub const MAX_SPEC_BYTES: u64 = 64 * 1024;
 /// fw_cfg file names are at most 55 bytes (56 with the NUL) in QEMU.
-pub const FW_CFG_NAME_MAX: usize = crate::config::rules::FW_CFG_NAME_MAX;
+pub const FW_CFG_NAME_MAX: usize = rules::FW_CFG_NAME_MAX;
 /// Prefix systemd's guest side reads credentials from.
-pub const FW_CFG_CREDENTIAL_PREFIX: &str = crate::config::rules::FW_CFG_CREDENTIAL_PREFIX;
+pub const FW_CFG_CREDENTIAL_PREFIX: &str = rules::FW_CFG_CREDENTIAL_PREFIX;
 /// Largest credential file copied into the VM's tmpfs.
 pub const MAX_CREDENTIAL_BYTES: u64 = 1024 * 1024;
 /// Longest kernel command line accepted.

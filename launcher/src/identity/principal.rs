@@ -13,13 +13,14 @@ use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
 
 use crate::config::names::valid_name;
 use crate::config::paths::Roots;
+use crate::config::rules;
 use crate::config::spec::{Accel, Spec};
 
 /// Groups whose members can read raw disks, logs or shadow, administer the
 /// host or become root. A VM principal in any of them is refused. The list
 /// is `[groups] privileged` in `units/rules.toml`, shared with the NixOS
 /// module.
-pub const PRIVILEGED_GROUPS: &[&str] = crate::config::rules::PRIVILEGED_GROUPS;
+pub const PRIVILEGED_GROUPS: &[&str] = rules::PRIVILEGED_GROUPS;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
