@@ -20,7 +20,7 @@
       filter = path: _type: let
         rel = lib.removePrefix (toString ./. + "/") (toString path);
       in
-        builtins.elem rel ["Cargo.toml" "Cargo.lock" "launcher" "units"]
+        builtins.elem rel ["Cargo.toml" "Cargo.lock" "clippy.toml" "launcher" "units"]
         || lib.hasPrefix "launcher/" rel
         || lib.hasPrefix "units/" rel;
     };

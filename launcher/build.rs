@@ -248,9 +248,14 @@ impl Rules {
     }
 
     fn uint(&mut self, section: &str, key: &str, min: u64, max: u64) -> u64 {
-        match self.get(section, key) {
-            toml::Value::Integer(i) if (min as i64..=max as i64).contains(i) => *i as u64,
-            v => panic!(
+        let v = self.get(section, key);
+        let n = match v {
+            toml::Value::Integer(i) => u64::try_from(*i).ok(),
+            _ => None,
+        };
+        match n {
+            Some(n) if (min..=max).contains(&n) => n,
+            _ => panic!(
                 "units/rules.toml: [{section}] {key} = {v:?}: want an integer in {min}..={max}"
             ),
         }

@@ -32,6 +32,8 @@ fn time(mut f: impl FnMut()) -> Duration {
     t.elapsed()
 }
 
+// `p` is in 0..=1, so the rounded index is in 0..len.
+#[allow(clippy::cast_sign_loss)]
 fn pct(v: &mut [Duration], p: f64) -> Duration {
     v.sort();
     let i = ((v.len() as f64 - 1.0) * p).round() as usize;

@@ -1,6 +1,7 @@
 //! Talking to a running VM through its control socket: `wait-ready`,
 //! `stop` (graceful power-down, then quit, then SIGKILL) and `status`.
 
+use std::path::PathBuf;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -8,16 +9,51 @@ use serde::Serialize;
 
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
-use crate::config::spec::HypervisorKind;
-use crate::error::{Error, Result};
+use crate::config::spec::{HypervisorKind, Spec};
 use crate::host::dirs;
 use crate::host::procs;
-use crate::hypervisor::qmp::Qmp;
+use crate::hypervisor::api::{self, ApiError};
+use crate::hypervisor::qmp::{Qmp, QmpError};
 use crate::instance::intent::Intent;
 use crate::instance::lease::{self, LeaseState};
 use crate::instance::liveness::{self, Verdict};
 
 const POLL: Duration = Duration::from_millis(50);
+
+/// A VM that does not answer, or does not stop.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error(transparent)]
+    Qmp(#[from] QmpError),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// `last` is the last attempt's error (none when there was no attempt).
+    #[error("VM {name} is not running (its lease is not held); last error: {}", attempt_text(.last))]
+    NotRunning {
+        name: String,
+        #[source]
+        last: Option<Box<ControlError>>,
+    },
+    #[error("VM {name}: control socket {sock} did not answer within {timeout:?}: {}", attempt_text(.last))]
+    NotReady {
+        name: String,
+        sock: PathBuf,
+        timeout: Duration,
+        #[source]
+        last: Option<Box<ControlError>>,
+    },
+    #[error("VM {name} is still running after power-down, quit and SIGKILL: {}", .verdict.reason())]
+    StillRunning { name: String, verdict: Verdict },
+}
+
+fn attempt_text(last: &Option<Box<ControlError>>) -> String {
+    match last {
+        Some(e) => e.to_string(),
+        None => "no attempt yet".into(),
+    }
+}
+
+type Result<T, E = ControlError> = std::result::Result<T, E>;
 
 fn lease_held(roots: &Roots, name: &VmName) -> bool {
     dirs::open_dir(&roots.runtime_dir(name))
@@ -34,7 +70,7 @@ pub fn kind_of(roots: &Roots, name: &VmName) -> HypervisorKind {
         .and_then(|d| Intent::read(&d).ok().flatten())
         .and_then(|i| i.hypervisor)
         .or_else(|| {
-            crate::config::spec::Spec::read(&roots.spec_path(name))
+            Spec::read(&roots.spec_path(name))
                 .ok()
                 .map(|s| s.hypervisor.kind)
         })
@@ -42,7 +78,7 @@ pub fn kind_of(roots: &Roots, name: &VmName) -> HypervisorKind {
 }
 
 /// The control socket `wait-ready`, `stop` and `status` talk to.
-pub fn control_socket(roots: &Roots, name: &VmName, kind: HypervisorKind) -> std::path::PathBuf {
+pub fn control_socket(roots: &Roots, name: &VmName, kind: HypervisorKind) -> PathBuf {
     match kind {
         HypervisorKind::Qemu => roots.qmp_socket(name),
         _ => roots.api_socket(name),
@@ -59,10 +95,10 @@ pub fn run_state(
     t: Duration,
 ) -> Result<String> {
     let sock = control_socket(roots, name, kind);
-    match kind {
-        HypervisorKind::Qemu => Qmp::connect(&sock, t).and_then(|mut q| q.status()),
-        _ => crate::hypervisor::api::vm_state(&sock, kind, t),
-    }
+    Ok(match kind {
+        HypervisorKind::Qemu => Qmp::connect(&sock, t).and_then(|mut q| q.status())?,
+        _ => api::vm_state(&sock, kind, t)?,
+    })
 }
 
 /// Return once the control socket answers (QMP, or the HTTP API), or fail
@@ -71,28 +107,30 @@ pub fn wait_ready(roots: &Roots, name: &VmName, timeout: Duration) -> Result<Str
     let kind = kind_of(roots, name);
     let sock = control_socket(roots, name, kind);
     let end = Instant::now() + timeout;
-    let mut last = String::from("no attempt yet");
+    let mut last = None;
     while Instant::now() < end {
         match run_state(roots, name, kind, Duration::from_secs(2)) {
             Ok(status) => return Ok(status),
-            Err(e) => last = e.to_string(),
+            Err(e) => last = Some(Box::new(e)),
         }
         if !lease_held(roots, name) {
             // Give a launch that is still between steps a moment, then judge.
             sleep(POLL);
             if !lease_held(roots, name) {
-                return Err(Error::Other(format!(
-                    "VM {name} is not running (its lease is not held); last error: {last}"
-                )));
+                return Err(ControlError::NotRunning {
+                    name: name.to_string(),
+                    last,
+                });
             }
         }
         sleep(POLL);
     }
-    Err(Error::Other(format!(
-        "VM {name}: control socket {} did not answer within {:?}: {last}",
-        sock.display(),
-        timeout
-    )))
+    Err(ControlError::NotReady {
+        name: name.to_string(),
+        sock,
+        timeout,
+        last,
+    })
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -151,9 +189,7 @@ pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy
         .unwrap_or_else(|| kind_of(roots, name));
     let sock = control_socket(roots, name, kind);
     let t = Duration::from_secs(2);
-    let put = |uri: &str, body: Option<&str>| {
-        crate::hypervisor::api::expect_ok(&sock, "PUT", uri, body, t)
-    };
+    let put = |uri: &str, body: Option<&str>| api::expect_ok(&sock, "PUT", uri, body, t);
     let pressed = match kind {
         HypervisorKind::Qemu => Qmp::connect(&sock, t)
             .and_then(|mut q| q.execute("system_powerdown", None))
@@ -182,10 +218,7 @@ pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy
     }
     if let (Some(i), Some(uid)) = (&intent, uid) {
         if procs::processes_of_uid(uid).contains(&i.pid) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(i.pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            let _ = procs::sigkill(i.pid);
             if wait_gone(roots, name, Some(uid), Duration::from_secs(5)) {
                 return Ok(StoppedBy::Sigkill);
             }
@@ -194,10 +227,10 @@ pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy
     if wait_gone(roots, name, uid, Duration::from_millis(100)) {
         return Ok(StoppedBy::Quit);
     }
-    Err(Error::Other(format!(
-        "VM {name} is still running after power-down, quit and SIGKILL: {}",
-        liveness::probe(roots, name).reason()
-    )))
+    Err(ControlError::StillRunning {
+        name: name.to_string(),
+        verdict: liveness::probe(roots, name),
+    })
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

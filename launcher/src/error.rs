@@ -1,99 +1,63 @@
-//! One flat error type for the launcher, cleanup and operator commands.
+//! The crate's error: every part's own error type, composed with `#[from]`,
+//! plus the operator commands' usage refusals. This is the top layer: parts
+//! return their own enums and never import it.
 //!
 //! Every variant names the path or field it is about and carries the cause,
 //! so a message printed by a binary is enough to act on.
 
-use std::path::PathBuf;
-
-use nix::errno::Errno;
+use crate::config::paths::RootError;
+use crate::config::spec::SpecError;
+use crate::control::ControlError;
+use crate::host::dirs::DirError;
+use crate::host::net::NetError;
+use crate::host::peer::PeerError;
+use crate::hypervisor::api::ApiError;
+use crate::hypervisor::qmp::QmpError;
+use crate::identity::principal::PrincipalError;
+use crate::identity::registry::RegistryError;
+use crate::instance::intent::IntentError;
+use crate::instance::lease::LeaseError;
+use crate::launch::LaunchError;
+use crate::teardown::purge::PurgeError;
+use crate::unit::UnitError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
-    Spec(#[from] crate::config::spec::SpecError),
-
-    #[error("{flag} {path}: {reason}")]
-    Root {
-        flag: String,
-        path: PathBuf,
-        reason: &'static str,
-    },
-
-    #[error("{what}: {reason}")]
-    Usage { what: String, reason: String },
-
-    #[error("principal {principal}: {reason}")]
-    Principal { principal: String, reason: String },
-
-    #[error("{path}: {op}: {errno}")]
-    Sys {
-        op: &'static str,
-        path: PathBuf,
-        errno: Errno,
-    },
-
-    #[error("{path}: {op}: {source}")]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-
-    #[error("{path}: refused: {reason}")]
-    Refused { path: PathBuf, reason: String },
-
-    #[error("VM {name} is already running ({reason}); nothing was changed")]
-    AlreadyRunning { name: String, reason: String },
-
-    #[error("VM {name}: liveness is ambiguous ({reason}); refusing to start a second instance")]
-    Ambiguous { name: String, reason: String },
-
-    #[error("credential {name} ({source_desc}): {reason}")]
-    Credential {
-        name: String,
-        source_desc: String,
-        reason: String,
-    },
-
-    #[error("kernel lacks tmpfs `noswap` (needs Linux 6.4 or later) for {path}: {errno}; refusing to put credentials on swappable memory")]
-    NoSwapUnsupported { path: PathBuf, errno: Errno },
-
-    #[error("privilege drop failed: {0}")]
-    Drop(String),
-
-    #[error("landlock: {0}")]
-    Landlock(String),
-
-    #[error("capabilities: {op}: {source}")]
-    Caps {
-        op: &'static str,
-        #[source]
-        source: caps::errors::CapsError,
-    },
-
-    #[error("exec {path}: {errno}")]
-    Exec { path: PathBuf, errno: Errno },
-
-    #[error("network interface {what}: {op}: {source}")]
-    Net {
-        what: String,
-        op: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
-
-    #[error("control API {path}: {reason}")]
-    Api { path: PathBuf, reason: String },
-
-    #[error("QMP {path}: {reason}")]
-    Qmp { path: PathBuf, reason: String },
-
-    #[error("intent record {path}: {reason}")]
-    Intent { path: PathBuf, reason: String },
-
-    #[error("{0}")]
-    Other(String),
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    Root(#[from] RootError),
+    /// `purge` was not run on a terminal to confirm on.
+    #[error("purge: needs a terminal to type {phrase} on; nothing deleted")]
+    NoTerminal { phrase: &'static str },
+    #[error(transparent)]
+    Dir(#[from] DirError),
+    #[error(transparent)]
+    Net(#[from] NetError),
+    #[error(transparent)]
+    Peer(#[from] PeerError),
+    #[error(transparent)]
+    Qmp(#[from] QmpError),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error(transparent)]
+    Principal(#[from] PrincipalError),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error(transparent)]
+    Intent(#[from] IntentError),
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error(transparent)]
+    Purge(#[from] PurgeError),
+    #[error(transparent)]
+    Unit(#[from] UnitError),
+    #[error("reading confirmation: {0}")]
+    Confirm(#[source] std::io::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -105,47 +69,32 @@ pub const EXIT_CONFIG: u8 = 78;
 
 impl Error {
     /// The launcher's exit status for this error: 78 for a refused spec,
-    /// principal, credential or path; 1 for everything else.
+    /// root flag, usage, principal, credential or path (or a kernel without
+    /// tmpfs `noswap`); 1 for everything else. Each part says which of its
+    /// errors are refusals.
     pub fn exit_code(&self) -> u8 {
-        match self {
-            Error::Spec(_)
-            | Error::Root { .. }
-            | Error::Usage { .. }
-            | Error::Principal { .. }
-            | Error::Refused { .. }
-            | Error::Credential { .. }
-            | Error::NoSwapUnsupported { .. } => EXIT_CONFIG,
-            _ => 1,
+        let refusal = match self {
+            Error::Spec(_) | Error::Root(_) | Error::NoTerminal { .. } | Error::Principal(_) => {
+                true
+            }
+            Error::Dir(e) => e.is_refusal(),
+            Error::Net(e) => e.is_refusal(),
+            Error::Registry(e) => e.is_refusal(),
+            Error::Lease(e) => e.is_refusal(),
+            Error::Intent(e) => e.is_refusal(),
+            Error::Launch(e) => e.is_refusal(),
+            Error::Purge(e) => e.is_refusal(),
+            Error::Peer(_)
+            | Error::Qmp(_)
+            | Error::Api(_)
+            | Error::Control(_)
+            | Error::Unit(_)
+            | Error::Confirm(_) => false,
+        };
+        if refusal {
+            EXIT_CONFIG
+        } else {
+            1
         }
-    }
-}
-
-/// Attach a path and an operation name to a nix error.
-pub trait SysContext<T> {
-    fn sys(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T>;
-}
-
-impl<T> SysContext<T> for std::result::Result<T, Errno> {
-    fn sys(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T> {
-        self.map_err(|errno| Error::Sys {
-            op,
-            path: path.into(),
-            errno,
-        })
-    }
-}
-
-/// Attach a path and an operation name to an io error.
-pub trait IoContext<T> {
-    fn io(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T>;
-}
-
-impl<T> IoContext<T> for std::result::Result<T, std::io::Error> {
-    fn io(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T> {
-        self.map_err(|source| Error::Io {
-            op,
-            path: path.into(),
-            source,
-        })
     }
 }

@@ -19,9 +19,21 @@ pub mod unit;
 
 pub use error::{Error, Result};
 
+use clap::error::{ContextKind, ContextValue};
+use config::names::{ArgNameError, NameError};
+
 /// Print an error with its chain of causes, the way every binary reports.
 pub fn report_error(prog: &str, err: &dyn std::error::Error) {
-    let mut msg = format!("{prog}: error: {err}");
+    report(format!("{prog}: error: {err}"), err);
+}
+
+/// The launcher's report: `PROG: error at step "STEP": …`.
+pub fn report_launch_error(prog: &str, err: &launch::LaunchError) {
+    report(format!("{prog}: error {err}"), err);
+}
+
+/// Print `msg` and each cause of `err` that `msg` does not already say.
+fn report(mut msg: String, err: &dyn std::error::Error) {
     let mut src = err.source();
     while let Some(s) = src {
         let s_txt = s.to_string();
@@ -45,25 +57,22 @@ pub fn init_logging(filter: Option<&str>) {
         .try_init();
 }
 
-/// Parse the command line. A name argument its type refuses (a
-/// [`config::names::NameError`] from clap's value parser) is reported as
-/// `PROG: error: ARG: VM name "…" must match …` and exits with
-/// `name_exit`, the status the binary gives a bad name; every other clap
-/// error, and `--help`/`--version`, goes through clap as usual.
-pub fn parse_args<T: clap::Parser>(prog: &str, name_exit: u8) -> T {
-    let err = match T::try_parse() {
-        Ok(args) => return args,
-        Err(e) => e,
+/// Parse the command line. A name argument its type refused (a
+/// [`NameError`] from clap's value parser) comes back as an
+/// [`ArgNameError`], for the binary to report like its other errors and to
+/// exit with its status for a bad name; every other clap error, and
+/// `--help`/`--version`, clap prints and exits on (2, or 0).
+pub fn parse_args<T: clap::Parser>() -> std::result::Result<T, ArgNameError> {
+    T::try_parse().map_err(|e| name_refused(&e).unwrap_or_else(|| e.exit()))
+}
+
+fn name_refused(e: &clap::Error) -> Option<ArgNameError> {
+    let error = std::error::Error::source(e)?
+        .downcast_ref::<NameError>()?
+        .clone();
+    let arg = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(a)) => a.clone(),
+        _ => "argument".to_string(),
     };
-    let name_error =
-        std::error::Error::source(&err).and_then(|s| s.downcast_ref::<config::names::NameError>());
-    if let Some(ne) = name_error {
-        let arg = match err.get(clap::error::ContextKind::InvalidArg) {
-            Some(clap::error::ContextValue::String(a)) => a.clone(),
-            _ => "argument".to_string(),
-        };
-        eprintln!("{prog}: error: {arg}: {ne}");
-        std::process::exit(name_exit.into());
-    }
-    err.exit()
+    Some(ArgNameError { arg, error })
 }

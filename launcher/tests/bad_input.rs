@@ -636,6 +636,9 @@ fn every_bad_input_is_refused_by_name_and_leaves_nothing() {
                 why.push(format!("message lacks {e:?}"));
             }
         }
+        if !err.contains("vmwarden-launch: error at step \"") {
+            why.push("message does not name the launch step it failed in".to_string());
+        }
         if before != after {
             why.push(format!(
                 "host changed:\nbefore={before:#?}\nafter={after:#?}"

@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
+use vmwarden::host::mountinfo;
+use vmwarden::hypervisor::qmp::Qmp;
 
 const BOOT: Duration = Duration::from_secs(90);
 
 fn host_mnt_ns() -> String {
-    vmwarden::host::mountinfo::mnt_ns("self").unwrap()
+    mountinfo::mnt_ns("self").unwrap()
 }
 
 #[test]
@@ -46,7 +48,7 @@ fn guest_runs_as_its_principal_with_private_noswap_credentials() {
     let pid = g.pid();
 
     // QMP over control/qmp.sock says running.
-    let mut q = vmwarden::hypervisor::qmp::Qmp::connect(
+    let mut q = Qmp::connect(
         &env.run.join("web/control/qmp.sock"),
         Duration::from_secs(5),
     )
@@ -80,10 +82,10 @@ fn guest_runs_as_its_principal_with_private_noswap_credentials() {
 
     // Its own mount namespace, with the credential tmpfs (noswap, ro) that
     // the host's namespace does not have.
-    let vm_ns = vmwarden::host::mountinfo::mnt_ns(&pid.to_string()).unwrap();
+    let vm_ns = mountinfo::mnt_ns(&pid.to_string()).unwrap();
     assert_ne!(vm_ns, host_mnt_ns());
     let creds_mp = env.run.join("web/credentials");
-    let vm_mounts = vmwarden::host::mountinfo::read(&pid.to_string()).unwrap();
+    let vm_mounts = mountinfo::read(&pid.to_string()).unwrap();
     let m = vm_mounts
         .iter()
         .find(|m| m.mount_point == creds_mp)
@@ -93,7 +95,7 @@ fn guest_runs_as_its_principal_with_private_noswap_credentials() {
     for opt in ["noswap", "ro", "nosuid", "nodev", "noexec"] {
         assert!(m.has_option(opt), "credential tmpfs lacks {opt}: {m:?}");
     }
-    let host_mounts = vmwarden::host::mountinfo::read("self").unwrap();
+    let host_mounts = mountinfo::read("self").unwrap();
     assert!(
         !host_mounts.iter().any(|m| m.source.starts_with("vmwarden")),
         "host sees {host_mounts:?}"

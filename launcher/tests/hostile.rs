@@ -10,6 +10,10 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
+use vmwarden::host::dirs;
+use vmwarden::host::procs::processes_of_uid;
+use vmwarden::hypervisor::qmp::Qmp;
+use vmwarden::instance::lease;
 
 const BOOT: Duration = Duration::from_secs(90);
 
@@ -74,7 +78,7 @@ fn a_symlinked_control_socket_cannot_steer_stop_or_status_to_another_vm() {
         "stop evil powered off the victim"
     );
     assert!(victim.child.try_wait().unwrap().is_none(), "victim died");
-    let mut q = vmwarden::hypervisor::qmp::Qmp::connect(&vsock, Duration::from_secs(5)).unwrap();
+    let mut q = Qmp::connect(&vsock, Duration::from_secs(5)).unwrap();
     assert_eq!(q.status().unwrap(), "running");
     drop(q);
     evil.kill();
@@ -212,6 +216,12 @@ fn a_credential_path_through_a_vm_owned_directory_cannot_reach_another_vm() {
     );
     assert_eq!(out.status.code(), Some(78), "{}", text(&out));
     assert!(stderr(&out).contains("is a symlink"), "{}", text(&out));
+    // Credentials are read with the spec, before anything is created.
+    assert!(
+        stderr(&out).contains("error at step \"spec-loaded\": credential host-key"),
+        "{}",
+        text(&out)
+    );
     assert_eq!(before, snapshot(&env, &[uid(75)]));
     // Pointing straight into another VM's state dir is refused by field.
     s["credentials"] =
@@ -251,7 +261,7 @@ ctypes.CDLL(None).syscall(60, 0)
     g.wait_for("THREAD", Duration::from_secs(30));
     std::thread::sleep(Duration::from_millis(800));
     assert!(
-        !vmwarden::host::procs::processes_of_uid(uid(76)).is_empty(),
+        !processes_of_uid(uid(76)).is_empty(),
         "the running thread is invisible"
     );
     let st = env.vmwarden(&["status", "web"]);
@@ -267,7 +277,7 @@ ctypes.CDLL(None).syscall(60, 0)
     );
     let k = env.vmwarden(&["reap", "--apply", "--kill"]);
     assert!(k.status.success(), "{}", text(&k));
-    assert!(vmwarden::host::procs::processes_of_uid(uid(76)).is_empty());
+    assert!(processes_of_uid(uid(76)).is_empty());
     g.kill();
     let (o, _) = env.cleanup("web");
     assert!(o.status.success(), "{}", text(&o));
@@ -325,9 +335,9 @@ fn read_only_probes_never_make_a_launch_say_already_running() {
         let stop = stop.clone();
         let rundir = env.run.join("web");
         std::thread::spawn(move || {
-            let d = vmwarden::host::dirs::open_dir(&rundir).unwrap();
+            let d = dirs::open_dir(&rundir).unwrap();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let _ = vmwarden::instance::lease::state(&d);
+                let _ = lease::state(&d);
             }
         })
     };

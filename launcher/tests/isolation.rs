@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
+use vmwarden::instance::liveness::control_socket_answers;
 
 /// Run `sh -c SCRIPT` in VM `name`'s sandbox and return its stdout lines.
 fn probe_lines(env: &Env, name: &str, script: &str) -> Vec<String> {
@@ -32,7 +33,7 @@ fn matrix(env: &Env, me: &str, me_uid: u32, other: &str, other_uid: u32) {
     let mut guest = env.start(other);
     guest.wait_for("VMWARDEN-GUEST-READY", Duration::from_secs(90));
     let sock = env.run.join(format!("{other}/control/qmp.sock"));
-    assert!(vmwarden::instance::liveness::control_socket_answers(&sock));
+    assert!(control_socket_answers(&sock));
     let disk = env.state.join(format!("{other}/disk.img"));
     std::fs::write(&disk, b"other-data").unwrap();
     nix::unistd::chown(&disk, Some(nix::unistd::Uid::from_raw(other_uid)), None).unwrap();

@@ -82,9 +82,16 @@ fn prog_name(prog: &str) -> &str {
 }
 
 /// Run `prog args` and check it was refused with `code`, a message that
-/// starts like every error of that binary and contains each of `expect`,
-/// and nothing created or changed under the roots.
-fn refused(roots: &Roots, prog: &str, args: &[&str], code: i32, expect: &[&str]) -> Vec<String> {
+/// starts like every error of that binary (the launcher's names the launch
+/// `step`) and contains each of `expect`, and nothing created or changed
+/// under the roots.
+fn refused(
+    roots: &Roots,
+    (prog, args): (&str, &[&str]),
+    code: i32,
+    step: &str,
+    expect: &[&str],
+) -> Vec<String> {
     let before = roots.listing();
     let out = roots.run(prog, args);
     let after = roots.listing();
@@ -93,7 +100,11 @@ fn refused(roots: &Roots, prog: &str, args: &[&str], code: i32, expect: &[&str])
     if out.status.code() != Some(code) {
         why.push(format!("expected exit {code}, got {}", out.status));
     }
-    let prefix = format!("{}: error: ", prog_name(prog));
+    let prefix = if prog == LAUNCH {
+        format!("vmwarden-launch: error at step {step:?}: ")
+    } else {
+        format!("{}: error: ", prog_name(prog))
+    };
     if !err.starts_with(&prefix) {
         why.push(format!("message does not start with {prefix:?}"));
     }
@@ -176,7 +187,8 @@ fn a_bad_vm_name_is_refused_at_parse_time_by_every_binary_that_takes_one() {
                 .collect();
             let value = format!("{name:?}");
             let expect = [&format!("{arg}: VM name {value} must match {VM_RULE}")[..]];
-            failures.extend(refused(&roots, prog, &args, *code, &expect));
+            // The launcher refuses it in its first step, with the arguments.
+            failures.extend(refused(&roots, (prog, &args), *code, "sanitized", &expect));
         }
     }
     assert!(
@@ -204,7 +216,7 @@ type SpecCase<'a> = (&'a str, &'a str, fn(&mut Value));
 
 /// Both binaries that read a spec (the launcher, and `render-unit --dropin`)
 /// refuse each spec with the field and `expect`.
-fn spec_refused_by_every_reader(cases: &[SpecCase]) {
+fn spec_refused_by_every_reader(cases: &[SpecCase<'_>]) {
     let mut failures = Vec::new();
     for (field, expect, f) in cases {
         let roots = Roots::new();
@@ -220,7 +232,13 @@ fn spec_refused_by_every_reader(cases: &[SpecCase]) {
             (LAUNCH, &["web"][..], EX_CONFIG),
             (VMWARDEN, &["render-unit", "--dropin", "web"][..], 1),
         ] {
-            failures.extend(refused(&roots, prog, args, code, &[&field]));
+            failures.extend(refused(
+                &roots,
+                (prog, args),
+                code,
+                "spec-loaded",
+                &[&field],
+            ));
         }
     }
     assert!(

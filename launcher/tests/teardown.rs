@@ -14,6 +14,11 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
+use vmwarden::config::paths::Roots;
+use vmwarden::host::mountinfo;
+use vmwarden::host::ownership::MAX_DEPTH;
+use vmwarden::identity::registry::{self, State};
+use vmwarden::instance::liveness::control_socket_answers;
 
 const BOOT: Duration = Duration::from_secs(90);
 
@@ -92,7 +97,7 @@ fn cleanup_after_sigkill_of_a_running_hypervisor() {
     let live = env.cleanup("web");
     assert!(!live.0.status.success());
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(g.pid() as i32),
+        nix::unistd::Pid::from_raw(i32::try_from(g.pid()).unwrap()),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
@@ -215,7 +220,7 @@ fn a_deletion_that_leaves_the_path_is_failed_and_exit_is_nonzero() {
     // 3. A tree nested deeper than cleanup descends (a compromised VM
     //    filling its control dir): refused as failed, not a stack overflow.
     let mut deep = rundir.join("control");
-    for i in 0..(vmwarden::host::ownership::MAX_DEPTH + 5) {
+    for i in 0..(MAX_DEPTH + 5) {
         deep = deep.join(format!("d{i}"));
     }
     std::fs::create_dir_all(&deep).unwrap();
@@ -340,10 +345,7 @@ fn reap_dry_run_then_apply_then_kill() {
     assert!(!env.run.join("not-a-vm.tmp").exists());
     assert!(!env.run.join("orphan/left-behind").exists());
     assert!(env.run.join("live/control/qmp.sock").exists());
-    assert!(
-        vmwarden::host::mountinfo::credential_mounts_everywhere(Some(&"gone".parse().unwrap()))
-            .is_empty()
-    );
+    assert!(mountinfo::credential_mounts_everywhere(Some(&"gone".parse().unwrap())).is_empty());
     assert!(
         proc_.try_wait().unwrap().is_none(),
         "reap without --kill killed a process"
@@ -357,7 +359,7 @@ fn reap_dry_run_then_apply_then_kill() {
     assert!(v.status.success(), "{}", text(&v));
 
     // The live VM is untouched and every state dir is as it was.
-    assert!(vmwarden::instance::liveness::control_socket_answers(
+    assert!(control_socket_answers(
         &env.run.join("live/control/qmp.sock")
     ));
     let state_after = {
@@ -488,8 +490,8 @@ fn purge_needs_a_terminal_keeps_identity_and_retires_the_principal() {
     .collect();
     assert_eq!(left, want, "{out}");
     assert!(sd.is_dir() && std::fs::metadata(&sd).unwrap().mode() & 0o777 == 0o700);
-    let reg = vmwarden::identity::registry::lookup(
-        &vmwarden::config::paths::Roots {
+    let reg = registry::lookup(
+        &Roots {
             config_dir: env.config.clone(),
             runtime_root: env.run.clone(),
             state_root: env.state.clone(),
@@ -498,22 +500,20 @@ fn purge_needs_a_terminal_keeps_identity_and_retires_the_principal() {
     )
     .unwrap()
     .unwrap();
-    assert_eq!(reg.state, vmwarden::identity::registry::State::Active);
+    assert_eq!(reg.state, State::Active);
 
     // Without --keep-identity: everything goes, the principal is retired.
     let (ok, out) = purge_on_pty(&env, &["web"], "DELETE-EVERYTHING");
     assert!(ok, "{out}");
     assert!(walkdir(&sd).is_empty(), "{out}");
     assert!(sd.is_dir(), "the state dir itself stays");
-    let roots = vmwarden::config::paths::Roots {
+    let roots = Roots {
         config_dir: env.config.clone(),
         runtime_root: env.run.clone(),
         state_root: env.state.clone(),
     };
-    let reg = vmwarden::identity::registry::lookup(&roots, uid(51))
-        .unwrap()
-        .unwrap();
-    assert_eq!(reg.state, vmwarden::identity::registry::State::Retired);
+    let reg = registry::lookup(&roots, uid(51)).unwrap().unwrap();
+    assert_eq!(reg.state, State::Retired);
 
     // Residue under the retired uid: another VM may not take that uid.
     std::fs::write(sd.join("residue"), b"r").unwrap();
@@ -532,12 +532,10 @@ fn purge_needs_a_terminal_keeps_identity_and_retires_the_principal() {
     std::fs::remove_file(sd.join("residue")).unwrap();
     let o = env.probe("other", &["/bin/true"]);
     assert!(o.status.success(), "{}", text(&o));
-    let reg = vmwarden::identity::registry::lookup(&roots, uid(51))
-        .unwrap()
-        .unwrap();
+    let reg = registry::lookup(&roots, uid(51)).unwrap().unwrap();
     assert_eq!(
         (reg.vm.as_str(), reg.generation, reg.state),
-        ("other", 2, vmwarden::identity::registry::State::Active)
+        ("other", 2, State::Active)
     );
     assert_clean(&env, "other");
 }

@@ -17,7 +17,6 @@ import sys
 # Lowest first.
 LAYERS = [
     "config",      # spec, names, roots: imports nothing
-    "error",       # the crate error type
     "host",        # dirs, ownership, mountinfo, procs, net, peer
     "hypervisor",  # argv/config rendering, QMP and HTTP API clients
     "identity",    # principals and the registry
@@ -26,6 +25,7 @@ LAYERS = [
     "control",     # status, wait-ready, stop
     "teardown",    # cleanup, reap, purge, verify-clean
     "unit",        # render-unit
+    "error",       # the crate error: composes every part's own error enum
 ]
 MAX_UPWARD = 2
 

@@ -22,15 +22,18 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    // A bad name exits 1 (EXIT_FAILURE), as every failure of cleanup does.
-    let args: Args = vmwarden::parse_args("vmwarden-cleanup", 1);
+    let args: Args = match vmwarden::parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            // A bad name exits 1, as every failure of cleanup does.
+            vmwarden::report_error("vmwarden-cleanup", &e);
+            return ExitCode::FAILURE;
+        }
+    };
     vmwarden::init_logging(std::env::var("VMWARDEN_LOG").ok().as_deref());
     let roots = Roots::from(&args.roots);
-    if let Err((flag, path, reason)) = roots.validate() {
-        eprintln!(
-            "vmwarden-cleanup: error: {flag} {}: {reason}",
-            path.display()
-        );
+    if let Err(e) = roots.validate() {
+        vmwarden::report_error("vmwarden-cleanup", &e);
         return ExitCode::FAILURE;
     }
     let report = cleanup(&roots, &args.name, ServiceResult::from_env());

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use vmwarden::config::names::VmName;
 use vmwarden::config::paths::{RootArgs, Roots};
-use vmwarden::launch::{self, Options, STEPS};
+use vmwarden::launch::{self, LaunchError, Options, StepError, STEPS};
+use vmwarden::Error;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -35,19 +36,27 @@ struct Args {
     cmd: Vec<String>,
 }
 
+/// Report a failed launch (naming its step) and exit with its status.
+fn fail(e: LaunchError) -> ExitCode {
+    vmwarden::report_launch_error("vmwarden-launch", &e);
+    ExitCode::from(Error::from(e).exit_code())
+}
+
 fn main() -> ExitCode {
     // 1. Single-threaded from here; inherited fds closed, environment captured then cleared.
-    if let Err(e) = vmwarden::launch::sandbox::close_inherited_fds() {
-        vmwarden::report_error("vmwarden-launch", &e);
-        return ExitCode::FAILURE;
+    if let Err(e) = launch::sandbox::close_inherited_fds() {
+        return fail(LaunchError::at(STEPS[0], e));
     }
     let credentials_directory = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
     let fault_after = std::env::var("VMWARDEN_FAULT_AFTER").ok();
     let log = std::env::var("VMWARDEN_LOG").ok();
     // clap reads the VMWARDEN_*_ROOT variables, so parse before clearing.
-    // A bad name is a configuration error: EX_CONFIG, which the unit does
-    // not retry.
-    let args: Args = vmwarden::parse_args("vmwarden-launch", vmwarden::error::EXIT_CONFIG);
+    // A bad name is refused in the first step, as a configuration error
+    // (EX_CONFIG, which the unit does not retry).
+    let args: Args = match vmwarden::parse_args() {
+        Ok(a) => a,
+        Err(e) => return fail(LaunchError::at(STEPS[0], e)),
+    };
     for (k, _) in std::env::vars_os() {
         // SAFETY: the launcher is single-threaded (checked again before the
         // privilege drop); nothing else reads the environment concurrently.
@@ -63,13 +72,12 @@ fn main() -> ExitCode {
     let Some(name) = args.name.clone() else {
         return ExitCode::FAILURE;
     };
+    let usage = |what| fail(LaunchError::at(STEPS[0], StepError::Usage(what)));
     if args.probe && args.cmd.is_empty() {
-        eprintln!("vmwarden-launch: error: --probe needs a command after --");
-        return ExitCode::from(vmwarden::error::EXIT_CONFIG);
+        return usage("--probe needs a command after --");
     }
     if !args.probe && !args.cmd.is_empty() {
-        eprintln!("vmwarden-launch: error: a command after -- needs --probe");
-        return ExitCode::from(vmwarden::error::EXIT_CONFIG);
+        return usage("a command after -- needs --probe");
     }
     let opts = Options {
         name,
@@ -81,9 +89,6 @@ fn main() -> ExitCode {
     };
     match launch::launch(opts) {
         Ok(never) => match never {},
-        Err(e) => {
-            vmwarden::report_error("vmwarden-launch", &e);
-            ExitCode::from(e.exit_code())
-        }
+        Err(e) => fail(e),
     }
 }

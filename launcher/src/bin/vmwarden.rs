@@ -9,7 +9,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use vmwarden::config::names::VmName;
 use vmwarden::config::paths::{RootArgs, Roots};
+use vmwarden::instance::known_vms;
 use vmwarden::teardown::{purge, reap, verify};
+use vmwarden::unit::{self, RenderUnitArgs};
 use vmwarden::{control, Error};
 
 #[derive(Debug, Parser)]
@@ -73,7 +75,7 @@ enum Cmd {
         json: bool,
     },
     /// Print the systemd units for hosts without Nix.
-    RenderUnit(vmwarden::unit::RenderUnitArgs),
+    RenderUnit(RenderUnitArgs),
 }
 
 fn json<T: serde::Serialize>(v: &T) -> String {
@@ -82,9 +84,7 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 
 fn run(cli: Cli) -> Result<ExitCode, Error> {
     let roots = Roots::from(&cli.roots);
-    roots
-        .validate()
-        .map_err(|(flag, path, reason)| Error::Root { flag, path, reason })?;
+    roots.validate()?;
     match cli.cmd {
         Cmd::Status {
             name,
@@ -92,7 +92,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         } => {
             let names = match name {
                 Some(n) => vec![n],
-                None => vmwarden::instance::known_vms(&roots),
+                None => known_vms(&roots),
             };
             let st: Vec<_> = names.iter().map(|n| control::status(&roots, n)).collect();
             if as_json {
@@ -190,12 +190,8 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 None => println!("  no principal to retire could be determined"),
             }
             if !std::io::stdin().is_terminal() {
-                return Err(Error::Usage {
-                    what: "purge".into(),
-                    reason: format!(
-                        "needs a terminal to type {} on; nothing deleted",
-                        purge::CONFIRM_PHRASE
-                    ),
+                return Err(Error::NoTerminal {
+                    phrase: purge::CONFIRM_PHRASE,
                 });
             }
             print!("Type {} to proceed: ", purge::CONFIRM_PHRASE);
@@ -204,7 +200,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             std::io::stdin()
                 .lock()
                 .read_line(&mut line)
-                .map_err(|e| Error::Other(format!("reading confirmation: {e}")))?;
+                .map_err(Error::Confirm)?;
             if line.trim_end_matches(['\n', '\r']) != purge::CONFIRM_PHRASE {
                 println!("purge: not confirmed; nothing deleted");
                 return Ok(ExitCode::FAILURE);
@@ -256,8 +252,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             // --dropin reads specs from the same config dir as every command.
             args.config_dir
                 .get_or_insert_with(|| roots.config_dir.clone());
-            let text =
-                vmwarden::unit::render_unit(&args).map_err(|e| Error::Other(e.to_string()))?;
+            let text = unit::render_unit(&args)?;
             print!("{text}");
             Ok(ExitCode::SUCCESS)
         }
@@ -265,8 +260,14 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
 }
 
 fn main() -> ExitCode {
-    // A bad name exits 1, like every refused command.
-    let cli: Cli = vmwarden::parse_args("vmwarden", 1);
+    let cli: Cli = match vmwarden::parse_args() {
+        Ok(c) => c,
+        Err(e) => {
+            // A bad name exits 1, like every refused command.
+            vmwarden::report_error("vmwarden", &e);
+            return ExitCode::FAILURE;
+        }
+    };
     vmwarden::init_logging(std::env::var("VMWARDEN_LOG").ok().as_deref());
     match run(cli) {
         Ok(c) => c,

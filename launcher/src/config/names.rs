@@ -215,6 +215,17 @@ impl NameError {
     }
 }
 
+/// A command-line argument whose name type refused its value:
+/// `<NAME>: VM name "a/b" must match …`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{arg}: {error}")]
+pub struct ArgNameError {
+    /// The argument as clap shows it (`<NAME>`, `--dropin <NAME>`).
+    pub arg: String,
+    #[source]
+    pub error: NameError,
+}
+
 /// A name held as a `String` that passed `$check` (`$rule` otherwise):
 /// `parse`, `as_str`, `Display` and `Debug` as the string, `AsRef<str>`,
 /// `AsRef<Path>`, `FromStr` (clap's `value_parser`), serde as a string
@@ -412,6 +423,8 @@ impl serde::Serialize for Mac {
 
 #[cfg(test)]
 mod tests {
+    use serde::de::DeserializeOwned;
+
     use super::*;
 
     #[test]
@@ -476,7 +489,7 @@ mod tests {
             + fmt::Display
             + fmt::Debug
             + serde::Serialize
-            + serde::de::DeserializeOwned,
+            + DeserializeOwned,
     {
         for s in ok {
             let v: T = s.parse().unwrap_or_else(|e| panic!("{s:?}: {e}"));

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::names::VmName;
+use crate::config::names::{check_abs_normalised, VmName};
 
 pub const DEFAULT_CONFIG_DIR: &str = "/etc/vmwarden/vms";
 pub const DEFAULT_RUNTIME_ROOT: &str = "/run/vmwarden";
@@ -24,6 +24,15 @@ pub const API_SOCKET: &str = "api.sock";
 pub const FIRECRACKER_CONFIG: &str = "firecracker.json";
 /// Inside the state root: the principal registry (root 0700).
 pub const PRINCIPALS_DIR: &str = ".principals";
+
+/// A root flag that cannot be used (`EX_CONFIG`).
+#[derive(Debug, thiserror::Error)]
+#[error("{flag} {path}: {reason}")]
+pub struct RootError {
+    pub flag: &'static str,
+    pub path: PathBuf,
+    pub reason: &'static str,
+}
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RootArgs {
@@ -98,16 +107,20 @@ impl Roots {
     }
     /// Checks every root is absolute and normalised; a relative root would
     /// make every later openat walk depend on the working directory.
-    pub fn validate(&self) -> Result<(), (String, PathBuf, &'static str)> {
+    pub fn validate(&self) -> Result<(), RootError> {
         for (flag, p) in [
             ("--config-dir", &self.config_dir),
             ("--runtime-root", &self.runtime_root),
             ("--state-root", &self.state_root),
         ] {
-            crate::config::names::check_abs_normalised(p)
-                .map_err(|r| (flag.to_string(), p.clone(), r))?;
+            let refuse = |reason| RootError {
+                flag,
+                path: p.clone(),
+                reason,
+            };
+            check_abs_normalised(p).map_err(refuse)?;
             if p == Path::new("/") {
-                return Err((flag.to_string(), p.clone(), "must not be /"));
+                return Err(refuse("must not be /"));
             }
         }
         Ok(())

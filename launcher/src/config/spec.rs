@@ -14,13 +14,14 @@ use serde::{Deserialize, Serialize};
 use crate::config::names::{
     check_abs_normalised, BridgeName, CredentialName, Mac, NameError, TapName, VmName,
 };
+use crate::config::rules;
 
 /// Largest spec file accepted.
 pub const MAX_SPEC_BYTES: u64 = 64 * 1024;
 /// fw_cfg file names are at most 55 bytes (56 with the NUL) in QEMU.
-pub const FW_CFG_NAME_MAX: usize = crate::config::rules::FW_CFG_NAME_MAX;
+pub const FW_CFG_NAME_MAX: usize = rules::FW_CFG_NAME_MAX;
 /// Prefix systemd's guest side reads credentials from.
-pub const FW_CFG_CREDENTIAL_PREFIX: &str = crate::config::rules::FW_CFG_CREDENTIAL_PREFIX;
+pub const FW_CFG_CREDENTIAL_PREFIX: &str = rules::FW_CFG_CREDENTIAL_PREFIX;
 /// Largest credential file copied into the VM's tmpfs.
 pub const MAX_CREDENTIAL_BYTES: u64 = 1024 * 1024;
 /// Longest kernel command line accepted.
@@ -660,7 +661,7 @@ mod tests {
 
     #[test]
     fn paths_must_be_absolute_and_normalised() {
-        assert!(check_abs_normalised(Path::new("/a/b")).is_ok());
+        check_abs_normalised(Path::new("/a/b")).unwrap();
         for bad in ["a/b", "/a/../b", "/a/./b", "/a//b", "/a/b/", ""] {
             assert!(check_abs_normalised(Path::new(bad)).is_err(), "{bad}");
         }

@@ -10,7 +10,70 @@ use nix::fcntl::{openat, OFlag, AT_FDCWD};
 use nix::sys::stat::{fchmod, fstat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{fchown, Gid, Uid};
 
-use crate::error::{Error, Result, SysContext};
+use crate::config::names::check_abs_normalised;
+use crate::host::sys::{IoContext, IoError, SysContext, SysError};
+
+/// Why a path vmwarden owns was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// The path is relative or not normalised (the reason says which).
+    #[error("{0}")]
+    NotNormalised(&'static str),
+    #[error("is a symlink; vmwarden never follows symlinks on its own paths")]
+    Symlink,
+    #[error("is not a directory")]
+    NotADirectory,
+    #[error("is owned by uid {found}, expected uid {expected}; fix or remove it by hand")]
+    ForeignOwner { found: u32, expected: u32 },
+    #[error("has mode {mode:04o}, looser than {wanted:04o}; its contents cannot be trusted, fix or remove it by hand")]
+    LooseMode { mode: u32, wanted: u32 },
+    #[error("vanished while it was being created")]
+    Vanished,
+    #[error("has no parent directory")]
+    NoParent,
+    #[error("has no UTF-8 file name")]
+    NoFileName,
+    #[error("is not a regular file of at most {max} bytes")]
+    NotASmallFile { max: u64 },
+}
+
+/// An error of the directory functions: a refused path, or a failed call.
+#[derive(Debug, thiserror::Error)]
+pub enum DirError {
+    #[error("{path}: refused: {why}")]
+    Refused { path: PathBuf, why: Refusal },
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    #[error(transparent)]
+    Io(#[from] IoError),
+}
+
+impl DirError {
+    fn refused(path: impl Into<PathBuf>, why: Refusal) -> DirError {
+        DirError::Refused {
+            path: path.into(),
+            why,
+        }
+    }
+
+    /// A component of the path does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self,
+            DirError::Sys(SysError {
+                errno: Errno::ENOENT,
+                ..
+            })
+        )
+    }
+
+    /// A refusal of the path itself (`EX_CONFIG`: starting again will not help).
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, DirError::Refused { .. })
+    }
+}
+
+type Result<T, E = DirError> = std::result::Result<T, E>;
 
 const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_DIRECTORY)
@@ -44,7 +107,7 @@ pub struct Dir {
 
 impl Dir {
     pub fn stat(&self) -> Result<FileStat> {
-        fstat(self.fd.as_fd()).sys("fstat", &self.path)
+        Ok(fstat(self.fd.as_fd()).sys("fstat", &self.path)?)
     }
 }
 
@@ -55,10 +118,7 @@ fn is_dir(st: &FileStat) -> bool {
 /// Open an absolute, normalised path as a directory, component by component,
 /// never following a symlink.
 pub fn open_dir(path: &Path) -> Result<Dir> {
-    crate::config::names::check_abs_normalised(path).map_err(|reason| Error::Refused {
-        path: path.to_path_buf(),
-        reason: reason.to_string(),
-    })?;
+    check_abs_normalised(path).map_err(|r| DirError::refused(path, Refusal::NotNormalised(r)))?;
     let mut fd = openat(AT_FDCWD, "/", DIR_FLAGS, Mode::empty()).sys("open", "/")?;
     let mut so_far = PathBuf::from("/");
     for c in path.components() {
@@ -75,7 +135,7 @@ pub fn open_dir(path: &Path) -> Result<Dir> {
 
 /// Why `parent/name` could not be opened as a directory, in words: with
 /// `O_DIRECTORY|O_NOFOLLOW` a symlink fails with ENOTDIR or ELOOP.
-fn not_a_dir(parent: &OwnedFd, name: &OsStr, path: &Path) -> Error {
+fn not_a_dir(parent: &OwnedFd, name: &OsStr, path: &Path) -> DirError {
     let is_link = nix::sys::stat::fstatat(
         parent.as_fd(),
         name,
@@ -83,21 +143,21 @@ fn not_a_dir(parent: &OwnedFd, name: &OsStr, path: &Path) -> Error {
     )
     .map(|st| SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFLNK)
     .unwrap_or(false);
-    Error::Refused {
-        path: path.to_path_buf(),
-        reason: if is_link {
-            "is a symlink; vmwarden never follows symlinks on its own paths".into()
+    DirError::refused(
+        path,
+        if is_link {
+            Refusal::Symlink
         } else {
-            "is not a directory".into()
+            Refusal::NotADirectory
         },
-    }
+    )
 }
 
 fn open_child_dir(parent: &OwnedFd, name: &OsStr, path: &Path) -> Result<OwnedFd> {
     match openat(parent.as_fd(), name, DIR_FLAGS, Mode::empty()) {
         Ok(fd) => Ok(fd),
         Err(Errno::ELOOP | Errno::ENOTDIR) => Err(not_a_dir(parent, name, path)),
-        Err(e) => Err(e).sys("open directory", path),
+        Err(e) => Err(e).sys("open directory", path).map_err(Into::into),
     }
 }
 
@@ -108,7 +168,7 @@ pub fn open_existing(parent: &Dir, name: &str) -> Result<Option<Dir>> {
         Ok(fd) => Ok(Some(Dir { fd, path })),
         Err(Errno::ENOENT) => Ok(None),
         Err(Errno::ELOOP | Errno::ENOTDIR) => Err(not_a_dir(&parent.fd, OsStr::new(name), &path)),
-        Err(e) => Err(e).sys("open directory", path),
+        Err(e) => Err(e).sys("open directory", path).map_err(Into::into),
     }
 }
 
@@ -117,29 +177,26 @@ pub fn open_existing(parent: &Dir, name: &str) -> Result<Option<Dir>> {
 fn check(dir: &Dir, want: &Want) -> Result<FileStat> {
     let st = dir.stat()?;
     if !is_dir(&st) {
-        return Err(Error::Refused {
-            path: dir.path.clone(),
-            reason: "is not a directory".into(),
-        });
+        return Err(DirError::refused(&dir.path, Refusal::NotADirectory));
     }
     if st.st_uid != want.uid {
-        return Err(Error::Refused {
-            path: dir.path.clone(),
-            reason: format!(
-                "is owned by uid {}, expected uid {}; fix or remove it by hand",
-                st.st_uid, want.uid
-            ),
-        });
+        return Err(DirError::refused(
+            &dir.path,
+            Refusal::ForeignOwner {
+                found: st.st_uid,
+                expected: want.uid,
+            },
+        ));
     }
     let mode = st.st_mode & 0o7777;
     if mode & !want.mode != 0 && want.loose == Loose::Refuse {
-        return Err(Error::Refused {
-            path: dir.path.clone(),
-            reason: format!(
-                "has mode {mode:04o}, looser than {:04o}; its contents cannot be trusted, fix or remove it by hand",
-                want.mode
-            ),
-        });
+        return Err(DirError::refused(
+            &dir.path,
+            Refusal::LooseMode {
+                mode,
+                wanted: want.mode,
+            },
+        ));
     }
     Ok(st)
 }
@@ -164,10 +221,7 @@ pub fn preflight(path: &Path, want: &Want) -> Result<()> {
     let (parent, name) = match split_parent(path) {
         Ok(x) => x,
         // A missing parent is created later, like the directory itself.
-        Err(Error::Sys {
-            errno: Errno::ENOENT,
-            ..
-        }) => return Ok(()),
+        Err(e) if e.is_not_found() => return Ok(()),
         Err(e) => return Err(e),
     };
     match open_existing(&parent, &name)? {
@@ -184,16 +238,11 @@ pub fn ensure(parent: &Dir, name: &str, want: &Want) -> Result<(Dir, bool)> {
     let created = match mkdirat(parent.fd.as_fd(), name, Mode::from_bits_truncate(0o700)) {
         Ok(()) => true,
         Err(Errno::EEXIST) => false,
-        Err(e) => return Err(e).sys("mkdir", path),
+        Err(e) => return Err(e).sys("mkdir", path).map_err(Into::into),
     };
     let dir = match open_existing(parent, name)? {
         Some(d) => d,
-        None => {
-            return Err(Error::Refused {
-                path,
-                reason: "vanished while it was being created".into(),
-            })
-        }
+        None => return Err(DirError::refused(path, Refusal::Vanished)),
     };
     if created {
         fchown(
@@ -211,17 +260,13 @@ pub fn ensure(parent: &Dir, name: &str, want: &Want) -> Result<(Dir, bool)> {
 /// Open the parent of `path` (walked without symlinks) and return it with
 /// the final component.
 pub fn split_parent(path: &Path) -> Result<(Dir, String)> {
-    let parent = path.parent().ok_or_else(|| Error::Refused {
-        path: path.to_path_buf(),
-        reason: "has no parent directory".into(),
-    })?;
+    let parent = path
+        .parent()
+        .ok_or_else(|| DirError::refused(path, Refusal::NoParent))?;
     let name = path
         .file_name()
         .and_then(|n| n.to_str())
-        .ok_or_else(|| Error::Refused {
-            path: path.to_path_buf(),
-            reason: "has no UTF-8 file name".into(),
-        })?;
+        .ok_or_else(|| DirError::refused(path, Refusal::NoFileName))?;
     Ok((open_dir(parent)?, name.to_string()))
 }
 
@@ -238,7 +283,7 @@ pub fn durable_write(dir: &Dir, name: &str, bytes: &[u8], mode: u32) -> Result<(
         nix::unistd::UnlinkatFlags::NoRemoveDir,
     ) {
         Ok(()) | Err(Errno::ENOENT) => {}
-        Err(e) => return Err(e).sys("unlink", &tmp_path),
+        Err(e) => return Err(e).sys("unlink", &tmp_path).map_err(Into::into),
     }
     let fd = openat(
         dir.fd.as_fd(),
@@ -248,11 +293,7 @@ pub fn durable_write(dir: &Dir, name: &str, bytes: &[u8], mode: u32) -> Result<(
     )
     .sys("create", &tmp_path)?;
     let mut f = std::fs::File::from(fd);
-    f.write_all(bytes).map_err(|source| Error::Io {
-        op: "write",
-        path: tmp_path.clone(),
-        source,
-    })?;
+    f.write_all(bytes).io("write", &tmp_path)?;
     nix::unistd::fsync(f.as_fd()).sys("fsync", &tmp_path)?;
     drop(f);
     nix::fcntl::renameat(dir.fd.as_fd(), tmp.as_str(), dir.fd.as_fd(), name)
@@ -276,24 +317,11 @@ pub fn read_small(dir: &Dir, name: &str, max: u64) -> Result<Option<Vec<u8>>> {
         r => r.sys("open", &path)?,
     };
     let f = std::fs::File::from(fd);
-    let md = f.metadata().map_err(|source| Error::Io {
-        op: "stat",
-        path: path.clone(),
-        source,
-    })?;
+    let md = f.metadata().io("stat", &path)?;
     if !md.is_file() || md.len() > max {
-        return Err(Error::Refused {
-            path,
-            reason: format!("is not a regular file of at most {max} bytes"),
-        });
+        return Err(DirError::refused(path, Refusal::NotASmallFile { max }));
     }
     let mut bytes = Vec::new();
-    f.take(max)
-        .read_to_end(&mut bytes)
-        .map_err(|source| Error::Io {
-            op: "read",
-            path,
-            source,
-        })?;
+    f.take(max).read_to_end(&mut bytes).io("read", path)?;
     Ok(Some(bytes))
 }

@@ -8,3 +8,4 @@ pub mod net;
 pub mod ownership;
 pub mod peer;
 pub mod procs;
+pub mod sys;

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use crate::config::names::VmName;
+use crate::config::paths::CREDENTIALS_DIR;
 
 /// Mount source given to a VM's credential tmpfs: identifies it in every
 /// namespace's mountinfo.
@@ -97,10 +98,8 @@ pub fn is_credential_mount(m: &Mount, name: Option<&VmName>) -> bool {
 /// [`is_credential_mount`]).
 pub fn credential_mount_vm(m: &Mount) -> Option<VmName> {
     let vm = VmName::parse(m.source.strip_prefix(CREDENTIAL_SOURCE_PREFIX)?).ok()?;
-    (m.fstype == "tmpfs"
-        && m.mount_point
-            .ends_with(format!("{vm}/{}", crate::config::paths::CREDENTIALS_DIR)))
-    .then_some(vm)
+    (m.fstype == "tmpfs" && m.mount_point.ends_with(format!("{vm}/{}", CREDENTIALS_DIR)))
+        .then_some(vm)
 }
 
 /// Thread ids of every process (a process whose main thread has exited

@@ -17,23 +17,22 @@
 //! look for in `/sys/class/net`.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::PathBuf;
 
 use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST,
+    DecodeError, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST,
 };
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
 use crate::config::names::{TapName, TAP_PREFIX};
-use crate::error::{Error, Result};
+use crate::host::sys::{IoContext, IoError, SysContext, SysError};
 
 pub const TUN_DEVICE: &str = "/dev/net/tun";
 pub const SYS_CLASS_NET: &str = "/sys/class/net";
 
 // include/uapi/linux/if_tun.h
-const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const TUNSETIFF: libc::Ioctl = 0x4004_54ca;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
@@ -49,8 +48,51 @@ struct IfReq {
     _pad: [u8; 22],
 }
 
-fn net_err(what: impl Into<String>, op: &'static str, source: std::io::Error) -> Error {
-    Error::Net {
+/// A network interface operation that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("network interface {what}: {op}: {source}")]
+    Link {
+        what: String,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("network interface {what}: {op}: {source}")]
+    Decode {
+        what: String,
+        op: &'static str,
+        #[source]
+        source: DecodeError,
+    },
+    #[error("network interface {name}: TUNSETIFF: kernel named the tap {got:?}")]
+    Renamed { name: String, got: String },
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    #[error(transparent)]
+    Io(#[from] IoError),
+}
+
+impl NetError {
+    /// None is a refusal (`EX_CONFIG`): tap names are `TapName`s, refused
+    /// where they were parsed.
+    pub fn is_refusal(&self) -> bool {
+        false
+    }
+
+    /// The kernel's errno for a failed link operation.
+    fn link_errno(&self) -> Option<i32> {
+        match self {
+            NetError::Link { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+type Result<T, E = NetError> = std::result::Result<T, E>;
+
+fn net_err(what: impl Into<String>, op: &'static str, source: std::io::Error) -> NetError {
+    NetError::Link {
         what: what.into(),
         op,
         source,
@@ -58,6 +100,7 @@ fn net_err(what: impl Into<String>, op: &'static str, source: std::io::Error) ->
 }
 
 /// A blocking rtnetlink socket.
+#[derive(Debug)]
 pub struct Rtnl {
     sock: Socket,
     seq: u32,
@@ -109,8 +152,13 @@ impl Rtnl {
                 .map_err(|e| net_err(what, op, e))?;
             let mut off = 0;
             while off < data.len() {
-                let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data[off..])
-                    .map_err(|e| net_err(what, op, std::io::Error::other(e.to_string())))?;
+                let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data[off..]).map_err(
+                    |source| NetError::Decode {
+                        what: what.to_string(),
+                        op,
+                        source,
+                    },
+                )?;
                 let len = m.header.length as usize;
                 if len == 0 {
                     break;
@@ -164,14 +212,7 @@ impl Rtnl {
                     controller,
                 }))
             }
-            Err(Error::Net { source, .. })
-                if matches!(
-                    source.raw_os_error(),
-                    Some(libc::ENODEV) | Some(libc::ENOENT)
-                ) =>
-            {
-                Ok(None)
-            }
+            Err(e) if matches!(e.link_errno(), Some(libc::ENODEV | libc::ENOENT)) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -204,9 +245,7 @@ impl Rtnl {
         m.header.index = index;
         match self.request(name, "RTM_DELLINK", RouteNetlinkMessage::DelLink(m), 0) {
             Ok(_) => Ok(true),
-            Err(Error::Net { source, .. }) if source.raw_os_error() == Some(libc::ENODEV) => {
-                Ok(false)
-            }
+            Err(e) if e.link_errno() == Some(libc::ENODEV) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -220,9 +259,7 @@ impl Rtnl {
         m.header.index = l.index;
         match self.request(name, "RTM_DELLINK", RouteNetlinkMessage::DelLink(m), 0) {
             Ok(_) => Ok(true),
-            Err(Error::Net { source, .. }) if source.raw_os_error() == Some(libc::ENODEV) => {
-                Ok(false)
-            }
+            Err(e) if e.link_errno() == Some(libc::ENODEV) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -244,11 +281,7 @@ pub fn create_tap(tap: &TapName) -> Result<Tap> {
         .read(true)
         .write(true)
         .open(TUN_DEVICE)
-        .map_err(|source| Error::Io {
-            op: "open",
-            path: PathBuf::from(TUN_DEVICE),
-            source,
-        })?;
+        .io("open", TUN_DEVICE)?;
     let mut req = IfReq {
         name: [0; 16],
         flags: IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_TUN_EXCL,
@@ -258,20 +291,16 @@ pub fn create_tap(tap: &TapName) -> Result<Tap> {
     // SAFETY: TUNSETIFF reads and writes one `struct ifreq`; `req` is a
     // properly sized, initialised #[repr(C)] ifreq that outlives the call,
     // and the fd is a valid open /dev/net/tun. The return value is checked.
-    let rc = unsafe { libc::ioctl(f.as_raw_fd(), TUNSETIFF as _, &mut req as *mut IfReq) };
+    let rc = unsafe { libc::ioctl(f.as_raw_fd(), TUNSETIFF, std::ptr::addr_of_mut!(req)) };
     if rc < 0 {
         return Err(net_err(name, "TUNSETIFF", std::io::Error::last_os_error()));
     }
     let got = req.name.split(|b| *b == 0).next().unwrap_or(&[]);
     if got != name.as_bytes() {
-        return Err(net_err(
-            name,
-            "TUNSETIFF",
-            std::io::Error::other(format!(
-                "kernel named the tap {:?}",
-                String::from_utf8_lossy(got)
-            )),
-        ));
+        return Err(NetError::Renamed {
+            name: name.to_string(),
+            got: String::from_utf8_lossy(got).into_owned(),
+        });
     }
     Ok(Tap {
         name: tap.clone(),
@@ -282,11 +311,8 @@ pub fn create_tap(tap: &TapName) -> Result<Tap> {
 /// Clear close-on-exec on exactly `fd` (a tap the hypervisor inherits).
 pub fn inherit_across_exec(fd: &OwnedFd) -> Result<i32> {
     use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-    fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).map_err(|errno| Error::Sys {
-        op: "fcntl(F_SETFD, 0) on a tap fd",
-        path: PathBuf::from(TUN_DEVICE),
-        errno,
-    })?;
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))
+        .sys("fcntl(F_SETFD, 0) on a tap fd", TUN_DEVICE)?;
     Ok(fd.as_raw_fd())
 }
 

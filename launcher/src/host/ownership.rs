@@ -100,13 +100,44 @@ fn is_dir_mode(mode: u32) -> bool {
 /// root's cleanup recurse until its stack overflows.
 pub const MAX_DEPTH: usize = 64;
 
+/// Why an entry could not be removed (a [`Failed`] entry's reason).
+#[derive(Debug, thiserror::Error)]
+pub enum RemoveError {
+    /// `stat`, `open`, `read directory`, `rmdir`, `unlink`.
+    #[error("{op}: {errno}")]
+    Sys {
+        op: &'static str,
+        #[source]
+        errno: Errno,
+    },
+    #[error("nested deeper than {MAX_DEPTH} directories; not descending")]
+    TooDeep,
+    #[error("is a mount point (another file system); not descending")]
+    MountPoint,
+    /// Entries of a directory that could not be removed (so neither could it).
+    #[error("{}", children_text(.0))]
+    Children(Vec<(PathBuf, RemoveError)>),
+}
+
+fn children_text(children: &[(PathBuf, RemoveError)]) -> String {
+    children
+        .iter()
+        .map(|(p, e)| format!("{}: {e}", p.display()))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn sys(op: &'static str) -> impl FnOnce(Errno) -> RemoveError {
+    move |errno| RemoveError::Sys { op, errno }
+}
+
 /// Remove `parent/name` recursively on `parent`'s file system only.
 fn remove_at(
     parent: &std::os::fd::OwnedFd,
     dev: u64,
     name: &str,
     path: &Path,
-) -> Result<(), String> {
+) -> Result<(), RemoveError> {
     remove_at_depth(parent, dev, name, path, 0)
 }
 
@@ -116,20 +147,18 @@ fn remove_at_depth(
     name: &str,
     path: &Path,
     depth: usize,
-) -> Result<(), String> {
+) -> Result<(), RemoveError> {
     let st = match fstatat(parent.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => st,
         Err(Errno::ENOENT) => return Ok(()),
-        Err(e) => return Err(format!("stat: {e}")),
+        Err(e) => return Err(sys("stat")(e)),
     };
     if is_dir_mode(st.st_mode) {
         if depth >= MAX_DEPTH {
-            return Err(format!(
-                "nested deeper than {MAX_DEPTH} directories; not descending"
-            ));
+            return Err(RemoveError::TooDeep);
         }
         if st.st_dev != dev {
-            return Err("is a mount point (another file system); not descending".into());
+            return Err(RemoveError::MountPoint);
         }
         let fd = openat(
             parent.as_fd(),
@@ -137,25 +166,24 @@ fn remove_at_depth(
             OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| format!("open: {e}"))?;
+        .map_err(sys("open"))?;
         let child = Dir {
             fd,
             path: path.to_path_buf(),
         };
-        let names = entries(&child).map_err(|e| format!("read directory: {e}"))?;
+        let names = entries(&child).map_err(sys("read directory"))?;
         let mut errs = Vec::new();
         for n in names {
             if let Err(e) = remove_at_depth(&child.fd, dev, &n, &path.join(&n), depth + 1) {
-                errs.push(format!("{}: {e}", path.join(&n).display()));
+                errs.push((path.join(&n), e));
             }
         }
         if !errs.is_empty() {
-            return Err(errs.join("; "));
+            return Err(RemoveError::Children(errs));
         }
-        unlinkat(parent.as_fd(), name, UnlinkatFlags::RemoveDir).map_err(|e| format!("rmdir: {e}"))
+        unlinkat(parent.as_fd(), name, UnlinkatFlags::RemoveDir).map_err(sys("rmdir"))
     } else {
-        unlinkat(parent.as_fd(), name, UnlinkatFlags::NoRemoveDir)
-            .map_err(|e| format!("unlink: {e}"))
+        unlinkat(parent.as_fd(), name, UnlinkatFlags::NoRemoveDir).map_err(sys("unlink"))
     }
 }
 
@@ -193,7 +221,10 @@ pub fn delete_entries(dir: &Dir, names: &[String], skip: Option<&str>) -> Outcom
         }
         match remove_at(&dir.fd, dev, n, &path) {
             Ok(()) => reported.push((n.clone(), path)),
-            Err(reason) => out.failed.push(Failed { path, reason }),
+            Err(e) => out.failed.push(Failed {
+                path,
+                reason: e.to_string(),
+            }),
         }
     }
     for (n, path) in reported {

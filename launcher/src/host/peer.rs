@@ -9,11 +9,67 @@
 use std::io::{BufRead, Read};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
 
 /// Longest line (QMP message, HTTP header block) accepted from a VM.
 pub const MAX_MESSAGE: u64 = 64 * 1024;
+
+/// Why a control socket could not be talked to.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    #[error("{sock} has no parent directory")]
+    NoParent { sock: PathBuf },
+    #[error("stat {dir}: {source}")]
+    StatDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{dir} is not a directory")]
+    NotADirectory { dir: PathBuf },
+    /// `socket`, `SO_SNDTIMEO`, `address`, `connect`, `SO_PEERCRED`.
+    #[error("{op}: {errno}")]
+    Sys {
+        op: &'static str,
+        #[source]
+        errno: Errno,
+    },
+    #[error("connect: no answer within {timeout:?} (backlog full)")]
+    Backlog { timeout: Duration },
+    #[error("the peer on {sock} runs as uid {peer}, not as uid {owner} which owns {dir}; refusing to talk to it (a symlink planted by the VM?)")]
+    WrongPeer {
+        sock: PathBuf,
+        peer: u32,
+        owner: u32,
+        dir: PathBuf,
+    },
+    #[error("timed out")]
+    TimedOut,
+    /// `set timeout`, `read`.
+    #[error("{op}: {source}")]
+    Io {
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("message longer than {MAX_MESSAGE} bytes")]
+    TooLong,
+    #[error("connection closed mid-message")]
+    ClosedMidMessage,
+    #[error("message is not UTF-8")]
+    NotUtf8,
+}
+
+fn sys(op: &'static str) -> impl FnOnce(Errno) -> PeerError {
+    move |errno| PeerError::Sys { op, errno }
+}
+
+fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> PeerError {
+    move |source| PeerError::Io { op, source }
+}
 
 /// Connect to `sock` and check that the process on the other end runs as
 /// the uid owning the socket's directory (the VM's principal). A socket
@@ -22,13 +78,18 @@ pub const MAX_MESSAGE: u64 = 64 * 1024;
 /// `timeout` bounds the connect itself (`SO_SNDTIMEO` applies to a Unix
 /// stream connect): a VM can fill its own listener's backlog, and a plain
 /// blocking connect would then wait forever.
-pub fn connect(sock: &Path, timeout: Duration) -> Result<UnixStream, String> {
-    let dir = sock
-        .parent()
-        .ok_or_else(|| format!("{} has no parent directory", sock.display()))?;
-    let dmd = std::fs::symlink_metadata(dir).map_err(|e| format!("stat {}: {e}", dir.display()))?;
+pub fn connect(sock: &Path, timeout: Duration) -> Result<UnixStream, PeerError> {
+    let dir = sock.parent().ok_or_else(|| PeerError::NoParent {
+        sock: sock.to_path_buf(),
+    })?;
+    let dmd = std::fs::symlink_metadata(dir).map_err(|source| PeerError::StatDir {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
     if !dmd.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
+        return Err(PeerError::NotADirectory {
+            dir: dir.to_path_buf(),
+        });
     }
     use nix::sys::socket::{self as so, sockopt};
     let fd = so::socket(
@@ -37,32 +98,33 @@ pub fn connect(sock: &Path, timeout: Duration) -> Result<UnixStream, String> {
         so::SockFlag::SOCK_CLOEXEC,
         None,
     )
-    .map_err(|e| format!("socket: {e}"))?;
+    .map_err(sys("socket"))?;
+    // A zero SO_SNDTIMEO means "no timeout": a zero timeout becomes 1 µs.
+    let micros = timeout
+        .subsec_micros()
+        .max(if timeout.is_zero() { 1 } else { 0 });
     let tv = nix::sys::time::TimeVal::new(
-        timeout.as_secs() as _,
-        timeout
-            .subsec_micros()
-            .max(if timeout.is_zero() { 1 } else { 0 }) as _,
+        libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        libc::suseconds_t::from(micros),
     );
-    so::setsockopt(&fd, sockopt::SendTimeout, &tv).map_err(|e| format!("SO_SNDTIMEO: {e}"))?;
-    let addr = so::UnixAddr::new(sock).map_err(|e| format!("address: {e}"))?;
+    so::setsockopt(&fd, sockopt::SendTimeout, &tv).map_err(sys("SO_SNDTIMEO"))?;
+    let addr = so::UnixAddr::new(sock).map_err(sys("address"))?;
     so::connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr).map_err(|e| match e {
-        nix::errno::Errno::EAGAIN | nix::errno::Errno::EINPROGRESS => {
-            format!("connect: no answer within {timeout:?} (backlog full)")
-        }
-        e => format!("connect: {e}"),
+        Errno::EAGAIN | Errno::EINPROGRESS => PeerError::Backlog { timeout },
+        errno => PeerError::Sys {
+            op: "connect",
+            errno,
+        },
     })?;
     let s = UnixStream::from(fd);
-    let cred = nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
-        .map_err(|e| format!("SO_PEERCRED: {e}"))?;
+    let cred = so::getsockopt(&s, sockopt::PeerCredentials).map_err(sys("SO_PEERCRED"))?;
     if cred.uid() != dmd.uid() {
-        return Err(format!(
-            "the peer on {} runs as uid {}, not as uid {} which owns {}; refusing to talk to it (a symlink planted by the VM?)",
-            sock.display(),
-            cred.uid(),
-            dmd.uid(),
-            dir.display()
-        ));
+        return Err(PeerError::WrongPeer {
+            sock: sock.to_path_buf(),
+            peer: cred.uid(),
+            owner: dmd.uid(),
+            dir: dir.to_path_buf(),
+        });
     }
     Ok(s)
 }
@@ -73,36 +135,36 @@ pub fn read_line<R: BufRead>(
     r: &mut R,
     stream: &UnixStream,
     deadline: Instant,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, PeerError> {
     let mut buf = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err("timed out".into());
+            return Err(PeerError::TimedOut);
         }
         stream
             .set_read_timeout(Some(left.max(Duration::from_millis(1))))
-            .map_err(|e| format!("set timeout: {e}"))?;
+            .map_err(io("set timeout"))?;
         let room = MAX_MESSAGE + 1 - buf.len() as u64;
         let n = r
             .by_ref()
             .take(room)
             .read_until(b'\n', &mut buf)
-            .map_err(|e| format!("read: {e}"))?;
+            .map_err(io("read"))?;
         if buf.len() as u64 > MAX_MESSAGE {
-            return Err(format!("message longer than {MAX_MESSAGE} bytes"));
+            return Err(PeerError::TooLong);
         }
         if n == 0 {
             return if buf.is_empty() {
                 Ok(None)
             } else {
-                Err("connection closed mid-message".into())
+                Err(PeerError::ClosedMidMessage)
             };
         }
         if buf.ends_with(b"\n") {
             return String::from_utf8(buf)
                 .map(Some)
-                .map_err(|_| "message is not UTF-8".into());
+                .map_err(|_| PeerError::NotUtf8);
         }
     }
 }

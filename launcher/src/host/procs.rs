@@ -1,7 +1,20 @@
 //! The /proc and cgroup scans: which tasks run as a uid, which pids a unit's
 //! cgroup holds. Only facts about the host; verdicts are `instance::liveness`.
 
+use nix::errno::Errno;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
 use crate::config::names::VmName;
+
+/// SIGKILL process `pid`. A pid that `kill(2)` would read as a process group
+/// or as "every process" (0, or one past `i32::MAX`) is refused with EINVAL.
+pub fn sigkill(pid: u32) -> nix::Result<()> {
+    match i32::try_from(pid) {
+        Ok(p) if p > 0 => kill(Pid::from_raw(p), Signal::SIGKILL),
+        _ => Err(Errno::EINVAL),
+    }
+}
 
 /// Pids of live (non-zombie) processes whose real, effective, saved or fs
 /// uid is `uid`.

@@ -6,13 +6,85 @@
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::config::spec::HypervisorKind;
+use crate::host::peer::{self, PeerError};
 
 /// Largest response accepted (headers + body).
-const MAX_RESPONSE: usize = crate::host::peer::MAX_MESSAGE as usize;
+const MAX_RESPONSE: usize = peer::MAX_MESSAGE as usize;
+
+/// Why the bytes read are not an HTTP response.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("connection closed before the response headers ended")]
+    HeadersUnterminated,
+    #[error("not an HTTP response: {status_line:?}")]
+    NotHttp { status_line: String },
+    #[error("bad status line {status_line:?}")]
+    BadStatusLine { status_line: String },
+    #[error("body ended after {got} of {expected} bytes")]
+    ShortBody { got: usize, expected: usize },
+}
+
+/// A control API request that failed; every variant names the socket, and
+/// those after the connect the request (`GET /api/v1/vm.info`).
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("control API {path}: {source}")]
+    Connect {
+        path: PathBuf,
+        #[source]
+        source: PeerError,
+    },
+    #[error("control API {path}: set timeout: {source}")]
+    SetTimeout {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `write`, `read`.
+    #[error("control API {path}: {request}: {op}: {source}")]
+    Transfer {
+        path: PathBuf,
+        request: String,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("control API {path}: {request}: no complete response within {timeout:?}")]
+    Timeout {
+        path: PathBuf,
+        request: String,
+        timeout: Duration,
+    },
+    #[error("control API {path}: {request}: response over {MAX_RESPONSE} bytes")]
+    TooLarge { path: PathBuf, request: String },
+    #[error("control API {path}: {request}: {source}")]
+    Http {
+        path: PathBuf,
+        request: String,
+        #[source]
+        source: HttpError,
+    },
+    #[error("control API {path}: {request}: HTTP {status}: {body}")]
+    Status {
+        path: PathBuf,
+        request: String,
+        status: u16,
+        body: String,
+    },
+    #[error("control API {path}: {request}: bad JSON: {source}")]
+    BadJson {
+        path: PathBuf,
+        request: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+type Result<T, E = ApiError> = std::result::Result<T, E>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
@@ -23,13 +95,6 @@ pub struct Response {
 impl Response {
     pub fn ok(&self) -> bool {
         (200..300).contains(&self.status)
-    }
-}
-
-fn err(path: &Path, reason: impl Into<String>) -> Error {
-    Error::Api {
-        path: path.to_path_buf(),
-        reason: reason.into(),
     }
 }
 
@@ -48,10 +113,10 @@ pub fn render_request(method: &str, uri: &str, body: Option<&str>) -> Vec<u8> {
 }
 
 /// Parse one response from the bytes read so far. `Ok(None)`: incomplete.
-pub fn parse_response(buf: &[u8], eof: bool) -> std::result::Result<Option<Response>, String> {
+pub fn parse_response(buf: &[u8], eof: bool) -> Result<Option<Response>, HttpError> {
     let Some(hend) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
         return if eof {
-            Err("connection closed before the response headers ended".into())
+            Err(HttpError::HeadersUnterminated)
         } else {
             Ok(None)
         };
@@ -62,12 +127,17 @@ pub fn parse_response(buf: &[u8], eof: bool) -> std::result::Result<Option<Respo
     let mut parts = status_line.splitn(3, ' ');
     let version = parts.next().unwrap_or("");
     if !version.starts_with("HTTP/1.") {
-        return Err(format!("not an HTTP response: {status_line:?}"));
+        return Err(HttpError::NotHttp {
+            status_line: status_line.to_string(),
+        });
     }
-    let status: u16 = parts
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
+    let status: u16 =
+        parts
+            .next()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| HttpError::BadStatusLine {
+                status_line: status_line.to_string(),
+            })?;
     let mut content_length: Option<usize> = None;
     for l in lines {
         if let Some((k, v)) = l.split_once(':') {
@@ -80,7 +150,12 @@ pub fn parse_response(buf: &[u8], eof: bool) -> std::result::Result<Option<Respo
     let body = match content_length {
         Some(n) if body.len() >= n => &body[..n],
         Some(_) if !eof => return Ok(None),
-        Some(n) => return Err(format!("body ended after {} of {n} bytes", body.len())),
+        Some(n) => {
+            return Err(HttpError::ShortBody {
+                got: body.len(),
+                expected: n,
+            })
+        }
         // No length: 204/304 and friends have no body; otherwise read to EOF.
         None if status == 204 || status == 304 || (100..200).contains(&status) => &[][..],
         None if !eof => return Ok(None),
@@ -100,39 +175,60 @@ pub fn request(
     body: Option<&str>,
     timeout: Duration,
 ) -> Result<Response> {
-    let deadline = std::time::Instant::now() + timeout;
-    let mut s: UnixStream = crate::host::peer::connect(sock, timeout).map_err(|e| err(sock, e))?;
-    s.set_write_timeout(Some(timeout))
-        .map_err(|e| err(sock, format!("set timeout: {e}")))?;
+    let deadline = Instant::now() + timeout;
+    let path = || sock.to_path_buf();
+    let request = || format!("{method} {uri}");
+    let set_timeout = |source| ApiError::SetTimeout {
+        path: path(),
+        source,
+    };
+    let transfer = |op| {
+        move |source| ApiError::Transfer {
+            path: path(),
+            request: request(),
+            op,
+            source,
+        }
+    };
+    let mut s: UnixStream = peer::connect(sock, timeout).map_err(|source| ApiError::Connect {
+        path: path(),
+        source,
+    })?;
+    s.set_write_timeout(Some(timeout)).map_err(set_timeout)?;
     s.write_all(&render_request(method, uri, body))
-        .map_err(|e| err(sock, format!("{method} {uri}: write: {e}")))?;
+        .map_err(transfer("write"))?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
-        if std::time::Instant::now() > deadline {
-            return Err(err(
-                sock,
-                format!("{method} {uri}: no complete response within {timeout:?}"),
-            ));
+        if Instant::now() > deadline {
+            return Err(ApiError::Timeout {
+                path: path(),
+                request: request(),
+                timeout,
+            });
         }
         // Each read gets only what is left of the overall deadline.
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let left = deadline.saturating_duration_since(Instant::now());
         s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
-            .map_err(|e| err(sock, format!("set timeout: {e}")))?;
-        let n = s
-            .read(&mut chunk)
-            .map_err(|e| err(sock, format!("{method} {uri}: read: {e}")))?;
+            .map_err(set_timeout)?;
+        let n = s.read(&mut chunk).map_err(transfer("read"))?;
         buf.extend_from_slice(&chunk[..n]);
         if buf.len() > MAX_RESPONSE {
-            return Err(err(
-                sock,
-                format!("{method} {uri}: response over {MAX_RESPONSE} bytes"),
-            ));
+            return Err(ApiError::TooLarge {
+                path: path(),
+                request: request(),
+            });
         }
         match parse_response(&buf, n == 0) {
             Ok(Some(r)) => return Ok(r),
             Ok(None) => {}
-            Err(e) => return Err(err(sock, format!("{method} {uri}: {e}"))),
+            Err(source) => {
+                return Err(ApiError::Http {
+                    path: path(),
+                    request: request(),
+                    source,
+                })
+            }
         }
     }
 }
@@ -147,10 +243,12 @@ pub fn expect_ok(
 ) -> Result<Response> {
     let r = request(sock, method, uri, body, timeout)?;
     if !r.ok() {
-        return Err(err(
-            sock,
-            format!("{method} {uri}: HTTP {}: {}", r.status, r.body.trim()),
-        ));
+        return Err(ApiError::Status {
+            path: sock.to_path_buf(),
+            request: format!("{method} {uri}"),
+            status: r.status,
+            body: r.body.trim().to_string(),
+        });
     }
     Ok(r)
 }
@@ -162,18 +260,18 @@ pub fn answers(sock: &Path) -> bool {
 
 /// The VM's state from its API: cloud-hypervisor `GET /api/v1/vm.info`,
 /// firecracker `GET /`; both answer JSON with a `state` field.
-pub fn vm_state(
-    sock: &Path,
-    kind: crate::config::spec::HypervisorKind,
-    timeout: Duration,
-) -> Result<String> {
+pub fn vm_state(sock: &Path, kind: HypervisorKind, timeout: Duration) -> Result<String> {
     let uri = match kind {
-        crate::config::spec::HypervisorKind::CloudHypervisor => "/api/v1/vm.info",
+        HypervisorKind::CloudHypervisor => "/api/v1/vm.info",
         _ => "/",
     };
     let r = expect_ok(sock, "GET", uri, None, timeout)?;
-    let v: serde_json::Value = serde_json::from_str(&r.body)
-        .map_err(|e| err(sock, format!("GET {uri}: bad JSON: {e}")))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&r.body).map_err(|source| ApiError::BadJson {
+            path: sock.to_path_buf(),
+            request: format!("GET {uri}"),
+            source,
+        })?;
     Ok(v.get("state")
         .and_then(|s| s.as_str())
         .unwrap_or("unknown")
@@ -206,7 +304,7 @@ mod tests {
             parse_response(&full[..full.len() - 3], false).unwrap(),
             None
         );
-        assert!(parse_response(&full[..full.len() - 3], true).is_err());
+        parse_response(&full[..full.len() - 3], true).unwrap_err();
         let nc = b"HTTP/1.1 204 No Content\r\nServer: Firecracker API\r\n\r\n";
         assert_eq!(parse_response(nc, false).unwrap().unwrap().status, 204);
         let to_eof = b"HTTP/1.0 400 Bad Request\r\n\r\nnope";
@@ -214,8 +312,8 @@ mod tests {
         let r = parse_response(to_eof, true).unwrap().unwrap();
         assert_eq!((r.status, r.body.as_str()), (400, "nope"));
         assert!(!r.ok());
-        assert!(parse_response(b"SSH-2.0-x\r\n\r\n", false).is_err());
-        assert!(parse_response(b"", true).is_err());
+        parse_response(b"SSH-2.0-x\r\n\r\n", false).unwrap_err();
+        parse_response(b"", true).unwrap_err();
     }
 
     #[test]
@@ -239,7 +337,7 @@ mod tests {
         });
         let st = vm_state(
             &sock,
-            crate::config::spec::HypervisorKind::CloudHypervisor,
+            HypervisorKind::CloudHypervisor,
             Duration::from_secs(5),
         )
         .unwrap();

@@ -228,6 +228,7 @@ pub fn qemu_has_seccomp(binary: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::names::{Mac, VmName};
     use crate::config::spec::*;
 
     fn spec() -> Spec {
@@ -275,10 +276,7 @@ mod tests {
             ..layout()
         };
         let argv = qemu_argv(&s, &l, true);
-        let derived = crate::config::names::Mac::derived(
-            &"web".parse().unwrap(),
-            &"vmw-web1".parse().unwrap(),
-        );
+        let derived = Mac::derived(&"web".parse().unwrap(), &"vmw-web1".parse().unwrap());
         let tail: Vec<&str> = argv[argv.len() - 10..].iter().map(|x| x.as_str()).collect();
         assert_eq!(
             tail,
@@ -319,10 +317,7 @@ mod tests {
             tap_fds: vec![5, 6],
             ..layout()
         };
-        let derived = crate::config::names::Mac::derived(
-            &"web".parse().unwrap(),
-            &"vmw-web1".parse().unwrap(),
-        );
+        let derived = Mac::derived(&"web".parse().unwrap(), &"vmw-web1".parse().unwrap());
         let want = [
             "/usr/bin/cloud-hypervisor",
             "--api-socket",
@@ -402,7 +397,7 @@ mod tests {
     #[test]
     fn spec_refuses_what_these_hypervisors_cannot_do_safely() {
         let p = Path::new("/etc/vmwarden/vms/web.json");
-        let web = &crate::config::names::VmName::parse("web").unwrap();
+        let web = &VmName::parse("web").unwrap();
         // Credentials on cloud-hypervisor: the reason is the command line.
         let mut s = ch_spec();
         s.credentials = spec().credentials;

@@ -8,8 +8,57 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::error::{Error, Result};
+use crate::host::peer::{self, PeerError};
 
+/// A QMP conversation that failed; every variant names the socket.
+#[derive(Debug, thiserror::Error)]
+pub enum QmpError {
+    /// Connecting (peer check included) or reading a message.
+    #[error("QMP {path}: {source}")]
+    Peer {
+        path: PathBuf,
+        #[source]
+        source: PeerError,
+    },
+    /// `set timeout`, `dup`, `write`.
+    #[error("QMP {path}: {op}: {source}")]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("QMP {path}: connection closed")]
+    Closed { path: PathBuf },
+    #[error("QMP {path}: bad JSON {line:?}: {source}")]
+    BadJson {
+        path: PathBuf,
+        line: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("QMP {path}: {source}")]
+    Encode {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("QMP {path}: unexpected greeting {greeting}")]
+    Greeting { path: PathBuf, greeting: Value },
+    /// The command's `error` reply.
+    #[error("QMP {path}: {cmd}: {error}")]
+    Command {
+        path: PathBuf,
+        cmd: String,
+        error: Value,
+    },
+    #[error("QMP {path}: timed out waiting for event {event}")]
+    EventTimeout { path: PathBuf, event: String },
+}
+
+type Result<T, E = QmpError> = std::result::Result<T, E>;
+
+#[derive(Debug)]
 pub struct Qmp {
     path: PathBuf,
     timeout: Duration,
@@ -20,10 +69,21 @@ pub struct Qmp {
 }
 
 impl Qmp {
-    fn err(path: &Path, reason: impl Into<String>) -> Error {
-        Error::Qmp {
+    fn peer_err(path: &Path) -> impl FnOnce(PeerError) -> QmpError + '_ {
+        move |source| QmpError::Peer {
             path: path.to_path_buf(),
-            reason: reason.into(),
+            source,
+        }
+    }
+
+    fn io_err<'a>(
+        path: &'a Path,
+        op: &'static str,
+    ) -> impl FnOnce(std::io::Error) -> QmpError + 'a {
+        move |source| QmpError::Io {
+            path: path.to_path_buf(),
+            op,
+            source,
         }
     }
 
@@ -31,12 +91,10 @@ impl Qmp {
     /// [`crate::host::peer::connect`]), read the greeting and negotiate
     /// capabilities. Every command gets `timeout` as an overall deadline.
     pub fn connect(path: &Path, timeout: Duration) -> Result<Qmp> {
-        let s = crate::host::peer::connect(path, timeout).map_err(|e| Self::err(path, e))?;
+        let s = peer::connect(path, timeout).map_err(Self::peer_err(path))?;
         s.set_write_timeout(Some(timeout))
-            .map_err(|e| Self::err(path, format!("set timeout: {e}")))?;
-        let writer = s
-            .try_clone()
-            .map_err(|e| Self::err(path, format!("dup: {e}")))?;
+            .map_err(Self::io_err(path, "set timeout"))?;
+        let writer = s.try_clone().map_err(Self::io_err(path, "dup"))?;
         let mut q = Qmp {
             path: path.to_path_buf(),
             timeout,
@@ -47,7 +105,10 @@ impl Qmp {
         };
         let g = q.read_msg(Instant::now() + timeout)?;
         if g.get("QMP").is_none() {
-            return Err(Self::err(path, format!("unexpected greeting {g}")));
+            return Err(QmpError::Greeting {
+                path: path.to_path_buf(),
+                greeting: g,
+            });
         }
         q.greeting = g;
         q.execute("qmp_capabilities", None)?;
@@ -59,12 +120,17 @@ impl Qmp {
         let stream = self
             .writer
             .try_clone()
-            .map_err(|e| Self::err(&self.path, format!("dup: {e}")))?;
-        let line = crate::host::peer::read_line(&mut self.reader, &stream, deadline)
-            .map_err(|e| Self::err(&self.path, e))?
-            .ok_or_else(|| Self::err(&self.path, "connection closed"))?;
-        serde_json::from_str(&line)
-            .map_err(|e| Self::err(&self.path, format!("bad JSON {line:?}: {e}")))
+            .map_err(Self::io_err(&self.path, "dup"))?;
+        let line = peer::read_line(&mut self.reader, &stream, deadline)
+            .map_err(Self::peer_err(&self.path))?
+            .ok_or_else(|| QmpError::Closed {
+                path: self.path.clone(),
+            })?;
+        serde_json::from_str(&line).map_err(|source| QmpError::BadJson {
+            path: self.path.clone(),
+            line,
+            source,
+        })
     }
 
     /// Run a command; returns its `return` value. Events seen meanwhile are kept.
@@ -73,12 +139,14 @@ impl Qmp {
         if let Some(a) = args {
             msg["arguments"] = a;
         }
-        let mut bytes =
-            serde_json::to_vec(&msg).map_err(|e| Self::err(&self.path, e.to_string()))?;
+        let mut bytes = serde_json::to_vec(&msg).map_err(|source| QmpError::Encode {
+            path: self.path.clone(),
+            source,
+        })?;
         bytes.extend_from_slice(b"\r\n");
         self.writer
             .write_all(&bytes)
-            .map_err(|e| Self::err(&self.path, format!("write: {e}")))?;
+            .map_err(Self::io_err(&self.path, "write"))?;
         let deadline = Instant::now() + self.timeout;
         loop {
             let m = self.read_msg(deadline)?;
@@ -87,7 +155,11 @@ impl Qmp {
                 continue;
             }
             if let Some(e) = m.get("error") {
-                return Err(Self::err(&self.path, format!("{cmd}: {e}")));
+                return Err(QmpError::Command {
+                    path: self.path.clone(),
+                    cmd: cmd.to_string(),
+                    error: e.clone(),
+                });
             }
             return Ok(m.get("return").cloned().unwrap_or(Value::Null));
         }
@@ -118,9 +190,9 @@ impl Qmp {
                 Err(e) => return Err(e),
             }
         }
-        Err(Self::err(
-            &self.path,
-            format!("timed out waiting for event {name}"),
-        ))
+        Err(QmpError::EventTimeout {
+            path: self.path.clone(),
+            event: name.to_string(),
+        })
     }
 }

@@ -6,20 +6,21 @@
 
 use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
 use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
 
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
+use crate::config::rules;
 use crate::config::spec::{Accel, Spec};
-use crate::error::{Error, Result};
 
 /// Groups whose members can read raw disks, logs or shadow, administer the
 /// host or become root. A VM principal in any of them is refused. The list
 /// is `[groups] privileged` in `units/rules.toml`, shared with the NixOS
 /// module.
-pub const PRIVILEGED_GROUPS: &[&str] = crate::config::rules::PRIVILEGED_GROUPS;
+pub const PRIVILEGED_GROUPS: &[&str] = rules::PRIVILEGED_GROUPS;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
@@ -40,12 +41,68 @@ impl Principal {
     }
 }
 
-fn perr(who: &str, reason: impl Into<String>) -> Error {
-    Error::Principal {
+/// A principal refused, or one that cannot be resolved: always `EX_CONFIG`.
+#[derive(Debug, thiserror::Error)]
+#[error("principal {principal}: {problem}")]
+pub struct PrincipalError {
+    /// The principal as the spec or the registry names it.
+    pub principal: String,
+    #[source]
+    pub problem: Box<Problem>,
+}
+
+/// What is wrong with a principal.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    /// NSS failed to answer for a user or group (`kind` says which).
+    #[error("looking up {kind} {name:?}: {errno}")]
+    Lookup {
+        kind: &'static str,
+        name: String,
+        #[source]
+        errno: Errno,
+    },
+    #[error("field `principal.user`: user {0:?} does not exist")]
+    NoSuchUser(String),
+    #[error("field `principal.group`: group {0:?} does not exist")]
+    NoSuchGroup(String),
+    /// `needs` names the missing alternatives (`` `user` or `uid` ``).
+    #[error("field `principal`: needs {needs}")]
+    Incomplete { needs: &'static str },
+    #[error("field `principal`: resolves to uid 0; a VM never runs as root")]
+    RootUid,
+    #[error("field `principal`: resolves to gid 0; a VM never runs with the root group")]
+    RootGid,
+    #[error("is a member of group 0 (root); refused")]
+    RootGroupMember,
+    #[error(
+        "is a member of the privileged group {name:?} (gid {gid}); a VM principal must not be"
+    )]
+    PrivilegedGroup { name: String, gid: u32 },
+    #[error("uid {uid} is also the principal of VM {vm:?} ({}); every VM needs its own principal", .spec.display())]
+    Shared { uid: u32, vm: String, spec: PathBuf },
+    /// The uid was another VM's and that VM left residue (see the registry).
+    #[error("uid {uid} {was} VM {vm:?} (generation {generation}) and that VM's residue still exists: {}; remove it with `vmwarden purge {vm}` or give VM {name:?} its own uid", .residue.join(", "))]
+    Residue {
+        uid: u32,
+        /// "was retired with" or "belongs to".
+        was: &'static str,
+        vm: String,
+        generation: u64,
+        residue: Vec<String>,
+        /// The VM being launched.
+        name: String,
+    },
+}
+
+fn perr(who: &str, problem: Problem) -> PrincipalError {
+    PrincipalError {
         principal: who.to_string(),
-        reason: reason.into(),
+        problem: Box::new(problem),
     }
 }
+
+type Result<T, E = PrincipalError> = std::result::Result<T, E>;
 
 /// Resolve the uid/gid a spec names (NSS for names), without policy checks.
 pub fn resolve_ids(spec: &Spec) -> Result<(u32, u32, Option<String>)> {
@@ -54,13 +111,17 @@ pub fn resolve_ids(spec: &Spec) -> Result<(u32, u32, Option<String>)> {
     let (uid, user) = match (&p.user, p.uid) {
         (Some(name), _) => {
             let u = User::from_name(name)
-                .map_err(|e| perr(&who, format!("looking up user {name:?}: {e}")))?
-                .ok_or_else(|| {
+                .map_err(|errno| {
                     perr(
                         &who,
-                        format!("field `principal.user`: user {name:?} does not exist"),
+                        Problem::Lookup {
+                            kind: "user",
+                            name: name.clone(),
+                            errno,
+                        },
                     )
-                })?;
+                })?
+                .ok_or_else(|| perr(&who, Problem::NoSuchUser(name.clone())))?;
             (u.uid.as_raw(), Some(name.clone()))
         }
         (None, Some(uid)) => {
@@ -70,21 +131,39 @@ pub fn resolve_ids(spec: &Spec) -> Result<(u32, u32, Option<String>)> {
                 .map(|u| u.name);
             (uid, name)
         }
-        (None, None) => return Err(perr(&who, "field `principal`: needs `user` or `uid`")),
+        (None, None) => {
+            return Err(perr(
+                &who,
+                Problem::Incomplete {
+                    needs: "`user` or `uid`",
+                },
+            ))
+        }
     };
     let gid = match (&p.group, p.gid) {
         (Some(name), _) => Group::from_name(name)
-            .map_err(|e| perr(&who, format!("looking up group {name:?}: {e}")))?
-            .ok_or_else(|| {
+            .map_err(|errno| {
                 perr(
                     &who,
-                    format!("field `principal.group`: group {name:?} does not exist"),
+                    Problem::Lookup {
+                        kind: "group",
+                        name: name.clone(),
+                        errno,
+                    },
                 )
             })?
+            .ok_or_else(|| perr(&who, Problem::NoSuchGroup(name.clone())))?
             .gid
             .as_raw(),
         (None, Some(gid)) => gid,
-        (None, None) => return Err(perr(&who, "field `principal`: needs `group` or `gid`")),
+        (None, None) => {
+            return Err(perr(
+                &who,
+                Problem::Incomplete {
+                    needs: "`group` or `gid`",
+                },
+            ))
+        }
     };
     Ok((uid, gid, user))
 }
@@ -104,16 +183,10 @@ pub fn resolve(spec: &Spec, roots: &Roots) -> Result<Principal> {
     let who = spec.principal_display();
     let (uid, gid, user) = resolve_ids(spec)?;
     if uid == 0 {
-        return Err(perr(
-            &who,
-            "field `principal`: resolves to uid 0; a VM never runs as root",
-        ));
+        return Err(perr(&who, Problem::RootUid));
     }
     if gid == 0 {
-        return Err(perr(
-            &who,
-            "field `principal`: resolves to gid 0; a VM never runs with the root group",
-        ));
+        return Err(perr(&who, Problem::RootGid));
     }
     // Primary and supplementary groups must not be privileged.
     let mut member_of = vec![gid];
@@ -128,27 +201,18 @@ pub fn resolve(spec: &Spec, roots: &Roots) -> Result<Principal> {
     member_of.dedup();
     for g in &member_of {
         if *g == 0 {
-            return Err(perr(&who, "is a member of group 0 (root); refused"));
+            return Err(perr(&who, Problem::RootGroupMember));
         }
         if let Some(name) = group_name(*g) {
             if PRIVILEGED_GROUPS.contains(&name.as_str()) {
-                return Err(perr(
-                    &who,
-                    format!("is a member of the privileged group {name:?} (gid {g}); a VM principal must not be"),
-                ));
+                return Err(perr(&who, Problem::PrivilegedGroup { name, gid: *g }));
             }
         }
     }
     // Shared with another VM's principal?
-    if let Some(other) = uid_owner_elsewhere(roots, &spec.name, uid) {
-        return Err(perr(
-            &who,
-            format!(
-                "uid {uid} is also the principal of VM {:?} ({}); every VM needs its own principal",
-                other.0,
-                other.1.display()
-            ),
-        ));
+    if let Some((vm, spec)) = uid_owner_elsewhere(roots, &spec.name, uid) {
+        let vm = vm.to_string();
+        return Err(perr(&who, Problem::Shared { uid, vm, spec }));
     }
     let mut groups = Vec::new();
     if spec.hypervisor.accel == Accel::Kvm {
@@ -173,11 +237,7 @@ pub fn kvm_device_group(dev: &Path) -> Option<u32> {
 
 /// Another VM in the config dir whose principal resolves to `uid`.
 /// Specs that cannot be read are skipped (they are not this VM's to judge).
-pub fn uid_owner_elsewhere(
-    roots: &Roots,
-    name: &VmName,
-    uid: u32,
-) -> Option<(VmName, std::path::PathBuf)> {
+pub fn uid_owner_elsewhere(roots: &Roots, name: &VmName, uid: u32) -> Option<(VmName, PathBuf)> {
     for (other, path, spec) in configured_specs(roots) {
         if &other == name {
             continue;
@@ -194,7 +254,7 @@ pub fn uid_owner_elsewhere(
 
 /// Every `NAME.json` in the config dir with a valid VM name, parsed when
 /// possible (`None` when the spec cannot be read or parsed).
-pub fn configured_specs(roots: &Roots) -> Vec<(VmName, std::path::PathBuf, Option<Spec>)> {
+pub fn configured_specs(roots: &Roots) -> Vec<(VmName, PathBuf, Option<Spec>)> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir(&roots.config_dir) else {
         return out;

@@ -3,12 +3,63 @@
 //! generation. Retiring a principal leaves a tombstone, so a uid is never
 //! silently handed to another VM while the old VM's files still exist.
 
+use std::path::PathBuf;
+
 use serde::{Deserialize, Serialize};
 
 use crate::config::names::VmName;
 use crate::config::paths::{Roots, PRINCIPALS_DIR};
-use crate::error::{Error, Result};
-use crate::host::dirs::{self, Dir, Loose, Want};
+use crate::host::dirs::{self, Dir, DirError, Loose, Want};
+use crate::host::procs::processes_of_uid;
+use crate::host::sys::IoError;
+use crate::identity::principal::{Principal, PrincipalError, Problem};
+
+/// A registry that cannot be read or written, or a launch it refuses.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error(transparent)]
+    Dir(#[from] DirError),
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error(
+        "{path}: refused: principal record cannot be parsed ({source}); fix or remove it by hand"
+    )]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: refused: cannot serialise the principal record: {source}")]
+    Serialise {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: refused: tombstone did not read back as written (found {found:?})")]
+    TombstoneMismatch {
+        path: PathBuf,
+        found: Option<Record>,
+    },
+    /// The uid still belongs to another VM's residue.
+    #[error(transparent)]
+    Principal(#[from] PrincipalError),
+}
+
+impl RegistryError {
+    /// A record or a principal refused (`EX_CONFIG`).
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            RegistryError::Dir(e) => e.is_refusal(),
+            RegistryError::Io(_) => false,
+            RegistryError::Parse { .. }
+            | RegistryError::Serialise { .. }
+            | RegistryError::TombstoneMismatch { .. }
+            | RegistryError::Principal(_) => true,
+        }
+    }
+}
+
+type Result<T, E = RegistryError> = std::result::Result<T, E>;
 
 const MAX_RECORD: u64 = 16 * 1024;
 
@@ -46,13 +97,10 @@ fn registry_want() -> Want {
 fn open_registry(roots: &Roots) -> Result<Option<Dir>> {
     let state_root = match dirs::open_dir(&roots.state_root) {
         Ok(d) => d,
-        Err(Error::Sys {
-            errno: nix::errno::Errno::ENOENT,
-            ..
-        }) => return Ok(None),
-        Err(e) => return Err(e),
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e.into()),
     };
-    dirs::open_existing(&state_root, PRINCIPALS_DIR)
+    Ok(dirs::open_existing(&state_root, PRINCIPALS_DIR)?)
 }
 
 /// The record for `uid`, if any.
@@ -66,9 +114,9 @@ pub fn lookup(roots: &Roots, uid: u32) -> Result<Option<Record>> {
     };
     serde_json::from_slice(&bytes)
         .map(Some)
-        .map_err(|e| Error::Refused {
+        .map_err(|source| RegistryError::Parse {
             path: dir.path.join(name),
-            reason: format!("principal record cannot be parsed ({e}); fix or remove it by hand"),
+            source,
         })
 }
 
@@ -78,7 +126,7 @@ pub fn all(roots: &Roots) -> Result<Vec<Record>> {
         return Ok(Vec::new());
     };
     let mut out = Vec::new();
-    let rd = std::fs::read_dir(&dir.path).map_err(|source| Error::Io {
+    let rd = std::fs::read_dir(&dir.path).map_err(|source| IoError {
         op: "read_dir",
         path: dir.path.clone(),
         source,
@@ -112,7 +160,7 @@ pub fn residue(roots: &Roots, vm: &VmName, uid: u32) -> Vec<String> {
             out.push(format!("{} ({n} entries)", sd.display()));
         }
     }
-    let pids = crate::host::procs::processes_of_uid(uid);
+    let pids = processes_of_uid(uid);
     if !pids.is_empty() {
         out.push(format!("processes {pids:?} running as uid {uid}"));
     }
@@ -120,11 +168,7 @@ pub fn residue(roots: &Roots, vm: &VmName, uid: u32) -> Vec<String> {
 }
 
 /// Refuse a launch whose uid belonged to a different VM that left residue.
-pub fn check_launch(
-    roots: &Roots,
-    name: &VmName,
-    p: &crate::identity::principal::Principal,
-) -> Result<()> {
+pub fn check_launch(roots: &Roots, name: &VmName, p: &Principal) -> Result<()> {
     let Some(rec) = lookup(roots, p.uid)? else {
         return Ok(());
     };
@@ -135,31 +179,27 @@ pub fn check_launch(
     if left.is_empty() {
         return Ok(());
     }
-    let what = match rec.state {
-        State::Retired => "was retired with VM",
-        State::Active => "belongs to VM",
+    let was = match rec.state {
+        State::Retired => "was retired with",
+        State::Active => "belongs to",
     };
-    Err(Error::Principal {
+    Err(PrincipalError {
         principal: p.display(),
-        reason: format!(
-            "uid {} {what} {:?} (generation {}) and that VM's residue still exists: {}; remove it with `vmwarden purge {}` or give VM {name:?} its own uid",
-            p.uid,
-            rec.vm,
-            rec.generation,
-            left.join(", "),
-            rec.vm
-        ),
-    })
+        problem: Box::new(Problem::Residue {
+            uid: p.uid,
+            was,
+            vm: rec.vm.to_string(),
+            generation: rec.generation,
+            residue: left,
+            name: name.to_string(),
+        }),
+    }
+    .into())
 }
 
 /// Record that `uid` belongs to `name` (a new generation when it belonged to
 /// another VM or was retired).
-pub fn register(
-    roots: &Roots,
-    state_root: &Dir,
-    name: &VmName,
-    p: &crate::identity::principal::Principal,
-) -> Result<()> {
+pub fn register(roots: &Roots, state_root: &Dir, name: &VmName, p: &Principal) -> Result<()> {
     let (dir, _) = dirs::ensure(state_root, PRINCIPALS_DIR, &registry_want())?;
     let prev = lookup(roots, p.uid)?;
     let generation = match &prev {
@@ -180,12 +220,17 @@ pub fn register(
 }
 
 fn write(dir: &Dir, rec: &Record) -> Result<()> {
-    let mut bytes = serde_json::to_vec_pretty(rec).map_err(|e| Error::Refused {
+    let mut bytes = serde_json::to_vec_pretty(rec).map_err(|source| RegistryError::Serialise {
         path: dir.path.join(record_name(rec.uid)),
-        reason: format!("cannot serialise the principal record: {e}"),
+        source,
     })?;
     bytes.push(b'\n');
-    dirs::durable_write(dir, &record_name(rec.uid), &bytes, 0o600)
+    Ok(dirs::durable_write(
+        dir,
+        &record_name(rec.uid),
+        &bytes,
+        0o600,
+    )?)
 }
 
 /// Turn the registration of `uid` into a tombstone. Fails closed: an error
@@ -208,9 +253,9 @@ pub fn retire(roots: &Roots, name: &VmName, uid: u32) -> Result<Record> {
     write(&dir, &rec)?;
     match lookup(roots, uid)? {
         Some(r) if r == rec => Ok(rec),
-        other => Err(Error::Refused {
+        found => Err(RegistryError::TombstoneMismatch {
             path: dir.path.join(record_name(uid)),
-            reason: format!("tombstone did not read back as written (found {other:?})"),
+            found,
         }),
     }
 }

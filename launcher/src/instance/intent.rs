@@ -8,10 +8,49 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::names::TapName;
 use crate::config::paths::INTENT_FILE;
-use crate::error::{Error, IoContext, Result};
-use crate::host::dirs::Dir;
+use crate::config::spec::HypervisorKind;
+use crate::host::dirs::{self, Dir, DirError};
+use crate::host::sys::{IoContext, IoError};
 
 pub const MAX_INTENT_BYTES: u64 = 256 * 1024;
+
+/// An intent record that cannot be made, written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum IntentError {
+    /// Drawing the instance id.
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error("intent record {path}: {source}")]
+    Encode {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Write(#[from] DirError),
+    #[error("intent record {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: DirError,
+    },
+    #[error("intent record {path}: cannot be parsed: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl IntentError {
+    /// Never a refusal of the configuration: the record is launch's own.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            IntentError::Write(e) => e.is_refusal(),
+            _ => false,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -59,7 +98,7 @@ pub struct Intent {
     /// The hypervisor kind (absent in records written before it existed:
     /// those are QEMU's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hypervisor: Option<crate::config::spec::HypervisorKind>,
+    pub hypervisor: Option<HypervisorKind>,
     pub resources: Vec<Resource>,
 }
 
@@ -83,7 +122,7 @@ pub fn boot_id() -> String {
         .unwrap_or_default()
 }
 
-pub fn new_instance_id() -> Result<String> {
+pub fn new_instance_id() -> Result<String, IntentError> {
     let mut b = [0u8; 16];
     let mut f = std::fs::File::open("/dev/urandom").io("open", "/dev/urandom")?;
     std::io::Read::read_exact(&mut f, &mut b).io("read", "/dev/urandom")?;
@@ -92,33 +131,32 @@ pub fn new_instance_id() -> Result<String> {
 
 impl Intent {
     /// Write durably into `rundir` (root 0600).
-    pub fn write(&self, rundir: &Dir) -> Result<()> {
-        let mut bytes = serde_json::to_vec_pretty(self).map_err(|e| Error::Intent {
+    pub fn write(&self, rundir: &Dir) -> Result<(), IntentError> {
+        let mut bytes = serde_json::to_vec_pretty(self).map_err(|source| IntentError::Encode {
             path: rundir.path.join(INTENT_FILE),
-            reason: e.to_string(),
+            source,
         })?;
         bytes.push(b'\n');
-        crate::host::dirs::durable_write(rundir, INTENT_FILE, &bytes, 0o600)
+        Ok(dirs::durable_write(rundir, INTENT_FILE, &bytes, 0o600)?)
     }
 
     /// Read the record. `Ok(None)` when there is none; an unreadable or
     /// unparsable record is an error (the caller keeps what it cannot read).
-    pub fn read(rundir: &Dir) -> Result<Option<Intent>> {
+    pub fn read(rundir: &Dir) -> Result<Option<Intent>, IntentError> {
         let path = rundir.path.join(INTENT_FILE);
-        let Some(bytes) = crate::host::dirs::read_small(rundir, INTENT_FILE, MAX_INTENT_BYTES)
-            .map_err(|e| Error::Intent {
-                path: path.clone(),
-                reason: e.to_string(),
+        let Some(bytes) =
+            dirs::read_small(rundir, INTENT_FILE, MAX_INTENT_BYTES).map_err(|source| {
+                IntentError::Read {
+                    path: path.clone(),
+                    source,
+                }
             })?
         else {
             return Ok(None);
         };
         serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| Error::Intent {
-                path,
-                reason: format!("cannot be parsed: {e}"),
-            })
+            .map_err(|source| IntentError::Parse { path, source })
     }
 
     pub fn path(runtime_dir: &Path) -> PathBuf {

@@ -11,8 +11,32 @@ use nix::fcntl::{fcntl, openat, FcntlArg, FdFlag, Flock, FlockArg, OFlag};
 use nix::sys::stat::{fchmod, fstat, fstatat, Mode, SFlag};
 
 use crate::config::paths::LEASE_FILE;
-use crate::error::{Error, Result, SysContext};
 use crate::host::dirs::Dir;
+use crate::host::sys::{SysContext, SysError};
+
+/// A lease file that is refused, or a lock call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("{path}: refused: is a symlink")]
+    Symlink { path: PathBuf },
+    #[error("{path}: refused: is not a regular file")]
+    NotARegularFile { path: PathBuf },
+    #[error("{path}: refused: is owned by uid {uid}, expected root")]
+    NotRootOwned { path: PathBuf, uid: u32 },
+    #[error("{path}: refused: kept changing while the lease was being taken")]
+    Unstable { path: PathBuf },
+    #[error(transparent)]
+    Sys(#[from] SysError),
+}
+
+impl LeaseError {
+    /// A lease file refused (`EX_CONFIG`).
+    pub fn is_refusal(&self) -> bool {
+        !matches!(self, LeaseError::Sys(_))
+    }
+}
+
+type Result<T, E = LeaseError> = std::result::Result<T, E>;
 
 /// A held lease. Dropping it releases the lock (error paths); `execve`
 /// hands it to the hypervisor (see [`Lease::inherit_across_exec`]).
@@ -35,15 +59,12 @@ pub enum LeaseState {
 fn check_lock_file(path: &PathBuf, file: &File) -> Result<()> {
     let st = fstat(file.as_fd()).sys("fstat", path)?;
     if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) != SFlag::S_IFREG {
-        return Err(Error::Refused {
-            path: path.clone(),
-            reason: "is not a regular file".into(),
-        });
+        return Err(LeaseError::NotARegularFile { path: path.clone() });
     }
     if st.st_uid != 0 {
-        return Err(Error::Refused {
+        return Err(LeaseError::NotRootOwned {
             path: path.clone(),
-            reason: format!("is owned by uid {}, expected root", st.st_uid),
+            uid: st.st_uid,
         });
     }
     if st.st_mode & 0o7777 != 0o600 {
@@ -84,12 +105,7 @@ impl Lease {
                 OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
                 Mode::from_bits_truncate(0o600),
             ) {
-                Err(Errno::ELOOP) => {
-                    return Err(Error::Refused {
-                        path,
-                        reason: "is a symlink".into(),
-                    })
-                }
+                Err(Errno::ELOOP) => return Err(LeaseError::Symlink { path }),
                 r => r.sys("open lease", &path)?,
             };
             let file = File::from(fd);
@@ -97,7 +113,7 @@ impl Lease {
             let lock = match lock_exclusive_retrying(file) {
                 Ok(l) => l,
                 Err(Errno::EWOULDBLOCK) => return Ok(None),
-                Err(e) => return Err(e).sys("flock", &path),
+                Err(e) => return Err(e).sys("flock", &path).map_err(Into::into),
             };
             let held = fstat(lock.as_fd()).sys("fstat", &path)?;
             match fstatat(
@@ -110,13 +126,10 @@ impl Lease {
                 }
                 // Replaced or removed under us: try again on the new file.
                 Ok(_) | Err(Errno::ENOENT) => continue,
-                Err(e) => return Err(e).sys("fstatat", &path),
+                Err(e) => return Err(e).sys("fstatat", &path).map_err(Into::into),
             }
         }
-        Err(Error::Refused {
-            path,
-            reason: "kept changing while the lease was being taken".into(),
-        })
+        Err(LeaseError::Unstable { path })
     }
 
     /// Clear close-on-exec so the hypervisor inherits the lock.
@@ -142,19 +155,14 @@ pub fn state(rundir: &Dir) -> Result<LeaseState> {
         Mode::empty(),
     ) {
         Err(Errno::ENOENT) => return Ok(LeaseState::Absent),
-        Err(Errno::ELOOP) => {
-            return Err(Error::Refused {
-                path,
-                reason: "is a symlink".into(),
-            })
-        }
+        Err(Errno::ELOOP) => return Err(LeaseError::Symlink { path }),
         r => r.sys("open lease", &path)?,
     };
     let file = File::from(fd);
     match Flock::lock(file, FlockArg::LockSharedNonblock) {
         Ok(_unlocked_on_drop) => Ok(LeaseState::Free),
         Err((_, Errno::EWOULDBLOCK)) => Ok(LeaseState::Held),
-        Err((_, e)) => Err(e).sys("flock", &path),
+        Err((_, e)) => Err(e).sys("flock", &path).map_err(Into::into),
     }
 }
 

@@ -5,9 +5,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::config::names::VmName;
-use crate::config::paths::Roots;
-use crate::host::dirs;
+use crate::config::paths::{Roots, LEASE_FILE};
+use crate::config::spec::Spec;
 use crate::host::procs::{processes_of_uid, unit_cgroup_pids};
+use crate::host::{dirs, peer};
+use crate::hypervisor::api;
+use crate::identity::principal::{self, PrincipalError};
 use crate::instance::intent::Intent;
 use crate::instance::lease::{self, LeaseState};
 
@@ -21,6 +24,14 @@ pub enum Verdict {
 impl Verdict {
     pub fn is_dead(&self) -> bool {
         matches!(self, Verdict::Dead)
+    }
+    /// What was found, without the verdict: the reason for `Live` and
+    /// `Ambiguous`, "dead" for `Dead`.
+    pub fn detail(&self) -> &str {
+        match self {
+            Verdict::Live(r) | Verdict::Ambiguous(r) => r,
+            Verdict::Dead => "dead",
+        }
     }
     pub fn reason(&self) -> String {
         match self {
@@ -37,7 +48,7 @@ pub fn control_socket_answers(sock: &Path) -> bool {
     use std::io::Read;
     // Only a peer running as the control dir's owner counts (a VM could
     // point its socket at another VM's through a symlink).
-    let Ok(mut s) = crate::host::peer::connect(sock, Duration::from_millis(500)) else {
+    let Ok(mut s) = peer::connect(sock, Duration::from_millis(500)) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
@@ -45,20 +56,33 @@ pub fn control_socket_answers(sock: &Path) -> bool {
     matches!(s.read(&mut buf), Ok(n) if n > 0 && buf[..n].starts_with(b"{\"QMP\""))
 }
 
+/// The VM's uid cannot be known: its spec names a principal that does not
+/// resolve (and no intent record says which uid it ran as).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot resolve the principal of {name}: {source}")]
+pub struct UnknownUid {
+    pub name: String,
+    #[source]
+    pub source: PrincipalError,
+}
+
 /// The uid whose processes count as the VM's: from the intent record, else
-/// from the spec. `Err` carries the reason it cannot be known.
+/// from the spec.
 pub fn vm_uid(
     roots: &Roots,
     name: &VmName,
     intent: Option<&Intent>,
-) -> Result<Option<u32>, String> {
+) -> Result<Option<u32>, UnknownUid> {
     if let Some(i) = intent {
         return Ok(Some(i.principal.uid));
     }
-    match crate::config::spec::Spec::read(&roots.spec_path(name)) {
-        Ok(spec) => crate::identity::principal::resolve_ids(&spec)
+    match Spec::read(&roots.spec_path(name)) {
+        Ok(spec) => principal::resolve_ids(&spec)
             .map(|(u, _, _)| Some(u))
-            .map_err(|e| format!("cannot resolve the principal of {name}: {e}")),
+            .map_err(|source| UnknownUid {
+                name: name.to_string(),
+                source,
+            }),
         Err(_) => Ok(None),
     }
 }
@@ -75,7 +99,7 @@ pub fn probe_with_lease_held(roots: &Roots, name: &VmName, uid: u32) -> Verdict 
     if control_socket_answers(&roots.qmp_socket(name)) {
         return Verdict::Live(format!("{} answers QMP", roots.qmp_socket(name).display()));
     }
-    if crate::hypervisor::api::answers(&roots.api_socket(name)) {
+    if api::answers(&roots.api_socket(name)) {
         return Verdict::Live(format!(
             "{} answers HTTP (cloud-hypervisor/firecracker API)",
             roots.api_socket(name).display()
@@ -94,10 +118,7 @@ pub fn probe_with_lease_held(roots: &Roots, name: &VmName, uid: u32) -> Verdict 
 pub fn probe(roots: &Roots, name: &VmName) -> Verdict {
     let rundir = match dirs::open_dir(&roots.runtime_dir(name)) {
         Ok(d) => Some(d),
-        Err(crate::error::Error::Sys {
-            errno: nix::errno::Errno::ENOENT,
-            ..
-        }) => None,
+        Err(e) if e.is_not_found() => None,
         Err(e) => return Verdict::Ambiguous(format!("cannot open its runtime dir: {e}")),
     };
     let mut intent = None;
@@ -106,7 +127,7 @@ pub fn probe(roots: &Roots, name: &VmName) -> Verdict {
             Ok(LeaseState::Held) => {
                 return Verdict::Live(format!(
                     "lease {} is held",
-                    d.path.join(crate::config::paths::LEASE_FILE).display()
+                    d.path.join(LEASE_FILE).display()
                 ))
             }
             Ok(_) => {}
@@ -122,12 +143,12 @@ pub fn probe(roots: &Roots, name: &VmName) -> Verdict {
         Ok(None) => {
             if control_socket_answers(&roots.qmp_socket(name)) {
                 Verdict::Live("the control socket answers QMP".into())
-            } else if crate::hypervisor::api::answers(&roots.api_socket(name)) {
+            } else if api::answers(&roots.api_socket(name)) {
                 Verdict::Live("the API socket answers HTTP".into())
             } else {
                 Verdict::Dead
             }
         }
-        Err(reason) => Verdict::Ambiguous(reason),
+        Err(e) => Verdict::Ambiguous(e.to_string()),
     }
 }

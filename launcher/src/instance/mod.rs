@@ -8,10 +8,11 @@ pub mod liveness;
 
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
+use crate::identity::principal::configured_specs;
 
 /// Every VM that is configured or has a runtime dir, sorted by name.
 pub fn known_vms(roots: &Roots) -> Vec<VmName> {
-    let mut names: Vec<VmName> = crate::identity::principal::configured_specs(roots)
+    let mut names: Vec<VmName> = configured_specs(roots)
         .into_iter()
         .map(|(n, _, _)| n)
         .collect();

@@ -15,8 +15,73 @@ use nix::unistd::{fchown, Gid, Uid};
 
 use crate::config::names::CredentialName;
 use crate::config::spec::{CredentialSource, Spec, MAX_CREDENTIAL_BYTES};
-use crate::error::{Error, IoContext, Result, SysContext};
-use crate::host::dirs::Dir;
+use crate::host::dirs::{self, Dir, DirError};
+use crate::host::sys::{IoContext, IoError, SysContext, SysError};
+
+/// A credential that cannot be read from its source (`EX_CONFIG`), or one
+/// that cannot be written into the VM's tmpfs.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    #[error("credential {name} ({source_desc}): {problem}")]
+    Source {
+        name: String,
+        /// The source in words (`path /etc/x`, `systemd credential "x"`).
+        source_desc: String,
+        #[source]
+        problem: SourceProblem,
+    },
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    #[error(transparent)]
+    Io(#[from] IoError),
+}
+
+impl CredentialError {
+    /// A credential source refused (`EX_CONFIG`).
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, CredentialError::Source { .. })
+    }
+}
+
+/// What is wrong with a credential's source.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceProblem {
+    #[error(
+        "$CREDENTIALS_DIRECTORY is not set; give the credential with LoadCredential= in the unit"
+    )]
+    NoCredentialsDirectory,
+    #[error("cannot open {path}: {errno}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        errno: Errno,
+    },
+    #[error("{path} does not exist")]
+    Missing { path: PathBuf },
+    #[error("{path} is a symlink; credentials are never read through symlinks")]
+    Symlink { path: PathBuf },
+    /// A directory on the way refused (the message names it) or unusable.
+    #[error(transparent)]
+    Walk(DirError),
+    #[error("fstat {path}: {source}")]
+    Fstat {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not a regular file")]
+    NotARegularFile { path: PathBuf },
+    #[error("{path} is {size} bytes; the limit is {MAX_CREDENTIAL_BYTES}")]
+    TooLarge { path: PathBuf, size: u64 },
+    #[error("read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} grew past {MAX_CREDENTIAL_BYTES} bytes while read")]
+    Grew { path: PathBuf },
+}
 
 /// A credential read into memory. The bytes never reach argv or environ;
 /// `execve` discards this memory.
@@ -45,27 +110,34 @@ fn describe(src: &CredentialSource) -> String {
 
 /// Read every credential the spec names. `credentials_directory` is the
 /// `$CREDENTIALS_DIRECTORY` the launcher was started with, if any.
-pub fn read_all(spec: &Spec, credentials_directory: Option<&Path>) -> Result<Vec<Loaded>> {
+pub fn read_all(
+    spec: &Spec,
+    credentials_directory: Option<&Path>,
+) -> Result<Vec<Loaded>, CredentialError> {
     let mut out = Vec::with_capacity(spec.credentials.len());
     for c in &spec.credentials {
         let desc = describe(&c.source);
-        let err = |reason: String| Error::Credential {
+        let err = |problem: SourceProblem| CredentialError::Source {
             name: c.name.to_string(),
             source_desc: desc.clone(),
-            reason,
+            problem,
         };
         let (path, fd) = match &c.source {
             CredentialSource::Systemd(id) => {
-                let dir = credentials_directory.ok_or_else(|| {
-                    err("$CREDENTIALS_DIRECTORY is not set; give the credential with LoadCredential= in the unit".to_string())
-                })?;
+                let dir = credentials_directory
+                    .ok_or_else(|| err(SourceProblem::NoCredentialsDirectory))?;
                 let dfd = openat(
                     AT_FDCWD,
                     dir,
                     OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
                     Mode::empty(),
                 )
-                .map_err(|e| err(format!("cannot open {}: {e}", dir.display())))?;
+                .map_err(|errno| {
+                    err(SourceProblem::Open {
+                        path: dir.to_path_buf(),
+                        errno,
+                    })
+                })?;
                 let path = dir.join(id);
                 (
                     path.clone(),
@@ -82,14 +154,15 @@ pub fn read_all(spec: &Spec, credentials_directory: Option<&Path>) -> Result<Vec
                 // only the last one): a directory on the way may be writable
                 // by the VM itself (e.g. its state dir's identity/), and root
                 // must not be steered into another VM's files.
-                let (parent, name) = crate::host::dirs::split_parent(p).map_err(|e| match e {
-                    Error::Refused { path, reason } => err(format!("{}: {reason}", path.display())),
-                    Error::Sys {
-                        errno: Errno::ENOENT,
-                        path,
-                        ..
-                    } => err(format!("{} does not exist", path.display())),
-                    e => err(e.to_string()),
+                let (parent, name) = dirs::split_parent(p).map_err(|e| {
+                    err(match e {
+                        DirError::Sys(SysError {
+                            errno: Errno::ENOENT,
+                            path,
+                            ..
+                        }) => SourceProblem::Missing { path },
+                        e => SourceProblem::Walk(e),
+                    })
                 })?;
                 (
                     p.clone(),
@@ -102,37 +175,43 @@ pub fn read_all(spec: &Spec, credentials_directory: Option<&Path>) -> Result<Vec
                 )
             }
         };
-        let fd = fd.map_err(|e| match e {
-            Errno::ELOOP => err(format!(
-                "{} is a symlink; credentials are never read through symlinks",
-                path.display()
-            )),
-            Errno::ENOENT => err(format!("{} does not exist", path.display())),
-            e => err(format!("cannot open {}: {e}", path.display())),
+        let fd = fd.map_err(|e| {
+            err(match e {
+                Errno::ELOOP => SourceProblem::Symlink { path: path.clone() },
+                Errno::ENOENT => SourceProblem::Missing { path: path.clone() },
+                errno => SourceProblem::Open {
+                    path: path.clone(),
+                    errno,
+                },
+            })
         })?;
         let f = std::fs::File::from(fd);
-        let md = f
-            .metadata()
-            .map_err(|e| err(format!("fstat {}: {e}", path.display())))?;
+        let md = f.metadata().map_err(|source| {
+            err(SourceProblem::Fstat {
+                path: path.clone(),
+                source,
+            })
+        })?;
         if !md.is_file() {
-            return Err(err(format!("{} is not a regular file", path.display())));
+            return Err(err(SourceProblem::NotARegularFile { path }));
         }
         if md.len() > MAX_CREDENTIAL_BYTES {
-            return Err(err(format!(
-                "{} is {} bytes; the limit is {MAX_CREDENTIAL_BYTES}",
-                path.display(),
-                md.len()
-            )));
+            return Err(err(SourceProblem::TooLarge {
+                path,
+                size: md.len(),
+            }));
         }
         let mut bytes = Vec::with_capacity(md.len() as usize);
         f.take(MAX_CREDENTIAL_BYTES + 1)
             .read_to_end(&mut bytes)
-            .map_err(|e| err(format!("read {}: {e}", path.display())))?;
+            .map_err(|source| {
+                err(SourceProblem::Read {
+                    path: path.clone(),
+                    source,
+                })
+            })?;
         if bytes.len() as u64 > MAX_CREDENTIAL_BYTES {
-            return Err(err(format!(
-                "{} grew past {MAX_CREDENTIAL_BYTES} bytes while read",
-                path.display()
-            )));
+            return Err(err(SourceProblem::Grew { path }));
         }
         out.push(Loaded {
             name: c.name.clone(),
@@ -155,7 +234,12 @@ pub fn tmpfs_size(creds: &[Loaded]) -> u64 {
 /// Write each credential into the (still writable, root-owned 0700) tmpfs:
 /// created `O_EXCL` 0600 by root, written, then owned by the principal and
 /// made 0400. The directory becomes the principal's, 0500.
-pub fn install(dir: &Dir, creds: &[Loaded], uid: u32, gid: u32) -> Result<Vec<PathBuf>> {
+pub fn install(
+    dir: &Dir,
+    creds: &[Loaded],
+    uid: u32,
+    gid: u32,
+) -> Result<Vec<PathBuf>, CredentialError> {
     let mut written = Vec::new();
     for c in creds {
         let path = dir.path.join(&c.name);

@@ -22,7 +22,41 @@ use nix::fcntl::{openat, OFlag, AT_FDCWD};
 use nix::sys::stat::{fstat, Mode, SFlag};
 
 use crate::config::spec::{LandlockMode, Spec};
-use crate::error::{Error, Result};
+use crate::host::dirs::{self, DirError};
+
+/// Landlock could not be applied as the spec asks.
+#[derive(Debug, thiserror::Error)]
+pub enum LandlockError {
+    /// A rule's path cannot be granted; `field` is the spec field it comes
+    /// from ("system path" for the built-in ones).
+    #[error("landlock: `{field}`: {path}: {problem}")]
+    Rule {
+        field: String,
+        path: PathBuf,
+        #[source]
+        problem: RuleProblem,
+    },
+    #[error("landlock: {0}")]
+    Ruleset(#[from] landlock::RulesetError),
+    #[error("landlock: landlock.mode is \"required\" but this kernel does not enforce Landlock (enable CONFIG_SECURITY_LANDLOCK and lsm=landlock,...), or set landlock.mode = \"best-effort\"")]
+    NotEnforced,
+}
+
+/// Why a rule's path cannot be granted.
+#[derive(Debug, thiserror::Error)]
+pub enum RuleProblem {
+    /// Walking to it inside a VM tree.
+    #[error(transparent)]
+    Walk(DirError),
+    #[error(transparent)]
+    Open(Errno),
+    #[error("fstat: {0}")]
+    Fstat(#[source] Errno),
+    #[error("is a symlink inside the VM's own directory; refusing to grant access through it")]
+    Symlink,
+}
+
+type Result<T, E = LandlockError> = std::result::Result<T, E>;
 
 /// The newest ABI this build knows; older kernels get the best they have.
 const BEST_ABI: ABI = ABI::V6;
@@ -153,17 +187,14 @@ fn access(grant: Grant, abi: ABI) -> BitFlags<AccessFs> {
 /// `/run/current-system/sw/bin/qemu` are symlinks into the store).
 /// `Ok(None)`: a built-in path this host lacks.
 fn open_rule(r: &Rule, vm_trees: &[PathBuf]) -> Result<Option<(OwnedFd, bool)>> {
-    let bad = |reason: String| {
-        Error::Landlock(format!(
-            "`{}`: {}: {reason}",
-            r.field.as_deref().unwrap_or("system path"),
-            r.path.display()
-        ))
+    let bad = |problem: RuleProblem| LandlockError::Rule {
+        field: r.field.as_deref().unwrap_or("system path").to_string(),
+        path: r.path.clone(),
+        problem,
     };
     let flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
     let opened = if vm_trees.iter().any(|t| r.path.starts_with(t)) {
-        let (parent, name) =
-            crate::host::dirs::split_parent(&r.path).map_err(|e| bad(e.to_string()))?;
+        let (parent, name) = dirs::split_parent(&r.path).map_err(|e| bad(RuleProblem::Walk(e)))?;
         openat(
             parent.fd.as_fd(),
             name.as_str(),
@@ -176,15 +207,12 @@ fn open_rule(r: &Rule, vm_trees: &[PathBuf]) -> Result<Option<(OwnedFd, bool)>> 
     let fd = match opened {
         Ok(fd) => fd,
         Err(Errno::ENOENT) if r.field.is_none() => return Ok(None),
-        Err(e) => return Err(bad(e.to_string())),
+        Err(e) => return Err(bad(RuleProblem::Open(e))),
     };
-    let st = fstat(fd.as_fd()).map_err(|e| bad(format!("fstat: {e}")))?;
+    let st = fstat(fd.as_fd()).map_err(|e| bad(RuleProblem::Fstat(e)))?;
     let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
     if kind == SFlag::S_IFLNK {
-        return Err(bad(
-            "is a symlink inside the VM's own directory; refusing to grant access through it"
-                .into(),
-        ));
+        return Err(bad(RuleProblem::Symlink));
     }
     Ok(Some((fd, kind == SFlag::S_IFDIR)))
 }
@@ -200,21 +228,16 @@ pub enum Outcome {
 /// Restrict the calling (single) thread and its future `execve`.
 pub fn apply(p: &Policy, mode: LandlockMode) -> Result<Outcome> {
     let abi = BEST_ABI;
-    let le = |e: landlock::RulesetError| Error::Landlock(e.to_string());
     let compat = match mode {
         LandlockMode::Required => CompatLevel::BestEffort,
         LandlockMode::BestEffort => CompatLevel::BestEffort,
     };
     let rs = Ruleset::default()
         .set_compatibility(compat)
-        .handle_access(AccessFs::from_all(abi))
-        .map_err(le)?
-        .handle_access(AccessNet::from_all(abi))
-        .map_err(le)?
-        .scope(Scope::from_all(abi))
-        .map_err(le)?
-        .create()
-        .map_err(le)?;
+        .handle_access(AccessFs::from_all(abi))?
+        .handle_access(AccessNet::from_all(abi))?
+        .scope(Scope::from_all(abi))?
+        .create()?;
     let mut rs = rs;
     for r in &p.rules {
         let Some((fd, is_dir)) = open_rule(r, &p.vm_trees)? else {
@@ -224,18 +247,16 @@ pub fn apply(p: &Policy, mode: LandlockMode) -> Result<Outcome> {
         if !is_dir {
             a &= AccessFs::from_file(abi);
         }
-        rs = rs.add_rule(PathBeneath::new(fd, a)).map_err(le)?;
+        rs = rs.add_rule(PathBeneath::new(fd, a))?;
     }
-    let status = rs.restrict_self().map_err(le)?;
+    let status = rs.restrict_self()?;
     let outcome = match status.ruleset {
         RulesetStatus::FullyEnforced => Outcome::Full,
         RulesetStatus::PartiallyEnforced => Outcome::Partial,
         RulesetStatus::NotEnforced => Outcome::NotEnforced,
     };
     match (mode, &outcome) {
-        (LandlockMode::Required, Outcome::NotEnforced) => Err(Error::Landlock(
-            "landlock.mode is \"required\" but this kernel does not enforce Landlock (enable CONFIG_SECURITY_LANDLOCK and lsm=landlock,...), or set landlock.mode = \"best-effort\"".into(),
-        )),
+        (LandlockMode::Required, Outcome::NotEnforced) => Err(LandlockError::NotEnforced),
         (_, Outcome::Partial) => {
             tracing::warn!("landlock: partially enforced (kernel ABI older than {abi:?}); some restrictions are missing");
             Ok(outcome)

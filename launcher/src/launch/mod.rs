@@ -12,17 +12,29 @@ use std::ffi::CString;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::config::names::VmName;
-use crate::config::paths::{Roots, API_SOCKET, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG};
-use crate::config::spec::{HypervisorKind, Spec, SpecError};
-use crate::error::{Error, Result};
-use crate::host::dirs::{self, Dir, Loose, Want};
-use crate::host::net;
+use nix::errno::Errno;
+
+use netlink_packet_route::link::InfoKind;
+
+use crate::config::names::{ArgNameError, VmName};
+use crate::config::paths::{
+    RootError, Roots, API_SOCKET, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG, LEASE_FILE,
+    QMP_SOCKET,
+};
+use crate::config::spec::{CredentialSource, HypervisorKind, Spec, SpecError};
+use crate::host::dirs::{self, Dir, DirError, Loose, Want};
+use crate::host::net::{self, NetError};
+use crate::host::sys::{IoContext, IoError, SysContext, SysError};
 use crate::hypervisor::{self, Layout};
-use crate::identity::principal::{self, Principal};
-use crate::instance::intent::{self, Intent, IntentPrincipal, Resource};
-use crate::instance::lease::Lease;
-use crate::instance::liveness;
+use crate::identity::principal::{self, Principal, PrincipalError};
+use crate::identity::registry::{self, RegistryError};
+use crate::instance::intent::{self, Intent, IntentError, IntentPrincipal, Resource};
+use crate::instance::lease::{self, Lease, LeaseError, LeaseState};
+use crate::instance::liveness::{self, Verdict};
+use crate::launch::creds::CredentialError;
+use crate::launch::landlock::LandlockError;
+use crate::launch::sandbox::SandboxError;
+use crate::launch::seccomp::SeccompError;
 
 /// Step names, in order. `VMWARDEN_FAULT_AFTER=<step>` (builds with the
 /// `fault-injection` feature) SIGKILLs the launcher right after that step.
@@ -48,6 +60,137 @@ pub const STEPS: &[&str] = &[
     "seccomp",
 ];
 
+/// What an error after the last of [`STEPS`] is reported at: preparing and
+/// calling `execve`. Not a fault-injection point (after it the launcher is
+/// the hypervisor), so `--list-steps` does not print it.
+pub const EXEC_STEP: &str = "exec";
+
+/// A failed launch: the step it failed in (one of [`STEPS`], or
+/// [`EXEC_STEP`]) and why. The launcher prints it as
+/// `vmwarden-launch: error at step "STEP": …`.
+#[derive(Debug, thiserror::Error)]
+#[error("at step {step:?}: {error}")]
+pub struct LaunchError {
+    pub step: &'static str,
+    #[source]
+    pub error: Box<StepError>,
+}
+
+impl LaunchError {
+    pub fn at(step: &'static str, error: impl Into<StepError>) -> LaunchError {
+        LaunchError {
+            step,
+            error: Box::new(error.into()),
+        }
+    }
+
+    /// A refusal of the spec, the principal, a path, a credential or the
+    /// host (`EX_CONFIG`: starting again will not help).
+    pub fn is_refusal(&self) -> bool {
+        self.error.is_refusal()
+    }
+}
+
+/// Why a launch step failed: the error of the part the step called, or one
+/// of the launch's own refusals.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    Root(#[from] RootError),
+    /// A command-line argument its name type refused.
+    #[error(transparent)]
+    Name(#[from] ArgNameError),
+    /// A command-line refusal (`--probe` without a command, …).
+    #[error("{0}")]
+    Usage(&'static str),
+    #[error("argument {0:?}: contains a NUL byte")]
+    NulInArgument(String),
+    #[error("program {0}: contains a NUL byte")]
+    NulInProgram(PathBuf),
+    #[error("VM {name} is already running (its lease {lease} is held); nothing was changed")]
+    AlreadyRunning { name: String, lease: PathBuf },
+    /// The probe under the lease found the VM live or ambiguous.
+    #[error("VM {name}: liveness is ambiguous ({}); refusing to start a second instance", .verdict.detail())]
+    Ambiguous { name: String, verdict: Verdict },
+    #[error(transparent)]
+    Principal(#[from] PrincipalError),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Dir(#[from] DirError),
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error(transparent)]
+    Intent(#[from] IntentError),
+    #[error(transparent)]
+    Credential(#[from] CredentialError),
+    #[error(transparent)]
+    Net(#[from] NetError),
+    #[error("network interface {tap}: RTM_GETLINK: the tap vanished right after TUNSETIFF")]
+    TapVanished { tap: String },
+    /// `field` is the spec field naming the bridge (`interfaces[0].bridge`).
+    #[error("network interface {field} {bridge:?}: RTM_GETLINK: the bridge disappeared during the launch")]
+    BridgeGone { field: String, bridge: String },
+    #[error("network interface {field} {bridge:?}: RTM_GETLINK: is no longer a bridge (its kind is {kind:?})")]
+    NoLongerABridge {
+        field: String,
+        bridge: String,
+        kind: Option<InfoKind>,
+    },
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    #[error(transparent)]
+    Landlock(#[from] LandlockError),
+    #[error(transparent)]
+    Seccomp(#[from] SeccompError),
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error("exec {path}: {errno}")]
+    Exec {
+        path: PathBuf,
+        #[source]
+        errno: Errno,
+    },
+}
+
+impl StepError {
+    /// See [`LaunchError::is_refusal`].
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            StepError::Spec(_)
+            | StepError::Root(_)
+            | StepError::Name(_)
+            | StepError::Usage(_)
+            | StepError::NulInArgument(_)
+            | StepError::NulInProgram(_)
+            | StepError::Principal(_) => true,
+            StepError::Registry(e) => e.is_refusal(),
+            StepError::Dir(e) => e.is_refusal(),
+            StepError::Lease(e) => e.is_refusal(),
+            StepError::Intent(e) => e.is_refusal(),
+            StepError::Credential(e) => e.is_refusal(),
+            StepError::Net(e) => e.is_refusal(),
+            StepError::Sandbox(e) => e.is_refusal(),
+            StepError::AlreadyRunning { .. }
+            | StepError::Ambiguous { .. }
+            | StepError::TapVanished { .. }
+            | StepError::BridgeGone { .. }
+            | StepError::NoLongerABridge { .. }
+            | StepError::Landlock(_)
+            | StepError::Seccomp(_)
+            | StepError::Sys(_)
+            | StepError::Io(_)
+            | StepError::Exec { .. } => false,
+        }
+    }
+}
+
+type Result<T, E = StepError> = std::result::Result<T, E>;
+
 /// Environment the hypervisor (or probe command) gets: nothing but a PATH.
 pub const EXEC_PATH: &str = "PATH=/run/current-system/sw/bin:/usr/local/bin:/usr/bin:/bin";
 
@@ -66,20 +209,40 @@ pub struct Options {
     pub fault_after: Option<String>,
 }
 
-struct Faults(Option<String>);
+/// The launch's way through [`STEPS`]: the step it is in (what an error is
+/// reported at) and, with the `fault-injection` feature, where to SIGKILL.
+struct Steps {
+    /// Index in [`STEPS`] of the step in progress.
+    current: usize,
+    fault_after: Option<String>,
+}
 
-impl Faults {
-    fn after(&self, step: &str) {
-        debug_assert!(STEPS.contains(&step), "unknown step {step}");
+impl Steps {
+    fn new(fault_after: Option<String>) -> Steps {
+        Steps {
+            current: 0,
+            fault_after,
+        }
+    }
+
+    /// The step in progress: the first not yet done, [`EXEC_STEP`] once all are.
+    fn current(&self) -> &'static str {
+        STEPS.get(self.current).copied().unwrap_or(EXEC_STEP)
+    }
+
+    /// `step` is done; the launch moves on to the next one.
+    fn after(&mut self, step: &str) {
+        debug_assert_eq!(self.current(), step, "steps out of order");
+        self.current += 1;
         tracing::debug!(step, "launch step done");
         #[cfg(feature = "fault-injection")]
-        if self.0.as_deref() == Some(step) {
+        if self.fault_after.as_deref() == Some(step) {
             tracing::warn!(step, "fault injection: SIGKILL after step");
             let _ =
                 nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
         }
         #[cfg(not(feature = "fault-injection"))]
-        let _ = &self.0;
+        let _ = &self.fault_after;
     }
 }
 
@@ -94,7 +257,7 @@ fn root_want(mode: u32, loose: Loose) -> Want {
 
 /// Spec paths must not point into another VM's runtime or state directory:
 /// those are masked inside the sandbox (and are not this VM's).
-fn check_spec_paths_scoped(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<()> {
+fn check_spec_paths_scoped(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<(), SpecError> {
     let own_state = roots.state_dir(&spec.name);
     let own_run = roots.runtime_dir(&spec.name);
     let mut fields: Vec<(String, &Path)> = vec![
@@ -102,7 +265,7 @@ fn check_spec_paths_scoped(spec: &Spec, spec_path: &Path, roots: &Roots) -> Resu
         ("hypervisor.binary".into(), &spec.hypervisor.binary),
     ];
     for (i, c) in spec.credentials.iter().enumerate() {
-        if let crate::config::spec::CredentialSource::Path(p) = &c.source {
+        if let CredentialSource::Path(p) = &c.source {
             fields.push((format!("credentials[{i}].source.path"), p));
         }
     }
@@ -122,7 +285,7 @@ fn check_spec_paths_scoped(spec: &Spec, spec_path: &Path, roots: &Roots) -> Resu
         let foreign = (p.starts_with(&roots.state_root) && !p.starts_with(&own_state))
             || (p.starts_with(&roots.runtime_root) && !p.starts_with(&own_run));
         if foreign {
-            return Err(Error::Spec(SpecError::Invalid {
+            return Err(SpecError::Invalid {
                 path: spec_path.to_path_buf(),
                 field,
                 reason: format!(
@@ -131,35 +294,32 @@ fn check_spec_paths_scoped(spec: &Spec, spec_path: &Path, roots: &Roots) -> Resu
                     own_state.display(),
                     own_run.display()
                 ),
-            }));
+            });
         }
     }
     Ok(())
 }
 
-/// Everything up to `execve`. Returns only on error.
-pub fn launch(opts: Options) -> Result<Infallible> {
-    let faults = Faults(opts.fault_after.clone());
-    faults.after("sanitized");
+/// Everything up to `execve`. Returns only on error, naming the step it
+/// failed in.
+pub fn launch(opts: Options) -> std::result::Result<Infallible, LaunchError> {
+    let mut steps = Steps::new(opts.fault_after.clone());
+    run(&opts, &mut steps).map_err(|error| LaunchError::at(steps.current(), error))
+}
+
+fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
+    steps.after("sanitized");
 
     // 2. Spec: every field, and the files it names. Nothing is created yet.
     let roots = &opts.roots;
-    roots
-        .validate()
-        .map_err(|(flag, path, reason)| Error::Root { flag, path, reason })?;
+    roots.validate()?;
     // A running VM is reported as running before anything else is judged
     // (its taps exist, its credentials may be unavailable to a second caller).
     if let Ok(d) = dirs::open_dir(&roots.runtime_dir(&opts.name)) {
-        if matches!(
-            crate::instance::lease::state(&d),
-            Ok(crate::instance::lease::LeaseState::Held)
-        ) {
-            return Err(Error::AlreadyRunning {
+        if matches!(lease::state(&d), Ok(LeaseState::Held)) {
+            return Err(StepError::AlreadyRunning {
                 name: opts.name.to_string(),
-                reason: format!(
-                    "its lease {} is held",
-                    d.path.join(crate::config::paths::LEASE_FILE).display()
-                ),
+                lease: d.path.join(LEASE_FILE),
             });
         }
     }
@@ -170,11 +330,11 @@ pub fn launch(opts: Options) -> Result<Infallible> {
     let spec = Spec::load(&spec_path, &opts.name)?;
     check_spec_paths_scoped(&spec, &spec_path, roots)?;
     let loaded = creds::read_all(&spec, opts.credentials_directory.as_deref())?;
-    faults.after("spec-loaded");
+    steps.after("spec-loaded");
 
     // 3. Principal.
     let principal = principal::resolve(&spec, roots)?;
-    crate::identity::registry::check_launch(roots, &spec.name, &principal)?;
+    registry::check_launch(roots, &spec.name, &principal)?;
     // Pre-flight the directories that already exist, so a refusal leaves
     // nothing behind (no runtime dir, lease or intent record yet).
     let vm_want = |mode| Want {
@@ -190,7 +350,7 @@ pub fn launch(opts: Options) -> Result<Infallible> {
         &root_want(0o755, Loose::Refuse),
     )?;
     preflight_interfaces(&spec, &spec_path, roots)?;
-    faults.after("principal-resolved");
+    steps.after("principal-resolved");
 
     // 4. Runtime root and this VM's runtime dir, then the lease.
     let (rt_parent, rt_name) = dirs::split_parent(&roots.runtime_root)?;
@@ -200,34 +360,30 @@ pub fn launch(opts: Options) -> Result<Infallible> {
         spec.name.as_str(),
         &root_want(0o755, Loose::Refuse),
     )?;
-    faults.after("runtime-dir");
+    steps.after("runtime-dir");
     let lease = match Lease::acquire(&rundir)? {
         Some(l) => l,
         None => {
-            return Err(Error::AlreadyRunning {
+            return Err(StepError::AlreadyRunning {
                 name: spec.name.to_string(),
-                reason: format!(
-                    "its lease {} is held",
-                    rundir.path.join(crate::config::paths::LEASE_FILE).display()
-                ),
+                lease: rundir.path.join(LEASE_FILE),
             })
         }
     };
-    if let liveness::Verdict::Ambiguous(reason) | liveness::Verdict::Live(reason) =
-        liveness::probe_with_lease_held(roots, &spec.name, principal.uid)
-    {
-        return Err(Error::Ambiguous {
+    let verdict = liveness::probe_with_lease_held(roots, &spec.name, principal.uid);
+    if !verdict.is_dead() {
+        return Err(StepError::Ambiguous {
             name: spec.name.to_string(),
-            reason,
+            verdict,
         });
     }
-    faults.after("lease-taken");
+    steps.after("lease-taken");
 
     // 5. Intent record, before any resource exists.
     let state_dir_path = roots.state_dir(&spec.name);
     let control_path = rundir.path.join(CONTROL_DIR);
     let creds_path = rundir.path.join(CREDENTIALS_DIR);
-    let qmp_path = control_path.join(crate::config::paths::QMP_SOCKET);
+    let qmp_path = control_path.join(QMP_SOCKET);
     let api_path = control_path.join(API_SOCKET);
     let fc_config_path = control_path.join(FIRECRACKER_CONFIG);
     let kind = spec.hypervisor.kind;
@@ -282,15 +438,15 @@ pub fn launch(opts: Options) -> Result<Infallible> {
         resources,
     };
     record.write(&rundir)?;
-    faults.after("intent-written");
+    steps.after("intent-written");
 
     // 6. Host resources: state dir (principal's, 0700), control dir, the
     //    credential mount point (root 0700 on the host side).
     let (st_parent, st_name) = dirs::split_parent(&roots.state_root)?;
     let (state_root, _) = dirs::ensure(&st_parent, &st_name, &root_want(0o755, Loose::Tighten))?;
-    crate::identity::registry::register(roots, &state_root, &spec.name, &principal)?;
+    registry::register(roots, &state_root, &spec.name, &principal)?;
     let (state_dir, _) = dirs::ensure(&state_root, spec.name.as_str(), &vm_want(0o700))?;
-    faults.after("state-dir");
+    steps.after("state-dir");
     let (control, _) = dirs::ensure(
         &rundir,
         CONTROL_DIR,
@@ -299,16 +455,16 @@ pub fn launch(opts: Options) -> Result<Infallible> {
             ..vm_want(0o700)
         },
     )?;
-    faults.after("control-dir");
+    steps.after("control-dir");
     let (_creds_mountpoint, _) =
         dirs::ensure(&rundir, CREDENTIALS_DIR, &root_want(0o700, Loose::Refuse))?;
-    faults.after("credentials-dir");
+    steps.after("credentials-dir");
 
     //    Taps: created here as non-persistent fds (close-on-exec until the
     //    exec below), MAC set, attached to their bridge, up. From now on the
     //    kernel deletes each tap when its last fd holder dies.
     let taps = create_taps(&spec)?;
-    faults.after("taps");
+    steps.after("taps");
 
     //    The control dir holds only what this instance's hypervisor makes:
     //    stale sockets of a dead instance go (a hypervisor cannot bind over
@@ -324,32 +480,32 @@ pub fn launch(opts: Options) -> Result<Infallible> {
             &principal,
         )?;
     }
-    faults.after("hypervisor-config");
+    steps.after("hypervisor-config");
 
     // 7. Private mount namespace, credential tmpfs, masks.
     sandbox::enter_private_mount_namespace()?;
-    faults.after("namespace");
+    steps.after("namespace");
     sandbox::mask_root_except(&roots.runtime_root, &rundir)?;
     sandbox::mask_root_except(&roots.state_root, &state_dir)?;
     sandbox::mask_dir(Path::new("/run/credentials"))?;
-    faults.after("masked");
+    steps.after("masked");
     sandbox::mount_credential_tmpfs(
         &creds_path,
         &spec.name,
         creds::tmpfs_size(&loaded),
         loaded.len(),
     )?;
-    faults.after("credentials-mounted");
+    steps.after("credentials-mounted");
     let creds_dir = dirs::open_dir(&creds_path)?;
     creds::install(&creds_dir, &loaded, principal.uid, principal.gid)?;
     drop(creds_dir);
     drop(loaded);
     sandbox::remount_read_only(&creds_path)?;
-    faults.after("credentials-installed");
+    steps.after("credentials-installed");
 
     // 8. rlimits.
     sandbox::set_rlimits()?;
-    faults.after("rlimits");
+    steps.after("rlimits");
 
     // The seccomp filter is compiled while a failure can still be reported
     // cleanly, and installed after Landlock.
@@ -357,17 +513,17 @@ pub fn launch(opts: Options) -> Result<Infallible> {
 
     // 9. Drop to the principal and prove it.
     sandbox::drop_privileges(&principal)?;
-    faults.after("privileges-dropped");
+    steps.after("privileges-dropped");
 
     // 10. Landlock.
     let policy = landlock::policy(&spec, &state_dir_path, &control_path, &creds_path);
     let outcome = landlock::apply(&policy, spec.landlock.mode)?;
     tracing::info!(?outcome, "landlock applied");
-    faults.after("landlock");
+    steps.after("landlock");
 
     // 10b. seccomp: no tap fd can be made persistent, re-owned or re-MACed.
     seccomp::apply(&seccomp_prog)?;
-    faults.after("seccomp");
+    steps.after("seccomp");
 
     // 11. execve: the lease fd is inherited, everything else is closed.
     let argv: Vec<String> = match &opts.probe {
@@ -401,13 +557,13 @@ fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<
         return Ok(());
     }
     let bad = |field: String, reason: String| {
-        Error::Spec(SpecError::Invalid {
+        StepError::Spec(SpecError::Invalid {
             path: spec_path.to_path_buf(),
             field,
             reason,
         })
     };
-    let others = crate::identity::principal::configured_specs(roots);
+    let others = principal::configured_specs(roots);
     let mut rtnl = net::Rtnl::open()?;
     for (i, n) in spec.interfaces.iter().enumerate() {
         for (other, _, other_spec) in &others {
@@ -440,7 +596,7 @@ fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<
                         format!("{b:?} does not exist; create the bridge first (vmwarden attaches taps to it, it does not make bridges)"),
                     ))
                 }
-                Some(l) if l.kind != Some(netlink_packet_route::link::InfoKind::Bridge) => {
+                Some(l) if l.kind != Some(InfoKind::Bridge) => {
                     return Err(bad(
                         format!("interfaces[{i}].bridge"),
                         format!("{b:?} is not a bridge (its kind is {:?})", l.kind),
@@ -462,28 +618,29 @@ fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
     let mut taps = Vec::new();
     for (i, n) in spec.interfaces.iter().enumerate() {
         let tap = net::create_tap(&n.tap)?;
-        let link = rtnl.link(n.tap.as_str())?.ok_or_else(|| Error::Net {
-            what: n.tap.to_string(),
-            op: "RTM_GETLINK",
-            source: std::io::Error::other("the tap vanished right after TUNSETIFF"),
-        })?;
+        let link = rtnl
+            .link(n.tap.as_str())?
+            .ok_or_else(|| StepError::TapVanished {
+                tap: n.tap.to_string(),
+            })?;
         // Re-checked here (the pre-flight ran before the lease): whatever
         // holds the name now must still be a bridge.
         let controller = match &n.bridge {
             Some(b) => {
                 let field = format!("interfaces[{i}].bridge");
-                let gone = |reason: String| Error::Net {
-                    what: format!("{field} {b:?}"),
-                    op: "RTM_GETLINK",
-                    source: std::io::Error::other(reason),
-                };
                 match rtnl.link(b.as_str())? {
-                    None => return Err(gone("the bridge disappeared during the launch".into())),
-                    Some(l) if l.kind != Some(netlink_packet_route::link::InfoKind::Bridge) => {
-                        return Err(gone(format!(
-                            "is no longer a bridge (its kind is {:?})",
-                            l.kind
-                        )))
+                    None => {
+                        return Err(StepError::BridgeGone {
+                            field,
+                            bridge: b.to_string(),
+                        })
+                    }
+                    Some(l) if l.kind != Some(InfoKind::Bridge) => {
+                        return Err(StepError::NoLongerABridge {
+                            field,
+                            bridge: b.to_string(),
+                            kind: l.kind,
+                        })
                     }
                     Some(l) => Some(l.index),
                 }
@@ -506,12 +663,10 @@ fn remove_stale(dir: &Dir, name: &str) -> Result<()> {
         name,
         nix::unistd::UnlinkatFlags::NoRemoveDir,
     ) {
-        Ok(()) | Err(nix::errno::Errno::ENOENT) => Ok(()),
-        Err(errno) => Err(Error::Sys {
-            op: "unlink stale",
-            path: dir.path.join(name),
-            errno,
-        }),
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        Err(e) => Err(e)
+            .sys("unlink stale", dir.path.join(name))
+            .map_err(Into::into),
     }
 }
 
@@ -528,32 +683,17 @@ fn write_private(dir: &Dir, name: &str, bytes: &[u8], p: &Principal) -> Result<(
         OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::from_bits_truncate(0o600),
     )
-    .map_err(|errno| Error::Sys {
-        op: "create",
-        path: path.clone(),
-        errno,
-    })?;
+    .sys("create", &path)?;
     nix::unistd::fchown(
         &fd,
         Some(nix::unistd::Uid::from_raw(p.uid)),
         Some(nix::unistd::Gid::from_raw(p.gid)),
     )
-    .map_err(|errno| Error::Sys {
-        op: "fchown",
-        path: path.clone(),
-        errno,
-    })?;
+    .sys("fchown", &path)?;
     let mut f = std::fs::File::from(fd);
-    f.write_all(bytes).map_err(|source| Error::Io {
-        op: "write",
-        path: path.clone(),
-        source,
-    })?;
-    f.sync_all().map_err(|source| Error::Io {
-        op: "fsync",
-        path,
-        source,
-    })
+    f.write_all(bytes).io("write", &path)?;
+    f.sync_all().io("fsync", path)?;
+    Ok(())
 }
 
 fn resolve_program(arg0: &str) -> PathBuf {
@@ -577,32 +717,17 @@ fn exec(
     state_dir: &Dir,
 ) -> Result<Infallible> {
     let Some(arg0) = argv.first() else {
-        return Err(Error::Usage {
-            what: "--probe".into(),
-            reason: "needs a command after --".into(),
-        });
+        return Err(StepError::Usage("--probe: needs a command after --"));
     };
     let program = resolve_program(arg0);
-    let cstr = |s: &str| {
-        CString::new(s).map_err(|_| Error::Usage {
-            what: format!("argument {s:?}"),
-            reason: "contains a NUL byte".into(),
-        })
-    };
+    let cstr = |s: &str| CString::new(s).map_err(|_| StepError::NulInArgument(s.to_string()));
     let c_argv = argv.iter().map(|a| cstr(a)).collect::<Result<Vec<_>>>()?;
     let c_env = [cstr(EXEC_PATH)?];
-    let c_prog =
-        CString::new(program.as_os_str().as_encoded_bytes()).map_err(|_| Error::Usage {
-            what: format!("program {}", program.display()),
-            reason: "contains a NUL byte".into(),
-        })?;
+    let c_prog = CString::new(program.as_os_str().as_encoded_bytes())
+        .map_err(|_| StepError::NulInProgram(program.clone()))?;
     // The working directory is the VM's state dir (the principal's own),
     // by path: inside this namespace it is reached through the bind mount.
-    nix::unistd::chdir(&state_dir.path).map_err(|errno| Error::Sys {
-        op: "chdir",
-        path: state_dir.path.clone(),
-        errno,
-    })?;
+    nix::unistd::chdir(&state_dir.path).sys("chdir", &state_dir.path)?;
     let mut keep = vec![lease.inherit_across_exec()?];
     for t in taps {
         keep.push(net::inherit_across_exec(&t.fd)?);
@@ -613,8 +738,100 @@ fn exec(
         Ok(never) => match never {},
         Err(e) => e,
     };
-    Err(Error::Exec {
+    Err(StepError::Exec {
         path: program,
         errno,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Options for VM `name` with every root in `dir` (nothing there yet).
+    fn options(dir: &Path, name: &str) -> Options {
+        Options {
+            name: VmName::parse(name).unwrap(),
+            roots: Roots {
+                config_dir: dir.join("config"),
+                runtime_root: dir.join("run"),
+                state_root: dir.join("state"),
+            },
+            spec: None,
+            probe: Some(vec!["/bin/true".into()]),
+            credentials_directory: None,
+            fault_after: None,
+        }
+    }
+
+    fn failure(opts: Options) -> LaunchError {
+        match launch(opts) {
+            Ok(never) => match never {},
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn steps_are_reported_in_order_and_exec_comes_last() {
+        let mut steps = Steps::new(None);
+        for step in STEPS {
+            assert_eq!(steps.current(), *step);
+            steps.after(step);
+        }
+        assert_eq!(steps.current(), EXEC_STEP);
+        assert!(!STEPS.contains(&EXEC_STEP));
+    }
+
+    #[test]
+    fn a_launch_error_names_the_step_it_failed_in() {
+        // Refusals that need neither root nor any host change: each fails
+        // before anything is created.
+        let dir = tempfile::tempdir().unwrap();
+        // A bad name never reaches `launch`: clap's value parser refuses it
+        // while the arguments are parsed, in the first step.
+        let bad = ArgNameError {
+            arg: "[NAME]".into(),
+            error: VmName::parse("a/b").unwrap_err(),
+        };
+        let e = LaunchError::at(STEPS[0], bad);
+        assert_eq!(e.step, "sanitized");
+        assert!(e.is_refusal());
+        assert_eq!(
+            e.to_string(),
+            "at step \"sanitized\": [NAME]: VM name \"a/b\" must match ^[a-z][a-z0-9-]{0,31}$ \
+             (lowercase letter first, then lowercase letters, digits or '-', at most 32)"
+        );
+
+        let mut relative = options(dir.path(), "web");
+        relative.roots.state_root = PathBuf::from("state");
+        let e = failure(relative);
+        assert_eq!(e.step, "spec-loaded");
+        assert!(e.to_string().contains("--state-root state"), "{e}");
+
+        let e = failure(options(dir.path(), "web"));
+        assert_eq!(e.step, "spec-loaded");
+        assert!(e.to_string().contains("web.json"), "{e}");
+
+        // A valid spec whose principal does not resolve fails a step later.
+        let config = dir.path().join("config");
+        std::fs::create_dir(&config).unwrap();
+        let kernel = dir.path().join("vmlinuz");
+        std::fs::write(&kernel, b"").unwrap();
+        let spec = serde_json::json!({
+            "version": 1, "name": "web",
+            "principal": { "user": "vmw-no-such-user", "gid": 61001 },
+            "hypervisor": { "kind": "qemu", "binary": "/bin/sh", "accel": "tcg" },
+            "vcpus": 1, "memory_mib": 64, "kernel": kernel,
+        });
+        std::fs::write(config.join("web.json"), spec.to_string()).unwrap();
+        let e = failure(options(dir.path(), "web"));
+        assert_eq!(e.step, "principal-resolved", "{e}");
+        assert!(e.is_refusal());
+        assert!(
+            e.to_string()
+                .starts_with("at step \"principal-resolved\": principal vmw-no-such-user:61001: "),
+            "{e}"
+        );
+        assert!(!dir.path().join("run").exists() && !dir.path().join("state").exists());
+    }
 }

@@ -8,19 +8,104 @@
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
-use caps::CapSet;
+use caps::errors::CapsError;
+use caps::{CapSet, CapsHashSet};
 use nix::errno::Errno;
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::stat::{mkdirat, Mode};
-use nix::unistd::{getgroups, getresgid, getresuid, setgroups, setresgid, setresuid, Gid, Uid};
+use nix::unistd::{
+    getgroups, getresgid, getresuid, setgroups, setresgid, setresuid, Gid, ResGid, ResUid, Uid,
+};
 
 use crate::config::names::VmName;
-use crate::error::{Error, Result, SysContext};
-use crate::host::dirs::{self, Dir};
-use crate::host::mountinfo;
+use crate::host::dirs::{self, Dir, DirError};
+use crate::host::mountinfo::{self, Mount};
+use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal::Principal;
+
+/// The sandbox could not be built, or the privilege drop did not hold.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("kernel lacks tmpfs `noswap` (needs Linux 6.4 or later) for {path}: {errno}; refusing to put credentials on swappable memory")]
+    NoSwapUnsupported {
+        path: PathBuf,
+        #[source]
+        errno: Errno,
+    },
+    #[error("{path}: refused: cannot read /proc/self/mountinfo to confirm noswap: {source}")]
+    NoSwapUnconfirmed {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: refused: the credential tmpfs was mounted but mountinfo does not show it with noswap ({found:?}); refusing to put credentials on swappable memory")]
+    NoSwapNotShown {
+        path: PathBuf,
+        found: Option<Box<Mount>>,
+    },
+    #[error("{path}: refused: has no file name")]
+    NoFileName { path: PathBuf },
+    #[error("{path}: refused: was replaced while the sandbox was being built")]
+    Replaced { path: PathBuf },
+    #[error("capabilities: {op}: {source}")]
+    Caps {
+        op: &'static str,
+        #[source]
+        source: CapsError,
+    },
+    #[error("privilege drop failed: {0}")]
+    Drop(#[source] DropFailure),
+    #[error(transparent)]
+    Dir(#[from] DirError),
+    #[error(transparent)]
+    Sys(#[from] SysError),
+}
+
+impl SandboxError {
+    /// Host state that refuses the sandbox (`EX_CONFIG`): no `noswap`, or a
+    /// directory that is not what was vetted.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            SandboxError::NoSwapUnsupported { .. }
+            | SandboxError::NoSwapUnconfirmed { .. }
+            | SandboxError::NoSwapNotShown { .. }
+            | SandboxError::NoFileName { .. }
+            | SandboxError::Replaced { .. } => true,
+            SandboxError::Dir(e) => e.is_refusal(),
+            SandboxError::Caps { .. } | SandboxError::Drop(_) | SandboxError::Sys(_) => false,
+        }
+    }
+}
+
+/// What the privilege drop's self-check found still held.
+#[derive(Debug, thiserror::Error)]
+pub enum DropFailure {
+    #[error("cannot count threads: {0}")]
+    CountThreads(#[source] std::io::Error),
+    #[error("the launcher has {0} threads; it must be single-threaded to drop privileges")]
+    Threads(usize),
+    #[error("the {set} capability set still holds {held:?}")]
+    CapsHeld {
+        set: &'static str,
+        held: CapsHashSet,
+    },
+    #[error("uids are {found:?}, expected {expected}")]
+    Uids { found: ResUid, expected: u32 },
+    #[error("gids are {found:?}, expected {expected}")]
+    Gids { found: ResGid, expected: u32 },
+    #[error("supplementary groups are {found:?}, expected {expected:?}")]
+    Groups { found: Vec<u32>, expected: Vec<u32> },
+    #[error("no_new_privs is not set")]
+    NoNewPrivs,
+    #[error("setuid(0) succeeded after the drop")]
+    Setuid0,
+    #[error("setgid(0) succeeded after the drop")]
+    Setgid0,
+}
+
+type Result<T, E = SandboxError> = std::result::Result<T, E>;
 
 const NONE: Option<&str> = None;
 
@@ -48,26 +133,28 @@ pub fn mount_credential_tmpfs(target: &Path, vm: &VmName, size: u64, files: usiz
     ) {
         Ok(()) => {}
         Err(errno @ Errno::EINVAL) => {
-            return Err(Error::NoSwapUnsupported {
+            return Err(SandboxError::NoSwapUnsupported {
                 path: target.to_path_buf(),
                 errno,
             })
         }
-        Err(e) => return Err(e).sys("mount credential tmpfs", target),
+        Err(e) => {
+            return Err(e)
+                .sys("mount credential tmpfs", target)
+                .map_err(Into::into)
+        }
     }
-    let mounts = mountinfo::read("self").map_err(|e| Error::Refused {
+    let mounts = mountinfo::read("self").map_err(|source| SandboxError::NoSwapUnconfirmed {
         path: target.to_path_buf(),
-        reason: format!("cannot read /proc/self/mountinfo to confirm noswap: {e}"),
+        source,
     })?;
     let found = mounts.into_iter().rev().find(|m| m.mount_point == target);
     match found {
         Some(m) if m.source == source && m.has_option("noswap") => {}
-        other => {
-            return Err(Error::Refused {
+        found => {
+            return Err(SandboxError::NoSwapNotShown {
                 path: target.to_path_buf(),
-                reason: format!(
-                    "the credential tmpfs was mounted but mountinfo does not show it with noswap ({other:?}); refusing to put credentials on swappable memory"
-                ),
+                found: found.map(Box::new),
             })
         }
     }
@@ -89,7 +176,8 @@ pub fn remount_read_only(target: &Path) -> Result<()> {
             | MsFlags::MS_NOEXEC,
         NONE,
     )
-    .sys("remount read-only", target)
+    .sys("remount read-only", target)?;
+    Ok(())
 }
 
 /// Hide everything under `root` except `keep` (this VM's own directory):
@@ -101,9 +189,8 @@ pub fn mask_root_except(root: &Path, keep: &Dir) -> Result<()> {
         .path
         .file_name()
         .and_then(|n| n.to_str())
-        .ok_or_else(|| Error::Refused {
+        .ok_or_else(|| SandboxError::NoFileName {
             path: keep.path.clone(),
-            reason: "has no file name".into(),
         })?
         .to_string();
     // Re-open inside this namespace (a bind source must be a mount of the
@@ -112,9 +199,8 @@ pub fn mask_root_except(root: &Path, keep: &Dir) -> Result<()> {
     let here = dirs::open_dir(&keep.path)?;
     let (a, b) = (keep.stat()?, here.stat()?);
     if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino) {
-        return Err(Error::Refused {
+        return Err(SandboxError::Replaced {
             path: keep.path.clone(),
-            reason: "was replaced while the sandbox was being built".into(),
         });
     }
     let keep_src = PathBuf::from(format!("/proc/self/fd/{}", here.fd.as_raw_fd()));
@@ -166,7 +252,8 @@ pub fn mask_dir(path: &Path) -> Result<bool> {
 
 /// `RLIMIT_CORE=0`: guest memory never lands in a core file.
 pub fn set_rlimits() -> Result<()> {
-    setrlimit(Resource::RLIMIT_CORE, 0, 0).sys("setrlimit(RLIMIT_CORE)", "/")
+    setrlimit(Resource::RLIMIT_CORE, 0, 0).sys("setrlimit(RLIMIT_CORE)", "/")?;
+    Ok(())
 }
 
 /// The launcher must be single-threaded from here to `execve`: `setresuid`
@@ -174,34 +261,32 @@ pub fn set_rlimits() -> Result<()> {
 pub fn assert_single_threaded() -> Result<()> {
     let n = std::fs::read_dir("/proc/self/task")
         .map(|rd| rd.count())
-        .map_err(|e| Error::Drop(format!("cannot count threads: {e}")))?;
+        .map_err(|e| SandboxError::Drop(DropFailure::CountThreads(e)))?;
     if n != 1 {
-        return Err(Error::Drop(format!(
-            "the launcher has {n} threads; it must be single-threaded to drop privileges"
-        )));
+        return Err(SandboxError::Drop(DropFailure::Threads(n)));
     }
     Ok(())
 }
 
 // Securebits (include/uapi/linux/securebits.h).
-const SECBIT_NOROOT: u64 = 1 << 0;
-const SECBIT_NOROOT_LOCKED: u64 = 1 << 1;
-const SECBIT_NO_SETUID_FIXUP_LOCKED: u64 = 1 << 3;
-const SECBIT_KEEP_CAPS_LOCKED: u64 = 1 << 5;
-const SECBIT_NO_CAP_AMBIENT_RAISE: u64 = 1 << 6;
-const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: u64 = 1 << 7;
+const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
+const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
+const SECBIT_KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
+const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
+const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
 /// uid 0 gets no special powers, the setuid fixup (which clears the
 /// capability sets when the uid leaves 0) stays on, keep-caps stays off, no
 /// ambient raise, and all of it locked.
-pub const SECUREBITS: u64 = SECBIT_NOROOT
+pub const SECUREBITS: libc::c_ulong = SECBIT_NOROOT
     | SECBIT_NOROOT_LOCKED
     | SECBIT_NO_SETUID_FIXUP_LOCKED
     | SECBIT_KEEP_CAPS_LOCKED
     | SECBIT_NO_CAP_AMBIENT_RAISE
     | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
 
-fn caps_err(op: &'static str) -> impl FnOnce(caps::errors::CapsError) -> Error {
-    move |source| Error::Caps { op, source }
+fn caps_err(op: &'static str) -> impl FnOnce(CapsError) -> SandboxError {
+    move |source| SandboxError::Caps { op, source }
 }
 
 /// Drop to the principal: supplementary groups, gids, bounding and ambient
@@ -217,15 +302,7 @@ pub fn drop_privileges(p: &Principal) -> Result<()> {
     caps::clear(None, CapSet::Bounding).map_err(caps_err("clear bounding set"))?;
     // SAFETY: prctl(PR_SET_SECUREBITS) takes an integer bit mask and no
     // pointers; the return value is checked.
-    let rc = unsafe {
-        libc::prctl(
-            libc::PR_SET_SECUREBITS,
-            SECUREBITS as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
+    let rc = unsafe { libc::prctl(libc::PR_SET_SECUREBITS, SECUREBITS, 0, 0, 0) };
     Errno::result(rc).sys("prctl(PR_SET_SECUREBITS)", "/")?;
     nix::sys::prctl::set_no_new_privs().sys("prctl(PR_SET_NO_NEW_PRIVS)", "/")?;
     let u = Uid::from_raw(p.uid);
@@ -248,18 +325,25 @@ pub fn verify_dropped(p: &Principal) -> Result<()> {
     ] {
         let have = caps::read(None, set).map_err(caps_err("read capability set"))?;
         if !have.is_empty() {
-            return Err(Error::Drop(format!(
-                "the {name} capability set still holds {have:?}"
-            )));
+            return Err(SandboxError::Drop(DropFailure::CapsHeld {
+                set: name,
+                held: have,
+            }));
         }
     }
     let r = getresuid().sys("getresuid", "/")?;
     if [r.real, r.effective, r.saved] != [Uid::from_raw(p.uid); 3] {
-        return Err(Error::Drop(format!("uids are {r:?}, expected {}", p.uid)));
+        return Err(SandboxError::Drop(DropFailure::Uids {
+            found: r,
+            expected: p.uid,
+        }));
     }
     let r = getresgid().sys("getresgid", "/")?;
     if [r.real, r.effective, r.saved] != [Gid::from_raw(p.gid); 3] {
-        return Err(Error::Drop(format!("gids are {r:?}, expected {}", p.gid)));
+        return Err(SandboxError::Drop(DropFailure::Gids {
+            found: r,
+            expected: p.gid,
+        }));
     }
     let mut have: Vec<u32> = getgroups()
         .sys("getgroups", "/")?
@@ -270,25 +354,35 @@ pub fn verify_dropped(p: &Principal) -> Result<()> {
     let mut want = p.groups.clone();
     want.sort_unstable();
     if have != want {
-        return Err(Error::Drop(format!(
-            "supplementary groups are {have:?}, expected {want:?}"
-        )));
+        return Err(SandboxError::Drop(DropFailure::Groups {
+            found: have,
+            expected: want,
+        }));
     }
     if !nix::sys::prctl::get_no_new_privs().sys("prctl(PR_GET_NO_NEW_PRIVS)", "/")? {
-        return Err(Error::Drop("no_new_privs is not set".into()));
+        return Err(SandboxError::Drop(DropFailure::NoNewPrivs));
     }
     if nix::unistd::setuid(Uid::from_raw(0)).is_ok() {
-        return Err(Error::Drop("setuid(0) succeeded after the drop".into()));
+        return Err(SandboxError::Drop(DropFailure::Setuid0));
     }
     if nix::unistd::setgid(Gid::from_raw(0)).is_ok() {
-        return Err(Error::Drop("setgid(0) succeeded after the drop".into()));
+        return Err(SandboxError::Drop(DropFailure::Setgid0));
     }
     Ok(())
 }
 
+/// `close_range`'s flags argument is an int (libc declares the flag, 1 << 2,
+/// unsigned).
+#[allow(clippy::cast_possible_wrap)]
+const CLOSE_RANGE_CLOEXEC: libc::c_int = libc::CLOSE_RANGE_CLOEXEC as libc::c_int;
+
 /// Mark every fd ≥ 3 except `keep` close-on-exec, as late as possible.
 pub fn cloexec_all_but(keep: &[i32]) -> Result<()> {
-    let mut keep: Vec<u32> = keep.iter().map(|k| *k as u32).filter(|k| *k >= 3).collect();
+    let mut keep: Vec<u32> = keep
+        .iter()
+        .filter_map(|k| u32::try_from(*k).ok())
+        .filter(|k| *k >= 3)
+        .collect();
     keep.sort_unstable();
     let mut first = 3u32;
     for k in keep.iter().copied().chain(std::iter::once(u32::MAX)) {
@@ -296,8 +390,7 @@ pub fn cloexec_all_but(keep: &[i32]) -> Result<()> {
             let last = if k == u32::MAX { u32::MAX } else { k - 1 };
             // SAFETY: close_range only changes the fd table; with
             // CLOSE_RANGE_CLOEXEC it closes nothing and the return is checked.
-            let rc =
-                unsafe { libc::close_range(first, last, libc::CLOSE_RANGE_CLOEXEC as libc::c_int) };
+            let rc = unsafe { libc::close_range(first, last, CLOSE_RANGE_CLOEXEC) };
             Errno::result(rc).sys("close_range(CLOEXEC)", "/proc/self/fd")?;
         }
         first = k.saturating_add(1);

@@ -11,11 +11,22 @@
 use std::collections::BTreeMap;
 
 use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch,
+    BackendError, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+    SeccompFilter, SeccompRule, TargetArch,
 };
 
-use crate::error::{Error, Result};
+/// The filter could not be built or installed.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    #[error("seccomp: unsupported architecture: {0:?}")]
+    Arch(#[source] BackendError),
+    #[error("seccomp: {0}")]
+    Compile(#[from] BackendError),
+    #[error("seccomp: {0}")]
+    Install(#[from] seccompiler::Error),
+}
+
+type Result<T, E = SeccompError> = std::result::Result<T, E>;
 
 /// `ioctl` requests refused with EPERM (include/uapi/linux/if_tun.h,
 /// sockios.h): the low 32 bits are compared, as the kernel reads `cmd` as
@@ -32,19 +43,16 @@ pub const DENIED_IOCTLS: &[(&str, u64)] = &[
 ];
 
 fn arch() -> Result<TargetArch> {
-    TargetArch::try_from(std::env::consts::ARCH)
-        .map_err(|e| Error::Other(format!("seccomp: unsupported architecture: {e:?}")))
+    TargetArch::try_from(std::env::consts::ARCH).map_err(SeccompError::Arch)
 }
 
 /// The compiled filter (built before it is installed, so a build error is
 /// reported while nothing is restricted yet).
 pub fn program() -> Result<BpfProgram> {
-    let se = |e: seccompiler::BackendError| Error::Other(format!("seccomp: {e}"));
     let mut rules = Vec::new();
     for (_, cmd) in DENIED_IOCTLS {
-        let c = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, *cmd)
-            .map_err(se)?;
-        rules.push(SeccompRule::new(vec![c]).map_err(se)?);
+        let c = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, *cmd)?;
+        rules.push(SeccompRule::new(vec![c])?);
     }
     let mut map = BTreeMap::new();
     map.insert(libc::SYS_ioctl, rules);
@@ -53,17 +61,14 @@ pub fn program() -> Result<BpfProgram> {
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
         arch()?,
-    )
-    .map_err(se)?;
-    filter
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| Error::Other(format!("seccomp: {e}")))
+    )?;
+    Ok(filter.try_into()?)
 }
 
 /// Install the filter on the calling (only) thread; `no_new_privs` must be
 /// set already (it is, by the privilege drop).
 pub fn apply(prog: &BpfProgram) -> Result<()> {
-    seccompiler::apply_filter(prog).map_err(|e| Error::Other(format!("seccomp: {e}")))
+    Ok(seccompiler::apply_filter(prog)?)
 }
 
 #[cfg(test)]

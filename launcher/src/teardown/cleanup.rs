@@ -11,13 +11,14 @@ use serde::Serialize;
 
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
-use crate::error::Error;
 use crate::host::dirs;
 use crate::host::mountinfo;
+use crate::host::net::SYS_CLASS_NET;
 use crate::host::ownership::{self, Failed, Kept, Outcome, DELETE_LAST, RUNTIME_KEEP};
 use crate::instance::intent::{Intent, Resource};
 use crate::instance::lease::Lease;
 use crate::instance::liveness::{self, Verdict};
+use crate::teardown::taps;
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
 pub struct ServiceResult {
@@ -99,10 +100,7 @@ fn cleanup_dead(roots: &Roots, name: &VmName, mut report: Report) -> Report {
     report.liveness = Verdict::Dead.reason();
     let rundir = match dirs::open_dir(&roots.runtime_dir(name)) {
         Ok(d) => d,
-        Err(Error::Sys {
-            errno: nix::errno::Errno::ENOENT,
-            ..
-        }) => {
+        Err(e) if e.is_not_found() => {
             // Nothing was ever created (or it is already gone): check mounts
             // and taps.
             report.failed.extend(surviving_credential_mounts(name));
@@ -229,10 +227,10 @@ fn cleanup_dead(roots: &Roots, name: &VmName, mut report: Report) -> Report {
 /// delete it (it may be in use); `vmwarden reap --apply` does once the VM
 /// is not live.
 pub fn surviving_taps(roots: &Roots, name: &VmName, intent: Option<&Intent>) -> Vec<Failed> {
-    crate::teardown::taps::surviving(&crate::teardown::taps::vm_taps(roots, name, intent))
+    taps::surviving(&taps::vm_taps(roots, name, intent))
         .into_iter()
         .map(|(tap, why)| Failed {
-            path: PathBuf::from(crate::host::net::SYS_CLASS_NET).join(&tap),
+            path: PathBuf::from(SYS_CLASS_NET).join(&tap),
             reason: format!(
                 "tap {tap} survives the hypervisor ({why}): something still holds its fd or it was made persistent; `vmwarden reap --apply` deletes it"
             ),

@@ -10,11 +10,56 @@ use serde::Serialize;
 
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
-use crate::error::{Error, Result};
-use crate::host::dirs::{self, Dir};
+use crate::config::spec::Spec;
+use crate::host::dirs::{self, Dir, DirError, Loose, Want};
 use crate::host::ownership::{self, Outcome};
-use crate::instance::lease::Lease;
+use crate::host::sys::{SysContext, SysError};
+use crate::identity::principal;
+use crate::identity::registry::{self, Record};
+use crate::instance::lease::{Lease, LeaseError};
 use crate::instance::liveness::{self, Verdict};
+
+/// A purge refused (the VM is not dead), or one that cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum PurgeError {
+    #[error("{path}: refused: VM {name} is {}; stop it first", .verdict.reason())]
+    NotStopped {
+        path: PathBuf,
+        name: String,
+        verdict: Verdict,
+    },
+    #[error("{path}: refused: VM {name} started while purge was confirming; nothing deleted")]
+    StartedMeanwhile { path: PathBuf, name: String },
+    /// The re-check under the lease found it live or ambiguous.
+    #[error("{path}: refused: VM {name} is not dead ({}); nothing deleted", .verdict.detail())]
+    NotDead {
+        path: PathBuf,
+        name: String,
+        verdict: Verdict,
+    },
+    #[error(transparent)]
+    Dir(#[from] DirError),
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error(transparent)]
+    Sys(#[from] SysError),
+}
+
+impl PurgeError {
+    /// A purge refused (`EX_CONFIG`).
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            PurgeError::NotStopped { .. }
+            | PurgeError::StartedMeanwhile { .. }
+            | PurgeError::NotDead { .. } => true,
+            PurgeError::Dir(e) => e.is_refusal(),
+            PurgeError::Lease(e) => e.is_refusal(),
+            PurgeError::Sys(_) => false,
+        }
+    }
+}
+
+type Result<T, E = PurgeError> = std::result::Result<T, E>;
 
 /// What a user must type, on a terminal, to confirm.
 pub const CONFIRM_PHRASE: &str = "DELETE-EVERYTHING";
@@ -46,11 +91,7 @@ pub fn keep_set(keep_identity: bool, keep_on_purge: &[String]) -> Vec<String> {
 /// `E(dir) \ K` where K may hold nested paths (`a/b` keeps `a/b`, and `a`
 /// itself is descended into rather than deleted).
 pub fn plan_entries(dir: &Dir, keep: &[String]) -> Result<Vec<PathBuf>> {
-    let names = ownership::entries(dir).map_err(|errno| Error::Sys {
-        op: "read directory",
-        path: dir.path.clone(),
-        errno,
-    })?;
+    let names = ownership::entries(dir).sys("read directory", &dir.path)?;
     let mut out = Vec::new();
     for n in names {
         if keep.iter().any(|k| k == &n) {
@@ -74,12 +115,10 @@ pub fn plan_entries(dir: &Dir, keep: &[String]) -> Result<Vec<PathBuf>> {
 }
 
 fn spec_keep_and_uid(roots: &Roots, name: &VmName) -> (Vec<String>, Option<u32>) {
-    match crate::config::spec::Spec::read(&roots.spec_path(name)) {
+    match Spec::read(&roots.spec_path(name)) {
         Ok(s) => (
             s.keep_on_purge.clone(),
-            crate::identity::principal::resolve_ids(&s)
-                .ok()
-                .map(|x| x.0),
+            principal::resolve_ids(&s).ok().map(|x| x.0),
         ),
         Err(_) => (vec![IDENTITY_DIR.to_string()], None),
     }
@@ -95,7 +134,7 @@ fn principal_uid(
 ) -> Option<u32> {
     spec_uid
         .or_else(|| {
-            crate::identity::registry::all(roots)
+            registry::all(roots)
                 .ok()?
                 .into_iter()
                 .find(|r| &r.vm == name)
@@ -107,9 +146,10 @@ fn principal_uid(
 pub fn plan(roots: &Roots, name: &VmName, keep_identity: bool) -> Result<Plan> {
     let verdict = liveness::probe(roots, name);
     if !verdict.is_dead() {
-        return Err(Error::Refused {
+        return Err(PurgeError::NotStopped {
             path: roots.state_dir(name),
-            reason: format!("VM {name} is {}; stop it first", verdict.reason()),
+            name: name.to_string(),
+            verdict,
         });
     }
     let state_dir = dirs::open_dir(&roots.state_dir(name))?;
@@ -131,7 +171,7 @@ pub fn plan(roots: &Roots, name: &VmName, keep_identity: bool) -> Result<Plan> {
 pub struct Report {
     pub plan: Plan,
     pub outcome: Outcome,
-    pub retired: Option<crate::identity::registry::Record>,
+    pub retired: Option<Record>,
     /// Why the principal was not retired when it should have been.
     pub retire_error: Option<String>,
 }
@@ -142,25 +182,25 @@ pub fn execute(roots: &Roots, name: &VmName, plan: Plan) -> Result<Report> {
     // dir and lease file if needed (exactly as a launch would), so no launch
     // can start between the confirmation and the last unlink.
     let (rt_parent, rt_name) = dirs::split_parent(&roots.runtime_root)?;
-    let root_want = |mode| crate::host::dirs::Want {
+    let root_want = |mode| Want {
         uid: 0,
         gid: 0,
         mode,
-        loose: crate::host::dirs::Loose::Refuse,
+        loose: Loose::Refuse,
     };
     let (runtime_root, _) = dirs::ensure(
         &rt_parent,
         &rt_name,
-        &crate::host::dirs::Want {
-            loose: crate::host::dirs::Loose::Tighten,
+        &Want {
+            loose: Loose::Tighten,
             ..root_want(0o755)
         },
     )?;
     let (rundir, _) = dirs::ensure(&runtime_root, name.as_str(), &root_want(0o755))?;
     let Some(_lease) = Lease::acquire(&rundir)? else {
-        return Err(Error::Refused {
+        return Err(PurgeError::StartedMeanwhile {
             path: plan.state_dir.clone(),
-            reason: format!("VM {name} started while purge was confirming; nothing deleted"),
+            name: name.to_string(),
         });
     };
     // Re-check under the lease, whatever the plan retires.
@@ -168,10 +208,11 @@ pub fn execute(roots: &Roots, name: &VmName, plan: Plan) -> Result<Report> {
         Some(uid) => liveness::probe_with_lease_held(roots, name, uid),
         None => Verdict::Dead,
     };
-    if let Verdict::Live(r) | Verdict::Ambiguous(r) = recheck {
-        return Err(Error::Refused {
+    if !recheck.is_dead() {
+        return Err(PurgeError::NotDead {
             path: plan.state_dir.clone(),
-            reason: format!("VM {name} is not dead ({r}); nothing deleted"),
+            name: name.to_string(),
+            verdict: recheck,
         });
     }
     let mut outcome = Outcome::default();
@@ -199,7 +240,7 @@ pub fn execute(roots: &Roots, name: &VmName, plan: Plan) -> Result<Report> {
     }
     // Retirement fails closed, but what was deleted is still reported.
     let (retired, retire_error) = match (plan.retire_uid, outcome.failed.is_empty()) {
-        (Some(uid), true) => match crate::identity::registry::retire(roots, name, uid) {
+        (Some(uid), true) => match registry::retire(roots, name, uid) {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(e.to_string())),
         },

@@ -9,14 +9,46 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::config::names::VmName;
-use crate::config::paths::Roots;
-use crate::host::dirs;
+use nix::errno::Errno;
+use nix::sys::wait::WaitStatus;
+
+use crate::config::names::{TapName, VmName};
+use crate::config::paths::{Roots, LEASE_FILE};
+use crate::host::dirs::{self, DirError};
 use crate::host::mountinfo;
+use crate::host::net::{self, Rtnl, SYS_CLASS_NET};
 use crate::host::ownership::{self, RUNTIME_KEEP};
 use crate::host::procs;
+use crate::identity::{principal, registry};
+use crate::instance::intent::Intent;
+use crate::instance::known_vms;
+use crate::instance::lease::{self, Lease, LeaseError, LeaseState};
 use crate::instance::liveness::{self, Verdict};
 use crate::teardown::cleanup::{self, ServiceResult};
+use crate::teardown::taps;
+
+/// What reap could not do (an item's reason in the report).
+#[derive(Debug, thiserror::Error)]
+pub enum ReapError {
+    #[error(transparent)]
+    Dir(#[from] DirError),
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error("open ns of pid {pid}: {source}")]
+    OpenNamespace {
+        pid: u32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("fork: {0}")]
+    Fork(#[source] Errno),
+    /// The child that unmounts in the namespace did not exit 0.
+    #[error("unmount in namespace of pid {pid} failed: {status:?}")]
+    Unmount {
+        pid: u32,
+        status: Result<WaitStatus, Errno>,
+    },
+}
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
@@ -61,14 +93,14 @@ impl Report {
 
 /// uids that belong to vmwarden principals: the registry and every spec.
 fn principal_uids(roots: &Roots) -> Vec<(u32, VmName)> {
-    let mut out: Vec<(u32, VmName)> = crate::identity::registry::all(roots)
+    let mut out: Vec<(u32, VmName)> = registry::all(roots)
         .unwrap_or_default()
         .into_iter()
         .map(|r| (r.uid, r.vm))
         .collect();
-    for (name, _, spec) in crate::identity::principal::configured_specs(roots) {
+    for (name, _, spec) in principal::configured_specs(roots) {
         if let Some(spec) = spec {
-            if let Ok((uid, _, _)) = crate::identity::principal::resolve_ids(&spec) {
+            if let Ok((uid, _, _)) = principal::resolve_ids(&spec) {
                 out.push((uid, name));
             }
         }
@@ -81,17 +113,17 @@ fn principal_uids(roots: &Roots) -> Vec<(u32, VmName)> {
 fn lease_held(roots: &Roots, name: &VmName) -> bool {
     dirs::open_dir(&roots.runtime_dir(name))
         .ok()
-        .and_then(|d| crate::instance::lease::state(&d).ok())
-        == Some(crate::instance::lease::LeaseState::Held)
+        .and_then(|d| lease::state(&d).ok())
+        == Some(LeaseState::Held)
 }
 
 /// Unmount a stray credential tmpfs inside the mount namespace of `pid`
 /// (in a child, so the caller's namespace never changes).
-fn unmount_in_namespace(pid: u32, target: &std::path::Path) -> Result<(), String> {
-    use nix::sys::wait::{waitpid, WaitStatus};
+fn unmount_in_namespace(pid: u32, target: &std::path::Path) -> Result<(), ReapError> {
+    use nix::sys::wait::waitpid;
     use nix::unistd::{fork, ForkResult};
     let ns = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
-        .map_err(|e| format!("open ns of pid {pid}: {e}"))?;
+        .map_err(|source| ReapError::OpenNamespace { pid, source })?;
     // SAFETY: reap is single-threaded; the child only calls setns, umount2
     // and _exit (async-signal-safe) before exiting.
     match unsafe { fork() } {
@@ -107,11 +139,9 @@ fn unmount_in_namespace(pid: u32, target: &std::path::Path) -> Result<(), String
         }
         Ok(ForkResult::Parent { child }) => match waitpid(child, None) {
             Ok(WaitStatus::Exited(_, 0)) => Ok(()),
-            other => Err(format!(
-                "unmount in namespace of pid {pid} failed: {other:?}"
-            )),
+            status => Err(ReapError::Unmount { pid, status }),
         },
-        Err(e) => Err(format!("fork: {e}")),
+        Err(e) => Err(ReapError::Fork(e)),
     }
 }
 
@@ -123,17 +153,11 @@ fn lease_for_kill(
     roots: &Roots,
     vm: &VmName,
     may_launch: bool,
-) -> crate::error::Result<Option<Option<crate::instance::lease::Lease>>> {
+) -> Result<Option<Option<Lease>>, ReapError> {
     let rundir = match dirs::open_dir(&roots.runtime_dir(vm)) {
         Ok(d) => d,
-        Err(crate::error::Error::Sys {
-            errno: nix::errno::Errno::ENOENT,
-            ..
-        }) if !may_launch => return Ok(Some(None)),
-        Err(crate::error::Error::Sys {
-            errno: nix::errno::Errno::ENOENT,
-            ..
-        }) => {
+        Err(e) if e.is_not_found() && !may_launch => return Ok(Some(None)),
+        Err(e) if e.is_not_found() => {
             let (parent, name) = dirs::split_parent(&roots.runtime_root)?;
             let want = |mode, loose| dirs::Want {
                 uid: 0,
@@ -144,9 +168,9 @@ fn lease_for_kill(
             let (root, _) = dirs::ensure(&parent, &name, &want(0o755, dirs::Loose::Tighten))?;
             dirs::ensure(&root, vm.as_str(), &want(0o755, dirs::Loose::Refuse))?.0
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
-    Ok(crate::instance::lease::Lease::acquire(&rundir)?.map(Some))
+    Ok(Lease::acquire(&rundir)?.map(Some))
 }
 
 /// Delete a runtime dir whose VM is no longer configured: every entry (the
@@ -164,7 +188,7 @@ fn delete_runtime_dir_under_lease(root: &dirs::Dir, name: &VmName) -> ownership:
             return out;
         }
     };
-    let lease = match crate::instance::lease::Lease::acquire(&rundir) {
+    let lease = match Lease::acquire(&rundir) {
         Ok(Some(l)) => l,
         Ok(None) => {
             out.kept.push(ownership::Kept {
@@ -182,7 +206,7 @@ fn delete_runtime_dir_under_lease(root: &dirs::Dir, name: &VmName) -> ownership:
         }
     };
     let names = ownership::entries(&rundir).unwrap_or_default();
-    let doomed = ownership::deletion_set(&names, &[], Some(crate::config::paths::LEASE_FILE));
+    let doomed = ownership::deletion_set(&names, &[], Some(LEASE_FILE));
     out.merge(ownership::delete_entries(&rundir, &doomed, None));
     if out.failed.is_empty() {
         out.merge(ownership::delete_entries(root, &[name.to_string()], None));
@@ -197,7 +221,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         kill,
         ..Default::default()
     };
-    let configured: Vec<VmName> = crate::identity::principal::configured_specs(roots)
+    let configured: Vec<VmName> = principal::configured_specs(roots)
         .into_iter()
         .map(|(n, _, _)| n)
         .collect();
@@ -243,13 +267,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
                 continue;
             }
             r.orphans.push(item);
-            if apply
-                && nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                )
-                .is_ok()
-            {
+            if apply && procs::sigkill(pid).is_ok() {
                 killed_here.push(pid);
             }
         }
@@ -285,9 +303,9 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         if apply {
             match unmount_in_namespace(pid, &m.mount_point) {
                 Ok(()) => r.deleted.push(m.mount_point.clone()),
-                Err(reason) => r.failed.push(ownership::Failed {
+                Err(e) => r.failed.push(ownership::Failed {
                     path: m.mount_point.clone(),
-                    reason,
+                    reason: e.to_string(),
                 }),
             }
         }
@@ -299,10 +317,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
     // 3. Runtime root: every entry is vmwarden's.
     let root = match dirs::open_dir(&roots.runtime_root) {
         Ok(d) => Some(d),
-        Err(crate::error::Error::Sys {
-            errno: nix::errno::Errno::ENOENT,
-            ..
-        }) => None,
+        Err(e) if e.is_not_found() => None,
         Err(e) => {
             r.failed.push(ownership::Failed {
                 path: roots.runtime_root.clone(),
@@ -409,16 +424,13 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
 
 /// Every VM that claims each tap: the intent records in the runtime root
 /// and the configured specs (two VMs may name the same tap by mistake).
-fn tap_claimants(
-    roots: &Roots,
-) -> std::collections::BTreeMap<crate::config::names::TapName, Vec<VmName>> {
-    let mut owners: std::collections::BTreeMap<crate::config::names::TapName, Vec<VmName>> =
-        Default::default();
-    for vm in crate::instance::known_vms(roots) {
+fn tap_claimants(roots: &Roots) -> std::collections::BTreeMap<TapName, Vec<VmName>> {
+    let mut owners: std::collections::BTreeMap<TapName, Vec<VmName>> = Default::default();
+    for vm in known_vms(roots) {
         let intent = dirs::open_dir(&roots.runtime_dir(&vm))
             .ok()
-            .and_then(|d| crate::instance::intent::Intent::read(&d).ok().flatten());
-        for t in crate::teardown::taps::vm_taps(roots, &vm, intent.as_ref()) {
+            .and_then(|d| Intent::read(&d).ok().flatten());
+        for t in taps::vm_taps(roots, &vm, intent.as_ref()) {
             let v = owners.entry(t).or_default();
             if !v.contains(&vm) {
                 v.push(vm.clone());
@@ -429,14 +441,14 @@ fn tap_claimants(
 }
 
 fn reap_taps(roots: &Roots, r: &mut Report) {
-    let links = crate::host::net::vmwarden_links();
+    let links = net::vmwarden_links();
     if links.is_empty() {
         return;
     }
     let claimants = tap_claimants(roots);
     let mut rtnl = None;
     for tap in links {
-        let path = PathBuf::from(crate::host::net::SYS_CLASS_NET).join(&tap);
+        let path = PathBuf::from(SYS_CLASS_NET).join(&tap);
         let claims = claimants.get(tap.as_str()).cloned().unwrap_or_default();
         let owner = claims.first().cloned();
         let mut keep = |reason: String| {
@@ -448,7 +460,7 @@ fn reap_taps(roots: &Roots, r: &mut Report) {
                 reason,
             })
         };
-        let Some((index, persistent)) = crate::host::net::tun_info(&tap) else {
+        let Some((index, persistent)) = net::tun_info(&tap) else {
             keep("named vmw-* but not a tun/tap device; not vmwarden's".into());
             continue;
         };
@@ -490,7 +502,7 @@ fn reap_taps(roots: &Roots, r: &mut Report) {
         });
         if r.apply {
             if rtnl.is_none() {
-                match crate::host::net::Rtnl::open() {
+                match Rtnl::open() {
                     Ok(n) => rtnl = Some(n),
                     Err(e) => {
                         r.failed.push(ownership::Failed {
@@ -504,9 +516,7 @@ fn reap_taps(roots: &Roots, r: &mut Report) {
             let Some(n) = rtnl.as_mut() else { continue };
             // Delete the vetted device by its index, not whatever holds the name now.
             match n.delete_index(&tap, index) {
-                Ok(_) if crate::host::net::tun_info(&tap).map(|(i, _)| i) != Some(index) => {
-                    r.deleted.push(path)
-                }
+                Ok(_) if net::tun_info(&tap).map(|(i, _)| i) != Some(index) => r.deleted.push(path),
                 Ok(_) => r.failed.push(ownership::Failed {
                     path,
                     reason: "RTM_DELLINK succeeded but the tap still exists".into(),

@@ -2,16 +2,15 @@
 //! side of `host::net`, which itself knows nothing of specs or instances.
 
 use crate::config::names::{TapName, VmName};
+use crate::config::paths::Roots;
+use crate::config::spec::Spec;
 use crate::host::net::link_exists;
+use crate::instance::intent::Intent;
 
 /// The taps VM `name` has or may have: its intent record's and its spec's.
-pub fn vm_taps(
-    roots: &crate::config::paths::Roots,
-    name: &VmName,
-    intent: Option<&crate::instance::intent::Intent>,
-) -> Vec<TapName> {
+pub fn vm_taps(roots: &Roots, name: &VmName, intent: Option<&Intent>) -> Vec<TapName> {
     let mut out: Vec<TapName> = intent.map(|i| i.taps()).unwrap_or_default();
-    if let Ok(spec) = crate::config::spec::Spec::read(&roots.spec_path(name)) {
+    if let Ok(spec) = Spec::read(&roots.spec_path(name)) {
         out.extend(spec.interfaces.into_iter().map(|n| n.tap));
     }
     out.sort();

@@ -9,10 +9,14 @@ use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::host::dirs;
 use crate::host::mountinfo;
+use crate::host::net::SYS_CLASS_NET;
 use crate::host::ownership::{self, RUNTIME_KEEP};
 use crate::host::procs;
+use crate::instance::intent::Intent;
+use crate::instance::known_vms;
 use crate::instance::lease::{self, LeaseState};
 use crate::instance::liveness;
+use crate::teardown::taps;
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Check {
@@ -102,7 +106,7 @@ pub fn verify(
 ) -> Report {
     let mut checks = Vec::new();
     let names: Vec<VmName> = if names.is_empty() {
-        crate::instance::known_vms(roots)
+        known_vms(roots)
     } else {
         names.to_vec()
     };
@@ -114,10 +118,7 @@ pub fn verify(
             Ok(d) => ownership::entries(&d)
                 .map(|e| ownership::deletion_set(&e, RUNTIME_KEEP, None))
                 .unwrap_or_else(|e| vec![format!("<unreadable: {e}>")]),
-            Err(crate::error::Error::Sys {
-                errno: nix::errno::Errno::ENOENT,
-                ..
-            }) => Vec::new(),
+            Err(e) if e.is_not_found() => Vec::new(),
             Err(e) => vec![format!("<{e}>")],
         };
         checks.push(check(
@@ -143,7 +144,7 @@ pub fn verify(
         // The uid the last launch recorded, else the spec's.
         let intent = dirs::open_dir(&rundir)
             .ok()
-            .and_then(|d| crate::instance::intent::Intent::read(&d).ok().flatten());
+            .and_then(|d| Intent::read(&d).ok().flatten());
         match liveness::vm_uid(roots, n, intent.as_ref()) {
             Ok(Some(uid)) => {
                 let pids = procs::processes_of_uid(uid);
@@ -156,18 +157,24 @@ pub fn verify(
                 ));
             }
             Ok(None) => {}
-            Err(e) => checks.push(check("no-process", vm, false, "principal resolvable", e)),
+            Err(e) => checks.push(check(
+                "no-process",
+                vm,
+                false,
+                "principal resolvable",
+                e.to_string(),
+            )),
         }
         let intent = dirs::open_dir(&rundir)
             .ok()
-            .and_then(|d| crate::instance::intent::Intent::read(&d).ok().flatten());
-        let taps = crate::teardown::taps::vm_taps(roots, n, intent.as_ref());
-        let left = crate::teardown::taps::surviving(&taps);
+            .and_then(|d| Intent::read(&d).ok().flatten());
+        let vm_taps = taps::vm_taps(roots, n, intent.as_ref());
+        let left = taps::surviving(&vm_taps);
         checks.push(check(
             "no-tap",
             vm,
             left.is_empty(),
-            format!("none of {taps:?} in {}", crate::host::net::SYS_CLASS_NET),
+            format!("none of {vm_taps:?} in {SYS_CLASS_NET}"),
             format!("{left:?}"),
         ));
         let mounts = mountinfo::credential_mounts_everywhere(Some(n));

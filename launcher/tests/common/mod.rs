@@ -13,6 +13,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use vmwarden::host::mountinfo;
+use vmwarden::host::net::vmwarden_links;
+use vmwarden::host::procs::processes_of_uid;
 
 pub const LAUNCH: &str = env!("CARGO_BIN_EXE_vmwarden-launch");
 pub const CLEANUP: &str = env!("CARGO_BIN_EXE_vmwarden-cleanup");
@@ -381,23 +384,23 @@ pub fn snapshot(env: &Env, uids: &[u32]) -> Snapshot {
     files.retain(|f| !f.contains(".serial.log"));
     let mut mounts = BTreeSet::new();
     let dir = env.dir.path().to_string_lossy().into_owned();
-    for (_, ns, m) in vmwarden::host::mountinfo::credential_mounts_everywhere(None) {
+    for (_, ns, m) in mountinfo::credential_mounts_everywhere(None) {
         mounts.insert(format!("{ns} {} {}", m.source, m.mount_point.display()));
     }
-    for m in vmwarden::host::mountinfo::read("self").unwrap() {
+    for m in mountinfo::read("self").unwrap() {
         if m.mount_point.to_string_lossy().starts_with(&dir) || m.source.starts_with("vmwarden") {
             mounts.insert(format!("self {} {}", m.source, m.mount_point.display()));
         }
     }
     let mut procs = BTreeSet::new();
     for u in uids {
-        procs.extend(vmwarden::host::procs::processes_of_uid(*u));
+        procs.extend(processes_of_uid(*u));
     }
     Snapshot {
         files,
         mounts,
         procs,
-        links: vmwarden::host::net::vmwarden_links().into_iter().collect(),
+        links: vmwarden_links().into_iter().collect(),
     }
 }
 
