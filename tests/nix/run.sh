@@ -211,8 +211,11 @@ else
   ev() { # ev ATTR MODULE... : evaluate the harness
     local attr=$1
     shift
-    nix-instantiate --eval --strict --json "$H" --arg modules "$(modules "$@")" --arg extraPkgNames '["vmwarden"]' -A "$attr"
+    nix-instantiate --eval --strict --json "$H" --arg modules "$(modules "$@")" \
+      --arg extraPkgNames '["vmwarden" "virtiofsd" "vhost-device-vsock"]' -A "$attr"
   }
+  # Cases whose specs and drop-ins are compared with tests/nix/golden/CASE/.
+  GOLDEN_CASES="two-vms"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -256,6 +259,48 @@ bad-bridge|bridge "vmw-br0" of vmw-web0 is not a bridge the launcher accepts
 override|ok
 microvm-nix|vmwarden and microvm.nix's host module both define microvm@.service
 CASES
+
+  # Golden files: what each of these cases makes of its VMs, byte for byte
+  # (the launch spec and the drop-in). A change to the module that changes
+  # the spec of an existing configuration changes its golden file, and with
+  # it every running VM at the next switch. VMWARDEN_UPDATE_GOLDEN=1
+  # rewrites them (review the diff).
+  for case in $GOLDEN_CASES; do
+    if nix-instantiate --eval --strict --json tests/nix/golden.nix \
+      --arg modules "$(modules "$top/tests/nix/cases/$case.nix")" >"$work/golden.json" 2>"$work/e"; then
+      if out=$(python3 - "$work/golden.json" "tests/nix/golden/$case" "${VMWARDEN_UPDATE_GOLDEN:-}" <<'PY'
+import json, os, sys
+got, d, update = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+if update:
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        os.remove(os.path.join(d, f))
+    for name, text in got.items():
+        open(os.path.join(d, name), "w").write(text)
+    print(f"rewrote {len(got)} file(s)")
+    sys.exit(0)
+want = {f: open(os.path.join(d, f)).read() for f in os.listdir(d)} if os.path.isdir(d) else {}
+bad = [f"{n}: {'missing in ' + d if n not in want else 'not produced' if n not in got else 'differs'}"
+       for n in sorted(set(got) | set(want)) if got.get(n) != want.get(n)]
+for n in sorted(set(got) & set(want)):
+    if got[n] != want[n] and n.endswith(".json"):
+        a, b = json.loads(want[n]), json.loads(got[n])
+        bad += [f"  {n} field {k}: golden {json.dumps(a.get(k))}, now {json.dumps(b.get(k))}"
+                for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+print("\n".join(bad) if bad else ", ".join(sorted(got)))
+sys.exit(1 if bad else 0)
+PY
+      ); then
+        ok "golden $case: $out"
+      else
+        echo "$out"
+        bad "golden $case: differs from tests/nix/golden/$case (VMWARDEN_UPDATE_GOLDEN=1 rewrites it; review the diff)"
+      fi
+    else
+      cat "$work/e"
+      bad "golden $case does not evaluate"
+    fi
+  done
 
   # A host overrides keys of the unit data with lib.mkForce; the harness's
   # systemd.globalEnvironment (TZDIR, LOCALE_ARCHIVE, as on NixOS) reaches a
