@@ -145,65 +145,69 @@
         message = "${at}.extraArgs: ${why}.";
       }) (vlib.extraArgsProblems vm.hypervisor name vm.extraArgs);
   in
-    [
+    if !vlib.validVmName name
+    then [
       {
-        assertion = vlib.validVmName name;
+        assertion = false;
         message = "vmwarden.vms.\"${name}\": VM names must match ^${vlib.vmNameRegex}$ (a lowercase letter, then at most 31 lowercase letters, digits or '-'); rename the attribute.";
       }
-      {
-        assertion = vm.hypervisor == "qemu" || vm.credentials == {};
-        message = "${at}.credentials: ${vm.hypervisor} cannot receive credentials safely (cloud-hypervisor's only channel, SMBIOS OEM strings, is on its command line, which every local user can read; firecracker has none); use hypervisor = \"qemu\" or deliver the secret another way.";
-      }
-      {
-        assertion = vm.hypervisor == "qemu" || vm.accel == "kvm";
-        message = "${at}.accel = \"${vm.accel}\": ${vm.hypervisor} runs only on KVM; set accel = \"kvm\" or use hypervisor = \"qemu\".";
-      }
-      {
-        assertion = vm.hypervisor != "firecracker" || vm.interfaces == [];
-        message = "${at}.interfaces: firecracker opens taps by name and cannot take an open tap fd, so vmwarden cannot give it a tap that dies with it; use hypervisor = \"qemu\" or \"cloud-hypervisor\".";
-      }
-      {
-        assertion = vlib.validPrincipalName p.user;
-        message = "${at}.principal.user = \"${p.user}\" is not a valid user name (^${vlib.principalNameRegex}$, at most 32 bytes); set ${at}.principal.user to a shorter name.";
-      }
-      {
-        assertion = vlib.validPrincipalName p.group;
-        message = "${at}.principal.group = \"${p.group}\" is not a valid group name (^${vlib.principalNameRegex}$, at most 32 bytes); set ${at}.principal.group to a shorter name.";
-      }
-      {
-        assertion = !builtins.elem p.user ["root" "nobody"];
-        message = "${at}.principal.user = \"${p.user}\": a VM must run as its own unprivileged user; pick a new name such as \"vm-${name}\".";
-      }
-      {
-        assertion = !builtins.elem p.group vlib.privilegedGroups;
-        message = "${at}.principal.group = \"${p.group}\" is a privileged group (${concatStringsSep ", " vlib.privilegedGroups}); use the VM's own group, e.g. \"vm-${name}\".";
-      }
-      {
-        assertion = !builtins.elem p.group vlib.sharedGroups;
-        message = "${at}.principal.group = \"${p.group}\" is shared with others (every VM's hypervisor gets /dev/kvm's group; nogroup is nobody's), and a VM's files are group-owned by it; use the VM's own group, e.g. \"vm-${name}\".";
-      }
-      {
-        assertion = p.uid != 65534;
-        message = "${at}.principal.uid = 65534 is the overflow uid (nobody); pick another uid or leave it null.";
-      }
     ]
-    ++ credChecks
-    ++ pathChecks
-    ++ shareChecks
-    ++ diskChecks
-    ++ otherChecks
-    ++ map (i: {
-      assertion = vlib.validBridgeName i.bridge;
-      message = "${at}.interfaces: bridge \"${i.bridge}\" of ${i.tap} is not a bridge the launcher accepts (not \".\" or \"..\", not starting with ${vlib.tapPrefix}, which marks vmwarden's taps).";
-    }) (filter (i: i.bridge != null) vm.interfaces)
-    ++ map (i: {
-      assertion = vlib.unicastMac i.mac;
-      message = "${at}.interfaces: mac \"${i.mac}\" of ${i.tap} is not a unicast address (the first octet must be even, and not all zero).";
-    }) (filter (i: i.mac != null) vm.interfaces)
-    ++ map (t: {
-      assertion = false;
-      message = "${at}.interfaces: tap \"${t}\" appears twice.";
-    }) (vlib.duplicates (map (i: i.tap) vm.interfaces));
+    else
+      [
+        {
+          assertion = vm.hypervisor == "qemu" || vm.credentials == {};
+          message = "${at}.credentials: ${vm.hypervisor} cannot receive credentials safely (cloud-hypervisor's only channel, SMBIOS OEM strings, is on its command line, which every local user can read; firecracker has none); use hypervisor = \"qemu\" or deliver the secret another way.";
+        }
+        {
+          assertion = vm.hypervisor == "qemu" || vm.accel == "kvm";
+          message = "${at}.accel = \"${vm.accel}\": ${vm.hypervisor} runs only on KVM; set accel = \"kvm\" or use hypervisor = \"qemu\".";
+        }
+        {
+          assertion = vm.hypervisor != "firecracker" || vm.interfaces == [];
+          message = "${at}.interfaces: firecracker opens taps by name and cannot take an open tap fd, so vmwarden cannot give it a tap that dies with it; use hypervisor = \"qemu\" or \"cloud-hypervisor\".";
+        }
+        {
+          assertion = vlib.validPrincipalName p.user;
+          message = "${at}.principal.user = \"${p.user}\" is not a valid user name (^${vlib.principalNameRegex}$: at most 31 bytes, NixOS aborts on longer ones); set ${at}.principal.user to a shorter name.";
+        }
+        {
+          assertion = vlib.validPrincipalName p.group;
+          message = "${at}.principal.group = \"${p.group}\" is not a valid group name (^${vlib.principalNameRegex}$: at most 31 bytes, NixOS aborts on longer ones); set ${at}.principal.group to a shorter name.";
+        }
+        {
+          assertion = !builtins.elem p.user ["root" "nobody"];
+          message = "${at}.principal.user = \"${p.user}\": a VM must run as its own unprivileged user; pick a new name such as \"vm-${name}\".";
+        }
+        {
+          assertion = !builtins.elem p.group vlib.privilegedGroups;
+          message = "${at}.principal.group = \"${p.group}\" is a privileged group (${concatStringsSep ", " vlib.privilegedGroups}); use the VM's own group, e.g. \"vm-${name}\".";
+        }
+        {
+          assertion = !builtins.elem p.group vlib.sharedGroups;
+          message = "${at}.principal.group = \"${p.group}\" is shared with others (every VM's hypervisor gets /dev/kvm's group; nogroup is nobody's), and a VM's files are group-owned by it; use the VM's own group, e.g. \"vm-${name}\".";
+        }
+        {
+          assertion = p.uid != 65534;
+          message = "${at}.principal.uid = 65534 is the overflow uid (nobody); pick another uid or leave it null.";
+        }
+      ]
+      ++ credChecks
+      ++ pathChecks
+      ++ shareChecks
+      ++ diskChecks
+      ++ otherChecks
+      ++ map (i: {
+        assertion = vlib.validBridgeName i.bridge;
+        message = "${at}.interfaces: bridge \"${i.bridge}\" of ${i.tap} is not a bridge the launcher accepts (not \".\" or \"..\", not starting with ${vlib.tapPrefix}, which marks vmwarden's taps).";
+      }) (filter (i: i.bridge != null) vm.interfaces)
+      ++ map (i: {
+        assertion = vlib.unicastMac i.mac;
+        message = "${at}.interfaces: mac \"${i.mac}\" of ${i.tap} is not a unicast address (the first octet must be even, and not all zero).";
+      }) (filter (i: i.mac != null) vm.interfaces)
+      ++ map (t: {
+        assertion = false;
+        message = "${at}.interfaces: tap \"${t}\" appears twice.";
+      }) (vlib.duplicates (map (i: i.tap) vm.interfaces));
 
   # uid -> owners, over VMs and every other user with a fixed uid.
   vmUsers = map (vm: vm.principal.user) vms;

@@ -21,8 +21,10 @@ in rec {
   vmNameRegex = "${class rules.vm_name.first}${class rules.vm_name.rest}{0,${toString (rules.vm_name.max_len - 1)}}";
   validVmName = n: builtins.match vmNameRegex n != null;
 
-  # Unix user and group names the module creates for a VM.
-  principalNameRegex = "[a-z_][a-z0-9_-]{0,31}";
+  # Unix user and group names the module creates for a VM. At most 31
+  # bytes: NixOS's users-groups.nix aborts (not an assertion: evaluation
+  # stops there) on a user or group name of 32 bytes or more.
+  principalNameRegex = "[a-z_][a-z0-9_-]{0,30}";
   validPrincipalName = n: builtins.match principalNameRegex n != null;
 
   # Credential names, as the launcher checks them: a file name without ':'
