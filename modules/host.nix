@@ -44,6 +44,13 @@ in {
 
       users.groups = lib.mapAttrs' (_: vm: nameValuePair vm.principal.group {}) withUser;
 
+      # Removed VMs, reported at the switch that removes them (and at every
+      # boot and switch after, until purged).
+      system.activationScripts.vmwarden-removed = {
+        text = vlib.removedReport (builtins.attrNames vms);
+        supportsDryActivation = true;
+      };
+
       environment.etc = mapAttrs' (name: vm:
         nameValuePair "vmwarden/vms/${name}.json" {
           source = specFile name vm;

@@ -482,14 +482,28 @@ in rec {
     };
   };
 
+  # How nixos-rebuild switch treats a changed VM (switch-to-configuration
+  # reads these from the merged template + drop-in; docs/microvm-nix.md
+  # section 4). Stop before the activation, with the old unit, the old
+  # `vmwarden stop` and cleanup and the old spec under /etc, then start
+  # with the new ones: stopIfChanged = false would run the new stop and
+  # cleanup against the old instance. Never reload: the unit has no
+  # ExecReload=, and switch fails on a drop-in instance it must reload.
+  # Spelled out so that a host flipping them meets a conflict, not silence.
+  switchBehaviour = {
+    stopIfChanged = true;
+    reloadIfChanged = false;
+  };
+
   # microvm@.service. `bin` is the directory holding the three binaries.
-  template = bin: fromUnitData {"@bin@" = bin;} "microvm@.service.toml" // nixosServiceDefaults;
+  template = bin: fromUnitData {"@bin@" = bin;} "microvm@.service.toml" // nixosServiceDefaults // switchBehaviour;
 
   # The per-VM drop-in (microvm@<name>.service.d/): credentials and the
   # writable paths outside the state root. `credSource c` is the host file
   # of systemd credential c.
   dropin = vm: credSource:
     nixosServiceDefaults
+    // switchBehaviour
     // {
       overrideStrategy = "asDropin";
       serviceConfig =
@@ -526,7 +540,32 @@ in rec {
 
   # Boot-time dry run of `vmwarden reap`: what a previous boot left behind,
   # in the journal; deletes nothing.
-  reapReport = bin: fromUnitData {"@bin@" = bin;} "vmwarden-reap-report.service.toml" // nixosServiceDefaults;
+  # Once per boot (RemainAfterExit in the data): a switch that changes the
+  # unit (a vmwarden update) must not stop and start, that is re-run, it
+  # either. NixOS-only (X-RestartIfChanged=false, read by switch).
+  reapReport = bin:
+    fromUnitData {"@bin@" = bin;} "vmwarden-reap-report.service.toml"
+    // nixosServiceDefaults
+    // {restartIfChanged = false;};
+
+  # Activation snippet (every boot and every switch, after switch has
+  # stopped the VMs it stops): lists the state and runtime directories of
+  # VMs that are no longer configured, with the command that deletes them.
+  # Reads directory names only; changes nothing.
+  removedReport = names: ''
+    vmwarden_state=${stateRoot} vmwarden_run=${runtimeRoot}
+    for d in "$vmwarden_state"/* "$vmwarden_run"/*; do
+      [ -d "$d" ] && [ ! -L "$d" ] || continue
+      n=''${d##*/}
+      case " ${toString names} " in *" $n "*) continue ;; esac
+      case $n in [a-z]*) ;; *) continue ;; esac
+      if [ "$d" = "$vmwarden_state/$n" ]; then
+        echo "vmwarden: VM $n is no longer configured; its state is in $d: 'vmwarden purge $n' deletes it (after a backup of what you want to keep)"
+      else
+        echo "vmwarden: VM $n is no longer configured; 'vmwarden reap --apply' removes $d"
+      fi
+    done
+  '';
 
   # ---------------------------------------------------------------- misc
   # microvm.nix's host module (nixosModules.host) also defines microvm@.service.

@@ -1,7 +1,8 @@
 # Copy of shared/nix-eval/harness/shim-typed.nix (the project's own evaluation harness),
 # kept in the repo so the tests do not depend on a path outside the clone;
 # plus, from nixpkgs' nixos/modules/config/users-groups.nix: the abort on
-# user and group names of 32 bytes or more and the user name regex assertion.
+# user and group names of 32 bytes or more, the user name regex assertion,
+# and system.activationScripts (nixos/modules/system/activation).
 # Stand-in for the NixOS options a host module touches, typed like NixOS
 # declares them (subset), so that what the module hands to NixOS is checked:
 # unit names, [Service] Type/Restart values, list-vs-scalar merging,
@@ -126,6 +127,21 @@ in {
         type = types.attrsOf (types.submodule groupModule);
         default = {};
       };
+    };
+    # NixOS: attrsOf (coercedTo str noDepEntry scriptType); run in
+    # dependency order at every boot and every switch (after the stops).
+    system.activationScripts = mkOption {
+      type = types.attrsOf (types.coercedTo types.str (text: {inherit text;}) (types.submodule {
+        options = {
+          text = mkOption {type = types.lines;};
+          deps = strs;
+          supportsDryActivation = mkOption {
+            type = types.bool;
+            default = false;
+          };
+        };
+      }));
+      default = {};
     };
     boot = {
       kernelModules = strs;
