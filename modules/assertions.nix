@@ -9,6 +9,7 @@
 }: let
   inherit (lib) concatLists concatStringsSep filter hasPrefix mapAttrsToList mkIf stringLength;
   vlib = import ./lib.nix {inherit lib;};
+  guestLib = import ./microvm-guest.nix {inherit lib;};
   cfg = config.vmwarden;
   vms = mapAttrsToList (name: vm: vm // {inherit name;}) cfg.vms;
 
@@ -144,6 +145,23 @@
         assertion = false;
         message = "${at}.extraArgs: ${why}.";
       }) (vlib.extraArgsProblems vm.hypervisor name vm.extraArgs);
+
+    # A microvm.nix guest: what vmwarden cannot honour, named after the
+    # guest's option. Until that is fixed, the VM's other checks wait: the
+    # refused values were left out of the VM, so they would only add noise.
+    derived = guestLib.derive {
+      inherit name;
+      inherit (vm) guest tapBridges;
+      hostSystem = pkgs.stdenv.hostPlatform.system or null;
+    };
+    guestProblems = lib.optionals (vm.guest != null) derived.problems;
+    tapBridgeChecks = map (t: {
+      assertion = vm.guest != null && builtins.elem t derived.tapIds;
+      message =
+        if vm.guest == null
+        then "${at}.tapBridges.\"${t}\": tapBridges attaches a guest's type = \"tap\" interfaces; without a guest, set interfaces.*.bridge."
+        else "${at}.tapBridges.\"${t}\": the guest has no interface of type \"tap\" with id \"${t}\" (its tap interfaces: ${concatStringsSep ", " derived.tapIds}); fix the name.";
+    }) (builtins.attrNames vm.tapBridges);
   in
     if !vlib.validVmName name
     then [
@@ -152,8 +170,16 @@
         message = "vmwarden.vms.\"${name}\": VM names must match ^${vlib.vmNameRegex}$ (a lowercase letter, then at most 31 lowercase letters, digits or '-'); rename the attribute.";
       }
     ]
+    else if guestProblems != []
+    then
+      map (p: {
+        assertion = false;
+        message = "${at}.guest: ${p}.";
+      })
+      guestProblems
     else
-      [
+      tapBridgeChecks
+      ++ [
         {
           assertion = vm.hypervisor == "qemu" || vm.credentials == {};
           message = "${at}.credentials: ${vm.hypervisor} cannot receive credentials safely (cloud-hypervisor's only channel, SMBIOS OEM strings, is on its command line, which every local user can read; firecracker has none); use hypervisor = \"qemu\" or deliver the secret another way.";

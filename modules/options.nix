@@ -8,6 +8,7 @@
 }: let
   inherit (lib) literalExpression mkEnableOption mkOption types;
   vlib = import ./lib.nix {inherit lib;};
+  guestLib = import ./microvm-guest.nix {inherit lib;};
 
   absolutePath = lib.mkOptionType {
     name = "vmwardenAbsolutePath";
@@ -192,7 +193,53 @@
     config,
     ...
   }: {
+    # A microvm.nix guest's settings, as defaults (microvm-guest.nix).
+    config =
+      guestLib.asDefaults
+      (guestLib.derive {
+        inherit name;
+        inherit (config) guest tapBridges;
+        hostSystem = pkgs.stdenv.hostPlatform.system or null;
+      })
+      .values;
+
     options = {
+      guest = mkOption {
+        type = types.nullOr types.raw;
+        default = null;
+        example = literalExpression "self.nixosConfigurations.web";
+        description = ''
+          A microvm.nix guest: an evaluated NixOS configuration that imports
+          `microvm.nixosModules.microvm` (a `lib.nixosSystem` result, or
+          anything with `config.microvm` and `pkgs`). Its `config.microvm`
+          gives this VM's defaults: hypervisor, vcpus, memory, kernel,
+          initrd and command line (as microvm.nix's runners form them), the
+          store disk and volumes (relative images in
+          {file}`/var/lib/vmwarden/<name>/`, created there when
+          `autoCreate`), shares (relative sources likewise), tap
+          interfaces, `vsock.cid`, `credentialFiles` (as
+          {option}`credentials`) and the hypervisor's `extraArgs`. Each is
+          a `lib.mkDefault`: a plain definition here wins (a list as a
+          whole; add to the guest's with `lib.mkDefault (lib.mkAfter [ … ])`).
+          A guest setting vmwarden cannot honour fails the evaluation with
+          a message naming it and what to do instead; the table of every
+          option is in vmwarden's docs/microvm-nix.md.
+        '';
+      };
+
+      tapBridges = mkOption {
+        type = types.attrsOf (types.strMatching vlib.ifNameRegex);
+        default = {};
+        example = {"vmw-web0" = "br0";};
+        description = ''
+          Bridges for the {option}`guest`'s `type = "tap"` interfaces, by
+          interface `id` (microvm.nix leaves attaching those taps to the
+          host; vmwarden's launcher attaches them). A tap not named here
+          stays unattached (route to it instead). Interfaces of
+          `type = "bridge"` name their bridge in the guest.
+        '';
+      };
+
       hypervisor = mkOption {
         type = types.enum ["qemu" "cloud-hypervisor" "firecracker"];
         default = "qemu";
