@@ -1,0 +1,16 @@
+# A QEMU guest with credentials and vsock; the host overrides some of what
+# the guest says (plain definitions win) and adds a disk after the guest's.
+{
+  lib,
+  pkgs,
+  ...
+}: {
+  imports = [./base-guest.nix];
+  vmwarden.vms.vault = {
+    guest = import ../guests {inherit lib pkgs;} [../guests/creds-vsock.nix];
+    vcpus = 2;
+    accel = "tcg";
+    vsock.backend = "vhost";
+    disks = lib.mkDefault (lib.mkAfter [{path = "/var/lib/vmwarden/vault/extra.img";}]);
+  };
+}
