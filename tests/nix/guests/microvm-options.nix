@@ -145,7 +145,7 @@ in {
       writableStoreOverlay = opt (types.nullOr types.str) null;
       graphics = {
         enable = opt types.bool false;
-        crosvmPackage = opt types.package pkgs.qemu;
+        crosvmPackage = opt types.package (fake "crosvm");
         backend = opt (types.enum ["gtk" "cocoa" "headless"]) "gtk";
         socket = opt types.str "${hostName}-gpu.sock";
         vulkan = opt (types.nullOr (types.enum ["venus" "drm_native_context"])) null;
@@ -196,6 +196,9 @@ in {
         extraArgs = opt (types.listOf types.str) [];
         package = opt types.package pkgs.virtiofsd;
       };
+      # Outputs of the module (the runner packages), not inputs.
+      runner = opt (types.attrsOf types.package) {};
+      declaredRunner = opt types.package (fake "microvm-run");
       binScripts = opt (types.attrsOf types.lines) {};
       storeDiskType = req (types.enum ["squashfs" "erofs"]);
       storeDiskErofsFlags = opt (types.listOf types.str) ["-zlz4hc" "-Eztailpacking" "-Efragments"];
