@@ -13,27 +13,10 @@
   # (the VM's journal on the host), and counts its boots on /var.
   guest = extra:
     common.microvmGuest [
+      ../microvm-guest.nix
       ({lib, ...}: {
         networking.hostName = "g";
         system.stateVersion = lib.trivial.release;
-        microvm = {
-          shares = [
-            {
-              tag = "ro-store";
-              source = "/nix/store";
-              mountPoint = "/nix/.ro-store";
-              proto = "virtiofs";
-            }
-          ];
-          volumes = [
-            {
-              image = "var.img";
-              mountPoint = "/var";
-              size = 256;
-            }
-          ];
-          credentialFiles.secret = "/run/secrets/g";
-        };
         systemd.services.vmwarden-test-ready = {
           wantedBy = ["multi-user.target"];
           after = ["local-fs.target"];
@@ -68,7 +51,8 @@ in {
   name = "vmwarden-microvm-guest";
   nodes.host = {lib, ...}: {
     imports = [common.host];
-    virtualisation.memorySize = 3072;
+    # The nested guest is a whole NixOS (512 MiB) beside the host.
+    virtualisation.memorySize = lib.mkForce 3072;
     vmwarden.vms = lib.mkForce {g = vm {};};
     systemd.services.test-secret-g = {
       wantedBy = ["multi-user.target"];

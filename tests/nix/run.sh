@@ -268,7 +268,7 @@ else
   # an existing configuration (two-vms: its specs must not change), one
   # using issue 12's fields directly, and microvm.nix-shaped guests
   # (tests/nix/guests/) mapped onto specs.
-  GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock"
+  GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -317,6 +317,7 @@ guest-store-share|ok
 guest-store-disk|ok
 guest-networked|ok
 guest-creds-vsock|ok
+guest-nixostest|ok
 guest-foreign|the guest is built for aarch64-linux (its pkgs.stdenv.hostPlatform.system), this host is x86_64-linux
 guest-not-microvm|vmwarden.vms.web.guest: it has no config.microvm
 guest-cid-twice|vmwarden: vsock CID 7 is used by several VMs (edge, other)
