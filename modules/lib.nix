@@ -136,6 +136,9 @@ in rec {
       else builtins.substring (builtins.stringLength k + 1) (builtins.stringLength (builtins.head hits)) (builtins.head hits);
     hasOpt = k: s: builtins.any (o: o == k || hasPrefix "${k}=" o) (opts s);
     json = s: hasPrefix "{" s;
+    # The first element of -chardev (backend), -netdev/-nic/-net (type),
+    # which QEMU also takes spelled out as backend=/type=.
+    implied = key: s: lib.removePrefix "${key}=" (builtins.head (opts s));
 
     qemuAlways = {
       "-sandbox" = "vmwarden starts QEMU with its own seccomp sandbox (-sandbox on,...); a second -sandbox could turn it off";
@@ -154,7 +157,7 @@ in rec {
       "-chardev" = v:
         if json v
         then "write it in the key=value form, which these checks read"
-        else if builtins.head (opts v) != "socket"
+        else if implied "backend" v != "socket"
         then null
         else if kv "host" v != null || kv "port" v != null
         then "a TCP socket is reachable from outside the VM's control/ directory (and the unit allows no IP sockets)"
@@ -172,6 +175,11 @@ in rec {
       "-netdev" = netdev;
       "-nic" = netdev;
       "-net" = netdev;
+      # Further character devices given as a spec of their own.
+      "-serial" = chardevSpec;
+      "-parallel" = chardevSpec;
+      "-debugcon" = chardevSpec;
+      "-gdb" = chardevSpec;
     };
     monitor = v: let
       path = builtins.head (opts (lib.removePrefix "unix:" v));
@@ -185,10 +193,18 @@ in rec {
       else if !inControl path
       then "a monitor socket outside ${control}/ gives control of the VM to whoever reaches it; put it in ${control}/"
       else null;
+    # unix:PATH only in control/; no network sockets; the rest (stdio,
+    # null, file:..., pty, ...) stays inside the sandbox.
+    chardevSpec = v:
+      if builtins.any (p: hasPrefix p v) ["tcp:" "telnet:" "udp:" "websocket:"]
+      then "a network socket is reachable from outside the VM's control/ directory (and the unit allows no IP sockets)"
+      else if hasPrefix "unix:" v
+      then monitor v
+      else null;
     netdev = v:
       if json v
       then "write it in the key=value form, which these checks read"
-      else if builtins.elem (builtins.head (opts v)) ["tap" "bridge"]
+      else if builtins.elem (implied "type" v) ["tap" "bridge"]
       then "QEMU would open a tap (or run the bridge helper) by name; use `interfaces`, whose taps the launcher creates and hands over as file descriptors"
       else null;
 

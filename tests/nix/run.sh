@@ -392,6 +392,10 @@ qemu -fw_cfg credential name|"-fw_cfg" "name=opt/io.systemd.credentials/x,string
 qemu -netdev tap|"-netdev" "tap,id=n0,ifname=vm-web" is refused: QEMU would open a tap|{B: vmwarden.vms.web.extraArgs = ["-netdev" "tap,id=n0,ifname=vm-web"];}
 qemu -nic bridge|"-nic" "bridge,br=br0" is refused|{B: vmwarden.vms.web.extraArgs = ["-nic" "bridge,br=br0"];}
 qemu -net tap|"-net" "tap,ifname=x" is refused|{B: vmwarden.vms.web.extraArgs = ["-net" "tap,ifname=x"];}
+qemu -netdev type=tap|"-netdev" "type=tap,id=n0,ifname=x" is refused|{B: vmwarden.vms.web.extraArgs = ["-netdev" "type=tap,id=n0,ifname=x"];}
+qemu -chardev backend=socket|"-chardev" "backend=socket,id=c,path=/srv/c.sock" is refused: a socket outside|{B: vmwarden.vms.web.extraArgs = ["-chardev" "backend=socket,id=c,path=/srv/c.sock"];}
+qemu -serial tcp|"-serial" "tcp::4444,server=on" is refused: a network socket|{B: vmwarden.vms.web.extraArgs = ["-serial" "tcp::4444,server=on"];}
+qemu -gdb unix outside|"-gdb" "unix:/srv/gdb.sock,server=on" is refused|{B: vmwarden.vms.web.extraArgs = ["-gdb" "unix:/srv/gdb.sock,server=on"];}
 qemu -qmp without value|"-qmp" needs a value|{B: vmwarden.vms.web.extraArgs = ["-device" "virtio-rng-device" "-qmp"];}
 cloud-hypervisor --api-socket|"--api-socket=/srv/api.sock" is refused: the API socket is vmwarden's control socket|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--api-socket=/srv/api.sock"];};}
 cloud-hypervisor --seccomp|"--seccomp" is refused: cloud-hypervisor's own seccomp filter|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--seccomp" "false"];};}
