@@ -296,9 +296,11 @@
           Refused where an argument would undo a guarantee: for QEMU
           `-sandbox`, `-runas`, `-run-with`, `-chroot`, `-daemonize`,
           `-readconfig`, `-set`, a `-qmp`/`-monitor`/`-chardev socket`
-          outside {file}`/run/vmwarden/<name>/control/`, `-fw_cfg` with a
-          `file=` or a credential's name, `-netdev`/`-nic`/`-net` of type
-          `tap` or `bridge`; for cloud-hypervisor `--api-socket`,
+          outside {file}`/run/vmwarden/<name>/control/`, network or
+          outside sockets for `-serial`/`-parallel`/`-debugcon`/`-gdb`,
+          `-fw_cfg` with a `file=` or a credential's name,
+          `-netdev`/`-nic`/`-net` of type `tap` or `bridge`; for
+          cloud-hypervisor `--api-socket`,
           `--seccomp`, `--net`, `--fs`, `--vsock`, `--serial`, `--console`,
           `--cpus`, `--platform`; for firecracker `--api-sock`,
           `--config-file`, `--no-api`, `--no-seccomp`, `--seccomp-filter`.
