@@ -386,9 +386,10 @@ in rec {
   ];
 
   # The values as definitions of vmwarden.vms.<name>, each lib.mkDefault,
-  # so that a plain definition on the host wins. A list from the guest is
-  # replaced as a whole by a plain host definition; to add to it, define
-  # the host's entries at the same priority: lib.mkDefault (lib.mkAfter [ … ]).
+  # so that a plain definition on the host wins. A list or attribute set
+  # from the guest is replaced as a whole by a plain host definition; to
+  # add to it, define the host's entries at the same priority:
+  # lib.mkDefault (lib.mkAfter [ … ]), lib.mkDefault { … }.
   # The attribute names are fixed (each value sits behind an mkIf): the
   # module system needs a module's attribute names to find the definitions
   # of `guest` itself, so they must not depend on the guest.

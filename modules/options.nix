@@ -219,8 +219,9 @@
           `autoCreate`), shares (relative sources likewise), tap
           interfaces, `vsock.cid`, `credentialFiles` (as
           {option}`credentials`) and the hypervisor's `extraArgs`. Each is
-          a `lib.mkDefault`: a plain definition here wins (a list as a
-          whole; add to the guest's with `lib.mkDefault (lib.mkAfter [ … ])`).
+          a `lib.mkDefault`: a plain definition here wins, a list or
+          attribute set as a whole (add to the guest's at the same
+          priority: `lib.mkDefault (lib.mkAfter [ … ])`).
           A guest setting vmwarden cannot honour fails the evaluation with
           a message naming it and what to do instead; the table of every
           option is in vmwarden's docs/microvm-nix.md.
