@@ -1,11 +1,20 @@
 {
   description = "vmwarden: microVMs that each run as their own principal, in their own mount namespace, with teardown that proves itself";
 
-  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.11";
+  inputs = {
+    nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.11";
+    # For the checks only: the microvm-guest nixosTest declares its guest
+    # with microvm.nix's guest module. The module needs nothing of it.
+    microvm = {
+      url = "github:microvm-nix/microvm.nix";
+      inputs.nixpkgs.follows = "nixpkgs";
+    };
+  };
 
   outputs = {
     self,
     nixpkgs,
+    microvm,
   }: let
     inherit (nixpkgs) lib;
     systems = ["x86_64-linux" "aarch64-linux"];
@@ -62,7 +71,8 @@
 
     checks = forAllSystems (pkgs:
       import ./checks {
-        inherit pkgs self;
+        inherit pkgs self microvm;
+        inherit (nixpkgs.lib) nixosSystem;
         package = self.packages.${pkgs.stdenv.hostPlatform.system}.default;
       });
 

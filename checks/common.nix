@@ -1,12 +1,23 @@
 # What the nixosTests share: the host node (this flake's module, two VMs
-# `a` and `b` on the test guest, a credential each) and the VM definition.
+# `a` and `b` on the test guest, a credential each), the VM definition, and
+# microvm.nix guests.
 {
   pkgs,
   self,
+  microvm,
+  nixosSystem,
 }: let
   guest = import ./guest.nix {inherit pkgs;};
 in rec {
   inherit guest;
+
+  # A NixOS configuration built with microvm.nix's guest module, for
+  # vmwarden.vms.<name>.guest, as a user's flake would declare it.
+  microvmGuest = modules:
+    nixosSystem {
+      inherit (pkgs.stdenv.hostPlatform) system;
+      modules = [microvm.nixosModules.microvm] ++ modules;
+    };
 
   # The nested guest runs under TCG: no nested KVM needed on the builder.
   vm = name: {

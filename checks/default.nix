@@ -5,8 +5,12 @@
   pkgs,
   self,
   package,
+  # microvm.nix's flake (its guest module builds the microvm-guest test's
+  # guest) and nixpkgs' lib.nixosSystem: the checks' inputs only.
+  microvm,
+  nixosSystem,
 }: let
-  common = import ./common.nix {inherit pkgs self;};
+  common = import ./common.nix {inherit pkgs self microvm nixosSystem;};
   nixosTest = file: pkgs.testers.runNixOSTest (import file {inherit common;});
 in {
   # The package, with its unit tests (checkPhase).
@@ -39,4 +43,5 @@ in {
   crash-teardown = nixosTest ./nixos/crash-teardown.nix;
   retire = nixosTest ./nixos/retire.nix;
   bad-spec = nixosTest ./nixos/bad-spec.nix;
+  microvm-guest = nixosTest ./nixos/microvm-guest.nix;
 }

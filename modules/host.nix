@@ -15,6 +15,16 @@
 
   specFile = name: vm: pkgs.writeText "vmwarden-${name}.json" (builtins.toJSON (vlib.spec name vm));
 
+  # Only VMs whose name passes vmwarden's rule get users, specs and units.
+  # A bad name then meets vmwarden's assertion (assertions.nix, naming the
+  # fix) and nothing else: NixOS type-checks unit names (the target's
+  # Wants=), store path names (the spec file, restart triggers) and aborts
+  # evaluation outright on a user or group name of 32 bytes or more
+  # (users-groups.nix), and any of those would otherwise fire first.
+  vms = filterAttrs (name: _: vlib.validVmName name) cfg.vms;
+  # Likewise a principal whose user or group name NixOS would reject.
+  withUser = filterAttrs (_: vm: vlib.validPrincipalName vm.principal.user && vlib.validPrincipalName vm.principal.group) vms;
+
   # Leave microvm@ to microvm.nix when its host module is on; assertions.nix
   # then fails the build with a message saying what to change.
   microvmNixHost = vlib.microvmNixHost options config;
@@ -30,15 +40,22 @@ in {
             description = "vmwarden microVM ${name}";
           }
           // optionalAttrs (vm.principal.uid != null) {inherit (vm.principal) uid;}))
-      cfg.vms;
+      withUser;
 
-      users.groups = lib.mapAttrs' (_: vm: nameValuePair vm.principal.group {}) cfg.vms;
+      users.groups = lib.mapAttrs' (_: vm: nameValuePair vm.principal.group {}) withUser;
+
+      # Removed VMs, reported at the switch that removes them (and at every
+      # boot and switch after, until purged).
+      system.activationScripts.vmwarden-removed = {
+        text = vlib.removedReport (builtins.attrNames vms);
+        supportsDryActivation = true;
+      };
 
       environment.etc = mapAttrs' (name: vm:
         nameValuePair "vmwarden/vms/${name}.json" {
           source = specFile name vm;
         })
-      cfg.vms;
+      vms;
     }
 
     (mkIf (!microvmNixHost) {
@@ -53,7 +70,7 @@ in {
               restartTriggers = [(specFile name vm)];
               inherit (vm) restartIfChanged;
             }))
-        cfg.vms
+        vms
         // optionalAttrs cfg.reapReport.enable {
           vmwarden-reap-report = vlib.reapReport bin;
         };
@@ -61,7 +78,7 @@ in {
       systemd.targets.microvms =
         vlib.target
         // {
-          wants = map (name: "microvm@${name}.service") (builtins.attrNames (filterAttrs (_: vm: vm.autostart) cfg.vms));
+          wants = map (name: "microvm@${name}.service") (builtins.attrNames (filterAttrs (_: vm: vm.autostart) vms));
         };
     })
   ]);

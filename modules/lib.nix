@@ -21,8 +21,10 @@ in rec {
   vmNameRegex = "${class rules.vm_name.first}${class rules.vm_name.rest}{0,${toString (rules.vm_name.max_len - 1)}}";
   validVmName = n: builtins.match vmNameRegex n != null;
 
-  # Unix user and group names the module creates for a VM.
-  principalNameRegex = "[a-z_][a-z0-9_-]{0,31}";
+  # Unix user and group names the module creates for a VM. At most 31
+  # bytes: NixOS's users-groups.nix aborts (not an assertion: evaluation
+  # stops there) on a user or group name of 32 bytes or more.
+  principalNameRegex = "[a-z_][a-z0-9_-]{0,30}";
   validPrincipalName = n: builtins.match principalNameRegex n != null;
 
   # Credential names, as the launcher checks them: a file name without ':'
@@ -59,6 +61,203 @@ in rec {
 
   # tmpfs `noswap` (credential tmpfs) appeared in Linux 6.4.
   minKernel = "6.4";
+
+  # ---------------------------------------------------------------- roots
+  # The launcher's default roots (launcher/src/config/paths.rs).
+  stateRoot = "/var/lib/vmwarden";
+  runtimeRoot = "/run/vmwarden";
+  stateDirOf = name: "${stateRoot}/${name}";
+  controlDirOf = name: "${runtimeRoot}/${name}/control";
+
+  # ---------------------------------------------------------------- shares, disks, vsock
+  # Share tags become QEMU's 9p mount_tag (at most 31 bytes) and the
+  # virtio-fs tag, inside QEMU's key=value argument lists: no ',' or '='.
+  shareTagMax = 31;
+  shareTagRegex = "[A-Za-z0-9_.-]+";
+  validShareTag = t: builtins.match shareTagRegex t != null && builtins.stringLength t <= shareTagMax;
+
+  # Disk serials: virtio-blk keeps 20 bytes (VIRTIO_BLK_ID_BYTES), and the
+  # serial stands in QEMU's -drive argument list.
+  serialRegex = "[A-Za-z0-9_.-]{1,20}";
+  validSerial = s: builtins.match serialRegex s != null;
+
+  # File systems disks.*.create can make (the launcher runs the mkfs as the
+  # VM's principal inside its sandbox).
+  createFsTypes = ["ext4"];
+
+  # vsock CIDs: 0 is the hypervisor, 1 loopback, 2 the host; 2^32-1 is
+  # VMADDR_CID_ANY.
+  vsockCidMin = 3;
+  vsockCidMax = 4294967294;
+  validCid = c: c >= vsockCidMin && c <= vsockCidMax;
+
+  # QEMU machine types and the qemu-system-<arch> that has them.
+  machineArch = {
+    microvm = "x86_64";
+    pc = "x86_64";
+    q35 = "x86_64";
+    virt = "aarch64";
+  };
+  # The architecture of a hypervisorBinary named qemu-system-<arch>, else
+  # `default` (the host's).
+  qemuBinaryArch = default: binary: let
+    m = builtins.match ".*/qemu-system-([a-z0-9_]+)" binary;
+  in
+    if m == null
+    then default
+    else builtins.head m;
+
+  # ---------------------------------------------------------------- extraArgs
+  # hypervisor.extra_args: passed after vmwarden's own arguments, so an
+  # argument here can undo what those set up. What each hypervisor refuses,
+  # with the reason; launcher/src checks the same (issue 12).
+  #
+  # `extraArgsProblems kind name args` is a list of messages, one per
+  # refused argument. Options are matched whether written -opt or --opt
+  # (QEMU) or --opt=value (cloud-hypervisor, firecracker); every element is
+  # looked at, also where it is another option's value.
+  extraArgsProblems = kind: name: args: let
+    n = builtins.length args;
+    at = i: builtins.elemAt args i;
+    control = controlDirOf name;
+    # "--x" -> "-x" (QEMU takes both); "--x=v" -> "--x" (clap's form).
+    qemuOpt = a:
+      if hasPrefix "--" a
+      then builtins.substring 1 (builtins.stringLength a) a
+      else a;
+    longOpt = a: builtins.head (splitString "=" a);
+    inControl = p: isNormalAbsolutePath p && hasPrefix "${control}/" p;
+    opts = s: splitString "," s;
+    kv = k: s: let
+      hits = filter (o: hasPrefix "${k}=" o) (opts s);
+    in
+      if hits == []
+      then null
+      else builtins.substring (builtins.stringLength k + 1) (builtins.stringLength (builtins.head hits)) (builtins.head hits);
+    hasOpt = k: s: builtins.any (o: o == k || hasPrefix "${k}=" o) (opts s);
+    json = s: hasPrefix "{" s;
+    # The first element of -chardev (backend), -netdev/-nic/-net (type),
+    # which QEMU also takes spelled out as backend=/type=.
+    implied = key: s: lib.removePrefix "${key}=" (builtins.head (opts s));
+
+    qemuAlways = {
+      "-sandbox" = "vmwarden starts QEMU with its own seccomp sandbox (-sandbox on,...); a second -sandbox could turn it off";
+      "-runas" = "QEMU already runs as the VM's principal (the launcher dropped to it); QEMU must not switch users itself";
+      "-chroot" = "QEMU runs in the launcher's sandbox (its own mount namespace, Landlock); a chroot of its own is not part of it";
+      "-run-with" = "it is QEMU's spelling of -runas and -chroot";
+      "-daemonize" = "QEMU must stay the unit's main process, the one holding the VM's lease; a daemon would leave the launcher's lease and the unit's cgroup accounting behind";
+      "-readconfig" = "a configuration file can carry any option past these checks";
+      "-set" = "it changes the options of a device, chardev or netdev after these checks looked at them";
+    };
+    # Options whose value is checked: the value's problem, or null.
+    qemuValue = {
+      "-qmp" = monitor;
+      "-qmp-pretty" = monitor;
+      "-monitor" = monitor;
+      "-chardev" = v:
+        if json v
+        then "write it in the key=value form, which these checks read"
+        else if implied "backend" v != "socket"
+        then null
+        else if kv "host" v != null || kv "port" v != null
+        then "a TCP socket is reachable from outside the VM's control/ directory (and the unit allows no IP sockets)"
+        else if hasOpt "abstract" v && kv "abstract" v != "off"
+        then "an abstract socket is reachable from the whole network namespace, not only through control/"
+        else if !inControl (toString (kv "path" v))
+        then "a socket outside ${control}/ is reachable by others than vmwarden's tools; put it in ${control}/"
+        else null;
+      "-fw_cfg" = v:
+        if builtins.any (o: hasPrefix "file=" o) (opts v)
+        then "fw_cfg files are read by QEMU from a host path at start; give the guest a file through `credentials` (a tmpfs of the VM's own), or use string="
+        else if hasPrefix fwCfgPrefix (lib.removePrefix "name=" (builtins.head (opts v)))
+        then "names under ${fwCfgPrefix} are vmwarden's credentials; use `credentials`"
+        else null;
+      "-netdev" = netdev;
+      "-nic" = netdev;
+      "-net" = netdev;
+      # Further character devices given as a spec of their own.
+      "-serial" = chardevSpec;
+      "-parallel" = chardevSpec;
+      "-debugcon" = chardevSpec;
+      "-gdb" = chardevSpec;
+    };
+    monitor = v: let
+      path = builtins.head (opts (lib.removePrefix "unix:" v));
+    in
+      if v == "none"
+      then null
+      else if !hasPrefix "unix:" v
+      then "a monitor is the VM's control plane; only a unix socket in ${control}/ (or none) keeps it to vmwarden's tools"
+      else if hasOpt "abstract" v && kv "abstract" v != "off"
+      then "an abstract socket is reachable from the whole network namespace"
+      else if !inControl path
+      then "a monitor socket outside ${control}/ gives control of the VM to whoever reaches it; put it in ${control}/"
+      else null;
+    # unix:PATH only in control/; no network sockets; the rest (stdio,
+    # null, file:..., pty, ...) stays inside the sandbox.
+    chardevSpec = v:
+      if builtins.any (p: hasPrefix p v) ["tcp:" "telnet:" "udp:" "websocket:"]
+      then "a network socket is reachable from outside the VM's control/ directory (and the unit allows no IP sockets)"
+      else if hasPrefix "unix:" v
+      then monitor v
+      else null;
+    netdev = v:
+      if json v
+      then "write it in the key=value form, which these checks read"
+      else if builtins.elem (implied "type" v) ["tap" "bridge"]
+      then "QEMU would open a tap (or run the bridge helper) by name; use `interfaces`, whose taps the launcher creates and hands over as file descriptors"
+      else null;
+
+    chRefused = {
+      "--api-socket" = "the API socket is vmwarden's control socket in ${control}/";
+      "--seccomp" = "cloud-hypervisor's own seccomp filter is part of the VM's sandbox";
+      "--net" = "cloud-hypervisor would open a tap by name; use `interfaces`";
+      "--fs" = "use `shares` (the launcher runs the virtiofsd, as the VM's principal)";
+      "--vsock" = "use `vsock.cid`";
+      "--serial" = "vmwarden connects the serial console to the journal";
+      "--console" = "vmwarden connects the serial console to the journal";
+      "--cpus" = "use `vcpus`";
+      "--platform" = "platform OEM strings are on the command line, which every local user can read; use QEMU and `credentials` for secrets";
+    };
+    fcRefused = {
+      "--api-sock" = "the API socket is vmwarden's control socket in ${control}/";
+      "--config-file" = "vmwarden writes firecracker's configuration itself";
+      "--no-api" = "vmwarden stops firecracker through its API socket";
+      "--no-seccomp" = "firecracker's own seccomp filter is part of the VM's sandbox";
+      "--seccomp-filter" = "firecracker's own seccomp filter is part of the VM's sandbox";
+    };
+    shown = a: builtins.toJSON a;
+    qemuAt = i: let
+      a = at i;
+      o = qemuOpt a;
+    in
+      if qemuAlways ? ${o}
+      then ["${shown a} is refused: ${qemuAlways.${o}}"]
+      else if qemuValue ? ${o}
+      then
+        if i + 1 >= n
+        then ["${shown a} needs a value"]
+        else let
+          why = qemuValue.${o} (at (i + 1));
+        in
+          lib.optional (why != null) "${shown a} ${shown (at (i + 1))} is refused: ${why}"
+      else [];
+    tableAt = table: i: let
+      a = at i;
+      o = longOpt a;
+    in
+      lib.optional (table ? ${o}) "${shown a} is refused: ${table.${o}}";
+    check =
+      {
+        qemu = qemuAt;
+        cloud-hypervisor = tableAt chRefused;
+        firecracker = tableAt fcRefused;
+      }
+      .${
+        kind
+      };
+  in
+    lib.concatMap check (lib.range 0 (n - 1));
 
   # ---------------------------------------------------------------- paths
   # "/a/b": absolute, no empty, "." or ".." component, no trailing "/";
@@ -116,7 +315,12 @@ in rec {
       option = "vmwarden.vms.${name}.landlock.write";
       path = p;
     })
-    vm.landlock.write;
+    vm.landlock.write
+    ++ map (s: {
+      option = "vmwarden.vms.${name}.shares";
+      path = s.source;
+    })
+    vm.shares;
 
   # ---------------------------------------------------------------- spec
   # The launch spec, version 1 (ARCHITECTURE.md "Launch spec"). The launcher
@@ -128,11 +332,13 @@ in rec {
       principal = {
         inherit (vm.principal) user group;
       };
-      hypervisor = {
-        kind = vm.hypervisor;
-        binary = vm.hypervisorBinary;
-        inherit (vm) accel machine;
-      };
+      hypervisor =
+        {
+          kind = vm.hypervisor;
+          binary = vm.hypervisorBinary;
+          inherit (vm) accel machine;
+        }
+        // lib.optionalAttrs (vm.extraArgs != []) {extra_args = vm.extraArgs;};
       inherit (vm) vcpus kernel cmdline;
       memory_mib = vm.memoryMiB;
       credentials =
@@ -141,12 +347,22 @@ in rec {
           source.systemd = c;
         })
         (builtins.attrNames vm.credentials);
-      disks =
-        map (d: {
+      # format, serial and create only when set: the spec of a VM that
+      # uses none of them stays byte for byte what it was before they
+      # existed (tests/nix/golden), so a rebuild restarts nothing.
+      disks = map (d:
+        {
           inherit (d) path;
           read_only = d.readOnly;
+        }
+        // lib.optionalAttrs (d.format != null) {inherit (d) format;}
+        // lib.optionalAttrs (d.serial != null) {inherit (d) serial;}
+        // lib.optionalAttrs (d.create != null) {
+          create =
+            {size_mib = d.create.sizeMiB;}
+            // lib.optionalAttrs (d.create.fsType != null) {fs_type = d.create.fsType;};
         })
-        vm.disks;
+      vm.disks;
       interfaces = map (i:
         {inherit (i) tap;}
         // lib.optionalAttrs (i.bridge != null) {inherit (i) bridge;}
@@ -157,7 +373,29 @@ in rec {
       };
       keep_on_purge = vm.keepOnPurge;
     }
-    // lib.optionalAttrs (vm.initrd != null) {inherit (vm) initrd;};
+    // lib.optionalAttrs (vm.initrd != null) {inherit (vm) initrd;}
+    // lib.optionalAttrs (vm.shares != []) {
+      shares =
+        map (s: {
+          inherit (s) tag source proto;
+          read_only = s.readOnly;
+        })
+        vm.shares;
+    }
+    // lib.optionalAttrs (usesVirtiofsd vm) {virtiofsd.binary = vm.virtiofsdBinary;}
+    // lib.optionalAttrs (vm.vsock.cid != null) {
+      vsock =
+        {inherit (vm.vsock) cid backend;}
+        // lib.optionalAttrs (usesVsockDaemon vm) {inherit (vm.vsock) binary;};
+    };
+
+  # One virtiofsd per virtiofs share (QEMU and cloud-hypervisor alike).
+  usesVirtiofsd = vm: builtins.any (s: s.proto == "virtiofs") vm.shares;
+  # vhost-device-vsock serves QEMU's user backend; cloud-hypervisor serves
+  # its vsock itself, on a unix socket in control/.
+  usesVsockDaemon = vm: vm.vsock.cid != null && vm.hypervisor == "qemu" && vm.vsock.backend == "user";
+  # The kernel's vhost-vsock: the launcher opens /dev/vhost-vsock as root.
+  usesVhostVsock = vm: vm.vsock.cid != null && vm.vsock.backend == "vhost";
 
   # ---------------------------------------------------------------- units
   # The keys of microvm@.service, vmwarden-reap-report.service and
@@ -260,14 +498,28 @@ in rec {
     };
   };
 
+  # How nixos-rebuild switch treats a changed VM (switch-to-configuration
+  # reads these from the merged template + drop-in; docs/microvm-nix.md
+  # section 4). Stop before the activation, with the old unit, the old
+  # `vmwarden stop` and cleanup and the old spec under /etc, then start
+  # with the new ones: stopIfChanged = false would run the new stop and
+  # cleanup against the old instance. Never reload: the unit has no
+  # ExecReload=, and switch fails on a drop-in instance it must reload.
+  # Spelled out so that a host flipping them meets a conflict, not silence.
+  switchBehaviour = {
+    stopIfChanged = true;
+    reloadIfChanged = false;
+  };
+
   # microvm@.service. `bin` is the directory holding the three binaries.
-  template = bin: fromUnitData {"@bin@" = bin;} "microvm@.service.toml" // nixosServiceDefaults;
+  template = bin: fromUnitData {"@bin@" = bin;} "microvm@.service.toml" // nixosServiceDefaults // switchBehaviour;
 
   # The per-VM drop-in (microvm@<name>.service.d/): credentials and the
   # writable paths outside the state root. `credSource c` is the host file
   # of systemd credential c.
   dropin = vm: credSource:
     nixosServiceDefaults
+    // switchBehaviour
     // {
       overrideStrategy = "asDropin";
       serviceConfig =
@@ -283,17 +535,53 @@ in rec {
         // lib.optionalAttrs (vm.interfaces != []) {
           CapabilityBoundingSet = "CAP_NET_ADMIN";
           RestrictAddressFamilies = "AF_NETLINK";
+        }
+        # vsock with the kernel backend: the launcher (root, in this unit)
+        # opens /dev/vhost-vsock and hands QEMU the fd. Merges with the
+        # template's DeviceAllow=; the principal itself needs no access.
+        // lib.optionalAttrs (usesVhostVsock vm) {
+          DeviceAllow = "/dev/vhost-vsock rw";
         };
     };
 
-  writablePaths = vm: map (d: d.path) (filter (d: !d.readOnly) vm.disks) ++ vm.landlock.write;
+  # ReadWritePaths=: writable disks, writable share sources (virtiofsd and
+  # QEMU's 9p write there as the principal) and landlock.write.
+  writablePaths = vm:
+    map (d: d.path) (filter (d: !d.readOnly) vm.disks)
+    ++ vm.landlock.write
+    ++ map (s: s.source) (filter (s: !s.readOnly) vm.shares);
 
   # microvms.target: the autostart VMs (wants) come from the module.
   target = fromUnitData {} "microvms.target.toml";
 
   # Boot-time dry run of `vmwarden reap`: what a previous boot left behind,
   # in the journal; deletes nothing.
-  reapReport = bin: fromUnitData {"@bin@" = bin;} "vmwarden-reap-report.service.toml" // nixosServiceDefaults;
+  # Once per boot (RemainAfterExit in the data): a switch that changes the
+  # unit (a vmwarden update) must not stop and start, that is re-run, it
+  # either. NixOS-only (X-RestartIfChanged=false, read by switch).
+  reapReport = bin:
+    fromUnitData {"@bin@" = bin;} "vmwarden-reap-report.service.toml"
+    // nixosServiceDefaults
+    // {restartIfChanged = false;};
+
+  # Activation snippet (every boot and every switch, after switch has
+  # stopped the VMs it stops): lists the state and runtime directories of
+  # VMs that are no longer configured, with the command that deletes them.
+  # Reads directory names only; changes nothing.
+  removedReport = names: ''
+    vmwarden_state=${stateRoot} vmwarden_run=${runtimeRoot}
+    for d in "$vmwarden_state"/* "$vmwarden_run"/*; do
+      [ -d "$d" ] && [ ! -L "$d" ] || continue
+      n=''${d##*/}
+      case " ${toString names} " in *" $n "*) continue ;; esac
+      case $n in [a-z]*) ;; *) continue ;; esac
+      if [ "$d" = "$vmwarden_state/$n" ]; then
+        echo "vmwarden: VM $n is no longer configured; its state is in $d: 'vmwarden purge $n' deletes it (after a backup of what you want to keep)"
+      else
+        echo "vmwarden: VM $n is no longer configured; 'vmwarden reap --apply' removes $d"
+      fi
+    done
+  '';
 
   # ---------------------------------------------------------------- misc
   # microvm.nix's host module (nixosModules.host) also defines microvm@.service.

@@ -8,6 +8,7 @@
 }: let
   inherit (lib) literalExpression mkEnableOption mkOption types;
   vlib = import ./lib.nix {inherit lib;};
+  guestLib = import ./microvm-guest.nix {inherit lib;};
 
   absolutePath = lib.mkOptionType {
     name = "vmwardenAbsolutePath";
@@ -24,6 +25,13 @@
       name = "vmwardenDiskPath";
       description = "${absolutePath.description}, without `,`";
       check = p: absolutePath.check p && !lib.hasInfix "," p;
+    };
+
+  # Share sources: like disk paths, they stand in QEMU's key=value lists.
+  sharePath =
+    diskPath
+    // {
+      name = "vmwardenSharePath";
     };
 
   relativePath = lib.mkOptionType {
@@ -91,6 +99,92 @@
         default = false;
         description = "Attach the image read-only.";
       };
+      format = mkOption {
+        type = types.nullOr (types.enum ["raw" "qcow2"]);
+        default = null;
+        description = ''
+          Image format. `null` means raw, the launcher's default, and writes
+          nothing into the spec. firecracker takes raw images only.
+        '';
+      };
+      serial = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "var";
+        description = ''
+          Serial number the guest sees (`/dev/disk/by-id/virtio-<serial>`):
+          1 to 20 bytes (virtio-blk keeps 20) of `${vlib.serialRegex}`. Not
+          on firecracker.
+        '';
+      };
+      create = mkOption {
+        type = types.nullOr (types.submodule createModule);
+        default = null;
+        example = literalExpression "{ sizeMiB = 1024; fsType = \"ext4\"; }";
+        description = ''
+          Create the image at the first start if it does not exist: a
+          sparse file of {option}`sizeMiB`, owned by the VM's principal,
+          mode 0600, formatted with {option}`fsType` by the launcher as the
+          principal inside the VM's sandbox. Only for a path inside the
+          VM's state directory ({file}`/var/lib/vmwarden/<name>/`); an
+          existing image is never touched. Cleanup keeps it; `vmwarden
+          purge` deletes it unless it is in {option}`keepOnPurge`.
+        '';
+      };
+    };
+  };
+
+  createModule = {
+    options = {
+      sizeMiB = mkOption {
+        type = types.ints.positive;
+        example = 1024;
+        description = "Size of the new image in MiB (sparse: it takes space as the guest writes).";
+      };
+      fsType = mkOption {
+        type = types.nullOr (types.enum vlib.createFsTypes);
+        default = "ext4";
+        description = "File system to create on the new image, or `null` for an unformatted one.";
+      };
+    };
+  };
+
+  shareModule = {
+    options = {
+      tag = mkOption {
+        type = types.str;
+        example = "ro-store";
+        description = ''
+          The tag the guest mounts the share by: at most ${toString vlib.shareTagMax} bytes of
+          `${vlib.shareTagRegex}`, unique in the VM.
+        '';
+      };
+      source = mkOption {
+        type = sharePath;
+        example = "/var/lib/vmwarden/web/data";
+        description = ''
+          Host directory to share. A writable share must belong to the VM's
+          principal (for example inside {file}`/var/lib/vmwarden/<name>/`);
+          no share may lie in another VM's directories or in
+          {file}`/run/vmwarden`, and {file}`/nix/store` is shared read-only
+          only. The launcher checks ownership and modes at start.
+        '';
+      };
+      proto = mkOption {
+        type = types.enum ["virtiofs" "9p"];
+        default = "virtiofs";
+        description = ''
+          `"virtiofs"`: the launcher starts one `virtiofsd` per share as the
+          VM's principal, in the VM's mount namespace, without capabilities.
+          `"9p"`: QEMU's own `-virtfs`, no extra process (QEMU only).
+          cloud-hypervisor takes virtiofs shares only, firecracker none.
+        '';
+      };
+      readOnly = mkOption {
+        type = types.bool;
+        default = false;
+        description = "Share read-only.";
+      };
     };
   };
 
@@ -99,7 +193,54 @@
     config,
     ...
   }: {
+    # A microvm.nix guest's settings, as defaults (microvm-guest.nix).
+    config =
+      guestLib.asDefaults
+      (guestLib.derive {
+        inherit name;
+        inherit (config) guest tapBridges;
+        hostSystem = pkgs.stdenv.hostPlatform.system or null;
+      })
+      .values;
+
     options = {
+      guest = mkOption {
+        type = types.nullOr types.raw;
+        default = null;
+        example = literalExpression "self.nixosConfigurations.web";
+        description = ''
+          A microvm.nix guest: an evaluated NixOS configuration that imports
+          `microvm.nixosModules.microvm` (a `lib.nixosSystem` result, or
+          anything with `config.microvm` and `pkgs`). Its `config.microvm`
+          gives this VM's defaults: hypervisor, vcpus, memory, kernel,
+          initrd and command line (as microvm.nix's runners form them), the
+          store disk and volumes (relative images in
+          {file}`/var/lib/vmwarden/<name>/`, created there when
+          `autoCreate`), shares (relative sources likewise), tap
+          interfaces, `vsock.cid`, `credentialFiles` (as
+          {option}`credentials`) and the hypervisor's `extraArgs`. Each is
+          a `lib.mkDefault`: a plain definition here wins, a list or
+          attribute set as a whole (add to the guest's at the same
+          priority: `lib.mkDefault (lib.mkAfter [ … ])`).
+          A guest setting vmwarden cannot honour fails the evaluation with
+          a message naming it and what to do instead; the table of every
+          option is in vmwarden's docs/microvm-nix.md.
+        '';
+      };
+
+      tapBridges = mkOption {
+        type = types.attrsOf (types.strMatching vlib.ifNameRegex);
+        default = {};
+        example = {"vmw-web0" = "br0";};
+        description = ''
+          Bridges for the {option}`guest`'s `type = "tap"` interfaces, by
+          interface `id` (microvm.nix leaves attaching those taps to the
+          host; vmwarden's launcher attaches them). A tap not named here
+          stays unattached (route to it instead). Interfaces of
+          `type = "bridge"` name their bridge in the guest.
+        '';
+      };
+
       hypervisor = mkOption {
         type = types.enum ["qemu" "cloud-hypervisor" "firecracker"];
         default = "qemu";
@@ -133,9 +274,39 @@
       };
 
       machine = mkOption {
-        type = types.enum ["microvm" "pc" "q35"];
-        default = "microvm";
-        description = "QEMU machine type.";
+        type = types.enum (builtins.attrNames vlib.machineArch);
+        default =
+          if qemuArch == "aarch64"
+          then "virt"
+          else "microvm";
+        defaultText = literalExpression ''if pkgs.stdenv.hostPlatform.qemuArch == "aarch64" then "virt" else "microvm"'';
+        description = ''
+          QEMU machine type: `"microvm"`, `"pc"` or `"q35"` with
+          `qemu-system-x86_64`, `"virt"` with `qemu-system-aarch64`.
+        '';
+      };
+
+      extraArgs = mkOption {
+        type = types.listOf types.str;
+        default = [];
+        example = ["-device" "virtio-rng-pci"];
+        description = ''
+          Arguments passed to the hypervisor after vmwarden's own: the
+          escape hatch for what vmwarden does not model. Never a secret
+          (the spec and the process's command line are world-readable).
+          Refused where an argument would undo a guarantee: for QEMU
+          `-sandbox`, `-runas`, `-run-with`, `-chroot`, `-daemonize`,
+          `-readconfig`, `-set`, a `-qmp`/`-monitor`/`-chardev socket`
+          outside {file}`/run/vmwarden/<name>/control/`, network or
+          outside sockets for `-serial`/`-parallel`/`-debugcon`/`-gdb`,
+          `-fw_cfg` with a `file=` or a credential's name,
+          `-netdev`/`-nic`/`-net` of type `tap` or `bridge`; for
+          cloud-hypervisor `--api-socket`,
+          `--seccomp`, `--net`, `--fs`, `--vsock`, `--serial`, `--console`,
+          `--cpus`, `--platform`; for firecracker `--api-sock`,
+          `--config-file`, `--no-api`, `--no-seccomp`, `--seccomp-filter`.
+          Anything else runs inside the VM's sandbox, as its principal.
+        '';
       };
 
       vcpus = mkOption {
@@ -186,6 +357,58 @@
         default = [];
         example = literalExpression ''[ { path = "/var/lib/vmwarden/web/root.img"; } ]'';
         description = "Disk images, attached in order as virtio block devices.";
+      };
+
+      shares = mkOption {
+        type = types.listOf (types.submodule shareModule);
+        default = [];
+        example = literalExpression ''
+          [
+            { tag = "ro-store"; source = "/nix/store"; readOnly = true; }
+            { tag = "data"; source = "/var/lib/vmwarden/web/data"; }
+          ]
+        '';
+        description = "Host directories shared with the guest (virtiofs or 9p).";
+      };
+
+      virtiofsdBinary = mkOption {
+        type = absolutePath;
+        default = "${pkgs.virtiofsd}/bin/virtiofsd";
+        defaultText = literalExpression ''"''${pkgs.virtiofsd}/bin/virtiofsd"'';
+        description = "The `virtiofsd` the launcher runs for each virtiofs share.";
+      };
+
+      vsock = {
+        cid = mkOption {
+          type = types.nullOr types.ints.unsigned;
+          default = null;
+          example = 5;
+          description = ''
+            The guest's vsock address (CID), which gives it a virtio-vsock
+            device: ${toString vlib.vsockCidMin} to ${toString vlib.vsockCidMax}, unique across VMs. Not on
+            firecracker.
+          '';
+        };
+        backend = mkOption {
+          type = types.enum ["user" "vhost"];
+          default = "user";
+          description = ''
+            `"user"`: the host side is a unix socket in
+            {file}`/run/vmwarden/<name>/control/`, reachable by root only;
+            QEMU gets it from `vhost-device-vsock` ({option}`vsock.binary`),
+            run as the VM's principal; cloud-hypervisor serves it itself.
+            `"vhost"` (QEMU only): the kernel's vhost-vsock, as microvm.nix
+            uses it: the guest is reachable over host-wide `AF_VSOCK`
+            (`ssh vsock/<cid>`) by every local user; the launcher opens
+            {file}`/dev/vhost-vsock` as root and hands QEMU the fd.
+          '';
+        };
+        binary = mkOption {
+          type = absolutePath;
+          default = "${pkgs.vhost-device-vsock}/bin/vhost-device-vsock";
+          defaultText = literalExpression ''"''${pkgs.vhost-device-vsock}/bin/vhost-device-vsock"'';
+          description = "The `vhost-device-vsock` the launcher runs for QEMU's `\"user\"` backend.";
+        };
       };
 
       credentials = mkOption {

@@ -201,6 +201,56 @@ else
   bad "vmwarden render-unit failed"
 fi
 
+# ------------------------------------------------------------ golden specs, flake.lock
+step "golden specs, flake.lock"
+# Every golden spec (tests/nix/golden/*/, compared with the module's
+# output below when NIXPKGS_LIB is set) has exactly the contract's fields,
+# issue 12's included.
+n=0
+nbad=0
+for f in tests/nix/golden/*/*.json; do
+  if out=$(python3 tests/nix/units.py spec "$f"); then n=$((n + 1)); else
+    echo "$out"
+    nbad=$((nbad + 1))
+  fi
+done
+if [ "$nbad" -eq 0 ] && [ "$n" -gt 0 ]; then ok "golden specs: $n have exactly the contract's fields"; else bad "golden specs: $nbad of $((n + nbad)) break the contract"; fi
+# flake.lock is written by hand (never by `nix flake` in the repository):
+# version 7, every input locked with a rev and a narHash, microvm.nix's
+# nixpkgs following ours. With MICROVM_NIX_SRC (an unpacked microvm.nix at
+# the pinned rev) also: its NAR hash is the lock's, and its own input
+# spectrum is locked as microvm.nix's flake.lock locks it.
+if out=$(python3 - flake.lock "${MICROVM_NIX_SRC:-}" <<'PY'
+import json, subprocess, sys, base64
+lock, src = json.load(open(sys.argv[1])), sys.argv[2]
+n = lock["nodes"]
+bad = []
+if lock.get("version") != 7: bad.append("version is not 7")
+if n["root"].get("inputs") != {"microvm": "microvm", "nixpkgs": "nixpkgs"}: bad.append(f"root inputs {n['root'].get('inputs')}")
+for name, node in n.items():
+    if name == "root": continue
+    l = node.get("locked", {})
+    if not (len(l.get("rev", "")) == 40 and l.get("narHash", "").startswith("sha256-") and isinstance(l.get("lastModified"), int)):
+        bad.append(f"{name}: locked needs rev, narHash and lastModified: {l}")
+if n["microvm"].get("inputs") != {"nixpkgs": ["nixpkgs"], "spectrum": "spectrum"}: bad.append(f"microvm inputs {n['microvm'].get('inputs')}")
+if n["spectrum"].get("flake") is not False: bad.append("spectrum is flake = false in microvm.nix")
+checked = "structure"
+if src:
+    h = subprocess.run(["nix-hash", "--type", "sha256", src], capture_output=True, text=True, check=True).stdout.strip()
+    sri = "sha256-" + base64.b64encode(bytes.fromhex(h)).decode()
+    if sri != n["microvm"]["locked"]["narHash"]: bad.append(f"microvm: {src} has NAR hash {sri}, the lock says {n['microvm']['locked']['narHash']}")
+    theirs = json.load(open(f"{src}/flake.lock"))["nodes"]["spectrum"]
+    if theirs != n["spectrum"]: bad.append(f"spectrum: microvm.nix locks {theirs}")
+    checked = f"structure, microvm narHash of {src}, spectrum as microvm.nix locks it"
+print("\n".join(bad) if bad else checked)
+sys.exit(1 if bad else 0)
+PY
+); then ok "flake.lock: $out"; else
+  echo "$out"
+  bad "flake.lock"
+fi
+[ -n "${MICROVM_NIX_SRC:-}" ] || echo "NOT RUN: flake.lock's microvm narHash and the stand-in for microvm.nix's options against microvm.nix itself (MICROVM_NIX_SRC is not set; see tests/nix/README.md)"
+
 # ------------------------------------------------------------ module evaluation
 step "module evaluation"
 if [ -z "${NIXPKGS_LIB:-}" ]; then
@@ -211,8 +261,14 @@ else
   ev() { # ev ATTR MODULE... : evaluate the harness
     local attr=$1
     shift
-    nix-instantiate --eval --strict --json "$H" --arg modules "$(modules "$@")" --arg extraPkgNames '["vmwarden"]' -A "$attr"
+    nix-instantiate --eval --strict --json "$H" --arg modules "$(modules "$@")" \
+      --arg extraPkgNames '["vmwarden" "virtiofsd" "vhost-device-vsock"]' -A "$attr"
   }
+  # Cases whose specs and drop-ins are compared with tests/nix/golden/CASE/:
+  # an existing configuration (two-vms: its specs must not change), one
+  # using issue 12's fields directly, and microvm.nix-shaped guests
+  # (tests/nix/guests/) mapped onto specs.
+  GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -255,7 +311,243 @@ zero-mac|mac "00:00:00:00:00:00" of vmw-web0 is not a unicast address
 bad-bridge|bridge "vmw-br0" of vmw-web0 is not a bridge the launcher accepts
 override|ok
 microvm-nix|vmwarden and microvm.nix's host module both define microvm@.service
+shares-vsock|ok
+aarch64-host|ok
+guest-store-share|ok
+guest-store-disk|ok
+guest-networked|ok
+guest-creds-vsock|ok
+guest-nixostest|ok
+guest-foreign|the guest is built for aarch64-linux (its pkgs.stdenv.hostPlatform.system), this host is x86_64-linux
+guest-not-microvm|vmwarden.vms.web.guest: it has no config.microvm
+guest-cid-twice|vmwarden: vsock CID 7 is used by several VMs (edge, other)
 CASES
+
+  # Inline cases, one refusal each: LABEL|expected message|a module (Nix
+  # expression; paths relative to the repository). `B` stands for
+  # ./tests/nix/cases/base.nix, `G M` for a microvm.nix-shaped guest with
+  # module M added (tests/nix/cases/guest-refused.nix).
+  while IFS='|' read -r label want expr; do
+    [ -n "$label" ] || continue
+    expr=${expr//B:/imports = [./tests/nix/cases/base.nix];}
+    expr=${expr//G /import ./tests/nix/cases/guest-refused.nix }
+    out=$(ev report "($expr)" 2>&1 >/dev/null)
+    rc=$?
+    # For a bad name, vmwarden's assertions must be the only failures (no
+    # NixOS assertion, type error or abort about a name derived from it).
+    others=""
+    case $label in vm-name-* | principal-*) others=$(grep -E '^ *- ' <<<"$out" | grep -v '^ *- vmwarden\.vms\.') ;; esac
+    if [ "$rc" -ne 0 ] && grep -qF -- "$want" <<<"$out" && [ -z "$others" ]; then
+      ok "eval $label: fails with \"$want\""
+    else
+      echo "$out" | tail -5
+      bad "eval $label: should fail with \"$want\""
+    fi
+  done <<'INLINE'
+vm-name-not-a-unit-name|vmwarden.vms."web 1": VM names must match|{B: vmwarden.vms."web 1".kernel = "/srv/images/vmlinuz";}
+principal-too-long|principal.user = "vm-abcdefghijklmnopqrstuvwxyz0123" is not a valid user name|{B: vmwarden.vms.abcdefghijklmnopqrstuvwxyz0123.kernel = "/srv/images/vmlinuz";}
+share-tag-long|vmwarden.vms.web.shares[0] (tag "a-tag-that-is-far-too-long-for-9p"): a tag is 1 to 31 bytes|{B: vmwarden.vms.web.shares = [{tag = "a-tag-that-is-far-too-long-for-9p"; source = "/srv/share";}];}
+share-tag-comma|vmwarden.vms.web.shares[0] (tag "a,b"): a tag is 1 to 31 bytes|{B: vmwarden.vms.web.shares = [{tag = "a,b"; source = "/srv/share";}];}
+share-tag-twice|vmwarden.vms.web.shares: tag "data" appears twice|{B: vmwarden.vms.web.shares = [{tag = "data"; source = "/srv/a";} {tag = "data"; source = "/srv/b";}];}
+share-store-writable|/nix/store is in the Nix store, which is shared read-only only; set readOnly = true|{B: vmwarden.vms.web.shares = [{tag = "store"; source = "/nix/store";}];}
+share-firecracker|vmwarden.vms.web.shares: firecracker has no shared file systems|{B: vmwarden.vms.web = {hypervisor = "firecracker"; shares = [{tag = "data"; source = "/srv/a";}];};}
+share-9p-cloud-hypervisor|cloud-hypervisor has no 9p|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; shares = [{tag = "data"; source = "/srv/a"; proto = "9p";}];};}
+share-other-vm|vmwarden.vms.web.shares: /var/lib/vmwarden/db/data is in VM db's state directory|{B: vmwarden.vms.db.kernel = "/srv/images/vmlinuz"; vmwarden.vms.web.shares = [{tag = "data"; source = "/var/lib/vmwarden/db/data";}];}
+share-runtime-root|vmwarden.vms.web.shares: /run/vmwarden/web/control is under /run/vmwarden, which belongs to vmwarden|{B: vmwarden.vms.web.shares = [{tag = "c"; source = "/run/vmwarden/web/control";}];}
+share-hidden|vmwarden.vms.web.shares: /home/alice is under /home, which microvm@.service hides|{B: vmwarden.vms.web.shares = [{tag = "h"; source = "/home/alice";}];}
+share-comma|option `vmwarden.vms.web.shares."[definition 1-entry 1]".source' is not of type `normalised absolute path|{B: vmwarden.vms.web.shares = [{tag = "d"; source = "/srv/a,b";}];}
+disk-other-vm|vmwarden.vms.web.disks: /var/lib/vmwarden/db/root.img is in VM db's state directory|{B: vmwarden.vms.db.kernel = "/srv/images/vmlinuz"; vmwarden.vms.web.disks = [{path = "/var/lib/vmwarden/db/root.img";}];}
+create-outside|vmwarden.vms.web.disks[0] (/srv/images/var.img): create makes images inside the VM's own state directory only|{B: vmwarden.vms.web.disks = [{path = "/srv/images/var.img"; create.sizeMiB = 64;}];}
+create-state-root|create makes images inside the VM's own state directory only|{B: vmwarden.vms.web.disks = [{path = "/var/lib/vmwarden/web"; create.sizeMiB = 64;}];}
+create-qcow2|create makes a raw image|{B: vmwarden.vms.web.disks = [{path = "/var/lib/vmwarden/web/var.img"; format = "qcow2"; create.sizeMiB = 64;}];}
+create-fstype|create.fsType' is not of type `null or value "ext4"|{B: vmwarden.vms.web.disks = [{path = "/var/lib/vmwarden/web/var.img"; create = {sizeMiB = 64; fsType = "xfs";};}];}
+serial-bad|serial "var,x" must be 1 to 20 bytes|{B: vmwarden.vms.web.disks = [{path = "/srv/a.img"; serial = "var,x";}];}
+serial-long|serial "abcdefghijklmnopqrstu" must be 1 to 20 bytes|{B: vmwarden.vms.web.disks = [{path = "/srv/a.img"; serial = "abcdefghijklmnopqrstu";}];}
+serial-firecracker|firecracker's drives have no serial|{B: vmwarden.vms.web = {hypervisor = "firecracker"; disks = [{path = "/srv/a.img"; serial = "a";}];};}
+qcow2-firecracker|firecracker takes raw images only|{B: vmwarden.vms.web = {hypervisor = "firecracker"; disks = [{path = "/srv/a.img"; format = "qcow2";}];};}
+cid-low|vmwarden.vms.web.vsock.cid = 2: CIDs 0, 1 and 2 are the hypervisor, loopback and the host|{B: vmwarden.vms.web.vsock.cid = 2;}
+cid-any|vmwarden.vms.web.vsock.cid = 4294967295|{B: vmwarden.vms.web.vsock.cid = 4294967295;}
+cid-twice|vmwarden: vsock CID 5 is used by several VMs (db, web)|{B: vmwarden.vms.db = {kernel = "/srv/images/vmlinuz"; vsock.cid = 5;}; vmwarden.vms.web.vsock.cid = 5;}
+cid-firecracker|vmwarden.vms.web.vsock: vmwarden gives firecracker no vsock|{B: vmwarden.vms.web = {hypervisor = "firecracker"; vsock.cid = 5;};}
+vhost-cloud-hypervisor|vmwarden.vms.web.vsock.backend = "vhost": cloud-hypervisor serves vsock itself|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; vsock = {cid = 5; backend = "vhost";};};}
+machine-virt-on-x86_64|vmwarden.vms.web.machine = "virt" is a machine of qemu-system-aarch64, but this VM runs qemu-system-x86_64|{B: vmwarden.vms.web.machine = "virt";}
+machine-q35-on-aarch64|vmwarden.vms.web.machine = "q35" is a machine of qemu-system-x86_64, but this VM runs qemu-system-aarch64; use "virt"|{imports = [./tests/nix/cases/aarch64-host.nix]; vmwarden.vms.web.machine = "q35";}
+cmdline-long|vmwarden.vms.web.cmdline: the kernel command line is at most 4096 bytes|{lib, ...}: {B: vmwarden.vms.web.cmdline = lib.concatStrings (lib.replicate 4097 "x");}
+tapbridges-without-guest|vmwarden.vms.web.tapBridges."vmw-web0": tapBridges attaches a guest's type = "tap" interfaces|{B: vmwarden.vms.web.tapBridges.vmw-web0 = "br0";}
+tapbridges-typo|vmwarden.vms.edge.tapBridges."vmw-edge9": the guest has no interface of type "tap" with id "vmw-edge9" (its tap interfaces: vmw-edge0)|{imports = [./tests/nix/cases/guest-networked.nix]; vmwarden.vms.edge.tapBridges.vmw-edge9 = "br0";}
+qemu -sandbox|vmwarden.vms.web.extraArgs: "-sandbox" is refused|{B: vmwarden.vms.web.extraArgs = ["-sandbox" "off"];}
+qemu --sandbox|vmwarden.vms.web.extraArgs: "--sandbox" is refused|{B: vmwarden.vms.web.extraArgs = ["--sandbox" "off"];}
+qemu -runas|vmwarden.vms.web.extraArgs: "-runas" is refused|{B: vmwarden.vms.web.extraArgs = ["-runas" "root"];}
+qemu -run-with|vmwarden.vms.web.extraArgs: "-run-with" is refused|{B: vmwarden.vms.web.extraArgs = ["-run-with" "user=root"];}
+qemu -chroot|vmwarden.vms.web.extraArgs: "-chroot" is refused|{B: vmwarden.vms.web.extraArgs = ["-chroot" "/srv/jail"];}
+qemu -daemonize|vmwarden.vms.web.extraArgs: "-daemonize" is refused|{B: vmwarden.vms.web.extraArgs = ["-daemonize"];}
+qemu -readconfig|vmwarden.vms.web.extraArgs: "-readconfig" is refused|{B: vmwarden.vms.web.extraArgs = ["-readconfig" "/srv/qemu.cfg"];}
+qemu -set|vmwarden.vms.web.extraArgs: "-set" is refused|{B: vmwarden.vms.web.extraArgs = ["-set" "chardev.c.path=/tmp/x"];}
+qemu -qmp tcp|vmwarden.vms.web.extraArgs: "-qmp" "tcp:127.0.0.1:4444,server=on,wait=off" is refused|{B: vmwarden.vms.web.extraArgs = ["-qmp" "tcp:127.0.0.1:4444,server=on,wait=off"];}
+qemu -qmp outside control|"-qmp" "unix:/run/vmwarden/web/qmp2.sock,server=on" is refused: a monitor socket outside /run/vmwarden/web/control/|{B: vmwarden.vms.web.extraArgs = ["-qmp" "unix:/run/vmwarden/web/qmp2.sock,server=on"];}
+qemu -qmp escaping control|"-qmp" "unix:/run/vmwarden/web/control/../../db/control/q.sock,server=on" is refused|{B: vmwarden.vms.web.extraArgs = ["-qmp" "unix:/run/vmwarden/web/control/../../db/control/q.sock,server=on"];}
+qemu -monitor stdio|vmwarden.vms.web.extraArgs: "-monitor" "stdio" is refused|{B: vmwarden.vms.web.extraArgs = ["-monitor" "stdio"];}
+qemu -monitor abstract|"-monitor" "unix:/run/vmwarden/web/control/m.sock,abstract=on" is refused: an abstract socket|{B: vmwarden.vms.web.extraArgs = ["-monitor" "unix:/run/vmwarden/web/control/m.sock,abstract=on"];}
+qemu -chardev socket outside|"-chardev" "socket,id=c,path=/srv/c.sock,server=on" is refused: a socket outside /run/vmwarden/web/control/|{B: vmwarden.vms.web.extraArgs = ["-chardev" "socket,id=c,path=/srv/c.sock,server=on"];}
+qemu -chardev socket tcp|"-chardev" "socket,id=c,host=0.0.0.0,port=4444,server=on" is refused: a TCP socket|{B: vmwarden.vms.web.extraArgs = ["-chardev" "socket,id=c,host=0.0.0.0,port=4444,server=on"];}
+qemu -chardev json|"-chardev" "{\"id\":\"c\"}" is refused: write it in the key=value form|{B: vmwarden.vms.web.extraArgs = ["-chardev" "{\"id\":\"c\"}"];}
+qemu -fw_cfg file|"-fw_cfg" "name=opt/x,file=/etc/shadow" is refused: fw_cfg files are read by QEMU from a host path|{B: vmwarden.vms.web.extraArgs = ["-fw_cfg" "name=opt/x,file=/etc/shadow"];}
+qemu -fw_cfg credential name|"-fw_cfg" "name=opt/io.systemd.credentials/x,string=y" is refused: names under opt/io.systemd.credentials/ are vmwarden's credentials|{B: vmwarden.vms.web.extraArgs = ["-fw_cfg" "name=opt/io.systemd.credentials/x,string=y"];}
+qemu -netdev tap|"-netdev" "tap,id=n0,ifname=vm-web" is refused: QEMU would open a tap|{B: vmwarden.vms.web.extraArgs = ["-netdev" "tap,id=n0,ifname=vm-web"];}
+qemu -nic bridge|"-nic" "bridge,br=br0" is refused|{B: vmwarden.vms.web.extraArgs = ["-nic" "bridge,br=br0"];}
+qemu -net tap|"-net" "tap,ifname=x" is refused|{B: vmwarden.vms.web.extraArgs = ["-net" "tap,ifname=x"];}
+qemu -netdev type=tap|"-netdev" "type=tap,id=n0,ifname=x" is refused|{B: vmwarden.vms.web.extraArgs = ["-netdev" "type=tap,id=n0,ifname=x"];}
+qemu -chardev backend=socket|"-chardev" "backend=socket,id=c,path=/srv/c.sock" is refused: a socket outside|{B: vmwarden.vms.web.extraArgs = ["-chardev" "backend=socket,id=c,path=/srv/c.sock"];}
+qemu -serial tcp|"-serial" "tcp::4444,server=on" is refused: a network socket|{B: vmwarden.vms.web.extraArgs = ["-serial" "tcp::4444,server=on"];}
+qemu -gdb unix outside|"-gdb" "unix:/srv/gdb.sock,server=on" is refused|{B: vmwarden.vms.web.extraArgs = ["-gdb" "unix:/srv/gdb.sock,server=on"];}
+qemu -qmp without value|"-qmp" needs a value|{B: vmwarden.vms.web.extraArgs = ["-device" "virtio-rng-device" "-qmp"];}
+cloud-hypervisor --api-socket|"--api-socket=/srv/api.sock" is refused: the API socket is vmwarden's control socket|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--api-socket=/srv/api.sock"];};}
+cloud-hypervisor --seccomp|"--seccomp" is refused: cloud-hypervisor's own seccomp filter|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--seccomp" "false"];};}
+cloud-hypervisor --net|"--net" is refused: cloud-hypervisor would open a tap by name|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--net" "tap=vm-web"];};}
+firecracker --no-seccomp|"--no-seccomp" is refused: firecracker's own seccomp filter|{B: vmwarden.vms.web = {hypervisor = "firecracker"; extraArgs = ["--no-seccomp"];};}
+firecracker --config-file|"--config-file" is refused: vmwarden writes firecracker's configuration itself|{B: vmwarden.vms.web = {hypervisor = "firecracker"; extraArgs = ["--config-file" "/srv/fc.json"];};}
+guest.enable|vmwarden.vms.web.guest: microvm.guest.enable = false|G {microvm.guest.enable = false;}
+cpu|vmwarden.vms.web.guest: microvm.cpu = "cortex-a53": vmwarden picks -cpu from accel|G {microvm.cpu = "cortex-a53";}
+hypervisor crosvm|vmwarden.vms.web.guest: microvm.hypervisor = "crosvm": vmwarden runs qemu, cloud-hypervisor and firecracker only|G {microvm.hypervisor = "crosvm";}
+hypervisor vfkit|microvm.hypervisor = "vfkit": vmwarden runs qemu, cloud-hypervisor and firecracker only|G {microvm.hypervisor = "vfkit";}
+preStart|vmwarden.vms.web.guest: microvm.preStart = "ip link set vm-web up": it would run as root|G {microvm.preStart = "ip link set vm-web up";}
+extraArgsScript|microvm.extraArgsScript = "/srv/args.sh": arguments computed at start escape vmwarden's checks|G {microvm.extraArgsScript = "/srv/args.sh";}
+user|microvm.user = "microvm": every vmwarden VM runs as its own principal|G {microvm.user = "microvm";}
+hugepageMem|microvm.hugepageMem = true: hugepage backing|G {microvm.hugepageMem = true;}
+hotplugMem|microvm.hotplugMem = 1024: virtio-mem|G {microvm.hotplugMem = 1024;}
+hotpluggedMem|microvm.hotpluggedMem = 256: as hotplugMem|G {microvm.hotpluggedMem = 256;}
+balloon|microvm.balloon = true: a balloon is driven over the control socket|G {microvm.balloon = true;}
+initialBalloonMem|microvm.initialBalloonMem = 128: as balloon|G {microvm.initialBalloonMem = 128;}
+registerWithMachined|microvm.registerWithMachined = true: vmwarden registers nothing with systemd-machined|G {microvm.registerWithMachined = true;}
+forwardPorts|microvm.forwardPorts = [{"from":"host","guest":{"address":"","port":22},"host":{"address":"","port":2222},"proto":"tcp"}]: it needs SLIRP user networking|G {microvm.forwardPorts = [{host.port = 2222; guest.port = 22;}];}
+devices|microvm.devices = [{"bus":"pci","path":"0000:01:00.0","qemu":{"bus":null,"deviceExtraArgs":null,"id":null}}]: PCI and USB passthrough|G {microvm.devices = [{bus = "pci"; path = "0000:01:00.0";}];}
+graphics.enable|microvm.graphics.enable = true: a display needs a desktop session|G {microvm.graphics.enable = true;}
+binScripts|microvm.binScripts = ["backup"]: vmwarden never builds or runs microvm.nix's runner|G {microvm.binScripts.backup = "echo";}
+vcpu|microvm.vcpu = 300: vmwarden allows 1 to 255 vCPUs|G ({lib, ...}: {microvm.vcpu = lib.mkForce 300;})
+mem|microvm.mem = 8: vmwarden allows 16 to 1048576 MiB|G ({lib, ...}: {microvm.mem = lib.mkForce 8;})
+machineId|microvm.machineId = "web,x": it becomes QEMU's -smbios uuid=|G {microvm.machineId = "web,x";}
+qemu.machine|microvm.qemu.machine = "isapc": vmwarden's argv knows the machines|G {microvm.qemu.machine = "isapc";}
+qemu.machineOpts|microvm.qemu.machineOpts = { ... }: vmwarden passes a plain -machine|G {microvm.qemu.machineOpts.pit = "off";}
+qemu.pcieRootPorts|microvm.qemu.pcieRootPorts = [{"addr":null,"bus":null,"chassis":null,"id":"p0","slot":null}]: root ports serve hot-plug|G {microvm.qemu.pcieRootPorts = [{id = "p0";}];}
+qemu.extraArgs|vmwarden.vms.web.guest: microvm.qemu.extraArgs: "-sandbox" is refused|G {microvm.qemu.extraArgs = ["-sandbox" "off"];}
+cloud-hypervisor.platformOEMStrings|microvm.cloud-hypervisor.platformOEMStrings = ["io.systemd.credential:KEY=x"]: OEM strings are on cloud-hypervisor's command line|G {microvm.hypervisor = "cloud-hypervisor"; microvm.cloud-hypervisor.platformOEMStrings = ["io.systemd.credential:KEY=x"];}
+cloud-hypervisor.extraArgs|microvm.cloud-hypervisor.extraArgs: "--cpus" is refused: use `vcpus`|G {microvm.hypervisor = "cloud-hypervisor"; microvm.cloud-hypervisor.extraArgs = ["--cpus" "boot=2"];}
+firecracker.cpu|microvm.firecracker.cpu = { ... }: vmwarden's firecracker configuration has no CPU template|G {microvm.hypervisor = "firecracker"; microvm.firecracker.cpu = {template = "T2";};}
+firecracker.extraConfig|microvm.firecracker.extraConfig = { ... }: vmwarden writes firecracker's configuration itself|G {microvm.hypervisor = "firecracker"; microvm.firecracker.extraConfig.machine-config.smt = true;}
+firecracker.extraArgs|microvm.firecracker.extraArgs: "--api-sock" is refused|G {microvm.hypervisor = "firecracker"; microvm.firecracker.extraArgs = ["--api-sock" "/srv/fc.sock"];}
+volumes.label|microvm.volumes[0].label = "var": vmwarden's create makes no file system label|G {microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; label = "var";}];}
+volumes.autoCreate outside|microvm.volumes[0].autoCreate = true: vmwarden creates images only inside the VM's state directory (/var/lib/vmwarden/web/)|G {microvm.volumes = [{image = "/srv/images/var.img"; mountPoint = "/var"; size = 64;}];}
+volumes.mkfsExtraArgs|microvm.volumes[0].mkfsExtraArgs = ["-O","^has_journal"]: vmwarden's create runs its own mkfs|G {microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; mkfsExtraArgs = ["-O" "^has_journal"];}];}
+volumes.fsType|microvm.volumes[0].fsType = "xfs": vmwarden's create makes ext4 only|G {microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; fsType = "xfs";}];}
+volumes.imageType vhd|microvm.volumes[0].imageType = "vhd": vmwarden's disk formats are raw and qcow2|G {microvm.volumes = [{image = "var.vhd"; mountPoint = "/var"; autoCreate = false; imageType = "vhd";}];}
+volumes.imageType qcow2 created|microvm.volumes[0].imageType = "qcow2": vmwarden's create makes raw images|G {microvm.volumes = [{image = "var.qcow2"; mountPoint = "/var"; size = 64; imageType = "qcow2";}];}
+volumes.image|microvm.volumes[0].image = "../shared.img": it must resolve to a normalised absolute path|G {microvm.volumes = [{image = "../shared.img"; mountPoint = "/var"; autoCreate = false;}];}
+volumes.size|microvm.volumes[0].size = null: autoCreate needs a size in MiB|G {microvm.volumes = [{image = "var.img"; mountPoint = "/var";}];}
+volumes.serial|microvm.volumes[0].serial = "var,x": a serial is 1 to 20 bytes|G {microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; serial = "var,x";}];}
+volumes.serial firecracker|microvm.volumes[0].serial = "var": firecracker's drives have no serial|G {microvm.hypervisor = "firecracker"; microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; serial = "var";}];}
+volumes.direct|microvm.volumes[0].direct = true: vmwarden's cloud-hypervisor drives do not use O_DIRECT|G {microvm.hypervisor = "cloud-hypervisor"; microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; direct = true;}];}
+interfaces.type user|microvm.interfaces[0].type = "user": SLIRP user networking needs IP sockets|G {microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";}];}
+interfaces.type macvtap|microvm.interfaces[0].type = "macvtap": a macvtap needs root|G {microvm.interfaces = [{type = "macvtap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; macvtap = {link = "eth0"; mode = "bridge";};}];}
+interfaces.id|microvm.interfaces[0].id = "vm-web": vmwarden's taps are named ^vmw-|G {microvm.interfaces = [{type = "tap"; id = "vm-web"; mac = "02:00:00:01:01:01";}];}
+interfaces.mac|microvm.interfaces[0].mac = "02-00-00-01-01-01": a MAC is six hex pairs|G {microvm.interfaces = [{type = "tap"; id = "vmw-web0"; mac = "02-00-00-01-01-01";}];}
+interfaces.tap.vhost|microvm.interfaces[0].tap.vhost = true: vmwarden hands QEMU its tap as a file descriptor with vhost=off|G {microvm.interfaces = [{type = "tap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; tap.vhost = true;}];}
+shares firecracker|microvm.shares = ["ro-store","home"]: firecracker has no shared file systems|G {microvm.hypervisor = "firecracker";}
+shares.proto 9p cloud-hypervisor|microvm.shares[0].proto = "9p": cloud-hypervisor has no 9p|G {microvm.hypervisor = "cloud-hypervisor"; microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data";}];}
+shares.tag|microvm.shares[0].tag = "a-tag-that-is-far-too-long-for-9p": a tag is 1 to 31 bytes|G {microvm.shares = [{tag = "a-tag-that-is-far-too-long-for-9p"; source = "data"; mountPoint = "/data";}];}
+shares.source|microvm.shares[0].source = "../db/data": it must resolve to a normalised absolute path|G {microvm.shares = [{tag = "data"; source = "../db/data"; mountPoint = "/data";}];}
+shares.securityModel|microvm.shares[0].securityModel = "mapped": vmwarden chooses the 9p security model itself|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; securityModel = "mapped";}];}
+shares.cache|microvm.shares[0].cache = "always": vmwarden runs virtiofsd with its default cache policy|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; proto = "virtiofs"; cache = "always";}];}
+shares.posixAcl|microvm.shares[0].posixAcl = false: it only exists for virtiofsd's --translate-uid|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; proto = "virtiofs"; posixAcl = false;}];}
+shares.extraArgs|microvm.shares[0].extraArgs = ["--sandbox=none"]: virtiofsd's arguments are vmwarden's|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; proto = "virtiofs"; extraArgs = ["--sandbox=none"];}];}
+virtiofsd.inodeFileHandles|microvm.virtiofsd.inodeFileHandles = "mandatory": file handles need CAP_DAC_READ_SEARCH|G {microvm.virtiofsd.inodeFileHandles = "mandatory";}
+virtiofsd.threadPoolSize|microvm.virtiofsd.threadPoolSize = 4: vmwarden picks virtiofsd's thread pool|G {microvm.virtiofsd.threadPoolSize = 4;}
+virtiofsd.extraArgs|microvm.virtiofsd.extraArgs = ["--announce-submounts"]: virtiofsd's arguments are vmwarden's|G {microvm.virtiofsd.extraArgs = ["--announce-submounts"];}
+vsock.cid firecracker|microvm.vsock.cid = 5: vmwarden gives firecracker no vsock|G {microvm.hypervisor = "firecracker"; microvm.vsock.cid = 5;}
+vsock.cid low|microvm.vsock.cid = 2: CIDs 0, 1 and 2 are the hypervisor, loopback and the host|G {microvm.vsock.cid = 2;}
+credentialFiles cloud-hypervisor|microvm.credentialFiles = ["token"]: only QEMU can hand the guest a secret off its command line|G {microvm.hypervisor = "cloud-hypervisor"; microvm.credentialFiles.token = "/run/secrets/token";}
+credentialFiles name|microvm.credentialFiles.-token = "/run/secrets/token": credential names are|G {microvm.credentialFiles."-token" = "/run/secrets/token";}
+credentialFiles long name|microvm.credentialFiles.a-credential-name-of-29-bytes = "/run/secrets/x": QEMU keeps fw_cfg names of 55 bytes|G {microvm.credentialFiles.a-credential-name-of-29-bytes = "/run/secrets/x";}
+credentialFiles store path|microvm.credentialFiles.token = "/nix/store/00000000000000000000000000000000-token": it is in the Nix store|G {microvm.credentialFiles.token = "/nix/store/00000000000000000000000000000000-token";}
+INLINE
+
+  # Golden files: what each of these cases makes of its VMs, byte for byte
+  # (the launch spec and the drop-in). A change to the module that changes
+  # the spec of an existing configuration changes its golden file, and with
+  # it every running VM at the next switch. VMWARDEN_UPDATE_GOLDEN=1
+  # rewrites them (review the diff).
+  for case in $GOLDEN_CASES; do
+    if nix-instantiate --eval --strict --json tests/nix/golden.nix \
+      --arg modules "$(modules "$top/tests/nix/cases/$case.nix")" >"$work/golden.json" 2>"$work/e"; then
+      if out=$(python3 - "$work/golden.json" "tests/nix/golden/$case" "${VMWARDEN_UPDATE_GOLDEN:-}" <<'PY'
+import json, os, sys
+got, d, update = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+if update:
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        os.remove(os.path.join(d, f))
+    for name, text in got.items():
+        open(os.path.join(d, name), "w").write(text)
+    print(f"rewrote {len(got)} file(s)")
+    sys.exit(0)
+want = {f: open(os.path.join(d, f)).read() for f in os.listdir(d)} if os.path.isdir(d) else {}
+bad = [f"{n}: {'missing in ' + d if n not in want else 'not produced' if n not in got else 'differs'}"
+       for n in sorted(set(got) | set(want)) if got.get(n) != want.get(n)]
+for n in sorted(set(got) & set(want)):
+    if got[n] != want[n] and n.endswith(".json"):
+        a, b = json.loads(want[n]), json.loads(got[n])
+        bad += [f"  {n} field {k}: golden {json.dumps(a.get(k))}, now {json.dumps(b.get(k))}"
+                for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+print("\n".join(bad) if bad else ", ".join(sorted(got)))
+sys.exit(1 if bad else 0)
+PY
+      ); then
+        ok "golden $case: $out"
+      else
+        echo "$out"
+        bad "golden $case: differs from tests/nix/golden/$case (VMWARDEN_UPDATE_GOLDEN=1 rewrites it; review the diff)"
+      fi
+    else
+      cat "$work/e"
+      bad "golden $case does not evaluate"
+    fi
+  done
+
+  # The stand-in for microvm.nix's guest module declares the options
+  # microvm.nix declares, with its defaults.
+  if [ -n "${MICROVM_NIX_SRC:-}" ]; then
+    if out=$(nix-instantiate --eval --strict --json tests/nix/guests/compare.nix --arg src "$MICROVM_NIX_SRC" --arg libPath "$NIXPKGS_LIB" 2>&1) &&
+      [ "$out" = '{"defaultsDiffer":[],"onlyInMicrovmNix":[],"onlyInStandIn":[]}' ]; then
+      ok "tests/nix/guests: the stand-in has microvm.nix's options and defaults ($MICROVM_NIX_SRC)"
+    else
+      echo "$out"
+      bad "tests/nix/guests: the stand-in differs from microvm.nix ($MICROVM_NIX_SRC)"
+    fi
+  fi
+
+  # Removed VMs: the activation snippet lists state and runtime directories
+  # without a configured VM (two-vms configures web and batch), and only
+  # those; it reads, and changes nothing.
+  if ev config.system.activationScripts.vmwarden-removed.text "$top/tests/nix/cases/two-vms.nix" 2>"$work/e" |
+    python3 -c 'import json,sys; sys.stdout.write(json.load(sys.stdin))' >"$work/removed.sh"; then
+    r="$work/removed"
+    mkdir -p "$r/state/web" "$r/state/gone" "$r/state/.principals" "$r/run/batch" "$r/run/gone" "$r/run/old"
+    ln -s /etc "$r/state/link"
+    sed -i "s|vmwarden_state=/var/lib/vmwarden vmwarden_run=/run/vmwarden|vmwarden_state=$r/state vmwarden_run=$r/run|" "$work/removed.sh"
+    before=$(find "$r" -printf '%p %m %s\n' | sort | sha256sum)
+    got=$(bash -eu "$work/removed.sh" 2>&1 | sed "s|$r|R|g")
+    want="vmwarden: VM gone is no longer configured; its state is in R/state/gone: 'vmwarden purge gone' deletes it (after a backup of what you want to keep)
+vmwarden: VM gone is no longer configured; 'vmwarden reap --apply' removes R/run/gone
+vmwarden: VM old is no longer configured; 'vmwarden reap --apply' removes R/run/old"
+    if [ "$got" = "$want" ] && [ "$before" = "$(find "$r" -printf '%p %m %s\n' | sort | sha256sum)" ]; then
+      ok "removed VMs: the activation snippet reports gone/ and old/ only, and changes nothing"
+    else
+      printf '%s\n--- want\n%s\n' "$got" "$want"
+      bad "removed VMs: activation snippet output"
+    fi
+  else
+    cat "$work/e"
+    bad "the removed-VM activation snippet does not evaluate"
+  fi
 
   # A host overrides keys of the unit data with lib.mkForce; the harness's
   # systemd.globalEnvironment (TZDIR, LOCALE_ARCHIVE, as on NixOS) reaches a

@@ -8,6 +8,7 @@ let
     host = {};
     vm = _: {};
     guest = {};
+    microvmGuest = _: {};
   };
   files = builtins.filter (n: builtins.match ".*[.]nix" n != null) (builtins.attrNames (builtins.readDir dir));
   load = file: let

@@ -7,7 +7,7 @@
 
   units.py spec SPEC_JSON_FILE
       Check a module-written launch spec against the contract in
-      ARCHITECTURE.md: exactly these fields, these types.
+      ARCHITECTURE.md and issue 12: exactly these fields, these types.
 
   units.py parity NIX_TEXT_FILE RUST_TEXT_FILE KIND [--store-bin P --bin B]
               [--cred-dir D --vm NAME]
@@ -70,8 +70,10 @@ CONTRACT = {
     "vcpus": int, "memory_mib": int, "kernel": str, "initrd": str,
     "cmdline": str, "credentials": list, "disks": list, "interfaces": list,
     "landlock": dict, "keep_on_purge": list,
+    # issue 12 (the module writes them only when used)
+    "shares": list, "virtiofsd": dict, "vsock": dict,
 }
-OPTIONAL = {"initrd"}
+OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock"}
 
 
 def cmd_spec(path):
@@ -96,13 +98,25 @@ def cmd_spec(path):
     if spec.get("version") != 1:
         errs.append("spec.version is not 1")
     want(spec.get("principal"), "principal", {"user": str, "group": str})
-    want(spec.get("hypervisor"), "hypervisor", {"kind": str, "binary": str, "accel": str, "machine": str})
+    want(spec.get("hypervisor"), "hypervisor", {"kind": str, "binary": str, "accel": str, "machine": str, "extra_args": list}, ("extra_args",))
     want(spec.get("landlock"), "landlock", {"mode": str, "read": list, "write": list})
     for i, c in enumerate(spec.get("credentials", [])):
         want(c, f"credentials[{i}]", {"name": str, "source": dict})
         want(c.get("source"), f"credentials[{i}].source", {"systemd": str})
     for i, d in enumerate(spec.get("disks", [])):
-        want(d, f"disks[{i}]", {"path": str, "read_only": bool})
+        want(d, f"disks[{i}]", {"path": str, "read_only": bool, "format": str, "serial": str, "create": dict},
+             ("format", "serial", "create"))
+        if "create" in d:
+            want(d["create"], f"disks[{i}].create", {"size_mib": int, "fs_type": str}, ("fs_type",))
+    for i, s in enumerate(spec.get("shares", [])):
+        want(s, f"shares[{i}]", {"tag": str, "source": str, "proto": str, "read_only": bool})
+    if "virtiofsd" in spec:
+        want(spec["virtiofsd"], "virtiofsd", {"binary": str})
+    if "vsock" in spec:
+        want(spec["vsock"], "vsock", {"cid": int, "backend": str, "binary": str}, ("binary",))
+    for i, a in enumerate(spec.get("hypervisor", {}).get("extra_args", [])):
+        if not isinstance(a, str):
+            errs.append(f"hypervisor.extra_args[{i}]: {a!r} is not str")
     for i, n in enumerate(spec.get("interfaces", [])):
         want(n, f"interfaces[{i}]", {"tap": str, "bridge": str, "mac": str}, ("bridge", "mac"))
     for e in errs:

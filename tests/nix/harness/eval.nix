@@ -51,6 +51,7 @@
     boot = checked.boot;
     environment = checked.environment;
     users = checked.users;
+    inherit (checked) system;
     systemd =
       {
         inherit

@@ -1,5 +1,8 @@
 # Copy of shared/nix-eval/harness/shim-typed.nix (the project's own evaluation harness),
-# kept in the repo so the tests do not depend on a path outside the clone.
+# kept in the repo so the tests do not depend on a path outside the clone;
+# plus, from nixpkgs' nixos/modules/config/users-groups.nix: the abort on
+# user and group names of 32 bytes or more, the user name regex assertion,
+# and system.activationScripts (nixos/modules/system/activation).
 # Stand-in for the NixOS options a host module touches, typed like NixOS
 # declares them (subset), so that what the module hands to NixOS is checked:
 # unit names, [Service] Type/Restart values, list-vs-scalar merging,
@@ -22,9 +25,12 @@
   userModule = {name, ...}: {
     freeformType = freeform; # options this shim does not model stay allowed
     options = {
+      # NixOS: passwdEntry, and `abort` (evaluation stops, no assertion
+      # list) at 32 bytes; the same for `group` below.
       name = mkOption {
-        type = types.str;
+        type = types.passwdEntry types.str;
         default = name;
+        apply = x: assert (builtins.stringLength x < 32 || abort "Username '${x}' is longer than 31 characters which is not allowed!"); x;
       };
       uid = mkOption {
         type = types.nullOr types.int;
@@ -41,6 +47,7 @@
       group = mkOption {
         type = types.str;
         default = "";
+        apply = x: assert (builtins.stringLength x < 32 || abort "Group name '${x}' is longer than 31 characters which is not allowed!"); x;
       };
       extraGroups = strs;
       description = mkOption {
@@ -121,6 +128,21 @@ in {
         default = {};
       };
     };
+    # NixOS: attrsOf (coercedTo str noDepEntry scriptType); run in
+    # dependency order at every boot and every switch (after the stops).
+    system.activationScripts = mkOption {
+      type = types.attrsOf (types.coercedTo types.str (text: {inherit text;}) (types.submodule {
+        options = {
+          text = mkOption {type = types.lines;};
+          deps = strs;
+          supportsDryActivation = mkOption {
+            type = types.bool;
+            default = false;
+          };
+        };
+      }));
+      default = {};
+    };
     boot = {
       kernelModules = strs;
       kernelParams = strs;
@@ -148,6 +170,11 @@ in {
     # NixOS's own user assertions (users-groups.nix), same conditions.
     assertions = lib.concatLists (
       lib.mapAttrsToList (n: u: [
+        # NixOS: shadow's is_valid_name, without the trailing $.
+        {
+          assertion = builtins.match "[a-zA-Z0-9_.][a-zA-Z0-9_.-]*" u.name != null;
+          message = "The username \"${u.name}\" is not valid, it does not match the regex \"[a-zA-Z0-9_.][a-zA-Z0-9_.-]*\".";
+        }
         {
           assertion = (u.isNormalUser || u.isSystemUser) -> !(u.isNormalUser && u.isSystemUser);
           message = "Exactly one of users.users.${n}.isSystemUser and users.users.${n}.isNormalUser must be set.";

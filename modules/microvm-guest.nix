@@ -1,0 +1,401 @@
+# How an evaluated microvm.nix guest (its `config.microvm`, built by
+# microvm.nix's guest module) becomes the options of a vmwarden VM, and
+# which of its settings vmwarden cannot honour. Pure: no `config` is read;
+# options.nix defines the values with lib.mkDefault (a plain definition on
+# the host wins), assertions.nix turns the problems into failed assertions.
+# The formulas are microvm.nix's own (lib/runner.nix, lib/runners/*.nix);
+# docs/microvm-nix.md has the table of every option and section 2 the
+# derivation, with the microvm.nix version they were read from.
+{lib}: let
+  inherit (lib) concatLists elem filter hasInfix hasPrefix optional optionalAttrs;
+  vlib = import ./lib.nix {inherit lib;};
+
+  supportedHypervisors = ["qemu" "cloud-hypervisor" "firecracker"];
+  # binScripts microvm.nix's guest module defines itself (replaced by the
+  # launcher's own taps, virtiofsd; macvtap and PCI are refused elsewhere).
+  ownBinScripts = ["tap-up" "tap-down" "macvtap-up" "macvtap-down" "virtiofsd-run" "pci-setup"];
+  uuidRegex = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
+
+  # A value as a message shows it.
+  show = v: let
+    s =
+      if builtins.isAttrs v
+      then "{ ... }"
+      else builtins.toJSON v;
+  in
+    if builtins.stringLength s > 100
+    then "${builtins.substring 0 97 s}..."
+    else s;
+
+  join = parts: lib.concatStringsSep " " (filter (p: p != "") parts);
+  diskPathOk = p: vlib.isNormalAbsolutePath p && !hasInfix "," p;
+in rec {
+  inherit supportedHypervisors;
+
+  # derive { name; guest; hostSystem; tapBridges; } ->
+  #   { values;    vmwarden.vms.<name> option values (only valid ones)
+  #     problems;  messages for what vmwarden cannot honour, each naming
+  #                the guest option and what to do
+  #     tapIds; }  the guest's tap interfaces, for tapBridges
+  # `hostSystem` is the host's "x86_64-linux"-style system, or null.
+  derive = {
+    name,
+    guest,
+    hostSystem ? null,
+    tapBridges ? {},
+  }: let
+    hasMicrovm = guest != null && (guest.config.microvm or null) != null;
+    g = guest.config.microvm;
+    # Whether the guest sets an option itself (1500: only the default).
+    setByGuest = path: (lib.attrByPath (path ++ ["highestPrio"]) 1500 (guest.options.microvm or {})) < 1500;
+
+    system =
+      guest.pkgs.stdenv.hostPlatform.system
+      or (
+        if hostSystem != null
+        then hostSystem
+        else "x86_64-linux"
+      );
+    arch = builtins.head (lib.splitString "-" system);
+    # lib/runner.nix
+    linuxTarget =
+      guest.pkgs.linux.target
+      or guest.pkgs.stdenv.hostPlatform.linux-kernel.target
+      or (
+        if arch == "aarch64"
+        then "Image"
+        else "bzImage"
+      );
+    stateDir = vlib.stateDirOf name;
+    # Relative images and share sources: against the VM's state directory,
+    # as microvm.nix resolves them against /var/lib/microvms/<name>.
+    abs = p:
+      if hasPrefix "/" p
+      then p
+      else "${stateDir}/${p}";
+
+    hv = g.hypervisor;
+    qemu = hv == "qemu";
+    ch = hv == "cloud-hypervisor";
+    fc = hv == "firecracker";
+
+    # One check: [message] when `bad`.
+    refuse = bad: opt: value: why: optional bad "microvm.${opt} = ${show value}: ${why}";
+    # A non-default value of an option vmwarden has no counterpart for.
+    refuseSet = opt: default: why: refuse (lib.attrByPath (lib.splitString "." opt) default g != default) opt (lib.attrByPath (lib.splitString "." opt) default g) why;
+
+    # ------------------------------------------------------------ top level
+    topProblems =
+      refuse (!elem hv supportedHypervisors) "hypervisor" hv "vmwarden runs qemu, cloud-hypervisor and firecracker only (their argv, control socket and stop sequence); use hypervisor = \"qemu\" (or \"cloud-hypervisor\": virtiofs shares, no credentials)"
+      ++ optional (hostSystem != null && system != hostSystem) "the guest is built for ${system} (its pkgs.stdenv.hostPlatform.system), this host is ${toString hostSystem}: build the guest for the host's system (microvm.cpu emulation is not offered; for a foreign guest set kernel, initrd, cmdline, accel = \"tcg\" and a matching hypervisorBinary yourself)"
+      ++ refuseSet "cpu" null "vmwarden picks -cpu from accel (host on KVM, max on TCG); remove it, and for emulation set vmwarden.vms.${name}.accel = \"tcg\" (a CPU model on QEMU: add [ \"-cpu\" \"<model>\" ] to vmwarden.vms.${name}.extraArgs)"
+      ++ refuseSet "preStart" "" "it would run as root in the VM's unit before the sandbox exists; put the commands in a unit of your own ordered before microvm@${name}.service (Type = \"oneshot\", requiredBy and before it)"
+      ++ refuseSet "extraArgsScript" null "arguments computed at start escape vmwarden's checks; use the static microvm.qemu.extraArgs (or vmwarden.vms.${name}.extraArgs)"
+      ++ refuseSet "user" null "every vmwarden VM runs as its own principal; remove it and set vmwarden.vms.${name}.principal.user (default vm-${name}) on the host"
+      ++ refuseSet "hugepageMem" false "hugepage backing needs a host hugetlbfs pool the VM's sandbox does not grant; remove it"
+      ++ refuseSet "hotplugMem" 0 "virtio-mem is resized over the control socket, which only vmwarden's tools use; size microvm.mem for the guest instead"
+      ++ refuseSet "hotpluggedMem" 0 "as hotplugMem: size microvm.mem for the guest instead"
+      ++ refuseSet "balloon" false "a balloon is driven over the control socket, which only vmwarden's tools use; size microvm.mem instead"
+      ++ refuseSet "initialBalloonMem" 0 "as balloon: size microvm.mem instead"
+      ++ refuseSet "registerWithMachined" false "vmwarden registers nothing with systemd-machined; use vmwarden status and systemctl status microvm@${name}"
+      ++ refuseSet "forwardPorts" [] "it needs SLIRP user networking, which vmwarden does not run; give the VM a tap (microvm.interfaces type = \"tap\") and forward on the host"
+      ++ refuseSet "devices" [] "PCI and USB passthrough hand a host device to the VM that cleanup cannot prove returned; vmwarden has no passthrough"
+      ++ refuseSet "graphics.enable" false "a display needs a desktop session or GPU devices outside the sandbox; use the serial console (in the journal) and SSH"
+      ++ (
+        let
+          extra = filter (s: !elem s ownBinScripts) (builtins.attrNames g.binScripts);
+        in
+          refuse (extra != []) "binScripts" extra "vmwarden never builds or runs microvm.nix's runner; put the script in a host unit of its own"
+      )
+      ++ refuse (g.vcpu > 255) "vcpu" g.vcpu "vmwarden allows 1 to 255 vCPUs"
+      ++ refuse (g.mem < 16 || g.mem > 1048576) "mem" g.mem "vmwarden allows 16 to 1048576 MiB"
+      ++ refuse (g.machineId != null && builtins.match uuidRegex g.machineId == null) "machineId" g.machineId "it becomes QEMU's -smbios uuid=; give a UUID (8-4-4-4-12 hex digits) or null";
+
+    # ------------------------------------------------------------ hypervisors
+    # No default outside x86_64-linux and aarch64-linux: undefined, a throw.
+    machine = builtins.tryEval g.qemu.machine;
+    machineOk = machine.success && elem machine.value (builtins.attrNames vlib.machineArch);
+    chExtra = g.cloud-hypervisor.extraArgs;
+    fcExtra = g.firecracker.extraArgs;
+    smbios = optional (g.machineId != null) ["-smbios" "type=1,uuid=${g.machineId}"];
+    extraArgs =
+      if qemu
+      then g.qemu.extraArgs ++ concatLists smbios
+      else if ch
+      then chExtra
+      else fcExtra;
+    extraOpt =
+      if qemu
+      then "qemu.extraArgs"
+      else if ch
+      then "cloud-hypervisor.extraArgs"
+      else "firecracker.extraArgs";
+    extraProblems = map (why: "microvm.${extraOpt}: ${why}") (vlib.extraArgsProblems hv name extraArgs);
+    hvProblems =
+      lib.optionals qemu (
+        refuse (!machineOk) "qemu.machine" machine.value "vmwarden's argv knows the machines ${lib.concatStringsSep ", " (builtins.attrNames vlib.machineArch)}; use one of them"
+        ++ refuseSet "qemu.machineOpts" null "vmwarden passes a plain -machine and its own -accel; remove it (one essential property can go into vmwarden.vms.${name}.extraArgs)"
+        ++ refuseSet "qemu.pcieRootPorts" [] "root ports serve hot-plug and passthrough, which vmwarden does not offer; for q35 pass -device pcie-root-port,... through vmwarden.vms.${name}.extraArgs"
+      )
+      ++ lib.optionals ch (
+        refuseSet "cloud-hypervisor.platformOEMStrings" [] "OEM strings are on cloud-hypervisor's command line, which every local user can read; deliver secrets with QEMU and microvm.credentialFiles"
+      )
+      ++ lib.optionals fc (
+        refuseSet "firecracker.cpu" null "vmwarden's firecracker configuration has no CPU template; remove it"
+        ++ refuseSet "firecracker.extraConfig" {} "vmwarden writes firecracker's configuration itself; remove it"
+      )
+      ++ extraProblems;
+
+    hypervisorBinary =
+      if qemu && setByGuest ["qemu" "package"]
+      then "${g.qemu.package}/bin/qemu-system-${arch}"
+      else if ch && setByGuest ["cloud-hypervisor" "package"]
+      then "${g.cloud-hypervisor.package}/bin/cloud-hypervisor"
+      else if fc && setByGuest ["firecracker" "package"]
+      then "${g.firecracker.package}/bin/firecracker"
+      else null;
+
+    # ------------------------------------------------------------ kernel
+    # lib/runners/qemu.nix, cloud-hypervisor.nix, firecracker.nix
+    kernel =
+      if qemu || arch != "x86_64"
+      then "${g.kernel.out}/${linuxTarget}"
+      else "${g.kernel.dev}/vmlinux";
+    console =
+      {
+        x86_64 = "earlyprintk=ttyS0 console=ttyS0";
+        aarch64 = "console=ttyAMA0";
+      }
+      .${
+        arch
+      }
+      or "";
+    params = toString g.kernelParams;
+    cmdline =
+      if qemu
+      then
+        join [
+          (
+            if g.qemu.serialConsole
+            then console
+            else ""
+          )
+          "reboot=t panic=-1"
+          params
+        ]
+      else if ch
+      then join [console "reboot=t panic=-1" params]
+      else join ["console=ttyS0,115200 reboot=k panic=1 i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd" params];
+
+    # ------------------------------------------------------------ disks
+    volume = i: v: let
+      at = "volumes[${toString i}]";
+      path = abs v.image;
+      size = builtins.tryEval v.size;
+      own = vlib.isUnder stateDir path && path != stateDir;
+      problems =
+        refuse (!diskPathOk path) "${at}.image" v.image "it must resolve to a normalised absolute path without ',' (relative images are taken from ${stateDir}/)"
+        ++ refuse (elem v.imageType ["vhd" "vhdx"]) "${at}.imageType" v.imageType "vmwarden's disk formats are raw and qcow2; convert the image (qemu-img convert)"
+        ++ refuse (v.serial != null && !vlib.validSerial v.serial) "${at}.serial" v.serial "a serial is 1 to 20 bytes of ${vlib.serialRegex} (virtio-blk keeps 20; ',' would split QEMU's -drive)"
+        ++ refuse (fc && v.serial != null) "${at}.serial" v.serial "firecracker's drives have no serial; remove it (microvm.nix drops it there with a warning)"
+        ++ refuse (!qemu && v.direct) "${at}.direct" v.direct "vmwarden's ${hv} drives do not use O_DIRECT; remove it"
+        ++ lib.optionals v.autoCreate (
+          refuse (!own) "${at}.autoCreate" true "vmwarden creates images only inside the VM's state directory (${stateDir}/); make the image path relative, or create the image yourself (owned by the VM's principal, mode 0600) and set autoCreate = false"
+          ++ refuse (v.label != null) "${at}.label" v.label "vmwarden's create makes no file system label; create and label the image once yourself (mkfs -L), give it to the VM's principal and set autoCreate = false"
+          ++ refuse (v.mkfsExtraArgs != []) "${at}.mkfsExtraArgs" v.mkfsExtraArgs "vmwarden's create runs its own mkfs without extra arguments; create the image yourself and set autoCreate = false"
+          ++ refuse (!elem v.fsType vlib.createFsTypes) "${at}.fsType" v.fsType "vmwarden's create makes ${lib.concatStringsSep ", " vlib.createFsTypes} only; create the image yourself and set autoCreate = false"
+          ++ refuse (v.imageType == "qcow2") "${at}.imageType" v.imageType "vmwarden's create makes raw images (microvm.nix too, whatever imageType says); set imageType = \"raw\", or create the qcow2 image yourself and set autoCreate = false"
+          ++ refuse (!size.success) "${at}.size" null "autoCreate needs a size in MiB"
+          ++ refuse (size.success && size.value < 1) "${at}.size" size.value "a created image needs a size of at least 1 MiB"
+        );
+    in {
+      inherit problems;
+      value =
+        {
+          inherit path;
+          inherit (v) readOnly serial;
+          format =
+            if v.imageType == "raw"
+            then null
+            else v.imageType;
+        }
+        // optionalAttrs v.autoCreate {
+          create = {
+            sizeMiB = size.value;
+            inherit (v) fsType;
+          };
+        };
+    };
+    volumes = lib.imap0 volume g.volumes;
+    storeDisk = optional g.storeOnDisk {
+      path = "${g.storeDisk}";
+      readOnly = true;
+    };
+
+    # ------------------------------------------------------------ shares
+    share = i: s: let
+      at = "shares[${toString i}]";
+      source = abs s.source;
+    in {
+      problems =
+        refuse fc "shares" (map (x: x.tag) g.shares) "firecracker has no shared file systems in vmwarden (nor in microvm.nix); use qemu or cloud-hypervisor, or a volume"
+        ++ refuse (ch && s.proto == "9p") "${at}.proto" s.proto "cloud-hypervisor has no 9p; use proto = \"virtiofs\""
+        ++ refuse (!vlib.validShareTag s.tag) "${at}.tag" s.tag "a tag is 1 to ${toString vlib.shareTagMax} bytes of ${vlib.shareTagRegex}; rename it (and the guest's mount with it)"
+        ++ refuse (!diskPathOk source) "${at}.source" s.source "it must resolve to a normalised absolute path without ',' (relative sources are taken from ${stateDir}/)"
+        ++ refuse (s.securityModel != "none") "${at}.securityModel" s.securityModel "vmwarden chooses the 9p security model itself (no device nodes or setuid files on the host); remove it"
+        ++ refuse (s.cache != "auto") "${at}.cache" s.cache "vmwarden runs virtiofsd with its default cache policy; remove it"
+        ++ refuse (!s.posixAcl) "${at}.posixAcl" s.posixAcl "it only exists for virtiofsd's --translate-uid/--translate-gid, which vmwarden does not pass; remove it"
+        ++ refuse (s.extraArgs != []) "${at}.extraArgs" s.extraArgs "virtiofsd's arguments are vmwarden's (its socket, shared directory and sandbox); remove them";
+      value = {
+        inherit (s) tag proto;
+        inherit source;
+        # vmwarden never lets a guest write the host's store; microvm.nix's
+        # guest mounts it read-only anyway.
+        readOnly = s.readOnly || vlib.isUnder builtins.storeDir source;
+      };
+    };
+    shares = lib.imap0 share g.shares;
+    virtiofsProblems =
+      refuse (g.virtiofsd.inodeFileHandles == "mandatory") "virtiofsd.inodeFileHandles" "mandatory" "file handles need CAP_DAC_READ_SEARCH, and vmwarden's virtiofsd runs without capabilities; use \"prefer\" (the default) or \"never\""
+      ++ refuseSet "virtiofsd.threadPoolSize" "`nproc`" "vmwarden picks virtiofsd's thread pool; remove it"
+      ++ refuseSet "virtiofsd.extraArgs" [] "virtiofsd's arguments are vmwarden's; remove them";
+
+    # ------------------------------------------------------------ interfaces
+    iface = i: n: let
+      at = "interfaces[${toString i}]";
+      typeOk = elem n.type ["tap" "bridge"];
+      bridge =
+        if n.type == "bridge"
+        then n.bridge
+        else tapBridges.${n.id} or null;
+    in {
+      problems =
+        refuse (n.type == "user") "${at}.type" n.type "SLIRP user networking needs IP sockets, which the VM's sandbox forbids; use type = \"tap\" (with vmwarden.vms.${name}.tapBridges) and forward ports on the host"
+        ++ refuse (n.type == "macvtap") "${at}.type" n.type "a macvtap needs root to open /dev/tapN for the hypervisor and is no tap cleanup can account for; use type = \"tap\" on a bridge"
+        ++ lib.optionals typeOk (
+          refuse (builtins.match vlib.tapNameRegex n.id == null) "${at}.id" n.id "vmwarden's taps are named ^${vlib.tapNameRegex}$ (cleanup, reap and verify-clean touch only those); rename it, e.g. \"vmw-${builtins.substring 0 11 name}${toString i}\" (the guest never sees the host-side name)"
+          ++ refuse (builtins.match vlib.macRegex n.mac == null) "${at}.mac" n.mac "a MAC is six hex pairs separated by ':'"
+          ++ refuse (n.tap.vhost or false) "${at}.tap.vhost" true "vmwarden hands QEMU its tap as a file descriptor with vhost=off; set it to false"
+          ++ refuse (bridge != null && !vlib.validBridgeName bridge) "${at}.bridge" bridge "not a bridge name the launcher accepts"
+        );
+      value =
+        {
+          tap = n.id;
+          inherit (n) mac;
+        }
+        // optionalAttrs (bridge != null) {inherit bridge;};
+    };
+    ifaces = lib.imap0 iface g.interfaces;
+
+    # ------------------------------------------------------------ credentials
+    cred = c: path: let
+      p = toString path;
+      at = "credentialFiles.${c}";
+    in {
+      problems =
+        refuse (!vlib.validCredName c) at p "credential names are ^${vlib.credNameRegex}$; rename it (the guest's LoadCredential= with it)"
+        ++ refuse (builtins.stringLength (vlib.fwCfgName c) > vlib.fwCfgMax) at p "QEMU keeps fw_cfg names of ${toString vlib.fwCfgMax} bytes, which leaves ${toString (vlib.fwCfgMax - builtins.stringLength vlib.fwCfgPrefix)} bytes for the name; shorten it"
+        ++ refuse (!vlib.isNormalAbsolutePath p) at p "it must be a normalised absolute path (systemd reads it with LoadCredential=)"
+        ++ refuse (vlib.isUnder builtins.storeDir p) at p "it is in the Nix store, which every local user can read (a Nix path literal copies the secret there); give the path of a root-only file as a string, e.g. sops-nix's or agenix's /run/secrets/... path";
+      value = p;
+    };
+    creds = lib.mapAttrs cred g.credentialFiles;
+    credProblems =
+      refuse (!qemu && g.credentialFiles != {}) "credentialFiles" (builtins.attrNames g.credentialFiles) "only QEMU can hand the guest a secret off its command line (fw_cfg from a file); use hypervisor = \"qemu\"";
+
+    # ------------------------------------------------------------ vsock
+    cid = g.vsock.cid;
+    vsockProblems =
+      refuse (cid != null && fc) "vsock.cid" cid "vmwarden gives firecracker no vsock; use qemu or cloud-hypervisor"
+      ++ refuse (cid != null && !vlib.validCid cid) "vsock.cid" cid "CIDs 0, 1 and 2 are the hypervisor, loopback and the host; pick one from ${toString vlib.vsockCidMin} to ${toString vlib.vsockCidMax}, unique across the host's VMs";
+
+    problemsOf = xs: concatLists (map (x: x.problems) xs);
+    okValues = xs: map (x: x.value) (filter (x: x.problems == []) xs);
+    credsOk = lib.filterAttrs (_: x: x.problems == []) creds;
+
+    enabled = g.guest.enable;
+    noGuest =
+      if !hasMicrovm
+      then ["it has no config.microvm: give it a NixOS configuration that imports microvm.nixosModules.microvm (e.g. self.nixosConfigurations.${name}), or set kernel, initrd and cmdline instead of guest"]
+      else refuse (!enabled) "guest.enable" false "with it off the configuration is no microVM guest (no init=, no store mounts); enable it, or set kernel, initrd and cmdline instead of guest";
+
+    problems =
+      if noGuest != []
+      then noGuest
+      else
+        topProblems
+        ++ lib.optionals (elem hv supportedHypervisors) (
+          hvProblems
+          ++ problemsOf volumes
+          ++ problemsOf shares
+          ++ virtiofsProblems
+          ++ problemsOf ifaces
+          ++ concatLists (lib.mapAttrsToList (_: x: x.problems) creds)
+          ++ credProblems
+          ++ vsockProblems
+        );
+
+    values =
+      if noGuest != [] || !elem hv supportedHypervisors
+      then {}
+      else
+        {
+          hypervisor = hv;
+          inherit kernel cmdline;
+          initrd = toString g.initrdPath;
+          disks = storeDisk ++ okValues volumes;
+          shares = okValues shares;
+          interfaces = okValues ifaces;
+          credentials = lib.optionalAttrs (credProblems == []) (lib.mapAttrs (_: x: x.value) credsOk);
+          extraArgs =
+            if extraProblems == []
+            then extraArgs
+            else [];
+        }
+        // optionalAttrs (g.vcpu <= 255) {vcpus = g.vcpu;}
+        // optionalAttrs (g.mem >= 16 && g.mem <= 1048576) {memoryMiB = g.mem;}
+        // optionalAttrs (qemu && machineOk) {machine = machine.value;}
+        // optionalAttrs (hypervisorBinary != null) {inherit hypervisorBinary;}
+        // optionalAttrs (setByGuest ["virtiofsd" "package"]) {virtiofsdBinary = "${g.virtiofsd.package}/bin/virtiofsd";}
+        // optionalAttrs (cid != null && vsockProblems == []) {vsock.cid = cid;};
+
+    tapIds =
+      if noGuest != []
+      then []
+      else map (n: n.id) (filter (n: n.type == "tap") g.interfaces);
+  in {
+    inherit values problems tapIds;
+  };
+
+  # Options a guest can give values to.
+  derivedOptions = [
+    "hypervisor"
+    "hypervisorBinary"
+    "vcpus"
+    "memoryMiB"
+    "machine"
+    "kernel"
+    "initrd"
+    "cmdline"
+    "disks"
+    "shares"
+    "interfaces"
+    "credentials"
+    "extraArgs"
+    "virtiofsdBinary"
+  ];
+
+  # The values as definitions of vmwarden.vms.<name>, each lib.mkDefault,
+  # so that a plain definition on the host wins. A list or attribute set
+  # from the guest is replaced as a whole by a plain host definition; to
+  # add to it, define the host's entries at the same priority:
+  # lib.mkDefault (lib.mkAfter [ … ]), lib.mkDefault { … }.
+  # The attribute names are fixed (each value sits behind an mkIf): the
+  # module system needs a module's attribute names to find the definitions
+  # of `guest` itself, so they must not depend on the guest.
+  asDefaults = values:
+    lib.genAttrs derivedOptions (k: lib.mkIf (values ? ${k}) (lib.mkDefault values.${k}))
+    // {
+      vsock.cid = lib.mkIf (values ? vsock) (lib.mkDefault values.vsock.cid);
+    };
+}
