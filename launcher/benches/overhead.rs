@@ -58,6 +58,17 @@ fn run_ok(c: &mut Command) {
     );
 }
 
+/// Root-owned 0755 (not the world-writable /tmp): the launcher refuses
+/// credential files in a directory anyone but root can write.
+fn bench_base() -> &'static std::path::Path {
+    let base = std::path::Path::new("/var/lib/vmwarden-test");
+    if let Err(e) = std::fs::create_dir(base) {
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
+    }
+    std::fs::set_permissions(base, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    base
+}
+
 struct Roots {
     _dir: tempfile::TempDir,
     config: PathBuf,
@@ -69,7 +80,7 @@ impl Roots {
     fn new() -> Roots {
         let dir = tempfile::Builder::new()
             .prefix("vmwarden-bench.")
-            .tempdir_in("/tmp")
+            .tempdir_in(bench_base())
             .unwrap();
         std::fs::set_permissions(
             dir.path(),

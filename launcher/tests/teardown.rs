@@ -208,7 +208,10 @@ fn a_deletion_that_leaves_the_path_is_failed_and_exit_is_nonzero() {
         .arg(rundir.join("immutable"))
         .status()
         .unwrap();
-    assert!(st.success(), "chattr +i failed (needs ext2/3/4 under /tmp)");
+    assert!(
+        st.success(),
+        "chattr +i failed (needs ext2/3/4 under the test base)"
+    );
     let (o, rep) = env.cleanup("web");
     let _ = Command::new("chattr")
         .arg("-i")

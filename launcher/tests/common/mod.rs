@@ -72,13 +72,36 @@ pub fn guest_cmdline(machine: &str, mode: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
+/// Where every test's roots live: a root-owned 0755 directory whose whole
+/// chain is root-owned and writable by root only, so credential files,
+/// kernels and helper binaries placed under it pass the launcher's trust
+/// checks (a world-writable /tmp, sticky or not, does not).
+pub const TEST_BASE: &str = "/var/lib/vmwarden-test";
+
+pub fn test_base() -> &'static Path {
+    let base = Path::new(TEST_BASE);
+    match std::fs::create_dir(base) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => panic!("create {TEST_BASE}: {e}"),
+    }
+    let md = std::fs::symlink_metadata(base).unwrap();
+    assert!(md.is_dir(), "{TEST_BASE} is not a directory");
+    assert_eq!(md.uid(), 0, "{TEST_BASE} must be owned by root");
+    if md.mode() & 0o7777 != 0o755 {
+        std::fs::set_permissions(base, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    base
+}
+
 /// Root tests share host-wide state (processes of test uids, mounts in
 /// every namespace), so they run one at a time even within one binary.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// One test's private config, runtime and state roots.
 pub struct Env {
-    _serial: std::sync::MutexGuard<'static, ()>,
+    _serial: Option<std::sync::MutexGuard<'static, ()>>,
     pub dir: tempfile::TempDir,
     pub config: PathBuf,
     pub run: PathBuf,
@@ -89,9 +112,20 @@ impl Env {
     pub fn new() -> Env {
         require_root();
         let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        Env::with_guard(Some(serial))
+    }
+
+    /// A second, independent set of roots for a test that already holds an
+    /// [`Env`] (two operators' roots on one host). It runs under the first
+    /// one's lock, so it takes none itself.
+    pub fn sibling(&self) -> Env {
+        Env::with_guard(None)
+    }
+
+    fn with_guard(serial: Option<std::sync::MutexGuard<'static, ()>>) -> Env {
         let dir = tempfile::Builder::new()
             .prefix("vmwarden-test.")
-            .tempdir_in("/tmp")
+            .tempdir_in(test_base())
             .unwrap();
         // Principals must be able to traverse to their own dirs.
         std::fs::set_permissions(
