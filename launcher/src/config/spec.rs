@@ -4,7 +4,6 @@
 //! tools: extend, never rename. Unknown fields are rejected. `load` reads and
 //! validates; nothing on the host is created or changed by this module.
 
-use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -37,6 +36,11 @@ pub enum SpecError {
         path: PathBuf,
         #[source]
         source: std::io::Error,
+    },
+    #[error("spec {path} {cause}; refusing to read it")]
+    NotRegular {
+        path: PathBuf,
+        cause: crate::config::files::OpenError,
     },
     #[error("spec {path} is {size} bytes; the limit is {MAX_SPEC_BYTES}")]
     TooLarge { path: PathBuf, size: u64 },
@@ -228,18 +232,27 @@ impl Spec {
             path: path.to_path_buf(),
             source,
         };
-        let f = File::open(path).map_err(read_err)?;
-        let md = f.metadata().map_err(read_err)?;
-        if !md.is_file() {
-            return Err(read_err(std::io::Error::other("not a regular file")));
-        }
-        if md.len() > MAX_SPEC_BYTES {
+        // Never blocks: a FIFO, socket or device at the spec path is refused
+        // at once (the path may be a symlink, into the Nix store on NixOS).
+        let (f, st) = crate::config::files::open_regular_at(None, path.as_os_str(), true).map_err(
+            |e| match e {
+                crate::config::files::OpenError::Sys(errno) => {
+                    read_err(std::io::Error::from_raw_os_error(errno as i32))
+                }
+                cause => SpecError::NotRegular {
+                    path: path.to_path_buf(),
+                    cause,
+                },
+            },
+        )?;
+        let len = st.st_size.max(0) as u64;
+        if len > MAX_SPEC_BYTES {
             return Err(SpecError::TooLarge {
                 path: path.to_path_buf(),
-                size: md.len(),
+                size: len,
             });
         }
-        let mut bytes = Vec::with_capacity(md.len() as usize);
+        let mut bytes = Vec::with_capacity(len as usize);
         f.take(MAX_SPEC_BYTES + 1)
             .read_to_end(&mut bytes)
             .map_err(read_err)?;

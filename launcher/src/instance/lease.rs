@@ -101,8 +101,13 @@ impl Lease {
                 rundir.fd.as_fd(),
                 LEASE_FILE,
                 // Read-only: the hypervisor inherits this fd and must not be
-                // able to write to a root-owned file on /run.
-                OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                // able to write to a root-owned file on /run. Non-blocking:
+                // a FIFO planted here is refused below, not waited on.
+                OFlag::O_RDONLY
+                    | OFlag::O_CREAT
+                    | OFlag::O_NOFOLLOW
+                    | OFlag::O_NONBLOCK
+                    | OFlag::O_CLOEXEC,
                 Mode::from_bits_truncate(0o600),
             ) {
                 Err(Errno::ELOOP) => return Err(LeaseError::Symlink { path }),
