@@ -348,7 +348,11 @@ fn reap_dry_run_then_apply_then_kill() {
     assert!(!env.run.join("not-a-vm.tmp").exists());
     assert!(!env.run.join("orphan/left-behind").exists());
     assert!(env.run.join("live/control/qmp.sock").exists());
-    assert!(mountinfo::credential_mounts_everywhere(Some(&"gone".parse().unwrap())).is_empty());
+    assert!(mountinfo::credential_mounts_everywhere(
+        Some(&env.run),
+        Some(&"gone".parse().unwrap())
+    )
+    .is_empty());
     assert!(
         proc_.try_wait().unwrap().is_none(),
         "reap without --kill killed a process"

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use vmwarden::config::names::VmName;
 use vmwarden::config::paths::{RootArgs, Roots};
+use vmwarden::config::rawpath::show;
 use vmwarden::teardown::cleanup::{cleanup, ServiceResult};
 
 #[derive(Debug, Parser)]
@@ -42,7 +43,7 @@ fn main() -> ExitCode {
         ExitCode::SUCCESS
     } else {
         for f in &report.failed {
-            eprintln!("vmwarden-cleanup: {}: {}", f.path.display(), f.reason);
+            eprintln!("vmwarden-cleanup: {}: {}", show(&f.path), f.reason);
         }
         if report.failed.is_empty() {
             eprintln!(

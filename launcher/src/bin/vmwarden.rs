@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use vmwarden::config::names::VmName;
 use vmwarden::config::paths::{RootArgs, Roots};
+use vmwarden::config::rawpath::show;
 use vmwarden::instance::known_vms;
 use vmwarden::teardown::{purge, reap, verify};
 use vmwarden::unit::{self, RenderUnitArgs};
@@ -139,16 +140,16 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             } else {
                 let verb = if apply { "deleting" } else { "would delete" };
                 for o in &r.orphans {
-                    println!("{verb} {:?} {} ({})", o.kind, o.path.display(), o.reason);
+                    println!("{verb} {:?} {} ({})", o.kind, show(&o.path), o.reason);
                 }
                 for k in &r.kept {
-                    println!("keeping {:?} {} ({})", k.kind, k.path.display(), k.reason);
+                    println!("keeping {:?} {} ({})", k.kind, show(&k.path), k.reason);
                 }
                 for p in &r.killed {
                     println!("killed pid {p}");
                 }
                 for f in &r.failed {
-                    println!("FAILED {} ({})", f.path.display(), f.reason);
+                    println!("FAILED {} ({})", show(&f.path), f.reason);
                 }
                 println!(
                     "reap: {} orphan(s), {} kept, {} deleted, {} failed{}",
@@ -182,7 +183,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 println!("  keep   {k}");
             }
             for d in &plan.delete {
-                println!("  delete {}", d.display());
+                println!("  delete {}", show(d));
             }
             match plan.retire_uid {
                 Some(uid) => println!("  retire principal uid {uid} (tombstone; the uid is not reused while residue exists)"),
@@ -207,10 +208,10 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             }
             let rep = purge::execute(&roots, &name, plan)?;
             for d in &rep.outcome.deleted {
-                println!("deleted {}", d.display());
+                println!("deleted {}", show(d));
             }
             for f in &rep.outcome.failed {
-                println!("FAILED {} ({})", f.path.display(), f.reason);
+                println!("FAILED {} ({})", show(&f.path), f.reason);
             }
             if let Some(e) = &rep.retire_error {
                 println!("NOT RETIRED: {e}");

@@ -4,5 +4,6 @@
 pub mod files;
 pub mod names;
 pub mod paths;
+pub mod rawpath;
 pub mod rules;
 pub mod spec;

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::files::{open_regular_at, OpenError};
 use crate::config::names::{
     check_abs_normalised, BridgeName, CredentialName, Mac, NameError, TapName, VmName,
 };
@@ -38,10 +39,7 @@ pub enum SpecError {
         source: std::io::Error,
     },
     #[error("spec {path} {cause}; refusing to read it")]
-    NotRegular {
-        path: PathBuf,
-        cause: crate::config::files::OpenError,
-    },
+    NotRegular { path: PathBuf, cause: OpenError },
     #[error("spec {path} is {size} bytes; the limit is {MAX_SPEC_BYTES}")]
     TooLarge { path: PathBuf, size: u64 },
     #[error("spec {path} is not valid: {source}")]
@@ -234,18 +232,14 @@ impl Spec {
         };
         // Never blocks: a FIFO, socket or device at the spec path is refused
         // at once (the path may be a symlink, into the Nix store on NixOS).
-        let (f, st) = crate::config::files::open_regular_at(None, path.as_os_str(), true).map_err(
-            |e| match e {
-                crate::config::files::OpenError::Sys(errno) => {
-                    read_err(std::io::Error::from_raw_os_error(errno as i32))
-                }
-                cause => SpecError::NotRegular {
-                    path: path.to_path_buf(),
-                    cause,
-                },
+        let (f, st) = open_regular_at(None, path.as_os_str(), true).map_err(|e| match e {
+            OpenError::Sys(errno) => read_err(std::io::Error::from_raw_os_error(errno as i32)),
+            cause => SpecError::NotRegular {
+                path: path.to_path_buf(),
+                cause,
             },
-        )?;
-        let len = st.st_size.max(0) as u64;
+        })?;
+        let len = u64::try_from(st.st_size).unwrap_or(0);
         if len > MAX_SPEC_BYTES {
             return Err(SpecError::TooLarge {
                 path: path.to_path_buf(),

@@ -161,13 +161,15 @@ fn open_child_dir(parent: &OwnedFd, name: &OsStr, path: &Path) -> Result<OwnedFd
     }
 }
 
-/// Open `parent/name` as a directory if it exists (never following a symlink).
-pub fn open_existing(parent: &Dir, name: &str) -> Result<Option<Dir>> {
+/// Open `parent/name` as a directory if it exists (never following a
+/// symlink). The name is bytes: it need not be UTF-8.
+pub fn open_existing(parent: &Dir, name: impl AsRef<OsStr>) -> Result<Option<Dir>> {
+    let name = name.as_ref();
     let path = parent.path.join(name);
     match openat(parent.fd.as_fd(), name, DIR_FLAGS, Mode::empty()) {
         Ok(fd) => Ok(Some(Dir { fd, path })),
         Err(Errno::ENOENT) => Ok(None),
-        Err(Errno::ELOOP | Errno::ENOTDIR) => Err(not_a_dir(&parent.fd, OsStr::new(name), &path)),
+        Err(Errno::ELOOP | Errno::ENOTDIR) => Err(not_a_dir(&parent.fd, name, &path)),
         Err(e) => Err(e).sys("open directory", path).map_err(Into::into),
     }
 }

@@ -1,7 +1,9 @@
 //! `/proc/PID/mountinfo` parsing, used to verify the credential tmpfs and to
 //! find credential mounts that survive in any mount namespace.
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
 
 use crate::config::names::VmName;
 use crate::config::paths::CREDENTIALS_DIR;
@@ -32,43 +34,59 @@ impl Mount {
     }
 }
 
-/// Undo mountinfo's octal escapes (`\040` for space and friends).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
+/// Undo mountinfo's octal escapes (`\040` for space and friends), on raw
+/// bytes: a mount point need not be UTF-8.
+fn unescape(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
     let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+    while i < s.len() {
+        if let (Some(b'\\'), Some(oct)) = (s.get(i), s.get(i + 1..i + 4)) {
+            if let Some(v) = octal_byte(oct) {
                 out.push(v);
                 i += 4;
                 continue;
             }
         }
-        out.push(b[i]);
+        out.push(s[i]);
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
-pub fn parse(text: &str) -> Vec<Mount> {
+/// Three octal digits as one byte (`None` above 0o377 or on a non-digit).
+fn octal_byte(oct: &[u8]) -> Option<u8> {
+    let text = std::str::from_utf8(oct).ok()?;
+    u8::from_str_radix(text, 8).ok()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(&unescape(b)).into_owned()
+}
+
+/// Parse mountinfo from raw bytes. Mount points keep their exact bytes; one
+/// line that is not UTF-8 never hides the others.
+pub fn parse(data: &[u8]) -> Vec<Mount> {
     let mut out = Vec::new();
-    for line in text.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
+    for line in data.split(|b| *b == b'\n') {
+        let Some(sep) = line.windows(3).position(|w| w == b" - ") else {
             continue;
         };
-        let l: Vec<&str> = left.split(' ').collect();
-        let r: Vec<&str> = right.split(' ').collect();
+        let (left, right) = (&line[..sep], &line[sep + 3..]);
+        let l: Vec<&[u8]> = left.split(|b| *b == b' ').collect();
+        let r: Vec<&[u8]> = right.split(|b| *b == b' ').collect();
         if l.len() < 6 || r.len() < 3 {
             continue;
         }
         out.push(Mount {
-            mount_id: l[0].parse().unwrap_or(0),
-            mount_point: PathBuf::from(unescape(l[4])),
-            mount_options: l[5].to_string(),
-            fstype: r[0].to_string(),
-            source: unescape(r[1]),
-            super_options: r[2].to_string(),
+            mount_id: std::str::from_utf8(l[0])
+                .ok()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0),
+            mount_point: PathBuf::from(OsString::from_vec(unescape(l[4]))),
+            mount_options: text(l[5]),
+            fstype: text(r[0]),
+            source: text(r[1]),
+            super_options: text(r[2]),
         });
     }
     out
@@ -76,9 +94,7 @@ pub fn parse(text: &str) -> Vec<Mount> {
 
 /// Mounts of process `pid` (`"self"` for the caller).
 pub fn read(pid: &str) -> std::io::Result<Vec<Mount>> {
-    Ok(parse(&std::fs::read_to_string(format!(
-        "/proc/{pid}/mountinfo"
-    ))?))
+    Ok(parse(&std::fs::read(format!("/proc/{pid}/mountinfo"))?))
 }
 
 /// Mount namespace inode of a process (`/proc/PID/ns/mnt`).
@@ -88,18 +104,24 @@ pub fn mnt_ns(pid: &str) -> Option<String> {
         .map(|p| p.to_string_lossy().into_owned())
 }
 
-/// Is `m` a vmwarden credential tmpfs (of VM `name`, or of any VM)? The
-/// source string alone is not enough: anyone can name a tmpfs anything.
-pub fn is_credential_mount(m: &Mount, name: Option<&VmName>) -> bool {
-    credential_mount_vm(m).is_some_and(|vm| name.map_or(true, |n| n == &vm))
+/// Is `m` a vmwarden credential tmpfs (of VM `name`, or of any VM) under
+/// `runtime_root`? See [`credential_mount_vm`].
+pub fn is_credential_mount(m: &Mount, runtime_root: Option<&Path>, name: Option<&VmName>) -> bool {
+    credential_mount_vm(m, runtime_root).is_some_and(|vm| name.map_or(true, |n| n == &vm))
 }
 
-/// The VM whose credential tmpfs `m` is, if it is one (see
-/// [`is_credential_mount`]).
-pub fn credential_mount_vm(m: &Mount) -> Option<VmName> {
+/// The VM whose credential tmpfs `m` is, if it is one. The source string
+/// alone is not enough: anyone can name a tmpfs anything. With a
+/// `runtime_root`, only a mount exactly at `RUNTIME_ROOT/VM/credentials`
+/// counts: another set of roots with a VM of the same name is not ours to
+/// report or unmount. `None` (any root) is for audits of the whole host.
+pub fn credential_mount_vm(m: &Mount, runtime_root: Option<&Path>) -> Option<VmName> {
     let vm = VmName::parse(m.source.strip_prefix(CREDENTIAL_SOURCE_PREFIX)?).ok()?;
-    (m.fstype == "tmpfs" && m.mount_point.ends_with(format!("{vm}/{}", CREDENTIALS_DIR)))
-        .then_some(vm)
+    let at_its_place = match runtime_root {
+        Some(root) => m.mount_point == root.join(vm.as_str()).join(CREDENTIALS_DIR),
+        None => m.mount_point.ends_with(format!("{vm}/{CREDENTIALS_DIR}")),
+    };
+    (m.fstype == "tmpfs" && at_its_place).then_some(vm)
 }
 
 /// Thread ids of every process (a process whose main thread has exited
@@ -127,10 +149,14 @@ pub fn all_tids() -> Vec<u32> {
 
 /// One entry per credential mount per mount namespace: a thread in that
 /// namespace, the namespace, and the mount of VM `name` (or of any VM when
-/// `name` is `None`). Only namespaces of this (the initial) user namespace
-/// count: an unprivileged user's namespace is not vmwarden's and cannot
-/// hold a mount the launcher made.
-pub fn credential_mounts_everywhere(name: Option<&VmName>) -> Vec<(u32, String, Mount)> {
+/// `name` is `None`) under `runtime_root` (or under any root when `None`).
+/// Only namespaces of this (the initial) user namespace count: an
+/// unprivileged user's namespace is not vmwarden's and cannot hold a mount
+/// the launcher made.
+pub fn credential_mounts_everywhere(
+    runtime_root: Option<&Path>,
+    name: Option<&VmName>,
+) -> Vec<(u32, String, Mount)> {
     let mut seen = std::collections::BTreeSet::new();
     let mut out = Vec::new();
     let my_userns = std::fs::read_link("/proc/self/ns/user").ok();
@@ -148,11 +174,11 @@ pub fn credential_mounts_everywhere(name: Option<&VmName>) -> Vec<(u32, String, 
         if !seen.insert(ns.clone()) {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(format!("{base}/mountinfo")) else {
+        let Ok(data) = std::fs::read(format!("{base}/mountinfo")) else {
             continue;
         };
-        for m in parse(&text) {
-            if is_credential_mount(&m, name) {
+        for m in parse(&data) {
+            if is_credential_mount(&m, runtime_root, name) {
                 out.push((tid, ns.clone(), m));
             }
         }
@@ -164,10 +190,25 @@ pub fn credential_mounts_everywhere(name: Option<&VmName>) -> Vec<(u32, String, 
 mod tests {
     use super::*;
 
+    fn web() -> VmName {
+        VmName::parse("web").unwrap()
+    }
+
+    fn mount(fstype: &str, source: &str, mp: &str) -> Mount {
+        Mount {
+            mount_id: 1,
+            mount_point: PathBuf::from(mp),
+            mount_options: "ro".into(),
+            fstype: fstype.into(),
+            source: source.into(),
+            super_options: "noswap".into(),
+        }
+    }
+
     #[test]
     fn parses_tmpfs_line_with_optional_fields() {
         let t = "36 35 0:32 / /run/vmwarden/web/credentials ro,nosuid,nodev,noexec,relatime master:1 - tmpfs vmwarden-creds:web ro,size=20k,nr_inodes=18,mode=500,uid=61000,gid=61000,noswap\n";
-        let m = &parse(t)[0];
+        let m = &parse(t.as_bytes())[0];
         assert_eq!(
             m.mount_point,
             PathBuf::from("/run/vmwarden/web/credentials")
@@ -181,59 +222,80 @@ mod tests {
 
     #[test]
     fn credential_mount_needs_tmpfs_valid_name_and_its_mount_point() {
-        let m = |fstype: &str, source: &str, mp: &str| Mount {
-            mount_id: 1,
-            mount_point: PathBuf::from(mp),
-            mount_options: "ro".into(),
-            fstype: fstype.into(),
-            source: source.into(),
-            super_options: "noswap".into(),
-        };
-        assert!(is_credential_mount(
-            &m(
-                "tmpfs",
-                "vmwarden-creds:web",
-                "/run/vmwarden/web/credentials"
-            ),
-            Some(&VmName::parse("web").unwrap())
-        ));
-        assert!(is_credential_mount(
-            &m(
-                "tmpfs",
-                "vmwarden-creds:web",
-                "/run/vmwarden/web/credentials"
-            ),
-            None
-        ));
+        let w = mount(
+            "tmpfs",
+            "vmwarden-creds:web",
+            "/run/vmwarden/web/credentials",
+        );
+        let root = Some(Path::new("/run/vmwarden"));
+        assert!(is_credential_mount(&w, root, Some(&web())));
+        assert!(is_credential_mount(&w, root, None));
+        assert!(is_credential_mount(&w, None, None));
         assert!(!is_credential_mount(
-            &m(
-                "tmpfs",
-                "vmwarden-creds:web",
-                "/run/vmwarden/web/credentials"
-            ),
+            &w,
+            root,
             Some(&VmName::parse("db").unwrap())
         ));
+        let ramfs = mount(
+            "ramfs",
+            "vmwarden-creds:web",
+            "/run/vmwarden/web/credentials",
+        );
+        assert!(!is_credential_mount(&ramfs, None, None));
         assert!(!is_credential_mount(
-            &m(
-                "ramfs",
-                "vmwarden-creds:web",
-                "/run/vmwarden/web/credentials"
-            ),
+            &mount("tmpfs", "vmwarden-creds:web", "/tmp"),
+            None,
             None
         ));
         assert!(!is_credential_mount(
-            &m("tmpfs", "vmwarden-creds:web", "/tmp"),
-            None
-        ));
-        assert!(!is_credential_mount(
-            &m("tmpfs", "vmwarden-creds:../x", "/x/credentials"),
+            &mount("tmpfs", "vmwarden-creds:../x", "/x/credentials"),
+            None,
             None
         ));
     }
 
     #[test]
+    fn another_set_of_roots_with_the_same_vm_name_is_not_ours() {
+        let other = mount(
+            "tmpfs",
+            "vmwarden-creds:web",
+            "/srv/other/run/web/credentials",
+        );
+        assert!(!is_credential_mount(
+            &other,
+            Some(Path::new("/run/vmwarden")),
+            Some(&web())
+        ));
+        // Nor a root that merely ends like ours.
+        assert!(!is_credential_mount(
+            &other,
+            Some(Path::new("/run")),
+            Some(&web())
+        ));
+        assert!(is_credential_mount(
+            &other,
+            Some(Path::new("/srv/other/run")),
+            Some(&web())
+        ));
+    }
+
+    #[test]
     fn unescapes_spaces() {
-        let t = "1 0 0:1 / /a\\040b rw - tmpfs x rw\n";
+        let t = b"1 0 0:1 / /a\\040b rw - tmpfs x rw\n";
         assert_eq!(parse(t)[0].mount_point, PathBuf::from("/a b"));
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_keeps_its_bytes_and_hides_nothing() {
+        use std::os::unix::ffi::OsStrExt;
+        let t = b"1 0 0:1 / /x\xff rw - tmpfs x rw\n2 0 0:2 / /run/vmwarden/web/credentials ro - tmpfs vmwarden-creds:web ro,noswap\n";
+        let ms = parse(t);
+        assert_eq!(ms.len(), 2);
+        assert_eq!(ms[0].mount_point.as_os_str().as_bytes(), b"/x\xff");
+        assert!(is_credential_mount(
+            &ms[1],
+            Some(Path::new("/run/vmwarden")),
+            Some(&web())
+        ));
     }
 }

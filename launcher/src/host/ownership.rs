@@ -4,8 +4,16 @@
 //! set", never a list of known names. Removal never follows a symlink and
 //! never crosses into another file system (a mount point inside a root is
 //! not vmwarden's to empty); every reported deletion is re-checked.
+//!
+//! Names are bytes end to end: enumerated, deleted and re-stat'ed as the raw
+//! `OsStr` the kernel returned, never through a lossy or filtered string. An
+//! entry that vanishes between enumeration and deletion is a failure (the
+//! caller holds the lease and the VM is dead: nothing else should be deleting
+//! there), never a silent success.
 
+use std::ffi::{OsStr, OsString};
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::dir::Dir as NixDir;
@@ -16,6 +24,7 @@ use nix::unistd::{unlinkat, UnlinkatFlags};
 use serde::Serialize;
 
 use crate::config::paths::{INTENT_FILE, LEASE_FILE};
+use crate::config::rawpath;
 use crate::host::dirs::Dir;
 
 /// Entries of a VM's runtime dir that teardown keeps: the lease file, so a
@@ -28,12 +37,14 @@ pub const DELETE_LAST: &str = INTENT_FILE;
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Kept {
+    #[serde(serialize_with = "rawpath::path")]
     pub path: PathBuf,
     pub reason: String,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Failed {
+    #[serde(serialize_with = "rawpath::path")]
     pub path: PathBuf,
     pub reason: String,
 }
@@ -41,6 +52,7 @@ pub struct Failed {
 /// The outcome of deleting a set of paths, re-checked.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct Outcome {
+    #[serde(serialize_with = "rawpath::paths")]
     pub deleted: Vec<PathBuf>,
     pub kept: Vec<Kept>,
     pub failed: Vec<Failed>,
@@ -54,8 +66,8 @@ impl Outcome {
     }
 }
 
-/// Names in `dir`, sorted (`.` and `..` excluded).
-pub fn entries(dir: &Dir) -> nix::Result<Vec<String>> {
+/// Names in `dir` as raw bytes, sorted (`.` and `..` excluded).
+pub fn entries(dir: &Dir) -> nix::Result<Vec<OsString>> {
     let fd = openat(
         dir.fd.as_fd(),
         ".",
@@ -66,24 +78,25 @@ pub fn entries(dir: &Dir) -> nix::Result<Vec<String>> {
     let mut out = Vec::new();
     for e in d.iter() {
         let e = e?;
-        let n = e.file_name().to_string_lossy().into_owned();
-        if n != "." && n != ".." {
-            out.push(n);
+        let n = e.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            out.push(OsStr::from_bytes(n).to_os_string());
         }
     }
     out.sort();
     Ok(out)
 }
 
-/// `E(dir) \ keep`, with `last` (if present) moved to the end.
-pub fn deletion_set(names: &[String], keep: &[&str], last: Option<&str>) -> Vec<String> {
-    let mut d: Vec<String> = names
+/// `E(dir) \ keep`, with `last` (if present) moved to the end. Compared
+/// byte for byte.
+pub fn deletion_set(names: &[OsString], keep: &[&str], last: Option<&str>) -> Vec<OsString> {
+    let mut d: Vec<OsString> = names
         .iter()
-        .filter(|n| !keep.contains(&n.as_str()))
+        .filter(|n| !keep.iter().any(|k| n.as_os_str() == OsStr::new(k)))
         .cloned()
         .collect();
     if let Some(l) = last {
-        if let Some(i) = d.iter().position(|n| n == l) {
+        if let Some(i) = d.iter().position(|n| n.as_os_str() == OsStr::new(l)) {
             let x = d.remove(i);
             d.push(x);
         }
@@ -114,6 +127,9 @@ pub enum RemoveError {
     TooDeep,
     #[error("is a mount point (another file system); not descending")]
     MountPoint,
+    /// ENOENT on an entry just enumerated.
+    #[error("vanished between enumeration and deletion (ENOENT); not counted as deleted")]
+    Vanished,
     /// Entries of a directory that could not be removed (so neither could it).
     #[error("{}", children_text(.0))]
     Children(Vec<(PathBuf, RemoveError)>),
@@ -122,7 +138,7 @@ pub enum RemoveError {
 fn children_text(children: &[(PathBuf, RemoveError)]) -> String {
     children
         .iter()
-        .map(|(p, e)| format!("{}: {e}", p.display()))
+        .map(|(p, e)| format!("{}: {e}", rawpath::show(p)))
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -135,7 +151,7 @@ fn sys(op: &'static str) -> impl FnOnce(Errno) -> RemoveError {
 fn remove_at(
     parent: &std::os::fd::OwnedFd,
     dev: u64,
-    name: &str,
+    name: &OsStr,
     path: &Path,
 ) -> Result<(), RemoveError> {
     remove_at_depth(parent, dev, name, path, 0)
@@ -144,13 +160,13 @@ fn remove_at(
 fn remove_at_depth(
     parent: &std::os::fd::OwnedFd,
     dev: u64,
-    name: &str,
+    name: &OsStr,
     path: &Path,
     depth: usize,
 ) -> Result<(), RemoveError> {
     let st = match fstatat(parent.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => st,
-        Err(Errno::ENOENT) => return Ok(()),
+        Err(Errno::ENOENT) => return Err(RemoveError::Vanished),
         Err(e) => return Err(sys("stat")(e)),
     };
     if is_dir_mode(st.st_mode) {
@@ -187,8 +203,9 @@ fn remove_at_depth(
     }
 }
 
-/// Does `dir/name` still exist (not following symlinks)?
-pub fn exists_at(dir: &Dir, name: &str) -> bool {
+/// Does `dir/name` still exist (not following symlinks)? Anything but a
+/// clean ENOENT counts as existing.
+pub fn exists_at(dir: &Dir, name: &OsStr) -> bool {
     !matches!(
         fstatat(dir.fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW),
         Err(Errno::ENOENT)
@@ -199,7 +216,7 @@ pub fn exists_at(dir: &Dir, name: &str) -> bool {
 /// is still there is `failed`, whatever the deletion reported.
 /// `skip` names entries to leave in place (a test switch to prove the
 /// verify pass; see `VMWARDEN_TEST_SKIP_DELETE`).
-pub fn delete_entries(dir: &Dir, names: &[String], skip: Option<&str>) -> Outcome {
+pub fn delete_entries(dir: &Dir, names: &[OsString], skip: Option<&OsStr>) -> Outcome {
     let mut out = Outcome::default();
     let dev = match dir.stat() {
         Ok(st) => st.st_dev,
@@ -214,7 +231,7 @@ pub fn delete_entries(dir: &Dir, names: &[String], skip: Option<&str>) -> Outcom
     let mut reported = Vec::new();
     for n in names {
         let path = dir.path.join(n);
-        if skip == Some(n.as_str()) {
+        if skip == Some(n.as_os_str()) {
             // Pretend success: the verify pass below must catch it.
             reported.push((n.clone(), path));
             continue;
@@ -242,10 +259,10 @@ pub fn delete_entries(dir: &Dir, names: &[String], skip: Option<&str>) -> Outcom
 
 /// `Some(entry)` from `VMWARDEN_TEST_SKIP_DELETE` in builds with the
 /// `fault-injection` feature; always `None` otherwise.
-pub fn test_skip_delete() -> Option<String> {
+pub fn test_skip_delete() -> Option<OsString> {
     #[cfg(feature = "fault-injection")]
     {
-        std::env::var("VMWARDEN_TEST_SKIP_DELETE").ok()
+        std::env::var_os("VMWARDEN_TEST_SKIP_DELETE")
     }
     #[cfg(not(feature = "fault-injection"))]
     {
@@ -256,9 +273,10 @@ pub fn test_skip_delete() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::dirs::open_dir;
 
-    fn s(v: &[&str]) -> Vec<String> {
-        v.iter().map(|x| x.to_string()).collect()
+    fn s(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
     }
 
     #[test]
@@ -288,6 +306,38 @@ mod tests {
             deletion_set(&names, RUNTIME_KEEP, None),
             s(&["zzz-planted"])
         );
+    }
+
+    fn tmp_dir() -> (tempfile::TempDir, Dir) {
+        let t = tempfile::tempdir().unwrap();
+        let d = open_dir(t.path()).unwrap();
+        (t, d)
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_are_deleted_by_their_bytes() {
+        use std::os::unix::ffi::OsStringExt;
+        let (t, d) = tmp_dir();
+        let ff = OsString::from_vec(b"\xff".to_vec());
+        let fe = OsString::from_vec(b"sub\xfe".to_vec());
+        std::fs::write(t.path().join(&ff), b"x").unwrap();
+        std::fs::create_dir(t.path().join(&fe)).unwrap();
+        std::fs::write(t.path().join(&fe).join(&ff), b"y").unwrap();
+        let names = entries(&d).unwrap();
+        assert_eq!(names, vec![fe.clone(), ff.clone()]);
+        let out = delete_entries(&d, &names, None);
+        assert!(out.failed.is_empty(), "{out:?}");
+        assert_eq!(out.deleted.len(), 2);
+        assert!(entries(&d).unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_entry_that_vanished_after_enumeration_is_a_failure() {
+        let (_t, d) = tmp_dir();
+        let out = delete_entries(&d, &[OsString::from("never-there")], None);
+        assert!(out.deleted.is_empty());
+        assert_eq!(out.failed.len(), 1);
+        assert!(out.failed[0].reason.contains("vanished"), "{out:?}");
     }
 
     #[test]

@@ -5,12 +5,14 @@
 //! intent record last), check no credential tmpfs of the VM survives in any
 //! mount namespace, re-check every deletion, report. Idempotent.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 
 use serde::Serialize;
 
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
+use crate::config::rawpath;
 use crate::host::dirs;
 use crate::host::mountinfo;
 use crate::host::net::SYS_CLASS_NET;
@@ -45,10 +47,12 @@ impl ServiceResult {
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Report {
     pub name: String,
+    #[serde(serialize_with = "rawpath::path")]
     pub runtime_dir: PathBuf,
     pub liveness: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instance_id: Option<String>,
+    #[serde(serialize_with = "rawpath::paths")]
     pub deleted: Vec<PathBuf>,
     pub kept: Vec<Kept>,
     pub failed: Vec<Failed>,
@@ -103,7 +107,9 @@ fn cleanup_dead(roots: &Roots, name: &VmName, mut report: Report) -> Report {
         Err(e) if e.is_not_found() => {
             // Nothing was ever created (or it is already gone): check mounts
             // and taps.
-            report.failed.extend(surviving_credential_mounts(name));
+            report
+                .failed
+                .extend(surviving_credential_mounts(roots, name));
             report.failed.extend(surviving_taps(roots, name, None));
             report.clean = report.failed.is_empty();
             return report;
@@ -171,7 +177,7 @@ fn cleanup_dead(roots: &Roots, name: &VmName, mut report: Report) -> Report {
         }
     };
     for k in RUNTIME_KEEP {
-        if names.iter().any(|n| n == k) {
+        if names.iter().any(|n| n.as_os_str() == OsStr::new(k)) {
             report.kept.push(Kept {
                 path: rundir.path.join(k),
                 reason: "keep set: the lease file stays so every launch locks the same inode"
@@ -215,7 +221,9 @@ fn cleanup_dead(roots: &Roots, name: &VmName, mut report: Report) -> Report {
             reason: format!("cannot re-enumerate: {e}"),
         }),
     }
-    report.failed.extend(surviving_credential_mounts(name));
+    report
+        .failed
+        .extend(surviving_credential_mounts(roots, name));
     report.failed.extend(taps_left);
     report.clean = report.failed.is_empty();
     report
@@ -239,8 +247,10 @@ pub fn surviving_taps(roots: &Roots, name: &VmName, intent: Option<&Intent>) -> 
 }
 
 /// Credential tmpfs mounts of `name` still present in any mount namespace.
-pub fn surviving_credential_mounts(name: &VmName) -> Vec<Failed> {
-    mountinfo::credential_mounts_everywhere(Some(name))
+/// Only a mount at this set of roots' mount point counts (another set of
+/// roots may run a VM of the same name).
+pub fn surviving_credential_mounts(roots: &Roots, name: &VmName) -> Vec<Failed> {
+    mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), Some(name))
         .into_iter()
         .map(|(pid, ns, m)| Failed {
             path: m.mount_point,

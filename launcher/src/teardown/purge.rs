@@ -4,12 +4,15 @@
 //! The state dir itself stays. Without `--keep-identity` the principal is
 //! retired (a tombstone in the registry), failing closed.
 
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use serde::Serialize;
 
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
+use crate::config::rawpath;
 use crate::config::spec::Spec;
 use crate::host::dirs::{self, Dir, DirError, Loose, Want};
 use crate::host::ownership::{self, Outcome};
@@ -67,8 +70,10 @@ pub const IDENTITY_DIR: &str = "identity";
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Plan {
+    #[serde(serialize_with = "rawpath::path")]
     pub state_dir: PathBuf,
     pub keep: Vec<String>,
+    #[serde(serialize_with = "rawpath::paths")]
     pub delete: Vec<PathBuf>,
     /// The VM's principal uid, when it can be determined (re-checked for
     /// liveness under the lease before anything is deleted).
@@ -89,18 +94,22 @@ pub fn keep_set(keep_identity: bool, keep_on_purge: &[String]) -> Vec<String> {
 }
 
 /// `E(dir) \ K` where K may hold nested paths (`a/b` keeps `a/b`, and `a`
-/// itself is descended into rather than deleted).
+/// itself is descended into rather than deleted). Names are compared and
+/// kept as raw bytes: a name that is not UTF-8 is planned like any other.
 pub fn plan_entries(dir: &Dir, keep: &[String]) -> Result<Vec<PathBuf>> {
     let names = ownership::entries(dir).sys("read directory", &dir.path)?;
     let mut out = Vec::new();
     for n in names {
-        if keep.iter().any(|k| k == &n) {
+        let nb = n.as_bytes();
+        if keep.iter().any(|k| k.as_bytes() == nb) {
             continue;
         }
-        let prefix = format!("{n}/");
         let nested: Vec<String> = keep
             .iter()
-            .filter_map(|k| k.strip_prefix(&prefix).map(str::to_string))
+            .filter_map(|k| {
+                let (first, rest) = k.split_once('/')?;
+                (first.as_bytes() == nb).then(|| rest.to_string())
+            })
             .collect();
         if nested.is_empty() {
             out.push(dir.path.join(&n));
@@ -216,20 +225,25 @@ pub fn execute(roots: &Roots, name: &VmName, plan: Plan) -> Result<Report> {
         });
     }
     let mut outcome = Outcome::default();
-    // Group by parent dir so each deletion is an openat under its parent.
-    let mut by_parent: std::collections::BTreeMap<PathBuf, Vec<String>> = Default::default();
+    // Group by parent dir so each deletion is an openat under its parent,
+    // by the entry's raw name (never a lossy or UTF-8-filtered string).
+    let mut by_parent: std::collections::BTreeMap<PathBuf, Vec<OsString>> = Default::default();
     for p in &plan.delete {
-        if let (Some(parent), Some(n)) = (p.parent(), p.file_name().and_then(|n| n.to_str())) {
-            by_parent
+        match (p.parent(), p.file_name()) {
+            (Some(parent), Some(n)) if parent.starts_with(&plan.state_dir) => by_parent
                 .entry(parent.to_path_buf())
                 .or_default()
-                .push(n.to_string());
+                .push(n.to_os_string()),
+            _ => outcome.failed.push(ownership::Failed {
+                path: p.clone(),
+                reason: format!(
+                    "not an entry inside the state dir {}; not deleted",
+                    plan.state_dir.display()
+                ),
+            }),
         }
     }
     for (parent, names) in by_parent {
-        if !parent.starts_with(&plan.state_dir) {
-            continue;
-        }
         match dirs::open_dir(&parent) {
             Ok(d) => outcome.merge(ownership::delete_entries(&d, &names, None)),
             Err(e) => outcome.failed.push(ownership::Failed {
@@ -237,6 +251,28 @@ pub fn execute(roots: &Roots, name: &VmName, plan: Plan) -> Result<Report> {
                 reason: e.to_string(),
             }),
         }
+    }
+    // Verify: enumerate again. Whatever is still there and not kept is a
+    // failure, whatever the deletions reported; the principal is retired
+    // only when nothing is left.
+    let left = dirs::open_dir(&plan.state_dir)
+        .map_err(PurgeError::from)
+        .and_then(|d| plan_entries(&d, &plan.keep));
+    match left {
+        Ok(left) => {
+            for p in left {
+                if !outcome.failed.iter().any(|f| f.path == p) {
+                    outcome.failed.push(ownership::Failed {
+                        path: p,
+                        reason: "still present after purge".into(),
+                    });
+                }
+            }
+        }
+        Err(e) => outcome.failed.push(ownership::Failed {
+            path: plan.state_dir.clone(),
+            reason: format!("cannot re-enumerate after deleting: {e}"),
+        }),
     }
     // Retirement fails closed, but what was deleted is still reported.
     let (retired, retire_error) = match (plan.retire_uid, outcome.failed.is_empty()) {

@@ -4,16 +4,21 @@
 //! with `--apply` (and `--kill`), remove it with the same liveness probe and
 //! cleanup code the unit uses. Never looks inside state dirs.
 
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Serialize;
 
 use nix::errno::Errno;
+use nix::fcntl::AtFlags;
+use nix::sys::stat::fstatat;
 use nix::sys::wait::WaitStatus;
 
+use crate::config::files::Kind as FileKind;
 use crate::config::names::{TapName, VmName};
 use crate::config::paths::{Roots, LEASE_FILE};
+use crate::config::rawpath;
 use crate::host::dirs::{self, DirError};
 use crate::host::mountinfo;
 use crate::host::net::{self, Rtnl, SYS_CLASS_NET};
@@ -64,6 +69,7 @@ pub enum Kind {
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Item {
     pub kind: Kind,
+    #[serde(serialize_with = "rawpath::path")]
     pub path: PathBuf,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vm: Option<VmName>,
@@ -80,6 +86,7 @@ pub struct Report {
     pub orphans: Vec<Item>,
     /// Left alone, with the reason (live, ambiguous, or needs `--kill`).
     pub kept: Vec<Item>,
+    #[serde(serialize_with = "rawpath::paths")]
     pub deleted: Vec<PathBuf>,
     pub killed: Vec<u32>,
     pub failed: Vec<ownership::Failed>,
@@ -205,11 +212,20 @@ fn delete_runtime_dir_under_lease(root: &dirs::Dir, name: &VmName) -> ownership:
             return out;
         }
     };
-    let names = ownership::entries(&rundir).unwrap_or_default();
+    let names = match ownership::entries(&rundir) {
+        Ok(n) => n,
+        Err(e) => {
+            out.failed.push(ownership::Failed {
+                path: rundir.path.clone(),
+                reason: format!("cannot enumerate: {e}"),
+            });
+            return out;
+        }
+    };
     let doomed = ownership::deletion_set(&names, &[], Some(LEASE_FILE));
     out.merge(ownership::delete_entries(&rundir, &doomed, None));
     if out.failed.is_empty() {
-        out.merge(ownership::delete_entries(root, &[name.to_string()], None));
+        out.merge(ownership::delete_entries(root, &[name.into()], None));
     }
     drop(lease);
     out
@@ -284,8 +300,10 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
 
     // 2. Credential mounts of VMs with no live instance, in any namespace
     //    (before the runtime dirs: their cleanup checks for these mounts).
-    for (pid, ns, m) in mountinfo::credential_mounts_everywhere(None) {
-        let Some(vm) = mountinfo::credential_mount_vm(&m) else {
+    //    Only mounts at this set of roots' mount points: another set of roots
+    //    may run a VM of the same name.
+    for (pid, ns, m) in mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), None) {
+        let Some(vm) = mountinfo::credential_mount_vm(&m, Some(&roots.runtime_root)) else {
             continue;
         };
         if lease_held(roots, &vm) {
@@ -327,14 +345,31 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         }
     };
     if let Some(root) = root {
-        let names = ownership::entries(&root).unwrap_or_default();
-        for n in names {
-            let path = root.path.join(&n);
-            let vm_dir = VmName::parse(&n).ok().filter(|_| {
-                std::fs::symlink_metadata(&path)
-                    .map(|m| m.is_dir())
-                    .unwrap_or(false)
-            });
+        let names = match ownership::entries(&root) {
+            Ok(n) => n,
+            Err(e) => {
+                r.failed.push(ownership::Failed {
+                    path: root.path.clone(),
+                    reason: format!("cannot enumerate: {e}"),
+                });
+                Vec::new()
+            }
+        };
+        for raw in names {
+            let path = root.path.join(&raw);
+            // Entries are bytes: one that is not a valid VM name (UTF-8 or
+            // not) is an unknown entry, deleted by its raw name.
+            let is_dir = fstatat(
+                root.fd.as_fd(),
+                raw.as_os_str(),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .map(|st| FileKind::of(st.st_mode) == FileKind::Directory)
+            .unwrap_or(false);
+            let vm_dir = raw
+                .to_str()
+                .and_then(|n| VmName::parse(n).ok())
+                .filter(|_| is_dir);
             let Some(n) = vm_dir else {
                 r.orphans.push(Item {
                     kind: Kind::UnknownEntry,
@@ -344,7 +379,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
                     reason: "not a VM runtime dir, in vmwarden's runtime root".into(),
                 });
                 if apply {
-                    let out = ownership::delete_entries(&root, std::slice::from_ref(&n), None);
+                    let out = ownership::delete_entries(&root, std::slice::from_ref(&raw), None);
                     r.deleted.extend(out.deleted);
                     r.failed.extend(out.failed);
                 }

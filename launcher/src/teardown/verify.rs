@@ -1,12 +1,14 @@
 //! `vmwarden verify-clean`: independent checks that nothing of a VM was left
 //! running or behind, one line per check.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
+use crate::config::rawpath;
 use crate::host::dirs;
 use crate::host::mountinfo;
 use crate::host::net::SYS_CLASS_NET;
@@ -30,6 +32,7 @@ pub struct Check {
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Report {
+    #[serde(serialize_with = "rawpath::path")]
     pub audited_root: PathBuf,
     pub checks: Vec<Check>,
     pub clean: bool,
@@ -113,20 +116,24 @@ pub fn verify(
     for n in &names {
         let vm = Some(n.as_str());
         let rundir = roots.runtime_dir(n);
-        // Runtime dir holds nothing but the keep set.
-        let left = match dirs::open_dir(&rundir) {
+        // Runtime dir holds nothing but the keep set. Names are raw bytes,
+        // shown with Debug escaping (lossless when not UTF-8).
+        let left: Result<Vec<OsString>, String> = match dirs::open_dir(&rundir) {
             Ok(d) => ownership::entries(&d)
                 .map(|e| ownership::deletion_set(&e, RUNTIME_KEEP, None))
-                .unwrap_or_else(|e| vec![format!("<unreadable: {e}>")]),
-            Err(e) if e.is_not_found() => Vec::new(),
-            Err(e) => vec![format!("<{e}>")],
+                .map_err(|e| format!("<unreadable: {e}>")),
+            Err(e) if e.is_not_found() => Ok(Vec::new()),
+            Err(e) => Err(format!("<{e}>")),
         };
         checks.push(check(
             "runtime-empty",
             vm,
-            left.is_empty(),
+            matches!(&left, Ok(l) if l.is_empty()),
             format!("{RUNTIME_KEEP:?}"),
-            format!("{left:?}"),
+            match &left {
+                Ok(l) => format!("{l:?}"),
+                Err(e) => e.clone(),
+            },
         ));
         // Nobody holds the lease.
         let held = dirs::open_dir(&rundir)
@@ -177,7 +184,7 @@ pub fn verify(
             format!("none of {vm_taps:?} in {SYS_CLASS_NET}"),
             format!("{left:?}"),
         ));
-        let mounts = mountinfo::credential_mounts_everywhere(Some(n));
+        let mounts = mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), Some(n));
         checks.push(check(
             "no-credential-mount",
             vm,
@@ -194,7 +201,7 @@ pub fn verify(
     }
     // Processes of every registered principal without a live instance.
     if names.is_empty() {
-        let all = mountinfo::credential_mounts_everywhere(None);
+        let all = mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), None);
         checks.push(check(
             "no-credential-mount-any",
             None,
