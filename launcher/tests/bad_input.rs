@@ -4,6 +4,8 @@
 mod common;
 
 use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{json, Value};
@@ -52,7 +54,33 @@ fn nic(interfaces: Value) -> Box<dyn Fn(&Env) -> String> {
     })
 }
 
-fn cred(env: &Env, s: &mut Value, path: &std::path::Path) {
+fn mkfifo(p: &Path) {
+    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+}
+
+fn chown(p: &Path, u: u32) {
+    nix::unistd::chown(
+        p,
+        Some(nix::unistd::Uid::from_raw(u)),
+        Some(nix::unistd::Gid::from_raw(u)),
+    )
+    .unwrap();
+}
+
+/// A root-owned stand-in for a QEMU built without seccomp: it refuses
+/// `-sandbox` exactly as such a QEMU does.
+fn fake_qemu_without_seccomp(env: &Env) -> std::path::PathBuf {
+    let p = env.path("qemu-no-seccomp");
+    std::fs::write(
+        &p,
+        "#!/bin/sh\ncase \"$1\" in -sandbox) echo \"qemu-system-x86_64: -sandbox support is not enabled in this QEMU binary\" >&2; exit 1;; esac\nexec /usr/bin/qemu-system-x86_64 \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn cred(env: &Env, s: &mut Value, path: &Path) {
     let _ = env;
     s["credentials"] = json!([{ "name": "token", "source": { "path": path } }]);
 }
@@ -589,6 +617,233 @@ fn cases() -> Vec<Case> {
             env: None,
             expect: &["web.json", "No such file"],
         },
+        // Property 10: nothing the launcher opens can block it.
+        Case {
+            name: "spec is a FIFO",
+            setup: Box::new(|env| {
+                mkfifo(&env.config.join("web.json"));
+                VM.to_string()
+            }),
+            env: None,
+            expect: &["web.json", "is a FIFO, not a regular file"],
+        },
+        Case {
+            name: "spec is a socket",
+            setup: Box::new(|env| {
+                drop(std::os::unix::net::UnixListener::bind(env.config.join("web.json")).unwrap());
+                VM.to_string()
+            }),
+            env: None,
+            expect: &["web.json", "is a socket, not a regular file"],
+        },
+        Case {
+            name: "spec is a character device",
+            setup: Box::new(|env| {
+                symlink("/dev/null", env.config.join("web.json")).unwrap();
+                VM.to_string()
+            }),
+            env: None,
+            expect: &["web.json", "is a character device, not a regular file"],
+        },
+        Case {
+            name: "kernel is a FIFO",
+            setup: with_spec(|env, s| {
+                mkfifo(&env.path("kfifo"));
+                s["kernel"] = json!(env.path("kfifo"));
+            }),
+            env: None,
+            expect: &["`kernel`", "kfifo", "not a regular file"],
+        },
+        Case {
+            name: "initrd is a FIFO",
+            setup: with_spec(|env, s| {
+                mkfifo(&env.path("ififo"));
+                s["initrd"] = json!(env.path("ififo"));
+            }),
+            env: None,
+            expect: &["`initrd`", "ififo", "not a regular file"],
+        },
+        Case {
+            name: "disk is a FIFO",
+            setup: with_spec(|env, s| {
+                mkfifo(&env.path("dfifo"));
+                s["disks"] = json!([{ "path": env.path("dfifo") }]);
+            }),
+            env: None,
+            expect: &[
+                "`disks[0].path`",
+                "dfifo",
+                "neither a regular file nor a block device",
+            ],
+        },
+        Case {
+            name: "credential source is a socket",
+            setup: with_spec(|env, s| {
+                drop(std::os::unix::net::UnixListener::bind(env.path("csock")).unwrap());
+                cred(env, s, &env.path("csock"));
+            }),
+            env: None,
+            expect: &["credential token", "is a socket, not a regular file"],
+        },
+        // Property 9: a credential source is root's alone.
+        Case {
+            name: "credential in a sticky world-writable directory (like /tmp)",
+            setup: with_spec(|env, s| {
+                let d = env.path("tmp");
+                std::fs::create_dir(&d).unwrap();
+                std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+                let p = d.join("token");
+                std::fs::write(&p, b"x").unwrap();
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+                cred(env, s, &p);
+            }),
+            env: None,
+            expect: &[
+                "`credentials[0].source.path`",
+                "credential token",
+                "mode 1777",
+                "everyone can change it",
+            ],
+        },
+        Case {
+            name: "credential owned by another uid",
+            setup: with_spec(|env, s| {
+                let p = env.secret("theirs", b"x");
+                chown(&p, uid(9));
+                cred(env, s, &p);
+            }),
+            env: None,
+            expect: &["`credentials[0].source.path`", "owned by uid {uid9}"],
+        },
+        Case {
+            name: "credential writable by its group",
+            setup: with_spec(|env, s| {
+                let p = env.secret("gw", b"x");
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o620)).unwrap();
+                cred(env, s, &p);
+            }),
+            env: None,
+            expect: &[
+                "`credentials[0].source.path`",
+                "mode 0620",
+                "its group can change it",
+            ],
+        },
+        Case {
+            name: "credential in a group-writable directory",
+            setup: with_spec(|env, s| {
+                let d = env.path("shared");
+                std::fs::create_dir(&d).unwrap();
+                std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o770)).unwrap();
+                let p = d.join("token");
+                std::fs::write(&p, b"x").unwrap();
+                cred(env, s, &p);
+            }),
+            env: None,
+            expect: &["`credentials[0].source.path`", "shared has mode 0770"],
+        },
+        Case {
+            name: "credential through a symlinked directory",
+            setup: with_spec(|env, s| {
+                std::fs::create_dir(env.path("real")).unwrap();
+                std::fs::write(env.path("real/token"), b"x").unwrap();
+                symlink(env.path("real"), env.path("linkdir")).unwrap();
+                cred(env, s, &env.path("linkdir/token"));
+            }),
+            env: None,
+            expect: &["`credentials[0].source.path`", "linkdir is a symlink"],
+        },
+        // Property 8: nothing a VM or a local user can write is executed or
+        // trusted as input by root.
+        Case {
+            name: "hypervisor binary in the VM's own state dir",
+            setup: with_spec(|env, s| {
+                let d = env.state.join(VM);
+                std::fs::create_dir_all(&d).unwrap();
+                let q = d.join("qemu");
+                std::fs::copy("/bin/true", &q).unwrap();
+                for p in [&d, &q] {
+                    chown(p, uid(1));
+                }
+                s["hypervisor"]["binary"] = json!(q);
+            }),
+            env: None,
+            expect: &[
+                "`hypervisor.binary`",
+                "inside vmwarden's state or runtime root",
+            ],
+        },
+        Case {
+            name: "kernel in the VM's own runtime dir",
+            setup: with_spec(|env, s| {
+                let d = env.run.join(VM);
+                std::fs::create_dir_all(&d).unwrap();
+                std::fs::write(d.join("vmlinuz"), b"k").unwrap();
+                s["kernel"] = json!(d.join("vmlinuz"));
+            }),
+            env: None,
+            expect: &["`kernel`", "inside vmwarden's state or runtime root"],
+        },
+        Case {
+            name: "kernel writable by its group",
+            setup: with_spec(|env, s| {
+                let k = env.path("vmlinuz");
+                std::fs::copy(assets().kernel, &k).unwrap();
+                std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o664)).unwrap();
+                s["kernel"] = json!(k);
+            }),
+            env: None,
+            expect: &["`kernel`", "mode 0664", "its group can change it"],
+        },
+        Case {
+            name: "initrd owned by another uid",
+            setup: with_spec(|env, s| {
+                let i = env.path("initrd.img");
+                std::fs::copy(assets().initrd, &i).unwrap();
+                chown(&i, uid(9));
+                s["initrd"] = json!(i);
+            }),
+            env: None,
+            expect: &["`initrd`", "owned by uid {uid9}"],
+        },
+        Case {
+            name: "kernel in a world-writable directory",
+            setup: with_spec(|env, s| {
+                let d = env.path("pub");
+                std::fs::create_dir(&d).unwrap();
+                std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+                std::fs::copy(assets().kernel, d.join("vmlinuz")).unwrap();
+                s["kernel"] = json!(d.join("vmlinuz"));
+            }),
+            env: None,
+            expect: &["`kernel`", "pub has mode 0777", "everyone can change it"],
+        },
+        Case {
+            name: "hypervisor binary through a symlink into a user's directory",
+            setup: with_spec(|env, s| {
+                let d = env.path("userbin");
+                std::fs::create_dir(&d).unwrap();
+                std::fs::copy(QEMU, d.join("qemu")).unwrap();
+                chown(&d, uid(9));
+                symlink(d.join("qemu"), env.path("qemu-link")).unwrap();
+                s["hypervisor"]["binary"] = json!(env.path("qemu-link"));
+            }),
+            env: None,
+            expect: &["`hypervisor.binary`", "userbin is owned by uid {uid9}"],
+        },
+        Case {
+            name: "QEMU without -sandbox support",
+            setup: with_spec(|env, s| {
+                s["hypervisor"]["binary"] = json!(fake_qemu_without_seccomp(env));
+            }),
+            env: None,
+            expect: &[
+                "`hypervisor.binary`",
+                "refuses `-sandbox",
+                "-sandbox support is not enabled in this QEMU binary",
+                "\"best-effort\"",
+            ],
+        },
         Case {
             name: "principal with both user and uid",
             setup: with_spec(|_, s| {
@@ -598,6 +853,27 @@ fn cases() -> Vec<Case> {
             expect: &["`principal`", "both `user` and `uid`"],
         },
     ]
+}
+
+/// Run `cmd` (stdout and stderr captured), killed after `limit`.
+fn bounded(cmd: &mut std::process::Command, limit: Duration) -> Option<std::process::Output> {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
 }
 
 #[test]
@@ -614,7 +890,12 @@ fn every_bad_input_is_refused_by_name_and_leaves_nothing() {
         if let Some((k, v)) = case.env {
             cmd.env(k, v);
         }
-        let out = cmd.output().unwrap();
+        // Bounded: a refusal is immediate; a launch that blocks (on a FIFO,
+        // say) is a failure of its own, not a hung test run.
+        let Some(out) = bounded(&mut cmd, Duration::from_secs(30)) else {
+            failures.push(format!("[{}] hung for 30 s (killed)", case.name));
+            continue;
+        };
         let err = stderr(&out);
         let after = snapshot(&env, &[uid(1), uid(9)]);
         let mut why = Vec::new();
@@ -659,6 +940,25 @@ fn every_bad_input_is_refused_by_name_and_leaves_nothing() {
         cases.len(),
         failures.join("\n")
     );
+}
+
+#[test]
+fn a_qemu_without_seccomp_runs_only_when_the_spec_opts_out() {
+    let env = Env::new();
+    let mut s = env.spec(VM, uid(1));
+    s["hypervisor"]["binary"] = json!(fake_qemu_without_seccomp(&env));
+    s["hypervisor"]["seccomp"] = json!("best-effort");
+    env.write_spec(VM, &s);
+    let out = env.probe(VM, &["/bin/true"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("running without its own seccomp filter"),
+        "{}",
+        text(&out)
+    );
+    let (o, rep) = env.cleanup(VM);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(rep["clean"], true);
 }
 
 #[test]

@@ -11,6 +11,7 @@
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, OFlag};
@@ -63,6 +64,40 @@ impl std::fmt::Display for Kind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.describe())
     }
+}
+
+/// Symlinks followed before giving up (the kernel's limit).
+pub const MAX_LINKS: usize = 40;
+
+/// Why a path cannot be trusted (the walk itself is `host::trust`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Distrust {
+    #[error("{path}: {op}: {errno}")]
+    Sys {
+        path: PathBuf,
+        op: &'static str,
+        errno: Errno,
+    },
+    #[error("{path} is owned by uid {uid}; only what root owns can be trusted")]
+    NotRootOwned { path: PathBuf, uid: u32 },
+    #[error("{path} has mode {mode:04o}: {who} can change it; only root may be able to")]
+    Writable {
+        path: PathBuf,
+        mode: u32,
+        who: &'static str,
+    },
+    #[error("{path} is a symlink; this file is never read through a symlink")]
+    Symlink { path: PathBuf },
+    #[error("{path} is {kind}, not {want}")]
+    WrongKind {
+        path: PathBuf,
+        kind: Kind,
+        want: &'static str,
+    },
+    #[error("{path}: more than {MAX_LINKS} symlinks on the way")]
+    TooManyLinks { path: PathBuf },
+    #[error("{path}: {reason}")]
+    BadPath { path: PathBuf, reason: &'static str },
 }
 
 /// Why a file could not be opened as a regular file.

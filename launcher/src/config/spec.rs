@@ -143,6 +143,28 @@ pub struct HypervisorSpec {
     pub accel: Accel,
     #[serde(default = "default_machine")]
     pub machine: Machine,
+    /// The hypervisor's own seccomp filter (QEMU's `-sandbox`): required
+    /// by default; a QEMU built without it is refused unless this says
+    /// "best-effort". (cloud-hypervisor and firecracker always run theirs.)
+    #[serde(default, skip_serializing_if = "SandboxMode::is_default")]
+    pub seccomp: SandboxMode,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// Refuse a hypervisor that cannot apply its own seccomp filter.
+    #[default]
+    Required,
+    /// Run it without its own filter when it has none (the launcher's
+    /// filter, Landlock and the principal still apply), with a warning.
+    BestEffort,
+}
+
+impl SandboxMode {
+    pub fn is_default(&self) -> bool {
+        *self == SandboxMode::Required
+    }
 }
 
 fn default_accel() -> Accel {

@@ -9,3 +9,4 @@ pub mod ownership;
 pub mod peer;
 pub mod procs;
 pub mod sys;
+pub mod trust;

@@ -208,21 +208,93 @@ pub fn argv(spec: &Spec, layout: &Layout, qemu_seccomp: bool) -> Vec<String> {
     }
 }
 
-/// Whether `qemu -help` lists `-sandbox` (QEMU built with seccomp). Runs the
-/// binary with an empty environment, after the privilege drop.
-pub fn qemu_has_seccomp(binary: &Path) -> bool {
-    std::process::Command::new(binary)
-        .arg("-help")
+/// What `BINARY -sandbox QEMU_SANDBOX -version` said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SandboxProbe {
+    /// Exit 0: the options parsed, so this QEMU has seccomp and knows every
+    /// sub-option vmwarden passes.
+    Supported,
+    /// A clean non-zero exit: QEMU refused the option (built without
+    /// seccomp: "-sandbox support is not enabled in this QEMU binary", or
+    /// too old for a sub-option). Carries its first line of stderr.
+    Unsupported(String),
+}
+
+/// Does this QEMU accept `-sandbox QEMU_SANDBOX`? `-help` is no answer:
+/// QEMU lists `-sandbox` there whether or not it was built with seccomp.
+/// QEMU parses options in order and exits on an unsupported `-sandbox`
+/// before it reaches `-version`, which prints and exits before anything is
+/// set up. Runs the binary (already vetted as root-only writable) as
+/// `uid`/`gid` with no supplementary groups, `no_new_privs`, an empty
+/// environment and `/` as its working directory, bounded by `timeout`.
+/// `Err`: it could not be run or did not exit by itself.
+pub fn qemu_sandbox_probe(
+    binary: &Path,
+    uid: u32,
+    gid: u32,
+    timeout: std::time::Duration,
+) -> Result<SandboxProbe, String> {
+    use std::io::Read;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let mut cmd = std::process::Command::new(binary);
+    cmd.args(["-sandbox", QEMU_SANDBOX, "-version"])
         .env_clear()
+        .current_dir("/")
         .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .any(|l| l.starts_with("-sandbox on"))
-        })
-        .unwrap_or(false)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let drop_to_principal = move || -> std::io::Result<()> {
+        let check = |rc: libc::c_int| {
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        };
+        // SAFETY: setgroups with a zero count reads no memory.
+        check(unsafe { libc::setgroups(0, std::ptr::null()) })?;
+        // SAFETY: setresgid takes plain integers.
+        check(unsafe { libc::setresgid(gid, gid, gid) })?;
+        // SAFETY: setresuid takes plain integers.
+        check(unsafe { libc::setresuid(uid, uid, uid) })?;
+        // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments only.
+        check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })
+    };
+    // SAFETY: the closure runs in the forked child before exec and only
+    // makes async-signal-safe system calls (setgroups, setresgid,
+    // setresuid, prctl), checking each; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(drop_to_principal);
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run it: {e}"))?;
+    let end = std::time::Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) if std::time::Instant::now() < end => {
+                std::thread::sleep(std::time::Duration::from_millis(2))
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "`-sandbox … -version` did not exit within {timeout:?}"
+                ));
+            }
+            Err(e) => return Err(format!("waiting for it: {e}")),
+        }
+    };
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = (&mut e).take(4096).read_to_string(&mut err);
+    }
+    match (status.code(), status.signal()) {
+        (Some(0), _) => Ok(SandboxProbe::Supported),
+        (Some(_), _) => Ok(SandboxProbe::Unsupported(
+            err.lines().next().unwrap_or("").trim().to_string(),
+        )),
+        (None, sig) => Err(format!("it was killed by signal {sig:?}")),
+    }
 }
 
 #[cfg(test)]

@@ -1,22 +1,25 @@
 //! Credentials: read from their sources (as root, in the host namespace)
 //! and written into the VM's private noswap tmpfs.
 //!
-//! Sources are opened with `O_NOFOLLOW | O_NONBLOCK` (a FIFO must not block
-//! the launch) and must be regular files of at most 1 MiB.
+//! Sources must be root's alone (see [`read_all`]), are never reached
+//! through a symlink, are opened without blocking (a FIFO must not hang the
+//! launch) and must be regular files of at most 1 MiB.
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, OFlag, AT_FDCWD};
+use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fchmod, Mode};
 use nix::unistd::{fchown, Gid, Uid};
 
+use crate::config::files::{open_regular_at, Distrust, OpenError};
 use crate::config::names::CredentialName;
 use crate::config::spec::{CredentialSource, Spec, MAX_CREDENTIAL_BYTES};
-use crate::host::dirs::{self, Dir, DirError};
+use crate::host::dirs::Dir;
 use crate::host::sys::{IoContext, IoError, SysContext, SysError};
+use crate::host::trust::{self, Policy};
 
 /// A credential that cannot be read from its source (`EX_CONFIG`), or one
 /// that cannot be written into the VM's tmpfs.
@@ -50,27 +53,24 @@ pub enum SourceProblem {
         "$CREDENTIALS_DIRECTORY is not set; give the credential with LoadCredential= in the unit"
     )]
     NoCredentialsDirectory,
-    #[error("cannot open {path}: {errno}")]
+    #[error("{path} does not exist")]
+    Missing { path: PathBuf },
+    /// Someone but root could change it, or what leads to it (the field is
+    /// `credentials[N].source.path` or `.systemd`).
+    #[error("field `{field}`: {cause}")]
+    Untrusted {
+        field: String,
+        #[source]
+        cause: Distrust,
+    },
+    #[error("{path} {cause}")]
     Open {
         path: PathBuf,
         #[source]
-        errno: Errno,
+        cause: OpenError,
     },
-    #[error("{path} does not exist")]
-    Missing { path: PathBuf },
-    #[error("{path} is a symlink; credentials are never read through symlinks")]
-    Symlink { path: PathBuf },
-    /// A directory on the way refused (the message names it) or unusable.
-    #[error(transparent)]
-    Walk(DirError),
-    #[error("fstat {path}: {source}")]
-    Fstat {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path} is not a regular file")]
-    NotARegularFile { path: PathBuf },
+    #[error("{path} was replaced while it was being opened")]
+    Replaced { path: PathBuf },
     #[error("{path} is {size} bytes; the limit is {MAX_CREDENTIAL_BYTES}")]
     TooLarge { path: PathBuf, size: u64 },
     #[error("read {path}: {source}")]
@@ -110,98 +110,65 @@ fn describe(src: &CredentialSource) -> String {
 
 /// Read every credential the spec names. `credentials_directory` is the
 /// `$CREDENTIALS_DIRECTORY` the launcher was started with, if any.
+///
+/// A source must be trustworthy: its whole path, from `/`, owned by root
+/// and writable by root only, with no symlink anywhere and no sticky
+/// world-writable directory (`/tmp`, `/dev/shm`) on the way
+/// (`host::trust`, [`Policy::Secret`]). Whoever could replace it would
+/// choose what the VM is given as its secret, or learn which file root
+/// copies into a VM. It is opened without following a link and without
+/// blocking, and must be a regular file.
 pub fn read_all(
     spec: &Spec,
     credentials_directory: Option<&Path>,
 ) -> Result<Vec<Loaded>, CredentialError> {
     let mut out = Vec::with_capacity(spec.credentials.len());
-    for c in &spec.credentials {
+    for (i, c) in spec.credentials.iter().enumerate() {
         let desc = describe(&c.source);
         let err = |problem: SourceProblem| CredentialError::Source {
             name: c.name.to_string(),
             source_desc: desc.clone(),
             problem,
         };
-        let (path, fd) = match &c.source {
+        let (path, field) = match &c.source {
             CredentialSource::Systemd(id) => {
                 let dir = credentials_directory
                     .ok_or_else(|| err(SourceProblem::NoCredentialsDirectory))?;
-                let dfd = openat(
-                    AT_FDCWD,
-                    dir,
-                    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                    Mode::empty(),
-                )
-                .map_err(|errno| {
-                    err(SourceProblem::Open {
-                        path: dir.to_path_buf(),
-                        errno,
-                    })
-                })?;
-                let path = dir.join(id);
-                (
-                    path.clone(),
-                    openat(
-                        dfd.as_fd(),
-                        id.as_str(),
-                        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-                        Mode::empty(),
-                    ),
-                )
+                (dir.join(id), format!("credentials[{i}].source.systemd"))
             }
-            CredentialSource::Path(p) => {
-                // Every component is walked without following symlinks (not
-                // only the last one): a directory on the way may be writable
-                // by the VM itself (e.g. its state dir's identity/), and root
-                // must not be steered into another VM's files.
-                let (parent, name) = dirs::split_parent(p).map_err(|e| {
-                    err(match e {
-                        DirError::Sys(SysError {
-                            errno: Errno::ENOENT,
-                            path,
-                            ..
-                        }) => SourceProblem::Missing { path },
-                        e => SourceProblem::Walk(e),
-                    })
-                })?;
-                (
-                    p.clone(),
-                    openat(
-                        parent.fd.as_fd(),
-                        name.as_str(),
-                        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-                        Mode::empty(),
-                    ),
-                )
-            }
+            CredentialSource::Path(p) => (p.clone(), format!("credentials[{i}].source.path")),
         };
-        let fd = fd.map_err(|e| {
-            err(match e {
-                Errno::ELOOP => SourceProblem::Symlink { path: path.clone() },
-                Errno::ENOENT => SourceProblem::Missing { path: path.clone() },
-                errno => SourceProblem::Open {
-                    path: path.clone(),
-                    errno,
+        let walked = trust::walk(&path, Policy::Secret).map_err(|cause| {
+            err(match cause {
+                Distrust::Sys {
+                    errno: Errno::ENOENT,
+                    path,
+                    ..
+                } => SourceProblem::Missing { path },
+                cause => SourceProblem::Untrusted {
+                    field: field.clone(),
+                    cause,
                 },
             })
         })?;
-        let f = std::fs::File::from(fd);
-        let md = f.metadata().map_err(|source| {
-            err(SourceProblem::Fstat {
-                path: path.clone(),
-                source,
-            })
-        })?;
-        if !md.is_file() {
-            return Err(err(SourceProblem::NotARegularFile { path }));
+        let (f, st) =
+            open_regular_at(Some(walked.parent.as_fd()), &walked.name, false).map_err(|cause| {
+                err(match cause {
+                    OpenError::Sys(Errno::ENOENT) => SourceProblem::Missing { path: path.clone() },
+                    cause => SourceProblem::Open {
+                        path: path.clone(),
+                        cause,
+                    },
+                })
+            })?;
+        if (st.st_dev, st.st_ino) != (walked.stat.st_dev, walked.stat.st_ino) {
+            return Err(err(SourceProblem::Replaced { path }));
         }
-        if md.len() > MAX_CREDENTIAL_BYTES {
-            return Err(err(SourceProblem::TooLarge {
-                path,
-                size: md.len(),
-            }));
+        let len = u64::try_from(st.st_size).unwrap_or(0);
+        if len > MAX_CREDENTIAL_BYTES {
+            return Err(err(SourceProblem::TooLarge { path, size: len }));
         }
-        let mut bytes = Vec::with_capacity(md.len() as usize);
+        let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
         f.take(MAX_CREDENTIAL_BYTES + 1)
             .read_to_end(&mut bytes)
             .map_err(|source| {
@@ -210,7 +177,7 @@ pub fn read_all(
                     source,
                 })
             })?;
-        if bytes.len() as u64 > MAX_CREDENTIAL_BYTES {
+        if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_CREDENTIAL_BYTES {
             return Err(err(SourceProblem::Grew { path }));
         }
         out.push(Loaded {

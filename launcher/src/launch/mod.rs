@@ -11,21 +11,24 @@ use std::convert::Infallible;
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use nix::errno::Errno;
 
 use netlink_packet_route::link::InfoKind;
 
+use crate::config::files::Distrust;
 use crate::config::names::{ArgNameError, VmName};
 use crate::config::paths::{
     RootError, Roots, API_SOCKET, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG, LEASE_FILE,
     QMP_SOCKET,
 };
-use crate::config::spec::{CredentialSource, HypervisorKind, Spec, SpecError};
+use crate::config::spec::{CredentialSource, HypervisorKind, SandboxMode, Spec, SpecError};
 use crate::host::dirs::{self, Dir, DirError, Loose, Want};
 use crate::host::net::{self, NetError};
 use crate::host::sys::{IoContext, IoError, SysContext, SysError};
-use crate::hypervisor::{self, Layout};
+use crate::host::trust::{self, Policy};
+use crate::hypervisor::{self, Layout, SandboxProbe};
 use crate::identity::principal::{self, Principal, PrincipalError};
 use crate::identity::registry::{self, RegistryError};
 use crate::instance::intent::{self, Intent, IntentError, IntentPrincipal, Resource};
@@ -149,6 +152,20 @@ pub enum StepError {
     Sys(#[from] SysError),
     #[error(transparent)]
     Io(#[from] IoError),
+    /// A file the spec names could be changed by someone other than root:
+    /// nothing a VM or a local user can write is executed or trusted as
+    /// input by root.
+    #[error("spec {spec}: field `{field}`: {cause}")]
+    Untrusted {
+        spec: PathBuf,
+        field: &'static str,
+        #[source]
+        cause: Distrust,
+    },
+    /// Whether QEMU has `-sandbox` could not be told (it could not be run,
+    /// did not exit, or was killed).
+    #[error("hypervisor {path}: cannot tell whether it supports its own sandbox: {reason}")]
+    HypervisorProbe { path: PathBuf, reason: String },
     #[error("exec {path}: {errno}")]
     Exec {
         path: PathBuf,
@@ -167,6 +184,7 @@ impl StepError {
             | StepError::Usage(_)
             | StepError::NulInArgument(_)
             | StepError::NulInProgram(_)
+            | StepError::Untrusted { .. }
             | StepError::Principal(_) => true,
             StepError::Registry(e) => e.is_refusal(),
             StepError::Dir(e) => e.is_refusal(),
@@ -182,6 +200,7 @@ impl StepError {
             | StepError::NoLongerABridge { .. }
             | StepError::Landlock(_)
             | StepError::Seccomp(_)
+            | StepError::HypervisorProbe { .. }
             | StepError::Sys(_)
             | StepError::Io(_)
             | StepError::Exec { .. } => false,
@@ -282,6 +301,23 @@ fn check_spec_paths_scoped(spec: &Spec, spec_path: &Path, roots: &Roots) -> Resu
         fields.push((format!("landlock.write[{i}]"), p));
     }
     for (field, p) in fields {
+        // What root trusts (the hypervisor binary, kernel and initrd it
+        // hands over) must not lie where any VM, this one included, can
+        // write: vmwarden's state and runtime roots hold only VM dirs.
+        let executed = matches!(field.as_str(), "hypervisor.binary" | "kernel" | "initrd");
+        if executed && (p.starts_with(&roots.state_root) || p.starts_with(&roots.runtime_root)) {
+            return Err(SpecError::Invalid {
+                path: spec_path.to_path_buf(),
+                field,
+                reason: format!(
+                    "{} is inside vmwarden's state or runtime root ({} or {}), where VMs write; \
+                     nothing a VM can write is executed or trusted by root",
+                    p.display(),
+                    roots.state_root.display(),
+                    roots.runtime_root.display()
+                ),
+            });
+        }
         let foreign = (p.starts_with(&roots.state_root) && !p.starts_with(&own_state))
             || (p.starts_with(&roots.runtime_root) && !p.starts_with(&own_run));
         if foreign {
@@ -298,6 +334,78 @@ fn check_spec_paths_scoped(spec: &Spec, spec_path: &Path, roots: &Roots) -> Resu
         }
     }
     Ok(())
+}
+
+/// The hypervisor binary, kernel and initrd: every component from `/`
+/// owned by root and writable by root only (symlinks followed one
+/// component at a time, each directory they lead through checked; see
+/// `host::trust`), and not inside vmwarden's roots once resolved.
+fn check_trusted_files(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<()> {
+    let mut fields: Vec<(&'static str, &Path)> = vec![
+        ("hypervisor.binary", &spec.hypervisor.binary),
+        ("kernel", &spec.kernel),
+    ];
+    if let Some(i) = &spec.initrd {
+        fields.push(("initrd", i));
+    }
+    for (field, p) in fields {
+        let w =
+            trust::regular_file(p, Policy::Executable).map_err(|cause| StepError::Untrusted {
+                spec: spec_path.to_path_buf(),
+                field,
+                cause,
+            })?;
+        if w.resolved.starts_with(&roots.state_root) || w.resolved.starts_with(&roots.runtime_root)
+        {
+            return Err(StepError::Spec(SpecError::Invalid {
+                path: spec_path.to_path_buf(),
+                field: field.to_string(),
+                reason: format!(
+                    "{} resolves to {}, inside vmwarden's state or runtime root, where VMs write",
+                    p.display(),
+                    w.resolved.display()
+                ),
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// How long the `-sandbox` probe of a QEMU binary may take.
+const SANDBOX_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether QEMU gets `-sandbox`: probed once, before anything is created,
+/// so a QEMU without seccomp is refused with the host untouched unless the
+/// spec says `hypervisor.seccomp = "best-effort"`.
+fn qemu_sandbox(spec: &Spec, spec_path: &Path, principal: &Principal) -> Result<bool> {
+    if spec.hypervisor.kind != HypervisorKind::Qemu {
+        return Ok(false);
+    }
+    let bin = &spec.hypervisor.binary;
+    match hypervisor::qemu_sandbox_probe(bin, principal.uid, principal.gid, SANDBOX_PROBE_TIMEOUT) {
+        Ok(SandboxProbe::Supported) => Ok(true),
+        Ok(SandboxProbe::Unsupported(why)) => match spec.hypervisor.seccomp {
+            SandboxMode::Required => Err(StepError::Spec(SpecError::Invalid {
+                path: spec_path.to_path_buf(),
+                field: "hypervisor.binary".into(),
+                reason: format!(
+                    "{} refuses `-sandbox {}` ({why}): QEMU built without seccomp support, or too \
+                     old for these options. Use a QEMU with seccomp, or set hypervisor.seccomp = \
+                     \"best-effort\" to run it without its own filter",
+                    bin.display(),
+                    hypervisor::QEMU_SANDBOX
+                ),
+            })),
+            SandboxMode::BestEffort => {
+                tracing::warn!(binary = %bin.display(), %why, "QEMU refuses -sandbox; running without its own seccomp filter (hypervisor.seccomp = \"best-effort\")");
+                Ok(false)
+            }
+        },
+        Err(reason) => Err(StepError::HypervisorProbe {
+            path: bin.clone(),
+            reason,
+        }),
+    }
 }
 
 /// Everything up to `execve`. Returns only on error, naming the step it
@@ -350,6 +458,10 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         &root_want(0o755, Loose::Refuse),
     )?;
     preflight_interfaces(&spec, &spec_path, roots)?;
+    // What root hands to the hypervisor (binary, kernel, initrd) must be
+    // root's alone; then the binary is asked about its sandbox.
+    check_trusted_files(&spec, &spec_path, roots)?;
+    let qemu_sandbox = qemu_sandbox(&spec, &spec_path, &principal)?;
     steps.after("principal-resolved");
 
     // 4. Runtime root and this VM's runtime dir, then the lease.
@@ -529,11 +641,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let argv: Vec<String> = match &opts.probe {
         Some(cmd) => cmd.clone(),
         None => {
-            let seccomp = kind == HypervisorKind::Qemu
-                && hypervisor::qemu_has_seccomp(&spec.hypervisor.binary);
-            if kind == HypervisorKind::Qemu && !seccomp {
-                tracing::warn!(binary = %spec.hypervisor.binary.display(), "QEMU lacks seccomp support: running without -sandbox");
-            }
+            let seccomp = qemu_sandbox;
             hypervisor::argv(
                 &spec,
                 &Layout {
