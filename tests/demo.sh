@@ -2,7 +2,8 @@
 # The vmwarden demo: a real microVM launched through vmwarden-launch with a
 # demo principal and credential, inspected from the host, stopped through
 # QMP, and the host proven clean. Runs as root; touches nothing outside a
-# temporary directory except a demo system user it removes again.
+# temporary directory (under /var/lib) except a demo system user it removes
+# again.
 #
 #   sudo tests/demo.sh
 set -euo pipefail
@@ -22,7 +23,9 @@ ASSETS_ENV=$(bash "$REPO/tests/assets/build-guest.sh")
 (cd "$REPO" && cargo build --release --quiet)
 BIN="$REPO/target/release"
 
-DEMO=$(mktemp -d /tmp/vmwarden-demo.XXXXXX)
+# Not /tmp: the launcher refuses credential files (and kernels, binaries)
+# in a directory anyone but root can write, sticky or not.
+DEMO=$(mktemp -d /var/lib/vmwarden-demo.XXXXXX)
 chmod 0755 "$DEMO"
 USER_NAME=vm-demo
 created_user=0

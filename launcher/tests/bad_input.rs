@@ -617,6 +617,42 @@ fn cases() -> Vec<Case> {
             env: None,
             expect: &["web.json", "No such file"],
         },
+        // Property 4: a principal is dedicated to one VM.
+        Case {
+            name: "uid 65534 (nobody, the overflow uid)",
+            setup: with_spec(|_, s| {
+                s["principal"]["uid"] = json!(65534);
+            }),
+            env: None,
+            expect: &["`principal`", "uid 65534 is the overflow/nobody id"],
+        },
+        Case {
+            name: "gid 65534 (nogroup)",
+            setup: with_spec(|_, s| {
+                s["principal"]["gid"] = json!(65534);
+            }),
+            env: None,
+            expect: &["`principal`", "gid 65534 is the overflow/nobody id"],
+        },
+        Case {
+            name: "user nobody by name",
+            setup: with_spec(|_, s| {
+                s["principal"] = json!({ "user": "nobody", "gid": uid(1) });
+            }),
+            env: None,
+            expect: &["nobody", "uid 65534 is the overflow/nobody id"],
+        },
+        Case {
+            name: "uid 4294967295 (-1: setresuid would leave root alone)",
+            setup: with_spec(|_, s| {
+                s["principal"]["uid"] = json!(4294967295u32);
+            }),
+            env: None,
+            expect: &[
+                "`principal`",
+                "uid 4294967295 is the overflow/nobody id (or -1)",
+            ],
+        },
         // Property 10: nothing the launcher opens can block it.
         Case {
             name: "spec is a FIFO",

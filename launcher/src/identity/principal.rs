@@ -4,17 +4,16 @@
 //! root, is not in a privileged group and gets `/dev/kvm` only through the
 //! device's own group.
 
-use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
 
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::config::rules;
 use crate::config::spec::{Accel, Spec};
+use crate::identity::accounts::{self, reserved_ids, Accounts};
 
 /// Groups whose members can read raw disks, logs or shadow, administer the
 /// host or become root. A VM principal in any of them is refused. The list
@@ -73,6 +72,21 @@ pub enum Problem {
     RootUid,
     #[error("field `principal`: resolves to gid 0; a VM never runs with the root group")]
     RootGid,
+    /// 65534 (nobody/nogroup, the kernel's overflow id), 65535 or 2^32-1.
+    #[error("field `principal`: {kind} {id} is the overflow/nobody id (or -1): it stands for every unmapped id and is shared by whatever runs as nobody, so it cannot be dedicated to one VM")]
+    Overflow { kind: &'static str, id: u32 },
+    #[error("field `principal`: uid {uid} is shared by the accounts {names:?} in {passwd}; a VM's principal must be a uid no other account has")]
+    SharedAccount {
+        uid: u32,
+        names: Vec<String>,
+        passwd: &'static str,
+    },
+    #[error("field `principal`: account {name:?} (uid {uid}) has the login shell {shell:?}; a VM's principal must not be an account anyone logs in as (give it nologin)")]
+    LoginShell {
+        name: String,
+        uid: u32,
+        shell: String,
+    },
     #[error("is a member of group 0 (root); refused")]
     RootGroupMember,
     #[error(
@@ -104,31 +118,37 @@ fn perr(who: &str, problem: Problem) -> PrincipalError {
 
 type Result<T, E = PrincipalError> = std::result::Result<T, E>;
 
-/// Resolve the uid/gid a spec names (NSS for names), without policy checks.
+/// Resolve the uid/gid a spec names, without policy checks: names from
+/// `/etc/passwd` and `/etc/group` first, NSS only for a name the files lack;
+/// numeric ids need no lookup at all.
 pub fn resolve_ids(spec: &Spec) -> Result<(u32, u32, Option<String>)> {
+    resolve_ids_with(spec, &Accounts::load())
+}
+
+fn lookup(who: &str, kind: &'static str, name: &str) -> impl FnOnce(Errno) -> PrincipalError {
+    let (who, name) = (who.to_string(), name.to_string());
+    move |errno| perr(&who, Problem::Lookup { kind, name, errno })
+}
+
+pub fn resolve_ids_with(spec: &Spec, acc: &Accounts) -> Result<(u32, u32, Option<String>)> {
     let who = spec.principal_display();
     let p = &spec.principal;
     let (uid, user) = match (&p.user, p.uid) {
         (Some(name), _) => {
-            let u = User::from_name(name)
-                .map_err(|errno| {
-                    perr(
-                        &who,
-                        Problem::Lookup {
-                            kind: "user",
-                            name: name.clone(),
-                            errno,
-                        },
-                    )
-                })?
+            let u = acc
+                .user_by_name(name)
+                .map_err(lookup(&who, "user", name))?
                 .ok_or_else(|| perr(&who, Problem::NoSuchUser(name.clone())))?;
-            (u.uid.as_raw(), Some(name.clone()))
+            (u.uid, Some(name.clone()))
         }
         (None, Some(uid)) => {
-            let name = User::from_uid(Uid::from_raw(uid))
-                .ok()
-                .flatten()
-                .map(|u| u.name);
+            // The name, when exactly one /etc/passwd entry has this uid
+            // (for messages and the login-shell check); never NSS.
+            let entries = acc.users_with_uid(uid);
+            let name = match entries.as_slice() {
+                [one] => Some(one.name.clone()),
+                _ => None,
+            };
             (uid, name)
         }
         (None, None) => {
@@ -141,20 +161,10 @@ pub fn resolve_ids(spec: &Spec) -> Result<(u32, u32, Option<String>)> {
         }
     };
     let gid = match (&p.group, p.gid) {
-        (Some(name), _) => Group::from_name(name)
-            .map_err(|errno| {
-                perr(
-                    &who,
-                    Problem::Lookup {
-                        kind: "group",
-                        name: name.clone(),
-                        errno,
-                    },
-                )
-            })?
-            .ok_or_else(|| perr(&who, Problem::NoSuchGroup(name.clone())))?
-            .gid
-            .as_raw(),
+        (Some(name), _) => acc
+            .gid_by_name(name)
+            .map_err(lookup(&who, "group", name))?
+            .ok_or_else(|| perr(&who, Problem::NoSuchGroup(name.clone())))?,
         (None, Some(gid)) => gid,
         (None, None) => {
             return Err(perr(
@@ -168,34 +178,87 @@ pub fn resolve_ids(spec: &Spec) -> Result<(u32, u32, Option<String>)> {
     Ok((uid, gid, user))
 }
 
-fn group_name(gid: u32) -> Option<String> {
-    Group::from_gid(Gid::from_raw(gid))
-        .ok()
-        .flatten()
-        .map(|g| g.name)
-}
+/// Where the kernel's overflow ids are configured.
+const OVERFLOW_UID: &str = "/proc/sys/kernel/overflowuid";
+const OVERFLOW_GID: &str = "/proc/sys/kernel/overflowgid";
 
-/// Resolve and check the principal of `spec`:
-/// uid/gid ≠ 0, not shared with another configured VM, not a member of a
-/// privileged group. `/dev/kvm`'s group is added when the device is
-/// group-owned and group read-write.
+/// Resolve and check the principal of `spec`. It must belong to this VM
+/// alone and be usable by nothing else:
+///
+/// * uid/gid ≠ 0, and not an id that names no one in particular: 65534
+///   (`nobody`/`nogroup`, the kernel's overflow id, which also stands for
+///   every unmapped id), 65535 or 2^32-1;
+/// * no other `/etc/passwd` entry with the same uid;
+/// * no login shell (the account's shell is `nologin` or `false`);
+/// * not a member of a privileged group;
+/// * not the principal of another configured VM.
+///
+/// A uid that owns processes at launch is refused when the lease is taken
+/// (`liveness::probe_with_lease_held`). `/dev/kvm`'s group is added when the
+/// device is group-owned and group read-write.
 pub fn resolve(spec: &Spec, roots: &Roots) -> Result<Principal> {
     let who = spec.principal_display();
-    let (uid, gid, user) = resolve_ids(spec)?;
+    let acc = Accounts::load();
+    let (uid, gid, user) = resolve_ids_with(spec, &acc)?;
     if uid == 0 {
         return Err(perr(&who, Problem::RootUid));
     }
     if gid == 0 {
         return Err(perr(&who, Problem::RootGid));
     }
+    if reserved_ids(OVERFLOW_UID).contains(&uid) {
+        return Err(perr(
+            &who,
+            Problem::Overflow {
+                kind: "uid",
+                id: uid,
+            },
+        ));
+    }
+    if reserved_ids(OVERFLOW_GID).contains(&gid) {
+        return Err(perr(
+            &who,
+            Problem::Overflow {
+                kind: "gid",
+                id: gid,
+            },
+        ));
+    }
+    let same_uid = acc.users_with_uid(uid);
+    if same_uid.len() > 1 {
+        let names = same_uid.iter().map(|u| u.name.clone()).collect();
+        return Err(perr(
+            &who,
+            Problem::SharedAccount {
+                uid,
+                names,
+                passwd: accounts::PASSWD,
+            },
+        ));
+    }
+    // The account behind the uid: the named user, else the one
+    // /etc/passwd entry with this uid.
+    let account = match &user {
+        Some(name) => acc.user_by_name(name).map_err(lookup(&who, "user", name))?,
+        None => None,
+    };
+    if let Some(a) = &account {
+        if !accounts::is_no_login_shell(&a.shell) {
+            return Err(perr(
+                &who,
+                Problem::LoginShell {
+                    name: a.name.clone(),
+                    uid,
+                    shell: a.shell.clone(),
+                },
+            ));
+        }
+    }
     // Primary and supplementary groups must not be privileged.
     let mut member_of = vec![gid];
-    if let Some(name) = &user {
-        if let Ok(cname) = CString::new(name.as_str()) {
-            if let Ok(gs) = getgrouplist(&cname, Gid::from_raw(gid)) {
-                member_of.extend(gs.into_iter().map(|g| g.as_raw()));
-            }
-        }
+    if let Some(a) = &account {
+        member_of.push(a.gid);
+        member_of.extend(acc.supplementary_gids(a));
     }
     member_of.sort_unstable();
     member_of.dedup();
@@ -203,8 +266,9 @@ pub fn resolve(spec: &Spec, roots: &Roots) -> Result<Principal> {
         if *g == 0 {
             return Err(perr(&who, Problem::RootGroupMember));
         }
-        if let Some(name) = group_name(*g) {
-            if PRIVILEGED_GROUPS.contains(&name.as_str()) {
+        if let Some(name) = acc.group_name(*g) {
+            if PRIVILEGED_GROUPS.contains(&name) {
+                let name = name.to_string();
                 return Err(perr(&who, Problem::PrivilegedGroup { name, gid: *g }));
             }
         }

@@ -418,7 +418,7 @@ pub fn snapshot(env: &Env, uids: &[u32]) -> Snapshot {
     files.retain(|f| !f.contains(".serial.log"));
     let mut mounts = BTreeSet::new();
     let dir = env.dir.path().to_string_lossy().into_owned();
-    for (_, ns, m) in mountinfo::credential_mounts_everywhere(None, None) {
+    for (_, ns, m) in mountinfo::credential_mounts_everywhere(Some(&env.run), None) {
         mounts.insert(format!("{ns} {} {}", m.source, m.mount_point.display()));
     }
     for m in mountinfo::read("self").unwrap() {
