@@ -470,7 +470,7 @@ mod tests {
         );
         assert_eq!(svc["ExecStop"], ["/usr/local/bin/vmwarden stop %i"]);
         assert_eq!(svc["ExecStopPost"], ["+/usr/local/bin/vmwarden-cleanup %i"]);
-        assert_eq!(svc["RestrictNamespaces"], ["mnt"]);
+        assert_eq!(svc["RestrictNamespaces"], ["mnt ipc"]);
         assert_eq!(svc["DeviceAllow"].len(), 4);
         assert!(!svc.contains_key("MemoryDenyWriteExecute"), "breaks TCG");
         assert!(!svc.contains_key("User"), "the launcher drops privileges");

@@ -77,8 +77,16 @@ fn guest_runs_as_its_principal_with_private_noswap_credentials() {
         "2",
         "QEMU's -sandbox should be on"
     );
+    // The launcher's own filters (4) under QEMU's.
+    let filters: u32 = proc_status(pid, "Seccomp_filters").parse().unwrap();
+    assert!(filters > 4, "Seccomp_filters={filters}");
     let comm = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
     assert_eq!(comm, std::path::Path::new(QEMU));
+    // Its own IPC namespace: SysV objects die with it.
+    assert_ne!(
+        std::fs::read_link(format!("/proc/{pid}/ns/ipc")).unwrap(),
+        std::fs::read_link("/proc/self/ns/ipc").unwrap()
+    );
 
     // Its own mount namespace, with the credential tmpfs (noswap, ro) that
     // the host's namespace does not have.
@@ -99,6 +107,17 @@ fn guest_runs_as_its_principal_with_private_noswap_credentials() {
     assert!(
         !host_mounts.iter().any(|m| m.source.starts_with("vmwarden")),
         "host sees {host_mounts:?}"
+    );
+    // A private /proc: QEMU sees its own processes only, and no global files.
+    let proc_mount = vm_mounts
+        .iter()
+        .rev()
+        .find(|m| m.mount_point == std::path::Path::new("/proc"))
+        .expect("a /proc mount in the VM's namespace");
+    assert_eq!(proc_mount.fstype, "proc");
+    assert!(
+        proc_mount.has_option("hidepid=invisible") && proc_mount.has_option("subset=pid"),
+        "{proc_mount:?}"
     );
     // Other VMs' roots are masked inside.
     assert!(vm_mounts

@@ -1,7 +1,11 @@
-//! Two VMs side by side, each probed in its own sandbox (`--probe`): every
-//! principal is denied the other's credentials, state dir and control
-//! socket, `/etc/shadow`, and writes outside its own dirs; the positive
-//! controls (its own files) succeed. Needs root.
+//! Two VMs side by side, each probed in its own sandbox (`--probe`, no
+//! systemd unit around it): every principal is denied the other's
+//! credentials, state dir and control socket, `/etc/shadow`, writes outside
+//! its own dirs, anything but sockets in its control dir, other processes
+//! in /proc, user namespaces, IP and netlink sockets, the kernel keyring
+//! and other processes' memory; SysV IPC it makes dies with it. The
+//! positive controls (its own files, sockets, IPC and /proc entry) succeed.
+//! Needs root.
 
 mod common;
 
@@ -46,7 +50,25 @@ fn matrix(env: &Env, me: &str, me_uid: u32, other: &str, other_uid: u32) {
         try own_cred cat {run}/{me}/credentials/key
         try own_state_write sh -c 'echo x > {state}/{me}/probe-file'
         try own_state_read cat {state}/{me}/probe-file
+        try own_control_sock python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"{run}/{me}/control/probe.sock\")'
         try own_control_write sh -c 'echo x > {run}/{me}/control/probe-file'
+        try control_fill sh -c 'head -c 104857600 /dev/zero > {run}/{me}/control/fill'
+        try control_mkdir mkdir {run}/{me}/control/d
+        try control_fifo mkfifo {run}/{me}/control/p
+        try control_symlink ln -s / {run}/{me}/control/l
+        try own_shm ipcmk -M 4096
+        try own_proc cat /proc/self/status
+        try proc_init cat /proc/1/status
+        try proc_other cat /proc/{opid}/status
+        try userns python3 -c 'import ctypes,sys; sys.exit(ctypes.CDLL(None).unshare(0x10000000) != 0)'
+        try userns_tool unshare -U true
+        try udp4 python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)'
+        try udp6 python3 -c 'import socket; socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)'
+        try netlink python3 -c 'import socket; socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)'
+        try keyring_add python3 -c 'import ctypes,sys; sys.exit(ctypes.CDLL(None).syscall(248, b\"user\", b\"stash\", b\"data\", 4, -4) < 0)'
+        try keyring_read python3 -c 'import ctypes,sys; sys.exit(ctypes.CDLL(None).syscall(250, 0, -4, 0) < 0)'
+        try ptrace python3 -c 'import ctypes,sys; sys.exit(ctypes.CDLL(None).ptrace(0, 0, 0, 0) != 0)'
+        try process_vm python3 -c 'import ctypes,os,sys; sys.exit(ctypes.CDLL(None).syscall(310, os.getpid(), 0, 0, 0, 0, 0) != 0)'
         try other_cred cat {run}/{other}/credentials/key
         try other_cred_ls ls {run}/{other}/credentials
         try other_state_ls ls {state}/{other}
@@ -66,18 +88,47 @@ fn matrix(env: &Env, me: &str, me_uid: u32, other: &str, other_uid: u32) {
     );
     let lines = probe_lines(env, me, &script);
     drop(listener);
-    let got: std::collections::BTreeMap<String, String> = lines
+    let mut got: std::collections::BTreeMap<String, String> = lines
         .iter()
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+    // The probe made a SysV segment in its IPC namespace (own_shm=ok); it
+    // must not be in the host's once the probe is gone.
+    got.insert(
+        "shm_survives".into(),
+        if sysv_objects_of_uid(me_uid).is_empty() {
+            "denied".into()
+        } else {
+            "ok".into()
+        },
+    );
     let want_ok = [
         "own_cred",
         "own_state_write",
         "own_state_read",
-        "own_control_write",
+        "own_control_sock",
+        "own_shm",
+        "own_proc",
     ];
     let want_denied = [
+        "own_control_write",
+        "control_fill",
+        "control_mkdir",
+        "control_fifo",
+        "control_symlink",
+        "shm_survives",
+        "proc_init",
+        "proc_other",
+        "userns",
+        "userns_tool",
+        "udp4",
+        "udp6",
+        "netlink",
+        "keyring_add",
+        "keyring_read",
+        "ptrace",
+        "process_vm",
         "other_cred",
         "other_cred_ls",
         "other_state_ls",
@@ -106,6 +157,11 @@ fn matrix(env: &Env, me: &str, me_uid: u32, other: &str, other_uid: u32) {
     }
     assert!(bad.is_empty(), "{bad:#?}\nall: {got:#?}");
     assert!(!std::path::Path::new("/tmp/vmwarden-probe-escape").exists());
+    assert!(!env.run.join(format!("{me}/control/fill")).exists());
+    assert!(
+        keys_of_uid(me_uid) == 0,
+        "the probe's uid owns kernel keys after it ended"
+    );
     assert!(!std::path::Path::new("/etc/vmwarden-probe-escape").exists());
     use std::os::unix::fs::MetadataExt;
     assert_eq!(
@@ -123,6 +179,43 @@ fn matrix(env: &Env, me: &str, me_uid: u32, other: &str, other_uid: u32) {
         assert!(o.status.success(), "{}", text(&o));
         assert_eq!(rep["clean"], true);
     }
+}
+
+/// SysV IPC objects (shm, sem, msg) in the host's IPC namespace owned or
+/// created by `uid`.
+fn sysv_objects_of_uid(uid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for kind in ["shm", "sem", "msg"] {
+        let text = std::fs::read_to_string(format!("/proc/sysvipc/{kind}")).unwrap();
+        let mut lines = text.lines();
+        let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+        let (u, cu) = (col("uid"), col("cuid"));
+        for l in lines {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f[u] == uid.to_string() || f[cu] == uid.to_string() {
+                out.push(format!("{kind}: {l}"));
+            }
+        }
+    }
+    out
+}
+
+/// Keys `uid` owns (/proc/key-users), 0 when it has none.
+fn keys_of_uid(uid: u32) -> u32 {
+    let text = std::fs::read_to_string("/proc/key-users").unwrap();
+    text.lines()
+        .find_map(|l| {
+            let (u, rest) = l.trim().split_once(':')?;
+            (u.trim() == uid.to_string()).then(|| {
+                rest.split_whitespace()
+                    .nth(1)
+                    .and_then(|n| n.split('/').next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0)
+            })
+        })
+        .unwrap_or(0)
 }
 
 #[test]

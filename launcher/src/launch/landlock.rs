@@ -3,10 +3,17 @@
 //!
 //! Read/execute: the system's program and library trees, the hypervisor
 //! binary, kernel, initrd, read-only disks, the credential tmpfs and the
-//! spec's `landlock.read`. Read/write: the VM's state and control dirs,
-//! writable disks, the KVM and vsock devices and the spec's `landlock.write`.
-//! cloud-hypervisor and firecracker need nothing more: their API socket and
-//! firecracker's config file live in the control dir.
+//! spec's `landlock.read`. Read/write: the VM's state dir, writable disks,
+//! the KVM and vsock devices and the spec's `landlock.write`. The control
+//! dir (on the runtime root, i.e. `/run`) takes only Unix sockets: read,
+//! make a socket, remove an entry. cloud-hypervisor and firecracker need
+//! nothing more: their API socket and firecracker's config file (written
+//! by root before the drop) live in the control dir.
+//!
+//! With `landlock.mode = "best-effort"` on a kernel without Landlock none of
+//! this holds: the control dir is then limited only by its owner's DAC
+//! rights (the principal's 0700 directory), so the hypervisor could fill
+//! the runtime root's file system. The launcher says so in its log.
 //! TCP bind/connect are denied; signals and abstract sockets are scoped to
 //! the domain where the ABI allows.
 
@@ -99,9 +106,16 @@ pub enum Grant {
     Exec,
     /// Read only, never execute: kernel, initrd, credentials, read-only disks.
     Read,
-    /// Read and write, never execute: state and control dirs, writable disks,
+    /// Read and write, never execute: the state dir, writable disks,
     /// devices. A VM cannot run what it writes.
     Write,
+    /// The control dir: read what is there (firecracker's config file),
+    /// create Unix sockets and remove entries, nothing else. No regular
+    /// file, FIFO, directory or symlink can be made there and nothing
+    /// there can be written or truncated, so the hypervisor cannot fill
+    /// the runtime root's file system (`/run`) through it, nor plant a link
+    /// for root's tools to follow.
+    Socket,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -150,7 +164,7 @@ pub fn policy(spec: &Spec, state_dir: &Path, control_dir: &Path, creds_dir: &Pat
     }
     add(creds_dir, Grant::Read, Some("credentials dir".into()));
     add(state_dir, Grant::Write, Some("state dir".into()));
-    add(control_dir, Grant::Write, Some("control dir".into()));
+    add(control_dir, Grant::Socket, Some("control dir".into()));
     for (i, d) in spec.disks.iter().enumerate() {
         let g = if d.read_only {
             Grant::Read
@@ -175,6 +189,9 @@ fn access(grant: Grant, abi: ABI) -> BitFlags<AccessFs> {
     let mut a = match grant {
         Grant::Exec | Grant::Read => AccessFs::from_read(abi),
         Grant::Write => AccessFs::from_all(abi),
+        Grant::Socket => {
+            AccessFs::ReadFile | AccessFs::ReadDir | AccessFs::MakeSock | AccessFs::RemoveFile
+        }
     };
     if grant != Grant::Exec {
         a.remove(AccessFs::Execute);
@@ -262,7 +279,7 @@ pub fn apply(p: &Policy, mode: LandlockMode) -> Result<Outcome> {
             Ok(outcome)
         }
         (LandlockMode::BestEffort, Outcome::NotEnforced) => {
-            tracing::warn!("landlock: not enforced by this kernel; continuing because landlock.mode is \"best-effort\"");
+            tracing::warn!("landlock: not enforced by this kernel; continuing because landlock.mode is \"best-effort\": the hypervisor can read what its uid can read and write anything into its control dir (on the runtime root's file system)");
             Ok(outcome)
         }
         _ => Ok(outcome),

@@ -55,6 +55,7 @@ pub const STEPS: &[&str] = &[
     "hypervisor-config",
     "namespace",
     "masked",
+    "proc",
     "credentials-mounted",
     "credentials-installed",
     "rlimits",
@@ -594,13 +595,16 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     }
     steps.after("hypervisor-config");
 
-    // 7. Private mount namespace, credential tmpfs, masks.
-    sandbox::enter_private_mount_namespace()?;
+    // 7. Private mount and IPC namespaces, masks, a private /proc, the
+    //    credential tmpfs.
+    sandbox::enter_private_namespaces()?;
     steps.after("namespace");
     sandbox::mask_root_except(&roots.runtime_root, &rundir)?;
     sandbox::mask_root_except(&roots.state_root, &state_dir)?;
     sandbox::mask_dir(Path::new("/run/credentials"))?;
     steps.after("masked");
+    sandbox::mount_private_proc(kind == HypervisorKind::Qemu)?;
+    steps.after("proc");
     sandbox::mount_credential_tmpfs(
         &creds_path,
         &spec.name,
@@ -621,7 +625,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
 
     // The seccomp filter is compiled while a failure can still be reported
     // cleanly, and installed after Landlock.
-    let seccomp_prog = seccomp::program()?;
+    let seccomp_progs = seccomp::programs()?;
 
     // 9. Drop to the principal and prove it.
     sandbox::drop_privileges(&principal)?;
@@ -633,8 +637,10 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     tracing::info!(?outcome, "landlock applied");
     steps.after("landlock");
 
-    // 10b. seccomp: no tap fd can be made persistent, re-owned or re-MACed.
-    seccomp::apply(&seccomp_prog)?;
+    // 10b. seccomp: no namespace, no socket but AF_UNIX, no keyring, no
+    //      other process's memory, no io_uring, no tap fd made persistent,
+    //      re-owned or re-MACed (see launch::seccomp).
+    seccomp::apply(&seccomp_progs)?;
     steps.after("seccomp");
 
     // 11. execve: the lease fd is inherited, everything else is closed.

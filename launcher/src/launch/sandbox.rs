@@ -109,12 +109,47 @@ type Result<T, E = SandboxError> = std::result::Result<T, E>;
 
 const NONE: Option<&str> = None;
 
-/// `unshare(CLONE_NEWNS)` and make every mount a recursive slave: host mount
-/// events still arrive, nothing made here leaks back (never shared).
-pub fn enter_private_mount_namespace() -> Result<()> {
-    unshare(CloneFlags::CLONE_NEWNS).sys("unshare(CLONE_NEWNS)", "/")?;
+/// `unshare(CLONE_NEWNS | CLONE_NEWIPC)` and make every mount a recursive
+/// slave: host mount events still arrive, nothing made here leaks back
+/// (never shared). The IPC namespace is the VM's alone: SysV shared memory,
+/// semaphores, message queues and POSIX message queues made inside die with
+/// its last process instead of outliving the VM on the host.
+pub fn enter_private_namespaces() -> Result<()> {
+    unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWIPC)
+        .sys("unshare(CLONE_NEWNS|CLONE_NEWIPC)", "/")?;
     mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_SLAVE, NONE)
         .sys("mount --make-rslave", "/")?;
+    Ok(())
+}
+
+/// Mount options of the VM's private procfs: `hidepid=invisible` shows only
+/// processes the viewer could ptrace-read (its own uid's, and the
+/// hypervisor cannot ptrace at all), so other VMs and host processes are
+/// not even listed; `subset=pid` also drops the non-process files
+/// (`/proc/sys`, `/proc/kallsyms`, `/proc/mounts`-style global views).
+/// QEMU runs with both (the guest suite boots through it). cloud-hypervisor
+/// and firecracker get `hidepid=invisible` only: neither can be run here to
+/// check what of the global /proc they read.
+pub fn proc_options(subset_pid: bool) -> &'static str {
+    if subset_pid {
+        "hidepid=invisible,subset=pid"
+    } else {
+        "hidepid=invisible"
+    }
+}
+
+/// A fresh procfs over `/proc` inside the private mount namespace (see
+/// [`proc_options`]); the host's `/proc`, which root's liveness checks
+/// read, is untouched.
+pub fn mount_private_proc(subset_pid: bool) -> Result<()> {
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some(proc_options(subset_pid)),
+    )
+    .sys("mount private procfs", "/proc")?;
     Ok(())
 }
 
