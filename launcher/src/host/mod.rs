@@ -3,6 +3,7 @@
 //! Knows nothing of instances or hypervisors.
 
 pub mod dirs;
+pub mod leftovers;
 pub mod mountinfo;
 pub mod net;
 pub mod ownership;

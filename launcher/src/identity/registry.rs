@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::names::VmName;
 use crate::config::paths::{Roots, PRINCIPALS_DIR};
 use crate::host::dirs::{self, Dir, DirError, Loose, Want};
+use crate::host::leftovers;
 use crate::host::procs::processes_of_uid;
 use crate::host::sys::IoError;
 use crate::identity::principal::{Principal, PrincipalError, Problem};
@@ -163,6 +164,19 @@ pub fn residue(roots: &Roots, vm: &VmName, uid: u32) -> Vec<String> {
     let pids = processes_of_uid(uid);
     if !pids.is_empty() {
         out.push(format!("processes {pids:?} running as uid {uid}"));
+    }
+    // Outside any directory: kernel keys and host IPC objects of the uid
+    // outlive its processes and would be the next owner's to read.
+    if let Some(n) = leftovers::stashed_keys(uid) {
+        out.push(format!(
+            "{n} kernel keys owned by uid {uid} (/proc/key-users; clear its keyrings as that uid, e.g. `keyctl clear @u`)"
+        ));
+    }
+    let ipc = leftovers::sysv_objects_of_uid(uid);
+    if !ipc.is_empty() {
+        out.push(format!(
+            "SysV IPC objects of uid {uid}: {ipc:?} (ipcrm them)"
+        ));
     }
     out
 }

@@ -10,6 +10,7 @@ use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::config::rawpath;
 use crate::host::dirs;
+use crate::host::leftovers;
 use crate::host::mountinfo;
 use crate::host::net::SYS_CLASS_NET;
 use crate::host::ownership::{self, RUNTIME_KEEP};
@@ -161,6 +162,31 @@ pub fn verify(
                     pids.is_empty(),
                     format!("no pid of uid {uid}"),
                     format!("{pids:?}"),
+                ));
+                // The uid's kernel keyrings outlive all its processes.
+                let keys = leftovers::stashed_keys(uid);
+                checks.push(check(
+                    "no-key",
+                    vm,
+                    keys.is_none(),
+                    format!(
+                        "uid {uid} owns no kernel key beyond its {} empty user keyrings",
+                        leftovers::USER_KEYRINGS
+                    ),
+                    match keys {
+                        Some(n) => format!("{n} keys (/proc/key-users)"),
+                        None => "none".into(),
+                    },
+                ));
+                // IPC objects in the host's IPC namespace (a VM has its own).
+                let mut ipc = leftovers::sysv_objects_of_uid(uid);
+                ipc.extend(leftovers::posix_ipc_of_uid(uid));
+                checks.push(check(
+                    "no-ipc",
+                    vm,
+                    ipc.is_empty(),
+                    format!("no SysV or POSIX IPC object of uid {uid} on the host"),
+                    format!("{ipc:?}"),
                 ));
             }
             Ok(None) => {}

@@ -536,6 +536,40 @@ impl Drop for Netns {
     }
 }
 
+/// Run `vmwarden purge ARGS` on a pseudo-terminal, typing `answer`.
+pub fn purge_on_pty(env: &Env, args: &[&str], answer: &str) -> (bool, String) {
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let slave = std::fs::File::from(pty.slave);
+    let mut c = env.vmwarden_cmd();
+    c.arg("purge")
+        .args(args)
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave);
+    let mut child = c.spawn().unwrap();
+    drop(c);
+    let mut master = std::fs::File::from(pty.master);
+    std::thread::sleep(Duration::from_millis(300));
+    std::io::Write::write_all(&mut master, format!("{answer}\n").as_bytes()).unwrap();
+    let ok = child.wait().unwrap().success();
+    let mut out = Vec::new();
+    // Non-blocking drain of what the child printed.
+    let fd = std::os::fd::AsFd::as_fd(&master);
+    nix::fcntl::fcntl(
+        fd,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .unwrap();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = master.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    (ok, String::from_utf8_lossy(&out).into_owned())
+}
+
 /// Fresh principal uids per test, away from real users. Two checkouts
 /// testing on one machine at once set `VMWARDEN_TEST_UID_BASE` apart (by
 /// 1000 or more) so neither sees the other's VMs as processes of its uids.
