@@ -289,10 +289,11 @@ fn reap_dry_run_then_apply_then_kill() {
     std::fs::remove_file(env.config.join("gone.json")).unwrap();
     std::fs::write(env.run.join("not-a-vm.tmp"), b"x").unwrap();
     let mut proc_ = orphan_process(uid(43));
-    // A stray credential mount in a namespace nothing of vmwarden owns.
-    // (at a path shaped like a runtime dir's credential mount point, since
-    // only those count as vmwarden's)
-    let stray_mp = env.path("stray/gone/credentials");
+    // A stray credential mount in a namespace nothing of vmwarden owns, at
+    // the exact mount point of `gone` under these roots: only a mount there
+    // is this set of roots' (one at another root's path, even one shaped
+    // like it, belongs to another operator's VM).
+    let stray_mp = env.run.join("gone/credentials");
     std::fs::create_dir_all(&stray_mp).unwrap();
     let mut holder = Command::new("unshare")
         .args(["-m", "--propagation", "private", "sh", "-c"])
@@ -327,7 +328,7 @@ fn reap_dry_run_then_apply_then_kill() {
         "run/orphan",
         "run/gone",
         "not-a-vm.tmp",
-        "stray/gone/credentials",
+        "run/gone/credentials",
     ] {
         assert!(orphans.contains(want), "dry run misses {want}: {r:#}");
     }
