@@ -4,6 +4,7 @@
 //! (the spec refuses them). Taps are passed as inherited fd numbers.
 
 pub mod api;
+pub mod elf;
 pub mod qmp;
 
 use std::path::{Path, PathBuf};

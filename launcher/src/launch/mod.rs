@@ -383,6 +383,14 @@ fn qemu_sandbox(spec: &Spec, spec_path: &Path, principal: &Principal) -> Result<
         return Ok(false);
     }
     let bin = &spec.hypervisor.binary;
+    // A QEMU that links libseccomp was built with -sandbox (QEMU links it
+    // only then): read from its ELF headers in microseconds. Anything else
+    // (a static build, a wrapper script) is asked, which means starting it
+    // (~40 ms). QEMU older than 3.1 with seccomp lacks `resourcecontrol`
+    // and would then fail at its own start, naming the option.
+    if hypervisor::elf::links_libseccomp(bin) == Some(true) {
+        return Ok(true);
+    }
     match hypervisor::qemu_sandbox_probe(bin, principal.uid, principal.gid, SANDBOX_PROBE_TIMEOUT) {
         Ok(SandboxProbe::Supported) => Ok(true),
         Ok(SandboxProbe::Unsupported(why)) => match spec.hypervisor.seccomp {
