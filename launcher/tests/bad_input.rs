@@ -721,6 +721,20 @@ fn cases() -> Vec<Case> {
             env: None,
             expect: &["credential token", "is a socket, not a regular file"],
         },
+        Case {
+            name: "spec writable by its group",
+            setup: Box::new(|env| {
+                env.write_spec(VM, &env.spec(VM, uid(1)));
+                std::fs::set_permissions(
+                    env.config.join("web.json"),
+                    std::fs::Permissions::from_mode(0o664),
+                )
+                .unwrap();
+                VM.to_string()
+            }),
+            env: None,
+            expect: &["web.json", "cannot be trusted", "its group can change it"],
+        },
         // Property 9: a credential source is root's alone.
         Case {
             name: "credential in a sticky world-writable directory (like /tmp)",

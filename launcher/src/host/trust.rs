@@ -198,10 +198,17 @@ fn walk_in(top: &Path, path: &Path, policy: Policy, owner: u32) -> Result<Walked
                         errno: Errno::ENOTDIR,
                     });
                 }
-                if kind == Kind::Directory {
-                    check_dir(&p, &st, policy)?;
-                } else {
-                    check_file(&p, &st)?;
+                match kind {
+                    Kind::Directory => check_dir(&p, &st, policy)?,
+                    Kind::Regular => check_file(&p, &st)?,
+                    // A FIFO, socket or device is never a trusted file.
+                    kind => {
+                        return Err(Distrust::WrongKind {
+                            path: p,
+                            kind,
+                            want: "a regular file",
+                        })
+                    }
                 }
                 let (parent, _) = stack.pop().expect("the root is never popped");
                 return Ok(Walked {

@@ -163,6 +163,13 @@ pub enum StepError {
         #[source]
         cause: Distrust,
     },
+    /// The spec itself could be changed by someone other than root.
+    #[error("spec {path} cannot be trusted: {cause}")]
+    UntrustedSpec {
+        path: PathBuf,
+        #[source]
+        cause: Distrust,
+    },
     /// Whether QEMU has `-sandbox` could not be told (it could not be run,
     /// did not exit, or was killed).
     #[error("hypervisor {path}: cannot tell whether it supports its own sandbox: {reason}")]
@@ -186,6 +193,7 @@ impl StepError {
             | StepError::NulInArgument(_)
             | StepError::NulInProgram(_)
             | StepError::Untrusted { .. }
+            | StepError::UntrustedSpec { .. }
             | StepError::Principal(_) => true,
             StepError::Registry(e) => e.is_refusal(),
             StepError::Dir(e) => e.is_refusal(),
@@ -337,11 +345,19 @@ fn check_spec_paths_scoped(spec: &Spec, spec_path: &Path, roots: &Roots) -> Resu
     Ok(())
 }
 
-/// The hypervisor binary, kernel and initrd: every component from `/`
+/// The spec, the hypervisor binary, kernel and initrd: every component from `/`
 /// owned by root and writable by root only (symlinks followed one
 /// component at a time, each directory they lead through checked; see
 /// `host::trust`), and not inside vmwarden's roots once resolved.
 fn check_trusted_files(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<()> {
+    // The spec itself decides what root runs and reads: it must be root's
+    // alone too (on NixOS a chain of links into the Nix store, which passes).
+    trust::regular_file(spec_path, Policy::Executable).map_err(|cause| {
+        StepError::UntrustedSpec {
+            path: spec_path.to_path_buf(),
+            cause,
+        }
+    })?;
     let mut fields: Vec<(&'static str, &Path)> = vec![
         ("hypervisor.binary", &spec.hypervisor.binary),
         ("kernel", &spec.kernel),
