@@ -115,8 +115,10 @@ const NONE: Option<&str> = None;
 /// semaphores, message queues and POSIX message queues made inside die with
 /// its last process instead of outliving the VM on the host.
 pub fn enter_private_namespaces() -> Result<()> {
-    unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWIPC)
-        .sys("unshare(CLONE_NEWNS|CLONE_NEWIPC)", "/")?;
+    unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWIPC).sys(
+        "unshare(CLONE_NEWNS|CLONE_NEWIPC) (a unit around the launcher needs RestrictNamespaces=mnt ipc: re-render it)",
+        "/",
+    )?;
     mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_SLAVE, NONE)
         .sys("mount --make-rslave", "/")?;
     Ok(())
