@@ -19,9 +19,6 @@ pub mod unit;
 
 pub use error::{Error, Result};
 
-use clap::error::{ContextKind, ContextValue};
-use config::names::{ArgNameError, NameError};
-
 /// Print an error with its chain of causes, the way every binary reports.
 pub fn report_error(prog: &str, err: &dyn std::error::Error) {
     report(format!("{prog}: error: {err}"), err);
@@ -45,9 +42,28 @@ fn report(mut msg: String, err: &dyn std::error::Error) {
     eprintln!("{msg}");
 }
 
-/// Set up `tracing` to stderr; `filter` comes from `VMWARDEN_LOG`.
-pub fn init_logging(filter: Option<&str>) {
-    let f = tracing_subscriber::EnvFilter::try_new(filter.unwrap_or("info"))
+/// The log filter: `--quiet` (warnings and errors only) wins; otherwise
+/// `VMWARDEN_LOG`, else `RUST_LOG` (either in `tracing`'s `EnvFilter`
+/// syntax, e.g. `debug`), else `info`. `VMWARDEN_LOG` is the name the units
+/// and older installations use; `RUST_LOG` is what Rust tools take.
+pub fn log_filter(quiet: bool, vmwarden_log: Option<&str>, rust_log: Option<&str>) -> String {
+    let set = |v: Option<&str>| {
+        v.map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    if quiet {
+        return "warn".into();
+    }
+    set(vmwarden_log)
+        .or_else(|| set(rust_log))
+        .unwrap_or_else(|| "info".into())
+}
+
+/// Set up `tracing` to stderr (the journal, under systemd) with `filter`
+/// (see [`log_filter`]; an unparsable filter falls back to `info`).
+pub fn init_logging(filter: &str) {
+    let f = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(f)
@@ -57,22 +73,16 @@ pub fn init_logging(filter: Option<&str>) {
         .try_init();
 }
 
-/// Parse the command line. A name argument its type refused (a
-/// [`NameError`] from clap's value parser) comes back as an
-/// [`ArgNameError`], for the binary to report like its other errors and to
-/// exit with its status for a bad name; every other clap error, and
-/// `--help`/`--version`, clap prints and exits on (2, or 0).
-pub fn parse_args<T: clap::Parser>() -> std::result::Result<T, ArgNameError> {
-    T::try_parse().map_err(|e| name_refused(&e).unwrap_or_else(|| e.exit()))
-}
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
 
-fn name_refused(e: &clap::Error) -> Option<ArgNameError> {
-    let error = std::error::Error::source(e)?
-        .downcast_ref::<NameError>()?
-        .clone();
-    let arg = match e.get(ContextKind::InvalidArg) {
-        Some(ContextValue::String(a)) => a.clone(),
-        _ => "argument".to_string(),
-    };
-    Some(ArgNameError { arg, error })
+    #[test]
+    fn quiet_wins_then_vmwarden_log_then_rust_log_then_info() {
+        assert_eq!(log_filter(true, Some("debug"), Some("trace")), "warn");
+        assert_eq!(log_filter(false, Some("debug"), Some("trace")), "debug");
+        assert_eq!(log_filter(false, None, Some("trace")), "trace");
+        assert_eq!(log_filter(false, Some(" "), Some("trace")), "trace");
+        assert_eq!(log_filter(false, None, None), "info");
+    }
 }

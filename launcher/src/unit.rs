@@ -38,47 +38,40 @@ pub const TARGET_DATA: &str = include_str!("../../units/microvms.target.toml");
 /// `${vmwarden.package}/bin` in the module).
 pub const BIN_PLACEHOLDER: &str = "@bin@";
 
-/// Arguments of `vmwarden render-unit`.
-#[derive(clap::Args, Debug, Clone)]
+/// What `vmwarden render-unit` was asked for (plain data: the flags that
+/// fill it are the binary's, in `src/bin/cli/vmwarden.rs`).
+#[derive(Debug, Clone)]
 pub struct RenderUnitArgs {
     /// Directory holding vmwarden-launch, vmwarden-cleanup and vmwarden
     /// (absolute).
-    #[arg(long, value_name = "DIR", default_value = DEFAULT_BIN_DIR)]
     pub bin_dir: PathBuf,
 
     /// Print microvms.target instead of microvm@.service.
-    #[arg(long, conflicts_with_all = ["dropin", "reap_report"])]
     pub target: bool,
 
     /// Print vmwarden-reap-report.service (boot-time `vmwarden reap` dry
     /// run) instead of microvm@.service.
-    #[arg(long, conflicts_with_all = ["dropin", "target"])]
     pub reap_report: bool,
 
     /// Print the drop-in of VM NAME (install it as
     /// /etc/systemd/system/microvm@NAME.service.d/vmwarden.conf).
-    #[arg(long, value_name = "NAME")]
     pub dropin: Option<VmName>,
 
     /// Launch spec the drop-in is built from [default:
     /// CONFIG_DIR/NAME.json, i.e. /etc/vmwarden/vms/NAME.json].
-    #[arg(long, value_name = "PATH", requires = "dropin")]
     pub spec: Option<PathBuf>,
 
     /// Directory of credential files: systemd credential C of VM NAME is
     /// loaded from DIR/NAME/C (keep them root-owned, mode 0400).
-    #[arg(long, value_name = "DIR", default_value = DEFAULT_CREDENTIALS_DIR)]
     pub credentials_dir: PathBuf,
 
     /// Directory of the launch specs, for the default `--spec` path; the
     /// caller fills it from the global `--config-dir` (None: the default,
     /// /etc/vmwarden/vms).
-    #[arg(skip)]
     pub config_dir: Option<PathBuf>,
 
     /// Read the unit data from DIR/*.toml instead of the copy compiled in
     /// (for tests/nix/run.sh: an edited key must change both renderings).
-    #[arg(long, value_name = "DIR", hide = true)]
     pub units_dir: Option<PathBuf>,
 }
 

@@ -3,27 +3,16 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use vmwarden::config::names::VmName;
-use vmwarden::config::paths::{RootArgs, Roots};
 use vmwarden::config::rawpath::show;
 use vmwarden::teardown::cleanup::{cleanup, ServiceResult};
 
-#[derive(Debug, Parser)]
-#[command(
-    name = "vmwarden-cleanup",
-    version,
-    about = "Tear down one VM's runtime state and prove it"
-)]
-struct Args {
-    /// VM name (the unit instance, %i).
-    name: VmName,
-    #[command(flatten)]
-    roots: RootArgs,
-}
+#[path = "cli/cleanup.rs"]
+mod cli;
+#[path = "cli/common.rs"]
+mod common;
 
 fn main() -> ExitCode {
-    let args: Args = match vmwarden::parse_args() {
+    let args: cli::CleanupArgs = match common::parse_args() {
         Ok(a) => a,
         Err(e) => {
             // A bad name exits 1, as every failure of cleanup does.
@@ -31,8 +20,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    vmwarden::init_logging(std::env::var("VMWARDEN_LOG").ok().as_deref());
-    let roots = Roots::from(&args.roots);
+    args.log.init();
+    let roots = args.roots.roots();
     if let Err(e) = roots.validate() {
         vmwarden::report_error("vmwarden-cleanup", &e);
         return ExitCode::FAILURE;

@@ -4,37 +4,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
-use vmwarden::config::names::VmName;
-use vmwarden::config::paths::{RootArgs, Roots};
 use vmwarden::launch::{self, LaunchError, Options, StepError, STEPS};
 use vmwarden::Error;
 
-#[derive(Debug, Parser)]
-#[command(
-    name = "vmwarden-launch",
-    version,
-    about = "Launch one microVM in its own sandbox"
-)]
-struct Args {
-    /// VM name (the unit instance, %i).
-    #[arg(required_unless_present = "list_steps")]
-    name: Option<VmName>,
-    /// Spec path (default CONFIG_DIR/NAME.json).
-    #[arg(long)]
-    spec: Option<PathBuf>,
-    #[command(flatten)]
-    roots: RootArgs,
-    /// Print the launch step names in order and exit.
-    #[arg(long)]
-    list_steps: bool,
-    /// Run CMD in the identical sandbox instead of the hypervisor.
-    #[arg(long, requires = "cmd")]
-    probe: bool,
-    /// The probe command (after `--`).
-    #[arg(last = true)]
-    cmd: Vec<String>,
-}
+#[path = "cli/launch.rs"]
+mod cli;
+#[path = "cli/common.rs"]
+mod common;
 
 /// Report a failed launch (naming its step) and exit with its status.
 fn fail(e: LaunchError) -> ExitCode {
@@ -49,20 +25,20 @@ fn main() -> ExitCode {
     }
     let credentials_directory = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
     let fault_after = std::env::var("VMWARDEN_FAULT_AFTER").ok();
-    let log = std::env::var("VMWARDEN_LOG").ok();
-    // clap reads the VMWARDEN_*_ROOT variables, so parse before clearing.
+    // clap reads the VMWARDEN_*_ROOT variables and logging VMWARDEN_LOG
+    // and RUST_LOG, so both come before the environment is cleared.
     // A bad name is refused in the first step, as a configuration error
     // (EX_CONFIG, which the unit does not retry).
-    let args: Args = match vmwarden::parse_args() {
+    let args: cli::LaunchArgs = match common::parse_args() {
         Ok(a) => a,
         Err(e) => return fail(LaunchError::at(STEPS[0], e)),
     };
+    args.log.init();
     for (k, _) in std::env::vars_os() {
         // SAFETY: the launcher is single-threaded (checked again before the
         // privilege drop); nothing else reads the environment concurrently.
         unsafe { std::env::remove_var(k) };
     }
-    vmwarden::init_logging(log.as_deref());
     if args.list_steps {
         for s in STEPS {
             println!("{s}");
@@ -81,7 +57,7 @@ fn main() -> ExitCode {
     }
     let opts = Options {
         name,
-        roots: Roots::from(&args.roots),
+        roots: args.roots.roots(),
         spec: args.spec,
         probe: args.probe.then_some(args.cmd),
         credentials_directory,

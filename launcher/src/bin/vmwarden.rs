@@ -2,98 +2,36 @@
 //! ownership and liveness code.
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
-use vmwarden::config::names::VmName;
-use vmwarden::config::paths::{RootArgs, Roots};
 use vmwarden::config::rawpath::show;
 use vmwarden::instance::known_vms;
 use vmwarden::teardown::{purge, reap, verify};
-use vmwarden::unit::{self, RenderUnitArgs};
+use vmwarden::unit;
 use vmwarden::{control, Error};
 
-#[derive(Debug, Parser)]
-#[command(name = "vmwarden", version, about = "Operate vmwarden microVMs")]
-struct Cli {
-    #[command(flatten)]
-    roots: RootArgs,
-    #[command(subcommand)]
-    cmd: Cmd,
-}
+mod cli;
 
-#[derive(Debug, Subcommand)]
-enum Cmd {
-    /// Show whether VMs are running (all known VMs without NAME).
-    Status {
-        name: Option<VmName>,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Return once the VM's control socket answers (ExecStartPost).
-    WaitReady {
-        name: VmName,
-        /// Seconds to wait.
-        #[arg(long, default_value_t = 60.0)]
-        timeout: f64,
-    },
-    /// Graceful power-down through QMP, then quit, then SIGKILL (ExecStop).
-    Stop {
-        name: VmName,
-        /// Seconds to wait for the guest to power off.
-        #[arg(long, default_value_t = 30.0)]
-        timeout: f64,
-    },
-    /// Find (and with --apply remove) what no live instance owns.
-    Reap {
-        #[arg(long)]
-        apply: bool,
-        /// Also kill processes of principals with no live instance.
-        #[arg(long)]
-        kill: bool,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Delete a stopped VM's persistent state (asks for DELETE-EVERYTHING on a terminal).
-    Purge {
-        name: VmName,
-        /// Keep identity/ and keep_on_purge, and the principal's registration.
-        #[arg(long)]
-        keep_identity: bool,
-    },
-    /// Check that nothing of the VMs was left running or behind.
-    VerifyClean {
-        names: Vec<VmName>,
-        /// Directories that must be untouched since --since.
-        #[arg(long = "protected")]
-        protected: Vec<PathBuf>,
-        /// Unix time (seconds) the protected dirs must be unchanged since.
-        #[arg(long)]
-        since: Option<f64>,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Print the systemd units for hosts without Nix.
-    RenderUnit(RenderUnitArgs),
-}
+use cli::vmwarden::{Cli, Cmd};
 
 fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Error> {
-    let roots = Roots::from(&cli.roots);
+    let roots = cli.roots.roots();
     roots.validate()?;
     match cli.cmd {
         Cmd::Status {
-            name,
+            names,
+            all: _,
             json: as_json,
         } => {
-            let names = match name {
-                Some(n) => vec![n],
-                None => known_vms(&roots),
+            let names = if names.is_empty() {
+                known_vms(&roots)
+            } else {
+                names
             };
             let st: Vec<_> = names.iter().map(|n| control::status(&roots, n)).collect();
             if as_json {
@@ -249,19 +187,28 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 ExitCode::FAILURE
             })
         }
-        Cmd::RenderUnit(mut args) => {
-            // --dropin reads specs from the same config dir as every command.
-            args.config_dir
-                .get_or_insert_with(|| roots.config_dir.clone());
-            let text = unit::render_unit(&args)?;
+        Cmd::RenderUnit(args) => {
+            let text = unit::render_unit(&args.request(roots.config_dir.clone()))?;
             print!("{text}");
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Generate { out } => match cli::generate::write(&out) {
+            Ok(written) => {
+                for p in written {
+                    println!("{}", p.display());
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                vmwarden::report_error("vmwarden", &e);
+                Ok(ExitCode::FAILURE)
+            }
+        },
     }
 }
 
 fn main() -> ExitCode {
-    let cli: Cli = match vmwarden::parse_args() {
+    let cli: Cli = match cli::common::parse_args() {
         Ok(c) => c,
         Err(e) => {
             // A bad name exits 1, like every refused command.
@@ -269,7 +216,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    vmwarden::init_logging(std::env::var("VMWARDEN_LOG").ok().as_deref());
+    cli.log.init();
     match run(cli) {
         Ok(c) => c,
         Err(e) => {

@@ -2,7 +2,8 @@
 //!
 //! Defaults are the production paths; tests, demos and benchmarks override
 //! each root with a flag or the matching `VMWARDEN_*` environment variable so
-//! many VMs can run side by side without touching the real roots.
+//! many VMs can run side by side without touching the real roots (the flags
+//! are the binaries' own, in `src/bin/cli/`: this part is plain data).
 
 use std::path::{Path, PathBuf};
 
@@ -34,34 +35,11 @@ pub struct RootError {
     pub reason: &'static str,
 }
 
-#[derive(Debug, Clone, clap::Args)]
-pub struct RootArgs {
-    /// Directory holding NAME.json launch specs.
-    #[arg(long, env = "VMWARDEN_CONFIG_DIR", default_value = DEFAULT_CONFIG_DIR)]
-    pub config_dir: PathBuf,
-    /// Runtime root: one directory per VM (leases, intent records, sockets).
-    #[arg(long, env = "VMWARDEN_RUNTIME_ROOT", default_value = DEFAULT_RUNTIME_ROOT)]
-    pub runtime_root: PathBuf,
-    /// State root: one persistent, principal-owned directory per VM.
-    #[arg(long, env = "VMWARDEN_STATE_ROOT", default_value = DEFAULT_STATE_ROOT)]
-    pub state_root: PathBuf,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Roots {
     pub config_dir: PathBuf,
     pub runtime_root: PathBuf,
     pub state_root: PathBuf,
-}
-
-impl From<&RootArgs> for Roots {
-    fn from(a: &RootArgs) -> Self {
-        Roots {
-            config_dir: a.config_dir.clone(),
-            runtime_root: a.runtime_root.clone(),
-            state_root: a.state_root.clone(),
-        }
-    }
 }
 
 impl Default for Roots {

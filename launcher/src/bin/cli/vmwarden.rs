@@ -1,0 +1,168 @@
+//! `vmwarden`'s command line: the operator commands.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use vmwarden::config::names::VmName;
+use vmwarden::unit::{RenderUnitArgs, DEFAULT_BIN_DIR, DEFAULT_CREDENTIALS_DIR};
+
+use super::common::{LogArgs, RootArgs};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "vmwarden",
+    version,
+    about = "Operate vmwarden microVMs",
+    long_about = "Operate vmwarden microVMs: status, readiness, stop, and teardown with proof \
+(reap, purge, verify-clean). Destructive commands use the launcher's own liveness and \
+ownership code: a VM that might be running is never touched. Exit statuses: docs/exit-codes.md."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub roots: RootArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Show every VM (or the named ones): state, pid, principal, uptime,
+    /// whether it runs the configured spec, and its control socket's answer.
+    #[command(
+        long_about = "Show every VM (or the named ones) as a table: NAME, STATE \
+(running|stopped|ambiguous|retired), PID, PRINCIPAL, UPTIME, SPEC \
+(current|outdated|removed|unknown|configured|invalid|none) and CONTROL (the control socket's \
+answer). `outdated` means the VM runs a spec that differs from the one configured now: \
+restart it to apply the change. Exits 0 whatever state the VMs are in, 4 when a NAME is not \
+a VM vmwarden knows."
+    )]
+    Status {
+        /// VM names (default: every configured VM and every VM with a runtime dir).
+        #[arg(value_name = "NAME")]
+        names: Vec<VmName>,
+        /// Also VMs that are not configured but left state or a principal
+        /// registration behind, with what `reap` and `purge` would do.
+        #[arg(short, long)]
+        all: bool,
+        /// Print JSON (a list of records; fields in docs/operating.md).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Return once the VM's control socket answers (ExecStartPost).
+    WaitReady {
+        /// VM name.
+        name: VmName,
+        /// Seconds to wait.
+        #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+        timeout: f64,
+    },
+    /// Graceful power-down through the control socket, then quit, then SIGKILL (ExecStop).
+    Stop {
+        /// VM name.
+        name: VmName,
+        /// Seconds to wait for the guest to power off.
+        #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+        timeout: f64,
+    },
+    /// Find (and with --apply remove) what no live instance owns.
+    Reap {
+        /// Delete what the dry run lists (default: a dry run that changes nothing).
+        #[arg(long)]
+        apply: bool,
+        /// Also kill processes of principals with no live instance.
+        #[arg(long)]
+        kill: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a stopped VM's persistent state (asks for DELETE-EVERYTHING on a terminal).
+    Purge {
+        /// VM name.
+        name: VmName,
+        /// Keep identity/ and keep_on_purge, and the principal's registration.
+        #[arg(long)]
+        keep_identity: bool,
+    },
+    /// Check that nothing of the VMs was left running or behind.
+    VerifyClean {
+        /// VM names (default: every known VM).
+        #[arg(value_name = "NAME")]
+        names: Vec<VmName>,
+        /// Directories that must be untouched since --since.
+        #[arg(long = "protected", value_name = "DIR")]
+        protected: Vec<PathBuf>,
+        /// Unix time (seconds) the protected dirs must be unchanged since.
+        #[arg(long, value_name = "UNIX_SECONDS")]
+        since: Option<f64>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the systemd units for hosts without Nix.
+    RenderUnit(RenderUnitCli),
+    /// Write the man pages and shell completions of the three binaries
+    /// (the package builds run it; see docs/operating.md).
+    Generate {
+        /// Output directory: man/man1/*.1 and completions/{bash,zsh,fish}/.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+}
+
+/// Arguments of `vmwarden render-unit`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RenderUnitCli {
+    /// Directory holding vmwarden-launch, vmwarden-cleanup and vmwarden
+    /// (absolute).
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_BIN_DIR)]
+    pub bin_dir: PathBuf,
+
+    /// Print microvms.target instead of microvm@.service.
+    #[arg(long, conflicts_with_all = ["dropin", "reap_report"])]
+    pub target: bool,
+
+    /// Print vmwarden-reap-report.service (boot-time `vmwarden reap` dry
+    /// run) instead of microvm@.service.
+    #[arg(long, conflicts_with_all = ["dropin", "target"])]
+    pub reap_report: bool,
+
+    /// Print the drop-in of VM NAME (install it as
+    /// /etc/systemd/system/microvm@NAME.service.d/vmwarden.conf).
+    #[arg(long, value_name = "NAME")]
+    pub dropin: Option<VmName>,
+
+    /// Launch spec the drop-in is built from [default:
+    /// CONFIG_DIR/NAME.json, i.e. /etc/vmwarden/vms/NAME.json].
+    #[arg(long, value_name = "PATH", requires = "dropin")]
+    pub spec: Option<PathBuf>,
+
+    /// Directory of credential files: systemd credential C of VM NAME is
+    /// loaded from DIR/NAME/C (keep them root-owned, mode 0400).
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_CREDENTIALS_DIR)]
+    pub credentials_dir: PathBuf,
+
+    /// Read the unit data from DIR/*.toml instead of the copy compiled in
+    /// (for tests/nix/run.sh: an edited key must change both renderings).
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub units_dir: Option<PathBuf>,
+}
+
+impl RenderUnitCli {
+    /// The library's request; `--dropin` reads specs from `config_dir`, the
+    /// same config dir as every command.
+    pub fn request(self, config_dir: PathBuf) -> RenderUnitArgs {
+        RenderUnitArgs {
+            bin_dir: self.bin_dir,
+            target: self.target,
+            reap_report: self.reap_report,
+            dropin: self.dropin,
+            spec: self.spec,
+            credentials_dir: self.credentials_dir,
+            config_dir: Some(config_dir),
+            units_dir: self.units_dir,
+        }
+    }
+}
