@@ -9,12 +9,13 @@ use serde::Serialize;
 
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
-use crate::config::spec::{HypervisorKind, Spec};
+use crate::config::spec::HypervisorKind;
 use crate::host::dirs;
 use crate::host::procs;
 use crate::hypervisor::api::{self, ApiError};
 use crate::hypervisor::qmp::{Qmp, QmpError};
 use crate::instance::intent::Intent;
+use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, LeaseState};
 use crate::instance::liveness::{self, Verdict};
 
@@ -62,18 +63,16 @@ fn lease_held(roots: &Roots, name: &VmName) -> bool {
         == Some(LeaseState::Held)
 }
 
-/// The hypervisor kind of VM `name`: from its intent record, else its
-/// spec, else QEMU.
+/// The hypervisor kind of VM `name`: from its intent record, else the
+/// spec it was launched from (else the configured spec), else QEMU.
 pub fn kind_of(roots: &Roots, name: &VmName) -> HypervisorKind {
-    dirs::open_dir(&roots.runtime_dir(name))
+    let intent = dirs::open_dir(&roots.runtime_dir(name))
         .ok()
-        .and_then(|d| Intent::read(&d).ok().flatten())
+        .and_then(|d| Intent::read(&d).ok().flatten());
+    intent
+        .as_ref()
         .and_then(|i| i.hypervisor)
-        .or_else(|| {
-            Spec::read(&roots.spec_path(name))
-                .ok()
-                .map(|s| s.hypervisor.kind)
-        })
+        .or_else(|| effective_spec(roots, name, intent.as_ref()).map(|(s, _)| s.hypervisor.kind))
         .unwrap_or(HypervisorKind::Qemu)
 }
 

@@ -16,6 +16,10 @@ pub const DEFAULT_STATE_ROOT: &str = "/var/lib/vmwarden";
 /// Entry names inside one VM's runtime directory.
 pub const LEASE_FILE: &str = "instance.lock";
 pub const INTENT_FILE: &str = "instance.json";
+/// The exact bytes of the spec the running instance was launched from
+/// (root 0600): `status` compares it with the configured spec, and the
+/// teardown tools read it while the intent record exists.
+pub const LAUNCHED_SPEC_FILE: &str = "launched-spec.json";
 pub const CONTROL_DIR: &str = "control";
 pub const CREDENTIALS_DIR: &str = "credentials";
 pub const QMP_SOCKET: &str = "qmp.sock";
@@ -79,6 +83,9 @@ impl Roots {
     }
     pub fn intent_path(&self, name: &VmName) -> PathBuf {
         self.runtime_dir(name).join(INTENT_FILE)
+    }
+    pub fn launched_spec_path(&self, name: &VmName) -> PathBuf {
+        self.runtime_dir(name).join(LAUNCHED_SPEC_FILE)
     }
     pub fn principals_dir(&self) -> PathBuf {
         self.state_root.join(PRINCIPALS_DIR)

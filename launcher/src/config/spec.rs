@@ -248,6 +248,12 @@ impl Spec {
 
     /// Read (size-capped) and parse, without validating.
     pub fn read(path: &Path) -> Result<Spec, SpecError> {
+        Spec::parse(path, &Spec::read_bytes(path)?)
+    }
+
+    /// The spec file's bytes, size-capped: what a launch keeps a copy of,
+    /// and what `status` compares that copy with.
+    pub fn read_bytes(path: &Path) -> Result<Vec<u8>, SpecError> {
         let read_err = |source| SpecError::Read {
             path: path.to_path_buf(),
             source,
@@ -278,17 +284,27 @@ impl Spec {
                 size: bytes.len() as u64,
             });
         }
-        Spec::parse(path, &bytes)
+        Ok(bytes)
     }
 
     /// Read, parse and validate every field, including the files the spec
     /// names (kernel, initrd, hypervisor binary, disks). `expected_name` is
     /// the unit instance name: the spec must describe that VM.
     pub fn load(path: &Path, expected_name: &VmName) -> Result<Spec, SpecError> {
-        let spec = Spec::read(path)?;
+        Spec::load_with_bytes(path, expected_name).map(|(spec, _)| spec)
+    }
+
+    /// [`Spec::load`], also returning the exact bytes the spec was parsed
+    /// from (one read: the launch keeps a copy of what it validated).
+    pub fn load_with_bytes(
+        path: &Path,
+        expected_name: &VmName,
+    ) -> Result<(Spec, Vec<u8>), SpecError> {
+        let bytes = Spec::read_bytes(path)?;
+        let spec = Spec::parse(path, &bytes)?;
         spec.validate(path, expected_name)?;
         spec.validate_files(path)?;
-        Ok(spec)
+        Ok((spec, bytes))
     }
 
     /// Field checks that need no file system access.

@@ -275,6 +275,17 @@ pub fn split_parent(path: &Path) -> Result<(Dir, String)> {
 /// Replace `dir/name` durably: write a temp file (`O_EXCL`, `mode`), fsync,
 /// rename over `name`, fsync the directory.
 pub fn durable_write(dir: &Dir, name: &str, bytes: &[u8], mode: u32) -> Result<()> {
+    replace(dir, name, bytes, mode, true)
+}
+
+/// Replace `dir/name` atomically but without fsync: readers see the old
+/// file or the whole new one. For files that need not outlive the machine
+/// (the runtime root is on /run) and are written on the launch's hot path.
+pub fn atomic_write(dir: &Dir, name: &str, bytes: &[u8], mode: u32) -> Result<()> {
+    replace(dir, name, bytes, mode, false)
+}
+
+fn replace(dir: &Dir, name: &str, bytes: &[u8], mode: u32, sync: bool) -> Result<()> {
     use std::io::Write;
     let tmp = format!(".{name}.tmp");
     let path = dir.path.join(name);
@@ -296,11 +307,15 @@ pub fn durable_write(dir: &Dir, name: &str, bytes: &[u8], mode: u32) -> Result<(
     .sys("create", &tmp_path)?;
     let mut f = std::fs::File::from(fd);
     f.write_all(bytes).io("write", &tmp_path)?;
-    nix::unistd::fsync(f.as_fd()).sys("fsync", &tmp_path)?;
+    if sync {
+        nix::unistd::fsync(f.as_fd()).sys("fsync", &tmp_path)?;
+    }
     drop(f);
     nix::fcntl::renameat(dir.fd.as_fd(), tmp.as_str(), dir.fd.as_fd(), name)
         .sys("rename", &path)?;
-    nix::unistd::fsync(dir.fd.as_fd()).sys("fsync", &dir.path)?;
+    if sync {
+        nix::unistd::fsync(dir.fd.as_fd()).sys("fsync", &dir.path)?;
+    }
     Ok(())
 }
 

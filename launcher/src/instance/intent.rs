@@ -74,6 +74,12 @@ pub enum Resource {
     PrivateMount { path: PathBuf, fstype: String },
     /// The persistent state dir; user-owned, never deleted by cleanup.
     StateDir { path: PathBuf },
+    /// The copy of the exact spec bytes this instance was launched from
+    /// (`launched-spec.json`, root 0600), read from `source`. `status`
+    /// compares it with the configured spec; stop, cleanup, verify-clean,
+    /// reap and purge read it instead of the configured spec while this
+    /// record exists. Removed by cleanup with the rest of the runtime dir.
+    LaunchedSpec { path: PathBuf, source: PathBuf },
     /// A tap the launcher creates as a non-persistent fd for the
     /// hypervisor: the kernel deletes it when the last holder dies. Cleanup
     /// and verify-clean check it is gone; `reap --apply` deletes a survivor.
@@ -103,6 +109,14 @@ pub struct Intent {
 }
 
 impl Intent {
+    /// The launched spec copy this record names, and where it was read from.
+    pub fn launched_spec(&self) -> Option<(&Path, &Path)> {
+        self.resources.iter().find_map(|r| match r {
+            Resource::LaunchedSpec { path, source } => Some((path.as_path(), source.as_path())),
+            _ => None,
+        })
+    }
+
     /// Tap names this record lists (a name that is not a tap name, which
     /// the launcher never writes, is not one of vmwarden's taps).
     pub fn taps(&self) -> Vec<TapName> {

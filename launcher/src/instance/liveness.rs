@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use crate::config::names::VmName;
 use crate::config::paths::{Roots, LEASE_FILE};
-use crate::config::spec::Spec;
 use crate::host::procs::{processes_of_uid, unit_cgroup_pids};
 use crate::host::{dirs, peer};
 use crate::hypervisor::api;
 use crate::identity::principal::{self, PrincipalError};
 use crate::instance::intent::Intent;
+use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, LeaseState};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +67,8 @@ pub struct UnknownUid {
 }
 
 /// The uid whose processes count as the VM's: from the intent record, else
-/// from the spec.
+/// from the spec (the launched copy the record names, else the configured
+/// one).
 pub fn vm_uid(
     roots: &Roots,
     name: &VmName,
@@ -76,14 +77,14 @@ pub fn vm_uid(
     if let Some(i) = intent {
         return Ok(Some(i.principal.uid));
     }
-    match Spec::read(&roots.spec_path(name)) {
-        Ok(spec) => principal::resolve_ids(&spec)
+    match effective_spec(roots, name, intent) {
+        Some((spec, _)) => principal::resolve_ids(&spec)
             .map(|(u, _, _)| Some(u))
             .map_err(|source| UnknownUid {
                 name: name.to_string(),
                 source,
             }),
-        Err(_) => Ok(None),
+        None => Ok(None),
     }
 }
 

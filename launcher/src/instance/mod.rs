@@ -3,6 +3,7 @@
 //! liveness probe every tool believes.
 
 pub mod intent;
+pub mod launched;
 pub mod lease;
 pub mod liveness;
 

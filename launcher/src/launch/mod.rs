@@ -20,8 +20,8 @@ use netlink_packet_route::link::InfoKind;
 use crate::config::files::Distrust;
 use crate::config::names::{ArgNameError, VmName};
 use crate::config::paths::{
-    RootError, Roots, API_SOCKET, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG, LEASE_FILE,
-    QMP_SOCKET,
+    RootError, Roots, API_SOCKET, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG,
+    LAUNCHED_SPEC_FILE, LEASE_FILE, QMP_SOCKET,
 };
 use crate::config::spec::{CredentialSource, HypervisorKind, SandboxMode, Spec, SpecError};
 use crate::host::dirs::{self, Dir, DirError, Loose, Want};
@@ -48,6 +48,7 @@ pub const STEPS: &[&str] = &[
     "runtime-dir",
     "lease-taken",
     "intent-written",
+    "spec-kept",
     "state-dir",
     "control-dir",
     "credentials-dir",
@@ -460,7 +461,9 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         .spec
         .clone()
         .unwrap_or_else(|| roots.spec_path(&opts.name));
-    let spec = Spec::load(&spec_path, &opts.name)?;
+    // The bytes are kept (step 5b): what `status` compares and the
+    // teardown tools read while this instance's record exists.
+    let (spec, spec_bytes) = Spec::load_with_bytes(&spec_path, &opts.name)?;
     check_spec_paths_scoped(&spec, &spec_path, roots)?;
     let loaded = creds::read_all(&spec, opts.credentials_directory.as_deref())?;
     steps.after("spec-loaded");
@@ -525,6 +528,10 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let fc_config_path = control_path.join(FIRECRACKER_CONFIG);
     let kind = spec.hypervisor.kind;
     let mut resources = vec![
+        Resource::LaunchedSpec {
+            path: rundir.path.join(LAUNCHED_SPEC_FILE),
+            source: spec_path.clone(),
+        },
         Resource::StateDir {
             path: state_dir_path.clone(),
         },
@@ -576,6 +583,12 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     };
     record.write(&rundir)?;
     steps.after("intent-written");
+
+    // 5b. The copy of the spec this instance runs (root 0600). Atomic, not
+    //     fsynced: /run does not outlive the machine, and neither need it.
+    dirs::atomic_write(&rundir, LAUNCHED_SPEC_FILE, &spec_bytes, 0o600)?;
+    drop(spec_bytes);
+    steps.after("spec-kept");
 
     // 6. Host resources: state dir (principal's, 0700), control dir, the
     //    credential mount point (root 0700 on the host side).

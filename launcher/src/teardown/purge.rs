@@ -13,12 +13,12 @@ use serde::Serialize;
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::config::rawpath;
-use crate::config::spec::Spec;
 use crate::host::dirs::{self, Dir, DirError, Loose, Want};
 use crate::host::ownership::{self, Outcome};
 use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal;
 use crate::identity::registry::{self, Record};
+use crate::instance::launched::effective_spec_of;
 use crate::instance::lease::{Lease, LeaseError};
 use crate::instance::liveness::{self, Verdict};
 
@@ -123,13 +123,16 @@ pub fn plan_entries(dir: &Dir, keep: &[String]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// `keep_on_purge` and the principal's uid from the spec to believe: the
+/// launched copy while the instance's record exists, else the configured
+/// spec; without either, `identity` alone and no uid.
 fn spec_keep_and_uid(roots: &Roots, name: &VmName) -> (Vec<String>, Option<u32>) {
-    match Spec::read(&roots.spec_path(name)) {
-        Ok(s) => (
+    match effective_spec_of(roots, name) {
+        Some((s, _)) => (
             s.keep_on_purge.clone(),
             principal::resolve_ids(&s).ok().map(|x| x.0),
         ),
-        Err(_) => (vec![IDENTITY_DIR.to_string()], None),
+        None => (vec![IDENTITY_DIR.to_string()], None),
     }
 }
 

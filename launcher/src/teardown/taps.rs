@@ -3,14 +3,15 @@
 
 use crate::config::names::{TapName, VmName};
 use crate::config::paths::Roots;
-use crate::config::spec::Spec;
 use crate::host::net::link_exists;
 use crate::instance::intent::Intent;
+use crate::instance::launched::effective_spec;
 
-/// The taps VM `name` has or may have: its intent record's and its spec's.
+/// The taps VM `name` has or may have: its intent record's and its spec's
+/// (the launched copy while the record names one, else the configured spec).
 pub fn vm_taps(roots: &Roots, name: &VmName, intent: Option<&Intent>) -> Vec<TapName> {
     let mut out: Vec<TapName> = intent.map(|i| i.taps()).unwrap_or_default();
-    if let Ok(spec) = Spec::read(&roots.spec_path(name)) {
+    if let Some((spec, _)) = effective_spec(roots, name, intent) {
         out.extend(spec.interfaces.into_iter().map(|n| n.tap));
     }
     out.sort();
