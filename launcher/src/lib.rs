@@ -14,6 +14,7 @@ pub mod hypervisor;
 pub mod identity;
 pub mod instance;
 pub mod launch;
+pub mod status;
 pub mod teardown;
 pub mod unit;
 

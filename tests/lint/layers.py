@@ -24,6 +24,7 @@ LAYERS = [
     "launch",      # the launch sequence and the sandbox
     "control",     # status, wait-ready, stop
     "teardown",    # cleanup, reap, purge, verify-clean
+    "status",      # the operator's view: deciding (gather) and rendering
     "unit",        # render-unit
     "error",       # the crate error: composes every part's own error enum
 ]

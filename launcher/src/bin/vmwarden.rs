@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use vmwarden::config::rawpath::show;
-use vmwarden::instance::known_vms;
 use vmwarden::teardown::{purge, reap, verify};
 use vmwarden::unit;
 use vmwarden::{control, Error};
@@ -14,9 +13,54 @@ use vmwarden::{control, Error};
 mod cli;
 
 use cli::vmwarden::{Cli, Cmd};
+use vmwarden::config::names::VmName;
+use vmwarden::config::paths::Roots;
+use vmwarden::status::gather::gather;
+use vmwarden::status::render;
+
+/// `status NAME` for a NAME vmwarden does not know, like `systemctl
+/// status` for a unit that does not exist (docs/exit-codes.md).
+const EXIT_NO_SUCH_VM: u8 = 4;
 
 fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+/// `vmwarden status`: the records are decided by `status::gather` and
+/// rendered by `status::render` (pure). Exit 0 whatever state the VMs are
+/// in; 4 when a NAME is not a VM vmwarden knows (the others still shown).
+fn status(roots: &Roots, names: &[VmName], all: bool, as_json: bool) -> Result<ExitCode, Error> {
+    let g = gather(roots, names, all);
+    if as_json {
+        print!("{}", render::json(&g.records));
+    } else {
+        // The sentence is for "nothing to show", not for unknown NAMEs
+        // (those are reported on stderr).
+        let empty = if names.is_empty() {
+            render::nothing(
+                &roots.config_dir,
+                &roots.runtime_root,
+                all.then_some(roots.state_root.as_path()),
+            )
+        } else {
+            String::new()
+        };
+        print!("{}", render::table(&g.records, &empty));
+        if all {
+            print!("{}", render::notes(&g.records));
+        }
+    }
+    for n in &g.unknown {
+        eprintln!(
+            "vmwarden: status: no VM {n:?}: no spec {}, no runtime dir, no state dir, no principal registration",
+            show(&roots.spec_path(n))
+        );
+    }
+    Ok(if g.unknown.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_NO_SUCH_VM)
+    })
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Error> {
@@ -25,32 +69,9 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
     match cli.cmd {
         Cmd::Status {
             names,
-            all: _,
+            all,
             json: as_json,
-        } => {
-            let names = if names.is_empty() {
-                known_vms(&roots)
-            } else {
-                names
-            };
-            let st: Vec<_> = names.iter().map(|n| control::status(&roots, n)).collect();
-            if as_json {
-                println!("{}", json(&st));
-            } else {
-                for s in &st {
-                    println!(
-                        "{} {} pid={} uid={} qmp={} ({})",
-                        s.name,
-                        s.state,
-                        s.pid.map(|p| p.to_string()).unwrap_or("-".into()),
-                        s.uid.map(|p| p.to_string()).unwrap_or("-".into()),
-                        s.qmp_status.as_deref().unwrap_or("-"),
-                        s.liveness
-                    );
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => status(&roots, &names, all, as_json),
         Cmd::WaitReady { name, timeout } => {
             let status = control::wait_ready(&roots, &name, Duration::from_secs_f64(timeout))?;
             println!("{name}: ready (qmp status {status})");
