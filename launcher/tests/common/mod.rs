@@ -5,6 +5,8 @@
 //! paths). They fail loudly without it; run them as the README says.
 #![allow(dead_code)]
 
+pub mod golden;
+
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
