@@ -263,10 +263,10 @@ impl Steps {
     fn after(&mut self, step: &str) {
         debug_assert_eq!(self.current(), step, "steps out of order");
         self.current += 1;
-        tracing::debug!(step, "launch step done");
+        tracing::debug!(step = %step, "launch step done");
         #[cfg(feature = "fault-injection")]
         if self.fault_after.as_deref() == Some(step) {
-            tracing::warn!(step, "fault injection: SIGKILL after step");
+            tracing::warn!(step = %step, "fault injection: SIGKILL after step");
             let _ =
                 nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
         }
@@ -436,7 +436,12 @@ fn qemu_sandbox(spec: &Spec, spec_path: &Path, principal: &Principal) -> Result<
 
 /// Everything up to `execve`. Returns only on error, naming the step it
 /// failed in.
+///
+/// Every log line of the launch is in the span `launch{vm=NAME}` and its
+/// INFO lines carry `step=` (a step of [`STEPS`], or [`EXEC_STEP`]), so the
+/// journal says which VM and where.
 pub fn launch(opts: Options) -> std::result::Result<Infallible, LaunchError> {
+    let _span = tracing::info_span!("launch", vm = %opts.name).entered();
     let mut steps = Steps::new(opts.fault_after.clone());
     run(&opts, &mut steps).map_err(|error| LaunchError::at(steps.current(), error))
 }
@@ -466,6 +471,13 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let (spec, spec_bytes) = Spec::load_with_bytes(&spec_path, &opts.name)?;
     check_spec_paths_scoped(&spec, &spec_path, roots)?;
     let loaded = creds::read_all(&spec, opts.credentials_directory.as_deref())?;
+    tracing::info!(
+        step = %"spec-loaded",
+        spec = %spec_path.display(),
+        hypervisor = %spec.hypervisor.kind.as_str(),
+        credentials = loaded.len(),
+        "spec valid"
+    );
     steps.after("spec-loaded");
 
     // 3. Principal.
@@ -582,6 +594,12 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         resources,
     };
     record.write(&rundir)?;
+    tracing::info!(
+        step = %"intent-written",
+        instance = %record.instance_id,
+        uid = principal.uid,
+        "intent recorded"
+    );
     steps.after("intent-written");
 
     // 5b. The copy of the spec this instance runs (root 0600). Atomic, not
@@ -671,7 +689,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // 10. Landlock.
     let policy = landlock::policy(&spec, &state_dir_path, &control_path, &creds_path);
     let outcome = landlock::apply(&policy, spec.landlock.mode)?;
-    tracing::info!(?outcome, "landlock applied");
+    tracing::info!(step = %"landlock", ?outcome, "landlock applied");
     steps.after("landlock");
 
     // 10b. seccomp: no namespace, no socket but AF_UNIX, no keyring, no
@@ -800,7 +818,7 @@ fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
         };
         let mac = spec.guest_mac(i).host_side();
         rtnl.configure(n.tap.as_str(), link.index, &mac.octets(), controller)?;
-        tracing::info!(tap = %n.tap, bridge = ?n.bridge, "tap created");
+        tracing::info!(step = %"taps", tap = %n.tap, bridge = ?n.bridge, "tap created");
         taps.push(tap);
     }
     Ok(taps)
@@ -884,7 +902,12 @@ fn exec(
         keep.push(net::inherit_across_exec(&t.fd)?);
     }
     sandbox::cloexec_all_but(&keep)?;
-    tracing::info!(uid = principal.uid, program = %program.display(), "exec");
+    tracing::info!(
+        step = %EXEC_STEP,
+        uid = principal.uid,
+        program = %program.display(),
+        "exec"
+    );
     let errno = match nix::unistd::execve(&c_prog, &c_argv, &c_env) {
         Ok(never) => match never {},
         Err(e) => e,
