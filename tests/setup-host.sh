@@ -13,6 +13,9 @@
 #   debootstrap      systemd rootfs for slow tests
 #   kmod             modinfo (module load order when building the initramfs)
 #   python3          QMP snippets in the smoke tests
+#   zsh, fish        the generated shell completions are loaded and run in
+#                    each shell (launcher/tests/cli.rs); bash is always there
+#   groff-base       the generated man pages must render without a warning
 set -euo pipefail
 
 die() { echo "setup-host.sh: ERROR: $*" >&2; exit 1; }
@@ -22,7 +25,7 @@ command -v dpkg-query >/dev/null 2>&1 || die "not a Debian-based system (no dpkg
 
 # package -> a command it must provide (checked as well, so a half-removed
 # package is repaired)
-PKGS=(qemu-system-x86 busybox-static acl e2fsprogs debootstrap kmod python3)
+PKGS=(qemu-system-x86 busybox-static acl e2fsprogs debootstrap kmod python3 zsh fish groff-base)
 declare -A CMD_OF=(
   [qemu-system-x86]=qemu-system-x86_64
   [busybox-static]=busybox
@@ -31,6 +34,9 @@ declare -A CMD_OF=(
   [debootstrap]=debootstrap
   [kmod]=modinfo
   [python3]=python3
+  [zsh]=zsh
+  [fish]=fish
+  [groff-base]=groff
   [qemu-utils]=qemu-img
 )
 export PATH="$PATH:/usr/sbin:/sbin"

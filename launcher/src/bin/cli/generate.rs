@@ -23,9 +23,19 @@ pub struct File {
 }
 
 /// Escape text for a roff line: backslashes, hyphens (so `--flag` stays
-/// copyable), and a leading `.` or `'` that would start a request.
+/// copyable), characters outside ASCII (`\[uXXXX]`), and a leading `.` or
+/// `'` that would start a request.
 fn roff_text(s: &str) -> String {
-    let s = s.replace('\\', "\\e").replace('-', "\\-").replace('`', "");
+    let s: String = s
+        .replace('\\', "\\e")
+        .replace('-', "\\-")
+        .replace('`', "")
+        .chars()
+        .map(|c| match c {
+            c if c.is_ascii() => c.to_string(),
+            c => format!("\\[u{:04X}]", c as u32),
+        })
+        .collect();
     match s.chars().next() {
         Some('.' | '\'') => format!("\\&{s}"),
         _ => s,
