@@ -44,6 +44,20 @@
         # real kernel; the sandbox has none, so only unit tests run here.
         # The nixosTests in checks/ run the binaries for real.
         cargoTestFlags = ["--lib" "--bins"];
+        # Man pages and bash/zsh/fish completions of the three binaries,
+        # rendered from their clap definitions by the binary just built
+        # (so only when the build platform can run it).
+        nativeBuildInputs = [pkgs.installShellFiles];
+        postInstall = lib.optionalString (pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform) ''
+          $out/bin/vmwarden generate --out generated > /dev/null
+          installManPage generated/man/man1/*.1
+          for bin in vmwarden vmwarden-launch vmwarden-cleanup; do
+            installShellCompletion --cmd "$bin" \
+              --bash "generated/completions/bash/$bin.bash" \
+              --zsh "generated/completions/zsh/_$bin" \
+              --fish "generated/completions/fish/$bin.fish"
+          done
+        '';
         meta = {
           description = "Per-VM principal, private mount namespace and noswap credential tmpfs for microVMs, with teardown that proves itself";
           license = with lib.licenses; [mit asl20];
