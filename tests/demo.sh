@@ -84,10 +84,15 @@ fi
 show "argv carries only the tmpfs path: $(tr '\0' ' ' < "/proc/$QEMU_PID/cmdline" | grep -o -- '-fw_cfg [^ ]*')"
 show "environment: $(tr '\0' ' ' < "/proc/$QEMU_PID/environ")"
 
-say "QMP over control/qmp.sock, and a second launch"
-"$BIN/vmwarden" status web | sed 's/^/   /'
+say "vmwarden status (QMP over control/qmp.sock answers in CONTROL), and a second launch"
+"$BIN/vmwarden" status | sed 's/^/   /'
 if "$BIN/vmwarden-launch" web 2> "$DEMO/second.err"; then echo "   second launch was not refused"; exit 1; fi
 sed 's/^/   /' "$DEMO/second.err"
+
+say "the spec changes while the VM runs (a rebuild with restartIfChanged = false): outdated"
+sed -i 's/"memory_mib": 256/"memory_mib": 384/' "$VMWARDEN_CONFIG_DIR/web.json"
+"$BIN/vmwarden" status | sed 's/^/   /'
+show "the running instance keeps the spec it was launched from: $VMWARDEN_RUNTIME_ROOT/web/launched-spec.json"
 
 say "stop: vmwarden stop web (ACPI power button through QMP)"
 "$BIN/vmwarden" stop web --timeout 30 | sed 's/^/   /'
@@ -97,6 +102,9 @@ show "guest console: $(grep '^VMWARDEN-GUEST-POWERBUTTON' "$DEMO/serial.log")"
 
 say "teardown with proof: vmwarden-cleanup web (what ExecStopPost runs)"
 "$BIN/vmwarden-cleanup" web | python3 -m json.tool | sed 's/^/   /'
+
+say "status after the stop"
+"$BIN/vmwarden" status | sed 's/^/   /'
 
 say "verify-clean and a reap dry run"
 "$BIN/vmwarden" verify-clean web | sed 's/^/   /'
