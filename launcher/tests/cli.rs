@@ -184,7 +184,7 @@ fn launcher_log_lines_name_the_vm_and_the_step() {
             .unwrap_or_else(|| panic!("no step= in {l:?}"));
         assert!(l.contains("launch{vm=web}:"), "{l}");
         assert!(
-            steps.iter().any(|s| s == step) || step == "execve",
+            steps.iter().any(|s| s == step) || step == "exec",
             "{step} is not a launch step: {l}"
         );
     }

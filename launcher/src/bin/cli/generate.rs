@@ -145,17 +145,31 @@ pub fn render() -> std::io::Result<Vec<File>> {
 }
 
 /// Write every file under `out` (created as needed); returns their paths.
-pub fn write(out: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub fn write(out: &Path) -> Result<Vec<PathBuf>, GenerateError> {
+    let err = |op, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| GenerateError { op, path, source }
+    };
     let mut written = Vec::new();
-    for f in render()? {
+    for f in render().map_err(err("render", out))? {
         let path = out.join(&f.path);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
+            std::fs::create_dir_all(parent).map_err(err("create directory", parent))?;
         }
-        std::fs::write(&path, &f.bytes)?;
+        std::fs::write(&path, &f.bytes).map_err(err("write", &path))?;
         written.push(path);
     }
     Ok(written)
+}
+
+/// A file `generate` could not render or write.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {op}: {source}")]
+pub struct GenerateError {
+    pub op: &'static str,
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
 }
 
 #[cfg(test)]
