@@ -151,8 +151,14 @@ fn a_bad_vm_name_is_refused_at_parse_time_by_every_binary_that_takes_one() {
             EX_CONFIG,
         ),
         (CLEANUP, &["NAME"], "<NAME>", 1),
-        (VMWARDEN, &["status", "NAME"], "[NAME]", 1),
-        (VMWARDEN, &["status", "NAME", "--json"], "[NAME]", 1),
+        (VMWARDEN, &["status", "NAME"], "[NAME]...", 1),
+        (VMWARDEN, &["status", "NAME", "--json"], "[NAME]...", 1),
+        (
+            VMWARDEN,
+            &["status", "web", "NAME", "--all"],
+            "[NAME]...",
+            1,
+        ),
         (
             VMWARDEN,
             &["wait-ready", "NAME", "--timeout", "1"],
@@ -162,8 +168,8 @@ fn a_bad_vm_name_is_refused_at_parse_time_by_every_binary_that_takes_one() {
         (VMWARDEN, &["stop", "NAME", "--timeout", "1"], "<NAME>", 1),
         (VMWARDEN, &["purge", "NAME"], "<NAME>", 1),
         (VMWARDEN, &["purge", "NAME", "--keep-identity"], "<NAME>", 1),
-        (VMWARDEN, &["verify-clean", "NAME"], "[NAMES]...", 1),
-        (VMWARDEN, &["verify-clean", "web", "NAME"], "[NAMES]...", 1),
+        (VMWARDEN, &["verify-clean", "NAME"], "[NAME]...", 1),
+        (VMWARDEN, &["verify-clean", "web", "NAME"], "[NAME]...", 1),
         (
             VMWARDEN,
             &["render-unit", "--dropin", "NAME"],
