@@ -2,6 +2,7 @@
 //! ownership and liveness code.
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -72,159 +73,197 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             all,
             json: as_json,
         } => status(&roots, &names, all, as_json),
-        Cmd::WaitReady { name, timeout } => {
-            let status = control::wait_ready(&roots, &name, Duration::from_secs_f64(timeout))?;
-            println!("{name}: ready (qmp status {status})");
-            Ok(ExitCode::SUCCESS)
-        }
-        Cmd::Stop { name, timeout } => {
-            let by = control::stop(&roots, &name, Duration::from_secs_f64(timeout))?;
-            println!(
-                "{name}: stopped by {}",
-                serde_json::to_value(by)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        Cmd::WaitReady { name, timeout } => wait_ready(&roots, &name, timeout),
+        Cmd::Stop { name, timeout } => stop(&roots, &name, timeout),
         Cmd::Reap {
             apply,
             kill,
             json: as_json,
-        } => {
-            let r = reap::reap(&roots, apply, kill);
-            if as_json {
-                println!("{}", json(&r));
-            } else {
-                let verb = if apply { "deleting" } else { "would delete" };
-                for o in &r.orphans {
-                    println!("{verb} {:?} {} ({})", o.kind, show(&o.path), o.reason);
-                }
-                for k in &r.kept {
-                    println!("keeping {:?} {} ({})", k.kind, show(&k.path), k.reason);
-                }
-                for p in &r.killed {
-                    println!("killed pid {p}");
-                }
-                for f in &r.failed {
-                    println!("FAILED {} ({})", show(&f.path), f.reason);
-                }
-                println!(
-                    "reap: {} orphan(s), {} kept, {} deleted, {} failed{}",
-                    r.orphans.len(),
-                    r.kept.len(),
-                    r.deleted.len(),
-                    r.failed.len(),
-                    if apply {
-                        ""
-                    } else {
-                        " (dry run: nothing changed; --apply to delete)"
-                    }
-                );
-            }
-            Ok(if r.ok() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
+        } => reap_cmd(&roots, apply, kill, as_json),
         Cmd::Purge {
             name,
             keep_identity,
-        } => {
-            let plan = purge::plan(&roots, &name, keep_identity)?;
-            println!(
-                "purge plan for {name}: state dir {} stays",
-                plan.state_dir.display()
-            );
-            for k in &plan.keep {
-                println!("  keep   {k}");
-            }
-            for d in &plan.delete {
-                println!("  delete {}", show(d));
-            }
-            match plan.retire_uid {
-                Some(uid) => println!("  retire principal uid {uid} (tombstone; the uid is not reused while residue exists)"),
-                None if keep_identity => println!("  keep the principal's registration (--keep-identity)"),
-                None => println!("  no principal to retire could be determined"),
-            }
-            if !std::io::stdin().is_terminal() {
-                return Err(Error::NoTerminal {
-                    phrase: purge::CONFIRM_PHRASE,
-                });
-            }
-            print!("Type {} to proceed: ", purge::CONFIRM_PHRASE);
-            let _ = std::io::stdout().flush();
-            let mut line = String::new();
-            std::io::stdin()
-                .lock()
-                .read_line(&mut line)
-                .map_err(Error::Confirm)?;
-            if line.trim_end_matches(['\n', '\r']) != purge::CONFIRM_PHRASE {
-                println!("purge: not confirmed; nothing deleted");
-                return Ok(ExitCode::FAILURE);
-            }
-            let rep = purge::execute(&roots, &name, plan)?;
-            for d in &rep.outcome.deleted {
-                println!("deleted {}", show(d));
-            }
-            for f in &rep.outcome.failed {
-                println!("FAILED {} ({})", show(&f.path), f.reason);
-            }
-            if let Some(e) = &rep.retire_error {
-                println!("NOT RETIRED: {e}");
-            }
-            if let Some(r) = &rep.retired {
-                println!(
-                    "retired principal uid {} (generation {})",
-                    r.uid, r.generation
-                );
-            }
-            let ok = rep.outcome.failed.is_empty()
-                && (rep.plan.retire_uid.is_none() || rep.retired.is_some());
-            println!("purge: {}", if ok { "done" } else { "INCOMPLETE" });
-            Ok(if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
+        } => purge_cmd(&roots, &name, keep_identity),
         Cmd::VerifyClean {
             names,
             protected,
             since,
             json: as_json,
-        } => {
-            let r = verify::verify(&roots, &names, &protected, since);
-            if as_json {
-                println!("{}", json(&r));
-            } else {
-                print!("{}", r.lines());
-            }
-            Ok(if r.clean {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
+        } => verify_clean(&roots, &names, &protected, since, as_json),
         Cmd::RenderUnit(args) => {
             let text = unit::render_unit(&args.request(roots.config_dir.clone()))?;
             print!("{text}");
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Generate { out } => match cli::generate::write(&out) {
-            Ok(written) => {
-                for p in written {
-                    println!("{}", p.display());
-                }
-                Ok(ExitCode::SUCCESS)
+        Cmd::Generate { out } => generate(&out),
+    }
+}
+
+fn ok_or_failure(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `wait-ready NAME` (ExecStartPost).
+fn wait_ready(roots: &Roots, name: &VmName, timeout: f64) -> Result<ExitCode, Error> {
+    let status = control::wait_ready(roots, name, Duration::from_secs_f64(timeout))?;
+    println!("{name}: ready (qmp status {status})");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `stop NAME` (ExecStop): power button, then quit, then SIGKILL.
+fn stop(roots: &Roots, name: &VmName, timeout: f64) -> Result<ExitCode, Error> {
+    let by = control::stop(roots, name, Duration::from_secs_f64(timeout))?;
+    println!(
+        "{name}: stopped by {}",
+        serde_json::to_value(by)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `reap [--apply] [--kill] [--json]`: a dry run unless `--apply`.
+fn reap_cmd(roots: &Roots, apply: bool, kill: bool, as_json: bool) -> Result<ExitCode, Error> {
+    let r = reap::reap(roots, apply, kill);
+    if as_json {
+        println!("{}", json(&r));
+    } else {
+        print_reap(&r, apply);
+    }
+    Ok(ok_or_failure(r.ok()))
+}
+
+fn print_reap(r: &reap::Report, apply: bool) {
+    let verb = if apply { "deleting" } else { "would delete" };
+    for o in &r.orphans {
+        println!("{verb} {:?} {} ({})", o.kind, show(&o.path), o.reason);
+    }
+    for k in &r.kept {
+        println!("keeping {:?} {} ({})", k.kind, show(&k.path), k.reason);
+    }
+    for p in &r.killed {
+        println!("killed pid {p}");
+    }
+    for f in &r.failed {
+        println!("FAILED {} ({})", show(&f.path), f.reason);
+    }
+    println!(
+        "reap: {} orphan(s), {} kept, {} deleted, {} failed{}",
+        r.orphans.len(),
+        r.kept.len(),
+        r.deleted.len(),
+        r.failed.len(),
+        if apply {
+            ""
+        } else {
+            " (dry run: nothing changed; --apply to delete)"
+        }
+    );
+}
+
+/// `purge NAME [--keep-identity]`: print the plan, ask for the typed
+/// confirmation on a terminal, execute, report.
+fn purge_cmd(roots: &Roots, name: &VmName, keep_identity: bool) -> Result<ExitCode, Error> {
+    let plan = purge::plan(roots, name, keep_identity)?;
+    print_purge_plan(name, &plan, keep_identity);
+    if !confirmed()? {
+        println!("purge: not confirmed; nothing deleted");
+        return Ok(ExitCode::FAILURE);
+    }
+    let rep = purge::execute(roots, name, plan)?;
+    for d in &rep.outcome.deleted {
+        println!("deleted {}", show(d));
+    }
+    for f in &rep.outcome.failed {
+        println!("FAILED {} ({})", show(&f.path), f.reason);
+    }
+    if let Some(e) = &rep.retire_error {
+        println!("NOT RETIRED: {e}");
+    }
+    if let Some(r) = &rep.retired {
+        println!(
+            "retired principal uid {} (generation {})",
+            r.uid, r.generation
+        );
+    }
+    let ok =
+        rep.outcome.failed.is_empty() && (rep.plan.retire_uid.is_none() || rep.retired.is_some());
+    println!("purge: {}", if ok { "done" } else { "INCOMPLETE" });
+    Ok(ok_or_failure(ok))
+}
+
+fn print_purge_plan(name: &VmName, plan: &purge::Plan, keep_identity: bool) {
+    println!(
+        "purge plan for {name}: state dir {} stays",
+        plan.state_dir.display()
+    );
+    for k in &plan.keep {
+        println!("  keep   {k}");
+    }
+    for d in &plan.delete {
+        println!("  delete {}", show(d));
+    }
+    match plan.retire_uid {
+        Some(uid) => println!(
+            "  retire principal uid {uid} (tombstone; the uid is not reused while residue exists)"
+        ),
+        None if keep_identity => println!("  keep the principal's registration (--keep-identity)"),
+        None => println!("  no principal to retire could be determined"),
+    }
+}
+
+/// The typed confirmation: only on a terminal, only the exact phrase.
+fn confirmed() -> Result<bool, Error> {
+    if !std::io::stdin().is_terminal() {
+        return Err(Error::NoTerminal {
+            phrase: purge::CONFIRM_PHRASE,
+        });
+    }
+    print!("Type {} to proceed: ", purge::CONFIRM_PHRASE);
+    let _ = std::io::stdout().flush();
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(Error::Confirm)?;
+    Ok(line.trim_end_matches(['\n', '\r']) == purge::CONFIRM_PHRASE)
+}
+
+/// `verify-clean [NAME…]`: one line per check; exit 1 when dirty.
+fn verify_clean(
+    roots: &Roots,
+    names: &[VmName],
+    protected: &[PathBuf],
+    since: Option<f64>,
+    as_json: bool,
+) -> Result<ExitCode, Error> {
+    let r = verify::verify(roots, names, protected, since);
+    if as_json {
+        println!("{}", json(&r));
+    } else {
+        print!("{}", r.lines());
+    }
+    Ok(ok_or_failure(r.clean))
+}
+
+/// `generate --out DIR`: man pages and shell completions.
+fn generate(out: &Path) -> Result<ExitCode, Error> {
+    match cli::generate::write(out) {
+        Ok(written) => {
+            for p in written {
+                println!("{}", p.display());
             }
-            Err(e) => {
-                vmwarden::report_error("vmwarden", &e);
-                Ok(ExitCode::FAILURE)
-            }
-        },
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            vmwarden::report_error("vmwarden", &e);
+            Ok(ExitCode::FAILURE)
+        }
     }
 }
 
