@@ -539,42 +539,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let api_path = control_path.join(API_SOCKET);
     let fc_config_path = control_path.join(FIRECRACKER_CONFIG);
     let kind = spec.hypervisor.kind;
-    let mut resources = vec![
-        Resource::LaunchedSpec {
-            path: rundir.path.join(LAUNCHED_SPEC_FILE),
-            source: spec_path.clone(),
-        },
-        Resource::StateDir {
-            path: state_dir_path.clone(),
-        },
-        Resource::RuntimeDir {
-            path: control_path.clone(),
-        },
-        Resource::RuntimeFile {
-            path: match kind {
-                HypervisorKind::Qemu => qmp_path.clone(),
-                _ => api_path.clone(),
-            },
-        },
-    ];
-    if kind == HypervisorKind::Firecracker {
-        resources.push(Resource::RuntimeFile {
-            path: fc_config_path.clone(),
-        });
-    }
-    resources.extend([
-        Resource::RuntimeDir {
-            path: creds_path.clone(),
-        },
-        Resource::PrivateMount {
-            path: creds_path.clone(),
-            fstype: "tmpfs".into(),
-        },
-    ]);
-    resources.extend(spec.interfaces.iter().map(|n| Resource::Tap {
-        name: n.tap.to_string(),
-        bridge: n.bridge.as_ref().map(|b| b.to_string()),
-    }));
+    let resources = planned_resources(&spec, &spec_path, &rundir.path, &state_dir_path);
     let record = Intent {
         version: 1,
         name: spec.name.to_string(),
@@ -918,9 +883,145 @@ fn exec(
     })
 }
 
+/// Every resource this launch will create, in creation order: what the
+/// intent record names before any of it exists (the launched spec copy,
+/// the state dir, the control dir and its socket — and firecracker's config
+/// file —, the credential mount point and its private tmpfs, each tap).
+/// Pure: cleanup and reap trust this list, so it is unit-tested.
+pub fn planned_resources(
+    spec: &Spec,
+    spec_path: &Path,
+    runtime_dir: &Path,
+    state_dir: &Path,
+) -> Vec<Resource> {
+    let control = runtime_dir.join(CONTROL_DIR);
+    let creds = runtime_dir.join(CREDENTIALS_DIR);
+    let kind = spec.hypervisor.kind;
+    let mut resources = vec![
+        Resource::LaunchedSpec {
+            path: runtime_dir.join(LAUNCHED_SPEC_FILE),
+            source: spec_path.to_path_buf(),
+        },
+        Resource::StateDir {
+            path: state_dir.to_path_buf(),
+        },
+        Resource::RuntimeDir {
+            path: control.clone(),
+        },
+        Resource::RuntimeFile {
+            path: match kind {
+                HypervisorKind::Qemu => control.join(QMP_SOCKET),
+                _ => control.join(API_SOCKET),
+            },
+        },
+    ];
+    if kind == HypervisorKind::Firecracker {
+        resources.push(Resource::RuntimeFile {
+            path: control.join(FIRECRACKER_CONFIG),
+        });
+    }
+    resources.extend([
+        Resource::RuntimeDir {
+            path: creds.clone(),
+        },
+        Resource::PrivateMount {
+            path: creds,
+            fstype: "tmpfs".into(),
+        },
+    ]);
+    resources.extend(spec.interfaces.iter().map(|n| Resource::Tap {
+        name: n.tap.to_string(),
+        bridge: n.bridge.as_ref().map(|b| b.to_string()),
+    }));
+    resources
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn spec_of(v: serde_json::Value) -> Spec {
+        Spec::parse(
+            Path::new("/etc/vmwarden/vms/web.json"),
+            &serde_json::to_vec(&v).unwrap(),
+        )
+        .unwrap()
+    }
+
+    fn base_spec(kind: &str) -> serde_json::Value {
+        serde_json::json!({
+            "version": 1, "name": "web",
+            "principal": { "uid": 61001, "gid": 61001 },
+            "hypervisor": { "kind": kind, "binary": "/usr/bin/hv" },
+            "vcpus": 1, "memory_mib": 256, "kernel": "/boot/vmlinuz"
+        })
+    }
+
+    #[test]
+    fn the_intent_record_names_every_resource_in_creation_order() {
+        let mut v = base_spec("qemu");
+        v["interfaces"] = serde_json::json!([{ "tap": "vmw-web0", "bridge": "br0" }]);
+        let got = planned_resources(
+            &spec_of(v),
+            Path::new("/etc/vmwarden/vms/web.json"),
+            Path::new("/run/vmwarden/web"),
+            Path::new("/var/lib/vmwarden/web"),
+        );
+        let p = PathBuf::from;
+        assert_eq!(
+            got,
+            vec![
+                Resource::LaunchedSpec {
+                    path: p("/run/vmwarden/web/launched-spec.json"),
+                    source: p("/etc/vmwarden/vms/web.json"),
+                },
+                Resource::StateDir {
+                    path: p("/var/lib/vmwarden/web")
+                },
+                Resource::RuntimeDir {
+                    path: p("/run/vmwarden/web/control")
+                },
+                Resource::RuntimeFile {
+                    path: p("/run/vmwarden/web/control/qmp.sock")
+                },
+                Resource::RuntimeDir {
+                    path: p("/run/vmwarden/web/credentials")
+                },
+                Resource::PrivateMount {
+                    path: p("/run/vmwarden/web/credentials"),
+                    fstype: "tmpfs".into()
+                },
+                Resource::Tap {
+                    name: "vmw-web0".into(),
+                    bridge: Some("br0".into())
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn firecracker_records_its_api_socket_and_config_file() {
+        let got = planned_resources(
+            &spec_of(base_spec("firecracker")),
+            Path::new("/etc/vmwarden/vms/web.json"),
+            Path::new("/run/vmwarden/web"),
+            Path::new("/var/lib/vmwarden/web"),
+        );
+        let files: Vec<_> = got
+            .iter()
+            .filter_map(|r| match r {
+                Resource::RuntimeFile { path } => Some(path.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            files,
+            vec![
+                PathBuf::from("/run/vmwarden/web/control/api.sock"),
+                PathBuf::from("/run/vmwarden/web/control/firecracker.json"),
+            ]
+        );
+    }
 
     /// Options for VM `name` with every root in `dir` (nothing there yet).
     fn options(dir: &Path, name: &str) -> Options {
