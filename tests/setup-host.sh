@@ -16,6 +16,17 @@
 #   zsh, fish        the generated shell completions are loaded and run in
 #                    each shell (launcher/tests/cli.rs); bash is always there
 #   groff-base       the generated man pages must render without a warning
+#   libseccomp-dev, libcap-ng-dev, pkg-config
+#                    build dependencies of virtiofsd (below)
+#
+# Then the two vhost-user daemons of issue 12, which Debian 12 does not
+# package, built with `cargo install --locked` at pinned versions into
+# $VMWARDEN_TEST_CARGO_ROOT (default /var/cache/vmwarden-test/cargo, bin/ under
+# it). Skipped when bin/NAME exists and cargo's own record
+# (.crates2.json) says that version is installed: a cached run costs one
+# python3 read of that file.
+#   virtiofsd           one per virtiofs share (run as the VM's principal)
+#   vhost-device-vsock  the vsock "user" backend (hybrid vsock over a unix socket)
 set -euo pipefail
 
 die() { echo "setup-host.sh: ERROR: $*" >&2; exit 1; }
@@ -25,7 +36,8 @@ command -v dpkg-query >/dev/null 2>&1 || die "not a Debian-based system (no dpkg
 
 # package -> a command it must provide (checked as well, so a half-removed
 # package is repaired)
-PKGS=(qemu-system-x86 busybox-static acl e2fsprogs debootstrap kmod python3 zsh fish groff-base)
+PKGS=(qemu-system-x86 busybox-static acl e2fsprogs debootstrap kmod python3 zsh fish groff-base
+      libseccomp-dev libcap-ng-dev pkg-config)
 declare -A CMD_OF=(
   [qemu-system-x86]=qemu-system-x86_64
   [busybox-static]=busybox
@@ -37,6 +49,9 @@ declare -A CMD_OF=(
   [zsh]=zsh
   [fish]=fish
   [groff-base]=groff
+  [libseccomp-dev]=true
+  [libcap-ng-dev]=true
+  [pkg-config]=pkg-config
   [qemu-utils]=qemu-img
 )
 export PATH="$PATH:/usr/sbin:/sbin"
@@ -84,4 +99,44 @@ qemu-system-x86_64 --version >/dev/null 2>&1 || die "qemu-system-x86_64 --versio
 qemu-img --version >/dev/null 2>&1 || die "qemu-img --version fails"
 busybox cpio --help >/dev/null 2>&1 || die "busybox has no cpio applet"
 
-echo "setup-host.sh: ok ($(qemu-system-x86_64 --version | head -1))"
+# ---------------------------------------------------------------- vhost-user daemons
+CARGO_ROOT=${VMWARDEN_TEST_CARGO_ROOT:-/var/cache/vmwarden-test/cargo}
+# name -> version; bump here (and only here) to rebuild.
+declare -A CRATE_VERSION=(
+  [virtiofsd]=1.14.0
+  [vhost-device-vsock]=0.3.0
+)
+crate_installed() { # crate version -> 0 if cargo recorded exactly that version in CARGO_ROOT
+  [ -x "$CARGO_ROOT/bin/$1" ] || return 1
+  [ -r "$CARGO_ROOT/.crates2.json" ] || return 1
+  python3 - "$CARGO_ROOT/.crates2.json" "$1" "$2" <<'PY'
+import json, sys
+path, name, version = sys.argv[1:]
+installs = json.load(open(path)).get("installs", {})
+sys.exit(0 if any(k.startswith(f"{name} {version} ") for k in installs) else 1)
+PY
+}
+for crate in virtiofsd vhost-device-vsock; do
+  v=${CRATE_VERSION[$crate]}
+  crate_installed "$crate" "$v" && continue
+  command -v cargo >/dev/null 2>&1 || die "cargo not found: needed to build $crate $v"
+  echo "setup-host.sh: building $crate $v into $CARGO_ROOT (a few minutes, once)"
+  mkdir -p "$CARGO_ROOT"
+  # Its own target dir under the root, so an interrupted build resumes.
+  CARGO_TARGET_DIR="$CARGO_ROOT/target" \
+    cargo install --quiet --locked --root "$CARGO_ROOT" --version "=$v" "$crate" \
+    || die "cargo install $crate $v failed"
+  crate_installed "$crate" "$v" || die "$crate $v not recorded in $CARGO_ROOT after cargo install"
+done
+# Trust: the daemons run as VM principals and the launcher refuses binaries a
+# non-root user can write (the same rule as for hypervisors): root-owned,
+# not group/world-writable, every parent too.
+chown -R root:root "$CARGO_ROOT/bin"
+chmod 0755 "$CARGO_ROOT" "$CARGO_ROOT/bin"
+chmod go-w "$CARGO_ROOT"/bin/*
+d=$CARGO_ROOT
+while [ "$d" != / ]; do chmod go-w "$d"; d=$(dirname "$d"); done
+"$CARGO_ROOT/bin/virtiofsd" --version >/dev/null 2>&1 || die "$CARGO_ROOT/bin/virtiofsd --version fails"
+"$CARGO_ROOT/bin/vhost-device-vsock" --help >/dev/null 2>&1 || die "$CARGO_ROOT/bin/vhost-device-vsock --help fails"
+
+echo "setup-host.sh: ok ($(qemu-system-x86_64 --version | head -1); $("$CARGO_ROOT/bin/virtiofsd" --version | head -1); vhost-device-vsock ${CRATE_VERSION[vhost-device-vsock]} in $CARGO_ROOT/bin)"
