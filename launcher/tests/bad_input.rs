@@ -85,6 +85,338 @@ fn cred(env: &Env, s: &mut Value, path: &Path) {
     s["credentials"] = json!([{ "name": "token", "source": { "path": path } }]);
 }
 
+/// A directory for a share, owned by `owner` with `mode`.
+fn share_dir(env: &Env, rel: &str, owner: u32, group: u32, mode: u32) -> std::path::PathBuf {
+    let p = env.path(rel);
+    std::fs::create_dir_all(&p).unwrap();
+    std::os::unix::fs::chown(&p, Some(owner), Some(group)).unwrap();
+    std::fs::set_permissions(&p, PermissionsExt::from_mode(mode)).unwrap();
+    p
+}
+
+fn share(s: &mut Value, tag: &str, source: &Path, proto: &str, read_only: bool) {
+    let list = s["shares"].as_array().cloned().unwrap_or_default();
+    let mut list = list;
+    list.push(json!({ "tag": tag, "source": source, "proto": proto, "read_only": read_only }));
+    s["shares"] = Value::Array(list);
+}
+
+/// `hypervisor.extra_args` set to `args` (QEMU).
+fn extra(args: &'static [&'static str]) -> Box<dyn Fn(&Env) -> String> {
+    with_spec(move |_, s| {
+        s["hypervisor"]["extra_args"] = json!(args);
+    })
+}
+
+fn issue12_cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "share in another VM's state dir",
+            setup: with_spec(|env, s| {
+                let p = env.state.join("db/share");
+                std::fs::create_dir_all(&p).unwrap();
+                share(s, "data", &p, "9p", true);
+            }),
+            env: None,
+            expect: &["`shares[0].source`", "another VM's directory"],
+        },
+        Case {
+            name: "share that contains the state root",
+            setup: with_spec(|env, s| {
+                let p = env.dir.path().to_path_buf();
+                share(s, "all", &p, "9p", true);
+            }),
+            env: None,
+            expect: &["`shares[0].source`", "contains vmwarden's state root"],
+        },
+        Case {
+            name: "writable share not owned by the principal",
+            setup: with_spec(|env, s| {
+                let p = share_dir(env, "rootshare", 0, 0, 0o755);
+                share(s, "data", &p, "9p", false);
+            }),
+            env: None,
+            expect: &[
+                "`shares[0].source`",
+                "owned by uid 0, not the VM's principal {uid1}",
+            ],
+        },
+        Case {
+            name: "share writable by everyone",
+            setup: with_spec(|env, s| {
+                let p = share_dir(env, "openshare", 0, 0, 0o777);
+                share(s, "data", &p, "9p", true);
+            }),
+            env: None,
+            expect: &["`shares[0].source`", "writable by everyone"],
+        },
+        Case {
+            name: "share writable by another uid's group",
+            setup: with_spec(|env, s| {
+                let p = share_dir(env, "groupshare", uid(1), uid(9), 0o770);
+                share(s, "data", &p, "9p", false);
+            }),
+            env: None,
+            expect: &["`shares[0].source`", "writable by its group gid {uid9}"],
+        },
+        Case {
+            name: "share owned by another uid, read-only",
+            setup: with_spec(|env, s| {
+                let p = share_dir(env, "othershare", uid(9), uid(9), 0o755);
+                share(s, "data", &p, "9p", true);
+            }),
+            env: None,
+            expect: &["`shares[0].source`", "writable by its owner uid {uid9}"],
+        },
+        Case {
+            name: "share tag too long",
+            setup: with_spec(|env, s| {
+                let p = share_dir(env, "s", 0, 0, 0o755);
+                share(s, &"t".repeat(32), &p, "9p", true);
+            }),
+            env: None,
+            expect: &["`shares[0].tag`", "1 to 31 bytes"],
+        },
+        Case {
+            name: "duplicate share tag",
+            setup: with_spec(|env, s| {
+                let p = share_dir(env, "s", 0, 0, 0o755);
+                share(s, "data", &p, "9p", true);
+                share(s, "data", &p, "9p", true);
+            }),
+            env: None,
+            expect: &["`shares[1].tag`", "appears twice"],
+        },
+        Case {
+            name: "share source missing",
+            setup: with_spec(|env, s| {
+                let p = env.path("nosuchdir");
+                share(s, "data", &p, "9p", true);
+            }),
+            env: None,
+            expect: &["`shares[0].source`", "No such file"],
+        },
+        Case {
+            name: "share source is a file",
+            setup: with_spec(|env, s| {
+                let p = env.path("afile");
+                std::fs::write(&p, b"x").unwrap();
+                share(s, "data", &p, "9p", true);
+            }),
+            env: None,
+            expect: &["`shares[0].source`", "is not a directory"],
+        },
+        Case {
+            name: "/nix/store writable",
+            setup: with_spec(|_, s| {
+                share(s, "store", Path::new("/nix/store"), "virtiofs", false);
+            }),
+            env: None,
+            expect: &["`shares[0].read_only`", "/nix/store"],
+        },
+        Case {
+            name: "shares on firecracker",
+            setup: with_spec(|env, s| {
+                let p = share_dir(env, "s", 0, 0, 0o755);
+                s["hypervisor"]["kind"] = json!("firecracker");
+                s["hypervisor"]["accel"] = json!("kvm");
+                share(s, "data", &p, "9p", true);
+            }),
+            env: None,
+            expect: &["`shares`", "firecracker"],
+        },
+        Case {
+            name: "9p share on cloud-hypervisor",
+            setup: with_spec(|env, s| {
+                let p = share_dir(env, "s", 0, 0, 0o755);
+                s["hypervisor"]["kind"] = json!("cloud-hypervisor");
+                s["hypervisor"]["accel"] = json!("kvm");
+                share(s, "data", &p, "9p", true);
+            }),
+            env: None,
+            expect: &["`shares[0].proto`", "cloud-hypervisor does not have"],
+        },
+        Case {
+            name: "virtiofs share without virtiofsd",
+            setup: with_spec(|env, s| {
+                let p = share_dir(env, "s", 0, 0, 0o755);
+                share(s, "data", &p, "virtiofs", true);
+            }),
+            env: None,
+            expect: &["`virtiofsd`", "is missing"],
+        },
+        Case {
+            name: "virtiofsd binary missing",
+            setup: with_spec(|env, s| {
+                let p = share_dir(env, "s", 0, 0, 0o755);
+                share(s, "data", &p, "virtiofs", true);
+                s["virtiofsd"] = json!({ "binary": env.path("no-virtiofsd") });
+            }),
+            env: None,
+            expect: &["`virtiofsd.binary`", "No such file"],
+        },
+        Case {
+            name: "duplicate vsock CID across the config dir",
+            setup: with_spec(|env, s| {
+                let mut other = env.spec("db", uid(9));
+                other["vsock"] = json!({ "cid": 5, "backend": "vhost" });
+                env.write_spec("db", &other);
+                s["vsock"] = json!({ "cid": 5, "backend": "vhost" });
+            }),
+            env: None,
+            expect: &["`vsock.cid`", "5 is also the CID of VM \"db\""],
+        },
+        Case {
+            name: "vsock CID 2 (the host)",
+            setup: with_spec(|_, s| {
+                s["vsock"] = json!({ "cid": 2, "backend": "vhost" });
+            }),
+            env: None,
+            expect: &["`vsock.cid`", "is 2; must be 3..=4294967294"],
+        },
+        Case {
+            name: "vsock user backend without its daemon",
+            setup: with_spec(|_, s| {
+                s["vsock"] = json!({ "cid": 3, "backend": "user" });
+            }),
+            env: None,
+            expect: &["`vsock.binary`", "vhost-device-vsock"],
+        },
+        Case {
+            name: "create outside the state dir",
+            setup: with_spec(|env, s| {
+                s["disks"] = json!([{ "path": env.path("vol.img"), "create": { "size_mib": 16 } }]);
+            }),
+            env: None,
+            expect: &[
+                "`disks[0].create`",
+                "strictly inside the VM's own state dir",
+            ],
+        },
+        Case {
+            name: "create of the state dir itself",
+            setup: with_spec(|env, s| {
+                s["disks"] =
+                    json!([{ "path": env.state.join("web"), "create": { "size_mib": 16 } }]);
+            }),
+            env: None,
+            expect: &["`disks[0].create`", "strictly inside"],
+        },
+        Case {
+            name: "create with qcow2",
+            setup: with_spec(|env, s| {
+                s["disks"] = json!([{ "path": env.state.join("web/v.qcow2"), "format": "qcow2",
+                                      "create": { "size_mib": 16 } }]);
+            }),
+            env: None,
+            expect: &["`disks[0].create`", "cannot make a qcow2 image"],
+        },
+        Case {
+            name: "create of 0 MiB",
+            setup: with_spec(|env, s| {
+                s["disks"] =
+                    json!([{ "path": env.state.join("web/v.img"), "create": { "size_mib": 0 } }]);
+            }),
+            env: None,
+            expect: &["`disks[0].create.size_mib`", "is 0"],
+        },
+        Case {
+            name: "disk serial too long",
+            setup: with_spec(|env, s| {
+                let img = env.path("d.img");
+                std::fs::write(&img, b"").unwrap();
+                s["disks"] = json!([{ "path": img, "read_only": true, "serial": "s".repeat(21) }]);
+            }),
+            env: None,
+            expect: &["`disks[0].serial`", "1 to 20 bytes"],
+        },
+        Case {
+            name: "extra_args -sandbox",
+            setup: extra(&["-sandbox", "off"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "\"-sandbox\" is refused"],
+        },
+        Case {
+            name: "extra_args --runas",
+            setup: extra(&["-device", "virtio-rng-device", "--runas", "root"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[2]`", "\"--runas\" is refused"],
+        },
+        Case {
+            name: "extra_args -chroot",
+            setup: extra(&["-chroot", "/"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "\"-chroot\" is refused"],
+        },
+        Case {
+            name: "extra_args -daemonize",
+            setup: extra(&["-daemonize"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "\"-daemonize\" is refused"],
+        },
+        Case {
+            name: "extra_args -run-with",
+            setup: extra(&["-run-with", "user=root"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "\"-run-with\" is refused"],
+        },
+        Case {
+            name: "extra_args -readconfig",
+            setup: extra(&["-readconfig", "/etc/qemu.cfg"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "\"-readconfig\" is refused"],
+        },
+        Case {
+            name: "extra_args -set",
+            setup: extra(&["-set", "chardev.c.path=/tmp/x"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "\"-set\" is refused"],
+        },
+        Case {
+            name: "extra_args -qmp outside control/",
+            setup: extra(&["-qmp", "unix:/tmp/evil-qmp.sock,server=on,wait=off"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "a monitor socket outside"],
+        },
+        Case {
+            name: "extra_args --monitor on TCP",
+            setup: extra(&["--monitor", "tcp:127.0.0.1:4444,server=on"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "only a unix socket in"],
+        },
+        Case {
+            name: "extra_args -chardev socket outside control/",
+            setup: extra(&[
+                "-chardev",
+                "socket,id=c0,path=/tmp/c0.sock,server=on,wait=off",
+            ]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "a socket outside"],
+        },
+        Case {
+            name: "extra_args -fw_cfg carrying a file",
+            setup: extra(&["-fw_cfg", "name=opt/x,file=/etc/shadow"]),
+            env: None,
+            expect: &[
+                "`hypervisor.extra_args[0]`",
+                "fw_cfg files are read by QEMU",
+            ],
+        },
+        Case {
+            name: "extra_args -netdev tap by name",
+            setup: extra(&["-netdev", "tap,id=n0,ifname=tap0,script=no"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "would open a tap"],
+        },
+        Case {
+            name: "extra_args --nic bridge",
+            setup: extra(&["--nic", "bridge,br=br0"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "would open a tap"],
+        },
+    ]
+}
+
 fn cases() -> Vec<Case> {
     vec![
         Case {
@@ -903,6 +1235,9 @@ fn cases() -> Vec<Case> {
             expect: &["`principal`", "both `user` and `uid`"],
         },
     ]
+    .into_iter()
+    .chain(issue12_cases())
+    .collect()
 }
 
 /// Run `cmd` (stdout and stderr captured), killed after `limit`.
@@ -1006,6 +1341,34 @@ fn a_qemu_without_seccomp_runs_only_when_the_spec_opts_out() {
         "{}",
         text(&out)
     );
+    let (o, rep) = env.cleanup(VM);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(rep["clean"], true);
+}
+
+#[test]
+fn issue12_has_at_least_15_bad_input_cases() {
+    assert!(issue12_cases().len() >= 15);
+}
+
+#[test]
+fn a_9p_share_disk_serial_and_extra_args_are_accepted() {
+    // Positive control for the issue-12 cases: the principal's own writable
+    // 9p share, a read-only root-owned one, a disk with a serial and an
+    // allowed extra argument pass every check and launch.
+    let env = Env::new();
+    let mut s = env.spec(VM, uid(1));
+    let own = share_dir(&env, "own", uid(1), uid(1), 0o700);
+    let ro = share_dir(&env, "ro", 0, 0, 0o755);
+    share(&mut s, "own", &own, "9p", false);
+    share(&mut s, "ro", &ro, "9p", true);
+    let img = env.path("d.img");
+    std::fs::write(&img, b"").unwrap();
+    s["disks"] = json!([{ "path": img, "read_only": true, "serial": "data-1" }]);
+    s["hypervisor"]["extra_args"] = json!(["-device", "virtio-rng-device"]);
+    env.write_spec(VM, &s);
+    let out = env.probe(VM, &["/bin/true"]);
+    assert!(out.status.success(), "{}", text(&out));
     let (o, rep) = env.cleanup(VM);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(rep["clean"], true);

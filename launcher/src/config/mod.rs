@@ -1,6 +1,7 @@
 //! Configuration: the launch spec, the names it may contain, and the roots
 //! every path is resolved against. The bottom layer: it imports no other part.
 
+pub mod extra_args;
 pub mod files;
 pub mod names;
 pub mod paths;

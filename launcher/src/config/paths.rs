@@ -27,6 +27,20 @@ pub const QMP_SOCKET: &str = "qmp.sock";
 pub const API_SOCKET: &str = "api.sock";
 /// firecracker's `--config-file`, in `control/` (principal's, 0600).
 pub const FIRECRACKER_CONFIG: &str = "firecracker.json";
+/// vhost-device-vsock's vhost-user socket (QEMU connects), in `control/`.
+pub const VSOCK_VHOST_USER_SOCKET: &str = "vsock-vhost-user.sock";
+/// The host side of the VM's hybrid vsock (vhost-device-vsock's `uds-path`,
+/// cloud-hypervisor's `--vsock socket=`): connect and send
+/// `CONNECT <port>\n`. In `control/`.
+pub const VSOCK_SOCKET: &str = "vsock.sock";
+
+/// The vhost-user socket of the virtiofsd serving share `tag`, in
+/// `control/` (tags are `[A-Za-z0-9_.-]`, at most 31 bytes; never `.`/`..`
+/// as a whole name because of the prefix).
+pub fn virtiofs_socket_name(tag: &str) -> String {
+    format!("virtiofs-{tag}.sock")
+}
+
 /// Inside the state root: the principal registry (root 0700).
 pub const PRINCIPALS_DIR: &str = ".principals";
 

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::extra_args;
 use crate::config::files::{open_regular_at, OpenError};
 use crate::config::names::{
     check_abs_normalised, BridgeName, CredentialName, Mac, NameError, TapName, VmName,
@@ -80,6 +81,110 @@ pub struct Spec {
     pub landlock: LandlockSpec,
     #[serde(default = "default_keep_on_purge")]
     pub keep_on_purge: Vec<String>,
+    /// Host directories the guest mounts (issue 12). Absent = none; the
+    /// new fields are left out when unset, so an older spec round-trips
+    /// byte for byte.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<ShareSpec>,
+    /// The daemon serving `virtiofs` shares (one per share).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtiofsd: Option<VirtiofsdSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vsock: Option<VsockSpec>,
+}
+
+/// Longest share tag: QEMU's 9p `mount_tag` limit (virtio-fs allows 36).
+pub const SHARE_TAG_MAX: usize = 31;
+/// Longest disk serial: virtio-blk's `VIRTIO_BLK_ID_BYTES`.
+pub const DISK_SERIAL_MAX: usize = 20;
+/// vsock CIDs 0 (hypervisor), 1 (loopback) and 2 (host) are reserved, and
+/// `u32::MAX` is `VMADDR_CID_ANY`.
+pub const VSOCK_CID_MIN: u64 = 3;
+pub const VSOCK_CID_MAX: u64 = 4_294_967_294;
+/// The read-only host store a NixOS guest boots from.
+pub const NIX_STORE: &str = "/nix/store";
+
+/// Share tags and disk serials: `[A-Za-z0-9_.-]`, which is safe inside
+/// QEMU's and cloud-hypervisor's `key=value,...` arguments.
+fn tag_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-'
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum ShareProto {
+    #[serde(rename = "virtiofs")]
+    Virtiofs,
+    #[serde(rename = "9p")]
+    NineP,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ShareSpec {
+    pub tag: String,
+    pub source: PathBuf,
+    pub proto: ShareProto,
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VirtiofsdSpec {
+    pub binary: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum VsockBackend {
+    /// vhost-user-vsock served by a daemon run as the principal (QEMU), or
+    /// cloud-hypervisor's own hybrid vsock: a unix socket in `control/`.
+    User,
+    /// The kernel's vhost-vsock: `/dev/vhost-vsock` opened by root.
+    Vhost,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VsockSpec {
+    pub cid: u64,
+    pub backend: VsockBackend,
+    /// vhost-device-vsock, for QEMU with the user backend only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiskFormat {
+    #[default]
+    Raw,
+    Qcow2,
+}
+
+impl DiskFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiskFormat::Raw => "raw",
+            DiskFormat::Qcow2 => "qcow2",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum FsType {
+    Ext4,
+}
+
+/// `disks[].create`: the launcher makes the image (sparse, the principal's,
+/// 0600) when it does not exist.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSpec {
+    pub size_mib: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs_type: Option<FsType>,
 }
 
 fn default_keep_on_purge() -> Vec<String> {
@@ -132,6 +237,8 @@ pub enum Machine {
     Microvm,
     Pc,
     Q35,
+    /// aarch64's QEMU machine (qemu-system-aarch64).
+    Virt,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -148,6 +255,10 @@ pub struct HypervisorSpec {
     /// "best-effort". (cloud-hypervisor and firecracker always run theirs.)
     #[serde(default, skip_serializing_if = "SandboxMode::is_default")]
     pub seccomp: SandboxMode,
+    /// Passed after vmwarden's own arguments; `extra_args::problems` lists
+    /// what is refused (the escape hatch's limits).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_args: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
@@ -196,6 +307,19 @@ pub struct DiskSpec {
     pub path: PathBuf,
     #[serde(default)]
     pub read_only: bool,
+    /// Absent = raw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<DiskFormat>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create: Option<CreateSpec>,
+}
+
+impl DiskSpec {
+    pub fn format(&self) -> DiskFormat {
+        self.format.unwrap_or_default()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -377,6 +501,9 @@ impl Spec {
                 ));
             }
         }
+        self.validate_disks(path)?;
+        self.validate_shares(path)?;
+        self.validate_vsock(path)?;
         self.validate_interfaces(path)?;
         for (i, p) in self.landlock.read.iter().enumerate() {
             check_abs_normalised(p)
@@ -482,6 +609,211 @@ impl Spec {
         Ok(())
     }
 
+    fn validate_disks(&self, path: &Path) -> Result<(), SpecError> {
+        let bad = |field: String, reason: String| SpecError::Invalid {
+            path: path.to_path_buf(),
+            field,
+            reason,
+        };
+        let fc = self.hypervisor.kind == HypervisorKind::Firecracker;
+        for (i, d) in self.disks.iter().enumerate() {
+            if fc && d.format() != DiskFormat::Raw {
+                return Err(bad(
+                    format!("disks[{i}].format"),
+                    "is qcow2, but firecracker reads raw images only; convert it (qemu-img convert -O raw)"
+                        .into(),
+                ));
+            }
+            if let Some(serial) = &d.serial {
+                if serial.is_empty()
+                    || serial.len() > DISK_SERIAL_MAX
+                    || !serial.bytes().all(tag_byte)
+                {
+                    return Err(bad(
+                        format!("disks[{i}].serial"),
+                        format!("{serial:?} must be 1 to {DISK_SERIAL_MAX} bytes of [A-Za-z0-9_.-] (virtio-blk keeps 20 bytes; ',' would split QEMU's -drive)"),
+                    ));
+                }
+                if fc {
+                    return Err(bad(
+                        format!("disks[{i}].serial"),
+                        "is not supported with firecracker: its drives have no serial".into(),
+                    ));
+                }
+            }
+            if let Some(c) = &d.create {
+                if c.size_mib == 0 {
+                    return Err(bad(
+                        format!("disks[{i}].create.size_mib"),
+                        "is 0; an image needs at least 1 MiB".into(),
+                    ));
+                }
+                if d.format() != DiskFormat::Raw {
+                    return Err(bad(
+                        format!("disks[{i}].create"),
+                        "cannot make a qcow2 image; vmwarden creates sparse raw images only (drop `format` or create the qcow2 yourself)".into(),
+                    ));
+                }
+                if d.read_only {
+                    return Err(bad(
+                        format!("disks[{i}].create"),
+                        "makes an empty image, which is useless read-only; set read_only false or drop `create`".into(),
+                    ));
+                }
+                if c.size_mib > u64::MAX / (1024 * 1024) {
+                    return Err(bad(
+                        format!("disks[{i}].create.size_mib"),
+                        format!("is {}; too large", c.size_mib),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_shares(&self, path: &Path) -> Result<(), SpecError> {
+        let bad = |field: String, reason: String| SpecError::Invalid {
+            path: path.to_path_buf(),
+            field,
+            reason,
+        };
+        let kind = self.hypervisor.kind;
+        if !self.shares.is_empty() && kind == HypervisorKind::Firecracker {
+            return Err(bad(
+                "shares".into(),
+                "is not supported with firecracker: it has neither virtio-fs nor 9p; give the guest a disk, or use qemu or cloud-hypervisor".into(),
+            ));
+        }
+        let mut tags = std::collections::BTreeSet::new();
+        for (i, sh) in self.shares.iter().enumerate() {
+            let t = &sh.tag;
+            if t.is_empty() || t.len() > SHARE_TAG_MAX || !t.bytes().all(tag_byte) {
+                return Err(bad(
+                    format!("shares[{i}].tag"),
+                    format!("{t:?} must be 1 to {SHARE_TAG_MAX} bytes of [A-Za-z0-9_.-] (QEMU's 9p mount_tag limit; ',' and '=' would split its arguments)"),
+                ));
+            }
+            if !tags.insert(t.as_str()) {
+                return Err(bad(
+                    format!("shares[{i}].tag"),
+                    format!("{t:?} appears twice"),
+                ));
+            }
+            let field = format!("shares[{i}].source");
+            check_abs_normalised(&sh.source).map_err(|r| bad(field.clone(), r.to_string()))?;
+            if sh.source.as_os_str().as_encoded_bytes().contains(&b',') {
+                return Err(bad(
+                    field,
+                    "must not contain ',' (the option separator of QEMU and cloud-hypervisor)"
+                        .into(),
+                ));
+            }
+            if sh.source == Path::new("/") {
+                return Err(bad(
+                    field,
+                    "is the host's root directory; share a directory of the VM's own".into(),
+                ));
+            }
+            if !sh.read_only && sh.source.starts_with(NIX_STORE) {
+                return Err(bad(
+                    format!("shares[{i}].read_only"),
+                    format!(
+                        "is false, but {} is under {NIX_STORE}, which a guest may only read",
+                        sh.source.display()
+                    ),
+                ));
+            }
+            match (sh.proto, kind) {
+                (ShareProto::NineP, HypervisorKind::CloudHypervisor) => {
+                    return Err(bad(
+                        format!("shares[{i}].proto"),
+                        "is 9p, which cloud-hypervisor does not have; use \"virtiofs\"".into(),
+                    ))
+                }
+                (ShareProto::Virtiofs, _) if self.virtiofsd.is_none() => {
+                    return Err(bad(
+                        "virtiofsd".into(),
+                        format!("is missing, but shares[{i}] ({t:?}) is a virtiofs share; name the daemon in virtiofsd.binary"),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        if let Some(v) = &self.virtiofsd {
+            check_abs_normalised(&v.binary)
+                .map_err(|r| bad("virtiofsd.binary".into(), r.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn validate_vsock(&self, path: &Path) -> Result<(), SpecError> {
+        let bad = |field: &str, reason: String| SpecError::Invalid {
+            path: path.to_path_buf(),
+            field: field.to_string(),
+            reason,
+        };
+        let Some(v) = &self.vsock else { return Ok(()) };
+        let kind = self.hypervisor.kind;
+        if kind == HypervisorKind::Firecracker {
+            return Err(bad(
+                "vsock",
+                "is not supported with firecracker in vmwarden (its vsock device is configured through the API at boot); use qemu or cloud-hypervisor".into(),
+            ));
+        }
+        if !(VSOCK_CID_MIN..=VSOCK_CID_MAX).contains(&v.cid) {
+            return Err(bad(
+                "vsock.cid",
+                format!("is {}; must be {VSOCK_CID_MIN}..={VSOCK_CID_MAX} (0-2 are the hypervisor, loopback and host; 2^32-1 is VMADDR_CID_ANY)", v.cid),
+            ));
+        }
+        let daemon = kind == HypervisorKind::Qemu && v.backend == VsockBackend::User;
+        match (&v.binary, daemon) {
+            (None, true) => {
+                return Err(bad(
+                    "vsock.binary",
+                    "is missing: QEMU's user backend needs the vhost-device-vsock daemon".into(),
+                ))
+            }
+            (Some(_), false) => {
+                return Err(bad(
+                    "vsock.binary",
+                    format!(
+                        "is set, but only QEMU's user backend runs a daemon ({} with backend {:?} does not)",
+                        kind.as_str(),
+                        v.backend
+                    ),
+                ))
+            }
+            (Some(b), true) => {
+                check_abs_normalised(b).map_err(|r| bad("vsock.binary", r.to_string()))?
+            }
+            (None, false) => {}
+        }
+        if kind == HypervisorKind::CloudHypervisor && v.backend == VsockBackend::Vhost {
+            return Err(bad(
+                "vsock.backend",
+                "is \"vhost\", but cloud-hypervisor serves vsock itself on a unix socket; use \"user\"".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `hypervisor.extra_args` against the escape hatch's limits; `control`
+    /// is the VM's `control/` directory (the only place for extra sockets).
+    pub fn validate_extra_args(&self, path: &Path, control: &Path) -> Result<(), SpecError> {
+        match extra_args::problems(self.hypervisor.kind, &self.hypervisor.extra_args, control)
+            .into_iter()
+            .next()
+        {
+            None => Ok(()),
+            Some((i, why)) => Err(SpecError::Invalid {
+                path: path.to_path_buf(),
+                field: format!("hypervisor.extra_args[{i}]"),
+                reason: why,
+            }),
+        }
+    }
+
     fn validate_interfaces(&self, path: &Path) -> Result<(), SpecError> {
         let bad = |field: String, reason: String| SpecError::Invalid {
             path: path.to_path_buf(),
@@ -580,8 +912,26 @@ impl Spec {
         if let Some(initrd) = &self.initrd {
             regular("initrd", initrd, false)?;
         }
+        if let Some(v) = &self.virtiofsd {
+            regular("virtiofsd.binary", &v.binary, true)?;
+        }
+        if let Some(b) = self.vsock.as_ref().and_then(|v| v.binary.as_ref()) {
+            regular("vsock.binary", b, true)?;
+        }
+        for (i, sh) in self.shares.iter().enumerate() {
+            let field = format!("shares[{i}].source");
+            let md = std::fs::metadata(&sh.source)
+                .map_err(|e| bad(&field, &sh.source, e.to_string()))?;
+            if !md.is_dir() {
+                return Err(bad(&field, &sh.source, "is not a directory".to_string()));
+            }
+        }
         for (i, d) in self.disks.iter().enumerate() {
             let field = format!("disks[{i}].path");
+            if d.create.is_some() && std::fs::symlink_metadata(&d.path).is_err() {
+                // Created by the launcher, as the principal, at launch.
+                continue;
+            }
             let md = std::fs::metadata(&d.path).map_err(|e| bad(&field, &d.path, e.to_string()))?;
             let ft = md.file_type();
             if !(ft.is_file() || ft.is_block_device()) {
@@ -749,6 +1099,76 @@ mod tests {
             }),
             ("disks[0].path", |v| {
                 v["disks"] = json!([{ "path": "/a,b" }])
+            }),
+            ("disks[0].serial", |v| {
+                v["disks"] = json!([{ "path": "/a", "serial": "a".repeat(21) }])
+            }),
+            ("disks[0].serial", |v| {
+                v["disks"] = json!([{ "path": "/a", "serial": "a,b" }])
+            }),
+            ("disks[0].create.size_mib", |v| {
+                v["disks"] = json!([{ "path": "/a", "create": { "size_mib": 0 } }])
+            }),
+            (
+                "disks[0].create",
+                |v| {
+                    v["disks"] =
+                        json!([{ "path": "/a", "format": "qcow2", "create": { "size_mib": 1 } }])
+                },
+            ),
+            (
+                "shares[0].tag",
+                |v| v["shares"] = json!([{ "tag": "a".repeat(32), "source": "/s", "proto": "9p" }]),
+            ),
+            ("shares[0].tag", |v| {
+                v["shares"] = json!([{ "tag": "a=b", "source": "/s", "proto": "9p" }])
+            }),
+            ("shares[1].tag", |v| {
+                v["shares"] = json!([{ "tag": "t", "source": "/s", "proto": "9p" },
+                                      { "tag": "t", "source": "/u", "proto": "9p" }])
+            }),
+            (
+                "shares[0].source",
+                |v| v["shares"] = json!([{ "tag": "t", "source": "/s/../x", "proto": "9p" }]),
+            ),
+            ("shares[0].source", |v| {
+                v["shares"] = json!([{ "tag": "t", "source": "/a,b", "proto": "9p" }])
+            }),
+            (
+                "shares[0].read_only",
+                |v| v["shares"] = json!([{ "tag": "t", "source": "/nix/store", "proto": "9p" }]),
+            ),
+            (
+                "virtiofsd",
+                |v| v["shares"] = json!([{ "tag": "t", "source": "/s", "proto": "virtiofs" }]),
+            ),
+            ("shares", |v| {
+                v["hypervisor"]["kind"] = json!("firecracker");
+                v["shares"] = json!([{ "tag": "t", "source": "/s", "proto": "9p" }])
+            }),
+            ("shares[0].proto", |v| {
+                v["hypervisor"]["kind"] = json!("cloud-hypervisor");
+                v["shares"] = json!([{ "tag": "t", "source": "/s", "proto": "9p" }])
+            }),
+            ("vsock.cid", |v| {
+                v["vsock"] = json!({ "cid": 2, "backend": "vhost" })
+            }),
+            ("vsock.cid", |v| {
+                v["vsock"] = json!({ "cid": 4294967295u64, "backend": "vhost" })
+            }),
+            ("vsock.binary", |v| {
+                v["vsock"] = json!({ "cid": 3, "backend": "user" })
+            }),
+            ("vsock.binary", |v| {
+                v["vsock"] = json!({ "cid": 3, "backend": "vhost", "binary": "/b" })
+            }),
+            ("vsock", |v| {
+                v["hypervisor"]["kind"] = json!("firecracker");
+                v["vsock"] = json!({ "cid": 3, "backend": "vhost" })
+            }),
+            ("disks[0].format", |v| {
+                v["hypervisor"]["kind"] = json!("firecracker");
+                v["disks"] = json!([{ "path": "/a", "format": "qcow2" }])
             }),
         ];
         for (want, f) in cases {

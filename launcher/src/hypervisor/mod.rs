@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use crate::config::spec::{Accel, HypervisorKind, Machine, Spec, FW_CFG_CREDENTIAL_PREFIX};
+use crate::config::paths::{virtiofs_socket_name, VSOCK_SOCKET, VSOCK_VHOST_USER_SOCKET};
+use crate::config::spec::{
+    Accel, HypervisorKind, Machine, ShareProto, Spec, VsockBackend, FW_CFG_CREDENTIAL_PREFIX,
+};
 
 /// libvirt's default `seccomp_sandbox = 1` set: QEMU's own seccomp filter.
 pub const QEMU_SANDBOX: &str =
@@ -28,7 +31,28 @@ pub struct Layout {
     pub firecracker_config: PathBuf,
     /// Open tap fds, one per `spec.interfaces` entry, in order.
     pub tap_fds: Vec<i32>,
+    /// The VM's `control/` directory: vhost-user and vsock sockets.
+    pub control_dir: PathBuf,
+    /// `/dev/vhost-vsock`, opened by root, for `vsock.backend = "vhost"`.
+    pub vhost_vsock_fd: Option<i32>,
 }
+
+/// Whether the guest's memory must be shareable with another process
+/// (vhost-user devices: virtiofsd, vhost-device-vsock).
+pub fn needs_shared_memory(spec: &Spec) -> bool {
+    spec.shares.iter().any(|s| s.proto == ShareProto::Virtiofs)
+        || spec.vsock.as_ref().is_some_and(|v| {
+            v.backend == VsockBackend::User && spec.hypervisor.kind == HypervisorKind::Qemu
+        })
+}
+
+/// The 9p security model. `mapped-xattr`: QEMU stores the guest's owner,
+/// mode and file type in `user.virtfs.*` xattrs and creates every host file
+/// as a plain file or directory of the principal's with mode 0600/0700, so
+/// a guest's `mknod` or `chmod u+s` never makes a device node or a setuid
+/// file on the host (`passthrough` and `none` apply the guest's mode bits,
+/// setuid included, to the host file).
+pub const NINEP_SECURITY_MODEL: &str = "mapped-xattr";
 
 /// QEMU option values escape ',' by doubling it.
 fn qemu_escape(p: &Path) -> String {
@@ -47,8 +71,22 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
         Machine::Microvm => "microvm",
         Machine::Pc => "pc",
         Machine::Q35 => "q35",
+        Machine::Virt => "virt",
     };
-    push(&["-machine", machine]);
+    let shared = needs_shared_memory(spec);
+    if shared {
+        // vhost-user daemons map the guest's RAM: a shareable memfd backend.
+        push(&["-machine", &format!("{machine},memory-backend=mem")]);
+        push(&[
+            "-object",
+            &format!(
+                "memory-backend-memfd,id=mem,size={}M,share=on",
+                spec.memory_mib
+            ),
+        ]);
+    } else {
+        push(&["-machine", machine]);
+    }
     match spec.hypervisor.accel {
         Accel::Kvm => push(&["-accel", "kvm", "-cpu", "host"]),
         Accel::Tcg => push(&["-accel", "tcg", "-cpu", "max"]),
@@ -70,20 +108,82 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
             qemu_escape(&layout.qmp_socket)
         ),
     ]);
-    let blk = match spec.hypervisor.machine {
-        Machine::Microvm => "virtio-blk-device",
-        Machine::Pc | Machine::Q35 => "virtio-blk-pci",
+    // virtio-mmio on microvm, PCI elsewhere.
+    let bus = match spec.hypervisor.machine {
+        Machine::Microvm => "device",
+        Machine::Pc | Machine::Q35 | Machine::Virt => "pci",
     };
     for (i, d) in spec.disks.iter().enumerate() {
         let ro = if d.read_only { ",readonly=on" } else { "" };
         push(&[
             "-drive",
             &format!(
-                "file={},format=raw,if=none,id=disk{i},cache=none,aio=threads{ro}",
-                qemu_escape(&d.path)
+                "file={},format={},if=none,id=disk{i},cache=none,aio=threads{ro}",
+                qemu_escape(&d.path),
+                d.format().as_str()
             ),
         ]);
-        push(&["-device", &format!("{blk},drive=disk{i}")]);
+        let serial = d
+            .serial
+            .as_ref()
+            .map(|s| format!(",serial={s}"))
+            .unwrap_or_default();
+        push(&[
+            "-device",
+            &format!("virtio-blk-{bus},drive=disk{i}{serial}"),
+        ]);
+    }
+    for (i, sh) in spec.shares.iter().enumerate() {
+        match sh.proto {
+            ShareProto::Virtiofs => {
+                let sock = layout.control_dir.join(virtiofs_socket_name(&sh.tag));
+                push(&[
+                    "-chardev",
+                    &format!("socket,id=fs{i},path={}", qemu_escape(&sock)),
+                ]);
+                push(&[
+                    "-device",
+                    &format!("vhost-user-fs-{bus},chardev=fs{i},tag={}", sh.tag),
+                ]);
+            }
+            ShareProto::NineP => {
+                // -fsdev + -device rather than -virtfs: the same backend,
+                // but -virtfs always makes a PCI device, which microvm lacks.
+                let ro = if sh.read_only { ",readonly=on" } else { "" };
+                push(&[
+                    "-fsdev",
+                    &format!(
+                        "local,id=p9fs{i},path={},security_model={NINEP_SECURITY_MODEL}{ro}",
+                        qemu_escape(&sh.source)
+                    ),
+                ]);
+                push(&[
+                    "-device",
+                    &format!("virtio-9p-{bus},fsdev=p9fs{i},mount_tag={}", sh.tag),
+                ]);
+            }
+        }
+    }
+    if let Some(v) = &spec.vsock {
+        match v.backend {
+            VsockBackend::User => {
+                let sock = layout.control_dir.join(VSOCK_VHOST_USER_SOCKET);
+                push(&[
+                    "-chardev",
+                    &format!("socket,id=vsock,path={}", qemu_escape(&sock)),
+                ]);
+                push(&["-device", &format!("vhost-user-vsock-{bus},chardev=vsock")]);
+            }
+            VsockBackend::Vhost => {
+                // The fd is root's open /dev/vhost-vsock; the principal has
+                // no access to the device node itself.
+                let fd = layout.vhost_vsock_fd.unwrap_or(-1);
+                push(&[
+                    "-device",
+                    &format!("vhost-vsock-{bus},guest-cid={},vhostfd={fd}", v.cid),
+                ]);
+            }
+        }
     }
     for c in &spec.credentials {
         push(&[
@@ -95,10 +195,7 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
             ),
         ]);
     }
-    let nic = match spec.hypervisor.machine {
-        Machine::Microvm => "virtio-net-device",
-        Machine::Pc | Machine::Q35 => "virtio-net-pci",
-    };
+    let nic = format!("virtio-net-{bus}");
     for (i, fd) in layout.tap_fds.iter().enumerate() {
         // vhost=off: the fd is all QEMU gets; no /dev/vhost-net.
         push(&["-netdev", &format!("tap,id=net{i},fd={fd},vhost=off")]);
@@ -110,6 +207,9 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
     if seccomp {
         push(&["-sandbox", QEMU_SANDBOX]);
     }
+    // The escape hatch, last (Spec::validate_extra_args refused what would
+    // undo the arguments above).
+    a.extend(spec.hypervisor.extra_args.iter().cloned());
     a
 }
 
@@ -131,13 +231,55 @@ pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
         push(&["--cmdline", &spec.cmdline]);
     }
     push(&["--cpus", &format!("boot={}", spec.vcpus)]);
-    push(&["--memory", &format!("size={}M", spec.memory_mib)]);
+    let shared = if needs_shared_memory(spec) {
+        ",shared=on"
+    } else {
+        ""
+    };
+    push(&["--memory", &format!("size={}M{shared}", spec.memory_mib)]);
     if !spec.disks.is_empty() {
         push(&["--disk"]);
         for d in &spec.disks {
             let ro = if d.read_only { ",readonly=on" } else { "" };
-            push(&[&format!("path={}{ro}", d.path.to_string_lossy())]);
+            let serial = d
+                .serial
+                .as_ref()
+                .map(|s| format!(",serial={s}"))
+                .unwrap_or_default();
+            push(&[&format!("path={}{ro}{serial}", d.path.to_string_lossy())]);
         }
+    }
+    // Only virtiofs shares reach here (the spec refuses 9p on cloud-hypervisor).
+    let fs: Vec<String> = spec
+        .shares
+        .iter()
+        .filter(|s| s.proto == ShareProto::Virtiofs)
+        .map(|s| {
+            format!(
+                "tag={},socket={}",
+                s.tag,
+                layout
+                    .control_dir
+                    .join(virtiofs_socket_name(&s.tag))
+                    .to_string_lossy()
+            )
+        })
+        .collect();
+    if !fs.is_empty() {
+        push(&["--fs"]);
+        a.extend(fs);
+    }
+    let mut push = |xs: &[&str]| a.extend(xs.iter().map(|s| s.to_string()));
+    if let Some(v) = &spec.vsock {
+        // cloud-hypervisor serves the hybrid vsock itself on this socket.
+        push(&[
+            "--vsock",
+            &format!(
+                "cid={},socket={}",
+                v.cid,
+                layout.control_dir.join(VSOCK_SOCKET).to_string_lossy()
+            ),
+        ]);
     }
     if !layout.tap_fds.is_empty() {
         push(&["--net"]);
@@ -147,6 +289,7 @@ pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
     }
     push(&["--serial", "tty", "--console", "off"]);
     push(&["--seccomp", "true"]);
+    a.extend(spec.hypervisor.extra_args.iter().cloned());
     a
 }
 
@@ -190,13 +333,15 @@ pub fn firecracker_config(spec: &Spec) -> String {
 /// The firecracker argv: the API socket stays on (graceful stop and
 /// wait-ready use it); the VM is configured from the file and starts at once.
 pub fn firecracker_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
-    vec![
+    let mut a = vec![
         spec.hypervisor.binary.to_string_lossy().into_owned(),
         "--api-sock".into(),
         layout.api_socket.to_string_lossy().into_owned(),
         "--config-file".into(),
         layout.firecracker_config.to_string_lossy().into_owned(),
-    ]
+    ];
+    a.extend(spec.hypervisor.extra_args.iter().cloned());
+    a
 }
 
 /// The argv for the spec's hypervisor kind. `qemu_seccomp` only matters
@@ -322,6 +467,8 @@ mod tests {
             api_socket: "/run/vmwarden/web/control/api.sock".into(),
             firecracker_config: "/run/vmwarden/web/control/firecracker.json".into(),
             tap_fds: vec![],
+            control_dir: "/run/vmwarden/web/control".into(),
+            vhost_vsock_fd: None,
         }
     }
 
@@ -532,6 +679,137 @@ mod tests {
         assert!(argv.contains("-accel kvm -cpu host"));
         assert!(argv.contains("virtio-blk-pci,drive=disk0"));
         assert!(!argv.contains("-sandbox"));
+    }
+
+    /// Issue 12's fields on QEMU: shares of both protocols, disks with
+    /// format and serial, the user vsock backend, extra_args last.
+    fn issue12_spec() -> Spec {
+        serde_json::from_str(
+            r#"{"version":1,"name":"web","principal":{"user":"vm-web","group":"vm-web"},
+            "hypervisor":{"kind":"qemu","binary":"/usr/bin/qemu-system-x86_64","accel":"tcg","machine":"microvm",
+              "extra_args":["-device","virtio-rng-device"]},
+            "vcpus":1,"memory_mib":256,"kernel":"/k/bzImage",
+            "disks":[{"path":"/var/lib/vmwarden/web/var.img","serial":"var","create":{"size_mib":64}},
+                     {"path":"/srv/base.qcow2","read_only":true,"format":"qcow2"}],
+            "shares":[{"tag":"ro-store","source":"/nix/store","proto":"virtiofs","read_only":true},
+                      {"tag":"data","source":"/var/lib/vmwarden/web/data","proto":"9p"}],
+            "virtiofsd":{"binary":"/usr/libexec/virtiofsd"},
+            "vsock":{"cid":5,"backend":"user","binary":"/usr/libexec/vhost-device-vsock"}}"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn renders_golden_qemu_argv_with_shares_disks_vsock_and_extra_args() {
+        let argv = qemu_argv(&issue12_spec(), &layout(), true);
+        #[rustfmt::skip]
+        let want = [
+            "/usr/bin/qemu-system-x86_64",
+            "-name", "guest=web,debug-threads=on",
+            "-nodefaults", "-no-user-config", "-display", "none",
+            "-machine", "microvm,memory-backend=mem",
+            "-object", "memory-backend-memfd,id=mem,size=256M,share=on",
+            "-accel", "tcg", "-cpu", "max",
+            "-smp", "1", "-m", "256M",
+            "-kernel", "/k/bzImage",
+            "-serial", "stdio", "-no-reboot",
+            "-qmp", "unix:/run/vmwarden/web/control/qmp.sock,server=on,wait=off",
+            "-drive", "file=/var/lib/vmwarden/web/var.img,format=raw,if=none,id=disk0,cache=none,aio=threads",
+            "-device", "virtio-blk-device,drive=disk0,serial=var",
+            "-drive", "file=/srv/base.qcow2,format=qcow2,if=none,id=disk1,cache=none,aio=threads,readonly=on",
+            "-device", "virtio-blk-device,drive=disk1",
+            "-chardev", "socket,id=fs0,path=/run/vmwarden/web/control/virtiofs-ro-store.sock",
+            "-device", "vhost-user-fs-device,chardev=fs0,tag=ro-store",
+            "-fsdev", "local,id=p9fs1,path=/var/lib/vmwarden/web/data,security_model=mapped-xattr",
+            "-device", "virtio-9p-device,fsdev=p9fs1,mount_tag=data",
+            "-chardev", "socket,id=vsock,path=/run/vmwarden/web/control/vsock-vhost-user.sock",
+            "-device", "vhost-user-vsock-device,chardev=vsock",
+            "-sandbox", QEMU_SANDBOX,
+            "-device", "virtio-rng-device",
+        ];
+        assert_eq!(argv, want);
+        let p = Path::new("/etc/vmwarden/vms/web.json");
+        issue12_spec()
+            .validate(p, &VmName::parse("web").unwrap())
+            .unwrap();
+    }
+
+    #[test]
+    fn qemu_pci_machines_read_only_9p_and_the_vhost_vsock_fd() {
+        let mut s = issue12_spec();
+        s.hypervisor.machine = Machine::Q35;
+        s.shares[1].read_only = true;
+        s.vsock = Some(VsockSpec {
+            cid: 7,
+            backend: VsockBackend::Vhost,
+            binary: None,
+        });
+        let l = Layout {
+            vhost_vsock_fd: Some(9),
+            ..layout()
+        };
+        let argv = qemu_argv(&s, &l, false).join(" ");
+        assert!(argv.contains("-machine q35,memory-backend=mem "), "{argv}");
+        assert!(argv.contains("-device vhost-user-fs-pci,chardev=fs0,tag=ro-store"));
+        assert!(argv.contains("security_model=mapped-xattr,readonly=on -device virtio-9p-pci,fsdev=p9fs1,mount_tag=data"));
+        assert!(
+            argv.contains("-device vhost-vsock-pci,guest-cid=7,vhostfd=9"),
+            "{argv}"
+        );
+        assert!(argv.contains("-device virtio-blk-pci,drive=disk0,serial=var"));
+        assert!(!argv.contains("vsock-vhost-user.sock"));
+        // aarch64's virt: PCI devices too.
+        s.hypervisor.machine = Machine::Virt;
+        let argv = qemu_argv(&s, &l, false).join(" ");
+        assert!(argv.contains("-machine virt,memory-backend=mem "), "{argv}");
+        assert!(argv.contains("virtio-blk-pci,drive=disk0"));
+        // No vhost-user device: no shared memory backend.
+        let mut plain = spec();
+        plain.hypervisor.machine = Machine::Virt;
+        let argv = qemu_argv(&plain, &layout(), false).join(" ");
+        assert!(argv.contains("-machine virt -accel"), "{argv}");
+        assert!(!argv.contains("memory-backend"));
+    }
+
+    #[test]
+    fn renders_golden_cloud_hypervisor_argv_with_fs_vsock_and_extra_args() {
+        let mut s = ch_spec();
+        s.interfaces.clear();
+        s.disks[0].serial = Some("root".into());
+        s.shares = vec![ShareSpec {
+            tag: "ro-store".into(),
+            source: "/nix/store".into(),
+            proto: ShareProto::Virtiofs,
+            read_only: true,
+        }];
+        s.virtiofsd = Some(VirtiofsdSpec {
+            binary: "/usr/libexec/virtiofsd".into(),
+        });
+        s.vsock = Some(VsockSpec {
+            cid: 5,
+            backend: VsockBackend::User,
+            binary: None,
+        });
+        s.hypervisor.extra_args = vec!["--rng".into(), "src=/dev/urandom".into()];
+        let p = Path::new("/etc/vmwarden/vms/web.json");
+        s.validate(p, &VmName::parse("web").unwrap()).unwrap();
+        #[rustfmt::skip]
+        let want = [
+            "/usr/bin/cloud-hypervisor",
+            "--api-socket", "path=/run/vmwarden/web/control/api.sock",
+            "--kernel", "/k/bzImage",
+            "--initramfs", "/k/initrd",
+            "--cmdline", "console=ttyS0 quiet",
+            "--cpus", "boot=2",
+            "--memory", "size=512M,shared=on",
+            "--disk", "path=/var/lib/vmwarden/web/root.img,serial=root", "path=/data/b.img,readonly=on",
+            "--fs", "tag=ro-store,socket=/run/vmwarden/web/control/virtiofs-ro-store.sock",
+            "--vsock", "cid=5,socket=/run/vmwarden/web/control/vsock.sock",
+            "--serial", "tty", "--console", "off",
+            "--seccomp", "true",
+            "--rng", "src=/dev/urandom",
+        ];
+        assert_eq!(argv(&s, &layout(), true), want);
     }
 
     #[test]

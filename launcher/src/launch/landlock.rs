@@ -4,7 +4,7 @@
 //! Read/execute: the system's program and library trees, the hypervisor
 //! binary, kernel, initrd, read-only disks, the credential tmpfs and the
 //! spec's `landlock.read`. Read/write: the VM's state dir, writable disks,
-//! the KVM and vsock devices and the spec's `landlock.write`. The control
+//! writable 9p share sources, the KVM device and the spec's `landlock.write`. The control
 //! dir (on the runtime root, i.e. `/run`) takes only Unix sockets: read,
 //! make a socket, remove an entry. cloud-hypervisor and firecracker need
 //! nothing more: their API socket and firecracker's config file (written
@@ -28,6 +28,7 @@ use nix::errno::Errno;
 use nix::fcntl::{openat, OFlag, AT_FDCWD};
 use nix::sys::stat::{fstat, Mode, SFlag};
 
+use crate::config::spec::ShareProto;
 use crate::config::spec::{LandlockMode, Spec};
 use crate::host::dirs::{self, DirError};
 
@@ -172,6 +173,18 @@ pub fn policy(spec: &Spec, state_dir: &Path, control_dir: &Path, creds_dir: &Pat
             Grant::Write
         };
         add(&d.path, g, Some(format!("disks[{i}].path")));
+    }
+    // 9p shares are served by QEMU itself (virtiofs shares by their own
+    // virtiofsd, which the hypervisor never opens).
+    for (i, sh) in spec.shares.iter().enumerate() {
+        if sh.proto == ShareProto::NineP {
+            let g = if sh.read_only {
+                Grant::Read
+            } else {
+                Grant::Write
+            };
+            add(&sh.source, g, Some(format!("shares[{i}].source")));
+        }
     }
     for (i, p) in spec.landlock.read.iter().enumerate() {
         add(p, Grant::Read, Some(format!("landlock.read[{i}]")));

@@ -3,6 +3,7 @@
 //! is in the intent record before it exists.
 
 pub mod creds;
+pub mod issue12;
 pub mod landlock;
 pub mod sandbox;
 pub mod seccomp;
@@ -470,6 +471,8 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // teardown tools read while this instance's record exists.
     let (spec, spec_bytes) = Spec::load_with_bytes(&spec_path, &opts.name)?;
     check_spec_paths_scoped(&spec, &spec_path, roots)?;
+    issue12::check_roots(&spec, &spec_path, roots)?;
+    issue12::check_supported(&spec, &spec_path)?;
     let loaded = creds::read_all(&spec, opts.credentials_directory.as_deref())?;
     tracing::info!(
         step = %"spec-loaded",
@@ -502,6 +505,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // root's alone; then the binary is asked about its sandbox.
     check_trusted_files(&spec, &spec_path, roots)?;
     let qemu_sandbox = qemu_sandbox(&spec, &spec_path, &principal)?;
+    issue12::check_principal(&spec, &spec_path, &principal)?;
     steps.after("principal-resolved");
 
     // 4. Runtime root and this VM's runtime dir, then the lease.
@@ -676,6 +680,8 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
                     api_socket: api_path.clone(),
                     firecracker_config: fc_config_path.clone(),
                     tap_fds: taps.iter().map(|t| t.fd.as_raw_fd()).collect(),
+                    control_dir: control_path.clone(),
+                    vhost_vsock_fd: None,
                 },
                 seccomp,
             )

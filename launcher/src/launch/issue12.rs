@@ -1,0 +1,229 @@
+//! Launch-time checks of the issue-12 fields (shares, created disks, vsock,
+//! `extra_args`) that need the roots, the other specs or the principal.
+//! Nothing here creates or changes anything on the host.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::config::paths::Roots;
+use crate::config::spec::{ShareProto, Spec, SpecError};
+use crate::identity::principal::Principal;
+
+fn bad(spec_path: &Path, field: String, reason: String) -> SpecError {
+    SpecError::Invalid {
+        path: spec_path.to_path_buf(),
+        field,
+        reason,
+    }
+}
+
+/// Before the principal is known: `extra_args` against this VM's actual
+/// `control/`, share sources and created images inside this VM's own
+/// directories only, and the vsock CID unique across the config dir.
+pub fn check_roots(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<(), SpecError> {
+    spec.validate_extra_args(spec_path, &roots.control_dir(&spec.name))?;
+    let own_state = roots.state_dir(&spec.name);
+    for (i, sh) in spec.shares.iter().enumerate() {
+        let field = format!("shares[{i}].source");
+        let src = &sh.source;
+        if src.starts_with(&roots.runtime_root) {
+            return Err(bad(
+                spec_path,
+                field,
+                format!(
+                    "{} is inside the runtime root {} (control sockets, leases and credentials); share a directory of the VM's state dir {} instead",
+                    src.display(),
+                    roots.runtime_root.display(),
+                    own_state.display()
+                ),
+            ));
+        }
+        if src.starts_with(&roots.state_root) && !src.starts_with(&own_state) {
+            return Err(bad(
+                spec_path,
+                field,
+                format!(
+                    "{} is inside another VM's directory (only {} belongs to this VM)",
+                    src.display(),
+                    own_state.display()
+                ),
+            ));
+        }
+        for (what, root) in [
+            ("state root", &roots.state_root),
+            ("runtime root", &roots.runtime_root),
+            ("config dir", &roots.config_dir),
+        ] {
+            if root.starts_with(src) {
+                return Err(bad(
+                    spec_path,
+                    field,
+                    format!(
+                        "{} contains vmwarden's {what} {}, with every VM's files; share a directory below it",
+                        src.display(),
+                        root.display()
+                    ),
+                ));
+            }
+        }
+    }
+    for (i, d) in spec.disks.iter().enumerate() {
+        if d.create.is_some() && !(d.path.starts_with(&own_state) && d.path != own_state) {
+            return Err(bad(
+                spec_path,
+                format!("disks[{i}].create"),
+                format!(
+                    "is set for {}, but vmwarden creates images only strictly inside the VM's own state dir {}/; create the image yourself (owned by the VM's principal, mode 0600) and drop `create`",
+                    d.path.display(),
+                    own_state.display()
+                ),
+            ));
+        }
+    }
+    if let Some(v) = &spec.vsock {
+        check_cid_unique(spec, spec_path, roots, v.cid)?;
+    }
+    Ok(())
+}
+
+/// No other spec in the config dir claims the same CID: two guests with one
+/// CID would see each other's host traffic (vhost backend) or fail to start.
+fn check_cid_unique(
+    spec: &Spec,
+    spec_path: &Path,
+    roots: &Roots,
+    cid: u64,
+) -> Result<(), SpecError> {
+    let Ok(entries) = std::fs::read_dir(&roots.config_dir) else {
+        return Ok(());
+    };
+    let mut others: Vec<_> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json") && p.as_path() != spec_path)
+        .collect();
+    others.sort();
+    for p in others {
+        // Only a spec that reads as one counts; its own launch reports
+        // whatever else is wrong with it.
+        let Ok(other) = Spec::read(&p) else { continue };
+        if other.name == spec.name {
+            continue;
+        }
+        if other.vsock.as_ref().is_some_and(|o| o.cid == cid) {
+            return Err(bad(
+                spec_path,
+                "vsock.cid".into(),
+                format!(
+                    "{cid} is also the CID of VM {:?} ({}); CIDs must be unique across {}",
+                    other.name.as_str(),
+                    p.display(),
+                    roots.config_dir.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// After the principal is resolved: a share source is writable by nobody
+/// but root and the principal (the directory and every parent), and a
+/// writable share is the principal's own.
+pub fn check_principal(
+    spec: &Spec,
+    spec_path: &Path,
+    principal: &Principal,
+) -> Result<(), SpecError> {
+    for (i, sh) in spec.shares.iter().enumerate() {
+        let field = format!("shares[{i}].source");
+        let md = std::fs::metadata(&sh.source).map_err(|e| {
+            bad(
+                spec_path,
+                field.clone(),
+                format!("{}: {e}", sh.source.display()),
+            )
+        })?;
+        if !sh.read_only && md.uid() != principal.uid {
+            return Err(bad(
+                spec_path,
+                field,
+                format!(
+                    "{} is writable for the guest but owned by uid {}, not the VM's principal {}; chown it to the principal (or put it in the VM's state dir), or share it read-only",
+                    sh.source.display(),
+                    md.uid(),
+                    principal.uid
+                ),
+            ));
+        }
+        let mut dir = Some(sh.source.as_path());
+        while let Some(d) = dir {
+            let m = std::fs::metadata(d)
+                .map_err(|e| bad(spec_path, field.clone(), format!("{}: {e}", d.display())))?;
+            if let Some(who) = foreign_writer(&m, principal) {
+                return Err(bad(
+                    spec_path,
+                    field,
+                    format!(
+                        "{} is shared, but {} is writable by {who}; a share (and every directory above it) may be writable only by root and the VM's principal",
+                        sh.source.display(),
+                        d.display()
+                    ),
+                ));
+            }
+            dir = d.parent();
+        }
+    }
+    Ok(())
+}
+
+/// Who other than root and the principal can write `m` (by its owner and
+/// mode bits); a sticky world-writable directory (/tmp) lets nobody rename
+/// another's entry, so it counts only for the share itself.
+fn foreign_writer(m: &std::fs::Metadata, p: &Principal) -> Option<String> {
+    let mode = m.mode();
+    if m.uid() != 0 && m.uid() != p.uid {
+        return Some(format!("its owner uid {}", m.uid()));
+    }
+    if mode & 0o020 != 0 && m.gid() != 0 && m.gid() != p.gid {
+        return Some(format!("its group gid {}", m.gid()));
+    }
+    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+        return Some("everyone (mode o+w)".to_string());
+    }
+    None
+}
+
+/// What this launcher cannot start yet (the helpers of issue 12's runtime
+/// part): refused by name rather than rendered into an argv whose sockets
+/// nobody serves.
+pub fn check_supported(spec: &Spec, spec_path: &Path) -> Result<(), SpecError> {
+    let not_yet = |field: String, what: &str| {
+        bad(
+            spec_path,
+            field,
+            format!(
+                "needs {what}, which this vmwarden does not start yet (issue 12, runtime part)"
+            ),
+        )
+    };
+    for (i, sh) in spec.shares.iter().enumerate() {
+        if sh.proto == ShareProto::Virtiofs {
+            return Err(not_yet(
+                format!("shares[{i}].proto"),
+                "a virtiofsd per share",
+            ));
+        }
+    }
+    if spec.vsock.is_some() {
+        return Err(not_yet(
+            "vsock".into(),
+            "vhost-device-vsock or a root-opened /dev/vhost-vsock",
+        ));
+    }
+    for (i, d) in spec.disks.iter().enumerate() {
+        if d.create.is_some() && std::fs::symlink_metadata(&d.path).is_err() {
+            return Err(not_yet(format!("disks[{i}].create"), "the image created"));
+        }
+    }
+    Ok(())
+}
