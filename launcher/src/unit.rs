@@ -20,8 +20,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::config::names::VmName;
-use crate::config::paths::DEFAULT_CONFIG_DIR;
-use crate::config::spec::{CredentialSource, Spec, SpecError};
+use crate::config::paths::{Roots, DEFAULT_CONFIG_DIR};
+use crate::config::spec::{CredentialSource, Spec, SpecError, VsockBackend};
 
 /// Default directory of the three binaries on hosts without Nix.
 pub const DEFAULT_BIN_DIR: &str = "/usr/local/bin";
@@ -176,6 +176,8 @@ pub fn render_unit(args: &RenderUnitArgs) -> Result<String, UnitError> {
             // the images may not exist yet when the unit is installed).
             let spec = Spec::read(&path)?;
             spec.validate(&path, name)?;
+            // The module writes specs for the default runtime root.
+            spec.validate_extra_args(&path, &Roots::default().control_dir(name))?;
             let lines = dropin(name, &path, &spec, &creds)?;
             Ok(render(
                 &format!(
@@ -307,6 +309,15 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
                 .iter()
                 .enumerate()
                 .map(|(i, p)| (format!("landlock.write[{i}]"), p)),
+        )
+        // Writable share sources: virtiofsd and QEMU's 9p write there as
+        // the principal.
+        .chain(
+            spec.shares
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| !s.read_only)
+                .map(|(i, s)| (format!("shares[{i}].source"), &s.source)),
         );
     for (field, p) in writable {
         let unsafe_err = || UnitError::UnitUnsafe {
@@ -324,6 +335,16 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
     }
     if taps {
         out.push(e("Service", "RestrictAddressFamilies", "AF_NETLINK"));
+    }
+    // vsock with the kernel backend: the launcher (root, in this unit)
+    // opens /dev/vhost-vsock and hands QEMU the fd; the template no longer
+    // allows the device to every VM.
+    if spec
+        .vsock
+        .as_ref()
+        .is_some_and(|v| v.backend == VsockBackend::Vhost)
+    {
+        out.push(e("Service", "DeviceAllow", "/dev/vhost-vsock rw"));
     }
     Ok(out)
 }
@@ -464,7 +485,11 @@ mod tests {
         assert_eq!(svc["ExecStop"], ["/usr/local/bin/vmwarden stop %i"]);
         assert_eq!(svc["ExecStopPost"], ["+/usr/local/bin/vmwarden-cleanup %i"]);
         assert_eq!(svc["RestrictNamespaces"], ["mnt ipc"]);
-        assert_eq!(svc["DeviceAllow"].len(), 4);
+        assert_eq!(svc["DeviceAllow"].len(), 3);
+        assert!(
+            !svc["DeviceAllow"].iter().any(|d| d.contains("vhost-vsock")),
+            "only a VM with the vhost vsock backend gets the device, in its drop-in"
+        );
         assert!(!svc.contains_key("MemoryDenyWriteExecute"), "breaks TCG");
         assert!(!svc.contains_key("User"), "the launcher drops privileges");
         assert!(!u.contains_key("Install"));

@@ -691,6 +691,25 @@ open(p, "w").write(s.replace(a + "\n", b + "\n"))' "$ed/units/$1" "$2" "$3"
         bad "render-unit --dropin $vm (the launcher refused the module's spec)"
       fi
     done
+    # The golden guests (issue 12's shares, disks, vsock, extra_args and the
+    # microvm.nix-shaped ones): the launcher accepts every spec the module
+    # wrote, and renders the same drop-in.
+    for g in tests/nix/golden/*/*.json; do
+      vm=$(basename "$g" .json)
+      case=$(basename "$(dirname "$g")")
+      [ "$case" = two-vms ] && continue
+      if "$vmw" render-unit --dropin "$vm" --spec "$g" >"$ru/$case-$vm.conf" 2>"$work/e"; then
+        if out=$(python3 tests/nix/units.py parity "${g%.json}.conf" "$ru/$case-$vm.conf" dropin --cred-dir /etc/vmwarden/credentials --vm "$vm"); then
+          ok "parity golden $case/$vm drop-in: ${out#ok   }"
+        else
+          echo "$out"
+          bad "parity golden $case/$vm drop-in: the module and render-unit differ"
+        fi
+      else
+        cat "$work/e"
+        bad "render-unit --dropin $vm for golden $case (the launcher refused the module's spec)"
+      fi
+    done
   else
     bad "parity: no vmwarden binary or no module units"
   fi

@@ -98,7 +98,7 @@ pub const SYSTEM_READ: &[&str] = &[
 /// Devices a hypervisor opens read-write. No `/dev/net/tun` or
 /// `/dev/vhost-net`: taps arrive as open fds (vhost off), so the hypervisor
 /// never opens a tun device itself.
-pub const DEVICES_RW: &[&str] = &["/dev/null", "/dev/kvm", "/dev/vhost-vsock"];
+pub const DEVICES_RW: &[&str] = &["/dev/null", "/dev/kvm"];
 
 /// What a rule grants beneath its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
