@@ -32,7 +32,9 @@ stage() {
 }
 
 setup() {
-  bash tests/setup-host.sh && bash tests/assets/build-guest.sh >/dev/null
+  # build-guest-shares.sh: the 9p/virtiofs/vsock guest of launcher/tests/shares.rs.
+  bash tests/setup-host.sh && bash tests/assets/build-guest.sh >/dev/null \
+    && bash tests/assets/build-guest-shares.sh >/dev/null
 }
 lint() {
   # No import circle between the crate's parts (tests/lint/layers.py).
