@@ -140,47 +140,41 @@ in rec {
     # which QEMU also takes spelled out as backend=/type=.
     implied = key: s: lib.removePrefix "${key}=" (builtins.head (opts s));
 
-    qemuAlways = {
-      "-sandbox" = "vmwarden starts QEMU with its own seccomp sandbox (-sandbox on,...); a second -sandbox could turn it off";
-      "-runas" = "QEMU already runs as the VM's principal (the launcher dropped to it); QEMU must not switch users itself";
-      "-chroot" = "QEMU runs in the launcher's sandbox (its own mount namespace, Landlock); a chroot of its own is not part of it";
-      "-run-with" = "it is QEMU's spelling of -runas and -chroot";
-      "-daemonize" = "QEMU must stay the unit's main process, the one holding the VM's lease; a daemon would leave the launcher's lease and the unit's cgroup accounting behind";
-      "-readconfig" = "a configuration file can carry any option past these checks";
-      "-set" = "it changes the options of a device, chardev or netdev after these checks looked at them";
-    };
+    # ../units/extra-args.toml: the refused options and their reasons,
+    # shared with launcher/build.rs; "@control@" is this VM's control/.
+    table = builtins.fromTOML (builtins.readFile ../units/extra-args.toml);
+    reasons = builtins.mapAttrs (_: builtins.replaceStrings ["@control@"] [control]);
+    qemuAlways = reasons table.qemu.always;
     # Options whose value is checked: the value's problem, or null.
-    qemuValue = {
-      "-qmp" = monitor;
-      "-qmp-pretty" = monitor;
-      "-monitor" = monitor;
-      "-chardev" = v:
-        if json v
-        then "write it in the key=value form, which these checks read"
-        else if implied "backend" v != "socket"
-        then null
-        else if kv "host" v != null || kv "port" v != null
-        then "a TCP socket is reachable from outside the VM's control/ directory (and the unit allows no IP sockets)"
-        else if hasOpt "abstract" v && kv "abstract" v != "off"
-        then "an abstract socket is reachable from the whole network namespace, not only through control/"
-        else if !inControl (toString (kv "path" v))
-        then "a socket outside ${control}/ is reachable by others than vmwarden's tools; put it in ${control}/"
-        else null;
-      "-fw_cfg" = v:
-        if builtins.any (o: hasPrefix "file=" o) (opts v)
-        then "fw_cfg files are read by QEMU from a host path at start; give the guest a file through `credentials` (a tmpfs of the VM's own), or use string="
-        else if hasPrefix fwCfgPrefix (lib.removePrefix "name=" (builtins.head (opts v)))
-        then "names under ${fwCfgPrefix} are vmwarden's credentials; use `credentials`"
-        else null;
-      "-netdev" = netdev;
-      "-nic" = netdev;
-      "-net" = netdev;
-      # Further character devices given as a spec of their own.
-      "-serial" = chardevSpec;
-      "-parallel" = chardevSpec;
-      "-debugcon" = chardevSpec;
-      "-gdb" = chardevSpec;
-    };
+    qemuValue = builtins.mapAttrs (o: check:
+      {
+        inherit monitor chardev netdev;
+        fw_cfg = fwCfg;
+        chardev_spec = chardevSpec;
+      }
+      .${
+        check
+      }
+      or (throw "units/extra-args.toml: [qemu.value] ${o} names the unknown check ${check}"))
+    table.qemu.value;
+    chardev = v:
+      if json v
+      then "write it in the key=value form, which these checks read"
+      else if implied "backend" v != "socket"
+      then null
+      else if kv "host" v != null || kv "port" v != null
+      then "a TCP socket is reachable from outside the VM's control/ directory (and the unit allows no IP sockets)"
+      else if hasOpt "abstract" v && kv "abstract" v != "off"
+      then "an abstract socket is reachable from the whole network namespace, not only through control/"
+      else if !inControl (toString (kv "path" v))
+      then "a socket outside ${control}/ is reachable by others than vmwarden's tools; put it in ${control}/"
+      else null;
+    fwCfg = v:
+      if builtins.any (o: hasPrefix "file=" o) (opts v)
+      then "fw_cfg files are read by QEMU from a host path at start; give the guest a file through `credentials` (a tmpfs of the VM's own), or use string="
+      else if hasPrefix fwCfgPrefix (lib.removePrefix "name=" (builtins.head (opts v)))
+      then "names under ${fwCfgPrefix} are vmwarden's credentials; use `credentials`"
+      else null;
     monitor = v: let
       path = builtins.head (opts (lib.removePrefix "unix:" v));
     in
@@ -208,24 +202,8 @@ in rec {
       then "QEMU would open a tap (or run the bridge helper) by name; use `interfaces`, whose taps the launcher creates and hands over as file descriptors"
       else null;
 
-    chRefused = {
-      "--api-socket" = "the API socket is vmwarden's control socket in ${control}/";
-      "--seccomp" = "cloud-hypervisor's own seccomp filter is part of the VM's sandbox";
-      "--net" = "cloud-hypervisor would open a tap by name; use `interfaces`";
-      "--fs" = "use `shares` (the launcher runs the virtiofsd, as the VM's principal)";
-      "--vsock" = "use `vsock.cid`";
-      "--serial" = "vmwarden connects the serial console to the journal";
-      "--console" = "vmwarden connects the serial console to the journal";
-      "--cpus" = "use `vcpus`";
-      "--platform" = "platform OEM strings are on the command line, which every local user can read; use QEMU and `credentials` for secrets";
-    };
-    fcRefused = {
-      "--api-sock" = "the API socket is vmwarden's control socket in ${control}/";
-      "--config-file" = "vmwarden writes firecracker's configuration itself";
-      "--no-api" = "vmwarden stops firecracker through its API socket";
-      "--no-seccomp" = "firecracker's own seccomp filter is part of the VM's sandbox";
-      "--seccomp-filter" = "firecracker's own seccomp filter is part of the VM's sandbox";
-    };
+    chRefused = reasons table.cloud-hypervisor;
+    fcRefused = reasons table.firecracker;
     shown = a: builtins.toJSON a;
     qemuAt = i: let
       a = at i;

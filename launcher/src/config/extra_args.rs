@@ -1,7 +1,10 @@
 //! `hypervisor.extra_args`, the escape hatch: arguments passed after
-//! vmwarden's own, refused when they would undo a guarantee. A mirror of
-//! `extraArgsProblems` in modules/lib.nix (same options, same reasons), so a
-//! spec written by hand meets the module's refusals. Options are matched
+//! vmwarden's own, refused when they would undo a guarantee. Which options,
+//! and why, is data shared with `extraArgsProblems` in modules/lib.nix:
+//! units/extra-args.toml, turned into constants by build.rs. The checks of
+//! a value (a socket path in control/, no fw_cfg file, no tap by name) are
+//! code on both sides, with the same messages, so a spec written by hand
+//! meets the module's refusals. Options are matched
 //! written `-opt` or `--opt` (QEMU) or `--opt=value` (cloud-hypervisor,
 //! firecracker); every element is looked at, also where it is another
 //! option's value.
@@ -12,54 +15,19 @@ use crate::config::names::check_abs_normalised;
 use crate::config::rules::FW_CFG_CREDENTIAL_PREFIX;
 use crate::config::spec::HypervisorKind;
 
-/// QEMU options refused whatever their value.
-const QEMU_ALWAYS: &[(&str, &str)] = &[
-    ("-sandbox", "vmwarden starts QEMU with its own seccomp sandbox (-sandbox on,...); a second -sandbox could turn it off"),
-    ("-runas", "QEMU already runs as the VM's principal (the launcher dropped to it); QEMU must not switch users itself"),
-    ("-chroot", "QEMU runs in the launcher's sandbox (its own mount namespace, Landlock); a chroot of its own is not part of it"),
-    ("-run-with", "it is QEMU's spelling of -runas and -chroot"),
-    ("-daemonize", "QEMU must stay the unit's main process, the one holding the VM's lease; a daemon would leave the launcher's lease and the unit's cgroup accounting behind"),
-    ("-readconfig", "a configuration file can carry any option past these checks"),
-    ("-set", "it changes the options of a device, chardev or netdev after these checks looked at them"),
-];
+// QEMU_ALWAYS, QEMU_VALUE, CH_REFUSED, FC_REFUSED: units/extra-args.toml,
+// the data modules/lib.nix reads too.
+include!(concat!(env!("OUT_DIR"), "/extra_args.rs"));
 
-const CH_REFUSED: &[(&str, &str)] = &[
-    ("--api-socket", "the API socket is vmwarden's control socket in control/"),
-    ("--seccomp", "cloud-hypervisor's own seccomp filter is part of the VM's sandbox"),
-    ("--net", "cloud-hypervisor would open a tap by name; use `interfaces`"),
-    ("--fs", "use `shares` (the launcher runs the virtiofsd, as the VM's principal)"),
-    ("--vsock", "use `vsock.cid`"),
-    ("--serial", "vmwarden connects the serial console to the journal"),
-    ("--console", "vmwarden connects the serial console to the journal"),
-    ("--cpus", "use `vcpus`"),
-    ("--platform", "platform OEM strings are on the command line, which every local user can read; use QEMU and `credentials` for secrets"),
-];
-
-const FC_REFUSED: &[(&str, &str)] = &[
-    (
-        "--api-sock",
-        "the API socket is vmwarden's control socket in control/",
-    ),
-    (
-        "--config-file",
-        "vmwarden writes firecracker's configuration itself",
-    ),
-    (
-        "--no-api",
-        "vmwarden stops firecracker through its API socket",
-    ),
-    (
-        "--no-seccomp",
-        "firecracker's own seccomp filter is part of the VM's sandbox",
-    ),
-    (
-        "--seccomp-filter",
-        "firecracker's own seccomp filter is part of the VM's sandbox",
-    ),
-];
+/// "@control@" in a reason is the VM's control directory.
+const CONTROL: &str = "@control@";
 
 fn lookup(table: &[(&str, &'static str)], o: &str) -> Option<&'static str> {
     table.iter().find(|(k, _)| *k == o).map(|(_, v)| *v)
+}
+
+fn reason(why: &str, control: &Path) -> String {
+    why.replace(CONTROL, &control.to_string_lossy())
 }
 
 /// `(index, message)` for every refused argument, in order.
@@ -68,8 +36,8 @@ pub fn problems(kind: HypervisorKind, args: &[String], control: &Path) -> Vec<(u
     for (i, a) in args.iter().enumerate() {
         let why = match kind {
             HypervisorKind::Qemu => qemu_at(args, i, control),
-            HypervisorKind::CloudHypervisor => table_at(CH_REFUSED, a),
-            HypervisorKind::Firecracker => table_at(FC_REFUSED, a),
+            HypervisorKind::CloudHypervisor => table_at(CH_REFUSED, a, control),
+            HypervisorKind::Firecracker => table_at(FC_REFUSED, a, control),
         };
         if let Some(w) = why {
             out.push((i, w));
@@ -82,9 +50,9 @@ fn shown(a: &str) -> String {
     serde_json::to_string(a).unwrap_or_else(|_| format!("{a:?}"))
 }
 
-fn table_at(table: &[(&str, &'static str)], a: &str) -> Option<String> {
+fn table_at(table: &[(&str, &'static str)], a: &str, control: &Path) -> Option<String> {
     let o = a.split('=').next().unwrap_or(a);
-    lookup(table, o).map(|why| format!("{} is refused: {why}", shown(a)))
+    lookup(table, o).map(|why| format!("{} is refused: {}", shown(a), reason(why, control)))
 }
 
 fn qemu_at(args: &[String], i: usize, control: &Path) -> Option<String> {
@@ -95,15 +63,15 @@ fn qemu_at(args: &[String], i: usize, control: &Path) -> Option<String> {
         .filter(|r| r.starts_with('-'))
         .unwrap_or(a);
     if let Some(why) = lookup(QEMU_ALWAYS, o) {
-        return Some(format!("{} is refused: {why}", shown(a)));
+        return Some(format!("{} is refused: {}", shown(a), reason(why, control)));
     }
-    let check: fn(&str, &Path) -> Option<String> = match o {
-        "-qmp" | "-qmp-pretty" | "-monitor" => monitor,
-        "-chardev" => chardev,
-        "-fw_cfg" => fw_cfg,
-        "-netdev" | "-nic" | "-net" => netdev,
-        "-serial" | "-parallel" | "-debugcon" | "-gdb" => chardev_spec,
-        _ => return None,
+    // build.rs admits only these check names.
+    let check: fn(&str, &Path) -> Option<String> = match lookup(QEMU_VALUE, o)? {
+        "monitor" => monitor,
+        "chardev" => chardev,
+        "fw_cfg" => fw_cfg,
+        "netdev" => netdev,
+        _ => chardev_spec,
     };
     let Some(v) = args.get(i + 1) else {
         return Some(format!("{} needs a value", shown(a)));
@@ -329,5 +297,13 @@ mod tests {
             1
         );
         assert!(refused(HypervisorKind::Firecracker, &["--level", "Debug"]).is_empty());
+        // "@control@" in the shared data is this VM's control/.
+        let r = refused(HypervisorKind::CloudHypervisor, &["--api-socket=path=/x"]);
+        assert!(
+            r[0].1
+                .ends_with("vmwarden's control socket in /run/vmwarden/web/control/"),
+            "{}",
+            r[0].1
+        );
     }
 }
