@@ -256,6 +256,24 @@ fn issue12_cases() -> Vec<Case> {
             expect: &["`virtiofsd.binary`", "No such file"],
         },
         Case {
+            name: "virtiofsd binary writable by everyone",
+            setup: with_spec(|env, s| {
+                // A 9p share only: the daemon is named but the trust check
+                // of what root would start still applies.
+                let p = share_dir(env, "s", 0, 0, 0o755);
+                share(s, "data", &p, "9p", true);
+                let bin = env.path("virtiofsd");
+                std::fs::copy("/bin/true", &bin).unwrap();
+                std::fs::set_permissions(&bin, PermissionsExt::from_mode(0o777)).unwrap();
+                s["virtiofsd"] = json!({ "binary": bin });
+            }),
+            env: None,
+            expect: &[
+                "field `virtiofsd.binary`",
+                "has mode 0777: its group and everyone can change it",
+            ],
+        },
+        Case {
             name: "duplicate vsock CID across the config dir",
             setup: with_spec(|env, s| {
                 let mut other = env.spec("db", uid(9));
