@@ -20,6 +20,9 @@ use crate::instance::lease::{self, LeaseState};
 use crate::instance::liveness::{self, Verdict};
 
 const POLL: Duration = Duration::from_millis(50);
+/// How long `wait-ready` without the launcher's pid lets a free lease be
+/// "not taken yet" before it calls the launch failed.
+const START_GRACE: Duration = Duration::from_secs(1);
 
 /// A VM that does not answer, or does not stop.
 #[derive(Debug, thiserror::Error)]
@@ -102,7 +105,19 @@ pub fn run_state(
 
 /// Return once the control socket answers (QMP, or the HTTP API), or fail
 /// when the instance dies or `timeout` passes.
-pub fn wait_ready(roots: &Roots, name: &VmName, timeout: Duration) -> Result<String> {
+///
+/// `launcher` is the pid of a launch still in progress (systemd's `$MAINPID`
+/// for `ExecStartPost=`): while it lives, a lease not yet taken means "still
+/// starting" (the launcher checks the spec, the principal and every file it
+/// trusts before it takes the lease, which takes a while on a slow host);
+/// once it is gone, a free lease means the launch failed. Without it, a free
+/// lease gets [`START_GRACE`], then fails.
+pub fn wait_ready(
+    roots: &Roots,
+    name: &VmName,
+    timeout: Duration,
+    launcher: Option<u32>,
+) -> Result<String> {
     let kind = kind_of(roots, name);
     let sock = control_socket(roots, name, kind);
     let end = Instant::now() + timeout;
@@ -112,9 +127,9 @@ pub fn wait_ready(roots: &Roots, name: &VmName, timeout: Duration) -> Result<Str
             Ok(status) => return Ok(status),
             Err(e) => last = Some(Box::new(e)),
         }
-        if !lease_held(roots, name) {
+        if !lease_held(roots, name) && !launcher.is_some_and(procs::is_alive) {
             // Give a launch that is still between steps a moment, then judge.
-            sleep(POLL);
+            sleep(START_GRACE);
             if !lease_held(roots, name) {
                 return Err(ControlError::NotRunning {
                     name: name.to_string(),

@@ -109,7 +109,11 @@ fn ok_or_failure(ok: bool) -> ExitCode {
 
 /// `wait-ready NAME` (ExecStartPost).
 fn wait_ready(roots: &Roots, name: &VmName, timeout: f64) -> Result<ExitCode, Error> {
-    let status = control::wait_ready(roots, name, Duration::from_secs_f64(timeout))?;
+    // systemd gives ExecStartPost= the launcher's pid as $MAINPID.
+    let launcher = std::env::var("MAINPID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok());
+    let status = control::wait_ready(roots, name, Duration::from_secs_f64(timeout), launcher)?;
     println!("{name}: ready (qmp status {status})");
     Ok(ExitCode::SUCCESS)
 }

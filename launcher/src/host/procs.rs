@@ -84,3 +84,15 @@ pub fn unit_cgroup_pids(name: &VmName) -> Option<Vec<u32>> {
             .collect(),
     )
 }
+
+/// Is `pid` a live (non-zombie) process? A pid that cannot be read counts as
+/// gone.
+pub fn is_alive(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .is_some_and(|st| !matches!(st.trim_start().chars().next(), Some('Z' | 'X')))
+}
