@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::names::TapName;
 use crate::config::paths::INTENT_FILE;
 use crate::config::spec::HypervisorKind;
+use crate::host::cgroup::Cgroup;
 use crate::host::dirs::{self, Dir, DirError};
 use crate::host::sys::{IoContext, IoError};
 
@@ -105,6 +106,13 @@ pub struct Intent {
     /// those are QEMU's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hypervisor: Option<HypervisorKind>,
+    /// The launcher's own cgroup when it held nothing else at launch (a
+    /// unit's cgroup at `ExecStart=`): every process of this instance is in
+    /// it for as long as it exists, so liveness asks it first. Absent when
+    /// the launch ran outside such a cgroup (liveness then scans `/proc`)
+    /// and in records written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<Cgroup>,
     pub resources: Vec<Resource>,
 }
 
@@ -130,10 +138,15 @@ impl Intent {
     }
 }
 
+/// This boot's id (read once per process).
 pub fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    })
+    .clone()
 }
 
 pub fn new_instance_id() -> Result<String, IntentError> {

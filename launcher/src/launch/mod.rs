@@ -24,6 +24,7 @@ use crate::config::paths::{
     LAUNCHED_SPEC_FILE, LEASE_FILE, QMP_SOCKET,
 };
 use crate::config::spec::{CredentialSource, HypervisorKind, SandboxMode, Spec, SpecError};
+use crate::host::cgroup;
 use crate::host::dirs::{self, Dir, DirError, Loose, Want};
 use crate::host::net::{self, NetError};
 use crate::host::sys::{IoContext, IoError, SysContext, SysError};
@@ -33,7 +34,7 @@ use crate::identity::principal::{self, Principal, PrincipalError};
 use crate::identity::registry::{self, RegistryError};
 use crate::instance::intent::{self, Intent, IntentError, IntentPrincipal, Resource};
 use crate::instance::lease::{self, Lease, LeaseError, LeaseState};
-use crate::instance::liveness::{self, Verdict};
+use crate::instance::liveness::{self, Probe, Verdict};
 use crate::launch::creds::CredentialError;
 use crate::launch::landlock::LandlockError;
 use crate::launch::sandbox::SandboxError;
@@ -522,7 +523,29 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             })
         }
     };
-    let verdict = liveness::probe_with_lease_held(roots, &spec.name, principal.uid);
+    // Under the lease, the rest of the probe. The launcher's own cgroup,
+    // when it holds nobody else (a unit's at ExecStart=), will hold this
+    // instance and everything it starts: it is recorded below, and no
+    // stray process can be in it now. The previous instance is judged by
+    // its own record: its cgroup when it had one (O(1)); without a record
+    // cleanup already judged it dead; outside a dedicated cgroup, or for a
+    // record without one, the uid's processes are scanned in /proc.
+    let own_cgroup = cgroup::own_dedicated();
+    if let Err(why) = &own_cgroup {
+        tracing::debug!(%why, "no dedicated cgroup: liveness falls back to /proc");
+    }
+    let previous = Intent::read(&rundir);
+    let scan_uid = match (&own_cgroup, &previous) {
+        (Ok(_), Ok(None)) => None,
+        (Ok(_), Ok(Some(p))) if liveness::recorded_cgroup(p).is_some() => None,
+        _ => Some(principal.uid),
+    };
+    let verdict = Probe::single().with_lease_held(
+        roots,
+        &spec.name,
+        scan_uid,
+        previous.as_ref().ok().and_then(|p| p.as_ref()),
+    );
     if !verdict.is_dead() {
         return Err(StepError::Ambiguous {
             name: spec.name.to_string(),
@@ -556,6 +579,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             user: principal.user.clone(),
         },
         hypervisor: Some(kind),
+        cgroup: own_cgroup.ok(),
         resources,
     };
     record.write(&rundir)?;
