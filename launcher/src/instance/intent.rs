@@ -151,8 +151,14 @@ pub fn boot_id() -> String {
 
 pub fn new_instance_id() -> Result<String, IntentError> {
     let mut b = [0u8; 16];
-    let mut f = std::fs::File::open("/dev/urandom").io("open", "/dev/urandom")?;
-    std::io::Read::read_exact(&mut f, &mut b).io("read", "/dev/urandom")?;
+    // getrandom(2): one system call, no file to open (the kernel's pool is
+    // initialised long before any unit starts; if it is not, this waits).
+    // SAFETY: the kernel writes at most b.len() bytes into b.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        let mut f = std::fs::File::open("/dev/urandom").io("open", "/dev/urandom")?;
+        std::io::Read::read_exact(&mut f, &mut b).io("read", "/dev/urandom")?;
+    }
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
