@@ -94,7 +94,17 @@ pub fn parse(data: &[u8]) -> Vec<Mount> {
 
 /// Mounts of process `pid` (`"self"` for the caller).
 pub fn read(pid: &str) -> std::io::Result<Vec<Mount>> {
-    Ok(parse(&std::fs::read(format!("/proc/{pid}/mountinfo"))?))
+    Ok(parse(&read_bytes(&format!("/proc/{pid}/mountinfo"))?))
+}
+
+/// A /proc file whole, read with a buffer that usually takes it in one
+/// call (`std::fs::read` starts from a 32-byte probe on a file that reports
+/// size 0, and doubles: nine reads for a typical mountinfo).
+fn read_bytes(path: &str) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut b = Vec::with_capacity(16 * 1024);
+    std::fs::File::open(path)?.read_to_end(&mut b)?;
+    Ok(b)
 }
 
 /// Mount namespace inode of a process (`/proc/PID/ns/mnt`).
@@ -138,7 +148,7 @@ pub fn credential_mounts_everywhere(
     // One task per namespace (one /proc link per process, threads only
     // behind an exited leader): the scan does not grow with the threads.
     for (tid, ns) in crate::host::procs::mount_namespace_holders() {
-        let Ok(data) = std::fs::read(format!("/proc/{tid}/mountinfo")) else {
+        let Ok(data) = read_bytes(&format!("/proc/{tid}/mountinfo")) else {
             continue;
         };
         for m in parse(&data) {

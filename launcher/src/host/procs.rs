@@ -143,7 +143,15 @@ impl Proc {
             };
             match n {
                 0 => break,
-                n if n > 0 => unsafe { self.buf.set_len(self.buf.len() + n as usize) },
+                n if n > 0 => {
+                    let room = spare.len();
+                    unsafe { self.buf.set_len(self.buf.len() + n as usize) };
+                    // These files are generated whole on the first read
+                    // (single_open): a short read is the end.
+                    if (n as usize) < room {
+                        break;
+                    }
+                }
                 _ => match Errno::last() {
                     Errno::EINTR => continue,
                     e => return Err(e),
