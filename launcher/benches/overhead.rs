@@ -23,11 +23,18 @@
 //!
 //! `cargo bench -- --quick` runs fewer iterations.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use vmwarden::config::spec::Spec;
+use vmwarden::host::cgroup;
+use vmwarden::hypervisor::qmp::Qmp;
+use vmwarden::hypervisor::{self, Layout};
 
 /// The binary `name`: beside this bench (cargo bench builds them into the
 /// same target dir), or in `$VMWARDEN_BENCH_BIN_DIR` (to measure another
@@ -52,8 +59,17 @@ fn bin(name: &str) -> PathBuf {
 fn pct(v: &[Duration], p: f64) -> Duration {
     let mut v = v.to_vec();
     v.sort();
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i]
+    let last = v.len() - 1;
+    // The rank p·last, rounded, in exact integer steps of 1/1000.
+    let per_mille = (0..=1000u32)
+        .min_by(|a, b| {
+            let da = (f64::from(*a) / 1000.0 - p).abs();
+            let db = (f64::from(*b) / 1000.0 - p).abs();
+            da.partial_cmp(&db).unwrap()
+        })
+        .unwrap();
+    let i = (last * usize::try_from(per_mille).unwrap() + 500) / 1000;
+    v[i.min(last)]
 }
 
 fn ms(d: Duration) -> f64 {
@@ -81,7 +97,14 @@ fn run(c: &mut Command) -> (Duration, u64) {
     // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: waiting for our own child, filling locals.
-    let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    let r = unsafe {
+        libc::wait4(
+            i32::try_from(child.id()).unwrap(),
+            &raw mut status,
+            0,
+            &raw mut ru,
+        )
+    };
     let d = t.elapsed();
     assert!(r > 0, "wait4 failed");
     if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
@@ -97,7 +120,7 @@ fn run(c: &mut Command) -> (Duration, u64) {
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    (d, ru.ru_maxrss as u64)
+    (d, u64::try_from(ru.ru_maxrss).unwrap_or(0))
 }
 
 /// Root-owned 0755 (not the world-writable /tmp): the launcher refuses
@@ -211,7 +234,7 @@ struct UnitCgroup {
 
 impl UnitCgroup {
     fn new() -> Option<UnitCgroup> {
-        let mount = vmwarden::host::cgroup::mount_point()?;
+        let mount = cgroup::mount_point()?;
         let base = format!("vmwarden-bench.{}", std::process::id());
         let path = mount.join(&base);
         std::fs::create_dir(&path).ok()?;
@@ -245,24 +268,17 @@ impl UnitCgroup {
             self.helper.id().to_string(),
         );
         let procs = self.procs.clone();
-        // SAFETY: the hook runs between fork and exec and only calls
-        // open/write/close, which are async-signal-safe.
-        unsafe {
-            c.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
-                libc::close(fd);
-                if ok {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                }
-            });
-        }
+        // SAFETY: the hook runs between fork and exec and only makes the
+        // open/write/close system calls (no allocation: the path is a CStr).
+        unsafe { c.pre_exec(move || join_cgroup(&procs)) };
     }
+}
+
+/// Move the calling process into the cgroup whose `cgroup.procs` is `procs`.
+fn join_cgroup(procs: &CStr) -> std::io::Result<()> {
+    let fd = nix::fcntl::open(procs, OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty())?;
+    nix::unistd::write(&fd, b"0")?;
+    Ok(())
 }
 
 impl Drop for UnitCgroup {
@@ -563,23 +579,22 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
     spec["cmdline"] = serde_json::json!("console=ttyS0 panic=-1");
     spec["credentials"] = serde_json::json!([]);
     r.write_spec("qmpb", &spec);
-    let parsed: vmwarden::config::spec::Spec = serde_json::from_value(spec).unwrap();
+    let parsed: Spec = serde_json::from_value(spec).unwrap();
     let bare_dir = r.dir.path().join("bare");
     std::fs::create_dir_all(bare_dir.join("credentials")).unwrap();
-    let layout = |d: &Path| vmwarden::hypervisor::Layout {
+    let layout = |d: &Path| Layout {
         qmp_socket: d.join("qmp.sock"),
         credentials_dir: d.join("credentials"),
         api_socket: d.join("api.sock"),
         firecracker_config: d.join("firecracker.json"),
         tap_fds: vec![],
     };
-    let seccomp = vmwarden::hypervisor::qemu_has_seccomp(qemu);
-    let argv = vmwarden::hypervisor::argv(&parsed, &layout(&bare_dir), seccomp);
+    let seccomp = hypervisor::qemu_has_seccomp(qemu);
+    let argv = hypervisor::argv(&parsed, &layout(&bare_dir), seccomp);
     let wait_running = |sock: &Path, t0: Instant| -> Duration {
         let end = t0 + Duration::from_secs(60);
         loop {
-            if let Ok(mut q) = vmwarden::hypervisor::qmp::Qmp::connect(sock, Duration::from_secs(2))
-            {
+            if let Ok(mut q) = Qmp::connect(sock, Duration::from_secs(2)) {
                 if q.status().map(|s| s == "running").unwrap_or(false) {
                     return t0.elapsed();
                 }

@@ -10,8 +10,8 @@ use serde::Serialize;
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::config::spec::HypervisorKind;
-use crate::host::dirs;
 use crate::host::procs;
+use crate::host::{cgroup, dirs};
 use crate::hypervisor::api::{self, ApiError};
 use crate::hypervisor::qmp::{Qmp, QmpError};
 use crate::instance::intent::Intent;
@@ -168,17 +168,17 @@ fn wait_gone(probe: &Probe, roots: &Roots, name: &VmName, d: Duration) -> bool {
 /// pid is never signalled). Returns the pids signalled.
 fn kill_instance(intent: Option<&Intent>, uid: Option<u32>) -> Vec<u32> {
     if let Some(cg) = intent.and_then(liveness::recorded_cgroup) {
-        return crate::host::cgroup::kill_all(cg).unwrap_or_default();
+        return cgroup::kill_all(cg).unwrap_or_default();
     }
     let Some(uid) = uid else {
         return Vec::new();
     };
     let mut killed = Vec::new();
     for pid in procs::tasks_of_uid(uid).pids {
-        let Some(fd) = crate::host::cgroup::pidfd_open(pid) else {
+        let Some(fd) = cgroup::pidfd_open(pid) else {
             continue;
         };
-        if procs::process_runs_as(pid, uid) && crate::host::cgroup::pidfd_kill(&fd) {
+        if procs::process_runs_as(pid, uid) && cgroup::pidfd_kill(&fd) {
             killed.push(pid);
         }
     }

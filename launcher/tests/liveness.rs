@@ -14,14 +14,22 @@
 
 mod common;
 
+use std::ffi::CStr;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 use serde_json::json;
-use vmwarden::instance::liveness::{Probe, Verdict, Via};
+use vmwarden::config::paths::Roots;
+use vmwarden::host::procs::{self, processes_of_uid};
+use vmwarden::host::{cgroup, dirs};
+use vmwarden::instance::intent::Intent;
+use vmwarden::instance::lease::{self, LeaseState};
+use vmwarden::instance::liveness::{recorded_cgroup, Probe, Verdict, Via};
 
 /// A cgroup made for one test, standing in for a unit's. Whatever is left
 /// in it when dropped (only processes this test started) is killed by pid.
@@ -31,7 +39,7 @@ struct TestCgroup {
 
 impl TestCgroup {
     fn new(tag: &str) -> TestCgroup {
-        let mount = vmwarden::host::cgroup::mount_point().expect(
+        let mount = cgroup::mount_point().expect(
             "this test needs a cgroup v2 hierarchy (/sys/fs/cgroup or /sys/fs/cgroup/unified)",
         );
         let path = mount.join(format!("vmwarden-test.{}.{tag}", std::process::id()));
@@ -61,32 +69,23 @@ impl TestCgroup {
                 .into_encoded_bytes(),
         )
         .unwrap();
-        // SAFETY: only open/write/close between fork and exec.
-        unsafe {
-            c.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
-                libc::close(fd);
-                if ok {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                }
-            });
-        }
+        // SAFETY: the hook runs between fork and exec and only makes the
+        // open/write/close system calls (no allocation: the path is a CStr).
+        unsafe { c.pre_exec(move || join_cgroup(&procs)) };
     }
+}
+
+/// Move the calling process into the cgroup whose `cgroup.procs` is `procs`.
+fn join_cgroup(procs: &CStr) -> std::io::Result<()> {
+    let fd = nix::fcntl::open(procs, OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty())?;
+    nix::unistd::write(&fd, b"0")?;
+    Ok(())
 }
 
 impl Drop for TestCgroup {
     fn drop(&mut self) {
         for pid in self.procs() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            let _ = procs::sigkill(pid);
         }
         let end = Instant::now() + Duration::from_secs(10);
         while std::fs::remove_dir(&self.path).is_err() && Instant::now() < end {
@@ -148,24 +147,22 @@ print('HOLDING', flush=True)
 time.sleep(600)
 "#;
 
-fn lease_state(env: &Env, name: &str) -> vmwarden::instance::lease::LeaseState {
-    let d = vmwarden::host::dirs::open_dir(&env.run.join(name)).unwrap();
-    vmwarden::instance::lease::state(&d).unwrap()
+fn lease_state(env: &Env, name: &str) -> LeaseState {
+    let d = dirs::open_dir(&env.run.join(name)).unwrap();
+    lease::state(&d).unwrap()
 }
 
-fn roots(env: &Env) -> vmwarden::config::paths::Roots {
-    vmwarden::config::paths::Roots {
+fn roots(env: &Env) -> Roots {
+    Roots {
         config_dir: env.config.clone(),
         runtime_root: env.run.clone(),
         state_root: env.state.clone(),
     }
 }
 
-fn intent(env: &Env, name: &str) -> vmwarden::instance::intent::Intent {
-    let d = vmwarden::host::dirs::open_dir(&env.run.join(name)).unwrap();
-    vmwarden::instance::intent::Intent::read(&d)
-        .unwrap()
-        .expect("an intent record")
+fn intent(env: &Env, name: &str) -> Intent {
+    let d = dirs::open_dir(&env.run.join(name)).unwrap();
+    Intent::read(&d).unwrap().expect("an intent record")
 }
 
 fn status_state(env: &Env, name: &str) -> String {
@@ -182,13 +179,10 @@ fn released_lease_is_not_stopped(u: u32, cg: Option<&TestCgroup>) {
     let pid = g.pid();
     assert_eq!(
         lease_state(&env, "web"),
-        vmwarden::instance::lease::LeaseState::Free,
+        LeaseState::Free,
         "the attack did not release the lease"
     );
-    assert!(
-        vmwarden::host::procs::processes_of_uid(u).contains(&pid),
-        "the VM should run on"
-    );
+    assert!(processes_of_uid(u).contains(&pid), "the VM should run on");
     match cg {
         Some(cg) => {
             let rec = intent(&env, "web")
@@ -223,7 +217,7 @@ fn released_lease_is_not_stopped(u: u32, cg: Option<&TestCgroup>) {
         g.wait_exit(Duration::from_secs(10)).is_some(),
         "the VM still runs after stop"
     );
-    assert!(vmwarden::host::procs::processes_of_uid(u).is_empty());
+    assert!(processes_of_uid(u).is_empty());
     assert_eq!(status_state(&env, "web"), "stopped");
     let (o, rep) = env.cleanup("web");
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
@@ -260,9 +254,9 @@ fn kind(v: &Verdict) -> &'static str {
 /// launch, cleanup and purge ask under their own lock).
 fn both(env: &Env, name: &str, u: u32) -> [(String, String); 2] {
     let r = roots(env);
-    let i = vmwarden::host::dirs::open_dir(&env.run.join(name))
+    let i = dirs::open_dir(&env.run.join(name))
         .ok()
-        .and_then(|d| vmwarden::instance::intent::Intent::read(&d).ok().flatten());
+        .and_then(|d| Intent::read(&d).ok().flatten());
     let by_cg = Probe::single();
     let by_proc = Probe::single().via(Via::Procs);
     let full = (by_cg.probe(&r, name), by_proc.probe(&r, name));
@@ -273,7 +267,7 @@ fn both(env: &Env, name: &str, u: u32) -> [(String, String); 2] {
     // The cgroup path must have been the one taken where it could be.
     if let Some(i) = &i {
         assert!(
-            vmwarden::instance::liveness::recorded_cgroup(i).is_some(),
+            recorded_cgroup(i).is_some(),
             "the record names no cgroup: {i:?}"
         );
         if let Verdict::Ambiguous(r) = &rest.0 {

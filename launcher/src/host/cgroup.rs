@@ -9,6 +9,8 @@
 //! VM and whatever the VM started — found in O(1), however busy the host.
 
 use std::ffi::OsStr;
+use std::fs::File;
+use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -17,6 +19,8 @@ use nix::errno::Errno;
 use nix::fcntl::{openat, OFlag, AT_FDCWD};
 use nix::sys::stat::{fstat, Mode};
 use serde::{Deserialize, Serialize};
+
+use crate::host::procs;
 
 /// Where the unified (v2) hierarchy is mounted: `/sys/fs/cgroup` on a pure
 /// v2 host (every current systemd), `/sys/fs/cgroup/unified` on a hybrid one.
@@ -66,33 +70,15 @@ fn read_at(dir: impl AsFd, name: &str, buf: &mut Vec<u8>) -> Result<(), Errno> {
 }
 
 fn read_all(fd: &OwnedFd, buf: &mut Vec<u8>) -> Result<(), Errno> {
+    // kernfs files may come in pieces: read to the end.
+    let mut f = File::from(fd.try_clone().map_err(|e| errno_of(&e))?);
     buf.clear();
-    if buf.capacity() < 4096 {
-        buf.reserve(4096);
-    }
-    loop {
-        if buf.len() == buf.capacity() {
-            buf.reserve(buf.capacity());
-        }
-        let spare = buf.spare_capacity_mut();
-        // SAFETY: reading into the vector's spare capacity; `set_len` below
-        // covers only the bytes the kernel wrote.
-        let n = unsafe {
-            libc::read(
-                fd.as_raw_fd(),
-                spare.as_mut_ptr().cast::<libc::c_void>(),
-                spare.len(),
-            )
-        };
-        match n {
-            0 => return Ok(()),
-            n if n > 0 => unsafe { buf.set_len(buf.len() + n as usize) },
-            _ => match Errno::last() {
-                Errno::EINTR => continue,
-                e => return Err(e),
-            },
-        }
-    }
+    f.read_to_end(buf).map(|_| ()).map_err(|e| errno_of(&e))
+}
+
+/// The errno of an io error from a system call (EIO if it has none).
+fn errno_of(e: &std::io::Error) -> Errno {
+    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 /// The v2 hierarchy's mount point, if there is one.
@@ -209,7 +195,7 @@ pub fn occupancy(cg: &Cgroup) -> Result<Occupancy, Errno> {
         let me = std::process::id();
         pids.retain(|p| *p != me);
         if !pids.is_empty() {
-            let mine = crate::host::procs::ancestors();
+            let mine = procs::ancestors();
             pids.retain(|p| !mine.contains(p));
         }
     }
@@ -283,10 +269,13 @@ pub fn kill_all(cg: &Cgroup) -> Result<Vec<u32>, Errno> {
 
 /// `pidfd_open(pid, 0)`: a handle on the process that has `pid` now.
 pub fn pidfd_open(pid: u32) -> Option<OwnedFd> {
-    // SAFETY: a plain syscall; the returned fd (if any) is owned here.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    // SAFETY: a non-negative return is a new fd nobody else owns.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    let pid = libc::pid_t::try_from(pid).ok().filter(|p| *p > 0)?;
+    // SAFETY: pidfd_open(2) takes a pid and flags, no pointers.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = i32::try_from(fd).ok().filter(|f| *f >= 0)?;
+    // SAFETY: a non-negative return of pidfd_open is a new fd nobody else
+    // owns; OwnedFd takes it over.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// SIGKILL through a pidfd; false when the process is already gone.
@@ -317,6 +306,6 @@ mod tests {
     fn the_record_rejects_unknown_fields() {
         let ok: Cgroup = serde_json::from_str(r#"{"path":"/sys/fs/cgroup/a","id":7}"#).unwrap();
         assert_eq!(ok.id, 7);
-        assert!(serde_json::from_str::<Cgroup>(r#"{"path":"/a","id":7,"x":1}"#).is_err());
+        serde_json::from_str::<Cgroup>(r#"{"path":"/a","id":7,"x":1}"#).unwrap_err();
     }
 }

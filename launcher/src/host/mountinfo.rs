@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::names::VmName;
 use crate::config::paths::CREDENTIALS_DIR;
+use crate::host::procs::mount_namespace_holders;
 
 /// Mount source given to a VM's credential tmpfs: identifies it in every
 /// namespace's mountinfo.
@@ -147,7 +148,7 @@ pub fn credential_mounts_everywhere(
     let mut out = Vec::new();
     // One task per namespace (one /proc link per process, threads only
     // behind an exited leader): the scan does not grow with the threads.
-    for (tid, ns) in crate::host::procs::mount_namespace_holders() {
+    for (tid, ns) in mount_namespace_holders() {
         let Ok(data) = read_bytes(&format!("/proc/{tid}/mountinfo")) else {
             continue;
         };

@@ -12,7 +12,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::CStr;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::fs::File;
+use std::io::{ErrorKind, Read};
+use std::os::fd::{AsFd, OwnedFd};
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, OFlag, AT_FDCWD};
@@ -75,6 +77,7 @@ fn parse_status(bytes: &[u8]) -> Option<TaskStatus> {
 }
 
 /// `/proc`, opened once per scan; every path below is relative to it.
+#[derive(Debug)]
 struct Proc {
     fd: OwnedFd,
     buf: Vec<u8>,
@@ -118,7 +121,9 @@ impl Proc {
         Ok(out)
     }
 
-    /// Read `/proc/REL` whole into the scan's buffer.
+    /// Read `/proc/REL` whole into the scan's buffer. These files are
+    /// generated whole on the first read (single_open): a short read is the
+    /// end, no second read needed.
     fn read(&mut self, rel: &str) -> Result<&[u8], Errno> {
         let fd = openat(
             self.fd.as_fd(),
@@ -126,36 +131,20 @@ impl Proc {
             OFlag::O_RDONLY | OFlag::O_CLOEXEC,
             Mode::empty(),
         )?;
+        let mut f = File::from(fd);
         self.buf.clear();
+        let mut chunk = [0u8; 4096];
         loop {
-            if self.buf.len() == self.buf.capacity() {
-                self.buf.reserve(4096);
-            }
-            let spare = self.buf.spare_capacity_mut();
-            // SAFETY: the kernel writes at most `spare.len()` bytes into the
-            // vector's spare capacity; `set_len` covers only those.
-            let n = unsafe {
-                libc::read(
-                    fd.as_raw_fd(),
-                    spare.as_mut_ptr().cast::<libc::c_void>(),
-                    spare.len(),
-                )
-            };
-            match n {
-                0 => break,
-                n if n > 0 => {
-                    let room = spare.len();
-                    unsafe { self.buf.set_len(self.buf.len() + n as usize) };
-                    // These files are generated whole on the first read
-                    // (single_open): a short read is the end.
-                    if (n as usize) < room {
+            match f.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    if n < chunk.len() {
                         break;
                     }
                 }
-                _ => match Errno::last() {
-                    Errno::EINTR => continue,
-                    e => return Err(e),
-                },
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(errno_of(&e)),
             }
         }
         Ok(&self.buf)
@@ -174,21 +163,7 @@ impl Proc {
 
     /// The target of the symlink `/proc/REL`.
     fn link(&self, rel: &str) -> Result<String, Errno> {
-        let c = std::ffi::CString::new(rel).map_err(|_| Errno::EINVAL)?;
-        let mut buf = [0u8; 128];
-        // SAFETY: readlinkat writes at most buf.len() bytes into buf.
-        let n = unsafe {
-            libc::readlinkat(
-                self.fd.as_raw_fd(),
-                c.as_ptr(),
-                buf.as_mut_ptr().cast::<libc::c_char>(),
-                buf.len(),
-            )
-        };
-        if n < 0 {
-            return Err(Errno::last());
-        }
-        Ok(String::from_utf8_lossy(&buf[..n as usize]).into_owned())
+        nix::fcntl::readlinkat(self.fd.as_fd(), rel).map(|t| t.to_string_lossy().into_owned())
     }
 
     /// Every live process (by thread-group id) with the uids it runs as:
@@ -258,6 +233,11 @@ impl Proc {
         }
         Ok(unreadable)
     }
+}
+
+/// The errno of an io error from a system call (EIO if it has none).
+fn errno_of(e: &std::io::Error) -> Errno {
+    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 fn parse_id(name: &CStr) -> Option<u32> {

@@ -155,7 +155,7 @@ pub fn new_instance_id() -> Result<String, IntentError> {
     // initialised long before any unit starts; if it is not, this waits).
     // SAFETY: the kernel writes at most b.len() bytes into b.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != b.len() as isize {
+    if usize::try_from(n) != Ok(b.len()) {
         let mut f = std::fs::File::open("/dev/urandom").io("open", "/dev/urandom")?;
         std::io::Read::read_exact(&mut f, &mut b).io("read", "/dev/urandom")?;
     }

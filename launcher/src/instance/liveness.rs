@@ -120,6 +120,7 @@ pub fn recorded_cgroup(intent: &Intent) -> Option<&Cgroup> {
 /// A liveness prober. [`Probe::single`] scans `/proc` per question (one VM);
 /// [`Probe::shared`] takes one scan on first need and answers every VM
 /// from it (reap, `status` and `verify-clean` of all VMs).
+#[derive(Debug)]
 pub struct Probe {
     via: Via,
     shared: Option<OnceCell<Snapshot>>,
