@@ -161,6 +161,25 @@ impl Proc {
         .map(|st| st.st_uid)
     }
 
+    /// True for a task group without an address space and with one thread:
+    /// a kernel thread, a zombie whose whole group has exited, or a process
+    /// past `exit_mm` — none of them runs anything of a VM. Its `exe` link
+    /// is ENOENT (a live process's is its binary, even when deleted) and its
+    /// `task/` directory's link count is 2 + the number of threads. A
+    /// zombie leader whose other threads run on has more than one: false,
+    /// and its threads are read. Anything unclear: false (read status).
+    fn no_mm_single_thread(&self, pid: u32) -> bool {
+        if self.link(&format!("{pid}/exe")) != Err(Errno::ENOENT) {
+            return false;
+        }
+        nix::sys::stat::fstatat(
+            self.fd.as_fd(),
+            format!("{pid}/task").as_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .is_ok_and(|st| st.st_nlink <= 3)
+    }
+
     /// The target of the symlink `/proc/REL`.
     fn link(&self, rel: &str) -> Result<String, Errno> {
         nix::fcntl::readlinkat(self.fd.as_fd(), rel).map(|t| t.to_string_lossy().into_owned())
@@ -185,15 +204,22 @@ impl Proc {
             }
         };
         for pid in self.ids("")? {
-            if let Some(uid) = owner {
-                match self.owner(pid) {
+            let root_owned = match owner {
+                None => true,
+                Some(uid) => match self.owner(pid) {
                     Ok(o) if o != 0 && o != uid => continue,
-                    Ok(_) => {}
+                    Ok(o) => o == 0,
                     Err(e) => {
                         gone_or(format!("/proc/{pid}"), e, &mut unreadable);
                         continue;
                     }
-                }
+                },
+            };
+            // Kernel threads (about half the entries on a host) are
+            // root's and have no address space: skipped without reading
+            // their status.
+            if root_owned && self.no_mm_single_thread(pid) {
+                continue;
             }
             let rel = format!("{pid}/status");
             let st = match self.read(&rel).map(parse_status) {
