@@ -34,7 +34,7 @@ use crate::identity::principal::{self, Principal, PrincipalError};
 use crate::identity::registry::{self, RegistryError};
 use crate::instance::intent::{self, Intent, IntentError, IntentPrincipal, Resource};
 use crate::instance::lease::{self, Lease, LeaseError, LeaseState};
-use crate::instance::liveness::{self, Probe, Verdict};
+use crate::instance::liveness::{Probe, Verdict, Via};
 use crate::launch::creds::CredentialError;
 use crate::launch::landlock::LandlockError;
 use crate::launch::sandbox::SandboxError;
@@ -523,28 +523,23 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             })
         }
     };
-    // Under the lease, the rest of the probe. The launcher's own cgroup,
-    // when it holds nobody else (a unit's at ExecStart=), will hold this
-    // instance and everything it starts: it is recorded below, and no
-    // stray process can be in it now. The previous instance is judged by
-    // its own record: its cgroup when it had one (O(1)); without a record
-    // cleanup already judged it dead; outside a dedicated cgroup, or for a
-    // record without one, the uid's processes are scanned in /proc.
+    // Under the lease, the rest of the probe, by the uid: a principal is
+    // dedicated to one VM, so any process running as it now — a previous
+    // instance's (they all run as the uid), or anything else's — refuses
+    // the launch. (One status read per process; kernel threads and other
+    // users' processes are skipped unread.) The launcher's own cgroup, when
+    // it holds nobody else (a unit's at ExecStart=), will hold this
+    // instance and everything it starts: the intent record names it, and
+    // stop, status, cleanup and reap ask it instead of /proc.
     let own_cgroup = cgroup::own_dedicated();
     if let Err(why) = &own_cgroup {
-        tracing::debug!(%why, "no dedicated cgroup: liveness falls back to /proc");
+        tracing::debug!(%why, "no dedicated cgroup: liveness will scan /proc");
     }
-    let previous = Intent::read(&rundir);
-    let scan_uid = match (&own_cgroup, &previous) {
-        (Ok(_), Ok(None)) => None,
-        (Ok(_), Ok(Some(p))) if liveness::recorded_cgroup(p).is_some() => None,
-        _ => Some(principal.uid),
-    };
-    let verdict = Probe::single().with_lease_held(
+    let verdict = Probe::single().via(Via::Procs).with_lease_held(
         roots,
         &spec.name,
-        scan_uid,
-        previous.as_ref().ok().and_then(|p| p.as_ref()),
+        Some(principal.uid),
+        None,
     );
     if !verdict.is_dead() {
         return Err(StepError::Ambiguous {
