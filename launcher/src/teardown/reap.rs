@@ -243,7 +243,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         .map(|(n, _, _)| n)
         .collect();
     // One /proc scan answers every question below that needs one.
-    let probe = Probe::shared();
+    let mut probe = Probe::shared();
 
     // 1. Processes of principals with no live instance. Listing and killing
     //    happen under the VM's lease (taken as the launcher takes it), so a
@@ -314,6 +314,11 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
             std::thread::sleep(Duration::from_millis(20));
         }
         r.killed.extend(killed_here);
+    }
+    // What was killed is gone: the passes below must not judge by the
+    // scan taken before.
+    if !r.killed.is_empty() {
+        probe = Probe::shared();
     }
 
     // 2. Credential mounts of VMs with no live instance, in any namespace
