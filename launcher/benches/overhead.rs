@@ -589,7 +589,8 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
         firecracker_config: d.join("firecracker.json"),
         tap_fds: vec![],
     };
-    let seccomp = hypervisor::qemu_has_seccomp(qemu);
+    // What the launcher decides for this binary: it links libseccomp.
+    let seccomp = hypervisor::elf::links_libseccomp(qemu).unwrap_or(false);
     let argv = hypervisor::argv(&parsed, &layout(&bare_dir), seccomp);
     let wait_running = |sock: &Path, t0: Instant| -> Duration {
         let end = t0 + Duration::from_secs(60);
@@ -605,8 +606,31 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
     };
     let launch = bin("vmwarden-launch");
     let cleanup = bin("vmwarden-cleanup");
+    let via_once = || {
+        let mut c = Command::new(&launch);
+        r.args(c.arg("qmpb"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(cg) = cg {
+            cg.enter(&mut c);
+        }
+        let t0 = Instant::now();
+        let mut child = c.spawn().unwrap();
+        let d = wait_running(&r.run.join("qmpb/control/qmp.sock"), t0);
+        let _ = child.kill();
+        let _ = child.wait();
+        run(r.args(Command::new(&cleanup).arg("qmpb")));
+        d
+    };
     let (mut bare, mut via) = (Vec::new(), Vec::new());
     for i in 0..n + 1 {
+        // Alternate which of the pair starts first.
+        let bare_first = i % 2 == 0;
+        let mut d_via = Duration::ZERO;
+        if !bare_first {
+            d_via = via_once();
+        }
         let _ = std::fs::remove_file(bare_dir.join("qmp.sock"));
         let mut c = Command::new(&argv[0]);
         c.args(&argv[1..])
@@ -622,20 +646,9 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
         let _ = child.kill();
         let _ = child.wait();
 
-        let mut c = Command::new(&launch);
-        r.args(c.arg("qmpb"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if let Some(cg) = cg {
-            cg.enter(&mut c);
+        if bare_first {
+            d_via = via_once();
         }
-        let t0 = Instant::now();
-        let mut child = c.spawn().unwrap();
-        let d_via = wait_running(&r.run.join("qmpb/control/qmp.sock"), t0);
-        let _ = child.kill();
-        let _ = child.wait();
-        run(r.args(Command::new(&cleanup).arg("qmpb")));
         if i > 0 {
             // The first pair warms the caches.
             bare.push(d_bare);
@@ -677,15 +690,17 @@ fn count_syscalls(r: &Roots, cg: Option<&UnitCgroup>) -> Option<(usize, String)>
     }
     let text = std::fs::read_to_string(&out).ok()?;
     let lines: Vec<&str> = text.lines().collect();
-    let start = lines
-        .iter()
-        .position(|l| l.contains("execve(\"") && l.contains("vmwarden-launch"))?;
-    let end = lines
-        .iter()
-        .position(|l| l.contains("execve(\"/bin/true\""))?;
+    // The execve whose program (its first argument) is the launcher; the
+    // shell that joins the cgroup first names it only among its arguments.
+    let execs = |l: &&str, prog: &str| {
+        l.contains("execve(\"") && l.split('"').nth(1).is_some_and(|p| p.ends_with(prog))
+    };
+    let start = lines.iter().position(|l| execs(l, "/vmwarden-launch"))?;
+    let end = lines.iter().position(|l| execs(l, "/bin/true"))?;
     let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
     for l in &lines[start..end] {
-        let rest = l.split_once(' ').map(|x| x.1).unwrap_or(l);
+        // "PID  name(args) = ret" (strace pads the pid).
+        let rest = l.split_once(' ').map_or(*l, |x| x.1).trim_start();
         if let Some(name) = rest.split('(').next() {
             if !name.starts_with('+') && !name.starts_with('<') && !name.contains(' ') {
                 *counts.entry(name.to_string()).or_default() += 1;
@@ -911,7 +926,7 @@ fn main() {
     }
 
     // 5. start → QMP running.
-    if let Some((bare, via)) = qmp_running(if quick { 5 } else { 20 }, cg.as_ref()) {
+    if let Some((bare, via)) = qmp_running(if quick { 8 } else { 30 }, cg.as_ref()) {
         println!(
             "\n== start → QMP `running` ({} pairs; QEMU TCG, spawned into the unit-like cgroup)",
             bare.len()
