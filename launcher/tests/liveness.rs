@@ -24,6 +24,7 @@ use common::*;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use serde_json::json;
+use vmwarden::config::names::VmName;
 use vmwarden::config::paths::Roots;
 use vmwarden::host::procs::{self, processes_of_uid};
 use vmwarden::host::{cgroup, dirs};
@@ -254,15 +255,16 @@ fn kind(v: &Verdict) -> &'static str {
 /// launch, cleanup and purge ask under their own lock).
 fn both(env: &Env, name: &str, u: u32) -> [(String, String); 2] {
     let r = roots(env);
+    let vm = VmName::parse(name).unwrap();
     let i = dirs::open_dir(&env.run.join(name))
         .ok()
         .and_then(|d| Intent::read(&d).ok().flatten());
     let by_cg = Probe::single();
     let by_proc = Probe::single().via(Via::Procs);
-    let full = (by_cg.probe(&r, name), by_proc.probe(&r, name));
+    let full = (by_cg.probe(&r, &vm), by_proc.probe(&r, &vm));
     let rest = (
-        by_cg.with_lease_held(&r, name, Some(u), i.as_ref()),
-        by_proc.with_lease_held(&r, name, Some(u), i.as_ref()),
+        by_cg.with_lease_held(&r, &vm, Some(u), i.as_ref()),
+        by_proc.with_lease_held(&r, &vm, Some(u), i.as_ref()),
     );
     // The cgroup path must have been the one taken where it could be.
     if let Some(i) = &i {
