@@ -1,22 +1,52 @@
-//! `cargo bench` (as root): what vmwarden costs, measured against a baseline
-//! taken in the same run. Prints tables and ratios; asserts nothing (these
-//! machines are noisy — compare ratios, not seconds).
+//! `cargo bench` (as root): what vmwarden costs, each figure against a
+//! baseline measured in the same run. Prints tables and ratios and the
+//! issue's goals beside them; asserts nothing (these machines are noisy —
+//! compare ratios within one run, not seconds across runs).
 //!
-//! 1. Launcher setup overhead: `vmwarden-launch --probe -- /bin/true`
-//!    against `/bin/true` started directly.
-//! 2. Teardown: `vmwarden-cleanup` and `vmwarden verify-clean` per VM,
-//!    against `/bin/true`.
-//! 3. `vmwarden reap` (dry run) over 10, 100 and 1000 synthetic runtime dirs,
-//!    with the 1000/100 ratio (linear growth ⇒ about 10).
+//! The runtime root is a tmpfs (as `/run` is in production). A launch is
+//! measured two ways: spawned into a cgroup of its own, as systemd starts
+//! `ExecStart=` in the unit's cgroup (liveness then asks that cgroup), and
+//! from the bench's own cgroup, where liveness falls back to `/proc`.
+//!
+//! 1. Launch overhead: `vmwarden-launch --probe -- /bin/true` against
+//!    `/bin/true` started the same way, paired; again with 2,000 extra
+//!    sleeping threads on the host.
+//! 2. Teardown: `vmwarden-cleanup` and `vmwarden verify-clean NAME` per VM.
+//! 3. `vmwarden reap` (dry run) over 10, 100 and 1,000 orphaned runtime dirs
+//!    shaped like real ones, and 1,000 again with the 2,000 threads.
+//! 4. `vmwarden status` of 100 configured VMs.
+//! 5. Start → QMP `running`: through the launcher against bare QEMU with the
+//!    same argv, paired (needs QEMU and the test guest's kernel).
+//! 6. Peak RSS of the launcher before `execve`; vmwarden processes left while
+//!    the VM runs.
+//! 7. The syscalls of one launch (strace, when installed).
+//!
+//! `cargo bench -- --quick` runs fewer iterations.
 
-use std::path::PathBuf;
+use std::ffi::{CStr, CString};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use vmwarden::config::spec::Spec;
+use vmwarden::host::cgroup;
+use vmwarden::hypervisor::qmp::Qmp;
+use vmwarden::hypervisor::{self, Layout};
+
+/// The binary `name`: beside this bench (cargo bench builds them into the
+/// same target dir), or in `$VMWARDEN_BENCH_BIN_DIR` (to measure another
+/// build, e.g. an older commit's, with this bench).
 fn bin(name: &str) -> PathBuf {
-    // cargo bench builds the binaries into the same target dir.
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
+    let dir = match std::env::var_os("VMWARDEN_BENCH_BIN_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => {
+            let exe = std::env::current_exe().unwrap();
+            exe.parent().unwrap().parent().unwrap().to_path_buf()
+        }
+    };
     let p = dir.join(name);
     assert!(
         p.exists(),
@@ -26,42 +56,77 @@ fn bin(name: &str) -> PathBuf {
     p
 }
 
-fn time(mut f: impl FnMut()) -> Duration {
-    let t = Instant::now();
-    f();
-    t.elapsed()
-}
-
-// `p` is in 0..=1, so the rounded index is in 0..len.
-#[allow(clippy::cast_sign_loss)]
-fn pct(v: &mut [Duration], p: f64) -> Duration {
+fn pct(v: &[Duration], p: f64) -> Duration {
+    let mut v = v.to_vec();
     v.sort();
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i]
+    let last = v.len() - 1;
+    // The rank p·last, rounded, in exact integer steps of 1/1000.
+    let per_mille = (0..=1000u32)
+        .min_by(|a, b| {
+            let da = (f64::from(*a) / 1000.0 - p).abs();
+            let db = (f64::from(*b) / 1000.0 - p).abs();
+            da.partial_cmp(&db).unwrap()
+        })
+        .unwrap();
+    let i = (last * usize::try_from(per_mille).unwrap() + 500) / 1000;
+    v[i.min(last)]
 }
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn run_ok(c: &mut Command) {
-    let o = c
+/// Median of signed per-pair differences, in ms.
+fn median_diff_ms(a: &[Duration], b: &[Duration]) -> f64 {
+    let mut d: Vec<f64> = a.iter().zip(b).map(|(x, y)| ms(*x) - ms(*y)).collect();
+    d.sort_by(|x, y| x.partial_cmp(y).unwrap());
+    d[d.len() / 2]
+}
+
+/// Run `c` to completion (stdio to /dev/null), returning its wall time and
+/// its peak RSS in KiB (the kernel keeps the pre-`execve` peak in it).
+fn run(c: &mut Command) -> (Duration, u64) {
+    c.stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{:?} failed: {}",
-        c,
-        String::from_utf8_lossy(&o.stderr)
-    );
+        .stderr(Stdio::null());
+    let t = Instant::now();
+    // Reaped by the wait4 below (it also gives the rusage).
+    #[allow(clippy::zombie_processes)]
+    let child = c.spawn().unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child, filling locals.
+    let r = unsafe {
+        libc::wait4(
+            i32::try_from(child.id()).unwrap(),
+            &raw mut status,
+            0,
+            &raw mut ru,
+        )
+    };
+    let d = t.elapsed();
+    assert!(r > 0, "wait4 failed");
+    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        // Run it again with its output to say why.
+        let o = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        panic!(
+            "{c:?} failed ({status}): {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    (d, u64::try_from(ru.ru_maxrss).unwrap_or(0))
 }
 
 /// Root-owned 0755 (not the world-writable /tmp): the launcher refuses
 /// credential files in a directory anyone but root can write.
-fn bench_base() -> &'static std::path::Path {
-    let base = std::path::Path::new("/var/lib/vmwarden-test");
+fn bench_base() -> &'static Path {
+    let base = Path::new("/var/lib/vmwarden-test");
     if let Err(e) = std::fs::create_dir(base) {
         assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
     }
@@ -69,8 +134,9 @@ fn bench_base() -> &'static std::path::Path {
     base
 }
 
+/// Private config, runtime (a tmpfs) and state roots.
 struct Roots {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     config: PathBuf,
     run: PathBuf,
     state: PathBuf,
@@ -88,12 +154,22 @@ impl Roots {
         )
         .unwrap();
         let config = dir.path().join("config");
+        let run = dir.path().join("run");
         std::fs::create_dir(&config).unwrap();
+        std::fs::create_dir(&run).unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            &run,
+            Some("tmpfs"),
+            nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+            Some("mode=0755,size=256m"),
+        )
+        .expect("mount a tmpfs for the runtime root");
         Roots {
             config,
-            run: dir.path().join("run"),
+            run,
             state: dir.path().join("state"),
-            _dir: dir,
+            dir,
         }
     }
     fn args<'a>(&self, c: &'a mut Command) -> &'a mut Command {
@@ -104,142 +180,842 @@ impl Roots {
             .arg("--state-root")
             .arg(&self.state)
     }
-    fn spec(&self, name: &str, uid: u32) {
-        let s = serde_json::json!({
+    fn spec_value(&self, name: &str, uid: u32) -> serde_json::Value {
+        serde_json::json!({
             "version": 1, "name": name,
             "principal": { "uid": uid, "gid": uid },
             "hypervisor": { "kind": "qemu", "binary": "/usr/bin/qemu-system-x86_64", "accel": "tcg", "machine": "microvm" },
             "vcpus": 1, "memory_mib": 128,
             "kernel": "/bin/true",
             "credentials": [ { "name": "key", "source": { "path": self.config.join("key") } } ]
-        });
-        std::fs::write(self.config.join("key"), b"bench-secret").unwrap();
+        })
+    }
+    fn write_spec(&self, name: &str, v: &serde_json::Value) {
+        let key = self.config.join("key");
+        if !key.exists() {
+            std::fs::write(&key, b"bench-secret").unwrap();
+            std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap();
+        }
         std::fs::write(
             self.config.join(format!("{name}.json")),
-            serde_json::to_vec(&s).unwrap(),
+            serde_json::to_vec(v).unwrap(),
         )
         .unwrap();
     }
+    fn spec(&self, name: &str, uid: u32) {
+        self.write_spec(name, &self.spec_value(name, uid));
+    }
 }
 
-fn row(label: &str, v: &mut [Duration], base_p50: Option<Duration>) {
+impl Drop for Roots {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.run, nix::mount::MntFlags::MNT_DETACH);
+        let _ = &self.dir;
+    }
+}
+
+/// A cgroup of the bench's own, standing in for a unit's: each launch is
+/// spawned into it (as systemd spawns `ExecStart=`), alone.
+///
+/// Moving a process between cgroups takes a lock whose first writer after
+/// a quiet spell waits for an RCU grace period (~10 ms here); later
+/// writers within the same grace window do not. So that neither side of a
+/// pair pays it by chance, [`UnitCgroup::enter`] first moves a helper
+/// process between two side cgroups, and the measured child's own move
+/// then finds the lock warm.
+struct UnitCgroup {
+    path: PathBuf,
+    procs: CString,
+    side: [PathBuf; 2],
+    helper: std::process::Child,
+    flip: std::cell::Cell<usize>,
+}
+
+impl UnitCgroup {
+    fn new() -> Option<UnitCgroup> {
+        let mount = cgroup::mount_point()?;
+        let base = format!("vmwarden-bench.{}", std::process::id());
+        let path = mount.join(&base);
+        std::fs::create_dir(&path).ok()?;
+        let side = [
+            mount.join(format!("{base}.side0")),
+            mount.join(format!("{base}.side1")),
+        ];
+        for d in &side {
+            std::fs::create_dir(d).ok()?;
+        }
+        let helper = Command::new("/bin/sleep")
+            .arg("36000")
+            .stdin(Stdio::null())
+            .spawn()
+            .ok()?;
+        let procs = CString::new(path.join("cgroup.procs").as_os_str().as_encoded_bytes()).ok()?;
+        Some(UnitCgroup {
+            path,
+            procs,
+            side,
+            helper,
+            flip: std::cell::Cell::new(0),
+        })
+    }
+    /// Make `c`'s child join this cgroup before it `execve`s.
+    fn enter(&self, c: &mut Command) {
+        let i = self.flip.get();
+        self.flip.set(1 - i);
+        let _ = std::fs::write(
+            self.side[i].join("cgroup.procs"),
+            self.helper.id().to_string(),
+        );
+        let procs = self.procs.clone();
+        // SAFETY: the hook runs between fork and exec and only makes the
+        // open/write/close system calls (no allocation: the path is a CStr).
+        unsafe { c.pre_exec(move || join_cgroup(&procs)) };
+    }
+}
+
+/// Move the calling process into the cgroup whose `cgroup.procs` is `procs`.
+fn join_cgroup(procs: &CStr) -> std::io::Result<()> {
+    let fd = nix::fcntl::open(procs, OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty())?;
+    nix::unistd::write(&fd, b"0")?;
+    Ok(())
+}
+
+impl Drop for UnitCgroup {
+    fn drop(&mut self) {
+        let _ = self.helper.kill();
+        let _ = self.helper.wait();
+        for d in self.side.iter().chain(std::iter::once(&self.path)) {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// Sleeping threads in separate processes (this binary re-run with
+/// `--sleeper N`), killed by pid when dropped.
+struct Sleepers(Vec<std::process::Child>);
+
+impl Sleepers {
+    fn start(procs: usize, threads_each: usize) -> Sleepers {
+        let me = std::env::current_exe().unwrap();
+        let mut v = Vec::new();
+        for _ in 0..procs {
+            let mut c = Command::new(&me)
+                .args(["--sleeper", &threads_each.to_string()])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut line = String::new();
+            std::io::BufRead::read_line(
+                &mut std::io::BufReader::new(c.stdout.take().unwrap()),
+                &mut line,
+            )
+            .unwrap();
+            assert_eq!(line.trim(), "READY");
+            v.push(c);
+        }
+        Sleepers(v)
+    }
+}
+
+impl Drop for Sleepers {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn sleeper_main(n: usize) -> ! {
+    for _ in 0..n {
+        std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(|| loop {
+                std::thread::sleep(Duration::from_secs(3600))
+            })
+            .unwrap();
+    }
+    println!("READY");
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn host_threads() -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .map(|e| {
+            std::fs::read_dir(e.path().join("task"))
+                .map(|t| t.count())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// One result row: p50, p95, and the ratio of p50s against `base`.
+fn row(label: &str, v: &[Duration], base: Option<&[Duration]>) {
     let (p50, p95) = (pct(v, 0.5), pct(v, 0.95));
-    match base_p50 {
+    match base {
         Some(b) => println!(
-            "{label:<44} p50 {:>8.2} ms  p95 {:>8.2} ms  ratio(p50) {:>6.1}x",
+            "  {label:<52} p50 {:>8.2} ms  p95 {:>8.2} ms  {:>6.1}x",
             ms(p50),
             ms(p95),
-            ms(p50) / ms(b)
+            ms(p50) / ms(pct(b, 0.5))
         ),
         None => println!(
-            "{label:<44} p50 {:>8.2} ms  p95 {:>8.2} ms  (baseline)",
+            "  {label:<52} p50 {:>8.2} ms  p95 {:>8.2} ms  (baseline)",
             ms(p50),
             ms(p95)
         ),
     }
 }
 
-fn launch_overhead(n: usize) {
-    let r = Roots::new();
-    r.spec("bench", 61900);
+/// Results the summary quotes.
+#[derive(Default)]
+struct Summary {
+    lines: Vec<(String, String, String)>,
+}
+
+impl Summary {
+    fn add(&mut self, what: &str, measured: String, goal: &str) {
+        self.lines.push((what.into(), measured, goal.into()));
+    }
+}
+
+struct LaunchRun {
+    base_unit: Vec<Duration>,
+    launch_unit: Vec<Duration>,
+    base_plain: Vec<Duration>,
+    launch_plain: Vec<Duration>,
+    cleanup_unit: Vec<Duration>,
+    cleanup_plain: Vec<Duration>,
+    verify: Vec<Duration>,
+    max_rss_kib: u64,
+}
+
+/// `n` interleaved rounds: /bin/true and a probe launch in the unit
+/// cgroup, cleanup, verify-clean; the same outside it.
+fn launch_rounds(r: &Roots, cg: Option<&UnitCgroup>, n: usize) -> LaunchRun {
     let launch = bin("vmwarden-launch");
     let cleanup = bin("vmwarden-cleanup");
     let vmw = bin("vmwarden");
-    // Warm up caches.
+    let probe = |cg: Option<&UnitCgroup>| {
+        let mut c = Command::new(&launch);
+        r.args(c.arg("bench")).args(["--probe", "--", "/bin/true"]);
+        if let Some(cg) = cg {
+            cg.enter(&mut c);
+        }
+        run(&mut c)
+    };
+    let truth = |cg: Option<&UnitCgroup>| {
+        let mut c = Command::new("/bin/true");
+        if let Some(cg) = cg {
+            cg.enter(&mut c);
+        }
+        run(&mut c).0
+    };
+    let clean = || run(r.args(Command::new(&cleanup).arg("bench"))).0;
     for _ in 0..3 {
-        run_ok(
-            r.args(Command::new(&launch).arg("bench"))
-                .args(["--probe", "--", "/bin/true"]),
+        probe(cg);
+        clean();
+    }
+    let mut out = LaunchRun {
+        base_unit: vec![],
+        launch_unit: vec![],
+        base_plain: vec![],
+        launch_plain: vec![],
+        cleanup_unit: vec![],
+        cleanup_plain: vec![],
+        verify: vec![],
+        max_rss_kib: 0,
+    };
+    for _ in 0..n {
+        if cg.is_some() {
+            out.base_unit.push(truth(cg));
+            let (d, rss) = probe(cg);
+            out.launch_unit.push(d);
+            out.max_rss_kib = out.max_rss_kib.max(rss);
+            out.cleanup_unit.push(clean());
+        }
+        out.base_plain.push(truth(None));
+        let (d, rss) = probe(None);
+        out.launch_plain.push(d);
+        out.max_rss_kib = out.max_rss_kib.max(rss);
+        out.cleanup_plain.push(clean());
+        out.verify.push(
+            run(r
+                .args(&mut Command::new(&vmw))
+                .args(["verify-clean", "bench"]))
+            .0,
         );
     }
-    let mut base = Vec::new();
-    let mut probe = Vec::new();
-    let mut clean = Vec::new();
-    let mut verify = Vec::new();
-    for _ in 0..n {
-        base.push(time(|| run_ok(&mut Command::new("/bin/true"))));
-        probe.push(time(|| {
-            run_ok(
-                r.args(Command::new(&launch).arg("bench"))
-                    .args(["--probe", "--", "/bin/true"]),
-            )
-        }));
-        clean.push(time(|| run_ok(r.args(Command::new(&cleanup).arg("bench")))));
-        verify.push(time(|| {
-            run_ok(
-                r.args(&mut Command::new(&vmw))
-                    .args(["verify-clean", "bench"]),
-            )
-        }));
-    }
-    let b = pct(&mut base, 0.5);
-    println!("\n== launcher setup overhead ({n} runs each, interleaved)");
-    row("/bin/true (direct)", &mut base, None);
-    row("vmwarden-launch --probe -- /bin/true", &mut probe, Some(b));
-    println!("\n== teardown per VM ({n} runs each)");
-    row(
-        "vmwarden-cleanup (after one probe launch)",
-        &mut clean,
-        Some(b),
-    );
-    row("vmwarden verify-clean NAME", &mut verify, Some(b));
+    out
 }
 
-/// N dead VMs: a runtime dir each with a lease file, an intent record and a
-/// leftover control dir; every VM configured.
-fn synthetic(r: &Roots, n: usize) {
-    std::fs::create_dir_all(&r.run).unwrap();
+fn print_launch(lr: &LaunchRun, title: &str) {
+    println!("\n== {title}");
+    if !lr.launch_unit.is_empty() {
+        row("/bin/true, spawned into a cgroup", &lr.base_unit, None);
+        row(
+            "launch --probe -- /bin/true, own cgroup (as a unit)",
+            &lr.launch_unit,
+            Some(&lr.base_unit),
+        );
+        println!(
+            "  {:<52} median of pair differences {:.2} ms",
+            "  overhead (own cgroup: liveness from the cgroup)",
+            median_diff_ms(&lr.launch_unit, &lr.base_unit)
+        );
+    }
+    row("/bin/true, bench's cgroup", &lr.base_plain, None);
+    row(
+        "launch --probe -- /bin/true, shared cgroup (/proc)",
+        &lr.launch_plain,
+        Some(&lr.base_plain),
+    );
+    println!(
+        "  {:<52} median of pair differences {:.2} ms",
+        "  overhead (no own cgroup: /proc fallback)",
+        median_diff_ms(&lr.launch_plain, &lr.base_plain)
+    );
+    if !lr.cleanup_unit.is_empty() {
+        row(
+            "vmwarden-cleanup, record with a cgroup",
+            &lr.cleanup_unit,
+            Some(&lr.base_plain),
+        );
+    }
+    row(
+        "vmwarden-cleanup, record without one (/proc)",
+        &lr.cleanup_plain,
+        Some(&lr.base_plain),
+    );
+    row(
+        "vmwarden verify-clean NAME",
+        &lr.verify,
+        Some(&lr.base_plain),
+    );
+}
+
+/// `n` dead VMs shaped like real orphans: a runtime dir each with a lease
+/// file, an intent record and a leftover control dir; every VM configured.
+/// With `cgroup`, each record names the unit cgroup a launch under systemd
+/// records (long gone); without, the record is one of a launch outside a
+/// cgroup of its own (liveness then asks `/proc`).
+/// `VMWARDEN_BENCH_LEGACY_RECORDS=1` never writes the `cgroup` field (older
+/// builds reject it).
+fn synthetic(r: &Roots, n: usize, cgroup: bool) {
+    let cgroup = cgroup && std::env::var_os("VMWARDEN_BENCH_LEGACY_RECORDS").is_none();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     for i in 0..n {
         let name = format!("vm{i}");
         let d = r.run.join(&name);
         std::fs::create_dir_all(d.join("control")).unwrap();
         std::fs::write(d.join("instance.lock"), b"").unwrap();
-        let intent = serde_json::json!({
-            "version": 1, "name": name, "instance_id": format!("{i:032x}"), "pid": 1, "boot_id": "",
-            "created_unix": 0, "principal": { "uid": 62000 + i, "gid": 62000 + i }, "resources": []
+        std::fs::set_permissions(
+            d.join("instance.lock"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+        let mut intent = serde_json::json!({
+            "version": 1, "name": name, "instance_id": format!("{i:032x}"), "pid": 1,
+            "boot_id": boot.trim(), "created_unix": 0,
+            "principal": { "uid": 62000 + i, "gid": 62000 + i },
+            "hypervisor": "qemu",
+            "resources": [
+                { "kind": "state-dir", "path": r.state.join(&name) },
+                { "kind": "runtime-dir", "path": d.join("control") },
+                { "kind": "runtime-file", "path": d.join("control/qmp.sock") },
+                { "kind": "runtime-dir", "path": d.join("credentials") },
+                { "kind": "private-mount", "path": d.join("credentials"), "fstype": "tmpfs" }
+            ]
         });
+        if cgroup {
+            intent["cgroup"] = serde_json::json!({
+                "path": format!("/sys/fs/cgroup/machine.slice/microvm@{name}.service"),
+                "id": 1_000_000 + i
+            });
+        }
         std::fs::write(
             d.join("instance.json"),
-            serde_json::to_vec(&intent).unwrap(),
+            serde_json::to_vec_pretty(&intent).unwrap(),
         )
         .unwrap();
         r.spec(&name, 62000 + i as u32);
     }
 }
 
-fn reap_scaling() {
-    let vmw = bin("vmwarden");
-    println!("\n== reap dry run over synthetic runtime dirs (3 runs each, median)");
-    let mut medians = Vec::new();
-    for n in [10usize, 100, 1000] {
-        let r = Roots::new();
-        synthetic(&r, n);
-        let mut v: Vec<Duration> = (0..3)
-            .map(|_| time(|| run_ok(r.args(&mut Command::new(&vmw)).args(["reap", "--json"]))))
-            .collect();
-        let m = pct(&mut v, 0.5);
-        println!(
-            "{:>5} runtime dirs  median {:>9.1} ms  ({:.3} ms per dir)",
-            n,
-            ms(m),
-            ms(m) / n as f64
-        );
-        medians.push(m);
-    }
-    println!(
-        "ratio 100/10 = {:.1}x, 1000/100 = {:.1}x (linear growth ⇒ about 10x)",
-        ms(medians[1]) / ms(medians[0]),
-        ms(medians[2]) / ms(medians[1])
+fn reap_median(vmw: &Path, r: &Roots, runs: usize) -> Duration {
+    let v: Vec<Duration> = (0..runs)
+        .map(|_| run(r.args(&mut Command::new(vmw)).args(["reap", "--json"])).0)
+        .collect();
+    pct(&v, 0.5)
+}
+
+/// Start → QMP `running`: the launcher against bare QEMU with the argv the
+/// launcher renders, paired. `None` without QEMU or the guest kernel.
+fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<Duration>)> {
+    let qemu = Path::new("/usr/bin/qemu-system-x86_64");
+    let assets = PathBuf::from(
+        std::env::var("VMWARDEN_TEST_ASSETS")
+            .unwrap_or_else(|_| "/var/cache/vmwarden/test-assets".into()),
     );
+    let (kernel, initrd) = (assets.join("vmlinuz"), assets.join("initramfs.img"));
+    if !qemu.exists() || !kernel.exists() || !initrd.exists() {
+        println!(
+            "\n== start → QMP running: skipped (needs {} and the test guest in {}: tests/assets/build-guest.sh)",
+            qemu.display(),
+            assets.display()
+        );
+        return None;
+    }
+    let r = Roots::new();
+    let mut spec = r.spec_value("qmpb", 61901);
+    spec["kernel"] = serde_json::json!(kernel);
+    spec["initrd"] = serde_json::json!(initrd);
+    spec["cmdline"] = serde_json::json!("console=ttyS0 panic=-1");
+    spec["credentials"] = serde_json::json!([]);
+    r.write_spec("qmpb", &spec);
+    let parsed: Spec = serde_json::from_value(spec).unwrap();
+    let bare_dir = r.dir.path().join("bare");
+    std::fs::create_dir_all(bare_dir.join("credentials")).unwrap();
+    let layout = |d: &Path| Layout {
+        qmp_socket: d.join("qmp.sock"),
+        credentials_dir: d.join("credentials"),
+        api_socket: d.join("api.sock"),
+        firecracker_config: d.join("firecracker.json"),
+        tap_fds: vec![],
+    };
+    // What the launcher decides for this binary: it links libseccomp.
+    let seccomp = hypervisor::elf::links_libseccomp(qemu).unwrap_or(false);
+    let argv = hypervisor::argv(&parsed, &layout(&bare_dir), seccomp);
+    let wait_running = |sock: &Path, t0: Instant| -> Duration {
+        let end = t0 + Duration::from_secs(60);
+        loop {
+            if let Ok(mut q) = Qmp::connect(sock, Duration::from_secs(2)) {
+                if q.status().map(|s| s == "running").unwrap_or(false) {
+                    return t0.elapsed();
+                }
+            }
+            assert!(Instant::now() < end, "QMP never said running");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let launch = bin("vmwarden-launch");
+    let cleanup = bin("vmwarden-cleanup");
+    let via_once = || {
+        let mut c = Command::new(&launch);
+        r.args(c.arg("qmpb"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(cg) = cg {
+            cg.enter(&mut c);
+        }
+        let t0 = Instant::now();
+        let mut child = c.spawn().unwrap();
+        let d = wait_running(&r.run.join("qmpb/control/qmp.sock"), t0);
+        let _ = child.kill();
+        let _ = child.wait();
+        run(r.args(Command::new(&cleanup).arg("qmpb")));
+        d
+    };
+    let (mut bare, mut via) = (Vec::new(), Vec::new());
+    for i in 0..n + 1 {
+        // Alternate which of the pair starts first.
+        let bare_first = i % 2 == 0;
+        let mut d_via = Duration::ZERO;
+        if !bare_first {
+            d_via = via_once();
+        }
+        let _ = std::fs::remove_file(bare_dir.join("qmp.sock"));
+        let mut c = Command::new(&argv[0]);
+        c.args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(cg) = cg {
+            cg.enter(&mut c);
+        }
+        let t0 = Instant::now();
+        let mut child = c.spawn().unwrap();
+        let d_bare = wait_running(&bare_dir.join("qmp.sock"), t0);
+        let _ = child.kill();
+        let _ = child.wait();
+
+        if bare_first {
+            d_via = via_once();
+        }
+        if i > 0 {
+            // The first pair warms the caches.
+            bare.push(d_bare);
+            via.push(d_via);
+        }
+    }
+    Some((bare, via))
+}
+
+/// Syscalls of one launch, from its own `execve` up to the `execve` of the
+/// probe command (strace -f), and the commonest ones.
+fn count_syscalls(r: &Roots, cg: Option<&UnitCgroup>) -> Option<(usize, String)> {
+    let out = r.dir.path().join("strace.out");
+    let launch = bin("vmwarden-launch");
+    // strace must not share the launch's cgroup: a shell joins it first,
+    // then becomes the launcher.
+    let script = match cg {
+        Some(cg) => format!(
+            "echo $$ > {} && exec \"$0\" \"$@\"",
+            cg.path.join("cgroup.procs").display()
+        ),
+        None => "exec \"$0\" \"$@\"".into(),
+    };
+    let mut c = Command::new("strace");
+    c.arg("-f")
+        .arg("-o")
+        .arg(&out)
+        .args(["/bin/sh", "-c", &script])
+        .arg(&launch)
+        .arg("bench");
+    r.args(&mut c).args(["--probe", "--", "/bin/true"]);
+    let st = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()?;
+    if !st.success() {
+        return None;
+    }
+    let text = std::fs::read_to_string(&out).ok()?;
+    let lines: Vec<&str> = text.lines().collect();
+    // The execve whose program (its first argument) is the launcher; the
+    // shell that joins the cgroup first names it only among its arguments.
+    let execs = |l: &&str, prog: &str| {
+        l.contains("execve(\"") && l.split('"').nth(1).is_some_and(|p| p.ends_with(prog))
+    };
+    let start = lines.iter().position(|l| execs(l, "/vmwarden-launch"))?;
+    let end = lines.iter().position(|l| execs(l, "/bin/true"))?;
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    for l in &lines[start..end] {
+        // "PID  name(args) = ret" (strace pads the pid).
+        let rest = l.split_once(' ').map_or(*l, |x| x.1).trim_start();
+        if let Some(name) = rest.split('(').next() {
+            if !name.starts_with('+') && !name.starts_with('<') && !name.contains(' ') {
+                *counts.entry(name.to_string()).or_default() += 1;
+            }
+        }
+    }
+    let mut top: Vec<(String, usize)> = counts.into_iter().collect();
+    top.sort_by_key(|b| std::cmp::Reverse(b.1));
+    let top = top
+        .iter()
+        .take(12)
+        .map(|(n, c)| format!("{n} {c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some((end - start, top))
+}
+
+/// Processes running one of vmwarden's binaries, and their resident KiB.
+fn vmwarden_processes() -> (usize, u64) {
+    let mut n = 0;
+    let mut kib = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(exe) = std::fs::read_link(e.path().join("exe")) else {
+            continue;
+        };
+        let f = exe.file_name().map(|f| f.to_string_lossy().into_owned());
+        if matches!(
+            f.as_deref(),
+            Some("vmwarden-launch" | "vmwarden" | "vmwarden-cleanup")
+        ) {
+            n += 1;
+            if let Ok(s) = std::fs::read_to_string(e.path().join("status")) {
+                kib += s
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    (n, kib)
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--sleeper") {
+        sleeper_main(args[i + 1].parse().unwrap());
+    }
     if !nix::unistd::geteuid().is_root() {
         eprintln!("bench: needs root (the launcher builds real namespaces and mounts)");
         std::process::exit(1);
     }
     // `cargo bench` passes --bench; `--quick` runs fewer iterations.
-    let quick = std::env::args().any(|a| a == "--quick");
-    launch_overhead(if quick { 10 } else { 50 });
-    reap_scaling();
+    let quick = args.iter().any(|a| a == "--quick");
+    let n = if quick { 20 } else { 100 };
+    let mut sum = Summary::default();
+    let cg = UnitCgroup::new();
+    if cg.is_none() {
+        println!("(no cgroup v2 hierarchy to make a unit-like cgroup in: own-cgroup rows skipped)");
+    }
+    println!(
+        "host: {} threads in {} processes; runtime root on tmpfs",
+        host_threads(),
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+            .count()
+    );
+
+    // 1–2. Launch, cleanup, verify-clean; then with 2,000 sleeping threads.
+    let r = Roots::new();
+    r.spec("bench", 61900);
+    let quiet = launch_rounds(&r, cg.as_ref(), n);
+    print_launch(
+        &quiet,
+        &format!("launch overhead and teardown per VM ({n} rounds, interleaved)"),
+    );
+    let loaded = {
+        let _s = Sleepers::start(10, 200);
+        println!(
+            "\n(2,000 sleeping threads started in 10 processes: host now {} threads)",
+            host_threads()
+        );
+        launch_rounds(&r, cg.as_ref(), n)
+    };
+    print_launch(&loaded, "the same with 2,000 extra sleeping threads");
+    let ov = |l: &LaunchRun, unit: bool| {
+        if unit {
+            median_diff_ms(&l.launch_unit, &l.base_unit)
+        } else {
+            median_diff_ms(&l.launch_plain, &l.base_plain)
+        }
+    };
+    if cg.is_some() {
+        sum.add(
+            "launch overhead, own cgroup (as under systemd)",
+            format!("{:.2} ms", ov(&quiet, true)),
+            "≤ 1.5 ms",
+        );
+        sum.add(
+            "  with 2,000 sleeping threads",
+            format!(
+                "{:.2} ms = {:.2}× without",
+                ov(&loaded, true),
+                ov(&loaded, true) / ov(&quiet, true)
+            ),
+            "≤ 1.1×",
+        );
+    }
+    sum.add(
+        "launch overhead, no own cgroup (/proc fallback)",
+        format!("{:.2} ms", ov(&quiet, false)),
+        "≤ 1.5 ms",
+    );
+    sum.add(
+        "  with 2,000 sleeping threads",
+        format!(
+            "{:.2} ms = {:.2}× without",
+            ov(&loaded, false),
+            ov(&loaded, false) / ov(&quiet, false)
+        ),
+        "≤ 1.1×",
+    );
+    if cg.is_some() {
+        sum.add(
+            "vmwarden-cleanup per VM (record with cgroup)",
+            format!(
+                "{:.2} ms ({:.2} ms with the threads)",
+                ms(pct(&quiet.cleanup_unit, 0.5)),
+                ms(pct(&loaded.cleanup_unit, 0.5))
+            ),
+            "≤ 2 ms",
+        );
+    }
+    sum.add(
+        "vmwarden-cleanup per VM (record without: /proc)",
+        format!(
+            "{:.2} ms ({:.2} ms with the threads)",
+            ms(pct(&quiet.cleanup_plain, 0.5)),
+            ms(pct(&loaded.cleanup_plain, 0.5))
+        ),
+        "≤ 2 ms",
+    );
+    sum.add(
+        "vmwarden verify-clean NAME",
+        format!(
+            "{:.2} ms ({:.2} ms with the threads)",
+            ms(pct(&quiet.verify, 0.5)),
+            ms(pct(&loaded.verify, 0.5))
+        ),
+        "≤ 2 ms",
+    );
+    sum.add(
+        "/bin/true baseline (same run)",
+        format!("{:.2} ms", ms(pct(&quiet.base_plain, 0.5))),
+        "",
+    );
+
+    // 3. reap dry run.
+    let vmw = bin("vmwarden");
+    let runs = if quick { 3 } else { 5 };
+    for (shape, with_cg) in [
+        ("records naming their unit's cgroup", true),
+        ("records without a cgroup (/proc)", false),
+    ] {
+        println!("\n== reap dry run over orphaned runtime dirs, {shape} (median of {runs})");
+        let mut medians = Vec::new();
+        for k in [10usize, 100, 1000] {
+            let rr = Roots::new();
+            synthetic(&rr, k, with_cg);
+            let m = reap_median(&vmw, &rr, runs);
+            println!(
+                "  {k:>5} runtime dirs  median {:>9.1} ms  ({:.3} ms per dir)",
+                ms(m),
+                ms(m) / k as f64
+            );
+            medians.push(m);
+        }
+        let loaded_reap = {
+            let rr = Roots::new();
+            synthetic(&rr, 1000, with_cg);
+            let _s = Sleepers::start(10, 200);
+            reap_median(&vmw, &rr, runs)
+        };
+        println!(
+            "  {:>5} runtime dirs  median {:>9.1} ms  with 2,000 sleeping threads",
+            1000,
+            ms(loaded_reap)
+        );
+        println!(
+            "  ratio 100/10 = {:.1}x, 1000/100 = {:.1}x (linear ⇒ about 10x); 2,000 threads: {:.2}x",
+            ms(medians[1]) / ms(medians[0]),
+            ms(medians[2]) / ms(medians[1]),
+            ms(loaded_reap) / ms(medians[2])
+        );
+        sum.add(
+            &format!("reap dry run, 1,000 dirs, {shape}"),
+            format!(
+                "{:.0} ms; 1000/100 = {:.1}; 2,000 threads {:.0} ms",
+                ms(medians[2]),
+                ms(medians[2]) / ms(medians[1]),
+                ms(loaded_reap)
+            ),
+            "≤ 200 ms, ratio ≤ 11",
+        );
+    }
+
+    // 4. status of 100 configured VMs.
+    {
+        let rr = Roots::new();
+        synthetic(&rr, 100, true);
+        let v: Vec<Duration> = (0..if quick { 5 } else { 10 })
+            .map(|_| run(rr.args(&mut Command::new(&vmw)).arg("status")).0)
+            .collect();
+        println!("\n== vmwarden status, 100 configured VMs (orphaned runtime dirs)");
+        row("vmwarden status", &v, Some(&quiet.base_plain));
+        sum.add(
+            "vmwarden status, 100 configured VMs",
+            format!("{:.1} ms", ms(pct(&v, 0.5))),
+            "≤ 50 ms",
+        );
+    }
+
+    // 5. start → QMP running.
+    if let Some((bare, via)) = qmp_running(if quick { 8 } else { 30 }, cg.as_ref()) {
+        println!(
+            "\n== start → QMP `running` ({} pairs; QEMU TCG, spawned into the unit-like cgroup)",
+            bare.len()
+        );
+        row("bare QEMU, same argv, as root", &bare, None);
+        row("through vmwarden-launch", &via, Some(&bare));
+        let mut ratios: Vec<f64> = bare
+            .iter()
+            .zip(&via)
+            .map(|(b, v)| ms(*v) / ms(*b))
+            .collect();
+        ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let med = ratios[ratios.len() / 2];
+        println!("  median of pair ratios {med:.3}");
+        sum.add(
+            "start → QMP running, launcher / bare",
+            format!("{med:.3}"),
+            "≤ 1.02",
+        );
+    }
+
+    // 6. Memory.
+    {
+        let launch = bin("vmwarden-launch");
+        let mut c = Command::new(&launch);
+        r.args(c.arg("bench"))
+            .args(["--probe", "--", "/bin/sleep", "30"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(cg) = &cg {
+            cg.enter(&mut c);
+        }
+        let mut child = c.spawn().unwrap();
+        let pid = child.id();
+        let end = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|e| !e.ends_with("sleep"))
+            .unwrap_or(true)
+        {
+            assert!(Instant::now() < end, "the probe never exec'd sleep");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let (procs, kib) = vmwarden_processes();
+        let _ = child.kill();
+        let _ = child.wait();
+        run(r.args(Command::new(bin("vmwarden-cleanup")).arg("bench")));
+        println!("\n== memory");
+        println!(
+            "  peak RSS of the launcher (wait4 ru_maxrss, which keeps the pre-execve peak; /bin/true's own is smaller): {} KiB",
+            quiet.max_rss_kib
+        );
+        println!(
+            "  while the VM runs: {procs} vmwarden processes, {kib} KiB resident (pid {pid} is /bin/sleep: exec'd away)"
+        );
+        sum.add(
+            "peak RSS of the launcher before execve",
+            format!("{:.1} MiB", quiet.max_rss_kib as f64 / 1024.0),
+            "≤ 4 MiB",
+        );
+        sum.add(
+            "vmwarden resident while the VM runs",
+            format!("{kib} KiB in {procs} processes"),
+            "0",
+        );
+    }
+
+    // 7. Syscalls.
+    println!("\n== syscalls of one launch (strace -f, launcher execve → probe execve)");
+    for (label, c) in [("own cgroup", cg.as_ref()), ("no own cgroup", None)] {
+        if label == "own cgroup" && c.is_none() {
+            continue;
+        }
+        match count_syscalls(&r, c) {
+            Some((count, top)) => {
+                println!("  {label}: {count} syscalls ({top})");
+                sum.add(
+                    &format!("syscalls per launch, {label}"),
+                    count.to_string(),
+                    "",
+                );
+            }
+            None => println!("  {label}: strace not available (apt-get install strace)"),
+        }
+        run(r.args(Command::new(bin("vmwarden-cleanup")).arg("bench")));
+    }
+
+    println!("\n== summary (this run)");
+    for (what, m, goal) in &sum.lines {
+        println!("  {what:<50} {m:<44} {goal}");
+    }
 }

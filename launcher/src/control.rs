@@ -10,14 +10,14 @@ use serde::Serialize;
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::config::spec::HypervisorKind;
-use crate::host::dirs;
 use crate::host::procs;
+use crate::host::{cgroup, dirs};
 use crate::hypervisor::api::{self, ApiError};
 use crate::hypervisor::qmp::{Qmp, QmpError};
 use crate::instance::intent::Intent;
 use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, LeaseState};
-use crate::instance::liveness::{self, Verdict};
+use crate::instance::liveness::{self, Probe, Verdict};
 
 const POLL: Duration = Duration::from_millis(50);
 /// How long `wait-ready` without the launcher's pid lets a free lease be
@@ -162,14 +162,12 @@ pub enum StoppedBy {
     Sigkill,
 }
 
-fn wait_gone(roots: &Roots, name: &VmName, uid: Option<u32>, d: Duration) -> bool {
+/// Wait until the probe says dead (lease free, nothing of the instance
+/// left in its cgroup or under its uid, no control socket answering).
+fn wait_gone(probe: &Probe, roots: &Roots, name: &VmName, d: Duration) -> bool {
     let end = Instant::now() + d;
     loop {
-        let gone = !lease_held(roots, name)
-            && uid
-                .map(|u| procs::processes_of_uid(u).is_empty())
-                .unwrap_or(true);
-        if gone {
+        if probe.probe(roots, name).is_dead() {
             return true;
         }
         if Instant::now() >= end {
@@ -179,24 +177,53 @@ fn wait_gone(roots: &Roots, name: &VmName, uid: Option<u32>, d: Duration) -> boo
     }
 }
 
+/// SIGKILL everything of the instance, through root-held handles: the
+/// recorded cgroup (every process in it), else each process of the VM's
+/// uid through a pidfd taken while it still runs as that uid (a recycled
+/// pid is never signalled). Returns the pids signalled.
+fn kill_instance(intent: Option<&Intent>, uid: Option<u32>) -> Vec<u32> {
+    if let Some(cg) = intent.and_then(liveness::recorded_cgroup) {
+        return cgroup::kill_all(cg).unwrap_or_default();
+    }
+    let Some(uid) = uid else {
+        return Vec::new();
+    };
+    let mut killed = Vec::new();
+    for pid in procs::tasks_of_uid(uid).pids {
+        let Some(fd) = cgroup::pidfd_open(pid) else {
+            continue;
+        };
+        if procs::process_runs_as(pid, uid) && cgroup::pidfd_kill(&fd) {
+            killed.push(pid);
+        }
+    }
+    killed
+}
+
 /// Stop VM `name`: the power button and wait up to `timeout`; then quit
-/// and wait a little; then SIGKILL the hypervisor (the intent record's pid,
-/// only while it still runs as the VM's uid). Per kind:
+/// and wait a little; then SIGKILL everything of the instance (its cgroup,
+/// else the processes of its uid). "Running" is what [`liveness`] says, not
+/// the lease alone: a VM that released its inherited lease but runs on is
+/// stopped (and killed if it will not stop), not reported as not running.
+/// Per kind:
 /// * QEMU: QMP `system_powerdown`, then `quit`;
 /// * cloud-hypervisor: `PUT /api/v1/vm.power-button`, then `PUT
 ///   /api/v1/vm.shutdown` and `PUT /api/v1/vmm.shutdown`;
 /// * firecracker: `PUT /actions {"action_type":"SendCtrlAltDel"}` (x86: the
 ///   guest reboots, which ends firecracker), then nothing but SIGKILL.
 pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy> {
-    let rundir = match dirs::open_dir(&roots.runtime_dir(name)) {
-        Ok(d) => d,
-        Err(_) => return Ok(StoppedBy::NotRunning),
-    };
-    let intent = Intent::read(&rundir).ok().flatten();
-    let uid = intent.as_ref().map(|i| i.principal.uid);
-    if !lease_held(roots, name) {
+    let probe = Probe::single();
+    let verdict = probe.probe(roots, name);
+    if verdict.is_dead() {
         return Ok(StoppedBy::NotRunning);
     }
+    tracing::info!(vm = %name, verdict = %verdict.reason(), "stopping");
+    let intent = dirs::open_dir(&roots.runtime_dir(name))
+        .ok()
+        .and_then(|d| Intent::read(&d).ok().flatten());
+    let uid = liveness::vm_uid(roots, name, intent.as_ref())
+        .ok()
+        .flatten();
     let kind = intent
         .as_ref()
         .and_then(|i| i.hypervisor)
@@ -213,7 +240,7 @@ pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy
             put("/actions", Some(r#"{"action_type":"SendCtrlAltDel"}"#)).is_ok()
         }
     };
-    if pressed && wait_gone(roots, name, uid, timeout) {
+    if pressed && wait_gone(&probe, roots, name, timeout) {
         return Ok(StoppedBy::Powerdown);
     }
     let quit = match kind {
@@ -227,23 +254,20 @@ pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy
         // firecracker has no API call that ends the process.
         HypervisorKind::Firecracker => false,
     };
-    if quit && wait_gone(roots, name, uid, Duration::from_secs(5)) {
+    if quit && wait_gone(&probe, roots, name, Duration::from_secs(5)) {
         return Ok(StoppedBy::Quit);
     }
-    if let (Some(i), Some(uid)) = (&intent, uid) {
-        if procs::processes_of_uid(uid).contains(&i.pid) {
-            let _ = procs::sigkill(i.pid);
-            if wait_gone(roots, name, Some(uid), Duration::from_secs(5)) {
-                return Ok(StoppedBy::Sigkill);
-            }
-        }
-    }
-    if wait_gone(roots, name, uid, Duration::from_millis(100)) {
-        return Ok(StoppedBy::Quit);
+    let killed = kill_instance(intent.as_ref(), uid);
+    if wait_gone(&probe, roots, name, Duration::from_secs(5)) {
+        return Ok(if killed.is_empty() {
+            StoppedBy::Quit
+        } else {
+            StoppedBy::Sigkill
+        });
     }
     Err(ControlError::StillRunning {
         name: name.to_string(),
-        verdict: liveness::probe(roots, name),
+        verdict: probe.probe(roots, name),
     })
 }
 
@@ -267,8 +291,15 @@ pub struct Status {
     pub api_state: Option<String>,
 }
 
+/// The status of VM `name`, judged by [`liveness`] (never the lease alone).
 pub fn status(roots: &Roots, name: &VmName) -> Status {
-    let verdict = liveness::probe(roots, name);
+    status_with(&Probe::single(), roots, name)
+}
+
+/// [`status`] with a caller's prober: `vmwarden status` of every VM shares
+/// one (one `/proc` scan, when any VM needs one).
+pub fn status_with(probe: &Probe, roots: &Roots, name: &VmName) -> Status {
+    let verdict = probe.probe(roots, name);
     let intent = dirs::open_dir(&roots.runtime_dir(name))
         .ok()
         .and_then(|d| Intent::read(&d).ok().flatten());

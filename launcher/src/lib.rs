@@ -6,6 +6,8 @@
 //! share this library: destructive commands use the same ownership and
 //! liveness code as the launcher.
 
+use tracing::level_filters::LevelFilter;
+
 pub mod config;
 pub mod control;
 pub mod error;
@@ -62,16 +64,22 @@ pub fn log_filter(quiet: bool, vmwarden_log: Option<&str>, rust_log: Option<&str
 }
 
 /// Set up `tracing` to stderr (the journal, under systemd) with `filter`
-/// (see [`log_filter`]; an unparsable filter falls back to `info`).
+/// (see [`log_filter`]; an unparsable filter falls back to `info`). A bare
+/// level (the usual case: `info`) needs no directive parser, which every
+/// start of every binary would otherwise run.
 pub fn init_logging(filter: &str) {
-    let f = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(f)
+    let fmt = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
-        .without_time()
-        .try_init();
+        .without_time();
+    let _ = match filter.trim().parse::<LevelFilter>() {
+        Ok(level) => fmt.with_max_level(level).try_init(),
+        Err(_) => {
+            let f = tracing_subscriber::EnvFilter::try_new(filter)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+            fmt.with_env_filter(f).try_init()
+        }
+    };
 }
 
 #[cfg(test)]

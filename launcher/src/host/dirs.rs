@@ -6,8 +6,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, OFlag, AT_FDCWD};
+use nix::fcntl::{openat, OFlag, OpenHow, ResolveFlag, AT_FDCWD};
 use nix::sys::stat::{fchmod, fstat, mkdirat, FileStat, Mode, SFlag};
+use nix::sys::statfs::{FsType, TMPFS_MAGIC};
 use nix::unistd::{fchown, Gid, Uid};
 
 use crate::config::names::check_abs_normalised;
@@ -119,6 +120,19 @@ fn is_dir(st: &FileStat) -> bool {
 /// never following a symlink.
 pub fn open_dir(path: &Path) -> Result<Dir> {
     check_abs_normalised(path).map_err(|r| DirError::refused(path, Refusal::NotNormalised(r)))?;
+    // One openat2 that refuses a symlink in any component does the walk
+    // below in one system call. Anything but success (an old kernel without
+    // openat2, a symlink, a missing component) takes the walk, which says
+    // precisely what is wrong where.
+    let how = OpenHow::new()
+        .flags(DIR_FLAGS)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+    if let Ok(fd) = nix::fcntl::openat2(AT_FDCWD, path, how) {
+        return Ok(Dir {
+            fd,
+            path: path.to_path_buf(),
+        });
+    }
     let mut fd = openat(AT_FDCWD, "/", DIR_FLAGS, Mode::empty()).sys("open", "/")?;
     let mut so_far = PathBuf::from("/");
     for c in path.components() {
@@ -274,6 +288,10 @@ pub fn split_parent(path: &Path) -> Result<(Dir, String)> {
 
 /// Replace `dir/name` durably: write a temp file (`O_EXCL`, `mode`), fsync,
 /// rename over `name`, fsync the directory.
+///
+/// On a tmpfs (`/run` in production) there is no disk to be durable on and
+/// nothing survives a reboot anyway: the fsyncs are skipped there and kept
+/// everywhere else.
 pub fn durable_write(dir: &Dir, name: &str, bytes: &[u8], mode: u32) -> Result<()> {
     replace(dir, name, bytes, mode, true)
 }
@@ -290,33 +308,56 @@ fn replace(dir: &Dir, name: &str, bytes: &[u8], mode: u32, sync: bool) -> Result
     let tmp = format!(".{name}.tmp");
     let path = dir.path.join(name);
     let tmp_path = dir.path.join(&tmp);
-    match nix::unistd::unlinkat(
-        dir.fd.as_fd(),
-        tmp.as_str(),
-        nix::unistd::UnlinkatFlags::NoRemoveDir,
-    ) {
-        Ok(()) | Err(Errno::ENOENT) => {}
-        Err(e) => return Err(e).sys("unlink", &tmp_path).map_err(Into::into),
+    let create = || {
+        openat(
+            dir.fd.as_fd(),
+            tmp.as_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(mode),
+        )
+    };
+    // A temp file left by a writer killed mid-way is replaced.
+    let fd = match create() {
+        Err(Errno::EEXIST) => {
+            nix::unistd::unlinkat(
+                dir.fd.as_fd(),
+                tmp.as_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            )
+            .sys("unlink", &tmp_path)?;
+            create()
+        }
+        r => r,
     }
-    let fd = openat(
-        dir.fd.as_fd(),
-        tmp.as_str(),
-        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(mode),
-    )
     .sys("create", &tmp_path)?;
+    // On a tmpfs (/run) there is no disk to be durable on.
+    let durable = sync && !on_tmpfs(dir);
     let mut f = std::fs::File::from(fd);
     f.write_all(bytes).io("write", &tmp_path)?;
-    if sync {
+    if durable {
         nix::unistd::fsync(f.as_fd()).sys("fsync", &tmp_path)?;
     }
     drop(f);
     nix::fcntl::renameat(dir.fd.as_fd(), tmp.as_str(), dir.fd.as_fd(), name)
         .sys("rename", &path)?;
-    if sync {
+    if durable {
         nix::unistd::fsync(dir.fd.as_fd()).sys("fsync", &dir.path)?;
     }
     Ok(())
+}
+
+/// linux/magic.h; nix names TMPFS_MAGIC but not this one.
+const RAMFS_MAGIC: FsType = FsType(0x8584_58f6);
+
+/// Is `dir` on a tmpfs (or ramfs)? When unsure, no.
+pub fn on_tmpfs(dir: &Dir) -> bool {
+    nix::sys::statfs::fstatfs(dir.fd.as_fd())
+        .map(|s| {
+            let t = s.filesystem_type();
+            // ramfs: linux/magic.h RAMFS_MAGIC.
+            t == TMPFS_MAGIC || t == RAMFS_MAGIC
+        })
+        .unwrap_or(false)
 }
 
 /// Read a small regular file `dir/name` without following symlinks.

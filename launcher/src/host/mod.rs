@@ -2,6 +2,7 @@
 //! with `openat`, ownership, mount tables, /proc, network links, socket peers.
 //! Knows nothing of instances or hypervisors.
 
+pub mod cgroup;
 pub mod dirs;
 pub mod leftovers;
 pub mod mountinfo;

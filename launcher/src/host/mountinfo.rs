@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::names::VmName;
 use crate::config::paths::CREDENTIALS_DIR;
+use crate::host::procs::mount_namespace_holders;
 
 /// Mount source given to a VM's credential tmpfs: identifies it in every
 /// namespace's mountinfo.
@@ -94,7 +95,17 @@ pub fn parse(data: &[u8]) -> Vec<Mount> {
 
 /// Mounts of process `pid` (`"self"` for the caller).
 pub fn read(pid: &str) -> std::io::Result<Vec<Mount>> {
-    Ok(parse(&std::fs::read(format!("/proc/{pid}/mountinfo"))?))
+    Ok(parse(&read_bytes(&format!("/proc/{pid}/mountinfo"))?))
+}
+
+/// A /proc file whole, read with a buffer that usually takes it in one
+/// call (`std::fs::read` starts from a 32-byte probe on a file that reports
+/// size 0, and doubles: nine reads for a typical mountinfo).
+fn read_bytes(path: &str) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut b = Vec::with_capacity(16 * 1024);
+    std::fs::File::open(path)?.read_to_end(&mut b)?;
+    Ok(b)
 }
 
 /// Mount namespace inode of a process (`/proc/PID/ns/mnt`).
@@ -124,29 +135,6 @@ pub fn credential_mount_vm(m: &Mount, runtime_root: Option<&Path>) -> Option<VmN
     (m.fstype == "tmpfs" && at_its_place).then_some(vm)
 }
 
-/// Thread ids of every process (a process whose main thread has exited
-/// still runs, and still holds its namespaces, in its other threads).
-pub fn all_tids() -> Vec<u32> {
-    let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        match std::fs::read_dir(format!("/proc/{pid}/task")) {
-            Ok(tasks) => out.extend(
-                tasks
-                    .flatten()
-                    .filter_map(|t| t.file_name().to_str().and_then(|s| s.parse::<u32>().ok())),
-            ),
-            Err(_) => out.push(pid),
-        }
-    }
-    out
-}
-
 /// One entry per credential mount per mount namespace: a thread in that
 /// namespace, the namespace, and the mount of VM `name` (or of any VM when
 /// `name` is `None`) under `runtime_root` (or under any root when `None`).
@@ -157,24 +145,11 @@ pub fn credential_mounts_everywhere(
     runtime_root: Option<&Path>,
     name: Option<&VmName>,
 ) -> Vec<(u32, String, Mount)> {
-    let mut seen = std::collections::BTreeSet::new();
     let mut out = Vec::new();
-    let my_userns = std::fs::read_link("/proc/self/ns/user").ok();
-    for tid in all_tids() {
-        let base = format!("/proc/{tid}");
-        let Some(ns) = std::fs::read_link(format!("{base}/ns/mnt"))
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned())
-        else {
-            continue;
-        };
-        if std::fs::read_link(format!("{base}/ns/user")).ok() != my_userns {
-            continue;
-        }
-        if !seen.insert(ns.clone()) {
-            continue;
-        }
-        let Ok(data) = std::fs::read(format!("{base}/mountinfo")) else {
+    // One task per namespace (one /proc link per process, threads only
+    // behind an exited leader): the scan does not grow with the threads.
+    for (tid, ns) in mount_namespace_holders() {
+        let Ok(data) = read_bytes(&format!("/proc/{tid}/mountinfo")) else {
             continue;
         };
         for m in parse(&data) {

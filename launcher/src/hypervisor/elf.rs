@@ -19,6 +19,8 @@ const DT_STRSZ: u64 = 10;
 const MAX_PHNUM: usize = 256;
 const MAX_DYN: usize = 4096;
 const MAX_STRSZ: u64 = 1 << 20;
+/// Longest library name read.
+const MAX_NAME: u64 = 256;
 
 fn u16_at(b: &[u8], o: usize) -> Option<u16> {
     Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?))
@@ -84,11 +86,13 @@ pub fn needed(path: &Path) -> Option<Vec<String>> {
         .iter()
         .find(|(v, _, sz)| addr >= *v && addr < v + sz)
         .map(|(v, o, _)| addr - v + o)?;
-    let strs = read_at(&f, file_off, size as usize)?;
+    // Each name is read on its own: a QEMU's string table is half a
+    // megabyte of symbol names, and library names are short.
     needed
         .into_iter()
         .map(|o| {
-            let s = strs.get(o as usize..)?;
+            let len = size.checked_sub(o)?.min(MAX_NAME);
+            let s = read_at(&f, file_off + o, usize::try_from(len).ok()?)?;
             let end = s.iter().position(|c| *c == 0)?;
             Some(String::from_utf8_lossy(&s[..end]).into_owned())
         })

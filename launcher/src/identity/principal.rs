@@ -178,6 +178,16 @@ pub fn resolve_ids_with(spec: &Spec, acc: &Accounts) -> Result<(u32, u32, Option
     Ok((uid, gid, user))
 }
 
+/// Only the uid a spec names: no lookup at all when the spec gives it as a
+/// number (liveness, reap and status ask this for every VM; resolving reads
+/// /etc/passwd and /etc/group).
+pub fn uid_of(spec: &Spec) -> Result<u32> {
+    match (&spec.principal.user, spec.principal.uid) {
+        (None, Some(uid)) => Ok(uid),
+        _ => resolve_ids(spec).map(|(u, _, _)| u),
+    }
+}
+
 /// Where the kernel's overflow ids are configured.
 const OVERFLOW_UID: &str = "/proc/sys/kernel/overflowuid";
 const OVERFLOW_GID: &str = "/proc/sys/kernel/overflowgid";
@@ -307,7 +317,7 @@ pub fn uid_owner_elsewhere(roots: &Roots, name: &VmName, uid: u32) -> Option<(Vm
             continue;
         }
         let Some(spec) = spec else { continue };
-        if let Ok((ouid, _, _)) = resolve_ids(&spec) {
+        if let Ok(ouid) = uid_of(&spec) {
             if ouid == uid {
                 return Some((other, path));
             }

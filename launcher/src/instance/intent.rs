@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::names::TapName;
 use crate::config::paths::INTENT_FILE;
 use crate::config::spec::HypervisorKind;
+use crate::host::cgroup::Cgroup;
 use crate::host::dirs::{self, Dir, DirError};
 use crate::host::sys::{IoContext, IoError};
 
@@ -105,6 +106,13 @@ pub struct Intent {
     /// those are QEMU's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hypervisor: Option<HypervisorKind>,
+    /// The launcher's own cgroup when it held nothing else at launch (a
+    /// unit's cgroup at `ExecStart=`): every process of this instance is in
+    /// it for as long as it exists, so liveness asks it first. Absent when
+    /// the launch ran outside such a cgroup (liveness then scans `/proc`)
+    /// and in records written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<Cgroup>,
     pub resources: Vec<Resource>,
 }
 
@@ -130,16 +138,27 @@ impl Intent {
     }
 }
 
+/// This boot's id (read once per process).
 pub fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    })
+    .clone()
 }
 
 pub fn new_instance_id() -> Result<String, IntentError> {
     let mut b = [0u8; 16];
-    let mut f = std::fs::File::open("/dev/urandom").io("open", "/dev/urandom")?;
-    std::io::Read::read_exact(&mut f, &mut b).io("read", "/dev/urandom")?;
+    // getrandom(2): one system call, no file to open (the kernel's pool is
+    // initialised long before any unit starts; if it is not, this waits).
+    // SAFETY: the kernel writes at most b.len() bytes into b.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if usize::try_from(n) != Ok(b.len()) {
+        let mut f = std::fs::File::open("/dev/urandom").io("open", "/dev/urandom")?;
+        std::io::Read::read_exact(&mut f, &mut b).io("read", "/dev/urandom")?;
+    }
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 

@@ -1,16 +1,24 @@
 //! One liveness probe for everyone: the launcher's double-start check,
-//! cleanup, reap and purge all call [`probe`]. Any ambiguity keeps.
+//! cleanup, reap, purge, `stop` and `status` all call [`Probe`]. Any
+//! ambiguity keeps.
+//!
+//! The signals, in order: the lease (held ⇒ live); then the instance's
+//! processes — from the cgroup the launch recorded when there is one (a
+//! root-held handle the VM cannot leave: O(1), whatever the host runs),
+//! else from a `/proc` scan for the VM's uid; then the control socket.
 
+use std::cell::OnceCell;
 use std::path::Path;
 use std::time::Duration;
 
 use crate::config::names::VmName;
 use crate::config::paths::{Roots, LEASE_FILE};
-use crate::host::procs::{processes_of_uid, unit_cgroup_pids};
+use crate::host::cgroup::{self, Cgroup, Occupancy};
+use crate::host::procs::{self, Snapshot, UidTasks};
 use crate::host::{dirs, peer};
 use crate::hypervisor::api;
 use crate::identity::principal::{self, PrincipalError};
-use crate::instance::intent::Intent;
+use crate::instance::intent::{self, Intent};
 use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, LeaseState};
 
@@ -40,6 +48,17 @@ impl Verdict {
             Verdict::Ambiguous(r) => format!("ambiguous: {r}"),
         }
     }
+}
+
+/// Where the probe looks for the instance's processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The recorded cgroup when the intent record has one (same boot),
+    /// else `/proc`. What every tool uses.
+    Recorded,
+    /// `/proc` only, ignoring a recorded cgroup (the fallback, exposed so
+    /// tests can show both paths agree).
+    Procs,
 }
 
 /// Does something answer with a QMP greeting on the control socket?
@@ -78,8 +97,8 @@ pub fn vm_uid(
         return Ok(Some(i.principal.uid));
     }
     match effective_spec(roots, name, intent) {
-        Some((spec, _)) => principal::resolve_ids(&spec)
-            .map(|(u, _, _)| Some(u))
+        Some((spec, _)) => principal::uid_of(&spec)
+            .map(Some)
             .map_err(|source| UnknownUid {
                 name: name.to_string(),
                 source,
@@ -88,68 +107,165 @@ pub fn vm_uid(
     }
 }
 
-/// Everything but the lease, for a caller that holds the lease itself
-/// (the launcher after taking it, cleanup under its own lock).
-pub fn probe_with_lease_held(roots: &Roots, name: &VmName, uid: u32) -> Verdict {
-    let pids = processes_of_uid(uid);
-    if !pids.is_empty() {
-        return Verdict::Ambiguous(format!(
-            "processes {pids:?} run as the VM's uid {uid} without holding its lease (see `vmwarden reap --kill`)"
-        ));
-    }
-    if control_socket_answers(&roots.qmp_socket(name)) {
-        return Verdict::Live(format!("{} answers QMP", roots.qmp_socket(name).display()));
-    }
-    if api::answers(&roots.api_socket(name)) {
-        return Verdict::Live(format!(
-            "{} answers HTTP (cloud-hypervisor/firecracker API)",
-            roots.api_socket(name).display()
-        ));
-    }
-    if let Some(p) = unit_cgroup_pids(name) {
-        if !p.is_empty() {
-            return Verdict::Ambiguous(format!("the unit's cgroup still holds pids {p:?}"));
-        }
-    }
-    Verdict::Dead
+/// The recorded cgroup of `intent`, when it is from this boot (a cgroup
+/// id is only unique within one boot; a record from an earlier boot names
+/// processes that died with it).
+pub fn recorded_cgroup(intent: &Intent) -> Option<&Cgroup> {
+    intent
+        .cgroup
+        .as_ref()
+        .filter(|_| intent.boot_id == intent::boot_id())
 }
 
-/// Is VM `name` running? Lease, processes of its uid, the control socket and
-/// the unit's cgroup; anything unclear is `Ambiguous`.
+/// A liveness prober. [`Probe::single`] scans `/proc` per question (one VM);
+/// [`Probe::shared`] takes one scan on first need and answers every VM
+/// from it (reap, `status` and `verify-clean` of all VMs).
+#[derive(Debug)]
+pub struct Probe {
+    via: Via,
+    shared: Option<OnceCell<Snapshot>>,
+}
+
+impl Probe {
+    pub fn single() -> Probe {
+        Probe {
+            via: Via::Recorded,
+            shared: None,
+        }
+    }
+
+    pub fn shared() -> Probe {
+        Probe {
+            via: Via::Recorded,
+            shared: Some(OnceCell::new()),
+        }
+    }
+
+    pub fn via(mut self, via: Via) -> Probe {
+        self.via = via;
+        self
+    }
+
+    /// Processes of `uid` (from the shared scan, or a fresh one).
+    pub fn tasks_of(&self, uid: u32) -> UidTasks {
+        match &self.shared {
+            Some(cell) => cell.get_or_init(Snapshot::take).of(uid),
+            None => procs::tasks_of_uid(uid),
+        }
+    }
+
+    /// Is VM `name` running? The lease, then the instance's processes (its
+    /// cgroup, or the uid's processes), then the control socket.
+    pub fn probe(&self, roots: &Roots, name: &VmName) -> Verdict {
+        match dirs::open_dir(&roots.runtime_dir(name)) {
+            Ok(d) => self.probe_dir(roots, name, Some(&d)),
+            Err(e) if e.is_not_found() => self.probe_dir(roots, name, None),
+            Err(e) => Verdict::Ambiguous(format!("cannot open its runtime dir: {e}")),
+        }
+    }
+
+    /// [`Probe::probe`] with the runtime dir already open (`None`: it does
+    /// not exist), for a caller walking the runtime root.
+    pub fn probe_dir(&self, roots: &Roots, name: &VmName, rundir: Option<&dirs::Dir>) -> Verdict {
+        let mut intent = None;
+        if let Some(d) = rundir {
+            match lease::state(d) {
+                Ok(LeaseState::Held) => {
+                    return Verdict::Live(format!(
+                        "lease {} is held",
+                        d.path.join(LEASE_FILE).display()
+                    ))
+                }
+                Ok(_) => {}
+                Err(e) => return Verdict::Ambiguous(format!("cannot probe the lease: {e}")),
+            }
+            match Intent::read(d) {
+                Ok(i) => intent = i,
+                Err(e) => return Verdict::Ambiguous(format!("{e}")),
+            }
+        }
+        match vm_uid(roots, name, intent.as_ref()) {
+            Ok(uid) => self.with_lease_held(roots, name, uid, intent.as_ref()),
+            Err(e) => Verdict::Ambiguous(e.to_string()),
+        }
+    }
+
+    /// Everything but the lease, for a caller that holds the lease itself
+    /// (the launcher after taking it, cleanup and purge under their own
+    /// lock) or has just found it free. `intent` is the record on disk, if
+    /// any; `uid` the VM's (None: only the cgroup and the sockets can say).
+    pub fn with_lease_held(
+        &self,
+        roots: &Roots,
+        name: &VmName,
+        uid: Option<u32>,
+        intent: Option<&Intent>,
+    ) -> Verdict {
+        let cg = intent
+            .and_then(recorded_cgroup)
+            .filter(|_| self.via == Via::Recorded);
+        if let Some(cg) = cg {
+            match cgroup::occupancy(cg) {
+                // Everything the instance ran is gone with its cgroup.
+                Ok(Occupancy::Gone | Occupancy::Empty) => {}
+                Ok(Occupancy::Held { pids, child }) => {
+                    return Verdict::Ambiguous(match child {
+                        None => format!(
+                            "its cgroup {} still holds processes {pids:?} while its lease is free (see `vmwarden stop` / `vmwarden reap --kill`)",
+                            cg.path.display()
+                        ),
+                        Some(c) => format!(
+                            "its cgroup {} has a populated child cgroup {c}",
+                            cg.path.display()
+                        ),
+                    })
+                }
+                Err(e) => {
+                    return Verdict::Ambiguous(format!(
+                        "cannot read its cgroup {}: {e}",
+                        cg.path.display()
+                    ))
+                }
+            }
+        } else if let Some(uid) = uid {
+            let t = self.tasks_of(uid);
+            if !t.pids.is_empty() {
+                return Verdict::Ambiguous(format!(
+                    "processes {:?} run as the VM's uid {uid} without holding its lease (see `vmwarden stop` / `vmwarden reap --kill`)",
+                    t.pids
+                ));
+            }
+            if let Some((what, e)) = t.unreadable.0.first() {
+                return Verdict::Ambiguous(format!(
+                    "cannot tell whether uid {uid} runs anything: {what}: {e}"
+                ));
+            }
+        }
+        if control_socket_answers(&roots.qmp_socket(name)) {
+            return Verdict::Live(format!("{} answers QMP", roots.qmp_socket(name).display()));
+        }
+        if api::answers(&roots.api_socket(name)) {
+            return Verdict::Live(format!(
+                "{} answers HTTP (cloud-hypervisor/firecracker API)",
+                roots.api_socket(name).display()
+            ));
+        }
+        Verdict::Dead
+    }
+}
+
+/// Everything but the lease, scanning `/proc` only if the record has no
+/// cgroup (see [`Probe::with_lease_held`]).
+pub fn probe_with_lease_held(
+    roots: &Roots,
+    name: &VmName,
+    uid: u32,
+    intent: Option<&Intent>,
+) -> Verdict {
+    Probe::single().with_lease_held(roots, name, Some(uid), intent)
+}
+
+/// Is VM `name` running? (One VM: see [`Probe`] for many.)
 pub fn probe(roots: &Roots, name: &VmName) -> Verdict {
-    let rundir = match dirs::open_dir(&roots.runtime_dir(name)) {
-        Ok(d) => Some(d),
-        Err(e) if e.is_not_found() => None,
-        Err(e) => return Verdict::Ambiguous(format!("cannot open its runtime dir: {e}")),
-    };
-    let mut intent = None;
-    if let Some(d) = &rundir {
-        match lease::state(d) {
-            Ok(LeaseState::Held) => {
-                return Verdict::Live(format!(
-                    "lease {} is held",
-                    d.path.join(LEASE_FILE).display()
-                ))
-            }
-            Ok(_) => {}
-            Err(e) => return Verdict::Ambiguous(format!("cannot probe the lease: {e}")),
-        }
-        match Intent::read(d) {
-            Ok(i) => intent = i,
-            Err(e) => return Verdict::Ambiguous(format!("{e}")),
-        }
-    }
-    match vm_uid(roots, name, intent.as_ref()) {
-        Ok(Some(uid)) => probe_with_lease_held(roots, name, uid),
-        Ok(None) => {
-            if control_socket_answers(&roots.qmp_socket(name)) {
-                Verdict::Live("the control socket answers QMP".into())
-            } else if api::answers(&roots.api_socket(name)) {
-                Verdict::Live("the API socket answers HTTP".into())
-            } else {
-                Verdict::Dead
-            }
-        }
-        Err(e) => Verdict::Ambiguous(e.to_string()),
-    }
+    Probe::single().probe(roots, name)
 }

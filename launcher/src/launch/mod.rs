@@ -25,6 +25,7 @@ use crate::config::paths::{
     LAUNCHED_SPEC_FILE, LEASE_FILE, QMP_SOCKET,
 };
 use crate::config::spec::{CredentialSource, HypervisorKind, SandboxMode, Spec, SpecError};
+use crate::host::cgroup;
 use crate::host::dirs::{self, Dir, DirError, Loose, Want};
 use crate::host::net::{self, NetError};
 use crate::host::sys::{IoContext, IoError, SysContext, SysError};
@@ -34,7 +35,7 @@ use crate::identity::principal::{self, Principal, PrincipalError};
 use crate::identity::registry::{self, RegistryError};
 use crate::instance::intent::{self, Intent, IntentError, IntentPrincipal, Resource};
 use crate::instance::lease::{self, Lease, LeaseError, LeaseState};
-use crate::instance::liveness::{self, Verdict};
+use crate::instance::liveness::{Probe, Verdict, Via};
 use crate::launch::creds::CredentialError;
 use crate::launch::landlock::LandlockError;
 use crate::launch::sandbox::SandboxError;
@@ -534,7 +535,24 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             })
         }
     };
-    let verdict = liveness::probe_with_lease_held(roots, &spec.name, principal.uid);
+    // Under the lease, the rest of the probe, by the uid: a principal is
+    // dedicated to one VM, so any process running as it now — a previous
+    // instance's (they all run as the uid), or anything else's — refuses
+    // the launch. (One status read per process; kernel threads and other
+    // users' processes are skipped unread.) The launcher's own cgroup, when
+    // it holds nobody else (a unit's at ExecStart=), will hold this
+    // instance and everything it starts: the intent record names it, and
+    // stop, status, cleanup and reap ask it instead of /proc.
+    let own_cgroup = cgroup::own_dedicated();
+    if let Err(why) = &own_cgroup {
+        tracing::debug!(%why, "no dedicated cgroup: liveness will scan /proc");
+    }
+    let verdict = Probe::single().via(Via::Procs).with_lease_held(
+        roots,
+        &spec.name,
+        Some(principal.uid),
+        None,
+    );
     if !verdict.is_dead() {
         return Err(StepError::Ambiguous {
             name: spec.name.to_string(),
@@ -568,6 +586,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             user: principal.user.clone(),
         },
         hypervisor: Some(kind),
+        cgroup: own_cgroup.ok(),
         resources,
     };
     record.write(&rundir)?;

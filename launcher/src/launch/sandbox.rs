@@ -91,6 +91,16 @@ pub enum DropFailure {
         set: &'static str,
         held: CapsHashSet,
     },
+    #[error("the {set} capability set still holds mask {mask} (/proc/self/status)")]
+    CapMaskHeld { set: &'static str, mask: String },
+    #[error("/proc/self/status has no readable {key} line")]
+    StatusField { key: &'static str },
+    #[error("{what} are {found:?} (real, effective, saved, fs), expected {expected}")]
+    StatusIds {
+        what: &'static str,
+        found: Vec<u32>,
+        expected: u32,
+    },
     #[error("uids are {found:?}, expected {expected}")]
     Uids { found: ResUid, expected: u32 },
     #[error("gids are {found:?}, expected {expected}")]
@@ -335,8 +345,34 @@ pub fn drop_privileges(p: &Principal) -> Result<()> {
     setgroups(&groups).sys("setgroups", "/")?;
     let g = Gid::from_raw(p.gid);
     setresgid(g, g, g).sys("setresgid", "/")?;
-    caps::clear(None, CapSet::Ambient).map_err(caps_err("clear ambient set"))?;
-    caps::clear(None, CapSet::Bounding).map_err(caps_err("clear bounding set"))?;
+    // Ambient: one call. Bounding: one drop per capability the kernel knows
+    // (numbered from 0; EINVAL past the last one ends the loop).
+    // SAFETY: prctl(PR_CAP_AMBIENT) takes integers and no pointers; the
+    // return value is checked.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::c_ulong::from(PR_CAP_AMBIENT_CLEAR_ALL),
+            0,
+            0,
+            0,
+        )
+    };
+    Errno::result(rc).sys("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", "/")?;
+    for cap in 0..=63u8 {
+        // SAFETY: prctl(PR_CAPBSET_DROP) takes a capability number and no
+        // pointers; the return value is checked.
+        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
+        match Errno::result(rc) {
+            Ok(_) => {}
+            Err(Errno::EINVAL) if cap > 0 => break,
+            Err(e) => {
+                return Err(e)
+                    .sys("prctl(PR_CAPBSET_DROP)", "/")
+                    .map_err(Into::into)
+            }
+        }
+    }
     // SAFETY: prctl(PR_SET_SECUREBITS) takes an integer bit mask and no
     // pointers; the return value is checked.
     let rc = unsafe { libc::prctl(libc::PR_SET_SECUREBITS, SECUREBITS, 0, 0, 0) };
@@ -344,15 +380,125 @@ pub fn drop_privileges(p: &Principal) -> Result<()> {
     nix::sys::prctl::set_no_new_privs().sys("prctl(PR_SET_NO_NEW_PRIVS)", "/")?;
     let u = Uid::from_raw(p.uid);
     setresuid(u, u, u).sys("setresuid", "/")?;
-    for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {
-        caps::clear(None, set).map_err(caps_err("clear capability set"))?;
-    }
+    // Effective, permitted and inheritable: one capset of empty sets.
+    let header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData::default(); 2];
+    // SAFETY: capset(2) reads the header and two data structs, both alive
+    // for the call and laid out as the kernel's (repr(C)).
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &raw const header, data.as_ptr()) };
+    Errno::result(rc).sys("capset", "/")?;
     verify_dropped(p)
 }
 
+/// `PR_CAP_AMBIENT_CLEAR_ALL` (libc declares it as an int).
+const PR_CAP_AMBIENT_CLEAR_ALL: u32 = 4;
+/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+#[derive(Debug)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+/// `struct __user_cap_data_struct`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
 /// Fail the launch unless every capability set is empty, the ids are exactly
-/// the principal's, `no_new_privs` is set and `setuid(0)` fails.
+/// the principal's, `no_new_privs` is set and `setuid(0)` fails. The kernel
+/// states all of it in `/proc/self/status`, read once; without `/proc` each
+/// is asked with its own system call.
 pub fn verify_dropped(p: &Principal) -> Result<()> {
+    match std::fs::read("/proc/self/status") {
+        Ok(status) => {
+            verify_status(p, &String::from_utf8_lossy(&status)).map_err(SandboxError::Drop)?
+        }
+        Err(_) => verify_dropped_by_syscalls(p)?,
+    }
+    if nix::unistd::setuid(Uid::from_raw(0)).is_ok() {
+        return Err(SandboxError::Drop(DropFailure::Setuid0));
+    }
+    if nix::unistd::setgid(Gid::from_raw(0)).is_ok() {
+        return Err(SandboxError::Drop(DropFailure::Setgid0));
+    }
+    Ok(())
+}
+
+/// The drop as `/proc/self/status` states it.
+fn verify_status(p: &Principal, status: &str) -> std::result::Result<(), DropFailure> {
+    let field = |key: &'static str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+            .map(str::trim)
+            .ok_or(DropFailure::StatusField { key })
+    };
+    for (key, set) in [
+        ("CapInh", "inheritable"),
+        ("CapPrm", "permitted"),
+        ("CapEff", "effective"),
+        ("CapBnd", "bounding"),
+        ("CapAmb", "ambient"),
+    ] {
+        let mask = field(key)?;
+        if u64::from_str_radix(mask, 16) != Ok(0) {
+            return Err(DropFailure::CapMaskHeld {
+                set,
+                mask: mask.to_string(),
+            });
+        }
+    }
+    let ids = |key: &'static str| -> std::result::Result<Vec<u32>, DropFailure> {
+        field(key)?
+            .split_whitespace()
+            .map(|x| x.parse().map_err(|_| DropFailure::StatusField { key }))
+            .collect()
+    };
+    let uids = ids("Uid")?;
+    if uids.len() != 4 || uids.iter().any(|u| *u != p.uid) {
+        return Err(DropFailure::StatusIds {
+            what: "uids",
+            found: uids,
+            expected: p.uid,
+        });
+    }
+    let gids = ids("Gid")?;
+    if gids.len() != 4 || gids.iter().any(|g| *g != p.gid) {
+        return Err(DropFailure::StatusIds {
+            what: "gids",
+            found: gids,
+            expected: p.gid,
+        });
+    }
+    let mut have = ids("Groups")?;
+    have.sort_unstable();
+    let mut want = p.groups.clone();
+    want.sort_unstable();
+    if have != want {
+        return Err(DropFailure::Groups {
+            found: have,
+            expected: want,
+        });
+    }
+    if field("NoNewPrivs")? != "1" {
+        return Err(DropFailure::NoNewPrivs);
+    }
+    Ok(())
+}
+
+/// The same checks, one system call each (a host without `/proc`).
+fn verify_dropped_by_syscalls(p: &Principal) -> Result<()> {
     for (set, name) in [
         (CapSet::Effective, "effective"),
         (CapSet::Permitted, "permitted"),
@@ -398,12 +544,6 @@ pub fn verify_dropped(p: &Principal) -> Result<()> {
     }
     if !nix::sys::prctl::get_no_new_privs().sys("prctl(PR_GET_NO_NEW_PRIVS)", "/")? {
         return Err(SandboxError::Drop(DropFailure::NoNewPrivs));
-    }
-    if nix::unistd::setuid(Uid::from_raw(0)).is_ok() {
-        return Err(SandboxError::Drop(DropFailure::Setuid0));
-    }
-    if nix::unistd::setgid(Gid::from_raw(0)).is_ok() {
-        return Err(SandboxError::Drop(DropFailure::Setgid0));
     }
     Ok(())
 }

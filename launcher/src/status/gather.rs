@@ -20,6 +20,7 @@ use crate::host::ownership;
 use crate::identity::principal::resolve_ids;
 use crate::identity::registry::{self, Record};
 use crate::instance::intent::Intent;
+use crate::instance::liveness::Probe;
 use crate::instance::{known_vms, launched};
 use crate::teardown::{purge, reap};
 
@@ -149,7 +150,12 @@ fn principal(
 
 /// The status of VM `name` (without `--all`'s leftovers).
 pub fn one(roots: &Roots, name: &VmName, reg: &[Record], now: u64) -> VmStatus {
-    let st = control::status(roots, name);
+    one_with(&Probe::single(), roots, name, reg, now)
+}
+
+/// [`one`] with a caller's prober (many VMs share one `/proc` scan).
+fn one_with(probe: &Probe, roots: &Roots, name: &VmName, reg: &[Record], now: u64) -> VmStatus {
+    let st = control::status_with(probe, roots, name);
     let rundir = dirs::open_dir(&roots.runtime_dir(name)).ok();
     let intent = rundir.as_ref().and_then(|d| Intent::read(d).ok().flatten());
     let state = match st.state {
@@ -323,7 +329,12 @@ pub fn gather(roots: &Roots, names: &[VmName], all: bool) -> Gathered {
             .partition(|n| is_known(roots, n, &reg))
     };
     let now = now_unix();
-    let mut records: Vec<VmStatus> = names.iter().map(|n| one(roots, n, &reg, now)).collect();
+    // One /proc scan for all of them, if any needs one.
+    let probe = Probe::shared();
+    let mut records: Vec<VmStatus> = names
+        .iter()
+        .map(|n| one_with(&probe, roots, n, &reg, now))
+        .collect();
     if all && !records.is_empty() {
         let reaped = reap::reap(roots, false, false);
         for (r, n) in records.iter_mut().zip(&names) {

@@ -11,15 +11,15 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::config::names::VmName;
-use crate::config::paths::Roots;
+use crate::config::paths::{Roots, LEASE_FILE};
 use crate::config::rawpath;
 use crate::host::dirs;
 use crate::host::mountinfo;
 use crate::host::net::SYS_CLASS_NET;
 use crate::host::ownership::{self, Failed, Kept, Outcome, DELETE_LAST, RUNTIME_KEEP};
 use crate::instance::intent::{Intent, Resource};
-use crate::instance::lease::Lease;
-use crate::instance::liveness::{self, Verdict};
+use crate::instance::lease::{self, Lease, LeaseState};
+use crate::instance::liveness::{self, Probe, Verdict};
 use crate::teardown::taps;
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
@@ -93,7 +93,20 @@ impl Report {
 /// Tear down VM `name`'s runtime state. Never touches the state dir.
 pub fn cleanup(roots: &Roots, name: &VmName, service_result: ServiceResult) -> Report {
     let report = Report::new(roots, name, service_result);
-    let verdict = liveness::probe(roots, name);
+    // With a runtime dir, only its lease is asked here (held ⇒ live); the
+    // rest of the probe runs once, under the lease, in `cleanup_dead`.
+    let verdict = match dirs::open_dir(&roots.runtime_dir(name)) {
+        Ok(d) => match lease::state(&d) {
+            Ok(LeaseState::Held) => Verdict::Live(format!(
+                "lease {} is held",
+                d.path.join(LEASE_FILE).display()
+            )),
+            Ok(_) => Verdict::Dead,
+            Err(e) => Verdict::Ambiguous(format!("cannot probe the lease: {e}")),
+        },
+        Err(e) if e.is_not_found() => liveness::probe(roots, name),
+        Err(e) => Verdict::Ambiguous(format!("cannot open its runtime dir: {e}")),
+    };
     if !verdict.is_dead() {
         return report.refuse(&verdict);
     }
@@ -138,11 +151,15 @@ fn cleanup_dead(roots: &Roots, name: &VmName, mut report: Report) -> Report {
         Ok(i) => i,
         Err(e) => return report.refuse(&Verdict::Ambiguous(e.to_string())),
     };
-    if let Some(uid) = intent.as_ref().map(|i| i.principal.uid) {
-        let v = liveness::probe_with_lease_held(roots, name, uid);
-        if !v.is_dead() {
-            return report.refuse(&v);
-        }
+    // The rest of the probe, under the lease: the recorded cgroup, else the
+    // uid's processes (the record's, else the spec's), then the sockets.
+    let uid = match liveness::vm_uid(roots, name, intent.as_ref()) {
+        Ok(u) => u,
+        Err(e) => return report.refuse(&Verdict::Ambiguous(e.to_string())),
+    };
+    let v = Probe::single().with_lease_held(roots, name, uid, intent.as_ref());
+    if !v.is_dead() {
+        return report.refuse(&v);
     }
     report.instance_id = intent.as_ref().map(|i| i.instance_id.clone());
 

@@ -128,10 +128,7 @@ pub fn plan_entries(dir: &Dir, keep: &[String]) -> Result<Vec<PathBuf>> {
 /// spec; without either, `identity` alone and no uid.
 fn spec_keep_and_uid(roots: &Roots, name: &VmName) -> (Vec<String>, Option<u32>) {
     match effective_spec_of(roots, name) {
-        Some((s, _)) => (
-            s.keep_on_purge.clone(),
-            principal::resolve_ids(&s).ok().map(|x| x.0),
-        ),
+        Some((s, _)) => (s.keep_on_purge.clone(), principal::uid_of(&s).ok()),
         None => (vec![IDENTITY_DIR.to_string()], None),
     }
 }
@@ -217,7 +214,9 @@ pub fn execute(roots: &Roots, name: &VmName, plan: Plan) -> Result<Report> {
     };
     // Re-check under the lease, whatever the plan retires.
     let recheck = match plan.principal_uid {
-        Some(uid) => liveness::probe_with_lease_held(roots, name, uid),
+        // The uid's processes anywhere, not just an instance's cgroup: the
+        // principal is about to be retired.
+        Some(uid) => liveness::probe_with_lease_held(roots, name, uid, None),
         None => Verdict::Dead,
     };
     if !recheck.is_dead() {

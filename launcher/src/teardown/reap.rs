@@ -4,6 +4,7 @@
 //! with `--apply` (and `--kill`), remove it with the same liveness probe and
 //! cleanup code the unit uses. Never looks inside state dirs.
 
+use std::collections::BTreeSet;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -28,7 +29,7 @@ use crate::identity::{principal, registry};
 use crate::instance::intent::Intent;
 use crate::instance::known_vms;
 use crate::instance::lease::{self, Lease, LeaseError, LeaseState};
-use crate::instance::liveness::{self, Verdict};
+use crate::instance::liveness::{Probe, Verdict};
 use crate::teardown::cleanup::{self, ServiceResult};
 use crate::teardown::taps;
 
@@ -107,7 +108,7 @@ fn principal_uids(roots: &Roots) -> Vec<(u32, VmName)> {
         .collect();
     for (name, _, spec) in principal::configured_specs(roots) {
         if let Some(spec) = spec {
-            if let Ok((uid, _, _)) = principal::resolve_ids(&spec) {
+            if let Ok(uid) = principal::uid_of(&spec) {
                 out.push((uid, name));
             }
         }
@@ -237,35 +238,52 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         kill,
         ..Default::default()
     };
-    let configured: Vec<VmName> = principal::configured_specs(roots)
+    let configured: BTreeSet<VmName> = principal::configured_specs(roots)
         .into_iter()
         .map(|(n, _, _)| n)
         .collect();
+    // One /proc scan answers every question below that needs one.
+    let mut probe = Probe::shared();
 
     // 1. Processes of principals with no live instance. Listing and killing
     //    happen under the VM's lease (taken as the launcher takes it), so a
-    //    VM starting meanwhile is never mistaken for an orphan.
-    let configured_set: std::collections::BTreeSet<&VmName> = configured.iter().collect();
+    //    VM starting meanwhile is never mistaken for an orphan; a kill acts
+    //    only on a fresh scan taken under that lease.
     for (uid, vm) in principal_uids(roots) {
+        if probe.tasks_of(uid).pids.is_empty() {
+            continue;
+        }
         // Only a run that may kill needs to shut launches out (and may
         // create the runtime dir to do so); a dry run changes nothing.
-        let may_launch = configured_set.contains(&vm) && apply && kill;
-        let _lease = match lease_for_kill(roots, &vm, may_launch) {
-            Ok(Some(l)) => l,
-            Ok(None) => continue, // live: its lease is held
-            Err(e) => {
-                r.kept.push(Item {
-                    kind: Kind::Process,
-                    path: roots.runtime_dir(&vm),
-                    vm: Some(vm.clone()),
-                    pid: None,
-                    reason: format!("cannot take {vm}'s lease to check its processes: {e}"),
-                });
+        let may_launch = configured.contains(&vm) && apply && kill;
+        let _lease = if apply && kill {
+            match lease_for_kill(roots, &vm, may_launch) {
+                Ok(Some(l)) => l,
+                Ok(None) => continue, // live: its lease is held
+                Err(e) => {
+                    r.kept.push(Item {
+                        kind: Kind::Process,
+                        path: roots.runtime_dir(&vm),
+                        vm: Some(vm.clone()),
+                        pid: None,
+                        reason: format!("cannot take {vm}'s lease to check its processes: {e}"),
+                    });
+                    continue;
+                }
+            }
+        } else {
+            if lease_held(roots, &vm) {
                 continue;
             }
+            None
+        };
+        let pids = if apply && kill {
+            procs::processes_of_uid(uid)
+        } else {
+            probe.tasks_of(uid).pids
         };
         let mut killed_here = Vec::new();
-        for pid in procs::processes_of_uid(uid) {
+        for pid in pids {
             let item = Item {
                 kind: Kind::Process,
                 path: PathBuf::from(format!("/proc/{pid}")),
@@ -296,6 +314,11 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
             std::thread::sleep(Duration::from_millis(20));
         }
         r.killed.extend(killed_here);
+    }
+    // What was killed is gone: the passes below must not judge by the
+    // scan taken before.
+    if !r.killed.is_empty() {
+        probe = Probe::shared();
     }
 
     // 2. Credential mounts of VMs with no live instance, in any namespace
@@ -330,7 +353,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
     }
     // 2b. vmw-* taps of VMs with no live instance, and taps no VM claims
     //     (before the runtime dirs: their cleanup checks for these taps).
-    reap_taps(roots, &mut r);
+    reap_taps(roots, &probe, &mut r);
 
     // 3. Runtime root: every entry is vmwarden's.
     let root = match dirs::open_dir(&roots.runtime_root) {
@@ -385,7 +408,11 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
                 }
                 continue;
             };
-            let verdict = liveness::probe(roots, &n);
+            let vm_dir = dirs::open_existing(&root, n.as_str());
+            let verdict = match &vm_dir {
+                Ok(d) => probe.probe_dir(roots, &n, d.as_ref()),
+                Err(e) => Verdict::Ambiguous(format!("cannot open its runtime dir: {e}")),
+            };
             let is_configured = configured.contains(&n);
             match verdict {
                 Verdict::Live(reason) => {
@@ -410,8 +437,9 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
                 }
                 Verdict::Dead => {}
             }
-            let leftovers = dirs::open_dir(&path)
+            let leftovers = vm_dir
                 .ok()
+                .flatten()
                 .and_then(|d| ownership::entries(&d).ok())
                 .map(|e| ownership::deletion_set(&e, RUNTIME_KEEP, None))
                 .unwrap_or_default();
@@ -475,7 +503,7 @@ fn tap_claimants(roots: &Roots) -> std::collections::BTreeMap<TapName, Vec<VmNam
     owners
 }
 
-fn reap_taps(roots: &Roots, r: &mut Report) {
+fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
     let links = net::vmwarden_links();
     if links.is_empty() {
         return;
@@ -509,7 +537,7 @@ fn reap_taps(roots: &Roots, r: &mut Report) {
         // Any claimant that is not dead keeps it (ambiguity keeps).
         let not_dead: Vec<String> = claims
             .iter()
-            .filter_map(|vm| match liveness::probe(roots, vm) {
+            .filter_map(|vm| match probe.probe(roots, vm) {
                 Verdict::Dead => None,
                 v => Some(format!("{vm}: {}", v.reason())),
             })

@@ -114,13 +114,20 @@ pub fn verify(
     } else {
         names.to_vec()
     };
+    // Many VMs share one /proc scan and one mount-namespace scan; one VM
+    // asks only about its own uid.
+    let many = names.len() > 1;
+    let shared = many.then(procs::Snapshot::take);
+    let all_mounts =
+        many.then(|| mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), None));
     for n in &names {
         let vm = Some(n.as_str());
         let rundir = roots.runtime_dir(n);
+        let dir = dirs::open_dir(&rundir);
         // Runtime dir holds nothing but the keep set. Names are raw bytes,
         // shown with Debug escaping (lossless when not UTF-8).
-        let left: Result<Vec<OsString>, String> = match dirs::open_dir(&rundir) {
-            Ok(d) => ownership::entries(&d)
+        let left: Result<Vec<OsString>, String> = match &dir {
+            Ok(d) => ownership::entries(d)
                 .map(|e| ownership::deletion_set(&e, RUNTIME_KEEP, None))
                 .map_err(|e| format!("<unreadable: {e}>")),
             Err(e) if e.is_not_found() => Ok(Vec::new()),
@@ -137,10 +144,7 @@ pub fn verify(
             },
         ));
         // Nobody holds the lease.
-        let held = dirs::open_dir(&rundir)
-            .ok()
-            .and_then(|d| lease::state(&d).ok())
-            == Some(LeaseState::Held);
+        let held = dir.as_ref().ok().and_then(|d| lease::state(d).ok()) == Some(LeaseState::Held);
         checks.push(check(
             "no-lease-holder",
             vm,
@@ -150,18 +154,32 @@ pub fn verify(
         ));
         // No process of its principal.
         // The uid the last launch recorded, else the spec's.
-        let intent = dirs::open_dir(&rundir)
+        let intent = dir
+            .as_ref()
             .ok()
-            .and_then(|d| Intent::read(&d).ok().flatten());
+            .and_then(|d| Intent::read(d).ok().flatten());
         match liveness::vm_uid(roots, n, intent.as_ref()) {
             Ok(Some(uid)) => {
-                let pids = procs::processes_of_uid(uid);
+                let t = match &shared {
+                    Some(s) => s.of(uid),
+                    None => procs::tasks_of_uid(uid),
+                };
+                let unreadable: Vec<String> = t
+                    .unreadable
+                    .0
+                    .iter()
+                    .map(|(p, e)| format!("{p}: {e}"))
+                    .collect();
                 checks.push(check(
                     "no-process",
                     vm,
-                    pids.is_empty(),
+                    t.pids.is_empty() && unreadable.is_empty(),
                     format!("no pid of uid {uid}"),
-                    format!("{pids:?}"),
+                    if unreadable.is_empty() {
+                        format!("{:?}", t.pids)
+                    } else {
+                        format!("{:?}, unreadable {unreadable:?}", t.pids)
+                    },
                 ));
                 // The uid's kernel keyrings outlive all its processes.
                 let keys = leftovers::stashed_keys(uid);
@@ -198,9 +216,6 @@ pub fn verify(
                 e.to_string(),
             )),
         }
-        let intent = dirs::open_dir(&rundir)
-            .ok()
-            .and_then(|d| Intent::read(&d).ok().flatten());
         let vm_taps = taps::vm_taps(roots, n, intent.as_ref());
         let left = taps::surviving(&vm_taps);
         checks.push(check(
@@ -210,7 +225,16 @@ pub fn verify(
             format!("none of {vm_taps:?} in {SYS_CLASS_NET}"),
             format!("{left:?}"),
         ));
-        let mounts = mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), Some(n));
+        let mounts: Vec<_> = match &all_mounts {
+            Some(all) => all
+                .iter()
+                .filter(|(_, _, m)| {
+                    mountinfo::is_credential_mount(m, Some(&roots.runtime_root), Some(n))
+                })
+                .cloned()
+                .collect(),
+            None => mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), Some(n)),
+        };
         checks.push(check(
             "no-credential-mount",
             vm,

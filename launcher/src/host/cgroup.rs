@@ -1,0 +1,311 @@
+//! cgroup v2 facts: which cgroup the caller is in, whether a cgroup still
+//! exists and which processes it holds, and how to signal them. Knows
+//! nothing of VMs; `instance::liveness` turns these facts into verdicts.
+//!
+//! A cgroup is a handle only root holds: a process cannot leave it, and
+//! everything it forks starts inside it. So a cgroup that held nothing but
+//! the launcher when the launcher started (a unit's cgroup at `ExecStart=`,
+//! a `systemd-run --scope`) holds, for as long as it exists, exactly the
+//! VM and whatever the VM started — found in O(1), however busy the host.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag, AT_FDCWD};
+use nix::sys::stat::{fstat, Mode};
+use serde::{Deserialize, Serialize};
+
+use crate::host::procs;
+
+/// Where the unified (v2) hierarchy is mounted: `/sys/fs/cgroup` on a pure
+/// v2 host (every current systemd), `/sys/fs/cgroup/unified` on a hybrid one.
+const MOUNT_CANDIDATES: &[&str] = &["/sys/fs/cgroup", "/sys/fs/cgroup/unified"];
+
+/// A cgroup as recorded at launch: its directory and its id (the inode of
+/// that directory, which the kernel never gives to another cgroup in the
+/// same boot), so a new cgroup made later at the same path is not mistaken
+/// for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cgroup {
+    pub path: PathBuf,
+    pub id: u64,
+}
+
+/// What a cgroup holds now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Occupancy {
+    /// The recorded cgroup no longer exists (removed, or another cgroup now
+    /// has its path): nothing that ran in it runs any more.
+    Gone,
+    /// It exists and holds no process but the ignored ones.
+    Empty,
+    /// Processes other than the ignored ones (pids, sorted), or a populated
+    /// child cgroup (`child` names it; its pids are not listed).
+    Held {
+        pids: Vec<u32>,
+        child: Option<String>,
+    },
+}
+
+const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
+/// Read `dir/name` (a small kernel file) into `buf`, replacing its content.
+fn read_at(dir: impl AsFd, name: &str, buf: &mut Vec<u8>) -> Result<(), Errno> {
+    let fd = openat(
+        dir.as_fd(),
+        name,
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    read_all(&fd, buf)
+}
+
+fn read_all(fd: &OwnedFd, buf: &mut Vec<u8>) -> Result<(), Errno> {
+    // kernfs files may come in pieces: read to the end.
+    let mut f = File::from(fd.try_clone().map_err(|e| errno_of(&e))?);
+    buf.clear();
+    f.read_to_end(buf).map(|_| ()).map_err(|e| errno_of(&e))
+}
+
+/// The errno of an io error from a system call (EIO if it has none).
+fn errno_of(e: &std::io::Error) -> Errno {
+    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// The v2 hierarchy's mount point, if there is one.
+pub fn mount_point() -> Option<&'static Path> {
+    MOUNT_CANDIDATES.iter().map(Path::new).find(|p| {
+        nix::sys::statfs::statfs(*p)
+            .map(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
+            .unwrap_or(false)
+    })
+}
+
+/// The caller's v2 cgroup as `/proc/self/cgroup` names it (`0::PATH`),
+/// relative to the hierarchy's root. `None` without a v2 hierarchy or when
+/// the cgroup was removed under the caller.
+pub fn own_path() -> Option<String> {
+    let mut buf = Vec::new();
+    let fd = openat(
+        AT_FDCWD,
+        "/proc/self/cgroup",
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    read_all(&fd, &mut buf).ok()?;
+    let text = std::str::from_utf8(&buf).ok()?;
+    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    (path.starts_with('/') && !path.ends_with(" (deleted)")).then(|| path.to_string())
+}
+
+/// The pids listed in `cgroup.procs` (thread-group ids; a process whose
+/// leader has exited but whose other threads run on is still listed).
+fn parse_pids(bytes: &[u8]) -> Vec<u32> {
+    let mut out: Vec<u32> = bytes
+        .split(|b| *b == b'\n')
+        .filter_map(|l| std::str::from_utf8(l).ok()?.trim().parse().ok())
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Why the caller's cgroup cannot stand for one VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotDedicated {
+    /// No cgroup v2 hierarchy on this host.
+    NoHierarchy,
+    /// The caller is in the hierarchy's root cgroup.
+    Root,
+    /// The cgroup holds other processes too (a login session, a shell's
+    /// scope): it cannot tell the VM's processes from theirs.
+    Shared(Vec<u32>),
+    /// The cgroup directory could not be opened or read.
+    Unreadable(PathBuf, Errno),
+}
+
+impl std::fmt::Display for NotDedicated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotDedicated::NoHierarchy => write!(f, "no cgroup v2 hierarchy"),
+            NotDedicated::Root => write!(f, "the launcher runs in the root cgroup"),
+            NotDedicated::Shared(p) => {
+                write!(f, "the launcher's cgroup also holds pids {p:?}")
+            }
+            NotDedicated::Unreadable(p, e) => write!(f, "{}: {e}", p.display()),
+        }
+    }
+}
+
+/// The caller's cgroup, when it holds the caller and nobody else — as a
+/// unit's cgroup does at `ExecStart=`. Only such a cgroup stands for the VM
+/// the caller is about to become: everything in it later is the VM's.
+pub fn own_dedicated() -> Result<Cgroup, NotDedicated> {
+    let mount = mount_point().ok_or(NotDedicated::NoHierarchy)?;
+    let rel = own_path().ok_or(NotDedicated::NoHierarchy)?;
+    let rel = rel.trim_start_matches('/');
+    if rel.is_empty() {
+        return Err(NotDedicated::Root);
+    }
+    let path = mount.join(rel);
+    let unreadable = |e| NotDedicated::Unreadable(path.clone(), e);
+    let dir = openat(AT_FDCWD, &path, DIR_FLAGS, Mode::empty()).map_err(unreadable)?;
+    let id = fstat(dir.as_fd()).map_err(unreadable)?.st_ino;
+    let mut buf = Vec::new();
+    read_at(&dir, "cgroup.procs", &mut buf).map_err(unreadable)?;
+    let me = std::process::id();
+    let pids = parse_pids(&buf);
+    if pids != [me] {
+        return Err(NotDedicated::Shared(
+            pids.into_iter().filter(|p| *p != me).collect(),
+        ));
+    }
+    Ok(Cgroup { path, id })
+}
+
+/// What `cg` holds now, not counting the caller and its ancestors (a tool
+/// run from the unit itself — `ExecStop=`, `ExecStopPost=` — lives in the
+/// cgroup it asks about).
+pub fn occupancy(cg: &Cgroup) -> Result<Occupancy, Errno> {
+    let dir = match openat(AT_FDCWD, &cg.path, DIR_FLAGS, Mode::empty()) {
+        Ok(d) => d,
+        Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(Occupancy::Gone),
+        Err(e) => return Err(e),
+    };
+    if fstat(dir.as_fd())?.st_ino != cg.id {
+        return Ok(Occupancy::Gone);
+    }
+    let mut buf = Vec::new();
+    match read_at(&dir, "cgroup.procs", &mut buf) {
+        // Removed between the open and the read.
+        Err(Errno::ENOENT | Errno::ENODEV) => return Ok(Occupancy::Gone),
+        r => r?,
+    }
+    let mut pids = parse_pids(&buf);
+    if !pids.is_empty() {
+        let me = std::process::id();
+        pids.retain(|p| *p != me);
+        if !pids.is_empty() {
+            let mine = procs::ancestors();
+            pids.retain(|p| !mine.contains(p));
+        }
+    }
+    if !pids.is_empty() {
+        return Ok(Occupancy::Held { pids, child: None });
+    }
+    // cgroup.procs lists only this cgroup's own members: a child cgroup
+    // (made by root or a delegate) can hold more.
+    if let Some(child) = populated_child(&dir, &mut buf)? {
+        return Ok(Occupancy::Held {
+            pids: Vec::new(),
+            child: Some(child),
+        });
+    }
+    Ok(Occupancy::Empty)
+}
+
+/// The name of a populated child cgroup of `dir`, if any.
+fn populated_child(dir: &OwnedFd, buf: &mut Vec<u8>) -> Result<Option<String>, Errno> {
+    // Child cgroups are the only directories in a cgroup directory.
+    let dup = nix::unistd::dup(dir)?;
+    let mut d = nix::dir::Dir::from_fd(dup)?;
+    for e in d.iter() {
+        let e = e?;
+        let name = e.file_name().to_bytes();
+        if name == b"." || name == b".." || e.file_type() != Some(nix::dir::Type::Directory) {
+            continue;
+        }
+        let name = OsStr::from_bytes(name).to_string_lossy().into_owned();
+        let child = match openat(dir.as_fd(), name.as_str(), DIR_FLAGS, Mode::empty()) {
+            Ok(c) => c,
+            Err(Errno::ENOENT) => continue,
+            Err(e) => return Err(e),
+        };
+        match read_at(&child, "cgroup.events", buf) {
+            Ok(()) => {}
+            Err(Errno::ENOENT | Errno::ENODEV) => continue,
+            Err(e) => return Err(e),
+        }
+        let populated = std::str::from_utf8(buf)
+            .ok()
+            .and_then(|t| t.lines().find_map(|l| l.strip_prefix("populated ")))
+            .map(|v| v.trim() != "0")
+            // Unparsable: assume populated (ambiguity keeps).
+            .unwrap_or(true);
+        if populated {
+            return Ok(Some(name));
+        }
+    }
+    Ok(None)
+}
+
+/// SIGKILL every process `cg` holds (not the caller or its ancestors), each
+/// through a pidfd opened while the pid is still listed in the cgroup, so a
+/// recycled pid is never signalled. Returns the pids signalled.
+pub fn kill_all(cg: &Cgroup) -> Result<Vec<u32>, Errno> {
+    let Occupancy::Held { pids, .. } = occupancy(cg)? else {
+        return Ok(Vec::new());
+    };
+    let mut killed = Vec::new();
+    for pid in pids {
+        let Some(fd) = pidfd_open(pid) else { continue };
+        // Still in the cgroup now that the pidfd pins the process?
+        let still = matches!(occupancy(cg), Ok(Occupancy::Held { pids: ref now, .. }) if now.contains(&pid));
+        if still && pidfd_kill(&fd) {
+            killed.push(pid);
+        }
+    }
+    Ok(killed)
+}
+
+/// `pidfd_open(pid, 0)`: a handle on the process that has `pid` now.
+pub fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).ok().filter(|p| *p > 0)?;
+    // SAFETY: pidfd_open(2) takes a pid and flags, no pointers.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = i32::try_from(fd).ok().filter(|f| *f >= 0)?;
+    // SAFETY: a non-negative return of pidfd_open is a new fd nobody else
+    // owns; OwnedFd takes it over.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// SIGKILL through a pidfd; false when the process is already gone.
+pub fn pidfd_kill(fd: &OwnedFd) -> bool {
+    // SAFETY: a plain syscall on an fd we own, no siginfo.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        ) == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_cgroup_procs() {
+        assert_eq!(parse_pids(b"12\n3\n\n7\n"), vec![3, 7, 12]);
+        assert!(parse_pids(b"").is_empty());
+    }
+
+    #[test]
+    fn the_record_rejects_unknown_fields() {
+        let ok: Cgroup = serde_json::from_str(r#"{"path":"/sys/fs/cgroup/a","id":7}"#).unwrap();
+        assert_eq!(ok.id, 7);
+        serde_json::from_str::<Cgroup>(r#"{"path":"/a","id":7,"x":1}"#).unwrap_err();
+    }
+}

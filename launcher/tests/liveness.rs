@@ -1,0 +1,416 @@
+//! Liveness believes the probe, not the lease, and the probe looks where
+//! the instance really is (issue 10, properties 5 and 6):
+//!
+//! * a VM that releases the flock it inherited and runs on is neither
+//!   "stopped" for `status` nor "not running" for `stop` — with and without
+//!   a cgroup of its own — and `stop` ends it;
+//! * a launch in a cgroup of its own (a real kernel cgroup made here, as
+//!   systemd makes a unit's) records that cgroup, and the cgroup verdict
+//!   and the `/proc` fallback agree for a live, a dead and an ambiguous VM;
+//! * kill-after-every-step stays clean when the launcher runs in its own
+//!   cgroup.
+//!
+//! Needs root (cgroups, namespaces, setresuid).
+
+mod common;
+
+use std::ffi::CStr;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use serde_json::json;
+use vmwarden::config::names::VmName;
+use vmwarden::config::paths::Roots;
+use vmwarden::host::procs::{self, processes_of_uid};
+use vmwarden::host::{cgroup, dirs};
+use vmwarden::instance::intent::Intent;
+use vmwarden::instance::lease::{self, LeaseState};
+use vmwarden::instance::liveness::{recorded_cgroup, Probe, Verdict, Via};
+
+/// A cgroup made for one test, standing in for a unit's. Whatever is left
+/// in it when dropped (only processes this test started) is killed by pid.
+struct TestCgroup {
+    path: PathBuf,
+}
+
+impl TestCgroup {
+    fn new(tag: &str) -> TestCgroup {
+        let mount = cgroup::mount_point().expect(
+            "this test needs a cgroup v2 hierarchy (/sys/fs/cgroup or /sys/fs/cgroup/unified)",
+        );
+        let path = mount.join(format!("vmwarden-test.{}.{tag}", std::process::id()));
+        std::fs::create_dir(&path).unwrap();
+        TestCgroup { path }
+    }
+
+    fn procs(&self) -> Vec<u32> {
+        std::fs::read_to_string(self.path.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+
+    fn id(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&self.path).unwrap().ino()
+    }
+
+    /// Make `c`'s child join this cgroup before it `execve`s.
+    fn enter(&self, c: &mut Command) {
+        let procs = std::ffi::CString::new(
+            self.path
+                .join("cgroup.procs")
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: the hook runs between fork and exec and only makes the
+        // open/write/close system calls (no allocation: the path is a CStr).
+        unsafe { c.pre_exec(move || join_cgroup(&procs)) };
+    }
+}
+
+/// Move the calling process into the cgroup whose `cgroup.procs` is `procs`.
+fn join_cgroup(procs: &CStr) -> std::io::Result<()> {
+    let fd = nix::fcntl::open(procs, OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty())?;
+    nix::unistd::write(&fd, b"0")?;
+    Ok(())
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        for pid in self.procs() {
+            let _ = procs::sigkill(pid);
+        }
+        let end = Instant::now() + Duration::from_secs(10);
+        while std::fs::remove_dir(&self.path).is_err() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A Python program run as VM `name`'s principal in its sandbox, in
+/// `cg` when given; waits for `marker` on its output.
+fn python_vm(
+    env: &Env,
+    name: &str,
+    u: u32,
+    code: &str,
+    marker: &str,
+    cg: Option<&TestCgroup>,
+) -> Guest {
+    let script = env.path(&format!("{name}.py"));
+    std::fs::write(&script, code).unwrap();
+    let mut sp = env.spec(name, u);
+    sp["landlock"]["read"] = json!([script]);
+    env.write_spec(name, &sp);
+    let log = env.path(&format!("{name}.serial.log"));
+    let f = std::fs::File::create(&log).unwrap();
+    let mut c = env.launch_cmd(name);
+    c.arg("--probe")
+        .arg("--")
+        .args(["/usr/bin/python3", script.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(f.try_clone().unwrap())
+        .stderr(f);
+    if let Some(cg) = cg {
+        cg.enter(&mut c);
+    }
+    let mut g = Guest {
+        child: c.spawn().unwrap(),
+        log,
+    };
+    g.wait_for(marker, Duration::from_secs(30));
+    g
+}
+
+/// Releases every flock it inherited (the lease among them), then runs on.
+const RELEASE_THE_LEASE: &str = r#"import fcntl, os, time
+for f in os.listdir('/proc/self/fd'):
+    if int(f) > 2:
+        try:
+            fcntl.flock(int(f), fcntl.LOCK_UN)
+        except OSError:
+            pass
+print('RELEASED', flush=True)
+time.sleep(600)
+"#;
+
+/// Holds the lease, runs on.
+const HOLD: &str = r#"import time
+print('HOLDING', flush=True)
+time.sleep(600)
+"#;
+
+fn lease_state(env: &Env, name: &str) -> LeaseState {
+    let d = dirs::open_dir(&env.run.join(name)).unwrap();
+    lease::state(&d).unwrap()
+}
+
+fn roots(env: &Env) -> Roots {
+    Roots {
+        config_dir: env.config.clone(),
+        runtime_root: env.run.clone(),
+        state_root: env.state.clone(),
+    }
+}
+
+fn intent(env: &Env, name: &str) -> Intent {
+    let d = dirs::open_dir(&env.run.join(name)).unwrap();
+    Intent::read(&d).unwrap().expect("an intent record")
+}
+
+fn status_state(env: &Env, name: &str) -> String {
+    let st = env.vmwarden(&["status", name, "--json"]);
+    assert!(st.status.success(), "{}", text(&st));
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    v[0]["state"].as_str().unwrap_or_default().to_string()
+}
+
+/// The attack of property 5, with or without a cgroup of the VM's own.
+fn released_lease_is_not_stopped(u: u32, cg: Option<&TestCgroup>) {
+    let env = Env::new();
+    let mut g = python_vm(&env, "web", u, RELEASE_THE_LEASE, "RELEASED", cg);
+    let pid = g.pid();
+    assert_eq!(
+        lease_state(&env, "web"),
+        LeaseState::Free,
+        "the attack did not release the lease"
+    );
+    assert!(processes_of_uid(u).contains(&pid), "the VM should run on");
+    match cg {
+        Some(cg) => {
+            let rec = intent(&env, "web")
+                .cgroup
+                .expect("the launch recorded its cgroup");
+            assert_eq!(rec.path, cg.path);
+            assert_eq!(rec.id, cg.id());
+        }
+        None => assert!(
+            intent(&env, "web").cgroup.is_none(),
+            "a launch sharing its cgroup must not record it"
+        ),
+    }
+    // status must not call it stopped.
+    let state = status_state(&env, "web");
+    assert_ne!(state, "stopped", "status believed the free lease");
+    // cleanup must refuse (and delete nothing).
+    let (o, rep) = env.cleanup("web");
+    assert!(!o.status.success(), "cleanup ran while the VM runs: {rep}");
+    assert_eq!(rep["deleted"], json!([]), "{rep}");
+    // stop must not answer "not running" with exit 0: it stops the VM.
+    let stop = env.vmwarden(&["stop", "web", "--timeout", "2"]);
+    let out = String::from_utf8_lossy(&stop.stdout).into_owned();
+    assert!(
+        !(stop.status.success() && out.contains("not-running")),
+        "stop believed the free lease: {}",
+        text(&stop)
+    );
+    assert!(stop.status.success(), "stop failed: {}", text(&stop));
+    assert!(out.contains("stopped by sigkill"), "{}", text(&stop));
+    assert!(
+        g.wait_exit(Duration::from_secs(10)).is_some(),
+        "the VM still runs after stop"
+    );
+    assert!(processes_of_uid(u).is_empty());
+    assert_eq!(status_state(&env, "web"), "stopped");
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    let v = env.verify_clean(&["web"]);
+    assert!(v.status.success(), "{}", text(&v));
+}
+
+#[test]
+fn a_vm_that_releases_its_lease_is_neither_stopped_nor_not_running() {
+    released_lease_is_not_stopped(uid(140), None);
+}
+
+#[test]
+fn in_its_own_cgroup_a_vm_that_releases_its_lease_is_found_there_and_stopped() {
+    let cg = TestCgroup::new("release");
+    released_lease_is_not_stopped(uid(141), Some(&cg));
+    assert!(
+        cg.procs().is_empty(),
+        "stop left {:?} in the cgroup",
+        cg.procs()
+    );
+}
+
+/// The verdict's kind, for comparing the two paths (reasons differ).
+fn kind(v: &Verdict) -> &'static str {
+    match v {
+        Verdict::Live(_) => "live",
+        Verdict::Dead => "dead",
+        Verdict::Ambiguous(_) => "ambiguous",
+    }
+}
+
+/// Both paths: the whole probe, and the probe after the lease (what a
+/// launch, cleanup and purge ask under their own lock).
+fn both(env: &Env, name: &str, u: u32) -> [(String, String); 2] {
+    let r = roots(env);
+    let vm = VmName::parse(name).unwrap();
+    let i = dirs::open_dir(&env.run.join(name))
+        .ok()
+        .and_then(|d| Intent::read(&d).ok().flatten());
+    let by_cg = Probe::single();
+    let by_proc = Probe::single().via(Via::Procs);
+    let full = (by_cg.probe(&r, &vm), by_proc.probe(&r, &vm));
+    let rest = (
+        by_cg.with_lease_held(&r, &vm, Some(u), i.as_ref()),
+        by_proc.with_lease_held(&r, &vm, Some(u), i.as_ref()),
+    );
+    // The cgroup path must have been the one taken where it could be.
+    if let Some(i) = &i {
+        assert!(
+            recorded_cgroup(i).is_some(),
+            "the record names no cgroup: {i:?}"
+        );
+        if let Verdict::Ambiguous(r) = &rest.0 {
+            assert!(r.contains("cgroup"), "not the cgroup's verdict: {r}");
+        }
+    }
+    [
+        (kind(&full.0).to_string(), kind(&full.1).to_string()),
+        (kind(&rest.0).to_string(), kind(&rest.1).to_string()),
+    ]
+}
+
+#[test]
+fn the_cgroup_and_proc_give_the_same_verdict_for_live_dead_and_ambiguous() {
+    let env = Env::new();
+    let u = uid(142);
+    let cg = TestCgroup::new("verdicts");
+
+    // Live: the VM holds its lease.
+    let mut live = python_vm(&env, "web", u, HOLD, "HOLDING", Some(&cg));
+    let [full, rest] = both(&env, "web", u);
+    assert_eq!(full, ("live".into(), "live".into()), "live: full probe");
+    assert_eq!(
+        rest,
+        ("ambiguous".into(), "ambiguous".into()),
+        "live: after the lease"
+    );
+    assert_eq!(status_state(&env, "web"), "running");
+    live.kill();
+
+    // Dead: it exited; its cgroup is empty, no process of its uid.
+    let end = Instant::now() + Duration::from_secs(10);
+    while !cg.procs().is_empty() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let [full, rest] = both(&env, "web", u);
+    assert_eq!(full, ("dead".into(), "dead".into()), "dead: full probe");
+    assert_eq!(
+        rest,
+        ("dead".into(), "dead".into()),
+        "dead: after the lease"
+    );
+    assert_eq!(status_state(&env, "web"), "stopped");
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+
+    // Ambiguous: it released its lease and runs on.
+    let mut amb = python_vm(&env, "web", u, RELEASE_THE_LEASE, "RELEASED", Some(&cg));
+    let [full, rest] = both(&env, "web", u);
+    assert_eq!(
+        full,
+        ("ambiguous".into(), "ambiguous".into()),
+        "ambiguous: full probe"
+    );
+    assert_eq!(
+        rest,
+        ("ambiguous".into(), "ambiguous".into()),
+        "ambiguous: after the lease"
+    );
+    assert_eq!(status_state(&env, "web"), "ambiguous");
+    amb.kill();
+    let end = Instant::now() + Duration::from_secs(10);
+    while !cg.procs().is_empty() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+}
+
+#[test]
+fn a_child_that_outlives_the_hypervisor_keeps_its_cgroup_ambiguous() {
+    // The hypervisor forks a helper and exits (its lease goes with it);
+    // the helper runs on in the cgroup.
+    let env = Env::new();
+    let u = uid(143);
+    let cg = TestCgroup::new("child");
+    let code = r#"import os, time, sys
+if os.fork() == 0:
+    os.closerange(3, 1024)
+    print('CHILD', flush=True)
+    time.sleep(600)
+    sys.exit(0)
+time.sleep(0.3)
+"#;
+    let mut g = python_vm(&env, "web", u, code, "CHILD", Some(&cg));
+    assert!(g.wait_exit(Duration::from_secs(10)).is_some());
+    let [full, rest] = both(&env, "web", u);
+    assert_eq!(full, ("ambiguous".into(), "ambiguous".into()));
+    assert_eq!(rest, ("ambiguous".into(), "ambiguous".into()));
+    let (o, _) = env.cleanup("web");
+    assert!(!o.status.success(), "cleanup ran while the helper runs");
+    let stop = env.vmwarden(&["stop", "web", "--timeout", "1"]);
+    assert!(stop.status.success(), "{}", text(&stop));
+    assert!(cg.procs().is_empty(), "{:?} left in the cgroup", cg.procs());
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+}
+
+#[test]
+#[allow(clippy::assertions_on_constants)]
+fn kill_at_every_launch_step_in_its_own_cgroup_then_cleanup_is_clean() {
+    assert!(
+        cfg!(feature = "fault-injection"),
+        "this test needs the fault-injection build: cargo test --features fault-injection"
+    );
+    let env = Env::new();
+    let src = env.secret("web.cred", b"cgroup-secret");
+    let mut s = env.spec("web", uid(144));
+    s["credentials"] = json!([{ "name": "key", "source": { "path": src } }]);
+    env.write_spec("web", &s);
+    let cg = TestCgroup::new("steps");
+    let out = Command::new(LAUNCH).arg("--list-steps").output().unwrap();
+    let steps: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(steps.len() >= 10, "{steps:?}");
+    let clean = |what: &str| {
+        let (o, rep) = env.cleanup("web");
+        assert!(
+            o.status.success() && rep["clean"] == true,
+            "{what}: {}",
+            text(&o)
+        );
+        let v = env.verify_clean(&["web"]);
+        assert!(v.status.success(), "{what}: {}", text(&v));
+    };
+    for step in &steps {
+        let mut c = env.launch_cmd("web");
+        c.env("VMWARDEN_FAULT_AFTER", step);
+        cg.enter(&mut c);
+        let out = c.output().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(9), "step {step}: {}", text(&out));
+        clean(&format!("after a kill at {step}"));
+        let mut c = env.launch_cmd("web");
+        c.args(["--probe", "--", "/bin/true"]);
+        cg.enter(&mut c);
+        let ok = c.output().unwrap();
+        assert!(ok.status.success(), "relaunch after {step}: {}", text(&ok));
+        clean(&format!("after the relaunch at {step}"));
+    }
+}
