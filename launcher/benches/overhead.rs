@@ -588,6 +588,8 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
         api_socket: d.join("api.sock"),
         firecracker_config: d.join("firecracker.json"),
         tap_fds: vec![],
+        control_dir: d.to_path_buf(),
+        vhost_vsock_fd: None,
     };
     // What the launcher decides for this binary: it links libseccomp.
     let seccomp = hypervisor::elf::links_libseccomp(qemu).unwrap_or(false);

@@ -443,6 +443,18 @@ pub fn mount_namespace_holders() -> Vec<(u32, String)> {
     out
 }
 
+/// Is `pid` a live (non-zombie) process? A pid that cannot be read counts as
+/// gone.
+pub fn is_alive(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .is_some_and(|st| !matches!(st.trim_start().chars().next(), Some('Z' | 'X')))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -505,16 +517,4 @@ mod tests {
         assert!(zombie, "the leader never exited");
         assert!(found && snap, "a live thread of a zombie leader was missed");
     }
-}
-
-/// Is `pid` a live (non-zombie) process? A pid that cannot be read counts as
-/// gone.
-pub fn is_alive(pid: u32) -> bool {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("State:"))
-        .is_some_and(|st| !matches!(st.trim_start().chars().next(), Some('Z' | 'X')))
 }
