@@ -21,6 +21,8 @@ const MAX_DYN: usize = 4096;
 const MAX_STRSZ: u64 = 1 << 20;
 /// Longest library name read.
 const MAX_NAME: u64 = 256;
+/// Largest span of the string table read in one go for the names.
+const MAX_WINDOW: u64 = 64 * 1024;
 
 fn u16_at(b: &[u8], o: usize) -> Option<u16> {
     Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?))
@@ -86,13 +88,27 @@ pub fn needed(path: &Path) -> Option<Vec<String>> {
         .iter()
         .find(|(v, _, sz)| addr >= *v && addr < v + sz)
         .map(|(v, o, _)| addr - v + o)?;
-    // Each name is read on its own: a QEMU's string table is half a
-    // megabyte of symbol names, and library names are short.
+    // Only the part of the string table that holds the names is read (a
+    // QEMU's table is half a megabyte of symbol names; linkers put the
+    // library names next to each other): one window from the first name to
+    // the end of the last, or each name on its own if they lie far apart.
+    let (lo, hi) = (*needed.iter().min()?, *needed.iter().max()?);
+    let window_end = hi.checked_add(MAX_NAME)?.min(size);
+    let window = (window_end.checked_sub(lo)? <= MAX_WINDOW)
+        .then(|| read_at(&f, file_off + lo, usize::try_from(window_end - lo).ok()?))
+        .flatten();
     needed
         .into_iter()
         .map(|o| {
-            let len = size.checked_sub(o)?.min(MAX_NAME);
-            let s = read_at(&f, file_off + o, usize::try_from(len).ok()?)?;
+            let owned;
+            let s = match &window {
+                Some(w) => w.get(usize::try_from(o - lo).ok()?..)?,
+                None => {
+                    let len = size.checked_sub(o)?.min(MAX_NAME);
+                    owned = read_at(&f, file_off + o, usize::try_from(len).ok()?)?;
+                    &owned[..]
+                }
+            };
             let end = s.iter().position(|c| *c == 0)?;
             Some(String::from_utf8_lossy(&s[..end]).into_owned())
         })
