@@ -720,12 +720,14 @@ fn count_syscalls(r: &Roots, cg: Option<&UnitCgroup>) -> Option<(usize, String)>
     Some((end - start, top))
 }
 
-/// Processes running one of vmwarden's binaries, and their resident KiB.
-fn vmwarden_processes() -> (usize, u64) {
+/// Of `pids` (the VM's: the launched pid and whatever its cgroup holds),
+/// those running one of vmwarden's binaries, and their resident KiB. Other
+/// checkouts' vmwarden processes on the same host are not this VM's.
+fn vmwarden_processes(pids: &[u32]) -> (usize, u64) {
     let mut n = 0;
     let mut kib = 0;
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(exe) = std::fs::read_link(e.path().join("exe")) else {
+    for pid in pids {
+        let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
             continue;
         };
         let f = exe.file_name().map(|f| f.to_string_lossy().into_owned());
@@ -734,7 +736,7 @@ fn vmwarden_processes() -> (usize, u64) {
             Some("vmwarden-launch" | "vmwarden" | "vmwarden-cleanup")
         ) {
             n += 1;
-            if let Ok(s) = std::fs::read_to_string(e.path().join("status")) {
+            if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
                 kib += s
                     .lines()
                     .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -972,7 +974,18 @@ fn main() {
             assert!(Instant::now() < end, "the probe never exec'd sleep");
             std::thread::sleep(Duration::from_millis(2));
         }
-        let (procs, kib) = vmwarden_processes();
+        let mut pids = vec![pid];
+        if let Some(cg) = &cg {
+            pids.extend(
+                std::fs::read_to_string(cg.path.join("cgroup.procs"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| l.trim().parse::<u32>().ok()),
+            );
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        let (procs, kib) = vmwarden_processes(&pids);
         let _ = child.kill();
         let _ = child.wait();
         run(r.args(Command::new(bin("vmwarden-cleanup")).arg("bench")));
@@ -982,7 +995,8 @@ fn main() {
             quiet.max_rss_kib
         );
         println!(
-            "  while the VM runs: {procs} vmwarden processes, {kib} KiB resident (pid {pid} is /bin/sleep: exec'd away)"
+            "  while the VM runs: {procs} vmwarden processes among its {} ({kib} KiB resident; pid {pid} is /bin/sleep: the launcher exec'd away)",
+            pids.len()
         );
         sum.add(
             "peak RSS of the launcher before execve",
