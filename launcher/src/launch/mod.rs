@@ -7,6 +7,7 @@ pub mod issue12;
 pub mod landlock;
 pub mod sandbox;
 pub mod seccomp;
+pub mod syscall;
 
 use std::convert::Infallible;
 use std::ffi::CString;
@@ -40,6 +41,7 @@ use crate::launch::creds::CredentialError;
 use crate::launch::landlock::LandlockError;
 use crate::launch::sandbox::SandboxError;
 use crate::launch::seccomp::SeccompError;
+use crate::launch::syscall::{LinuxSyscall, Syscall};
 
 /// Step names, in order. `VMWARDEN_FAULT_AFTER=<step>` (builds with the
 /// `fault-injection` feature) SIGKILLs the launcher right after that step.
@@ -563,11 +565,6 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
 
     // 5. Intent record, before any resource exists.
     let state_dir_path = roots.state_dir(&spec.name);
-    let control_path = rundir.path.join(CONTROL_DIR);
-    let creds_path = rundir.path.join(CREDENTIALS_DIR);
-    let qmp_path = control_path.join(QMP_SOCKET);
-    let api_path = control_path.join(API_SOCKET);
-    let fc_config_path = control_path.join(FIRECRACKER_CONFIG);
     let kind = spec.hypervisor.kind;
     let resources = planned_resources(&spec, &spec_path, &rundir.path, &state_dir_path);
     let record = Intent {
@@ -646,17 +643,76 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     }
     steps.after("hypervisor-config");
 
+    // 7.–11. The sandbox, the drop and the exec.
+    confine_and_exec(
+        &LinuxSyscall,
+        steps,
+        Confine {
+            opts,
+            spec: &spec,
+            principal: &principal,
+            rundir: &rundir,
+            state_dir: &state_dir,
+            loaded,
+            lease: &lease,
+            taps: &taps,
+            qemu_sandbox,
+        },
+    )
+}
+
+/// What the sandbox and the exec take from the steps before: by now
+/// everything of the VM exists on the host; from here on the launcher
+/// only restricts itself.
+struct Confine<'a> {
+    opts: &'a Options,
+    spec: &'a Spec,
+    principal: &'a Principal,
+    rundir: &'a Dir,
+    state_dir: &'a Dir,
+    loaded: Vec<creds::Loaded>,
+    lease: &'a Lease,
+    taps: &'a [net::Tap],
+    qemu_sandbox: bool,
+}
+
+/// Steps 7 to 11: namespaces, masks, /proc, the credential tmpfs,
+/// rlimits, the privilege drop, Landlock, seccomp, `execve`. Every
+/// privileged call goes through `sys` (see [`syscall`]), so the unit tests
+/// assert their order without root.
+fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Result<Infallible> {
+    let Confine {
+        opts,
+        spec,
+        principal,
+        rundir,
+        state_dir,
+        loaded,
+        lease,
+        taps,
+        qemu_sandbox,
+    } = c;
+    let roots = &opts.roots;
+    let kind = spec.hypervisor.kind;
+    let state_dir_path = roots.state_dir(&spec.name);
+    let control_path = rundir.path.join(CONTROL_DIR);
+    let creds_path = rundir.path.join(CREDENTIALS_DIR);
+    let qmp_path = control_path.join(QMP_SOCKET);
+    let api_path = control_path.join(API_SOCKET);
+    let fc_config_path = control_path.join(FIRECRACKER_CONFIG);
+
     // 7. Private mount and IPC namespaces, masks, a private /proc, the
     //    credential tmpfs.
-    sandbox::enter_private_namespaces()?;
+    sandbox::enter_private_namespaces(sys)?;
     steps.after("namespace");
-    sandbox::mask_root_except(&roots.runtime_root, &rundir)?;
-    sandbox::mask_root_except(&roots.state_root, &state_dir)?;
-    sandbox::mask_dir(Path::new("/run/credentials"))?;
+    sandbox::mask_root_except(sys, &roots.runtime_root, rundir)?;
+    sandbox::mask_root_except(sys, &roots.state_root, state_dir)?;
+    sandbox::mask_dir(sys, Path::new("/run/credentials"))?;
     steps.after("masked");
-    sandbox::mount_private_proc(kind == HypervisorKind::Qemu)?;
+    sandbox::mount_private_proc(sys, kind == HypervisorKind::Qemu)?;
     steps.after("proc");
     sandbox::mount_credential_tmpfs(
+        sys,
         &creds_path,
         &spec.name,
         creds::tmpfs_size(&loaded),
@@ -667,11 +723,11 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     creds::install(&creds_dir, &loaded, principal.uid, principal.gid)?;
     drop(creds_dir);
     drop(loaded);
-    sandbox::remount_read_only(&creds_path)?;
+    sandbox::remount_read_only(sys, &creds_path)?;
     steps.after("credentials-installed");
 
     // 8. rlimits.
-    sandbox::set_rlimits()?;
+    sandbox::set_rlimits(sys)?;
     steps.after("rlimits");
 
     // The seccomp filter is compiled while a failure can still be reported
@@ -679,19 +735,19 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let seccomp_progs = seccomp::programs()?;
 
     // 9. Drop to the principal and prove it.
-    sandbox::drop_privileges(&principal)?;
+    sandbox::drop_privileges_with(sys, principal)?;
     steps.after("privileges-dropped");
 
     // 10. Landlock.
-    let policy = landlock::policy(&spec, &state_dir_path, &control_path, &creds_path);
-    let outcome = landlock::apply(&policy, spec.landlock.mode)?;
+    let policy = landlock::policy(spec, &state_dir_path, &control_path, &creds_path);
+    let outcome = sys.landlock_restrict(&policy, spec.landlock.mode)?;
     tracing::info!(step = %"landlock", ?outcome, "landlock applied");
     steps.after("landlock");
 
     // 10b. seccomp: no namespace, no socket but AF_UNIX, no keyring, no
     //      other process's memory, no io_uring, no tap fd made persistent,
     //      re-owned or re-MACed (see launch::seccomp).
-    seccomp::apply(&seccomp_progs)?;
+    seccomp::apply(sys, &seccomp_progs)?;
     steps.after("seccomp");
 
     // 11. execve: the lease fd is inherited, everything else is closed.
@@ -700,7 +756,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         None => {
             let seccomp = qemu_sandbox;
             hypervisor::argv(
-                &spec,
+                spec,
                 &Layout {
                     qmp_socket: qmp_path.clone(),
                     credentials_dir: creds_path.clone(),
@@ -714,7 +770,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             )
         }
     };
-    exec(&argv, &lease, &taps, &principal, &state_dir)
+    exec(sys, &argv, lease, taps, principal, state_dir)
 }
 
 /// Before anything is created: every bridge exists and is a bridge, no tap
@@ -877,6 +933,7 @@ fn resolve_program(arg0: &str) -> PathBuf {
 }
 
 fn exec(
+    sys: &dyn Syscall,
     argv: &[String],
     lease: &Lease,
     taps: &[net::Tap],
@@ -894,22 +951,19 @@ fn exec(
         .map_err(|_| StepError::NulInProgram(program.clone()))?;
     // The working directory is the VM's state dir (the principal's own),
     // by path: inside this namespace it is reached through the bind mount.
-    nix::unistd::chdir(&state_dir.path).sys("chdir", &state_dir.path)?;
+    sys.chdir(&state_dir.path).sys("chdir", &state_dir.path)?;
     let mut keep = vec![lease.inherit_across_exec()?];
     for t in taps {
         keep.push(net::inherit_across_exec(&t.fd)?);
     }
-    sandbox::cloexec_all_but(&keep)?;
+    sandbox::cloexec_all_but(sys, &keep)?;
     tracing::info!(
         step = %EXEC_STEP,
         uid = principal.uid,
         program = %program.display(),
         "exec"
     );
-    let errno = match nix::unistd::execve(&c_prog, &c_argv, &c_env) {
-        Ok(never) => match never {},
-        Err(e) => e,
-    };
+    let errno = sys.execve(&c_prog, &c_argv, &c_env);
     Err(StepError::Exec {
         path: program,
         errno,

@@ -11,19 +11,18 @@ use std::path::{Path, PathBuf};
 use caps::errors::CapsError;
 use caps::{CapSet, CapsHashSet};
 use nix::errno::Errno;
-use nix::mount::{mount, MsFlags};
-use nix::sched::{unshare, CloneFlags};
-use nix::sys::resource::{setrlimit, Resource};
+use nix::mount::MsFlags;
+use nix::sched::CloneFlags;
+use nix::sys::resource::Resource;
 use nix::sys::stat::{mkdirat, Mode};
-use nix::unistd::{
-    getgroups, getresgid, getresuid, setgroups, setresgid, setresuid, Gid, ResGid, ResUid, Uid,
-};
+use nix::unistd::{getgroups, getresgid, getresuid, Gid, ResGid, ResUid, Uid};
 
 use crate::config::names::VmName;
 use crate::host::dirs::{self, Dir, DirError};
 use crate::host::mountinfo::{self, Mount};
 use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal::Principal;
+use crate::launch::syscall::{LinuxSyscall, Syscall};
 
 /// The sandbox could not be built, or the privilege drop did not hold.
 #[derive(Debug, thiserror::Error)]
@@ -124,13 +123,19 @@ const NONE: Option<&str> = None;
 /// (never shared). The IPC namespace is the VM's alone: SysV shared memory,
 /// semaphores, message queues and POSIX message queues made inside die with
 /// its last process instead of outliving the VM on the host.
-pub fn enter_private_namespaces() -> Result<()> {
-    unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWIPC).sys(
+pub fn enter_private_namespaces(sys: &dyn Syscall) -> Result<()> {
+    sys.unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWIPC).sys(
         "unshare(CLONE_NEWNS|CLONE_NEWIPC) (a unit around the launcher needs RestrictNamespaces=mnt ipc: re-render it)",
         "/",
     )?;
-    mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_SLAVE, NONE)
-        .sys("mount --make-rslave", "/")?;
+    sys.mount(
+        NONE,
+        Path::new("/"),
+        NONE,
+        MsFlags::MS_REC | MsFlags::MS_SLAVE,
+        NONE,
+    )
+    .sys("mount --make-rslave", "/")?;
     Ok(())
 }
 
@@ -153,10 +158,10 @@ pub fn proc_options(subset_pid: bool) -> &'static str {
 /// A fresh procfs over `/proc` inside the private mount namespace (see
 /// [`proc_options`]); the host's `/proc`, which root's liveness checks
 /// read, is untouched.
-pub fn mount_private_proc(subset_pid: bool) -> Result<()> {
-    mount(
+pub fn mount_private_proc(sys: &dyn Syscall, subset_pid: bool) -> Result<()> {
+    sys.mount(
         Some("proc"),
-        "/proc",
+        Path::new("/proc"),
         Some("proc"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
         Some(proc_options(subset_pid)),
@@ -167,11 +172,17 @@ pub fn mount_private_proc(subset_pid: bool) -> Result<()> {
 
 /// Mount the credential tmpfs on `target` with `noswap` (fail closed when the
 /// kernel lacks it) and confirm the option took effect.
-pub fn mount_credential_tmpfs(target: &Path, vm: &VmName, size: u64, files: usize) -> Result<()> {
+pub fn mount_credential_tmpfs(
+    sys: &dyn Syscall,
+    target: &Path,
+    vm: &VmName,
+    size: u64,
+    files: usize,
+) -> Result<()> {
     let data = format!("mode=0700,size={size},nr_inodes={},noswap", files + 16);
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     let source = mountinfo::credential_source(vm);
-    match mount(
+    match sys.mount(
         Some(source.as_str()),
         target,
         Some("tmpfs"),
@@ -191,10 +202,12 @@ pub fn mount_credential_tmpfs(target: &Path, vm: &VmName, size: u64, files: usiz
                 .map_err(Into::into)
         }
     }
-    let mounts = mountinfo::read("self").map_err(|source| SandboxError::NoSwapUnconfirmed {
-        path: target.to_path_buf(),
-        source,
-    })?;
+    let mounts = sys
+        .own_mounts()
+        .map_err(|source| SandboxError::NoSwapUnconfirmed {
+            path: target.to_path_buf(),
+            source,
+        })?;
     let found = mounts.into_iter().rev().find(|m| m.mount_point == target);
     match found {
         Some(m) if m.source == source && m.has_option("noswap") => {}
@@ -210,8 +223,8 @@ pub fn mount_credential_tmpfs(target: &Path, vm: &VmName, size: u64, files: usiz
 
 /// Make the mount at `target` read-only (per-mount flags: a bind remount
 /// leaves the tmpfs superblock and its `noswap` alone).
-pub fn remount_read_only(target: &Path) -> Result<()> {
-    mount(
+pub fn remount_read_only(sys: &dyn Syscall, target: &Path) -> Result<()> {
+    sys.mount(
         NONE,
         target,
         NONE,
@@ -231,7 +244,7 @@ pub fn remount_read_only(target: &Path) -> Result<()> {
 /// an empty read-only tmpfs goes over `root` and the VM's directory is
 /// bind-mounted back from an fd opened before the mask. VMs created later
 /// are hidden too, since the mask covers the whole root.
-pub fn mask_root_except(root: &Path, keep: &Dir) -> Result<()> {
+pub fn mask_root_except(sys: &dyn Syscall, root: &Path, keep: &Dir) -> Result<()> {
     let keep_name = keep
         .path
         .file_name()
@@ -250,8 +263,8 @@ pub fn mask_root_except(root: &Path, keep: &Dir) -> Result<()> {
             path: keep.path.clone(),
         });
     }
-    let keep_src = PathBuf::from(format!("/proc/self/fd/{}", here.fd.as_raw_fd()));
-    mount(
+    let keep_src = format!("/proc/self/fd/{}", here.fd.as_raw_fd());
+    sys.mount(
         Some(mountinfo::MASK_SOURCE),
         root,
         Some("tmpfs"),
@@ -267,26 +280,26 @@ pub fn mask_root_except(root: &Path, keep: &Dir) -> Result<()> {
     )
     .sys("mkdir in mask", root.join(&keep_name))?;
     let target = root.join(&keep_name);
-    mount(
-        Some(&keep_src),
+    sys.mount(
+        Some(keep_src.as_str()),
         &target,
         NONE,
         MsFlags::MS_BIND | MsFlags::MS_REC,
         NONE,
     )
     .sys("bind own directory back", &target)?;
-    remount_read_only(root)?;
+    remount_read_only(sys, root)?;
     Ok(())
 }
 
 /// Hide a directory entirely (e.g. `/run/credentials`) with an empty,
 /// read-only, mode 000 tmpfs. Missing directories need no mask.
-pub fn mask_dir(path: &Path) -> Result<bool> {
+pub fn mask_dir(sys: &dyn Syscall, path: &Path) -> Result<bool> {
     match std::fs::symlink_metadata(path) {
         Ok(md) if md.is_dir() => {}
         _ => return Ok(false),
     }
-    mount(
+    sys.mount(
         Some(mountinfo::MASK_SOURCE),
         path,
         Some("tmpfs"),
@@ -298,8 +311,9 @@ pub fn mask_dir(path: &Path) -> Result<bool> {
 }
 
 /// `RLIMIT_CORE=0`: guest memory never lands in a core file.
-pub fn set_rlimits() -> Result<()> {
-    setrlimit(Resource::RLIMIT_CORE, 0, 0).sys("setrlimit(RLIMIT_CORE)", "/")?;
+pub fn set_rlimits(sys: &dyn Syscall) -> Result<()> {
+    sys.setrlimit(Resource::RLIMIT_CORE, 0, 0)
+        .sys("setrlimit(RLIMIT_CORE)", "/")?;
     Ok(())
 }
 
@@ -340,79 +354,30 @@ fn caps_err(op: &'static str) -> impl FnOnce(CapsError) -> SandboxError {
 /// sets, securebits, `no_new_privs`, uids, then the remaining sets; then
 /// [`verify_dropped`].
 pub fn drop_privileges(p: &Principal) -> Result<()> {
-    assert_single_threaded()?;
+    drop_privileges_with(&LinuxSyscall, p)
+}
+
+/// [`drop_privileges`], each call made through `sys` (the launch passes
+/// [`LinuxSyscall`]; the order tests a recorder).
+pub fn drop_privileges_with(sys: &dyn Syscall, p: &Principal) -> Result<()> {
+    sys.assert_single_threaded()?;
     let groups: Vec<Gid> = p.groups.iter().map(|g| Gid::from_raw(*g)).collect();
-    setgroups(&groups).sys("setgroups", "/")?;
+    sys.setgroups(&groups).sys("setgroups", "/")?;
     let g = Gid::from_raw(p.gid);
-    setresgid(g, g, g).sys("setresgid", "/")?;
-    // Ambient: one call. Bounding: one drop per capability the kernel knows
-    // (numbered from 0; EINVAL past the last one ends the loop).
-    // SAFETY: prctl(PR_CAP_AMBIENT) takes integers and no pointers; the
-    // return value is checked.
-    let rc = unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::c_ulong::from(PR_CAP_AMBIENT_CLEAR_ALL),
-            0,
-            0,
-            0,
-        )
-    };
-    Errno::result(rc).sys("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", "/")?;
-    for cap in 0..=63u8 {
-        // SAFETY: prctl(PR_CAPBSET_DROP) takes a capability number and no
-        // pointers; the return value is checked.
-        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
-        match Errno::result(rc) {
-            Ok(_) => {}
-            Err(Errno::EINVAL) if cap > 0 => break,
-            Err(e) => {
-                return Err(e)
-                    .sys("prctl(PR_CAPBSET_DROP)", "/")
-                    .map_err(Into::into)
-            }
-        }
-    }
-    // SAFETY: prctl(PR_SET_SECUREBITS) takes an integer bit mask and no
-    // pointers; the return value is checked.
-    let rc = unsafe { libc::prctl(libc::PR_SET_SECUREBITS, SECUREBITS, 0, 0, 0) };
-    Errno::result(rc).sys("prctl(PR_SET_SECUREBITS)", "/")?;
-    nix::sys::prctl::set_no_new_privs().sys("prctl(PR_SET_NO_NEW_PRIVS)", "/")?;
+    sys.setresgid(g).sys("setresgid", "/")?;
+    // Ambient: one call. Bounding: one drop per capability the kernel knows.
+    sys.clear_ambient()
+        .sys("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", "/")?;
+    sys.drop_bounding_set().sys("prctl(PR_CAPBSET_DROP)", "/")?;
+    sys.set_securebits(SECUREBITS)
+        .sys("prctl(PR_SET_SECUREBITS)", "/")?;
+    sys.set_no_new_privs()
+        .sys("prctl(PR_SET_NO_NEW_PRIVS)", "/")?;
     let u = Uid::from_raw(p.uid);
-    setresuid(u, u, u).sys("setresuid", "/")?;
+    sys.setresuid(u).sys("setresuid", "/")?;
     // Effective, permitted and inheritable: one capset of empty sets.
-    let header = CapHeader {
-        version: LINUX_CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let data = [CapData::default(); 2];
-    // SAFETY: capset(2) reads the header and two data structs, both alive
-    // for the call and laid out as the kernel's (repr(C)).
-    let rc = unsafe { libc::syscall(libc::SYS_capset, &raw const header, data.as_ptr()) };
-    Errno::result(rc).sys("capset", "/")?;
-    verify_dropped(p)
-}
-
-/// `PR_CAP_AMBIENT_CLEAR_ALL` (libc declares it as an int).
-const PR_CAP_AMBIENT_CLEAR_ALL: u32 = 4;
-/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
-const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-
-/// `struct __user_cap_header_struct`.
-#[repr(C)]
-#[derive(Debug)]
-struct CapHeader {
-    version: u32,
-    pid: i32,
-}
-
-/// `struct __user_cap_data_struct`.
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
+    sys.clear_capabilities().sys("capset", "/")?;
+    sys.verify_dropped(p)
 }
 
 /// Fail the launch unless every capability set is empty, the ids are exactly
@@ -548,13 +513,8 @@ fn verify_dropped_by_syscalls(p: &Principal) -> Result<()> {
     Ok(())
 }
 
-/// `close_range`'s flags argument is an int (libc declares the flag, 1 << 2,
-/// unsigned).
-#[allow(clippy::cast_possible_wrap)]
-const CLOSE_RANGE_CLOEXEC: libc::c_int = libc::CLOSE_RANGE_CLOEXEC as libc::c_int;
-
 /// Mark every fd ≥ 3 except `keep` close-on-exec, as late as possible.
-pub fn cloexec_all_but(keep: &[i32]) -> Result<()> {
+pub fn cloexec_all_but(sys: &dyn Syscall, keep: &[i32]) -> Result<()> {
     let mut keep: Vec<u32> = keep
         .iter()
         .filter_map(|k| u32::try_from(*k).ok())
@@ -565,10 +525,8 @@ pub fn cloexec_all_but(keep: &[i32]) -> Result<()> {
     for k in keep.iter().copied().chain(std::iter::once(u32::MAX)) {
         if k > first {
             let last = if k == u32::MAX { u32::MAX } else { k - 1 };
-            // SAFETY: close_range only changes the fd table; with
-            // CLOSE_RANGE_CLOEXEC it closes nothing and the return is checked.
-            let rc = unsafe { libc::close_range(first, last, CLOSE_RANGE_CLOEXEC) };
-            Errno::result(rc).sys("close_range(CLOEXEC)", "/proc/self/fd")?;
+            sys.cloexec_range(first, last)
+                .sys("close_range(CLOEXEC)", "/proc/self/fd")?;
         }
         first = k.saturating_add(1);
     }

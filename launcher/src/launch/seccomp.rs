@@ -41,6 +41,8 @@ use seccompiler::{
     SeccompCondition, SeccompFilter, SeccompRule, TargetArch,
 };
 
+use crate::launch::syscall::Syscall;
+
 /// The filters could not be built or installed.
 #[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
@@ -208,9 +210,9 @@ pub fn programs() -> Result<Vec<BpfProgram>> {
 
 /// Install the filters on the calling (only) thread; `no_new_privs` must be
 /// set already (it is, by the privilege drop).
-pub fn apply(progs: &[BpfProgram]) -> Result<()> {
+pub fn apply(sys: &dyn Syscall, progs: &[BpfProgram]) -> Result<()> {
     for p in progs {
-        seccompiler::apply_filter(p)?;
+        sys.seccomp_load(p)?;
     }
     Ok(())
 }
