@@ -137,6 +137,15 @@ impl Lease {
         Err(LeaseError::Unstable { path })
     }
 
+    /// A lease on `path` without [`Lease::acquire`]'s root-owner check:
+    /// the launch's unit tests run without root.
+    #[cfg(test)]
+    pub(crate) fn acquire_unchecked_for_tests(path: PathBuf) -> Lease {
+        let file = File::create(&path).expect("create lease file");
+        let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).expect("flock");
+        Lease { lock, path }
+    }
+
     /// Clear close-on-exec so the hypervisor inherits the lock.
     pub fn inherit_across_exec(&self) -> Result<i32> {
         let fd = self.lock.as_raw_fd();

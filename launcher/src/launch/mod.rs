@@ -1196,4 +1196,153 @@ mod tests {
         );
         assert!(!dir.path().join("run").exists() && !dir.path().join("state").exists());
     }
+
+    /// The launch tail as far as the unit tests can take it without root:
+    /// every privileged call recorded, every other call real (inside a
+    /// temporary directory). The roots hold no VM dir, so the masks' mkdir
+    /// finds room where the recorded tmpfs would be.
+    fn run_tail(sys: &dyn Syscall) -> (std::result::Result<Infallible, StepError>, &'static str) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = options(dir.path(), "web");
+        for d in [&opts.roots.runtime_root, &opts.roots.state_root] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let vm_run = dir.path().join("vm-run/web");
+        let vm_state = dir.path().join("vm-state/web");
+        std::fs::create_dir_all(vm_run.join(CREDENTIALS_DIR)).unwrap();
+        std::fs::create_dir_all(&vm_state).unwrap();
+        opts.probe = Some(vec!["/bin/true".into()]);
+        let spec = spec_of(base_spec("qemu"));
+        // The principal is the caller: installing credentials chowns to it.
+        let principal = Principal {
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+            user: None,
+            groups: Vec::new(),
+        };
+        let rundir = dirs::open_dir(&vm_run).unwrap();
+        let state_dir = dirs::open_dir(&vm_state).unwrap();
+        let lease = Lease::acquire_unchecked_for_tests(vm_run.join(LEASE_FILE));
+        let mut steps = Steps::new(None);
+        while steps.current() != "namespace" {
+            let s = steps.current();
+            steps.after(s);
+        }
+        let got = confine_and_exec(
+            sys,
+            &mut steps,
+            Confine {
+                opts: &opts,
+                spec: &spec,
+                principal: &principal,
+                rundir: &rundir,
+                state_dir: &state_dir,
+                loaded: Vec::new(),
+                lease: &lease,
+                taps: &[],
+                qemu_sandbox: false,
+            },
+        );
+        (got, steps.current())
+    }
+
+    /// The names of the calls, each run of one name (the mounts, one
+    /// seccomp load per filter, one close-on-exec range per gap between
+    /// inherited fds) folded into one entry: how many masks there are
+    /// depends on the host (`/run/credentials` is masked only where it
+    /// exists).
+    fn phases(sys: &syscall::RecordingSyscall) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = sys
+            .names()
+            .into_iter()
+            .map(|n| if n == "mount" { "mounts" } else { n })
+            .collect();
+        out.dedup();
+        out
+    }
+
+    /// Issue 9: unshare before mounts, setgroups < setresgid < bounding and
+    /// ambient clear < securebits < no_new_privs < setresuid < self-check <
+    /// Landlock < seccomp < execve.
+    const TAIL_ORDER: &[&str] = &[
+        "unshare",
+        "mounts",
+        "setrlimit",
+        "assert_single_threaded",
+        "setgroups",
+        "setresgid",
+        "clear_ambient",
+        "drop_bounding_set",
+        "set_securebits",
+        "set_no_new_privs",
+        "setresuid",
+        "clear_capabilities",
+        "verify_dropped",
+        "landlock_restrict",
+        "seccomp_load",
+        "chdir",
+        "cloexec_range",
+        "execve",
+    ];
+
+    #[test]
+    fn the_launch_tail_makes_its_privileged_calls_in_order() {
+        let sys = syscall::RecordingSyscall::new();
+        let (got, step) = run_tail(&sys);
+        // The recorder fails execve: the launch reports it at "exec".
+        assert!(matches!(got, Err(StepError::Exec { .. })), "{got:?}");
+        assert_eq!(step, EXEC_STEP);
+        assert_eq!(phases(&sys), TAIL_ORDER);
+        let calls = sys.calls();
+        let args = |name: &str| -> Vec<String> {
+            calls
+                .iter()
+                .filter(|c| c.name == name)
+                .map(|c| c.args.clone())
+                .collect()
+        };
+        assert_eq!(args("unshare"), ["CloneFlags(CLONE_NEWNS | CLONE_NEWIPC)"]);
+        // Every mount comes after the unshare: the first makes "/" a slave.
+        let mounts = args("mount");
+        assert!(mounts[0].contains("MS_REC | MS_SLAVE"), "{mounts:?}");
+        assert!(
+            mounts.iter().any(|m| m.contains("noswap")),
+            "the credential tmpfs: {mounts:?}"
+        );
+        assert_eq!(args("setrlimit"), ["RLIMIT_CORE 0 0"]);
+        assert_eq!(
+            args("seccomp_load").len(),
+            seccomp::programs().unwrap().len(),
+            "every filter is loaded"
+        );
+        assert!(args("execve")[0].contains("/bin/true"), "{calls:?}");
+    }
+
+    #[test]
+    fn a_failed_privileged_call_ends_the_launch_tail_at_its_step() {
+        let full = syscall::RecordingSyscall::new();
+        let _ = run_tail(&full);
+        let names = full.names();
+        // The step an error at each call is reported at.
+        let step_of = |name: &str| match name {
+            "unshare" => "namespace",
+            "setrlimit" => "rlimits",
+            "landlock_restrict" => "landlock",
+            "seccomp_load" => "seccomp",
+            "chdir" | "cloexec_range" | "execve" => EXEC_STEP,
+            "mount" => "namespace",
+            _ => "privileges-dropped",
+        };
+        for name in TAIL_ORDER
+            .iter()
+            .map(|n| if *n == "mounts" { "mount" } else { n })
+        {
+            let k = names.iter().position(|n| *n == name).unwrap();
+            let sys = syscall::RecordingSyscall::failing_at(name);
+            let (got, step) = run_tail(&sys);
+            assert!(got.is_err(), "{name}");
+            assert_eq!(sys.names(), names[..=k], "failing at {name}");
+            assert_eq!(step, step_of(name), "failing at {name}");
+        }
+    }
 }

@@ -541,3 +541,69 @@ pub fn close_inherited_fds() -> Result<()> {
     Errno::result(rc).sys("close_range", "/proc/self/fd")?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::syscall::RecordingSyscall;
+
+    /// The privilege drop's calls, in the order the kernel must see them.
+    const DROP_ORDER: &[&str] = &[
+        "assert_single_threaded",
+        "setgroups",
+        "setresgid",
+        "clear_ambient",
+        "drop_bounding_set",
+        "set_securebits",
+        "set_no_new_privs",
+        "setresuid",
+        "clear_capabilities",
+        "verify_dropped",
+    ];
+
+    fn principal() -> Principal {
+        Principal {
+            uid: 61001,
+            gid: 61002,
+            user: None,
+            groups: vec![994],
+        }
+    }
+
+    #[test]
+    fn the_privilege_drop_makes_its_calls_in_order() {
+        let sys = RecordingSyscall::new();
+        let got = drop_privileges_with(&sys, &principal());
+        assert!(got.is_ok(), "{got:?}");
+        assert_eq!(sys.names(), DROP_ORDER);
+        let args: Vec<(&str, String)> = sys
+            .calls()
+            .into_iter()
+            .filter(|c| !c.args.is_empty())
+            .map(|c| (c.name, c.args))
+            .collect();
+        assert_eq!(
+            args,
+            [
+                ("setgroups", "[994]".to_string()),
+                ("setresgid", "61002".into()),
+                ("set_securebits", format!("{SECUREBITS:#x}")),
+                ("setresuid", "61001".into()),
+                ("verify_dropped", "61001".into()),
+            ]
+        );
+        // NOROOT, the setuid fixup kept on, keep-caps kept off, no ambient
+        // raise: each locked.
+        assert_eq!(SECUREBITS, 0b1110_1011);
+    }
+
+    #[test]
+    fn a_failed_call_ends_the_privilege_drop() {
+        for (k, step) in DROP_ORDER.iter().enumerate() {
+            let sys = RecordingSyscall::failing_at(step);
+            let got = drop_privileges_with(&sys, &principal());
+            assert!(got.is_err(), "{step}: {got:?}");
+            assert_eq!(sys.names(), DROP_ORDER[..=k], "failing at {step}");
+        }
+    }
+}

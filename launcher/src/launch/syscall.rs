@@ -364,7 +364,8 @@ mod recording {
         }
 
         fn setgroups(&self, groups: &[Gid]) -> Result<(), Errno> {
-            self.answer("setgroups", format!("{groups:?}"))
+            let raw: Vec<u32> = groups.iter().map(|g| g.as_raw()).collect();
+            self.answer("setgroups", format!("{raw:?}"))
         }
 
         fn setresgid(&self, gid: Gid) -> Result<(), Errno> {
