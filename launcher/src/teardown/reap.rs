@@ -249,6 +249,32 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
     //    happen under the VM's lease (taken as the launcher takes it), so a
     //    VM starting meanwhile is never mistaken for an orphan; a kill acts
     //    only on a fresh scan taken under that lease.
+    reap_processes(roots, &configured, &probe, &mut r);
+    // What was killed is gone: the passes below must not judge by the
+    // scan taken before.
+    if !r.killed.is_empty() {
+        probe = Probe::shared();
+    }
+
+    // 2. Credential mounts of VMs with no live instance, in any namespace
+    //    (before the runtime dirs: their cleanup checks for these mounts).
+    //    Only mounts at this set of roots' mount points: another set of roots
+    //    may run a VM of the same name.
+    reap_credential_mounts(roots, &mut r);
+    // 2b. vmw-* taps of VMs with no live instance, and taps no VM claims
+    //     (before the runtime dirs: their cleanup checks for these taps).
+    reap_taps(roots, &probe, &mut r);
+
+    // 3. Runtime root: every entry is vmwarden's.
+    reap_runtime_root(roots, &configured, &probe, &mut r);
+
+    r
+}
+
+/// Pass 1: the processes of every principal whose VM has no live instance
+/// (listed; killed with `--apply --kill`).
+fn reap_processes(roots: &Roots, configured: &BTreeSet<VmName>, probe: &Probe, r: &mut Report) {
+    let (apply, kill) = (r.apply, r.kill);
     for (uid, vm) in principal_uids(roots) {
         if probe.tasks_of(uid).pids.is_empty() {
             continue;
@@ -315,16 +341,12 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
         }
         r.killed.extend(killed_here);
     }
-    // What was killed is gone: the passes below must not judge by the
-    // scan taken before.
-    if !r.killed.is_empty() {
-        probe = Probe::shared();
-    }
+}
 
-    // 2. Credential mounts of VMs with no live instance, in any namespace
-    //    (before the runtime dirs: their cleanup checks for these mounts).
-    //    Only mounts at this set of roots' mount points: another set of roots
-    //    may run a VM of the same name.
+/// Pass 2: credential tmpfs mounts of VMs with no live instance, in any
+/// mount namespace (unmounted with `--apply`).
+fn reap_credential_mounts(roots: &Roots, r: &mut Report) {
+    let apply = r.apply;
     for (pid, ns, m) in mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), None) {
         let Some(vm) = mountinfo::credential_mount_vm(&m, Some(&roots.runtime_root)) else {
             continue;
@@ -351,138 +373,148 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
             }
         }
     }
-    // 2b. vmw-* taps of VMs with no live instance, and taps no VM claims
-    //     (before the runtime dirs: their cleanup checks for these taps).
-    reap_taps(roots, &probe, &mut r);
+}
 
-    // 3. Runtime root: every entry is vmwarden's.
+/// Pass 3: every entry of the runtime root, judged one by one.
+fn reap_runtime_root(roots: &Roots, configured: &BTreeSet<VmName>, probe: &Probe, r: &mut Report) {
     let root = match dirs::open_dir(&roots.runtime_root) {
-        Ok(d) => Some(d),
-        Err(e) if e.is_not_found() => None,
+        Ok(d) => d,
+        Err(e) if e.is_not_found() => return,
         Err(e) => {
             r.failed.push(ownership::Failed {
                 path: roots.runtime_root.clone(),
                 reason: e.to_string(),
             });
-            None
+            return;
         }
     };
-    if let Some(root) = root {
-        let names = match ownership::entries(&root) {
-            Ok(n) => n,
-            Err(e) => {
-                r.failed.push(ownership::Failed {
-                    path: root.path.clone(),
-                    reason: format!("cannot enumerate: {e}"),
-                });
-                Vec::new()
-            }
-        };
-        for raw in names {
-            let path = root.path.join(&raw);
-            // Entries are bytes: one that is not a valid VM name (UTF-8 or
-            // not) is an unknown entry, deleted by its raw name.
-            let is_dir = fstatat(
-                root.fd.as_fd(),
-                raw.as_os_str(),
-                AtFlags::AT_SYMLINK_NOFOLLOW,
-            )
-            .map(|st| FileKind::of(st.st_mode) == FileKind::Directory)
-            .unwrap_or(false);
-            let vm_dir = raw
-                .to_str()
-                .and_then(|n| VmName::parse(n).ok())
-                .filter(|_| is_dir);
-            let Some(n) = vm_dir else {
-                r.orphans.push(Item {
-                    kind: Kind::UnknownEntry,
-                    path: path.clone(),
-                    vm: None,
-                    pid: None,
-                    reason: "not a VM runtime dir, in vmwarden's runtime root".into(),
-                });
-                if apply {
-                    let out = ownership::delete_entries(&root, std::slice::from_ref(&raw), None);
-                    r.deleted.extend(out.deleted);
-                    r.failed.extend(out.failed);
-                }
-                continue;
-            };
-            let vm_dir = dirs::open_existing(&root, n.as_str());
-            let verdict = match &vm_dir {
-                Ok(d) => probe.probe_dir(roots, &n, d.as_ref()),
-                Err(e) => Verdict::Ambiguous(format!("cannot open its runtime dir: {e}")),
-            };
-            let is_configured = configured.contains(&n);
-            match verdict {
-                Verdict::Live(reason) => {
-                    r.kept.push(Item {
-                        kind: Kind::RuntimeDir,
-                        path,
-                        vm: Some(n.clone()),
-                        pid: None,
-                        reason: format!("live: {reason}"),
-                    });
-                    continue;
-                }
-                Verdict::Ambiguous(reason) => {
-                    r.kept.push(Item {
-                        kind: Kind::RuntimeDir,
-                        path,
-                        vm: Some(n.clone()),
-                        pid: None,
-                        reason: format!("ambiguous: {reason}"),
-                    });
-                    continue;
-                }
-                Verdict::Dead => {}
-            }
-            let leftovers = vm_dir
-                .ok()
-                .flatten()
-                .and_then(|d| ownership::entries(&d).ok())
-                .map(|e| ownership::deletion_set(&e, RUNTIME_KEEP, None))
-                .unwrap_or_default();
-            if is_configured && leftovers.is_empty() {
-                continue;
-            }
-            r.orphans.push(Item {
-                kind: if is_configured {
-                    Kind::RuntimeDir
-                } else {
-                    Kind::UnconfiguredRuntimeDir
-                },
-                path: path.clone(),
+    let names = match ownership::entries(&root) {
+        Ok(n) => n,
+        Err(e) => {
+            r.failed.push(ownership::Failed {
+                path: root.path.clone(),
+                reason: format!("cannot enumerate: {e}"),
+            });
+            Vec::new()
+        }
+    };
+    for raw in names {
+        reap_runtime_entry(roots, configured, probe, &root, raw, r);
+    }
+}
+
+/// One entry of the runtime root: an unknown entry goes; a VM's runtime dir
+/// is probed, kept when live or ambiguous, else cleaned up (and deleted
+/// whole when the VM is no longer configured).
+fn reap_runtime_entry(
+    roots: &Roots,
+    configured: &BTreeSet<VmName>,
+    probe: &Probe,
+    root: &dirs::Dir,
+    raw: std::ffi::OsString,
+    r: &mut Report,
+) {
+    let apply = r.apply;
+    let path = root.path.join(&raw);
+    // Entries are bytes: one that is not a valid VM name (UTF-8 or
+    // not) is an unknown entry, deleted by its raw name.
+    let is_dir = fstatat(
+        root.fd.as_fd(),
+        raw.as_os_str(),
+        AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .map(|st| FileKind::of(st.st_mode) == FileKind::Directory)
+    .unwrap_or(false);
+    let vm_dir = raw
+        .to_str()
+        .and_then(|n| VmName::parse(n).ok())
+        .filter(|_| is_dir);
+    let Some(n) = vm_dir else {
+        r.orphans.push(Item {
+            kind: Kind::UnknownEntry,
+            path: path.clone(),
+            vm: None,
+            pid: None,
+            reason: "not a VM runtime dir, in vmwarden's runtime root".into(),
+        });
+        if apply {
+            let out = ownership::delete_entries(root, std::slice::from_ref(&raw), None);
+            r.deleted.extend(out.deleted);
+            r.failed.extend(out.failed);
+        }
+        return;
+    };
+    let vm_dir = dirs::open_existing(root, n.as_str());
+    let verdict = match &vm_dir {
+        Ok(d) => probe.probe_dir(roots, &n, d.as_ref()),
+        Err(e) => Verdict::Ambiguous(format!("cannot open its runtime dir: {e}")),
+    };
+    let is_configured = configured.contains(&n);
+    match verdict {
+        Verdict::Live(reason) => {
+            r.kept.push(Item {
+                kind: Kind::RuntimeDir,
+                path,
                 vm: Some(n.clone()),
                 pid: None,
-                reason: if is_configured {
-                    format!("no live instance; leftovers {leftovers:?}")
-                } else {
-                    "VM is no longer configured and has no live instance".into()
-                },
+                reason: format!("live: {reason}"),
             });
-            if apply {
-                let rep = cleanup::cleanup(roots, &n, ServiceResult::default());
-                if !rep.clean && rep.failed.is_empty() {
-                    r.failed.push(ownership::Failed {
-                        path: path.clone(),
-                        reason: format!("cleanup refused: {}", rep.liveness),
-                    });
-                }
-                r.deleted.extend(rep.deleted);
-                r.failed.extend(rep.failed);
-                if !is_configured && rep.clean {
-                    // The VM is gone: its runtime dir goes too, lease file
-                    // and all, deleted while the lease is held.
-                    let out = delete_runtime_dir_under_lease(&root, &n);
-                    r.deleted.extend(out.deleted);
-                    r.failed.extend(out.failed);
-                }
-            }
+            return;
+        }
+        Verdict::Ambiguous(reason) => {
+            r.kept.push(Item {
+                kind: Kind::RuntimeDir,
+                path,
+                vm: Some(n.clone()),
+                pid: None,
+                reason: format!("ambiguous: {reason}"),
+            });
+            return;
+        }
+        Verdict::Dead => {}
+    }
+    let leftovers = vm_dir
+        .ok()
+        .flatten()
+        .and_then(|d| ownership::entries(&d).ok())
+        .map(|e| ownership::deletion_set(&e, RUNTIME_KEEP, None))
+        .unwrap_or_default();
+    if is_configured && leftovers.is_empty() {
+        return;
+    }
+    r.orphans.push(Item {
+        kind: if is_configured {
+            Kind::RuntimeDir
+        } else {
+            Kind::UnconfiguredRuntimeDir
+        },
+        path: path.clone(),
+        vm: Some(n.clone()),
+        pid: None,
+        reason: if is_configured {
+            format!("no live instance; leftovers {leftovers:?}")
+        } else {
+            "VM is no longer configured and has no live instance".into()
+        },
+    });
+    if apply {
+        let rep = cleanup::cleanup(roots, &n, ServiceResult::default());
+        if !rep.clean && rep.failed.is_empty() {
+            r.failed.push(ownership::Failed {
+                path: path.clone(),
+                reason: format!("cleanup refused: {}", rep.liveness),
+            });
+        }
+        r.deleted.extend(rep.deleted);
+        r.failed.extend(rep.failed);
+        if !is_configured && rep.clean {
+            // The VM is gone: its runtime dir goes too, lease file
+            // and all, deleted while the lease is held.
+            let out = delete_runtime_dir_under_lease(root, &n);
+            r.deleted.extend(out.deleted);
+            r.failed.extend(out.failed);
         }
     }
-
-    r
 }
 
 /// Every VM that claims each tap: the intent records in the runtime root
