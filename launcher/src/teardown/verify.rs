@@ -11,7 +11,7 @@ use crate::config::paths::Roots;
 use crate::config::rawpath;
 use crate::host::dirs;
 use crate::host::leftovers;
-use crate::host::mountinfo;
+use crate::host::mountinfo::{self, Mount};
 use crate::host::net::SYS_CLASS_NET;
 use crate::host::ownership::{self, RUNTIME_KEEP};
 use crate::host::procs;
@@ -124,132 +124,17 @@ pub fn verify(
         let vm = Some(n.as_str());
         let rundir = roots.runtime_dir(n);
         let dir = dirs::open_dir(&rundir);
-        // Runtime dir holds nothing but the keep set. Names are raw bytes,
-        // shown with Debug escaping (lossless when not UTF-8).
-        let left: Result<Vec<OsString>, String> = match &dir {
-            Ok(d) => ownership::entries(d)
-                .map(|e| ownership::deletion_set(&e, RUNTIME_KEEP, None))
-                .map_err(|e| format!("<unreadable: {e}>")),
-            Err(e) if e.is_not_found() => Ok(Vec::new()),
-            Err(e) => Err(format!("<{e}>")),
-        };
-        checks.push(check(
-            "runtime-empty",
-            vm,
-            matches!(&left, Ok(l) if l.is_empty()),
-            format!("{RUNTIME_KEEP:?}"),
-            match &left {
-                Ok(l) => format!("{l:?}"),
-                Err(e) => e.clone(),
-            },
-        ));
-        // Nobody holds the lease.
-        let held = dir.as_ref().ok().and_then(|d| lease::state(d).ok()) == Some(LeaseState::Held);
-        checks.push(check(
-            "no-lease-holder",
-            vm,
-            !held,
-            "free",
-            if held { "held" } else { "free" },
-        ));
-        // No process of its principal.
+        runtime_checks(&dir, vm, &mut checks);
         // The uid the last launch recorded, else the spec's.
         let intent = dir
             .as_ref()
             .ok()
             .and_then(|d| Intent::read(d).ok().flatten());
-        match liveness::vm_uid(roots, n, intent.as_ref()) {
-            Ok(Some(uid)) => {
-                let t = match &shared {
-                    Some(s) => s.of(uid),
-                    None => procs::tasks_of_uid(uid),
-                };
-                let unreadable: Vec<String> = t
-                    .unreadable
-                    .0
-                    .iter()
-                    .map(|(p, e)| format!("{p}: {e}"))
-                    .collect();
-                checks.push(check(
-                    "no-process",
-                    vm,
-                    t.pids.is_empty() && unreadable.is_empty(),
-                    format!("no pid of uid {uid}"),
-                    if unreadable.is_empty() {
-                        format!("{:?}", t.pids)
-                    } else {
-                        format!("{:?}, unreadable {unreadable:?}", t.pids)
-                    },
-                ));
-                // The uid's kernel keyrings outlive all its processes.
-                let keys = leftovers::stashed_keys(uid);
-                checks.push(check(
-                    "no-key",
-                    vm,
-                    keys.is_none(),
-                    format!(
-                        "uid {uid} owns no kernel key beyond its {} empty user keyrings",
-                        leftovers::USER_KEYRINGS
-                    ),
-                    match keys {
-                        Some(n) => format!("{n} keys (/proc/key-users)"),
-                        None => "none".into(),
-                    },
-                ));
-                // IPC objects in the host's IPC namespace (a VM has its own).
-                let mut ipc = leftovers::sysv_objects_of_uid(uid);
-                ipc.extend(leftovers::posix_ipc_of_uid(uid));
-                checks.push(check(
-                    "no-ipc",
-                    vm,
-                    ipc.is_empty(),
-                    format!("no SysV or POSIX IPC object of uid {uid} on the host"),
-                    format!("{ipc:?}"),
-                ));
-            }
-            Ok(None) => {}
-            Err(e) => checks.push(check(
-                "no-process",
-                vm,
-                false,
-                "principal resolvable",
-                e.to_string(),
-            )),
-        }
-        let vm_taps = taps::vm_taps(roots, n, intent.as_ref());
-        let left = taps::surviving(&vm_taps);
-        checks.push(check(
-            "no-tap",
-            vm,
-            left.is_empty(),
-            format!("none of {vm_taps:?} in {SYS_CLASS_NET}"),
-            format!("{left:?}"),
-        ));
-        let mounts: Vec<_> = match &all_mounts {
-            Some(all) => all
-                .iter()
-                .filter(|(_, _, m)| {
-                    mountinfo::is_credential_mount(m, Some(&roots.runtime_root), Some(n))
-                })
-                .cloned()
-                .collect(),
-            None => mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), Some(n)),
-        };
-        checks.push(check(
-            "no-credential-mount",
-            vm,
-            mounts.is_empty(),
-            "none in any mount namespace",
-            format!(
-                "{:?}",
-                mounts
-                    .iter()
-                    .map(|(p, ns, m)| format!("{} in {ns} (pid {p})", m.mount_point.display()))
-                    .collect::<Vec<_>>()
-            ),
-        ));
+        principal_checks(roots, n, intent.as_ref(), shared.as_ref(), &mut checks);
+        checks.push(tap_check(roots, n, intent.as_ref()));
+        checks.push(credential_mount_check(roots, n, all_mounts.as_deref()));
     }
-    // Processes of every registered principal without a live instance.
+    // No VM known: no credential mount of any VM either.
     if names.is_empty() {
         let all = mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), None);
         checks.push(check(
@@ -260,32 +145,189 @@ pub fn verify(
             format!("{}", all.len()),
         ));
     }
-    for p in protected {
-        let mut changed = Vec::new();
-        let exists = p.exists();
-        if let Some(t) = since {
-            changed_since(p, t, &mut changed);
-        }
-        checks.push(Check {
-            check: "protected-untouched".into(),
-            vm: None,
-            ok: exists && changed.is_empty(),
-            expected: format!(
-                "{} exists, nothing changed since {}",
-                p.display(),
-                since.unwrap_or(0.0)
-            ),
-            actual: if exists {
-                format!("changed {changed:?}")
-            } else {
-                "missing".into()
-            },
-        });
-    }
+    checks.extend(protected.iter().map(|p| protected_check(p, since)));
     let clean = checks.iter().all(|c| c.ok);
     Report {
         audited_root: roots.runtime_root.clone(),
         checks,
         clean,
+    }
+}
+
+/// The VM's runtime dir holds nothing but the keep set, and nobody holds
+/// its lease.
+fn runtime_checks(
+    dir: &Result<dirs::Dir, dirs::DirError>,
+    vm: Option<&str>,
+    checks: &mut Vec<Check>,
+) {
+    // Runtime dir holds nothing but the keep set. Names are raw bytes,
+    // shown with Debug escaping (lossless when not UTF-8).
+    let left: Result<Vec<OsString>, String> = match &dir {
+        Ok(d) => ownership::entries(d)
+            .map(|e| ownership::deletion_set(&e, RUNTIME_KEEP, None))
+            .map_err(|e| format!("<unreadable: {e}>")),
+        Err(e) if e.is_not_found() => Ok(Vec::new()),
+        Err(e) => Err(format!("<{e}>")),
+    };
+    checks.push(check(
+        "runtime-empty",
+        vm,
+        matches!(&left, Ok(l) if l.is_empty()),
+        format!("{RUNTIME_KEEP:?}"),
+        match &left {
+            Ok(l) => format!("{l:?}"),
+            Err(e) => e.clone(),
+        },
+    ));
+    // Nobody holds the lease.
+    let held = dir.as_ref().ok().and_then(|d| lease::state(d).ok()) == Some(LeaseState::Held);
+    checks.push(check(
+        "no-lease-holder",
+        vm,
+        !held,
+        "free",
+        if held { "held" } else { "free" },
+    ));
+}
+
+/// No process, kernel key or IPC object of the VM's principal (the uid
+/// its intent record names, else its spec's).
+fn principal_checks(
+    roots: &Roots,
+    n: &VmName,
+    intent: Option<&Intent>,
+    shared: Option<&procs::Snapshot>,
+    checks: &mut Vec<Check>,
+) {
+    let vm = Some(n.as_str());
+    match liveness::vm_uid(roots, n, intent) {
+        Ok(Some(uid)) => {
+            let t = match shared {
+                Some(s) => s.of(uid),
+                None => procs::tasks_of_uid(uid),
+            };
+            let unreadable: Vec<String> = t
+                .unreadable
+                .0
+                .iter()
+                .map(|(p, e)| format!("{p}: {e}"))
+                .collect();
+            checks.push(check(
+                "no-process",
+                vm,
+                t.pids.is_empty() && unreadable.is_empty(),
+                format!("no pid of uid {uid}"),
+                if unreadable.is_empty() {
+                    format!("{:?}", t.pids)
+                } else {
+                    format!("{:?}, unreadable {unreadable:?}", t.pids)
+                },
+            ));
+            // The uid's kernel keyrings outlive all its processes.
+            let keys = leftovers::stashed_keys(uid);
+            checks.push(check(
+                "no-key",
+                vm,
+                keys.is_none(),
+                format!(
+                    "uid {uid} owns no kernel key beyond its {} empty user keyrings",
+                    leftovers::USER_KEYRINGS
+                ),
+                match keys {
+                    Some(n) => format!("{n} keys (/proc/key-users)"),
+                    None => "none".into(),
+                },
+            ));
+            // IPC objects in the host's IPC namespace (a VM has its own).
+            let mut ipc = leftovers::sysv_objects_of_uid(uid);
+            ipc.extend(leftovers::posix_ipc_of_uid(uid));
+            checks.push(check(
+                "no-ipc",
+                vm,
+                ipc.is_empty(),
+                format!("no SysV or POSIX IPC object of uid {uid} on the host"),
+                format!("{ipc:?}"),
+            ));
+        }
+        Ok(None) => {}
+        Err(e) => checks.push(check(
+            "no-process",
+            vm,
+            false,
+            "principal resolvable",
+            e.to_string(),
+        )),
+    }
+}
+
+/// None of the VM's taps (intent record and spec) exists.
+fn tap_check(roots: &Roots, n: &VmName, intent: Option<&Intent>) -> Check {
+    let vm = Some(n.as_str());
+    let vm_taps = taps::vm_taps(roots, n, intent);
+    let left = taps::surviving(&vm_taps);
+    check(
+        "no-tap",
+        vm,
+        left.is_empty(),
+        format!("none of {vm_taps:?} in {SYS_CLASS_NET}"),
+        format!("{left:?}"),
+    )
+}
+
+/// No credential tmpfs of the VM in any mount namespace (`all_mounts`: one
+/// scan shared by many VMs).
+fn credential_mount_check(
+    roots: &Roots,
+    n: &VmName,
+    all_mounts: Option<&[(u32, String, Mount)]>,
+) -> Check {
+    let vm = Some(n.as_str());
+    let mounts: Vec<_> = match all_mounts {
+        Some(all) => all
+            .iter()
+            .filter(|(_, _, m)| {
+                mountinfo::is_credential_mount(m, Some(&roots.runtime_root), Some(n))
+            })
+            .cloned()
+            .collect(),
+        None => mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), Some(n)),
+    };
+    check(
+        "no-credential-mount",
+        vm,
+        mounts.is_empty(),
+        "none in any mount namespace",
+        format!(
+            "{:?}",
+            mounts
+                .iter()
+                .map(|(p, ns, m)| format!("{} in {ns} (pid {p})", m.mount_point.display()))
+                .collect::<Vec<_>>()
+        ),
+    )
+}
+
+/// A protected path exists and, with `since`, nothing under it changed.
+fn protected_check(p: &Path, since: Option<f64>) -> Check {
+    let mut changed = Vec::new();
+    let exists = p.exists();
+    if let Some(t) = since {
+        changed_since(p, t, &mut changed);
+    }
+    Check {
+        check: "protected-untouched".into(),
+        vm: None,
+        ok: exists && changed.is_empty(),
+        expected: format!(
+            "{} exists, nothing changed since {}",
+            p.display(),
+            since.unwrap_or(0.0)
+        ),
+        actual: if exists {
+            format!("changed {changed:?}")
+        } else {
+            "missing".into()
+        },
     }
 }
