@@ -136,35 +136,62 @@ fn cleanup_dead(roots: &Roots, name: &VmName, mut report: Report) -> Report {
         }
     };
     // Same exclusive lock as the launcher: no launch starts while we delete.
-    let _lease = match Lease::acquire(&rundir) {
-        Ok(Some(l)) => l,
-        Ok(None) => {
-            return report.refuse(&Verdict::Live(
-                "its lease was taken while cleanup started".into(),
-            ));
-        }
-        Err(e) => {
-            return report.refuse(&Verdict::Ambiguous(format!("cannot take the lease: {e}")));
-        }
+    let _lease = match take_lease(&rundir) {
+        Ok(l) => l,
+        Err(v) => return report.refuse(&v),
     };
-    let intent = match Intent::read(&rundir) {
+    let intent = match probe_under_lease(roots, name, &rundir) {
         Ok(i) => i,
-        Err(e) => return report.refuse(&Verdict::Ambiguous(e.to_string())),
+        Err(v) => return report.refuse(&v),
     };
+    report.instance_id = intent.as_ref().map(|i| i.instance_id.clone());
+    // Recorded resources outside the runtime dir are not cleanup's to delete.
+    keep_recorded_outside(intent.as_ref(), &rundir, &mut report);
+    let Some((keep, taps_left)) =
+        delete_runtime_entries(roots, name, intent.as_ref(), &rundir, &mut report)
+    else {
+        return report;
+    };
+    verify_deleted(roots, name, &rundir, &keep, taps_left, &mut report);
+    report.clean = report.failed.is_empty();
+    report
+}
+
+/// The lease, taken as the launcher takes it; held by someone else (or
+/// unreadable) is the verdict to refuse with.
+fn take_lease(rundir: &dirs::Dir) -> Result<Lease, Verdict> {
+    match Lease::acquire(rundir) {
+        Ok(Some(l)) => Ok(l),
+        Ok(None) => Err(Verdict::Live(
+            "its lease was taken while cleanup started".into(),
+        )),
+        Err(e) => Err(Verdict::Ambiguous(format!("cannot take the lease: {e}"))),
+    }
+}
+
+/// The intent record and the rest of the liveness probe, under the lease;
+/// anything but dead is the verdict to refuse with.
+fn probe_under_lease(
+    roots: &Roots,
+    name: &VmName,
+    rundir: &dirs::Dir,
+) -> Result<Option<Intent>, Verdict> {
+    let intent = Intent::read(rundir).map_err(|e| Verdict::Ambiguous(e.to_string()))?;
     // The rest of the probe, under the lease: the recorded cgroup, else the
     // uid's processes (the record's, else the spec's), then the sockets.
-    let uid = match liveness::vm_uid(roots, name, intent.as_ref()) {
-        Ok(u) => u,
-        Err(e) => return report.refuse(&Verdict::Ambiguous(e.to_string())),
-    };
+    let uid = liveness::vm_uid(roots, name, intent.as_ref())
+        .map_err(|e| Verdict::Ambiguous(e.to_string()))?;
     let v = Probe::single().with_lease_held(roots, name, uid, intent.as_ref());
     if !v.is_dead() {
-        return report.refuse(&v);
+        return Err(v);
     }
-    report.instance_id = intent.as_ref().map(|i| i.instance_id.clone());
+    Ok(intent)
+}
 
-    // Recorded resources outside the runtime dir are not cleanup's to delete.
-    if let Some(i) = &intent {
+/// Resources the record names outside the runtime dir (the state dir, …)
+/// are reported kept: they are not cleanup's to delete.
+fn keep_recorded_outside(intent: Option<&Intent>, rundir: &dirs::Dir, report: &mut Report) {
+    if let Some(i) = intent {
         for r in &i.resources {
             match r {
                 Resource::StateDir { path } => report.kept.push(Kept {
@@ -181,16 +208,26 @@ fn cleanup_dead(roots: &Roots, name: &VmName, mut report: Report) -> Report {
             }
         }
     }
+}
 
-    // E(runtime dir) \ K, the intent record last.
-    let names = match ownership::entries(&rundir) {
+/// E(runtime dir) \ K, the intent record last. `None` when the dir cannot
+/// be enumerated (reported); else the keep set used and the taps that
+/// survive (which keep the intent record).
+fn delete_runtime_entries(
+    roots: &Roots,
+    name: &VmName,
+    intent: Option<&Intent>,
+    rundir: &dirs::Dir,
+    report: &mut Report,
+) -> Option<(Vec<&'static str>, Vec<Failed>)> {
+    let names = match ownership::entries(rundir) {
         Ok(n) => n,
         Err(e) => {
             report.failed.push(Failed {
                 path: rundir.path.clone(),
                 reason: format!("cannot enumerate: {e}"),
             });
-            return report;
+            return None;
         }
     };
     for k in RUNTIME_KEEP {
@@ -204,7 +241,7 @@ fn cleanup_dead(roots: &Roots, name: &VmName, mut report: Report) -> Report {
     }
     // A surviving tap keeps the intent record: it is what ties the tap to
     // this VM for a later reap once the spec is gone.
-    let taps_left = surviving_taps(roots, name, intent.as_ref());
+    let taps_left = surviving_taps(roots, name, intent);
     let mut keep: Vec<&str> = RUNTIME_KEEP.to_vec();
     if !taps_left.is_empty() {
         keep.push(DELETE_LAST);
@@ -215,15 +252,26 @@ fn cleanup_dead(roots: &Roots, name: &VmName, mut report: Report) -> Report {
     }
     let doomed = ownership::deletion_set(&names, &keep, Some(DELETE_LAST));
     let skip = ownership::test_skip_delete();
-    let out: Outcome = ownership::delete_entries(&rundir, &doomed, skip.as_deref());
+    let out: Outcome = ownership::delete_entries(rundir, &doomed, skip.as_deref());
     report.deleted.extend(out.deleted);
     report.failed.extend(out.failed);
     report.kept.extend(out.kept);
 
-    // Verify: nothing but the keep set remains, no credential mount anywhere.
-    match ownership::entries(&rundir) {
+    Some((keep, taps_left))
+}
+
+/// Nothing but the keep set remains, no credential mount anywhere, no tap.
+fn verify_deleted(
+    roots: &Roots,
+    name: &VmName,
+    rundir: &dirs::Dir,
+    keep: &[&str],
+    taps_left: Vec<Failed>,
+    report: &mut Report,
+) {
+    match ownership::entries(rundir) {
         Ok(left) => {
-            for n in ownership::deletion_set(&left, &keep, None) {
+            for n in ownership::deletion_set(&left, keep, None) {
                 let p = rundir.path.join(&n);
                 if !report.failed.iter().any(|f| f.path == p) {
                     report.failed.push(Failed {
@@ -242,8 +290,6 @@ fn cleanup_dead(roots: &Roots, name: &VmName, mut report: Report) -> Report {
         .failed
         .extend(surviving_credential_mounts(roots, name));
     report.failed.extend(taps_left);
-    report.clean = report.failed.is_empty();
-    report
 }
 
 /// Taps of `name` (intent record and spec) that still exist. The kernel
