@@ -109,7 +109,8 @@ pub fn verify(
     since: Option<f64>,
 ) -> Report {
     let mut checks = Vec::new();
-    let names: Vec<VmName> = if names.is_empty() {
+    let every_vm = names.is_empty();
+    let names: Vec<VmName> = if every_vm {
         known_vms(roots)
     } else {
         names.to_vec()
@@ -134,8 +135,9 @@ pub fn verify(
         checks.push(tap_check(roots, n, intent.as_ref()));
         checks.push(credential_mount_check(roots, n, all_mounts.as_deref()));
     }
-    // No VM known: no credential mount of any VM either.
-    if names.is_empty() {
+    // Asked about every VM: no credential mount of any VM either, also of
+    // one whose runtime dir is gone (the per-VM checks only see known ones).
+    if every_vm {
         let all = mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), None);
         checks.push(check(
             "no-credential-mount-any",
