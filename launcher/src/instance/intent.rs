@@ -81,6 +81,12 @@ pub enum Resource {
     /// reap and purge read it instead of the configured spec while this
     /// record exists. Removed by cleanup with the rest of the runtime dir.
     LaunchedSpec { path: PathBuf, source: PathBuf },
+    /// An image of `disks[].create` (issue 12), made under `temp` (next to
+    /// it) and renamed to `path` once complete. `path` is persistent and
+    /// the user's: cleanup never deletes it (only `purge` does). `temp` is
+    /// what a launch killed while making the image leaves: cleanup removes
+    /// it, and the next launch would replace it.
+    CreatedImage { path: PathBuf, temp: PathBuf },
     /// A tap the launcher creates as a non-persistent fd for the
     /// hypervisor: the kernel deletes it when the last holder dies. Cleanup
     /// and verify-clean check it is gone; `reap --apply` deletes a survivor.

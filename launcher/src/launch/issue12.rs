@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::config::paths::Roots;
-use crate::config::spec::{ShareProto, Spec, SpecError};
+use crate::config::spec::{ShareProto, Spec, SpecError, VsockBackend};
 use crate::identity::principal::Principal;
 
 fn bad(spec_path: &Path, field: String, reason: String) -> SpecError {
@@ -214,16 +214,18 @@ pub fn check_supported(spec: &Spec, spec_path: &Path) -> Result<(), SpecError> {
             ));
         }
     }
-    if spec.vsock.is_some() {
+    // The kernel backend runs (launch::open_vhost_vsock); the user
+    // backend needs its daemon, and cloud-hypervisor's is refused by the
+    // spec already.
+    if spec
+        .vsock
+        .as_ref()
+        .is_some_and(|v| v.backend == VsockBackend::User)
+    {
         return Err(not_yet(
-            "vsock".into(),
-            "vhost-device-vsock or a root-opened /dev/vhost-vsock",
+            "vsock.backend".into(),
+            "the user backend (vhost-device-vsock for QEMU)",
         ));
-    }
-    for (i, d) in spec.disks.iter().enumerate() {
-        if d.create.is_some() && std::fs::symlink_metadata(&d.path).is_err() {
-            return Err(not_yet(format!("disks[{i}].create"), "the image created"));
-        }
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ pub mod landlock;
 pub mod sandbox;
 pub mod seccomp;
 pub mod syscall;
+pub mod volumes;
 
 use std::convert::Infallible;
 use std::ffi::CString;
@@ -42,6 +43,7 @@ use crate::launch::landlock::LandlockError;
 use crate::launch::sandbox::SandboxError;
 use crate::launch::seccomp::SeccompError;
 use crate::launch::syscall::{LinuxSyscall, Syscall};
+use crate::launch::volumes::VolumeError;
 
 /// Step names, in order. `VMWARDEN_FAULT_AFTER=<step>` (builds with the
 /// `fault-injection` feature) SIGKILLs the launcher right after that step.
@@ -61,6 +63,8 @@ pub const STEPS: &[&str] = &[
     "namespace",
     "masked",
     "proc",
+    "images-made",
+    "images-in-place",
     "credentials-mounted",
     "credentials-installed",
     "rlimits",
@@ -155,6 +159,16 @@ pub enum StepError {
     #[error(transparent)]
     Seccomp(#[from] SeccompError),
     #[error(transparent)]
+    Volume(#[from] VolumeError),
+    /// `vsock.backend = "vhost"` and the kernel's device cannot be opened.
+    #[error("{path}: cannot open it for `vsock.backend` = \"vhost\" ({errno}){hint}; nothing was created")]
+    VhostVsock {
+        path: PathBuf,
+        #[source]
+        errno: Errno,
+        hint: &'static str,
+    },
+    #[error(transparent)]
     Sys(#[from] SysError),
     #[error(transparent)]
     Io(#[from] IoError),
@@ -207,6 +221,10 @@ impl StepError {
             StepError::Credential(e) => e.is_refusal(),
             StepError::Net(e) => e.is_refusal(),
             StepError::Sandbox(e) => e.is_refusal(),
+            StepError::Volume(e) => e.is_refusal(),
+            StepError::VhostVsock { errno, .. } => {
+                matches!(errno, Errno::ENOENT | Errno::ENODEV | Errno::ENXIO)
+            }
             StepError::AlreadyRunning { .. }
             | StepError::Ambiguous { .. }
             | StepError::TapVanished { .. }
@@ -517,6 +535,11 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     check_trusted_files(&spec, &spec_path, roots)?;
     let qemu_sandbox = qemu_sandbox(&spec, &spec_path, &principal)?;
     issue12::check_principal(&spec, &spec_path, &principal)?;
+    volumes::preflight(&spec, &spec_path, &principal, &roots.state_dir(&spec.name))?;
+    // The kernel's vsock device, opened by root before anything is made
+    // (a host without it refuses here and changes nothing); its fd goes to
+    // QEMU like a tap's, the principal never opens the node.
+    let vhost_vsock = open_vhost_vsock(&spec)?;
     steps.after("principal-resolved");
 
     // 4. Runtime root and this VM's runtime dir, then the lease.
@@ -656,6 +679,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             loaded,
             lease: &lease,
             taps: &taps,
+            vhost_vsock: vhost_vsock.as_ref(),
             qemu_sandbox,
         },
     )
@@ -673,6 +697,8 @@ struct Confine<'a> {
     loaded: Vec<creds::Loaded>,
     lease: &'a Lease,
     taps: &'a [net::Tap],
+    /// `/dev/vhost-vsock`, opened by root for `vsock.backend = "vhost"`.
+    vhost_vsock: Option<&'a std::os::fd::OwnedFd>,
     qemu_sandbox: bool,
 }
 
@@ -690,6 +716,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
         loaded,
         lease,
         taps,
+        vhost_vsock,
         qemu_sandbox,
     } = c;
     let roots = &opts.roots;
@@ -711,6 +738,13 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     steps.after("masked");
     sandbox::mount_private_proc(sys, kind == HypervisorKind::Qemu)?;
     steps.after("proc");
+    //    Images of `disks[].create` that do not exist yet: made under a
+    //    temporary name (recorded in the intent record), formatted by mkfs
+    //    as the principal in this namespace, then renamed into place.
+    let images = volumes::prepare(spec, principal, &state_dir_path)?;
+    steps.after("images-made");
+    volumes::commit(images)?;
+    steps.after("images-in-place");
     sandbox::mount_credential_tmpfs(
         sys,
         &creds_path,
@@ -764,13 +798,51 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
                     firecracker_config: fc_config_path.clone(),
                     tap_fds: taps.iter().map(|t| t.fd.as_raw_fd()).collect(),
                     control_dir: control_path.clone(),
-                    vhost_vsock_fd: None,
+                    vhost_vsock_fd: vhost_vsock.map(AsRawFd::as_raw_fd),
                 },
                 seccomp,
             )
         }
     };
-    exec(sys, &argv, lease, taps, principal, state_dir)
+    exec(sys, &argv, lease, taps, vhost_vsock, principal, state_dir)
+}
+
+/// The kernel's vhost-vsock device (`vsock.backend = "vhost"`), opened
+/// read-write and close-on-exec (cleared for the hypervisor only, in
+/// [`exec`]).
+pub const VHOST_VSOCK: &str = "/dev/vhost-vsock";
+
+fn open_vhost_vsock(spec: &Spec) -> Result<Option<std::os::fd::OwnedFd>> {
+    use crate::config::spec::VsockBackend;
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::Mode;
+    if !spec
+        .vsock
+        .as_ref()
+        .is_some_and(|v| v.backend == VsockBackend::Vhost)
+    {
+        return Ok(None);
+    }
+    match open(
+        VHOST_VSOCK,
+        OFlag::O_RDWR | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
+        Mode::empty(),
+    ) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(errno) => Err(StepError::VhostVsock {
+            path: PathBuf::from(VHOST_VSOCK),
+            errno,
+            hint: match errno {
+                Errno::ENOENT | Errno::ENODEV | Errno::ENXIO => {
+                    ": the kernel has no vhost-vsock here (modprobe vhost_vsock), or use backend \"user\""
+                }
+                Errno::EPERM | Errno::EACCES => {
+                    ": the unit must allow the device (DeviceAllow=/dev/vhost-vsock rw, which `vmwarden render-unit --dropin` writes)"
+                }
+                _ => "",
+            },
+        }),
+    }
 }
 
 /// Before anything is created: every bridge exists and is a bridge, no tap
@@ -937,6 +1009,7 @@ fn exec(
     argv: &[String],
     lease: &Lease,
     taps: &[net::Tap],
+    vhost_vsock: Option<&std::os::fd::OwnedFd>,
     principal: &Principal,
     state_dir: &Dir,
 ) -> Result<Infallible> {
@@ -955,6 +1028,11 @@ fn exec(
     let mut keep = vec![lease.inherit_across_exec()?];
     for t in taps {
         keep.push(net::inherit_across_exec(&t.fd)?);
+    }
+    if let Some(fd) = vhost_vsock {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+        fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).sys("fcntl(F_SETFD, 0)", VHOST_VSOCK)?;
+        keep.push(fd.as_raw_fd());
     }
     sandbox::cloexec_all_but(sys, &keep)?;
     tracing::info!(
@@ -1016,6 +1094,19 @@ pub fn planned_resources(
             fstype: "tmpfs".into(),
         },
     ]);
+    // Images to create: the temporary name is what a killed launch leaves
+    // (cleanup removes it); the image itself is never cleanup's.
+    resources.extend(
+        spec.disks
+            .iter()
+            .filter(|d| d.create.is_some())
+            .filter_map(|d| {
+                Some(Resource::CreatedImage {
+                    path: d.path.clone(),
+                    temp: volumes::temp_path(&d.path)?,
+                })
+            }),
+    );
     resources.extend(spec.interfaces.iter().map(|n| Resource::Tap {
         name: n.tap.to_string(),
         bridge: n.bridge.as_ref().map(|b| b.to_string()),

@@ -6,7 +6,7 @@
 //! mount namespace, re-check every deletion, report. Idempotent.
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -147,6 +147,8 @@ fn cleanup_dead(roots: &Roots, name: &VmName, mut report: Report) -> Report {
     report.instance_id = intent.as_ref().map(|i| i.instance_id.clone());
     // Recorded resources outside the runtime dir are not cleanup's to delete.
     keep_recorded_outside(intent.as_ref(), &rundir, &mut report);
+    // ...except what a launch killed while making an image leaves.
+    remove_image_temps(roots, name, intent.as_ref(), &mut report);
     let Some((keep, taps_left)) =
         delete_runtime_entries(roots, name, intent.as_ref(), &rundir, &mut report)
     else {
@@ -194,6 +196,10 @@ fn keep_recorded_outside(intent: Option<&Intent>, rundir: &dirs::Dir, report: &m
     if let Some(i) = intent {
         for r in &i.resources {
             match r {
+                Resource::CreatedImage { path, .. } => report.kept.push(Kept {
+                    path: path.clone(),
+                    reason: "created image: persistent and the user's; only `vmwarden purge` deletes it".into(),
+                }),
                 Resource::StateDir { path } => report.kept.push(Kept {
                     path: path.clone(),
                     reason: "state dir: persistent and the user's; only `vmwarden purge` deletes in it".into(),
@@ -290,6 +296,71 @@ fn verify_deleted(
         .failed
         .extend(surviving_credential_mounts(roots, name));
     report.failed.extend(taps_left);
+}
+
+/// The temporary names of the images the record lists (see
+/// [`remove_image_temp`]).
+fn remove_image_temps(roots: &Roots, name: &VmName, intent: Option<&Intent>, report: &mut Report) {
+    for r in intent.map(|i| i.resources.as_slice()).unwrap_or_default() {
+        if let Resource::CreatedImage { temp, .. } = r {
+            remove_image_temp(roots, name, temp, report);
+        }
+    }
+}
+
+/// The temporary name of an image a launch was making (`disks[].create`):
+/// a killed launch leaves it, half made, and it is never a finished image
+/// (those are renamed to their final name), so it goes. Only that exact
+/// name, only inside this VM's state dir, reached without a symlink.
+fn remove_image_temp(roots: &Roots, name: &VmName, temp: &Path, report: &mut Report) {
+    use std::os::fd::AsFd;
+    let own = roots.state_dir(name);
+    let fail = |reason: String| Failed {
+        path: temp.to_path_buf(),
+        reason,
+    };
+    let (Some(parent), Some(file)) = (temp.parent(), temp.file_name()) else {
+        return;
+    };
+    if !parent.starts_with(&own)
+        || !file
+            .to_str()
+            .is_some_and(|f| f.starts_with('.') && f.ends_with(".vmwarden-new"))
+    {
+        report.kept.push(Kept {
+            path: temp.to_path_buf(),
+            reason: "recorded image temporary is not one vmwarden names; not deleted".into(),
+        });
+        return;
+    }
+    let dir = match dirs::open_dir(parent) {
+        Ok(d) => d,
+        Err(e) if e.is_not_found() => return,
+        Err(e) => {
+            report.failed.push(fail(e.to_string()));
+            return;
+        }
+    };
+    match nix::unistd::unlinkat(
+        dir.fd.as_fd(),
+        file,
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    ) {
+        Ok(()) => report.deleted.push(temp.to_path_buf()),
+        Err(nix::errno::Errno::ENOENT) => {}
+        Err(e) => report.failed.push(fail(format!("unlink: {e}"))),
+    }
+    match nix::sys::stat::fstatat(
+        dir.fd.as_fd(),
+        file,
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    ) {
+        Err(nix::errno::Errno::ENOENT) => {}
+        _ if report.failed.iter().any(|f| f.path == temp) => {}
+        _ => report
+            .failed
+            .push(fail("still present after cleanup".into())),
+    }
 }
 
 /// Taps of `name` (intent record and spec) that still exist. The kernel
