@@ -1255,7 +1255,116 @@ fn cases() -> Vec<Case> {
     ]
     .into_iter()
     .chain(issue12_cases())
+    .chain(volume_cases())
     .collect()
+}
+
+/// The VM's own state dir, made as a previous launch would have (the
+/// principal's, 0700), for cases that put something in it first.
+fn own_state_dir(env: &Env) -> std::path::PathBuf {
+    let d = env.state.join(VM);
+    std::fs::create_dir_all(&d).unwrap();
+    chown(&d, uid(1));
+    std::fs::set_permissions(&d, PermissionsExt::from_mode(0o700)).unwrap();
+    d
+}
+
+/// `disks[].create` and the vhost vsock backend (issue 12's runtime part):
+/// refused before anything is created, naming the field and the path.
+fn volume_cases() -> Vec<Case> {
+    let mut cases = vec![
+        Case {
+            name: "create path is a symlink",
+            setup: with_spec(|env, s| {
+                let d = own_state_dir(env);
+                symlink("/etc/passwd", d.join("data.img")).unwrap();
+                s["disks"] = json!([{ "path": d.join("data.img"), "create": { "size_mib": 16 } }]);
+            }),
+            env: None,
+            expect: &["`disks[0].create`", "data.img is a symlink"],
+        },
+        Case {
+            name: "create: the image exists but is another uid's",
+            setup: with_spec(|env, s| {
+                let d = own_state_dir(env);
+                let img = d.join("data.img");
+                std::fs::write(&img, b"").unwrap();
+                chown(&img, uid(9));
+                s["disks"] = json!([{ "path": img, "create": { "size_mib": 16 } }]);
+            }),
+            env: None,
+            expect: &[
+                "`disks[0].create`",
+                "data.img exists but is owned by uid {uid9}, not the VM's principal {uid1}",
+            ],
+        },
+        Case {
+            name: "create: the image exists but is a directory",
+            setup: with_spec(|env, s| {
+                let d = own_state_dir(env);
+                std::fs::create_dir(d.join("data.img")).unwrap();
+                chown(&d.join("data.img"), uid(1));
+                s["disks"] = json!([{ "path": d.join("data.img"), "create": { "size_mib": 16 } }]);
+            }),
+            env: None,
+            expect: &["`disks[0].path`", "data.img"],
+        },
+        Case {
+            name: "create in a missing subdirectory",
+            setup: with_spec(|env, s| {
+                let d = own_state_dir(env);
+                s["disks"] =
+                    json!([{ "path": d.join("vols/data.img"), "create": { "size_mib": 16 } }]);
+            }),
+            env: None,
+            expect: &[
+                "`disks[0].create`",
+                "vols",
+                "creates the image, not its directories",
+            ],
+        },
+        Case {
+            name: "create through a symlinked subdirectory",
+            setup: with_spec(|env, s| {
+                let d = own_state_dir(env);
+                symlink("/tmp", d.join("vols")).unwrap();
+                s["disks"] =
+                    json!([{ "path": d.join("vols/data.img"), "create": { "size_mib": 16 } }]);
+            }),
+            env: None,
+            expect: &[
+                "`disks[0].create`",
+                "vols is on the way to the image",
+                "not a directory",
+            ],
+        },
+        Case {
+            name: "create with an unsupported fs_type",
+            setup: with_spec(|env, s| {
+                s["disks"] = json!([{ "path": env.state.join("web/data.img"),
+                                      "create": { "size_mib": 16, "fs_type": "xfs" } }]);
+            }),
+            env: None,
+            expect: &["`disks[0].create.fs_type`", "\"xfs\"", "ext4"],
+        },
+    ];
+    // The vhost backend on a host without the device (these test hosts):
+    // a refusal naming the device, before anything exists.
+    if !Path::new("/dev/vhost-vsock").exists() {
+        cases.push(Case {
+            name: "vsock vhost backend without /dev/vhost-vsock",
+            setup: with_spec(|_, s| {
+                s["vsock"] = json!({ "cid": 3, "backend": "vhost" });
+            }),
+            env: None,
+            expect: &[
+                "/dev/vhost-vsock",
+                "`vsock.backend`",
+                "modprobe vhost_vsock",
+            ],
+        });
+    }
+    cases
 }
 
 /// Run `cmd` (stdout and stderr captured), killed after `limit`.
@@ -1367,6 +1476,7 @@ fn a_qemu_without_seccomp_runs_only_when_the_spec_opts_out() {
 #[test]
 fn issue12_has_at_least_15_bad_input_cases() {
     assert!(issue12_cases().len() >= 15);
+    assert!(volume_cases().len() >= 6);
 }
 
 #[test]

@@ -171,10 +171,30 @@ impl DiskFormat {
     }
 }
 
+/// `disks[].create.fs_type`. Read as any string, so that a file system
+/// vmwarden cannot make is refused by its field (`validate_disks`) rather
+/// than by the parser with no field name.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum FsType {
     Ext4,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum FsTypeField {
+    Known(FsType),
+    Unsupported(String),
+}
+
+impl FsTypeField {
+    /// The file system to make, or `None` for one vmwarden cannot make.
+    pub fn known(&self) -> Option<FsType> {
+        match self {
+            FsTypeField::Known(f) => Some(*f),
+            FsTypeField::Unsupported(_) => None,
+        }
+    }
 }
 
 /// `disks[].create`: the launcher makes the image (sparse, the principal's,
@@ -184,7 +204,14 @@ pub enum FsType {
 pub struct CreateSpec {
     pub size_mib: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fs_type: Option<FsType>,
+    pub fs_type: Option<FsTypeField>,
+}
+
+impl CreateSpec {
+    /// The file system to make (validated: never an unsupported one).
+    pub fn fs(&self) -> Option<FsType> {
+        self.fs_type.as_ref().and_then(FsTypeField::known)
+    }
 }
 
 fn default_keep_on_purge() -> Vec<String> {
@@ -658,6 +685,12 @@ impl Spec {
                     return Err(bad(
                         format!("disks[{i}].create"),
                         "makes an empty image, which is useless read-only; set read_only false or drop `create`".into(),
+                    ));
+                }
+                if let Some(FsTypeField::Unsupported(fs)) = &c.fs_type {
+                    return Err(bad(
+                        format!("disks[{i}].create.fs_type"),
+                        format!("is {fs:?}; vmwarden formats \"ext4\" only (drop fs_type for an unformatted image, or make the image yourself)"),
                     ));
                 }
                 if c.size_mib > u64::MAX / (1024 * 1024) {

@@ -194,7 +194,7 @@ pub fn preflight(
         match std::fs::symlink_metadata(&d.path) {
             Ok(m) => check_existing(spec_path, &field, &d.path, &m, principal)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if let Some(fs) = c.fs_type {
+                if let Some(fs) = c.fs() {
                     let fs_field = format!("{field}.fs_type");
                     match find_mkfs(fs) {
                         Ok(_) => {}
@@ -368,7 +368,7 @@ pub fn prepare(spec: &Spec, principal: &Principal, state_dir: &Path) -> Result<V
         let len = i64::try_from(bytes)
             .map_err(|_| refused(format!("size_mib {} is too large", c.size_mib)))?;
         ftruncate(&fd, len).map_err(sys("ftruncate", &temp_path))?;
-        if let Some(fs) = c.fs_type {
+        if let Some(fs) = c.fs() {
             let program = find_mkfs(fs).map_err(|why| {
                 refused(format!(
                     "{} is missing or cannot be trusted{}",
@@ -386,7 +386,7 @@ pub fn prepare(spec: &Spec, principal: &Principal, state_dir: &Path) -> Result<V
             )?;
         }
         nix::unistd::fsync(&fd).map_err(sys("fsync", &temp_path))?;
-        tracing::info!(step = %"images-made", image = %temp_path.display(), size_mib = c.size_mib, fs = ?c.fs_type, "image made");
+        tracing::info!(step = %"images-made", image = %temp_path.display(), size_mib = c.size_mib, fs = ?c.fs(), "image made");
         pending.push(Pending {
             field,
             parent,
