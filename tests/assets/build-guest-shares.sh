@@ -6,7 +6,8 @@
 #   $ASSETS/vmlinuz         Debian *generic* kernel (linux-image-<abi>-amd64): the
 #                           cloud kernel has virtiofs, fuse and vsock but no 9p
 #   $ASSETS/initramfs.img   gzip'd newc cpio: static busybox, the virtio, 9p,
-#                           virtiofs, vsock and ext4 .ko files, /init
+#                           virtiofs, vsock, ext4 and crc32c (ext4 metadata_csum,
+#                           mke2fs's default) .ko files, /init
 #   $ASSETS/assets.env      shell-sourceable: KERNEL= INITRD= KVER= GUEST_CMDLINE_*=
 #
 # ASSETS=${VMWARDEN_TEST_SHARES_ASSETS:-/var/cache/vmwarden/test-assets-shares}
@@ -122,6 +123,7 @@ WANT_MODS=(
   virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci
   virtio_mmio virtio_blk virtio_net qemu_fw_cfg button evdev
   9pnet_virtio 9p virtiofs vmw_vsock_virtio_transport ext4
+  crc32c_generic
 )
 declare -A KO_PATH=() STATE=()
 while IFS= read -r -d '' ko; do

@@ -1,0 +1,264 @@
+//! Issue 12, `disks[].create`: the launcher makes the image (the
+//! principal's, 0600, sparse, ext4 formatted by mkfs as the principal),
+//! the guest sees it with its size and file system, what the guest writes
+//! survives cleanup and a restart, purge deletes it unless kept, and a
+//! launch killed after any step leaves no half-made image. Needs root and,
+//! for the kill test, `--features fault-injection`.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+const BOOT: Duration = Duration::from_secs(180);
+const SIZE_MIB: u64 = 24;
+
+/// KERNEL and INITRD of the shares guest (it has the ext4 module and
+/// prints `VMWARDEN-DISK name= bytes= serial=` per disk).
+fn shares_assets() -> (PathBuf, PathBuf) {
+    let out = Command::new("bash")
+        .arg(repo_root().join("tests/assets/build-guest-shares.sh"))
+        .output()
+        .expect("run build-guest-shares.sh");
+    assert!(
+        out.status.success(),
+        "build-guest-shares.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let env_path = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let text = std::fs::read_to_string(&env_path).unwrap();
+    let get = |k: &str| -> PathBuf {
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("{k} missing in {env_path}"));
+        PathBuf::from(line.trim_matches('\''))
+    };
+    (get("KERNEL"), get("INITRD"))
+}
+
+fn b64(s: &str) -> String {
+    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let b = s.as_bytes();
+    let mut o = String::new();
+    for c in b.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                o.push(char::from(T[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                o.push('=');
+            }
+        }
+    }
+    o
+}
+
+fn image(env: &Env) -> PathBuf {
+    env.state.join("web/data.img")
+}
+
+fn temp(env: &Env) -> PathBuf {
+    env.state.join("web/.data.img.vmwarden-new")
+}
+
+/// Boot the guest once (oneshot: it powers off after its script) and
+/// return its console output.
+fn boot_once(env: &Env, tag: &str) -> String {
+    let log = env.path(&format!("web.{tag}.log"));
+    let f = std::fs::File::create(&log).unwrap();
+    let mut cmd = env.launch_cmd("web");
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(f.try_clone().unwrap())
+        .stderr(f);
+    let mut g = Guest {
+        child: cmd.spawn().unwrap(),
+        log,
+    };
+    g.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    let status = g
+        .wait_exit(Duration::from_secs(60))
+        .expect("the oneshot guest powers off");
+    assert!(status.success(), "QEMU: {status:?}\n{}", g.log_text());
+    g.log_text()
+}
+
+fn assert_clean(env: &Env) -> Value {
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success(), "cleanup: {}", text(&o));
+    assert_eq!(rep["clean"], true, "{rep}");
+    let v = env.verify_clean(&["web"]);
+    assert!(v.status.success(), "verify-clean: {}", text(&v));
+    rep
+}
+
+#[test]
+fn a_created_volume_is_the_principals_sparse_ext4_and_survives_cleanup_restart_and_a_keeping_purge()
+{
+    let env = Env::new();
+    let (kernel, initrd) = shares_assets();
+    let u = uid(41);
+    let script = "\
+if mount -t ext4 /dev/vda /mnt; then echo T-FS-EXT4; else echo T-MOUNT-FAILED; fi
+echo \"T-BEFORE $(cat /mnt/mark 2>/dev/null || echo none)\"
+echo persisted >/mnt/mark && echo T-WROTE
+sync; umount /mnt
+";
+    let mut spec = env.spec("web", u);
+    spec["hypervisor"]["machine"] = json!("pc");
+    spec["kernel"] = json!(kernel);
+    spec["initrd"] = json!(initrd);
+    spec["cmdline"] = json!(format!(
+        "{} vmwarden.run={}",
+        guest_cmdline("pc", "oneshot"),
+        b64(script)
+    ));
+    spec["disks"] = json!([{ "path": image(&env), "serial": "vol-1",
+                             "create": { "size_mib": SIZE_MIB, "fs_type": "ext4" } }]);
+    spec["keep_on_purge"] = json!(["identity", "data.img"]);
+    env.write_spec("web", &spec);
+
+    assert!(!image(&env).exists());
+    let out = boot_once(&env, "first");
+    let bytes = SIZE_MIB * 1024 * 1024;
+    for want in [
+        format!("VMWARDEN-DISK name=vda bytes={bytes} serial=vol-1"),
+        "T-FS-EXT4".into(),
+        "T-BEFORE none".into(),
+        "T-WROTE".into(),
+        "VMWARDEN-RUN-END rc=0".into(),
+    ] {
+        assert!(out.contains(&want), "guest output lacks {want:?}:\n{out}");
+    }
+    // On the host: the principal's, 0600, sized, sparse; no temp name left.
+    let md = std::fs::symlink_metadata(image(&env)).unwrap();
+    assert!(md.file_type().is_file());
+    assert_eq!((md.uid(), md.gid(), md.mode() & 0o7777), (u, u, 0o600));
+    assert_eq!(md.len(), bytes);
+    let allocated = md.blocks() * 512;
+    assert!(
+        allocated < bytes / 2,
+        "not sparse: {allocated} of {bytes} bytes allocated"
+    );
+    eprintln!(
+        "measured: {SIZE_MIB} MiB ext4 image, {allocated} bytes allocated after the first boot"
+    );
+    assert!(!temp(&env).exists());
+    let ino = md.ino();
+
+    // Cleanup keeps it and says so.
+    let rep = assert_clean(&env);
+    assert!(
+        rep["kept"].to_string().contains("data.img"),
+        "cleanup does not report the image kept: {rep}"
+    );
+    assert_eq!(std::fs::metadata(image(&env)).unwrap().ino(), ino);
+
+    // A restart finds it (not re-made) with what the guest wrote.
+    let out = boot_once(&env, "second");
+    assert!(out.contains("T-BEFORE persisted"), "{out}");
+    assert!(out.contains("T-FS-EXT4"), "{out}");
+    assert_eq!(std::fs::metadata(image(&env)).unwrap().ino(), ino);
+    assert_clean(&env);
+
+    // purge --keep-identity keeps what keep_on_purge names...
+    std::fs::write(env.state.join("web/scratch"), b"x").unwrap();
+    let (ok, p) = purge_on_pty(&env, &["web", "--keep-identity"], "DELETE-EVERYTHING");
+    assert!(ok, "{p}");
+    assert!(!env.state.join("web/scratch").exists(), "{p}");
+    assert_eq!(std::fs::metadata(image(&env)).unwrap().ino(), ino, "{p}");
+    // ...a plain purge deletes it.
+    let (ok, p) = purge_on_pty(&env, &["web"], "DELETE-EVERYTHING");
+    assert!(ok, "{p}");
+    assert!(!image(&env).exists(), "{p}");
+}
+
+fn steps() -> Vec<String> {
+    let o = Command::new(LAUNCH).arg("--list-steps").output().unwrap();
+    assert!(o.status.success());
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn ino(p: &Path) -> Option<u64> {
+    std::fs::symlink_metadata(p).ok().map(|m| m.ino())
+}
+
+#[test]
+#[allow(clippy::assertions_on_constants)]
+fn kill_after_every_step_leaves_no_half_made_image_and_never_deletes_a_finished_one() {
+    assert!(
+        cfg!(feature = "fault-injection"),
+        "this test needs the fault-injection build: cargo test --features fault-injection"
+    );
+    let env = Env::new();
+    let u = uid(42);
+    let mut spec = env.spec("web", u);
+    spec["disks"] =
+        json!([{ "path": image(&env), "create": { "size_mib": 16, "fs_type": "ext4" } }]);
+    env.write_spec("web", &spec);
+    let steps = steps();
+    let made = steps.iter().position(|s| s == "images-made").unwrap();
+    let placed = steps.iter().position(|s| s == "images-in-place").unwrap();
+    assert_eq!(placed, made + 1, "{steps:?}");
+    for (i, step) in steps.iter().enumerate() {
+        // Each kill meets an image being made from nothing.
+        if image(&env).exists() {
+            std::fs::remove_file(image(&env)).unwrap();
+        }
+        let out = env
+            .launch_cmd("web")
+            .env("VMWARDEN_FAULT_AFTER", step)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.signal(),
+            Some(9),
+            "step {step}: launcher should SIGKILL itself: {}",
+            text(&out)
+        );
+        let before = ino(&image(&env));
+        if i < made {
+            assert!(before.is_none() && !temp(&env).exists(), "step {step}");
+        } else if i == made {
+            // Made and formatted, not yet in place: only the temp name.
+            assert!(before.is_none(), "step {step}: image under its final name");
+            let md = std::fs::symlink_metadata(temp(&env)).unwrap();
+            assert_eq!((md.uid(), md.mode() & 0o7777), (u, 0o600), "step {step}");
+        } else {
+            assert!(before.is_some() && !temp(&env).exists(), "step {step}");
+        }
+        let rep = assert_clean(&env);
+        // Cleanup removed the temp name (and reported it), never the image.
+        assert!(!temp(&env).exists(), "step {step}: {rep}");
+        if i == made {
+            assert!(
+                rep["deleted"]
+                    .to_string()
+                    .contains(".data.img.vmwarden-new"),
+                "step {step}: {rep}"
+            );
+        }
+        assert_eq!(ino(&image(&env)), before, "step {step}: {rep}");
+        // The next launch makes (or keeps) the image and succeeds.
+        let ok = env.probe("web", &["/bin/true"]);
+        assert!(ok.status.success(), "relaunch after {step}: {}", text(&ok));
+        let after = ino(&image(&env)).expect("image made by the relaunch");
+        if let Some(b) = before {
+            assert_eq!(after, b, "step {step}: a finished image was re-made");
+        }
+        assert_clean(&env);
+        assert_eq!(ino(&image(&env)), Some(after));
+    }
+}
