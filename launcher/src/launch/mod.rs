@@ -158,8 +158,9 @@ pub enum StepError {
     Landlock(#[from] LandlockError),
     #[error(transparent)]
     Seccomp(#[from] SeccompError),
+    /// Boxed: its mkfs failure carries the program's output.
     #[error(transparent)]
-    Volume(#[from] VolumeError),
+    Volume(Box<VolumeError>),
     /// `vsock.backend = "vhost"` and the kernel's device cannot be opened.
     #[error("{path}: cannot open it for `vsock.backend` = \"vhost\" ({errno}){hint}; nothing was created")]
     VhostVsock {
@@ -237,6 +238,12 @@ impl StepError {
             | StepError::Io(_)
             | StepError::Exec { .. } => false,
         }
+    }
+}
+
+impl From<VolumeError> for StepError {
+    fn from(e: VolumeError) -> Self {
+        StepError::Volume(Box::new(e))
     }
 }
 

@@ -32,6 +32,7 @@ use crate::identity::principal::Principal;
 use crate::launch::landlock::{self, Grant, Rule};
 use crate::launch::sandbox;
 use crate::launch::syscall::LinuxSyscall;
+use crate::launch::EXEC_PATH;
 
 /// The temporary name of an image being made: hidden, next to the final
 /// one (a rename never crosses a file system), and never a name a spec can
@@ -92,16 +93,21 @@ pub enum VolumeError {
         #[source]
         source: DirError,
     },
-    /// `mkfs` as the principal did not succeed (its stderr, shortened).
-    #[error("`{field}`: {path}: {program} (as uid {uid}) {status}: {stderr}")]
-    Mkfs {
-        field: String,
-        path: PathBuf,
-        program: PathBuf,
-        uid: u32,
-        status: String,
-        stderr: String,
-    },
+    /// `mkfs` as the principal did not succeed.
+    #[error(transparent)]
+    Mkfs(Box<MkfsFailed>),
+}
+
+/// `mkfs` as the principal did not succeed (its stderr, shortened).
+#[derive(Debug, thiserror::Error)]
+#[error("`{field}`: {path}: {program} (as uid {uid}) {status}: {stderr}")]
+pub struct MkfsFailed {
+    pub field: String,
+    pub path: PathBuf,
+    pub program: PathBuf,
+    pub uid: u32,
+    pub status: String,
+    pub stderr: String,
 }
 
 impl VolumeError {
@@ -110,7 +116,7 @@ impl VolumeError {
         match self {
             VolumeError::Refused { .. } => true,
             VolumeError::Dir { source, .. } => source.is_refusal(),
-            VolumeError::Sys { .. } | VolumeError::Mkfs { .. } => false,
+            VolumeError::Sys { .. } | VolumeError::Mkfs(_) => false,
         }
     }
 }
@@ -441,13 +447,15 @@ fn run_mkfs(
     mode: LandlockMode,
     field: &str,
 ) -> Result<()> {
-    let fail = |status: String, stderr: String| VolumeError::Mkfs {
-        field: field.to_string(),
-        path: image_path.to_path_buf(),
-        program: program.to_path_buf(),
-        uid: principal.uid,
-        status,
-        stderr,
+    let fail = |status: String, stderr: String| {
+        VolumeError::Mkfs(Box::new(MkfsFailed {
+            field: field.to_string(),
+            path: image_path.to_path_buf(),
+            program: program.to_path_buf(),
+            uid: principal.uid,
+            status,
+            stderr,
+        }))
     };
     let sys = |op: &'static str| {
         let field = field.to_string();
@@ -475,7 +483,7 @@ fn run_mkfs(
         cstr("nodiscard")?,
         cstr(&fd_path)?,
     ];
-    let c_env = [cstr(crate::launch::EXEC_PATH)?];
+    let c_env = [cstr(EXEC_PATH)?];
     let mut child_principal = principal.clone();
     child_principal.groups.clear();
     let mut rules: Vec<Rule> = landlock::SYSTEM_READ
