@@ -1185,6 +1185,36 @@ mod tests {
     }
 
     #[test]
+    fn a_created_image_is_recorded_with_its_temporary_name_before_the_taps() {
+        let mut v = base_spec("qemu");
+        v["disks"] = serde_json::json!([
+            { "path": "/var/lib/vmwarden/web/root.img" },
+            { "path": "/var/lib/vmwarden/web/data.img", "create": { "size_mib": 8 } }
+        ]);
+        v["interfaces"] = serde_json::json!([{ "tap": "vmw-web0" }]);
+        let got = planned_resources(
+            &spec_of(v),
+            Path::new("/etc/vmwarden/vms/web.json"),
+            Path::new("/run/vmwarden/web"),
+            Path::new("/var/lib/vmwarden/web"),
+        );
+        let n = got.len();
+        assert_eq!(
+            got[n - 2..],
+            [
+                Resource::CreatedImage {
+                    path: PathBuf::from("/var/lib/vmwarden/web/data.img"),
+                    temp: PathBuf::from("/var/lib/vmwarden/web/.data.img.vmwarden-new"),
+                },
+                Resource::Tap {
+                    name: "vmw-web0".into(),
+                    bridge: None
+                },
+            ]
+        );
+    }
+
+    #[test]
     fn firecracker_records_its_api_socket_and_config_file() {
         let got = planned_resources(
             &spec_of(base_spec("firecracker")),
