@@ -92,6 +92,12 @@ ASSETS_ENV=$("$REPO/tests/assets/build-guest.sh" | tail -1) || die "build-guest.
 # shellcheck source=/dev/null
 . "$ASSETS_ENV"
 [ -r "$KERNEL" ] && [ -r "$INITRD" ] || die "nested-guest assets missing ($KERNEL, $INITRD)"
+# The shares guest (Debian's generic kernel: 9p, ext4, the vsock transport;
+# /init runs `vmwarden.run=<base64 script>`) for the vol and vsk scenarios.
+SHARES_ENV=$("$REPO/tests/assets/build-guest-shares.sh" | tail -1) || die "build-guest-shares.sh failed"
+SH_KERNEL=$(. "$SHARES_ENV" && echo "$KERNEL")
+SH_INITRD=$(. "$SHARES_ENV" && echo "$INITRD")
+[ -r "$SH_KERNEL" ] && [ -r "$SH_INITRD" ] || die "shares-guest assets missing ($SH_KERNEL, $SH_INITRD)"
 timing guest_assets "$(since "$t")"
 
 if [ "$MODE" = full ]; then
@@ -129,7 +135,7 @@ unshare() { # DEST...: break the hard link to the cache before a tool edits the 
 # VM principals (an operator does this once per VM on a non-Nix host)
 unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
 systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
-  || chroot "$ROOT" /bin/sh -c 'for v in a b c; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done' \
+  || chroot "$ROOT" /bin/sh -c 'for v in a b c vol vsk; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done' \
   || die "cannot create the VM principals"
 grep -q '^vm-c:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
 # /dev/kvm: Debian's udev rule gives it to group kvm, 0660; the kvm module must load
@@ -138,7 +144,12 @@ printf 'kvm_amd\n' | putc /etc/modules-load.d/vmwarden-test-kvm.conf 0644
 # nested-guest assets (world-readable: QEMU runs as the VM's principal)
 put "$KERNEL" /opt/vmwarden-test/assets/vmlinuz 0644
 put "$INITRD" /opt/vmwarden-test/assets/initramfs.img 0644
-chmod 0755 "$ROOT/opt/vmwarden-test" "$ROOT/opt/vmwarden-test/assets"
+put "$SH_KERNEL" /opt/vmwarden-test/assets-shares/vmlinuz 0644
+put "$SH_INITRD" /opt/vmwarden-test/assets-shares/initramfs.img 0644
+# vol's read-only 9p share: root's, readable by the principal
+echo "from the L2 host" | putc /opt/vmwarden-test/share/hello 0644
+chmod 0755 "$ROOT/opt/vmwarden-test" "$ROOT/opt/vmwarden-test/assets" \
+  "$ROOT/opt/vmwarden-test/assets-shares" "$ROOT/opt/vmwarden-test/share"
 
 # per-run secrets (text, so the "not on the command line" check can grep them).
 # "systemd" credentials live where `render-unit --dropin` points LoadCredential=
@@ -189,6 +200,40 @@ spec b 256 '[ { "name": "token", "source": { "systemd": "token" } } ]' \
   | putc /etc/vmwarden/vms/b.json 0644
 # c: memory_mib below the minimum; the scenario copies it into /etc/vmwarden/vms
 spec c 4 '[]' | putc /opt/vmwarden-test/specs/c.json 0644
+# vol: a read-only 9p share and a volume the launcher creates (ext4); its
+# guest mounts both, reads the share, writes a mark on the volume.
+# vsk: the kernel's vhost-vsock backend; its guest lists its virtio devices.
+VOL_SCRIPT='mount -t 9p -o trans=virtio,version=9p2000.L,ro ro /mnt && echo "T-SHARE $(cat /mnt/hello)" || echo T-SHARE-FAILED
+mkdir -p /vol && if mount -t ext4 /dev/vda /vol; then echo T-FS-EXT4; else echo T-VOL-MOUNT-FAILED; fi
+echo "T-BEFORE $(cat /vol/mark 2>/dev/null || echo none)"
+echo persisted >/vol/mark && echo T-WROTE
+sync; umount /vol; umount /mnt'
+VSK_SCRIPT='for d in /sys/bus/virtio/devices/*; do echo "T-VIRTIO $(cat "$d/device")"; done'
+shares_spec() { # NAME SCRIPT EXTRA_JSON_FIELDS
+  cat <<EOF
+{
+  "version": 1,
+  "name": "$1",
+  "principal": { "user": "vm-$1", "group": "vm-$1" },
+  "hypervisor": { "kind": "qemu", "binary": "/usr/bin/qemu-system-x86_64",
+                  "accel": "$L3_ACCEL", "machine": "$L3_MACHINE" },
+  "vcpus": 1,
+  "memory_mib": 256,
+  "kernel": "/opt/vmwarden-test/assets-shares/vmlinuz",
+  "initrd": "/opt/vmwarden-test/assets-shares/initramfs.img",
+  "cmdline": "console=ttyS0 quiet panic=-1 vmwarden.run=$(printf '%s' "$2" | base64 -w0)",
+  "credentials": [],
+  $3,
+  "landlock": { "mode": "required", "read": [], "write": [] }
+}
+EOF
+}
+shares_spec vol "$VOL_SCRIPT" '"disks": [ { "path": "/var/lib/vmwarden/vol/data.img", "serial": "vol-1",
+              "create": { "size_mib": 32, "fs_type": "ext4" } } ],
+  "shares": [ { "tag": "ro", "source": "/opt/vmwarden-test/share", "proto": "9p", "read_only": true } ],
+  "keep_on_purge": [ "identity", "data.img" ]' | putc /etc/vmwarden/vms/vol.json 0644
+shares_spec vsk "$VSK_SCRIPT" '"vsock": { "cid": 5, "backend": "vhost" }' \
+  | putc /etc/vmwarden/vms/vsk.json 0644
 
 UNITDIR=/etc/systemd/system
 if [ "$MODE" = full ]; then
@@ -201,12 +246,13 @@ if [ "$MODE" = full ]; then
   put "$WORK/microvms.target" "$UNITDIR/microvms.target" 0644
   cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
   # per-VM credential drop-ins (what an operator installs per VM)
-  for v in a b; do
+  for v in a b vol vsk; do
     "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
       --credentials-dir "$CREDDIR" >"$WORK/dropin-$v.conf" \
       || die "vmwarden render-unit --dropin $v failed"
     put "$WORK/dropin-$v.conf" "$UNITDIR/microvm@$v.service.d/vmwarden.conf" 0644
     cp "$WORK/dropin-$v.conf" "$OUTDIR/microvm@$v.vmwarden.conf"
+    case "$v" in a|b) ;; *) continue ;; esac
     # autostart: what `systemctl add-wants microvms.target microvm@$v.service` does
     mkdir -p "$ROOT$UNITDIR/microvms.target.wants"
     ln -sfn "$UNITDIR/microvm@.service" "$ROOT$UNITDIR/microvms.target.wants/microvm@$v.service"
@@ -230,7 +276,7 @@ mkdir -p "$ROOT$UNITDIR/multi-user.target.wants"
 ln -sfn ../vmwarden-scenarios.service "$ROOT$UNITDIR/multi-user.target.wants/vmwarden-scenarios.service"
 { printf 'MODE=%q\nREADY_TIMEOUT=%q\nPOWEROFF=1\nONLY=%q\nL3_ACCEL=%q\n' \
     "$MODE" "${VMWARDEN_SYSTEMD_READY_TIMEOUT:-300}" "$ONLY" "$L3_ACCEL"
-  printf 'CREDS_a=%q\nCREDS_b=%q\n' "$CREDS_a" "$CREDS_b"; } | putc /opt/vmwarden-test/run.env 0644
+  printf 'CREDS_a=%q\nCREDS_b=%q\nCREDS_vol=\nCREDS_vsk=\n' "$CREDS_a" "$CREDS_b"; } | putc /opt/vmwarden-test/run.env 0644
 
 ROOT_IMG=$WORK/root.ext4 RES_IMG=$WORK/results.ext4
 SZ=$(( $(du -sm "$ROOT" | cut -f1) + 768 ))

@@ -340,6 +340,80 @@ s_broken_spec() {
   return 0
 }
 
+# vol: a 9p share and a volume the launcher creates (issue 12), through the
+# real unit. The image is the principal's, 0600, sparse; the guest sees its
+# size and mounts it as ext4; stop is graceful and clean; the image and what
+# the guest wrote on it survive.
+s_share_volume() {
+  local cur rc img=$STATE_ROOT/vol/data.img u=microvm@vol.service j st ino alloc
+  [ ! -e "$img" ] || { fail "precondition: $img exists before the first start"; return 1; }
+  cur=$(mark)
+  timeout 600 systemctl start $u; rc=$?
+  [ $rc -eq 0 ] || { fail "systemctl start $u rc=$rc: $(jlog $u "$cur" | tail -4 | tr '\n' ' ')"; return 1; }
+  check_running vol "$cur" && wait_guest vol "$cur" || return 1
+  j=$(jlog $u "$cur")
+  for want in 'VMWARDEN-DISK name=vda bytes=33554432 serial=vol-1' 'T-SHARE from the L2 host' \
+              'T-FS-EXT4' 'T-BEFORE none' 'T-WROTE' 'VMWARDEN-RUN-END rc=0'; do
+    printf '%s\n' "$j" | grep -qF -- "$want" \
+      || { fail "vol: guest output lacks '$want': $(printf '%s\n' "$j" | grep -E '^(T-|VMWARDEN-)' | tr '\n' ' ' | head -c 400)"; return 1; }
+  done
+  st=$(stat -c '%U:%G %a %s %b %i' "$img") || { fail "vol: no $img"; return 1; }
+  log "vol image: $st"
+  set -- $st
+  [ "$1 $2 $3" = "vm-vol:vm-vol 600 33554432" ] || { fail "vol: $img is $1 mode $2 size $3, not vm-vol:vm-vol 600 33554432"; return 1; }
+  alloc=$(( $4 * 512 )); ino=$5
+  [ "$alloc" -lt $(( 33554432 / 2 )) ] || { fail "vol: $img is not sparse ($alloc bytes allocated)"; return 1; }
+  note "vol image vm-vol 0600 allocated=$alloc/33554432"
+  cur=$(mark)
+  timeout 300 systemctl stop $u; rc=$?
+  [ $rc -eq 0 ] || { fail "systemctl stop $u rc=$rc"; return 1; }
+  check_graceful_stop vol "$cur" && check_cleanup vol $u "$cur" && check_clean vol || return 1
+  [ "$(stat -c %i "$img" 2>/dev/null)" = "$ino" ] || { fail "vol: $img did not survive the stop and cleanup"; return 1; }
+  # What the guest wrote is on the volume (debugfs reads it without mounting).
+  debugfs -R 'cat /mark' "$img" 2>/dev/null | grep -qx persisted \
+    || { fail "vol: the guest's write is not on $img"; return 1; }
+  [ -z "$(find "$STATE_ROOT/vol" -name '.*.vmwarden-new')" ] || { fail "vol: a temporary image is left"; return 1; }
+  note "vol image survives stop, guest write persisted"
+}
+
+# vsk: the kernel's vhost-vsock backend. The launcher (root) opens
+# /dev/vhost-vsock and hands QEMU the fd; QEMU runs as vm-vsk, which cannot
+# open the device itself; the guest sees a virtio vsock device (id 0x0013).
+s_vhost_vsock() {
+  local cur rc u=microvm@vsk.service
+  modprobe vhost_vsock || { fail "modprobe vhost_vsock failed"; return 1; }
+  [ -c /dev/vhost-vsock ] || { fail "no /dev/vhost-vsock after modprobe"; return 1; }
+  cur=$(mark)
+  timeout 600 systemctl start $u; rc=$?
+  [ $rc -eq 0 ] || { fail "systemctl start $u rc=$rc: $(jlog $u "$cur" | tail -4 | tr '\n' ' ')"; return 1; }
+  rc=0
+  check_running vsk "$cur" && wait_guest vsk "$cur" && vsk_checks "$cur" || rc=1
+  # Stopped whatever the checks found, so a failure here leaves nothing
+  # running for the scenarios after it.
+  cur=$(mark)
+  timeout 300 systemctl stop $u || { fail "systemctl stop $u failed"; return 1; }
+  [ $rc -eq 0 ] || return 1
+  check_graceful_stop vsk "$cur" && check_cleanup vsk $u "$cur" && check_clean vsk
+}
+vsk_checks() { # CURSOR
+  local u=microvm@vsk.service pid j fds
+  pid=$(mainpid $u)
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qE 'vhost-vsock-(device|pci),guest-cid=5,vhostfd=[0-9]+' \
+    || { fail "vsk: no vhost-vsock device with vhostfd on QEMU's command line: $(tr '\0' ' ' <"/proc/$pid/cmdline" | grep -o 'vhost-vsock[^ ]*')"; return 1; }
+  ls -l "/proc/$pid/fd" >>"$LOG" 2>&1
+  # The unit's /dev is its own mount: seen from here the fd reads
+  # "/vhost-vsock", the path inside that mount.
+  fds=$(find "/proc/$pid/fd" -lname '*vhost-vsock*' 2>/dev/null | wc -l)
+  [ "$fds" -ge 1 ] || { fail "vsk: QEMU holds no fd of /dev/vhost-vsock (its fds: $(find "/proc/$pid/fd" -printf '%l ' 2>/dev/null | head -c 300))"; return 1; }
+  if setpriv --reuid=vm-vsk --regid=vm-vsk --clear-groups sh -c 'exec 3<>/dev/vhost-vsock' 2>/dev/null; then
+    fail "vsk: the principal can open /dev/vhost-vsock itself"; return 1
+  fi
+  j=$(jlog $u "$1")
+  printf '%s\n' "$j" | grep -q '^T-VIRTIO 0x0013' \
+    || { fail "vsk: the guest has no virtio vsock device: $(printf '%s\n' "$j" | grep '^T-VIRTIO' | tr '\n' ' ')"; return 1; }
+  note "vsk vhostfd held by QEMU (uid vm-vsk), guest virtio vsock device present"
+}
+
 s_all_clean() {
   local out rc p
   out=$("$VMW" verify-clean 2>&1); rc=$?
@@ -347,7 +421,7 @@ s_all_clean() {
   [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
   p=$(pgrep -a qemu-system 2>/dev/null)
   [ -z "$p" ] || { fail "hypervisors still running: $p"; return 1; }
-  for v in a b c; do independent_clean $v || return 1; done
+  for v in a b c vol vsk; do independent_clean $v || return 1; done
   note "verify-clean (all VMs) clean, no hypervisor left"
 }
 
@@ -381,6 +455,8 @@ else
   run_scenario restart_b s_restart_b
   run_scenario target_stop s_target_stop
   run_scenario broken_spec s_broken_spec
+  run_scenario share_volume s_share_volume
+  run_scenario vhost_vsock s_vhost_vsock
   run_scenario all_clean s_all_clean
 fi
 say "SCENARIOS passed=$PASS failed=$FAIL"
