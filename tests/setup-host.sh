@@ -9,7 +9,7 @@
 #                    preinstalled backports qemu-utils, so it is (re)installed after.
 #   busybox-static   /bin/busybox for the test initramfs (also provides cpio)
 #   acl              setfacl/getfacl (grant /dev/kvm to test uids; no udev here)
-#   e2fsprogs        mkfs.ext4 -d (rootfs images)
+#   e2fsprogs        mkfs.ext4 -d (rootfs images); mkfs.ext4 for disks[].create; debugfs
 #   debootstrap      systemd rootfs for slow tests
 #   kmod             modinfo (module load order when building the initramfs)
 #   python3          QMP snippets in the smoke tests
