@@ -16,7 +16,7 @@
 
 use std::ffi::CString;
 use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -608,17 +608,12 @@ fn child(
     }
     landlock::apply(policy, mode).map_err(|e| e.to_string())?;
     // Keep stdout/stderr (fds 1, 2 are below 3) and the image fd.
-    // SAFETY: the fd is the launcher's open image; the child only makes it
-    // survive the exec below.
-    let img = unsafe { OwnedFd::from_raw_fd(image.as_raw_fd()) };
-    let keep = [img.as_raw_fd()];
-    let r = nix::fcntl::fcntl(
-        &img,
+    nix::fcntl::fcntl(
+        image,
         nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-    );
-    std::mem::forget(img);
-    r.map_err(|e| format!("fcntl(F_SETFD): {e}"))?;
-    sandbox::cloexec_all_but(&LinuxSyscall, &keep).map_err(|e| e.to_string())?;
+    )
+    .map_err(|e| format!("fcntl(F_SETFD): {e}"))?;
+    sandbox::cloexec_all_but(&LinuxSyscall, &[image.as_raw_fd()]).map_err(|e| e.to_string())?;
     let errno = match nix::unistd::execve(prog, argv, env) {
         Ok(never) => match never {},
         Err(e) => e,
