@@ -262,3 +262,35 @@ fn kill_after_every_step_leaves_no_half_made_image_and_never_deletes_a_finished_
         assert_eq!(ino(&image(&env)), Some(after));
     }
 }
+
+#[test]
+fn a_planted_temporary_name_is_replaced_never_followed() {
+    // The state dir is the principal's: a VM could leave a symlink (or a
+    // file) under the temporary name, pointing at something of root's.
+    let env = Env::new();
+    let u = uid(44);
+    let mut spec = env.spec("web", u);
+    spec["disks"] =
+        json!([{ "path": image(&env), "create": { "size_mib": 16, "fs_type": "ext4" } }]);
+    env.write_spec("web", &spec);
+    // A first launch makes the state dir (the principal's), then the image
+    // goes so the next launch makes it again.
+    assert!(env.probe("web", &["/bin/true"]).status.success());
+    assert_clean(&env);
+    std::fs::remove_file(image(&env)).unwrap();
+    let victim = env.path("root-file");
+    std::fs::write(&victim, b"root's\n").unwrap();
+    std::os::unix::fs::symlink(&victim, temp(&env)).unwrap();
+    std::os::unix::fs::lchown(temp(&env), Some(u), Some(u)).unwrap();
+
+    let ok = env.probe("web", &["/bin/true"]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    assert_eq!(std::fs::read(&victim).unwrap(), b"root's\n");
+    let md = std::fs::metadata(&victim).unwrap();
+    assert_eq!((md.uid(), md.len()), (0, 7));
+    let img = std::fs::symlink_metadata(image(&env)).unwrap();
+    assert!(img.file_type().is_file());
+    assert_eq!((img.uid(), img.mode() & 0o7777), (u, 0o600));
+    std::fs::symlink_metadata(temp(&env)).unwrap_err();
+    assert_clean(&env);
+}
