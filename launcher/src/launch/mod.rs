@@ -1368,6 +1368,7 @@ mod tests {
                 loaded: Vec::new(),
                 lease: &lease,
                 taps: &[],
+                vhost_vsock: None,
                 qemu_sandbox: false,
             },
         );
