@@ -31,7 +31,12 @@
 in {
   config = mkIf cfg.enable (mkMerge [
     {
-      environment.systemPackages = [cfg.package];
+      # The launcher formats created images with mkfs.<fsType>, looked up in
+      # the system profile (launcher/src/launch/volumes.rs): e2fsprogs is
+      # there only when a VM creates an ext4 image, not on every host.
+      environment.systemPackages =
+        [cfg.package]
+        ++ lib.optional (lib.any (vm: lib.any (d: d.create != null && d.create.fsType == "ext4") vm.disks) (lib.attrValues vms)) pkgs.e2fsprogs;
 
       users.users = lib.mapAttrs' (name: vm:
         nameValuePair vm.principal.user ({

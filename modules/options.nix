@@ -144,7 +144,11 @@
       fsType = mkOption {
         type = types.nullOr (types.enum vlib.createFsTypes);
         default = "ext4";
-        description = "File system to create on the new image, or `null` for an unformatted one.";
+        description = ''
+          File system to create on the new image, or `null` for an
+          unformatted one. With `"ext4"` the module puts `e2fsprogs` in the
+          system profile, where the launcher finds `mkfs.ext4`.
+        '';
       };
     };
   };

@@ -524,6 +524,17 @@ PY
     fi
   fi
 
+  # mkfs.ext4 for created images: in the system profile when a VM creates
+  # an ext4 image (shares-vsock does), not otherwise (two-vms).
+  if a=$(ev config.environment.systemPackages "$top/tests/nix/cases/shares-vsock.nix" 2>"$work/e") &&
+    b=$(ev config.environment.systemPackages "$top/tests/nix/cases/two-vms.nix" 2>>"$work/e") &&
+    grep -q -- '-e2fsprogs' <<<"$a" && ! grep -q -- '-e2fsprogs' <<<"$b"; then
+    ok "e2fsprogs: in systemPackages with a created ext4 image, not without"
+  else
+    cat "$work/e"
+    bad "e2fsprogs: systemPackages ($a | $b)"
+  fi
+
   # Removed VMs: the activation snippet lists state and runtime directories
   # without a configured VM (two-vms configures web and batch), and only
   # those; it reads, and changes nothing.

@@ -38,6 +38,7 @@
       "qemu_kvm"
       "qemu_test"
       "busybox"
+      "e2fsprogs"
       "linux"
       "iptables"
     ]
