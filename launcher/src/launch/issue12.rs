@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::config::paths::Roots;
-use crate::config::spec::{ShareProto, Spec, SpecError};
+use crate::config::spec::{Spec, SpecError, VsockBackend};
 use crate::identity::principal::Principal;
 
 fn bad(spec_path: &Path, field: String, reason: String) -> SpecError {
@@ -193,9 +193,9 @@ fn foreign_writer(m: &std::fs::Metadata, p: &Principal) -> Option<String> {
     None
 }
 
-/// What this launcher cannot start yet (the helpers of issue 12's runtime
-/// part): refused by name rather than rendered into an argv whose sockets
-/// nobody serves.
+/// What this launcher cannot start yet (issue 12's runtime part): refused
+/// by name rather than rendered into an argv whose sockets nobody serves.
+/// virtiofs shares and the user vsock backend run (`launch::helpers`).
 pub fn check_supported(spec: &Spec, spec_path: &Path) -> Result<(), SpecError> {
     let not_yet = |field: String, what: &str| {
         bad(
@@ -206,18 +206,14 @@ pub fn check_supported(spec: &Spec, spec_path: &Path) -> Result<(), SpecError> {
             ),
         )
     };
-    for (i, sh) in spec.shares.iter().enumerate() {
-        if sh.proto == ShareProto::Virtiofs {
-            return Err(not_yet(
-                format!("shares[{i}].proto"),
-                "a virtiofsd per share",
-            ));
-        }
-    }
-    if spec.vsock.is_some() {
+    if spec
+        .vsock
+        .as_ref()
+        .is_some_and(|v| v.backend == VsockBackend::Vhost)
+    {
         return Err(not_yet(
-            "vsock".into(),
-            "vhost-device-vsock or a root-opened /dev/vhost-vsock",
+            "vsock.backend".into(),
+            "a root-opened /dev/vhost-vsock",
         ));
     }
     for (i, d) in spec.disks.iter().enumerate() {
