@@ -536,3 +536,41 @@ fn kill_at_every_launch_step_with_helpers_leaves_no_helper() {
     let (o, rep) = env.cleanup("web");
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
 }
+
+#[test]
+fn cloud_hypervisor_gets_a_virtiofsd_per_share_and_serves_its_vsock_itself() {
+    let env = Env::new();
+    let u = uid(28);
+    let rw = dir(&env, "rw-src", u, 0o700);
+    let mut spec = env.spec("web", u);
+    spec["hypervisor"] =
+        json!({ "kind": "cloud-hypervisor", "binary": "/bin/true", "accel": "kvm" });
+    spec["shares"] = json!([{ "tag": "vrw", "source": rw, "proto": "virtiofs" }]);
+    spec["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
+    spec["vsock"] = json!({ "cid": 11, "backend": "user" });
+    env.write_spec("web", &spec);
+    // The probe stands in for cloud-hypervisor (none is installed here).
+    let mut c = env.launch_cmd("web");
+    c.args(["--probe", "--", "/bin/sleep", "600"]);
+    let mut child = c.spawn().unwrap();
+    let pid = child.id();
+    wait_until(
+        "the probe and its virtiofsd",
+        Duration::from_secs(30),
+        || {
+            helpers_of(u, pid).len() == 1
+                && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "sleep")
+        },
+    );
+    assert_sandboxed_helpers(u, pid, &["virtiofsd"]);
+    assert!(env.run.join("web/control/virtiofs-vrw.sock").exists());
+    assert!(!env.run.join("web/control/vsock-vhost-user.sock").exists());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_until("helpers gone", Duration::from_secs(10), || {
+        helpers_of(u, 0).is_empty()
+    });
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+}
