@@ -275,14 +275,14 @@ fn assert_sandboxed_helpers(u: u32, parent: u32, want: &[&str]) {
 fn a_guest_mounts_virtiofs_and_9p_shares_and_talks_over_user_vsock_through_sandboxed_helpers() {
     let env = Env::new();
     let (kernel, initrd) = shares_assets();
-    let u = uid(23);
+    let u = uid(160);
     let ro = dir(&env, "ro-src", 0, 0o755);
     std::fs::write(ro.join("hello"), b"from the host\n").unwrap();
     std::fs::set_permissions(ro.join("hello"), PermissionsExt::from_mode(0o644)).unwrap();
     let rw = dir(&env, "rw-src", u, 0o700);
     let p9 = dir(&env, "p9-src", u, 0o700);
     // World-readable, so only the sandbox can keep this VM out of it.
-    let other = dir(&env, "db-src", uid(24), 0o755);
+    let other = dir(&env, "db-src", uid(161), 0o755);
     std::fs::write(other.join("secret"), b"db's\n").unwrap();
     std::fs::set_permissions(other.join("secret"), PermissionsExt::from_mode(0o644)).unwrap();
 
@@ -418,7 +418,7 @@ sync
 #[test]
 fn helpers_die_with_a_sigkilled_hypervisor_and_cleanup_is_clean() {
     let env = Env::new();
-    let u = uid(25);
+    let u = uid(162);
     let rw = dir(&env, "rw-src", u, 0o700);
     let mut spec = env.spec("web", u);
     spec["shares"] = json!([{ "tag": "vrw", "source": rw, "proto": "virtiofs" }]);
@@ -459,7 +459,7 @@ fn helpers_die_with_a_sigkilled_hypervisor_and_cleanup_is_clean() {
 #[test]
 fn a_helper_that_fails_to_start_fails_the_launch_naming_it() {
     let env = Env::new();
-    let u = uid(26);
+    let u = uid(163);
     let mut spec = env.spec("web", u);
     with_helpers(&mut spec, 9);
     // Root's, executable, exits at once: never makes its sockets.
@@ -487,7 +487,7 @@ fn kill_at_every_launch_step_with_helpers_leaves_no_helper() {
         "this test needs the fault-injection build: cargo test --features fault-injection"
     );
     let env = Env::new();
-    let u = uid(27);
+    let u = uid(164);
     let rw = dir(&env, "rw-src", u, 0o700);
     let mut spec = env.spec("web", u);
     spec["shares"] = json!([{ "tag": "vrw", "source": rw, "proto": "virtiofs" }]);
@@ -540,7 +540,7 @@ fn kill_at_every_launch_step_with_helpers_leaves_no_helper() {
 #[test]
 fn cloud_hypervisor_gets_a_virtiofsd_per_share_and_serves_its_vsock_itself() {
     let env = Env::new();
-    let u = uid(28);
+    let u = uid(165);
     let rw = dir(&env, "rw-src", u, 0o700);
     let mut spec = env.spec("web", u);
     spec["hypervisor"] =
