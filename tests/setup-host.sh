@@ -18,6 +18,8 @@
 #   groff-base       the generated man pages must render without a warning
 #   libseccomp-dev, libcap-ng-dev, pkg-config
 #                    build dependencies of virtiofsd (below)
+#   gcc, libc6-dev   cc -static of the shares guest's vsock endpoint
+#                    (tests/assets/vsock-echo.c)
 #
 # Then the two vhost-user daemons of issue 12, which Debian 12 does not
 # package, built with `cargo install --locked` at pinned versions into
@@ -37,7 +39,7 @@ command -v dpkg-query >/dev/null 2>&1 || die "not a Debian-based system (no dpkg
 # package -> a command it must provide (checked as well, so a half-removed
 # package is repaired)
 PKGS=(qemu-system-x86 busybox-static acl e2fsprogs debootstrap kmod python3 zsh fish groff-base
-      libseccomp-dev libcap-ng-dev pkg-config)
+      libseccomp-dev libcap-ng-dev pkg-config gcc libc6-dev)
 declare -A CMD_OF=(
   [qemu-system-x86]=qemu-system-x86_64
   [busybox-static]=busybox
@@ -52,6 +54,8 @@ declare -A CMD_OF=(
   [libseccomp-dev]=true
   [libcap-ng-dev]=true
   [pkg-config]=pkg-config
+  [gcc]=cc
+  [libc6-dev]=true
   [qemu-utils]=qemu-img
 )
 export PATH="$PATH:/usr/sbin:/sbin"

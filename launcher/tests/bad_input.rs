@@ -274,6 +274,30 @@ fn issue12_cases() -> Vec<Case> {
             ],
         },
         Case {
+            name: "virtiofsd binary not executable",
+            setup: with_spec(|env, s| {
+                let p = share_dir(env, "s", 0, 0, 0o755);
+                share(s, "data", &p, "virtiofs", true);
+                let bin = env.path("virtiofsd");
+                std::fs::copy("/bin/true", &bin).unwrap();
+                std::fs::set_permissions(&bin, PermissionsExt::from_mode(0o644)).unwrap();
+                s["virtiofsd"] = json!({ "binary": bin });
+            }),
+            env: None,
+            expect: &["`virtiofsd.binary`", "is not executable"],
+        },
+        Case {
+            name: "vhost-device-vsock binary not executable",
+            setup: with_spec(|env, s| {
+                let bin = env.path("vhost-device-vsock");
+                std::fs::copy("/bin/true", &bin).unwrap();
+                std::fs::set_permissions(&bin, PermissionsExt::from_mode(0o600)).unwrap();
+                s["vsock"] = json!({ "cid": 3, "backend": "user", "binary": bin });
+            }),
+            env: None,
+            expect: &["`vsock.binary`", "is not executable"],
+        },
+        Case {
             name: "duplicate vsock CID across the config dir",
             setup: with_spec(|env, s| {
                 let mut other = env.spec("db", uid(9));

@@ -1,7 +1,10 @@
-//! Issue 12 with a real TCG guest, the parts the launcher runs without
-//! helper processes: 9p shares (QEMU's own -fsdev), a disk serial and
-//! extra_args. The guest is tests/assets/build-guest-shares.sh's (the
-//! generic Debian kernel: the cloud kernel has no 9p). Needs root.
+//! Issue 12 with a real TCG guest: 9p shares (QEMU's own -fsdev), a disk
+//! serial and extra_args; virtiofs shares and the user vsock backend served
+//! by helper daemons (virtiofsd, vhost-device-vsock) the launcher starts as
+//! the principal. The guest is tests/assets/build-guest-shares.sh's (the
+//! generic Debian kernel: the cloud kernel has no 9p). The daemons are
+//! tests/setup-host.sh's. Needs root; the kill-after-every-step case needs
+//! `--features fault-injection`.
 
 mod common;
 
@@ -12,6 +15,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
+use vmwarden::host::procs::processes_of_uid;
 
 const BOOT: Duration = Duration::from_secs(180);
 
@@ -189,4 +193,384 @@ sync; umount /rw; umount /mnt
     assert_eq!(rep["clean"], true, "{rep}");
     // Cleanup leaves the share sources and the disk alone.
     assert!(rw.join("out").is_file() && img.is_file());
+}
+
+/// Where tests/setup-host.sh installs the two vhost-user daemons.
+fn daemon(name: &str) -> PathBuf {
+    let root = std::env::var("VMWARDEN_TEST_CARGO_ROOT")
+        .unwrap_or_else(|_| "/var/cache/vmwarden-test/cargo".into());
+    let p = PathBuf::from(root).join("bin").join(name);
+    assert!(
+        p.is_file(),
+        "{} missing: run tests/setup-host.sh",
+        p.display()
+    );
+    p
+}
+
+/// The spec fields of the helpers: virtiofsd and the user vsock backend.
+fn with_helpers(spec: &mut serde_json::Value, cid: u64) {
+    spec["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
+    spec["vsock"] =
+        json!({ "cid": cid, "backend": "user", "binary": daemon("vhost-device-vsock") });
+}
+
+/// Processes of `uid` other than `not`, with their `comm`.
+fn helpers_of(uid: u32, not: u32) -> Vec<(u32, String)> {
+    processes_of_uid(uid)
+        .into_iter()
+        .filter(|p| *p != not)
+        .filter_map(|p| {
+            let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).ok()?;
+            Some((p, comm.trim().to_string()))
+        })
+        .collect()
+}
+
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + limit;
+    while !f() {
+        assert!(
+            std::time::Instant::now() < end,
+            "{what}: not within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Each helper runs as the principal, with every capability set empty, no
+/// supplementary group, no_new_privs and a seccomp filter, in the mount
+/// namespace of `parent` (the hypervisor), as its child.
+fn assert_sandboxed_helpers(u: u32, parent: u32, want: &[&str]) {
+    let hs = helpers_of(u, parent);
+    let mut names: Vec<_> = hs.iter().map(|(_, c)| c.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, want, "{hs:?}");
+    let ns = |p: u32| std::fs::read_link(format!("/proc/{p}/ns/mnt")).unwrap();
+    assert_ne!(
+        ns(parent),
+        ns(std::process::id()),
+        "not in a private namespace"
+    );
+    for (pid, comm) in &hs {
+        for key in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+            assert_eq!(
+                proc_status(*pid, key),
+                "0000000000000000",
+                "{comm} {pid}: {key}"
+            );
+        }
+        let us = format!("{u}\t{u}\t{u}\t{u}");
+        assert_eq!(proc_status(*pid, "Uid"), us, "{comm}");
+        assert_eq!(proc_status(*pid, "Gid"), us, "{comm}");
+        assert_eq!(proc_status(*pid, "Groups"), "", "{comm}");
+        assert_eq!(proc_status(*pid, "NoNewPrivs"), "1", "{comm}");
+        assert_eq!(proc_status(*pid, "Seccomp"), "2", "{comm}");
+        assert_eq!(proc_status(*pid, "PPid"), parent.to_string(), "{comm}");
+        assert_eq!(ns(*pid), ns(parent), "{comm} {pid}: mount namespace");
+    }
+}
+
+#[test]
+fn a_guest_mounts_virtiofs_and_9p_shares_and_talks_over_user_vsock_through_sandboxed_helpers() {
+    let env = Env::new();
+    let (kernel, initrd) = shares_assets();
+    let u = uid(160);
+    let ro = dir(&env, "ro-src", 0, 0o755);
+    std::fs::write(ro.join("hello"), b"from the host\n").unwrap();
+    std::fs::set_permissions(ro.join("hello"), PermissionsExt::from_mode(0o644)).unwrap();
+    let rw = dir(&env, "rw-src", u, 0o700);
+    let p9 = dir(&env, "p9-src", u, 0o700);
+    // World-readable, so only the sandbox can keep this VM out of it.
+    let other = dir(&env, "db-src", uid(161), 0o755);
+    std::fs::write(other.join("secret"), b"db's\n").unwrap();
+    std::fs::set_permissions(other.join("secret"), PermissionsExt::from_mode(0o644)).unwrap();
+
+    let script = "\
+mount -t virtiofs vro /mnt || echo T-MOUNT-VRO-FAILED
+mkdir -p /vrw /p9
+mount -t virtiofs vrw /vrw || echo T-MOUNT-VRW-FAILED
+mount -t 9p -o trans=virtio,version=9p2000.L p9 /p9 || echo T-MOUNT-P9-FAILED
+echo \"T-READ $(cat /mnt/hello)\"
+echo guest-wrote >/vrw/out && echo T-WROTE
+echo p9-wrote >/p9/out && echo T-P9-WROTE
+if echo x >/mnt/evil 2>/dev/null; then echo T-RO-WRITE-SUCCEEDED; else echo T-RO-WRITE-REFUSED; fi
+sync
+/bin/vsock-echo 1234 &
+";
+    let mut spec = env.spec("web", u);
+    spec["hypervisor"]["machine"] = json!("pc");
+    spec["kernel"] = json!(kernel);
+    spec["initrd"] = json!(initrd);
+    spec["cmdline"] = json!(format!(
+        "{} vmwarden.run={}",
+        guest_cmdline("pc", "hold"),
+        b64(script)
+    ));
+    spec["shares"] = json!([
+        { "tag": "vro", "source": ro, "proto": "virtiofs", "read_only": true },
+        { "tag": "vrw", "source": rw, "proto": "virtiofs", "read_only": false },
+        { "tag": "p9", "source": p9, "proto": "9p", "read_only": false }
+    ]);
+    with_helpers(&mut spec, 7);
+    env.write_spec("web", &spec);
+
+    // Another VM's share source is out of this VM's sandbox (Landlock).
+    let probe = env.probe(
+        "web",
+        &["/bin/cat", &other.join("secret").to_string_lossy()],
+    );
+    assert!(!probe.status.success(), "{}", text(&probe));
+    // (The helpers of that probe die with it: their death signal is sent
+    // as it exits, their own exit follows.)
+    wait_until("the probe's helpers gone", Duration::from_secs(10), || {
+        helpers_of(u, 0).is_empty()
+    });
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+
+    let mut g = env.start("web");
+    g.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    g.wait_for("VSOCK-ECHO listening port=1234", BOOT);
+    let out = g.log_text();
+    for want in [
+        "T-READ from the host",
+        "T-WROTE",
+        "T-P9-WROTE",
+        "T-RO-WRITE-REFUSED",
+        "VMWARDEN-VSOCK dev=present",
+        "VSOCK-ECHO cid=7",
+        "VMWARDEN-RUN-END rc=0",
+    ] {
+        assert!(out.contains(want), "guest output lacks {want:?}:\n{out}");
+    }
+    assert!(!out.contains("T-MOUNT-"), "{out}");
+
+    // Hybrid vsock: the host side is a unix socket in control/.
+    let sock = env.run.join("web/control/vsock.sock");
+    let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    use std::io::{BufRead, Write};
+    c.write_all(b"CONNECT 1234\n").unwrap();
+    let mut r = std::io::BufReader::new(c.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("OK "), "{line:?}");
+    c.write_all(b"ping-from-host\n").unwrap();
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line, "guest-got:ping-from-host\n");
+    g.wait_for("VSOCK-ECHO got=ping-from-host", BOOT);
+
+    // The helpers: two virtiofsd and the vsock daemon, sandboxed, children
+    // of QEMU in its namespace; the socket virtiofsd serves is the
+    // principal's.
+    assert_sandboxed_helpers(u, g.pid(), &["vhost-device-vs", "virtiofsd", "virtiofsd"]);
+    let md = std::fs::symlink_metadata(env.run.join("web/control/virtiofs-vrw.sock")).unwrap();
+    assert_eq!((md.uid(), md.mode() & 0o777), (u, 0o600));
+    let rec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.run.join("web/instance.json")).unwrap()).unwrap();
+    let helpers: Vec<_> = rec["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "helper")
+        .map(|r| (r["helper"].as_str().unwrap(), r["tag"].as_str()))
+        .collect();
+    assert_eq!(
+        helpers,
+        [
+            ("virtiofsd", Some("vro")),
+            ("virtiofsd", Some("vrw")),
+            ("vhost-device-vsock", None)
+        ]
+    );
+
+    // The guest's writes are the principal's files on the host; the
+    // read-only share is as it was.
+    for (f, want) in [
+        (rw.join("out"), "guest-wrote\n"),
+        (p9.join("out"), "p9-wrote\n"),
+    ] {
+        let md = std::fs::metadata(&f).unwrap();
+        assert_eq!((md.uid(), md.gid()), (u, u), "{f:?}");
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), want);
+    }
+    let names: Vec<_> = std::fs::read_dir(&ro)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["hello"]);
+
+    let stop = env.vmwarden(&["stop", "web", "--timeout", "60"]);
+    assert!(stop.status.success(), "{}", text(&stop));
+    assert!(g.wait_exit(Duration::from_secs(10)).is_some());
+    // Gone with the hypervisor: nothing of the principal is left.
+    assert_eq!(helpers_of(u, 0), vec![]);
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(rep["clean"], true, "{rep}");
+    let v = env.verify_clean(&["web"]);
+    assert!(v.status.success(), "{}", text(&v));
+    assert!(rw.join("out").is_file());
+}
+
+#[test]
+fn helpers_die_with_a_sigkilled_hypervisor_and_cleanup_is_clean() {
+    let env = Env::new();
+    let u = uid(162);
+    let rw = dir(&env, "rw-src", u, 0o700);
+    let mut spec = env.spec("web", u);
+    spec["shares"] = json!([{ "tag": "vrw", "source": rw, "proto": "virtiofs" }]);
+    with_helpers(&mut spec, 8);
+    env.write_spec("web", &spec);
+    for _ in 0..2 {
+        // The probe stands in for the hypervisor: it never connects, so the
+        // daemons would wait for ever; only the death signal ends them.
+        let mut c = env.launch_cmd("web");
+        c.args(["--probe", "--", "/bin/sleep", "600"]);
+        let mut child = c.spawn().unwrap();
+        let pid = child.id();
+        wait_until(
+            "three processes of the uid",
+            Duration::from_secs(30),
+            || {
+                helpers_of(u, pid).len() == 2
+                    && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                        .is_ok_and(|c| c.trim() == "sleep")
+            },
+        );
+        assert_sandboxed_helpers(u, pid, &["vhost-device-vs", "virtiofsd"]);
+        // Live: cleanup refuses.
+        let (o, _) = env.cleanup("web");
+        assert!(!o.status.success(), "{}", text(&o));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        wait_until("helpers gone", Duration::from_secs(10), || {
+            helpers_of(u, 0).is_empty()
+        });
+        let (o, rep) = env.cleanup("web");
+        assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+        let v = env.verify_clean(&["web"]);
+        assert!(v.status.success(), "{}", text(&v));
+    }
+}
+
+#[test]
+fn a_helper_that_fails_to_start_fails_the_launch_naming_it() {
+    let env = Env::new();
+    let u = uid(163);
+    let mut spec = env.spec("web", u);
+    with_helpers(&mut spec, 9);
+    // Root's, executable, exits at once: never makes its sockets.
+    spec["vsock"]["binary"] = json!("/bin/false");
+    env.write_spec("web", &spec);
+    let o = env.probe("web", &["/bin/true"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("at step \"helpers-started\"")
+            && e.contains("vhost-device-vsock (/bin/false) exited"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(helpers_of(u, 0), vec![]);
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+}
+
+#[test]
+#[allow(clippy::assertions_on_constants)]
+fn kill_at_every_launch_step_with_helpers_leaves_no_helper() {
+    assert!(
+        cfg!(feature = "fault-injection"),
+        "this test needs the fault-injection build: cargo test --features fault-injection"
+    );
+    let env = Env::new();
+    let u = uid(164);
+    let rw = dir(&env, "rw-src", u, 0o700);
+    let mut spec = env.spec("web", u);
+    spec["shares"] = json!([{ "tag": "vrw", "source": rw, "proto": "virtiofs" }]);
+    with_helpers(&mut spec, 10);
+    env.write_spec("web", &spec);
+    let steps = String::from_utf8(
+        Command::new(LAUNCH)
+            .arg("--list-steps")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(steps.lines().any(|s| s == "helpers-started"), "{steps}");
+    for step in steps.lines() {
+        let out = env
+            .launch_cmd("web")
+            .env("VMWARDEN_FAULT_AFTER", step)
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(9), "step {step}: {}", text(&out));
+        // The death signal reached every helper (it is delivered as the
+        // launcher exits; the helper's own exit follows).
+        wait_until(
+            &format!("helpers gone after {step}"),
+            Duration::from_secs(10),
+            || helpers_of(u, 0).is_empty(),
+        );
+        let (o, rep) = env.cleanup("web");
+        assert!(
+            o.status.success() && rep["clean"] == true,
+            "after {step}: {}",
+            text(&o)
+        );
+        let v = env.verify_clean(&["web"]);
+        assert!(v.status.success(), "after {step}: {}", text(&v));
+    }
+    let ok = env.probe("web", &["/bin/true"]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    wait_until(
+        "helpers gone after the probe",
+        Duration::from_secs(10),
+        || helpers_of(u, 0).is_empty(),
+    );
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+}
+
+#[test]
+fn cloud_hypervisor_gets_a_virtiofsd_per_share_and_serves_its_vsock_itself() {
+    let env = Env::new();
+    let u = uid(165);
+    let rw = dir(&env, "rw-src", u, 0o700);
+    let mut spec = env.spec("web", u);
+    spec["hypervisor"] =
+        json!({ "kind": "cloud-hypervisor", "binary": "/bin/true", "accel": "kvm" });
+    spec["shares"] = json!([{ "tag": "vrw", "source": rw, "proto": "virtiofs" }]);
+    spec["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
+    spec["vsock"] = json!({ "cid": 11, "backend": "user" });
+    env.write_spec("web", &spec);
+    // The probe stands in for cloud-hypervisor (none is installed here).
+    let mut c = env.launch_cmd("web");
+    c.args(["--probe", "--", "/bin/sleep", "600"]);
+    let mut child = c.spawn().unwrap();
+    let pid = child.id();
+    wait_until(
+        "the probe and its virtiofsd",
+        Duration::from_secs(30),
+        || {
+            helpers_of(u, pid).len() == 1
+                && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "sleep")
+        },
+    );
+    assert_sandboxed_helpers(u, pid, &["virtiofsd"]);
+    assert!(env.run.join("web/control/virtiofs-vrw.sock").exists());
+    assert!(!env.run.join("web/control/vsock-vhost-user.sock").exists());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_until("helpers gone", Duration::from_secs(10), || {
+        helpers_of(u, 0).is_empty()
+    });
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
 }

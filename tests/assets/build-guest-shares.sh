@@ -7,7 +7,9 @@
 #                           cloud kernel has virtiofs, fuse and vsock but no 9p
 #   $ASSETS/initramfs.img   gzip'd newc cpio: static busybox, the virtio, 9p,
 #                           virtiofs, vsock, ext4 and crc32c (ext4 metadata_csum,
-#                           mke2fs's default) .ko files, /init
+#                           mke2fs's default) .ko files, /init, and
+#                           /bin/vsock-echo (vsock-echo.c, built static: busybox
+#                           has no vsock applet)
 #   $ASSETS/assets.env      shell-sourceable: KERNEL= INITRD= KVER= GUEST_CMDLINE_*=
 #
 # ASSETS=${VMWARDEN_TEST_SHARES_ASSETS:-/var/cache/vmwarden/test-assets-shares}
@@ -28,7 +30,7 @@
 # as an unprivileged uid can read them.
 #
 # Usage: build-guest.sh [--force]     prints the assets.env path on stdout
-# Needs: apt-get, apt-cache, dpkg-deb, busybox (busybox-static), modinfo (kmod),
+# Needs: apt-get, apt-cache, dpkg-deb, busybox (busybox-static), modinfo (kmod), cc,
 #        gzip, sha256sum, flock. Run tests/setup-host.sh first.
 # The guest's behaviour (markers, vmwarden.mode=) is described in README.md.
 set -euo pipefail
@@ -40,6 +42,7 @@ log() { echo "build-guest-shares.sh: $*" >&2; }
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SELF="$HERE/$(basename "${BASH_SOURCE[0]}")"
 CMDLINE_HELPER="$HERE/guest-cmdline.sh"
+VSOCK_ECHO_SRC="$HERE/vsock-echo.c"
 ASSETS=${VMWARDEN_TEST_SHARES_ASSETS:-/var/cache/vmwarden/test-assets-shares}
 STAMP="$ASSETS/.build-guest-shares.sha256"
 OUTPUTS=(vmlinuz initramfs.img assets.env)
@@ -52,7 +55,7 @@ esac
 
 [ -r "$CMDLINE_HELPER" ] || die "missing $CMDLINE_HELPER"
 
-want_hash() { cat "$SELF" "$CMDLINE_HELPER" | sha256sum | cut -d' ' -f1; }
+want_hash() { cat "$SELF" "$CMDLINE_HELPER" "$VSOCK_ECHO_SRC" | sha256sum | cut -d' ' -f1; }
 
 is_cached() {
   local f
@@ -69,7 +72,7 @@ if is_cached; then
   exit 0
 fi
 
-for c in apt-get apt-cache dpkg-deb busybox modinfo gzip sha256sum flock; do
+for c in apt-get apt-cache dpkg-deb busybox modinfo gzip sha256sum flock cc; do
   command -v "$c" >/dev/null 2>&1 || die "'$c' not found (run tests/setup-host.sh as root)"
 done
 busybox cpio --help >/dev/null 2>&1 || die "busybox has no cpio applet (need busybox-static)"
@@ -153,6 +156,7 @@ log "module load order: ${ORDER[*]}"
 R="$WORK/initramfs"
 mkdir -p "$R"/{bin,sbin,dev,proc,sys,tmp,run,lib/modules,etc/acpi/PWRF}
 cp "$BUSYBOX" "$R/bin/busybox"
+cc -static -Os -o "$R/bin/vsock-echo" "$VSOCK_ECHO_SRC" || die "cc -static $VSOCK_ECHO_SRC failed (needs gcc and libc6-dev)"
 for m in "${ORDER[@]}"; do
   cp "${KO_PATH[$m]}" "$R/lib/modules/$m.ko"
   echo "$m" >>"$R/lib/modules/order"
@@ -276,7 +280,7 @@ case "$MODE" in
     poweroff -f ;;
 esac
 EOF
-chmod 0755 "$R/init" "$R/etc/acpi/PWRF/00000080" "$R/bin/busybox"
+chmod 0755 "$R/init" "$R/etc/acpi/PWRF/00000080" "$R/bin/busybox" "$R/bin/vsock-echo"
 
 (cd "$R" && find . -mindepth 1 | LC_ALL=C sort | busybox cpio -o -H newc -R 0:0 2>/dev/null) \
   | gzip -9n >"$WORK/initramfs.img" || die "packing the initramfs failed"

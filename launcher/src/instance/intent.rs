@@ -95,6 +95,18 @@ pub enum Resource {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         bridge: Option<String>,
     },
+    /// A helper daemon the launcher forks for the hypervisor, run as the
+    /// principal (issue 12): `virtiofsd` for share `tag`, or
+    /// `vhost-device-vsock`. `socket` is its vhost-user socket in
+    /// `control/` (removed by cleanup with the control dir). It dies with
+    /// the hypervisor (parent-death signal) and holds the lease meanwhile;
+    /// cleanup and verify-clean prove no process of the principal is left.
+    Helper {
+        helper: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tag: Option<String>,
+        socket: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::config::paths::Roots;
-use crate::config::spec::{ShareProto, Spec, SpecError, VsockBackend};
+use crate::config::spec::{Spec, SpecError};
 use crate::identity::principal::Principal;
 
 fn bad(spec_path: &Path, field: String, reason: String) -> SpecError {
@@ -191,41 +191,4 @@ fn foreign_writer(m: &std::fs::Metadata, p: &Principal) -> Option<String> {
         return Some("everyone (mode o+w)".to_string());
     }
     None
-}
-
-/// What this launcher cannot start yet (the helpers of issue 12's runtime
-/// part): refused by name rather than rendered into an argv whose sockets
-/// nobody serves.
-pub fn check_supported(spec: &Spec, spec_path: &Path) -> Result<(), SpecError> {
-    let not_yet = |field: String, what: &str| {
-        bad(
-            spec_path,
-            field,
-            format!(
-                "needs {what}, which this vmwarden does not start yet (issue 12, runtime part)"
-            ),
-        )
-    };
-    for (i, sh) in spec.shares.iter().enumerate() {
-        if sh.proto == ShareProto::Virtiofs {
-            return Err(not_yet(
-                format!("shares[{i}].proto"),
-                "a virtiofsd per share",
-            ));
-        }
-    }
-    // The kernel backend runs (launch::open_vhost_vsock); the user
-    // backend needs its daemon, and cloud-hypervisor's is refused by the
-    // spec already.
-    if spec
-        .vsock
-        .as_ref()
-        .is_some_and(|v| v.backend == VsockBackend::User)
-    {
-        return Err(not_yet(
-            "vsock.backend".into(),
-            "the user backend (vhost-device-vsock for QEMU)",
-        ));
-    }
-    Ok(())
 }

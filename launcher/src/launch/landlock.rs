@@ -136,6 +136,13 @@ pub struct Policy {
     /// opened without following any symlink (the VM could have planted one
     /// pointing at `/`).
     pub vm_trees: Vec<PathBuf>,
+    /// Leave signals unscoped (abstract sockets stay scoped). Set for a
+    /// hypervisor with helper daemons: their parent-death signal is sent
+    /// as if by the dying hypervisor, and a scoped domain may not signal a
+    /// process outside it, which each helper is (it has its own domain).
+    /// What the hypervisor gains is only what DAC already limits it to:
+    /// processes of its own dedicated uid, i.e. its helpers.
+    pub signals_unscoped: bool,
 }
 
 /// The rule set for one VM, before it meets the kernel.
@@ -195,6 +202,58 @@ pub fn policy(spec: &Spec, state_dir: &Path, control_dir: &Path, creds_dir: &Pat
     Policy {
         rules,
         vm_trees: vec![state_dir.to_path_buf(), control_dir.to_path_buf()],
+        signals_unscoped: false,
+    }
+}
+
+/// The domain of one helper daemon (`launch::helpers`): the system's
+/// program and library trees, its binary (`binary_field`), `/dev/null`, its
+/// share (read-only or read-write, never execute) and, for a daemon that
+/// makes its own sockets, the control dir (sockets only). Nothing of the
+/// hypervisor's: no kernel, disk, credential or `/dev/kvm`.
+pub fn helper_policy(
+    binary: &Path,
+    binary_field: &str,
+    share: Option<(&Path, bool, String)>,
+    control_dir: Option<&Path>,
+    vm_trees: &[PathBuf],
+) -> Policy {
+    let mut rules: Vec<Rule> = SYSTEM_READ
+        .iter()
+        .map(|p| Rule {
+            path: PathBuf::from(p),
+            grant: Grant::Exec,
+            field: None,
+        })
+        .collect();
+    rules.push(Rule {
+        path: PathBuf::from("/dev/null"),
+        grant: Grant::Write,
+        field: None,
+    });
+    rules.push(Rule {
+        path: binary.to_path_buf(),
+        grant: Grant::Exec,
+        field: Some(binary_field.to_string()),
+    });
+    if let Some((source, read_only, field)) = share {
+        rules.push(Rule {
+            path: source.to_path_buf(),
+            grant: if read_only { Grant::Read } else { Grant::Write },
+            field: Some(field),
+        });
+    }
+    if let Some(c) = control_dir {
+        rules.push(Rule {
+            path: c.to_path_buf(),
+            grant: Grant::Socket,
+            field: Some("control dir".into()),
+        });
+    }
+    Policy {
+        rules,
+        vm_trees: vm_trees.to_vec(),
+        signals_unscoped: false,
     }
 }
 
@@ -262,11 +321,15 @@ pub fn apply(p: &Policy, mode: LandlockMode) -> Result<Outcome> {
         LandlockMode::Required => CompatLevel::BestEffort,
         LandlockMode::BestEffort => CompatLevel::BestEffort,
     };
+    let mut scopes = Scope::from_all(abi);
+    if p.signals_unscoped {
+        scopes.remove(Scope::Signal);
+    }
     let rs = Ruleset::default()
         .set_compatibility(compat)
         .handle_access(AccessFs::from_all(abi))?
         .handle_access(AccessNet::from_all(abi))?
-        .scope(Scope::from_all(abi))?
+        .scope(scopes)?
         .create()?;
     let mut rs = rs;
     for r in &p.rules {

@@ -3,6 +3,7 @@
 //! is in the intent record before it exists.
 
 pub mod creds;
+pub mod helpers;
 pub mod issue12;
 pub mod landlock;
 pub mod sandbox;
@@ -39,6 +40,7 @@ use crate::instance::intent::{self, Intent, IntentError, IntentPrincipal, Resour
 use crate::instance::lease::{self, Lease, LeaseError, LeaseState};
 use crate::instance::liveness::{Probe, Verdict, Via};
 use crate::launch::creds::CredentialError;
+use crate::launch::helpers::HelperError;
 use crate::launch::landlock::LandlockError;
 use crate::launch::sandbox::SandboxError;
 use crate::launch::seccomp::SeccompError;
@@ -68,6 +70,7 @@ pub const STEPS: &[&str] = &[
     "credentials-mounted",
     "credentials-installed",
     "rlimits",
+    "helpers-started",
     "privileges-dropped",
     "landlock",
     "seccomp",
@@ -170,6 +173,8 @@ pub enum StepError {
         hint: &'static str,
     },
     #[error(transparent)]
+    Helper(#[from] HelperError),
+    #[error(transparent)]
     Sys(#[from] SysError),
     #[error(transparent)]
     Io(#[from] IoError),
@@ -233,6 +238,7 @@ impl StepError {
             | StepError::NoLongerABridge { .. }
             | StepError::Landlock(_)
             | StepError::Seccomp(_)
+            | StepError::Helper(_)
             | StepError::HypervisorProbe { .. }
             | StepError::Sys(_)
             | StepError::Io(_)
@@ -508,7 +514,6 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let (spec, spec_bytes) = Spec::load_with_bytes(&spec_path, &opts.name)?;
     check_spec_paths_scoped(&spec, &spec_path, roots)?;
     issue12::check_roots(&spec, &spec_path, roots)?;
-    issue12::check_supported(&spec, &spec_path)?;
     let loaded = creds::read_all(&spec, opts.credentials_directory.as_deref())?;
     tracing::info!(
         step = %"spec-loaded",
@@ -743,7 +748,13 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     sandbox::mask_root_except(sys, &roots.state_root, state_dir)?;
     sandbox::mask_dir(sys, Path::new("/run/credentials"))?;
     steps.after("masked");
-    sandbox::mount_private_proc(sys, kind == HypervisorKind::Qemu)?;
+    // virtiofsd needs /proc/sys (see helpers::need_proc_sys): with it, QEMU
+    // gets hidepid=invisible without subset=pid, like the other kinds.
+    let planned = helpers::plan(spec, &control_path);
+    sandbox::mount_private_proc(
+        sys,
+        kind == HypervisorKind::Qemu && !helpers::need_proc_sys(&planned),
+    )?;
     steps.after("proc");
     //    Images of `disks[].create` that do not exist yet: made under a
     //    temporary name (recorded in the intent record), formatted by mkfs
@@ -772,15 +783,51 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     steps.after("rlimits");
 
     // The seccomp filter is compiled while a failure can still be reported
-    // cleanly, and installed after Landlock.
+    // cleanly, and installed after Landlock (the helpers get it too).
     let seccomp_progs = seccomp::programs()?;
+
+    // 8b. Helpers (issue 12): forked here, in this namespace, each dropping
+    //     to the principal in its own sandbox; recorded in the intent
+    //     record at step 5. This process becomes the hypervisor, so their
+    //     death signal follows it.
+    let started = if planned.is_empty() {
+        Vec::new()
+    } else {
+        let control = dirs::open_dir(&control_path)?;
+        let vm_trees = [state_dir_path.clone(), control_path.clone()];
+        helpers::start_all(
+            &planned,
+            &helpers::Context {
+                sys,
+                principal,
+                lease,
+                control: &control,
+                vm_trees: &vm_trees,
+                landlock: spec.landlock.mode,
+                seccomp: &seccomp_progs,
+            },
+        )?
+    };
+    for (h, s) in planned.iter().zip(&started) {
+        tracing::info!(
+            step = %"helpers-started",
+            helper = %h.name(),
+            pid = s.pid.as_raw(),
+            ms = s.took.as_secs_f64() * 1000.0,
+            "helper started"
+        );
+    }
+    steps.after("helpers-started");
 
     // 9. Drop to the principal and prove it.
     sandbox::drop_privileges_with(sys, principal)?;
     steps.after("privileges-dropped");
 
     // 10. Landlock.
-    let policy = landlock::policy(spec, &state_dir_path, &control_path, &creds_path);
+    let mut policy = landlock::policy(spec, &state_dir_path, &control_path, &creds_path);
+    // The helpers' death signal comes from this process once it is the
+    // hypervisor: a signal-scoped domain would block it (see the field).
+    policy.signals_unscoped = !planned.is_empty();
     let outcome = sys.landlock_restrict(&policy, spec.landlock.mode)?;
     tracing::info!(step = %"landlock", ?outcome, "landlock applied");
     steps.after("landlock");
@@ -1087,6 +1134,16 @@ pub fn planned_resources(
             },
         },
     ];
+    for h in helpers::plan(spec, &control) {
+        resources.push(Resource::Helper {
+            helper: h.kind.as_str().to_string(),
+            tag: h.tag.clone(),
+            socket: h.socket.clone(),
+        });
+        if let Some(path) = h.host_socket {
+            resources.push(Resource::RuntimeFile { path });
+        }
+    }
     if kind == HypervisorKind::Firecracker {
         resources.push(Resource::RuntimeFile {
             path: control.join(FIRECRACKER_CONFIG),

@@ -518,6 +518,8 @@ fn run_mkfs(
     let policy = landlock::Policy {
         rules,
         vm_trees: vm_tree.into_iter().collect(),
+        // mkfs starts nothing that signals it.
+        signals_unscoped: false,
     };
     let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2"))?;
     let parent_pid = nix::unistd::getpid();

@@ -155,6 +155,11 @@ fn cleanup_dead(roots: &Roots, name: &VmName, mut report: Report) -> Report {
         return report;
     };
     verify_deleted(roots, name, &rundir, &keep, taps_left, &mut report);
+    // No process of the VM's uid (the hypervisor or a helper) is left.
+    let uid = liveness::vm_uid(roots, name, intent.as_ref())
+        .ok()
+        .flatten();
+    report.failed.extend(surviving_processes(uid));
     report.clean = report.failed.is_empty();
     report
 }
@@ -361,6 +366,30 @@ fn remove_image_temp(roots: &Roots, name: &VmName, temp: &Path, report: &mut Rep
             .failed
             .push(fail("still present after cleanup".into())),
     }
+}
+
+/// Processes of the VM's uid still running after the teardown: the
+/// hypervisor, or a helper daemon (issue 12) that outlived it. The probe
+/// under the lease asked the recorded cgroup when there is one; this asks
+/// the uid itself, so a process that left the cgroup is not missed.
+pub fn surviving_processes(uid: Option<u32>) -> Vec<Failed> {
+    let Some(uid) = uid else { return Vec::new() };
+    let t = Probe::single().tasks_of(uid);
+    let mut out: Vec<Failed> = t
+        .pids
+        .iter()
+        .map(|pid| Failed {
+            path: PathBuf::from(format!("/proc/{pid}")),
+            reason: format!(
+                "process {pid} of the VM's uid {uid} (the hypervisor or a helper) survives the instance"
+            ),
+        })
+        .collect();
+    out.extend(t.unreadable.0.iter().map(|(what, e)| Failed {
+        path: PathBuf::from("/proc").join(what),
+        reason: format!("cannot tell whether uid {uid} runs anything: {e}"),
+    }));
+    out
 }
 
 /// Taps of `name` (intent record and spec) that still exist. The kernel

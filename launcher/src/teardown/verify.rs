@@ -219,7 +219,9 @@ fn principal_checks(
                 "no-process",
                 vm,
                 t.pids.is_empty() && unreadable.is_empty(),
-                format!("no pid of uid {uid}"),
+                // The hypervisor and its helper daemons (issue 12) all
+                // run as the uid: none may be left.
+                format!("no pid of uid {uid} (hypervisor or helper)"),
                 if unreadable.is_empty() {
                     format!("{:?}", t.pids)
                 } else {

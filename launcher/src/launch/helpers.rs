@@ -1,0 +1,616 @@
+//! Issue 12's helper daemons: one `virtiofsd` per virtiofs share and
+//! `vhost-device-vsock` for QEMU's user vsock backend, each forked by the
+//! launcher inside the VM's mount namespace (after the credential tmpfs,
+//! before the launcher's own drop) and run as the VM's principal.
+//!
+//! The child, before it `execve`s the daemon: drops to the principal with
+//! no supplementary group ([`sandbox::drop_privileges`], so every
+//! capability set is empty and `no_new_privs` is set), sets
+//! `PR_SET_PDEATHSIG(SIGKILL)` (after the drop: a credential change clears
+//! it) and re-checks `getppid()`, applies a Landlock domain of its own (its
+//! share, read-only or read-write; `control/` for the vsock daemon's
+//! sockets; its binary and the system's libraries), installs the launcher's
+//! seccomp filter, and keeps only the lease fd (and virtiofsd's listening
+//! socket) across `execve`. The launcher then becomes the hypervisor in the
+//! same process, so the death signal follows the hypervisor; the inherited
+//! lease keeps the VM "live" for as long as any helper somehow survives.
+//!
+//! virtiofsd gets its listening socket from root (`--fd`): given a path it
+//! would also create `<socket>.pid`, a regular file, and the helper's
+//! domain allows no regular file in `control/`. vhost-device-vsock has no
+//! such option: it makes its two sockets itself and the launcher waits for
+//! them.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, AtFlags, FcntlArg, FdFlag, OFlag};
+use nix::sys::signal::Signal;
+use nix::sys::socket::{
+    bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
+};
+use nix::sys::stat::{fstatat, umask, Mode, SFlag};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{ForkResult, Gid, Pid, Uid};
+use seccompiler::BpfProgram;
+
+use crate::config::paths::{virtiofs_socket_name, VSOCK_SOCKET, VSOCK_VHOST_USER_SOCKET};
+use crate::config::spec::{HypervisorKind, LandlockMode, ShareProto, Spec, VsockBackend};
+use crate::host::dirs::Dir;
+use crate::host::sys::{SysContext, SysError};
+use crate::identity::principal::Principal;
+use crate::instance::lease::Lease;
+use crate::launch::syscall::Syscall;
+use crate::launch::{landlock, sandbox, seccomp, EXEC_PATH};
+
+/// How long a helper may take to exec and (vhost-device-vsock) to make its
+/// sockets. Here virtiofsd execs in ~2 ms and vhost-device-vsock binds in
+/// ~10 ms; the bound only turns a hang into an error naming the helper.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(2);
+
+/// Which daemon a helper runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HelperKind {
+    Virtiofsd,
+    VhostDeviceVsock,
+}
+
+impl HelperKind {
+    /// The name the intent record and the log use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HelperKind::Virtiofsd => "virtiofsd",
+            HelperKind::VhostDeviceVsock => "vhost-device-vsock",
+        }
+    }
+}
+
+/// One helper the launch starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Helper {
+    pub kind: HelperKind,
+    /// The share's tag (virtiofsd).
+    pub tag: Option<String>,
+    /// The spec field naming the binary (`virtiofsd.binary`, `vsock.binary`).
+    pub binary_field: &'static str,
+    pub binary: PathBuf,
+    /// The vhost-user socket the hypervisor connects to, in `control/`.
+    pub socket: PathBuf,
+    /// vhost-device-vsock's host side (hybrid vsock), in `control/`.
+    pub host_socket: Option<PathBuf>,
+    /// The share (virtiofsd): its index in `shares`, source, read-only.
+    pub share: Option<(usize, PathBuf, bool)>,
+    /// The guest's CID (vhost-device-vsock).
+    pub cid: Option<u64>,
+}
+
+impl Helper {
+    /// "virtiofsd for share `data`", "vhost-device-vsock": what errors name.
+    pub fn name(&self) -> String {
+        match &self.tag {
+            Some(t) => format!("{} for share `{t}`", self.kind.as_str()),
+            None => self.kind.as_str().to_string(),
+        }
+    }
+
+    /// The daemon's argv; `fd` is virtiofsd's listening socket.
+    pub fn argv(&self, fd: Option<RawFd>) -> Vec<String> {
+        let mut a = vec![self.binary.to_string_lossy().into_owned()];
+        match self.kind {
+            HelperKind::Virtiofsd => {
+                let (_, source, read_only) = self.share.as_ref().expect("virtiofsd has a share");
+                a.push(format!("--fd={}", fd.unwrap_or(-1)));
+                a.push(format!("--shared-dir={}", source.display()));
+                // The launcher's sandbox replaces virtiofsd's own (which
+                // needs a user namespace or CAP_SYS_ADMIN).
+                a.push("--sandbox=none".into());
+                a.push("--xattr".into());
+                a.push("--posix-acl".into());
+                // File handles need CAP_DAC_READ_SEARCH, which it never has.
+                a.push("--inode-file-handles=never".into());
+                if *read_only {
+                    a.push("--readonly".into());
+                }
+            }
+            HelperKind::VhostDeviceVsock => {
+                a.push(format!("--guest-cid={}", self.cid.unwrap_or(0)));
+                a.push(format!("--socket={}", self.socket.display()));
+                if let Some(h) = &self.host_socket {
+                    a.push(format!("--uds-path={}", h.display()));
+                }
+            }
+        }
+        a
+    }
+
+    /// The helper's own Landlock domain.
+    pub fn policy(&self, control_dir: &Path, vm_trees: &[PathBuf]) -> landlock::Policy {
+        let share = self
+            .share
+            .as_ref()
+            .map(|(i, p, ro)| (p.as_path(), *ro, format!("shares[{i}].source")));
+        let control = (self.kind == HelperKind::VhostDeviceVsock).then_some(control_dir);
+        landlock::helper_policy(&self.binary, self.binary_field, share, control, vm_trees)
+    }
+}
+
+/// Whether the VM's private `/proc` must keep its global files: virtiofsd
+/// reads `/proc/sys/fs/nr_open` at start (and exits without it), which a
+/// `subset=pid` procfs does not have.
+pub fn need_proc_sys(helpers: &[Helper]) -> bool {
+    helpers.iter().any(|h| h.kind == HelperKind::Virtiofsd)
+}
+
+/// The helpers `spec` needs, in start order: a virtiofsd per virtiofs share
+/// (QEMU and cloud-hypervisor alike), then vhost-device-vsock for QEMU's
+/// user backend (cloud-hypervisor serves its hybrid vsock itself).
+pub fn plan(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
+    let mut out = Vec::new();
+    if let Some(v) = &spec.virtiofsd {
+        for (i, sh) in spec.shares.iter().enumerate() {
+            if sh.proto != ShareProto::Virtiofs {
+                continue;
+            }
+            out.push(Helper {
+                kind: HelperKind::Virtiofsd,
+                tag: Some(sh.tag.clone()),
+                binary_field: "virtiofsd.binary",
+                binary: v.binary.clone(),
+                socket: control_dir.join(virtiofs_socket_name(&sh.tag)),
+                host_socket: None,
+                share: Some((i, sh.source.clone(), sh.read_only)),
+                cid: None,
+            });
+        }
+    }
+    if let Some(v) = &spec.vsock {
+        if let (HypervisorKind::Qemu, VsockBackend::User, Some(b)) =
+            (spec.hypervisor.kind, v.backend, &v.binary)
+        {
+            out.push(Helper {
+                kind: HelperKind::VhostDeviceVsock,
+                tag: None,
+                binary_field: "vsock.binary",
+                binary: b.clone(),
+                socket: control_dir.join(VSOCK_VHOST_USER_SOCKET),
+                host_socket: Some(control_dir.join(VSOCK_SOCKET)),
+                share: None,
+                cid: Some(v.cid),
+            });
+        }
+    }
+    out
+}
+
+/// A helper that could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    #[error("{helper}: {source}")]
+    Sys {
+        helper: String,
+        #[source]
+        source: SysError,
+    },
+    /// The child failed before `execve` (or `execve` itself); `detail` is
+    /// what it reported through the status pipe.
+    #[error("{helper} ({binary}): not started: {detail}")]
+    Setup {
+        helper: String,
+        binary: PathBuf,
+        detail: String,
+    },
+    #[error("{helper} ({binary}) exited ({status}) before its socket {socket} appeared; its own messages are in the launcher's log")]
+    Exited {
+        helper: String,
+        binary: PathBuf,
+        socket: PathBuf,
+        status: String,
+    },
+    #[error("{helper} ({binary}): {what} within {secs} s")]
+    Timeout {
+        helper: String,
+        binary: PathBuf,
+        what: String,
+        secs: u64,
+    },
+}
+
+/// What a helper child needs from the launch.
+pub struct Context<'a> {
+    /// The privileged calls of the child (the launch's seam; the fork
+    /// itself is not one of them).
+    pub sys: &'a dyn Syscall,
+    pub principal: &'a Principal,
+    pub lease: &'a Lease,
+    pub control: &'a Dir,
+    /// Trees the principal can write (state and control dir): Landlock rule
+    /// paths inside them are opened without following symlinks.
+    pub vm_trees: &'a [PathBuf],
+    pub landlock: LandlockMode,
+    pub seccomp: &'a [BpfProgram],
+}
+
+impl std::fmt::Debug for Context<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("principal", self.principal)
+            .field("control", &self.control.path)
+            .field("vm_trees", &self.vm_trees)
+            .field("landlock", &self.landlock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A started helper: its pid (the hypervisor's child once the launcher
+/// has exec'd) and how long it took until it was ready.
+#[derive(Debug, Clone, Copy)]
+pub struct Started {
+    pub pid: Pid,
+    pub took: Duration,
+}
+
+/// Start every helper, in order; each is ready (exec'd, and its sockets
+/// made) before the next is forked.
+pub fn start_all(helpers: &[Helper], ctx: &Context<'_>) -> Result<Vec<Started>, HelperError> {
+    helpers.iter().map(|h| start(h, ctx)).collect()
+}
+
+fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
+    let t0 = Instant::now();
+    let sys = |source: SysError| HelperError::Sys {
+        helper: h.name(),
+        source,
+    };
+    // Stale sockets of a dead instance (cleanup normally removed them).
+    for p in std::iter::once(&h.socket).chain(h.host_socket.as_ref()) {
+        remove_stale(ctx.control, p).map_err(sys)?;
+    }
+    let listener = match h.kind {
+        HelperKind::Virtiofsd => {
+            Some(bind_listener(ctx.control, &h.socket, ctx.principal).map_err(sys)?)
+        }
+        HelperKind::VhostDeviceVsock => None,
+    };
+    let fd = listener.as_ref().map(AsRawFd::as_raw_fd);
+    let argv = h.argv(fd);
+    let cstr = |s: &str| {
+        CString::new(s).map_err(|_| HelperError::Setup {
+            helper: h.name(),
+            binary: h.binary.clone(),
+            detail: format!("argument {s:?} contains a NUL byte"),
+        })
+    };
+    let c_argv = argv
+        .iter()
+        .map(|a| cstr(a))
+        .collect::<Result<Vec<_>, _>>()?;
+    let c_env = [cstr(EXEC_PATH)?];
+    let c_prog = cstr(&h.binary.to_string_lossy())?;
+    let policy = h.policy(&ctx.control.path, ctx.vm_trees);
+    // No supplementary group: the kvm group is the hypervisor's only.
+    let principal = Principal {
+        groups: Vec::new(),
+        ..ctx.principal.clone()
+    };
+    let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+        .sys("pipe2", &ctx.control.path)
+        .map_err(sys)?;
+    let parent = nix::unistd::getpid();
+    ctx.sys
+        .assert_single_threaded()
+        .map_err(|e| HelperError::Setup {
+            helper: h.name(),
+            binary: h.binary.clone(),
+            detail: e.to_string(),
+        })?;
+    // SAFETY: the launcher is single-threaded (checked just above), so the
+    // child is a complete copy with no lock held by another thread; it only
+    // runs the launcher's own code until it execs or exits.
+    match unsafe { nix::unistd::fork() }
+        .sys("fork", &h.binary)
+        .map_err(sys)?
+    {
+        ForkResult::Child => {
+            drop(status_r);
+            let err = child(
+                &principal, parent, &policy, ctx, fd, &c_prog, &c_argv, &c_env,
+            );
+            let msg = err.to_string();
+            let _ = nix::unistd::write(&status_w, msg.as_bytes());
+            // SAFETY: _exit ends this forked child at once, without running
+            // the parent's atexit handlers or flushing its buffers twice.
+            unsafe { libc::_exit(127) }
+        }
+        ForkResult::Parent { child } => {
+            drop(status_w);
+            // The hypervisor must not hold virtiofsd's listening socket.
+            drop(listener);
+            wait_started(h, child, status_r, t0)?;
+            if h.kind == HelperKind::VhostDeviceVsock {
+                for s in std::iter::once(&h.socket).chain(h.host_socket.as_ref()) {
+                    wait_socket(h, child, ctx.control, s, t0)?;
+                }
+            }
+            Ok(Started {
+                pid: child,
+                took: t0.elapsed(),
+            })
+        }
+    }
+}
+
+/// The child's way to `execve`; returns only with what went wrong.
+#[allow(clippy::too_many_arguments)]
+fn child(
+    principal: &Principal,
+    parent: Pid,
+    policy: &landlock::Policy,
+    ctx: &Context<'_>,
+    listener: Option<RawFd>,
+    prog: &CString,
+    argv: &[CString],
+    env: &[CString],
+) -> String {
+    let run = || -> Result<(), String> {
+        nix::unistd::chdir("/").map_err(|e| format!("chdir /: {e}"))?;
+        sandbox::drop_privileges_with(ctx.sys, principal).map_err(|e| e.to_string())?;
+        // After the drop: changing credentials clears the death signal.
+        nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL))
+            .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+        if nix::unistd::getppid() != parent {
+            return Err("the launcher died while the helper was starting".into());
+        }
+        ctx.sys
+            .landlock_restrict(policy, ctx.landlock)
+            .map_err(|e| e.to_string())?;
+        seccomp::apply(ctx.sys, ctx.seccomp).map_err(|e| e.to_string())?;
+        let mut keep = vec![ctx.lease.inherit_across_exec().map_err(|e| e.to_string())?];
+        if let Some(fd) = listener {
+            // SAFETY: `fd` is the listening socket the parent bound; it
+            // stays open in this process until execve.
+            let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            fcntl(b, FcntlArg::F_SETFD(FdFlag::empty()))
+                .map_err(|e| format!("fcntl(F_SETFD) of the listening socket: {e}"))?;
+            keep.push(fd);
+        }
+        sandbox::cloexec_all_but(ctx.sys, &keep).map_err(|e| e.to_string())?;
+        Ok(())
+    };
+    if let Err(e) = run() {
+        return e;
+    }
+    let e = ctx.sys.execve(prog, argv, env);
+    format!("execve {}: {e}", prog.to_string_lossy())
+}
+
+/// Read the status pipe until it closes: empty means `execve` succeeded
+/// (the pipe was close-on-exec); anything else is the child's error.
+fn wait_started(h: &Helper, child: Pid, r: OwnedFd, t0: Instant) -> Result<(), HelperError> {
+    let mut msg = Vec::new();
+    loop {
+        let mut buf = [0u8; 1024];
+        match nix::unistd::read(&r, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => msg.extend_from_slice(&buf[..n]),
+            Err(Errno::EINTR) => {}
+            Err(Errno::EAGAIN) => {
+                if t0.elapsed() >= START_TIMEOUT {
+                    let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+                    let _ = waitpid(child, None);
+                    return Err(timeout(h, "did not exec".into()));
+                }
+                std::thread::sleep(POLL);
+            }
+            Err(_) => break,
+        }
+    }
+    if msg.is_empty() {
+        return Ok(());
+    }
+    let _ = waitpid(child, None);
+    Err(HelperError::Setup {
+        helper: h.name(),
+        binary: h.binary.clone(),
+        detail: String::from_utf8_lossy(&msg).into_owned(),
+    })
+}
+
+fn timeout(h: &Helper, what: String) -> HelperError {
+    HelperError::Timeout {
+        helper: h.name(),
+        binary: h.binary.clone(),
+        what,
+        secs: START_TIMEOUT.as_secs(),
+    }
+}
+
+/// Poll (short sleeps, bounded) until `socket` in the control dir is a
+/// socket; the helper exiting first is an error naming it.
+fn wait_socket(
+    h: &Helper,
+    child: Pid,
+    control: &Dir,
+    socket: &Path,
+    t0: Instant,
+) -> Result<(), HelperError> {
+    let name = socket.file_name().unwrap_or_default();
+    loop {
+        if let Ok(st) = fstatat(control.fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFSOCK {
+                return Ok(());
+            }
+        }
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => {}
+            Ok(status) => {
+                return Err(HelperError::Exited {
+                    helper: h.name(),
+                    binary: h.binary.clone(),
+                    socket: socket.to_path_buf(),
+                    status: format!("{status:?}"),
+                })
+            }
+            Err(e) => {
+                return Err(HelperError::Exited {
+                    helper: h.name(),
+                    binary: h.binary.clone(),
+                    socket: socket.to_path_buf(),
+                    status: format!("waitpid: {e}"),
+                })
+            }
+        }
+        if t0.elapsed() >= START_TIMEOUT {
+            let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+            let _ = waitpid(child, None);
+            return Err(timeout(
+                h,
+                format!("its socket {} did not appear", socket.display()),
+            ));
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Remove `control/<name of path>` if it exists (never following a symlink).
+fn remove_stale(control: &Dir, path: &Path) -> Result<(), SysError> {
+    let name = path.file_name().unwrap_or_default();
+    match nix::unistd::unlinkat(
+        control.fd.as_fd(),
+        name,
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    ) {
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        Err(e) => Err(e).sys("unlink stale", path),
+    }
+}
+
+/// A listening Unix socket at `path` in the control dir (reached through
+/// the dir's fd, not its path), the principal's, mode 0600.
+fn bind_listener(control: &Dir, path: &Path, p: &Principal) -> Result<OwnedFd, SysError> {
+    let name = path.file_name().unwrap_or_default();
+    let via = PathBuf::from(format!("/proc/self/fd/{}", control.fd.as_raw_fd())).join(name);
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .sys("socket(AF_UNIX)", path)?;
+    let addr = UnixAddr::new(&via).sys("socket address", path)?;
+    let old = umask(Mode::from_bits_truncate(0o177));
+    let bound = bind(fd.as_raw_fd(), &addr);
+    umask(old);
+    bound.sys("bind", path)?;
+    nix::unistd::fchownat(
+        control.fd.as_fd(),
+        name,
+        Some(Uid::from_raw(p.uid)),
+        Some(Gid::from_raw(p.gid)),
+        AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .sys("fchownat", path)?;
+    listen(&fd, Backlog::new(8).unwrap_or(Backlog::MAXCONN)).sys("listen", path)?;
+    Ok(fd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(v: serde_json::Value) -> Spec {
+        Spec::parse(
+            Path::new("/etc/vmwarden/vms/web.json"),
+            &serde_json::to_vec(&v).unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn one_virtiofsd_per_virtiofs_share_and_the_vsock_daemon_for_qemu_only() {
+        let mut v = serde_json::json!({
+            "version": 1, "name": "web",
+            "principal": { "uid": 61001, "gid": 61001 },
+            "hypervisor": { "kind": "qemu", "binary": "/usr/bin/hv" },
+            "vcpus": 1, "memory_mib": 256, "kernel": "/boot/vmlinuz",
+            "shares": [
+                { "tag": "ro", "source": "/srv/ro", "proto": "virtiofs", "read_only": true },
+                { "tag": "p9", "source": "/srv/p9", "proto": "9p" },
+                { "tag": "rw", "source": "/srv/rw", "proto": "virtiofs" }
+            ],
+            "virtiofsd": { "binary": "/usr/libexec/virtiofsd" },
+            "vsock": { "cid": 5, "backend": "user", "binary": "/usr/bin/vhost-device-vsock" }
+        });
+        let control = Path::new("/run/vmwarden/web/control");
+        let got = plan(&spec(v.clone()), control);
+        let names: Vec<_> = got.iter().map(Helper::name).collect();
+        assert_eq!(
+            names,
+            [
+                "virtiofsd for share `ro`",
+                "virtiofsd for share `rw`",
+                "vhost-device-vsock"
+            ]
+        );
+        assert_eq!(
+            got[0].argv(Some(9)),
+            [
+                "/usr/libexec/virtiofsd",
+                "--fd=9",
+                "--shared-dir=/srv/ro",
+                "--sandbox=none",
+                "--xattr",
+                "--posix-acl",
+                "--inode-file-handles=never",
+                "--readonly"
+            ]
+        );
+        assert!(!got[1].argv(Some(9)).contains(&"--readonly".to_string()));
+        assert_eq!(
+            got[2].argv(None),
+            [
+                "/usr/bin/vhost-device-vsock",
+                "--guest-cid=5",
+                "--socket=/run/vmwarden/web/control/vsock-vhost-user.sock",
+                "--uds-path=/run/vmwarden/web/control/vsock.sock"
+            ]
+        );
+        // Each domain: its own share only; the control dir for vsock only.
+        let trees = [
+            PathBuf::from("/var/lib/vmwarden/web"),
+            control.to_path_buf(),
+        ];
+        let p = got[0].policy(control, &trees);
+        assert!(p.rules.iter().any(|r| r.path == Path::new("/srv/ro")
+            && r.grant == landlock::Grant::Read
+            && r.field.as_deref() == Some("shares[0].source")));
+        assert!(!p
+            .rules
+            .iter()
+            .any(|r| r.path.starts_with("/srv/rw") || r.path == control));
+        let p = got[1].policy(control, &trees);
+        assert!(p
+            .rules
+            .iter()
+            .any(|r| r.path == Path::new("/srv/rw") && r.grant == landlock::Grant::Write));
+        let p = got[2].policy(control, &trees);
+        assert!(p
+            .rules
+            .iter()
+            .any(|r| r.path == control && r.grant == landlock::Grant::Socket));
+        assert!(!p.rules.iter().any(|r| r.path.starts_with("/srv")));
+
+        // cloud-hypervisor serves its hybrid vsock itself.
+        v["hypervisor"]["kind"] = serde_json::json!("cloud-hypervisor");
+        v["hypervisor"]["accel"] = serde_json::json!("kvm");
+        v["shares"] =
+            serde_json::json!([{ "tag": "rw", "source": "/srv/rw", "proto": "virtiofs" }]);
+        v["vsock"] = serde_json::json!({ "cid": 5, "backend": "user" });
+        let got = plan(&spec(v), control);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].kind, HelperKind::Virtiofsd);
+    }
+}
