@@ -161,6 +161,14 @@ fn x32_filter() -> BpfProgram {
 /// The compiled filters, in installation order (built before any is
 /// installed, so a build error is reported while nothing is restricted).
 pub fn programs() -> Result<Vec<BpfProgram>> {
+    let (progs, judged) = separate()?;
+    Ok(prefixed(&judged, chain(progs)))
+}
+
+/// The filters one by one (what [`chain`] joins), and the system call
+/// numbers their rules name (sorted): every other call they all allow,
+/// except on another ABI (a foreign architecture, x32).
+fn separate() -> Result<(Vec<BpfProgram>, Vec<u32>)> {
     // EPERM: tap ioctls, namespaces, keyrings, other processes, io_uring.
     let mut eperm: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     let mut ioctls = Vec::new();
@@ -196,6 +204,13 @@ pub fn programs() -> Result<Vec<BpfProgram>> {
     let mut enosys: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     enosys.insert(libc::SYS_clone3, Vec::new());
 
+    let mut judged: Vec<u32> = [&eperm, &sockets, &enosys]
+        .iter()
+        .flat_map(|m| m.keys())
+        .filter_map(|nr| u32::try_from(*nr).ok())
+        .collect();
+    judged.sort_unstable();
+    judged.dedup();
     let mut out = vec![
         build(eperm, EPERM)?,
         build(sockets, EAFNOSUPPORT)?,
@@ -205,7 +220,192 @@ pub fn programs() -> Result<Vec<BpfProgram>> {
     if !x32.is_empty() {
         out.push(x32);
     }
-    Ok(out)
+    Ok((out, judged))
+}
+
+/// `AUDIT_ARCH_*` of this build (include/uapi/linux/audit.h).
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH_NATIVE: Option<u32> = Some(62 | 0x8000_0000 | 0x4000_0000);
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH_NATIVE: Option<u32> = Some(183 | 0x8000_0000 | 0x4000_0000);
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const AUDIT_ARCH_NATIVE: Option<u32> = None;
+
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
+const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
+const BPF_RET_K: u16 = 0x06;
+
+/// Where a jump of the prefix goes.
+#[derive(Debug, Clone, Copy)]
+enum To {
+    Next,
+    Allow,
+    Chain,
+    At(usize),
+}
+
+#[derive(Debug)]
+struct Ins {
+    code: u16,
+    jt: To,
+    jf: To,
+    k: u32,
+}
+
+/// A binary search of the number in A among `nrs` (sorted): found, on to
+/// the chained filters; not found, allow.
+fn search(out: &mut Vec<Ins>, nrs: &[u32]) {
+    if nrs.len() <= 3 {
+        for (i, nr) in nrs.iter().enumerate() {
+            let jf = if i + 1 == nrs.len() {
+                To::Allow
+            } else {
+                To::Next
+            };
+            out.push(Ins {
+                code: BPF_JMP_JEQ_K,
+                jt: To::Chain,
+                jf,
+                k: *nr,
+            });
+        }
+        return;
+    }
+    let mid = nrs.len() / 2;
+    let at = out.len();
+    out.push(Ins {
+        code: BPF_JMP_JGE_K,
+        jt: To::Next,
+        jf: To::Next,
+        k: nrs[mid],
+    });
+    search(out, &nrs[..mid]);
+    out[at].jt = To::At(out.len());
+    search(out, &nrs[mid..]);
+}
+
+/// The chained filter behind a prefix that allows, in a few steps, every
+/// native system call no rule names (`judged`: the rest of the program
+/// would allow it too), and sends everything else — the named calls, x32
+/// numbers, other architectures — to the chain. Installing a filter, the
+/// kernel walks it once per system call number and ABI to find the calls
+/// it always allows (seccomp_cache_prepare): through the chain that walk
+/// took ~0.08 ms of the 0.14 ms `seccomp(2)` here; through the prefix it
+/// is ~10 steps. Anything that does not fit (no single chained program,
+/// an unknown architecture, a jump past 255) is left as it is.
+fn prefixed(judged: &[u32], progs: Vec<BpfProgram>) -> Vec<BpfProgram> {
+    const BPF_MAXINSNS: usize = 4096;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    let (Some(arch), [chained]) = (AUDIT_ARCH_NATIVE, progs.as_slice()) else {
+        return progs;
+    };
+    if judged.is_empty() {
+        return progs;
+    }
+    let ld = |k| Ins {
+        code: BPF_LD_W_ABS,
+        jt: To::Next,
+        jf: To::Next,
+        k,
+    };
+    let mut ins = vec![
+        ld(4),
+        Ins {
+            code: BPF_JMP_JEQ_K,
+            jt: To::Next,
+            jf: To::Chain,
+            k: arch,
+        },
+        ld(0),
+    ];
+    if cfg!(target_arch = "x86_64") {
+        ins.push(Ins {
+            code: BPF_JMP_JGE_K,
+            jt: To::Chain,
+            jf: To::Next,
+            k: X32_SYSCALL_BIT,
+        });
+    }
+    search(&mut ins, judged);
+    let allow = ins.len();
+    let chain_at = allow + 1;
+    let mut out = Vec::with_capacity(chain_at + chained.len());
+    for (pc, i) in ins.iter().enumerate() {
+        let off = |t: To| {
+            let target = match t {
+                To::Next => pc + 1,
+                To::Allow => allow,
+                To::Chain => chain_at,
+                To::At(x) => x,
+            };
+            u8::try_from(target.checked_sub(pc + 1)?).ok()
+        };
+        let (Some(jt), Some(jf)) = (off(i.jt), off(i.jf)) else {
+            return progs;
+        };
+        out.push(sock_filter {
+            code: i.code,
+            jt,
+            jf,
+            k: i.k,
+        });
+    }
+    out.push(sock_filter {
+        code: BPF_RET_K,
+        jt: 0,
+        jf: 0,
+        k: libc::SECCOMP_RET_ALLOW,
+    });
+    out.extend_from_slice(chained);
+    if out.len() > BPF_MAXINSNS {
+        return progs;
+    }
+    vec![out]
+}
+
+/// The programs as one, when they can be: each one's "allow" becomes a
+/// jump to the start of the next, so a system call meets the first
+/// program that refuses it. That is the stacked filters' answer, since no
+/// two of them refuse the same call (the unit tests run both ways), and
+/// one filter is one `seccomp(2)` instead of four (0.14 ms instead of
+/// 0.17 here) — and a system call of the hypervisor that the kernel's
+/// always-allowed bitmap does not cover runs one program of ours, not
+/// four. A program that returns its accumulator, or a result past
+/// `BPF_MAXINSNS`, is left as it is.
+fn chain(progs: Vec<BpfProgram>) -> Vec<BpfProgram> {
+    const BPF_RET: u16 = 0x06;
+    const BPF_JMP_JA: u16 = 0x05;
+    const BPF_SRC_A: u16 = 0x10;
+    const BPF_MAXINSNS: usize = 4096;
+    let total: usize = progs.iter().map(Vec::len).sum();
+    let Some((last, rest)) = progs.split_last() else {
+        return progs;
+    };
+    let returns_a = rest
+        .iter()
+        .flatten()
+        .any(|i| i.code & 0x07 == BPF_RET && i.code & 0x18 == BPF_SRC_A);
+    if total > BPF_MAXINSNS || returns_a {
+        return progs;
+    }
+    let mut out = Vec::with_capacity(total);
+    for p in rest {
+        for (pc, ins) in p.iter().enumerate() {
+            let allow = ins.code & 0x07 == BPF_RET && ins.k == libc::SECCOMP_RET_ALLOW;
+            out.push(match (allow, u32::try_from(p.len() - pc - 1)) {
+                (true, Ok(k)) => sock_filter {
+                    code: BPF_JMP_JA,
+                    jt: 0,
+                    jf: 0,
+                    k,
+                },
+                _ => ins.clone(),
+            });
+        }
+    }
+    out.extend_from_slice(last);
+    vec![out]
 }
 
 /// Install the filters on the calling (only) thread; `no_new_privs` must be
@@ -224,8 +424,87 @@ mod tests {
     #[test]
     fn the_filters_compile_for_this_architecture() {
         let p = programs().unwrap();
-        assert!(p.len() >= 3);
+        assert_eq!(p.len(), 1);
         assert!(p.iter().all(|f| !f.is_empty()));
+    }
+
+    /// A classic-BPF interpreter for what the filters use: the answer of
+    /// `prog` for system call `nr` on `arch` with `args`.
+    fn run(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
+        let mut data = Vec::new();
+        data.extend_from_slice(&nr.to_ne_bytes());
+        data.extend_from_slice(&arch.to_ne_bytes());
+        data.extend_from_slice(&0u64.to_ne_bytes());
+        for a in args {
+            data.extend_from_slice(&a.to_ne_bytes());
+        }
+        let (mut a, mut pc) = (0u32, 0usize);
+        loop {
+            let i = &prog[pc];
+            pc += 1;
+            let k = usize::try_from(i.k).unwrap();
+            match i.code {
+                0x20 => a = u32::from_ne_bytes(data[k..k + 4].try_into().unwrap()),
+                0x54 => a &= i.k,
+                0x05 => pc += k,
+                0x06 => return i.k,
+                0x15 | 0x25 | 0x35 | 0x45 => {
+                    let taken = match i.code {
+                        0x15 => a == i.k,
+                        0x25 => a > i.k,
+                        0x35 => a >= i.k,
+                        _ => a & i.k != 0,
+                    };
+                    pc += usize::from(if taken { i.jt } else { i.jf });
+                }
+                c => panic!("instruction {c:#x} not interpreted"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_chained_filter_answers_as_the_stacked_ones() {
+        let chained = &programs().unwrap()[0];
+        let arch_x86 = 62 | 0x8000_0000 | 0x4000_0000;
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => arch_x86,
+            "aarch64" => 183 | 0x8000_0000 | 0x4000_0000,
+            _ => return,
+        };
+        let stacked = separate().unwrap().0;
+        assert!(stacked.len() >= 3);
+        let mut nrs: Vec<u32> = (0..600).collect();
+        nrs.extend([
+            0x3fff_ffff,
+            0x4000_0000,
+            0x4000_0000 + 41,
+            0x4000_0000 + 272,
+        ]);
+        nrs.extend([0x4000_0000 + 435, 0x7fff_ffff, 0xffff_ffff]);
+        let mut argsets = vec![[0u64; 6], [1, 0, 0, 0, 0, 0], [2, 0, 0, 0, 0, 0]];
+        for (_, bit) in NAMESPACE_FLAGS {
+            argsets.push([*bit | 0x11, 0, 0, 0, 0, 0]);
+        }
+        argsets.push([CLONE_NEWTIME, 0, 0, 0, 0, 0]);
+        for (_, cmd) in DENIED_IOCTLS {
+            argsets.push([3, *cmd, 0, 0, 0, 0]);
+        }
+        argsets.push([3, 0x8004_54d2, 0, 0, 0, 0]); // TUNGETIFF: allowed
+        for a in [arch, arch ^ 0x4000_0000] {
+            for nr in &nrs {
+                for args in &argsets {
+                    let each: Vec<u32> = stacked.iter().map(|p| run(p, a, *nr, *args)).collect();
+                    let refusals: Vec<u32> = each
+                        .iter()
+                        .copied()
+                        .filter(|r| *r != libc::SECCOMP_RET_ALLOW)
+                        .collect();
+                    assert!(refusals.len() <= 1 || a != arch, "{nr}: {each:?}");
+                    let want = refusals.first().copied().unwrap_or(libc::SECCOMP_RET_ALLOW);
+                    assert_eq!(run(chained, a, *nr, *args), want, "nr {nr} args {args:?}");
+                }
+            }
+        }
     }
 
     #[test]
