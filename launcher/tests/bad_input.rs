@@ -5,7 +5,7 @@ mod common;
 
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
@@ -1389,27 +1389,6 @@ fn volume_cases() -> Vec<Case> {
         });
     }
     cases
-}
-
-/// Run `cmd` (stdout and stderr captured), killed after `limit`.
-fn bounded(cmd: &mut std::process::Command, limit: Duration) -> Option<std::process::Output> {
-    use std::process::Stdio;
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if child.try_wait().unwrap().is_some() {
-            return Some(child.wait_with_output().unwrap());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
 }
 
 #[test]

@@ -225,24 +225,7 @@ impl Env {
     /// `vmwarden ARGS…`, killed if it has not returned within `limit`:
     /// `None` means it hung (the caller asserts it did not).
     pub fn vmwarden_bounded(&self, args: &[&str], limit: Duration) -> Option<Output> {
-        let mut child = self
-            .vmwarden_cmd()
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let end = Instant::now() + limit;
-        while Instant::now() < end {
-            if child.try_wait().unwrap().is_some() {
-                return Some(child.wait_with_output().unwrap());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        None
+        bounded(self.vmwarden_cmd().args(args), limit)
     }
 
     /// `vmwarden-cleanup` with this env's roots (arguments still to add).
@@ -276,6 +259,27 @@ impl Env {
         let child = c.spawn().unwrap();
         Guest { child, log }
     }
+}
+
+/// Run `cmd` (stdin from /dev/null, stdout and stderr captured), killed if
+/// it has not returned within `limit`: `None` means it hung.
+pub fn bounded(cmd: &mut Command, limit: Duration) -> Option<Output> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
 }
 
 pub struct Guest {
