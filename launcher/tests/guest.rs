@@ -35,15 +35,7 @@ fn guest_runs_as_its_principal_with_private_noswap_credentials() {
 
     let mut cmd = env.launch_cmd("web");
     cmd.env("CREDENTIALS_DIRECTORY", &tok_dir);
-    let log = env.path("web.serial.log");
-    let f = std::fs::File::create(&log).unwrap();
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(f.try_clone().unwrap())
-        .stderr(f);
-    let mut g = Guest {
-        child: cmd.spawn().unwrap(),
-        log,
-    };
+    let mut g = spawn_logged(cmd, env.path("web.serial.log"));
     g.wait_for("VMWARDEN-GUEST-READY", BOOT);
     let pid = g.pid();
 

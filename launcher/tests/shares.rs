@@ -10,7 +10,6 @@ mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -18,48 +17,6 @@ use serde_json::json;
 use vmwarden::host::procs::processes_of_uid;
 
 const BOOT: Duration = Duration::from_secs(180);
-
-/// KERNEL and INITRD of the shares guest (built and cached on first use).
-fn shares_assets() -> (PathBuf, PathBuf) {
-    let out = Command::new("bash")
-        .arg(repo_root().join("tests/assets/build-guest-shares.sh"))
-        .output()
-        .expect("run build-guest-shares.sh");
-    assert!(
-        out.status.success(),
-        "build-guest-shares.sh: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let env_path = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let text = std::fs::read_to_string(&env_path).unwrap();
-    let get = |k: &str| -> PathBuf {
-        let line = text
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{k}=")))
-            .unwrap_or_else(|| panic!("{k} missing in {env_path}"));
-        PathBuf::from(line.trim_matches('\''))
-    };
-    (get("KERNEL"), get("INITRD"))
-}
-
-fn b64(s: &str) -> String {
-    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let b = s.as_bytes();
-    let mut o = String::new();
-    for c in b.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= c.len() {
-                o.push(char::from(T[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                o.push('=');
-            }
-        }
-    }
-    o
-}
 
 fn dir(env: &Env, rel: &str, owner: u32, mode: u32) -> PathBuf {
     let p = env.path(rel);
@@ -72,7 +29,6 @@ fn dir(env: &Env, rel: &str, owner: u32, mode: u32) -> PathBuf {
 #[test]
 fn a_guest_mounts_9p_shares_writes_as_its_principal_and_cannot_reach_another_vms_share() {
     let env = Env::new();
-    let (kernel, initrd) = shares_assets();
     let ro = dir(&env, "ro-src", 0, 0o755);
     std::fs::write(ro.join("hello"), b"from the host\n").unwrap();
     std::fs::set_permissions(ro.join("hello"), PermissionsExt::from_mode(0o644)).unwrap();
@@ -100,15 +56,7 @@ echo '#!/bin/sh' >/rw/suid && chmod 4755 /rw/suid; echo T-CHMOD rc=$?
 echo \"T-GUEST-SEES $(stat -c '%A' /rw/node) $(stat -c '%A' /rw/suid)\"
 sync; umount /rw; umount /mnt
 ";
-    let mut spec = env.spec("web", uid(21));
-    spec["hypervisor"]["machine"] = json!("pc");
-    spec["kernel"] = json!(kernel);
-    spec["initrd"] = json!(initrd);
-    spec["cmdline"] = json!(format!(
-        "{} vmwarden.run={}",
-        guest_cmdline("pc", "hold"),
-        b64(script)
-    ));
+    let mut spec = env.shares_spec("web", uid(21), "hold", script);
     spec["shares"] = json!([
         { "tag": "ro", "source": ro, "proto": "9p", "read_only": true },
         { "tag": "rw", "source": rw, "proto": "9p", "read_only": false }
@@ -124,24 +72,14 @@ sync; umount /rw; umount /mnt
         &["/bin/cat", &other.join("secret").to_string_lossy()],
     );
     assert!(!probe.status.success(), "{}", text(&probe));
-    let (o, rep) = env.cleanup("web");
-    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    env.cleanup_clean("web");
     // ...while its own read-only share is readable there.
     let probe = env.probe("web", &["/bin/cat", &ro.join("hello").to_string_lossy()]);
     assert!(probe.status.success(), "{}", text(&probe));
     let (o, _) = env.cleanup("web");
     assert!(o.status.success(), "{}", text(&o));
 
-    let log = env.path("web.serial.log");
-    let f = std::fs::File::create(&log).unwrap();
-    let mut cmd = env.launch_cmd("web");
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(f.try_clone().unwrap())
-        .stderr(f);
-    let mut g = Guest {
-        child: cmd.spawn().unwrap(),
-        log,
-    };
+    let mut g = env.start("web");
     g.wait_for("VMWARDEN-GUEST-READY", BOOT);
     let out = g.log_text();
     for want in [
@@ -188,9 +126,7 @@ sync; umount /rw; umount /mnt
     let stop = env.vmwarden(&["stop", "web", "--timeout", "30"]);
     assert!(stop.status.success(), "{}", text(&stop));
     assert!(g.wait_exit(Duration::from_secs(10)).is_some());
-    let (o, rep) = env.cleanup("web");
-    assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(rep["clean"], true, "{rep}");
+    env.cleanup_clean("web");
     // Cleanup leaves the share sources and the disk alone.
     assert!(rw.join("out").is_file() && img.is_file());
 }
@@ -274,7 +210,6 @@ fn assert_sandboxed_helpers(u: u32, parent: u32, want: &[&str]) {
 #[test]
 fn a_guest_mounts_virtiofs_and_9p_shares_and_talks_over_user_vsock_through_sandboxed_helpers() {
     let env = Env::new();
-    let (kernel, initrd) = shares_assets();
     let u = uid(160);
     let ro = dir(&env, "ro-src", 0, 0o755);
     std::fs::write(ro.join("hello"), b"from the host\n").unwrap();
@@ -298,15 +233,7 @@ if echo x >/mnt/evil 2>/dev/null; then echo T-RO-WRITE-SUCCEEDED; else echo T-RO
 sync
 /bin/vsock-echo 1234 &
 ";
-    let mut spec = env.spec("web", u);
-    spec["hypervisor"]["machine"] = json!("pc");
-    spec["kernel"] = json!(kernel);
-    spec["initrd"] = json!(initrd);
-    spec["cmdline"] = json!(format!(
-        "{} vmwarden.run={}",
-        guest_cmdline("pc", "hold"),
-        b64(script)
-    ));
+    let mut spec = env.shares_spec("web", u, "hold", script);
     spec["shares"] = json!([
         { "tag": "vro", "source": ro, "proto": "virtiofs", "read_only": true },
         { "tag": "vrw", "source": rw, "proto": "virtiofs", "read_only": false },
@@ -326,8 +253,7 @@ sync
     wait_until("the probe's helpers gone", Duration::from_secs(10), || {
         helpers_of(u, 0).is_empty()
     });
-    let (o, rep) = env.cleanup("web");
-    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    env.cleanup_clean("web");
 
     let mut g = env.start("web");
     g.wait_for("VMWARDEN-GUEST-READY", BOOT);
@@ -407,11 +333,7 @@ sync
     assert!(g.wait_exit(Duration::from_secs(10)).is_some());
     // Gone with the hypervisor: nothing of the principal is left.
     assert_eq!(helpers_of(u, 0), vec![]);
-    let (o, rep) = env.cleanup("web");
-    assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(rep["clean"], true, "{rep}");
-    let v = env.verify_clean(&["web"]);
-    assert!(v.status.success(), "{}", text(&v));
+    env.assert_clean("web");
     assert!(rw.join("out").is_file());
 }
 
@@ -449,10 +371,7 @@ fn helpers_die_with_a_sigkilled_hypervisor_and_cleanup_is_clean() {
         wait_until("helpers gone", Duration::from_secs(10), || {
             helpers_of(u, 0).is_empty()
         });
-        let (o, rep) = env.cleanup("web");
-        assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
-        let v = env.verify_clean(&["web"]);
-        assert!(v.status.success(), "{}", text(&v));
+        env.assert_clean("web");
     }
 }
 
@@ -475,17 +394,12 @@ fn a_helper_that_fails_to_start_fails_the_launch_naming_it() {
         text(&o)
     );
     assert_eq!(helpers_of(u, 0), vec![]);
-    let (o, rep) = env.cleanup("web");
-    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    env.cleanup_clean("web");
 }
 
 #[test]
-#[allow(clippy::assertions_on_constants)]
 fn kill_at_every_launch_step_with_helpers_leaves_no_helper() {
-    assert!(
-        cfg!(feature = "fault-injection"),
-        "this test needs the fault-injection build: cargo test --features fault-injection"
-    );
+    require_fault_injection();
     let env = Env::new();
     let u = uid(164);
     let rw = dir(&env, "rw-src", u, 0o700);
@@ -493,23 +407,10 @@ fn kill_at_every_launch_step_with_helpers_leaves_no_helper() {
     spec["shares"] = json!([{ "tag": "vrw", "source": rw, "proto": "virtiofs" }]);
     with_helpers(&mut spec, 10);
     env.write_spec("web", &spec);
-    let steps = String::from_utf8(
-        Command::new(LAUNCH)
-            .arg("--list-steps")
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
-    assert!(steps.lines().any(|s| s == "helpers-started"), "{steps}");
-    for step in steps.lines() {
-        let out = env
-            .launch_cmd("web")
-            .env("VMWARDEN_FAULT_AFTER", step)
-            .output()
-            .unwrap();
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(out.status.signal(), Some(9), "step {step}: {}", text(&out));
+    let steps = launch_steps();
+    assert!(steps.iter().any(|s| s == "helpers-started"), "{steps:?}");
+    for step in &steps {
+        env.launch_killed_after("web", step);
         // The death signal reached every helper (it is delivered as the
         // launcher exits; the helper's own exit follows).
         wait_until(
@@ -517,14 +418,7 @@ fn kill_at_every_launch_step_with_helpers_leaves_no_helper() {
             Duration::from_secs(10),
             || helpers_of(u, 0).is_empty(),
         );
-        let (o, rep) = env.cleanup("web");
-        assert!(
-            o.status.success() && rep["clean"] == true,
-            "after {step}: {}",
-            text(&o)
-        );
-        let v = env.verify_clean(&["web"]);
-        assert!(v.status.success(), "after {step}: {}", text(&v));
+        env.assert_clean_after("web", step);
     }
     let ok = env.probe("web", &["/bin/true"]);
     assert!(ok.status.success(), "{}", text(&ok));
@@ -533,8 +427,7 @@ fn kill_at_every_launch_step_with_helpers_leaves_no_helper() {
         Duration::from_secs(10),
         || helpers_of(u, 0).is_empty(),
     );
-    let (o, rep) = env.cleanup("web");
-    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    env.cleanup_clean("web");
 }
 
 #[test]
@@ -571,6 +464,5 @@ fn cloud_hypervisor_gets_a_virtiofsd_per_share_and_serves_its_vsock_itself() {
     wait_until("helpers gone", Duration::from_secs(10), || {
         helpers_of(u, 0).is_empty()
     });
-    let (o, rep) = env.cleanup("web");
-    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    env.cleanup_clean("web");
 }

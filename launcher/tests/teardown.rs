@@ -21,29 +21,6 @@ use vmwarden::instance::liveness::control_socket_answers;
 
 const BOOT: Duration = Duration::from_secs(90);
 
-fn steps() -> Vec<String> {
-    let out = Command::new(LAUNCH).arg("--list-steps").output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
-fn assert_clean(env: &Env, name: &str) {
-    let (o, rep) = env.cleanup(name);
-    assert!(
-        o.status.success(),
-        "cleanup of {name} not clean: {}",
-        text(&o)
-    );
-    assert_eq!(rep["clean"], true, "{rep}");
-    let v = env.verify_clean(&[name]);
-    assert!(v.status.success(), "verify-clean {name}: {}", text(&v));
-    assert!(String::from_utf8_lossy(&v.stdout).contains("result=clean"));
-}
-
 fn spec_with_cred(env: &Env, name: &str, u: u32) {
     let src = env.secret(&format!("{name}.cred"), b"teardown-secret");
     let mut s = env.spec(name, u);
@@ -52,30 +29,15 @@ fn spec_with_cred(env: &Env, name: &str, u: u32) {
 }
 
 #[test]
-#[allow(clippy::assertions_on_constants)]
 fn kill_at_every_launch_step_then_cleanup_is_clean_and_relaunch_works() {
-    assert!(
-        cfg!(feature = "fault-injection"),
-        "this test needs the fault-injection build: cargo test --features fault-injection"
-    );
+    require_fault_injection();
     let env = Env::new();
     spec_with_cred(&env, "web", uid(31));
-    let steps = steps();
+    let steps = launch_steps();
     assert!(steps.len() >= 10, "{steps:?}");
     for step in &steps {
-        let out = env
-            .launch_cmd("web")
-            .env("VMWARDEN_FAULT_AFTER", step)
-            .output()
-            .unwrap();
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(
-            out.status.signal(),
-            Some(9),
-            "step {step}: launcher should SIGKILL itself: {}",
-            text(&out)
-        );
-        assert_clean(&env, "web");
+        env.launch_killed_after("web", step);
+        env.assert_clean("web");
         // The next normal launch succeeds (probe: same sandbox, no guest boot).
         let ok = env.probe("web", &["/bin/true"]);
         assert!(
@@ -83,7 +45,7 @@ fn kill_at_every_launch_step_then_cleanup_is_clean_and_relaunch_works() {
             "relaunch after kill at {step}: {}",
             text(&ok)
         );
-        assert_clean(&env, "web");
+        env.assert_clean("web");
     }
 }
 
@@ -102,12 +64,12 @@ fn cleanup_after_sigkill_of_a_running_hypervisor() {
     .unwrap();
     g.wait_exit(Duration::from_secs(10))
         .expect("hypervisor gone");
-    assert_clean(&env, "web");
+    env.assert_clean("web");
     // And it starts again.
     let mut g = env.start("web");
     g.wait_for("VMWARDEN-GUEST-READY", BOOT);
     g.kill();
-    assert_clean(&env, "web");
+    env.assert_clean("web");
 }
 
 #[test]
@@ -171,7 +133,7 @@ fn unknown_entries_go_keep_set_stays_root_keeps_its_mode() {
     assert_eq!(names, vec![std::ffi::OsString::from("instance.lock")]);
     assert_eq!(std::fs::metadata(&rundir).unwrap().mode() & 0o7777, 0o755);
     // Idempotent.
-    assert_clean(&env, "web");
+    env.assert_clean("web");
 }
 
 #[test]
@@ -253,7 +215,7 @@ fn a_deletion_that_leaves_the_path_is_failed_and_exit_is_nonzero() {
     } else {
         panic!("build with --features fault-injection to run the verify-pass case");
     }
-    assert_clean(&env, "web");
+    env.assert_clean("web");
 }
 
 /// A process running as `uid` outside any sandbox (an orphan).
@@ -382,7 +344,7 @@ fn reap_dry_run_then_apply_then_kill() {
     live.kill();
     let _ = holder.kill();
     let _ = holder.wait();
-    assert_clean(&env, "live");
+    env.assert_clean("live");
 }
 
 trait WaitTimeout {
@@ -423,7 +385,7 @@ fn purge_needs_a_terminal_keeps_identity_and_retires_the_principal() {
     s["keep_on_purge"] = json!(["identity", "keys/host"]);
     env.write_spec("web", &s);
     assert!(env.probe("web", &["/bin/true"]).status.success());
-    assert_clean(&env, "web");
+    env.assert_clean("web");
     fill_state(&env, "web", uid(51));
     let sd = env.state.join("web");
 
@@ -444,7 +406,7 @@ fn purge_needs_a_terminal_keeps_identity_and_retires_the_principal() {
         let (ok, out) = purge_on_pty(&env, &["web"], "DELETE-EVERYTHING");
         assert!(!ok && out.contains("stop it first"), "{out}");
         g.kill();
-        assert_clean(&env, "web");
+        env.assert_clean("web");
     }
     assert!(sd.join("volumes/root.img").exists());
 
@@ -510,7 +472,7 @@ fn purge_needs_a_terminal_keeps_identity_and_retires_the_principal() {
         (reg.vm.as_str(), reg.generation, reg.state),
         ("other", 2, State::Active)
     );
-    assert_clean(&env, "other");
+    env.assert_clean("other");
 }
 
 fn walkdir(p: &std::path::Path) -> std::collections::BTreeSet<std::path::PathBuf> {

@@ -8,59 +8,14 @@
 mod common;
 
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
 const BOOT: Duration = Duration::from_secs(180);
 const SIZE_MIB: u64 = 24;
-
-/// KERNEL and INITRD of the shares guest (it has the ext4 module and
-/// prints `VMWARDEN-DISK name= bytes= serial=` per disk).
-fn shares_assets() -> (PathBuf, PathBuf) {
-    let out = Command::new("bash")
-        .arg(repo_root().join("tests/assets/build-guest-shares.sh"))
-        .output()
-        .expect("run build-guest-shares.sh");
-    assert!(
-        out.status.success(),
-        "build-guest-shares.sh: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let env_path = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let text = std::fs::read_to_string(&env_path).unwrap();
-    let get = |k: &str| -> PathBuf {
-        let line = text
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{k}=")))
-            .unwrap_or_else(|| panic!("{k} missing in {env_path}"));
-        PathBuf::from(line.trim_matches('\''))
-    };
-    (get("KERNEL"), get("INITRD"))
-}
-
-fn b64(s: &str) -> String {
-    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let b = s.as_bytes();
-    let mut o = String::new();
-    for c in b.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= c.len() {
-                o.push(char::from(T[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                o.push('=');
-            }
-        }
-    }
-    o
-}
 
 fn image(env: &Env) -> PathBuf {
     env.state.join("web/data.img")
@@ -73,16 +28,7 @@ fn temp(env: &Env) -> PathBuf {
 /// Boot the guest once (oneshot: it powers off after its script) and
 /// return its console output.
 fn boot_once(env: &Env, tag: &str) -> String {
-    let log = env.path(&format!("web.{tag}.log"));
-    let f = std::fs::File::create(&log).unwrap();
-    let mut cmd = env.launch_cmd("web");
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(f.try_clone().unwrap())
-        .stderr(f);
-    let mut g = Guest {
-        child: cmd.spawn().unwrap(),
-        log,
-    };
+    let mut g = spawn_logged(env.launch_cmd("web"), env.path(&format!("web.{tag}.log")));
     g.wait_for("VMWARDEN-GUEST-READY", BOOT);
     let status = g
         .wait_exit(Duration::from_secs(60))
@@ -91,20 +37,10 @@ fn boot_once(env: &Env, tag: &str) -> String {
     g.log_text()
 }
 
-fn assert_clean(env: &Env) -> Value {
-    let (o, rep) = env.cleanup("web");
-    assert!(o.status.success(), "cleanup: {}", text(&o));
-    assert_eq!(rep["clean"], true, "{rep}");
-    let v = env.verify_clean(&["web"]);
-    assert!(v.status.success(), "verify-clean: {}", text(&v));
-    rep
-}
-
 #[test]
 fn a_created_volume_is_the_principals_sparse_ext4_and_survives_cleanup_restart_and_a_keeping_purge()
 {
     let env = Env::new();
-    let (kernel, initrd) = shares_assets();
     let u = uid(41);
     let script = "\
 if mount -t ext4 /dev/vda /mnt; then echo T-FS-EXT4; else echo T-MOUNT-FAILED; fi
@@ -112,15 +48,7 @@ echo \"T-BEFORE $(cat /mnt/mark 2>/dev/null || echo none)\"
 echo persisted >/mnt/mark && echo T-WROTE
 sync; umount /mnt
 ";
-    let mut spec = env.spec("web", u);
-    spec["hypervisor"]["machine"] = json!("pc");
-    spec["kernel"] = json!(kernel);
-    spec["initrd"] = json!(initrd);
-    spec["cmdline"] = json!(format!(
-        "{} vmwarden.run={}",
-        guest_cmdline("pc", "oneshot"),
-        b64(script)
-    ));
+    let mut spec = env.shares_spec("web", u, "oneshot", script);
     spec["disks"] = json!([{ "path": image(&env), "serial": "vol-1",
                              "create": { "size_mib": SIZE_MIB, "fs_type": "ext4" } }]);
     spec["keep_on_purge"] = json!(["identity", "data.img"]);
@@ -155,7 +83,7 @@ sync; umount /mnt
     let ino = md.ino();
 
     // Cleanup keeps it and says so.
-    let rep = assert_clean(&env);
+    let rep = env.assert_clean("web");
     assert!(
         rep["kept"].to_string().contains("data.img"),
         "cleanup does not report the image kept: {rep}"
@@ -167,7 +95,7 @@ sync; umount /mnt
     assert!(out.contains("T-BEFORE persisted"), "{out}");
     assert!(out.contains("T-FS-EXT4"), "{out}");
     assert_eq!(std::fs::metadata(image(&env)).unwrap().ino(), ino);
-    assert_clean(&env);
+    env.assert_clean("web");
 
     // purge --keep-identity keeps what keep_on_purge names...
     std::fs::write(env.state.join("web/scratch"), b"x").unwrap();
@@ -181,34 +109,20 @@ sync; umount /mnt
     assert!(!image(&env).exists(), "{p}");
 }
 
-fn steps() -> Vec<String> {
-    let o = Command::new(LAUNCH).arg("--list-steps").output().unwrap();
-    assert!(o.status.success());
-    String::from_utf8(o.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
 fn ino(p: &Path) -> Option<u64> {
     std::fs::symlink_metadata(p).ok().map(|m| m.ino())
 }
 
 #[test]
-#[allow(clippy::assertions_on_constants)]
 fn kill_after_every_step_leaves_no_half_made_image_and_never_deletes_a_finished_one() {
-    assert!(
-        cfg!(feature = "fault-injection"),
-        "this test needs the fault-injection build: cargo test --features fault-injection"
-    );
+    require_fault_injection();
     let env = Env::new();
     let u = uid(42);
     let mut spec = env.spec("web", u);
     spec["disks"] =
         json!([{ "path": image(&env), "create": { "size_mib": 16, "fs_type": "ext4" } }]);
     env.write_spec("web", &spec);
-    let steps = steps();
+    let steps = launch_steps();
     let made = steps.iter().position(|s| s == "images-made").unwrap();
     let placed = steps.iter().position(|s| s == "images-in-place").unwrap();
     assert_eq!(placed, made + 1, "{steps:?}");
@@ -217,17 +131,7 @@ fn kill_after_every_step_leaves_no_half_made_image_and_never_deletes_a_finished_
         if image(&env).exists() {
             std::fs::remove_file(image(&env)).unwrap();
         }
-        let out = env
-            .launch_cmd("web")
-            .env("VMWARDEN_FAULT_AFTER", step)
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.signal(),
-            Some(9),
-            "step {step}: launcher should SIGKILL itself: {}",
-            text(&out)
-        );
+        env.launch_killed_after("web", step);
         let before = ino(&image(&env));
         if i < made {
             assert!(before.is_none() && !temp(&env).exists(), "step {step}");
@@ -239,7 +143,7 @@ fn kill_after_every_step_leaves_no_half_made_image_and_never_deletes_a_finished_
         } else {
             assert!(before.is_some() && !temp(&env).exists(), "step {step}");
         }
-        let rep = assert_clean(&env);
+        let rep = env.assert_clean_after("web", step);
         // Cleanup removed the temp name (and reported it), never the image.
         assert!(!temp(&env).exists(), "step {step}: {rep}");
         if i == made {
@@ -258,7 +162,7 @@ fn kill_after_every_step_leaves_no_half_made_image_and_never_deletes_a_finished_
         if let Some(b) = before {
             assert_eq!(after, b, "step {step}: a finished image was re-made");
         }
-        assert_clean(&env);
+        env.assert_clean("web");
         assert_eq!(ino(&image(&env)), Some(after));
     }
 }
@@ -276,7 +180,7 @@ fn a_planted_temporary_name_is_replaced_never_followed() {
     // A first launch makes the state dir (the principal's), then the image
     // goes so the next launch makes it again.
     assert!(env.probe("web", &["/bin/true"]).status.success());
-    assert_clean(&env);
+    env.assert_clean("web");
     std::fs::remove_file(image(&env)).unwrap();
     let victim = env.path("root-file");
     std::fs::write(&victim, b"root's\n").unwrap();
@@ -292,5 +196,5 @@ fn a_planted_temporary_name_is_replaced_never_followed() {
     assert!(img.file_type().is_file());
     assert_eq!((img.uid(), img.mode() & 0o7777), (u, 0o600));
     std::fs::symlink_metadata(temp(&env)).unwrap_err();
-    assert_clean(&env);
+    env.assert_clean("web");
 }

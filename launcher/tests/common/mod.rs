@@ -59,19 +59,81 @@ pub fn assets() -> Assets {
     a
 }
 
-/// Kernel command line for the test guest on `machine` in `mode`.
-pub fn guest_cmdline(machine: &str, mode: &str) -> String {
+/// `bash tests/assets/SCRIPT ARGS…`, asserted to succeed; its stdout, trimmed.
+pub fn asset_script(script: &str, args: &[&str]) -> String {
     let out = Command::new("bash")
-        .arg(repo_root().join("tests/assets/guest-cmdline.sh"))
-        .args([machine, mode, "tcg"])
+        .arg(repo_root().join("tests/assets").join(script))
+        .args(args)
         .output()
-        .expect("run guest-cmdline.sh");
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
     assert!(
         out.status.success(),
-        "guest-cmdline.sh failed: {}",
+        "{script} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Kernel command line for the test guest on `machine` in `mode`.
+pub fn guest_cmdline(machine: &str, mode: &str) -> String {
+    asset_script("guest-cmdline.sh", &[machine, mode, "tcg"])
+}
+
+/// KERNEL and INITRD of the shares guest (tests/assets/build-guest-shares.sh:
+/// the generic kernel with the 9p, virtiofs, vsock and ext4 modules, and an
+/// /init that runs `vmwarden.run=` and prints `VMWARDEN-DISK` per disk),
+/// built and cached on first use.
+pub fn shares_assets() -> (PathBuf, PathBuf) {
+    let env_path = asset_script("build-guest-shares.sh", &[]);
+    let text = std::fs::read_to_string(&env_path).unwrap();
+    let get = |k: &str| -> PathBuf {
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("{k} missing in {env_path}"));
+        PathBuf::from(line.trim_matches('\''))
+    };
+    (get("KERNEL"), get("INITRD"))
+}
+
+/// Standard base64 with padding (for `vmwarden.run=` on a kernel command line).
+pub fn b64(s: &str) -> String {
+    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let b = s.as_bytes();
+    let mut o = String::new();
+    for c in b.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                o.push(char::from(T[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                o.push('=');
+            }
+        }
+    }
+    o
+}
+
+/// The launcher's steps, in order (`vmwarden-launch --list-steps`).
+pub fn launch_steps() -> Vec<String> {
+    let out = Command::new(LAUNCH).arg("--list-steps").output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// For the kill-after-every-step tests: they need the fault-injection build.
+#[allow(clippy::assertions_on_constants)]
+pub fn require_fault_injection() {
+    assert!(
+        cfg!(feature = "fault-injection"),
+        "this test needs the fault-injection build: cargo test --features fault-injection"
+    );
 }
 
 /// Where every test's roots live: a root-owned 0755 directory whose whole
@@ -168,6 +230,22 @@ impl Env {
         })
     }
 
+    /// A spec for the shares guest ([`shares_assets`]) on the `pc` machine
+    /// in `mode`, running the shell `script` before its ready marker.
+    pub fn shares_spec(&self, name: &str, uid: u32, mode: &str, script: &str) -> Value {
+        let (kernel, initrd) = shares_assets();
+        let mut spec = self.spec(name, uid);
+        spec["hypervisor"]["machine"] = json!("pc");
+        spec["kernel"] = json!(kernel);
+        spec["initrd"] = json!(initrd);
+        spec["cmdline"] = json!(format!(
+            "{} vmwarden.run={}",
+            guest_cmdline("pc", mode),
+            b64(script)
+        ));
+        spec
+    }
+
     pub fn write_spec(&self, name: &str, spec: &Value) -> PathBuf {
         let p = self.config.join(format!("{name}.json"));
         std::fs::write(&p, serde_json::to_vec_pretty(spec).unwrap()).unwrap();
@@ -248,16 +326,92 @@ impl Env {
         self.vmwarden(&args)
     }
 
+    /// `vmwarden-cleanup NAME` succeeds and reports clean; returns the report.
+    #[track_caller]
+    pub fn cleanup_clean(&self, name: &str) -> Value {
+        self.cleanup_clean_after(name, "")
+    }
+
+    /// [`Env::cleanup_clean`], and `vmwarden verify-clean NAME` agrees.
+    #[track_caller]
+    pub fn assert_clean(&self, name: &str) -> Value {
+        self.assert_clean_after(name, "")
+    }
+
+    /// [`Env::assert_clean`], its messages saying what came before (a
+    /// launch step it was killed after, say).
+    #[track_caller]
+    pub fn assert_clean_after(&self, name: &str, after: &str) -> Value {
+        let rep = self.cleanup_clean_after(name, after);
+        let v = self.verify_clean(&[name]);
+        assert!(
+            v.status.success(),
+            "verify-clean {name}{}: {}",
+            after_text(after),
+            text(&v)
+        );
+        assert!(String::from_utf8_lossy(&v.stdout).contains("result=clean"));
+        rep
+    }
+
+    #[track_caller]
+    fn cleanup_clean_after(&self, name: &str, after: &str) -> Value {
+        let (o, rep) = self.cleanup(name);
+        let after = after_text(after);
+        assert!(
+            o.status.success(),
+            "cleanup of {name}{after} not clean: {}",
+            text(&o)
+        );
+        assert_eq!(rep["clean"], true, "{name}{after}: {rep}");
+        rep
+    }
+
+    /// `vmwarden-launch NAME` with the fault injected after `step`: it must
+    /// SIGKILL itself there.
+    #[track_caller]
+    pub fn launch_killed_after(&self, name: &str, step: &str) {
+        let out = self
+            .launch_cmd(name)
+            .env("VMWARDEN_FAULT_AFTER", step)
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            Some(9),
+            "step {step}: launcher should SIGKILL itself: {}",
+            text(&out)
+        );
+    }
+
     /// Start the hypervisor for `name`, serial console to a log file.
     pub fn start(&self, name: &str) -> Guest {
-        let log = self.path(&format!("{name}.serial.log"));
-        let f = std::fs::File::create(&log).unwrap();
-        let mut c = self.launch_cmd(name);
-        c.stdin(Stdio::null())
-            .stdout(f.try_clone().unwrap())
-            .stderr(f);
-        let child = c.spawn().unwrap();
-        Guest { child, log }
+        spawn_logged(
+            self.launch_cmd(name),
+            self.path(&format!("{name}.serial.log")),
+        )
+    }
+}
+
+fn after_text(after: &str) -> String {
+    if after.is_empty() {
+        String::new()
+    } else {
+        format!(" after {after}")
+    }
+}
+
+/// Spawn `cmd` (a launch) with stdin from /dev/null and stdout and stderr
+/// to the file `log`.
+pub fn spawn_logged(mut cmd: Command, log: PathBuf) -> Guest {
+    let f = std::fs::File::create(&log).unwrap();
+    cmd.stdin(Stdio::null())
+        .stdout(f.try_clone().unwrap())
+        .stderr(f);
+    Guest {
+        child: cmd.spawn().unwrap(),
+        log,
     }
 }
 
@@ -521,16 +675,10 @@ impl Netns {
 
     /// Start VM `name`'s hypervisor inside the namespace, serial to a log.
     pub fn start(&self, env: &Env, name: &str) -> Guest {
-        let log = env.path(&format!("{name}.serial.log"));
-        let f = std::fs::File::create(&log).unwrap();
-        let mut c = self.cmd(env, LAUNCH, &[name]);
-        c.stdin(Stdio::null())
-            .stdout(f.try_clone().unwrap())
-            .stderr(f);
-        Guest {
-            child: c.spawn().unwrap(),
-            log,
-        }
+        spawn_logged(
+            self.cmd(env, LAUNCH, &[name]),
+            env.path(&format!("{name}.serial.log")),
+        )
     }
 }
 
