@@ -9,7 +9,7 @@
 mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
@@ -26,17 +26,46 @@ fn dir(env: &Env, rel: &str, owner: u32, mode: u32) -> PathBuf {
     p
 }
 
+/// A file of root's, 0644, in `dir`.
+fn file(dir: &Path, name: &str, content: &[u8]) {
+    std::fs::write(dir.join(name), content).unwrap();
+    std::fs::set_permissions(dir.join(name), PermissionsExt::from_mode(0o644)).unwrap();
+}
+
+/// The read-only share's source (root's, with `hello`) and another VM's
+/// share source (`other_uid`'s, with `secret`), world-readable, so only
+/// the sandbox can keep this VM out of it.
+fn ro_and_other(env: &Env, other_uid: u32) -> (PathBuf, PathBuf) {
+    let ro = dir(env, "ro-src", 0, 0o755);
+    file(&ro, "hello", b"from the host\n");
+    let other = dir(env, "db-src", other_uid, 0o755);
+    file(&other, "secret", b"db's\n");
+    (ro, other)
+}
+
+/// The VM `web`'s sandbox (a probe instead of the hypervisor) cannot read
+/// the other VM's `secret`.
+fn assert_probe_cannot_read_secret(env: &Env, other: &Path) {
+    let probe = env.probe(
+        "web",
+        &["/bin/cat", &other.join("secret").to_string_lossy()],
+    );
+    assert!(!probe.status.success(), "{}", text(&probe));
+}
+
+/// The guest's console has every line of `want` and no failed mount.
+fn assert_guest_said(out: &str, want: &[&str]) {
+    for want in want {
+        assert!(out.contains(want), "guest output lacks {want:?}:\n{out}");
+    }
+    assert!(!out.contains("T-MOUNT-"), "{out}");
+}
+
 #[test]
 fn a_guest_mounts_9p_shares_writes_as_its_principal_and_cannot_reach_another_vms_share() {
     let env = Env::new();
-    let ro = dir(&env, "ro-src", 0, 0o755);
-    std::fs::write(ro.join("hello"), b"from the host\n").unwrap();
-    std::fs::set_permissions(ro.join("hello"), PermissionsExt::from_mode(0o644)).unwrap();
+    let (ro, other) = ro_and_other(&env, uid(22));
     let rw = dir(&env, "rw-src", uid(21), 0o700);
-    // World-readable, so only the sandbox can keep this VM out of it.
-    let other = dir(&env, "db-src", uid(22), 0o755);
-    std::fs::write(other.join("secret"), b"db's\n").unwrap();
-    std::fs::set_permissions(other.join("secret"), PermissionsExt::from_mode(0o644)).unwrap();
     let img = env.path("data.img");
     let f = std::fs::File::create(&img).unwrap();
     f.set_len(8 * 1024 * 1024).unwrap();
@@ -67,11 +96,7 @@ sync; umount /rw; umount /mnt
 
     // Another VM's share source is out of this VM's sandbox (Landlock):
     // the same launch, probing instead of exec'ing QEMU.
-    let probe = env.probe(
-        "web",
-        &["/bin/cat", &other.join("secret").to_string_lossy()],
-    );
-    assert!(!probe.status.success(), "{}", text(&probe));
+    assert_probe_cannot_read_secret(&env, &other);
     env.cleanup_clean("web");
     // ...while its own read-only share is readable there.
     let probe = env.probe("web", &["/bin/cat", &ro.join("hello").to_string_lossy()]);
@@ -81,21 +106,20 @@ sync; umount /rw; umount /mnt
 
     let mut g = env.start("web");
     g.wait_for("VMWARDEN-GUEST-READY", BOOT);
-    let out = g.log_text();
-    for want in [
-        "VMWARDEN-DISK name=vda bytes=8388608 serial=data-1",
-        "T-READ from the host",
-        "T-WROTE",
-        "T-RO-WRITE-REFUSED",
-        "T-MKNOD rc=0",
-        "T-CHMOD rc=0",
-        // The guest believes it made a device node and a setuid file...
-        "T-GUEST-SEES crw-r--r-- -rwsr-xr-x",
-        "VMWARDEN-RUN-END rc=0",
-    ] {
-        assert!(out.contains(want), "guest output lacks {want:?}:\n{out}");
-    }
-    assert!(!out.contains("T-MOUNT-"), "{out}");
+    assert_guest_said(
+        &g.log_text(),
+        &[
+            "VMWARDEN-DISK name=vda bytes=8388608 serial=data-1",
+            "T-READ from the host",
+            "T-WROTE",
+            "T-RO-WRITE-REFUSED",
+            "T-MKNOD rc=0",
+            "T-CHMOD rc=0",
+            // The guest believes it made a device node and a setuid file...
+            "T-GUEST-SEES crw-r--r-- -rwsr-xr-x",
+            "VMWARDEN-RUN-END rc=0",
+        ],
+    );
 
     // The guest's write is the principal's file on the host.
     let md = std::fs::metadata(rw.join("out")).unwrap();
@@ -144,6 +168,14 @@ fn daemon(name: &str) -> PathBuf {
     p
 }
 
+/// A spec for VM `web` of `u` with one writable virtiofs share, `vrw`.
+fn vrw_spec(env: &Env, u: u32) -> serde_json::Value {
+    let rw = dir(env, "rw-src", u, 0o700);
+    let mut spec = env.spec("web", u);
+    spec["shares"] = json!([{ "tag": "vrw", "source": rw, "proto": "virtiofs" }]);
+    spec
+}
+
 /// The spec fields of the helpers: virtiofsd and the user vsock backend.
 fn with_helpers(spec: &mut serde_json::Value, cid: u64) {
     spec["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
@@ -172,6 +204,37 @@ fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Wait (10 s at most) until no process of `u` is left.
+fn wait_helpers_gone(u: u32, what: &str) {
+    wait_until(what, Duration::from_secs(10), || {
+        helpers_of(u, 0).is_empty()
+    });
+}
+
+/// `vmwarden-launch web --probe -- /bin/sleep 600`, returned once the probe
+/// sleeps with `helpers` processes of `u` beside it. The probe stands in
+/// for the hypervisor: it never connects, so the daemons would wait for
+/// ever; only the death signal ends them.
+fn sleeping_probe(env: &Env, u: u32, helpers: usize, what: &str) -> std::process::Child {
+    let mut c = env.launch_cmd("web");
+    c.args(["--probe", "--", "/bin/sleep", "600"]);
+    let child = c.spawn().unwrap();
+    let pid = child.id();
+    wait_until(what, Duration::from_secs(30), || {
+        helpers_of(u, pid).len() == helpers
+            && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "sleep")
+    });
+    child
+}
+
+/// Kill the probe and wait until its helpers are gone too.
+fn kill_probe(mut child: std::process::Child, u: u32) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_helpers_gone(u, "helpers gone");
 }
 
 /// Each helper runs as the principal, with every capability set empty, no
@@ -211,15 +274,9 @@ fn assert_sandboxed_helpers(u: u32, parent: u32, want: &[&str]) {
 fn a_guest_mounts_virtiofs_and_9p_shares_and_talks_over_user_vsock_through_sandboxed_helpers() {
     let env = Env::new();
     let u = uid(160);
-    let ro = dir(&env, "ro-src", 0, 0o755);
-    std::fs::write(ro.join("hello"), b"from the host\n").unwrap();
-    std::fs::set_permissions(ro.join("hello"), PermissionsExt::from_mode(0o644)).unwrap();
+    let (ro, other) = ro_and_other(&env, uid(161));
     let rw = dir(&env, "rw-src", u, 0o700);
     let p9 = dir(&env, "p9-src", u, 0o700);
-    // World-readable, so only the sandbox can keep this VM out of it.
-    let other = dir(&env, "db-src", uid(161), 0o755);
-    std::fs::write(other.join("secret"), b"db's\n").unwrap();
-    std::fs::set_permissions(other.join("secret"), PermissionsExt::from_mode(0o644)).unwrap();
 
     let script = "\
 mount -t virtiofs vro /mnt || echo T-MOUNT-VRO-FAILED
@@ -243,34 +300,27 @@ sync
     env.write_spec("web", &spec);
 
     // Another VM's share source is out of this VM's sandbox (Landlock).
-    let probe = env.probe(
-        "web",
-        &["/bin/cat", &other.join("secret").to_string_lossy()],
-    );
-    assert!(!probe.status.success(), "{}", text(&probe));
+    assert_probe_cannot_read_secret(&env, &other);
     // (The helpers of that probe die with it: their death signal is sent
     // as it exits, their own exit follows.)
-    wait_until("the probe's helpers gone", Duration::from_secs(10), || {
-        helpers_of(u, 0).is_empty()
-    });
+    wait_helpers_gone(u, "the probe's helpers gone");
     env.cleanup_clean("web");
 
     let mut g = env.start("web");
     g.wait_for("VMWARDEN-GUEST-READY", BOOT);
     g.wait_for("VSOCK-ECHO listening port=1234", BOOT);
-    let out = g.log_text();
-    for want in [
-        "T-READ from the host",
-        "T-WROTE",
-        "T-P9-WROTE",
-        "T-RO-WRITE-REFUSED",
-        "VMWARDEN-VSOCK dev=present",
-        "VSOCK-ECHO cid=7",
-        "VMWARDEN-RUN-END rc=0",
-    ] {
-        assert!(out.contains(want), "guest output lacks {want:?}:\n{out}");
-    }
-    assert!(!out.contains("T-MOUNT-"), "{out}");
+    assert_guest_said(
+        &g.log_text(),
+        &[
+            "T-READ from the host",
+            "T-WROTE",
+            "T-P9-WROTE",
+            "T-RO-WRITE-REFUSED",
+            "VMWARDEN-VSOCK dev=present",
+            "VSOCK-ECHO cid=7",
+            "VMWARDEN-RUN-END rc=0",
+        ],
+    );
 
     // Hybrid vsock: the host side is a unix socket in control/.
     let sock = env.run.join("web/control/vsock.sock");
@@ -341,36 +391,16 @@ sync
 fn helpers_die_with_a_sigkilled_hypervisor_and_cleanup_is_clean() {
     let env = Env::new();
     let u = uid(162);
-    let rw = dir(&env, "rw-src", u, 0o700);
-    let mut spec = env.spec("web", u);
-    spec["shares"] = json!([{ "tag": "vrw", "source": rw, "proto": "virtiofs" }]);
+    let mut spec = vrw_spec(&env, u);
     with_helpers(&mut spec, 8);
     env.write_spec("web", &spec);
     for _ in 0..2 {
-        // The probe stands in for the hypervisor: it never connects, so the
-        // daemons would wait for ever; only the death signal ends them.
-        let mut c = env.launch_cmd("web");
-        c.args(["--probe", "--", "/bin/sleep", "600"]);
-        let mut child = c.spawn().unwrap();
-        let pid = child.id();
-        wait_until(
-            "three processes of the uid",
-            Duration::from_secs(30),
-            || {
-                helpers_of(u, pid).len() == 2
-                    && std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                        .is_ok_and(|c| c.trim() == "sleep")
-            },
-        );
-        assert_sandboxed_helpers(u, pid, &["vhost-device-vs", "virtiofsd"]);
+        let child = sleeping_probe(&env, u, 2, "three processes of the uid");
+        assert_sandboxed_helpers(u, child.id(), &["vhost-device-vs", "virtiofsd"]);
         // Live: cleanup refuses.
         let (o, _) = env.cleanup("web");
         assert!(!o.status.success(), "{}", text(&o));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        wait_until("helpers gone", Duration::from_secs(10), || {
-            helpers_of(u, 0).is_empty()
-        });
+        kill_probe(child, u);
         env.assert_clean("web");
     }
 }
@@ -402,9 +432,7 @@ fn kill_at_every_launch_step_with_helpers_leaves_no_helper() {
     require_fault_injection();
     let env = Env::new();
     let u = uid(164);
-    let rw = dir(&env, "rw-src", u, 0o700);
-    let mut spec = env.spec("web", u);
-    spec["shares"] = json!([{ "tag": "vrw", "source": rw, "proto": "virtiofs" }]);
+    let mut spec = vrw_spec(&env, u);
     with_helpers(&mut spec, 10);
     env.write_spec("web", &spec);
     let steps = launch_steps();
@@ -413,20 +441,12 @@ fn kill_at_every_launch_step_with_helpers_leaves_no_helper() {
         env.launch_killed_after("web", step);
         // The death signal reached every helper (it is delivered as the
         // launcher exits; the helper's own exit follows).
-        wait_until(
-            &format!("helpers gone after {step}"),
-            Duration::from_secs(10),
-            || helpers_of(u, 0).is_empty(),
-        );
+        wait_helpers_gone(u, &format!("helpers gone after {step}"));
         env.assert_clean_after("web", step);
     }
     let ok = env.probe("web", &["/bin/true"]);
     assert!(ok.status.success(), "{}", text(&ok));
-    wait_until(
-        "helpers gone after the probe",
-        Duration::from_secs(10),
-        || helpers_of(u, 0).is_empty(),
-    );
+    wait_helpers_gone(u, "helpers gone after the probe");
     env.cleanup_clean("web");
 }
 
@@ -434,35 +454,17 @@ fn kill_at_every_launch_step_with_helpers_leaves_no_helper() {
 fn cloud_hypervisor_gets_a_virtiofsd_per_share_and_serves_its_vsock_itself() {
     let env = Env::new();
     let u = uid(165);
-    let rw = dir(&env, "rw-src", u, 0o700);
-    let mut spec = env.spec("web", u);
+    let mut spec = vrw_spec(&env, u);
     spec["hypervisor"] =
         json!({ "kind": "cloud-hypervisor", "binary": "/bin/true", "accel": "kvm" });
-    spec["shares"] = json!([{ "tag": "vrw", "source": rw, "proto": "virtiofs" }]);
     spec["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
     spec["vsock"] = json!({ "cid": 11, "backend": "user" });
     env.write_spec("web", &spec);
     // The probe stands in for cloud-hypervisor (none is installed here).
-    let mut c = env.launch_cmd("web");
-    c.args(["--probe", "--", "/bin/sleep", "600"]);
-    let mut child = c.spawn().unwrap();
-    let pid = child.id();
-    wait_until(
-        "the probe and its virtiofsd",
-        Duration::from_secs(30),
-        || {
-            helpers_of(u, pid).len() == 1
-                && std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .is_ok_and(|c| c.trim() == "sleep")
-        },
-    );
-    assert_sandboxed_helpers(u, pid, &["virtiofsd"]);
+    let child = sleeping_probe(&env, u, 1, "the probe and its virtiofsd");
+    assert_sandboxed_helpers(u, child.id(), &["virtiofsd"]);
     assert!(env.run.join("web/control/virtiofs-vrw.sock").exists());
     assert!(!env.run.join("web/control/vsock-vhost-user.sock").exists());
-    child.kill().unwrap();
-    child.wait().unwrap();
-    wait_until("helpers gone", Duration::from_secs(10), || {
-        helpers_of(u, 0).is_empty()
-    });
+    kill_probe(child, u);
     env.cleanup_clean("web");
 }

@@ -25,6 +25,14 @@ fn temp(env: &Env) -> PathBuf {
     env.state.join("web/.data.img.vmwarden-new")
 }
 
+/// A 16 MiB ext4 image the launcher creates for VM `web` of `u`.
+fn write_created_image_spec(env: &Env, u: u32) {
+    let mut spec = env.spec("web", u);
+    spec["disks"] =
+        json!([{ "path": image(env), "create": { "size_mib": 16, "fs_type": "ext4" } }]);
+    env.write_spec("web", &spec);
+}
+
 /// Boot the guest once (oneshot: it powers off after its script) and
 /// return its console output.
 fn boot_once(env: &Env, tag: &str) -> String {
@@ -118,10 +126,7 @@ fn kill_after_every_step_leaves_no_half_made_image_and_never_deletes_a_finished_
     require_fault_injection();
     let env = Env::new();
     let u = uid(42);
-    let mut spec = env.spec("web", u);
-    spec["disks"] =
-        json!([{ "path": image(&env), "create": { "size_mib": 16, "fs_type": "ext4" } }]);
-    env.write_spec("web", &spec);
+    write_created_image_spec(&env, u);
     let steps = launch_steps();
     let made = steps.iter().position(|s| s == "images-made").unwrap();
     let placed = steps.iter().position(|s| s == "images-in-place").unwrap();
@@ -173,10 +178,7 @@ fn a_planted_temporary_name_is_replaced_never_followed() {
     // file) under the temporary name, pointing at something of root's.
     let env = Env::new();
     let u = uid(44);
-    let mut spec = env.spec("web", u);
-    spec["disks"] =
-        json!([{ "path": image(&env), "create": { "size_mib": 16, "fs_type": "ext4" } }]);
-    env.write_spec("web", &spec);
+    write_created_image_spec(&env, u);
     // A first launch makes the state dir (the principal's), then the image
     // goes so the next launch makes it again.
     assert!(env.probe("web", &["/bin/true"]).status.success());
