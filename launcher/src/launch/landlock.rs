@@ -206,18 +206,10 @@ pub fn policy(spec: &Spec, state_dir: &Path, control_dir: &Path, creds_dir: &Pat
     }
 }
 
-/// The domain of one helper daemon (`launch::helpers`): the system's
-/// program and library trees, its binary (`binary_field`), `/dev/null`, its
-/// share (read-only or read-write, never execute) and, for a daemon that
-/// makes its own sockets, the control dir (sockets only). Nothing of the
-/// hypervisor's: no kernel, disk, credential or `/dev/kvm`.
-pub fn helper_policy(
-    binary: &Path,
-    binary_field: &str,
-    share: Option<(&Path, bool, String)>,
-    control_dir: Option<&Path>,
-    vm_trees: &[PathBuf],
-) -> Policy {
+/// What any program the launcher runs as the principal besides the
+/// hypervisor (a helper daemon, `mkfs`) needs: the system's program and
+/// library trees, `/dev/null`, and its own binary (named by `field`).
+pub fn program_rules(binary: &Path, field: String) -> Vec<Rule> {
     let mut rules: Vec<Rule> = SYSTEM_READ
         .iter()
         .map(|p| Rule {
@@ -234,8 +226,24 @@ pub fn helper_policy(
     rules.push(Rule {
         path: binary.to_path_buf(),
         grant: Grant::Exec,
-        field: Some(binary_field.to_string()),
+        field: Some(field),
     });
+    rules
+}
+
+/// The domain of one helper daemon (`launch::helpers`): the system's
+/// program and library trees, its binary (`binary_field`), `/dev/null`, its
+/// share (read-only or read-write, never execute) and, for a daemon that
+/// makes its own sockets, the control dir (sockets only). Nothing of the
+/// hypervisor's: no kernel, disk, credential or `/dev/kvm`.
+pub fn helper_policy(
+    binary: &Path,
+    binary_field: &str,
+    share: Option<(&Path, bool, String)>,
+    control_dir: Option<&Path>,
+    vm_trees: &[PathBuf],
+) -> Policy {
+    let mut rules = program_rules(binary, binary_field.to_string());
     if let Some((source, read_only, field)) = share {
         rules.push(Rule {
             path: source.to_path_buf(),

@@ -486,28 +486,11 @@ fn run_mkfs(
     let c_env = [cstr(EXEC_PATH)?];
     let mut child_principal = principal.clone();
     child_principal.groups.clear();
-    let mut rules: Vec<Rule> = landlock::SYSTEM_READ
-        .iter()
-        .map(|p| Rule {
-            path: PathBuf::from(p),
-            grant: Grant::Exec,
-            field: None,
-        })
-        .collect();
-    for (p, grant) in [
-        ("/dev/null", Grant::Write),
-        ("/etc/mke2fs.conf", Grant::Read),
-    ] {
-        rules.push(Rule {
-            path: PathBuf::from(p),
-            grant,
-            field: None,
-        });
-    }
+    let mut rules = landlock::program_rules(program, format!("{field}.fs_type"));
     rules.push(Rule {
-        path: program.to_path_buf(),
-        grant: Grant::Exec,
-        field: Some(format!("{field}.fs_type")),
+        path: PathBuf::from("/etc/mke2fs.conf"),
+        grant: Grant::Read,
+        field: None,
     });
     rules.push(Rule {
         path: image_path.to_path_buf(),
