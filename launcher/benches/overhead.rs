@@ -21,7 +21,7 @@
 //!    the VM runs.
 //! 7. The syscalls of one launch (strace, when installed).
 //!
-//! `cargo bench -- --quick` runs fewer iterations.
+//! `cargo bench --bench overhead -- --quick` runs fewer iterations (a bare `cargo bench -- --quick` also hands `--quick` to the library's test harness, which refuses it).
 
 use std::ffi::{CStr, CString};
 use std::os::unix::process::CommandExt;
@@ -500,6 +500,75 @@ fn print_launch(lr: &LaunchRun, title: &str) {
     );
 }
 
+/// Where tests/setup-host.sh installs virtiofsd.
+fn virtiofsd() -> Option<PathBuf> {
+    let root = std::env::var("VMWARDEN_TEST_CARGO_ROOT")
+        .unwrap_or_else(|_| "/var/cache/vmwarden-test/cargo".into());
+    let p = PathBuf::from(root).join("bin/virtiofsd");
+    p.is_file().then_some(p)
+}
+
+/// Whether any process runs with effective uid `uid` (owner of /proc/PID).
+fn uid_has_processes(uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        e.file_name().to_string_lossy().parse::<u32>().is_ok()
+            && e.metadata().is_ok_and(|m| m.uid() == uid)
+    })
+}
+
+/// `n` interleaved pairs: a probe launch of a VM without shares and one of
+/// a VM with two read-only virtiofs shares, each followed by its cleanup
+/// once its helpers are gone (they die with the probe). `None`, with a
+/// NOT RUN line, without virtiofsd.
+fn shares_rounds(r: &Roots, n: usize) -> Option<(Vec<Duration>, Vec<Duration>)> {
+    let Some(daemon) = virtiofsd() else {
+        println!(
+            "\nNOT RUN: launch with two virtiofs shares (no virtiofsd: run tests/setup-host.sh)"
+        );
+        return None;
+    };
+    let uid = 61901;
+    let mut v = r.spec_value("shares", uid);
+    v["shares"] = serde_json::json!([
+        { "tag": "doc", "source": "/usr/share/doc", "proto": "virtiofs", "read_only": true },
+        { "tag": "lib", "source": "/usr/lib", "proto": "virtiofs", "read_only": true }
+    ]);
+    v["virtiofsd"] = serde_json::json!({ "binary": daemon });
+    r.write_spec("shares", &v);
+    let launch = bin("vmwarden-launch");
+    let cleanup = bin("vmwarden-cleanup");
+    let probe = |name: &str| {
+        let mut c = Command::new(&launch);
+        r.args(c.arg(name)).args(["--probe", "--", "/bin/true"]);
+        run(&mut c).0
+    };
+    let clean = |name: &str, uid: u32| {
+        let end = Instant::now() + Duration::from_secs(10);
+        while uid_has_processes(uid) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let out = r.args(Command::new(&cleanup).arg(name)).output().unwrap();
+        assert!(
+            out.status.success(),
+            "cleanup {name}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    };
+    for _ in 0..3 {
+        probe("shares");
+        clean("shares", uid);
+    }
+    let (mut plain, mut shared) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        plain.push(probe("bench"));
+        clean("bench", 61900);
+        shared.push(probe("shares"));
+        clean("shares", uid);
+    }
+    Some((plain, shared))
+}
+
 /// `n` dead VMs shaped like real orphans: a runtime dir each with a lease
 /// file, an intent record and a leftover control dir; every VM configured.
 /// With `cgroup`, each record names the unit cgroup a launch under systemd
@@ -863,6 +932,25 @@ fn main() {
         format!("{:.2} ms", ms(pct(&quiet.base_plain, 0.5))),
         "",
     );
+
+    // 2b. Issue 12: the same launch with two virtiofs shares (one virtiofsd
+    // each, forked as the principal before the exec).
+    if let Some((plain, shared)) = shares_rounds(&r, n) {
+        println!("\n== launch with two virtiofs shares ({n} rounds, interleaved, bench's cgroup)");
+        row("launch --probe, no shares", &plain, Some(&quiet.base_plain));
+        row("launch --probe, two virtiofs shares", &shared, Some(&plain));
+        let d = median_diff_ms(&shared, &plain);
+        println!(
+            "  {:<52} median of pair differences {d:.2} ms ({:.2} ms per share)",
+            "  two shares over none",
+            d / 2.0
+        );
+        sum.add(
+            "launch with two virtiofs shares, over none",
+            format!("{d:.2} ms ({:.2} ms per virtiofsd)", d / 2.0),
+            "budget + virtiofsd start",
+        );
+    }
 
     // 3. reap dry run.
     let vmw = bin("vmwarden");
