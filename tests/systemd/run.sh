@@ -35,6 +35,8 @@
 #                                  tcg,thread=multi and 1; see the comments there)
 #   VMWARDEN_SYSTEMD_KEEP=1        keep the per-run images in the work dir
 #   VMWARDEN_TEST_CACHE, VMWARDEN_TEST_ASSETS   cache locations (see the builders)
+#   VMWARDEN_TEST_CARGO_ROOT       where tests/setup-host.sh cargo-installs virtiofsd and
+#                                  vhost-device-vsock (default /var/cache/vmwarden-test/cargo)
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"
 export LC_ALL=C
@@ -50,6 +52,7 @@ case "${1:-}" in
 esac
 
 BIN_DIR=${VMWARDEN_BIN_DIR:-$REPO/target/release}
+HELPER_DIR=${VMWARDEN_TEST_CARGO_ROOT:-/var/cache/vmwarden-test/cargo}/bin
 OUTDIR=${VMWARDEN_SYSTEMD_OUT:-$REPO/target/systemd-test}
 TIMEOUT=${VMWARDEN_SYSTEMD_TIMEOUT:-1500}
 EXTRA_ENV=${VMWARDEN_SYSTEMD_EXTRA_ENV:-}
@@ -104,6 +107,17 @@ if [ "$MODE" = full ]; then
   for b in vmwarden vmwarden-launch vmwarden-cleanup; do
     [ -x "$BIN_DIR/$b" ] || die "$BIN_DIR/$b missing: run cargo build --release first (or set VMWARDEN_BIN_DIR)"
   done
+  # The helper daemons of the vfs scenario (virtiofs shares, user vsock),
+  # built by tests/setup-host.sh. They run in L2 against L2's own libraries:
+  # each one they link must be in the cached tree (libseccomp2 and
+  # libcap-ng0 come with systemd there).
+  for b in virtiofsd vhost-device-vsock; do
+    [ -x "$HELPER_DIR/$b" ] || die "$HELPER_DIR/$b missing: run tests/setup-host.sh (or set VMWARDEN_TEST_CARGO_ROOT)"
+    for lib in $(ldd "$HELPER_DIR/$b" | awk '$2 == "=>" {print $1}'); do
+      [ -n "$(find "$CACHE/tree/usr/lib" -name "$lib" -print -quit)" ] \
+        || die "$b needs $lib, which the L2 rootfs lacks: add its package in build-rootfs.sh"
+    done
+  done
 fi
 
 # ---------------------------------------------------------------- 2. per-run image
@@ -135,7 +149,7 @@ unshare() { # DEST...: break the hard link to the cache before a tool edits the 
 # VM principals (an operator does this once per VM on a non-Nix host)
 unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
 systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
-  || chroot "$ROOT" /bin/sh -c 'for v in a b c vol vsk; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done' \
+  || chroot "$ROOT" /bin/sh -c 'for v in a b c vol vsk vfs; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done' \
   || die "cannot create the VM principals"
 grep -q '^vm-c:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
 # /dev/kvm: Debian's udev rule gives it to group kvm, 0660; the kvm module must load
@@ -150,6 +164,12 @@ put "$SH_INITRD" /opt/vmwarden-test/assets-shares/initramfs.img 0644
 echo "from the L2 host" | putc /opt/vmwarden-test/share/hello 0644
 chmod 0755 "$ROOT/opt/vmwarden-test" "$ROOT/opt/vmwarden-test/assets" \
   "$ROOT/opt/vmwarden-test/assets-shares" "$ROOT/opt/vmwarden-test/share"
+# vfs's writable virtiofs share: the principal's own directory (the launcher
+# refuses a writable share of anybody else), below a root-owned parent
+VFS_UID=$(awk -F: '$1 == "vm-vfs" {print $3 ":" $4}' "$ROOT/etc/passwd")
+[ -n "$VFS_UID" ] || die "principal vm-vfs missing after sysusers"
+install -d -m 0755 "$ROOT/var/lib/vmwarden-test"
+install -d -m 0700 -o "${VFS_UID%:*}" -g "${VFS_UID#*:}" "$ROOT/var/lib/vmwarden-test/vfs-rw"
 
 # per-run secrets (text, so the "not on the command line" check can grep them).
 # "systemd" credentials live where `render-unit --dropin` points LoadCredential=
@@ -209,6 +229,16 @@ echo "T-BEFORE $(cat /vol/mark 2>/dev/null || echo none)"
 echo persisted >/vol/mark && echo T-WROTE
 sync; umount /vol; umount /mnt'
 VSK_SCRIPT='for d in /sys/bus/virtio/devices/*; do echo "T-VIRTIO $(cat "$d/device")"; done'
+# vfs: two virtiofs shares (the 9p share's directory read-only, a writable
+# one of the principal's) and the user vsock backend: every helper daemon.
+# The guest reads and writes, then leaves a vsock echo listening on port 1234.
+VFS_SCRIPT='mkdir -p /vro /vrw
+if mount -t virtiofs vro /vro; then echo "T-VREAD $(cat /vro/hello)"; else echo T-MOUNT-VRO-FAILED; fi
+mount -t virtiofs vrw /vrw || echo T-MOUNT-VRW-FAILED
+echo guest-wrote >/vrw/out && echo T-VWROTE
+if echo x >/vro/evil 2>/dev/null; then echo T-RO-WRITE-SUCCEEDED; else echo T-RO-WRITE-REFUSED; fi
+sync
+/bin/vsock-echo 1234 &'
 shares_spec() { # NAME SCRIPT EXTRA_JSON_FIELDS
   cat <<EOF
 {
@@ -234,10 +264,19 @@ shares_spec vol "$VOL_SCRIPT" '"disks": [ { "path": "/var/lib/vmwarden/vol/data.
   "keep_on_purge": [ "identity", "data.img" ]' | putc /etc/vmwarden/vms/vol.json 0644
 shares_spec vsk "$VSK_SCRIPT" '"vsock": { "cid": 5, "backend": "vhost" }' \
   | putc /etc/vmwarden/vms/vsk.json 0644
+shares_spec vfs "$VFS_SCRIPT" '"shares": [
+    { "tag": "vro", "source": "/opt/vmwarden-test/share", "proto": "virtiofs", "read_only": true },
+    { "tag": "vrw", "source": "/var/lib/vmwarden-test/vfs-rw", "proto": "virtiofs", "read_only": false } ],
+  "virtiofsd": { "binary": "/usr/local/bin/virtiofsd" },
+  "vsock": { "cid": 6, "backend": "user", "binary": "/usr/local/bin/vhost-device-vsock" }' \
+  | putc /etc/vmwarden/vms/vfs.json 0644
 
 UNITDIR=/etc/systemd/system
 if [ "$MODE" = full ]; then
   for b in vmwarden vmwarden-launch vmwarden-cleanup; do put "$BIN_DIR/$b" /usr/local/bin/$b 0755; done
+  # root-owned, not writable by others, like every parent: the launcher
+  # refuses helper binaries a non-root user could replace
+  for b in virtiofsd vhost-device-vsock; do put "$HELPER_DIR/$b" /usr/local/bin/$b 0755; done
   VMW=$BIN_DIR/vmwarden
   "$VMW" render-unit --bin-dir /usr/local/bin >"$WORK/microvm@.service" \
     || die "vmwarden render-unit --bin-dir /usr/local/bin failed"
@@ -246,7 +285,7 @@ if [ "$MODE" = full ]; then
   put "$WORK/microvms.target" "$UNITDIR/microvms.target" 0644
   cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
   # per-VM credential drop-ins (what an operator installs per VM)
-  for v in a b vol vsk; do
+  for v in a b vol vsk vfs; do
     "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
       --credentials-dir "$CREDDIR" >"$WORK/dropin-$v.conf" \
       || die "vmwarden render-unit --dropin $v failed"
@@ -276,7 +315,7 @@ mkdir -p "$ROOT$UNITDIR/multi-user.target.wants"
 ln -sfn ../vmwarden-scenarios.service "$ROOT$UNITDIR/multi-user.target.wants/vmwarden-scenarios.service"
 { printf 'MODE=%q\nREADY_TIMEOUT=%q\nPOWEROFF=1\nONLY=%q\nL3_ACCEL=%q\n' \
     "$MODE" "${VMWARDEN_SYSTEMD_READY_TIMEOUT:-300}" "$ONLY" "$L3_ACCEL"
-  printf 'CREDS_a=%q\nCREDS_b=%q\nCREDS_vol=\nCREDS_vsk=\n' "$CREDS_a" "$CREDS_b"; } | putc /opt/vmwarden-test/run.env 0644
+  printf 'CREDS_a=%q\nCREDS_b=%q\nCREDS_vol=\nCREDS_vsk=\nCREDS_vfs=\n' "$CREDS_a" "$CREDS_b"; } | putc /opt/vmwarden-test/run.env 0644
 
 ROOT_IMG=$WORK/root.ext4 RES_IMG=$WORK/results.ext4
 SZ=$(( $(du -sm "$ROOT" | cut -f1) + 768 ))
