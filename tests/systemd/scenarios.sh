@@ -218,13 +218,14 @@ run_scenario() { # NAME FUNCTION
 s_unit_verify() {
   local f out all=""
   for f in /etc/systemd/system/microvm@.service /etc/systemd/system/microvm@a.service \
-           /etc/systemd/system/microvm@b.service /etc/systemd/system/microvms.target; do
+           /etc/systemd/system/microvm@b.service /etc/systemd/system/microvm@vfs.service \
+           /etc/systemd/system/microvms.target; do
     out=$(systemd-analyze verify "$f" 2>&1)
     log "systemd-analyze verify $f: rc=$? output: $out"
     [ -z "$out" ] || all="$all $f: $(printf '%s' "$out" | head -2 | tr '\n' ' ')"
   done
   [ -z "$all" ] || { fail "systemd-analyze verify printed:$all"; return 1; }
-  note "no output for microvm@.service, microvm@a/b (with drop-ins), microvms.target"
+  note "no output for microvm@.service, microvm@a/b/vfs (with drop-ins), microvms.target"
 }
 
 s_start_ab() {
@@ -414,6 +415,141 @@ vsk_checks() { # CURSOR
   note "vsk vhostfd held by QEMU (uid vm-vsk), guest virtio vsock device present"
 }
 
+# vfs: the helper daemons through the real unit and its hardening: a
+# virtiofsd per virtiofs share (one read-only, one writable) and
+# vhost-device-vsock for the user vsock backend. The guest reads the
+# read-only share and cannot write it, its write to the other one is the
+# principal's file here, and data crosses the hybrid vsock from L2's side.
+# The helpers run as vm-vfs with no capabilities, in the unit's cgroup; a
+# graceful stop leaves nothing of vm-vfs. Then a SIGKILL of the unit's main
+# process (the hypervisor) alone: the helpers die with it, cleanup is clean.
+VFS_RW=/var/lib/vmwarden-test/vfs-rw
+VFS_RO=/opt/vmwarden-test/share
+s_virtiofs_vsock() {
+  local cur rc u=microvm@vfs.service
+  cur=$(mark)
+  timeout 600 systemctl start $u; rc=$?
+  [ $rc -eq 0 ] || { fail "systemctl start $u rc=$rc: $(jlog $u "$cur" | tail -6 | tr '\n' ' ')"; return 1; }
+  rc=0
+  check_running vfs "$cur" && wait_guest vfs "$cur" && vfs_checks "$cur" || rc=1
+  # Stopped whatever the checks found, so a failure here leaves nothing
+  # running for the scenarios after it.
+  cur=$(mark)
+  timeout 300 systemctl stop $u || { fail "systemctl stop $u failed"; return 1; }
+  [ $rc -eq 0 ] || return 1
+  check_graceful_stop vfs "$cur" && check_cleanup vfs $u "$cur" && check_clean vfs || return 1
+  vfs_kill
+}
+# the principal's processes other than the hypervisor: "PID COMM" lines
+vfs_helpers() { # HYPERVISOR_PID
+  local p
+  for p in $(pgrep -u vm-vfs); do
+    [ "$p" = "$1" ] || echo "$p $(cat "/proc/$p/comm" 2>/dev/null)"
+  done
+}
+# a /proc/PID/status value, its fields joined by single spaces
+status_field() { awk -v k="$2:" '$1 == k {$1 = ""; sub(/^ /, ""); print; exit}' "/proc/$1/status" 2>/dev/null; }
+vfs_checks() { # CURSOR
+  local u=microvm@vfs.service pid j want out names hs h c uid cg ns md
+  pid=$(mainpid $u)
+  wait_journal $u "$1" '^VSOCK-ECHO listening port=1234' 60 \
+    || { fail "vfs: the guest's vsock echo is not listening: $(jlog $u "$1" | grep -E '^(T-|VSOCK-|VMWARDEN-RUN)' | tr '\n' ' ' | head -c 400)"; return 1; }
+  j=$(jlog $u "$1")
+  for want in 'T-VREAD from the L2 host' 'T-VWROTE' 'T-RO-WRITE-REFUSED' 'VMWARDEN-VSOCK dev=present' \
+              'VSOCK-ECHO cid=6' 'VMWARDEN-RUN-END rc=0'; do
+    printf '%s\n' "$j" | grep -qF -- "$want" \
+      || { fail "vfs: guest output lacks '$want': $(printf '%s\n' "$j" | grep -E '^(T-|VSOCK-|VMWARDEN-RUN)' | tr '\n' ' ' | head -c 400)"; return 1; }
+  done
+  ! printf '%s\n' "$j" | grep -q '^T-MOUNT-' || { fail "vfs: $(printf '%s\n' "$j" | grep '^T-MOUNT-' | tr '\n' ' ')"; return 1; }
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'vhost-user-fs-device,chardev=fs0,tag=vro' \
+    && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'vhost-user-vsock-device,chardev=vsock' \
+    || { fail "vfs: QEMU's command line lacks the vhost-user devices: $(tr '\0' ' ' <"/proc/$pid/cmdline" | grep -o 'vhost-user[^ ]*' | tr '\n' ' ')"; return 1; }
+  note "vfs guest read ro, write to ro refused, wrote rw"
+  # the guest's write is the principal's file; the read-only share is as it was
+  md=$(stat -c '%U:%G' "$VFS_RW/out" 2>/dev/null)
+  [ "$md" = vm-vfs:vm-vfs ] && [ "$(cat "$VFS_RW/out")" = guest-wrote ] \
+    || { fail "vfs: $VFS_RW/out is '$md' with '$(head -c 60 "$VFS_RW/out" 2>/dev/null)', not vm-vfs:vm-vfs 'guest-wrote'"; return 1; }
+  [ "$(ls -A "$VFS_RO")" = hello ] || { fail "vfs: the read-only share changed: $(ls -A "$VFS_RO" | tr '\n' ' ')"; return 1; }
+  # hybrid vsock from L2: vhost-device-vsock's host socket in control/
+  out=$( { printf 'CONNECT 1234\n'; sleep 2; printf 'ping-from-l2\n'; sleep 5; } \
+         | timeout 30 nc -U -q 1 "$RUNTIME_ROOT/vfs/control/vsock.sock" 2>&1 | tr -d '\r')
+  log "vsock exchange: $out"
+  printf '%s\n' "$out" | grep -q '^OK ' && printf '%s\n' "$out" | grep -qx 'guest-got:ping-from-l2' \
+    || { fail "vfs: hybrid vsock exchange failed: $(printf '%s' "$out" | tr '\n' ' ' | head -c 200)"; return 1; }
+  wait_journal $u "$1" '^VSOCK-ECHO got=ping-from-l2' 10 || { fail "vfs: the guest did not log the vsock message"; return 1; }
+  note "vsock CONNECT/OK/echo from L2"
+  # the helpers: as vm-vfs, no capabilities, children of QEMU in its mount
+  # namespace and in the unit's cgroup
+  hs=$(vfs_helpers "$pid")
+  log "vfs helpers (hypervisor $pid): $(printf '%s' "$hs" | tr '\n' ',')"
+  names=$(printf '%s\n' "$hs" | awk '{print $2}' | sort | tr '\n' ' ')
+  [ "$names" = "vhost-device-vs virtiofsd virtiofsd " ] \
+    || { fail "vfs: the principal's processes besides QEMU are '$names', not vhost-device-vs virtiofsd virtiofsd"; return 1; }
+  uid=$(id -u vm-vfs)
+  cg=$(cat "/proc/$pid/cgroup")
+  case "$cg" in *"/microvm@vfs.service"*) ;; *) fail "vfs: QEMU's cgroup is $cg"; return 1 ;; esac
+  ns=$(readlink "/proc/$pid/ns/mnt")
+  [ "$ns" != "$(readlink /proc/self/ns/mnt)" ] || { fail "vfs: QEMU is in L2's mount namespace"; return 1; }
+  for h in $(printf '%s\n' "$hs" | awk '{print $1}'); do
+    c=$(cat "/proc/$h/comm")
+    [ "$(status_field "$h" Uid)" = "$uid $uid $uid $uid" ] \
+      || { fail "vfs: $c $h Uid: $(status_field "$h" Uid)"; return 1; }
+    for want in CapEff CapPrm CapInh CapAmb; do
+      [ "$(status_field "$h" $want)" = 0000000000000000 ] || { fail "vfs: $c $h $want=$(status_field "$h" $want)"; return 1; }
+    done
+    [ "$(status_field "$h" NoNewPrivs)" = 1 ] && [ "$(status_field "$h" Seccomp)" = 2 ] \
+      || { fail "vfs: $c $h NoNewPrivs=$(status_field "$h" NoNewPrivs) Seccomp=$(status_field "$h" Seccomp)"; return 1; }
+    [ "$(status_field "$h" PPid)" = "$pid" ] || { fail "vfs: $c $h is not QEMU's child (PPid $(status_field "$h" PPid))"; return 1; }
+    [ "$(cat "/proc/$h/cgroup")" = "$cg" ] || { fail "vfs: $c $h is in cgroup $(cat "/proc/$h/cgroup"), not the unit's"; return 1; }
+    [ "$(readlink "/proc/$h/ns/mnt")" = "$ns" ] || { fail "vfs: $c $h is not in QEMU's mount namespace"; return 1; }
+  done
+  md=$(stat -c '%U %a' "$RUNTIME_ROOT/vfs/control/virtiofs-vrw.sock" 2>/dev/null)
+  [ "$md" = "vm-vfs 600" ] || { fail "vfs: virtiofs-vrw.sock is '$md', not vm-vfs 600"; return 1; }
+  note "helpers vm-vfs CapEff=0 nnp seccomp, QEMU's children in the unit's cgroup"
+}
+# SIGKILL to the hypervisor only (not to the cgroup): its helpers must not
+# outlive it (PR_SET_PDEATHSIG), and the kill's cleanup is clean.
+vfs_kill() {
+  local cur rc u=microvm@vfs.service pid hs h st sub end t0 left
+  rm -f "$VFS_RW/out"
+  systemctl reset-failed $u 2>/dev/null
+  cur=$(mark)
+  timeout 600 systemctl start $u; rc=$?
+  [ $rc -eq 0 ] || { fail "vfs second start rc=$rc"; return 1; }
+  check_running vfs "$cur" && wait_guest vfs "$cur" || { timeout 300 systemctl stop $u; return 1; }
+  pid=$(mainpid $u)
+  hs=$(vfs_helpers "$pid" | awk '{print $1}' | tr '\n' ' ')
+  [ "$(echo $hs | wc -w)" = 3 ] || { fail "vfs: second start has helpers '$hs'"; timeout 300 systemctl stop $u; return 1; }
+  systemctl kill --kill-who=main -s KILL $u || { fail "systemctl kill --kill-who=main failed"; return 1; }
+  # Gone on their own, not through systemd's final SIGKILL of the cgroup,
+  # which only comes after ExecStopPost (KillMode=mixed): the cleanup report
+  # below is clean only if no helper held the lease when cleanup ran.
+  t0=$(date +%s.%N); left=$hs
+  for _ in $(seq 1 100); do
+    left=$(for h in $hs; do [ "$(stat -c %U "/proc/$h" 2>/dev/null)" = vm-vfs ] && echo "$h"; done)
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  [ -z "$left" ] || { fail "vfs: helpers $(echo $left) outlived the killed hypervisor by 10 s"; return 1; }
+  note "helpers gone $(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}') s after SIGKILL of QEMU"
+  end=$((SECONDS + 120))
+  while :; do
+    st=$(state $u); sub=$(systemctl show -p SubState --value $u)
+    case "$st/$sub" in failed/*|inactive/*|*/auto-restart) break ;; esac
+    [ "$st" = active ] && [ "$(mainpid $u)" != "$pid" ] && break   # restarted already
+    [ $SECONDS -lt $end ] || { fail "vfs: still $st/$sub 120s after SIGKILL"; return 1; }
+    sleep 0.2
+  done
+  note "then $st/$sub"
+  check_cleanup vfs $u "$cur" first || return 1
+  timeout 300 systemctl stop $u
+  st=$(state $u)
+  case "$st" in failed|inactive) ;; *) fail "vfs: $u is $st after the kill and a stop"; return 1 ;; esac
+  check_clean vfs || return 1
+  # (fails when the stopped unit was already unloaded: nothing to reset)
+  systemctl reset-failed $u 2>/dev/null || true
+}
+
 s_all_clean() {
   local out rc p
   out=$("$VMW" verify-clean 2>&1); rc=$?
@@ -421,7 +557,7 @@ s_all_clean() {
   [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
   p=$(pgrep -a qemu-system 2>/dev/null)
   [ -z "$p" ] || { fail "hypervisors still running: $p"; return 1; }
-  for v in a b c vol vsk; do independent_clean $v || return 1; done
+  for v in a b c vol vsk vfs; do independent_clean $v || return 1; done
   note "verify-clean (all VMs) clean, no hypervisor left"
 }
 
@@ -457,6 +593,7 @@ else
   run_scenario broken_spec s_broken_spec
   run_scenario share_volume s_share_volume
   run_scenario vhost_vsock s_vhost_vsock
+  run_scenario virtiofs_vsock s_virtiofs_vsock
   run_scenario all_clean s_all_clean
 fi
 say "SCENARIOS passed=$PASS failed=$FAIL"
