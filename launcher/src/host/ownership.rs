@@ -233,6 +233,10 @@ pub fn delete_entries(dir: &Dir, names: &[OsString], skip: Option<&OsStr>) -> Ou
         let path = dir.path.join(n);
         if skip == Some(n.as_os_str()) {
             // Pretend success: the verify pass below must catch it.
+            tracing::warn!(
+                path = %path.display(),
+                "VMWARDEN_TEST_SKIP_DELETE (fault-injection build): not deleting this entry and reporting it deleted, so the verify pass must fail it"
+            );
             reported.push((n.clone(), path));
             continue;
         }
