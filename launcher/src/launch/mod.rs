@@ -1449,27 +1449,20 @@ mod tests {
 
     /// Issue 9: unshare before mounts, setgroups < setresgid < bounding and
     /// ambient clear < securebits < no_new_privs < setresuid < self-check <
-    /// Landlock < seccomp < execve.
-    const TAIL_ORDER: &[&str] = &[
-        "unshare",
-        "mounts",
-        "setrlimit",
-        "assert_single_threaded",
-        "setgroups",
-        "setresgid",
-        "clear_ambient",
-        "drop_bounding_set",
-        "set_securebits",
-        "set_no_new_privs",
-        "setresuid",
-        "clear_capabilities",
-        "verify_dropped",
-        "landlock_restrict",
-        "seccomp_load",
-        "chdir",
-        "cloexec_range",
-        "execve",
-    ];
+    /// Landlock < seccomp < execve: the privilege drop's own order
+    /// (`sandbox::tests::DROP_ORDER`) between the namespace and the exec.
+    fn tail_order() -> Vec<&'static str> {
+        let mut order = vec!["unshare", "mounts", "setrlimit"];
+        order.extend_from_slice(sandbox::tests::DROP_ORDER);
+        order.extend_from_slice(&[
+            "landlock_restrict",
+            "seccomp_load",
+            "chdir",
+            "cloexec_range",
+            "execve",
+        ]);
+        order
+    }
 
     #[test]
     fn the_launch_tail_makes_its_privileged_calls_in_order() {
@@ -1478,7 +1471,7 @@ mod tests {
         // The recorder fails execve: the launch reports it at "exec".
         assert!(matches!(got, Err(StepError::Exec { .. })), "{got:?}");
         assert_eq!(step, EXEC_STEP);
-        assert_eq!(phases(&sys), TAIL_ORDER);
+        assert_eq!(phases(&sys), tail_order());
         let calls = sys.calls();
         let args = |name: &str| -> Vec<String> {
             calls
@@ -1519,9 +1512,9 @@ mod tests {
             "mount" => "namespace",
             _ => "privileges-dropped",
         };
-        for name in TAIL_ORDER
-            .iter()
-            .map(|n| if *n == "mounts" { "mount" } else { n })
+        for name in tail_order()
+            .into_iter()
+            .map(|n| if n == "mounts" { "mount" } else { n })
         {
             let k = names.iter().position(|n| *n == name).unwrap();
             let sys = syscall::RecordingSyscall::failing_at(name);

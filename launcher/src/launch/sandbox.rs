@@ -543,12 +543,13 @@ pub fn close_inherited_fds() -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::launch::syscall::RecordingSyscall;
 
-    /// The privilege drop's calls, in the order the kernel must see them.
-    const DROP_ORDER: &[&str] = &[
+    /// The privilege drop's calls, in the order the kernel must see them
+    /// (also the middle of the launch tail's order, `launch::tests`).
+    pub(crate) const DROP_ORDER: &[&str] = &[
         "assert_single_threaded",
         "setgroups",
         "setresgid",
