@@ -373,6 +373,16 @@ fn row(label: &str, v: &[Duration], base: Option<&[Duration]>) {
     }
 }
 
+/// "p50 ms (p50 ms with the threads)" of one figure measured quiet and
+/// loaded.
+fn with_threads(quiet: &[Duration], loaded: &[Duration]) -> String {
+    format!(
+        "{:.2} ms ({:.2} ms with the threads)",
+        ms(pct(quiet, 0.5)),
+        ms(pct(loaded, 0.5))
+    )
+}
+
 /// Results the summary quotes.
 #[derive(Default)]
 struct Summary {
@@ -901,30 +911,18 @@ fn main() {
     if cg.is_some() {
         sum.add(
             "vmwarden-cleanup per VM (record with cgroup)",
-            format!(
-                "{:.2} ms ({:.2} ms with the threads)",
-                ms(pct(&quiet.cleanup_unit, 0.5)),
-                ms(pct(&loaded.cleanup_unit, 0.5))
-            ),
+            with_threads(&quiet.cleanup_unit, &loaded.cleanup_unit),
             "≤ 2 ms",
         );
     }
     sum.add(
         "vmwarden-cleanup per VM (record without: /proc)",
-        format!(
-            "{:.2} ms ({:.2} ms with the threads)",
-            ms(pct(&quiet.cleanup_plain, 0.5)),
-            ms(pct(&loaded.cleanup_plain, 0.5))
-        ),
+        with_threads(&quiet.cleanup_plain, &loaded.cleanup_plain),
         "≤ 2 ms",
     );
     sum.add(
         "vmwarden verify-clean NAME",
-        format!(
-            "{:.2} ms ({:.2} ms with the threads)",
-            ms(pct(&quiet.verify, 0.5)),
-            ms(pct(&loaded.verify, 0.5))
-        ),
+        with_threads(&quiet.verify, &loaded.verify),
         "≤ 2 ms",
     );
     sum.add(
