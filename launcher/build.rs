@@ -8,13 +8,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 fn main() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../units/rules.toml");
-    println!("cargo:rerun-if-changed={}", path.display());
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let table: toml::Table = text
-        .parse()
-        .unwrap_or_else(|e| panic!("{} is not valid TOML: {e}", path.display()));
+    let table = read_table("rules.toml");
     let mut r = Rules {
         table,
         used: BTreeSet::new(),
@@ -215,13 +209,7 @@ fn main() {
 /// `crate::config::extra_args`: `(option, reason)` pairs, and for QEMU's
 /// value-checked options the name of the check.
 fn extra_args() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../units/extra-args.toml");
-    println!("cargo:rerun-if-changed={}", path.display());
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let table: toml::Table = text
-        .parse()
-        .unwrap_or_else(|e| panic!("{} is not valid TOML: {e}", path.display()));
+    let table = read_table("extra-args.toml");
     let pairs = |t: &toml::Value, what: &str| -> Vec<(String, String)> {
         let t = t
             .as_table()
@@ -441,4 +429,16 @@ impl Class {
             self.pattern, self.mask
         )
     }
+}
+
+/// `units/FILE` as a TOML table; cargo reruns this script when it changes.
+fn read_table(file: &str) -> toml::Table {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../units")
+        .join(file);
+    println!("cargo:rerun-if-changed={}", path.display());
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    text.parse()
+        .unwrap_or_else(|e| panic!("{} is not valid TOML: {e}", path.display()))
 }
