@@ -403,6 +403,9 @@ struct LaunchRun {
     cleanup_unit: Vec<Duration>,
     cleanup_plain: Vec<Duration>,
     verify: Vec<Duration>,
+    /// `/usr/bin/env /bin/true`: a process whose only work is one `execve`
+    /// — the floor any launcher that is a program of its own pays here.
+    exec_floor: Vec<Duration>,
     max_rss_kib: u64,
 }
 
@@ -440,8 +443,10 @@ fn launch_rounds(r: &Roots, cg: Option<&UnitCgroup>, n: usize) -> LaunchRun {
         cleanup_unit: vec![],
         cleanup_plain: vec![],
         verify: vec![],
+        exec_floor: vec![],
         max_rss_kib: 0,
     };
+    let env = Path::new("/usr/bin/env");
     for _ in 0..n {
         if cg.is_some() {
             out.base_unit.push(truth(cg));
@@ -451,6 +456,10 @@ fn launch_rounds(r: &Roots, cg: Option<&UnitCgroup>, n: usize) -> LaunchRun {
             out.cleanup_unit.push(clean());
         }
         out.base_plain.push(truth(None));
+        if env.exists() {
+            out.exec_floor
+                .push(run(Command::new(env).arg("/bin/true")).0);
+        }
         let (d, rss) = probe(None);
         out.launch_plain.push(d);
         out.max_rss_kib = out.max_rss_kib.max(rss);
@@ -481,6 +490,18 @@ fn print_launch(lr: &LaunchRun, title: &str) {
         );
     }
     row("/bin/true, bench's cgroup", &lr.base_plain, None);
+    if !lr.exec_floor.is_empty() {
+        row(
+            "env /bin/true (a program that only execs)",
+            &lr.exec_floor,
+            Some(&lr.base_plain),
+        );
+        println!(
+            "  {:<52} median of pair differences {:.2} ms",
+            "  exec floor: one more execve",
+            median_diff_ms(&lr.exec_floor, &lr.base_plain)
+        );
+    }
     row(
         "launch --probe -- /bin/true, shared cgroup (/proc)",
         &lr.launch_plain,
@@ -930,6 +951,17 @@ fn main() {
         format!("{:.2} ms", ms(pct(&quiet.base_plain, 0.5))),
         "",
     );
+    if !quiet.exec_floor.is_empty() {
+        let floor = median_diff_ms(&quiet.exec_floor, &quiet.base_plain);
+        sum.add(
+            "exec floor: env /bin/true over /bin/true",
+            format!(
+                "{floor:.2} ms; the launcher's own work above it {:.2} ms",
+                ov(&quiet, false) - floor
+            ),
+            "",
+        );
+    }
 
     // 2b. Issue 12: the same launch with two virtiofs shares (one virtiofsd
     // each, forked as the principal before the exec).
