@@ -10,7 +10,10 @@
 //!
 //! 1. Launch overhead: `vmwarden-launch --probe -- /bin/true` against
 //!    `/bin/true` started the same way, paired; again with 2,000 extra
-//!    sleeping threads on the host.
+//!    sleeping threads on the host. Beside it, the floors any launcher
+//!    pays here: `env /bin/true` (one more `execve`) and `unshare -m -i
+//!    --propagation slave /bin/true` against `unshare /bin/true` (the two
+//!    namespaces, made and torn down).
 //! 2. Teardown: `vmwarden-cleanup` and `vmwarden verify-clean NAME` per VM.
 //! 3. `vmwarden reap` (dry run) over 10, 100 and 1,000 orphaned runtime dirs
 //!    shaped like real ones, and 1,000 again with the 2,000 threads.
@@ -406,6 +409,11 @@ struct LaunchRun {
     /// `/usr/bin/env /bin/true`: a process whose only work is one `execve`
     /// — the floor any launcher that is a program of its own pays here.
     exec_floor: Vec<Duration>,
+    /// `unshare /bin/true` and `unshare -m -i --propagation slave
+    /// /bin/true`: what the two namespaces the launcher must make cost,
+    /// made and torn down, with nothing mounted in them.
+    unshare_none: Vec<Duration>,
+    unshare_ns: Vec<Duration>,
     max_rss_kib: u64,
 }
 
@@ -444,9 +452,12 @@ fn launch_rounds(r: &Roots, cg: Option<&UnitCgroup>, n: usize) -> LaunchRun {
         cleanup_plain: vec![],
         verify: vec![],
         exec_floor: vec![],
+        unshare_none: vec![],
+        unshare_ns: vec![],
         max_rss_kib: 0,
     };
     let env = Path::new("/usr/bin/env");
+    let unshare = Path::new("/usr/bin/unshare");
     for _ in 0..n {
         if cg.is_some() {
             out.base_unit.push(truth(cg));
@@ -459,6 +470,20 @@ fn launch_rounds(r: &Roots, cg: Option<&UnitCgroup>, n: usize) -> LaunchRun {
         if env.exists() {
             out.exec_floor
                 .push(run(Command::new(env).arg("/bin/true")).0);
+        }
+        if unshare.exists() {
+            out.unshare_none
+                .push(run(Command::new(unshare).arg("/bin/true")).0);
+            out.unshare_ns.push(
+                run(Command::new(unshare).args([
+                    "-m",
+                    "-i",
+                    "--propagation",
+                    "slave",
+                    "/bin/true",
+                ]))
+                .0,
+            );
         }
         let (d, rss) = probe(None);
         out.launch_plain.push(d);
@@ -500,6 +525,18 @@ fn print_launch(lr: &LaunchRun, title: &str) {
             "  {:<52} median of pair differences {:.2} ms",
             "  exec floor: one more execve",
             median_diff_ms(&lr.exec_floor, &lr.base_plain)
+        );
+    }
+    if !lr.unshare_ns.is_empty() {
+        row(
+            "unshare -m -i --propagation slave /bin/true",
+            &lr.unshare_ns,
+            Some(&lr.unshare_none),
+        );
+        println!(
+            "  {:<52} median of pair differences {:.2} ms",
+            "  mount + IPC namespace, made and torn down",
+            median_diff_ms(&lr.unshare_ns, &lr.unshare_none)
         );
     }
     row(
@@ -958,6 +995,16 @@ fn main() {
             format!(
                 "{floor:.2} ms; the launcher's own work above it {:.2} ms",
                 ov(&quiet, false) - floor
+            ),
+            "",
+        );
+    }
+    if !quiet.unshare_ns.is_empty() {
+        sum.add(
+            "mount + IPC namespace alone (unshare, no mounts)",
+            format!(
+                "{:.2} ms",
+                median_diff_ms(&quiet.unshare_ns, &quiet.unshare_none)
             ),
             "",
         );
