@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::names::VmName;
 use crate::config::paths::CREDENTIALS_DIR;
-use crate::host::procs::mount_namespace_holders;
+use crate::host::procs::{self, MountNamespace, Scan, UidFilter, Wants};
 
 /// Mount source given to a VM's credential tmpfs: identifies it in every
 /// namespace's mountinfo.
@@ -98,14 +98,9 @@ pub fn read(pid: &str) -> std::io::Result<Vec<Mount>> {
     Ok(parse(&read_bytes(&format!("/proc/{pid}/mountinfo"))?))
 }
 
-/// A /proc file whole, read with a buffer that usually takes it in one
-/// call (`std::fs::read` starts from a 32-byte probe on a file that reports
-/// size 0, and doubles: nine reads for a typical mountinfo).
+/// A /proc file whole (see [`procs::read_proc_file`]).
 fn read_bytes(path: &str) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut b = Vec::with_capacity(16 * 1024);
-    std::fs::File::open(path)?.read_to_end(&mut b)?;
-    Ok(b)
+    procs::read_proc_file(path).map_err(std::io::Error::from)
 }
 
 /// Mount namespace inode of a process (`/proc/PID/ns/mnt`).
@@ -145,20 +140,55 @@ pub fn credential_mounts_everywhere(
     runtime_root: Option<&Path>,
     name: Option<&VmName>,
 ) -> Vec<(u32, String, Mount)> {
-    let mut out = Vec::new();
-    // One task per namespace (one /proc link per process, threads only
-    // behind an exited leader): the scan does not grow with the threads.
-    for (tid, ns) in mount_namespace_holders() {
+    let scan = Scan::take(&Wants {
+        uids: UidFilter::None,
+        mount_namespaces: true,
+    });
+    credential_mounts_in(&scan, runtime_root, name)
+}
+
+/// [`credential_mounts_everywhere`] from the namespaces a scan found (one
+/// scan shared by a command's checks). A scan taken without namespaces
+/// takes its own.
+pub fn credential_mounts_in(
+    scan: &Scan,
+    runtime_root: Option<&Path>,
+    name: Option<&VmName>,
+) -> Vec<(u32, String, Mount)> {
+    match scan.mount_namespaces() {
+        Some(nss) => nss
+            .iter()
+            .flat_map(|ns| credential_mounts_of(ns, runtime_root, name))
+            .collect(),
+        None => credential_mounts_everywhere(runtime_root, name),
+    }
+}
+
+/// The credential mounts in one namespace, read from the mountinfo of the
+/// first of its tasks that can still be read (one task per namespace: the
+/// cost does not grow with the processes or threads sharing it).
+fn credential_mounts_of(
+    ns: &MountNamespace,
+    runtime_root: Option<&Path>,
+    name: Option<&VmName>,
+) -> Vec<(u32, String, Mount)> {
+    for tid in &ns.tasks {
         let Ok(data) = read_bytes(&format!("/proc/{tid}/mountinfo")) else {
             continue;
         };
-        for m in parse(&data) {
-            if is_credential_mount(&m, runtime_root, name) {
-                out.push((tid, ns.clone(), m));
-            }
-        }
+        // Only a line naming the credential source can be one (the source
+        // field is escaped only for space, tab, newline and backslash, none
+        // of which the prefix holds): the rest is not parsed.
+        let needle = CREDENTIAL_SOURCE_PREFIX.as_bytes();
+        return data
+            .split(|b| *b == b'\n')
+            .filter(|l| l.windows(needle.len()).any(|w| w == needle))
+            .flat_map(parse)
+            .filter(|m| is_credential_mount(m, runtime_root, name))
+            .map(|m| (*tid, ns.ns.clone(), m))
+            .collect();
     }
-    out
+    Vec::new()
 }
 
 #[cfg(test)]

@@ -10,11 +10,10 @@
 //! other threads run on. Only then are the threads in `task/` read. So a
 //! scan costs O(processes), whatever the number of threads on the host.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::CStr;
 use std::fs::File;
-use std::io::{ErrorKind, Read};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, OFlag, AT_FDCWD};
@@ -88,6 +87,18 @@ struct Proc {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Unreadable(pub Vec<(String, Errno)>);
 
+impl Unreadable {
+    /// Record `e` on `what` unless it says the task exited during the scan
+    /// (ENOENT, ESRCH). True when it did (nothing more to read of it).
+    fn gone_or(&mut self, what: impl FnOnce() -> String, e: Errno) -> bool {
+        if matches!(e, Errno::ENOENT | Errno::ESRCH) {
+            return true;
+        }
+        self.0.push((what(), e));
+        false
+    }
+}
+
 impl Proc {
     fn open() -> Result<Proc, Errno> {
         let fd = openat(
@@ -121,37 +132,31 @@ impl Proc {
         Ok(out)
     }
 
-    /// Read `/proc/REL` whole into the scan's buffer. These files are
-    /// generated whole on the first read (single_open): a short read is the
-    /// end, no second read needed.
-    fn read(&mut self, rel: &str) -> Result<&[u8], Errno> {
+    /// Read `/proc/REL` whole into the scan's buffer. With `whole_on_first`
+    /// the file is generated whole on the first read (single_open: `status`,
+    /// `stat`) and a short read is the end; otherwise (a seq_file iterating
+    /// records: `mountinfo`, `children`) a read stops short before a record
+    /// that does not fit, and only a read of 0 ends it.
+    fn read_file(&mut self, rel: &str, whole_on_first: bool) -> Result<&[u8], Errno> {
         let fd = openat(
             self.fd.as_fd(),
             rel,
             OFlag::O_RDONLY | OFlag::O_CLOEXEC,
             Mode::empty(),
         )?;
-        let mut f = File::from(fd);
-        self.buf.clear();
-        let mut chunk = [0u8; 4096];
-        loop {
-            match f.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => {
-                    self.buf.extend_from_slice(&chunk[..n]);
-                    if n < chunk.len() {
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(errno_of(&e)),
-            }
-        }
+        read_into(File::from(fd), &mut self.buf, whole_on_first)?;
         Ok(&self.buf)
     }
 
-    /// The owner of `/proc/PID`: the process's effective uid while it is
-    /// dumpable, else root.
+    /// A `status` or `stat` file (generated whole on the first read).
+    fn read(&mut self, rel: &str) -> Result<&[u8], Errno> {
+        self.read_file(rel, true)
+    }
+
+    /// The owner of `/proc/PID`: the process's effective uid (root for a
+    /// kernel thread). The directory itself is exempt from the rule that
+    /// makes a non-dumpable process's entries root's (the files in it are
+    /// not): its owner is the euid whatever the dumpable flag.
     fn owner(&self, pid: u32) -> Result<u32, Errno> {
         nix::sys::stat::fstatat(
             self.fd.as_fd(),
@@ -159,6 +164,19 @@ impl Proc {
             nix::fcntl::AtFlags::empty(),
         )
         .map(|st| st.st_uid)
+    }
+
+    /// The number of threads in `pid`'s group, from its `task/` directory's
+    /// link count (2 + the threads; a zombie leader counts while its group
+    /// lives). None when it cannot be read.
+    fn threads(&self, pid: u32) -> Option<u64> {
+        nix::sys::stat::fstatat(
+            self.fd.as_fd(),
+            format!("{pid}/task").as_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .ok()
+        .map(|st| st.st_nlink.saturating_sub(2))
     }
 
     /// True for a task group without an address space and with one thread:
@@ -169,7 +187,10 @@ impl Proc {
     /// zombie leader whose other threads run on has more than one: false,
     /// and its threads are read. Anything unclear: false (read status).
     /// (`exe` is followed, not read: the kernel then skips building the
-    /// path string readlink would return, ~1 µs of the ~2.5 per process.)
+    /// path string readlink would return. These two calls, ~1.8 µs per
+    /// kernel thread, are the cheapest verdict measured: `stat`'s
+    /// PF_KTHREAD flag costs an open, a read and a close, ~3.3 µs, and
+    /// `status` ~5 µs.)
     fn no_mm_single_thread(&self, pid: u32) -> bool {
         let exe = nix::unistd::faccessat(
             self.fd.as_fd(),
@@ -180,12 +201,7 @@ impl Proc {
         if exe != Err(Errno::ENOENT) {
             return false;
         }
-        nix::sys::stat::fstatat(
-            self.fd.as_fd(),
-            format!("{pid}/task").as_str(),
-            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-        )
-        .is_ok_and(|st| st.st_nlink <= 3)
+        self.threads(pid).is_some_and(|n| n <= 1)
     }
 
     /// The children of kthreadd (pid 2), sorted: the kernel's threads,
@@ -196,7 +212,7 @@ impl Proc {
     /// a container) has its status read. None when it cannot be read
     /// (no `CONFIG_PROC_CHILDREN`): every process is tested.
     fn kthreadd_children(&mut self) -> Option<Vec<u32>> {
-        let text = std::str::from_utf8(self.read("2/task/2/children").ok()?).ok()?;
+        let text = std::str::from_utf8(self.read_file("2/task/2/children", false).ok()?).ok()?;
         let mut pids: Vec<u32> = text
             .split_ascii_whitespace()
             .filter_map(|p| p.parse().ok())
@@ -210,95 +226,329 @@ impl Proc {
         nix::fcntl::readlinkat(self.fd.as_fd(), rel).map(|t| t.to_string_lossy().into_owned())
     }
 
-    /// Every live process (by thread-group id) with the uids it runs as:
-    /// the leader's `status`, or for a zombie leader with live threads the
-    /// union of those threads' uids. With `owner = Some(uid)`, processes
-    /// whose `/proc` entry belongs to neither `uid` nor root are skipped
-    /// unread (a non-dumpable process's entry belongs to root, so those are
-    /// still read).
-    fn processes(
-        &mut self,
-        owner: Option<u32>,
-        mut f: impl FnMut(u32, &[u32; 4]),
-    ) -> Result<Unreadable, Errno> {
-        let mut unreadable = Unreadable::default();
-        let gone_or = |what: String, e: Errno, u: &mut Unreadable| {
-            // ENOENT/ESRCH: the task exited during the scan.
-            if !matches!(e, Errno::ENOENT | Errno::ESRCH) {
-                u.0.push((what, e));
-            }
-        };
-        let kthreads = self.kthreadd_children();
-        for pid in self.ids("")? {
-            // Only kthreadd's children can be kernel threads: any other
-            // process skips that test (and its status is read).
-            let maybe_kthread = match &kthreads {
-                Some(k) => k.binary_search(&pid).is_ok(),
-                None => true,
-            };
-            let root_owned = match owner {
-                None => true,
-                // Its kernel-thread test comes first; if it fails, its
-                // status is read whoever owns it.
-                Some(_) if maybe_kthread && kthreads.is_some() => true,
-                Some(uid) => match self.owner(pid) {
-                    Ok(o) if o != 0 && o != uid => continue,
-                    Ok(o) => o == 0,
-                    Err(e) => {
-                        gone_or(format!("/proc/{pid}"), e, &mut unreadable);
-                        continue;
-                    }
-                },
-            };
-            // Kernel threads (about half the entries on a host) are
-            // root's and have no address space: skipped without reading
-            // their status.
-            if root_owned && maybe_kthread && self.no_mm_single_thread(pid) {
-                continue;
-            }
-            let rel = format!("{pid}/status");
-            let st = match self.read(&rel).map(parse_status) {
-                Ok(Some(st)) => st,
-                Ok(None) => {
-                    unreadable.0.push((format!("/proc/{rel}"), Errno::EINVAL));
-                    continue;
-                }
-                Err(e) => {
-                    gone_or(format!("/proc/{rel}"), e, &mut unreadable);
-                    continue;
-                }
-            };
-            if !st.dead {
-                f(pid, &st.uids);
-                continue;
-            }
-            if st.threads <= 1 {
-                continue;
-            }
-            // The leader has exited, other threads run on: they count.
-            let tids = match self.ids(&format!("{pid}/task")) {
-                Ok(t) => t,
-                Err(e) => {
-                    gone_or(format!("/proc/{pid}/task"), e, &mut unreadable);
-                    continue;
-                }
-            };
-            for tid in tids.into_iter().filter(|t| *t != pid) {
-                let rel = format!("{pid}/task/{tid}/status");
-                match self.read(&rel).map(parse_status) {
-                    Ok(Some(t)) if !t.dead => f(pid, &t.uids),
-                    Ok(_) => {}
-                    Err(e) => gone_or(format!("/proc/{rel}"), e, &mut unreadable),
-                }
+    /// The thread ids of `pid` but the leader's own.
+    fn other_threads(&self, pid: u32, u: &mut Unreadable) -> Vec<u32> {
+        match self.ids(&format!("{pid}/task")) {
+            Ok(t) => t.into_iter().filter(|t| *t != pid).collect(),
+            Err(e) => {
+                u.gone_or(|| format!("/proc/{pid}/task"), e);
+                Vec::new()
             }
         }
-        Ok(unreadable)
     }
 }
 
-/// The errno of an io error from a system call (EIO if it has none).
-fn errno_of(e: &std::io::Error) -> Errno {
-    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+/// Read `f` whole into `buf` (see [`Proc::read_file`] for `whole_on_first`),
+/// a page or more per call, into the buffer's spare capacity (not zeroed
+/// first: a 16 KiB buffer for a 2 KiB file touches one page, not four).
+fn read_into(f: File, buf: &mut Vec<u8>, whole_on_first: bool) -> Result<(), Errno> {
+    buf.clear();
+    loop {
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(buf.capacity().max(4096));
+        }
+        let spare = buf.spare_capacity_mut();
+        let want = spare.len();
+        // SAFETY: the kernel writes at most `want` bytes into the spare
+        // capacity, which is valid for writes of that many bytes and not
+        // aliased; `set_len` below covers exactly the bytes it wrote.
+        let n = unsafe { libc::read(f.as_raw_fd(), spare.as_mut_ptr().cast(), want) };
+        let n = match usize::try_from(n) {
+            Ok(n) => n,
+            Err(_) if Errno::last() == Errno::EINTR => continue,
+            Err(_) => return Err(Errno::last()),
+        };
+        // SAFETY: the first `n` spare bytes were just initialised by read(2).
+        unsafe { buf.set_len(buf.len() + n) };
+        if n == 0 || (whole_on_first && n < want) {
+            return Ok(());
+        }
+    }
+}
+
+/// Which uids a [`Scan`] answers for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum UidFilter {
+    /// None: no process's credentials are read.
+    #[default]
+    None,
+    /// Only these: a process whose `/proc` entry belongs to neither one of
+    /// them nor root is skipped unread (root's are read: a process running
+    /// with euid 0 may hold the uid as its real, saved or fs uid).
+    Of(BTreeSet<u32>),
+    /// Every uid (reap, `status` of every VM).
+    All,
+}
+
+/// What one pass over `/proc` gathers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Wants {
+    pub uids: UidFilter,
+    /// The mount namespaces (of this user namespace) tasks are in, with the
+    /// tasks in each (see [`MountNamespace`]).
+    pub mount_namespaces: bool,
+}
+
+impl Wants {
+    /// The processes of `uids` and the mount namespaces: what `cleanup` and
+    /// `verify-clean` ask.
+    pub fn uids_and_mounts(uids: impl IntoIterator<Item = u32>) -> Wants {
+        Wants {
+            uids: UidFilter::Of(uids.into_iter().collect()),
+            mount_namespaces: true,
+        }
+    }
+}
+
+/// One mount namespace that tasks of the host are in, owned by the
+/// caller's user namespace (an unprivileged user's namespace is not
+/// vmwarden's and cannot hold a mount the launcher made).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountNamespace {
+    /// `mnt:[inode]`.
+    pub ns: String,
+    /// Tasks found in it, in scan order: the first one stands for it; the
+    /// next ones are there in case it exits before its mountinfo is read.
+    pub tasks: Vec<u32>,
+}
+
+/// What one pass over `/proc` found: every check of a command (liveness,
+/// the processes left, the credential mounts in every namespace) and every
+/// VM it asks about share it. Per process, one `/proc` directory walk: the
+/// owner of its entry (1 call) when only some uids are asked about, its
+/// `status` (open, read, close) when it may hold one of them, the kernel-
+/// thread test (2 calls) for kthreadd's children instead, and its `ns/mnt`
+/// link (1 call) when namespaces are asked about.
+#[derive(Debug, Clone, Default)]
+pub struct Scan {
+    uids: UidFilter,
+    by_uid: HashMap<u32, BTreeSet<u32>>,
+    unreadable: Unreadable,
+    mount_namespaces: Option<Vec<MountNamespace>>,
+}
+
+impl Scan {
+    /// Walk `/proc` once for what `wants` names.
+    pub fn take(wants: &Wants) -> Scan {
+        let mut scan = Scan {
+            uids: wants.uids.clone(),
+            mount_namespaces: wants.mount_namespaces.then(Vec::new),
+            ..Scan::default()
+        };
+        match Proc::open() {
+            Ok(mut p) => {
+                if let Err(e) = scan.walk(&mut p, wants) {
+                    scan.unreadable.0.push(("/proc".into(), e));
+                }
+            }
+            Err(e) => scan.unreadable.0.push(("/proc".into(), e)),
+        }
+        scan
+    }
+
+    /// Does this scan answer for `uid`?
+    pub fn covers(&self, uid: u32) -> bool {
+        match &self.uids {
+            UidFilter::None => false,
+            UidFilter::Of(set) => set.contains(&uid),
+            UidFilter::All => true,
+        }
+    }
+
+    /// The processes of `uid`; None when the scan was not asked about it.
+    pub fn of(&self, uid: u32) -> Option<UidTasks> {
+        self.covers(uid).then(|| UidTasks {
+            pids: self
+                .by_uid
+                .get(&uid)
+                .map(|s| s.iter().copied().collect())
+                .unwrap_or_default(),
+            unreadable: self.unreadable.clone(),
+        })
+    }
+
+    /// The mount namespaces, when the scan was asked for them.
+    pub fn mount_namespaces(&self) -> Option<&[MountNamespace]> {
+        self.mount_namespaces.as_deref()
+    }
+
+    fn record(&mut self, pid: u32, ids: &[u32; 4]) {
+        for u in ids {
+            if self.covers(*u) {
+                self.by_uid.entry(*u).or_default().insert(pid);
+            }
+        }
+    }
+
+    fn walk(&mut self, p: &mut Proc, wants: &Wants) -> Result<(), Errno> {
+        let my_userns = if wants.mount_namespaces {
+            Some(p.link("self/ns/user")?)
+        } else {
+            None
+        };
+        let mut ns_index: BTreeMap<String, Option<usize>> = BTreeMap::new();
+        let kthreads = match wants.uids {
+            UidFilter::None => None,
+            _ => p.kthreadd_children(),
+        };
+        for pid in p.ids("")? {
+            let Some(threads) = self.credentials(p, pid, kthreads.as_deref()) else {
+                continue; // exited meanwhile
+            };
+            if let Some(mine) = &my_userns {
+                self.namespaces(p, pid, threads, mine, &mut ns_index);
+            }
+        }
+        Ok(())
+    }
+
+    /// The uid part of one process: its credentials when it may hold one
+    /// of the uids asked about. Returns what was learnt of its group's
+    /// size (`Some(None)`: not asked), or None when it exited meanwhile.
+    fn credentials(
+        &mut self,
+        p: &mut Proc,
+        pid: u32,
+        kthreads: Option<&[u32]>,
+    ) -> Option<Option<u64>> {
+        // Only kthreadd's children can be kernel threads: any other
+        // process skips that test (and its status is read).
+        let maybe_kthread = kthreads.map_or(true, |k| k.binary_search(&pid).is_ok());
+        let test_kthread = match &self.uids {
+            UidFilter::None => return Some(None),
+            UidFilter::All => maybe_kthread,
+            // Its kernel-thread test comes first; if it fails, its
+            // status is read whoever owns it.
+            UidFilter::Of(_) if maybe_kthread && kthreads.is_some() => true,
+            UidFilter::Of(set) => match p.owner(pid) {
+                Ok(o) if o != 0 && !set.contains(&o) => return Some(None),
+                Ok(o) => o == 0 && maybe_kthread,
+                Err(e) => {
+                    return (!self.unreadable.gone_or(|| format!("/proc/{pid}"), e)).then_some(None)
+                }
+            },
+        };
+        // Kernel threads (about half the entries on a host) are root's and
+        // have no address space: skipped without reading their status.
+        if test_kthread && p.no_mm_single_thread(pid) {
+            return Some(Some(1));
+        }
+        let rel = format!("{pid}/status");
+        let st = match p.read(&rel).map(parse_status) {
+            Ok(Some(st)) => st,
+            Ok(None) => {
+                self.unreadable
+                    .0
+                    .push((format!("/proc/{rel}"), Errno::EINVAL));
+                return Some(None);
+            }
+            Err(e) => {
+                return (!self.unreadable.gone_or(|| format!("/proc/{rel}"), e)).then_some(None)
+            }
+        };
+        if !st.dead {
+            self.record(pid, &st.uids);
+        } else if st.threads > 1 {
+            // The leader has exited, other threads run on: they count.
+            for tid in p.other_threads(pid, &mut self.unreadable) {
+                let rel = format!("{pid}/task/{tid}/status");
+                match p.read(&rel).map(parse_status) {
+                    Ok(Some(t)) if !t.dead => self.record(pid, &t.uids),
+                    Ok(_) => {}
+                    Err(e) => {
+                        self.unreadable.gone_or(|| format!("/proc/{rel}"), e);
+                    }
+                }
+            }
+        }
+        Some(Some(u64::from(st.threads)))
+    }
+
+    /// The mount-namespace part of one process: the namespace of its
+    /// leader, or of each of its threads when the leader has exited (a
+    /// zombie leader has no namespaces of its own while its threads keep
+    /// theirs). `threads`: its group's size if the uid part learnt it.
+    fn namespaces(
+        &mut self,
+        p: &Proc,
+        pid: u32,
+        threads: Option<u64>,
+        my_userns: &str,
+        index: &mut BTreeMap<String, Option<usize>>,
+    ) {
+        let Some(list) = self.mount_namespaces.as_mut() else {
+            return;
+        };
+        let mut consider = |rel_task: &str, id: u32| -> Result<(), Errno> {
+            let ns = p.link(&format!("{rel_task}/ns/mnt"))?;
+            match index.get(&ns) {
+                Some(Some(i)) => list[*i].tasks.push(id),
+                Some(None) => {} // another user namespace's
+                None => {
+                    let userns = p.link(&format!("{rel_task}/ns/user"))?;
+                    if userns == my_userns {
+                        index.insert(ns.clone(), Some(list.len()));
+                        list.push(MountNamespace {
+                            ns,
+                            tasks: vec![id],
+                        });
+                    } else {
+                        index.insert(ns, None);
+                    }
+                }
+            }
+            Ok(())
+        };
+        match consider(&pid.to_string(), pid) {
+            Ok(()) => {}
+            // No namespaces: a zombie leader (or gone). Its threads, if any
+            // run on, have theirs.
+            Err(Errno::ENOENT) => {
+                let others = match threads {
+                    Some(n) => n > 1,
+                    None => p.threads(pid).is_some_and(|n| n > 1),
+                };
+                if others {
+                    for tid in p.other_threads(pid, &mut Unreadable::default()) {
+                        let _ = consider(&format!("{pid}/task/{tid}"), tid);
+                    }
+                }
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// A [`Scan`] taken on first need, for a command whose checks may or may
+/// not need one (cleanup's liveness asks the recorded cgroup instead).
+#[derive(Debug, Default)]
+pub struct Scanner {
+    wants: Wants,
+    cell: std::cell::OnceCell<Scan>,
+}
+
+impl Scanner {
+    pub fn new(wants: Wants) -> Scanner {
+        Scanner {
+            wants,
+            cell: std::cell::OnceCell::new(),
+        }
+    }
+
+    pub fn get(&self) -> &Scan {
+        self.cell.get_or_init(|| Scan::take(&self.wants))
+    }
+
+    /// The processes of `uid`: from the shared scan when it answers for
+    /// `uid`, else from a scan of their own.
+    pub fn tasks_of(&self, uid: u32) -> UidTasks {
+        match self.wants.uids {
+            UidFilter::All => self.get().of(uid),
+            UidFilter::Of(ref set) if set.contains(&uid) => self.get().of(uid),
+            _ => None,
+        }
+        .unwrap_or_else(|| tasks_of_uid(uid))
+    }
 }
 
 fn parse_id(name: &CStr) -> Option<u32> {
@@ -319,21 +569,12 @@ pub struct UidTasks {
 
 /// One `/proc` scan for a single uid.
 pub fn tasks_of_uid(uid: u32) -> UidTasks {
-    let mut pids = BTreeSet::new();
-    let unreadable = match Proc::open() {
-        Ok(mut p) => p
-            .processes(Some(uid), |pid, ids| {
-                if ids.contains(&uid) {
-                    pids.insert(pid);
-                }
-            })
-            .unwrap_or_else(|e| Unreadable(vec![("/proc".into(), e)])),
-        Err(e) => Unreadable(vec![("/proc".into(), e)]),
-    };
-    UidTasks {
-        pids: pids.into_iter().collect(),
-        unreadable,
-    }
+    Scan::take(&Wants {
+        uids: UidFilter::Of(BTreeSet::from([uid])),
+        mount_namespaces: false,
+    })
+    .of(uid)
+    .unwrap_or_default()
 }
 
 /// Pids of live (non-zombie) processes whose real, effective, saved or fs
@@ -369,38 +610,20 @@ pub fn process_runs_as(pid: u32, uid: u32) -> bool {
 }
 
 /// One `/proc` scan answering "which processes run as uid X" for every X:
-/// reap, `status` of all VMs and `verify-clean` of all VMs share one.
+/// reap and `status` of all VMs share one.
 #[derive(Debug, Clone, Default)]
-pub struct Snapshot {
-    by_uid: HashMap<u32, BTreeSet<u32>>,
-    unreadable: Unreadable,
-}
+pub struct Snapshot(Scan);
 
 impl Snapshot {
     pub fn take() -> Snapshot {
-        let mut by_uid: HashMap<u32, BTreeSet<u32>> = HashMap::new();
-        let unreadable = match Proc::open() {
-            Ok(mut p) => p
-                .processes(None, |pid, ids| {
-                    for u in ids {
-                        by_uid.entry(*u).or_default().insert(pid);
-                    }
-                })
-                .unwrap_or_else(|e| Unreadable(vec![("/proc".into(), e)])),
-            Err(e) => Unreadable(vec![("/proc".into(), e)]),
-        };
-        Snapshot { by_uid, unreadable }
+        Snapshot(Scan::take(&Wants {
+            uids: UidFilter::All,
+            mount_namespaces: false,
+        }))
     }
 
     pub fn of(&self, uid: u32) -> UidTasks {
-        UidTasks {
-            pids: self
-                .by_uid
-                .get(&uid)
-                .map(|s| s.iter().copied().collect())
-                .unwrap_or_default(),
-            unreadable: self.unreadable.clone(),
-        }
+        self.0.of(uid).unwrap_or_default()
     }
 }
 
@@ -436,46 +659,31 @@ fn parse_ppid(stat: &[u8]) -> Option<u32> {
 /// a process are read only when its leader has exited (a zombie leader has
 /// no namespaces of its own while its threads keep theirs).
 pub fn mount_namespace_holders() -> Vec<(u32, String)> {
-    let mut out = Vec::new();
-    let Ok(p) = Proc::open() else {
-        return out;
-    };
-    let Ok(my_userns) = p.link("self/ns/user") else {
-        return out;
-    };
-    let mut seen = BTreeSet::new();
-    let mut consider =
-        |rel_task: &str, id: u32, seen: &mut BTreeSet<String>| -> Result<(), Errno> {
-            let ns = p.link(&format!("{rel_task}/ns/mnt"))?;
-            if seen.contains(&ns) {
-                return Ok(());
-            }
-            let userns = p.link(&format!("{rel_task}/ns/user"))?;
-            seen.insert(ns.clone());
-            if userns == my_userns {
-                out.push((id, ns));
-            }
-            Ok(())
-        };
-    let Ok(pids) = p.ids("") else {
-        return Vec::new();
-    };
-    for pid in pids {
-        match consider(&pid.to_string(), pid, &mut seen) {
-            Ok(()) => {}
-            // No namespaces: a zombie leader (or gone). Its threads, if any
-            // run on, have theirs.
-            Err(Errno::ENOENT) => {
-                if let Ok(tids) = p.ids(&format!("{pid}/task")) {
-                    for tid in tids.into_iter().filter(|t| *t != pid) {
-                        let _ = consider(&format!("{pid}/task/{tid}"), tid, &mut seen);
-                    }
-                }
-            }
-            Err(_) => {}
-        }
-    }
-    out
+    Scan::take(&Wants {
+        uids: UidFilter::None,
+        mount_namespaces: true,
+    })
+    .mount_namespaces
+    .unwrap_or_default()
+    .into_iter()
+    .filter_map(|m| Some((*m.tasks.first()?, m.ns)))
+    .collect()
+}
+
+/// Read the /proc file `path` whole (a seq_file such as `mountinfo`: only
+/// a read of 0 ends it), with one buffer that usually takes it in one call
+/// (`std::fs::read` starts from a 32-byte probe on a file that reports size
+/// 0, and doubles: nine reads for a typical mountinfo).
+pub fn read_proc_file(path: &str) -> Result<Vec<u8>, Errno> {
+    let fd = openat(
+        AT_FDCWD,
+        path,
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut buf = Vec::with_capacity(16 * 1024);
+    read_into(File::from(fd), &mut buf, false)?;
+    Ok(buf)
 }
 
 /// Is `pid` a live (non-zombie) process? A pid that cannot be read counts as

@@ -7,14 +7,13 @@
 //! root-held handle the VM cannot leave: O(1), whatever the host runs),
 //! else from a `/proc` scan for the VM's uid; then the control socket.
 
-use std::cell::OnceCell;
 use std::path::Path;
 use std::time::Duration;
 
 use crate::config::names::VmName;
 use crate::config::paths::{Roots, LEASE_FILE};
 use crate::host::cgroup::{self, Cgroup, Occupancy};
-use crate::host::procs::{self, Snapshot, UidTasks};
+use crate::host::procs::{self, Scanner, UidFilter, UidTasks, Wants};
 use crate::host::{dirs, peer};
 use crate::hypervisor::api;
 use crate::identity::principal::{self, PrincipalError};
@@ -119,25 +118,36 @@ pub fn recorded_cgroup(intent: &Intent) -> Option<&Cgroup> {
 
 /// A liveness prober. [`Probe::single`] scans `/proc` per question (one VM);
 /// [`Probe::shared`] takes one scan on first need and answers every VM
-/// from it (reap, `status` and `verify-clean` of all VMs).
+/// from it (reap, `status` of all VMs); [`Probe::sharing`] uses a
+/// command's own scanner, whose scan the command's other checks share
+/// (cleanup, `verify-clean`).
 #[derive(Debug)]
 pub struct Probe {
     via: Via,
-    shared: Option<OnceCell<Snapshot>>,
+    scanner: Option<Scanner>,
 }
 
 impl Probe {
     pub fn single() -> Probe {
         Probe {
             via: Via::Recorded,
-            shared: None,
+            scanner: None,
         }
     }
 
     pub fn shared() -> Probe {
+        Probe::sharing(Scanner::new(Wants {
+            uids: UidFilter::All,
+            mount_namespaces: false,
+        }))
+    }
+
+    /// A probe answering from `scanner` (its scan is taken on first need,
+    /// by the probe or by whoever else asks [`Probe::scanner`]).
+    pub fn sharing(scanner: Scanner) -> Probe {
         Probe {
             via: Via::Recorded,
-            shared: Some(OnceCell::new()),
+            scanner: Some(scanner),
         }
     }
 
@@ -146,10 +156,15 @@ impl Probe {
         self
     }
 
+    /// The scanner this probe answers from, if it shares one.
+    pub fn scanner(&self) -> Option<&Scanner> {
+        self.scanner.as_ref()
+    }
+
     /// Processes of `uid` (from the shared scan, or a fresh one).
     pub fn tasks_of(&self, uid: u32) -> UidTasks {
-        match &self.shared {
-            Some(cell) => cell.get_or_init(Snapshot::take).of(uid),
+        match &self.scanner {
+            Some(s) => s.tasks_of(uid),
             None => procs::tasks_of_uid(uid),
         }
     }

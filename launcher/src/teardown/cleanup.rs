@@ -17,6 +17,7 @@ use crate::host::dirs;
 use crate::host::mountinfo;
 use crate::host::net::SYS_CLASS_NET;
 use crate::host::ownership::{self, Failed, Kept, Outcome, DELETE_LAST, RUNTIME_KEEP};
+use crate::host::procs::{Scanner, Wants};
 use crate::instance::intent::{Intent, Resource};
 use crate::instance::lease::{self, Lease, LeaseState};
 use crate::instance::liveness::{self, Probe, Verdict};
@@ -75,6 +76,16 @@ impl Report {
         }
     }
 
+    /// The runtime dir cannot be opened (the VM is not running).
+    fn fail_dir(mut self, reason: String) -> Self {
+        self.liveness = Verdict::Dead.reason();
+        self.failed.push(Failed {
+            path: self.runtime_dir.clone(),
+            reason,
+        });
+        self
+    }
+
     fn refuse(mut self, verdict: &Verdict) -> Self {
         self.liveness = verdict.reason();
         self.kept.push(Kept {
@@ -94,72 +105,78 @@ impl Report {
 pub fn cleanup(roots: &Roots, name: &VmName, service_result: ServiceResult) -> Report {
     let report = Report::new(roots, name, service_result);
     // With a runtime dir, only its lease is asked here (held ⇒ live); the
-    // rest of the probe runs once, under the lease, in `cleanup_dead`.
-    let verdict = match dirs::open_dir(&roots.runtime_dir(name)) {
+    // rest of the probe runs once, under the lease, in `cleanup_dir`.
+    match dirs::open_dir(&roots.runtime_dir(name)) {
         Ok(d) => match lease::state(&d) {
-            Ok(LeaseState::Held) => Verdict::Live(format!(
+            Ok(LeaseState::Held) => report.refuse(&Verdict::Live(format!(
                 "lease {} is held",
                 d.path.join(LEASE_FILE).display()
-            )),
-            Ok(_) => Verdict::Dead,
-            Err(e) => Verdict::Ambiguous(format!("cannot probe the lease: {e}")),
+            ))),
+            Ok(_) => cleanup_dir(roots, name, &d, report),
+            Err(e) => report.refuse(&Verdict::Ambiguous(format!("cannot probe the lease: {e}"))),
         },
-        Err(e) if e.is_not_found() => liveness::probe(roots, name),
-        Err(e) => Verdict::Ambiguous(format!("cannot open its runtime dir: {e}")),
-    };
-    if !verdict.is_dead() {
-        return report.refuse(&verdict);
+        Err(e) if e.is_not_found() => {
+            // One /proc scan for the probe and the mount check.
+            let uid = liveness::vm_uid(roots, name, None).ok().flatten();
+            let probe = Probe::sharing(Scanner::new(Wants::uids_and_mounts(uid)));
+            let verdict = probe.probe(roots, name);
+            if !verdict.is_dead() {
+                return report.refuse(&verdict);
+            }
+            match dirs::open_dir(&roots.runtime_dir(name)) {
+                // A launch made it meanwhile: the whole teardown, under
+                // the lease.
+                Ok(d) => cleanup_dir(roots, name, &d, report),
+                Err(e) if e.is_not_found() => cleanup_absent(roots, name, &probe, report),
+                Err(e) => report.fail_dir(e.to_string()),
+            }
+        }
+        Err(e) => report.refuse(&Verdict::Ambiguous(format!(
+            "cannot open its runtime dir: {e}"
+        ))),
     }
-    cleanup_dead(roots, name, report)
 }
 
-fn cleanup_dead(roots: &Roots, name: &VmName, mut report: Report) -> Report {
+/// Nothing was ever created (or it is already gone): check mounts and taps.
+fn cleanup_absent(roots: &Roots, name: &VmName, probe: &Probe, mut report: Report) -> Report {
     report.liveness = Verdict::Dead.reason();
-    let rundir = match dirs::open_dir(&roots.runtime_dir(name)) {
-        Ok(d) => d,
-        Err(e) if e.is_not_found() => {
-            // Nothing was ever created (or it is already gone): check mounts
-            // and taps.
-            report
-                .failed
-                .extend(surviving_credential_mounts(roots, name));
-            report.failed.extend(surviving_taps(roots, name, None));
-            report.clean = report.failed.is_empty();
-            return report;
-        }
-        Err(e) => {
-            report.failed.push(Failed {
-                path: report.runtime_dir.clone(),
-                reason: e.to_string(),
-            });
-            return report;
-        }
-    };
+    report
+        .failed
+        .extend(surviving_credential_mounts_in(probe, roots, name));
+    report.failed.extend(surviving_taps(roots, name, None));
+    report.clean = report.failed.is_empty();
+    report
+}
+
+/// The lease is free (or absent): take it, probe the rest under it, and
+/// tear down.
+fn cleanup_dir(roots: &Roots, name: &VmName, rundir: &dirs::Dir, mut report: Report) -> Report {
+    report.liveness = Verdict::Dead.reason();
     // Same exclusive lock as the launcher: no launch starts while we delete.
-    let _lease = match take_lease(&rundir) {
+    let _lease = match take_lease(rundir) {
         Ok(l) => l,
         Err(v) => return report.refuse(&v),
     };
-    let intent = match probe_under_lease(roots, name, &rundir) {
+    let (intent, probe) = match probe_under_lease(roots, name, rundir) {
         Ok(i) => i,
         Err(v) => return report.refuse(&v),
     };
     report.instance_id = intent.as_ref().map(|i| i.instance_id.clone());
     // Recorded resources outside the runtime dir are not cleanup's to delete.
-    keep_recorded_outside(intent.as_ref(), &rundir, &mut report);
+    keep_recorded_outside(intent.as_ref(), rundir, &mut report);
     // ...except what a launch killed while making an image leaves.
     remove_image_temps(roots, name, intent.as_ref(), &mut report);
     let Some((keep, taps_left)) =
-        delete_runtime_entries(roots, name, intent.as_ref(), &rundir, &mut report)
+        delete_runtime_entries(roots, name, intent.as_ref(), rundir, &mut report)
     else {
         return report;
     };
-    verify_deleted(roots, name, &rundir, &keep, taps_left, &mut report);
+    verify_deleted(roots, name, rundir, &keep, taps_left, &probe, &mut report);
     // No process of the VM's uid (the hypervisor or a helper) is left.
     let uid = liveness::vm_uid(roots, name, intent.as_ref())
         .ok()
         .flatten();
-    report.failed.extend(surviving_processes(uid));
+    report.failed.extend(surviving_processes_in(&probe, uid));
     report.clean = report.failed.is_empty();
     report
 }
@@ -177,22 +194,26 @@ fn take_lease(rundir: &dirs::Dir) -> Result<Lease, Verdict> {
 }
 
 /// The intent record and the rest of the liveness probe, under the lease;
-/// anything but dead is the verdict to refuse with.
+/// anything but dead is the verdict to refuse with. The probe returned
+/// holds the command's one `/proc` scan (taken here when the record names
+/// no cgroup, else by the first check after the deletions that needs it):
+/// the uid's processes and every mount namespace, for the checks below.
 fn probe_under_lease(
     roots: &Roots,
     name: &VmName,
     rundir: &dirs::Dir,
-) -> Result<Option<Intent>, Verdict> {
+) -> Result<(Option<Intent>, Probe), Verdict> {
     let intent = Intent::read(rundir).map_err(|e| Verdict::Ambiguous(e.to_string()))?;
     // The rest of the probe, under the lease: the recorded cgroup, else the
     // uid's processes (the record's, else the spec's), then the sockets.
     let uid = liveness::vm_uid(roots, name, intent.as_ref())
         .map_err(|e| Verdict::Ambiguous(e.to_string()))?;
-    let v = Probe::single().with_lease_held(roots, name, uid, intent.as_ref());
+    let probe = Probe::sharing(Scanner::new(Wants::uids_and_mounts(uid)));
+    let v = probe.with_lease_held(roots, name, uid, intent.as_ref());
     if !v.is_dead() {
         return Err(v);
     }
-    Ok(intent)
+    Ok((intent, probe))
 }
 
 /// Resources the record names outside the runtime dir (the state dir, …)
@@ -278,6 +299,7 @@ fn verify_deleted(
     rundir: &dirs::Dir,
     keep: &[&str],
     taps_left: Vec<Failed>,
+    probe: &Probe,
     report: &mut Report,
 ) {
     match ownership::entries(rundir) {
@@ -299,7 +321,7 @@ fn verify_deleted(
     }
     report
         .failed
-        .extend(surviving_credential_mounts(roots, name));
+        .extend(surviving_credential_mounts_in(probe, roots, name));
     report.failed.extend(taps_left);
 }
 
@@ -373,8 +395,15 @@ fn remove_image_temp(roots: &Roots, name: &VmName, temp: &Path, report: &mut Rep
 /// under the lease asked the recorded cgroup when there is one; this asks
 /// the uid itself, so a process that left the cgroup is not missed.
 pub fn surviving_processes(uid: Option<u32>) -> Vec<Failed> {
+    surviving_processes_in(&Probe::single(), uid)
+}
+
+/// [`surviving_processes`] from `probe`'s scan (a scan taken under the
+/// lease with no process of the uid, before the deletions, stands: the
+/// lease keeps launches out, and nothing else starts the VM's processes).
+fn surviving_processes_in(probe: &Probe, uid: Option<u32>) -> Vec<Failed> {
     let Some(uid) = uid else { return Vec::new() };
-    let t = Probe::single().tasks_of(uid);
+    let t = probe.tasks_of(uid);
     let mut out: Vec<Failed> = t
         .pids
         .iter()
@@ -413,11 +442,21 @@ pub fn surviving_taps(roots: &Roots, name: &VmName, intent: Option<&Intent>) -> 
 /// Only a mount at this set of roots' mount point counts (another set of
 /// roots may run a VM of the same name).
 pub fn surviving_credential_mounts(roots: &Roots, name: &VmName) -> Vec<Failed> {
-    mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), Some(name))
-        .into_iter()
-        .map(|(pid, ns, m)| Failed {
-            path: m.mount_point,
-            reason: format!("credential tmpfs still mounted in mount namespace {ns} (pid {pid})"),
-        })
-        .collect()
+    surviving_credential_mounts_in(&Probe::single(), roots, name)
+}
+
+/// [`surviving_credential_mounts`] from the mount namespaces of `probe`'s
+/// scan (one of its own when the probe shares none).
+fn surviving_credential_mounts_in(probe: &Probe, roots: &Roots, name: &VmName) -> Vec<Failed> {
+    let root = Some(roots.runtime_root.as_path());
+    match probe.scanner() {
+        Some(s) => mountinfo::credential_mounts_in(s.get(), root, Some(name)),
+        None => mountinfo::credential_mounts_everywhere(root, Some(name)),
+    }
+    .into_iter()
+    .map(|(pid, ns, m)| Failed {
+        path: m.mount_point,
+        reason: format!("credential tmpfs still mounted in mount namespace {ns} (pid {pid})"),
+    })
+    .collect()
 }

@@ -115,36 +115,44 @@ pub fn verify(
     } else {
         names.to_vec()
     };
-    // Many VMs share one /proc scan and one mount-namespace scan; one VM
-    // asks only about its own uid.
-    let many = names.len() > 1;
-    let shared = many.then(procs::Snapshot::take);
-    let all_mounts =
-        many.then(|| mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), None));
-    for n in &names {
+    // What each VM's checks read first: its runtime dir, the uid its last
+    // launch recorded (else its spec's).
+    let vms: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let dir = dirs::open_dir(&roots.runtime_dir(n));
+            let intent = dir
+                .as_ref()
+                .ok()
+                .and_then(|d| Intent::read(d).ok().flatten());
+            let uid = liveness::vm_uid(roots, n, intent.as_ref());
+            (n, dir, intent, uid)
+        })
+        .collect();
+    // One /proc pass for every VM and every check: the processes of their
+    // uids and the mount namespaces, whose credential mounts (of any VM)
+    // are read once, one mountinfo per namespace.
+    let scan = procs::Scan::take(&procs::Wants::uids_and_mounts(
+        vms.iter()
+            .filter_map(|(_, _, _, u)| u.as_ref().ok().copied().flatten()),
+    ));
+    let all_mounts = mountinfo::credential_mounts_in(&scan, Some(&roots.runtime_root), None);
+    for (n, dir, intent, uid) in &vms {
         let vm = Some(n.as_str());
-        let rundir = roots.runtime_dir(n);
-        let dir = dirs::open_dir(&rundir);
-        runtime_checks(&dir, vm, &mut checks);
-        // The uid the last launch recorded, else the spec's.
-        let intent = dir
-            .as_ref()
-            .ok()
-            .and_then(|d| Intent::read(d).ok().flatten());
-        principal_checks(roots, n, intent.as_ref(), shared.as_ref(), &mut checks);
+        runtime_checks(dir, vm, &mut checks);
+        principal_checks(n, uid, &scan, &mut checks);
         checks.push(tap_check(roots, n, intent.as_ref()));
-        checks.push(credential_mount_check(roots, n, all_mounts.as_deref()));
+        checks.push(credential_mount_check(roots, n, &all_mounts));
     }
     // Asked about every VM: no credential mount of any VM either, also of
     // one whose runtime dir is gone (the per-VM checks only see known ones).
     if every_vm {
-        let all = mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), None);
         checks.push(check(
             "no-credential-mount-any",
             None,
-            all.is_empty(),
+            all_mounts.is_empty(),
             "none",
-            format!("{}", all.len()),
+            format!("{}", all_mounts.len()),
         ));
     }
     checks.extend(protected.iter().map(|p| protected_check(p, since)));
@@ -196,19 +204,16 @@ fn runtime_checks(
 /// No process, kernel key or IPC object of the VM's principal (the uid
 /// its intent record names, else its spec's).
 fn principal_checks(
-    roots: &Roots,
     n: &VmName,
-    intent: Option<&Intent>,
-    shared: Option<&procs::Snapshot>,
+    uid: &Result<Option<u32>, liveness::UnknownUid>,
+    scan: &procs::Scan,
     checks: &mut Vec<Check>,
 ) {
     let vm = Some(n.as_str());
-    match liveness::vm_uid(roots, n, intent) {
+    match uid {
         Ok(Some(uid)) => {
-            let t = match shared {
-                Some(s) => s.of(uid),
-                None => procs::tasks_of_uid(uid),
-            };
+            let uid = *uid;
+            let t = scan.of(uid).unwrap_or_else(|| procs::tasks_of_uid(uid));
             let unreadable: Vec<String> = t
                 .unreadable
                 .0
@@ -279,24 +284,15 @@ fn tap_check(roots: &Roots, n: &VmName, intent: Option<&Intent>) -> Check {
     )
 }
 
-/// No credential tmpfs of the VM in any mount namespace (`all_mounts`: one
-/// scan shared by many VMs).
-fn credential_mount_check(
-    roots: &Roots,
-    n: &VmName,
-    all_mounts: Option<&[(u32, String, Mount)]>,
-) -> Check {
+/// No credential tmpfs of the VM in any mount namespace (`all_mounts`: the
+/// credential mounts of every VM under this runtime root, one read shared
+/// by all the VMs).
+fn credential_mount_check(roots: &Roots, n: &VmName, all_mounts: &[(u32, String, Mount)]) -> Check {
     let vm = Some(n.as_str());
-    let mounts: Vec<_> = match all_mounts {
-        Some(all) => all
-            .iter()
-            .filter(|(_, _, m)| {
-                mountinfo::is_credential_mount(m, Some(&roots.runtime_root), Some(n))
-            })
-            .cloned()
-            .collect(),
-        None => mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), Some(n)),
-    };
+    let mounts: Vec<_> = all_mounts
+        .iter()
+        .filter(|(_, _, m)| mountinfo::is_credential_mount(m, Some(&roots.runtime_root), Some(n)))
+        .collect();
     check(
         "no-credential-mount",
         vm,
