@@ -379,7 +379,10 @@ pub fn read_small(dir: &Dir, name: &str, max: u64) -> Result<Option<Vec<u8>>> {
     if !md.is_file() || md.len() > max {
         return Err(DirError::refused(path, Refusal::NotASmallFile { max }));
     }
-    let mut bytes = Vec::new();
+    // Sized from the stat: one read takes it and one more sees the end
+    // (`read_to_end` on an empty Vec probes from 32 bytes up: eight reads
+    // for a 1 KiB intent record).
+    let mut bytes = Vec::with_capacity(usize::try_from(md.len()).unwrap_or(0).saturating_add(1));
     f.take(max).read_to_end(&mut bytes).io("read", path)?;
     Ok(Some(bytes))
 }

@@ -9,11 +9,19 @@
 use std::os::unix::fs::MetadataExt;
 
 use crate::config::rawpath;
+use crate::host::procs::read_proc_file;
 
 /// The keys `uid` owns, from `/proc/key-users` (readable by anyone; reading
 /// it creates nothing). `None` when the uid has no key at all.
 pub fn keys_of_uid(uid: u32) -> Option<u32> {
-    parse_key_users(&std::fs::read_to_string("/proc/key-users").ok()?, uid)
+    parse_key_users(&read_text("/proc/key-users")?, uid)
+}
+
+/// A /proc seq file as text, read with one buffer that usually takes it in
+/// one call (`std::fs::read_to_string` probes from 32 bytes up on a file
+/// that reports size 0).
+fn read_text(path: &str) -> Option<String> {
+    String::from_utf8(read_proc_file(path).ok()?).ok()
 }
 
 fn parse_key_users(text: &str, uid: u32) -> Option<u32> {
@@ -48,7 +56,7 @@ pub fn stashed_keys(uid: u32) -> Option<u32> {
 pub fn sysv_objects_of_uid(uid: u32) -> Vec<String> {
     let mut out = Vec::new();
     for kind in ["shm", "sem", "msg"] {
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/sysvipc/{kind}")) {
+        if let Some(text) = read_text(&format!("/proc/sysvipc/{kind}")) {
             out.extend(parse_sysvipc(kind, &text, uid));
         }
     }

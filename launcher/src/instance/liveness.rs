@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::config::names::VmName;
 use crate::config::paths::{Roots, LEASE_FILE};
+use crate::config::spec::Spec;
 use crate::host::cgroup::{self, Cgroup, Occupancy};
 use crate::host::procs::{self, Scanner, UidFilter, UidTasks, Wants};
 use crate::host::{dirs, peer};
@@ -95,8 +96,22 @@ pub fn vm_uid(
     if let Some(i) = intent {
         return Ok(Some(i.principal.uid));
     }
-    match effective_spec(roots, name, intent) {
-        Some((spec, _)) => principal::uid_of(&spec)
+    let spec = effective_spec(roots, name, intent).map(|(s, _)| s);
+    vm_uid_with(name, intent, spec.as_ref())
+}
+
+/// [`vm_uid`] with the spec to believe already read (by a caller that
+/// needs it for more than the uid).
+pub fn vm_uid_with(
+    name: &VmName,
+    intent: Option<&Intent>,
+    spec: Option<&Spec>,
+) -> Result<Option<u32>, UnknownUid> {
+    if let Some(i) = intent {
+        return Ok(Some(i.principal.uid));
+    }
+    match spec {
+        Some(spec) => principal::uid_of(spec)
             .map(Some)
             .map_err(|source| UnknownUid {
                 name: name.to_string(),

@@ -10,15 +10,17 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::config::names::VmName;
+use crate::config::names::{TapName, VmName};
 use crate::config::paths::{Roots, LEASE_FILE};
 use crate::config::rawpath;
+use crate::config::spec::Spec;
 use crate::host::dirs;
 use crate::host::mountinfo;
 use crate::host::net::SYS_CLASS_NET;
 use crate::host::ownership::{self, Failed, Kept, Outcome, DELETE_LAST, RUNTIME_KEEP};
 use crate::host::procs::{Scanner, Wants};
 use crate::instance::intent::{Intent, Resource};
+use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, Lease, LeaseState};
 use crate::instance::liveness::{self, Probe, Verdict};
 use crate::teardown::taps;
@@ -157,8 +159,13 @@ fn cleanup_dir(roots: &Roots, name: &VmName, rundir: &dirs::Dir, mut report: Rep
         Ok(l) => l,
         Err(v) => return report.refuse(&v),
     };
-    let (intent, probe) = match probe_under_lease(roots, name, rundir) {
-        Ok(i) => i,
+    let UnderLease {
+        intent,
+        spec,
+        uid,
+        probe,
+    } = match probe_under_lease(roots, name, rundir) {
+        Ok(u) => u,
         Err(v) => return report.refuse(&v),
     };
     report.instance_id = intent.as_ref().map(|i| i.instance_id.clone());
@@ -166,16 +173,12 @@ fn cleanup_dir(roots: &Roots, name: &VmName, rundir: &dirs::Dir, mut report: Rep
     keep_recorded_outside(intent.as_ref(), rundir, &mut report);
     // ...except what a launch killed while making an image leaves.
     remove_image_temps(roots, name, intent.as_ref(), &mut report);
-    let Some((keep, taps_left)) =
-        delete_runtime_entries(roots, name, intent.as_ref(), rundir, &mut report)
-    else {
+    let vm_taps = taps::vm_taps_with(intent.as_ref(), spec.as_ref());
+    let Some((keep, taps_left)) = delete_runtime_entries(rundir, &vm_taps, &mut report) else {
         return report;
     };
     verify_deleted(roots, name, rundir, &keep, taps_left, &probe, &mut report);
     // No process of the VM's uid (the hypervisor or a helper) is left.
-    let uid = liveness::vm_uid(roots, name, intent.as_ref())
-        .ok()
-        .flatten();
     report.failed.extend(surviving_processes_in(&probe, uid));
     report.clean = report.failed.is_empty();
     report
@@ -193,27 +196,44 @@ fn take_lease(rundir: &dirs::Dir) -> Result<Lease, Verdict> {
     }
 }
 
+/// What the probe under the lease read, for the teardown after it.
+struct UnderLease {
+    intent: Option<Intent>,
+    /// The spec to believe (the launched copy the record names, else the
+    /// configured one), read once: the uid when the record has none, and
+    /// the taps.
+    spec: Option<Spec>,
+    uid: Option<u32>,
+    /// Holds the command's one `/proc` scan (taken by the probe when the
+    /// record names no cgroup, else by the first check after the deletions
+    /// that needs it): the uid's processes and every mount namespace.
+    probe: Probe,
+}
+
 /// The intent record and the rest of the liveness probe, under the lease;
-/// anything but dead is the verdict to refuse with. The probe returned
-/// holds the command's one `/proc` scan (taken here when the record names
-/// no cgroup, else by the first check after the deletions that needs it):
-/// the uid's processes and every mount namespace, for the checks below.
+/// anything but dead is the verdict to refuse with.
 fn probe_under_lease(
     roots: &Roots,
     name: &VmName,
     rundir: &dirs::Dir,
-) -> Result<(Option<Intent>, Probe), Verdict> {
+) -> Result<UnderLease, Verdict> {
     let intent = Intent::read(rundir).map_err(|e| Verdict::Ambiguous(e.to_string()))?;
+    let spec = effective_spec(roots, name, intent.as_ref()).map(|(s, _)| s);
     // The rest of the probe, under the lease: the recorded cgroup, else the
     // uid's processes (the record's, else the spec's), then the sockets.
-    let uid = liveness::vm_uid(roots, name, intent.as_ref())
+    let uid = liveness::vm_uid_with(name, intent.as_ref(), spec.as_ref())
         .map_err(|e| Verdict::Ambiguous(e.to_string()))?;
     let probe = Probe::sharing(Scanner::new(Wants::uids_and_mounts(uid)));
     let v = probe.with_lease_held(roots, name, uid, intent.as_ref());
     if !v.is_dead() {
         return Err(v);
     }
-    Ok((intent, probe))
+    Ok(UnderLease {
+        intent,
+        spec,
+        uid,
+        probe,
+    })
 }
 
 /// Resources the record names outside the runtime dir (the state dir, …)
@@ -246,10 +266,8 @@ fn keep_recorded_outside(intent: Option<&Intent>, rundir: &dirs::Dir, report: &m
 /// be enumerated (reported); else the keep set used and the taps that
 /// survive (which keep the intent record).
 fn delete_runtime_entries(
-    roots: &Roots,
-    name: &VmName,
-    intent: Option<&Intent>,
     rundir: &dirs::Dir,
+    vm_taps: &[TapName],
     report: &mut Report,
 ) -> Option<(Vec<&'static str>, Vec<Failed>)> {
     let names = match ownership::entries(rundir) {
@@ -273,7 +291,7 @@ fn delete_runtime_entries(
     }
     // A surviving tap keeps the intent record: it is what ties the tap to
     // this VM for a later reap once the spec is gone.
-    let taps_left = surviving_taps(roots, name, intent);
+    let taps_left = taps_failed(taps::surviving(vm_taps));
     let mut keep: Vec<&str> = RUNTIME_KEEP.to_vec();
     if !taps_left.is_empty() {
         keep.push(DELETE_LAST);
@@ -427,10 +445,13 @@ fn surviving_processes_in(probe: &Probe, uid: Option<u32>) -> Vec<Failed> {
 /// delete it (it may be in use); `vmwarden reap --apply` does once the VM
 /// is not live.
 pub fn surviving_taps(roots: &Roots, name: &VmName, intent: Option<&Intent>) -> Vec<Failed> {
-    taps::surviving(&taps::vm_taps(roots, name, intent))
-        .into_iter()
+    taps_failed(taps::surviving(&taps::vm_taps(roots, name, intent)))
+}
+
+fn taps_failed(left: Vec<(TapName, String)>) -> Vec<Failed> {
+    left.into_iter()
         .map(|(tap, why)| Failed {
-            path: PathBuf::from(SYS_CLASS_NET).join(&tap),
+            path: PathBuf::from(SYS_CLASS_NET).join(tap.as_str()),
             reason: format!(
                 "tap {tap} survives the hypervisor ({why}): something still holds its fd or it was made persistent; `vmwarden reap --apply` deletes it"
             ),

@@ -3,6 +3,7 @@
 
 use crate::config::names::{TapName, VmName};
 use crate::config::paths::Roots;
+use crate::config::spec::Spec;
 use crate::host::net::link_exists;
 use crate::instance::intent::Intent;
 use crate::instance::launched::effective_spec;
@@ -10,9 +11,15 @@ use crate::instance::launched::effective_spec;
 /// The taps VM `name` has or may have: its intent record's and its spec's
 /// (the launched copy while the record names one, else the configured spec).
 pub fn vm_taps(roots: &Roots, name: &VmName, intent: Option<&Intent>) -> Vec<TapName> {
+    let spec = effective_spec(roots, name, intent).map(|(s, _)| s);
+    vm_taps_with(intent, spec.as_ref())
+}
+
+/// [`vm_taps`] with the spec to believe already read.
+pub fn vm_taps_with(intent: Option<&Intent>, spec: Option<&Spec>) -> Vec<TapName> {
     let mut out: Vec<TapName> = intent.map(|i| i.taps()).unwrap_or_default();
-    if let Some((spec, _)) = effective_spec(roots, name, intent) {
-        out.extend(spec.interfaces.into_iter().map(|n| n.tap));
+    if let Some(spec) = spec {
+        out.extend(spec.interfaces.iter().map(|n| n.tap.clone()));
     }
     out.sort();
     out.dedup();

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::config::names::VmName;
+use crate::config::names::{TapName, VmName};
 use crate::config::paths::Roots;
 use crate::config::rawpath;
 use crate::host::dirs;
@@ -17,6 +17,7 @@ use crate::host::ownership::{self, RUNTIME_KEEP};
 use crate::host::procs;
 use crate::instance::intent::Intent;
 use crate::instance::known_vms;
+use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, LeaseState};
 use crate::instance::liveness;
 use crate::teardown::taps;
@@ -125,8 +126,12 @@ pub fn verify(
                 .as_ref()
                 .ok()
                 .and_then(|d| Intent::read(d).ok().flatten());
-            let uid = liveness::vm_uid(roots, n, intent.as_ref());
-            (n, dir, intent, uid)
+            // The spec to believe, read once: the uid (when the record has
+            // none) and the taps.
+            let spec = effective_spec(roots, n, intent.as_ref()).map(|(s, _)| s);
+            let uid = liveness::vm_uid_with(n, intent.as_ref(), spec.as_ref());
+            let vm_taps = taps::vm_taps_with(intent.as_ref(), spec.as_ref());
+            (n, dir, vm_taps, uid)
         })
         .collect();
     // One /proc pass for every VM and every check: the processes of their
@@ -137,11 +142,11 @@ pub fn verify(
             .filter_map(|(_, _, _, u)| u.as_ref().ok().copied().flatten()),
     ));
     let all_mounts = mountinfo::credential_mounts_in(&scan, Some(&roots.runtime_root), None);
-    for (n, dir, intent, uid) in &vms {
+    for (n, dir, vm_taps, uid) in &vms {
         let vm = Some(n.as_str());
         runtime_checks(dir, vm, &mut checks);
         principal_checks(n, uid, &scan, &mut checks);
-        checks.push(tap_check(roots, n, intent.as_ref()));
+        checks.push(tap_check(n, vm_taps));
         checks.push(credential_mount_check(roots, n, &all_mounts));
     }
     // Asked about every VM: no credential mount of any VM either, also of
@@ -271,10 +276,9 @@ fn principal_checks(
 }
 
 /// None of the VM's taps (intent record and spec) exists.
-fn tap_check(roots: &Roots, n: &VmName, intent: Option<&Intent>) -> Check {
+fn tap_check(n: &VmName, vm_taps: &[TapName]) -> Check {
     let vm = Some(n.as_str());
-    let vm_taps = taps::vm_taps(roots, n, intent);
-    let left = taps::surviving(&vm_taps);
+    let left = taps::surviving(vm_taps);
     check(
         "no-tap",
         vm,
