@@ -43,26 +43,28 @@ struct TaskStatus {
     uids: [u32; 4],
 }
 
+/// Parsed on bytes, line by line: a process names itself (`Name:`, any
+/// bytes but NUL and newline), so the text need not be UTF-8, and only the
+/// three lines wanted are looked at.
 fn parse_status(bytes: &[u8]) -> Option<TaskStatus> {
-    let text = std::str::from_utf8(bytes).ok()?;
     let mut dead = None;
     let mut threads = None;
     let mut uids = None;
-    for l in text.lines() {
-        if let Some(st) = l.strip_prefix("State:") {
-            dead = Some(matches!(
-                st.trim_start().as_bytes().first(),
-                Some(b'Z' | b'X')
-            ));
-        } else if let Some(ids) = l.strip_prefix("Uid:") {
-            let mut it = ids.split_whitespace().map(|x| x.parse::<u32>());
+    for l in bytes.split(|b| *b == b'\n') {
+        if let Some(st) = l.strip_prefix(b"State:") {
+            dead = Some(matches!(st.trim_ascii_start().first(), Some(b'Z' | b'X')));
+        } else if let Some(ids) = l.strip_prefix(b"Uid:") {
+            let mut it = ids
+                .split(u8::is_ascii_whitespace)
+                .filter(|f| !f.is_empty())
+                .map(parse_u32);
             let mut u = [0u32; 4];
             for slot in &mut u {
-                *slot = it.next()?.ok()?;
+                *slot = it.next()??;
             }
             uids = Some(u);
-        } else if let Some(t) = l.strip_prefix("Threads:") {
-            threads = t.trim().parse().ok();
+        } else if let Some(t) = l.strip_prefix(b"Threads:") {
+            threads = parse_u32(t.trim_ascii());
         }
         if dead.is_some() && uids.is_some() && threads.is_some() {
             break;
@@ -73,6 +75,46 @@ fn parse_status(bytes: &[u8]) -> Option<TaskStatus> {
         threads: threads.unwrap_or(1),
         uids: uids?,
     })
+}
+
+fn parse_u32(b: &[u8]) -> Option<u32> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+/// A path under `/proc` (`PID/…` or `PID/task/TID/…`), built in place:
+/// a scan makes a few per process and allocates none of them.
+struct Rel {
+    buf: [u8; 64],
+    len: usize,
+}
+
+impl Rel {
+    fn new(args: std::fmt::Arguments<'_>) -> Rel {
+        use std::io::Write;
+        let mut buf = [0u8; 64];
+        let mut w = &mut buf[..63];
+        // Two u32 and a short tail fit in 63 bytes; the 64th stays NUL.
+        let _ = w.write_fmt(args);
+        let len = 63 - w.len();
+        Rel { buf, len }
+    }
+
+    fn pid(pid: u32, tail: &str) -> Rel {
+        Rel::new(format_args!("{pid}/{tail}"))
+    }
+
+    fn task(pid: u32, tid: u32, tail: &str) -> Rel {
+        Rel::new(format_args!("{pid}/task/{tid}/{tail}"))
+    }
+
+    fn c(&self) -> &CStr {
+        CStr::from_bytes_until_nul(&self.buf).unwrap_or_default()
+    }
+
+    /// For messages.
+    fn show(&self) -> String {
+        format!("/proc/{}", String::from_utf8_lossy(&self.buf[..self.len]))
+    }
 }
 
 /// `/proc`, opened once per scan; every path below is relative to it.
@@ -137,7 +179,11 @@ impl Proc {
     /// `stat`) and a short read is the end; otherwise (a seq_file iterating
     /// records: `mountinfo`, `children`) a read stops short before a record
     /// that does not fit, and only a read of 0 ends it.
-    fn read_file(&mut self, rel: &str, whole_on_first: bool) -> Result<&[u8], Errno> {
+    fn read_file<P: ?Sized + nix::NixPath>(
+        &mut self,
+        rel: &P,
+        whole_on_first: bool,
+    ) -> Result<&[u8], Errno> {
         let fd = openat(
             self.fd.as_fd(),
             rel,
@@ -149,7 +195,7 @@ impl Proc {
     }
 
     /// A `status` or `stat` file (generated whole on the first read).
-    fn read(&mut self, rel: &str) -> Result<&[u8], Errno> {
+    fn read<P: ?Sized + nix::NixPath>(&mut self, rel: &P) -> Result<&[u8], Errno> {
         self.read_file(rel, true)
     }
 
@@ -160,7 +206,7 @@ impl Proc {
     fn owner(&self, pid: u32) -> Result<u32, Errno> {
         nix::sys::stat::fstatat(
             self.fd.as_fd(),
-            pid.to_string().as_str(),
+            Rel::new(format_args!("{pid}")).c(),
             nix::fcntl::AtFlags::empty(),
         )
         .map(|st| st.st_uid)
@@ -172,7 +218,7 @@ impl Proc {
     fn threads(&self, pid: u32) -> Option<u64> {
         nix::sys::stat::fstatat(
             self.fd.as_fd(),
-            format!("{pid}/task").as_str(),
+            Rel::pid(pid, "task").c(),
             nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
         )
         .ok()
@@ -194,7 +240,7 @@ impl Proc {
     fn no_mm_single_thread(&self, pid: u32) -> bool {
         let exe = nix::unistd::faccessat(
             self.fd.as_fd(),
-            format!("{pid}/exe").as_str(),
+            Rel::pid(pid, "exe").c(),
             nix::unistd::AccessFlags::F_OK,
             nix::fcntl::AtFlags::empty(),
         );
@@ -219,6 +265,26 @@ impl Proc {
             .collect();
         pids.sort_unstable();
         (!pids.is_empty()).then_some(pids)
+    }
+
+    /// The target of the symlink `/proc/REL`, into `out` (a namespace
+    /// link, `mnt:[4026531841]`, is far shorter than its 64 bytes).
+    fn link_into<'a>(&self, rel: &CStr, out: &'a mut [u8; 64]) -> Result<&'a [u8], Errno> {
+        // SAFETY: `rel` is NUL-terminated; the kernel writes at most
+        // `out.len()` bytes into `out`, which is valid for that many.
+        let n = unsafe {
+            libc::readlinkat(
+                self.fd.as_raw_fd(),
+                rel.as_ptr(),
+                out.as_mut_ptr().cast(),
+                out.len(),
+            )
+        };
+        match usize::try_from(n) {
+            Ok(n) if n < out.len() => Ok(&out[..n]),
+            Ok(_) => Err(Errno::ENAMETOOLONG),
+            Err(_) => Err(Errno::last()),
+        }
     }
 
     /// The target of the symlink `/proc/REL`.
@@ -386,7 +452,7 @@ impl Scan {
         } else {
             None
         };
-        let mut ns_index: BTreeMap<String, Option<usize>> = BTreeMap::new();
+        let mut ns_index: BTreeMap<Vec<u8>, Option<usize>> = BTreeMap::new();
         let kthreads = match wants.uids {
             UidFilter::None => None,
             _ => p.kthreadd_children(),
@@ -433,30 +499,26 @@ impl Scan {
         if test_kthread && p.no_mm_single_thread(pid) {
             return Some(Some(1));
         }
-        let rel = format!("{pid}/status");
-        let st = match p.read(&rel).map(parse_status) {
+        let rel = Rel::pid(pid, "status");
+        let st = match p.read(rel.c()).map(parse_status) {
             Ok(Some(st)) => st,
             Ok(None) => {
-                self.unreadable
-                    .0
-                    .push((format!("/proc/{rel}"), Errno::EINVAL));
+                self.unreadable.0.push((rel.show(), Errno::EINVAL));
                 return Some(None);
             }
-            Err(e) => {
-                return (!self.unreadable.gone_or(|| format!("/proc/{rel}"), e)).then_some(None)
-            }
+            Err(e) => return (!self.unreadable.gone_or(|| rel.show(), e)).then_some(None),
         };
         if !st.dead {
             self.record(pid, &st.uids);
         } else if st.threads > 1 {
             // The leader has exited, other threads run on: they count.
             for tid in p.other_threads(pid, &mut self.unreadable) {
-                let rel = format!("{pid}/task/{tid}/status");
-                match p.read(&rel).map(parse_status) {
+                let rel = Rel::task(pid, tid, "status");
+                match p.read(rel.c()).map(parse_status) {
                     Ok(Some(t)) if !t.dead => self.record(pid, &t.uids),
                     Ok(_) => {}
                     Err(e) => {
-                        self.unreadable.gone_or(|| format!("/proc/{rel}"), e);
+                        self.unreadable.gone_or(|| rel.show(), e);
                     }
                 }
             }
@@ -474,32 +536,39 @@ impl Scan {
         pid: u32,
         threads: Option<u64>,
         my_userns: &str,
-        index: &mut BTreeMap<String, Option<usize>>,
+        index: &mut BTreeMap<Vec<u8>, Option<usize>>,
     ) {
         let Some(list) = self.mount_namespaces.as_mut() else {
             return;
         };
-        let mut consider = |rel_task: &str, id: u32| -> Result<(), Errno> {
-            let ns = p.link(&format!("{rel_task}/ns/mnt"))?;
-            match index.get(&ns) {
+        let mut consider = |tid: Option<u32>| -> Result<(), Errno> {
+            let rel = |tail| match tid {
+                None => Rel::pid(pid, tail),
+                Some(t) => Rel::task(pid, t, tail),
+            };
+            let mut link = [0u8; 64];
+            let ns = p.link_into(rel("ns/mnt").c(), &mut link)?;
+            let id = tid.unwrap_or(pid);
+            match index.get(ns) {
                 Some(Some(i)) => list[*i].tasks.push(id),
                 Some(None) => {} // another user namespace's
                 None => {
-                    let userns = p.link(&format!("{rel_task}/ns/user"))?;
-                    if userns == my_userns {
-                        index.insert(ns.clone(), Some(list.len()));
+                    let mut user = [0u8; 64];
+                    let userns = p.link_into(rel("ns/user").c(), &mut user)?;
+                    if userns == my_userns.as_bytes() {
+                        index.insert(ns.to_vec(), Some(list.len()));
                         list.push(MountNamespace {
-                            ns,
+                            ns: String::from_utf8_lossy(ns).into_owned(),
                             tasks: vec![id],
                         });
                     } else {
-                        index.insert(ns, None);
+                        index.insert(ns.to_vec(), None);
                     }
                 }
             }
             Ok(())
         };
-        match consider(&pid.to_string(), pid) {
+        match consider(None) {
             Ok(()) => {}
             // No namespaces: a zombie leader (or gone). Its threads, if any
             // run on, have theirs.
@@ -510,7 +579,7 @@ impl Scan {
                 };
                 if others {
                     for tid in p.other_threads(pid, &mut Unreadable::default()) {
-                        let _ = consider(&format!("{pid}/task/{tid}"), tid);
+                        let _ = consider(Some(tid));
                     }
                 }
             }
@@ -589,7 +658,7 @@ pub fn process_runs_as(pid: u32, uid: u32) -> bool {
     let Ok(mut p) = Proc::open() else {
         return false;
     };
-    let Ok(Some(st)) = p.read(&format!("{pid}/status")).map(parse_status) else {
+    let Ok(Some(st)) = p.read(Rel::pid(pid, "status").c()).map(parse_status) else {
         return false;
     };
     if !st.dead {
@@ -603,7 +672,7 @@ pub fn process_runs_as(pid: u32, uid: u32) -> bool {
     };
     tids.into_iter().filter(|t| *t != pid).any(|tid| {
         matches!(
-            p.read(&format!("{pid}/task/{tid}/status")).map(parse_status),
+            p.read(Rel::task(pid, tid, "status").c()).map(parse_status),
             Ok(Some(t)) if !t.dead && t.uids.contains(&uid)
         )
     })
@@ -634,7 +703,7 @@ pub fn ancestors() -> Vec<u32> {
         return out;
     };
     let mut rel = "self/stat".to_string();
-    while let Some(ppid) = p.read(&rel).ok().and_then(parse_ppid) {
+    while let Some(ppid) = p.read(rel.as_str()).ok().and_then(parse_ppid) {
         if ppid == 0 || out.contains(&ppid) {
             break;
         }
@@ -715,6 +784,10 @@ mod tests {
         let x = STATUS.replace("S (sleeping)", "X (dead)");
         assert!(parse_status(x.as_bytes()).unwrap().dead);
         assert!(parse_status(b"Name:\tx\n").is_none());
+        // A name that is not UTF-8 hides nothing.
+        let mut odd = STATUS.as_bytes().to_vec();
+        odd.splice(6..10, b"\xff\xfe".iter().copied());
+        assert_eq!(parse_status(&odd).unwrap().uids, s.uids);
     }
 
     #[test]
