@@ -358,9 +358,16 @@ pub struct Wants {
 impl Wants {
     /// The processes of `uids` and the mount namespaces: what `cleanup` and
     /// `verify-clean` ask.
+    /// No uid at all (a VM whose uid cannot be known) reads no process's
+    /// credentials.
     pub fn uids_and_mounts(uids: impl IntoIterator<Item = u32>) -> Wants {
+        let set: BTreeSet<u32> = uids.into_iter().collect();
         Wants {
-            uids: UidFilter::Of(uids.into_iter().collect()),
+            uids: if set.is_empty() {
+                UidFilter::None
+            } else {
+                UidFilter::Of(set)
+            },
             mount_namespaces: true,
         }
     }
@@ -803,6 +810,26 @@ mod tests {
         assert!(processes_of_uid(uid).contains(&me));
         assert!(Snapshot::take().of(uid).pids.contains(&me));
         assert!(!ancestors().is_empty());
+    }
+
+    #[test]
+    fn one_scan_answers_the_uid_and_the_mount_namespaces() {
+        let me = std::process::id();
+        let uid = nix::unistd::getuid().as_raw();
+        let scan = Scan::take(&Wants::uids_and_mounts([uid]));
+        assert!(scan.of(uid).unwrap().pids.contains(&me));
+        // Not asked about: no answer, rather than an empty one.
+        assert!(scan.of(uid.wrapping_add(1)).is_none());
+        let mine = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+        let ns = scan
+            .mount_namespaces()
+            .unwrap()
+            .iter()
+            .find(|n| std::path::Path::new(&n.ns) == mine)
+            .expect("this process's mount namespace");
+        assert!(ns.tasks.contains(&me));
+        let holders = mount_namespace_holders();
+        assert!(holders.iter().any(|(_, n)| std::path::Path::new(n) == mine));
     }
 
     #[test]
