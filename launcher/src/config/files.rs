@@ -138,11 +138,39 @@ pub fn open_regular_at(
     };
     let probe = at(OFlag::O_PATH).map_err(OpenError::Sys)?;
     let first = fstat(probe.as_fd()).map_err(OpenError::Sys)?;
+    // The probe stays open until the inode check: its inode cannot be
+    // freed and reused by a replacement meanwhile.
+    let opened = open_probed_at(dir, name, follow, &first);
+    drop(probe);
+    opened
+}
+
+/// The second half of [`open_regular_at`], for a caller that has probed
+/// `dir/name` itself (an `O_PATH` open and `fstat`, as a trusted walk
+/// does): `first` is that probe's stat, and the probe's fd must stay open
+/// until this returns. Refuses anything but a regular file before opening
+/// it, and a file that is not the probed inode after.
+pub fn open_probed_at(
+    dir: Option<BorrowedFd<'_>>,
+    name: &OsStr,
+    follow: bool,
+    first: &FileStat,
+) -> Result<(File, FileStat), OpenError> {
     let kind = Kind::of(first.st_mode);
     if kind != Kind::Regular {
         return Err(OpenError::NotRegular(kind));
     }
-    let fd = at(OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY).map_err(|e| match e {
+    let nofollow = if follow {
+        OFlag::empty()
+    } else {
+        OFlag::O_NOFOLLOW
+    };
+    let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | nofollow | OFlag::O_CLOEXEC;
+    let opened = match dir {
+        Some(d) => openat(d, name, flags, Mode::empty()),
+        None => openat(nix::fcntl::AT_FDCWD, name, flags, Mode::empty()),
+    };
+    let fd = opened.map_err(|e| match e {
         // The name now holds a socket (open(2) cannot open one).
         Errno::ENXIO => OpenError::Replaced,
         e => OpenError::Sys(e),

@@ -27,10 +27,11 @@
 //!
 //! Knows nothing of specs or VMs; the launcher maps a refusal to the field.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, readlinkat, OFlag, AT_FDCWD};
@@ -52,8 +53,9 @@ pub use crate::config::files::{Distrust, MAX_LINKS};
 /// The end of a trusted walk.
 #[derive(Debug)]
 pub struct Walked {
-    /// The directory holding the final entry (`O_PATH`).
-    pub parent: OwnedFd,
+    /// The directory holding the final entry (`O_PATH`; shared with the
+    /// [`Walker`]'s cache, which may hand it to later walks).
+    pub parent: Rc<OwnedFd>,
     /// The final entry's name in `parent`.
     pub name: OsString,
     /// The final entry (`O_PATH`, not followed).
@@ -62,6 +64,229 @@ pub struct Walked {
     /// The path with every symlink resolved.
     pub resolved: PathBuf,
 }
+
+/// An entry met on the way to a final one, kept by a [`Walker`].
+#[derive(Debug)]
+enum Seen {
+    /// A directory: its `O_PATH` fd, to open the next component under.
+    Dir(Rc<OwnedFd>),
+    /// A symlink: its target.
+    Link(PathBuf),
+}
+
+/// Trusted walks that share their way: every directory and symlink met
+/// before a final entry is opened (`O_PATH|O_NOFOLLOW`) and `fstat`ed once
+/// and kept with its stat, by the path it was reached at (symlinks before
+/// it resolved). A later walk through the same prefix — the spec, a
+/// credential and the hypervisor under one config dir or the Nix store —
+/// takes the kept fd and stat instead of opening the entry again, and
+/// applies its own checks to that stat exactly as to a fresh one (owner,
+/// the policy's mode rule, no symlink for secrets), so a walk refuses what
+/// a fresh walk would. Final entries are always opened fresh.
+///
+/// For one launch: what it keeps is what was true when first met, which
+/// only root can change (every entry kept is root's and writable by root
+/// only; the sticky store's group can add entries, never replace one).
+#[derive(Debug)]
+pub struct Walker {
+    /// What stands for `/` (absolute symlink targets restart there).
+    top: PathBuf,
+    /// The one trusted uid: root in production; the unit tests use a
+    /// temporary tree and their own uid, so they need no root.
+    owner: u32,
+    /// A `BTreeMap`: a `HashMap` would seed its hasher with a `getrandom`.
+    seen: BTreeMap<PathBuf, (Seen, FileStat)>,
+}
+
+impl Default for Walker {
+    fn default() -> Self {
+        Walker::new()
+    }
+}
+
+impl Walker {
+    /// Walks from the real `/`, trusting root.
+    pub fn new() -> Walker {
+        Walker::with_top(Path::new("/"), 0)
+    }
+
+    fn with_top(top: &Path, owner: u32) -> Walker {
+        Walker {
+            top: top.to_path_buf(),
+            owner,
+            seen: BTreeMap::new(),
+        }
+    }
+
+    /// [`walk`], sharing this walker's open directories.
+    pub fn walk(&mut self, path: &Path, policy: Policy) -> Result<Walked, Distrust> {
+        check_abs_normalised(path).map_err(|reason| Distrust::BadPath {
+            path: path.to_path_buf(),
+            reason,
+        })?;
+        self.walk_in(path, policy)
+    }
+
+    /// [`regular_file`], sharing this walker's open directories.
+    pub fn regular_file(&mut self, path: &Path, policy: Policy) -> Result<Walked, Distrust> {
+        require_regular(self.walk(path, policy)?)
+    }
+
+    /// `dir/name` (the entry reached at `p`): from the cache, or opened
+    /// (`O_PATH|O_NOFOLLOW`) and stat'ed now. `keep`: an entry met on the
+    /// way (not the final one), which the cache keeps if it is a directory
+    /// or a symlink.
+    fn entry(
+        &mut self,
+        dir: &OwnedFd,
+        c: &OsStr,
+        p: &Path,
+        keep: bool,
+    ) -> Result<(Option<OwnedFd>, FileStat), Distrust> {
+        if keep {
+            if let Some((_, st)) = self.seen.get(p) {
+                return Ok((None, *st));
+            }
+        }
+        let fd = openat(dir.as_fd(), c, ENTRY_FLAGS, Mode::empty()).map_err(sys(p, "open"))?;
+        let st = fstat(fd.as_fd()).map_err(sys(p, "fstat"))?;
+        Ok((Some(fd), st))
+    }
+
+    fn walk_in(&mut self, path: &Path, policy: Policy) -> Result<Walked, Distrust> {
+        let owner = self.owner;
+        let top = self.top.clone();
+        let (root, st) = match self.seen.get(Path::new("/")) {
+            Some((Seen::Dir(fd), st)) => (Rc::clone(fd), *st),
+            _ => {
+                let fd = openat(
+                    AT_FDCWD,
+                    &top,
+                    ENTRY_FLAGS | OFlag::O_DIRECTORY,
+                    Mode::empty(),
+                )
+                .map_err(sys(&top, "open"))?;
+                let st = fstat(fd.as_fd()).map_err(sys(&top, "fstat"))?;
+                let fd = Rc::new(fd);
+                self.seen
+                    .insert(PathBuf::from("/"), (Seen::Dir(Rc::clone(&fd)), st));
+                (fd, st)
+            }
+        };
+        if st.st_uid != owner {
+            return Err(Distrust::NotRootOwned {
+                path: top.clone(),
+                uid: st.st_uid,
+            });
+        }
+        check_dir(&top, &st, policy)?;
+        let mut stack: Vec<(Rc<OwnedFd>, PathBuf)> = vec![(root, PathBuf::from("/"))];
+        let mut queue = VecDeque::new();
+        push_front_components(&mut queue, path);
+        let mut links = 0;
+        while let Some(c) = queue.pop_front() {
+            if c == OsStr::new("..") {
+                if stack.len() > 1 {
+                    stack.pop();
+                }
+                continue;
+            }
+            let (dir, dir_path) = stack.last().expect("the root is never popped");
+            let dir = Rc::clone(dir);
+            let p = dir_path.join(&c);
+            let on_the_way = !queue.is_empty();
+            let (fd, st) = self.entry(&dir, &c, &p, on_the_way)?;
+            if st.st_uid != owner {
+                return Err(Distrust::NotRootOwned {
+                    path: p,
+                    uid: st.st_uid,
+                });
+            }
+            match Kind::of(st.st_mode) {
+                Kind::Symlink => {
+                    if policy == Policy::Secret {
+                        return Err(Distrust::Symlink { path: p });
+                    }
+                    links += 1;
+                    if links > MAX_LINKS {
+                        return Err(Distrust::TooManyLinks {
+                            path: path.to_path_buf(),
+                        });
+                    }
+                    let target = match self.seen.get(&p) {
+                        Some((Seen::Link(t), _)) => t.clone(),
+                        _ => {
+                            let t = PathBuf::from(
+                                readlinkat(dir.as_fd(), c.as_os_str())
+                                    .map_err(sys(&p, "readlink"))?,
+                            );
+                            if on_the_way {
+                                self.seen.insert(p.clone(), (Seen::Link(t.clone()), st));
+                            }
+                            t
+                        }
+                    };
+                    if target.is_absolute() {
+                        stack.truncate(1);
+                    }
+                    push_front_components(&mut queue, &target);
+                }
+                Kind::Directory if on_the_way => {
+                    check_dir(&p, &st, policy)?;
+                    let fd = match (fd, self.seen.get(&p)) {
+                        (None, Some((Seen::Dir(fd), _))) => Rc::clone(fd),
+                        (Some(fd), _) => {
+                            let fd = Rc::new(fd);
+                            self.seen.insert(p.clone(), (Seen::Dir(Rc::clone(&fd)), st));
+                            fd
+                        }
+                        // The cache holds every entry it answers for.
+                        (None, _) => unreachable!("a cached directory without its fd"),
+                    };
+                    stack.push((fd, p));
+                }
+                kind => {
+                    if on_the_way {
+                        return Err(Distrust::Sys {
+                            path: p,
+                            op: "open",
+                            errno: Errno::ENOTDIR,
+                        });
+                    }
+                    match kind {
+                        Kind::Directory => check_dir(&p, &st, policy)?,
+                        Kind::Regular => check_file(&p, &st)?,
+                        // A FIFO, socket or device is never a trusted file.
+                        kind => {
+                            return Err(Distrust::WrongKind {
+                                path: p,
+                                kind,
+                                want: "a regular file",
+                            })
+                        }
+                    }
+                    let fd = fd.expect("a final entry is always opened");
+                    let (parent, _) = stack.pop().expect("the root is never popped");
+                    return Ok(Walked {
+                        parent,
+                        name: c,
+                        fd,
+                        stat: st,
+                        resolved: p,
+                    });
+                }
+            }
+        }
+        Err(Distrust::BadPath {
+            path: path.to_path_buf(),
+            reason: "names a directory, not a file",
+        })
+    }
+}
+
+const ENTRY_FLAGS: OFlag = OFlag::O_PATH
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
 
 fn sys<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(Errno) -> Distrust + 'a {
     move |errno| Distrust::Sys {
@@ -122,114 +347,15 @@ fn push_front_components(queue: &mut VecDeque<OsString>, target: &Path) {
 /// Walk `path` from `/` under `policy`: every entry root-owned, every
 /// directory writable by root only (see the module docs for the sticky
 /// exception), the final entry writable by root only. The caller checks the
-/// final entry's type.
+/// final entry's type. One walk alone; a [`Walker`] shares the way between
+/// several.
 pub fn walk(path: &Path, policy: Policy) -> Result<Walked, Distrust> {
-    check_abs_normalised(path).map_err(|reason| Distrust::BadPath {
-        path: path.to_path_buf(),
-        reason,
-    })?;
-    walk_in(Path::new("/"), path, policy, 0)
-}
-
-/// [`walk`] with `top` standing for `/` (absolute symlink targets restart
-/// there) and `owner` as the one trusted uid: root in production; the unit
-/// tests use a temporary tree and their own uid, so they need no root.
-fn walk_in(top: &Path, path: &Path, policy: Policy, owner: u32) -> Result<Walked, Distrust> {
-    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let root = openat(AT_FDCWD, top, flags | OFlag::O_DIRECTORY, Mode::empty())
-        .map_err(sys(top, "open"))?;
-    let st = fstat(root.as_fd()).map_err(sys(top, "fstat"))?;
-    if st.st_uid != owner {
-        return Err(Distrust::NotRootOwned {
-            path: top.to_path_buf(),
-            uid: st.st_uid,
-        });
-    }
-    check_dir(top, &st, policy)?;
-    let mut stack: Vec<(OwnedFd, PathBuf)> = vec![(root, PathBuf::from("/"))];
-    let mut queue = VecDeque::new();
-    push_front_components(&mut queue, path);
-    let mut links = 0;
-    while let Some(c) = queue.pop_front() {
-        if c == OsStr::new("..") {
-            if stack.len() > 1 {
-                stack.pop();
-            }
-            continue;
-        }
-        let (dir, dir_path) = stack.last().expect("the root is never popped");
-        let p = dir_path.join(&c);
-        let fd =
-            openat(dir.as_fd(), c.as_os_str(), flags, Mode::empty()).map_err(sys(&p, "open"))?;
-        let st = fstat(fd.as_fd()).map_err(sys(&p, "fstat"))?;
-        if st.st_uid != owner {
-            return Err(Distrust::NotRootOwned {
-                path: p,
-                uid: st.st_uid,
-            });
-        }
-        match Kind::of(st.st_mode) {
-            Kind::Symlink => {
-                if policy == Policy::Secret {
-                    return Err(Distrust::Symlink { path: p });
-                }
-                links += 1;
-                if links > MAX_LINKS {
-                    return Err(Distrust::TooManyLinks {
-                        path: path.to_path_buf(),
-                    });
-                }
-                let target = readlinkat(dir.as_fd(), c.as_os_str()).map_err(sys(&p, "readlink"))?;
-                let target = PathBuf::from(target);
-                if target.is_absolute() {
-                    stack.truncate(1);
-                }
-                push_front_components(&mut queue, &target);
-            }
-            Kind::Directory if !queue.is_empty() => {
-                check_dir(&p, &st, policy)?;
-                stack.push((fd, p));
-            }
-            kind => {
-                if !queue.is_empty() {
-                    return Err(Distrust::Sys {
-                        path: p,
-                        op: "open",
-                        errno: Errno::ENOTDIR,
-                    });
-                }
-                match kind {
-                    Kind::Directory => check_dir(&p, &st, policy)?,
-                    Kind::Regular => check_file(&p, &st)?,
-                    // A FIFO, socket or device is never a trusted file.
-                    kind => {
-                        return Err(Distrust::WrongKind {
-                            path: p,
-                            kind,
-                            want: "a regular file",
-                        })
-                    }
-                }
-                let (parent, _) = stack.pop().expect("the root is never popped");
-                return Ok(Walked {
-                    parent,
-                    name: c,
-                    fd,
-                    stat: st,
-                    resolved: p,
-                });
-            }
-        }
-    }
-    Err(Distrust::BadPath {
-        path: path.to_path_buf(),
-        reason: "names a directory, not a file",
-    })
+    Walker::new().walk(path, policy)
 }
 
 /// [`walk`], then require a regular file.
 pub fn regular_file(path: &Path, policy: Policy) -> Result<Walked, Distrust> {
-    require_regular(walk(path, policy)?)
+    Walker::new().regular_file(path, policy)
 }
 
 fn require_regular(w: Walked) -> Result<Walked, Distrust> {
@@ -272,10 +398,12 @@ mod tests {
             self.t.path().join(rel)
         }
         fn walk(&self, rel: &str, policy: Policy) -> Result<Walked, Distrust> {
-            walk_in(self.t.path(), Path::new(rel), policy, self.me).and_then(require_regular)
+            self.walk_as(rel, policy, self.me)
         }
         fn walk_as(&self, rel: &str, policy: Policy, owner: u32) -> Result<Walked, Distrust> {
-            walk_in(self.t.path(), Path::new(rel), policy, owner).and_then(require_regular)
+            Walker::with_top(self.t.path(), owner)
+                .walk_in(Path::new(rel), policy)
+                .and_then(require_regular)
         }
     }
 
@@ -335,6 +463,56 @@ mod tests {
                 kind: Kind::Fifo,
                 ..
             })
+        ));
+    }
+
+    #[test]
+    fn a_shared_walker_checks_every_walk_against_its_own_policy() {
+        let t = Tree::new();
+        std::fs::create_dir_all(t.p("store/pkg")).unwrap();
+        chmod(&t.p("store"), 0o1775);
+        std::fs::write(t.p("store/pkg/qemu"), b"x").unwrap();
+        chmod(&t.p("store/pkg/qemu"), 0o555);
+        std::fs::write(t.p("store/pkg/key"), b"x").unwrap();
+        chmod(&t.p("store/pkg/key"), 0o600);
+        std::fs::create_dir(t.p("etc")).unwrap();
+        symlink("/store/pkg/key", t.p("etc/key")).unwrap();
+        let mut w = Walker::with_top(t.t.path(), t.me);
+        let walk = |w: &mut Walker, rel: &str, pol| {
+            w.walk_in(Path::new(rel), pol).and_then(require_regular)
+        };
+        walk(&mut w, "/store/pkg/qemu", Policy::Executable).unwrap();
+        // The same (kept) group-writable sticky directory, now for a secret.
+        assert!(matches!(
+            walk(&mut w, "/store/pkg/key", Policy::Secret),
+            Err(Distrust::Writable {
+                who: "its group",
+                ..
+            })
+        ));
+        // A kept symlink is followed for executables only.
+        let got = walk(&mut w, "/etc/key/../key", Policy::Executable);
+        assert!(
+            matches!(
+                got,
+                Err(Distrust::Sys {
+                    errno: Errno::ENOTDIR,
+                    ..
+                })
+            ),
+            "{got:?}"
+        );
+        walk(&mut w, "/etc/key", Policy::Executable).unwrap();
+        assert!(matches!(
+            walk(&mut w, "/etc/key", Policy::Secret),
+            Err(Distrust::Symlink { .. })
+        ));
+        // What a fresh walk refuses, a kept way refuses too: the final
+        // entry is stat'ed anew.
+        chmod(&t.p("store/pkg/qemu"), 0o777);
+        assert!(matches!(
+            walk(&mut w, "/store/pkg/qemu", Policy::Executable),
+            Err(Distrust::Writable { .. })
         ));
     }
 

@@ -14,7 +14,7 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fchmod, Mode};
 use nix::unistd::{fchown, Gid, Uid};
 
-use crate::config::files::{open_regular_at, Distrust, OpenError};
+use crate::config::files::{open_probed_at, Distrust, OpenError};
 use crate::config::names::CredentialName;
 use crate::config::spec::{CredentialSource, Spec, MAX_CREDENTIAL_BYTES};
 use crate::host::dirs::Dir;
@@ -109,7 +109,8 @@ fn describe(src: &CredentialSource) -> String {
 }
 
 /// Read every credential the spec names. `credentials_directory` is the
-/// `$CREDENTIALS_DIRECTORY` the launcher was started with, if any.
+/// `$CREDENTIALS_DIRECTORY` the launcher was started with, if any; `walker`
+/// is the launch's (directories on the way are opened once per launch).
 ///
 /// A source must be trustworthy: its whole path, from `/`, owned by root
 /// and writable by root only, with no symlink anywhere and no sticky
@@ -121,6 +122,7 @@ fn describe(src: &CredentialSource) -> String {
 pub fn read_all(
     spec: &Spec,
     credentials_directory: Option<&Path>,
+    walker: &mut trust::Walker,
 ) -> Result<Vec<Loaded>, CredentialError> {
     let mut out = Vec::with_capacity(spec.credentials.len());
     for (i, c) in spec.credentials.iter().enumerate() {
@@ -138,7 +140,7 @@ pub fn read_all(
             }
             CredentialSource::Path(p) => (p.clone(), format!("credentials[{i}].source.path")),
         };
-        let walked = trust::walk(&path, Policy::Secret).map_err(|cause| {
+        let walked = walker.walk(&path, Policy::Secret).map_err(|cause| {
             err(match cause {
                 Distrust::Sys {
                     errno: Errno::ENOENT,
@@ -151,16 +153,23 @@ pub fn read_all(
                 },
             })
         })?;
-        let (f, st) =
-            open_regular_at(Some(walked.parent.as_fd()), &walked.name, false).map_err(|cause| {
-                err(match cause {
-                    OpenError::Sys(Errno::ENOENT) => SourceProblem::Missing { path: path.clone() },
-                    cause => SourceProblem::Open {
-                        path: path.clone(),
-                        cause,
-                    },
-                })
-            })?;
+        // The walk's O_PATH open and fstat of the source were the probe
+        // (`walked.fd` stays open until the inode check).
+        let (f, st) = open_probed_at(
+            Some(walked.parent.as_fd()),
+            &walked.name,
+            false,
+            &walked.stat,
+        )
+        .map_err(|cause| {
+            err(match cause {
+                OpenError::Sys(Errno::ENOENT) => SourceProblem::Missing { path: path.clone() },
+                cause => SourceProblem::Open {
+                    path: path.clone(),
+                    cause,
+                },
+            })
+        })?;
         if (st.st_dev, st.st_ino) != (walked.stat.st_dev, walked.stat.st_ino) {
             return Err(err(SourceProblem::Replaced { path }));
         }

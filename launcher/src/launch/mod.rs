@@ -385,15 +385,20 @@ fn check_spec_paths_scoped(spec: &Spec, spec_path: &Path, roots: &Roots) -> Resu
 /// owned by root and writable by root only (symlinks followed one
 /// component at a time, each directory they lead through checked; see
 /// `host::trust`), and not inside vmwarden's roots once resolved.
-fn check_trusted_files(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<()> {
+fn check_trusted_files(
+    spec: &Spec,
+    spec_path: &Path,
+    roots: &Roots,
+    walker: &mut trust::Walker,
+) -> Result<()> {
     // The spec itself decides what root runs and reads: it must be root's
     // alone too (on NixOS a chain of links into the Nix store, which passes).
-    trust::regular_file(spec_path, Policy::Executable).map_err(|cause| {
-        StepError::UntrustedSpec {
+    walker
+        .regular_file(spec_path, Policy::Executable)
+        .map_err(|cause| StepError::UntrustedSpec {
             path: spec_path.to_path_buf(),
             cause,
-        }
-    })?;
+        })?;
     let mut fields: Vec<(&'static str, &Path)> = vec![
         ("hypervisor.binary", &spec.hypervisor.binary),
         ("kernel", &spec.kernel),
@@ -410,8 +415,9 @@ fn check_trusted_files(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<(
         fields.push(("vsock.binary", b));
     }
     for (field, p) in fields {
-        let w =
-            trust::regular_file(p, Policy::Executable).map_err(|cause| StepError::Untrusted {
+        let w = walker
+            .regular_file(p, Policy::Executable)
+            .map_err(|cause| StepError::Untrusted {
                 spec: spec_path.to_path_buf(),
                 field,
                 cause,
@@ -514,7 +520,11 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let (spec, spec_bytes) = Spec::load_with_bytes(&spec_path, &opts.name)?;
     check_spec_paths_scoped(&spec, &spec_path, roots)?;
     issue12::check_roots(&spec, &spec_path, roots)?;
-    let loaded = creds::read_all(&spec, opts.credentials_directory.as_deref())?;
+    // The trusted walks of this launch (credentials, the spec, what root
+    // hands to the hypervisor) share their way: each directory on it is
+    // opened and stat'ed once.
+    let mut walker = trust::Walker::new();
+    let loaded = creds::read_all(&spec, opts.credentials_directory.as_deref(), &mut walker)?;
     tracing::info!(
         step = %"spec-loaded",
         spec = %spec_path.display(),
@@ -544,7 +554,8 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     preflight_interfaces(&spec, &spec_path, roots)?;
     // What root hands to the hypervisor (binary, kernel, initrd) must be
     // root's alone; then the binary is asked about its sandbox.
-    check_trusted_files(&spec, &spec_path, roots)?;
+    check_trusted_files(&spec, &spec_path, roots, &mut walker)?;
+    drop(walker);
     let qemu_sandbox = qemu_sandbox(&spec, &spec_path, &principal)?;
     issue12::check_principal(&spec, &spec_path, &principal)?;
     volumes::preflight(&spec, &spec_path, &principal, &roots.state_dir(&spec.name))?;
