@@ -9,8 +9,6 @@
 //! VM and whatever the VM started — found in O(1), however busy the host.
 
 use std::ffi::OsStr;
-use std::fs::File;
-use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -21,6 +19,7 @@ use nix::sys::stat::{fstat, Mode};
 use serde::{Deserialize, Serialize};
 
 use crate::host::procs;
+use crate::host::sys::read_fd_to_end;
 
 /// Where the unified (v2) hierarchy is mounted: `/sys/fs/cgroup` on a pure
 /// v2 host (every current systemd), `/sys/fs/cgroup/unified` on a hybrid one.
@@ -70,15 +69,9 @@ fn read_at(dir: impl AsFd, name: &str, buf: &mut Vec<u8>) -> Result<(), Errno> {
 }
 
 fn read_all(fd: &OwnedFd, buf: &mut Vec<u8>) -> Result<(), Errno> {
-    // kernfs files may come in pieces: read to the end.
-    let mut f = File::from(fd.try_clone().map_err(|e| errno_of(&e))?);
-    buf.clear();
-    f.read_to_end(buf).map(|_| ()).map_err(|e| errno_of(&e))
-}
-
-/// The errno of an io error from a system call (EIO if it has none).
-fn errno_of(e: &std::io::Error) -> Errno {
-    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+    // kernfs files may come in pieces: read to the end (no dup, no statx:
+    // one read for a file that fits 4 KiB, then the one that returns 0).
+    read_fd_to_end(fd.as_fd(), buf, 4096, usize::MAX)
 }
 
 /// The v2 hierarchy's mount point, if there is one.

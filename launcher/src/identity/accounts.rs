@@ -13,6 +13,8 @@ use std::path::Path;
 
 use nix::errno::Errno;
 
+use crate::host::sys::read_path;
+
 pub const PASSWD: &str = "/etc/passwd";
 pub const GROUP: &str = "/etc/group";
 
@@ -179,8 +181,9 @@ pub fn is_no_login_shell(shell: &str) -> bool {
 /// unchanged" to setresuid).
 pub fn reserved_ids(sysctl: &str) -> Vec<u32> {
     let mut v = vec![65534, 65535, u32::MAX];
-    if let Ok(t) = std::fs::read_to_string(sysctl) {
-        if let Ok(x) = t.trim().parse::<u32>() {
+    // A sysctl is a few bytes: one read (`host::sys::read_path`).
+    if let Ok(t) = read_path(Path::new(sysctl), 64, 64) {
+        if let Ok(x) = String::from_utf8_lossy(&t).trim().parse::<u32>() {
             v.push(x);
         }
     }

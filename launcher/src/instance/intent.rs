@@ -11,7 +11,7 @@ use crate::config::paths::INTENT_FILE;
 use crate::config::spec::HypervisorKind;
 use crate::host::cgroup::Cgroup;
 use crate::host::dirs::{self, Dir, DirError};
-use crate::host::sys::{IoContext, IoError};
+use crate::host::sys::{read_path, IoContext, IoError};
 
 pub const MAX_INTENT_BYTES: u64 = 256 * 1024;
 
@@ -160,8 +160,9 @@ impl Intent {
 pub fn boot_id() -> String {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ID.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-            .map(|s| s.trim().to_string())
+        // 37 bytes: one read (`host::sys::read_path`).
+        read_path(Path::new("/proc/sys/kernel/random/boot_id"), 64, 64)
+            .map(|s| String::from_utf8_lossy(&s).trim().to_string())
             .unwrap_or_default()
     })
     .clone()
