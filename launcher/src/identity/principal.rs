@@ -311,11 +311,9 @@ pub fn kvm_device_group(dev: &Path) -> Option<u32> {
 
 /// Another VM in the config dir whose principal resolves to `uid`.
 /// Specs that cannot be read are skipped (they are not this VM's to judge).
+/// `name`'s own spec is not read again (the launch has read it).
 pub fn uid_owner_elsewhere(roots: &Roots, name: &VmName, uid: u32) -> Option<(VmName, PathBuf)> {
-    for (other, path, spec) in configured_specs(roots) {
-        if &other == name {
-            continue;
-        }
+    for (other, path, spec) in configured_specs_except(roots, Some(name)) {
         let Some(spec) = spec else { continue };
         if let Ok(ouid) = uid_of(&spec) {
             if ouid == uid {
@@ -329,6 +327,16 @@ pub fn uid_owner_elsewhere(roots: &Roots, name: &VmName, uid: u32) -> Option<(Vm
 /// Every `NAME.json` in the config dir with a valid VM name, parsed when
 /// possible (`None` when the spec cannot be read or parsed).
 pub fn configured_specs(roots: &Roots) -> Vec<(VmName, PathBuf, Option<Spec>)> {
+    configured_specs_except(roots, None)
+}
+
+/// [`configured_specs`] without VM `except`, whose spec is not even read:
+/// a launch compares its VM, whose spec it has already read and validated,
+/// with the others.
+pub fn configured_specs_except(
+    roots: &Roots,
+    except: Option<&VmName>,
+) -> Vec<(VmName, PathBuf, Option<Spec>)> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir(&roots.config_dir) else {
         return out;
@@ -344,6 +352,9 @@ pub fn configured_specs(roots: &Roots) -> Vec<(VmName, PathBuf, Option<Spec>)> {
         else {
             continue;
         };
+        if except == Some(&name) {
+            continue;
+        }
         let path = e.path();
         let spec = Spec::read(&path).ok();
         out.push((name, path, spec));

@@ -923,13 +923,10 @@ fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<
             reason,
         })
     };
-    let others = principal::configured_specs(roots);
+    let others = principal::configured_specs_except(roots, Some(&spec.name));
     let mut rtnl = net::Rtnl::open()?;
     for (i, n) in spec.interfaces.iter().enumerate() {
         for (other, _, other_spec) in &others {
-            if other == &spec.name {
-                continue;
-            }
             if let Some(o) = other_spec {
                 if o.interfaces.iter().any(|x| x.tap == n.tap) {
                     return Err(bad(
