@@ -230,6 +230,29 @@ pub fn enforce(dir: &Dir, want: &Want) -> Result<()> {
     Ok(())
 }
 
+/// Open `path` as a directory ([`open_dir`]), or `None` when it (or a
+/// directory above it) does not exist.
+pub fn open_dir_if_exists(path: &Path) -> Result<Option<Dir>> {
+    match open_dir(path) {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`preflight`] of `parent/name`, with the parent already open (`None`:
+/// missing, so `name` will be created). Returns the directory when it
+/// exists.
+pub fn preflight_in(parent: Option<&Dir>, name: &str, want: &Want) -> Result<Option<Dir>> {
+    let Some(parent) = parent else {
+        return Ok(None);
+    };
+    match open_existing(parent, name)? {
+        Some(dir) => check(&dir, want).map(|_| Some(dir)),
+        None => Ok(None),
+    }
+}
+
 /// Check an existing directory against `want` without changing anything
 /// (a pre-flight check before the launch creates its first file). A missing
 /// directory passes: it will be created with the wanted owner and mode.
@@ -250,6 +273,13 @@ pub fn preflight(path: &Path, want: &Want) -> Result<()> {
 /// before anyone else can use it), then open it without following symlinks
 /// and enforce `want`. Returns the directory and whether it was created.
 pub fn ensure(parent: &Dir, name: &str, want: &Want) -> Result<(Dir, bool)> {
+    // It usually exists: one open, not a mkdir failing with EEXIST first.
+    // (A symlink or a file at the name is refused by the open as by the
+    // open after a mkdir.)
+    if let Some(dir) = open_existing(parent, name)? {
+        enforce(&dir, want)?;
+        return Ok((dir, false));
+    }
     let path = parent.path.join(name);
     let created = match mkdirat(parent.fd.as_fd(), name, Mode::from_bits_truncate(0o700)) {
         Ok(()) => true,
@@ -271,6 +301,34 @@ pub fn ensure(parent: &Dir, name: &str, want: &Want) -> Result<(Dir, bool)> {
     }
     enforce(&dir, want)?;
     Ok((dir, created))
+}
+
+/// [`split_parent`], with `None` for a parent that does not exist (yet).
+pub fn split_parent_if_exists(path: &Path) -> Result<(Option<Dir>, String)> {
+    match split_parent(path) {
+        Ok((d, name)) => Ok((Some(d), name)),
+        Err(e) if e.is_not_found() => {
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .ok_or_else(|| DirError::refused(path, Refusal::NoFileName))?;
+            Ok((None, name.to_string()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A root directory (the runtime or state root): `opened` when the caller
+/// has it open already (its pre-flight), checked against `want` again
+/// (loose bits tightened, as [`ensure`] would); otherwise created in its
+/// parent if missing, as [`ensure`] does.
+pub fn ensure_root(path: &Path, opened: Option<Dir>, want: &Want) -> Result<Dir> {
+    if let Some(dir) = opened {
+        enforce(&dir, want)?;
+        return Ok(dir);
+    }
+    let (parent, name) = split_parent(path)?;
+    Ok(ensure(&parent, &name, want)?.0)
 }
 
 /// Open the parent of `path` (walked without symlinks) and return it with

@@ -109,8 +109,13 @@ pub fn lookup(roots: &Roots, uid: u32) -> Result<Option<Record>> {
     let Some(dir) = open_registry(roots)? else {
         return Ok(None);
     };
+    lookup_in(&dir, uid)
+}
+
+/// The record for `uid` in the registry directory `dir`, if any.
+fn lookup_in(dir: &Dir, uid: u32) -> Result<Option<Record>> {
     let name = record_name(uid);
-    let Some(bytes) = dirs::read_small(&dir, &name, MAX_RECORD)? else {
+    let Some(bytes) = dirs::read_small(dir, &name, MAX_RECORD)? else {
         return Ok(None);
     };
     serde_json::from_slice(&bytes)
@@ -182,8 +187,22 @@ pub fn residue(roots: &Roots, vm: &VmName, uid: u32) -> Vec<String> {
 }
 
 /// Refuse a launch whose uid belonged to a different VM that left residue.
-pub fn check_launch(roots: &Roots, name: &VmName, p: &Principal) -> Result<()> {
-    let Some(rec) = lookup(roots, p.uid)? else {
+/// `state_root`: the state root, opened by the caller (`None`: it does not
+/// exist yet, so neither does a registry).
+pub fn check_launch(
+    roots: &Roots,
+    state_root: Option<&Dir>,
+    name: &VmName,
+    p: &Principal,
+) -> Result<()> {
+    let Some(registry) = state_root
+        .map(|d| dirs::open_existing(d, PRINCIPALS_DIR))
+        .transpose()?
+        .flatten()
+    else {
+        return Ok(());
+    };
+    let Some(rec) = lookup_in(&registry, p.uid)? else {
         return Ok(());
     };
     if &rec.vm == name {
@@ -212,10 +231,11 @@ pub fn check_launch(roots: &Roots, name: &VmName, p: &Principal) -> Result<()> {
 }
 
 /// Record that `uid` belongs to `name` (a new generation when it belonged to
-/// another VM or was retired).
-pub fn register(roots: &Roots, state_root: &Dir, name: &VmName, p: &Principal) -> Result<()> {
+/// another VM or was retired). The record is read again here, under the
+/// lease: it may have changed since [`check_launch`] (a purge retiring it).
+pub fn register(state_root: &Dir, name: &VmName, p: &Principal) -> Result<()> {
     let (dir, _) = dirs::ensure(state_root, PRINCIPALS_DIR, &registry_want())?;
-    let prev = lookup(roots, p.uid)?;
+    let prev = lookup_in(&dir, p.uid)?;
     let generation = match &prev {
         Some(r) if &r.vm == name && r.state == State::Active => return Ok(()),
         Some(r) => r.generation + 1,

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, openat, FcntlArg, FdFlag, Flock, FlockArg, OFlag};
-use nix::sys::stat::{fchmod, fstat, fstatat, Mode, SFlag};
+use nix::sys::stat::{fchmod, fstat, fstatat, FileStat, Mode, SFlag};
 
 use crate::config::paths::LEASE_FILE;
 use crate::host::dirs::Dir;
@@ -56,7 +56,9 @@ pub enum LeaseState {
     Held,
 }
 
-fn check_lock_file(path: &PathBuf, file: &File) -> Result<()> {
+/// Refuse anything but a root-owned regular file, tighten its mode; returns
+/// its stat.
+fn check_lock_file(path: &PathBuf, file: &File) -> Result<FileStat> {
     let st = fstat(file.as_fd()).sys("fstat", path)?;
     if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) != SFlag::S_IFREG {
         return Err(LeaseError::NotARegularFile { path: path.clone() });
@@ -70,7 +72,7 @@ fn check_lock_file(path: &PathBuf, file: &File) -> Result<()> {
     if st.st_mode & 0o7777 != 0o600 {
         fchmod(file.as_fd(), Mode::from_bits_truncate(0o600)).sys("fchmod", path)?;
     }
-    Ok(())
+    Ok(st)
 }
 
 /// `LOCK_EX|LOCK_NB`, retried briefly: read-only probes ([`state`]) hold a
@@ -114,13 +116,14 @@ impl Lease {
                 r => r.sys("open lease", &path)?,
             };
             let file = File::from(fd);
-            check_lock_file(&path, &file)?;
+            // The locked inode: an open fd's inode never changes, so the
+            // stat taken before the lock names it.
+            let held = check_lock_file(&path, &file)?;
             let lock = match lock_exclusive_retrying(file) {
                 Ok(l) => l,
                 Err(Errno::EWOULDBLOCK) => return Ok(None),
                 Err(e) => return Err(e).sys("flock", &path).map_err(Into::into),
             };
-            let held = fstat(lock.as_fd()).sys("fstat", &path)?;
             match fstatat(
                 rundir.fd.as_fd(),
                 LEASE_FILE,

@@ -536,7 +536,11 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
 
     // 3. Principal.
     let principal = principal::resolve(&spec, roots)?;
-    registry::check_launch(roots, &spec.name, &principal)?;
+    // The state root and the runtime root are opened once (when they
+    // exist) for the registry check and the pre-flight below, and kept for
+    // the steps that create what is in them.
+    let state_root = dirs::open_dir_if_exists(&roots.state_root)?;
+    registry::check_launch(roots, state_root.as_ref(), &spec.name, &principal)?;
     // Pre-flight the directories that already exist, so a refusal leaves
     // nothing behind (no runtime dir, lease or intent record yet).
     let vm_want = |mode| Want {
@@ -545,10 +549,17 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         mode,
         loose: Loose::Tighten,
     };
-    dirs::preflight(&roots.state_dir(&spec.name), &vm_want(0o700))?;
-    dirs::preflight(&roots.runtime_root, &root_want(0o755, Loose::Tighten))?;
-    dirs::preflight(
-        &roots.runtime_dir(&spec.name),
+    dirs::preflight_in(state_root.as_ref(), spec.name.as_str(), &vm_want(0o700))?;
+    let (rt_parent, rt_name) = dirs::split_parent_if_exists(&roots.runtime_root)?;
+    let runtime_root = dirs::preflight_in(
+        rt_parent.as_ref(),
+        &rt_name,
+        &root_want(0o755, Loose::Tighten),
+    )?;
+    drop(rt_parent);
+    dirs::preflight_in(
+        runtime_root.as_ref(),
+        spec.name.as_str(),
         &root_want(0o755, Loose::Refuse),
     )?;
     preflight_interfaces(&spec, &spec_path, roots)?;
@@ -566,8 +577,11 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     steps.after("principal-resolved");
 
     // 4. Runtime root and this VM's runtime dir, then the lease.
-    let (rt_parent, rt_name) = dirs::split_parent(&roots.runtime_root)?;
-    let (runtime_root, _) = dirs::ensure(&rt_parent, &rt_name, &root_want(0o755, Loose::Tighten))?;
+    let runtime_root = dirs::ensure_root(
+        &roots.runtime_root,
+        runtime_root,
+        &root_want(0o755, Loose::Tighten),
+    )?;
     let (rundir, _) = dirs::ensure(
         &runtime_root,
         spec.name.as_str(),
@@ -649,9 +663,12 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
 
     // 6. Host resources: state dir (principal's, 0700), control dir, the
     //    credential mount point (root 0700 on the host side).
-    let (st_parent, st_name) = dirs::split_parent(&roots.state_root)?;
-    let (state_root, _) = dirs::ensure(&st_parent, &st_name, &root_want(0o755, Loose::Tighten))?;
-    registry::register(roots, &state_root, &spec.name, &principal)?;
+    let state_root = dirs::ensure_root(
+        &roots.state_root,
+        state_root,
+        &root_want(0o755, Loose::Tighten),
+    )?;
+    registry::register(&state_root, &spec.name, &principal)?;
     let (state_dir, _) = dirs::ensure(&state_root, spec.name.as_str(), &vm_want(0o700))?;
     steps.after("state-dir");
     let (control, _) = dirs::ensure(
