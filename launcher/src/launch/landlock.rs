@@ -25,7 +25,7 @@ use landlock::{
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use nix::errno::Errno;
-use nix::fcntl::{openat, OFlag, AT_FDCWD};
+use nix::fcntl::{openat, OFlag, OpenHow, ResolveFlag, AT_FDCWD};
 use nix::sys::stat::{fstat, Mode, SFlag};
 
 use crate::config::spec::ShareProto;
@@ -143,6 +143,12 @@ pub struct Policy {
     /// What the hypervisor gains is only what DAC already limits it to:
     /// processes of its own dedicated uid, i.e. its helpers.
     pub signals_unscoped: bool,
+    /// `no_new_privs` is known to be set: the caller applies this policy
+    /// right after `sandbox::drop_privileges*`, which set it and saw it set
+    /// in its self-check. The ruleset then skips its own
+    /// `prctl(PR_SET_NO_NEW_PRIVS)` (which would change nothing). Left
+    /// `false`, the ruleset sets it, as it always did.
+    pub no_new_privs_set: bool,
 }
 
 /// The rule set for one VM, before it meets the kernel.
@@ -203,6 +209,7 @@ pub fn policy(spec: &Spec, state_dir: &Path, control_dir: &Path, creds_dir: &Pat
         rules,
         vm_trees: vec![state_dir.to_path_buf(), control_dir.to_path_buf()],
         signals_unscoped: false,
+        no_new_privs_set: false,
     }
 }
 
@@ -262,6 +269,7 @@ pub fn helper_policy(
         rules,
         vm_trees: vm_trees.to_vec(),
         signals_unscoped: false,
+        no_new_privs_set: false,
     }
 }
 
@@ -291,13 +299,26 @@ fn open_rule(r: &Rule, vm_trees: &[PathBuf]) -> Result<Option<(OwnedFd, bool)>> 
     };
     let flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
     let opened = if vm_trees.iter().any(|t| r.path.starts_with(t)) {
-        let (parent, name) = dirs::split_parent(&r.path).map_err(|e| bad(RuleProblem::Walk(e)))?;
-        openat(
-            parent.fd.as_fd(),
-            name.as_str(),
-            flags | OFlag::O_NOFOLLOW,
-            Mode::empty(),
-        )
+        // One openat2 that follows no symlink on the way; with
+        // O_PATH|O_NOFOLLOW a symlink as the last component is opened
+        // itself (and refused below), as the walk's openat would open it.
+        // Anything but success takes the walk, which says what is wrong.
+        let how = OpenHow::new()
+            .flags(flags | OFlag::O_NOFOLLOW)
+            .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+        match nix::fcntl::openat2(AT_FDCWD, &r.path, how) {
+            Ok(fd) => Ok(fd),
+            Err(_) => {
+                let (parent, name) =
+                    dirs::split_parent(&r.path).map_err(|e| bad(RuleProblem::Walk(e)))?;
+                openat(
+                    parent.fd.as_fd(),
+                    name.as_str(),
+                    flags | OFlag::O_NOFOLLOW,
+                    Mode::empty(),
+                )
+            }
+        }
     } else {
         openat(AT_FDCWD, &r.path, flags, Mode::empty())
     };
@@ -312,6 +333,30 @@ fn open_rule(r: &Rule, vm_trees: &[PathBuf]) -> Result<Option<(OwnedFd, bool)>> 
         return Err(bad(RuleProblem::Symlink));
     }
     Ok(Some((fd, kind == SFlag::S_IFDIR)))
+}
+
+/// The rules with one entry per path, in the order paths first appear:
+/// rules naming the same path (`/dev/null` is read by every program and
+/// written by the hypervisor) become one, allowed the union of their
+/// accesses — what the kernel grants for two rules on one inode anyway,
+/// at one open and one `landlock_add_rule`. The merged rule names the
+/// first spec field among them (so a missing path is still an error when
+/// any spec field names it; built-in paths alone are skipped when absent).
+fn merged(rules: &[Rule], abi: ABI) -> Vec<(Rule, BitFlags<AccessFs>)> {
+    let mut out: Vec<(Rule, BitFlags<AccessFs>)> = Vec::with_capacity(rules.len());
+    for r in rules {
+        let a = access(r.grant, abi);
+        match out.iter_mut().find(|(m, _)| m.path == r.path) {
+            Some((m, acc)) => {
+                *acc |= a;
+                if m.field.is_none() {
+                    m.field.clone_from(&r.field);
+                }
+            }
+            None => out.push((r.clone(), a)),
+        }
+    }
+    out
 }
 
 /// What was enforced, for the launch log.
@@ -338,13 +383,14 @@ pub fn apply(p: &Policy, mode: LandlockMode) -> Result<Outcome> {
         .handle_access(AccessFs::from_all(abi))?
         .handle_access(AccessNet::from_all(abi))?
         .scope(scopes)?
-        .create()?;
+        .create()?
+        .no_new_privs(!p.no_new_privs_set);
     let mut rs = rs;
-    for r in &p.rules {
-        let Some((fd, is_dir)) = open_rule(r, &p.vm_trees)? else {
+    for (r, a) in merged(&p.rules, abi) {
+        let Some((fd, is_dir)) = open_rule(&r, &p.vm_trees)? else {
             continue;
         };
-        let mut a = access(r.grant, abi);
+        let mut a = a;
         if !is_dir {
             a &= AccessFs::from_file(abi);
         }
@@ -367,5 +413,60 @@ pub fn apply(p: &Policy, mode: LandlockMode) -> Result<Outcome> {
             Ok(outcome)
         }
         _ => Ok(outcome),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(path: &str, grant: Grant, field: Option<&str>) -> Rule {
+        Rule {
+            path: PathBuf::from(path),
+            grant,
+            field: field.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn rules_on_one_path_merge_into_the_union_of_their_accesses() {
+        let abi = BEST_ABI;
+        let got = merged(
+            &[
+                rule("/usr", Grant::Exec, None),
+                rule("/dev/null", Grant::Exec, None),
+                rule("/dev/kvm", Grant::Write, None),
+                rule("/dev/null", Grant::Write, None),
+                rule("/usr", Grant::Read, Some("landlock.read[0]")),
+            ],
+            abi,
+        );
+        let paths: Vec<&Path> = got.iter().map(|(r, _)| r.path.as_path()).collect();
+        assert_eq!(
+            paths,
+            [
+                Path::new("/usr"),
+                Path::new("/dev/null"),
+                Path::new("/dev/kvm")
+            ]
+        );
+        assert_eq!(
+            got[1].1,
+            access(Grant::Exec, abi) | access(Grant::Write, abi)
+        );
+        assert!(got[1].1.contains(AccessFs::Execute) && got[1].1.contains(AccessFs::WriteFile));
+        assert_eq!(got[2].1, access(Grant::Write, abi));
+        // A spec field among merged rules names the merged rule (a missing
+        // path it names stays an error).
+        assert_eq!(got[0].0.field.as_deref(), Some("landlock.read[0]"));
+        assert_eq!(got[0].1, access(Grant::Exec, abi));
+        // The launch's own policy names /dev/null twice.
+        assert_eq!(
+            DEVICES_RW
+                .iter()
+                .filter(|d| SYSTEM_READ.contains(d))
+                .count(),
+            1
+        );
     }
 }

@@ -856,6 +856,8 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     // The helpers' death signal comes from this process once it is the
     // hypervisor: a signal-scoped domain would block it (see the field).
     policy.signals_unscoped = !planned.is_empty();
+    // The drop just set no_new_privs and its self-check saw it set.
+    policy.no_new_privs_set = true;
     let outcome = sys.landlock_restrict(&policy, spec.landlock.mode)?;
     tracing::info!(step = %"landlock", ?outcome, "landlock applied");
     steps.after("landlock");
