@@ -4,14 +4,17 @@
 //! tools: extend, never rename. Unknown fields are rejected. `load` reads and
 //! validates; nothing on the host is created or changed by this module.
 
+use std::ffi::OsStr;
 use std::io::Read;
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use nix::sys::stat::FileStat;
 use serde::{Deserialize, Serialize};
 
 use crate::config::extra_args;
-use crate::config::files::{open_regular_at, OpenError};
+use crate::config::files::{open_probed_at, open_regular_at, OpenError};
 use crate::config::names::{
     check_abs_normalised, BridgeName, CredentialName, Mac, NameError, TapName, VmName,
 };
@@ -405,13 +408,33 @@ impl Spec {
     /// The spec file's bytes, size-capped: what a launch keeps a copy of,
     /// and what `status` compares that copy with.
     pub fn read_bytes(path: &Path) -> Result<Vec<u8>, SpecError> {
+        // Never blocks: a FIFO, socket or device at the spec path is refused
+        // at once (the path may be a symlink, into the Nix store on NixOS).
+        Spec::read_opened(path, open_regular_at(None, path.as_os_str(), true))
+    }
+
+    /// [`Spec::read_bytes`] of a spec file the caller has probed itself:
+    /// `probe` is the stat of an `O_PATH` open of `dir/name` that is still
+    /// open (a trusted walk's last step). `dir/name` is opened for reading
+    /// without following a link, and must be that inode.
+    pub fn read_bytes_probed(
+        path: &Path,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+        probe: &FileStat,
+    ) -> Result<Vec<u8>, SpecError> {
+        Spec::read_opened(path, open_probed_at(Some(dir), name, false, probe))
+    }
+
+    fn read_opened(
+        path: &Path,
+        opened: Result<(std::fs::File, FileStat), OpenError>,
+    ) -> Result<Vec<u8>, SpecError> {
         let read_err = |source| SpecError::Read {
             path: path.to_path_buf(),
             source,
         };
-        // Never blocks: a FIFO, socket or device at the spec path is refused
-        // at once (the path may be a symlink, into the Nix store on NixOS).
-        let (f, st) = open_regular_at(None, path.as_os_str(), true).map_err(|e| match e {
+        let (f, st) = opened.map_err(|e| match e {
             OpenError::Sys(errno) => read_err(std::io::Error::from_raw_os_error(errno as i32)),
             cause => SpecError::NotRegular {
                 path: path.to_path_buf(),
@@ -451,7 +474,16 @@ impl Spec {
         path: &Path,
         expected_name: &VmName,
     ) -> Result<(Spec, Vec<u8>), SpecError> {
-        let bytes = Spec::read_bytes(path)?;
+        Spec::load_bytes(path, expected_name, Spec::read_bytes(path)?)
+    }
+
+    /// [`Spec::load_with_bytes`] from bytes already read (by
+    /// [`Spec::read_bytes`] or [`Spec::read_bytes_probed`]).
+    pub fn load_bytes(
+        path: &Path,
+        expected_name: &VmName,
+        bytes: Vec<u8>,
+    ) -> Result<(Spec, Vec<u8>), SpecError> {
         let spec = Spec::parse(path, &bytes)?;
         spec.validate(path, expected_name)?;
         spec.validate_files(path)?;

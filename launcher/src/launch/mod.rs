@@ -13,7 +13,7 @@ pub mod volumes;
 
 use std::convert::Infallible;
 use std::ffi::CString;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -388,17 +388,17 @@ fn check_spec_paths_scoped(spec: &Spec, spec_path: &Path, roots: &Roots) -> Resu
 fn check_trusted_files(
     spec: &Spec,
     spec_path: &Path,
+    spec_walk: std::result::Result<(), Distrust>,
     roots: &Roots,
     walker: &mut trust::Walker,
 ) -> Result<()> {
     // The spec itself decides what root runs and reads: it must be root's
-    // alone too (on NixOS a chain of links into the Nix store, which passes).
-    walker
-        .regular_file(spec_path, Policy::Executable)
-        .map_err(|cause| StepError::UntrustedSpec {
-            path: spec_path.to_path_buf(),
-            cause,
-        })?;
+    // alone too (on NixOS a chain of links into the Nix store, which
+    // passes). `spec_walk`: its walk, made before it was read.
+    spec_walk.map_err(|cause| StepError::UntrustedSpec {
+        path: spec_path.to_path_buf(),
+        cause,
+    })?;
     let mut fields: Vec<(&'static str, &Path)> = vec![
         ("hypervisor.binary", &spec.hypervisor.binary),
         ("kernel", &spec.kernel),
@@ -515,15 +515,27 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         .spec
         .clone()
         .unwrap_or_else(|| roots.spec_path(&opts.name));
-    // The bytes are kept (step 5b): what `status` compares and the
-    // teardown tools read while this instance's record exists.
-    let (spec, spec_bytes) = Spec::load_with_bytes(&spec_path, &opts.name)?;
-    check_spec_paths_scoped(&spec, &spec_path, roots)?;
-    issue12::check_roots(&spec, &spec_path, roots)?;
-    // The trusted walks of this launch (credentials, the spec, what root
+    // The trusted walks of this launch (the spec, credentials, what root
     // hands to the hypervisor) share their way: each directory on it is
     // opened and stat'ed once.
     let mut walker = trust::Walker::new();
+    // The spec's walk comes first: its last step (an O_PATH open and fstat
+    // of the file, kept open) is the probe the read needs, so the spec is
+    // opened once more, for reading, under the walked directory. Its
+    // verdict is reported with the other trusted files (step 3); when the
+    // walk fails, the spec is read by its path, as it always was, and
+    // whatever stops that read is reported here.
+    let spec_walk = walker.regular_file(&spec_path, Policy::Executable);
+    // The bytes are kept (step 5b): what `status` compares and the
+    // teardown tools read while this instance's record exists.
+    let spec_read = match &spec_walk {
+        Ok(w) => Spec::read_bytes_probed(&spec_path, w.parent.as_fd(), &w.name, &w.stat),
+        Err(_) => Spec::read_bytes(&spec_path),
+    };
+    let (spec, spec_bytes) = Spec::load_bytes(&spec_path, &opts.name, spec_read?)?;
+    let spec_walk = spec_walk.map(drop);
+    check_spec_paths_scoped(&spec, &spec_path, roots)?;
+    issue12::check_roots(&spec, &spec_path, roots)?;
     let loaded = creds::read_all(&spec, opts.credentials_directory.as_deref(), &mut walker)?;
     tracing::info!(
         step = %"spec-loaded",
@@ -565,7 +577,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     preflight_interfaces(&spec, &spec_path, roots)?;
     // What root hands to the hypervisor (binary, kernel, initrd) must be
     // root's alone; then the binary is asked about its sandbox.
-    check_trusted_files(&spec, &spec_path, roots, &mut walker)?;
+    check_trusted_files(&spec, &spec_path, spec_walk, roots, &mut walker)?;
     drop(walker);
     let qemu_sandbox = qemu_sandbox(&spec, &spec_path, &principal)?;
     issue12::check_principal(&spec, &spec_path, &principal)?;
