@@ -1,8 +1,8 @@
 //! `/proc/PID/mountinfo` parsing, used to verify the credential tmpfs and to
 //! find credential mounts that survive in any mount namespace.
 
-use std::ffi::OsString;
-use std::os::unix::ffi::OsStringExt;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use crate::config::names::VmName;
@@ -67,30 +67,52 @@ fn text(b: &[u8]) -> String {
 /// Parse mountinfo from raw bytes. Mount points keep their exact bytes; one
 /// line that is not UTF-8 never hides the others.
 pub fn parse(data: &[u8]) -> Vec<Mount> {
-    let mut out = Vec::new();
-    for line in data.split(|b| *b == b'\n') {
-        let Some(sep) = line.windows(3).position(|w| w == b" - ") else {
-            continue;
-        };
-        let (left, right) = (&line[..sep], &line[sep + 3..]);
-        let l: Vec<&[u8]> = left.split(|b| *b == b' ').collect();
-        let r: Vec<&[u8]> = right.split(|b| *b == b' ').collect();
-        if l.len() < 6 || r.len() < 3 {
-            continue;
-        }
-        out.push(Mount {
-            mount_id: std::str::from_utf8(l[0])
-                .ok()
-                .and_then(|t| t.parse().ok())
-                .unwrap_or(0),
-            mount_point: PathBuf::from(OsString::from_vec(unescape(l[4]))),
-            mount_options: text(l[5]),
-            fstype: text(r[0]),
-            source: text(r[1]),
-            super_options: text(r[2]),
-        });
+    data.split(|b| *b == b'\n').filter_map(parse_line).collect()
+}
+
+/// One mountinfo line (`None` for one that does not parse).
+fn parse_line(line: &[u8]) -> Option<Mount> {
+    let sep = line.windows(3).position(|w| w == b" - ")?;
+    let (left, right) = (&line[..sep], &line[sep + 3..]);
+    let l: Vec<&[u8]> = left.split(|b| *b == b' ').collect();
+    let r: Vec<&[u8]> = right.split(|b| *b == b' ').collect();
+    if l.len() < 6 || r.len() < 3 {
+        return None;
     }
-    out
+    Some(Mount {
+        mount_id: std::str::from_utf8(l[0])
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0),
+        mount_point: PathBuf::from(OsString::from_vec(unescape(l[4]))),
+        mount_options: text(l[5]),
+        fstype: text(r[0]),
+        source: text(r[1]),
+        super_options: text(r[2]),
+    })
+}
+
+/// The last mount at `target` in mountinfo `data`, as [`parse`] would give
+/// it (`parse(data).into_iter().rev().find(|m| m.mount_point == target)`),
+/// without building every other mount: lines are taken from the end and
+/// only the one whose mount point is `target` is parsed whole.
+pub fn last_at(data: &[u8], target: &Path) -> Option<Mount> {
+    data.rsplit(|b| *b == b'\n')
+        .filter(|line| {
+            line.split(|b| *b == b' ')
+                .nth(4)
+                .is_some_and(|mp| Path::new(OsStr::from_bytes(&unescape(mp))) == target)
+        })
+        .find_map(parse_line)
+        .filter(|m| m.mount_point == target)
+}
+
+/// The last mount at `target` in process `pid`'s table ([`last_at`]).
+pub fn read_last_at(pid: &str, target: &Path) -> std::io::Result<Option<Mount>> {
+    Ok(last_at(
+        &read_bytes(&format!("/proc/{pid}/mountinfo"))?,
+        target,
+    ))
 }
 
 /// Mounts of process `pid` (`"self"` for the caller).
@@ -208,6 +230,33 @@ mod tests {
             source: source.into(),
             super_options: "noswap".into(),
         }
+    }
+
+    #[test]
+    fn the_last_mount_at_a_path_is_found_without_parsing_the_rest() {
+        let t = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n\
+            36 1 0:32 / /run/vm\\040x/credentials rw - tmpfs first rw,size=4k\n\
+            broken /run/vm\\040x/credentials line\n\
+            37 1 0:33 / /run/vm\\040x/credentials rw master:1 - tmpfs vmwarden-creds:web rw,noswap\n\
+            38 37 0:34 / /run/vm\\040x/credentials/sub rw - tmpfs other rw\n\
+            39 1 0:35 / /run/vm\\040x/credentials/ - \n";
+        for target in [
+            "/run/vm x/credentials",
+            "/",
+            "/run/vm x/credentials/sub",
+            "/nowhere",
+        ] {
+            let target = Path::new(target);
+            let want = parse(t.as_bytes())
+                .into_iter()
+                .rev()
+                .find(|m| m.mount_point == target);
+            assert_eq!(last_at(t.as_bytes(), target), want, "{}", target.display());
+        }
+        let m = last_at(t.as_bytes(), Path::new("/run/vm x/credentials")).unwrap();
+        assert_eq!((m.mount_id, m.source.as_str()), (37, "vmwarden-creds:web"));
+        assert!(m.has_option("noswap"));
+        assert_eq!(last_at(t.as_bytes(), Path::new("/nowhere")), None);
     }
 
     #[test]

@@ -202,13 +202,13 @@ pub fn mount_credential_tmpfs(
                 .map_err(Into::into)
         }
     }
-    let mounts = sys
-        .own_mounts()
+    // Only the mount at `target` is parsed out of the table.
+    let found = sys
+        .own_mount_at(target)
         .map_err(|source| SandboxError::NoSwapUnconfirmed {
             path: target.to_path_buf(),
             source,
         })?;
-    let found = mounts.into_iter().rev().find(|m| m.mount_point == target);
     match found {
         Some(m) if m.source == source && m.has_option("noswap") => {}
         found => {

@@ -42,9 +42,10 @@ pub trait Syscall {
         flags: MsFlags,
         data: Option<&str>,
     ) -> Result<(), Errno>;
-    /// This process's mount table, as the kernel states it after a mount
-    /// (`/proc/self/mountinfo`): how a mount option is confirmed.
-    fn own_mounts(&self) -> std::io::Result<Vec<Mount>>;
+    /// The last mount at `target` in this process's mount table, as the
+    /// kernel states it after a mount (`/proc/self/mountinfo`): how a mount
+    /// option is confirmed.
+    fn own_mount_at(&self, target: &Path) -> std::io::Result<Option<Mount>>;
     /// `setrlimit(2)`.
     fn setrlimit(&self, resource: Resource, soft: u64, hard: u64) -> Result<(), Errno>;
     /// The calls below act per thread: the launcher must have just one.
@@ -130,8 +131,8 @@ impl Syscall for LinuxSyscall {
         mount(source, target, fstype, flags, data)
     }
 
-    fn own_mounts(&self) -> std::io::Result<Vec<Mount>> {
-        mountinfo::read("self")
+    fn own_mount_at(&self, target: &Path) -> std::io::Result<Option<Mount>> {
+        mountinfo::read_last_at("self", target)
     }
 
     fn setrlimit(&self, resource: Resource, soft: u64, hard: u64) -> Result<(), Errno> {
@@ -267,7 +268,7 @@ mod recording {
     #[derive(Debug, Default)]
     pub struct RecordingSyscall {
         calls: RefCell<Vec<Call>>,
-        /// The tmpfs mounts made, as [`Syscall::own_mounts`] states them.
+        /// The tmpfs mounts made, as [`Syscall::own_mount_at`] states them.
         mounts: RefCell<Vec<Mount>>,
         /// The first call of this name fails (`EPERM`, or the self-check's
         /// own failure); every later call is still recorded if made.
@@ -346,10 +347,16 @@ mod recording {
             Ok(())
         }
 
-        /// Every tmpfs mounted so far, with the options it was given: the
-        /// kernel's answer when the options took.
-        fn own_mounts(&self) -> std::io::Result<Vec<Mount>> {
-            Ok(self.mounts.borrow().clone())
+        /// The last tmpfs mounted at `target` so far, with the options it
+        /// was given: the kernel's answer when the options took.
+        fn own_mount_at(&self, target: &Path) -> std::io::Result<Option<Mount>> {
+            Ok(self
+                .mounts
+                .borrow()
+                .iter()
+                .rev()
+                .find(|m| m.mount_point == target)
+                .cloned())
         }
 
         fn setrlimit(&self, resource: Resource, soft: u64, hard: u64) -> Result<(), Errno> {
