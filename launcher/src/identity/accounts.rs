@@ -90,7 +90,10 @@ impl Accounts {
     }
 
     pub fn from_files(passwd: &Path, group: &Path) -> Accounts {
-        let read = |p: &Path| std::fs::read(p).map(|b| String::from_utf8_lossy(&b).into_owned());
+        // One read for files up to 16 KiB (no statx first: host::sys::read_path).
+        let read = |p: &Path| {
+            read_path(p, 16 * 1024, usize::MAX).map(|b| String::from_utf8_lossy(&b).into_owned())
+        };
         Accounts {
             users: read(passwd).map(|t| parse_passwd(&t)).unwrap_or_default(),
             groups: read(group).map(|t| parse_group(&t)).unwrap_or_default(),

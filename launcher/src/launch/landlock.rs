@@ -346,7 +346,12 @@ fn merged(rules: &[Rule], abi: ABI) -> Vec<(Rule, BitFlags<AccessFs>)> {
     let mut out: Vec<(Rule, BitFlags<AccessFs>)> = Vec::with_capacity(rules.len());
     for r in rules {
         let a = access(r.grant, abi);
-        match out.iter_mut().find(|(m, _)| m.path == r.path) {
+        // Byte equality (not Path's component-wise ==): the paths are
+        // normalised, and this runs for every pair of rules.
+        match out
+            .iter_mut()
+            .find(|(m, _)| m.path.as_os_str() == r.path.as_os_str())
+        {
             Some((m, acc)) => {
                 *acc |= a;
                 if m.field.is_none() {
