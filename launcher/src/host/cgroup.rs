@@ -19,7 +19,7 @@ use nix::sys::stat::{fstat, Mode};
 use serde::{Deserialize, Serialize};
 
 use crate::host::procs;
-use crate::host::sys::read_fd_to_end;
+use crate::host::sys::{read_fd_to_end, ReadEnd};
 
 /// Where the unified (v2) hierarchy is mounted: `/sys/fs/cgroup` on a pure
 /// v2 host (every current systemd), `/sys/fs/cgroup/unified` on a hybrid one.
@@ -71,7 +71,7 @@ fn read_at(dir: impl AsFd, name: &str, buf: &mut Vec<u8>) -> Result<(), Errno> {
 fn read_all(fd: &OwnedFd, buf: &mut Vec<u8>) -> Result<(), Errno> {
     // kernfs files may come in pieces: read to the end (no dup, no statx:
     // one read for a file that fits 4 KiB, then the one that returns 0).
-    read_fd_to_end(fd.as_fd(), buf, 4096, usize::MAX)
+    read_fd_to_end(fd.as_fd(), buf, 4096, usize::MAX, ReadEnd::Eof)
 }
 
 /// The v2 hierarchy's mount point, if there is one.

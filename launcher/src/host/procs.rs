@@ -14,12 +14,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::CStr;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, OFlag, AT_FDCWD};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::stat::Mode;
 use nix::unistd::Pid;
+
+use crate::host::sys::{read_fd_to_end, read_path, ReadEnd};
 
 /// SIGKILL process `pid`. A pid that `kill(2)` would read as a process group
 /// or as "every process" (0, or one past `i32::MAX`) is refused with EINVAL.
@@ -305,31 +308,15 @@ impl Proc {
 }
 
 /// Read `f` whole into `buf` (see [`Proc::read_file`] for `whole_on_first`),
-/// a page or more per call, into the buffer's spare capacity (not zeroed
-/// first: a 16 KiB buffer for a 2 KiB file touches one page, not four).
+/// starting with the room the buffer already has (a page at least).
 fn read_into(f: File, buf: &mut Vec<u8>, whole_on_first: bool) -> Result<(), Errno> {
-    buf.clear();
-    loop {
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(buf.capacity().max(4096));
-        }
-        let spare = buf.spare_capacity_mut();
-        let want = spare.len();
-        // SAFETY: the kernel writes at most `want` bytes into the spare
-        // capacity, which is valid for writes of that many bytes and not
-        // aliased; `set_len` below covers exactly the bytes it wrote.
-        let n = unsafe { libc::read(f.as_raw_fd(), spare.as_mut_ptr().cast(), want) };
-        let n = match usize::try_from(n) {
-            Ok(n) => n,
-            Err(_) if Errno::last() == Errno::EINTR => continue,
-            Err(_) => return Err(Errno::last()),
-        };
-        // SAFETY: the first `n` spare bytes were just initialised by read(2).
-        unsafe { buf.set_len(buf.len() + n) };
-        if n == 0 || (whole_on_first && n < want) {
-            return Ok(());
-        }
-    }
+    let end = if whole_on_first {
+        ReadEnd::ShortRead
+    } else {
+        ReadEnd::Eof
+    };
+    let room = buf.capacity().max(4096);
+    read_fd_to_end(f.as_fd(), buf, room, usize::MAX, end)
 }
 
 /// Which uids a [`Scan`] answers for.
@@ -751,15 +738,7 @@ pub fn mount_namespace_holders() -> Vec<(u32, String)> {
 /// (`std::fs::read` starts from a 32-byte probe on a file that reports size
 /// 0, and doubles: nine reads for a typical mountinfo).
 pub fn read_proc_file(path: &str) -> Result<Vec<u8>, Errno> {
-    let fd = openat(
-        AT_FDCWD,
-        path,
-        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    let mut buf = Vec::with_capacity(16 * 1024);
-    read_into(File::from(fd), &mut buf, false)?;
-    Ok(buf)
+    read_path(Path::new(path), 16 * 1024, usize::MAX)
 }
 
 /// Is `pid` a live (non-zombie) process? A pid that cannot be read counts as
@@ -825,11 +804,11 @@ mod tests {
             .mount_namespaces()
             .unwrap()
             .iter()
-            .find(|n| std::path::Path::new(&n.ns) == mine)
+            .find(|n| Path::new(&n.ns) == mine)
             .expect("this process's mount namespace");
         assert!(ns.tasks.contains(&me));
         let holders = mount_namespace_holders();
-        assert!(holders.iter().any(|(_, n)| std::path::Path::new(n) == mine));
+        assert!(holders.iter().any(|(_, n)| Path::new(n) == mine));
     }
 
     #[test]

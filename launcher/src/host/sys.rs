@@ -56,9 +56,23 @@ impl<T> IoContext<T> for Result<T, std::io::Error> {
     }
 }
 
-/// Read `fd` from its offset to the end into `buf` (cleared first): at most
-/// `limit` bytes, starting with room for `hint`. A file that fits takes one
-/// `read` and the one that returns 0; the buffer doubles when full.
+/// When [`read_fd_to_end`] is at the end of a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadEnd {
+    /// At a read that returns 0: any file, and procfs seq_files that
+    /// iterate records (`mountinfo`, `children`), whose read stops short
+    /// before a record that does not fit.
+    Eof,
+    /// Also at the first read shorter than the room it had: procfs files
+    /// generated whole on the first read (single_open: `status`, `stat`),
+    /// which saves the read that would return 0.
+    ShortRead,
+}
+
+/// Read `fd` from its offset to the end (see [`ReadEnd`]) into `buf`
+/// (cleared first): at most `limit` bytes, starting with room for `hint`.
+/// A file that fits takes one `read` and, with [`ReadEnd::Eof`], the one
+/// that returns 0; the buffer doubles when full.
 ///
 /// For what the launch reads on its hot path whose size it knows or can
 /// bound: procfs and kernfs files (their `stat` size is 0) and small
@@ -69,6 +83,7 @@ pub fn read_fd_to_end(
     buf: &mut Vec<u8>,
     hint: usize,
     limit: usize,
+    end: ReadEnd,
 ) -> Result<(), Errno> {
     buf.clear();
     let mut room = hint.clamp(1, limit.max(1));
@@ -86,7 +101,13 @@ pub fn read_fd_to_end(
                 buf.truncate(have);
                 return Ok(());
             }
-            Ok(n) => buf.truncate(have + n),
+            Ok(n) => {
+                let short = n < room - have;
+                buf.truncate(have + n);
+                if short && end == ReadEnd::ShortRead {
+                    return Ok(());
+                }
+            }
             Err(Errno::EINTR) => buf.truncate(have),
             Err(e) => {
                 buf.truncate(have);
@@ -107,7 +128,7 @@ pub fn read_path(path: &std::path::Path, hint: usize, limit: usize) -> Result<Ve
         nix::sys::stat::Mode::empty(),
     )?;
     let mut buf = Vec::new();
-    read_fd_to_end(fd.as_fd(), &mut buf, hint, limit)?;
+    read_fd_to_end(fd.as_fd(), &mut buf, hint, limit, ReadEnd::Eof)?;
     Ok(buf)
 }
 
@@ -132,7 +153,7 @@ mod tests {
         assert_eq!(read_path(&p, 4096, 5000).unwrap(), data[..5000]);
         let f = std::fs::File::open(&p).unwrap();
         let mut buf = vec![1, 2, 3];
-        read_fd_to_end(f.as_fd(), &mut buf, 16, 20_000).unwrap();
+        read_fd_to_end(f.as_fd(), &mut buf, 16, 20_000, ReadEnd::Eof).unwrap();
         assert_eq!(buf, data);
         // procfs: stat says 0 bytes.
         let status = read_path(std::path::Path::new("/proc/self/status"), 4096, 1 << 20).unwrap();
