@@ -378,6 +378,17 @@ fn row(label: &str, v: &[Duration], base: Option<&[Duration]>) {
 
 /// "p50 ms (p50 ms with the threads)" of one figure measured quiet and
 /// loaded.
+/// [`row`] against `base`, then the median of the pair differences under
+/// `diff_label`.
+fn paired_row(label: &str, v: &[Duration], base: &[Duration], diff_label: &str) {
+    row(label, v, Some(base));
+    println!(
+        "  {:<52} median of pair differences {:.2} ms",
+        diff_label,
+        median_diff_ms(v, base)
+    );
+}
+
 fn with_threads(quiet: &[Duration], loaded: &[Duration]) -> String {
     format!(
         "{:.2} ms ({:.2} ms with the threads)",
@@ -503,51 +514,35 @@ fn print_launch(lr: &LaunchRun, title: &str) {
     println!("\n== {title}");
     if !lr.launch_unit.is_empty() {
         row("/bin/true, spawned into a cgroup", &lr.base_unit, None);
-        row(
+        paired_row(
             "launch --probe -- /bin/true, own cgroup (as a unit)",
             &lr.launch_unit,
-            Some(&lr.base_unit),
-        );
-        println!(
-            "  {:<52} median of pair differences {:.2} ms",
+            &lr.base_unit,
             "  overhead (own cgroup: liveness from the cgroup)",
-            median_diff_ms(&lr.launch_unit, &lr.base_unit)
         );
     }
     row("/bin/true, bench's cgroup", &lr.base_plain, None);
     if !lr.exec_floor.is_empty() {
-        row(
+        paired_row(
             "env /bin/true (a program that only execs)",
             &lr.exec_floor,
-            Some(&lr.base_plain),
-        );
-        println!(
-            "  {:<52} median of pair differences {:.2} ms",
+            &lr.base_plain,
             "  exec floor: one more execve",
-            median_diff_ms(&lr.exec_floor, &lr.base_plain)
         );
     }
     if !lr.unshare_ns.is_empty() {
-        row(
+        paired_row(
             "unshare -m -i --propagation slave /bin/true",
             &lr.unshare_ns,
-            Some(&lr.unshare_none),
-        );
-        println!(
-            "  {:<52} median of pair differences {:.2} ms",
+            &lr.unshare_none,
             "  mount + IPC namespace, made and torn down",
-            median_diff_ms(&lr.unshare_ns, &lr.unshare_none)
         );
     }
-    row(
+    paired_row(
         "launch --probe -- /bin/true, shared cgroup (/proc)",
         &lr.launch_plain,
-        Some(&lr.base_plain),
-    );
-    println!(
-        "  {:<52} median of pair differences {:.2} ms",
+        &lr.base_plain,
         "  overhead (no own cgroup: /proc fallback)",
-        median_diff_ms(&lr.launch_plain, &lr.base_plain)
     );
     if !lr.cleanup_unit.is_empty() {
         row(
