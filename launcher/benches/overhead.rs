@@ -15,6 +15,9 @@
 //!    --propagation slave /bin/true` against `unshare /bin/true` (the two
 //!    namespaces, made and torn down).
 //! 2. Teardown: `vmwarden-cleanup` and `vmwarden verify-clean NAME` per VM.
+//!    Launch, floor and teardown rows are also given in CPU time (wait4
+//!    rusage): on a guest whose host steals time, wall clock moves by more
+//!    than a change does.
 //! 3. `vmwarden reap` (dry run) over 10, 100 and 1,000 orphaned runtime dirs
 //!    shaped like real ones, and 1,000 again with the 2,000 threads.
 //! 4. `vmwarden status` of 100 configured VMs.
@@ -86,9 +89,21 @@ fn median_diff_ms(a: &[Duration], b: &[Duration]) -> f64 {
     d[d.len() / 2]
 }
 
-/// Run `c` to completion (stdio to /dev/null), returning its wall time and
-/// its peak RSS in KiB (the kernel keeps the pre-`execve` peak in it).
-fn run(c: &mut Command) -> (Duration, u64) {
+/// What one [`run`] took.
+#[derive(Clone, Copy, Debug)]
+struct Ran {
+    /// Wall time, spawn to reap.
+    wall: Duration,
+    /// Peak RSS in KiB (the kernel keeps the pre-`execve` peak in it).
+    rss_kib: u64,
+    /// CPU time, user + system (wait4 rusage): what the command itself
+    /// cost, without the time the hypervisor under this VM gave to
+    /// others (steal moves the wall-clock rows by more than a change).
+    cpu: Duration,
+}
+
+/// Run `c` to completion (stdio to /dev/null).
+fn run(c: &mut Command) -> Ran {
     c.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -123,7 +138,15 @@ fn run(c: &mut Command) -> (Duration, u64) {
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    (d, u64::try_from(ru.ru_maxrss).unwrap_or(0))
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    };
+    Ran {
+        wall: d,
+        rss_kib: u64::try_from(ru.ru_maxrss).unwrap_or(0),
+        cpu: tv(ru.ru_utime) + tv(ru.ru_stime),
+    }
 }
 
 /// Root-owned 0755 (not the world-writable /tmp): the launcher refuses
@@ -425,7 +448,19 @@ struct LaunchRun {
     /// made and torn down, with nothing mounted in them.
     unshare_none: Vec<Duration>,
     unshare_ns: Vec<Duration>,
+    /// CPU time (see [`Ran::cpu`]) of `/bin/true`, the floor, the launch,
+    /// cleanup and verify-clean, all from the bench's cgroup.
+    cpu: CpuRun,
     max_rss_kib: u64,
+}
+
+#[derive(Default)]
+struct CpuRun {
+    base: Vec<Duration>,
+    floor: Vec<Duration>,
+    launch: Vec<Duration>,
+    cleanup: Vec<Duration>,
+    verify: Vec<Duration>,
 }
 
 /// `n` interleaved rounds: /bin/true and a probe launch in the unit
@@ -447,9 +482,9 @@ fn launch_rounds(r: &Roots, cg: Option<&UnitCgroup>, n: usize) -> LaunchRun {
         if let Some(cg) = cg {
             cg.enter(&mut c);
         }
-        run(&mut c).0
+        run(&mut c)
     };
-    let clean = || run(r.args(Command::new(&cleanup).arg("bench"))).0;
+    let clean = || run(r.args(Command::new(&cleanup).arg("bench")));
     for _ in 0..3 {
         probe(cg);
         clean();
@@ -465,26 +500,30 @@ fn launch_rounds(r: &Roots, cg: Option<&UnitCgroup>, n: usize) -> LaunchRun {
         exec_floor: vec![],
         unshare_none: vec![],
         unshare_ns: vec![],
+        cpu: CpuRun::default(),
         max_rss_kib: 0,
     };
     let env = Path::new("/usr/bin/env");
     let unshare = Path::new("/usr/bin/unshare");
     for _ in 0..n {
         if cg.is_some() {
-            out.base_unit.push(truth(cg));
-            let (d, rss) = probe(cg);
-            out.launch_unit.push(d);
-            out.max_rss_kib = out.max_rss_kib.max(rss);
-            out.cleanup_unit.push(clean());
+            out.base_unit.push(truth(cg).wall);
+            let l = probe(cg);
+            out.launch_unit.push(l.wall);
+            out.max_rss_kib = out.max_rss_kib.max(l.rss_kib);
+            out.cleanup_unit.push(clean().wall);
         }
-        out.base_plain.push(truth(None));
+        let t = truth(None);
+        out.base_plain.push(t.wall);
+        out.cpu.base.push(t.cpu);
         if env.exists() {
-            out.exec_floor
-                .push(run(Command::new(env).arg("/bin/true")).0);
+            let f = run(Command::new(env).arg("/bin/true"));
+            out.exec_floor.push(f.wall);
+            out.cpu.floor.push(f.cpu);
         }
         if unshare.exists() {
             out.unshare_none
-                .push(run(Command::new(unshare).arg("/bin/true")).0);
+                .push(run(Command::new(unshare).arg("/bin/true")).wall);
             out.unshare_ns.push(
                 run(Command::new(unshare).args([
                     "-m",
@@ -493,19 +532,21 @@ fn launch_rounds(r: &Roots, cg: Option<&UnitCgroup>, n: usize) -> LaunchRun {
                     "slave",
                     "/bin/true",
                 ]))
-                .0,
+                .wall,
             );
         }
-        let (d, rss) = probe(None);
-        out.launch_plain.push(d);
-        out.max_rss_kib = out.max_rss_kib.max(rss);
-        out.cleanup_plain.push(clean());
-        out.verify.push(
-            run(r
-                .args(&mut Command::new(&vmw))
-                .args(["verify-clean", "bench"]))
-            .0,
-        );
+        let l = probe(None);
+        out.launch_plain.push(l.wall);
+        out.cpu.launch.push(l.cpu);
+        out.max_rss_kib = out.max_rss_kib.max(l.rss_kib);
+        let c = clean();
+        out.cleanup_plain.push(c.wall);
+        out.cpu.cleanup.push(c.cpu);
+        let v = run(r
+            .args(&mut Command::new(&vmw))
+            .args(["verify-clean", "bench"]));
+        out.verify.push(v.wall);
+        out.cpu.verify.push(v.cpu);
     }
     out
 }
@@ -561,6 +602,26 @@ fn print_launch(lr: &LaunchRun, title: &str) {
         &lr.verify,
         Some(&lr.base_plain),
     );
+    let c = &lr.cpu;
+    if !c.launch.is_empty() {
+        let med = |v: &[Duration]| ms(pct(v, 0.5));
+        println!(
+            "  CPU time (wait4 rusage, bench's cgroup): /bin/true {:.2} ms; launch {:.2} ms, overhead {:.2} ms{}; cleanup {:.2} ms; verify-clean {:.2} ms",
+            med(&c.base),
+            med(&c.launch),
+            median_diff_ms(&c.launch, &c.base),
+            if c.floor.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (exec floor {:.2} ms)",
+                    median_diff_ms(&c.floor, &c.base)
+                )
+            },
+            med(&c.cleanup),
+            med(&c.verify)
+        );
+    }
 }
 
 /// Where tests/setup-host.sh installs virtiofsd.
@@ -604,7 +665,7 @@ fn shares_rounds(r: &Roots, n: usize) -> Option<(Vec<Duration>, Vec<Duration>)> 
     let probe = |name: &str| {
         let mut c = Command::new(&launch);
         r.args(c.arg(name)).args(["--probe", "--", "/bin/true"]);
-        run(&mut c).0
+        run(&mut c).wall
     };
     let clean = |name: &str, uid: u32| {
         let end = Instant::now() + Duration::from_secs(10);
@@ -682,7 +743,7 @@ fn synthetic(r: &Roots, n: usize, cgroup: bool) {
 
 fn reap_median(vmw: &Path, r: &Roots, runs: usize) -> Duration {
     let v: Vec<Duration> = (0..runs)
-        .map(|_| run(r.args(&mut Command::new(vmw)).args(["reap", "--json"])).0)
+        .map(|_| run(r.args(&mut Command::new(vmw)).args(["reap", "--json"])).wall)
         .collect();
     pct(&v, 0.5)
 }
@@ -994,6 +1055,29 @@ fn main() {
             "",
         );
     }
+    {
+        let c = &quiet.cpu;
+        let med = |v: &[Duration]| ms(pct(v, 0.5));
+        sum.add(
+            "in CPU time: launch overhead (/proc fallback)",
+            format!(
+                "{:.2} ms over /bin/true's {:.2} ms{}",
+                median_diff_ms(&c.launch, &c.base),
+                med(&c.base),
+                if c.floor.is_empty() {
+                    String::new()
+                } else {
+                    format!("; exec floor {:.2} ms", median_diff_ms(&c.floor, &c.base))
+                }
+            ),
+            "",
+        );
+        sum.add(
+            "in CPU time: cleanup (/proc), verify-clean",
+            format!("{:.2} ms, {:.2} ms", med(&c.cleanup), med(&c.verify)),
+            "",
+        );
+    }
     if !quiet.unshare_ns.is_empty() {
         sum.add(
             "mount + IPC namespace alone (unshare, no mounts)",
@@ -1078,7 +1162,7 @@ fn main() {
         let rr = Roots::new();
         synthetic(&rr, 100, true);
         let v: Vec<Duration> = (0..if quick { 5 } else { 10 })
-            .map(|_| run(rr.args(&mut Command::new(&vmw)).arg("status")).0)
+            .map(|_| run(rr.args(&mut Command::new(&vmw)).arg("status")).wall)
             .collect();
         println!("\n== vmwarden status, 100 configured VMs (orphaned runtime dirs)");
         row("vmwarden status", &v, Some(&quiet.base_plain));
