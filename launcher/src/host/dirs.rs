@@ -240,9 +240,11 @@ pub fn open_dir_if_exists(path: &Path) -> Result<Option<Dir>> {
     }
 }
 
-/// [`preflight`] of `parent/name`, with the parent already open (`None`:
-/// missing, so `name` will be created). Returns the directory when it
-/// exists.
+/// Check an existing `parent/name` against `want` without changing
+/// anything (a pre-flight check before the launch creates its first file),
+/// with the parent already open. A missing directory, or a missing parent
+/// (`None`), passes: it will be created with the wanted owner and mode.
+/// Returns the directory when it exists.
 pub fn preflight_in(parent: Option<&Dir>, name: &str, want: &Want) -> Result<Option<Dir>> {
     let Some(parent) = parent else {
         return Ok(None);
@@ -250,22 +252,6 @@ pub fn preflight_in(parent: Option<&Dir>, name: &str, want: &Want) -> Result<Opt
     match open_existing(parent, name)? {
         Some(dir) => check(&dir, want).map(|_| Some(dir)),
         None => Ok(None),
-    }
-}
-
-/// Check an existing directory against `want` without changing anything
-/// (a pre-flight check before the launch creates its first file). A missing
-/// directory passes: it will be created with the wanted owner and mode.
-pub fn preflight(path: &Path, want: &Want) -> Result<()> {
-    let (parent, name) = match split_parent(path) {
-        Ok(x) => x,
-        // A missing parent is created later, like the directory itself.
-        Err(e) if e.is_not_found() => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    match open_existing(&parent, &name)? {
-        Some(dir) => check(&dir, want).map(|_| ()),
-        None => Ok(()),
     }
 }
 
