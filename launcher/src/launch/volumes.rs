@@ -111,6 +111,19 @@ pub struct MkfsFailed {
 }
 
 impl VolumeError {
+    /// What turns the errno of `op` on `path` (for the disk at `field`)
+    /// into a [`VolumeError::Sys`], for `map_err`.
+    fn sys(field: &str, path: &Path, op: &'static str) -> impl FnOnce(Errno) -> VolumeError {
+        let field = field.to_string();
+        let path = path.to_path_buf();
+        move |errno| VolumeError::Sys {
+            field,
+            path,
+            op,
+            errno,
+        }
+    }
+
     /// A refusal of what is on the host (`EX_CONFIG`).
     pub fn is_refusal(&self) -> bool {
         match self {
@@ -309,16 +322,7 @@ pub fn prepare(spec: &Spec, principal: &Principal, state_dir: &Path) -> Result<V
             path: d.path.clone(),
             source,
         })?;
-        let sys = |op: &'static str, path: &Path| {
-            let field = field.clone();
-            let path = path.to_path_buf();
-            move |errno| VolumeError::Sys {
-                field,
-                path,
-                op,
-                errno,
-            }
-        };
+        let sys = |op: &'static str, path: &Path| VolumeError::sys(&field, path, op);
         match fstatat(
             parent.fd.as_fd(),
             name.as_str(),
@@ -408,16 +412,7 @@ pub fn prepare(spec: &Spec, principal: &Principal, state_dir: &Path) -> Result<V
 pub fn commit(pending: Vec<Pending>) -> Result<()> {
     for p in pending {
         let path = p.parent.path.join(&p.name);
-        let sys = |op: &'static str| {
-            let field = p.field.clone();
-            let path = path.clone();
-            move |errno| VolumeError::Sys {
-                field,
-                path,
-                op,
-                errno,
-            }
-        };
+        let sys = |op: &'static str| VolumeError::sys(&p.field, &path, op);
         renameat2(
             p.parent.fd.as_fd(),
             p.temp.as_str(),
@@ -457,16 +452,7 @@ fn run_mkfs(
             stderr,
         }))
     };
-    let sys = |op: &'static str| {
-        let field = field.to_string();
-        let path = image_path.to_path_buf();
-        move |errno| VolumeError::Sys {
-            field,
-            path,
-            op,
-            errno,
-        }
-    };
+    let sys = |op: &'static str| VolumeError::sys(field, image_path, op);
     // Everything the child needs is made here, before the fork.
     let fd_path = format!("/proc/self/fd/{}", image.as_raw_fd());
     let cstr = |s: &str| {
