@@ -444,24 +444,18 @@ fn wait_socket(
                 return Ok(());
             }
         }
-        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) => {}
-            Ok(status) => {
-                return Err(HelperError::Exited {
-                    helper: h.name(),
-                    binary: h.binary.clone(),
-                    socket: socket.to_path_buf(),
-                    status: format!("{status:?}"),
-                })
-            }
-            Err(e) => {
-                return Err(HelperError::Exited {
-                    helper: h.name(),
-                    binary: h.binary.clone(),
-                    socket: socket.to_path_buf(),
-                    status: format!("waitpid: {e}"),
-                })
-            }
+        let status = match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => None,
+            Ok(status) => Some(format!("{status:?}")),
+            Err(e) => Some(format!("waitpid: {e}")),
+        };
+        if let Some(status) = status {
+            return Err(HelperError::Exited {
+                helper: h.name(),
+                binary: h.binary.clone(),
+                socket: socket.to_path_buf(),
+                status,
+            });
         }
         if t0.elapsed() >= START_TIMEOUT {
             let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
