@@ -380,21 +380,26 @@ s_share_volume() {
 # vsk: the kernel's vhost-vsock backend. The launcher (root) opens
 # /dev/vhost-vsock and hands QEMU the fd; QEMU runs as vm-vsk, which cannot
 # open the device itself; the guest sees a virtio vsock device (id 0x0013).
-s_vhost_vsock() {
-  local cur rc u=microvm@vsk.service
-  modprobe vhost_vsock || { fail "modprobe vhost_vsock failed"; return 1; }
-  [ -c /dev/vhost-vsock ] || { fail "no /dev/vhost-vsock after modprobe"; return 1; }
+# Start microvm@NAME, run CHECKS (a function given the journal cursor of the
+# start) once its guest is up, then stop it whatever they found, so a failure
+# leaves nothing running for the scenarios after it; a good run must then stop
+# gracefully and leave the host clean.
+start_check_stop() { # NAME CHECKS
+  local cur rc u=microvm@$1.service
   cur=$(mark)
   timeout 600 systemctl start $u; rc=$?
-  [ $rc -eq 0 ] || { fail "systemctl start $u rc=$rc: $(jlog $u "$cur" | tail -4 | tr '\n' ' ')"; return 1; }
+  [ $rc -eq 0 ] || { fail "systemctl start $u rc=$rc: $(jlog $u "$cur" | tail -6 | tr '\n' ' ')"; return 1; }
   rc=0
-  check_running vsk "$cur" && wait_guest vsk "$cur" && vsk_checks "$cur" || rc=1
-  # Stopped whatever the checks found, so a failure here leaves nothing
-  # running for the scenarios after it.
+  check_running $1 "$cur" && wait_guest $1 "$cur" && $2 "$cur" || rc=1
   cur=$(mark)
   timeout 300 systemctl stop $u || { fail "systemctl stop $u failed"; return 1; }
   [ $rc -eq 0 ] || return 1
-  check_graceful_stop vsk "$cur" && check_cleanup vsk $u "$cur" && check_clean vsk
+  check_graceful_stop $1 "$cur" && check_cleanup $1 $u "$cur" && check_clean $1
+}
+s_vhost_vsock() {
+  modprobe vhost_vsock || { fail "modprobe vhost_vsock failed"; return 1; }
+  [ -c /dev/vhost-vsock ] || { fail "no /dev/vhost-vsock after modprobe"; return 1; }
+  start_check_stop vsk vsk_checks
 }
 vsk_checks() { # CURSOR
   local u=microvm@vsk.service pid j fds
@@ -426,18 +431,7 @@ vsk_checks() { # CURSOR
 VFS_RW=/var/lib/vmwarden-test/vfs-rw
 VFS_RO=/opt/vmwarden-test/share
 s_virtiofs_vsock() {
-  local cur rc u=microvm@vfs.service
-  cur=$(mark)
-  timeout 600 systemctl start $u; rc=$?
-  [ $rc -eq 0 ] || { fail "systemctl start $u rc=$rc: $(jlog $u "$cur" | tail -6 | tr '\n' ' ')"; return 1; }
-  rc=0
-  check_running vfs "$cur" && wait_guest vfs "$cur" && vfs_checks "$cur" || rc=1
-  # Stopped whatever the checks found, so a failure here leaves nothing
-  # running for the scenarios after it.
-  cur=$(mark)
-  timeout 300 systemctl stop $u || { fail "systemctl stop $u failed"; return 1; }
-  [ $rc -eq 0 ] || return 1
-  check_graceful_stop vfs "$cur" && check_cleanup vfs $u "$cur" && check_clean vfs || return 1
+  start_check_stop vfs vfs_checks || return 1
   vfs_kill
 }
 # the principal's processes other than the hypervisor: "PID COMM" lines
