@@ -15,12 +15,28 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 show() { printf '   %s\n' "$@"; }
 
-say "setup: host packages, guest kernel + initramfs, release build"
-bash "$REPO/tests/setup-host.sh"
-ASSETS_ENV=$(bash "$REPO/tests/assets/build-guest.sh")
+T0=$SECONDS
+say "setup: QEMU and busybox, guest kernel + initramfs, release build (side by side)"
+# Only what the demo needs: the test run's helper daemons (virtiofsd,
+# vhost-device-vsock), Nix tools and the rest come with tests/run-tests.sh.
+# The release build does not need the packages, so it runs beside them.
+SETUP_LOG=$(mktemp /tmp/vmwarden-demo-setup.XXXXXX)
+(cd "$REPO" && cargo build --release --quiet --bin vmwarden-launch --bin vmwarden-cleanup --bin vmwarden) \
+  >"$SETUP_LOG.build" 2>&1 &
+BUILD_PID=$!
+if ! { bash "$REPO/tests/setup-host.sh" --demo && bash "$REPO/tests/assets/build-guest.sh" >"$SETUP_LOG.assets"; } >"$SETUP_LOG" 2>&1; then
+  cat "$SETUP_LOG"; kill "$BUILD_PID" 2>/dev/null; wait "$BUILD_PID" 2>/dev/null
+  echo "demo.sh: setup failed (above)" >&2; exit 1
+fi
+show "$(tail -1 "$SETUP_LOG") ($((SECONDS - T0)) s)"
+if ! wait "$BUILD_PID"; then
+  cat "$SETUP_LOG.build"; echo "demo.sh: cargo build --release failed (above)" >&2; exit 1
+fi
+show "release build done ($((SECONDS - T0)) s)"
+ASSETS_ENV=$(cat "$SETUP_LOG.assets")
+rm -f "$SETUP_LOG" "$SETUP_LOG.build" "$SETUP_LOG.assets"
 # shellcheck disable=SC1090
 . "$ASSETS_ENV"
-(cd "$REPO" && cargo build --release --quiet)
 BIN="$REPO/target/release"
 
 # Not /tmp: the launcher refuses credential files (and kernels, binaries)
@@ -110,4 +126,4 @@ say "verify-clean and a reap dry run"
 "$BIN/vmwarden" verify-clean web | sed 's/^/   /'
 "$BIN/vmwarden" reap | sed 's/^/   /'
 show "processes of $USER_NAME: $(pgrep -u "$USER_NAME" -c || true)   vmwarden mounts anywhere: $(cat /proc/[0-9]*/mountinfo 2>/dev/null | grep -c 'vmwarden-creds' || true)"
-say "demo done: launched, inspected, stopped, proven clean"
+say "demo done: launched, inspected, stopped, proven clean in $((SECONDS - T0)) s (setup and release build included)"

@@ -29,7 +29,18 @@
 # python3 read of that file.
 #   virtiofsd           one per virtiofs share (run as the VM's principal)
 #   vhost-device-vsock  the vsock "user" backend (hybrid vsock over a unix socket)
+#
+# Usage: setup-host.sh [--demo]
+#   --demo   only what tests/demo.sh needs: qemu-system-x86, busybox-static and
+#            kmod (the guest's initramfs and QEMU). No daemons, no qemu-utils.
 set -euo pipefail
+
+MODE=all
+case "${1:-}" in
+  "") ;;
+  --demo) MODE=demo ;;
+  *) echo "setup-host.sh: unknown argument '$1' (usage: setup-host.sh [--demo])" >&2; exit 2 ;;
+esac
 
 die() { echo "setup-host.sh: ERROR: $*" >&2; exit 1; }
 
@@ -59,6 +70,7 @@ declare -A CMD_OF=(
   [qemu-utils]=qemu-img
 )
 export PATH="$PATH:/usr/sbin:/sbin"
+[ "$MODE" = demo ] && PKGS=(qemu-system-x86 busybox-static kmod)
 
 installed() { # pkg -> 0 if dpkg says "install ok installed"
   [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
@@ -86,6 +98,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
   # --no-install-recommends: skips qemu-system-gui, ovmf, qemu-block-extra etc.
   "${APT[@]}" install --no-install-recommends "${missing[@]}" \
     || die "apt-get install ${missing[*]} failed"
+fi
+
+if [ "$MODE" = demo ]; then
+  qemu-system-x86_64 --version >/dev/null 2>&1 || die "qemu-system-x86_64 --version fails"
+  echo "setup-host.sh: ok for the demo ($(qemu-system-x86_64 --version | head -1))"
+  exit 0
 fi
 
 # qemu-utils last: qemu-system-x86 may have removed the backports qemu-utils.
