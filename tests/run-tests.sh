@@ -61,5 +61,6 @@ fi
 
 echo
 [ "$failed" = 0 ] || echo "failed stages: ${failed_names[*]}"
+echo "total: ${SECONDS}s"
 echo "stages: $passed passed, $failed failed"
 [ "$failed" = 0 ]

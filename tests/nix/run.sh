@@ -32,12 +32,32 @@ top=$(git -C "$here" rev-parse --show-toplevel)
 cd "$top" || exit 1
 
 MAX_EXPOSURE=${MAX_EXPOSURE:-3.5}
+
+# The test inputs CI has beside the clone (../shared, read-only): nixpkgs
+# `lib` at the release flake.lock pins and microvm.nix at its pinned
+# revision. An explicit NIXPKGS_LIB / MICROVM_NIX_SRC wins. In CI (CI=true)
+# a missing copy is a failure; elsewhere one NOT RUN line says what did not
+# run (and .ci/run fails on any NOT RUN line).
+shared=$(cd "$top/.." && pwd)/shared
+for var in NIXPKGS_LIB:nix-eval/nixpkgs-lib/lib MICROVM_NIX_SRC:reference/microvm.nix; do
+  name=${var%%:*}
+  rel=${var#*:}
+  if [ -z "${!name:-}" ] && [ -d "$shared/$rel" ]; then
+    export "$name=$shared/$rel"
+  fi
+  if [ "${CI:-}" = true ] && [ -z "${!name:-}" ]; then
+    echo "FAIL $name is not set and $shared/$rel does not exist (CI must evaluate the module and compare with microvm.nix)" >&2
+    missing_ci_input=1
+  fi
+done
+echo "NIXPKGS_LIB=${NIXPKGS_LIB:-unset} MICROVM_NIX_SRC=${MICROVM_NIX_SRC:-unset}"
 TOOLS=${VMWARDEN_NIX_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/vmwarden/nix-tools}
 work=$(mktemp -d /tmp/vmwarden-nix.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 pass=0
 fail=0
+[ -z "${missing_ci_input:-}" ] || fail=1
 ok() {
   pass=$((pass + 1))
   echo "ok   $*"
@@ -46,7 +66,23 @@ bad() {
   fail=$((fail + 1))
   echo "FAIL $*"
 }
-step() { echo "== $*"; }
+# Each section's passed/failed count, printed at the end, so a log shows
+# that the module evaluation and the microvm.nix comparison ran.
+sections=()
+section=""
+section_pass=0
+section_fail=0
+close_section() {
+  [ -n "$section" ] && sections+=("$section: $((pass - section_pass)) passed, $((fail - section_fail)) failed")
+  return 0
+}
+step() {
+  close_section
+  section=$*
+  section_pass=$pass
+  section_fail=$fail
+  echo "== $*"
+}
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
@@ -514,6 +550,7 @@ PY
 
   # The stand-in for microvm.nix's guest module declares the options
   # microvm.nix declares, with its defaults.
+  step "microvm.nix comparison"
   if [ -n "${MICROVM_NIX_SRC:-}" ]; then
     if out=$(nix-instantiate --eval --strict --json tests/nix/guests/compare.nix --arg src "$MICROVM_NIX_SRC" --arg libPath "$NIXPKGS_LIB" 2>&1) &&
       [ "$out" = '{"defaultsDiffer":[],"onlyInMicrovmNix":[],"onlyInStandIn":[]}' ]; then
@@ -524,6 +561,7 @@ PY
     fi
   fi
 
+  step "module evaluation: packages, activation, parity"
   # mkfs.ext4 for created images: in the system profile when a VM creates
   # an ext4 image (shares-vsock does), not otherwise (two-vms).
   if a=$(ev config.environment.systemPackages "$top/tests/nix/cases/shares-vsock.nix" 2>"$work/e") &&
@@ -726,5 +764,8 @@ open(p, "w").write(s.replace(a + "\n", b + "\n"))' "$ed/units/$1" "$2" "$3"
   fi
 fi
 
+close_section
+echo "== sections"
+printf '   %s\n' "${sections[@]}"
 echo "nix: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
