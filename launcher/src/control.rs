@@ -20,6 +20,12 @@ use crate::instance::lease::{self, LeaseState};
 use crate::instance::liveness::{self, Probe, Verdict};
 
 const POLL: Duration = Duration::from_millis(50);
+/// What one attempt of `wait-ready` or `stop` may take on the control
+/// socket (connect, greeting, one command): a VM that answers slowly, never
+/// or endlessly costs this, not more.
+pub const ATTEMPT: Duration = Duration::from_secs(2);
+/// The same for `status`, per VM.
+pub const STATUS_ATTEMPT: Duration = Duration::from_secs(1);
 /// How long `wait-ready` without the launcher's pid lets a free lease be
 /// "not taken yet" before it calls the launch failed.
 const START_GRACE: Duration = Duration::from_secs(1);
@@ -98,7 +104,7 @@ pub fn run_state(
 ) -> Result<String> {
     let sock = control_socket(roots, name, kind);
     Ok(match kind {
-        HypervisorKind::Qemu => Qmp::connect(&sock, t).and_then(|mut q| q.status())?,
+        HypervisorKind::Qemu => Qmp::status_within(&sock, t)?,
         _ => api::vm_state(&sock, kind, t)?,
     })
 }
@@ -123,7 +129,9 @@ pub fn wait_ready(
     let end = Instant::now() + timeout;
     let mut last = None;
     while Instant::now() < end {
-        match run_state(roots, name, kind, Duration::from_secs(2)) {
+        // No attempt outlives the caller's timeout.
+        let t = ATTEMPT.min(end.saturating_duration_since(Instant::now()));
+        match run_state(roots, name, kind, t) {
             Ok(status) => return Ok(status),
             Err(e) => last = Some(Box::new(e)),
         }
@@ -229,7 +237,7 @@ pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy
         .and_then(|i| i.hypervisor)
         .unwrap_or_else(|| kind_of(roots, name));
     let sock = control_socket(roots, name, kind);
-    let t = Duration::from_secs(2);
+    let t = ATTEMPT;
     let put = |uri: &str, body: Option<&str>| api::expect_ok(&sock, "PUT", uri, body, t);
     let pressed = match kind {
         HypervisorKind::Qemu => Qmp::connect(&sock, t)
@@ -308,7 +316,7 @@ pub fn status_with(probe: &Probe, roots: &Roots, name: &VmName) -> Status {
         .and_then(|i| i.hypervisor)
         .unwrap_or_else(|| kind_of(roots, name));
     let run_state = match &verdict {
-        Verdict::Live(_) => run_state(roots, name, kind, Duration::from_secs(1)).ok(),
+        Verdict::Live(_) => run_state(roots, name, kind, STATUS_ATTEMPT).ok(),
         _ => None,
     };
     let (qmp_status, api_state) = match kind {
