@@ -56,6 +56,21 @@ pub enum ControlError {
     StillRunning { name: String, verdict: Verdict },
 }
 
+impl ControlError {
+    /// The attempt ran out of time (rather than being refused or cut off
+    /// for what the peer sent).
+    fn is_timeout(&self) -> bool {
+        use crate::host::peer::PeerError;
+        matches!(
+            self,
+            ControlError::Qmp(QmpError::Peer {
+                source: PeerError::TimedOut,
+                ..
+            }) | ControlError::Api(ApiError::Timeout { .. })
+        )
+    }
+}
+
 fn attempt_text(last: &Option<Box<ControlError>>) -> String {
     match last {
         Some(e) => e.to_string(),
@@ -133,6 +148,9 @@ pub fn wait_ready(
         let t = ATTEMPT.min(end.saturating_duration_since(Instant::now()));
         match run_state(roots, name, kind, t) {
             Ok(status) => return Ok(status),
+            // An attempt cut short by the end of the timeout says less
+            // than the full one before it (what the peer sent).
+            Err(e) if t < ATTEMPT && e.is_timeout() && last.is_some() => {}
             Err(e) => last = Some(Box::new(e)),
         }
         if !lease_held(roots, name) && !launcher.is_some_and(procs::is_alive) {
