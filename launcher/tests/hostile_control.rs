@@ -454,7 +454,11 @@ fn extra_args_are_read_the_way_qemu_reads_them() {
         sp["hypervisor"]["extra_args"] = json!(args);
         env.write_spec("mon", &sp);
         let before = std::fs::read_to_string("/proc/net/unix").unwrap();
-        let out = env.launch_cmd("mon").stdin(Stdio::null()).output().unwrap();
+        // Bounded: a launch the checks let through runs QEMU (with the
+        // monitor) until killed; that is a failure, not a hung test.
+        let Some(out) = bounded(&mut env.launch_cmd("mon"), Duration::from_secs(30)) else {
+            panic!("{args:?} was not refused: the launch ran QEMU (killed after 30 s)");
+        };
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(78), "{args:?}: {}", text(&out));
         assert!(
