@@ -379,4 +379,64 @@ mod tests {
             .unwrap()
             .starts_with("GET /api/v1/vm.info HTTP/1.1\r\n"));
     }
+
+    /// A hostile API server (a real socket, a thread standing in for a
+    /// compromised cloud-hypervisor or firecracker): `answer` gets the
+    /// accepted connection once the request is read.
+    fn hostile(answer: fn(&mut UnixStream)) -> Result<Response> {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("api.sock");
+        let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut b = [0u8; 1024];
+            let _ = c.read(&mut b);
+            answer(&mut c);
+        });
+        let r = request(&sock, "GET", "/", None, Duration::from_secs(1));
+        drop(server);
+        r
+    }
+
+    #[test]
+    fn a_silent_or_dripping_server_costs_the_timeout_not_more() {
+        // Both end at the overall deadline (the drip would take an hour
+        // with a timeout per read); how long is the root suite's business.
+        let silent = hostile(|_| std::thread::sleep(Duration::from_secs(3)));
+        assert!(
+            matches!(silent, Err(ApiError::Timeout { .. })),
+            "{silent:?}"
+        );
+        let drip = hostile(|c| {
+            for b in b"HTTP/1.1 200 OK\r\nX: ".iter().chain([b'y'; 4000].iter()) {
+                if c.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        assert!(matches!(drip, Err(ApiError::Timeout { .. })), "{drip:?}");
+    }
+
+    #[test]
+    fn a_huge_or_invalid_answer_is_refused_in_bounded_memory() {
+        let huge = hostile(|c| {
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 104857600\r\n\r\n");
+            let chunk = vec![b'x'; 1 << 20];
+            for _ in 0..100 {
+                if c.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+        });
+        assert!(matches!(huge, Err(ApiError::TooLarge { .. })), "{huge:?}");
+        let binary = hostile(|c| {
+            let _ = c.write_all(b"\xff\xfe\x1b[2J\r\n\r\n");
+        });
+        let e = binary.unwrap_err().to_string();
+        assert!(
+            e.contains("not an HTTP response") && !e.contains('\x1b'),
+            "{e}"
+        );
+    }
 }
