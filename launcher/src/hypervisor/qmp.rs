@@ -364,4 +364,102 @@ mod tests {
         assert_eq!(status_of(&json!({ "status": long })).len(), MAX_STATUS);
         assert_eq!(status_of(&json!({})), "unknown");
     }
+
+    /// A fake QMP server on a real socket (a thread standing in for a
+    /// compromised QEMU): `serve` gets each accepted connection.
+    fn fake(serve: fn(UnixStream)) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("qmp.sock");
+        let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let c = c.unwrap();
+                std::thread::spawn(move || serve(c));
+            }
+        });
+        (dir, sock)
+    }
+
+    const GREETING: &[u8] = b"{\"QMP\": {\"version\": {}, \"capabilities\": []}}\r\n";
+
+    #[test]
+    fn a_flood_of_events_ends_the_connection_and_only_the_watched_one_is_kept() {
+        let (_d, sock) = fake(|mut c| {
+            let _ = c.write_all(GREETING);
+            let _ = c.write_all(b"{\"return\": {}}\r\n");
+            let _ = c.write_all(b"{\"event\": \"SHUTDOWN\"}\r\n");
+            while c.write_all(&b"{\"event\":\"X\"}\r\n".repeat(512)).is_ok() {}
+        });
+        let mut q = Qmp::connect(&sock, Duration::from_secs(5)).unwrap();
+        q.watch("SHUTDOWN");
+        let e = q.execute("query-status", None).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                QmpError::Peer {
+                    source: PeerError::TooManyMessages,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // The event watched for is kept; nothing else was.
+        let ev = q.wait_event("SHUTDOWN", Duration::from_secs(1)).unwrap();
+        assert_eq!(ev["event"], "SHUTDOWN");
+    }
+
+    #[test]
+    fn a_dripped_greeting_ends_at_the_deadline() {
+        let (_d, sock) = fake(|mut c| {
+            for b in b"{\"QMP\": ".iter().chain([b' '; 10_000].iter()) {
+                if c.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        // A timeout per read would wait for all 10 000 bytes (500 s).
+        let e = Qmp::connect(&sock, Duration::from_millis(500)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                QmpError::Peer {
+                    source: PeerError::TimedOut,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_huge_or_binary_answer_is_refused() {
+        let (_d, sock) = fake(|mut c| {
+            let _ = c.write_all(GREETING);
+            let mut big = b"{\"event\": \"PAD\", \"data\": \"".to_vec();
+            big.extend(vec![b'x'; 60_000]);
+            big.extend(b"\"}\r\n");
+            for _ in 0..200 {
+                if c.write_all(&big).is_err() {
+                    return;
+                }
+            }
+        });
+        let e = Qmp::connect(&sock, Duration::from_secs(5)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                QmpError::Peer {
+                    source: PeerError::ConnectionTooLarge,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let (_d, sock) = fake(|mut c| {
+            let _ = c.write_all(b"{\"QMP\": \"\xff\x1b[2J\"}\r\n");
+        });
+        let e = Qmp::connect(&sock, Duration::from_secs(5)).unwrap_err();
+        assert!(e.to_string().contains("not UTF-8"), "{e}");
+    }
 }
