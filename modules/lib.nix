@@ -127,18 +127,97 @@ in rec {
       else a;
     longOpt = a: builtins.head (splitString "=" a);
     inControl = p: isNormalAbsolutePath p && hasPrefix "${control}/" p;
-    opts = s: splitString "," s;
-    kv = k: s: let
-      hits = filter (o: hasPrefix "${k}=" o) (opts s);
+    shown = a: builtins.toJSON a;
+    # A key=value list as QEMU's option parser reads it (launcher/src/config/
+    # extra_args.rs, `keyval`, does the same): split at ",", where ",," is a
+    # literal comma (left to right); a first element without "=" is the
+    # implied key's value, any other one a flag ("x" is x=on, "nox" x=off).
+    # { ok = [ { k; v; } ... ]; } or { err = why; }: a control character,
+    # ",," in a key and a key given twice cannot be read for sure.
+    esc = builtins.fromJSON ''"\u0001"'';
+    cntrl = builtins.fromJSON ''"[\u0001-\u001f\u007f]"'';
+    keyval = s: implied: let
+      elems = splitString "," (builtins.replaceStrings [",,"] [esc] s);
+      unesc = builtins.replaceStrings [esc] [","];
+      pair = i: e: let
+        m = builtins.match "([^=]*)=(.*)" e;
+      in
+        if m != null
+        then {
+          k = builtins.head m;
+          v = unesc (builtins.elemAt m 1);
+        }
+        else if implied != null && i == 0
+        then {
+          k = implied;
+          v = unesc e;
+        }
+        else if hasPrefix "no" e
+        then {
+          k = lib.removePrefix "no" e;
+          v = "off";
+        }
+        else {
+          k = e;
+          v = "on";
+        };
+      # A trailing "," ends the list; only the first element may be empty.
+      pairs = lib.imap0 pair (lib.ifilter0 (i: e: i == 0 || e != "") elems);
+      keys = map (p: p.k) pairs;
+      escapedKey = lib.findFirst (k: lib.hasInfix esc k) null keys;
+      dup = lib.findFirst (k: lib.count (x: x == k) keys > 1) null keys;
+    in
+      if builtins.match ".*${cntrl}.*" s != null
+      then {err = "it holds a control character";}
+      else if escapedKey != null
+      then {err = "the key ${shown (builtins.replaceStrings [esc] [",,"] escapedKey)} holds \",,\", which QEMU does not read as a comma there";}
+      else if dup != null
+      then {err = "${shown dup} is given twice; QEMU takes the last, write it once";}
+      else {ok = pairs;};
+    get = k: kv: let
+      hits = filter (p: p.k == k) kv;
     in
       if hits == []
       then null
-      else builtins.substring (builtins.stringLength k + 1) (builtins.stringLength (builtins.head hits)) (builtins.head hits);
-    hasOpt = k: s: builtins.any (o: o == k || hasPrefix "${k}=" o) (opts s);
-    json = s: hasPrefix "{" s;
-    # The first element of -chardev (backend), -netdev/-nic/-net (type),
-    # which QEMU also takes spelled out as backend=/type=.
-    implied = key: s: lib.removePrefix "${key}=" (builtins.head (opts s));
+      else (builtins.head hits).v;
+    abstractOn = kv: let
+      a = get "abstract" kv;
+    in
+      a != null && !builtins.elem a ["off" "no" "false" "n"];
+    jsonForm = s: hasPrefix "{" s;
+    jsonWhy = "write it in the key=value form, which these checks read";
+    netWhy = "a network socket is reachable from outside the VM's control/ directory (and the unit allows no IP sockets)";
+    # A unix socket chardev (-chardev socket,... and the unix:PATH,...
+    # shorthand of -qmp, -monitor, -serial, ...).
+    socket = what: kv:
+      if get "host" kv != null || get "port" kv != null
+      then "a TCP socket is reachable from outside the VM's control/ directory (and the unit allows no IP sockets)"
+      else if abstractOn kv
+      then "an abstract socket is reachable from the whole network namespace, not only through control/"
+      else if !inControl (toString (get "path" kv))
+      then "${what} outside ${control}/ is reachable by others than vmwarden's tools; put it in ${control}/"
+      else null;
+    # The shorthand: unix:PATH,... (implied key path), mon: before it read
+    # through.
+    compat = what: v0: let
+      v = lib.removePrefix "mon:" v0;
+      kv = keyval (lib.removePrefix "unix:" v) "path";
+    in
+      if builtins.any (p: hasPrefix p v) ["tcp:" "telnet:" "udp:" "websocket:"]
+      then netWhy
+      else if !hasPrefix "unix:" v
+      then null
+      else if kv ? err
+      then kv.err
+      else socket what kv.ok;
+    # With a key=value list `v` read with implied key `key`: `f kv`, or
+    # why it cannot be read.
+    withKv = key: v: f: let
+      kv = keyval v key;
+    in
+      if kv ? err
+      then kv.err
+      else f kv.ok;
 
     # ../units/extra-args.toml: the refused options and their reasons,
     # shared with launcher/build.rs; "@control@" is this VM's control/.
@@ -158,53 +237,52 @@ in rec {
       or (throw "units/extra-args.toml: [qemu.value] ${o} names the unknown check ${check}"))
     table.qemu.value;
     chardev = v:
-      if json v
-      then "write it in the key=value form, which these checks read"
-      else if implied "backend" v != "socket"
-      then null
-      else if kv "host" v != null || kv "port" v != null
-      then "a TCP socket is reachable from outside the VM's control/ directory (and the unit allows no IP sockets)"
-      else if hasOpt "abstract" v && kv "abstract" v != "off"
-      then "an abstract socket is reachable from the whole network namespace, not only through control/"
-      else if !inControl (toString (kv "path" v))
-      then "a socket outside ${control}/ is reachable by others than vmwarden's tools; put it in ${control}/"
-      else null;
+      if jsonForm v
+      then jsonWhy
+      else
+        withKv "backend" v (kv: let
+          b = get "backend" kv;
+        in
+          if b == null || b == ""
+          then "it names no backend"
+          else if b == "udp"
+          then netWhy
+          else if b == "socket"
+          then socket "a socket" kv
+          else null);
     fwCfg = v:
-      if builtins.any (o: hasPrefix "file=" o) (opts v)
-      then "fw_cfg files are read by QEMU from a host path at start; give the guest a file through `credentials` (a tmpfs of the VM's own), or use string="
-      else if hasPrefix fwCfgPrefix (lib.removePrefix "name=" (builtins.head (opts v)))
-      then "names under ${fwCfgPrefix} are vmwarden's credentials; use `credentials`"
-      else null;
-    monitor = v: let
-      path = builtins.head (opts (lib.removePrefix "unix:" v));
-    in
+      withKv "name" v (kv:
+        if get "file" kv != null
+        then "fw_cfg files are read by QEMU from a host path at start; give the guest a file through `credentials` (a tmpfs of the VM's own), or use string="
+        else if hasPrefix fwCfgPrefix (toString (get "name" kv))
+        then "names under ${fwCfgPrefix} are vmwarden's credentials; use `credentials`"
+        else null);
+    monitor = v:
       if v == "none"
       then null
-      else if !hasPrefix "unix:" v
+      else if !hasPrefix "unix:" (lib.removePrefix "mon:" v)
       then "a monitor is the VM's control plane; only a unix socket in ${control}/ (or none) keeps it to vmwarden's tools"
-      else if hasOpt "abstract" v && kv "abstract" v != "off"
-      then "an abstract socket is reachable from the whole network namespace"
-      else if !inControl path
-      then "a monitor socket outside ${control}/ gives control of the VM to whoever reaches it; put it in ${control}/"
-      else null;
+      else compat "a monitor socket" v;
     # unix:PATH only in control/; no network sockets; the rest (stdio,
     # null, file:..., pty, ...) stays inside the sandbox.
-    chardevSpec = v:
-      if builtins.any (p: hasPrefix p v) ["tcp:" "telnet:" "udp:" "websocket:"]
-      then "a network socket is reachable from outside the VM's control/ directory (and the unit allows no IP sockets)"
-      else if hasPrefix "unix:" v
-      then monitor v
-      else null;
+    chardevSpec = compat "a socket";
     netdev = v:
-      if json v
-      then "write it in the key=value form, which these checks read"
-      else if builtins.elem (implied "type" v) ["tap" "bridge"]
-      then "QEMU would open a tap (or run the bridge helper) by name; use `interfaces`, whose taps the launcher creates and hands over as file descriptors"
-      else null;
+      if jsonForm v
+      then jsonWhy
+      else
+        withKv "type" v (kv: let
+          t = get "type" kv;
+        in
+          if t == null || t == ""
+          then "it names no type"
+          else if builtins.elem t ["tap" "bridge"]
+          then "QEMU would open a tap (or run the bridge helper) by name; use `interfaces`, whose taps the launcher creates and hands over as file descriptors"
+          else if builtins.elem t ["socket" "stream" "dgram"]
+          then "QEMU would put the VM's network on a host socket (abstract, outside control/ or IP); use `interfaces`"
+          else null);
 
     chRefused = reasons table.cloud-hypervisor;
     fcRefused = reasons table.firecracker;
-    shown = a: builtins.toJSON a;
     qemuAt = i: let
       a = at i;
       o = qemuOpt a;

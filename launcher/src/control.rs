@@ -20,6 +20,12 @@ use crate::instance::lease::{self, LeaseState};
 use crate::instance::liveness::{self, Probe, Verdict};
 
 const POLL: Duration = Duration::from_millis(50);
+/// What one attempt of `wait-ready` or `stop` may take on the control
+/// socket (connect, greeting, one command): a VM that answers slowly, never
+/// or endlessly costs this, not more.
+pub const ATTEMPT: Duration = Duration::from_secs(2);
+/// The same for `status`, per VM.
+pub const STATUS_ATTEMPT: Duration = Duration::from_secs(1);
 /// How long `wait-ready` without the launcher's pid lets a free lease be
 /// "not taken yet" before it calls the launch failed.
 const START_GRACE: Duration = Duration::from_secs(1);
@@ -48,6 +54,21 @@ pub enum ControlError {
     },
     #[error("VM {name} is still running after power-down, quit and SIGKILL: {}", .verdict.reason())]
     StillRunning { name: String, verdict: Verdict },
+}
+
+impl ControlError {
+    /// The attempt ran out of time (rather than being refused or cut off
+    /// for what the peer sent).
+    fn is_timeout(&self) -> bool {
+        use crate::host::peer::PeerError;
+        matches!(
+            self,
+            ControlError::Qmp(QmpError::Peer {
+                source: PeerError::TimedOut,
+                ..
+            }) | ControlError::Api(ApiError::Timeout { .. })
+        )
+    }
 }
 
 fn attempt_text(last: &Option<Box<ControlError>>) -> String {
@@ -98,7 +119,7 @@ pub fn run_state(
 ) -> Result<String> {
     let sock = control_socket(roots, name, kind);
     Ok(match kind {
-        HypervisorKind::Qemu => Qmp::connect(&sock, t).and_then(|mut q| q.status())?,
+        HypervisorKind::Qemu => Qmp::status_within(&sock, t)?,
         _ => api::vm_state(&sock, kind, t)?,
     })
 }
@@ -123,8 +144,13 @@ pub fn wait_ready(
     let end = Instant::now() + timeout;
     let mut last = None;
     while Instant::now() < end {
-        match run_state(roots, name, kind, Duration::from_secs(2)) {
+        // No attempt outlives the caller's timeout.
+        let t = ATTEMPT.min(end.saturating_duration_since(Instant::now()));
+        match run_state(roots, name, kind, t) {
             Ok(status) => return Ok(status),
+            // An attempt cut short by the end of the timeout says less
+            // than the full one before it (what the peer sent).
+            Err(e) if t < ATTEMPT && e.is_timeout() && last.is_some() => {}
             Err(e) => last = Some(Box::new(e)),
         }
         if !lease_held(roots, name) && !launcher.is_some_and(procs::is_alive) {
@@ -229,7 +255,7 @@ pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy
         .and_then(|i| i.hypervisor)
         .unwrap_or_else(|| kind_of(roots, name));
     let sock = control_socket(roots, name, kind);
-    let t = Duration::from_secs(2);
+    let t = ATTEMPT;
     let put = |uri: &str, body: Option<&str>| api::expect_ok(&sock, "PUT", uri, body, t);
     let pressed = match kind {
         HypervisorKind::Qemu => Qmp::connect(&sock, t)
@@ -308,7 +334,7 @@ pub fn status_with(probe: &Probe, roots: &Roots, name: &VmName) -> Status {
         .and_then(|i| i.hypervisor)
         .unwrap_or_else(|| kind_of(roots, name));
     let run_state = match &verdict {
-        Verdict::Live(_) => run_state(roots, name, kind, Duration::from_secs(1)).ok(),
+        Verdict::Live(_) => run_state(roots, name, kind, STATUS_ATTEMPT).ok(),
         _ => None,
     };
     let (qmp_status, api_state) = match kind {

@@ -44,10 +44,13 @@ pub fn report_launch_error(prog: &str, err: &launch::LaunchError) {
 }
 
 /// Print `msg` and each cause of `err` that `msg` does not already say.
-fn report(mut msg: String, err: &dyn std::error::Error) {
+/// Every message and cause is one escaped line ([`config::text::escape`]):
+/// errors quote what a VM wrote (a QMP answer, a file name).
+fn report(msg: String, err: &dyn std::error::Error) {
+    let mut msg = config::text::escape(&msg).into_owned();
     let mut src = err.source();
     while let Some(s) = src {
-        let s_txt = s.to_string();
+        let s_txt = config::text::escape(&s.to_string()).into_owned();
         if !msg.contains(&s_txt) {
             msg.push_str(&format!("\n  caused by: {s_txt}"));
         }

@@ -456,6 +456,96 @@ fn issue12_cases() -> Vec<Case> {
             env: None,
             expect: &["`hypervisor.extra_args[0]`", "would open a tap"],
         },
+        // extra_args read the way QEMU reads it: every key wherever it
+        // stands, ",," as a comma, what cannot be told for sure refused.
+        Case {
+            name: "extra_args monitor on an abstract socket, keys past the first",
+            setup: extra(&[
+                "-chardev",
+                "id=m,backend=socket,path=/run/vmwarden/web/control/m.sock,abstract=on,server=on",
+                "-mon",
+                "chardev=m,mode=control",
+            ]),
+            env: None,
+            expect: &[
+                "`hypervisor.extra_args[0]`",
+                "an abstract socket is reachable",
+            ],
+        },
+        Case {
+            name: "extra_args -mon",
+            setup: extra(&[
+                "-device",
+                "virtio-rng-device",
+                "-mon",
+                "chardev=m,mode=control",
+            ]),
+            env: None,
+            expect: &["`hypervisor.extra_args[2]`", "\"-mon\" is refused"],
+        },
+        Case {
+            name: "extra_args -chardev backend=socket last",
+            setup: extra(&["-chardev", "id=c,path=/tmp/c.sock,server=on,backend=socket"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "a socket outside"],
+        },
+        Case {
+            name: "extra_args -chardev without a backend",
+            setup: extra(&["-chardev", "id=c,path=/tmp/c.sock"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "it names no backend"],
+        },
+        Case {
+            name: "extra_args -chardev key given twice",
+            setup: extra(&[
+                "-chardev",
+                "socket,id=c,path=/run/vmwarden/web/control/c.sock,path=/tmp/c.sock",
+            ]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "\"path\" is given twice"],
+        },
+        Case {
+            name: "extra_args -chardev escaped comma in a key",
+            setup: extra(&["-chardev", "socket,id=c,pa,,th=/tmp/c.sock"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "the key \"pa,,th\" holds"],
+        },
+        Case {
+            name: "extra_args -qmp path given twice",
+            setup: extra(&[
+                "-qmp",
+                "unix:/run/vmwarden/web/control/q.sock,server=on,path=/tmp/q.sock",
+            ]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "\"path\" is given twice"],
+        },
+        Case {
+            name: "extra_args -serial mon:unix outside control/",
+            setup: extra(&["-serial", "mon:unix:/tmp/s.sock,server=on"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "a socket outside"],
+        },
+        Case {
+            name: "extra_args -fw_cfg credential name not first",
+            setup: extra(&["-fw_cfg", "string=y,name=opt/io.systemd.credentials/x"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "are vmwarden's credentials"],
+        },
+        Case {
+            name: "extra_args -netdev type=tap not first",
+            setup: extra(&["-netdev", "id=n0,type=tap,ifname=tap0"]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "would open a tap"],
+        },
+        Case {
+            name: "extra_args -netdev on a host socket",
+            setup: extra(&[
+                "-netdev",
+                "stream,id=n0,addr.type=unix,addr.path=/tmp/n.sock,addr.abstract=on",
+            ]),
+            env: None,
+            expect: &["`hypervisor.extra_args[0]`", "on a host socket"],
+        },
     ]
 }
 

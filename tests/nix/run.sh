@@ -329,6 +329,7 @@ type-error|option `vmwarden.vms.web.vcpus' is not of type `integer between 1 and
 unknown-option|The option `vmwarden.vms.web.vcpu' does not exist
 relative-path|option `vmwarden.vms.web.kernel' is not of type `normalised absolute path
 comma-disk|is not of type `normalised absolute path
+extra-args-monitor|"-mon" is refused: it puts a monitor
 duplicate-uid|uid 30001 is used by several users (vm-db, vm-web)
 uid-taken|uid 1000 is used by several users (alice, vm-web)
 shared-user|principal.user "vm-web" is shared by several VMs (db, web)
@@ -437,6 +438,14 @@ qemu -chardev backend=socket|"-chardev" "backend=socket,id=c,path=/srv/c.sock" i
 qemu -serial tcp|"-serial" "tcp::4444,server=on" is refused: a network socket|{B: vmwarden.vms.web.extraArgs = ["-serial" "tcp::4444,server=on"];}
 qemu -gdb unix outside|"-gdb" "unix:/srv/gdb.sock,server=on" is refused|{B: vmwarden.vms.web.extraArgs = ["-gdb" "unix:/srv/gdb.sock,server=on"];}
 qemu -qmp without value|"-qmp" needs a value|{B: vmwarden.vms.web.extraArgs = ["-device" "virtio-rng-device" "-qmp"];}
+qemu -chardev keys past the first|"-chardev" "id=m,backend=socket,path=/run/vmwarden/web/control/m.sock,abstract=on,server=on" is refused: an abstract socket|{B: vmwarden.vms.web.extraArgs = ["-chardev" "id=m,backend=socket,path=/run/vmwarden/web/control/m.sock,abstract=on,server=on" "-mon" "chardev=m,mode=control"];}
+qemu -mon|"-mon" is refused: it puts a monitor, the VM's control plane, on a chardev|{B: vmwarden.vms.web.extraArgs = ["-chardev" "socket,id=m,path=/run/vmwarden/web/control/m.sock,server=on" "-mon" "chardev=m,mode=control"];}
+qemu -chardev key twice|"-chardev" "socket,id=c,path=/run/vmwarden/web/control/c.sock,path=/srv/c.sock" is refused: "path" is given twice|{B: vmwarden.vms.web.extraArgs = ["-chardev" "socket,id=c,path=/run/vmwarden/web/control/c.sock,path=/srv/c.sock"];}
+qemu -chardev escaped key|"-chardev" "socket,id=c,pa,,th=/srv/c.sock" is refused: the key "pa,,th" holds|{B: vmwarden.vms.web.extraArgs = ["-chardev" "socket,id=c,pa,,th=/srv/c.sock"];}
+qemu -qmp path twice|"-qmp" "unix:/run/vmwarden/web/control/q.sock,path=/srv/q.sock" is refused: "path" is given twice|{B: vmwarden.vms.web.extraArgs = ["-qmp" "unix:/run/vmwarden/web/control/q.sock,path=/srv/q.sock"];}
+qemu -serial mon:unix|"-serial" "mon:unix:/srv/s.sock,server=on" is refused: a socket outside|{B: vmwarden.vms.web.extraArgs = ["-serial" "mon:unix:/srv/s.sock,server=on"];}
+qemu -fw_cfg name last|"-fw_cfg" "string=y,name=opt/io.systemd.credentials/x" is refused: names under|{B: vmwarden.vms.web.extraArgs = ["-fw_cfg" "string=y,name=opt/io.systemd.credentials/x"];}
+qemu -netdev stream|"-netdev" "id=n,type=stream,addr.type=unix,addr.path=/srv/n.sock" is refused: QEMU would put the VM's network on a host socket|{B: vmwarden.vms.web.extraArgs = ["-netdev" "id=n,type=stream,addr.type=unix,addr.path=/srv/n.sock"];}
 cloud-hypervisor --api-socket|"--api-socket=/srv/api.sock" is refused: the API socket is vmwarden's control socket|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--api-socket=/srv/api.sock"];};}
 cloud-hypervisor --seccomp|"--seccomp" is refused: cloud-hypervisor's own seccomp filter|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--seccomp" "false"];};}
 cloud-hypervisor --net|"--net" is refused: cloud-hypervisor would open a tap by name|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--net" "tap=vm-web"];};}
@@ -466,6 +475,7 @@ qemu.machine|microvm.qemu.machine = "isapc": vmwarden's argv knows the machines|
 qemu.machineOpts|microvm.qemu.machineOpts = { ... }: vmwarden passes a plain -machine|G {microvm.qemu.machineOpts.pit = "off";}
 qemu.pcieRootPorts|microvm.qemu.pcieRootPorts = [{"addr":null,"bus":null,"chassis":null,"id":"p0","slot":null}]: root ports serve hot-plug|G {microvm.qemu.pcieRootPorts = [{id = "p0";}];}
 qemu.extraArgs|vmwarden.vms.web.guest: microvm.qemu.extraArgs: "-sandbox" is refused|G {microvm.qemu.extraArgs = ["-sandbox" "off"];}
+qemu.extraArgs monitor on an abstract socket|vmwarden.vms.web.guest: microvm.qemu.extraArgs: "-chardev" "id=m,backend=socket,path=/run/vmwarden/web/control/m.sock,abstract=on,server=on" is refused: an abstract socket|G {microvm.qemu.extraArgs = ["-chardev" "id=m,backend=socket,path=/run/vmwarden/web/control/m.sock,abstract=on,server=on" "-mon" "chardev=m,mode=control"];}
 cloud-hypervisor.platformOEMStrings|microvm.cloud-hypervisor.platformOEMStrings = ["io.systemd.credential:KEY=x"]: OEM strings are on cloud-hypervisor's command line|G {microvm.hypervisor = "cloud-hypervisor"; microvm.cloud-hypervisor.platformOEMStrings = ["io.systemd.credential:KEY=x"];}
 cloud-hypervisor.extraArgs|microvm.cloud-hypervisor.extraArgs: "--cpus" is refused: use `vcpus`|G {microvm.hypervisor = "cloud-hypervisor"; microvm.cloud-hypervisor.extraArgs = ["--cpus" "boot=2"];}
 firecracker.cpu|microvm.firecracker.cpu = { ... }: vmwarden's firecracker configuration has no CPU template|G {microvm.hypervisor = "firecracker"; microvm.firecracker.cpu = {template = "T2";};}

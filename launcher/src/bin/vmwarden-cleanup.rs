@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use vmwarden::config::rawpath::show;
+use vmwarden::config::text::{self, escape};
 use vmwarden::teardown::cleanup::{cleanup, ServiceResult};
 
 #[path = "cli/cleanup.rs"]
@@ -27,17 +28,18 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let report = cleanup(&roots, &args.name, ServiceResult::from_env());
-    println!("{}", report.to_json());
+    println!("{}", text::json(&report.to_json()));
     if report.clean {
         ExitCode::SUCCESS
     } else {
         for f in &report.failed {
-            eprintln!("vmwarden-cleanup: {}: {}", show(&f.path), f.reason);
+            eprintln!("vmwarden-cleanup: {}: {}", show(&f.path), escape(&f.reason));
         }
         if report.failed.is_empty() {
             eprintln!(
                 "vmwarden-cleanup: {}: nothing deleted: {}",
-                args.name, report.liveness
+                args.name,
+                escape(&report.liveness)
             );
         }
         ExitCode::FAILURE

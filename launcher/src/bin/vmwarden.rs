@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use vmwarden::config::rawpath::show;
+use vmwarden::config::text::{self, escape};
 use vmwarden::teardown::{purge, reap, verify};
 use vmwarden::unit;
 use vmwarden::{control, Error};
@@ -24,7 +25,9 @@ use vmwarden::status::render;
 const EXIT_NO_SUCH_VM: u8 = 4;
 
 fn json<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    serde_json::to_string_pretty(v)
+        .map(|s| text::json(&s))
+        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
 /// `vmwarden status`: the records are decided by `status::gather` and
@@ -114,7 +117,8 @@ fn wait_ready(roots: &Roots, name: &VmName, timeout: f64) -> Result<ExitCode, Er
         .ok()
         .and_then(|p| p.parse::<u32>().ok());
     let status = control::wait_ready(roots, name, Duration::from_secs_f64(timeout), launcher)?;
-    println!("{name}: ready (qmp status {status})");
+    // The state is what the VM's hypervisor answered.
+    println!("{name}: ready (qmp status {})", escape(&status));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -145,16 +149,26 @@ fn reap_cmd(roots: &Roots, apply: bool, kill: bool, as_json: bool) -> Result<Exi
 fn print_reap(r: &reap::Report, apply: bool) {
     let verb = if apply { "deleting" } else { "would delete" };
     for o in &r.orphans {
-        println!("{verb} {:?} {} ({})", o.kind, show(&o.path), o.reason);
+        println!(
+            "{verb} {:?} {} ({})",
+            o.kind,
+            show(&o.path),
+            escape(&o.reason)
+        );
     }
     for k in &r.kept {
-        println!("keeping {:?} {} ({})", k.kind, show(&k.path), k.reason);
+        println!(
+            "keeping {:?} {} ({})",
+            k.kind,
+            show(&k.path),
+            escape(&k.reason)
+        );
     }
     for p in &r.killed {
         println!("killed pid {p}");
     }
     for f in &r.failed {
-        println!("FAILED {} ({})", show(&f.path), f.reason);
+        println!("FAILED {} ({})", show(&f.path), escape(&f.reason));
     }
     println!(
         "reap: {} orphan(s), {} kept, {} deleted, {} failed{}",
@@ -184,10 +198,10 @@ fn purge_cmd(roots: &Roots, name: &VmName, keep_identity: bool) -> Result<ExitCo
         println!("deleted {}", show(d));
     }
     for f in &rep.outcome.failed {
-        println!("FAILED {} ({})", show(&f.path), f.reason);
+        println!("FAILED {} ({})", show(&f.path), escape(&f.reason));
     }
     if let Some(e) = &rep.retire_error {
-        println!("NOT RETIRED: {e}");
+        println!("NOT RETIRED: {}", escape(&e.to_string()));
     }
     if let Some(r) = &rep.retired {
         println!(
@@ -204,10 +218,10 @@ fn purge_cmd(roots: &Roots, name: &VmName, keep_identity: bool) -> Result<ExitCo
 fn print_purge_plan(name: &VmName, plan: &purge::Plan, keep_identity: bool) {
     println!(
         "purge plan for {name}: state dir {} stays",
-        plan.state_dir.display()
+        show(&plan.state_dir)
     );
     for k in &plan.keep {
-        println!("  keep   {k}");
+        println!("  keep   {}", escape(&k.to_string()));
     }
     for d in &plan.delete {
         println!("  delete {}", show(d));

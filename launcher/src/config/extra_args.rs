@@ -7,7 +7,9 @@
 //! meets the module's refusals. Options are matched
 //! written `-opt` or `--opt` (QEMU) or `--opt=value` (cloud-hypervisor,
 //! firecracker); every element is looked at, also where it is another
-//! option's value.
+//! option's value. A value is read the way QEMU reads it ([`keyval`]): the
+//! effective `backend=`, `type=`, `name=`, `path=` and `abstract=`
+//! wherever they stand, and what cannot be told for sure is refused.
 
 use std::path::Path;
 
@@ -79,78 +81,157 @@ fn qemu_at(args: &[String], i: usize, control: &Path) -> Option<String> {
     check(v, control).map(|why| format!("{} {} is refused: {why}", shown(a), shown(v)))
 }
 
-fn opts(s: &str) -> impl Iterator<Item = &str> {
-    s.split(',')
+/// A key=value list as QEMU's option parser (QemuOpts) reads it: elements
+/// split at `,`, where `,,` is a literal comma (read left to right); an
+/// element without `=` is the value of the implied key when it is the
+/// first one and the option has an implied key (`socket,…` is
+/// `backend=socket,…`), else a flag (`server` is `server=on`, `noX` is
+/// `X=off`). Pure: what the fuzzer calls.
+///
+/// Refused, because what QEMU makes of it is not what a reader would
+/// think or cannot be told for sure: a control character, `,,` in a key
+/// (QEMU ends a key at the first comma) and a key given twice (QEMU takes
+/// the last, a check reading the first would be fooled).
+pub fn keyval(s: &str, implied: Option<&str>) -> Result<Vec<(String, String)>, String> {
+    if s.chars().any(|c| c.is_ascii_control()) {
+        return Err("it holds a control character".into());
+    }
+    let elems: Vec<String> = s
+        .replace(",,", ESC)
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    // A trailing "," ends the list; only the first element may be empty.
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (i, e) in elems
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| *i == 0 || !e.is_empty())
+    {
+        out.push(match e.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.replace(ESC, ",")),
+            None => match implied {
+                Some(key) if i == 0 => (key.to_string(), e.replace(ESC, ",")),
+                _ => match e.strip_prefix("no") {
+                    Some(k) => (k.to_string(), "off".to_string()),
+                    None => (e.to_string(), "on".to_string()),
+                },
+            },
+        });
+    }
+    if let Some((k, _)) = out.iter().find(|(k, _)| k.contains(ESC)) {
+        return Err(format!(
+            "the key {} holds \",,\", which QEMU does not read as a comma there",
+            shown(&k.replace(ESC, ",,"))
+        ));
+    }
+    if let Some((k, _)) = out
+        .iter()
+        .find(|(k, _)| out.iter().filter(|(o, _)| o == k).count() > 1)
+    {
+        return Err(format!(
+            "{} is given twice; QEMU takes the last, write it once",
+            shown(k)
+        ));
+    }
+    Ok(out)
 }
-fn kv<'a>(k: &str, s: &'a str) -> Option<&'a str> {
-    opts(s).find_map(|o| o.strip_prefix(k)?.strip_prefix('='))
-}
-fn has_opt(k: &str, s: &str) -> bool {
-    opts(s).any(|o| o == k || o.strip_prefix(k).is_some_and(|r| r.starts_with('=')))
-}
-/// The first element of -chardev (backend) or -netdev (type), which QEMU
-/// also takes spelled out as `backend=`/`type=`.
-fn implied<'a>(key: &str, s: &'a str) -> &'a str {
-    let first = opts(s).next().unwrap_or("");
-    first
-        .strip_prefix(key)
-        .and_then(|r| r.strip_prefix('='))
-        .unwrap_or(first)
+
+/// Stands for an escaped comma while splitting (refused in the input).
+const ESC: &str = "\u{1}";
+
+fn get<'a>(kv: &'a [(String, String)], k: &str) -> Option<&'a str> {
+    kv.iter().find(|(o, _)| o == k).map(|(_, v)| v.as_str())
 }
 fn in_control(p: &str, control: &Path) -> bool {
     let p = Path::new(p);
     check_abs_normalised(p).is_ok() && p.starts_with(control) && p != control
 }
-fn abstract_on(v: &str) -> bool {
-    has_opt("abstract", v) && kv("abstract", v) != Some("off")
+/// `abstract=` (or the flag) set to anything but one of QEMU's spellings
+/// of off.
+fn abstract_on(kv: &[(String, String)]) -> bool {
+    get(kv, "abstract").is_some_and(|v| !matches!(v, "off" | "no" | "false" | "n"))
+}
+fn json_form(v: &str) -> Option<String> {
+    v.starts_with('{')
+        .then(|| "write it in the key=value form, which these checks read".into())
 }
 
-fn monitor(v: &str, control: &Path) -> Option<String> {
-    if v == "none" {
-        return None;
-    }
-    let Some(rest) = v.strip_prefix("unix:") else {
-        return Some(format!("a monitor is the VM's control plane; only a unix socket in {}/ (or none) keeps it to vmwarden's tools", control.display()));
-    };
-    if abstract_on(v) {
-        return Some("an abstract socket is reachable from the whole network namespace".into());
-    }
-    let path = opts(rest).next().unwrap_or("");
-    if !in_control(path, control) {
-        return Some(format!("a monitor socket outside {0}/ gives control of the VM to whoever reaches it; put it in {0}/", control.display()));
-    }
-    None
-}
-
-fn chardev(v: &str, control: &Path) -> Option<String> {
-    if v.starts_with('{') {
-        return Some("write it in the key=value form, which these checks read".into());
-    }
-    if implied("backend", v) != "socket" {
-        return None;
-    }
-    if kv("host", v).is_some() || kv("port", v).is_some() {
+/// The socket checks of a unix socket chardev (`-chardev socket,…` and
+/// the `unix:PATH,…` shorthand of -qmp, -monitor, -serial, …).
+fn socket(kv: &[(String, String)], control: &Path, what: &str) -> Option<String> {
+    if get(kv, "host").is_some() || get(kv, "port").is_some() {
         return Some("a TCP socket is reachable from outside the VM's control/ directory (and the unit allows no IP sockets)".into());
     }
-    if abstract_on(v) {
+    if abstract_on(kv) {
         return Some("an abstract socket is reachable from the whole network namespace, not only through control/".into());
     }
-    if !in_control(kv("path", v).unwrap_or(""), control) {
+    if !in_control(get(kv, "path").unwrap_or(""), control) {
         return Some(format!(
-            "a socket outside {0}/ is reachable by others than vmwarden's tools; put it in {0}/",
+            "{what} outside {0}/ is reachable by others than vmwarden's tools; put it in {0}/",
             control.display()
         ));
     }
     None
 }
 
+/// A chardev in the shorthand of -qmp, -monitor, -serial, -parallel,
+/// -debugcon and -gdb: `unix:PATH,…` (the rest a key=value list whose
+/// implied key is `path`), `mon:` before it (a monitor multiplexed on it)
+/// read through.
+fn compat(v: &str, control: &Path, what: &str) -> Option<String> {
+    let v = v.strip_prefix("mon:").unwrap_or(v);
+    if ["tcp:", "telnet:", "udp:", "websocket:"]
+        .iter()
+        .any(|p| v.starts_with(p))
+    {
+        return Some("a network socket is reachable from outside the VM's control/ directory (and the unit allows no IP sockets)".into());
+    }
+    let rest = v.strip_prefix("unix:")?;
+    match keyval(rest, Some("path")) {
+        Err(why) => Some(why),
+        Ok(kv) => socket(&kv, control, what),
+    }
+}
+
+fn monitor(v: &str, control: &Path) -> Option<String> {
+    if v == "none" {
+        return None;
+    }
+    if !v.strip_prefix("mon:").unwrap_or(v).starts_with("unix:") {
+        return Some(format!("a monitor is the VM's control plane; only a unix socket in {}/ (or none) keeps it to vmwarden's tools", control.display()));
+    }
+    compat(v, control, "a monitor socket")
+}
+
+fn chardev(v: &str, control: &Path) -> Option<String> {
+    if let Some(why) = json_form(v) {
+        return Some(why);
+    }
+    let kv = match keyval(v, Some("backend")) {
+        Ok(kv) => kv,
+        Err(why) => return Some(why),
+    };
+    match get(&kv, "backend") {
+        None | Some("") => Some("it names no backend".into()),
+        Some("udp") => Some("a network socket is reachable from outside the VM's control/ directory (and the unit allows no IP sockets)".into()),
+        Some("socket") => socket(&kv, control, "a socket"),
+        Some(_) => None,
+    }
+}
+
 fn fw_cfg(v: &str, _control: &Path) -> Option<String> {
-    if opts(v).any(|o| o.starts_with("file=")) {
+    let kv = match keyval(v, Some("name")) {
+        Ok(kv) => kv,
+        Err(why) => return Some(why),
+    };
+    if get(&kv, "file").is_some() {
         return Some("fw_cfg files are read by QEMU from a host path at start; give the guest a file through `credentials` (a tmpfs of the VM's own), or use string=".into());
     }
-    let first = opts(v).next().unwrap_or("");
-    let name = first.strip_prefix("name=").unwrap_or(first);
-    if name.starts_with(FW_CFG_CREDENTIAL_PREFIX) {
+    if get(&kv, "name")
+        .unwrap_or("")
+        .starts_with(FW_CFG_CREDENTIAL_PREFIX)
+    {
         return Some(format!(
             "names under {FW_CFG_CREDENTIAL_PREFIX} are vmwarden's credentials; use `credentials`"
         ));
@@ -159,28 +240,25 @@ fn fw_cfg(v: &str, _control: &Path) -> Option<String> {
 }
 
 fn netdev(v: &str, _control: &Path) -> Option<String> {
-    if v.starts_with('{') {
-        return Some("write it in the key=value form, which these checks read".into());
+    if let Some(why) = json_form(v) {
+        return Some(why);
     }
-    if matches!(implied("type", v), "tap" | "bridge") {
-        return Some("QEMU would open a tap (or run the bridge helper) by name; use `interfaces`, whose taps the launcher creates and hands over as file descriptors".into());
+    let kv = match keyval(v, Some("type")) {
+        Ok(kv) => kv,
+        Err(why) => return Some(why),
+    };
+    match get(&kv, "type") {
+        None | Some("") => Some("it names no type".into()),
+        Some("tap" | "bridge") => Some("QEMU would open a tap (or run the bridge helper) by name; use `interfaces`, whose taps the launcher creates and hands over as file descriptors".into()),
+        Some("socket" | "stream" | "dgram") => Some("QEMU would put the VM's network on a host socket (abstract, outside control/ or IP); use `interfaces`".into()),
+        Some(_) => None,
     }
-    None
 }
 
 /// unix:PATH only in control/; no network sockets; the rest (stdio, null,
 /// file:..., pty, ...) stays inside the sandbox.
 fn chardev_spec(v: &str, control: &Path) -> Option<String> {
-    if ["tcp:", "telnet:", "udp:", "websocket:"]
-        .iter()
-        .any(|p| v.starts_with(p))
-    {
-        return Some("a network socket is reachable from outside the VM's control/ directory (and the unit allows no IP sockets)".into());
-    }
-    if v.starts_with("unix:") {
-        return monitor(v, control);
-    }
-    None
+    compat(v, control, "a socket")
 }
 
 #[cfg(test)]
@@ -232,6 +310,112 @@ mod tests {
                 "{args:?} should be refused"
             );
         }
+    }
+
+    #[test]
+    fn values_are_read_as_qemu_reads_them() {
+        use HypervisorKind::Qemu;
+        // A monitor on an abstract socket, keys not in first place: the
+        // attack that passed when only the implied first key was read.
+        for args in [
+            &[
+                "-chardev",
+                "id=m,backend=socket,path=/run/vmwarden/web/control/m.sock,abstract=on,server=on",
+                "-mon",
+                "chardev=m,mode=control",
+            ][..],
+            &[
+                "-chardev",
+                "id=m,backend=socket,path=/run/vmwarden/web/control/m.sock,abstract,server=on",
+            ],
+            &["-chardev", "id=m,path=/tmp/m.sock,server=on,backend=socket"],
+            &["-chardev", "id=m,backend=udp,host=1.2.3.4,port=9"],
+            &["-chardev", "file,id=f,path=/tmp/x,backend=socket"],
+            &["-chardev", "id=f,path=/tmp/x"],
+            &[
+                "-chardev",
+                "socket,id=c,path=/run/vmwarden/web/control/c.sock,abstract=yes",
+            ],
+            &["-chardev", "socket,id=c,pa,,th=/tmp/x"],
+            &[
+                "-chardev",
+                "socket,id=c,path=/run/vmwarden/web/control/c.sock,path=/tmp/x",
+            ],
+            &[
+                "-chardev",
+                "socket,id=c,path=/run/vmwarden/web/control/c.sock\n",
+            ],
+            &["-mon", "m"],
+            &["--mon", "chardev=m"],
+            &[
+                "-qmp",
+                "unix:/run/vmwarden/web/control/q.sock,server=on,path=/tmp/q.sock",
+            ],
+            &["-qmp", "unix:/run/vmwarden/web/control/q.sock,abstract=on"],
+            &["-serial", "mon:unix:/tmp/s.sock,server=on"],
+            &["-serial", "mon:tcp:0.0.0.0:4444"],
+            &["-fw_cfg", "opt/io.systemd.credentials/x,string=a"],
+            &["-fw_cfg", "string=a,name=opt/io.systemd.credentials/x"],
+            &["-fw_cfg", "opt/x,string=a,file=/etc/shadow"],
+            &["-netdev", "id=n,type=tap,ifname=tap0"],
+            &["-netdev", "id=n"],
+            &[
+                "-netdev",
+                "stream,id=n,addr.type=unix,addr.path=/tmp/n,addr.abstract=on",
+            ],
+            &["-nic", "id=n,type=bridge,br=br0"],
+        ] {
+            assert!(
+                !refused(Qemu, args).is_empty(),
+                "{args:?} should be refused"
+            );
+        }
+        for args in [
+            &[
+                "-chardev",
+                "id=c,backend=socket,path=/run/vmwarden/web/control/c.sock,server=on,abstract=off",
+            ][..],
+            &[
+                "-chardev",
+                "socket,id=c,path=/run/vmwarden/web/control/c.sock,noabstract,server,nowait",
+            ],
+            &["-chardev", "file,id=f,path=/tmp/a,,b"],
+            &["-fw_cfg", "opt/org.example/a,,b,string=x,,y"],
+            &["-serial", "mon:stdio"],
+            &["-netdev", "id=n,type=user"],
+        ] {
+            assert_eq!(refused(Qemu, args), vec![], "{args:?}");
+        }
+    }
+
+    #[test]
+    fn keyval_as_qemu() {
+        let kv = |s: &str, i| keyval(s, i).unwrap();
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            kv("socket,id=a,,b,server,nowait", Some("backend")),
+            pairs(&[
+                ("backend", "socket"),
+                ("id", "a,b"),
+                ("server", "on"),
+                ("wait", "off")
+            ])
+        );
+        // The implied key only for a first element without "=".
+        assert_eq!(
+            kv("id=x,socket", Some("backend")),
+            pairs(&[("id", "x"), ("socket", "on")])
+        );
+        // ",,," is a comma, then the end of the value.
+        assert_eq!(kv("a=x,,,b=y", None), pairs(&[("a", "x,"), ("b", "y")]));
+        assert_eq!(kv("a=1,", None), pairs(&[("a", "1")]));
+        keyval("a=1,a=2", None).unwrap_err();
+        keyval("x,,y=1", None).unwrap_err();
+        keyval("a=\u{1b}", None).unwrap_err();
     }
 
     #[test]

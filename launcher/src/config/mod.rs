@@ -8,3 +8,4 @@ pub mod paths;
 pub mod rawpath;
 pub mod rules;
 pub mod spec;
+pub mod text;

@@ -10,8 +10,9 @@
 //! ```
 //!
 //! In text output such a path is shown with Rust's escaping (`"/run/x\xFF"`,
-//! quotes included), which is also lossless. A leaf like the rest of
-//! `config`.
+//! quotes included), which is also lossless; a UTF-8 path with control
+//! characters in it is shown through [`crate::config::text::escape`]. A leaf
+//! like the rest of `config`.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -19,7 +20,10 @@ use std::path::{Path, PathBuf};
 
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 
-/// A path for a human line: as is when UTF-8, escaped and quoted otherwise.
+use crate::config::text::escape;
+
+/// A path for a human line: as is when UTF-8 (its control characters
+/// escaped, [`escape`]), escaped and quoted otherwise.
 pub fn show(p: &Path) -> String {
     show_os(p.as_os_str())
 }
@@ -27,7 +31,7 @@ pub fn show(p: &Path) -> String {
 /// [`show`] for a bare name.
 pub fn show_os(s: &OsStr) -> String {
     match s.to_str() {
-        Some(t) => t.to_string(),
+        Some(t) => escape(t).into_owned(),
         None => format!("{s:?}"),
     }
 }

@@ -6,7 +6,7 @@
 //! the uid that owns the control dir (`SO_PEERCRED`), and (2) read bounded
 //! messages under an overall deadline.
 
-use std::io::{BufRead, Read};
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -14,8 +14,15 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 
-/// Longest line (QMP message, HTTP header block) accepted from a VM.
+/// Longest line (QMP message, HTTP response) accepted from a VM.
 pub const MAX_MESSAGE: u64 = 64 * 1024;
+/// Most bytes one connection to a VM-controlled socket may deliver, all
+/// its messages together.
+pub const MAX_CONNECTION_BYTES: u64 = 1024 * 1024;
+/// Most messages (QMP lines: greeting, replies and events together) one
+/// connection may deliver. A conversation of root's tools takes a handful;
+/// a stream of tiny events ends the connection here.
+pub const MAX_CONNECTION_MESSAGES: u32 = 256;
 
 /// Why a control socket could not be talked to.
 #[derive(Debug, thiserror::Error)]
@@ -59,8 +66,10 @@ pub enum PeerError {
     TooLong,
     #[error("connection closed mid-message")]
     ClosedMidMessage,
-    #[error("message is not UTF-8")]
-    NotUtf8,
+    #[error("connection delivered more than {MAX_CONNECTION_BYTES} bytes")]
+    ConnectionTooLarge,
+    #[error("connection delivered more than {MAX_CONNECTION_MESSAGES} messages")]
+    TooManyMessages,
 }
 
 fn sys(op: &'static str) -> impl FnOnce(Errno) -> PeerError {
@@ -129,42 +138,94 @@ pub fn connect(sock: &Path, timeout: Duration) -> Result<UnixStream, PeerError> 
     Ok(s)
 }
 
-/// Read one `\n`-terminated line of at most [`MAX_MESSAGE`] bytes before
-/// `deadline`. `Ok(None)` at end of stream.
-pub fn read_line<R: BufRead>(
-    r: &mut R,
-    stream: &UnixStream,
-    deadline: Instant,
-) -> Result<Option<String>, PeerError> {
-    let mut buf = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(PeerError::TimedOut);
+/// Cut the first `\n`-terminated line (newline included) off `pending`.
+/// Pure: what a fuzzer calls. Err when no newline is within the first
+/// [`MAX_MESSAGE`] bytes (no message may be longer).
+pub fn take_line(pending: &mut Vec<u8>) -> Result<Option<Vec<u8>>, PeerError> {
+    let limit = pending.len().min(MAX_MESSAGE as usize);
+    match pending[..limit].iter().position(|&b| b == b'\n') {
+        Some(i) => {
+            let rest = pending.split_off(i + 1);
+            Ok(Some(std::mem::replace(pending, rest)))
         }
-        stream
-            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
-            .map_err(io("set timeout"))?;
-        let room = MAX_MESSAGE + 1 - buf.len() as u64;
-        let n = r
-            .by_ref()
-            .take(room)
-            .read_until(b'\n', &mut buf)
-            .map_err(io("read"))?;
-        if buf.len() as u64 > MAX_MESSAGE {
-            return Err(PeerError::TooLong);
+        None if pending.len() >= MAX_MESSAGE as usize => Err(PeerError::TooLong),
+        None => Ok(None),
+    }
+}
+
+/// The reading side of one connection to a VM-controlled socket: lines of
+/// at most [`MAX_MESSAGE`] bytes, at most [`MAX_CONNECTION_BYTES`] and
+/// [`MAX_CONNECTION_MESSAGES`] in all, each before its caller's deadline.
+/// The deadline is checked again before every `read(2)`, and each read may
+/// wait only for what is left of it: a peer dripping one byte at a time
+/// holds a caller no longer than the deadline.
+#[derive(Debug)]
+pub struct LineReader {
+    stream: UnixStream,
+    pending: Vec<u8>,
+    bytes: u64,
+    messages: u32,
+}
+
+impl LineReader {
+    pub fn new(stream: UnixStream) -> LineReader {
+        LineReader {
+            stream,
+            pending: Vec::new(),
+            bytes: 0,
+            messages: 0,
         }
-        if n == 0 {
-            return if buf.is_empty() {
-                Ok(None)
-            } else {
-                Err(PeerError::ClosedMidMessage)
+    }
+
+    /// The next line, newline included; `Ok(None)` at end of stream.
+    pub fn next_line(&mut self, deadline: Instant) -> Result<Option<Vec<u8>>, PeerError> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(line) = take_line(&mut self.pending)? {
+                self.messages += 1;
+                if self.messages > MAX_CONNECTION_MESSAGES {
+                    return Err(PeerError::TooManyMessages);
+                }
+                return Ok(Some(line));
+            }
+            // The overall deadline, before every read.
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(PeerError::TimedOut);
+            }
+            self.stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .map_err(io("set timeout"))?;
+            let n = match self.stream.read(&mut chunk) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(PeerError::TimedOut)
+                }
+                Err(e) => {
+                    return Err(PeerError::Io {
+                        op: "read",
+                        source: e,
+                    })
+                }
             };
-        }
-        if buf.ends_with(b"\n") {
-            return String::from_utf8(buf)
-                .map(Some)
-                .map_err(|_| PeerError::NotUtf8);
+            if n == 0 {
+                return if self.pending.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(PeerError::ClosedMidMessage)
+                };
+            }
+            self.bytes += n as u64;
+            if self.bytes > MAX_CONNECTION_BYTES {
+                return Err(PeerError::ConnectionTooLarge);
+            }
+            self.pending.extend_from_slice(&chunk[..n]);
         }
     }
 }

@@ -10,10 +10,16 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::config::spec::HypervisorKind;
+use crate::config::text::excerpt;
 use crate::host::peer::{self, PeerError};
 
-/// Largest response accepted (headers + body).
-const MAX_RESPONSE: usize = peer::MAX_MESSAGE as usize;
+/// Largest response accepted (headers + body): one request per
+/// connection, so this is also all one connection may deliver.
+pub const MAX_RESPONSE: usize = peer::MAX_MESSAGE as usize;
+/// How much of a VM-written body an error message quotes.
+const QUOTE: usize = 200;
+/// Longest VM state kept from the API (`"Running"`, `"Not started"`).
+pub const MAX_STATE: usize = 64;
 
 /// Why the bytes read are not an HTTP response.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +32,8 @@ pub enum HttpError {
     BadStatusLine { status_line: String },
     #[error("body ended after {got} of {expected} bytes")]
     ShortBody { got: usize, expected: usize },
+    #[error("response over {MAX_RESPONSE} bytes")]
+    TooLarge,
 }
 
 /// A control API request that failed; every variant names the socket, and
@@ -113,7 +121,13 @@ pub fn render_request(method: &str, uri: &str, body: Option<&str>) -> Vec<u8> {
 }
 
 /// Parse one response from the bytes read so far. `Ok(None)`: incomplete.
+/// Pure and bounded (more than [`MAX_RESPONSE`] bytes is an error, whatever
+/// they hold); what a fuzzer calls. The status line and body are kept as
+/// the VM wrote them (lossily decoded), to be escaped where shown.
 pub fn parse_response(buf: &[u8], eof: bool) -> Result<Option<Response>, HttpError> {
+    if buf.len() > MAX_RESPONSE {
+        return Err(HttpError::TooLarge);
+    }
     let Some(hend) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
         return if eof {
             Err(HttpError::HeadersUnterminated)
@@ -128,7 +142,7 @@ pub fn parse_response(buf: &[u8], eof: bool) -> Result<Option<Response>, HttpErr
     let version = parts.next().unwrap_or("");
     if !version.starts_with("HTTP/1.") {
         return Err(HttpError::NotHttp {
-            status_line: status_line.to_string(),
+            status_line: excerpt(status_line, QUOTE),
         });
     }
     let status: u16 =
@@ -136,7 +150,7 @@ pub fn parse_response(buf: &[u8], eof: bool) -> Result<Option<Response>, HttpErr
             .next()
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| HttpError::BadStatusLine {
-                status_line: status_line.to_string(),
+                status_line: excerpt(status_line, QUOTE),
             })?;
     let mut content_length: Option<usize> = None;
     for l in lines {
@@ -211,7 +225,23 @@ pub fn request(
         let left = deadline.saturating_duration_since(Instant::now());
         s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
             .map_err(set_timeout)?;
-        let n = s.read(&mut chunk).map_err(transfer("read"))?;
+        let n = match s.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(ApiError::Timeout {
+                    path: path(),
+                    request: request(),
+                    timeout,
+                })
+            }
+            Err(e) => return Err(transfer("read")(e)),
+        };
         buf.extend_from_slice(&chunk[..n]);
         if buf.len() > MAX_RESPONSE {
             return Err(ApiError::TooLarge {
@@ -247,7 +277,7 @@ pub fn expect_ok(
             path: sock.to_path_buf(),
             request: format!("{method} {uri}"),
             status: r.status,
-            body: r.body.trim().to_string(),
+            body: excerpt(r.body.trim(), QUOTE),
         });
     }
     Ok(r)
@@ -275,7 +305,9 @@ pub fn vm_state(sock: &Path, kind: HypervisorKind, timeout: Duration) -> Result<
     Ok(v.get("state")
         .and_then(|s| s.as_str())
         .unwrap_or("unknown")
-        .to_string())
+        .chars()
+        .take(MAX_STATE)
+        .collect())
 }
 
 #[cfg(test)]
@@ -346,5 +378,65 @@ mod tests {
             .join()
             .unwrap()
             .starts_with("GET /api/v1/vm.info HTTP/1.1\r\n"));
+    }
+
+    /// A hostile API server (a real socket, a thread standing in for a
+    /// compromised cloud-hypervisor or firecracker): `answer` gets the
+    /// accepted connection once the request is read.
+    fn hostile(answer: fn(&mut UnixStream)) -> Result<Response> {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("api.sock");
+        let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut b = [0u8; 1024];
+            let _ = c.read(&mut b);
+            answer(&mut c);
+        });
+        let r = request(&sock, "GET", "/", None, Duration::from_secs(1));
+        drop(server);
+        r
+    }
+
+    #[test]
+    fn a_silent_or_dripping_server_costs_the_timeout_not_more() {
+        // Both end at the overall deadline (the drip would take an hour
+        // with a timeout per read); how long is the root suite's business.
+        let silent = hostile(|_| std::thread::sleep(Duration::from_secs(3)));
+        assert!(
+            matches!(silent, Err(ApiError::Timeout { .. })),
+            "{silent:?}"
+        );
+        let drip = hostile(|c| {
+            for b in b"HTTP/1.1 200 OK\r\nX: ".iter().chain([b'y'; 4000].iter()) {
+                if c.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        assert!(matches!(drip, Err(ApiError::Timeout { .. })), "{drip:?}");
+    }
+
+    #[test]
+    fn a_huge_or_invalid_answer_is_refused_in_bounded_memory() {
+        let huge = hostile(|c| {
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 104857600\r\n\r\n");
+            let chunk = vec![b'x'; 1 << 20];
+            for _ in 0..100 {
+                if c.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+        });
+        assert!(matches!(huge, Err(ApiError::TooLarge { .. })), "{huge:?}");
+        let binary = hostile(|c| {
+            let _ = c.write_all(b"\xff\xfe\x1b[2J\r\n\r\n");
+        });
+        let e = binary.unwrap_err().to_string();
+        assert!(
+            e.contains("not an HTTP response") && !e.contains('\x1b'),
+            "{e}"
+        );
     }
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use super::{Registration, State, VmStatus};
 use crate::config::rawpath::show;
+use crate::config::text::{self, escape};
 
 /// The columns, in order.
 pub const COLUMNS: [&str; 7] = [
@@ -53,8 +54,13 @@ pub fn uptime(secs: u64) -> String {
     }
 }
 
-/// The cells of one record, in [`COLUMNS`] order.
+/// The cells of one record, in [`COLUMNS`] order, each escaped
+/// ([`escape`]): the CONTROL cell is what the VM's hypervisor answered.
 pub fn cells(r: &VmStatus) -> [String; 7] {
+    raw_cells(r).map(|c| escape(&c).into_owned())
+}
+
+fn raw_cells(r: &VmStatus) -> [String; 7] {
     let dash = || "-".to_string();
     let running = r.state == State::Running;
     [
@@ -107,8 +113,20 @@ pub fn table(records: &[VmStatus], empty: &str) -> String {
 }
 
 /// With `--all`: for each VM that is no longer configured, what it left
-/// and what `reap` and `purge` would do. Empty when there is none.
+/// and what `reap` and `purge` would do. Empty when there is none. The
+/// values in it are escaped ([`escape`]) where they are put in, so none
+/// can break a line in two, and each line again as a whole.
 pub fn notes(records: &[VmStatus]) -> String {
+    notes_raw(records)
+        .split_inclusive('\n')
+        .map(|l| match l.strip_suffix('\n') {
+            Some(l) => format!("{}\n", escape(l)),
+            None => escape(l).into_owned(),
+        })
+        .collect()
+}
+
+fn notes_raw(records: &[VmStatus]) -> String {
     let mut out = String::new();
     for r in records.iter().filter(|r| !r.configured) {
         let Some(l) = &r.leftovers else { continue };
@@ -150,12 +168,16 @@ pub fn notes(records: &[VmStatus]) -> String {
                 "  reap:  {verb} {} {} ({})\n",
                 i.kind,
                 show(&i.path),
-                i.reason
+                escape(&i.reason)
             ));
         }
         let p = &l.purge;
         match &p.refused {
-            Some(why) => out.push_str(&format!("  purge: `{}` refuses: {why}\n", p.command)),
+            Some(why) => out.push_str(&format!(
+                "  purge: `{}` refuses: {}\n",
+                p.command,
+                escape(why)
+            )),
             None => {
                 let mut line = if p.delete.is_empty() {
                     format!("  purge: `{}` would delete nothing", p.command)
@@ -202,6 +224,7 @@ pub fn notes(records: &[VmStatus]) -> String {
 /// newline; `[]` when there are none.
 pub fn json(records: &[VmStatus]) -> String {
     let mut s = serde_json::to_string_pretty(records)
+        .map(|s| text::json(&s))
         .unwrap_or_else(|e| format!("{{\"error\":\"cannot serialise status: {e}\"}}"));
     s.push('\n');
     s

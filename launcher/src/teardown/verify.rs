@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use crate::config::names::{TapName, VmName};
 use crate::config::paths::Roots;
-use crate::config::rawpath;
+use crate::config::rawpath::{self, show};
+use crate::config::text::escape;
 use crate::host::dirs;
 use crate::host::leftovers;
 use crate::host::mountinfo::{self, Mount};
@@ -42,18 +43,22 @@ pub struct Report {
 
 impl Report {
     pub fn lines(&self) -> String {
-        let mut s = format!("audited_root={}\n", self.audited_root.display());
+        // One line per check: a field (a file name a VM made) cannot
+        // break it or reach the terminal raw.
+        let mut s = format!("audited_root={}\n", show(&self.audited_root));
         for c in &self.checks {
             let vm =
                 c.vm.as_deref()
-                    .map(|v| format!(" vm={v}"))
+                    .map(|v| format!(" vm={}", escape(v)))
                     .unwrap_or_default();
             if c.ok {
-                s.push_str(&format!("{}{vm} check=ok\n", c.check));
+                s.push_str(&format!("{}{vm} check=ok\n", escape(&c.check)));
             } else {
                 s.push_str(&format!(
                     "{}{vm} check=FAIL expected={} actual={}\n",
-                    c.check, c.expected, c.actual
+                    escape(&c.check),
+                    escape(&c.expected),
+                    escape(&c.actual)
                 ));
             }
         }
