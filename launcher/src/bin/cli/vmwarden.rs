@@ -120,17 +120,17 @@ pub struct RenderUnitCli {
     #[arg(long, value_name = "DIR", default_value = DEFAULT_BIN_DIR)]
     pub bin_dir: PathBuf,
 
-    /// Print microvms.target instead of microvm@.service.
+    /// Print the target (microvms.target) instead of the template.
     #[arg(long, conflicts_with_all = ["dropin", "reap_report"])]
     pub target: bool,
 
     /// Print vmwarden-reap-report.service (boot-time `vmwarden reap` dry
-    /// run) instead of microvm@.service.
+    /// run) instead of the template.
     #[arg(long, conflicts_with_all = ["dropin", "target"])]
     pub reap_report: bool,
 
     /// Print the drop-in of VM NAME (install it as
-    /// /etc/systemd/system/microvm@NAME.service.d/vmwarden.conf).
+    /// /etc/systemd/system/PREFIX@NAME.service.d/vmwarden.conf).
     #[arg(long, value_name = "NAME")]
     pub dropin: Option<VmName>,
 
@@ -148,6 +148,13 @@ pub struct RenderUnitCli {
     /// (for tests/nix/run.sh: an edited key must change both renderings).
     #[arg(long, value_name = "DIR", hide = true)]
     pub units_dir: Option<PathBuf>,
+
+    /// Unit prefix: `microvm` (microvm@.service, microvms.target) or
+    /// `vmwarden` (vmwarden@.service, vmwarden-vms.target, for a host
+    /// that also runs microvm.nix's host module); the NixOS module's
+    /// vmwarden.unitPrefix.
+    #[arg(long, value_name = "PREFIX", default_value = "microvm", value_parser = ["microvm", "vmwarden"])]
+    pub prefix: String,
 }
 
 impl RenderUnitCli {
@@ -163,6 +170,7 @@ impl RenderUnitCli {
             credentials_dir: self.credentials_dir,
             config_dir: Some(config_dir),
             units_dir: self.units_dir,
+            prefix: self.prefix,
         }
     }
 }
