@@ -101,6 +101,31 @@ a VM vmwarden knows."
         #[arg(long)]
         json: bool,
     },
+    /// Move a stopped microvm.nix VM's disk images and share sources into
+    /// vmwarden's state dir and give them to the VM's principal (dry run
+    /// unless --apply).
+    #[command(
+        long_about = "Move a stopped microvm.nix VM's state into vmwarden's: every disk \
+image and share source the VM's spec places under STATE_ROOT/NAME/ (STATE_ROOT/NAME/X comes from \
+DIR/X), re-owned to the VM's principal without following links and without crossing file \
+systems. Everything else in DIR is listed and left. Refused when either side's VM might be \
+running (vmwarden's liveness, microvm@NAME.service active, a process holding DIR's files open), \
+when a target exists, for a symlink, a hard-linked file or a device node. A dry run unless \
+--apply; an interrupted --apply is finished by running it again. See docs/microvm-nix.md."
+    )]
+    Adopt {
+        /// VM name (its spec must be configured).
+        name: VmName,
+        /// microvm.nix's state dir of the VM, e.g. /var/lib/microvms/NAME.
+        #[arg(long, value_name = "DIR")]
+        from: PathBuf,
+        /// Move (default: a dry run that changes nothing).
+        #[arg(long)]
+        apply: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the systemd units for hosts without Nix.
     RenderUnit(RenderUnitCli),
     /// Write the man pages and shell completions of the three binaries
