@@ -17,8 +17,12 @@
 //! the same inode with the same blocks.
 //!
 //! `--apply` holds the VM's lease (no launch starts meanwhile), records
-//! what it is about to do in `RUNTIME/NAME/adopt.json` (durably, like the
-//! launch's intent record) and then, item by item, moves and re-owns. A run
+//! what it is about to do in `STATE_ROOT/.adopt-NAME.json` (durably, like
+//! the launch's intent record) and then, item by item, moves and re-owns.
+//! A launch between a kill and the re-run is refused by the launcher's own
+//! checks while an image or share source is missing or not yet the
+//! principal's (a share's own directory is re-owned last); after the last
+//! re-own the state is complete and only the record is left. A run
 //! killed at any step is finished by running the same command again: an
 //! item already in the state dir and gone from DIR is one the record names
 //! as moved, and re-owning is idempotent. The record is removed last.
@@ -43,8 +47,13 @@ use crate::identity::principal::{self, PrincipalError};
 use crate::instance::lease::{Lease, LeaseError};
 use crate::instance::liveness::{self, Verdict};
 
-/// The record of an adoption in progress, in the VM's runtime dir.
-pub const ADOPT_FILE: &str = "adopt.json";
+/// The record of an adoption in progress: `STATE_ROOT/.adopt-NAME.json`
+/// (root, 0600). In the state root, not the runtime dir: it must outlive a
+/// reboot and `vmwarden-cleanup` (which empties the runtime dir), and a
+/// dot name is no VM's (status and the registry read VM names only).
+pub fn record_name(name: &VmName) -> String {
+    format!(".adopt-{name}.json")
+}
 const MAX_RECORD_BYTES: u64 = 256 * 1024;
 
 /// Steps `VMWARDEN_FAULT_AFTER` can name (builds with the `fault-injection`
@@ -509,9 +518,9 @@ fn inodes_of(from: &Dir, planned: &[Planned]) -> Result<Vec<(u64, u64)>> {
     Ok(out)
 }
 
-fn read_record(rundir: &Dir) -> Result<Option<Record>> {
-    let path = rundir.path.join(ADOPT_FILE);
-    let Some(bytes) = dirs::read_small(rundir, ADOPT_FILE, MAX_RECORD_BYTES)? else {
+fn read_record(state_root: &Dir, file: &str) -> Result<Option<Record>> {
+    let path = state_root.path.join(file);
+    let Some(bytes) = dirs::read_small(state_root, file, MAX_RECORD_BYTES)? else {
         return Ok(None);
     };
     serde_json::from_slice(&bytes)
@@ -566,10 +575,10 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
     }
 
     // A record of an interrupted --apply for this DIR: finish it.
-    let runtime_dir = roots.runtime_dir(name);
-    let rundir = dirs::open_dir_if_exists(&runtime_dir)?;
-    let record = match &rundir {
-        Some(d) => read_record(d)?,
+    let record_file = record_name(name);
+    let record_path = roots.state_root.join(&record_file);
+    let record = match dirs::open_dir_if_exists(&roots.state_root)? {
+        Some(d) => read_record(&d, &record_file)?,
         None => None,
     };
     if let Some(r) = &record {
@@ -580,7 +589,7 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
                     "an interrupted adoption of {} from {} is recorded in {}; finish it with `vmwarden adopt {} --from {} --apply` first",
                     r.name,
                     r.from.display(),
-                    runtime_dir.join(ADOPT_FILE).display(),
+                    record_path.display(),
                     r.name,
                     r.from.display()
                 ),
@@ -819,14 +828,6 @@ fn apply(
         gid: plan.gid,
         items: items.clone(),
     };
-    let mut bytes = serde_json::to_vec_pretty(&record).map_err(|e| AdoptError::Record {
-        path: rundir.path.join(ADOPT_FILE),
-        reason: e.to_string(),
-    })?;
-    bytes.push(b'\n');
-    dirs::durable_write(&rundir, ADOPT_FILE, &bytes, 0o600)?;
-    fault(opts, RECORD_STEP);
-
     let (state_parent, state_name) = dirs::split_parent(&roots.state_root)?;
     let (state_root, _) = dirs::ensure(
         &state_parent,
@@ -836,6 +837,15 @@ fn apply(
             ..root_want(0o755)
         },
     )?;
+    let record_file = record_name(name);
+    let mut bytes = serde_json::to_vec_pretty(&record).map_err(|e| AdoptError::Record {
+        path: state_root.path.join(&record_file),
+        reason: e.to_string(),
+    })?;
+    bytes.push(b'\n');
+    dirs::durable_write(&state_root, &record_file, &bytes, 0o600)?;
+    fault(opts, RECORD_STEP);
+
     let (state_dir, _) = dirs::ensure(&state_root, name.as_str(), &vm_want(0o700))?;
     let (uid, gid) = (plan.uid, plan.gid);
     for p in &plan.items {
@@ -893,14 +903,26 @@ fn apply(
             let to = parent.path.join(last);
             match p.item.kind {
                 Kind::Image => {
+                    // O_NONBLOCK: a fifo swapped in meanwhile must not
+                    // hang the open; its type is refused below.
                     let fd: OwnedFd = openat(
                         parent.fd.as_fd(),
                         *last,
-                        OFlag::O_RDONLY | NOFOLLOW,
+                        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | NOFOLLOW,
                         Mode::empty(),
                     )
                     .sys("openat", &to)?;
                     let st = nix::sys::stat::fstat(fd.as_fd()).sys("fstat", &to)?;
+                    if kind_of(&st) != SFlag::S_IFREG {
+                        return Err(AdoptError::Refused {
+                            name: name.to_string(),
+                            path: to,
+                            why: format!(
+                                "became a {} during the move; left as it is",
+                                describe(&st)
+                            ),
+                        });
+                    }
                     check_entry(&to, &st, from_st.st_dev)?;
                     nix::unistd::fchown(
                         fd.as_fd(),
@@ -950,11 +972,12 @@ fn apply(
     nix::unistd::fsync(state_dir.fd.as_fd()).sys("fsync", &state_dir.path)?;
     nix::unistd::fsync(from_dir.fd.as_fd()).sys("fsync", &from_dir.path)?;
     nix::unistd::unlinkat(
-        rundir.fd.as_fd(),
-        ADOPT_FILE,
+        state_root.fd.as_fd(),
+        record_file.as_str(),
         nix::unistd::UnlinkatFlags::NoRemoveDir,
     )
-    .sys("unlinkat", rundir.path.join(ADOPT_FILE))?;
+    .sys("unlinkat", state_root.path.join(&record_file))?;
+    nix::unistd::fsync(state_root.fd.as_fd()).sys("fsync", &state_root.path)?;
     fault(opts, "done");
     plan.applied = true;
     Ok(())
