@@ -14,6 +14,8 @@
   vms = mapAttrsToList (name: vm: vm // {inherit name;}) cfg.vms;
 
   microvmNixHost = vlib.microvmNixHost options config;
+  unitNames = vlib.unitNames cfg.unitPrefix;
+  microvmNixVms = vlib.microvmNixVms options config;
 
   kernelVersion = config.boot.kernelPackages.kernel.version or null;
   hostArch = pkgs.stdenv.hostPlatform.qemuArch or "x86_64";
@@ -273,9 +275,13 @@ in {
           message = "vmwarden needs Linux >= ${vlib.minKernel} (tmpfs `noswap` for the credential tmpfs), but boot.kernelPackages has ${toString kernelVersion}; set boot.kernelPackages = pkgs.linuxPackages_6_12 (or newer, e.g. pkgs.linuxPackages_latest).";
         }
         {
-          assertion = !microvmNixHost;
-          message = "vmwarden and microvm.nix's host module both define microvm@.service; remove microvm.nixosModules.host from this host's imports, or set microvm.host.enable = false.";
+          assertion = !(microvmNixHost && vlib.sharesMicrovmNixNames unitNames);
+          message = "vmwarden (vmwarden.unitPrefix = \"${cfg.unitPrefix}\") and microvm.nix's host module both define ${unitNames.template} and ${unitNames.target}; set vmwarden.unitPrefix = \"vmwarden\" to run both (vmwarden@.service, vmwarden-vms.target), or remove microvm.nixosModules.host from this host's imports (or set microvm.host.enable = false).";
         }
-      ];
+      ]
+      ++ map (n: {
+        assertion = false;
+        message = "vmwarden: VM \"${n}\" is claimed by both vmwarden.vms.${n} and microvm.nix's microvm.vms.${n}; a VM runs under one of them: remove it from microvm.vms once `vmwarden adopt ${n}` has moved its state (docs/microvm-nix.md, \"Migrating\"), or rename one of them.";
+      }) (filter (n: builtins.elem n microvmNixVms) names);
   };
 }

@@ -1,6 +1,7 @@
 # What the options become on the host: one system user and group per VM,
-# /etc/vmwarden/vms/<name>.json, the microvm@ template unit with one drop-in
-# per VM, microvms.target and the boot-time reap report.
+# /etc/vmwarden/vms/<name>.json, the template unit (microvm@ by default,
+# vmwarden.unitPrefix) with one drop-in per VM, its target and the
+# boot-time reap report.
 {
   config,
   lib,
@@ -25,9 +26,11 @@
   # Likewise a principal whose user or group name NixOS would reject.
   withUser = filterAttrs (_: vm: vlib.validPrincipalName vm.principal.user && vlib.validPrincipalName vm.principal.group) vms;
 
-  # Leave microvm@ to microvm.nix when its host module is on; assertions.nix
-  # then fails the build with a message saying what to change.
-  microvmNixHost = vlib.microvmNixHost options config;
+  names = vlib.unitNames cfg.unitPrefix;
+  # Leave microvm@ and microvms.target to microvm.nix when its host module
+  # is on and vmwarden would take the same names; assertions.nix then
+  # fails the build with a message saying what to change.
+  nameClash = vlib.microvmNixHost options config && vlib.sharesMicrovmNixNames names;
 in {
   config = mkIf cfg.enable (mkMerge [
     {
@@ -63,13 +66,13 @@ in {
       vms;
     }
 
-    (mkIf (!microvmNixHost) {
+    (mkIf (!nameClash) {
       systemd.services =
         {
-          "microvm@" = vlib.template bin;
+          ${names.service} = vlib.template names bin;
         }
         // mapAttrs' (name: vm:
-          nameValuePair "microvm@${name}" (vlib.dropin vm (c: vm.credentials.${c})
+          nameValuePair "${names.service}${name}" (vlib.dropin vm (c: vm.credentials.${c})
             // {
               # A changed spec restarts this VM (unless opted out).
               restartTriggers = [(specFile name vm)];
@@ -77,13 +80,13 @@ in {
             }))
         vms
         // optionalAttrs cfg.reapReport.enable {
-          vmwarden-reap-report = vlib.reapReport bin;
+          vmwarden-reap-report = vlib.reapReport names bin;
         };
 
-      systemd.targets.microvms =
-        vlib.target
+      systemd.targets.${names.targetAttr} =
+        vlib.target names
         // {
-          wants = map (name: "microvm@${name}.service") (builtins.attrNames (filterAttrs (_: vm: vm.autostart) vms));
+          wants = map names.instance (builtins.attrNames (filterAttrs (_: vm: vm.autostart) vms));
         };
     })
   ]);

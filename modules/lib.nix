@@ -567,8 +567,29 @@ in rec {
     reloadIfChanged = false;
   };
 
-  # microvm@.service. `bin` is the directory holding the three binaries.
-  template = bin: fromUnitData {"@bin@" = bin;} "microvm@.service.toml" // nixosServiceDefaults // switchBehaviour;
+  # The template's and the target's names per unit prefix
+  # (vmwarden.unitPrefix): ../units/unit-names.toml, which `vmwarden
+  # render-unit --prefix` reads too. `unitNames prefix` gives the NixOS
+  # attribute names (`service` for systemd.services, `targetAttr` for
+  # systemd.targets) and the unit names.
+  unitNamesData = builtins.fromTOML (builtins.readFile ../units/unit-names.toml);
+  unitPrefixes = builtins.attrNames unitNamesData.prefix;
+  unitNames = prefix: let
+    target = unitNamesData.prefix.${prefix}.target;
+  in {
+    inherit prefix target;
+    service = "${prefix}@";
+    template = "${prefix}@.service";
+    instance = name: "${prefix}@${name}.service";
+    targetAttr = lib.removeSuffix ".target" target;
+    subst = {
+      "@prefix@" = prefix;
+      "@target@" = target;
+    };
+  };
+
+  # PREFIX@.service. `bin` is the directory holding the three binaries.
+  template = names: bin: fromUnitData ({"@bin@" = bin;} // names.subst) "microvm@.service.toml" // nixosServiceDefaults // switchBehaviour;
 
   # The per-VM drop-in (microvm@<name>.service.d/): credentials and the
   # writable paths outside the state root. `credSource c` is the host file
@@ -607,16 +628,17 @@ in rec {
     ++ vm.landlock.write
     ++ map (s: s.source) (filter (s: !s.readOnly) vm.shares);
 
-  # microvms.target: the autostart VMs (wants) come from the module.
-  target = fromUnitData {} "microvms.target.toml";
+  # The target (microvms.target by default): the autostart VMs (wants) come
+  # from the module.
+  target = names: fromUnitData names.subst "microvms.target.toml";
 
   # Boot-time dry run of `vmwarden reap`: what a previous boot left behind,
   # in the journal; deletes nothing.
   # Once per boot (RemainAfterExit in the data): a switch that changes the
   # unit (a vmwarden update) must not stop and start, that is re-run, it
   # either. NixOS-only (X-RestartIfChanged=false, read by switch).
-  reapReport = bin:
-    fromUnitData {"@bin@" = bin;} "vmwarden-reap-report.service.toml"
+  reapReport = names: bin:
+    fromUnitData ({"@bin@" = bin;} // names.subst) "vmwarden-reap-report.service.toml"
     // nixosServiceDefaults
     // {restartIfChanged = false;};
 
@@ -640,10 +662,20 @@ in rec {
   '';
 
   # ---------------------------------------------------------------- misc
-  # microvm.nix's host module (nixosModules.host) also defines microvm@.service.
+  # microvm.nix's host module (nixosModules.host) defines microvm@.service
+  # and microvms.target: the names of vmwarden's default prefix.
   microvmNixHost = options: config:
     lib.hasAttrByPath ["microvm" "host" "enable"] options
     && (config.microvm.host.enable or false);
+  # The VM names microvm.nix's host module declares (microvm.vms), when it
+  # is on.
+  microvmNixVms = options: config:
+    if microvmNixHost options config
+    then builtins.attrNames (config.microvm.vms or {})
+    else [];
+  # Whether vmwarden's units would take names microvm.nix's host module
+  # defines.
+  sharesMicrovmNixNames = names: names.template == "microvm@.service" || names.target == "microvms.target";
 
   duplicates = xs: lib.unique (filter (x: lib.count (y: y == x) xs > 1) xs);
 }

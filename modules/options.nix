@@ -510,8 +510,9 @@
         type = types.bool;
         default = true;
         description = ''
-          Start the VM at boot (`microvms.target` wants it). Otherwise start
-          it with `systemctl start microvm@<name>`.
+          Start the VM at boot (the target of {option}`vmwarden.unitPrefix`,
+          `microvms.target` by default, wants it). Otherwise start it with
+          `systemctl start microvm@<name>` (`<unitPrefix>@<name>`).
         '';
       };
 
@@ -539,6 +540,22 @@ in {
       default = pkgs.vmwarden or (throw "vmwarden.package: pkgs has no `vmwarden`; import this flake's nixosModules.default (it sets the package), apply its overlays.default, or set vmwarden.package.");
       defaultText = literalExpression "vmwarden.packages.\${system}.default (set by the flake's nixosModules.default)";
       description = "Package providing `vmwarden-launch`, `vmwarden-cleanup` and `vmwarden`.";
+    };
+
+    unitPrefix = mkOption {
+      type = types.enum vlib.unitPrefixes;
+      default = vlib.unitNamesData.default;
+      example = "vmwarden";
+      description = ''
+        Names of the units every VM runs under: the template
+        `<unitPrefix>@.service` and its target. `"microvm"` (the default)
+        gives `microvm@.service` and `microvms.target`, microvm.nix's names;
+        `"vmwarden"` gives `vmwarden@.service` and `vmwarden-vms.target`,
+        so microvm.nix's host module can stay on the same host while its
+        VMs move over one at a time (see docs/microvm-nix.md, "Migrating").
+        `vmwarden render-unit --prefix` renders the same names on hosts
+        without Nix.
+      '';
     };
 
     reapReport.enable = mkOption {
@@ -570,7 +587,8 @@ in {
       description = ''
         MicroVMs, by name (`^${vlib.vmNameRegex}$`). Each becomes
         {file}`/etc/vmwarden/vms/<name>.json`, a system user and group, and
-        the instance `microvm@<name>.service` of the shared template.
+        the instance `microvm@<name>.service` of the shared template
+        (`<unitPrefix>@<name>.service`, see {option}`vmwarden.unitPrefix`).
       '';
     };
   };

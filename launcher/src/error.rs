@@ -18,6 +18,7 @@ use crate::identity::registry::RegistryError;
 use crate::instance::intent::IntentError;
 use crate::instance::lease::LeaseError;
 use crate::launch::LaunchError;
+use crate::teardown::adopt::AdoptError;
 use crate::teardown::purge::PurgeError;
 use crate::unit::UnitError;
 
@@ -56,6 +57,8 @@ pub enum Error {
     Purge(#[from] PurgeError),
     #[error(transparent)]
     Unit(#[from] UnitError),
+    #[error(transparent)]
+    Adopt(#[from] AdoptError),
     #[error("reading confirmation: {0}")]
     Confirm(#[source] std::io::Error),
 }
@@ -84,6 +87,7 @@ impl Error {
             Error::Intent(e) => e.is_refusal(),
             Error::Launch(e) => e.is_refusal(),
             Error::Purge(e) => e.is_refusal(),
+            Error::Adopt(e) => e.is_refusal(),
             Error::Peer(_)
             | Error::Qmp(_)
             | Error::Api(_)

@@ -9,9 +9,13 @@
 //!
 //! * default: `microvm@.service`, the template every VM runs from;
 //! * `--target`: `microvms.target`;
+//! * `--prefix vmwarden`: the same units as `vmwarden@.service` and
+//!   `vmwarden-vms.target` (names per prefix: `units/unit-names.toml`, read
+//!   by the module's `vmwarden.unitPrefix` too), for a host that runs
+//!   microvm.nix's host module beside vmwarden;
 //! * `--reap-report`: `vmwarden-reap-report.service` (boot-time dry-run reap);
 //! * `--dropin NAME`: the per-VM drop-in
-//!   (`/etc/systemd/system/microvm@NAME.service.d/vmwarden.conf`) built from
+//!   (`/etc/systemd/system/PREFIX@NAME.service.d/vmwarden.conf`) built from
 //!   the VM's launch spec: `LoadCredential=` for every credential whose
 //!   source is `{"systemd": C}` (read from `CREDENTIALS_DIR/NAME/C`, root-only
 //!   files), and `ReadWritePaths=` for writable disks and `landlock.write`.
@@ -34,6 +38,108 @@ pub const TEMPLATE_DATA: &str = include_str!("../../units/microvm@.service.toml"
 pub const REAP_REPORT_DATA: &str = include_str!("../../units/vmwarden-reap-report.service.toml");
 /// `units/microvms.target.toml`, compiled in.
 pub const TARGET_DATA: &str = include_str!("../../units/microvms.target.toml");
+/// `units/unit-names.toml` (the template's and the target's names per unit
+/// prefix), compiled in.
+pub const NAMES_DATA: &str = include_str!("../../units/unit-names.toml");
+/// Stands for the unit prefix in the unit data.
+pub const PREFIX_PLACEHOLDER: &str = "@prefix@";
+/// Stands for the target's unit name in the unit data.
+pub const TARGET_PLACEHOLDER: &str = "@target@";
+
+/// The names of the units every VM runs under, for one unit prefix
+/// (`units/unit-names.toml`, the one definition the NixOS module reads
+/// too): the template `PREFIX@.service` and its target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitNames {
+    prefix: String,
+    target: String,
+}
+
+impl UnitNames {
+    /// The names for `prefix`, which must be one `units/unit-names.toml`
+    /// lists.
+    pub fn for_prefix(prefix: &str) -> Result<UnitNames, UnitError> {
+        Self::from_data(NAMES_DATA, prefix)
+    }
+
+    /// The default names (`default` in the data: microvm.nix's).
+    pub fn default_names() -> UnitNames {
+        let table: toml::Table = NAMES_DATA
+            .parse()
+            .expect("units/unit-names.toml is compiled in and unit-tested");
+        let prefix = table
+            .get("default")
+            .and_then(|v| v.as_str())
+            .expect("units/unit-names.toml has a default");
+        Self::from_data(NAMES_DATA, prefix).expect("the default prefix is listed")
+    }
+
+    /// The prefixes the data lists, in byte order.
+    pub fn prefixes() -> Vec<String> {
+        let table: toml::Table = NAMES_DATA
+            .parse()
+            .expect("units/unit-names.toml is compiled in and unit-tested");
+        table
+            .get("prefix")
+            .and_then(|v| v.as_table())
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn from_data(data: &str, prefix: &str) -> Result<UnitNames, UnitError> {
+        let bad = |reason: String| UnitError::Data {
+            file: "units/unit-names.toml".to_string(),
+            reason,
+        };
+        let table: toml::Table = data.parse().map_err(|e| bad(format!("{e}")))?;
+        let prefixes = table
+            .get("prefix")
+            .and_then(|v| v.as_table())
+            .ok_or_else(|| bad("no [prefix.NAME] tables".to_string()))?;
+        let Some(entry) = prefixes.get(prefix) else {
+            return Err(UnitError::UnknownPrefix {
+                prefix: prefix.to_string(),
+                known: prefixes.keys().cloned().collect::<Vec<_>>().join(", "),
+            });
+        };
+        let target = entry
+            .get("target")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| bad(format!("[prefix.{prefix}] has no target string")))?;
+        Ok(UnitNames {
+            prefix: prefix.to_string(),
+            target: target.to_string(),
+        })
+    }
+
+    /// The prefix (`microvm`, `vmwarden`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The template's file name, `PREFIX@.service`.
+    pub fn template(&self) -> String {
+        format!("{}@.service", self.prefix)
+    }
+
+    /// VM `name`'s unit, `PREFIX@NAME.service`.
+    pub fn instance(&self, name: &VmName) -> String {
+        format!("{}@{name}.service", self.prefix)
+    }
+
+    /// The target's unit name (`microvms.target`, `vmwarden-vms.target`).
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// The placeholders of the unit data and their values.
+    fn substitutions(&self) -> [(&'static str, &str); 2] {
+        [
+            (PREFIX_PLACEHOLDER, self.prefix.as_str()),
+            (TARGET_PLACEHOLDER, self.target.as_str()),
+        ]
+    }
+}
 /// Stands for the binaries' directory in the unit data (`--bin-dir` here,
 /// `${vmwarden.package}/bin` in the module).
 pub const BIN_PLACEHOLDER: &str = "@bin@";
@@ -46,15 +152,16 @@ pub struct RenderUnitArgs {
     /// (absolute).
     pub bin_dir: PathBuf,
 
-    /// Print microvms.target instead of microvm@.service.
+    /// Print the target (microvms.target with the default prefix)
+    /// instead of the template.
     pub target: bool,
 
     /// Print vmwarden-reap-report.service (boot-time `vmwarden reap` dry
-    /// run) instead of microvm@.service.
+    /// run) instead of the template.
     pub reap_report: bool,
 
     /// Print the drop-in of VM NAME (install it as
-    /// /etc/systemd/system/microvm@NAME.service.d/vmwarden.conf).
+    /// /etc/systemd/system/PREFIX@NAME.service.d/vmwarden.conf).
     pub dropin: Option<VmName>,
 
     /// Launch spec the drop-in is built from [default:
@@ -73,6 +180,11 @@ pub struct RenderUnitArgs {
     /// Read the unit data from DIR/*.toml instead of the copy compiled in
     /// (for tests/nix/run.sh: an edited key must change both renderings).
     pub units_dir: Option<PathBuf>,
+
+    /// Unit prefix: the template is PREFIX@.service, the target the one
+    /// `units/unit-names.toml` gives it (`microvm`: microvms.target,
+    /// `vmwarden`: vmwarden-vms.target).
+    pub prefix: String,
 }
 
 impl Default for RenderUnitArgs {
@@ -86,6 +198,7 @@ impl Default for RenderUnitArgs {
             credentials_dir: PathBuf::from(DEFAULT_CREDENTIALS_DIR),
             config_dir: None,
             units_dir: None,
+            prefix: UnitNames::default_names().prefix,
         }
     }
 }
@@ -113,6 +226,8 @@ pub enum UnitError {
     /// renderers do not take.
     #[error("unit data {file}: {reason}")]
     Data { file: String, reason: String },
+    #[error("--prefix {prefix:?}: not a unit prefix vmwarden knows (units/unit-names.toml lists {known})")]
+    UnknownPrefix { prefix: String, known: String },
 }
 
 /// Which unit file a `render_unit` call prints.
@@ -131,16 +246,20 @@ pub fn render_unit(args: &RenderUnitArgs) -> Result<String, UnitError> {
         (None, false, true) => Which::ReapReport,
         (None, false, false) => Which::Template,
     };
+    let names = UnitNames::for_prefix(&args.prefix)?;
+    let (p, t) = (names.prefix(), names.target());
     match which {
         Which::Template => {
             let bin = unit_safe_dir("bin-dir", &args.bin_dir)?;
             let data = unit_data(args, "microvm@.service.toml", TEMPLATE_DATA)?;
             Ok(render(
-                "microvm@.service: the template every vmwarden microVM runs from.\n\
-                 # Install as /etc/systemd/system/microvm@.service; start a VM with\n\
-                 # `systemctl start microvm@NAME` (spec: /etc/vmwarden/vms/NAME.json),\n\
-                 # autostart it with `systemctl add-wants microvms.target microvm@NAME.service`.",
-                &entries("microvm@.service.toml", &data, Some(&bin))?,
+                &format!(
+                    "{p}@.service: the template every vmwarden microVM runs from.\n\
+                     # Install as /etc/systemd/system/{p}@.service; start a VM with\n\
+                     # `systemctl start {p}@NAME` (spec: /etc/vmwarden/vms/NAME.json),\n\
+                     # autostart it with `systemctl add-wants {t} {p}@NAME.service`."
+                ),
+                &entries("microvm@.service.toml", &data, Some(&bin), &names)?,
             ))
         }
         Which::ReapReport => {
@@ -150,16 +269,23 @@ pub fn render_unit(args: &RenderUnitArgs) -> Result<String, UnitError> {
                 "vmwarden-reap-report.service: `vmwarden reap` (dry run) once at boot.\n\
                  # Install as /etc/systemd/system/vmwarden-reap-report.service, then\n\
                  # `systemctl enable vmwarden-reap-report.service`.",
-                &entries("vmwarden-reap-report.service.toml", &data, Some(&bin))?,
+                &entries(
+                    "vmwarden-reap-report.service.toml",
+                    &data,
+                    Some(&bin),
+                    &names,
+                )?,
             ))
         }
         Which::Target => {
             let data = unit_data(args, "microvms.target.toml", TARGET_DATA)?;
             Ok(render(
-                "microvms.target: wants the VMs that start at boot.\n\
-                 # Install as /etc/systemd/system/microvms.target, then\n\
-                 # `systemctl enable microvms.target`.",
-                &entries("microvms.target.toml", &data, None)?,
+                &format!(
+                    "{t}: wants the VMs that start at boot.\n\
+                     # Install as /etc/systemd/system/{t}, then\n\
+                     # `systemctl enable {t}`."
+                ),
+                &entries("microvms.target.toml", &data, None, &names)?,
             ))
         }
         Which::Dropin(name) => {
@@ -181,7 +307,7 @@ pub fn render_unit(args: &RenderUnitArgs) -> Result<String, UnitError> {
             let lines = dropin(name, &path, &spec, &creds)?;
             Ok(render(
                 &format!(
-                    "microvm@{name}.service.d/vmwarden.conf: credentials and writable paths of VM {name}.\n\
+                    "{p}@{name}.service.d/vmwarden.conf: credentials and writable paths of VM {name}.\n\
                      # Rendered from {} by `vmwarden render-unit --dropin {name}`.",
                     path.display()
                 ),
@@ -223,21 +349,33 @@ fn unit_data(
 /// out in byte order within each section, the order NixOS prints them in,
 /// so the two texts match line by line. `mkNixosUnit` in modules/lib.nix
 /// reads the same data with the same rules.
-fn entries(file: &str, text: &str, bin: Option<&str>) -> Result<Vec<Entry>, UnitError> {
+/// `@prefix@` and `@target@` become the names in `names`.
+fn entries(
+    file: &str,
+    text: &str,
+    bin: Option<&str>,
+    names: &UnitNames,
+) -> Result<Vec<Entry>, UnitError> {
     let bad = |reason: String| UnitError::Data {
         file: file.to_string(),
         reason,
     };
     let table: toml::Table = text.parse().map_err(|err| bad(format!("{err}")))?;
+    let subst = |s: &str| {
+        names
+            .substitutions()
+            .iter()
+            .fold(s.to_string(), |acc, (from, to)| acc.replace(from, to))
+    };
     let scalar = |key: &str, v: &toml::Value| -> Result<String, UnitError> {
         match v {
             toml::Value::String(s) if s.contains(BIN_PLACEHOLDER) => match bin {
-                Some(b) => Ok(s.replace(BIN_PLACEHOLDER, b)),
+                Some(b) => Ok(subst(s).replace(BIN_PLACEHOLDER, b)),
                 None => Err(bad(format!(
                     "{key}: {BIN_PLACEHOLDER} has no value in this unit"
                 ))),
             },
-            toml::Value::String(s) => Ok(s.clone()),
+            toml::Value::String(s) => Ok(subst(s)),
             toml::Value::Integer(i) => Ok(i.to_string()),
             toml::Value::Boolean(b) => Ok(b.to_string()),
             v => Err(bad(format!(
@@ -507,7 +645,7 @@ mod tests {
         // NixOS prints each section's keys in byte order; keeping the same
         // order here makes the two texts comparable line by line.
         for (file, data) in DATA {
-            let entries = entries(file, data, Some("/b")).expect(file);
+            let entries = entries(file, data, Some("/b"), &UnitNames::default_names()).expect(file);
             for section in SECTIONS {
                 let keys: Vec<&str> = entries
                     .iter()
@@ -541,8 +679,10 @@ mod tests {
     fn one_changed_key_in_the_data_changes_the_unit() {
         let edited = TEMPLATE_DATA.replace("TimeoutStopSec = 150", "TimeoutStopSec = 151");
         assert_ne!(edited, TEMPLATE_DATA);
-        let before = entries("t", TEMPLATE_DATA, Some("/b")).expect("compiled-in data");
-        let after = entries("t", &edited, Some("/b")).expect("edited data");
+        let before = entries("t", TEMPLATE_DATA, Some("/b"), &UnitNames::default_names())
+            .expect("compiled-in data");
+        let after =
+            entries("t", &edited, Some("/b"), &UnitNames::default_names()).expect("edited data");
         let changed: Vec<_> = before.iter().zip(&after).filter(|(a, b)| a != b).collect();
         assert_eq!(before.len(), after.len());
         assert_eq!(changed.len(), 1, "{changed:?}");
@@ -561,11 +701,19 @@ mod tests {
             ("[Service]\nExecStart = \"@bin@/x\"\n", "@bin@ has no value"),
             ("[Unit\n", "f.toml"),
         ] {
-            let err = entries("f.toml", text, None).expect_err(text).to_string();
+            let err = entries("f.toml", text, None, &UnitNames::default_names())
+                .expect_err(text)
+                .to_string();
             assert!(err.contains(want), "{text:?}: {err}");
             assert!(err.contains("f.toml"), "{text:?}: {err}");
         }
-        let ok = entries("f.toml", "[Service]\nA = [\"x\", 2, true]\n", None).expect("list");
+        let ok = entries(
+            "f.toml",
+            "[Service]\nA = [\"x\", 2, true]\n",
+            None,
+            &UnitNames::default_names(),
+        )
+        .expect("list");
         let values: Vec<&str> = ok.iter().map(|en| en.2.as_str()).collect();
         assert_eq!(values, ["x", "2", "true"]);
     }
@@ -609,6 +757,56 @@ mod tests {
             let err = render_unit(&args).expect_err(bad);
             assert!(err.to_string().contains(bad), "{err}");
         }
+    }
+
+    #[test]
+    fn the_prefix_names_the_template_and_the_target_everywhere() {
+        let d = UnitNames::default_names();
+        assert_eq!(
+            (d.template().as_str(), d.target()),
+            ("microvm@.service", "microvms.target")
+        );
+        let v = UnitNames::for_prefix("vmwarden").expect("listed");
+        assert_eq!(
+            (v.template().as_str(), v.target()),
+            ("vmwarden@.service", "vmwarden-vms.target")
+        );
+        assert_eq!(UnitNames::prefixes(), ["microvm", "vmwarden"]);
+        let with = |prefix: &str, target: bool, reap_report: bool| {
+            render_unit(&RenderUnitArgs {
+                prefix: prefix.to_string(),
+                target,
+                reap_report,
+                ..RenderUnitArgs::default()
+            })
+        };
+        let t = with("vmwarden", false, false).expect("render");
+        let u = parse(&t);
+        assert_eq!(u["Unit"]["Before"], ["vmwarden-vms.target"]);
+        assert_eq!(u["Unit"]["PartOf"], ["vmwarden-vms.target"]);
+        assert_eq!(u["Service"]["SyslogIdentifier"], ["vmwarden@%i"]);
+        assert!(t.starts_with("# vmwarden@.service:"), "{t}");
+        // No name of microvm.nix's (microvm@, microvms.target) is left in
+        // any unit rendered with the other prefix, comments included.
+        for text in [
+            t,
+            with("vmwarden", true, false).expect("target"),
+            with("vmwarden", false, true).expect("reap report"),
+        ] {
+            assert!(!text.contains("microvm@"), "{text}");
+            assert!(!text.contains("microvms.target"), "{text}");
+        }
+        let r = parse(&with("vmwarden", false, true).expect("reap report"));
+        assert_eq!(r["Unit"]["Before"], ["vmwarden-vms.target"]);
+        let m = parse(&with("microvm", false, false).expect("render"));
+        assert_eq!(m["Unit"]["PartOf"], ["microvms.target"]);
+        assert_eq!(m["Service"]["SyslogIdentifier"], ["microvm@%i"]);
+        let err = with("microvms", false, false).expect_err("unknown prefix");
+        assert!(
+            err.to_string().contains("\"microvms\"")
+                && err.to_string().contains("microvm, vmwarden"),
+            "{err}"
+        );
     }
 
     #[test]

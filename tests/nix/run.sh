@@ -325,6 +325,7 @@ else
 two-vms|ok
 base|ok
 microvm-nix-disabled|ok
+microvm-nix-beside|ok
 type-error|option `vmwarden.vms.web.vcpus' is not of type `integer between 1 and 255
 unknown-option|The option `vmwarden.vms.web.vcpu' does not exist
 relative-path|option `vmwarden.vms.web.kernel' is not of type `normalised absolute path
@@ -347,7 +348,7 @@ multicast-mac|mac "01:00:5e:00:00:01" of vmw-web0 is not a unicast address
 zero-mac|mac "00:00:00:00:00:00" of vmw-web0 is not a unicast address
 bad-bridge|bridge "vmw-br0" of vmw-web0 is not a bridge the launcher accepts
 override|ok
-microvm-nix|vmwarden and microvm.nix's host module both define microvm@.service
+microvm-nix|and microvm.nix's host module both define microvm@.service and microvms.target; set vmwarden.unitPrefix
 shares-vsock|ok
 aarch64-host|ok
 guest-store-share|ok
@@ -571,6 +572,50 @@ PY
     fi
   fi
 
+  step "microvm.nix host module beside vmwarden"
+  # vmwarden beside microvm.nix's real host module (tests/nix/both-hosts.nix):
+  # with vmwarden.unitPrefix = "vmwarden" each module keeps its own template
+  # and target and no unit name is defined by both; a VM name in both
+  # modules, and the default prefix, are refused with a message naming them.
+  if [ -n "${MICROVM_NIX_SRC:-}" ]; then
+    both() { nix-instantiate --eval --strict --json tests/nix/both-hosts.nix --arg microvmSrc "$MICROVM_NIX_SRC" --arg libPath "$NIXPKGS_LIB" -A result "$@"; }
+    if both >"$work/both.json" 2>"$work/e" && both --arg claimTwice true >"$work/twice.json" 2>>"$work/e" &&
+      both --argstr prefix microvm >"$work/same.json" 2>>"$work/e" &&
+      out=$(python3 - "$work/both.json" "$work/twice.json" "$work/same.json" <<'PY'
+import json, sys
+r, twice, same = (json.load(open(p)) for p in sys.argv[1:4])
+m, v, b = r["microvm"], r["vmwarden"], r["both"]
+bad = []
+for k in ("services", "targets", "units"):
+    shared = sorted(set(m[k]) & set(v[k]))
+    if shared: bad.append(f"{k} defined by both modules: {shared}")
+    if sorted(b[k]) != sorted(set(m[k]) | set(v[k])): bad.append(f"{k} of both together is not the union of each alone: {b[k]}")
+want = {"microvm@.service", "microvms.target", "vmwarden@.service", "vmwarden-vms.target", "microvm@legacy.service", "vmwarden@web.service"}
+if not want <= set(b["units"]): bad.append(f"missing units: {sorted(want - set(b['units']))}")
+if b["targetWants"] != {"microvms": ["microvm@legacy.service"], "vmwarden-vms": ["vmwarden@web.service"]}: bad.append(f"target wants {b['targetWants']}")
+for name, e in (("microvm", m), ("vmwarden", v), ("both", b)):
+    if e["failed"]: bad.append(f"{name}: assertions failed: {e['failed']}")
+f = twice["both"]["failed"]
+if not any('VM "web" is claimed by both vmwarden.vms.web and microvm.nix\'s microvm.vms.web' in x for x in f): bad.append(f"a VM in both modules: {f}")
+f = same["both"]["failed"]
+if not any("both define microvm@.service and microvms.target; set vmwarden.unitPrefix = \"vmwarden\"" in x for x in f): bad.append(f"the default prefix beside microvm.nix: {f}")
+if same["vmwarden"]["failed"] or same["microvm"]["failed"]: bad.append("each module alone must evaluate")
+print("; ".join(bad) if bad else f"{len(b['units'])} units, {len(set(m['units']) & set(v['units']))} shared")
+sys.exit(1 if bad else 0)
+PY
+      ); then
+      ok "both host modules (microvm.nix at $MICROVM_NIX_SRC, vmwarden.unitPrefix = \"vmwarden\"): two templates, two targets, $out; a VM in both and the shared default names refused"
+    else
+      cat "$work/e"
+      echo "${out:-}"
+      bad "both host modules on one host (tests/nix/both-hosts.nix)"
+    fi
+  elif [ "${CI:-}" = true ]; then
+    bad "vmwarden beside microvm.nix's host module: MICROVM_NIX_SRC is not set (CI needs it)"
+  else
+    echo "NOT RUN: vmwarden beside microvm.nix's host module (MICROVM_NIX_SRC is not set)"
+  fi
+
   step "module evaluation: packages, activation, parity"
   # mkfs.ext4 for created images: in the system profile when a VM creates
   # an ext4 image (shares-vsock does), not otherwise (two-vms).
@@ -742,6 +787,34 @@ open(p, "w").write(s.replace(a + "\n", b + "\n"))' "$ed/units/$1" "$2" "$3"
         bad "parity $label: the module and render-unit differ"
       fi
     }
+    # vmwarden.unitPrefix = "vmwarden" and `render-unit --prefix vmwarden`
+    # (both from units/unit-names.toml): the same units under the other
+    # names, key by key, and no name of microvm.nix's left in them.
+    printf '{vmwarden.unitPrefix = "vmwarden";}\n' >"$work/prefix.nix"
+    if ev checked.systemd.units "$two" "$work/stub-package.nix" "$work/prefix.nix" >"$work/units-prefix.json" 2>"$work/e" &&
+      "$vmw" render-unit --prefix vmwarden --bin-dir "$stubs/bin" >"$ru/vmwarden@.service" &&
+      "$vmw" render-unit --prefix vmwarden --reap-report --bin-dir "$stubs/bin" >"$ru/prefix-vmwarden-reap-report.service" &&
+      "$vmw" render-unit --prefix vmwarden --target >"$ru/vmwarden-vms.target"; then
+      pre() { # pre KIND NIXUNIT RUSTFILE
+        text "$2" "$work/units-prefix.json" >"$work/nix-unit"
+        if out=$(python3 tests/nix/units.py parity "$work/nix-unit" "$3" "$1") && ! grep -qE 'microvm@|microvms\.target' "$work/nix-unit" "$3"; then
+          ok "parity --prefix vmwarden $2: ${out#ok   }"
+        else
+          echo "$out"
+          grep -HE 'microvm@|microvms\.target' "$work/nix-unit" "$3"
+          bad "parity --prefix vmwarden $2: the module and render-unit differ, or a microvm.nix name is left"
+        fi
+      }
+      pre template "vmwarden@.service" "$ru/vmwarden@.service"
+      pre reap "vmwarden-reap-report.service" "$ru/prefix-vmwarden-reap-report.service"
+      pre target "vmwarden-vms.target" "$ru/vmwarden-vms.target"
+      python3 -c 'import json,sys; u=json.load(open(sys.argv[1])); sys.exit(0 if {"vmwarden@web.service","vmwarden@batch.service"} <= set(u) and not any(n.startswith("microvm") for n in u) else 1)' "$work/units-prefix.json" &&
+        ok "vmwarden.unitPrefix = \"vmwarden\": drop-ins vmwarden@web, vmwarden@batch; no microvm* unit" ||
+        bad "vmwarden.unitPrefix = \"vmwarden\": unit names $(python3 -c 'import json,sys; print(sorted(json.load(open(sys.argv[1]))))' "$work/units-prefix.json")"
+    else
+      cat "$work/e"
+      bad "units with vmwarden.unitPrefix = \"vmwarden\" do not evaluate or render"
+    fi
     for vm in web batch; do
       if "$vmw" render-unit --dropin "$vm" --spec "$work/$vm.json" >"$ru/$vm.conf" 2>"$work/e"; then
         par "microvm@$vm drop-in" dropin "microvm@$vm.service" "$ru/$vm.conf" --cred-dir /etc/vmwarden/credentials --vm "$vm"

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use vmwarden::config::rawpath::show;
 use vmwarden::config::text::{self, escape};
-use vmwarden::teardown::{purge, reap, verify};
+use vmwarden::teardown::{adopt, purge, reap, verify};
 use vmwarden::unit;
 use vmwarden::{control, Error};
 
@@ -93,6 +93,12 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             since,
             json: as_json,
         } => verify_clean(&roots, &names, &protected, since, as_json),
+        Cmd::Adopt {
+            name,
+            from,
+            apply,
+            json: as_json,
+        } => adopt_cmd(&roots, &name, &from, apply, as_json),
         Cmd::RenderUnit(args) => {
             let text = unit::render_unit(&args.request(roots.config_dir.clone()))?;
             print!("{text}");
@@ -267,6 +273,66 @@ fn verify_clean(
         print!("{}", r.lines());
     }
     Ok(ok_or_failure(r.clean))
+}
+
+/// microvm.nix's unit of VM `name`, asked of systemd (only here, in the
+/// command layer): `Err` when it is active (or activating, reloading,
+/// deactivating), else what was found, for the report.
+fn microvm_nix_unit(name: &VmName, from: &Path) -> Result<String, Error> {
+    let unit = format!("microvm@{name}.service");
+    if !Path::new("/run/systemd/system").exists() {
+        return Ok(format!("systemd is not running here ({unit} not asked)"));
+    }
+    let out = std::process::Command::new("systemctl")
+        .args(["is-active", &unit])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    let state = match out {
+        Ok(o) => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        Err(e) => {
+            return Err(adopt::AdoptError::Refused {
+                name: name.to_string(),
+                path: from.to_path_buf(),
+                why: format!("cannot ask systemd whether {unit} is active (systemctl: {e})"),
+            }
+            .into())
+        }
+    };
+    match state.as_str() {
+        "inactive" | "failed" | "unknown" | "" => Ok(format!(
+            "{unit} is {}",
+            if state.is_empty() { "unknown" } else { &state }
+        )),
+        s => Err(adopt::AdoptError::Refused {
+            name: name.to_string(),
+            path: from.to_path_buf(),
+            why: format!("{unit} is {s}; stop microvm.nix's VM first (systemctl stop {unit})"),
+        }
+        .into()),
+    }
+}
+
+/// `adopt NAME --from DIR [--apply] [--json]`.
+fn adopt_cmd(
+    roots: &Roots,
+    name: &VmName,
+    from: &Path,
+    apply: bool,
+    as_json: bool,
+) -> Result<ExitCode, Error> {
+    let systemd = microvm_nix_unit(name, from)?;
+    let opts = adopt::Options {
+        apply,
+        fault_after: std::env::var("VMWARDEN_FAULT_AFTER").ok(),
+    };
+    let plan = adopt::adopt(roots, name, from, &opts)?;
+    if as_json {
+        println!("{}", json(&plan));
+    } else {
+        print!("{}", adopt::render(&plan, &systemd));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `generate --out DIR`: man pages and shell completions.

@@ -101,6 +101,31 @@ a VM vmwarden knows."
         #[arg(long)]
         json: bool,
     },
+    /// Move a stopped microvm.nix VM's disk images and share sources into
+    /// vmwarden's state dir and give them to the VM's principal (dry run
+    /// unless --apply).
+    #[command(
+        long_about = "Move a stopped microvm.nix VM's state into vmwarden's: every disk \
+image and share source the VM's spec places under STATE_ROOT/NAME/ (STATE_ROOT/NAME/X comes from \
+DIR/X), re-owned to the VM's principal without following links and without crossing file \
+systems. Everything else in DIR is listed and left. Refused when either side's VM might be \
+running (vmwarden's liveness, microvm@NAME.service active, a process holding DIR's files open), \
+when a target exists, for a symlink, a hard-linked file or a device node. A dry run unless \
+--apply; an interrupted --apply is finished by running it again. See docs/microvm-nix.md."
+    )]
+    Adopt {
+        /// VM name (its spec must be configured).
+        name: VmName,
+        /// microvm.nix's state dir of the VM, e.g. /var/lib/microvms/NAME.
+        #[arg(long, value_name = "DIR")]
+        from: PathBuf,
+        /// Move (default: a dry run that changes nothing).
+        #[arg(long)]
+        apply: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the systemd units for hosts without Nix.
     RenderUnit(RenderUnitCli),
     /// Write the man pages and shell completions of the three binaries
@@ -120,17 +145,17 @@ pub struct RenderUnitCli {
     #[arg(long, value_name = "DIR", default_value = DEFAULT_BIN_DIR)]
     pub bin_dir: PathBuf,
 
-    /// Print microvms.target instead of microvm@.service.
+    /// Print the target (microvms.target) instead of the template.
     #[arg(long, conflicts_with_all = ["dropin", "reap_report"])]
     pub target: bool,
 
     /// Print vmwarden-reap-report.service (boot-time `vmwarden reap` dry
-    /// run) instead of microvm@.service.
+    /// run) instead of the template.
     #[arg(long, conflicts_with_all = ["dropin", "target"])]
     pub reap_report: bool,
 
     /// Print the drop-in of VM NAME (install it as
-    /// /etc/systemd/system/microvm@NAME.service.d/vmwarden.conf).
+    /// /etc/systemd/system/PREFIX@NAME.service.d/vmwarden.conf).
     #[arg(long, value_name = "NAME")]
     pub dropin: Option<VmName>,
 
@@ -148,6 +173,13 @@ pub struct RenderUnitCli {
     /// (for tests/nix/run.sh: an edited key must change both renderings).
     #[arg(long, value_name = "DIR", hide = true)]
     pub units_dir: Option<PathBuf>,
+
+    /// Unit prefix: `microvm` (microvm@.service, microvms.target) or
+    /// `vmwarden` (vmwarden@.service, vmwarden-vms.target, for a host
+    /// that also runs microvm.nix's host module); the NixOS module's
+    /// vmwarden.unitPrefix.
+    #[arg(long, value_name = "PREFIX", default_value = "microvm", value_parser = ["microvm", "vmwarden"])]
+    pub prefix: String,
 }
 
 impl RenderUnitCli {
@@ -163,6 +195,7 @@ impl RenderUnitCli {
             credentials_dir: self.credentials_dir,
             config_dir: Some(config_dir),
             units_dir: self.units_dir,
+            prefix: self.prefix,
         }
     }
 }

@@ -1,0 +1,1124 @@
+//! `vmwarden adopt NAME --from DIR [--apply]`: move a stopped VM's disk
+//! images and share sources from a microvm.nix state dir (DIR, usually
+//! `/var/lib/microvms/NAME`) into its vmwarden state dir and give them to
+//! its principal.
+//!
+//! What moves is what the spec names under `STATE_ROOT/NAME/`: a disk image
+//! or share source at `STATE_ROOT/NAME/X` comes from `DIR/X`. Everything
+//! else in DIR (microvm.nix's `current`, `booted`, `toplevel`, sockets) is
+//! listed and left. Every walk is `openat`-style from DIR's descriptor with
+//! `O_NOFOLLOW`; a symlink is never followed (one the spec names is
+//! refused; one inside a share source is re-owned itself, with
+//! `AT_SYMLINK_NOFOLLOW`); a regular file with more than one link is
+//! refused (re-owning it would re-own the other name too); a device node or
+//! another file system inside a share source is refused. The move is one
+//! `renameat2(RENAME_NOREPLACE)` per item within one file system: an item
+//! on another file system is refused, never copied, so a sparse image stays
+//! the same inode with the same blocks.
+//!
+//! `--apply` holds the VM's lease (no launch starts meanwhile), records
+//! what it is about to do in `STATE_ROOT/.adopt-NAME.json` (durably, like
+//! the launch's intent record) and then, item by item, moves and re-owns.
+//! A launch between a kill and the re-run is refused by the launcher's own
+//! checks while an image or share source is missing or not yet the
+//! principal's (a share's own directory is re-owned last); after the last
+//! re-own the state is complete and only the record is left. A run
+//! killed at any step is finished by running the same command again: an
+//! item already in the state dir and gone from DIR is one the record names
+//! as moved, and re-owning is idempotent. The record is removed last.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat2, AtFlags, OFlag, RenameFlags};
+use nix::sys::stat::{fchmod, fstatat, FileStat, Mode, SFlag};
+use nix::unistd::{fchownat, Gid, Uid};
+use serde::{Deserialize, Serialize};
+
+use crate::config::names::{check_abs_normalised, VmName};
+use crate::config::paths::Roots;
+use crate::config::spec::{Spec, SpecError};
+use crate::host::dirs::{self, Dir, DirError, Loose, Want};
+use crate::host::ownership;
+use crate::host::sys::{SysContext, SysError};
+use crate::identity::principal::{self, PrincipalError};
+use crate::instance::lease::{Lease, LeaseError};
+use crate::instance::liveness::{self, Verdict};
+
+/// The record of an adoption in progress: `STATE_ROOT/.adopt-NAME.json`
+/// (root, 0600). In the state root, not the runtime dir: it must outlive a
+/// reboot and `vmwarden-cleanup` (which empties the runtime dir), and a
+/// dot name is no VM's (status and the registry read VM names only).
+pub fn record_name(name: &VmName) -> String {
+    format!(".adopt-{name}.json")
+}
+const MAX_RECORD_BYTES: u64 = 256 * 1024;
+
+/// Steps `VMWARDEN_FAULT_AFTER` can name (builds with the `fault-injection`
+/// feature): the record, then `move:X` and `own:X` per item, then `done`.
+pub const RECORD_STEP: &str = "record";
+
+/// Why an adoption was refused or failed. Every refusal changes nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum AdoptError {
+    #[error("adopt {name}: {path}: refused: {why}; nothing changed")]
+    Refused {
+        name: String,
+        path: PathBuf,
+        why: String,
+    },
+    #[error("adopt {name}: refused: VM {name} is {}; stop it first; nothing changed", .verdict.reason())]
+    Running { name: String, verdict: Verdict },
+    #[error("adopt {name}: {from}: refused: held open by process {pid} ({what}); stop microvm.nix's VM first (systemctl stop microvm@{name}); nothing changed")]
+    HeldOpen {
+        name: String,
+        from: PathBuf,
+        pid: u32,
+        what: String,
+    },
+    #[error(
+        "adopt {name}: refused: VM {name} started meanwhile (its lease is held); nothing changed"
+    )]
+    StartedMeanwhile { name: String },
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    Principal(#[from] PrincipalError),
+    #[error(transparent)]
+    Dir(#[from] DirError),
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    #[error("adopt record {path}: {reason}")]
+    Record { path: PathBuf, reason: String },
+}
+
+impl AdoptError {
+    /// A refusal of the input or the host state (nothing was changed).
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            AdoptError::Refused { .. }
+            | AdoptError::Running { .. }
+            | AdoptError::HeldOpen { .. }
+            | AdoptError::StartedMeanwhile { .. }
+            | AdoptError::Spec(_)
+            | AdoptError::Principal(_) => true,
+            AdoptError::Dir(e) => e.is_refusal(),
+            AdoptError::Lease(e) => e.is_refusal(),
+            AdoptError::Sys(_) | AdoptError::Record { .. } => false,
+        }
+    }
+}
+
+type Result<T, E = AdoptError> = std::result::Result<T, E>;
+
+/// A failed system call on `path`.
+fn sys_err(errno: Errno, op: &'static str, path: impl Into<PathBuf>) -> AdoptError {
+    AdoptError::Sys(SysError {
+        op,
+        path: path.into(),
+        errno,
+    })
+}
+
+/// What kind of thing an item is.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// A disk image: a regular file with one link, re-owned, mode 0600.
+    Image,
+    /// A share source: a directory, re-owned with everything in it.
+    Share,
+}
+
+/// One thing the spec names under the state dir.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Item {
+    /// The spec field that names it (`disks[0].path`).
+    pub field: String,
+    /// Its path relative to DIR and to the state dir.
+    pub rel: PathBuf,
+    pub kind: Kind,
+}
+
+/// Where an item is now.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case", tag = "at")]
+pub enum Place {
+    /// In DIR, to be moved: its size and the blocks it uses (a sparse
+    /// image uses fewer), and for a share the number of entries in it.
+    From {
+        bytes: u64,
+        allocated: u64,
+        entries: u64,
+        owner: (u32, u32),
+    },
+    /// Already in the state dir and gone from DIR (a resumed adoption).
+    Moved,
+    /// In neither, and the spec creates it at launch (`disks[].create`).
+    CreatedAtLaunch,
+}
+
+/// An item with where it is.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Planned {
+    #[serde(flatten)]
+    pub item: Item,
+    pub place: Place,
+    pub from: PathBuf,
+    pub to: PathBuf,
+}
+
+/// An entry of DIR the spec does not name: listed, left where it is.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Left {
+    pub path: PathBuf,
+    pub what: &'static str,
+}
+
+/// What `adopt` does (dry run) or did (`--apply`).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Plan {
+    pub name: String,
+    pub from: PathBuf,
+    pub state_dir: PathBuf,
+    pub uid: u32,
+    pub gid: u32,
+    pub user: Option<String>,
+    pub items: Vec<Planned>,
+    pub left: Vec<Left>,
+    /// An earlier `--apply` was interrupted: this one finishes it.
+    pub resuming: bool,
+    pub applied: bool,
+}
+
+/// The record `--apply` writes before it changes anything.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct Record {
+    version: u32,
+    name: String,
+    from: PathBuf,
+    /// DIR's device and inode: a record is for this DIR only.
+    from_dev: u64,
+    from_ino: u64,
+    uid: u32,
+    gid: u32,
+    items: Vec<Item>,
+}
+
+/// Caller's options.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub apply: bool,
+    /// `$VMWARDEN_FAULT_AFTER` (honoured only with `fault-injection`).
+    pub fault_after: Option<String>,
+}
+
+const NOFOLLOW: OFlag = OFlag::O_NOFOLLOW.union(OFlag::O_CLOEXEC);
+const DIR_FLAGS: OFlag = OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(NOFOLLOW);
+
+/// A file's size in bytes (never negative).
+fn size_of(st: &FileStat) -> u64 {
+    u64::try_from(st.st_size).unwrap_or(0)
+}
+
+/// The bytes a file's blocks take (less than its size when sparse).
+fn allocated_of(st: &FileStat) -> u64 {
+    u64::try_from(st.st_blocks).unwrap_or(0) * 512
+}
+
+fn kind_of(st: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
+}
+
+fn describe(st: &FileStat) -> &'static str {
+    match kind_of(st) {
+        SFlag::S_IFREG => "regular file",
+        SFlag::S_IFDIR => "directory",
+        SFlag::S_IFLNK => "symlink",
+        SFlag::S_IFSOCK => "socket",
+        SFlag::S_IFIFO => "fifo",
+        SFlag::S_IFBLK => "block device",
+        SFlag::S_IFCHR => "character device",
+        _ => "file of unknown type",
+    }
+}
+
+/// The items of `spec`: every disk image and share source under
+/// `state_dir`, by the path relative to it.
+pub fn items(spec: &Spec, state_dir: &Path) -> Vec<(Item, bool)> {
+    let mut out: Vec<(Item, bool)> = Vec::new();
+    let mut add = |field: String, p: &Path, kind: Kind, created: bool| {
+        if let Ok(rel) = p.strip_prefix(state_dir) {
+            if rel.as_os_str().is_empty() || out.iter().any(|(i, _)| i.rel == rel) {
+                return;
+            }
+            out.push((
+                Item {
+                    field,
+                    rel: rel.to_path_buf(),
+                    kind,
+                },
+                created,
+            ));
+        }
+    };
+    for (i, d) in spec.disks.iter().enumerate() {
+        add(
+            format!("disks[{i}].path"),
+            &d.path,
+            Kind::Image,
+            d.create.is_some(),
+        );
+    }
+    for (i, s) in spec.shares.iter().enumerate() {
+        add(format!("shares[{i}].source"), &s.source, Kind::Share, false);
+    }
+    out
+}
+
+/// Open the directory `rel`'s parent below `base` without following a
+/// symlink; `Ok(None)` when a component is missing.
+fn open_parent(base: &Dir, rel: &Path) -> Result<Option<(Dir, OsString)>> {
+    let mut comps: Vec<&OsStr> = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(n) => comps.push(n),
+            _ => {
+                return Err(AdoptError::Refused {
+                    name: String::new(),
+                    path: base.path.join(rel),
+                    why: "not a plain relative path".into(),
+                })
+            }
+        }
+    }
+    let Some((last, parents)) = comps.split_last() else {
+        return Ok(None);
+    };
+    let mut cur = Dir {
+        fd: nix::unistd::dup(base.fd.as_fd()).sys("dup", &base.path)?,
+        path: base.path.clone(),
+    };
+    for c in parents {
+        let path = cur.path.join(c);
+        match openat(cur.fd.as_fd(), *c, DIR_FLAGS, Mode::empty()) {
+            Ok(fd) => cur = Dir { fd, path },
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(Errno::ELOOP | Errno::ENOTDIR) => {
+                return Err(AdoptError::Refused {
+                    name: String::new(),
+                    path,
+                    why: "is a symlink or not a directory; adopt never follows symlinks".into(),
+                })
+            }
+            Err(e) => return Err(sys_err(e, "openat", path)),
+        }
+    }
+    Ok(Some((cur, last.to_os_string())))
+}
+
+fn lstat_at(dir: &Dir, name: &OsStr) -> Result<Option<FileStat>> {
+    match fstatat(dir.fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(sys_err(e, "fstatat", dir.path.join(name))),
+    }
+}
+
+/// Walk a share source (opened, O_NOFOLLOW) and call `f` on every entry
+/// below it with its parent and stat, depth first; refuses devices, other
+/// file systems and regular files with more than one link.
+fn walk_share(
+    dir: &Dir,
+    dev: u64,
+    f: &mut dyn FnMut(&Dir, &OsStr, &FileStat) -> Result<()>,
+) -> Result<()> {
+    let names = ownership::entries(dir).sys("readdir", &dir.path)?;
+    for n in names {
+        let path = dir.path.join(&n);
+        let Some(st) = lstat_at(dir, &n)? else {
+            continue;
+        };
+        check_entry(&path, &st, dev)?;
+        if kind_of(&st) == SFlag::S_IFDIR {
+            let fd = openat(dir.fd.as_fd(), n.as_os_str(), DIR_FLAGS, Mode::empty())
+                .sys("openat", &path)?;
+            walk_share(&Dir { fd, path }, dev, f)?;
+        }
+        f(dir, &n, &st)?;
+    }
+    Ok(())
+}
+
+/// What may be re-owned inside a share source.
+fn check_entry(path: &Path, st: &FileStat, dev: u64) -> Result<()> {
+    let refuse = |why: String| AdoptError::Refused {
+        name: String::new(),
+        path: path.to_path_buf(),
+        why,
+    };
+    if st.st_dev != dev {
+        return Err(refuse(
+            "is on another file system (a mount inside the share source); adopt moves, never copies, and does not cross file systems".into(),
+        ));
+    }
+    match kind_of(st) {
+        SFlag::S_IFBLK | SFlag::S_IFCHR => Err(refuse(format!(
+            "is a {}; the VM's principal would own a device node",
+            describe(st)
+        ))),
+        SFlag::S_IFREG if st.st_nlink > 1 => Err(refuse(format!(
+            "is a regular file with {} links; re-owning it would re-own the other names' inode too (break the link with cp, then retry)",
+            st.st_nlink
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Check one item at DIR (`src_parent`/`name`) and describe where it is.
+fn inspect_source(parent: &Dir, name: &OsStr, item: &Item, dev: u64) -> Result<Option<Place>> {
+    let path = parent.path.join(name);
+    let Some(st) = lstat_at(parent, name)? else {
+        return Ok(None);
+    };
+    let refuse = |why: String| AdoptError::Refused {
+        name: String::new(),
+        path: path.clone(),
+        why,
+    };
+    if st.st_dev != dev {
+        return Err(refuse("is on another file system than the state root; adopt moves, never copies: move it to the same file system first".into()));
+    }
+    match (item.kind, kind_of(&st)) {
+        (_, SFlag::S_IFLNK) => Err(refuse(format!(
+            "is a symlink ({} names it); adopt never follows symlinks: put the file itself there",
+            item.field
+        ))),
+        (Kind::Image, SFlag::S_IFREG) => {
+            check_entry(&path, &st, dev)?;
+            Ok(Some(Place::From {
+                bytes: size_of(&st),
+                allocated: allocated_of(&st),
+                entries: 0,
+                owner: (st.st_uid, st.st_gid),
+            }))
+        }
+        (Kind::Share, SFlag::S_IFDIR) => {
+            let fd =
+                openat(parent.fd.as_fd(), name, DIR_FLAGS, Mode::empty()).sys("openat", &path)?;
+            let (mut entries, mut bytes, mut allocated) = (0u64, 0u64, 0u64);
+            walk_share(
+                &Dir {
+                    fd,
+                    path: path.clone(),
+                },
+                dev,
+                &mut |_, _, st| {
+                    entries += 1;
+                    bytes += size_of(st);
+                    allocated += allocated_of(st);
+                    Ok(())
+                },
+            )?;
+            Ok(Some(Place::From {
+                bytes,
+                allocated,
+                entries,
+                owner: (st.st_uid, st.st_gid),
+            }))
+        }
+        (Kind::Image, _) => Err(refuse(format!(
+            "is a {}, but {} is a disk image (a regular file)",
+            describe(&st),
+            item.field
+        ))),
+        (Kind::Share, _) => Err(refuse(format!(
+            "is a {}, but {} is a share source (a directory)",
+            describe(&st),
+            item.field
+        ))),
+    }
+}
+
+/// Processes that hold DIR or anything in it open, or run in it (cwd,
+/// root): `/proc/*/{cwd,root,fd/*}` compared by device and inode.
+fn holders(dir_dev: u64, inodes: &[(u64, u64)]) -> Option<(u32, String)> {
+    let me = std::process::id();
+    let proc_dir = std::fs::read_dir("/proc").ok()?;
+    for e in proc_dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let hit = |p: &Path| {
+            // stat(2) on a /proc magic link reaches the open file itself.
+            std::fs::metadata(p).ok().is_some_and(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.dev() == dir_dev && inodes.contains(&(m.dev(), m.ino()))
+            })
+        };
+        let base = PathBuf::from(format!("/proc/{pid}"));
+        for link in ["cwd", "root"] {
+            if hit(&base.join(link)) {
+                return Some((pid, format!("its {link} is in it")));
+            }
+        }
+        if let Ok(fds) = std::fs::read_dir(base.join("fd")) {
+            for fd in fds.flatten() {
+                if hit(&fd.path()) {
+                    return Some((pid, format!("fd {}", fd.file_name().to_string_lossy())));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Every inode of DIR's items and DIR itself (what a running microvm.nix
+/// VM would hold: its images, its share sources, its working directory).
+fn inodes_of(from: &Dir, planned: &[Planned]) -> Result<Vec<(u64, u64)>> {
+    let st = from.stat()?;
+    let mut out = vec![(st.st_dev, st.st_ino)];
+    for p in planned {
+        if !matches!(p.place, Place::From { .. }) {
+            continue;
+        }
+        let Some((parent, name)) = open_parent(from, &p.item.rel)? else {
+            continue;
+        };
+        if let Some(st) = lstat_at(&parent, &name)? {
+            out.push((st.st_dev, st.st_ino));
+            if kind_of(&st) == SFlag::S_IFDIR {
+                let fd = openat(
+                    parent.fd.as_fd(),
+                    name.as_os_str(),
+                    DIR_FLAGS,
+                    Mode::empty(),
+                )
+                .sys("openat", parent.path.join(&name))?;
+                let dir = Dir {
+                    fd,
+                    path: parent.path.join(&name),
+                };
+                walk_share(&dir, st.st_dev, &mut |_, _, s| {
+                    out.push((s.st_dev, s.st_ino));
+                    Ok(())
+                })?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn read_record(state_root: &Dir, file: &str) -> Result<Option<Record>> {
+    let path = state_root.path.join(file);
+    let Some(bytes) = dirs::read_small(state_root, file, MAX_RECORD_BYTES)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| AdoptError::Record {
+            path,
+            reason: format!("cannot be parsed: {e}"),
+        })
+}
+
+/// Check everything and say what `--apply` would do (and, with `apply`, do
+/// it). Refusals leave the host as it was.
+pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Result<Plan> {
+    let refuse = |path: &Path, why: String| AdoptError::Refused {
+        name: name.to_string(),
+        path: path.to_path_buf(),
+        why,
+    };
+    // The spec, read and checked as the launcher does.
+    let spec_path = roots.spec_path(name);
+    let spec = Spec::read(&spec_path)?;
+    spec.validate(&spec_path, name)?;
+    let principal = principal::resolve(&spec, roots)?;
+    let state_path = roots.state_dir(name);
+    check_abs_normalised(from).map_err(|r| refuse(from, format!("--from: {r}")))?;
+    if from.starts_with(&roots.state_root) || roots.state_root.starts_with(from) {
+        return Err(refuse(
+            from,
+            format!(
+                "--from must be outside vmwarden's state root {}",
+                roots.state_root.display()
+            ),
+        ));
+    }
+    let from_dir = dirs::open_dir(from).map_err(|e| match e {
+        DirError::Sys(SysError {
+            errno: Errno::ENOENT,
+            ..
+        }) => refuse(from, "--from: no such directory".into()),
+        DirError::Refused { path, why } => refuse(&path, format!("--from: {why}")),
+        e => e.into(),
+    })?;
+    let from_st = from_dir.stat()?;
+
+    // The vmwarden side: the launcher's own liveness verdict.
+    let verdict = liveness::probe(roots, name);
+    if !verdict.is_dead() {
+        return Err(AdoptError::Running {
+            name: name.to_string(),
+            verdict,
+        });
+    }
+
+    // A record of an interrupted --apply for this DIR: finish it.
+    let record_file = record_name(name);
+    let record_path = roots.state_root.join(&record_file);
+    let record = match dirs::open_dir_if_exists(&roots.state_root)? {
+        Some(d) => read_record(&d, &record_file)?,
+        None => None,
+    };
+    if let Some(r) = &record {
+        if (r.from_dev, r.from_ino) != (from_st.st_dev, from_st.st_ino) || r.name != name.as_str() {
+            return Err(refuse(
+                from,
+                format!(
+                    "an interrupted adoption of {} from {} is recorded in {}; finish it with `vmwarden adopt {} --from {} --apply` first",
+                    r.name,
+                    r.from.display(),
+                    record_path.display(),
+                    r.name,
+                    r.from.display()
+                ),
+            ));
+        }
+    }
+    let recorded = |rel: &Path| {
+        record
+            .as_ref()
+            .is_some_and(|r| r.items.iter().any(|i| i.rel == rel))
+    };
+
+    // The state root must be on DIR's file system (a move, not a copy).
+    let root_st = match dirs::open_dir_if_exists(&roots.state_root)? {
+        Some(d) => d.stat()?,
+        None => {
+            let parent = roots
+                .state_root
+                .parent()
+                .ok_or_else(|| refuse(&roots.state_root, "has no parent".into()))?;
+            dirs::open_dir(parent)?.stat()?
+        }
+    };
+    if root_st.st_dev != from_st.st_dev {
+        return Err(refuse(
+            from,
+            format!(
+                "is on another file system than {}; adopt moves, never copies: copy the images yourself (cp --sparse=always) or put DIR on the same file system",
+                roots.state_root.display()
+            ),
+        ));
+    }
+    let state_dir = dirs::open_dir_if_exists(&state_path)?;
+
+    // Every item: in DIR (to move), already moved (a resumed run), or to be
+    // created at launch. A target that exists is refused unless the record
+    // says this adoption moved it.
+    let mut planned = Vec::new();
+    for (item, created) in items(&spec, &state_path) {
+        let from_path = from.join(&item.rel);
+        let to_path = state_path.join(&item.rel);
+        let src = match open_parent(&from_dir, &item.rel) {
+            Ok(Some((p, n))) => inspect_source(&p, &n, &item, from_st.st_dev),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
+        }
+        .map_err(|e| match e {
+            AdoptError::Refused { path, why, .. } => AdoptError::Refused {
+                name: name.to_string(),
+                path,
+                why,
+            },
+            e => e,
+        })?;
+        let target = match &state_dir {
+            Some(sd) => match open_parent(sd, &item.rel)? {
+                Some((p, n)) => lstat_at(&p, &n)?,
+                None => None,
+            },
+            None => None,
+        };
+        let place = match (src, target) {
+            (Some(_), Some(_)) => {
+                return Err(refuse(
+                    &to_path,
+                    format!(
+                        "exists, and {} exists too; adopt never replaces a target: remove one of them",
+                        from_path.display()
+                    ),
+                ))
+            }
+            (Some(p), None) => p,
+            (None, Some(_)) if recorded(&item.rel) => Place::Moved,
+            (None, Some(_)) => {
+                return Err(refuse(
+                    &to_path,
+                    format!(
+                        "exists ({} does not): this VM's state is already there; nothing to adopt for {}",
+                        from_path.display(),
+                        item.field
+                    ),
+                ))
+            }
+            (None, None) if created => Place::CreatedAtLaunch,
+            (None, None) => {
+                return Err(refuse(
+                    &from_path,
+                    format!(
+                        "does not exist, and {} names {} (a microvm.nix volume keeps its image at DIR/{}); check --from",
+                        item.field,
+                        to_path.display(),
+                        item.rel.display()
+                    ),
+                ))
+            }
+        };
+        planned.push(Planned {
+            item,
+            place,
+            from: from_path,
+            to: to_path,
+        });
+    }
+    if planned.is_empty() {
+        return Err(refuse(
+            &spec_path,
+            format!(
+                "the spec names no disk image or share source under {}; nothing to adopt",
+                state_path.display()
+            ),
+        ));
+    }
+
+    // Everything else in DIR: listed, left.
+    let mut left = Vec::new();
+    let mut names = ownership::entries(&from_dir).sys("readdir", from)?;
+    names.sort();
+    for n in names {
+        if planned
+            .iter()
+            .any(|p| p.item.rel.as_os_str() == n.as_os_str())
+        {
+            continue;
+        }
+        let what = lstat_at(&from_dir, &n)?
+            .map(|st| describe(&st))
+            .unwrap_or("vanished");
+        left.push(Left {
+            path: from.join(&n),
+            what,
+        });
+    }
+
+    // microvm.nix's side: a process holding DIR, an image or a share open.
+    if let Some((pid, what)) = holders(from_st.st_dev, &inodes_of(&from_dir, &planned)?) {
+        return Err(AdoptError::HeldOpen {
+            name: name.to_string(),
+            from: from.to_path_buf(),
+            pid,
+            what,
+        });
+    }
+
+    let mut plan = Plan {
+        name: name.to_string(),
+        from: from.to_path_buf(),
+        state_dir: state_path.clone(),
+        uid: principal.uid,
+        gid: principal.gid,
+        user: principal.user.clone(),
+        items: planned,
+        left,
+        resuming: record.is_some(),
+        applied: false,
+    };
+    if opts.apply {
+        apply(roots, name, &from_dir, &from_st, &mut plan, opts)?;
+    }
+    Ok(plan)
+}
+
+fn fault(opts: &Options, step: &str) {
+    tracing::debug!(step = %step, "adopt step done");
+    #[cfg(feature = "fault-injection")]
+    if opts.fault_after.as_deref() == Some(step) {
+        tracing::warn!(step = %step, "fault injection: SIGKILL after step");
+        let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
+    }
+    #[cfg(not(feature = "fault-injection"))]
+    let _ = &opts.fault_after;
+}
+
+/// The step names of an adoption of `plan`'s items, in order.
+pub fn steps(items: &[Item]) -> Vec<String> {
+    let mut out = vec![RECORD_STEP.to_string()];
+    for i in items {
+        out.push(format!("move:{}", i.rel.display()));
+        out.push(format!("own:{}", i.rel.display()));
+    }
+    out.push("done".to_string());
+    out
+}
+
+fn apply(
+    roots: &Roots,
+    name: &VmName,
+    from_dir: &Dir,
+    from_st: &FileStat,
+    plan: &mut Plan,
+    opts: &Options,
+) -> Result<()> {
+    let root_want = |mode| Want {
+        uid: 0,
+        gid: 0,
+        mode,
+        loose: Loose::Refuse,
+    };
+    let vm_want = |mode| Want {
+        uid: plan.uid,
+        gid: plan.gid,
+        mode,
+        loose: Loose::Tighten,
+    };
+    // The lease, as a launch takes it: no launch starts until the record is
+    // gone.
+    let (rt_parent, rt_name) = dirs::split_parent(&roots.runtime_root)?;
+    let (runtime_root, _) = dirs::ensure(
+        &rt_parent,
+        &rt_name,
+        &Want {
+            loose: Loose::Tighten,
+            ..root_want(0o755)
+        },
+    )?;
+    let (rundir, _) = dirs::ensure(&runtime_root, name.as_str(), &root_want(0o755))?;
+    let Some(_lease) = Lease::acquire(&rundir)? else {
+        return Err(AdoptError::StartedMeanwhile {
+            name: name.to_string(),
+        });
+    };
+    let verdict = liveness::probe_with_lease_held(roots, name, plan.uid, None);
+    if !verdict.is_dead() {
+        return Err(AdoptError::Running {
+            name: name.to_string(),
+            verdict,
+        });
+    }
+    let items: Vec<Item> = plan.items.iter().map(|p| p.item.clone()).collect();
+    let record = Record {
+        version: 1,
+        name: name.to_string(),
+        from: plan.from.clone(),
+        from_dev: from_st.st_dev,
+        from_ino: from_st.st_ino,
+        uid: plan.uid,
+        gid: plan.gid,
+        items: items.clone(),
+    };
+    let (state_parent, state_name) = dirs::split_parent(&roots.state_root)?;
+    let (state_root, _) = dirs::ensure(
+        &state_parent,
+        &state_name,
+        &Want {
+            loose: Loose::Tighten,
+            ..root_want(0o755)
+        },
+    )?;
+    let record_file = record_name(name);
+    let mut bytes = serde_json::to_vec_pretty(&record).map_err(|e| AdoptError::Record {
+        path: state_root.path.join(&record_file),
+        reason: e.to_string(),
+    })?;
+    bytes.push(b'\n');
+    dirs::durable_write(&state_root, &record_file, &bytes, 0o600)?;
+    fault(opts, RECORD_STEP);
+
+    let (state_dir, _) = dirs::ensure(&state_root, name.as_str(), &vm_want(0o700))?;
+    let (uid, gid) = (plan.uid, plan.gid);
+    for p in &plan.items {
+        let rel = &p.item.rel;
+        // Directories between the state dir and the item: the principal's.
+        let mut parent = Dir {
+            fd: nix::unistd::dup(state_dir.fd.as_fd()).sys("dup", &state_dir.path)?,
+            path: state_dir.path.clone(),
+        };
+        let comps: Vec<&OsStr> = rel.iter().collect();
+        let (last, mids) = comps.split_last().expect("items are not empty");
+        for c in mids {
+            let c = c.to_str().ok_or_else(|| AdoptError::Refused {
+                name: name.to_string(),
+                path: parent.path.join(c),
+                why: "is not UTF-8".into(),
+            })?;
+            parent = dirs::ensure(&parent, c, &vm_want(0o700))?.0;
+        }
+        if let Place::From { .. } = p.place {
+            let (src_parent, src_name) =
+                open_parent(from_dir, rel)?.ok_or_else(|| AdoptError::Refused {
+                    name: name.to_string(),
+                    path: p.from.clone(),
+                    why: "vanished".into(),
+                })?;
+            match renameat2(
+                src_parent.fd.as_fd(),
+                src_name.as_os_str(),
+                parent.fd.as_fd(),
+                *last,
+                RenameFlags::RENAME_NOREPLACE,
+            ) {
+                Ok(()) => {}
+                // Moved by the run this one resumes.
+                Err(Errno::ENOENT) if lstat_at(&parent, last)?.is_some() => {}
+                Err(Errno::EXDEV) => {
+                    return Err(AdoptError::Refused {
+                        name: name.to_string(),
+                        path: p.from.clone(),
+                        why: format!(
+                            "cannot be renamed to {} (another file system); adopt never copies",
+                            p.to.display()
+                        ),
+                    })
+                }
+                Err(e) => return Err(sys_err(e, "renameat2", &p.from)),
+            }
+        }
+        fault(opts, &format!("move:{}", rel.display()));
+        // Re-own at the target, never following a link: the item itself by
+        // an O_NOFOLLOW descriptor, a share's entries with
+        // AT_SYMLINK_NOFOLLOW from their parent's descriptor.
+        if lstat_at(&parent, last)?.is_some() {
+            let to = parent.path.join(last);
+            match p.item.kind {
+                Kind::Image => {
+                    // O_NONBLOCK: a fifo swapped in meanwhile must not
+                    // hang the open; its type is refused below.
+                    let fd: OwnedFd = openat(
+                        parent.fd.as_fd(),
+                        *last,
+                        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | NOFOLLOW,
+                        Mode::empty(),
+                    )
+                    .sys("openat", &to)?;
+                    let st = nix::sys::stat::fstat(fd.as_fd()).sys("fstat", &to)?;
+                    if kind_of(&st) != SFlag::S_IFREG {
+                        return Err(AdoptError::Refused {
+                            name: name.to_string(),
+                            path: to,
+                            why: format!(
+                                "became a {} during the move; left as it is",
+                                describe(&st)
+                            ),
+                        });
+                    }
+                    check_entry(&to, &st, from_st.st_dev)?;
+                    nix::unistd::fchown(
+                        fd.as_fd(),
+                        Some(Uid::from_raw(uid)),
+                        Some(Gid::from_raw(gid)),
+                    )
+                    .sys("fchown", &to)?;
+                    fchmod(fd.as_fd(), Mode::from_bits_truncate(0o600)).sys("fchmod", &to)?;
+                }
+                Kind::Share => {
+                    let fd = openat(parent.fd.as_fd(), *last, DIR_FLAGS, Mode::empty())
+                        .sys("openat", &to)?;
+                    let dir = Dir {
+                        fd,
+                        path: to.clone(),
+                    };
+                    walk_share(&dir, from_st.st_dev, &mut |d, n, _| {
+                        fchownat(
+                            d.fd.as_fd(),
+                            n,
+                            Some(Uid::from_raw(uid)),
+                            Some(Gid::from_raw(gid)),
+                            AtFlags::AT_SYMLINK_NOFOLLOW,
+                        )
+                        .sys("fchownat", d.path.join(n))?;
+                        Ok(())
+                    })?;
+                    nix::unistd::fchown(
+                        dir.fd.as_fd(),
+                        Some(Uid::from_raw(uid)),
+                        Some(Gid::from_raw(gid)),
+                    )
+                    .sys("fchown", &to)?;
+                    // Writable by the principal only (the launcher refuses
+                    // a share source others may write).
+                    let st = dir.stat()?;
+                    fchmod(
+                        dir.fd.as_fd(),
+                        Mode::from_bits_truncate(st.st_mode & 0o7755 & !0o022),
+                    )
+                    .sys("fchmod", &to)?;
+                }
+            }
+        }
+        fault(opts, &format!("own:{}", rel.display()));
+    }
+    nix::unistd::fsync(state_dir.fd.as_fd()).sys("fsync", &state_dir.path)?;
+    nix::unistd::fsync(from_dir.fd.as_fd()).sys("fsync", &from_dir.path)?;
+    nix::unistd::unlinkat(
+        state_root.fd.as_fd(),
+        record_file.as_str(),
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    )
+    .sys("unlinkat", state_root.path.join(&record_file))?;
+    nix::unistd::fsync(state_root.fd.as_fd()).sys("fsync", &state_root.path)?;
+    fault(opts, "done");
+    plan.applied = true;
+    Ok(())
+}
+
+/// The text `vmwarden adopt` prints.
+pub fn render(plan: &Plan, systemd: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let who = match &plan.user {
+        Some(u) => format!("{u} ({}:{})", plan.uid, plan.gid),
+        None => format!("{}:{}", plan.uid, plan.gid),
+    };
+    let _ = writeln!(
+        out,
+        "adopt {} from {} into {}, owner {who}{}",
+        plan.name,
+        plan.from.display(),
+        plan.state_dir.display(),
+        if plan.resuming {
+            " (finishing an interrupted --apply)"
+        } else {
+            ""
+        }
+    );
+    let verb = if plan.applied { "moved" } else { "move" };
+    for p in &plan.items {
+        let line = match &p.place {
+            Place::From {
+                bytes,
+                allocated,
+                entries,
+                owner,
+            } => match p.item.kind {
+                Kind::Image => format!(
+                    "  {verb:<6} {} -> {}  ({}: disk image, {bytes} bytes, {allocated} allocated, owner {}:{} -> {}:{}, mode 0600)",
+                    p.from.display(),
+                    p.to.display(),
+                    p.item.field,
+                    owner.0,
+                    owner.1,
+                    plan.uid,
+                    plan.gid
+                ),
+                Kind::Share => format!(
+                    "  {verb:<6} {} -> {}  ({}: share source, {entries} entries, {bytes} bytes, owner {}:{} -> {}:{}, every entry re-owned without following links)",
+                    p.from.display(),
+                    p.to.display(),
+                    p.item.field,
+                    owner.0,
+                    owner.1,
+                    plan.uid,
+                    plan.gid
+                ),
+            },
+            Place::Moved => format!(
+                "  {verb:<6} {} -> {}  ({}: already moved by the interrupted run; re-owned)",
+                p.from.display(),
+                p.to.display(),
+                p.item.field
+            ),
+            Place::CreatedAtLaunch => format!(
+                "  create {}  ({}: not in {}; the launch creates it)",
+                p.to.display(),
+                p.item.field,
+                plan.from.display()
+            ),
+        };
+        let _ = writeln!(out, "{line}");
+    }
+    for l in &plan.left {
+        let _ = writeln!(
+            out,
+            "  leave  {}  ({}, not named by the spec)",
+            l.path.display(),
+            l.what
+        );
+    }
+    let _ = writeln!(
+        out,
+        "checks: VM {} is stopped (vmwarden's liveness); {systemd}; no process holds {} or its images and shares open; one file system; no target exists",
+        plan.name,
+        plan.from.display()
+    );
+    let moved = plan
+        .items
+        .iter()
+        .filter(|p| !matches!(p.place, Place::CreatedAtLaunch))
+        .count();
+    if plan.applied {
+        let _ = writeln!(
+            out,
+            "adopt: done: {moved} moved, {} left in {}; next: vmwarden verify-clean {} and start it",
+            plan.left.len(),
+            plan.from.display(),
+            plan.name
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "adopt: {moved} to move, {} to leave (dry run: nothing changed; --apply to move)",
+            plan.left.len()
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_are_record_then_move_and_own_per_item_then_done() {
+        let items = vec![
+            Item {
+                field: "disks[0].path".into(),
+                rel: "var.img".into(),
+                kind: Kind::Image,
+            },
+            Item {
+                field: "shares[0].source".into(),
+                rel: "home".into(),
+                kind: Kind::Share,
+            },
+        ];
+        assert_eq!(
+            steps(&items),
+            [
+                "record",
+                "move:var.img",
+                "own:var.img",
+                "move:home",
+                "own:home",
+                "done"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_record_rejects_unknown_fields() {
+        let bad = r#"{"version":1,"name":"web","from":"/x","from_dev":1,"from_ino":2,"uid":1,"gid":1,"items":[],"extra":1}"#;
+        serde_json::from_str::<Record>(bad).unwrap_err();
+    }
+}
