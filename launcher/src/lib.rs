@@ -16,6 +16,7 @@ pub mod hypervisor;
 pub mod identity;
 pub mod instance;
 pub mod launch;
+pub mod profile;
 pub mod status;
 pub mod teardown;
 pub mod unit;
