@@ -617,8 +617,8 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // Under the lease, the rest of the probe, by the uid: a principal is
     // dedicated to one VM, so any process running as it now — a previous
     // instance's (they all run as the uid), or anything else's — refuses
-    // the launch. (One status read per process; kernel threads and other
-    // users' processes are skipped unread.) The launcher's own cgroup, when
+    // the launch. (The credentials of each process, from a pidfd; kernel
+    // threads and other users' processes are skipped unread.) The launcher's own cgroup, when
     // it holds nobody else (a unit's at ExecStart=), will hold this
     // instance and everything it starts: the intent record names it, and
     // stop, status, cleanup and reap ask it instead of /proc.
