@@ -9,15 +9,19 @@
 //! from the bench's own cgroup, where liveness falls back to `/proc`.
 //!
 //! 1. Launch overhead: `vmwarden-launch --probe -- /bin/true` against
-//!    `/bin/true` started the same way, paired; again with 2,000 extra
-//!    sleeping threads on the host. Beside it, the floors any launcher
-//!    pays here: `env /bin/true` (one more `execve`) and `unshare -m -i
-//!    --propagation slave /bin/true` against `unshare /bin/true` (the two
-//!    namespaces, made and torn down).
-//! 2. Teardown: `vmwarden-cleanup` and `vmwarden verify-clean NAME` per VM.
-//!    Launch, floor and teardown rows are also given in CPU time (wait4
-//!    rusage): on a guest whose host steals time, wall clock moves by more
-//!    than a change does.
+//!    `/bin/true` started the same way, paired, interleaved in each round
+//!    with its two yardsticks: the floor program (`launch-floor.c` from
+//!    `../shared/bench`, built here with `gcc -O2`: the launch's kernel work
+//!    in one C process) against `/bin/true`, and Firecracker's jailer
+//!    (`../shared/hypervisors/bin`, no cgroups) against its exec file run
+//!    bare. Every figure is an overhead over its own baseline (the median
+//!    of pair differences, wall and CPU), and the launch's is given as a
+//!    ratio to the floor's and to the jailer's from the same rounds. Again
+//!    with 2,000 extra sleeping threads.
+//! 2. Teardown: `vmwarden-cleanup` and `vmwarden verify-clean NAME` per VM,
+//!    in the same rounds, as ratios to the floor's overhead. Every row is
+//!    given in CPU time too (wait4 rusage): on a guest whose host steals
+//!    time, wall clock moves by more than a change does.
 //! 3. `vmwarden reap` (dry run) over 10, 100 and 1,000 orphaned runtime dirs
 //!    shaped like real ones, and 1,000 again with the 2,000 threads.
 //! 4. `vmwarden status` of 100 configured VMs.
@@ -399,27 +403,6 @@ fn row(label: &str, v: &[Duration], base: Option<&[Duration]>) {
     }
 }
 
-/// "p50 ms (p50 ms with the threads)" of one figure measured quiet and
-/// loaded.
-/// [`row`] against `base`, then the median of the pair differences under
-/// `diff_label`.
-fn paired_row(label: &str, v: &[Duration], base: &[Duration], diff_label: &str) {
-    row(label, v, Some(base));
-    println!(
-        "  {:<52} median of pair differences {:.2} ms",
-        diff_label,
-        median_diff_ms(v, base)
-    );
-}
-
-fn with_threads(quiet: &[Duration], loaded: &[Duration]) -> String {
-    format!(
-        "{:.2} ms ({:.2} ms with the threads)",
-        ms(pct(quiet, 0.5)),
-        ms(pct(loaded, 0.5))
-    )
-}
-
 /// Results the summary quotes.
 #[derive(Default)]
 struct Summary {
@@ -432,40 +415,176 @@ impl Summary {
     }
 }
 
-struct LaunchRun {
-    base_unit: Vec<Duration>,
-    launch_unit: Vec<Duration>,
-    base_plain: Vec<Duration>,
-    launch_plain: Vec<Duration>,
-    cleanup_unit: Vec<Duration>,
-    cleanup_plain: Vec<Duration>,
-    verify: Vec<Duration>,
-    /// `/usr/bin/env /bin/true`: a process whose only work is one `execve`
-    /// — the floor any launcher that is a program of its own pays here.
-    exec_floor: Vec<Duration>,
-    /// `unshare /bin/true` and `unshare -m -i --propagation slave
-    /// /bin/true`: what the two namespaces the launcher must make cost,
-    /// made and torn down, with nothing mounted in them.
-    unshare_none: Vec<Duration>,
-    unshare_ns: Vec<Duration>,
-    /// CPU time (see [`Ran::cpu`]) of `/bin/true`, the floor, the launch,
-    /// cleanup and verify-clean, all from the bench's cgroup.
-    cpu: CpuRun,
+/// Wall and CPU time of one command over many rounds, in round order (so
+/// two of them pair up round by round).
+#[derive(Default)]
+struct Samples {
+    wall: Vec<Duration>,
+    cpu: Vec<Duration>,
     max_rss_kib: u64,
 }
 
-#[derive(Default)]
-struct CpuRun {
-    base: Vec<Duration>,
-    floor: Vec<Duration>,
-    launch: Vec<Duration>,
-    cleanup: Vec<Duration>,
-    verify: Vec<Duration>,
+impl Samples {
+    fn push(&mut self, r: Ran) -> Ran {
+        self.wall.push(r.wall);
+        self.cpu.push(r.cpu);
+        self.max_rss_kib = self.max_rss_kib.max(r.rss_kib);
+        r
+    }
+    fn is_empty(&self) -> bool {
+        self.wall.is_empty()
+    }
+}
+
+/// What a command costs over its baseline in the same rounds: the medians
+/// of the pair differences, wall and CPU, in ms.
+#[derive(Clone, Copy, Debug)]
+struct Overhead {
+    wall: f64,
+    cpu: f64,
+}
+
+fn overhead(v: &Samples, base: &Samples) -> Overhead {
+    Overhead {
+        wall: median_diff_ms(&v.wall, &base.wall),
+        cpu: median_diff_ms(&v.cpu, &base.cpu),
+    }
+}
+
+impl Overhead {
+    /// This overhead as a multiple of `of`'s, wall and CPU.
+    fn ratio(self, of: Overhead) -> String {
+        format!(
+            "{:.2}× wall, {:.2}× CPU",
+            self.wall / of.wall,
+            self.cpu / of.cpu
+        )
+    }
+    fn show(self) -> String {
+        format!("{:.2} ms wall, {:.2} ms CPU", self.wall, self.cpu)
+    }
+}
+
+/// The floor program (`launch-floor.c`, beside the repository in
+/// `../shared/bench`) and Firecracker's binaries (`../shared/hypervisors/bin`).
+fn shared_dir() -> PathBuf {
+    match std::env::var_os("VMWARDEN_BENCH_SHARED") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
+    }
+}
+
+/// A missing input: NOT RUN here, a failure in CI.
+fn missing(what: &str) {
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI: {what} is missing"
+    );
+    println!("\nNOT RUN: {what}");
+}
+
+/// Build the floor program with `gcc -O2` into `dir`.
+fn build_floor(dir: &Path) -> Option<PathBuf> {
+    let src = shared_dir().join("bench/launch-floor.c");
+    if !src.is_file() {
+        missing(&format!("the floor program ({} not found)", src.display()));
+        return None;
+    }
+    let out = dir.join("launch-floor");
+    let st = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status();
+    if !st.is_ok_and(|s| s.success()) {
+        missing(&format!(
+            "the floor program (gcc -O2 {} failed)",
+            src.display()
+        ));
+        return None;
+    }
+    Some(out)
+}
+
+/// Firecracker's jailer over its exec file, the way the comparison runs
+/// it: `jailer --id ID --exec-file firecracker --uid U --gid U
+/// --chroot-base-dir DIR -- --version` (no cgroups, no network namespace;
+/// it copies the exec file into a fresh chroot, makes its device nodes,
+/// pivots into it, drops to the uid and execs), against `firecracker
+/// --version` run bare.
+struct Jailer {
+    jailer: PathBuf,
+    firecracker: PathBuf,
+    base: PathBuf,
+    next: std::cell::Cell<u64>,
+}
+
+impl Jailer {
+    fn find(base: PathBuf) -> Option<Jailer> {
+        let bin = shared_dir().join("hypervisors/bin");
+        let (jailer, firecracker) = (bin.join("jailer"), bin.join("firecracker"));
+        if !jailer.is_file() || !firecracker.is_file() {
+            missing(&format!(
+                "Firecracker's jailer ({} not found)",
+                bin.display()
+            ));
+            return None;
+        }
+        std::fs::create_dir_all(&base).unwrap();
+        Some(Jailer {
+            jailer,
+            firecracker,
+            base,
+            next: std::cell::Cell::new(0),
+        })
+    }
+    fn bare(&self) -> Ran {
+        run(Command::new(&self.firecracker).arg("--version"))
+    }
+    /// One jailed start, in a chroot of its own (removed after, unmeasured).
+    fn jailed(&self) -> Ran {
+        let id = self.next.get();
+        self.next.set(id + 1);
+        let id = format!("bench{id}");
+        let r = run(Command::new(&self.jailer)
+            .args(["--id", &id, "--exec-file"])
+            .arg(&self.firecracker)
+            .args(["--uid", "61951", "--gid", "61951", "--chroot-base-dir"])
+            .arg(&self.base)
+            .args(["--", "--version"]));
+        let _ = std::fs::remove_dir_all(self.base.join("firecracker").join(&id));
+        r
+    }
+}
+
+struct LaunchRun {
+    /// `/bin/true` and a probe launch spawned into the unit-like cgroup,
+    /// and the cleanup of a record naming it.
+    base_unit: Samples,
+    launch_unit: Samples,
+    cleanup_unit: Samples,
+    /// From the bench's cgroup: `/bin/true`, the floor program over it,
+    /// firecracker bare and jailed, the probe launch, cleanup (liveness
+    /// from `/proc`) and verify-clean.
+    base: Samples,
+    floor: Samples,
+    fc_bare: Samples,
+    jailer: Samples,
+    launch: Samples,
+    cleanup: Samples,
+    verify: Samples,
 }
 
 /// `n` interleaved rounds: /bin/true and a probe launch in the unit
-/// cgroup, cleanup, verify-clean; the same outside it.
-fn launch_rounds(r: &Roots, cg: Option<&UnitCgroup>, n: usize) -> LaunchRun {
+/// cgroup, cleanup; /bin/true, the floor program, firecracker bare and
+/// jailed, a probe launch, cleanup, verify-clean from the bench's cgroup.
+fn launch_rounds(
+    r: &Roots,
+    cg: Option<&UnitCgroup>,
+    floor: Option<&Path>,
+    jail: Option<&Jailer>,
+    n: usize,
+) -> LaunchRun {
     let launch = bin("vmwarden-launch");
     let cleanup = bin("vmwarden-cleanup");
     let vmw = bin("vmwarden");
@@ -484,144 +603,165 @@ fn launch_rounds(r: &Roots, cg: Option<&UnitCgroup>, n: usize) -> LaunchRun {
         }
         run(&mut c)
     };
+    let floor_dir = r.run.join("floor");
+    std::fs::create_dir_all(&floor_dir).unwrap();
+    let floor_run = |f: &Path| {
+        run(Command::new(f)
+            .arg(&floor_dir)
+            .arg("61950")
+            .arg("/bin/true"))
+    };
     let clean = || run(r.args(Command::new(&cleanup).arg("bench")));
     for _ in 0..3 {
         probe(cg);
         clean();
+        if let Some(f) = floor {
+            floor_run(f);
+        }
+        if let Some(j) = jail {
+            j.jailed();
+        }
     }
     let mut out = LaunchRun {
-        base_unit: vec![],
-        launch_unit: vec![],
-        base_plain: vec![],
-        launch_plain: vec![],
-        cleanup_unit: vec![],
-        cleanup_plain: vec![],
-        verify: vec![],
-        exec_floor: vec![],
-        unshare_none: vec![],
-        unshare_ns: vec![],
-        cpu: CpuRun::default(),
-        max_rss_kib: 0,
+        base_unit: Samples::default(),
+        launch_unit: Samples::default(),
+        cleanup_unit: Samples::default(),
+        base: Samples::default(),
+        floor: Samples::default(),
+        fc_bare: Samples::default(),
+        jailer: Samples::default(),
+        launch: Samples::default(),
+        cleanup: Samples::default(),
+        verify: Samples::default(),
     };
-    let env = Path::new("/usr/bin/env");
-    let unshare = Path::new("/usr/bin/unshare");
     for _ in 0..n {
         if cg.is_some() {
-            out.base_unit.push(truth(cg).wall);
-            let l = probe(cg);
-            out.launch_unit.push(l.wall);
-            out.max_rss_kib = out.max_rss_kib.max(l.rss_kib);
-            out.cleanup_unit.push(clean().wall);
+            out.base_unit.push(truth(cg));
+            out.launch_unit.push(probe(cg));
+            out.cleanup_unit.push(clean());
         }
-        let t = truth(None);
-        out.base_plain.push(t.wall);
-        out.cpu.base.push(t.cpu);
-        if env.exists() {
-            let f = run(Command::new(env).arg("/bin/true"));
-            out.exec_floor.push(f.wall);
-            out.cpu.floor.push(f.cpu);
+        out.base.push(truth(None));
+        if let Some(f) = floor {
+            out.floor.push(floor_run(f));
         }
-        if unshare.exists() {
-            out.unshare_none
-                .push(run(Command::new(unshare).arg("/bin/true")).wall);
-            out.unshare_ns.push(
-                run(Command::new(unshare).args([
-                    "-m",
-                    "-i",
-                    "--propagation",
-                    "slave",
-                    "/bin/true",
-                ]))
-                .wall,
-            );
-        }
-        let l = probe(None);
-        out.launch_plain.push(l.wall);
-        out.cpu.launch.push(l.cpu);
-        out.max_rss_kib = out.max_rss_kib.max(l.rss_kib);
-        let c = clean();
-        out.cleanup_plain.push(c.wall);
-        out.cpu.cleanup.push(c.cpu);
-        let v = run(r
+        out.launch.push(probe(None));
+        out.cleanup.push(clean());
+        out.verify.push(run(r
             .args(&mut Command::new(&vmw))
-            .args(["verify-clean", "bench"]));
-        out.verify.push(v.wall);
-        out.cpu.verify.push(v.cpu);
+            .args(["verify-clean", "bench"])));
+        if let Some(j) = jail {
+            out.fc_bare.push(j.bare());
+            out.jailer.push(j.jailed());
+        }
     }
     out
 }
 
-fn print_launch(lr: &LaunchRun, title: &str) {
+/// The ratios one [`LaunchRun`] gives (see [`print_launch`]).
+struct Ratios {
+    floor: Option<Overhead>,
+    jailer: Option<Overhead>,
+    launch: Overhead,
+    launch_unit: Option<Overhead>,
+    cleanup: Overhead,
+    cleanup_unit: Option<Overhead>,
+    verify: Overhead,
+}
+
+impl LaunchRun {
+    fn ratios(&self) -> Ratios {
+        fn nonempty(s: &Samples) -> Option<&Samples> {
+            (!s.is_empty()).then_some(s)
+        }
+        Ratios {
+            floor: nonempty(&self.floor).map(|f| overhead(f, &self.base)),
+            jailer: nonempty(&self.jailer).map(|j| overhead(j, &self.fc_bare)),
+            launch: overhead(&self.launch, &self.base),
+            launch_unit: nonempty(&self.launch_unit).map(|l| overhead(l, &self.base_unit)),
+            cleanup: overhead(&self.cleanup, &self.base),
+            cleanup_unit: nonempty(&self.cleanup_unit).map(|c| overhead(c, &self.base)),
+            verify: overhead(&self.verify, &self.base),
+        }
+    }
+}
+
+fn print_launch(lr: &LaunchRun, title: &str) -> Ratios {
     println!("\n== {title}");
+    println!("  wall p50/p95 and p50 ÷ the baseline's p50; overhead = median of pair differences (wall, CPU)");
+    let line = |label: &str, v: &Samples, base: Option<&Samples>| {
+        row(label, &v.wall, base.map(|b| &b.wall[..]));
+        if let Some(b) = base {
+            println!("  {:<52} overhead {}", "", overhead(v, b).show());
+        }
+    };
     if !lr.launch_unit.is_empty() {
-        row("/bin/true, spawned into a cgroup", &lr.base_unit, None);
-        paired_row(
+        line("/bin/true, spawned into a cgroup", &lr.base_unit, None);
+        line(
             "launch --probe -- /bin/true, own cgroup (as a unit)",
             &lr.launch_unit,
-            &lr.base_unit,
-            "  overhead (own cgroup: liveness from the cgroup)",
+            Some(&lr.base_unit),
         );
     }
-    row("/bin/true, bench's cgroup", &lr.base_plain, None);
-    if !lr.exec_floor.is_empty() {
-        paired_row(
-            "env /bin/true (a program that only execs)",
-            &lr.exec_floor,
-            &lr.base_plain,
-            "  exec floor: one more execve",
+    line("/bin/true, bench's cgroup", &lr.base, None);
+    if !lr.floor.is_empty() {
+        line(
+            "launch-floor RUNDIR UID /bin/true (the floor)",
+            &lr.floor,
+            Some(&lr.base),
         );
     }
-    if !lr.unshare_ns.is_empty() {
-        paired_row(
-            "unshare -m -i --propagation slave /bin/true",
-            &lr.unshare_ns,
-            &lr.unshare_none,
-            "  mount + IPC namespace, made and torn down",
-        );
-    }
-    paired_row(
+    line(
         "launch --probe -- /bin/true, shared cgroup (/proc)",
-        &lr.launch_plain,
-        &lr.base_plain,
-        "  overhead (no own cgroup: /proc fallback)",
+        &lr.launch,
+        Some(&lr.base),
     );
     if !lr.cleanup_unit.is_empty() {
-        row(
+        line(
             "vmwarden-cleanup, record with a cgroup",
             &lr.cleanup_unit,
-            Some(&lr.base_plain),
+            Some(&lr.base),
         );
     }
-    row(
+    line(
         "vmwarden-cleanup, record without one (/proc)",
-        &lr.cleanup_plain,
-        Some(&lr.base_plain),
+        &lr.cleanup,
+        Some(&lr.base),
     );
-    row(
-        "vmwarden verify-clean NAME",
-        &lr.verify,
-        Some(&lr.base_plain),
-    );
-    let c = &lr.cpu;
-    if !c.launch.is_empty() {
-        let med = |v: &[Duration]| ms(pct(v, 0.5));
-        println!(
-            "  CPU time (wait4 rusage, bench's cgroup): /bin/true {:.2} ms; launch {:.2} ms, overhead {:.2} ms{}; cleanup {:.2} ms; verify-clean {:.2} ms",
-            med(&c.base),
-            med(&c.launch),
-            median_diff_ms(&c.launch, &c.base),
-            if c.floor.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " (exec floor {:.2} ms)",
-                    median_diff_ms(&c.floor, &c.base)
-                )
-            },
-            med(&c.cleanup),
-            med(&c.verify)
+    line("vmwarden verify-clean NAME", &lr.verify, Some(&lr.base));
+    if !lr.jailer.is_empty() {
+        line("firecracker --version, bare", &lr.fc_bare, None);
+        line(
+            "jailer … --exec-file firecracker -- --version",
+            &lr.jailer,
+            Some(&lr.fc_bare),
         );
     }
+    println!(
+        "  CPU time p50 (wait4 rusage): /bin/true {:.2} ms; launch {:.2} ms; peak RSS of the launcher {} KiB",
+        ms(pct(&lr.base.cpu, 0.5)),
+        ms(pct(&lr.launch.cpu, 0.5)),
+        lr.launch.max_rss_kib
+    );
+    let x = lr.ratios();
+    println!("  ratios, each overhead over its baseline's in this run:");
+    if let Some(f) = x.floor {
+        println!("    launch ÷ floor (/proc)         {}", x.launch.ratio(f));
+        if let Some(u) = x.launch_unit {
+            println!("    launch ÷ floor (own cgroup)    {}", u.ratio(f));
+        }
+        if let Some(c) = x.cleanup_unit {
+            println!("    cleanup (cgroup) ÷ floor       {}", c.ratio(f));
+        }
+        println!("    cleanup (/proc) ÷ floor        {}", x.cleanup.ratio(f));
+        println!("    verify-clean ÷ floor           {}", x.verify.ratio(f));
+    }
+    if let Some(j) = x.jailer {
+        println!("    launch ÷ jailer (/proc)        {}", x.launch.ratio(j));
+        if let Some(u) = x.launch_unit {
+            println!("    launch ÷ jailer (own cgroup)   {}", u.ratio(j));
+        }
+    }
+    x
 }
 
 /// Where tests/setup-host.sh installs virtiofsd.
@@ -941,6 +1081,95 @@ fn vmwarden_processes(pids: &[u32]) -> (usize, u64) {
     (n, kib)
 }
 
+/// `--steps`: the per-step cost of one launch, from a build with the
+/// `step-profile` feature (`cargo bench --bench overhead --features
+/// step-profile -- --steps`): `n` probe launches from the bench's cgroup,
+/// each printing its marks (see `vmwarden::profile`), interleaved with
+/// `/bin/true` and the floor program; the median CPU time of each step.
+fn steps_main(n: usize) {
+    let r = Roots::new();
+    r.spec("bench", 61900);
+    let floor = build_floor(r.dir.path());
+    let floor_dir = r.run.join("floor");
+    std::fs::create_dir_all(&floor_dir).unwrap();
+    let launch = bin("vmwarden-launch");
+    let cleanup = bin("vmwarden-cleanup");
+    let mut order: Vec<String> = Vec::new();
+    let mut cpu: std::collections::HashMap<String, Vec<f64>> = Default::default();
+    let (mut base, mut fl) = (Samples::default(), Samples::default());
+    for i in 0..n + 3 {
+        let t = run(&mut Command::new("/bin/true"));
+        let f = floor.as_ref().map(|f| {
+            run(Command::new(f)
+                .arg(&floor_dir)
+                .arg("61950")
+                .arg("/bin/true"))
+        });
+        let mut c = Command::new(&launch);
+        r.args(c.arg("bench")).args(["--probe", "--", "/bin/true"]);
+        let out = c.stdin(Stdio::null()).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        run(r.args(Command::new(&cleanup).arg("bench")));
+        if i < 3 {
+            continue;
+        }
+        base.push(t);
+        if let Some(f) = f {
+            fl.push(f);
+        }
+        let text = String::from_utf8_lossy(&out.stderr);
+        let mut sum = 0.0;
+        for l in text.lines() {
+            let mut w = l.split_whitespace();
+            if w.next() != Some("vmwarden-profile") {
+                continue;
+            }
+            let (Some(step), Some(ns)) = (w.next(), w.next().and_then(|x| x.parse::<f64>().ok()))
+            else {
+                continue;
+            };
+            if !cpu.contains_key(step) {
+                order.push(step.to_string());
+            }
+            cpu.entry(step.to_string()).or_default().push(ns / 1e3);
+            sum += ns / 1e3;
+        }
+        assert!(
+            sum > 0.0,
+            "no vmwarden-profile lines: build with --features step-profile"
+        );
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    println!("== CPU time per launch step ({n} launches from the bench's cgroup, median µs)");
+    println!("  {:<24} {:>8}", "step (ends at)", "µs");
+    let mut sum = 0.0;
+    for s in &order {
+        let m = med(cpu.get_mut(s).unwrap());
+        sum += m;
+        println!("  {s:<24} {m:>8.0}");
+    }
+    println!(
+        "  {:<24} {sum:>8.0}  (sum of the medians; then the execve of the probe)",
+        "total"
+    );
+    println!(
+        "  /bin/true {:.0} µs CPU; the floor program's overhead over it {:.0} µs CPU",
+        ms(pct(&base.cpu, 0.5)) * 1e3,
+        if fl.is_empty() {
+            f64::NAN
+        } else {
+            median_diff_ms(&fl.cpu, &base.cpu) * 1e3
+        }
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--sleeper") {
@@ -952,7 +1181,11 @@ fn main() {
     }
     // `cargo bench` passes --bench; `--quick` runs fewer iterations.
     let quick = args.iter().any(|a| a == "--quick");
-    let n = if quick { 20 } else { 100 };
+    let n = if quick { 20 } else { 150 };
+    if args.iter().any(|a| a == "--steps") {
+        steps_main(if quick { 50 } else { 300 });
+        return;
+    }
     let mut sum = Summary::default();
     let cg = UnitCgroup::new();
     if cg.is_none() {
@@ -968,11 +1201,14 @@ fn main() {
             .count()
     );
 
-    // 1–2. Launch, cleanup, verify-clean; then with 2,000 sleeping threads.
+    // 1–2. Launch, cleanup, verify-clean, the floor and the jailer,
+    // interleaved; then again with 2,000 sleeping threads.
     let r = Roots::new();
     r.spec("bench", 61900);
-    let quiet = launch_rounds(&r, cg.as_ref(), n);
-    print_launch(
+    let floor = build_floor(r.dir.path());
+    let jail = Jailer::find(r.run.join("jail"));
+    let quiet = launch_rounds(&r, cg.as_ref(), floor.as_deref(), jail.as_ref(), n);
+    let q = print_launch(
         &quiet,
         &format!("launch overhead and teardown per VM ({n} rounds, interleaved)"),
     );
@@ -982,118 +1218,70 @@ fn main() {
             "\n(2,000 sleeping threads started in 10 processes: host now {} threads)",
             host_threads()
         );
-        launch_rounds(&r, cg.as_ref(), n)
+        launch_rounds(&r, cg.as_ref(), floor.as_deref(), jail.as_ref(), n)
     };
-    print_launch(&loaded, "the same with 2,000 extra sleeping threads");
-    let ov = |l: &LaunchRun, unit: bool| {
-        if unit {
-            median_diff_ms(&l.launch_unit, &l.base_unit)
-        } else {
-            median_diff_ms(&l.launch_plain, &l.base_plain)
-        }
-    };
-    if cg.is_some() {
-        sum.add(
-            "launch overhead, own cgroup (as under systemd)",
-            format!("{:.2} ms", ov(&quiet, true)),
-            "≤ 1.5 ms",
-        );
-        sum.add(
-            "  with 2,000 sleeping threads",
-            format!(
-                "{:.2} ms = {:.2}× without",
-                ov(&loaded, true),
-                ov(&loaded, true) / ov(&quiet, true)
-            ),
-            "≤ 1.1×",
-        );
-    }
+    let l = print_launch(&loaded, "the same with 2,000 extra sleeping threads");
     sum.add(
-        "launch overhead, no own cgroup (/proc fallback)",
-        format!("{:.2} ms", ov(&quiet, false)),
-        "≤ 1.5 ms",
-    );
-    sum.add(
-        "  with 2,000 sleeping threads",
+        "/bin/true baseline (same run), wall / CPU",
         format!(
-            "{:.2} ms = {:.2}× without",
-            ov(&loaded, false),
-            ov(&loaded, false) / ov(&quiet, false)
+            "{:.2} ms / {:.2} ms",
+            ms(pct(&quiet.base.wall, 0.5)),
+            ms(pct(&quiet.base.cpu, 0.5))
         ),
-        "≤ 1.1×",
-    );
-    if cg.is_some() {
-        sum.add(
-            "vmwarden-cleanup per VM (record with cgroup)",
-            with_threads(&quiet.cleanup_unit, &loaded.cleanup_unit),
-            "≤ 2 ms",
-        );
-    }
-    sum.add(
-        "vmwarden-cleanup per VM (record without: /proc)",
-        with_threads(&quiet.cleanup_plain, &loaded.cleanup_plain),
-        "≤ 2 ms",
-    );
-    sum.add(
-        "vmwarden verify-clean NAME",
-        with_threads(&quiet.verify, &loaded.verify),
-        "≤ 2 ms",
-    );
-    sum.add(
-        "/bin/true baseline (same run)",
-        format!("{:.2} ms", ms(pct(&quiet.base_plain, 0.5))),
         "",
     );
-    if !quiet.exec_floor.is_empty() {
-        let floor = median_diff_ms(&quiet.exec_floor, &quiet.base_plain);
-        sum.add(
-            "exec floor: env /bin/true over /bin/true",
-            format!(
-                "{floor:.2} ms; the launcher's own work above it {:.2} ms",
-                ov(&quiet, false) - floor
-            ),
-            "",
-        );
+    if let Some(f) = q.floor {
+        sum.add("floor program overhead", f.show(), "");
     }
-    {
-        let c = &quiet.cpu;
-        let med = |v: &[Duration]| ms(pct(v, 0.5));
-        sum.add(
-            "in CPU time: launch overhead (/proc fallback)",
-            format!(
-                "{:.2} ms over /bin/true's {:.2} ms{}",
-                median_diff_ms(&c.launch, &c.base),
-                med(&c.base),
-                if c.floor.is_empty() {
-                    String::new()
-                } else {
-                    format!("; exec floor {:.2} ms", median_diff_ms(&c.floor, &c.base))
-                }
-            ),
-            "",
-        );
-        sum.add(
-            "in CPU time: cleanup (/proc), verify-clean",
-            format!("{:.2} ms, {:.2} ms", med(&c.cleanup), med(&c.verify)),
-            "",
-        );
+    if let Some(j) = q.jailer {
+        sum.add("jailer overhead over firecracker", j.show(), "");
     }
-    if !quiet.unshare_ns.is_empty() {
-        sum.add(
-            "mount + IPC namespace alone (unshare, no mounts)",
-            format!(
-                "{:.2} ms",
-                median_diff_ms(&quiet.unshare_ns, &quiet.unshare_none)
-            ),
-            "",
-        );
+    sum.add("launch overhead (/proc)", q.launch.show(), "");
+    if let Some(u) = q.launch_unit {
+        sum.add("launch overhead (own cgroup)", u.show(), "");
+    }
+    if let Some(f) = q.floor {
+        sum.add("launch ÷ floor (/proc)", q.launch.ratio(f), "≤ 2.0 (1.5)");
+        if let Some(u) = q.launch_unit {
+            sum.add("launch ÷ floor (own cgroup)", u.ratio(f), "≤ 2.0 (1.5)");
+        }
+    }
+    if let Some(j) = q.jailer {
+        sum.add("launch ÷ jailer (/proc)", q.launch.ratio(j), "< 1");
+        if let Some(u) = q.launch_unit {
+            sum.add("launch ÷ jailer (own cgroup)", u.ratio(j), "< 1");
+        }
+    }
+    if let Some(f) = q.floor {
+        if let Some(c) = q.cleanup_unit {
+            sum.add("cleanup (cgroup) ÷ floor", c.ratio(f), "");
+        }
+        sum.add("cleanup (/proc) ÷ floor", q.cleanup.ratio(f), "");
+        sum.add("verify-clean ÷ floor", q.verify.ratio(f), "");
+    }
+    let loaded_ratio = |what: &str, a: Overhead, b: Overhead| {
+        (
+            format!("  {what}, 2,000 threads ÷ without"),
+            format!("{:.2} wall, {:.2} CPU", a.wall / b.wall, a.cpu / b.cpu),
+        )
+    };
+    let mut threads = vec![
+        loaded_ratio("launch (/proc)", l.launch, q.launch),
+        loaded_ratio("cleanup (/proc)", l.cleanup, q.cleanup),
+        loaded_ratio("verify-clean", l.verify, q.verify),
+    ];
+    if let (Some(a), Some(b)) = (l.launch_unit, q.launch_unit) {
+        threads.insert(0, loaded_ratio("launch (own cgroup)", a, b));
+    }
+    for (what, m) in threads {
+        sum.add(&what, m, "≤ 1.1");
     }
 
     // 2b. Issue 12: the same launch with two virtiofs shares (one virtiofsd
     // each, forked as the principal before the exec).
     if let Some((plain, shared)) = shares_rounds(&r, n) {
         println!("\n== launch with two virtiofs shares ({n} rounds, interleaved, bench's cgroup)");
-        row("launch --probe, no shares", &plain, Some(&quiet.base_plain));
+        row("launch --probe, no shares", &plain, Some(&quiet.base.wall));
         row("launch --probe, two virtiofs shares", &shared, Some(&plain));
         let d = median_diff_ms(&shared, &plain);
         println!(
@@ -1104,7 +1292,7 @@ fn main() {
         sum.add(
             "launch with two virtiofs shares, over none",
             format!("{d:.2} ms ({:.2} ms per virtiofsd)", d / 2.0),
-            "budget + virtiofsd start",
+            "",
         );
     }
 
@@ -1153,7 +1341,7 @@ fn main() {
                 ms(medians[2]) / ms(medians[1]),
                 ms(loaded_reap)
             ),
-            "≤ 200 ms, ratio ≤ 11",
+            "1000/100 ≤ 11",
         );
     }
 
@@ -1165,11 +1353,11 @@ fn main() {
             .map(|_| run(rr.args(&mut Command::new(&vmw)).arg("status")).wall)
             .collect();
         println!("\n== vmwarden status, 100 configured VMs (orphaned runtime dirs)");
-        row("vmwarden status", &v, Some(&quiet.base_plain));
+        row("vmwarden status", &v, Some(&quiet.base.wall));
         sum.add(
             "vmwarden status, 100 configured VMs",
             format!("{:.1} ms", ms(pct(&v, 0.5))),
-            "≤ 50 ms",
+            "",
         );
     }
 
@@ -1192,7 +1380,7 @@ fn main() {
         sum.add(
             "start → QMP running, launcher / bare",
             format!("{med:.3}"),
-            "≤ 1.02",
+            "≤ 1.04",
         );
     }
 
@@ -1236,7 +1424,7 @@ fn main() {
         println!("\n== memory");
         println!(
             "  peak RSS of the launcher (wait4 ru_maxrss, which keeps the pre-execve peak; /bin/true's own is smaller): {} KiB",
-            quiet.max_rss_kib
+            quiet.launch.max_rss_kib
         );
         println!(
             "  while the VM runs: {procs} vmwarden processes among its {} ({kib} KiB resident; pid {pid} is /bin/sleep: the launcher exec'd away)",
@@ -1244,7 +1432,7 @@ fn main() {
         );
         sum.add(
             "peak RSS of the launcher before execve",
-            format!("{:.1} MiB", quiet.max_rss_kib as f64 / 1024.0),
+            format!("{:.1} MiB", quiet.launch.max_rss_kib as f64 / 1024.0),
             "≤ 4 MiB",
         );
         sum.add(

@@ -7,6 +7,9 @@
 //! liveness code as the launcher.
 
 use tracing::level_filters::LevelFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 pub mod config;
 pub mod control;
@@ -16,6 +19,7 @@ pub mod hypervisor;
 pub mod identity;
 pub mod instance;
 pub mod launch;
+pub mod profile;
 pub mod status;
 pub mod teardown;
 pub mod unit;
@@ -60,8 +64,9 @@ fn report(msg: String, err: &dyn std::error::Error) {
 }
 
 /// The log filter: `--quiet` (warnings and errors only) wins; otherwise
-/// `VMWARDEN_LOG`, else `RUST_LOG` (either in `tracing`'s `EnvFilter`
-/// syntax, e.g. `debug`), else `info`. `VMWARDEN_LOG` is the name the units
+/// `VMWARDEN_LOG`, else `RUST_LOG` (either a level, `debug`, or a default
+/// level and `target=level` pairs, `info,vmwarden=debug`: see
+/// [`filter_targets`]), else `info`. `VMWARDEN_LOG` is the name the units
 /// and older installations use; `RUST_LOG` is what Rust tools take.
 pub fn log_filter(quiet: bool, vmwarden_log: Option<&str>, rust_log: Option<&str>) -> String {
     let set = |v: Option<&str>| {
@@ -77,6 +82,18 @@ pub fn log_filter(quiet: bool, vmwarden_log: Option<&str>, rust_log: Option<&str
         .unwrap_or_else(|| "info".into())
 }
 
+/// A filter that is more than a bare level: comma-separated `target=level`
+/// directives and at most one bare default level (`info,vmwarden=debug`),
+/// as `tracing-subscriber`'s `Targets` reads them: no span or field
+/// filters, and so no regular-expression engine in every binary. One that
+/// does not parse is `info`.
+pub fn filter_targets(filter: &str) -> Targets {
+    filter
+        .trim()
+        .parse::<Targets>()
+        .unwrap_or_else(|_| Targets::new().with_default(LevelFilter::INFO))
+}
+
 /// Set up `tracing` to stderr (the journal, under systemd) with `filter`
 /// (see [`log_filter`]; an unparsable filter falls back to `info`). A bare
 /// level (the usual case: `info`) needs no directive parser, which every
@@ -87,18 +104,33 @@ pub fn init_logging(filter: &str) {
         .with_target(false)
         .without_time();
     let _ = match filter.trim().parse::<LevelFilter>() {
-        Ok(level) => fmt.with_max_level(level).try_init(),
-        Err(_) => {
-            let f = tracing_subscriber::EnvFilter::try_new(filter)
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-            fmt.with_env_filter(f).try_init()
-        }
+        Ok(level) => fmt.with_max_level(level).try_init().is_ok(),
+        Err(_) => fmt
+            .with_max_level(LevelFilter::TRACE)
+            .finish()
+            .with(filter_targets(filter))
+            .try_init()
+            .is_ok(),
     };
 }
 
 #[cfg(test)]
 mod tests {
-    use super::log_filter;
+    use super::{filter_targets, log_filter};
+    use tracing::Level;
+
+    #[test]
+    fn a_filter_with_targets_sets_each_target_and_the_default() {
+        let t = filter_targets("info,vmwarden=debug");
+        assert!(t.would_enable("vmwarden::launch", &Level::DEBUG));
+        assert!(!t.would_enable("vmwarden::launch", &Level::TRACE));
+        assert!(t.would_enable("other", &Level::INFO));
+        assert!(!t.would_enable("other", &Level::DEBUG));
+        // Unparsable: info.
+        let bad = filter_targets("vmwarden=loud");
+        assert!(bad.would_enable("vmwarden", &Level::INFO));
+        assert!(!bad.would_enable("vmwarden", &Level::DEBUG));
+    }
 
     #[test]
     fn quiet_wins_then_vmwarden_log_then_rust_log_then_info() {

@@ -414,3 +414,49 @@ fn kill_at_every_launch_step_in_its_own_cgroup_then_cleanup_is_clean() {
         clean(&format!("after the relaunch at {step}"));
     }
 }
+
+/// A root process (euid 0: its `/proc` entry is root's) that holds the
+/// VM's uid only as its real, saved or fs uid still counts as running as
+/// it: the scan reads every root process's four uids, whether they come
+/// from a pidfd or from `status`.
+#[test]
+fn a_root_process_holding_the_uid_as_real_saved_or_fs_uid_is_found() {
+    require_root();
+    for (i, set) in [
+        "os.setresuid(U, 0, 0)",
+        "os.setresuid(0, 0, U)",
+        "ctypes.CDLL(None).setfsuid(U)",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let u = 61_970 + u32::try_from(i).unwrap();
+        let script = format!(
+            "import os, ctypes, sys, time\nU = {u}\n{set}\nprint(os.getresuid(), flush=True)\ntime.sleep(30)\n"
+        );
+        let mut child = Command::new("python3")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let pid = child.id();
+        let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let found = processes_of_uid(u).contains(&pid);
+        let _ = child.kill();
+        let _ = child.wait();
+        let uids = st.lines().find(|l| l.starts_with("Uid:")).unwrap_or("");
+        assert!(
+            uids.split_whitespace().nth(2) == Some("0"),
+            "{set}: euid not 0: {uids}"
+        );
+        assert!(uids.contains(&u.to_string()), "{set} did not take: {uids}");
+        assert!(found, "a root process with {set} ({uids}) was missed");
+    }
+}

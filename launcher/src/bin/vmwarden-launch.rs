@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use vmwarden::launch::{self, LaunchError, Options, StepError, STEPS};
+use vmwarden::profile;
 use vmwarden::Error;
 
 #[path = "cli/launch.rs"]
@@ -19,10 +20,12 @@ fn fail(e: LaunchError) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    profile::mark("exec-to-main");
     // 1. Single-threaded from here; inherited fds closed, environment captured then cleared.
     if let Err(e) = launch::sandbox::close_inherited_fds() {
         return fail(LaunchError::at(STEPS[0], e));
     }
+    profile::mark("fds-closed");
     let credentials_directory = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
     let fault_after = std::env::var("VMWARDEN_FAULT_AFTER").ok();
     // clap reads the VMWARDEN_*_ROOT variables and logging VMWARDEN_LOG
@@ -33,7 +36,9 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => return fail(LaunchError::at(STEPS[0], e)),
     };
+    profile::mark("args-parsed");
     args.log.init();
+    profile::mark("logging-set-up");
     for (k, _) in std::env::vars_os() {
         // SAFETY: the launcher is single-threaded (checked again before the
         // privilege drop); nothing else reads the environment concurrently.

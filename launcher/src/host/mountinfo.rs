@@ -115,6 +115,206 @@ pub fn read_last_at(pid: &str, target: &Path) -> std::io::Result<Option<Mount>> 
     ))
 }
 
+/// The mount at `target` as the caller sees it (the topmost one mounted
+/// there; `None` when nothing is mounted exactly at `target`), stated as
+/// [`read_last_at`]`("self", target)` states it. Asked of the kernel with
+/// `statx(2)` (the unique mount id) and `statmount(2)` (Linux 6.8; the
+/// options and the source from 6.10 and 6.11): a few system calls, instead
+/// of reading and searching the whole mount table. A kernel without them
+/// (or a filter that refuses them) is answered from `/proc/self/mountinfo`.
+pub fn own_mount_at(target: &Path) -> std::io::Result<Option<Mount>> {
+    match statmount::at(target) {
+        Ok(found) => Ok(found),
+        Err(_) => read_last_at("self", target),
+    }
+}
+
+/// `statmount(2)`, declared here: the `libc` crate has neither its
+/// structures nor, on x86_64, its number (the same on every architecture
+/// but alpha and mips, which the launcher does not build for).
+mod statmount {
+    use std::ffi::CString;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::path::{Path, PathBuf};
+
+    use nix::errno::Errno;
+
+    use super::Mount;
+
+    const SYS_STATMOUNT: libc::c_long = 457;
+    /// `struct mnt_id_req`, its first published size (`MNT_ID_REQ_SIZE_VER0`).
+    #[repr(C)]
+    struct MntIdReq {
+        size: u32,
+        spare: u32,
+        mnt_id: u64,
+        param: u64,
+    }
+    const SB_BASIC: u64 = 0x1;
+    const MNT_BASIC: u64 = 0x2;
+    const MNT_POINT: u64 = 0x10;
+    const FS_TYPE: u64 = 0x20;
+    const MNT_OPTS: u64 = 0x80;
+    const SB_SOURCE: u64 = 0x200;
+    const WANT: u64 = SB_BASIC | MNT_BASIC | MNT_POINT | FS_TYPE | MNT_OPTS | SB_SOURCE;
+    /// `sizeof(struct statmount)`: its strings start here.
+    const HEADER: usize = 512;
+
+    /// Byte offsets of the fields read in `struct statmount`
+    /// (include/uapi/linux/mount.h).
+    const OFF_MNT_OPTS: usize = 4;
+    const OFF_MASK: usize = 8;
+    const OFF_SB_FLAGS: usize = 32;
+    const OFF_FS_TYPE: usize = 36;
+    const OFF_MNT_ID_OLD: usize = 56;
+    const OFF_MNT_ATTR: usize = 64;
+    const OFF_MNT_POINT: usize = 108;
+    const OFF_SB_SOURCE: usize = 124;
+
+    /// `ENOSYS` and friends: the caller falls back to mountinfo.
+    pub fn at(target: &Path) -> Result<Option<Mount>, Errno> {
+        let id = unique_mount_id(target)?;
+        let mut buf = vec![0u64; 512];
+        let req = MntIdReq {
+            size: 24,
+            spare: 0,
+            mnt_id: id,
+            param: WANT,
+        };
+        let len = buf.len() * 8;
+        // SAFETY: `req` is a valid mnt_id_req of the size it states; the
+        // kernel writes at most `len` bytes into `buf`, which owns them.
+        let rc =
+            unsafe { libc::syscall(SYS_STATMOUNT, &raw const req, buf.as_mut_ptr(), len, 0u32) };
+        if rc != 0 {
+            return Err(Errno::last());
+        }
+        let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        decode(&bytes, target)
+    }
+
+    /// The unique id (`STATX_MNT_ID_UNIQUE`, Linux 6.8) of the mount `target`
+    /// is on.
+    fn unique_mount_id(target: &Path) -> Result<u64, Errno> {
+        let c = CString::new(target.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+        // SAFETY: an all-zero statx is a valid value for the kernel to fill.
+        let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+        // SAFETY: `c` is NUL-terminated and `stx` is valid for writing.
+        let rc = unsafe {
+            libc::statx(
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT,
+                libc::STATX_MNT_ID_UNIQUE,
+                &raw mut stx,
+            )
+        };
+        if rc != 0 {
+            return Err(Errno::last());
+        }
+        if stx.stx_mask & libc::STATX_MNT_ID_UNIQUE == 0 {
+            return Err(Errno::ENOSYS);
+        }
+        Ok(stx.stx_mnt_id)
+    }
+
+    fn u32_at(b: &[u8], off: usize) -> u32 {
+        u32::from_ne_bytes(b[off..off + 4].try_into().unwrap_or_default())
+    }
+
+    fn u64_at(b: &[u8], off: usize) -> u64 {
+        u64::from_ne_bytes(b[off..off + 8].try_into().unwrap_or_default())
+    }
+
+    /// The NUL-terminated string whose offset into the string area is at
+    /// `off`.
+    fn str_at(b: &[u8], off: usize) -> Result<&[u8], Errno> {
+        let start = HEADER + usize::try_from(u32_at(b, off)).map_err(|_| Errno::EOVERFLOW)?;
+        let rest = b.get(start..).ok_or(Errno::EOVERFLOW)?;
+        let end = rest.iter().position(|c| *c == 0).ok_or(Errno::EOVERFLOW)?;
+        Ok(&rest[..end])
+    }
+
+    /// The per-mount flags as mountinfo's sixth field spells them.
+    fn mount_options(attr: u64) -> String {
+        const RDONLY: u64 = 0x1;
+        const NOSUID: u64 = 0x2;
+        const NODEV: u64 = 0x4;
+        const NOEXEC: u64 = 0x8;
+        const ATIME: u64 = 0x70;
+        const NOATIME: u64 = 0x10;
+        const RELATIME: u64 = 0x0;
+        const NODIRATIME: u64 = 0x80;
+        const NOSYMFOLLOW: u64 = 0x20_0000;
+        let mut o = String::from(if attr & RDONLY != 0 { "ro" } else { "rw" });
+        for (bit, name) in [(NOSUID, "nosuid"), (NODEV, "nodev"), (NOEXEC, "noexec")] {
+            if attr & bit != 0 {
+                o.push(',');
+                o.push_str(name);
+            }
+        }
+        if attr & ATIME == NOATIME {
+            o.push_str(",noatime");
+        }
+        if attr & NODIRATIME != 0 {
+            o.push_str(",nodiratime");
+        }
+        if attr & ATIME == RELATIME {
+            o.push_str(",relatime");
+        }
+        if attr & NOSYMFOLLOW != 0 {
+            o.push_str(",nosymfollow");
+        }
+        o
+    }
+
+    fn decode(b: &[u8], target: &Path) -> Result<Option<Mount>, Errno> {
+        if u64_at(b, OFF_MASK) & WANT != WANT {
+            // An older kernel that leaves some of them out.
+            return Err(Errno::ENOSYS);
+        }
+        let text = |off| str_at(b, off).map(|s| String::from_utf8_lossy(s).into_owned());
+        let mount_point = PathBuf::from(std::ffi::OsString::from_vec(
+            str_at(b, OFF_MNT_POINT)?.to_vec(),
+        ));
+        if mount_point != target {
+            // `target` is not a mount point: the mount it lies on is above.
+            return Ok(None);
+        }
+        // The superblock's flags, then the filesystem's own options, as
+        // mountinfo's last field has them.
+        const SB_RDONLY: u32 = 0x1;
+        const SB_SYNCHRONOUS: u32 = 0x10;
+        const SB_DIRSYNC: u32 = 0x80;
+        const SB_LAZYTIME: u32 = 0x200_0000;
+        let flags = u32_at(b, OFF_SB_FLAGS);
+        let mut super_options = String::from(if flags & SB_RDONLY != 0 { "ro" } else { "rw" });
+        for (bit, name) in [
+            (SB_SYNCHRONOUS, "sync"),
+            (SB_DIRSYNC, "dirsync"),
+            (SB_LAZYTIME, "lazytime"),
+        ] {
+            if flags & bit != 0 {
+                super_options.push(',');
+                super_options.push_str(name);
+            }
+        }
+        let fs = text(OFF_MNT_OPTS)?;
+        if !fs.is_empty() {
+            super_options.push(',');
+            super_options.push_str(&fs);
+        }
+        Ok(Some(Mount {
+            mount_id: u64::from(u32_at(b, OFF_MNT_ID_OLD)),
+            mount_point,
+            mount_options: mount_options(u64_at(b, OFF_MNT_ATTR)),
+            fstype: text(OFF_FS_TYPE)?,
+            source: text(OFF_SB_SOURCE)?,
+            super_options,
+        }))
+    }
+}
+
 /// Mounts of process `pid` (`"self"` for the caller).
 pub fn read(pid: &str) -> std::io::Result<Vec<Mount>> {
     Ok(parse(&read_bytes(&format!("/proc/{pid}/mountinfo"))?))
@@ -331,6 +531,39 @@ mod tests {
             Some(Path::new("/srv/other/run")),
             Some(&web())
         ));
+    }
+
+    #[test]
+    fn statmount_states_a_mount_as_mountinfo_does() {
+        // Mounts every process has, read both ways (no root needed); a
+        // kernel without statmount answers from mountinfo for both.
+        let opts = |s: &str| {
+            let mut v: Vec<String> = s.split(',').map(str::to_string).collect();
+            v.sort();
+            v
+        };
+        let mut compared = 0;
+        for target in ["/", "/proc", "/sys", "/dev", "/run"] {
+            let target = Path::new(target);
+            let via_table = read_last_at("self", target).unwrap();
+            let via_kernel = own_mount_at(target).unwrap();
+            let (Some(t), Some(k)) = (&via_table, &via_kernel) else {
+                assert_eq!(via_table, via_kernel, "{}", target.display());
+                continue;
+            };
+            assert_eq!(
+                (t.mount_id, &t.mount_point, &t.fstype, &t.source),
+                (k.mount_id, &k.mount_point, &k.fstype, &k.source),
+                "{}",
+                target.display()
+            );
+            assert_eq!(opts(&t.mount_options), opts(&k.mount_options));
+            assert_eq!(opts(&t.super_options), opts(&k.super_options));
+            compared += 1;
+        }
+        assert!(compared >= 2, "no mount point to compare");
+        // Not a mount point: nothing is mounted exactly there.
+        assert_eq!(own_mount_at(Path::new("/proc/self")).unwrap(), None);
     }
 
     #[test]

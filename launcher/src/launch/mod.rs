@@ -46,6 +46,7 @@ use crate::launch::sandbox::SandboxError;
 use crate::launch::seccomp::SeccompError;
 use crate::launch::syscall::{LinuxSyscall, Syscall};
 use crate::launch::volumes::VolumeError;
+use crate::profile;
 
 /// Step names, in order. `VMWARDEN_FAULT_AFTER=<step>` (builds with the
 /// `fault-injection` feature) SIGKILLs the launcher right after that step.
@@ -297,8 +298,12 @@ impl Steps {
     /// `step` is done; the launch moves on to the next one.
     fn after(&mut self, step: &str) {
         debug_assert_eq!(self.current(), step, "steps out of order");
+        profile::mark(self.current());
         self.current += 1;
         tracing::debug!(step = %step, "launch step done");
+        if self.current == STEPS.len() {
+            profile::report();
+        }
         #[cfg(feature = "fault-injection")]
         if self.fault_after.as_deref() == Some(step) {
             tracing::warn!(step = %step, "fault injection: SIGKILL after step");
@@ -612,8 +617,8 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // Under the lease, the rest of the probe, by the uid: a principal is
     // dedicated to one VM, so any process running as it now — a previous
     // instance's (they all run as the uid), or anything else's — refuses
-    // the launch. (One status read per process; kernel threads and other
-    // users' processes are skipped unread.) The launcher's own cgroup, when
+    // the launch. (The credentials of each process, from a pidfd; kernel
+    // threads and other users' processes are skipped unread.) The launcher's own cgroup, when
     // it holds nobody else (a unit's at ExecStart=), will hold this
     // instance and everything it starts: the intent record names it, and
     // stop, status, cleanup and reap ask it instead of /proc.

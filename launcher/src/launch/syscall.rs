@@ -132,7 +132,7 @@ impl Syscall for LinuxSyscall {
     }
 
     fn own_mount_at(&self, target: &Path) -> std::io::Result<Option<Mount>> {
-        mountinfo::read_last_at("self", target)
+        mountinfo::own_mount_at(target)
     }
 
     fn setrlimit(&self, resource: Resource, soft: u64, hard: u64) -> Result<(), Errno> {
