@@ -24,8 +24,8 @@ use netlink_packet_route::link::InfoKind;
 use crate::config::files::Distrust;
 use crate::config::names::{ArgNameError, VmName};
 use crate::config::paths::{
-    RootError, Roots, API_SOCKET, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG,
-    LAUNCHED_SPEC_FILE, LEASE_FILE, QMP_SOCKET,
+    RootError, Roots, API_SOCKET, CH_API_LOCK, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG,
+    LAUNCHED_SPEC_FILE, LEASE_FILE, QMP_SOCKET, VSOCK_SOCKET,
 };
 use crate::config::spec::{CredentialSource, HypervisorKind, SandboxMode, Spec, SpecError};
 use crate::host::cgroup;
@@ -705,8 +705,11 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     //    The control dir holds only what this instance's hypervisor makes:
     //    stale sockets of a dead instance go (a hypervisor cannot bind over
     //    them), and firecracker's config file is written for the principal.
-    for stale in [API_SOCKET, FIRECRACKER_CONFIG] {
+    for stale in [API_SOCKET, CH_API_LOCK, FIRECRACKER_CONFIG, VSOCK_SOCKET] {
         remove_stale(&control, stale)?;
+    }
+    if kind == HypervisorKind::CloudHypervisor {
+        write_private(&control, CH_API_LOCK, b"", &principal)?;
     }
     if kind == HypervisorKind::Firecracker {
         write_private(
@@ -1183,10 +1186,14 @@ pub fn planned_resources(
             resources.push(Resource::RuntimeFile { path });
         }
     }
-    if kind == HypervisorKind::Firecracker {
-        resources.push(Resource::RuntimeFile {
+    match kind {
+        HypervisorKind::Firecracker => resources.push(Resource::RuntimeFile {
             path: control.join(FIRECRACKER_CONFIG),
-        });
+        }),
+        HypervisorKind::CloudHypervisor => resources.push(Resource::RuntimeFile {
+            path: control.join(CH_API_LOCK),
+        }),
+        HypervisorKind::Qemu => {}
     }
     resources.extend([
         Resource::RuntimeDir {
