@@ -181,16 +181,12 @@
       tapBridgeChecks
       ++ [
         {
-          assertion = vm.hypervisor == "qemu" || vm.credentials == {};
-          message = "${at}.credentials: ${vm.hypervisor} cannot receive credentials safely (cloud-hypervisor's only channel, SMBIOS OEM strings, is on its command line, which every local user can read; firecracker has none); use hypervisor = \"qemu\" or deliver the secret another way.";
+          assertion = vm.hypervisor != "firecracker" || vm.credentials == {};
+          message = "${at}.credentials: firecracker cannot receive credentials safely (it has no fw_cfg and no SMBIOS, and systemd imports initrd credentials only as encrypted ones); use hypervisor = \"qemu\" or \"cloud-hypervisor\", or deliver the secret another way.";
         }
         {
           assertion = vm.hypervisor == "qemu" || vm.accel == "kvm";
           message = "${at}.accel = \"${vm.accel}\": ${vm.hypervisor} runs only on KVM; set accel = \"kvm\" or use hypervisor = \"qemu\".";
-        }
-        {
-          assertion = vm.hypervisor != "firecracker" || vm.interfaces == [];
-          message = "${at}.interfaces: firecracker opens taps by name and cannot take an open tap fd, so vmwarden cannot give it a tap that dies with it; use hypervisor = \"qemu\" or \"cloud-hypervisor\".";
         }
         {
           assertion = vlib.validPrincipalName p.user;

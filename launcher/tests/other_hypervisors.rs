@@ -451,3 +451,68 @@ fn real_cloud_hypervisor_runs_in_the_full_sandbox_answers_stops_and_cleans_up() 
 fn real_firecracker_runs_in_the_full_sandbox_answers_stops_and_cleans_up() {
     FC.run(36);
 }
+
+#[test]
+fn real_cloud_hypervisor_takes_credentials_as_fw_cfg_files_from_the_private_tmpfs() {
+    // The real argv (not --probe): cloud-hypervisor parses vmwarden's
+    // --fw-cfg-config, opens each file on the VM's tmpfs, creates and boots
+    // the VM (which cannot get far on a KVM that runs no guest), and
+    // reports the items through its API. The secret is nowhere in argv.
+    let env = Env::new();
+    let Some(bin) = real_binary(&env, CH.var, CH.kind) else {
+        return;
+    };
+    let u = uid(37);
+    let mut s = env.spec("chcred", u);
+    s["hypervisor"] = json!({ "kind": "cloud-hypervisor", "binary": bin, "accel": "kvm" });
+    s["cmdline"] = json!("console=ttyS0 panic=-1");
+    let secret = b"fw-cfg-secret-7f3a";
+    let p = env.secret("db-pass", secret);
+    s["credentials"] = json!([
+        { "name": "db-password", "source": { "path": p } },
+        { "name": "api.token", "source": { "path": p } },
+    ]);
+    env.write_spec("chcred", &s);
+    let _acl = KvmAcl::grant(u);
+    let mut g = env.start("chcred");
+    let r = env.vmwarden(&["wait-ready", "chcred", "--timeout", "30"]);
+    assert!(r.status.success(), "{}\n{}", text(&r), g.log_text());
+    let sock = env.run.join("chcred/control/api.sock");
+    let info = api::expect_ok(
+        &sock,
+        "GET",
+        "/api/v1/vm.info",
+        None,
+        Duration::from_secs(5),
+    )
+    .unwrap_or_else(|e| panic!("vm.info: {e}\n{}", g.log_text()));
+    let v: serde_json::Value = serde_json::from_str(&info.body).unwrap();
+    let fw = &v["config"]["payload"]["fw_cfg_config"];
+    let creds = env.run.join("chcred/credentials");
+    assert_eq!(
+        fw["items"]["item_list"],
+        json!([
+            { "name": "opt/io.systemd.credentials/db-password", "file": creds.join("db-password") },
+            { "name": "opt/io.systemd.credentials/api.token", "file": creds.join("api.token") },
+        ]),
+        "{v}"
+    );
+    assert_eq!(fw["kernel"], false, "{fw}");
+    let cmdline = read_proc_bytes(g.pid(), "cmdline");
+    let environ = read_proc_bytes(g.pid(), "environ");
+    for (what, b) in [("cmdline", &cmdline), ("environ", &environ)] {
+        assert!(
+            !b.windows(secret.len()).any(|w| w == secret),
+            "secret in /proc/PID/{what}"
+        );
+        let t = String::from_utf8_lossy(b);
+        assert!(
+            !t.contains(&p.display().to_string()),
+            "source path in {what}"
+        );
+    }
+    let stop = env.vmwarden(&["stop", "chcred", "--timeout", "5"]);
+    assert!(stop.status.success(), "{}", text(&stop));
+    assert!(g.wait_exit(Duration::from_secs(20)).is_some());
+    env.assert_clean("chcred");
+}

@@ -303,8 +303,9 @@ fwcfg-too-long|is 56 bytes; QEMU allows 55
 store-secret|is in the Nix store, which every local user can read
 hidden-path|/home/alice/web.img is under /home, which microvm@.service hides
 old-kernel|vmwarden needs Linux >= 6.4
-unsupported-hypervisor|vmwarden.vms.web.credentials: cloud-hypervisor cannot receive credentials safely
-firecracker-tap|vmwarden.vms.web.interfaces: firecracker opens taps by name
+unsupported-hypervisor|vmwarden.vms.web.credentials: firecracker cannot receive credentials safely
+firecracker-tap|ok
+ch-credentials|ok
 duplicate-tap|vmwarden: tap "vmw-web0" is used by several VMs (db, web)
 multicast-mac|mac "01:00:5e:00:00:01" of vmw-web0 is not a unicast address
 zero-mac|mac "00:00:00:00:00:00" of vmw-web0 is not a unicast address

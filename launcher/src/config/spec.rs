@@ -650,16 +650,13 @@ impl Spec {
                     ),
                 ));
             }
-            if !self.credentials.is_empty() {
+            if !self.credentials.is_empty() && kind == HypervisorKind::Firecracker {
                 return Err(bad(
                     "credentials",
-                    format!(
-                        "cannot be passed to {} safely: it has no channel that keeps a secret off its command line \
-                         (cloud-hypervisor's only credential channel, SMBIOS OEM strings, is an argv value that every \
-                         local user can read in /proc/PID/cmdline; firecracker has neither fw_cfg nor SMBIOS). \
-                         Use hypervisor.kind \"qemu\" (fw_cfg from a private tmpfs) or deliver the secret over the network or a disk",
-                        kind.as_str()
-                    ),
+                    "cannot be passed to firecracker safely: it has no fw_cfg and no SMBIOS, so no channel keeps a \
+                     secret off its command line and out of the host's mount namespace. Use hypervisor.kind \"qemu\" or \
+                     \"cloud-hypervisor\" (fw_cfg from a private tmpfs) or deliver the secret over the network or a disk"
+                        .to_string(),
                 ));
             }
         }
@@ -1230,6 +1227,11 @@ mod tests {
             ("vsock", |v| {
                 v["hypervisor"]["kind"] = json!("firecracker");
                 v["vsock"] = json!({ "cid": 3, "backend": "vhost" })
+            }),
+            ("credentials", |v| {
+                v["hypervisor"]["kind"] = json!("firecracker");
+                v["hypervisor"]["accel"] = json!("kvm");
+                v["credentials"] = json!([{ "name": "t", "source": { "systemd": "t" } }])
             }),
             ("disks[0].format", |v| {
                 v["hypervisor"]["kind"] = json!("firecracker");

@@ -195,10 +195,14 @@ pub enum StepError {
         #[source]
         cause: Distrust,
     },
-    /// Whether QEMU has `-sandbox` could not be told (it could not be run,
-    /// did not exit, or was killed).
-    #[error("hypervisor {path}: cannot tell whether it supports its own sandbox: {reason}")]
-    HypervisorProbe { path: PathBuf, reason: String },
+    /// Whether QEMU has `-sandbox`, or cloud-hypervisor `fw_cfg`, could not
+    /// be told (it could not be run, did not exit, or was killed).
+    #[error("hypervisor {path}: cannot tell whether it supports {what}: {reason}")]
+    HypervisorProbe {
+        path: PathBuf,
+        what: &'static str,
+        reason: String,
+    },
     #[error("exec {path}: {errno}")]
     Exec {
         path: PathBuf,
@@ -478,6 +482,65 @@ fn qemu_sandbox(spec: &Spec, spec_path: &Path, principal: &Principal) -> Result<
         },
         Err(reason) => Err(StepError::HypervisorProbe {
             path: bin.clone(),
+            what: "its own sandbox",
+            reason,
+        }),
+    }
+}
+
+/// cloud-hypervisor with credentials: they go in as fw_cfg files, which
+/// only a binary built with the `fw_cfg` feature has. Asked once, before
+/// anything is created, so a binary without it is refused with the host
+/// untouched. The tmpfs paths go into `--fw-cfg-config items=[…]`, where
+/// ',' ':' '[' ']' would split the list: a runtime root containing one is
+/// refused too.
+fn cloud_hypervisor_credentials(
+    spec: &Spec,
+    spec_path: &Path,
+    principal: &Principal,
+    roots: &Roots,
+) -> Result<()> {
+    if spec.hypervisor.kind != HypervisorKind::CloudHypervisor || spec.credentials.is_empty() {
+        return Ok(());
+    }
+    let dir = roots.credentials_dir(&spec.name);
+    if dir
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .any(|b| b",:[]".contains(b))
+    {
+        return Err(StepError::Spec(SpecError::Invalid {
+            path: spec_path.to_path_buf(),
+            field: "credentials".into(),
+            reason: format!(
+                "cannot reach cloud-hypervisor: their directory {} contains one of ',' ':' '[' ']', \
+                 which split its --fw-cfg-config list; use a runtime root without them",
+                dir.display()
+            ),
+        }));
+    }
+    let bin = &spec.hypervisor.binary;
+    match hypervisor::cloud_hypervisor_has_fw_cfg(
+        bin,
+        principal.uid,
+        principal.gid,
+        SANDBOX_PROBE_TIMEOUT,
+    ) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(StepError::Spec(SpecError::Invalid {
+            path: spec_path.to_path_buf(),
+            field: "credentials".into(),
+            reason: format!(
+                "need cloud-hypervisor's `fw_cfg` feature, but {} was built without it (its --help has no {}); \
+                 build it with `--features fw_cfg` (the NixOS module does when a VM has credentials), or drop the credentials",
+                bin.display(),
+                hypervisor::CH_FW_CFG_OPTION
+            ),
+        })),
+        Err(reason) => Err(StepError::HypervisorProbe {
+            path: bin.clone(),
+            what: "fw_cfg (credentials)",
             reason,
         }),
     }
@@ -580,6 +643,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     check_trusted_files(&spec, &spec_path, spec_walk, roots, &mut walker)?;
     drop(walker);
     let qemu_sandbox = qemu_sandbox(&spec, &spec_path, &principal)?;
+    cloud_hypervisor_credentials(&spec, &spec_path, &principal, roots)?;
     issue12::check_principal(&spec, &spec_path, &principal)?;
     volumes::preflight(&spec, &spec_path, &principal, &roots.state_dir(&spec.name))?;
     // The kernel's vsock device, opened by root before anything is made
