@@ -125,12 +125,8 @@
           message = "${at}.vsock.cid = ${toString cid}: CIDs 0, 1 and 2 are the hypervisor, loopback and the host, and ${toString (vlib.vsockCidMax + 1)} means any; pick one from ${toString vlib.vsockCidMin} to ${toString vlib.vsockCidMax}.";
         }
         {
-          assertion = cid == null || vm.hypervisor != "firecracker";
-          message = "${at}.vsock: vmwarden gives firecracker no vsock; use hypervisor = \"qemu\" or \"cloud-hypervisor\".";
-        }
-        {
-          assertion = cid == null || vm.hypervisor != "cloud-hypervisor" || vm.vsock.backend == "user";
-          message = "${at}.vsock.backend = \"vhost\": cloud-hypervisor serves vsock itself on a unix socket in control/; set backend = \"user\".";
+          assertion = cid == null || vm.hypervisor == "qemu" || vm.vsock.backend == "user";
+          message = "${at}.vsock.backend = \"vhost\": ${vm.hypervisor} serves vsock itself on a unix socket in control/; set backend = \"user\".";
         }
         {
           assertion = vm.hypervisor != "qemu" || vlib.machineArch.${vm.machine} == binArch;

@@ -252,6 +252,28 @@ fn issue12_cases() -> Vec<Case> {
             expect: &["`shares`", "firecracker"],
         },
         Case {
+            name: "virtiofs share on firecracker",
+            setup: with_spec(|env, s| {
+                let p = share_dir(env, "s", 0, 0, 0o755);
+                s["hypervisor"]["kind"] = json!("firecracker");
+                s["hypervisor"]["accel"] = json!("kvm");
+                share(s, "data", &p, "virtiofs", true);
+                s["virtiofsd"] = json!({ "binary": "/usr/bin/true" });
+            }),
+            env: None,
+            expect: &["`shares`", "firecracker", "neither virtio-fs nor 9p"],
+        },
+        Case {
+            name: "vhost vsock on firecracker",
+            setup: with_spec(|_, s| {
+                s["hypervisor"]["kind"] = json!("firecracker");
+                s["hypervisor"]["accel"] = json!("kvm");
+                s["vsock"] = json!({ "cid": 3, "backend": "vhost" });
+            }),
+            env: None,
+            expect: &["`vsock.backend`", "firecracker serves vsock itself"],
+        },
+        Case {
             name: "9p share on cloud-hypervisor",
             setup: with_spec(|env, s| {
                 let p = share_dir(env, "s", 0, 0, 0o755);
@@ -942,16 +964,6 @@ fn cases() -> Vec<Case> {
             }),
             env: None,
             expect: &["`interfaces[0].tap`", "also a tap of VM \"db\""],
-        },
-        Case {
-            name: "interfaces with firecracker",
-            setup: with_spec(|_, s| {
-                s["hypervisor"]["kind"] = json!("firecracker");
-                s["hypervisor"]["accel"] = json!("kvm");
-                s["interfaces"] = json!([{ "tap": "vmw-web0" }]);
-            }),
-            env: None,
-            expect: &["`interfaces`", "firecracker", "tap fd"],
         },
         Case {
             name: "vcpus 0",

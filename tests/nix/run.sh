@@ -369,7 +369,7 @@ qcow2-firecracker|firecracker takes raw images only|{B: vmwarden.vms.web = {hype
 cid-low|vmwarden.vms.web.vsock.cid = 2: CIDs 0, 1 and 2 are the hypervisor, loopback and the host|{B: vmwarden.vms.web.vsock.cid = 2;}
 cid-any|vmwarden.vms.web.vsock.cid = 4294967295|{B: vmwarden.vms.web.vsock.cid = 4294967295;}
 cid-twice|vmwarden: vsock CID 5 is used by several VMs (db, web)|{B: vmwarden.vms.db = {kernel = "/srv/images/vmlinuz"; vsock.cid = 5;}; vmwarden.vms.web.vsock.cid = 5;}
-cid-firecracker|vmwarden.vms.web.vsock: vmwarden gives firecracker no vsock|{B: vmwarden.vms.web = {hypervisor = "firecracker"; vsock.cid = 5;};}
+vhost-firecracker|vmwarden.vms.web.vsock.backend = "vhost": firecracker serves vsock itself|{B: vmwarden.vms.web = {hypervisor = "firecracker"; vsock = {cid = 5; backend = "vhost";};};}
 vhost-cloud-hypervisor|vmwarden.vms.web.vsock.backend = "vhost": cloud-hypervisor serves vsock itself|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; vsock = {cid = 5; backend = "vhost";};};}
 machine-virt-on-x86_64|vmwarden.vms.web.machine = "virt" is a machine of qemu-system-aarch64, but this VM runs qemu-system-x86_64|{B: vmwarden.vms.web.machine = "virt";}
 machine-q35-on-aarch64|vmwarden.vms.web.machine = "q35" is a machine of qemu-system-x86_64, but this VM runs qemu-system-aarch64; use "virt"|{imports = [./tests/nix/cases/aarch64-host.nix]; vmwarden.vms.web.machine = "q35";}

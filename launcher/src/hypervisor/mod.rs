@@ -317,9 +317,10 @@ pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
     a
 }
 
-/// firecracker's `--config-file` contents. No network interfaces (the spec
-/// refuses them for firecracker) and no secrets.
-pub fn firecracker_config(spec: &Spec) -> String {
+/// firecracker's `--config-file` contents: no secrets. Its taps are named
+/// (firecracker opens them itself; the launcher made them persistent and
+/// the principal's), its hybrid vsock is a unix socket in `control_dir`.
+pub fn firecracker_config(spec: &Spec, control_dir: &Path) -> String {
     let mut boot = json!({
         "kernel_image_path": spec.kernel,
         "boot_args": spec.cmdline,
@@ -340,15 +341,33 @@ pub fn firecracker_config(spec: &Spec) -> String {
             })
         })
         .collect();
-    let cfg = json!({
+    let nics: Vec<serde_json::Value> = spec
+        .interfaces
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            json!({
+                "iface_id": format!("net{i}"),
+                "host_dev_name": n.tap.as_str(),
+                "guest_mac": spec.guest_mac(i).to_string(),
+            })
+        })
+        .collect();
+    let mut cfg = json!({
         "boot-source": boot,
         "drives": drives,
         "machine-config": {
             "vcpu_count": spec.vcpus,
             "mem_size_mib": spec.memory_mib,
         },
-        "network-interfaces": [],
+        "network-interfaces": nics,
     });
+    if let Some(v) = &spec.vsock {
+        cfg["vsock"] = json!({
+            "guest_cid": v.cid,
+            "uds_path": control_dir.join(VSOCK_SOCKET),
+        });
+    }
     let mut text = serde_json::to_string_pretty(&cfg).unwrap_or_default();
     text.push('\n');
     text
@@ -711,7 +730,42 @@ mod tests {
   "network-interfaces": []
 }
 "#;
-        assert_eq!(firecracker_config(&s), want);
+        assert_eq!(firecracker_config(&s, &layout().control_dir), want);
+    }
+
+    #[test]
+    fn firecracker_names_its_taps_and_puts_its_vsock_in_control() {
+        let mut s = with_nics(spec());
+        s.hypervisor.kind = HypervisorKind::Firecracker;
+        s.hypervisor.accel = Accel::Kvm;
+        s.credentials.clear();
+        s.disks.truncate(1);
+        s.vsock = Some(VsockSpec {
+            cid: 7,
+            backend: VsockBackend::User,
+            binary: None,
+        });
+        s.validate(
+            Path::new("/etc/vmwarden/vms/web.json"),
+            &VmName::parse("web").unwrap(),
+        )
+        .unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&firecracker_config(&s, &layout().control_dir)).unwrap();
+        let derived = Mac::derived(&"web".parse().unwrap(), &"vmw-web1".parse().unwrap());
+        assert_eq!(
+            v["network-interfaces"],
+            json!([
+                { "iface_id": "net0", "host_dev_name": "vmw-web0", "guest_mac": "02:00:00:00:00:01" },
+                { "iface_id": "net1", "host_dev_name": "vmw-web1", "guest_mac": derived.to_string() },
+            ])
+        );
+        assert_eq!(
+            v["vsock"],
+            json!({ "guest_cid": 7, "uds_path": "/run/vmwarden/web/control/vsock.sock" })
+        );
+        // No tap fd on its command line: it opens them by name.
+        assert_eq!(argv(&s, &layout(), true).len(), 5);
     }
 
     #[test]
@@ -738,14 +792,10 @@ mod tests {
             e.contains("`hypervisor.accel`") && e.contains("only on KVM"),
             "{e}"
         );
-        // Interfaces on firecracker.
+        // Interfaces on firecracker pass (persistent taps of the principal).
         let mut s = ch_spec();
         s.hypervisor.kind = HypervisorKind::Firecracker;
-        let e = s.validate(p, web).unwrap_err().to_string();
-        assert!(
-            e.contains("`interfaces`") && e.contains("firecracker"),
-            "{e}"
-        );
+        s.validate(p, web).unwrap();
         // The plain cloud-hypervisor spec passes.
         ch_spec().validate(p, web).unwrap();
     }

@@ -97,9 +97,14 @@ pub const SYSTEM_READ: &[&str] = &[
 ];
 
 /// Devices a hypervisor opens read-write. No `/dev/net/tun` or
-/// `/dev/vhost-net`: taps arrive as open fds (vhost off), so the hypervisor
-/// never opens a tun device itself.
+/// `/dev/vhost-net`: taps arrive as open fds (vhost off), so QEMU and
+/// cloud-hypervisor never open a tun device themselves (firecracker with
+/// interfaces gets [`TUN_DEVICE`] too, see [`policy`]).
 pub const DEVICES_RW: &[&str] = &["/dev/null", "/dev/kvm"];
+
+/// The tun device firecracker opens to attach to its taps by name (the
+/// kernel lets it attach only to taps owned by its uid and gid).
+pub const TUN_DEVICE: &str = "/dev/net/tun";
 
 /// What a rule grants beneath its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,6 +176,13 @@ pub fn policy(spec: &Spec, state_dir: &Path, control_dir: &Path, creds_dir: &Pat
     }
     for p in DEVICES_RW {
         add(Path::new(p), Grant::Write, None);
+    }
+    if spec.hypervisor.kind == HypervisorKind::Firecracker && !spec.interfaces.is_empty() {
+        add(
+            Path::new(TUN_DEVICE),
+            Grant::Write,
+            Some("interfaces".into()),
+        );
     }
     add(
         &spec.hypervisor.binary,

@@ -763,7 +763,14 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     //    Taps: created here as non-persistent fds (close-on-exec until the
     //    exec below), MAC set, attached to their bridge, up. From now on the
     //    kernel deletes each tap when its last fd holder dies.
-    let taps = create_taps(&spec)?;
+    let taps = if kind == HypervisorKind::Firecracker {
+        // Persistent and the principal's: the fds close here, firecracker
+        // attaches by name; cleanup deletes them (intent record).
+        drop(create_taps(&spec, Some(&principal))?);
+        Vec::new()
+    } else {
+        create_taps(&spec, None)?
+    };
     steps.after("taps");
 
     //    The control dir holds only what this instance's hypervisor makes:
@@ -779,7 +786,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         write_private(
             &control,
             FIRECRACKER_CONFIG,
-            hypervisor::firecracker_config(&spec).as_bytes(),
+            hypervisor::firecracker_config(&spec, &control.path).as_bytes(),
             &principal,
         )?;
     }
@@ -891,7 +898,13 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
 
     // The seccomp filter is compiled while a failure can still be reported
     // cleanly, and installed after Landlock (the helpers get it too).
-    let seccomp_progs = seccomp::programs()?;
+    let seccomp_progs = seccomp::programs_for(
+        if kind == HypervisorKind::Firecracker && !spec.interfaces.is_empty() {
+            seccomp::Taps::ByName
+        } else {
+            seccomp::Taps::Inherited
+        },
+    )?;
 
     // 8b. Helpers (issue 12): forked here, in this namespace, each dropping
     //     to the principal in its own sandbox; recorded in the intent
@@ -1065,7 +1078,9 @@ fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<
 }
 
 /// Create, address, attach and raise every tap of the spec.
-fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
+/// Firecracker's taps (it opens them by name) are then made persistent and
+/// owned by the principal (`owner`); their fds are not handed on.
+fn create_taps(spec: &Spec, owner: Option<&Principal>) -> Result<Vec<net::Tap>> {
     if spec.interfaces.is_empty() {
         return Ok(Vec::new());
     }
@@ -1104,7 +1119,10 @@ fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
         };
         let mac = spec.guest_mac(i).host_side();
         rtnl.configure(n.tap.as_str(), link.index, &mac.octets(), controller)?;
-        tracing::info!(step = %"taps", tap = %n.tap, bridge = ?n.bridge, "tap created");
+        if let Some(p) = owner {
+            net::persist_for(&tap, p.uid, p.gid)?;
+        }
+        tracing::info!(step = %"taps", tap = %n.tap, bridge = ?n.bridge, persistent = owner.is_some(), "tap created");
         taps.push(tap);
     }
     Ok(taps)
