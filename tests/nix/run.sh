@@ -268,7 +268,7 @@ else
   # an existing configuration (two-vms: its specs must not change), one
   # using issue 12's fields directly, and microvm.nix-shaped guests
   # (tests/nix/guests/) mapped onto specs.
-  GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest"
+  GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest guest-ch-creds guest-fc-networked"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -463,9 +463,8 @@ shares.extraArgs|microvm.shares[0].extraArgs = ["--sandbox=none"]: virtiofsd's a
 virtiofsd.inodeFileHandles|microvm.virtiofsd.inodeFileHandles = "mandatory": file handles need CAP_DAC_READ_SEARCH|G {microvm.virtiofsd.inodeFileHandles = "mandatory";}
 virtiofsd.threadPoolSize|microvm.virtiofsd.threadPoolSize = 4: vmwarden picks virtiofsd's thread pool|G {microvm.virtiofsd.threadPoolSize = 4;}
 virtiofsd.extraArgs|microvm.virtiofsd.extraArgs = ["--announce-submounts"]: virtiofsd's arguments are vmwarden's|G {microvm.virtiofsd.extraArgs = ["--announce-submounts"];}
-vsock.cid firecracker|microvm.vsock.cid = 5: vmwarden gives firecracker no vsock|G {microvm.hypervisor = "firecracker"; microvm.vsock.cid = 5;}
+credentialFiles firecracker|microvm.credentialFiles = ["token"]: firecracker has no channel|G {microvm.hypervisor = "firecracker"; microvm.credentialFiles.token = "/run/secrets/token";}
 vsock.cid low|microvm.vsock.cid = 2: CIDs 0, 1 and 2 are the hypervisor, loopback and the host|G {microvm.vsock.cid = 2;}
-credentialFiles cloud-hypervisor|microvm.credentialFiles = ["token"]: only QEMU can hand the guest a secret off its command line|G {microvm.hypervisor = "cloud-hypervisor"; microvm.credentialFiles.token = "/run/secrets/token";}
 credentialFiles name|microvm.credentialFiles.-token = "/run/secrets/token": credential names are|G {microvm.credentialFiles."-token" = "/run/secrets/token";}
 credentialFiles long name|microvm.credentialFiles.a-credential-name-of-29-bytes = "/run/secrets/x": QEMU keeps fw_cfg names of 55 bytes|G {microvm.credentialFiles.a-credential-name-of-29-bytes = "/run/secrets/x";}
 credentialFiles store path|microvm.credentialFiles.token = "/nix/store/00000000000000000000000000000000-token": it is in the Nix store|G {microvm.credentialFiles.token = "/nix/store/00000000000000000000000000000000-token";}
