@@ -465,3 +465,33 @@ fn real_cloud_hypervisor_takes_credentials_as_fw_cfg_files_from_the_private_tmpf
     assert!(g.wait_exit(Duration::from_secs(20)).is_some());
     env.assert_clean("chcred");
 }
+
+#[test]
+fn kill_at_every_launch_step_of_a_cloud_hypervisor_leaves_nothing_after_cleanup() {
+    // cloud-hypervisor's launch makes one thing QEMU's does not: the empty
+    // control/api.sock.lock it locks. A launch killed after any step leaves
+    // nothing cleanup does not remove.
+    require_fault_injection();
+    let env = Env::new();
+    let Some(bin) = real_binary(&env, CH.var, CH.kind) else {
+        return;
+    };
+    let mut s = env.spec("chkill", uid(41));
+    s["hypervisor"] = json!({ "kind": "cloud-hypervisor", "binary": bin, "accel": "kvm" });
+    s["cmdline"] = json!("console=ttyS0");
+    env.write_spec("chkill", &s);
+    let lock = env.run.join("chkill/control/api.sock.lock");
+    let mut locked = 0;
+    for step in launch_steps() {
+        env.launch_killed_after("chkill", &step);
+        if lock.exists() {
+            locked += 1;
+        }
+        env.assert_clean_after("chkill", &step);
+        assert!(
+            !lock.exists(),
+            "api.sock.lock left after {step} and cleanup"
+        );
+    }
+    assert!(locked > 0, "no killed launch got as far as the lock file");
+}

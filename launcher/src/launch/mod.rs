@@ -1423,6 +1423,30 @@ mod tests {
         );
     }
 
+    #[test]
+    fn cloud_hypervisor_records_its_api_socket_and_lock() {
+        let got = planned_resources(
+            &spec_of(base_spec("cloud-hypervisor")),
+            Path::new("/etc/vmwarden/vms/web.json"),
+            Path::new("/run/vmwarden/web"),
+            Path::new("/var/lib/vmwarden/web"),
+        );
+        let files: Vec<_> = got
+            .iter()
+            .filter_map(|r| match r {
+                Resource::RuntimeFile { path } => Some(path.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            files,
+            vec![
+                PathBuf::from("/run/vmwarden/web/control/api.sock"),
+                PathBuf::from("/run/vmwarden/web/control/api.sock.lock"),
+            ]
+        );
+    }
+
     /// Options for VM `name` with every root in `dir` (nothing there yet).
     fn options(dir: &Path, name: &str) -> Options {
         Options {
