@@ -8,7 +8,9 @@
 //! * Turn its tap fds against the host: make a tap persistent (so it
 //!   outlives the VM), hand it to another owner, or set the host-side MAC
 //!   (a tap claiming the router's MAC takes a bridge's traffic). The ioctls
-//!   a hypervisor uses on a tap (TUNGETIFF, TUNSETOFFLOAD, …) stay allowed.
+//!   a hypervisor uses on a tap (TUNGETIFF, TUNSETOFFLOAD, …) stay allowed,
+//!   and so does TUNSETIFF for firecracker with interfaces ([`Taps::ByName`]:
+//!   it attaches to the persistent taps the launcher made for its uid).
 //! * Create namespaces: `unshare` and `clone` with any `CLONE_NEW*` flag,
 //!   and `setns`, are refused (EPERM). A user namespace would give it a
 //!   root of its own to attack the kernel with, and a mount or network
