@@ -16,6 +16,7 @@ import sys
 
 # Lowest first.
 LAYERS = [
+    "profile",     # step timestamps (feature step-profile): imports nothing
     "config",      # spec, names, roots: imports nothing
     "host",        # dirs, ownership, mountinfo, procs, net, peer
     "hypervisor",  # argv/config rendering, QMP and HTTP API clients
