@@ -2,7 +2,10 @@
 # The soak: start and stop 2 VMs through the real binaries, cycle after
 # cycle, and prove nothing is left or grows (docs/soak.md).
 #
-#   sudo tests/soak.sh --cycles N [--no-boot-wait] [--load-rate R]
+#   sudo tests/soak.sh --cycles N [--no-boot-wait] [--load-rate R] [--until TIME]
+#
+# --until TIME (anything `date -d` reads): start no cycle after TIME; the
+# report then covers the cycles run (and says so).
 #
 # Each cycle launches both VMs (vmwarden-launch, QEMU TCG, the busybox test
 # guest in hold mode, a file credential on the noswap tmpfs, a tap each),
@@ -42,12 +45,13 @@ set -uo pipefail
 export PATH="$PATH:/usr/sbin:/sbin:$HOME/.cargo/bin"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-cycles=; boot_wait=1; load_rate=2000
+cycles=; boot_wait=1; load_rate=2000; until=0
 while [ $# -gt 0 ]; do
   case $1 in
     --cycles) cycles=${2:?--cycles N}; shift 2 ;;
     --no-boot-wait) boot_wait=0; shift ;;
     --load-rate) load_rate=${2:?--load-rate R}; shift 2 ;;
+    --until) until=$(date -d "${2:?--until TIME}" +%s) || exit 2; shift 2 ;;
     -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "soak.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -163,7 +167,13 @@ LOAD_PID=$!
 stop_timeout=30; [ "$boot_wait" = 1 ] || stop_timeout=2
 residue=0; times=()
 : >"$DIR/logs/findings"
+ran=0
 for c in $(seq 1 "$cycles"); do
+  if [ "$until" != 0 ] && [ "$(date +%s)" -ge "$until" ]; then
+    echo "soak.sh: --until reached: $ran of $cycles cycles run"
+    break
+  fi
+  ran=$c
   kill9=$((c % 5 == 0))
   t=0
   t0=$(ms)
@@ -240,5 +250,5 @@ bad=0
 [ "$taps0" = "$taps1" ] || { echo "taps: $taps0 before, $taps1 after"; bad=1; }
 [ $((run1 - run0)) -le 65536 ] || { echo "/run usage grew by $((run1 - run0)) bytes"; bad=1; }
 [ "$last" -le $((2 * first)) ] || { echo "cycle time grew: first 10 $first ms, last 10 $last ms"; bad=1; }
-echo "soak: $cycles cycles, $residue residue, fds $fds0->$fds1, mounts $mounts0->$mounts1, taps $taps0->$taps1, run-bytes $run0->$run1, cycle-ms first10 $first last10 $last"
+echo "soak: $ran cycles, $residue residue, fds $fds0->$fds1, mounts $mounts0->$mounts1, taps $taps0->$taps1, run-bytes $run0->$run1, cycle-ms first10 $first last10 $last"
 [ "$bad" = 0 ]
