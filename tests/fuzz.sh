@@ -61,7 +61,9 @@ for t in "${targets[@]}"; do
   mkdir -p "$work" "$art" "corpus/$t"
   if [ "$mode" = seconds ]; then limit=(-max_total_time="$amount"); else limit=(-runs="$amount"); fi
   log=work/$t.log
-  before=$(find "$art" -maxdepth 1 -type f | wc -l)
+  # Failures libFuzzer keeps: crash-, timeout-, oom-, leak- (not slow-unit-).
+  failures() { find "$art" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' -o -name 'leak-*' \) | wc -l; }
+  before=$(failures)
   # -seed fixed for --runs: the short run does the same work every time.
   seed=(); [ "$mode" = runs ] && seed=(-seed=1)
   "$bin/$t" "${limit[@]}" "${seed[@]}" -max_len=4096 -timeout=10 -rss_limit_mb=1024 \
@@ -74,7 +76,7 @@ for t in "${targets[@]}"; do
   cov=$(echo "$stats" | grep -oE 'cov: [0-9]+' | cut -d' ' -f2)
   ft=$(echo "$stats" | grep -oE 'ft: [0-9]+' | cut -d' ' -f2)
   corp=$(echo "$stats" | grep -oE 'corp: [0-9]+' | cut -d' ' -f2)
-  crashes=$(( $(find "$art" -maxdepth 1 -type f | wc -l) - before ))
+  crashes=$(($(failures) - before))
   if [ "$rc" != 0 ] && [ "$crashes" = 0 ]; then crashes=1; fi
   printf 'fuzz %s: %s executions, cov %s, ft %s, corpus %s, %s crashes%s\n' \
     "$t" "$execs" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$crashes" "$([ "$crashes" = 0 ] || echo " (log: fuzz/$log, inputs: fuzz/$art)")"
