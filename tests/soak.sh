@@ -39,7 +39,9 @@
 # Last line:
 #   soak: N cycles, R residue, fds A->B, mounts A->B, taps A->B, run-bytes A->B, cycle-ms first10 X last10 Y
 # Exits non-zero on residue, on fds/mounts/taps that differ, on /run usage
-# that grew by more than 64 KiB, or on last10 over twice first10.
+# after the last cycle other than after the first (the first leaves each
+# VM's runtime dir with its instance.lock, by design) or grown by more than
+# 64 KiB in all, or on last10 over twice first10.
 # Root integration: run it under the root-tests lock (flock).
 set -uo pipefail
 export PATH="$PATH:/usr/sbin:/sbin:$HOME/.cargo/bin"
@@ -165,7 +167,7 @@ LOAD_PID=$!
 # Without the ready line the power button may find no acpid: wait less
 # for it before stop goes on to quit.
 stop_timeout=30; [ "$boot_wait" = 1 ] || stop_timeout=2
-residue=0; times=()
+residue=0; times=(); run_c1=0
 : >"$DIR/logs/findings"
 ran=0
 for c in $(seq 1 "$cycles"); do
@@ -224,6 +226,9 @@ for c in $(seq 1 "$cycles"); do
     fi
   done
   times+=("$t")
+  # The first cycle leaves what stays by design (each VM's runtime dir with
+  # its instance.lock): from here on /run must not change.
+  [ "$c" = 1 ] && run_c1=$(run_bytes)
   # A VM that never came up in the first cycles is a broken setup, not a
   # soak finding: stop there rather than fail the same way N times.
   if [ "$c" -le 3 ] && grep -q "^  cycle $c: .*: wait-ready failed" "$DIR/logs/findings"; then
@@ -248,6 +253,10 @@ bad=0
 [ "$fds0" = "$fds1" ] || { echo "fds: $fds0 before, $fds1 after"; bad=1; }
 [ "$mounts0" = "$mounts1" ] || { echo "mounts: $mounts0 before, $mounts1 after"; bad=1; }
 [ "$taps0" = "$taps1" ] || { echo "taps: $taps0 before, $taps1 after"; bad=1; }
+if [ "$ran" -ge 1 ]; then
+  echo "run-bytes after cycle 1: $run_c1 (each VM's runtime dir and instance.lock stay by design)"
+  [ "$run1" = "$run_c1" ] || { echo "/run usage changed from $run_c1 after cycle 1 to $run1 after cycle $ran"; bad=1; }
+fi
 [ $((run1 - run0)) -le 65536 ] || { echo "/run usage grew by $((run1 - run0)) bytes"; bad=1; }
 [ "$last" -le $((2 * first)) ] || { echo "cycle time grew: first 10 $first ms, last 10 $last ms"; bad=1; }
 echo "soak: $ran cycles, $residue residue, fds $fds0->$fds1, mounts $mounts0->$mounts1, taps $taps0->$taps1, run-bytes $run0->$run1, cycle-ms first10 $first last10 $last"
