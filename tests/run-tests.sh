@@ -38,13 +38,26 @@ setup() {
 }
 lint() {
   # No import circle between the crate's parts (tests/lint/layers.py).
-  python3 tests/lint/layers.py && cargo fmt --all -- --check && cargo clippy --all-targets --features fault-injection --quiet -- -D warnings
+  python3 tests/lint/layers.py && cargo fmt --all -- --check && cargo clippy --all-targets --features fault-injection --quiet -- -D warnings \
+    && cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check \
+    && cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --locked --quiet -- -D warnings \
+    && fuzz_short
+}
+fuzz_short() {
+  # Every fuzz target (fuzz/, docs/fuzzing.md) for a fixed number of
+  # executions from its corpus, with a fixed seed: the same work each run.
+  bash tests/fuzz.sh --runs 3000
 }
 rust_tests() {
   # Unit tests and the root integration tests (real namespaces, mounts,
   # landlock, QEMU guests). The fault-injection build adds the launcher's
   # kill-after-step switch the teardown tests need; root tests run one at a time.
   cargo test --features fault-injection -- --test-threads=1
+}
+soak_short() {
+  # tests/soak.sh, short: 10 start/stop cycles of 2 VMs beside the host
+  # load, the hypervisor SIGKILLed in every fifth (docs/soak.md).
+  bash tests/soak.sh --cycles 10
 }
 release_build() {
   cargo build --release --quiet
@@ -53,6 +66,7 @@ release_build() {
 stage setup setup || { echo "setup failed: nothing else can run"; echo "stages: 0 passed, 1 failed"; exit 1; }
 stage lint lint
 stage rust-tests rust_tests
+stage soak soak_short
 stage release-build release_build
 stage nix bash tests/nix/run.sh
 if [ "$WHICH" = all ]; then

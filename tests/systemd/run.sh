@@ -26,7 +26,9 @@
 #   VMWARDEN_SYSTEMD_TIMEOUT       overall guest timeout in s (default 1500)
 #   VMWARDEN_SYSTEMD_EXTRA_ENV     "K=V K2=V2": Environment= drop-in for microvm@.service
 #                                  in the guest (e.g. VMWARDEN_TEST_SKIP_DELETE=control)
-#   VMWARDEN_SYSTEMD_ONLY          run only these scenarios (space separated names)
+#   VMWARDEN_SYSTEMD_ONLY          run only these scenarios (space separated names;
+#                                  `soak` runs only when named here)
+#   VMWARDEN_SYSTEMD_SOAK_CYCLES   cycles of the soak scenario (default 50)
 #   VMWARDEN_SYSTEMD_L3_ACCEL      kvm (default) | tcg: accel of the nested guests
 #   VMWARDEN_SYSTEMD_MACHINE       L2 machine type: microvm (default) | q35 | pc
 #   VMWARDEN_SYSTEMD_MEM           L2 memory in MiB (default 3072)
@@ -313,8 +315,8 @@ put "$HERE/scenarios.sh" /opt/vmwarden-test/scenarios.sh 0755
 put "$HERE/guest/vmwarden-scenarios.service" "$UNITDIR/vmwarden-scenarios.service" 0644
 mkdir -p "$ROOT$UNITDIR/multi-user.target.wants"
 ln -sfn ../vmwarden-scenarios.service "$ROOT$UNITDIR/multi-user.target.wants/vmwarden-scenarios.service"
-{ printf 'MODE=%q\nREADY_TIMEOUT=%q\nPOWEROFF=1\nONLY=%q\nL3_ACCEL=%q\n' \
-    "$MODE" "${VMWARDEN_SYSTEMD_READY_TIMEOUT:-300}" "$ONLY" "$L3_ACCEL"
+{ printf 'MODE=%q\nREADY_TIMEOUT=%q\nPOWEROFF=1\nONLY=%q\nL3_ACCEL=%q\nSOAK_CYCLES=%q\n' \
+    "$MODE" "${VMWARDEN_SYSTEMD_READY_TIMEOUT:-300}" "$ONLY" "$L3_ACCEL" "${VMWARDEN_SYSTEMD_SOAK_CYCLES:-50}"
   printf 'CREDS_a=%q\nCREDS_b=%q\nCREDS_vol=\nCREDS_vsk=\nCREDS_vfs=\n' "$CREDS_a" "$CREDS_b"; } | putc /opt/vmwarden-test/run.env 0644
 
 ROOT_IMG=$WORK/root.ext4 RES_IMG=$WORK/results.ext4

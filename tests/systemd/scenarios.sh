@@ -555,6 +555,44 @@ s_all_clean() {
   note "verify-clean (all VMs) clean, no hypervisor left"
 }
 
+# The soak: SOAK_CYCLES (default 50) start/stop cycles of a and b through
+# systemctl, proven clean after each; every fifth cycle SIGKILLs b's
+# hypervisor first and waits for Restart=on-failure to bring it back (the
+# kill's own cleanup report must be clean). About a minute a cycle with
+# nested guests, so it runs only when named: VMWARDEN_SYSTEMD_ONLY=soak.
+s_soak() {
+  local n=${SOAK_CYCLES:-50} c cur pid end v kills=0
+  for c in $(seq 1 "$n"); do
+    cur=$(mark)
+    timeout 600 systemctl start microvm@a.service microvm@b.service \
+      || { fail "cycle $c: systemctl start microvm@a microvm@b failed"; return 1; }
+    { wait_guest a "$cur" && wait_guest b "$cur"; } || { DETAIL="cycle $c: $DETAIL"; return 1; }
+    if [ $((c % 5)) = 0 ]; then
+      pid=$(mainpid microvm@b.service); cur=$(mark)
+      systemctl kill -s KILL microvm@b.service || { fail "cycle $c: systemctl kill failed"; return 1; }
+      end=$((SECONDS + 300))
+      until [ "$(state microvm@b.service)" = active ] && [ "$(mainpid microvm@b.service)" != "$pid" ]; do
+        [ $SECONDS -lt $end ] \
+          || { fail "cycle $c: microvm@b is $(state microvm@b.service) 300 s after SIGKILL, not restarted"; return 1; }
+        sleep 0.5
+      done
+      { check_cleanup b microvm@b.service "$cur" first && wait_guest b "$cur"; } \
+        || { DETAIL="cycle $c (after SIGKILL): $DETAIL"; return 1; }
+      kills=$((kills + 1))
+    fi
+    cur=$(mark)
+    timeout 600 systemctl stop microvm@a.service microvm@b.service \
+      || { fail "cycle $c: systemctl stop microvm@a microvm@b failed"; return 1; }
+    for v in a b; do
+      { check_cleanup $v microvm@$v.service "$cur" && check_clean $v; } || { DETAIL="cycle $c: $DETAIL"; return 1; }
+    done
+    systemctl reset-failed microvm@a.service microvm@b.service 2>/dev/null || true
+    DETAIL=""
+    log "soak cycle $c clean"
+  done
+  note "$n cycles, $kills SIGKILLs with Restart=on-failure, verify-clean clean after every cycle"
+}
+
 # ---------------------------------------------------------------- scenario (smoke)
 # Infrastructure self-test without vmwarden: a hand-written unit runs qemu
 # (KVM, as vm-a, kvm group, LoadCredential= -> fw_cfg) and stops it via QMP.
@@ -589,6 +627,8 @@ else
   run_scenario vhost_vsock s_vhost_vsock
   run_scenario virtiofs_vsock s_virtiofs_vsock
   run_scenario all_clean s_all_clean
+  # Only when named (VMWARDEN_SYSTEMD_ONLY=soak): it is long.
+  [ -n "$ONLY" ] && run_scenario soak s_soak
 fi
 say "SCENARIOS passed=$PASS failed=$FAIL"
 

@@ -272,6 +272,26 @@ mod tests {
         problems(kind, &args, Path::new(CONTROL))
     }
 
+    /// Found by the `extra_args` fuzz target: an argument that spells the
+    /// reason's placeholder is shown as written, and only the reason's own
+    /// placeholder becomes the control directory.
+    #[test]
+    fn arguments_are_shown_verbatim_even_with_the_placeholder() {
+        use HypervisorKind::Qemu;
+        let v = "socket,id=c,path=/re@control@/w";
+        let found = refused(Qemu, &["-device", "virtio-rng-pci", "-chardev", v]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let (i, why) = &found[0];
+        assert_eq!(*i, 2);
+        assert_eq!(
+            why,
+            &format!(
+                "\"-chardev\" \"{v}\" is refused: a socket outside {CONTROL}/ is reachable by others than \
+                 vmwarden's tools; put it in {CONTROL}/"
+            )
+        );
+    }
+
     #[test]
     fn qemu_refusals_in_both_spellings() {
         use HypervisorKind::Qemu;

@@ -37,21 +37,21 @@ pub fn sigkill(pid: u32) -> nix::Result<()> {
 
 /// What one task's `status` says about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct TaskStatus {
+pub struct TaskStatus {
     /// `State:` Z or X: a zombie holds nothing (its fds, the lease among
     /// them, are closed); it only waits for its parent.
-    dead: bool,
+    pub dead: bool,
     /// `Threads:` of its thread group (a zombie leader with live threads
     /// says more than 1).
-    threads: u32,
+    pub threads: u32,
     /// Real, effective, saved and fs uid.
-    uids: [u32; 4],
+    pub uids: [u32; 4],
 }
 
 /// Parsed on bytes, line by line: a process names itself (`Name:`, any
 /// bytes but NUL and newline), so the text need not be UTF-8, and only the
 /// three lines wanted are looked at.
-fn parse_status(bytes: &[u8]) -> Option<TaskStatus> {
+pub fn parse_status(bytes: &[u8]) -> Option<TaskStatus> {
     let mut dead = None;
     let mut threads = None;
     let mut uids = None;

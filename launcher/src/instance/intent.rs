@@ -206,9 +206,12 @@ impl Intent {
         else {
             return Ok(None);
         };
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|source| IntentError::Parse { path, source })
+        Intent::parse(path, &bytes).map(Some)
+    }
+
+    /// Parse a record's bytes (what [`Intent::read`] read from `path`).
+    pub fn parse(path: PathBuf, bytes: &[u8]) -> Result<Intent, IntentError> {
+        serde_json::from_slice(bytes).map_err(|source| IntentError::Parse { path, source })
     }
 
     pub fn path(runtime_dir: &Path) -> PathBuf {
