@@ -7,20 +7,16 @@
 //! measured by the counting global allocator below.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::io::BufReader;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use vmwarden::config::extra_args;
 use vmwarden::config::spec::{HypervisorKind, Spec, SpecError, MAX_SPEC_BYTES};
-use vmwarden::host::peer::{self, PeerError, MAX_MESSAGE};
+use vmwarden::host::peer::{self, PeerError, MAX_CONNECTION_MESSAGES, MAX_MESSAGE};
 use vmwarden::host::{mountinfo, procs};
 use vmwarden::hypervisor::api;
-use vmwarden::hypervisor::qmp::{self, Reply};
+use vmwarden::hypervisor::qmp::{self, Message};
 use vmwarden::identity::accounts::Accounts;
 use vmwarden::instance::intent::{Intent, IntentError, MAX_INTENT_BYTES};
 
@@ -298,40 +294,35 @@ pub fn accounts(data: &[u8]) {
     }
 }
 
-/// A socket for `peer::read_line`'s read timeouts (the bytes come from
-/// the fuzzer's input, not from it).
-fn timeout_socket() -> &'static UnixStream {
-    static PAIR: OnceLock<(UnixStream, UnixStream)> = OnceLock::new();
-    &PAIR
-        .get_or_init(|| UnixStream::pair().expect("socketpair"))
-        .0
-}
-
-/// The QMP reader: lines as the client reads them from a socket the VM's
-/// hypervisor writes (each bounded by `MAX_MESSAGE`), each parsed and
-/// sorted into event, error or return.
+/// The QMP reader: the connection's bytes cut into lines as the client
+/// cuts them (`peer::take_line`, each bounded by `MAX_MESSAGE`, at most
+/// `MAX_CONNECTION_MESSAGES` of them), each parsed and typed
+/// (`qmp::parse_message`).
 pub fn qmp(data: &[u8]) {
-    let data = stretched(data, usize::try_from(MAX_MESSAGE).unwrap_or(0) * 2 + 7);
-    let stream = timeout_socket();
-    let deadline = Instant::now() + Duration::from_secs(3600);
-    let mut r = BufReader::new(data.as_slice());
+    let mut pending = stretched(data, usize::try_from(MAX_MESSAGE).unwrap_or(0) * 2 + 7);
     let max = usize::try_from(MAX_MESSAGE).unwrap_or(usize::MAX);
-    bounded("qmp", max, 24, 64 << 10, || loop {
-        match peer::read_line(&mut r, stream, deadline) {
-            Ok(Some(line)) => {
-                assert!(
-                    line.len() <= max && line.ends_with('\n'),
-                    "{} bytes",
-                    line.len()
-                );
-                match qmp::parse_reply(&line) {
-                    Ok(Reply::Event(v)) => assert!(v.get("event").is_some()),
-                    Ok(Reply::Error(_) | Reply::Return(_)) | Err(_) => {}
+    bounded("qmp", max, 24, 64 << 10, || {
+        let mut messages = 0u32;
+        loop {
+            match peer::take_line(&mut pending) {
+                Ok(Some(line)) => {
+                    assert!(
+                        line.len() <= max && line.ends_with(b"\n"),
+                        "{} bytes",
+                        line.len()
+                    );
+                    messages += 1;
+                    if messages > MAX_CONNECTION_MESSAGES {
+                        break;
+                    }
+                    if let Ok(Message::Event { name, msg }) = qmp::parse_message(&line) {
+                        assert_eq!(msg.get("event").and_then(Value::as_str).unwrap_or(""), name);
+                    }
                 }
+                Ok(None) => break,
+                Err(PeerError::TooLong) => break,
+                Err(e) => panic!("cutting lines from bytes failed otherwise: {e}"),
             }
-            Ok(None) => break,
-            Err(PeerError::TooLong | PeerError::NotUtf8 | PeerError::ClosedMidMessage) => break,
-            Err(e) => panic!("reading from bytes failed otherwise: {e}"),
         }
     });
 }

@@ -463,25 +463,3 @@ mod tests {
         assert!(e.to_string().contains("not UTF-8"), "{e}");
     }
 }
-
-/// One QMP message, as [`Qmp::execute`] sorts what it reads: an event
-/// (kept), a command's `error`, or its `return` value (`null` when absent).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Reply {
-    Event(Value),
-    Error(Value),
-    Return(Value),
-}
-
-/// Parse and sort one line read from the socket without a socket: the pure
-/// part of reading a QMP message, the entry point the fuzz targets drive.
-pub fn parse_reply(line: &str) -> std::result::Result<Reply, serde_json::Error> {
-    let m: Value = serde_json::from_str(line)?;
-    Ok(if m.get("event").is_some() {
-        Reply::Event(m)
-    } else if let Some(e) = m.get("error") {
-        Reply::Error(e.clone())
-    } else {
-        Reply::Return(m.get("return").cloned().unwrap_or(Value::Null))
-    })
-}
