@@ -152,14 +152,7 @@ pub fn parse_response(buf: &[u8], eof: bool) -> Result<Option<Response>, HttpErr
             .ok_or_else(|| HttpError::BadStatusLine {
                 status_line: excerpt(status_line, QUOTE),
             })?;
-    let mut content_length: Option<usize> = None;
-    for l in lines {
-        if let Some((k, v)) = l.split_once(':') {
-            if k.trim().eq_ignore_ascii_case("content-length") {
-                content_length = v.trim().parse().ok();
-            }
-        }
-    }
+    let content_length = content_length(lines);
     let body = &buf[hend + 4..];
     let body = match content_length {
         Some(n) if body.len() >= n => &body[..n],
@@ -179,6 +172,33 @@ pub fn parse_response(buf: &[u8], eof: bool) -> Result<Option<Response>, HttpErr
         status,
         body: String::from_utf8_lossy(body).into_owned(),
     }))
+}
+
+/// The `Content-Length` of a response head's header lines (the last one
+/// given wins; unparsable is none).
+fn content_length<'a>(lines: impl Iterator<Item = &'a str>) -> Option<usize> {
+    let mut n = None;
+    for l in lines {
+        if let Some((k, v)) = l.split_once(':') {
+            if k.trim().eq_ignore_ascii_case("content-length") {
+                n = v.trim().parse().ok();
+            }
+        }
+    }
+    n
+}
+
+/// How many bytes a response whose head is complete in `buf` needs in all
+/// before [`parse_response`] can return it: head plus `Content-Length`, or
+/// `usize::MAX` (only end of stream completes it) without one.
+fn complete_at(buf: &[u8]) -> usize {
+    let Some(hend) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return usize::MAX;
+    };
+    let head = String::from_utf8_lossy(&buf[..hend]);
+    content_length(head.split("\r\n").skip(1))
+        .and_then(|n| (hend + 4).checked_add(n))
+        .unwrap_or(usize::MAX)
 }
 
 /// One request on a fresh connection to `sock`.
@@ -213,6 +233,12 @@ pub fn request(
         .map_err(transfer("write"))?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
+    // Parse only when a response can be complete: the head's end is looked
+    // for in the new bytes alone, and once the head is in, the response is
+    // parsed again only when its length is reached (or at end of stream).
+    // A reply dripped one byte per read then costs O(bytes), not O(bytes²).
+    let mut scanned: usize = 0;
+    let mut wait_for: Option<usize> = None;
     loop {
         if Instant::now() > deadline {
             return Err(ApiError::Timeout {
@@ -249,9 +275,22 @@ pub fn request(
                 request: request(),
             });
         }
-        match parse_response(&buf, n == 0) {
+        let eof = n == 0;
+        let ready = eof
+            || match wait_for {
+                Some(at) => buf.len() >= at,
+                None => {
+                    let from = scanned.saturating_sub(3);
+                    scanned = buf.len();
+                    buf[from..].windows(4).any(|w| w == b"\r\n\r\n")
+                }
+            };
+        if !ready {
+            continue;
+        }
+        match parse_response(&buf, eof) {
             Ok(Some(r)) => return Ok(r),
-            Ok(None) => {}
+            Ok(None) => wait_for = Some(complete_at(&buf)),
             Err(source) => {
                 return Err(ApiError::Http {
                     path: path(),
@@ -396,6 +435,38 @@ mod tests {
         let r = request(&sock, "GET", "/", None, Duration::from_secs(1));
         drop(server);
         r
+    }
+
+    #[test]
+    fn a_reply_split_anywhere_is_read_whole() {
+        // The head's end is looked for in the new bytes only, and the body
+        // is parsed once its length is in: a reply cut at every byte (the
+        // `\r\n\r\n` across reads, the body a byte at a time) still reads
+        // as the whole reply, with nothing after it waited for.
+        let one_by_one = hostile(|c| {
+            let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 18\r\n\r\n{\"state\":\"Paused\"}";
+            for b in reply {
+                c.write_all(&[*b]).unwrap();
+                c.flush().unwrap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Hold the connection open: the reply must not need EOF.
+            std::thread::sleep(Duration::from_secs(3));
+        })
+        .unwrap();
+        assert_eq!(
+            (one_by_one.status, one_by_one.body.as_str()),
+            (200, "{\"state\":\"Paused\"}")
+        );
+        let to_eof = hostile(|c| {
+            c.write_all(b"HTTP/1.1 200 OK\r\n\r").unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            c.write_all(b"\nbody until").unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            c.write_all(b" the end").unwrap();
+        })
+        .unwrap();
+        assert_eq!(to_eof.body, "body until the end");
     }
 
     #[test]
