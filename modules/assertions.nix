@@ -125,12 +125,8 @@
           message = "${at}.vsock.cid = ${toString cid}: CIDs 0, 1 and 2 are the hypervisor, loopback and the host, and ${toString (vlib.vsockCidMax + 1)} means any; pick one from ${toString vlib.vsockCidMin} to ${toString vlib.vsockCidMax}.";
         }
         {
-          assertion = cid == null || vm.hypervisor != "firecracker";
-          message = "${at}.vsock: vmwarden gives firecracker no vsock; use hypervisor = \"qemu\" or \"cloud-hypervisor\".";
-        }
-        {
-          assertion = cid == null || vm.hypervisor != "cloud-hypervisor" || vm.vsock.backend == "user";
-          message = "${at}.vsock.backend = \"vhost\": cloud-hypervisor serves vsock itself on a unix socket in control/; set backend = \"user\".";
+          assertion = cid == null || vm.hypervisor == "qemu" || vm.vsock.backend == "user";
+          message = "${at}.vsock.backend = \"vhost\": ${vm.hypervisor} serves vsock itself on a unix socket in control/; set backend = \"user\".";
         }
         {
           assertion = vm.hypervisor != "qemu" || vlib.machineArch.${vm.machine} == binArch;
@@ -181,16 +177,12 @@
       tapBridgeChecks
       ++ [
         {
-          assertion = vm.hypervisor == "qemu" || vm.credentials == {};
-          message = "${at}.credentials: ${vm.hypervisor} cannot receive credentials safely (cloud-hypervisor's only channel, SMBIOS OEM strings, is on its command line, which every local user can read; firecracker has none); use hypervisor = \"qemu\" or deliver the secret another way.";
+          assertion = vm.hypervisor != "firecracker" || vm.credentials == {};
+          message = "${at}.credentials: firecracker cannot receive credentials safely (it has no fw_cfg and no SMBIOS, and systemd imports initrd credentials only as encrypted ones); use hypervisor = \"qemu\" or \"cloud-hypervisor\", or deliver the secret another way.";
         }
         {
           assertion = vm.hypervisor == "qemu" || vm.accel == "kvm";
           message = "${at}.accel = \"${vm.accel}\": ${vm.hypervisor} runs only on KVM; set accel = \"kvm\" or use hypervisor = \"qemu\".";
-        }
-        {
-          assertion = vm.hypervisor != "firecracker" || vm.interfaces == [];
-          message = "${at}.interfaces: firecracker opens taps by name and cannot take an open tap fd, so vmwarden cannot give it a tap that dies with it; use hypervisor = \"qemu\" or \"cloud-hypervisor\".";
         }
         {
           assertion = vlib.validPrincipalName p.user;

@@ -87,6 +87,15 @@ in rec {
 
   # vsock CIDs: 0 is the hypervisor, 1 loopback, 2 the host; 2^32-1 is
   # VMADDR_CID_ANY.
+  # nixpkgs' cloud-hypervisor with the `fw_cfg` feature (credentials as
+  # fw_cfg files), which nixpkgs does not turn on: buildRustPackage passes
+  # cargoBuildFeatures to `cargo build` and cargoCheckFeatures to its tests.
+  cloudHypervisorWithFwCfg = ch:
+    ch.overrideAttrs (o: {
+      cargoBuildFeatures = (o.cargoBuildFeatures or []) ++ ["fw_cfg"];
+      cargoCheckFeatures = (o.cargoCheckFeatures or []) ++ ["fw_cfg"];
+    });
+
   vsockCidMin = 3;
   vsockCidMax = 4294967294;
   validCid = c: c >= vsockCidMin && c <= vsockCidMax;

@@ -86,7 +86,7 @@ in rec {
 
     # ------------------------------------------------------------ top level
     topProblems =
-      refuse (!elem hv supportedHypervisors) "hypervisor" hv "vmwarden runs qemu, cloud-hypervisor and firecracker only (their argv, control socket and stop sequence); use hypervisor = \"qemu\" (or \"cloud-hypervisor\": virtiofs shares, no credentials)"
+      refuse (!elem hv supportedHypervisors) "hypervisor" hv "vmwarden runs qemu, cloud-hypervisor and firecracker only (their argv, control socket and stop sequence); use hypervisor = \"qemu\", \"cloud-hypervisor\" (virtiofs shares only) or \"firecracker\" (no shares, no credentials)"
       ++ optional (hostSystem != null && system != hostSystem) "the guest is built for ${system} (its pkgs.stdenv.hostPlatform.system), this host is ${toString hostSystem}: build the guest for the host's system (microvm.cpu emulation is not offered; for a foreign guest set kernel, initrd, cmdline, accel = \"tcg\" and a matching hypervisorBinary yourself)"
       ++ refuseSet "cpu" null "vmwarden picks -cpu from accel (host on KVM, max on TCG); remove it, and for emulation set vmwarden.vms.${name}.accel = \"tcg\" (a CPU model on QEMU: add [ \"-cpu\" \"<model>\" ] to vmwarden.vms.${name}.extraArgs)"
       ++ refuseSet "preStart" "" "it would run as root in the VM's unit before the sandbox exists; put the commands in a unit of your own ordered before microvm@${name}.service (Type = \"oneshot\", requiredBy and before it)"
@@ -138,7 +138,7 @@ in rec {
         ++ refuseSet "qemu.pcieRootPorts" [] "root ports serve hot-plug and passthrough, which vmwarden does not offer; for q35 pass -device pcie-root-port,... through vmwarden.vms.${name}.extraArgs"
       )
       ++ lib.optionals ch (
-        refuseSet "cloud-hypervisor.platformOEMStrings" [] "OEM strings are on cloud-hypervisor's command line, which every local user can read; deliver secrets with QEMU and microvm.credentialFiles"
+        refuseSet "cloud-hypervisor.platformOEMStrings" [] "OEM strings are on cloud-hypervisor's command line, which every local user can read; deliver secrets with microvm.credentialFiles (fw_cfg from a file)"
       )
       ++ lib.optionals fc (
         refuseSet "firecracker.cpu" null "vmwarden's firecracker configuration has no CPU template; remove it"
@@ -301,13 +301,12 @@ in rec {
     };
     creds = lib.mapAttrs cred g.credentialFiles;
     credProblems =
-      refuse (!qemu && g.credentialFiles != {}) "credentialFiles" (builtins.attrNames g.credentialFiles) "only QEMU can hand the guest a secret off its command line (fw_cfg from a file); use hypervisor = \"qemu\"";
+      refuse (fc && g.credentialFiles != {}) "credentialFiles" (builtins.attrNames g.credentialFiles) "firecracker has no channel that keeps a secret off its command line (no fw_cfg, no SMBIOS; systemd imports initrd credentials only as encrypted ones); use hypervisor = \"qemu\" or \"cloud-hypervisor\" (fw_cfg from a file)";
 
     # ------------------------------------------------------------ vsock
     cid = g.vsock.cid;
     vsockProblems =
-      refuse (cid != null && fc) "vsock.cid" cid "vmwarden gives firecracker no vsock; use qemu or cloud-hypervisor"
-      ++ refuse (cid != null && !vlib.validCid cid) "vsock.cid" cid "CIDs 0, 1 and 2 are the hypervisor, loopback and the host; pick one from ${toString vlib.vsockCidMin} to ${toString vlib.vsockCidMax}, unique across the host's VMs";
+      refuse (cid != null && !vlib.validCid cid) "vsock.cid" cid "CIDs 0, 1 and 2 are the hypervisor, loopback and the host; pick one from ${toString vlib.vsockCidMin} to ${toString vlib.vsockCidMax}, unique across the host's VMs";
 
     problemsOf = xs: concatLists (map (x: x.problems) xs);
     okValues = xs: map (x: x.value) (filter (x: x.problems == []) xs);

@@ -250,10 +250,11 @@
         default = "qemu";
         description = ''
           Hypervisor that runs this VM. `"cloud-hypervisor"` and
-          `"firecracker"` run only on KVM and take no {option}`credentials`
-          (neither has a channel that keeps a secret off its command line);
-          `"firecracker"` takes no {option}`interfaces` either (it cannot
-          take an open tap fd).
+          `"firecracker"` run only on KVM. `"cloud-hypervisor"` gets
+          {option}`credentials` as fw_cfg files, which needs a build with
+          its `fw_cfg` feature (see {option}`hypervisorBinary`);
+          `"firecracker"` takes no {option}`credentials` (it has no channel
+          that keeps a secret off its command line).
         '';
       };
 
@@ -262,10 +263,25 @@
         default =
           if config.hypervisor == "qemu"
           then "${pkgs.qemu_kvm}/bin/qemu-system-${qemuArch}"
+          else if config.hypervisor == "cloud-hypervisor" && config.credentials != {}
+          then "${vlib.cloudHypervisorWithFwCfg pkgs.cloud-hypervisor}/bin/cloud-hypervisor"
           else "/run/current-system/sw/bin/${config.hypervisor}";
-        defaultText = literalExpression ''"''${pkgs.qemu_kvm}/bin/qemu-system-''${pkgs.stdenv.hostPlatform.qemuArch}"'';
+        defaultText = literalExpression ''
+          if hypervisor == "qemu" then "''${pkgs.qemu_kvm}/bin/qemu-system-''${pkgs.stdenv.hostPlatform.qemuArch}"
+          else if hypervisor == "cloud-hypervisor" && credentials != {}
+          then "''${pkgs.cloud-hypervisor.overrideAttrs (o: { cargoBuildFeatures = (o.cargoBuildFeatures or []) ++ ["fw_cfg"]; … })}/bin/cloud-hypervisor"
+          else "/run/current-system/sw/bin/''${hypervisor}"'';
         example = literalExpression ''"''${pkgs.qemu}/bin/qemu-system-x86_64"'';
-        description = "Absolute path of the hypervisor executable the launcher execs.";
+        description = ''
+          Absolute path of the hypervisor executable the launcher execs.
+          A cloud-hypervisor VM with {option}`credentials` needs a build
+          with the `fw_cfg` feature (credentials reach the guest as fw_cfg
+          files `opt/io.systemd.credentials/NAME`); nixpkgs builds it
+          without, so the default is then nixpkgs' cloud-hypervisor rebuilt
+          with the feature turned on. The launcher checks the binary
+          (`--help` lists `--fw-cfg-config` only in such a build) and refuses
+          the VM, naming the feature, when it lacks it.
+        '';
       };
 
       accel = mkOption {

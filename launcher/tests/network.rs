@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
+use vmwarden::hypervisor::api;
 
 const BOOT: Duration = Duration::from_secs(120);
 
@@ -350,4 +351,197 @@ fn kill_at_every_launch_step_with_a_tap_leaves_no_tap() {
         let v = ns.vmwarden(&env, &["verify-clean", "kvm0"]);
         assert!(v.status.success(), "after {step}: {}", text(&v));
     }
+}
+
+/// `ip netns exec NS cat /sys/class/net/TAP/FILE` (sysfs of the namespace).
+fn sys_net(ns: &Netns, tap: &str, file: &str) -> Option<String> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.name, "cat"])
+        .arg(format!("/sys/class/net/{tap}/{file}"))
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Can `uid` attach to tap `name` in `ns` (TUNSETIFF as firecracker does)?
+fn attach_as(ns: &Netns, uid: u32, name: &str) -> String {
+    let script = format!(
+        r#"import fcntl, os, struct
+fd = os.open('/dev/net/tun', os.O_RDWR)
+try:
+    fcntl.ioctl(fd, 0x400454ca, struct.pack('16sH22x', b'{name}', 0x0002 | 0x1000 | 0x4000))
+    print('attached')
+except OSError as e:
+    print('denied:' + str(e.errno))
+"#
+    );
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.name, "setpriv"])
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .args(["--clear-groups", "/usr/bin/python3", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn firecracker_nic_spec(
+    env: &Env,
+    name: &str,
+    uid: u32,
+    bin: &std::path::Path,
+    tap: &str,
+) -> serde_json::Value {
+    let mut s = env.spec(name, uid);
+    s["hypervisor"] = json!({ "kind": "firecracker", "binary": bin, "accel": "kvm" });
+    s["cmdline"] = json!("console=ttyS0");
+    s["interfaces"] = json!([{ "tap": tap, "bridge": "br0", "mac": "02:00:00:00:21:01" }]);
+    s["vsock"] = json!({ "cid": 21, "backend": "user" });
+    s
+}
+
+#[test]
+fn firecracker_attaches_by_name_to_a_persistent_tap_only_its_principal_can_use() {
+    // The real firecracker, unconfigured, in the full sandbox: it is given
+    // the network interface and vsock of the config file vmwarden wrote
+    // through its API, so it opens the tap by name and binds its vsock
+    // socket as it would at boot (this host's KVM runs no guest).
+    let env = Env::new();
+    let Some(bin) = real_binary(&env, "VMWARDEN_TEST_FIRECRACKER", "firecracker") else {
+        return;
+    };
+    let ns = Netns::new("fctap");
+    ns.bridge("br0");
+    let u = uid(38);
+    env.write_spec(
+        "fcnet",
+        &firecracker_nic_spec(&env, "fcnet", u, &bin, "vmw-fcnet0"),
+    );
+    let _acl = KvmAcl::grant(u);
+    // firecracker opens /dev/net/tun itself: udev makes it 0666 on a
+    // standard host; this one has no udev (0600), so the test grants it,
+    // to the other uid as well so that the tap's owner check is what
+    // refuses that one.
+    let _tun = DevAcl::grant("/dev/net/tun", u);
+    let _tun_other = DevAcl::grant("/dev/net/tun", uid(39));
+    let sock = env.run.join("fcnet/control/api.sock");
+    let mut c = ns.cmd(&env, LAUNCH, &["fcnet"]);
+    c.arg("--probe")
+        .arg("--")
+        .arg(&bin)
+        .arg("--api-sock")
+        .arg(&sock);
+    let mut g = spawn_logged(c, env.path("fcnet.log"));
+    wait_until("firecracker's API", Duration::from_secs(30), || {
+        api::answers(&sock)
+    });
+    // The tap exists before firecracker opens it: persistent, the
+    // principal's (owner and group), on the bridge.
+    let flags = u32::from_str_radix(
+        sys_net(&ns, "vmw-fcnet0", "tun_flags")
+            .unwrap()
+            .trim_start_matches("0x"),
+        16,
+    )
+    .unwrap();
+    assert_ne!(flags & 0x0800, 0, "not persistent: {flags:#x}");
+    assert_eq!(sys_net(&ns, "vmw-fcnet0", "owner").unwrap(), u.to_string());
+    assert_eq!(sys_net(&ns, "vmw-fcnet0", "group").unwrap(), u.to_string());
+    assert!(ns
+        .ip(&["link", "show", "vmw-fcnet0"])
+        .contains("master br0"));
+    // Another uid cannot attach to it; without CAP_NET_ADMIN nobody can
+    // create one either.
+    assert_eq!(attach_as(&ns, uid(39), "vmw-fcnet0"), "denied:1");
+    // firecracker attaches to it by name through the sandbox (Landlock
+    // grants /dev/net/tun, seccomp lets TUNSETIFF through) and binds its
+    // vsock socket in control/.
+    let cfg: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(env.run.join("fcnet/control/firecracker.json")).unwrap(),
+    )
+    .unwrap();
+    let nic = &cfg["network-interfaces"][0];
+    assert_eq!(nic["host_dev_name"], "vmw-fcnet0");
+    let t = Duration::from_secs(5);
+    api::expect_ok(
+        &sock,
+        "PUT",
+        "/network-interfaces/net0",
+        Some(&nic.to_string()),
+        t,
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", g.log_text()));
+    assert_eq!(tun_fds_of(g.pid()), ["vmw-fcnet0"]);
+    api::expect_ok(&sock, "PUT", "/vsock", Some(&cfg["vsock"].to_string()), t)
+        .unwrap_or_else(|e| panic!("{e}\n{}", g.log_text()));
+    use std::os::unix::fs::FileTypeExt;
+    let vs = env.run.join("fcnet/control/vsock.sock");
+    assert_eq!(cfg["vsock"]["uds_path"], json!(vs));
+    assert!(std::fs::symlink_metadata(&vs)
+        .unwrap()
+        .file_type()
+        .is_socket());
+    // SIGKILL: the tap outlives firecracker (it is persistent), so
+    // verify-clean says so until cleanup deletes it as the VM's resource.
+    g.child.kill().unwrap();
+    g.wait_exit(Duration::from_secs(10)).unwrap();
+    assert!(ns.has_link("vmw-fcnet0"));
+    let v = ns.vmwarden(&env, &["verify-clean", "fcnet"]);
+    assert!(!v.status.success(), "{}", text(&v));
+    let (o, rep) = ns.cleanup(&env, "fcnet");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    assert!(
+        rep["deleted"]
+            .to_string()
+            .contains("/sys/class/net/vmw-fcnet0"),
+        "{rep}"
+    );
+    assert!(!ns.has_link("vmw-fcnet0"));
+    let v = ns.vmwarden(&env, &["verify-clean", "fcnet"]);
+    assert!(v.status.success(), "{}", text(&v));
+}
+
+#[test]
+fn kill_at_every_launch_step_with_a_firecracker_tap_leaves_no_tap_after_cleanup() {
+    require_fault_injection();
+    let env = Env::new();
+    let Some(bin) = real_binary(&env, "VMWARDEN_TEST_FIRECRACKER", "firecracker") else {
+        return;
+    };
+    let ns = Netns::new("fckill");
+    ns.bridge("br0");
+    env.write_spec(
+        "fck",
+        &firecracker_nic_spec(&env, "fck", uid(40), &bin, "vmw-fck0"),
+    );
+    let mut persisted = 0;
+    for step in launch_steps() {
+        let out = ns
+            .cmd(&env, LAUNCH, &["fck"])
+            .env("VMWARDEN_FAULT_AFTER", &step)
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(9), "step {step}: {}", text(&out));
+        // From `taps` on the tap is persistent and survives the launcher.
+        if ns.has_link("vmw-fck0") {
+            persisted += 1;
+        }
+        let (o, rep) = ns.cleanup(&env, "fck");
+        assert!(
+            o.status.success() && rep["clean"] == true,
+            "after {step}: {}",
+            text(&o)
+        );
+        assert!(
+            !ns.has_link("vmw-fck0"),
+            "tap left after {step} and cleanup"
+        );
+        let v = ns.vmwarden(&env, &["verify-clean", "fck"]);
+        assert!(v.status.success(), "after {step}: {}", text(&v));
+    }
+    assert!(persisted > 0, "the tap never outlived a killed launch");
 }

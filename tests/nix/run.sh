@@ -268,7 +268,7 @@ else
   # an existing configuration (two-vms: its specs must not change), one
   # using issue 12's fields directly, and microvm.nix-shaped guests
   # (tests/nix/guests/) mapped onto specs.
-  GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest"
+  GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest guest-ch-creds guest-fc-networked"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -303,8 +303,9 @@ fwcfg-too-long|is 56 bytes; QEMU allows 55
 store-secret|is in the Nix store, which every local user can read
 hidden-path|/home/alice/web.img is under /home, which microvm@.service hides
 old-kernel|vmwarden needs Linux >= 6.4
-unsupported-hypervisor|vmwarden.vms.web.credentials: cloud-hypervisor cannot receive credentials safely
-firecracker-tap|vmwarden.vms.web.interfaces: firecracker opens taps by name
+unsupported-hypervisor|vmwarden.vms.web.credentials: firecracker cannot receive credentials safely
+firecracker-tap|ok
+ch-credentials|ok
 duplicate-tap|vmwarden: tap "vmw-web0" is used by several VMs (db, web)
 multicast-mac|mac "01:00:5e:00:00:01" of vmw-web0 is not a unicast address
 zero-mac|mac "00:00:00:00:00:00" of vmw-web0 is not a unicast address
@@ -368,7 +369,7 @@ qcow2-firecracker|firecracker takes raw images only|{B: vmwarden.vms.web = {hype
 cid-low|vmwarden.vms.web.vsock.cid = 2: CIDs 0, 1 and 2 are the hypervisor, loopback and the host|{B: vmwarden.vms.web.vsock.cid = 2;}
 cid-any|vmwarden.vms.web.vsock.cid = 4294967295|{B: vmwarden.vms.web.vsock.cid = 4294967295;}
 cid-twice|vmwarden: vsock CID 5 is used by several VMs (db, web)|{B: vmwarden.vms.db = {kernel = "/srv/images/vmlinuz"; vsock.cid = 5;}; vmwarden.vms.web.vsock.cid = 5;}
-cid-firecracker|vmwarden.vms.web.vsock: vmwarden gives firecracker no vsock|{B: vmwarden.vms.web = {hypervisor = "firecracker"; vsock.cid = 5;};}
+vhost-firecracker|vmwarden.vms.web.vsock.backend = "vhost": firecracker serves vsock itself|{B: vmwarden.vms.web = {hypervisor = "firecracker"; vsock = {cid = 5; backend = "vhost";};};}
 vhost-cloud-hypervisor|vmwarden.vms.web.vsock.backend = "vhost": cloud-hypervisor serves vsock itself|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; vsock = {cid = 5; backend = "vhost";};};}
 machine-virt-on-x86_64|vmwarden.vms.web.machine = "virt" is a machine of qemu-system-aarch64, but this VM runs qemu-system-x86_64|{B: vmwarden.vms.web.machine = "virt";}
 machine-q35-on-aarch64|vmwarden.vms.web.machine = "q35" is a machine of qemu-system-x86_64, but this VM runs qemu-system-aarch64; use "virt"|{imports = [./tests/nix/cases/aarch64-host.nix]; vmwarden.vms.web.machine = "q35";}
@@ -462,9 +463,8 @@ shares.extraArgs|microvm.shares[0].extraArgs = ["--sandbox=none"]: virtiofsd's a
 virtiofsd.inodeFileHandles|microvm.virtiofsd.inodeFileHandles = "mandatory": file handles need CAP_DAC_READ_SEARCH|G {microvm.virtiofsd.inodeFileHandles = "mandatory";}
 virtiofsd.threadPoolSize|microvm.virtiofsd.threadPoolSize = 4: vmwarden picks virtiofsd's thread pool|G {microvm.virtiofsd.threadPoolSize = 4;}
 virtiofsd.extraArgs|microvm.virtiofsd.extraArgs = ["--announce-submounts"]: virtiofsd's arguments are vmwarden's|G {microvm.virtiofsd.extraArgs = ["--announce-submounts"];}
-vsock.cid firecracker|microvm.vsock.cid = 5: vmwarden gives firecracker no vsock|G {microvm.hypervisor = "firecracker"; microvm.vsock.cid = 5;}
+credentialFiles firecracker|microvm.credentialFiles = ["token"]: firecracker has no channel|G {microvm.hypervisor = "firecracker"; microvm.credentialFiles.token = "/run/secrets/token";}
 vsock.cid low|microvm.vsock.cid = 2: CIDs 0, 1 and 2 are the hypervisor, loopback and the host|G {microvm.vsock.cid = 2;}
-credentialFiles cloud-hypervisor|microvm.credentialFiles = ["token"]: only QEMU can hand the guest a secret off its command line|G {microvm.hypervisor = "cloud-hypervisor"; microvm.credentialFiles.token = "/run/secrets/token";}
 credentialFiles name|microvm.credentialFiles.-token = "/run/secrets/token": credential names are|G {microvm.credentialFiles."-token" = "/run/secrets/token";}
 credentialFiles long name|microvm.credentialFiles.a-credential-name-of-29-bytes = "/run/secrets/x": QEMU keeps fw_cfg names of 55 bytes|G {microvm.credentialFiles.a-credential-name-of-29-bytes = "/run/secrets/x";}
 credentialFiles store path|microvm.credentialFiles.token = "/nix/store/00000000000000000000000000000000-token": it is in the Nix store|G {microvm.credentialFiles.token = "/nix/store/00000000000000000000000000000000-token";}

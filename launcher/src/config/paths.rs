@@ -25,6 +25,11 @@ pub const CREDENTIALS_DIR: &str = "credentials";
 pub const QMP_SOCKET: &str = "qmp.sock";
 /// cloud-hypervisor's and firecracker's HTTP API socket, in `control/`.
 pub const API_SOCKET: &str = "api.sock";
+/// cloud-hypervisor's lock beside its API socket (`<socket>.lock`: it opens
+/// it write-only and takes an OFD write lock before binding). Made empty by
+/// the launcher (principal's, 0600), so that control/ still admits no
+/// regular file the hypervisor creates.
+pub const CH_API_LOCK: &str = "api.sock.lock";
 /// firecracker's `--config-file`, in `control/` (principal's, 0600).
 pub const FIRECRACKER_CONFIG: &str = "firecracker.json";
 /// vhost-device-vsock's vhost-user socket (QEMU connects), in `control/`.

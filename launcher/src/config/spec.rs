@@ -141,7 +141,8 @@ pub struct VirtiofsdSpec {
 #[serde(rename_all = "kebab-case")]
 pub enum VsockBackend {
     /// vhost-user-vsock served by a daemon run as the principal (QEMU), or
-    /// cloud-hypervisor's own hybrid vsock: a unix socket in `control/`.
+    /// cloud-hypervisor's and firecracker's own hybrid vsock: a unix socket
+    /// in `control/`.
     User,
     /// The kernel's vhost-vsock: `/dev/vhost-vsock` opened by root.
     Vhost,
@@ -650,16 +651,15 @@ impl Spec {
                     ),
                 ));
             }
-            if !self.credentials.is_empty() {
+            if !self.credentials.is_empty() && kind == HypervisorKind::Firecracker {
                 return Err(bad(
                     "credentials",
-                    format!(
-                        "cannot be passed to {} safely: it has no channel that keeps a secret off its command line \
-                         (cloud-hypervisor's only credential channel, SMBIOS OEM strings, is an argv value that every \
-                         local user can read in /proc/PID/cmdline; firecracker has neither fw_cfg nor SMBIOS). \
-                         Use hypervisor.kind \"qemu\" (fw_cfg from a private tmpfs) or deliver the secret over the network or a disk",
-                        kind.as_str()
-                    ),
+                    "cannot be passed to firecracker safely: it has no fw_cfg and no SMBIOS, so no channel keeps a \
+                     secret off its command line and out of the host's mount namespace (systemd takes credentials from \
+                     an initrd's /.extra/credentials/ only as encrypted ones, for services to decrypt with the guest's \
+                     own key). Use hypervisor.kind \"qemu\" or \"cloud-hypervisor\" (fw_cfg from a private tmpfs) or \
+                     deliver the secret over the network or a disk"
+                        .to_string(),
                 ));
             }
         }
@@ -819,12 +819,6 @@ impl Spec {
         };
         let Some(v) = &self.vsock else { return Ok(()) };
         let kind = self.hypervisor.kind;
-        if kind == HypervisorKind::Firecracker {
-            return Err(bad(
-                "vsock",
-                "is not supported with firecracker in vmwarden (its vsock device is configured through the API at boot); use qemu or cloud-hypervisor".into(),
-            ));
-        }
         if !(VSOCK_CID_MIN..=VSOCK_CID_MAX).contains(&v.cid) {
             return Err(bad(
                 "vsock.cid",
@@ -854,10 +848,13 @@ impl Spec {
             }
             (None, false) => {}
         }
-        if kind == HypervisorKind::CloudHypervisor && v.backend == VsockBackend::Vhost {
+        if kind != HypervisorKind::Qemu && v.backend == VsockBackend::Vhost {
             return Err(bad(
                 "vsock.backend",
-                "is \"vhost\", but cloud-hypervisor serves vsock itself on a unix socket; use \"user\"".into(),
+                format!(
+                    "is \"vhost\", but {} serves vsock itself on a unix socket in control/; use \"user\"",
+                    kind.as_str()
+                ),
             ));
         }
         Ok(())
@@ -885,15 +882,6 @@ impl Spec {
             field,
             reason,
         };
-        if !self.interfaces.is_empty() && self.hypervisor.kind == HypervisorKind::Firecracker {
-            return Err(bad(
-                "interfaces".into(),
-                "is not supported with firecracker: firecracker opens its taps by name and cannot take an open tap fd, \
-                 so the tap would have to be persistent and owned by the VM's principal, and would outlive a killed \
-                 hypervisor; vmwarden only hands out taps the kernel deletes when the hypervisor dies. Use qemu or cloud-hypervisor"
-                    .into(),
-            ));
-        }
         let mut seen = std::collections::BTreeSet::new();
         for (i, n) in self.interfaces.iter().enumerate() {
             if !seen.insert(n.tap.clone()) {
@@ -1227,9 +1215,14 @@ mod tests {
             ("vsock.binary", |v| {
                 v["vsock"] = json!({ "cid": 3, "backend": "vhost", "binary": "/b" })
             }),
-            ("vsock", |v| {
+            ("vsock.backend", |v| {
                 v["hypervisor"]["kind"] = json!("firecracker");
                 v["vsock"] = json!({ "cid": 3, "backend": "vhost" })
+            }),
+            ("credentials", |v| {
+                v["hypervisor"]["kind"] = json!("firecracker");
+                v["hypervisor"]["accel"] = json!("kvm");
+                v["credentials"] = json!([{ "name": "t", "source": { "systemd": "t" } }])
             }),
             ("disks[0].format", |v| {
                 v["hypervisor"]["kind"] = json!("firecracker");

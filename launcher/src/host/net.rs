@@ -8,6 +8,11 @@
 //! as long as some process holds that fd: when the hypervisor dies, whatever
 //! killed it, the kernel deletes the tap.
 //!
+//! Firecracker cannot take an fd: it opens its tap by name. For it the tap
+//! is made persistent and owned by the VM's principal ([`persist_for`]), so
+//! only that uid can attach to it; it outlives the hypervisor, and cleanup
+//! deletes it as a resource of the VM (it is in the intent record).
+//!
 //! Netlink is spoken synchronously on one `NETLINK_ROUTE` socket
 //! (`netlink-sys`'s blocking `Socket`, messages from `netlink-packet-route`):
 //! no async runtime, no threads, no `ip` binary.
@@ -33,6 +38,9 @@ pub const SYS_CLASS_NET: &str = "/sys/class/net";
 
 // include/uapi/linux/if_tun.h
 const TUNSETIFF: libc::Ioctl = 0x4004_54ca;
+const TUNSETPERSIST: libc::Ioctl = 0x4004_54cb;
+const TUNSETOWNER: libc::Ioctl = 0x4004_54cc;
+const TUNSETGROUP: libc::Ioctl = 0x4004_54ce;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
@@ -306,6 +314,41 @@ pub fn create_tap(tap: &TapName) -> Result<Tap> {
         name: tap.clone(),
         fd: OwnedFd::from(f),
     })
+}
+
+/// Make the open tap `tap` persistent and attachable by `uid`/`gid` alone,
+/// for a hypervisor that opens its tap by name (firecracker): owner and
+/// group first, persistence last, so a launch killed in between leaves no
+/// tap (the kernel deletes a non-persistent one with its fd). Without
+/// CAP_NET_ADMIN the kernel lets a process attach to a persistent tap only
+/// when its euid is the owner and the group is among its groups.
+pub fn persist_for(tap: &Tap, uid: u32, gid: u32) -> Result<()> {
+    for (op, req, arg) in [
+        ("TUNSETOWNER", TUNSETOWNER, libc::c_ulong::from(uid)),
+        ("TUNSETGROUP", TUNSETGROUP, libc::c_ulong::from(gid)),
+        ("TUNSETPERSIST", TUNSETPERSIST, 1),
+    ] {
+        // SAFETY: these three tun ioctls take their argument by value (an
+        // integer, no pointer is dereferenced); the fd is the tap's open
+        // /dev/net/tun queue. The return value is checked.
+        let rc = unsafe { libc::ioctl(tap.fd.as_raw_fd(), req, arg) };
+        if rc < 0 {
+            return Err(net_err(
+                tap.name.as_str(),
+                op,
+                std::io::Error::last_os_error(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The uid that owns tun/tap `name` (`/sys/class/net/NAME/owner`; `None`
+/// when it has none, is not a tap, or is gone).
+pub fn tun_owner(name: &str) -> Option<u32> {
+    let p = std::path::Path::new(SYS_CLASS_NET).join(name).join("owner");
+    let v: i64 = std::fs::read_to_string(p).ok()?.trim().parse().ok()?;
+    u32::try_from(v).ok()
 }
 
 /// Clear close-on-exec on exactly `fd` (a tap the hypervisor inherits).

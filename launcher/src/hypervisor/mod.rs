@@ -1,7 +1,8 @@
 //! Hypervisor command lines (and firecracker's config file) rendered from
-//! the spec. Nothing secret is ever rendered: QEMU gets credentials as paths
-//! into the VM's private tmpfs; cloud-hypervisor and firecracker get none
-//! (the spec refuses them). Taps are passed as inherited fd numbers.
+//! the spec. Nothing secret is ever rendered: QEMU and cloud-hypervisor get
+//! credentials as fw_cfg files named by paths into the VM's private tmpfs;
+//! firecracker gets none (the spec refuses them). Taps are passed to QEMU
+//! and cloud-hypervisor as inherited fd numbers.
 
 pub mod api;
 pub mod elf;
@@ -287,15 +288,39 @@ pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
             push(&[&format!("fd=[{fd}],mac={}", spec.guest_mac(i))]);
         }
     }
+    if !spec.credentials.is_empty() {
+        // Credentials as fw_cfg files read from the private tmpfs, named
+        // where systemd in the guest looks (as QEMU's `-fw_cfg`). The
+        // kernel, command line and initramfs stay direct-boot only.
+        let items: Vec<String> = spec
+            .credentials
+            .iter()
+            .map(|c| {
+                format!(
+                    "name={FW_CFG_CREDENTIAL_PREFIX}{},file={}",
+                    c.name,
+                    layout.credentials_dir.join(&c.name).to_string_lossy()
+                )
+            })
+            .collect();
+        push(&[
+            CH_FW_CFG_OPTION,
+            &format!(
+                "kernel=off,cmdline=off,initramfs=off,items=[{}]",
+                items.join(":")
+            ),
+        ]);
+    }
     push(&["--serial", "tty", "--console", "off"]);
     push(&["--seccomp", "true"]);
     a.extend(spec.hypervisor.extra_args.iter().cloned());
     a
 }
 
-/// firecracker's `--config-file` contents. No network interfaces (the spec
-/// refuses them for firecracker) and no secrets.
-pub fn firecracker_config(spec: &Spec) -> String {
+/// firecracker's `--config-file` contents: no secrets. Its taps are named
+/// (firecracker opens them itself; the launcher made them persistent and
+/// the principal's), its hybrid vsock is a unix socket in `control_dir`.
+pub fn firecracker_config(spec: &Spec, control_dir: &Path) -> String {
     let mut boot = json!({
         "kernel_image_path": spec.kernel,
         "boot_args": spec.cmdline,
@@ -316,15 +341,33 @@ pub fn firecracker_config(spec: &Spec) -> String {
             })
         })
         .collect();
-    let cfg = json!({
+    let nics: Vec<serde_json::Value> = spec
+        .interfaces
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            json!({
+                "iface_id": format!("net{i}"),
+                "host_dev_name": n.tap.as_str(),
+                "guest_mac": spec.guest_mac(i).to_string(),
+            })
+        })
+        .collect();
+    let mut cfg = json!({
         "boot-source": boot,
         "drives": drives,
         "machine-config": {
             "vcpu_count": spec.vcpus,
             "mem_size_mib": spec.memory_mib,
         },
-        "network-interfaces": [],
+        "network-interfaces": nics,
     });
+    if let Some(v) = &spec.vsock {
+        cfg["vsock"] = json!({
+            "guest_cid": v.cid,
+            "uds_path": control_dir.join(VSOCK_SOCKET),
+        });
+    }
     let mut text = serde_json::to_string_pretty(&cfg).unwrap_or_default();
     text.push('\n');
     text
@@ -370,24 +413,79 @@ pub enum SandboxProbe {
 /// QEMU lists `-sandbox` there whether or not it was built with seccomp.
 /// QEMU parses options in order and exits on an unsupported `-sandbox`
 /// before it reaches `-version`, which prints and exits before anything is
-/// set up. Runs the binary (already vetted as root-only writable) as
-/// `uid`/`gid` with no supplementary groups, `no_new_privs`, an empty
-/// environment and `/` as its working directory, bounded by `timeout`.
-/// `Err`: it could not be run or did not exit by itself.
+/// set up. See [`run_as_principal`] for how it runs. `Err`: it could not
+/// be run or did not exit by itself.
 pub fn qemu_sandbox_probe(
     binary: &Path,
     uid: u32,
     gid: u32,
     timeout: std::time::Duration,
 ) -> Result<SandboxProbe, String> {
+    let (status, _, err) = run_as_principal(
+        binary,
+        &["-sandbox", QEMU_SANDBOX, "-version"],
+        uid,
+        gid,
+        timeout,
+    )?;
+    match status {
+        0 => Ok(SandboxProbe::Supported),
+        _ => Ok(SandboxProbe::Unsupported(
+            err.lines().next().unwrap_or("").trim().to_string(),
+        )),
+    }
+}
+
+/// The cloud-hypervisor option that exists only in a build with the
+/// `fw_cfg` feature (credentials need it).
+pub const CH_FW_CFG_OPTION: &str = "--fw-cfg-config";
+
+/// Does this cloud-hypervisor have the `fw_cfg` feature? Its `--help`
+/// lists every option the build has (clap renders the help from the
+/// options compiled in, and `--fw-cfg-config` is compiled only with the
+/// feature); a few milliseconds, nothing set up. `Err`: it could not be
+/// run, did not exit by itself, or `--help` failed.
+pub fn cloud_hypervisor_has_fw_cfg(
+    binary: &Path,
+    uid: u32,
+    gid: u32,
+    timeout: std::time::Duration,
+) -> Result<bool, String> {
+    let (status, out, err) = run_as_principal(binary, &["--help"], uid, gid, timeout)?;
+    if status != 0 {
+        return Err(format!(
+            "`--help` exited with status {status}: {}",
+            err.lines().next().unwrap_or("").trim()
+        ));
+    }
+    Ok(out
+        .lines()
+        .any(|l| l.split_whitespace().next() == Some(CH_FW_CFG_OPTION)))
+}
+
+/// Most bytes read from a probe's stdout and stderr each.
+const PROBE_OUTPUT_MAX: u64 = 256 * 1024;
+
+/// Runs `binary ARGS` (already vetted as root-only writable) as `uid`/`gid`
+/// with no supplementary groups, `no_new_privs`, an empty environment and
+/// `/` as its working directory, bounded by `timeout`. Returns its exit
+/// code and the start of its stdout and stderr. `Err`: it could not be
+/// run, did not exit within `timeout`, or was killed by a signal.
+pub fn run_as_principal(
+    binary: &Path,
+    args: &[&str],
+    uid: u32,
+    gid: u32,
+    timeout: std::time::Duration,
+) -> Result<(i32, String, String), String> {
     use std::io::Read;
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     let mut cmd = std::process::Command::new(binary);
-    cmd.args(["-sandbox", QEMU_SANDBOX, "-version"])
+    cmd.args(args)
         .env_clear()
         .current_dir("/")
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let drop_to_principal = move || -> std::io::Result<()> {
         let check = |rc: libc::c_int| {
@@ -413,6 +511,7 @@ pub fn qemu_sandbox_probe(
         cmd.pre_exec(drop_to_principal);
     }
     let mut child = cmd.spawn().map_err(|e| format!("cannot run it: {e}"))?;
+    let shown = args.join(" ");
     let end = std::time::Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
@@ -423,23 +522,23 @@ pub fn qemu_sandbox_probe(
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
-                    "`-sandbox … -version` did not exit within {timeout:?}"
-                ));
+                return Err(format!("`{shown}` did not exit within {timeout:?}"));
             }
             Err(e) => return Err(format!("waiting for it: {e}")),
         }
     };
-    let mut err = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = (&mut e).take(4096).read_to_string(&mut err);
+    fn read_start(r: Option<impl Read>) -> String {
+        let mut s = Vec::new();
+        if let Some(r) = r {
+            let _ = r.take(PROBE_OUTPUT_MAX).read_to_end(&mut s);
+        }
+        String::from_utf8_lossy(&s).into_owned()
     }
+    let out = read_start(child.stdout.take());
+    let err = read_start(child.stderr.take());
     match (status.code(), status.signal()) {
-        (Some(0), _) => Ok(SandboxProbe::Supported),
-        (Some(_), _) => Ok(SandboxProbe::Unsupported(
-            err.lines().next().unwrap_or("").trim().to_string(),
-        )),
-        (None, sig) => Err(format!("it was killed by signal {sig:?}")),
+        (Some(code), _) => Ok((code, out, err)),
+        (None, sig) => Err(format!("`{shown}` was killed by signal {sig:?}")),
     }
 }
 
@@ -569,6 +668,26 @@ mod tests {
     }
 
     #[test]
+    fn cloud_hypervisor_credentials_are_fw_cfg_files_on_the_tmpfs() {
+        let mut s = ch_spec();
+        s.interfaces.clear();
+        s.credentials = spec().credentials;
+        s.credentials.push(CredentialSpec {
+            name: "token".parse().unwrap(),
+            source: CredentialSource::Path("/run/secrets/token".into()),
+        });
+        let argv = argv(&s, &layout(), true);
+        let i = argv.iter().position(|a| a == "--fw-cfg-config").unwrap();
+        assert_eq!(
+            argv[i + 1],
+            "kernel=off,cmdline=off,initramfs=off,items=[\
+             name=opt/io.systemd.credentials/db-password,file=/run/vmwarden/web/credentials/db-password:\
+             name=opt/io.systemd.credentials/token,file=/run/vmwarden/web/credentials/token]"
+        );
+        assert!(!argv.join(" ").contains("/run/secrets"));
+    }
+
+    #[test]
     fn renders_golden_firecracker_config_and_argv() {
         let mut s = spec();
         s.hypervisor.kind = HypervisorKind::Firecracker;
@@ -611,19 +730,58 @@ mod tests {
   "network-interfaces": []
 }
 "#;
-        assert_eq!(firecracker_config(&s), want);
+        assert_eq!(firecracker_config(&s, &layout().control_dir), want);
+    }
+
+    #[test]
+    fn firecracker_names_its_taps_and_puts_its_vsock_in_control() {
+        let mut s = with_nics(spec());
+        s.hypervisor.kind = HypervisorKind::Firecracker;
+        s.hypervisor.accel = Accel::Kvm;
+        s.credentials.clear();
+        s.disks.truncate(1);
+        s.vsock = Some(VsockSpec {
+            cid: 7,
+            backend: VsockBackend::User,
+            binary: None,
+        });
+        s.validate(
+            Path::new("/etc/vmwarden/vms/web.json"),
+            &VmName::parse("web").unwrap(),
+        )
+        .unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&firecracker_config(&s, &layout().control_dir)).unwrap();
+        let derived = Mac::derived(&"web".parse().unwrap(), &"vmw-web1".parse().unwrap());
+        assert_eq!(
+            v["network-interfaces"],
+            json!([
+                { "iface_id": "net0", "host_dev_name": "vmw-web0", "guest_mac": "02:00:00:00:00:01" },
+                { "iface_id": "net1", "host_dev_name": "vmw-web1", "guest_mac": derived.to_string() },
+            ])
+        );
+        assert_eq!(
+            v["vsock"],
+            json!({ "guest_cid": 7, "uds_path": "/run/vmwarden/web/control/vsock.sock" })
+        );
+        // No tap fd on its command line: it opens them by name.
+        assert_eq!(argv(&s, &layout(), true).len(), 5);
     }
 
     #[test]
     fn spec_refuses_what_these_hypervisors_cannot_do_safely() {
         let p = Path::new("/etc/vmwarden/vms/web.json");
         let web = &VmName::parse("web").unwrap();
-        // Credentials on cloud-hypervisor: the reason is the command line.
+        // Credentials on cloud-hypervisor pass (fw_cfg); on firecracker the
+        // reason is that it has no channel for them.
         let mut s = ch_spec();
         s.credentials = spec().credentials;
+        s.validate(p, web).unwrap();
+        s.interfaces.clear();
+        s.hypervisor.kind = HypervisorKind::Firecracker;
         let e = s.validate(p, web).unwrap_err().to_string();
         assert!(
-            e.contains("`credentials`") && e.contains("/proc/PID/cmdline"),
+            e.contains("`credentials`") && e.contains("no fw_cfg"),
             "{e}"
         );
         // TCG on cloud-hypervisor.
@@ -634,14 +792,10 @@ mod tests {
             e.contains("`hypervisor.accel`") && e.contains("only on KVM"),
             "{e}"
         );
-        // Interfaces on firecracker.
+        // Interfaces on firecracker pass (persistent taps of the principal).
         let mut s = ch_spec();
         s.hypervisor.kind = HypervisorKind::Firecracker;
-        let e = s.validate(p, web).unwrap_err().to_string();
-        assert!(
-            e.contains("`interfaces`") && e.contains("firecracker"),
-            "{e}"
-        );
+        s.validate(p, web).unwrap();
         // The plain cloud-hypervisor spec passes.
         ch_spec().validate(p, web).unwrap();
     }

@@ -28,7 +28,8 @@ use nix::errno::Errno;
 use nix::fcntl::{openat, OFlag, OpenHow, ResolveFlag, AT_FDCWD};
 use nix::sys::stat::{fstat, Mode, SFlag};
 
-use crate::config::spec::ShareProto;
+use crate::config::paths::CH_API_LOCK;
+use crate::config::spec::{HypervisorKind, ShareProto};
 use crate::config::spec::{LandlockMode, Spec};
 use crate::host::dirs::{self, DirError};
 
@@ -96,9 +97,14 @@ pub const SYSTEM_READ: &[&str] = &[
 ];
 
 /// Devices a hypervisor opens read-write. No `/dev/net/tun` or
-/// `/dev/vhost-net`: taps arrive as open fds (vhost off), so the hypervisor
-/// never opens a tun device itself.
+/// `/dev/vhost-net`: taps arrive as open fds (vhost off), so QEMU and
+/// cloud-hypervisor never open a tun device themselves (firecracker with
+/// interfaces gets [`TUN_DEVICE`] too, see [`policy`]).
 pub const DEVICES_RW: &[&str] = &["/dev/null", "/dev/kvm"];
+
+/// The tun device firecracker opens to attach to its taps by name (the
+/// kernel lets it attach only to taps owned by its uid and gid).
+pub const TUN_DEVICE: &str = "/dev/net/tun";
 
 /// What a rule grants beneath its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +123,10 @@ pub enum Grant {
     /// the runtime root's file system (`/run`) through it, nor plant a link
     /// for root's tools to follow.
     Socket,
+    /// One file in the control dir the launcher made for the hypervisor to
+    /// lock (cloud-hypervisor's API socket lock): opened for writing only,
+    /// never truncated, executed or read.
+    Lock,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -167,6 +177,13 @@ pub fn policy(spec: &Spec, state_dir: &Path, control_dir: &Path, creds_dir: &Pat
     for p in DEVICES_RW {
         add(Path::new(p), Grant::Write, None);
     }
+    if spec.hypervisor.kind == HypervisorKind::Firecracker && !spec.interfaces.is_empty() {
+        add(
+            Path::new(TUN_DEVICE),
+            Grant::Write,
+            Some("interfaces".into()),
+        );
+    }
     add(
         &spec.hypervisor.binary,
         Grant::Exec,
@@ -179,6 +196,13 @@ pub fn policy(spec: &Spec, state_dir: &Path, control_dir: &Path, creds_dir: &Pat
     add(creds_dir, Grant::Read, Some("credentials dir".into()));
     add(state_dir, Grant::Write, Some("state dir".into()));
     add(control_dir, Grant::Socket, Some("control dir".into()));
+    if spec.hypervisor.kind == HypervisorKind::CloudHypervisor {
+        add(
+            &control_dir.join(CH_API_LOCK),
+            Grant::Lock,
+            Some("control dir".into()),
+        );
+    }
     for (i, d) in spec.disks.iter().enumerate() {
         let g = if d.read_only {
             Grant::Read
@@ -280,6 +304,7 @@ fn access(grant: Grant, abi: ABI) -> BitFlags<AccessFs> {
         Grant::Socket => {
             AccessFs::ReadFile | AccessFs::ReadDir | AccessFs::MakeSock | AccessFs::RemoveFile
         }
+        Grant::Lock => AccessFs::WriteFile.into(),
     };
     if grant != Grant::Exec {
         a.remove(AccessFs::Execute);

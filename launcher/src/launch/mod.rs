@@ -24,8 +24,8 @@ use netlink_packet_route::link::InfoKind;
 use crate::config::files::Distrust;
 use crate::config::names::{ArgNameError, VmName};
 use crate::config::paths::{
-    RootError, Roots, API_SOCKET, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG,
-    LAUNCHED_SPEC_FILE, LEASE_FILE, QMP_SOCKET,
+    RootError, Roots, API_SOCKET, CH_API_LOCK, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG,
+    LAUNCHED_SPEC_FILE, LEASE_FILE, QMP_SOCKET, VSOCK_SOCKET,
 };
 use crate::config::spec::{CredentialSource, HypervisorKind, SandboxMode, Spec, SpecError};
 use crate::host::cgroup;
@@ -195,10 +195,14 @@ pub enum StepError {
         #[source]
         cause: Distrust,
     },
-    /// Whether QEMU has `-sandbox` could not be told (it could not be run,
-    /// did not exit, or was killed).
-    #[error("hypervisor {path}: cannot tell whether it supports its own sandbox: {reason}")]
-    HypervisorProbe { path: PathBuf, reason: String },
+    /// Whether QEMU has `-sandbox`, or cloud-hypervisor `fw_cfg`, could not
+    /// be told (it could not be run, did not exit, or was killed).
+    #[error("hypervisor {path}: cannot tell whether it supports {what}: {reason}")]
+    HypervisorProbe {
+        path: PathBuf,
+        what: &'static str,
+        reason: String,
+    },
     #[error("exec {path}: {errno}")]
     Exec {
         path: PathBuf,
@@ -478,6 +482,65 @@ fn qemu_sandbox(spec: &Spec, spec_path: &Path, principal: &Principal) -> Result<
         },
         Err(reason) => Err(StepError::HypervisorProbe {
             path: bin.clone(),
+            what: "its own sandbox",
+            reason,
+        }),
+    }
+}
+
+/// cloud-hypervisor with credentials: they go in as fw_cfg files, which
+/// only a binary built with the `fw_cfg` feature has. Asked once, before
+/// anything is created, so a binary without it is refused with the host
+/// untouched. The tmpfs paths go into `--fw-cfg-config items=[…]`, where
+/// ',' ':' '[' ']' would split the list: a runtime root containing one is
+/// refused too.
+fn cloud_hypervisor_credentials(
+    spec: &Spec,
+    spec_path: &Path,
+    principal: &Principal,
+    roots: &Roots,
+) -> Result<()> {
+    if spec.hypervisor.kind != HypervisorKind::CloudHypervisor || spec.credentials.is_empty() {
+        return Ok(());
+    }
+    let dir = roots.credentials_dir(&spec.name);
+    if dir
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .any(|b| b",:[]".contains(b))
+    {
+        return Err(StepError::Spec(SpecError::Invalid {
+            path: spec_path.to_path_buf(),
+            field: "credentials".into(),
+            reason: format!(
+                "cannot reach cloud-hypervisor: their directory {} contains one of ',' ':' '[' ']', \
+                 which split its --fw-cfg-config list; use a runtime root without them",
+                dir.display()
+            ),
+        }));
+    }
+    let bin = &spec.hypervisor.binary;
+    match hypervisor::cloud_hypervisor_has_fw_cfg(
+        bin,
+        principal.uid,
+        principal.gid,
+        SANDBOX_PROBE_TIMEOUT,
+    ) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(StepError::Spec(SpecError::Invalid {
+            path: spec_path.to_path_buf(),
+            field: "credentials".into(),
+            reason: format!(
+                "need cloud-hypervisor's `fw_cfg` feature, but {} was built without it (its --help has no {}); \
+                 build it with `--features fw_cfg` (the NixOS module does when a VM has credentials), or drop the credentials",
+                bin.display(),
+                hypervisor::CH_FW_CFG_OPTION
+            ),
+        })),
+        Err(reason) => Err(StepError::HypervisorProbe {
+            path: bin.clone(),
+            what: "fw_cfg (credentials)",
             reason,
         }),
     }
@@ -580,6 +643,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     check_trusted_files(&spec, &spec_path, spec_walk, roots, &mut walker)?;
     drop(walker);
     let qemu_sandbox = qemu_sandbox(&spec, &spec_path, &principal)?;
+    cloud_hypervisor_credentials(&spec, &spec_path, &principal, roots)?;
     issue12::check_principal(&spec, &spec_path, &principal)?;
     volumes::preflight(&spec, &spec_path, &principal, &roots.state_dir(&spec.name))?;
     // The kernel's vsock device, opened by root before anything is made
@@ -699,20 +763,30 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     //    Taps: created here as non-persistent fds (close-on-exec until the
     //    exec below), MAC set, attached to their bridge, up. From now on the
     //    kernel deletes each tap when its last fd holder dies.
-    let taps = create_taps(&spec)?;
+    let taps = if kind == HypervisorKind::Firecracker {
+        // Persistent and the principal's: the fds close here, firecracker
+        // attaches by name; cleanup deletes them (intent record).
+        drop(create_taps(&spec, Some(&principal))?);
+        Vec::new()
+    } else {
+        create_taps(&spec, None)?
+    };
     steps.after("taps");
 
     //    The control dir holds only what this instance's hypervisor makes:
     //    stale sockets of a dead instance go (a hypervisor cannot bind over
     //    them), and firecracker's config file is written for the principal.
-    for stale in [API_SOCKET, FIRECRACKER_CONFIG] {
+    for stale in [API_SOCKET, CH_API_LOCK, FIRECRACKER_CONFIG, VSOCK_SOCKET] {
         remove_stale(&control, stale)?;
+    }
+    if kind == HypervisorKind::CloudHypervisor {
+        write_private(&control, CH_API_LOCK, b"", &principal)?;
     }
     if kind == HypervisorKind::Firecracker {
         write_private(
             &control,
             FIRECRACKER_CONFIG,
-            hypervisor::firecracker_config(&spec).as_bytes(),
+            hypervisor::firecracker_config(&spec, &control.path).as_bytes(),
             &principal,
         )?;
     }
@@ -824,7 +898,13 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
 
     // The seccomp filter is compiled while a failure can still be reported
     // cleanly, and installed after Landlock (the helpers get it too).
-    let seccomp_progs = seccomp::programs()?;
+    let seccomp_progs = seccomp::programs_for(
+        if kind == HypervisorKind::Firecracker && !spec.interfaces.is_empty() {
+            seccomp::Taps::ByName
+        } else {
+            seccomp::Taps::Inherited
+        },
+    )?;
 
     // 8b. Helpers (issue 12): forked here, in this namespace, each dropping
     //     to the principal in its own sandbox; recorded in the intent
@@ -998,7 +1078,9 @@ fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<
 }
 
 /// Create, address, attach and raise every tap of the spec.
-fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
+/// Firecracker's taps (it opens them by name) are then made persistent and
+/// owned by the principal (`owner`); their fds are not handed on.
+fn create_taps(spec: &Spec, owner: Option<&Principal>) -> Result<Vec<net::Tap>> {
     if spec.interfaces.is_empty() {
         return Ok(Vec::new());
     }
@@ -1037,7 +1119,10 @@ fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
         };
         let mac = spec.guest_mac(i).host_side();
         rtnl.configure(n.tap.as_str(), link.index, &mac.octets(), controller)?;
-        tracing::info!(step = %"taps", tap = %n.tap, bridge = ?n.bridge, "tap created");
+        if let Some(p) = owner {
+            net::persist_for(&tap, p.uid, p.gid)?;
+        }
+        tracing::info!(step = %"taps", tap = %n.tap, bridge = ?n.bridge, persistent = owner.is_some(), "tap created");
         taps.push(tap);
     }
     Ok(taps)
@@ -1183,10 +1268,14 @@ pub fn planned_resources(
             resources.push(Resource::RuntimeFile { path });
         }
     }
-    if kind == HypervisorKind::Firecracker {
-        resources.push(Resource::RuntimeFile {
+    match kind {
+        HypervisorKind::Firecracker => resources.push(Resource::RuntimeFile {
             path: control.join(FIRECRACKER_CONFIG),
-        });
+        }),
+        HypervisorKind::CloudHypervisor => resources.push(Resource::RuntimeFile {
+            path: control.join(CH_API_LOCK),
+        }),
+        HypervisorKind::Qemu => {}
     }
     resources.extend([
         Resource::RuntimeDir {
@@ -1330,6 +1419,30 @@ mod tests {
             vec![
                 PathBuf::from("/run/vmwarden/web/control/api.sock"),
                 PathBuf::from("/run/vmwarden/web/control/firecracker.json"),
+            ]
+        );
+    }
+
+    #[test]
+    fn cloud_hypervisor_records_its_api_socket_and_lock() {
+        let got = planned_resources(
+            &spec_of(base_spec("cloud-hypervisor")),
+            Path::new("/etc/vmwarden/vms/web.json"),
+            Path::new("/run/vmwarden/web"),
+            Path::new("/var/lib/vmwarden/web"),
+        );
+        let files: Vec<_> = got
+            .iter()
+            .filter_map(|r| match r {
+                Resource::RuntimeFile { path } => Some(path.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            files,
+            vec![
+                PathBuf::from("/run/vmwarden/web/control/api.sock"),
+                PathBuf::from("/run/vmwarden/web/control/api.sock.lock"),
             ]
         );
     }

@@ -161,18 +161,43 @@ fn x32_filter() -> BpfProgram {
 /// The compiled filters, in installation order (built before any is
 /// installed, so a build error is reported while nothing is restricted).
 pub fn programs() -> Result<Vec<BpfProgram>> {
-    let (progs, judged) = separate()?;
+    programs_for(Taps::Inherited)
+}
+
+/// How the hypervisor gets its taps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taps {
+    /// As open fds (QEMU, cloud-hypervisor): every tap ioctl above is denied.
+    Inherited,
+    /// By name (firecracker): `TUNSETIFF` stays allowed so it can attach to
+    /// the persistent taps the launcher made for it. Without CAP_NET_ADMIN
+    /// the kernel lets it attach only to a tap whose owner and group are
+    /// its own, and never create one.
+    ByName,
+}
+
+/// [`programs`] for a hypervisor that gets its taps as `taps` says.
+pub fn programs_for(taps: Taps) -> Result<Vec<BpfProgram>> {
+    let (progs, judged) = separate_for(taps)?;
     Ok(prefixed(&judged, chain(progs)))
 }
 
 /// The filters one by one (what [`chain`] joins), and the system call
 /// numbers their rules name (sorted): every other call they all allow,
 /// except on another ABI (a foreign architecture, x32).
+#[cfg(test)]
 fn separate() -> Result<(Vec<BpfProgram>, Vec<u32>)> {
+    separate_for(Taps::Inherited)
+}
+
+fn separate_for(taps: Taps) -> Result<(Vec<BpfProgram>, Vec<u32>)> {
     // EPERM: tap ioctls, namespaces, keyrings, other processes, io_uring.
     let mut eperm: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     let mut ioctls = Vec::new();
-    for (_, cmd) in DENIED_IOCTLS {
+    for (name, cmd) in DENIED_IOCTLS {
+        if taps == Taps::ByName && *name == "TUNSETIFF" {
+            continue;
+        }
         let c = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, *cmd)?;
         ioctls.push(SeccompRule::new(vec![c])?);
     }
@@ -459,6 +484,26 @@ mod tests {
                 }
                 c => panic!("instruction {c:#x} not interpreted"),
             }
+        }
+    }
+
+    #[test]
+    fn a_hypervisor_that_opens_taps_by_name_may_attach_but_not_persist() {
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => 62 | 0x8000_0000 | 0x4000_0000,
+            "aarch64" => 183 | 0x8000_0000 | 0x4000_0000,
+            _ => return,
+        };
+        let nr = libc::SYS_ioctl as u32;
+        let answer = |taps, cmd| {
+            let p = &programs_for(taps).unwrap()[0];
+            run(p, arch, nr, [3, cmd, 0, 0, 0, 0])
+        };
+        let eperm = libc::SECCOMP_RET_ERRNO | EPERM;
+        assert_eq!(answer(Taps::Inherited, 0x4004_54ca), eperm);
+        assert_eq!(answer(Taps::ByName, 0x4004_54ca), libc::SECCOMP_RET_ALLOW);
+        for (name, cmd) in DENIED_IOCTLS.iter().filter(|(n, _)| *n != "TUNSETIFF") {
+            assert_eq!(answer(Taps::ByName, *cmd), eperm, "{name}");
         }
     }
 

@@ -16,7 +16,7 @@ use crate::config::rawpath;
 use crate::config::spec::Spec;
 use crate::host::dirs;
 use crate::host::mountinfo;
-use crate::host::net::SYS_CLASS_NET;
+use crate::host::net::{self, Rtnl, SYS_CLASS_NET};
 use crate::host::ownership::{self, Failed, Kept, Outcome, DELETE_LAST, RUNTIME_KEEP};
 use crate::host::procs::{Scanner, Wants};
 use crate::instance::intent::{Intent, Resource};
@@ -173,6 +173,9 @@ fn cleanup_dir(roots: &Roots, name: &VmName, rundir: &dirs::Dir, mut report: Rep
     keep_recorded_outside(intent.as_ref(), rundir, &mut report);
     // ...except what a launch killed while making an image leaves.
     remove_image_temps(roots, name, intent.as_ref(), &mut report);
+    // Firecracker's taps are persistent (it opens them by name): they go
+    // here, the instance being dead, before the survivors are counted.
+    delete_persistent_taps(intent.as_ref(), &mut report);
     let vm_taps = taps::vm_taps_with(intent.as_ref(), spec.as_ref());
     let Some((keep, taps_left)) = delete_runtime_entries(rundir, &vm_taps, &mut report) else {
         return report;
@@ -439,11 +442,58 @@ fn surviving_processes_in(probe: &Probe, uid: Option<u32>) -> Vec<Failed> {
     out
 }
 
+/// Delete the persistent taps the intent record names that are owned by
+/// its principal: what a launch for a hypervisor that opens its taps by
+/// name (firecracker) made, recorded before they existed. Only called with
+/// the instance dead and the lease held. A tap with another owner, or not
+/// persistent (someone holds it open), is left to the survivor check.
+fn delete_persistent_taps(intent: Option<&Intent>, report: &mut Report) {
+    let Some(intent) = intent else { return };
+    let mut rtnl = None;
+    for tap in intent.taps() {
+        let Some((index, true)) = net::tun_info(tap.as_str()) else {
+            continue;
+        };
+        if net::tun_owner(tap.as_str()) != Some(intent.principal.uid) {
+            continue;
+        }
+        let path = PathBuf::from(SYS_CLASS_NET).join(tap.as_str());
+        if rtnl.is_none() {
+            match Rtnl::open() {
+                Ok(n) => rtnl = Some(n),
+                Err(e) => {
+                    report.failed.push(Failed {
+                        path,
+                        reason: e.to_string(),
+                    });
+                    return;
+                }
+            }
+        }
+        let Some(n) = rtnl.as_mut() else { return };
+        // The vetted device by its index, not whatever holds the name now.
+        match n.delete_index(tap.as_str(), index) {
+            Ok(_) if net::tun_info(tap.as_str()).map(|(i, _)| i) != Some(index) => {
+                report.deleted.push(path)
+            }
+            Ok(_) => report.failed.push(Failed {
+                path,
+                reason: "RTM_DELLINK succeeded but the tap still exists".into(),
+            }),
+            Err(e) => report.failed.push(Failed {
+                path,
+                reason: e.to_string(),
+            }),
+        }
+    }
+}
+
 /// Taps of `name` (intent record and spec) that still exist. The kernel
 /// deletes a non-persistent tap with its last fd; a survivor means some
-/// process still holds it or it was made persistent. Cleanup does not
-/// delete it (it may be in use); `vmwarden reap --apply` does once the VM
-/// is not live.
+/// process still holds it or it was made persistent by someone else than
+/// the launcher (whose persistent taps cleanup deleted first). Cleanup does
+/// not delete it (it may be in use); `vmwarden reap --apply` does once the
+/// VM is not live.
 pub fn surviving_taps(roots: &Roots, name: &VmName, intent: Option<&Intent>) -> Vec<Failed> {
     taps_failed(taps::surviving(&taps::vm_taps(roots, name, intent)))
 }

@@ -734,3 +734,77 @@ pub fn uid(n: u32) -> u32 {
         .unwrap_or(61000);
     base + n
 }
+
+/// The real `name` binary, copied into `env`'s root-owned directory; `None`
+/// after a loud `NOT RUN:` line when it is missing outside CI.
+pub fn real_binary(env: &Env, var: &str, name: &str) -> Option<PathBuf> {
+    let src = match std::env::var_os(var) {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => repo_root().join("../shared/hypervisors/bin").join(name),
+    };
+    if !src.is_file() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{name} missing at {} (CI=true: a missing binary is a failure; set {var} or provide ../shared/hypervisors/bin)",
+            src.display()
+        );
+        use std::io::Write;
+        // Not eprintln!: the harness captures that; this line must show.
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOT RUN: {name} real-binary test ({} missing; set {var})",
+            src.display()
+        );
+        return None;
+    }
+    let dst = env.path(name);
+    std::fs::copy(&src, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", src.display()));
+    std::fs::set_permissions(&dst, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    Some(dst)
+}
+
+/// Grants /dev/kvm to `uid` for the life of the value.
+pub struct KvmAcl(u32);
+
+impl KvmAcl {
+    pub fn grant(uid: u32) -> KvmAcl {
+        let out = Command::new("setfacl")
+            .args(["-m", &format!("u:{uid}:rw"), "/dev/kvm"])
+            .output()
+            .expect("setfacl (acl package; tests/setup-host.sh installs it)");
+        assert!(out.status.success(), "setfacl /dev/kvm: {}", text(&out));
+        KvmAcl(uid)
+    }
+}
+
+impl Drop for KvmAcl {
+    fn drop(&mut self) {
+        let _ = Command::new("setfacl")
+            .args(["-x", &format!("u:{}", self.0), "/dev/kvm"])
+            .output();
+    }
+}
+
+/// Grants `path` (a device node) read-write to `uid` with an ACL for the
+/// life of the value (this host has no udev, so /dev/net/tun is 0600).
+pub struct DevAcl(PathBuf, u32);
+
+impl DevAcl {
+    pub fn grant(path: &str, uid: u32) -> DevAcl {
+        let out = Command::new("setfacl")
+            .args(["-m", &format!("u:{uid}:rw"), path])
+            .output()
+            .expect("setfacl (acl package; tests/setup-host.sh installs it)");
+        assert!(out.status.success(), "setfacl {path}: {}", text(&out));
+        DevAcl(PathBuf::from(path), uid)
+    }
+}
+
+impl Drop for DevAcl {
+    fn drop(&mut self) {
+        let _ = Command::new("setfacl")
+            .args(["-x", &format!("u:{}", self.1)])
+            .arg(&self.0)
+            .output();
+    }
+}

@@ -1,4 +1,5 @@
-# firecracker cannot take an open tap fd.
+# firecracker opens its taps by name: the launcher makes them persistent
+# and the principal's, so a tap is accepted.
 {
   imports = [./base.nix];
   vmwarden.vms.web = {

@@ -1,9 +1,8 @@
-# cloud-hypervisor cannot receive credentials without putting them on its
-# command line.
+# firecracker has no channel for credentials (no fw_cfg, no SMBIOS).
 {
   imports = [./base.nix];
   vmwarden.vms.web = {
-    hypervisor = "cloud-hypervisor";
+    hypervisor = "firecracker";
     credentials.token = "/run/secrets/token";
   };
 }

@@ -1,5 +1,6 @@
 # Copy of shared/nix-eval/harness/stub-pkgs.nix (the project's own evaluation harness),
-# kept in the repo so the tests do not depend on a path outside the clone.
+# kept in the repo so the tests do not depend on a path outside the clone;
+# its packages also have overrideAttrs here.
 # A fake `pkgs` for evaluating NixOS-style modules without nixpkgs.
 #
 # Every package is a derivation-shaped attrset (type = "derivation") with a
@@ -20,7 +21,20 @@
       meta = {};
     }
     // removeAttrs extra ["hashSeed"];
-  pkg = name: fakeDrv name {pname = name;};
+  # overrideAttrs (nixpkgs' cloud-hypervisor rebuilt with its fw_cfg
+  # feature): another fake derivation whose path depends on the overrides.
+  pkg = name:
+    fakeDrv name {
+      pname = name;
+      overrideAttrs = f: let
+        over = f {pname = name;};
+      in
+        fakeDrv name ({
+            pname = name;
+            hashSeed = name + builtins.toJSON over;
+          }
+          // over);
+    };
   names =
     [
       "bash"
