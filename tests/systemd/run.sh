@@ -316,8 +316,6 @@ hv_guest_script() { # IP FEATURES: what the guest does before READY
   case "$f" in *" virtiofs "*) echo 'mkdir -p /vro; if mount -t virtiofs vro /vro; then echo "T-VREAD $(cat /vro/hello)"; umount /vro; else echo T-MOUNT-VRO-FAILED; fi' ;; esac
   case "$f" in *" volume "*) echo 'mkdir -p /vol; if mount -t ext4 /dev/vda /vol; then echo T-FS-EXT4; echo boot >>/vol/boots; echo "T-BOOTS $(wc -l </vol/boots)"; sync; umount /vol; else echo T-VOL-MOUNT-FAILED; fi' ;; esac
   case "$f" in *" vsock "*) echo '/bin/vsock-echo 1234 &' ;; esac
-  # what the guest kernel found for firecracker's Ctrl-Alt-Del (diagnostics)
-  echo 'dmesg | grep -iE "i8042|serio|atkbd|input:" | sed "s/^/T-DMESG /"'
   echo 'sync'
 }
 hv_spec() { # NAME KIND CMDLINE FEATURES IP -> the spec without the features' fields
