@@ -180,6 +180,9 @@ guest_init() {
 #   VMWARDEN-NIC name=<if> mac=<mac>         per network interface (not lo)
 #   VMWARDEN-GUEST-READY uptime=<s>
 #   VMWARDEN-GUEST-POWERBUTTON               (hold mode) ACPI power button, then poweroff -f
+#   VMWARDEN-GUEST-CTRLALTDEL                (hold mode) Ctrl-Alt-Del (the kernel sends
+#                                            PID 1 SIGINT), then reboot -f: firecracker's
+#                                            SendCtrlAltDel; its VM ends on a reboot
 # vmwarden.mode=hold (default) | oneshot (poweroff -f right after READY)
 /bin/busybox mount -t devtmpfs devtmpfs /dev 2>/dev/null
 exec </dev/console >/dev/console 2>&1
@@ -194,8 +197,16 @@ for a in $cmdline; do
   case "$a" in vmwarden.mode=*) MODE=${a#vmwarden.mode=} ;; esac
 done
 
+# MODULE.PARAM=VALUE on the kernel command line goes to that module's insmod,
+# as modprobe would pass it (firecracker declares its virtio-mmio devices as
+# virtio_mmio.device=SIZE@BASE:IRQ there)
 while read -r m; do
-  insmod "/lib/modules/$m.ko" || echo "VMWARDEN-GUEST-WARN insmod $m failed"
+  params=
+  for a in $cmdline; do
+    case "$a" in "$m".*=*) params="$params ${a#"$m".}" ;; esac
+  done
+  # shellcheck disable=SC2086
+  insmod "/lib/modules/$m.ko" $params || echo "VMWARDEN-GUEST-WARN insmod $m failed"
 done </lib/modules/order
 
 CREDS=/sys/firmware/qemu_fw_cfg/by_name/opt/io.systemd.credentials
@@ -220,6 +231,12 @@ EOF
     cat
     cat <<'EOF'
 if [ "$MODE" = hold ]; then
+  # Ctrl-Alt-Del: firecracker has no ACPI power button; its graceful stop
+  # is SendCtrlAltDel (an i8042 key sequence). The kernel reboots at once on
+  # it unless told to signal PID 1 instead (as systemd tells it); a reboot
+  # (reboot=k: through the i8042) then ends a firecracker VM.
+  trap 'echo "VMWARDEN-GUEST-CTRLALTDEL"; reboot -f' INT
+  echo 0 >/proc/sys/kernel/ctrl-alt-del
   # Start acpid before READY and wait until it holds the input device open:
   # a power button press (QMP system_powerdown) with no reader is lost.
   acpid -f -c /etc/acpi -l /dev/null &
@@ -252,7 +269,9 @@ case "$MODE" in
   oneshot)
     poweroff -f ;;
   hold)
-    while :; do sleep 3600; done ;;
+    # the sleep runs in the background so that the Ctrl-Alt-Del trap runs
+    # at once, not when it ends
+    while :; do sleep 3600 & wait $!; done ;;
   *)
     echo "VMWARDEN-GUEST-ERROR unknown vmwarden.mode=$MODE"
     poweroff -f ;;

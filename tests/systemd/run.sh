@@ -39,6 +39,10 @@
 #   VMWARDEN_TEST_CACHE, VMWARDEN_TEST_ASSETS   cache locations (see the builders)
 #   VMWARDEN_TEST_CARGO_ROOT       where tests/setup-host.sh cargo-installs virtiofsd and
 #                                  vhost-device-vsock (default /var/cache/vmwarden-test/cargo)
+#   VMWARDEN_TEST_HYPERVISORS      cloud-hypervisor and firecracker for the
+#                                  cloud_hypervisor and firecracker scenarios (default
+#                                  <repo>/../shared/hypervisors/bin; required in full mode
+#                                  when those scenarios run)
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"
 export LC_ALL=C
@@ -105,6 +109,19 @@ SH_INITRD=$(. "$SHARES_ENV" && echo "$INITRD")
 [ -r "$SH_KERNEL" ] && [ -r "$SH_INITRD" ] || die "shares-guest assets missing ($SH_KERNEL, $SH_INITRD)"
 timing guest_assets "$(since "$t")"
 
+# cloud-hypervisor and firecracker boot the shares guest's kernel as an ELF
+# vmlinux (firecracker takes nothing else; cloud-hypervisor through its PVH
+# entry); Debian ships the bzImage only.
+want_scenario() { [ -z "$ONLY" ] || printf ' %s ' "$ONLY" | grep -q " $1 "; }
+HV_SCENARIOS=0
+if [ "$MODE" = full ] && { want_scenario cloud_hypervisor || want_scenario firecracker || want_scenario hv_bench; }; then
+  HV_SCENARIOS=1
+  HV_BIN_DIR=${VMWARDEN_TEST_HYPERVISORS:-$REPO/../shared/hypervisors/bin}
+  for b in cloud-hypervisor firecracker; do
+    [ -x "$HV_BIN_DIR/$b" ] || die "$HV_BIN_DIR/$b missing (set VMWARDEN_TEST_HYPERVISORS, or select scenarios without it by VMWARDEN_SYSTEMD_ONLY)"
+  done
+fi
+
 if [ "$MODE" = full ]; then
   for b in vmwarden vmwarden-launch vmwarden-cleanup; do
     [ -x "$BIN_DIR/$b" ] || die "$BIN_DIR/$b missing: run cargo build --release first (or set VMWARDEN_BIN_DIR)"
@@ -151,7 +168,7 @@ unshare() { # DEST...: break the hard link to the cache before a tool edits the 
 # VM principals (an operator does this once per VM on a non-Nix host)
 unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
 systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
-  || chroot "$ROOT" /bin/sh -c 'for v in a b c vol vsk vfs; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done' \
+  || chroot "$ROOT" /bin/sh -c 'for v in a b c vol vsk vfs ch fc chb fcb; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done' \
   || die "cannot create the VM principals"
 grep -q '^vm-c:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
 # /dev/kvm: Debian's udev rule gives it to group kvm, 0660; the kvm module must load
@@ -162,6 +179,16 @@ put "$KERNEL" /opt/vmwarden-test/assets/vmlinuz 0644
 put "$INITRD" /opt/vmwarden-test/assets/initramfs.img 0644
 put "$SH_KERNEL" /opt/vmwarden-test/assets-shares/vmlinuz 0644
 put "$SH_INITRD" /opt/vmwarden-test/assets-shares/initramfs.img 0644
+if [ "$HV_SCENARIOS" = 1 ]; then
+  "$REPO/tests/assets/extract-vmlinux.sh" "$SH_KERNEL" "$WORK/vmlinux" || die "extract-vmlinux.sh $SH_KERNEL failed"
+  put "$WORK/vmlinux" /opt/vmwarden-test/assets-shares/vmlinux 0644
+  rm -f "$WORK/vmlinux"
+  # busybox for L2's bridge and ping (the minbase tree has no iproute2)
+  put "$(command -v busybox)" /opt/vmwarden-test/bin/busybox 0755
+  # the bench's start-to-running timer (L2 has no compiler)
+  cc -static -Os -o "$WORK/api-running" "$HERE/guest/api-running.c" || die "cc -static guest/api-running.c failed"
+  put "$WORK/api-running" /opt/vmwarden-test/bin/api-running 0755
+fi
 # vol's read-only 9p share: root's, readable by the principal
 echo "from the L2 host" | putc /opt/vmwarden-test/share/hello 0644
 chmod 0755 "$ROOT/opt/vmwarden-test" "$ROOT/opt/vmwarden-test/assets" \
@@ -273,12 +300,105 @@ shares_spec vfs "$VFS_SCRIPT" '"shares": [
   "vsock": { "cid": 6, "backend": "user", "binary": "/usr/local/bin/vhost-device-vsock" }' \
   | putc /etc/vmwarden/vms/vfs.json 0644
 
+# ch, fc: the shares guest booted by cloud-hypervisor and firecracker (the
+# cloud_hypervisor and firecracker scenarios). Each feature the scenario can
+# show (a created ext4 volume, a tap on a bridge, hybrid vsock, a virtiofs
+# share, a credential) goes into the spec only when the launcher's own spec
+# checks (`render-unit --dropin`, Spec::validate) accept it for that
+# hypervisor; a refusal is recorded with its message and the scenario reports
+# it as not supported instead of checking it. What the launcher accepts, the
+# scenario must then show working.
+HV_BRIDGE=vmwbr0
+hv_guest_script() { # IP FEATURES: what the guest does before READY
+  local ip=$1 f=" $2 "
+  # credentials left by the hypervisor in the initrd (systemd imports
+  # /.extra/credentials/ in the initrd); fw_cfg ones are printed by /init
+  echo 'for f in /.extra/credentials/*; do [ -f "$f" ] || continue; s=$(sha256sum <"$f"); echo "VMWARDEN-CRED name=${f##*/} sha256=${s%% *}"; done'
+  case "$f" in *" net "*) echo "ip addr add $ip/24 dev eth0 && ip link set eth0 up && echo T-NET-UP $ip" ;; esac
+  case "$f" in *" virtiofs "*) echo 'mkdir -p /vro; if mount -t virtiofs vro /vro; then echo "T-VREAD $(cat /vro/hello)"; umount /vro; else echo T-MOUNT-VRO-FAILED; fi' ;; esac
+  case "$f" in *" volume "*) echo 'mkdir -p /vol; if mount -t ext4 /dev/vda /vol; then echo T-FS-EXT4; echo boot >>/vol/boots; echo "T-BOOTS $(wc -l </vol/boots)"; sync; umount /vol; else echo T-VOL-MOUNT-FAILED; fi' ;; esac
+  case "$f" in *" vsock "*) echo '/bin/vsock-echo 1234 &' ;; esac
+  echo 'sync'
+}
+hv_spec() { # NAME KIND CMDLINE FEATURES IP -> the spec without the features' fields
+  local name=$1 kind=$2 cmdline=$3 features=$4 bin run
+  case "$kind" in cloud-hypervisor) bin=/usr/local/bin/cloud-hypervisor ;; firecracker) bin=/usr/local/bin/firecracker ;; esac
+  run=$(hv_guest_script "$5" "$features" | base64 -w0)
+  jq -n --arg name "$name" --arg kind "$kind" --arg bin "$bin" --arg cmdline "$cmdline vmwarden.run=$run" '{
+    version: 1, name: $name,
+    principal: { user: ("vm-" + $name), group: ("vm-" + $name) },
+    hypervisor: { kind: $kind, binary: $bin },
+    vcpus: 1, memory_mib: 256,
+    kernel: "/opt/vmwarden-test/assets-shares/vmlinux",
+    initrd: "/opt/vmwarden-test/assets-shares/initramfs.img",
+    cmdline: $cmdline,
+    credentials: [], disks: [], interfaces: [],
+    landlock: { mode: "required", read: [], write: [] },
+    keep_on_purge: [ "identity", "data.img" ] }'
+}
+hv_feature() { # NAME FEATURE CID -> the JSON fragment of that feature
+  case "$2" in
+    volume) printf '{"disks":[{"path":"/var/lib/vmwarden/%s/data.img","create":{"size_mib":32,"fs_type":"ext4"}}]}' "$1" ;;
+    net) printf '{"interfaces":[{"tap":"vmw-%s0","bridge":"%s"}]}' "$1" "$HV_BRIDGE" ;;
+    vsock) printf '{"vsock":{"cid":%s,"backend":"user"}}' "$3" ;;
+    virtiofs) printf '{"shares":[{"tag":"vro","source":"/opt/vmwarden-test/share","proto":"virtiofs","read_only":true}],"virtiofsd":{"binary":"/usr/local/bin/virtiofsd"}}' ;;
+    creds) printf '{"credentials":[{"name":"token","source":{"systemd":"token"}}]}' ;;
+  esac
+}
+hv_spec_with() { # NAME KIND CMDLINE FEATURES IP CID -> the whole spec
+  local f
+  hv_spec "$1" "$2" "$3" "$4" "$5" >"$WORK/hv-base.json"
+  for f in $4; do hv_feature "$1" "$f" "$6"; echo; done \
+    | jq -s --slurpfile base "$WORK/hv-base.json" 'reduce .[] as $x ($base[0]; . * $x)'
+}
+HV_ENV=""
+if [ "$HV_SCENARIOS" = 1 ]; then
+  secret $CREDDIR/ch/token
+  secret $CREDDIR/fc/token
+  chmod 0700 "$ROOT$CREDDIR/ch" "$ROOT$CREDDIR/fc"
+  # NAME KIND GUEST-IP VSOCK-CID CMDLINE(commas for spaces) FEATURES-TO-TRY...
+  while read -r name kind ip cid cmdline tries; do
+    cmdline=${cmdline//,/ }
+    ok="" refused=""
+    for f in $tries; do
+      hv_spec_with "$name" "$kind" "$cmdline" "$ok $f" "$ip" "$cid" >"$WORK/hv-try.json"
+      if out=$("$BIN_DIR/vmwarden" render-unit --dropin "$name" --spec "$WORK/hv-try.json" \
+                 --credentials-dir "$CREDDIR" 2>&1 >/dev/null </dev/null); then
+        ok="$ok $f"
+      else
+        out=$(printf '%s' "$out" | tr '\n' ' ' | head -c 300)
+        refused="$refused $f: $out;"
+        log "$name: the launcher refuses $f for $kind: $out"
+      fi
+    done
+    ok=${ok# }
+    hv_spec_with "$name" "$kind" "$cmdline" "$ok" "$ip" "$cid" | putc /etc/vmwarden/vms/$name.json 0644
+    log "$name ($kind): features the launcher accepts: ${ok:-none}"
+    HV_ENV="$HV_ENV$(printf 'HV_FEATURES_%s=%q\nHV_REFUSED_%s=%q\nHV_IP_%s=%q' "$name" "$ok" "$name" "${refused# }" "$name" "$ip")"$'\n'
+    case " $ok " in
+      *" creds "*) HV_ENV="$HV_ENV$(printf 'CREDS_%s=%q' "$name" "token:$CREDDIR/$name/token")"$'\n' ;;
+      *) HV_ENV="${HV_ENV}CREDS_$name="$'\n' ;;
+    esac
+  done <<HVEOF
+ch cloud-hypervisor 10.77.0.2 7 console=ttyS0,quiet,panic=-1 volume net vsock virtiofs creds
+fc firecracker 10.77.0.3 8 console=ttyS0,quiet,panic=-1,reboot=k,pci=off,i8042.noaux,i8042.nomux,i8042.dumbkbd volume net vsock creds
+HVEOF
+  # the bench's VMs: the same guest, no devices
+  for name in chb:cloud-hypervisor fcb:firecracker; do
+    hv_spec_with "${name%%:*}" "${name#*:}" "console=ttyS0 quiet panic=-1" "" "" "" \
+      | putc "/etc/vmwarden/vms/${name%%:*}.json" 0644
+  done
+fi
+
 UNITDIR=/etc/systemd/system
 if [ "$MODE" = full ]; then
   for b in vmwarden vmwarden-launch vmwarden-cleanup; do put "$BIN_DIR/$b" /usr/local/bin/$b 0755; done
   # root-owned, not writable by others, like every parent: the launcher
   # refuses helper binaries a non-root user could replace
   for b in virtiofsd vhost-device-vsock; do put "$HELPER_DIR/$b" /usr/local/bin/$b 0755; done
+  if [ "$HV_SCENARIOS" = 1 ]; then
+    for b in cloud-hypervisor firecracker; do put "$HV_BIN_DIR/$b" /usr/local/bin/$b 0755; done
+  fi
   VMW=$BIN_DIR/vmwarden
   "$VMW" render-unit --bin-dir /usr/local/bin >"$WORK/microvm@.service" \
     || die "vmwarden render-unit --bin-dir /usr/local/bin failed"
@@ -287,7 +407,8 @@ if [ "$MODE" = full ]; then
   put "$WORK/microvms.target" "$UNITDIR/microvms.target" 0644
   cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
   # per-VM credential drop-ins (what an operator installs per VM)
-  for v in a b vol vsk vfs; do
+  HV_VMS=""; [ "$HV_SCENARIOS" = 1 ] && HV_VMS="ch fc chb fcb"
+  for v in a b vol vsk vfs $HV_VMS; do
     "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
       --credentials-dir "$CREDDIR" >"$WORK/dropin-$v.conf" \
       || die "vmwarden render-unit --dropin $v failed"
@@ -317,7 +438,8 @@ mkdir -p "$ROOT$UNITDIR/multi-user.target.wants"
 ln -sfn ../vmwarden-scenarios.service "$ROOT$UNITDIR/multi-user.target.wants/vmwarden-scenarios.service"
 { printf 'MODE=%q\nREADY_TIMEOUT=%q\nPOWEROFF=1\nONLY=%q\nL3_ACCEL=%q\nSOAK_CYCLES=%q\n' \
     "$MODE" "${VMWARDEN_SYSTEMD_READY_TIMEOUT:-300}" "$ONLY" "$L3_ACCEL" "${VMWARDEN_SYSTEMD_SOAK_CYCLES:-50}"
-  printf 'CREDS_a=%q\nCREDS_b=%q\nCREDS_vol=\nCREDS_vsk=\nCREDS_vfs=\n' "$CREDS_a" "$CREDS_b"; } | putc /opt/vmwarden-test/run.env 0644
+  printf 'CREDS_a=%q\nCREDS_b=%q\nCREDS_vol=\nCREDS_vsk=\nCREDS_vfs=\n' "$CREDS_a" "$CREDS_b"
+  printf 'HV_BRIDGE=%q\n%s' "$HV_BRIDGE" "$HV_ENV"; } | putc /opt/vmwarden-test/run.env 0644
 
 ROOT_IMG=$WORK/root.ext4 RES_IMG=$WORK/results.ext4
 SZ=$(( $(du -sm "$ROOT" | cut -f1) + 768 ))

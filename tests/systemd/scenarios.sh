@@ -192,15 +192,15 @@ wait_guest() { # VM CURSOR -> READY + creds
   note "$vm guest_ready_s=$((SECONDS - t0))"
   check_creds "$vm" "$u" "$2"
 }
-check_graceful_stop() { # VM CURSOR
-  local u=microvm@$1.service j
-  wait_journal "$u" "$2" '^VMWARDEN-GUEST-POWERBUTTON' 10 \
-    || { fail "$1: no VMWARDEN-GUEST-POWERBUTTON: the stop was not graceful"; return 1; }
+check_graceful_stop() { # VM CURSOR [MARKER: the guest's line for the stop request]
+  local u=microvm@$1.service j m=${3:-VMWARDEN-GUEST-POWERBUTTON}
+  wait_journal "$u" "$2" "^$m" 10 \
+    || { fail "$1: no $m: the stop was not graceful"; return 1; }
   j=$(jlog "$u" "$2")
   if printf '%s\n' "$j" | grep -qE "State 'stop-sigterm' timed out|Killing process .* with signal SIGKILL"; then
     fail "$1: systemd had to kill the hypervisor"; return 1
   fi
-  note "$1 powerbutton=seen"
+  note "$1 $m=seen"
 }
 
 run_scenario() { # NAME FUNCTION
@@ -434,6 +434,19 @@ s_virtiofs_vsock() {
   start_check_stop vfs vfs_checks || return 1
   vfs_kill
 }
+# The hybrid vsock from L2: on control/vsock.sock, `CONNECT 1234` gets `OK`,
+# and the guest's vsock-echo (port 1234) answers and logs what it got.
+check_hybrid_vsock() { # VM CURSOR
+  local out
+  out=$( { printf 'CONNECT 1234\n'; sleep 2; printf 'ping-from-l2\n'; sleep 5; } \
+         | timeout 30 nc -U -q 1 "$RUNTIME_ROOT/$1/control/vsock.sock" 2>&1 | tr -d '\r')
+  log "vsock exchange $1: $out"
+  printf '%s\n' "$out" | grep -q '^OK ' && printf '%s\n' "$out" | grep -qx 'guest-got:ping-from-l2' \
+    || { fail "$1: hybrid vsock exchange failed: $(printf '%s' "$out" | tr '\n' ' ' | head -c 200)"; return 1; }
+  wait_journal microvm@$1.service "$2" '^VSOCK-ECHO got=ping-from-l2' 10 \
+    || { fail "$1: the guest did not log the vsock message"; return 1; }
+  note "$1 vsock CONNECT/OK/echo from L2"
+}
 # the principal's processes other than the hypervisor: "PID COMM" lines
 vfs_helpers() { # HYPERVISOR_PID
   local p
@@ -465,13 +478,7 @@ vfs_checks() { # CURSOR
     || { fail "vfs: $VFS_RW/out is '$md' with '$(head -c 60 "$VFS_RW/out" 2>/dev/null)', not vm-vfs:vm-vfs 'guest-wrote'"; return 1; }
   [ "$(ls -A "$VFS_RO")" = hello ] || { fail "vfs: the read-only share changed: $(ls -A "$VFS_RO" | tr '\n' ' ')"; return 1; }
   # hybrid vsock from L2: vhost-device-vsock's host socket in control/
-  out=$( { printf 'CONNECT 1234\n'; sleep 2; printf 'ping-from-l2\n'; sleep 5; } \
-         | timeout 30 nc -U -q 1 "$RUNTIME_ROOT/vfs/control/vsock.sock" 2>&1 | tr -d '\r')
-  log "vsock exchange: $out"
-  printf '%s\n' "$out" | grep -q '^OK ' && printf '%s\n' "$out" | grep -qx 'guest-got:ping-from-l2' \
-    || { fail "vfs: hybrid vsock exchange failed: $(printf '%s' "$out" | tr '\n' ' ' | head -c 200)"; return 1; }
-  wait_journal $u "$1" '^VSOCK-ECHO got=ping-from-l2' 10 || { fail "vfs: the guest did not log the vsock message"; return 1; }
-  note "vsock CONNECT/OK/echo from L2"
+  check_hybrid_vsock vfs "$1" || return 1
   # the helpers: as vm-vfs, no capabilities, children of QEMU in its mount
   # namespace and in the unit's cgroup
   hs=$(vfs_helpers "$pid")
@@ -544,14 +551,239 @@ vfs_kill() {
   systemctl reset-failed $u 2>/dev/null || true
 }
 
+# ch, fc: cloud-hypervisor and firecracker boot the shares guest (Debian's
+# kernel as an ELF vmlinux, busybox initramfs) through microvm@NAME with KVM.
+# run.sh put into each spec the features the launcher accepts for that
+# hypervisor (HV_FEATURES_<vm>) and recorded the refusals (HV_REFUSED_<vm>),
+# which are reported, not checked. First run: from outside, the hypervisor
+# is the principal (all four uids) with every capability set empty,
+# NoNewPrivs, seccomp, its own mount namespace, in the unit's cgroup, no
+# secret on its argv or environ nor in L2's mount namespace; each accepted
+# feature works (tap on a bridge: L2 pings the guest; created ext4 volume:
+# the guest mounts it and writes; hybrid vsock in control/; a virtiofs share;
+# credentials: sha256 in the guest); a graceful stop (cloud-hypervisor: the
+# ACPI power button through its API; firecracker: SendCtrlAltDel, which
+# the guest sees as Ctrl-Alt-Del), clean. Second run: the volume still has
+# the first run's write, then SIGKILL of the hypervisor, clean.
+HV_MARKER_ch=VMWARDEN-GUEST-POWERBUTTON
+HV_MARKER_fc=VMWARDEN-GUEST-CTRLALTDEL
+BB=/opt/vmwarden-test/bin/busybox
+hv_has() { local v="HV_FEATURES_$1"; printf ' %s ' "${!v:-}" | grep -q " $2 "; }
+hv_bridge() { # the bridge the taps go on, with L2's address on it
+  [ -d "/sys/class/net/$HV_BRIDGE" ] && return 0
+  $BB ip link add name "$HV_BRIDGE" type bridge 2>>"$LOG" || $BB brctl addbr "$HV_BRIDGE" \
+    || { fail "cannot create bridge $HV_BRIDGE"; return 1; }
+  $BB ip addr add 10.77.0.1/24 dev "$HV_BRIDGE" && $BB ip link set "$HV_BRIDGE" up \
+    || { fail "cannot configure bridge $HV_BRIDGE"; return 1; }
+}
+# the hypervisor as the unit runs it, seen from L2
+hv_running() { # VM CURSOR
+  local vm=$1 u=microvm@$1.service pid post uid gid f sec src spec var
+  [ "$(state "$u")" = active ] || { fail "$vm: $u is $(state "$u") after start"; return 1; }
+  post=$(systemctl show -p ExecStartPost "$u" 2>/dev/null)
+  printf '%s' "$post" | grep -q wait-ready && printf '%s' "$post" | grep -Eq 'code=exited ; status=0( |/)' \
+    || { fail "$vm: wait-ready did not exit 0 before active: $post"; return 1; }
+  "$VMW" status "$vm" --json >"$RES/status-$vm.json" 2>>"$LOG" && grep -qi running "$RES/status-$vm.json" \
+    || { fail "$vm: vmwarden status --json does not say running: $(head -c 300 "$RES/status-$vm.json")"; return 1; }
+  pid=$(mainpid "$u")
+  [ -n "$pid" ] && [ "$pid" != 0 ] || { fail "$vm: no MainPID"; return 1; }
+  log "$vm hypervisor $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline")"
+  uid=$(id -u "vm-$vm"); gid=$(id -g "vm-$vm")
+  [ "$(status_field "$pid" Uid)" = "$uid $uid $uid $uid" ] && [ "$(status_field "$pid" Gid)" = "$gid $gid $gid $gid" ] \
+    || { fail "$vm: hypervisor $pid Uid $(status_field "$pid" Uid) Gid $(status_field "$pid" Gid), not vm-$vm ($uid/$gid)"; return 1; }
+  for f in CapInh CapPrm CapEff CapAmb; do
+    [ "$(status_field "$pid" $f)" = 0000000000000000 ] || { fail "$vm: hypervisor $f=$(status_field "$pid" $f)"; return 1; }
+  done
+  [ "$(status_field "$pid" NoNewPrivs)" = 1 ] && [ "$(status_field "$pid" Seccomp)" = 2 ] \
+    || { fail "$vm: hypervisor NoNewPrivs=$(status_field "$pid" NoNewPrivs) Seccomp=$(status_field "$pid" Seccomp)"; return 1; }
+  [ "$(readlink "/proc/$pid/ns/mnt")" != "$(readlink /proc/1/ns/mnt)" ] || { fail "$vm: hypervisor in L2's mount namespace"; return 1; }
+  case "$(cat "/proc/$pid/cgroup")" in *"/microvm@$vm.service"*) ;; *) fail "$vm: cgroup $(cat "/proc/$pid/cgroup")"; return 1 ;; esac
+  # no secret on argv or in the environment, none visible in L2's mount namespace
+  var="CREDS_$vm"
+  for spec in ${!var}; do
+    src=${spec#*:}; sec=$(head -c 32 "$src")
+    if tr '\0' '\n' <"/proc/$pid/cmdline" | grep -qF -- "$sec" || tr '\0' '\n' <"/proc/$pid/environ" | grep -qF -- "$sec"; then
+      fail "$vm: the content of $src is on the hypervisor's argv or in its environment"; return 1
+    fi
+    if grep -rqsF -- "$sec" "$RUNTIME_ROOT/$vm" "$STATE_ROOT/$vm"; then
+      fail "$vm: the content of $src is readable under $RUNTIME_ROOT/$vm or $STATE_ROOT/$vm in L2's mount namespace"; return 1
+    fi
+  done
+  if grep -qs " $RUNTIME_ROOT/$vm/credentials " /proc/1/mountinfo; then
+    fail "$vm: the credential tmpfs is mounted in L2's mount namespace"; return 1
+  fi
+  note "$vm uid=vm-$vm caps=0 nnp=1 seccomp=2 own-mntns (CapBnd=$(status_field "$pid" CapBnd))"
+}
+hv_checks() { # VM CURSOR RUN(1|2)
+  local vm=$1 u=microvm@$1.service j want img=$STATE_ROOT/$1/data.img tap=vmw-${1}0 ip var st rx tx h hs
+  j=$(jlog "$u" "$2")
+  printf '%s\n' "$j" | grep -q '^VMWARDEN-RUN-END rc=0' \
+    || { fail "$vm: the guest's script did not end with rc=0: $(printf '%s\n' "$j" | grep -E '^(T-|VMWARDEN-RUN)' | tr '\n' ' ' | head -c 300)"; return 1; }
+  if hv_has "$vm" volume; then
+    for want in T-FS-EXT4 "T-BOOTS $3"; do
+      printf '%s\n' "$j" | grep -qx -- "$want" \
+        || { fail "$vm: guest output lacks '$want' (run $3): $(printf '%s\n' "$j" | grep -E '^T-' | tr '\n' ' ' | head -c 300)"; return 1; }
+    done
+    st=$(stat -c '%U:%G %a %s' "$img" 2>/dev/null)
+    [ "$st" = "vm-$vm:vm-$vm 600 33554432" ] || { fail "$vm: $img is '$st', not vm-$vm:vm-$vm 600 33554432"; return 1; }
+    note "$vm volume ext4 vm-$vm 0600, guest boots recorded on it: $3"
+  fi
+  if hv_has "$vm" net; then
+    var="HV_IP_$vm"; ip=${!var}
+    [ "$(basename "$(readlink "/sys/class/net/$tap/master" 2>/dev/null)")" = "$HV_BRIDGE" ] \
+      || { fail "$vm: tap $tap is not on $HV_BRIDGE ($(ls /sys/class/net | tr '\n' ' '))"; return 1; }
+    printf '%s\n' "$j" | grep -qx "T-NET-UP $ip" || { fail "$vm: the guest did not bring eth0 up with $ip"; return 1; }
+    $BB ping -c 3 -W 5 "$ip" >>"$LOG" 2>&1 || { fail "$vm: L2 cannot ping the guest at $ip over $tap"; return 1; }
+    rx=$(cat "/sys/class/net/$tap/statistics/rx_packets"); tx=$(cat "/sys/class/net/$tap/statistics/tx_packets")
+    [ "$rx" -gt 0 ] && [ "$tx" -gt 0 ] || { fail "$vm: $tap rx=$rx tx=$tx packets"; return 1; }
+    note "$vm tap $tap on $HV_BRIDGE: L2 pings $ip (rx=$rx tx=$tx)"
+  fi
+  if hv_has "$vm" vsock; then
+    wait_journal "$u" "$2" '^VSOCK-ECHO listening port=1234' 60 || { fail "$vm: the guest's vsock echo is not listening"; return 1; }
+    check_hybrid_vsock "$vm" "$2" || return 1
+  fi
+  if hv_has "$vm" virtiofs; then
+    printf '%s\n' "$j" | grep -qx 'T-VREAD from the L2 host' \
+      || { fail "$vm: the guest did not read the virtiofs share: $(printf '%s\n' "$j" | grep -E '^T-' | tr '\n' ' ' | head -c 300)"; return 1; }
+    hs=$(pgrep -u "vm-$vm" -x virtiofsd)
+    [ -n "$hs" ] || { fail "$vm: no virtiofsd of vm-$vm"; return 1; }
+    for h in $hs; do
+      [ "$(status_field "$h" CapEff)" = 0000000000000000 ] && [ "$(status_field "$h" NoNewPrivs)" = 1 ] \
+        || { fail "$vm: virtiofsd $h CapEff=$(status_field "$h" CapEff) NoNewPrivs=$(status_field "$h" NoNewPrivs)"; return 1; }
+    done
+    note "$vm virtiofs share read by the guest (virtiofsd as vm-$vm, CapEff=0)"
+  fi
+}
+# after a SIGKILL: wait until the unit is torn down (failed, inactive,
+# waiting to restart, or restarted with another MainPID)
+wait_torn_down() { # UNIT OLD_PID
+  local st sub end=$((SECONDS + 120))
+  while :; do
+    st=$(state "$1"); sub=$(systemctl show -p SubState --value "$1")
+    case "$st/$sub" in failed/*|inactive/*|*/auto-restart) break ;; esac
+    [ "$st" = active ] && [ "$(mainpid "$1")" != "$2" ] && break
+    [ $SECONDS -lt $end ] || { fail "$1: still $st/$sub 120s after SIGKILL"; return 1; }
+    sleep 0.2
+  done
+  note "then $st/$sub"
+}
+s_hv() { # VM
+  local vm=$1 u=microvm@$1.service cur rc st pid var=HV_REFUSED_$1 m=HV_MARKER_$1 img=$STATE_ROOT/$1/data.img
+  note "$vm accepted: $(v=HV_FEATURES_$vm; echo "${!v:-none}")"
+  [ -z "${!var:-}" ] || note "refused by the launcher (not checked): ${!var}"
+  if hv_has "$vm" net; then hv_bridge || return 1; fi
+  [ ! -e "$img" ] || { fail "precondition: $img exists before the first start"; return 1; }
+  cur=$(mark)
+  timeout 600 systemctl start "$u"; rc=$?
+  [ $rc -eq 0 ] || { fail "systemctl start $u rc=$rc: $(jlog "$u" "$cur" | tail -6 | tr '\n' ' ')"; return 1; }
+  rc=0
+  hv_running "$vm" "$cur" && wait_guest "$vm" "$cur" && hv_checks "$vm" "$cur" 1 || rc=1
+  cur=$(mark)
+  timeout 300 systemctl stop "$u" || { fail "systemctl stop $u failed"; return 1; }
+  [ $rc -eq 0 ] || return 1
+  check_graceful_stop "$vm" "$cur" "${!m}" && check_cleanup "$vm" "$u" "$cur" || return 1
+  [ "$(state "$u")" = inactive ] || { fail "$vm: $u is $(state "$u") after stop"; return 1; }
+  check_clean "$vm" || return 1
+  [ ! -e "/sys/class/net/vmw-${vm}0" ] || { fail "$vm: tap vmw-${vm}0 survives the stop"; return 1; }
+  # second run: the volume kept the first run's write; then SIGKILL
+  systemctl reset-failed "$u" 2>/dev/null
+  cur=$(mark)
+  timeout 600 systemctl start "$u"; rc=$?
+  [ $rc -eq 0 ] || { fail "second start of $u rc=$rc"; return 1; }
+  hv_running "$vm" "$cur" && wait_guest "$vm" "$cur" && hv_checks "$vm" "$cur" 2 \
+    || { timeout 300 systemctl stop "$u"; return 1; }
+  pid=$(mainpid "$u")
+  systemctl kill --kill-who=main -s KILL "$u" || { fail "systemctl kill --kill-who=main failed"; return 1; }
+  wait_torn_down "$u" "$pid" || return 1
+  check_cleanup "$vm" "$u" "$cur" first || return 1
+  timeout 300 systemctl stop "$u"
+  st=$(state "$u")
+  case "$st" in failed|inactive) ;; *) fail "$vm: $u is $st after the kill and a stop"; return 1 ;; esac
+  check_clean "$vm" || return 1
+  [ ! -e "/sys/class/net/vmw-${vm}0" ] || { fail "$vm: tap vmw-${vm}0 survives the SIGKILL"; return 1; }
+  if hv_has "$vm" volume; then
+    [ "$(debugfs -R 'cat /boots' "$img" 2>/dev/null | grep -c '^boot$')" = 2 ] \
+      || { fail "$vm: $img does not hold both runs' writes"; return 1; }
+    note "$vm volume holds both runs' writes"
+  fi
+  systemctl reset-failed "$u" 2>/dev/null || true
+}
+s_cloud_hypervisor() { s_hv ch; }
+s_firecracker() { s_hv fc; }
+
+# The bench row measured where these hypervisors boot: start to "running"
+# (the API's VM state) through the launcher, `systemctl start --no-block
+# microvm@NAME` (so systemd's unit setup is in it too), against the bare
+# binary started by root with the same argv (cloud-hypervisor: the launched
+# one's, with another API socket; firecracker: the same config file), in
+# pairs, on VMs chb and fcb (the same guest, no devices). Both are killed
+# once running. Prints the medians and their ratio; asserts only that both
+# ran and the launched ones were cleaned up.
+BENCH_PAIRS=5
+bench_launcher() { # VM URI OUT -> "MS PID" once running
+  local u=microvm@$1.service out=$3 pid
+  systemctl reset-failed "$u" 2>/dev/null
+  "$T/bin/api-running" "$RUNTIME_ROOT/$1/control/api.sock" "$2" 120 -- /usr/bin/systemctl start --no-block "$u" >"$out" 2>&1 \
+    || { fail "$1: the launched VM never said Running: $(tail -3 "$out" | tr '\n' ' ')"; return 1; }
+  pid=$(mainpid "$u")
+  echo "$(sed -n 's/^API-RUNNING ms=\([0-9.]*\).*/\1/p' "$out") $pid"
+}
+bench_kill_launched() { # VM PID
+  local u=microvm@$1.service keep=$DETAIL
+  systemctl kill --kill-who=main -s KILL "$u"
+  wait_torn_down "$u" "$2" || return 1
+  DETAIL=$keep
+  timeout 300 systemctl stop "$u"
+  systemctl reset-failed "$u" 2>/dev/null || true
+}
+bench_bare() { # VM URI OUT ARGV... -> MS
+  local vm=$1 uri=$2 out=$3 ms pid; shift 3
+  rm -f "/run/vmwarden-bench/$vm/api.sock"
+  "$T/bin/api-running" "/run/vmwarden-bench/$vm/api.sock" "$uri" 120 -- "$@" >"$out" 2>&1 \
+    || { fail "$vm: the bare binary never said Running: $(tail -3 "$out" | tr '\n' ' ')"; return 1; }
+  ms=$(sed -n 's/^API-RUNNING ms=\([0-9.]*\).*/\1/p' "$out"); pid=$(sed -n 's/^API-RUNNING .*pid=//p' "$out")
+  kill -9 "$pid" 2>/dev/null
+  for _ in $(seq 1 100); do [ -e "/proc/$pid" ] || break; sleep 0.05; done
+  echo "$ms"
+}
+median() { sort -n | awk '{v[NR]=$1} END {if (NR % 2) print v[(NR+1)/2]; else printf "%.1f\n", (v[NR/2]+v[NR/2+1])/2}'; }
+bench_one() { # VM URI
+  local vm=$1 uri=$2 d=/run/vmwarden-bench/$1 i r ms pid argv L="" B="" ml mb
+  mkdir -p "$d"
+  for i in $(seq 1 "$BENCH_PAIRS"); do
+    r=$(bench_launcher "$vm" "$uri" "$d/launch.out") || return 1
+    ms=${r% *}; pid=${r#* }
+    if [ "$i" = 1 ]; then
+      mapfile -d '' argv <"/proc/$pid/cmdline"
+      case "$vm" in
+        chb) argv=("${argv[@]//path=$RUNTIME_ROOT\/$vm\/control\/api.sock/path=$d/api.sock}") ;;
+        fcb) cp "$RUNTIME_ROOT/$vm/control/firecracker.json" "$d/firecracker.json" || { fail "$vm: cannot copy its config"; return 1; }
+             argv=("${argv[0]}" --api-sock "$d/api.sock" --config-file "$d/firecracker.json") ;;
+      esac
+      log "bench $vm bare argv: ${argv[*]}"
+    fi
+    bench_kill_launched "$vm" "$pid" || return 1
+    L="$L $ms"
+    ms=$(bench_bare "$vm" "$uri" "$d/bare.out" "${argv[@]}") || return 1
+    B="$B $ms"
+  done
+  check_clean "$vm" || return 1
+  ml=$(printf '%s\n' $L | median); mb=$(printf '%s\n' $B | median)
+  log "bench $vm launcher ms:$L bare ms:$B"
+  note "$vm start->running launcher ${ml} ms / bare ${mb} ms = $(awk -v a="$ml" -v b="$mb" 'BEGIN{printf "%.2f", a/b}') (medians of $BENCH_PAIRS pairs)"
+}
+s_hv_bench() {
+  bench_one chb /api/v1/vm.info && bench_one fcb /
+}
+
 s_all_clean() {
   local out rc p
   out=$("$VMW" verify-clean 2>&1); rc=$?
   printf '%s\n' "$out" >>"$LOG"
   [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
-  p=$(pgrep -a qemu-system 2>/dev/null)
+  p=$(pgrep -a 'qemu-system|cloud-hyperviso|firecracker' 2>/dev/null)
   [ -z "$p" ] || { fail "hypervisors still running: $p"; return 1; }
-  for v in a b c vol vsk vfs; do independent_clean $v || return 1; done
+  for v in a b c vol vsk vfs ch fc chb fcb; do independent_clean $v || return 1; done
   note "verify-clean (all VMs) clean, no hypervisor left"
 }
 
@@ -626,6 +858,9 @@ else
   run_scenario share_volume s_share_volume
   run_scenario vhost_vsock s_vhost_vsock
   run_scenario virtiofs_vsock s_virtiofs_vsock
+  run_scenario cloud_hypervisor s_cloud_hypervisor
+  run_scenario firecracker s_firecracker
+  run_scenario hv_bench s_hv_bench
   run_scenario all_clean s_all_clean
   # Only when named (VMWARDEN_SYSTEMD_ONLY=soak): it is long.
   [ -n "$ONLY" ] && run_scenario soak s_soak

@@ -11,6 +11,10 @@
 //!   a hypervisor uses on a tap (TUNGETIFF, TUNSETOFFLOAD, …) stay allowed,
 //!   and so does TUNSETIFF for firecracker with interfaces ([`Taps::ByName`]:
 //!   it attaches to the persistent taps the launcher made for its uid).
+//!   With inherited tap fds, `TUNSETIFF` answers EEXIST, as the kernel does
+//!   on a tun fd that is already attached (every fd such a hypervisor
+//!   gets is): cloud-hypervisor calls it on each inherited tap fd and goes
+//!   on only on EEXIST.
 //! * Create namespaces: `unshare` and `clone` with any `CLONE_NEW*` flag,
 //!   and `setns`, are refused (EPERM). A user namespace would give it a
 //!   root of its own to attack the kernel with, and a mount or network
@@ -58,7 +62,8 @@ pub enum SeccompError {
 
 type Result<T, E = SeccompError> = std::result::Result<T, E>;
 
-/// `ioctl` requests refused with EPERM (include/uapi/linux/if_tun.h,
+/// `ioctl` requests refused with EPERM (`TUNSETIFF` on an inherited fd:
+/// EEXIST, see above) (include/uapi/linux/if_tun.h,
 /// sockios.h): the low 32 bits are compared, as the kernel reads `cmd` as
 /// an unsigned int.
 pub const DENIED_IOCTLS: &[(&str, u64)] = &[
@@ -92,6 +97,7 @@ pub const ALLOWED_FAMILIES: &[u64] = &[1];
 
 /// The errnos the filters answer with (include/uapi/asm-generic/errno*.h).
 const EPERM: u32 = 1;
+const EEXIST: u32 = 17;
 const ENOSYS: u32 = 38;
 const EAFNOSUPPORT: u32 = 97;
 
@@ -169,7 +175,9 @@ pub fn programs() -> Result<Vec<BpfProgram>> {
 /// How the hypervisor gets its taps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Taps {
-    /// As open fds (QEMU, cloud-hypervisor): every tap ioctl above is denied.
+    /// As open fds (QEMU, cloud-hypervisor): every tap ioctl above is
+    /// denied, `TUNSETIFF` with EEXIST (the kernel's answer on an attached
+    /// fd, which cloud-hypervisor's tap-fd path expects).
     Inherited,
     /// By name (firecracker): `TUNSETIFF` stays allowed so it can attach to
     /// the persistent taps the launcher made for it. Without CAP_NET_ADMIN
@@ -196,12 +204,17 @@ fn separate_for(taps: Taps) -> Result<(Vec<BpfProgram>, Vec<u32>)> {
     // EPERM: tap ioctls, namespaces, keyrings, other processes, io_uring.
     let mut eperm: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     let mut ioctls = Vec::new();
+    // EEXIST: TUNSETIFF on an inherited (attached) tap fd.
+    let mut eexist: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for (name, cmd) in DENIED_IOCTLS {
-        if taps == Taps::ByName && *name == "TUNSETIFF" {
-            continue;
-        }
         let c = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, *cmd)?;
-        ioctls.push(SeccompRule::new(vec![c])?);
+        match (*name == "TUNSETIFF", taps) {
+            (true, Taps::ByName) => {}
+            (true, Taps::Inherited) => {
+                eexist.insert(libc::SYS_ioctl, vec![SeccompRule::new(vec![c])?]);
+            }
+            (false, _) => ioctls.push(SeccompRule::new(vec![c])?),
+        }
     }
     eperm.insert(libc::SYS_ioctl, ioctls);
     let mut unshare = Vec::new();
@@ -231,7 +244,7 @@ fn separate_for(taps: Taps) -> Result<(Vec<BpfProgram>, Vec<u32>)> {
     let mut enosys: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     enosys.insert(libc::SYS_clone3, Vec::new());
 
-    let mut judged: Vec<u32> = [&eperm, &sockets, &enosys]
+    let mut judged: Vec<u32> = [&eperm, &eexist, &sockets, &enosys]
         .iter()
         .flat_map(|m| m.keys())
         .filter_map(|nr| u32::try_from(*nr).ok())
@@ -240,6 +253,7 @@ fn separate_for(taps: Taps) -> Result<(Vec<BpfProgram>, Vec<u32>)> {
     judged.dedup();
     let mut out = vec![
         build(eperm, EPERM)?,
+        build(eexist, EEXIST)?,
         build(sockets, EAFNOSUPPORT)?,
         build(enosys, ENOSYS)?,
     ];
@@ -502,7 +516,8 @@ mod tests {
             run(p, arch, nr, [3, cmd, 0, 0, 0, 0])
         };
         let eperm = libc::SECCOMP_RET_ERRNO | EPERM;
-        assert_eq!(answer(Taps::Inherited, 0x4004_54ca), eperm);
+        let eexist = libc::SECCOMP_RET_ERRNO | EEXIST;
+        assert_eq!(answer(Taps::Inherited, 0x4004_54ca), eexist);
         assert_eq!(answer(Taps::ByName, 0x4004_54ca), libc::SECCOMP_RET_ALLOW);
         for (name, cmd) in DENIED_IOCTLS.iter().filter(|(n, _)| *n != "TUNSETIFF") {
             assert_eq!(answer(Taps::ByName, *cmd), eperm, "{name}");
@@ -570,6 +585,7 @@ mod tests {
         }
         assert_eq!(ALLOWED_FAMILIES, [u64::try_from(libc::AF_UNIX).unwrap()]);
         assert_eq!(Ok(EPERM), u32::try_from(libc::EPERM));
+        assert_eq!(Ok(EEXIST), u32::try_from(libc::EEXIST));
         assert_eq!(Ok(ENOSYS), u32::try_from(libc::ENOSYS));
         assert_eq!(Ok(EAFNOSUPPORT), u32::try_from(libc::EAFNOSUPPORT));
     }
