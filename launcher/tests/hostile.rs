@@ -1055,3 +1055,98 @@ fn a_fifo_where_the_launcher_reads_never_blocks_it() {
     let (o, rep) = env.cleanup("web");
     assert!(o.status.success(), "{rep}");
 }
+
+// ---------------------------------------------------------------------------
+// Hardening, round four: the properties of the fourth review that this
+// file's attacks re-run (set-id programs, disk trust, share trust, the
+// helpers' own namespace).
+
+/// Set-id programs: a VM makes a copy of a binary its principal owns and
+/// tries every mode-setting call (`chmod`, `fchmod`, `fchmodat`,
+/// `fchmodat2`) with `S_ISUID`, `S_ISGID` or both: each is refused by the
+/// launcher's own filter, a plain mode is not, and its directories are
+/// mounted `nosuid` in its namespace. A set-id file that got there anyway
+/// (planted here by root, as a launch before the filter could leave it)
+/// makes cleanup and verify-clean fail, naming it.
+#[test]
+fn a_vm_cannot_leave_set_id_programs() {
+    let env = Env::new();
+    let u = uid(170);
+    env.write_spec("setid", &env.spec("setid", u));
+    let attempt = r#"import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+with open("prog", "wb") as f:
+    f.write(open("/bin/true", "rb").read())
+os.chmod("prog", 0o755)
+fd = os.open("prog", os.O_RDONLY)
+for name, nr, args in [
+    ("chmod", 90, (b"prog", 0o4755)),
+    ("fchmod", 91, (fd, 0o2755)),
+    ("fchmodat", 268, (-100, b"prog", 0o6755, 0)),
+    ("fchmodat2", 452, (-100, b"prog", 0o4755, 0)),
+    ("plain", 268, (-100, b"prog", 0o700, 0)),
+]:
+    ctypes.set_errno(0)
+    r = libc.syscall(nr, *args)
+    print(name, r, ctypes.get_errno(), flush=True)
+print("MODE", oct(os.stat("prog").st_mode & 0o7777), flush=True)
+cwd = os.getcwd()
+opts = [l.split()[5] for l in open("/proc/self/mountinfo") if l.split()[4] == cwd]
+print("OPTS", opts[-1] if opts else "none", flush=True)
+"#;
+    let out = env.probe("setid", &["/usr/bin/python3", "-c", attempt]);
+    let o = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", text(&out));
+    for call in ["chmod", "fchmod", "fchmodat", "fchmodat2"] {
+        assert!(
+            o.lines().any(|l| l == format!("{call} -1 1")),
+            "{call} with a set-id mode was not refused (EPERM): {o}"
+        );
+    }
+    assert!(o.lines().any(|l| l == "plain 0 0"), "{o}");
+    assert!(o.lines().any(|l| l == "MODE 0o700"), "{o}");
+    let opts = o
+        .lines()
+        .find_map(|l| l.strip_prefix("OPTS "))
+        .unwrap_or_default();
+    assert!(
+        opts.split(',').any(|x| x == "nosuid") && opts.split(',').any(|x| x == "nodev"),
+        "the state dir is not mounted nosuid,nodev in the VM's namespace: {opts}"
+    );
+    let sd = env.state.join("setid");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(sd.join("prog")).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o7777, 0o700, "{mode:o}");
+    env.assert_clean("setid");
+
+    // What got there anyway: a setuid and a setgid copy, one level down.
+    std::fs::create_dir(sd.join("deep")).unwrap();
+    for (name, m) in [("suid", 0o4755), ("deep/sgid", 0o2755)] {
+        let p = sd.join(name);
+        std::fs::copy("/bin/true", &p).unwrap();
+        std::os::unix::fs::chown(&p, Some(u), Some(u)).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap();
+    }
+    std::os::unix::fs::chown(sd.join("deep"), Some(u), Some(u)).unwrap();
+    let (c, rep) = env.cleanup("setid");
+    assert!(!c.status.success(), "{rep}");
+    assert_eq!(rep["clean"], json!(false), "{rep}");
+    let failed = rep["failed"].to_string();
+    for (name, what) in [("suid", "set-user-ID"), ("deep/sgid", "set-group-ID")] {
+        assert!(
+            failed.contains(&format!("{}", sd.join(name).display())) && failed.contains(what),
+            "{name} not reported: {rep}"
+        );
+    }
+    let l = verify_line(&env, "setid", "no-setid-file");
+    assert!(
+        l.contains("check=FAIL") && l.contains("suid") && l.contains("deep/sgid"),
+        "{l}"
+    );
+    std::fs::remove_file(sd.join("suid")).unwrap();
+    std::fs::remove_file(sd.join("deep/sgid")).unwrap();
+    let l = verify_line(&env, "setid", "no-setid-file");
+    assert!(l.ends_with("check=ok"), "{l}");
+    env.assert_clean("setid");
+}
