@@ -1150,3 +1150,100 @@ print("OPTS", opts[-1] if opts else "none", flush=True)
     assert!(l.ends_with("check=ok"), "{l}");
     env.assert_clean("setid");
 }
+
+/// Disk images: an image owned by another user in `/dev/shm` was attached.
+/// `disks[].path` is walked like every path root hands over, trusting the
+/// principal too: the world-writable directory and the foreign owner are
+/// each refused by the field's name, with the host left as it was; the
+/// principal's own image beside them is attached.
+#[test]
+fn a_disk_image_is_trusted_like_everything_else_a_vm_is_given() {
+    let env = Env::new();
+    let (u, other) = (uid(171), uid(172));
+    let shm = Planted(std::path::PathBuf::from(format!(
+        "/dev/shm/vmwarden-test-disk-{u}.img"
+    )));
+    let mine = env.path("mine.img");
+    let theirs = env.path("theirs.img");
+    for (p, owner) in [(&shm.0, other), (&mine, u), (&theirs, other)] {
+        std::fs::write(p, vec![0u8; 1 << 20]).unwrap();
+        std::os::unix::fs::chown(p, Some(owner), Some(owner)).unwrap();
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    }
+    for (img, want) in [
+        (&shm.0, "/dev/shm has mode 1777: its group and everyone can change it".to_string()),
+        (
+            &theirs,
+            format!("theirs.img is owned by uid {other}; only what root or the VM's principal (uid {u})"),
+        ),
+    ] {
+        let mut s = env.spec("disk", u);
+        s["disks"] = json!([{ "path": img, "serial": "d" }]);
+        env.write_spec("disk", &s);
+        let before = snapshot(&env, &[u, other]);
+        let out = env.probe("disk", &["/bin/true"]);
+        assert_eq!(out.status.code(), Some(78), "{}", text(&out));
+        let e = stderr(&out);
+        assert!(
+            e.contains("`disks[0].path`") && e.contains(&want),
+            "{}",
+            text(&out)
+        );
+        assert_eq!(before, snapshot(&env, &[u, other]));
+    }
+    let mut s = env.spec("disk", u);
+    s["disks"] = json!([{ "path": mine, "serial": "d" }]);
+    env.write_spec("disk", &s);
+    let out = env.probe("disk", &["/bin/true"]);
+    assert!(out.status.success(), "{}", text(&out));
+    env.assert_clean("disk");
+}
+
+/// One trust walk, ACLs included: a share owned by the principal, mode
+/// 0700, that a POSIX ACL lets another user write was accepted. Now it is
+/// refused by the field's name; the same ACL entry for the principal's own
+/// uid is no writer beyond it, and the share is accepted.
+#[test]
+fn one_trust_walk_refuses_a_share_writable_through_an_acl() {
+    let env = Env::new();
+    let (u, other) = (uid(173), uid(174));
+    let share = env.path("share");
+    std::fs::create_dir(&share).unwrap();
+    std::os::unix::fs::chown(&share, Some(u), Some(u)).unwrap();
+    std::fs::set_permissions(&share, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let setfacl = |entry: String| {
+        let out = Command::new("setfacl")
+            .args(["-m", &entry])
+            .arg(&share)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+    };
+    setfacl(format!("u:{other}:rwx"));
+    let mut s = env.spec("acl", u);
+    s["shares"] = json!([{ "tag": "data", "source": share, "proto": "9p", "read_only": false }]);
+    env.write_spec("acl", &s);
+    let before = snapshot(&env, &[u, other]);
+    let out = env.probe("acl", &["/bin/true"]);
+    assert_eq!(out.status.code(), Some(78), "{}", text(&out));
+    let e = stderr(&out);
+    assert!(
+        e.contains("`shares[0].source`")
+            && e.contains(&format!(
+                "has a POSIX ACL that lets user uid {other} change it"
+            )),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(before, snapshot(&env, &[u, other]));
+    let out = Command::new("setfacl")
+        .args(["-x", &format!("u:{other}")])
+        .arg(&share)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    setfacl(format!("u:{u}:rwx"));
+    let out = env.probe("acl", &["/bin/true"]);
+    assert!(out.status.success(), "{}", text(&out));
+    env.assert_clean("acl");
+}
