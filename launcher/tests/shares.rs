@@ -218,8 +218,20 @@ fn wait_helpers_gone(u: u32, what: &str) {
 /// for the hypervisor: it never connects, so the daemons would wait for
 /// ever; only the death signal ends them.
 fn sleeping_probe(env: &Env, u: u32, helpers: usize, what: &str) -> std::process::Child {
+    sleeping_probe_with(env, u, helpers, what, &[])
+}
+
+/// [`sleeping_probe`] with `vars` in the launcher's environment.
+fn sleeping_probe_with(
+    env: &Env,
+    u: u32,
+    helpers: usize,
+    what: &str,
+    vars: &[(&str, &str)],
+) -> std::process::Child {
     let mut c = env.launch_cmd("web");
     c.args(["--probe", "--", "/bin/sleep", "600"]);
+    c.envs(vars.iter().copied());
     let child = c.spawn().unwrap();
     let pid = child.id();
     wait_until(what, Duration::from_secs(30), || {
@@ -266,7 +278,13 @@ fn assert_sandboxed_helpers(u: u32, parent: u32, want: &[&str]) {
         assert_eq!(proc_status(*pid, "NoNewPrivs"), "1", "{comm}");
         assert_eq!(proc_status(*pid, "Seccomp"), "2", "{comm}");
         assert_eq!(proc_status(*pid, "PPid"), parent.to_string(), "{comm}");
-        assert_eq!(ns(*pid), ns(parent), "{comm} {pid}: mount namespace");
+        // virtiofsd has a namespace of its own, rooted in its share; the
+        // vsock daemon shares the hypervisor's.
+        if comm == "virtiofsd" {
+            assert_ne!(ns(*pid), ns(parent), "{comm} {pid}: mount namespace");
+        } else {
+            assert_eq!(ns(*pid), ns(parent), "{comm} {pid}: mount namespace");
+        }
     }
 }
 
@@ -465,6 +483,161 @@ fn cloud_hypervisor_gets_a_virtiofsd_per_share_and_serves_its_vsock_itself() {
     assert_sandboxed_helpers(u, child.id(), &["virtiofsd"]);
     assert!(env.run.join("web/control/virtiofs-vrw.sock").exists());
     assert!(!env.run.join("web/control/vsock-vhost-user.sock").exists());
+    kill_probe(child, u);
+    env.cleanup_clean("web");
+}
+
+/// `(st_dev, st_ino)` of `p`, following links (`/proc/PID/root` is one).
+fn ident(p: &Path) -> std::io::Result<(u64, u64)> {
+    std::fs::metadata(p).map(|m| (m.dev(), m.ino()))
+}
+
+/// `/proc/PID/root` joined with the absolute `p`: `p` as process `pid`
+/// resolves it (the kernel walks it from that process's root).
+fn as_seen_by(pid: u32, p: &Path) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/root")).join(p.strip_prefix("/").unwrap())
+}
+
+/// virtiofsd (`pid`) is confined to `share`: its root is the share, `..`
+/// of its root is its root, nothing else is mounted in its namespace (the
+/// one mount is nosuid,nodev), and `gone` (the control dir, the host's
+/// files) does not exist for it.
+fn assert_rooted_in_share(pid: u32, share: &Path, gone: &[&Path]) {
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    assert_eq!(
+        ident(&root).unwrap(),
+        ident(share).unwrap(),
+        "root of {pid}"
+    );
+    assert_eq!(
+        ident(&root.join("..")).unwrap(),
+        ident(share).unwrap(),
+        ".. of the root of {pid}"
+    );
+    for p in gone {
+        let seen = as_seen_by(pid, p);
+        assert!(
+            std::fs::symlink_metadata(&seen)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound),
+            "{} is reachable from virtiofsd {pid}'s root ({})",
+            p.display(),
+            seen.display()
+        );
+    }
+    let mi = String::from_utf8(read_proc_bytes(pid, "mountinfo")).unwrap();
+    let mounts: Vec<(&str, &str)> = mi
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            Some((*f.get(4)?, *f.get(5)?))
+        })
+        .collect();
+    assert_eq!(
+        mounts.len(),
+        1,
+        "virtiofsd {pid} sees more than its share:\n{mi}"
+    );
+    let (at, opts) = mounts[0];
+    assert_eq!(at, "/", "{mi}");
+    assert!(
+        opts.split(',').any(|o| o == "nosuid") && opts.split(',').any(|o| o == "nodev"),
+        "{mi}"
+    );
+}
+
+fn seccomp_filters(pid: u32) -> u32 {
+    proc_status(pid, "Seccomp_filters").parse().unwrap()
+}
+
+/// A guest stays inside its virtiofs share: each virtiofsd runs in a mount
+/// namespace of its own whose root is its share, made before the guest
+/// can send anything, so what keeps its lookups inside is the kernel's
+/// `..` at a process's root, not virtiofsd's `openat2(RESOLVE_IN_ROOT)`
+/// guard. Once as the launcher starts it, once with every helper's
+/// `openat2` answering ENOSYS (as under systemd's `RestrictSUIDSGID=`,
+/// which makes virtiofsd fall back to plain `openat`): the same root.
+/// (The guest's side of it, raw FUSE requests through a vhost-user
+/// frontend, is not part of this test.)
+#[test]
+fn a_guest_stays_inside_its_virtiofs_share() {
+    let mut filters = Vec::new();
+    for enosys in [false, true] {
+        let env = Env::new();
+        let u = uid(166);
+        let mut spec = vrw_spec(&env, u);
+        spec["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
+        env.write_spec("web", &spec);
+        let share = env.path("rw-src");
+        std::fs::write(share.join("hello"), b"in the share").unwrap();
+        let vars: &[(&str, &str)] = if enosys {
+            &[("VMWARDEN_TEST_HELPER_OPENAT2_ENOSYS", "1")]
+        } else {
+            &[]
+        };
+        let child = sleeping_probe_with(&env, u, 1, "the probe and its virtiofsd", vars);
+        let (pid, comm) = helpers_of(u, child.id()).pop().unwrap();
+        assert_eq!(comm, "virtiofsd");
+        let control = env.run.join("web/control");
+        assert_rooted_in_share(
+            pid,
+            &share,
+            &[
+                &control,
+                &env.state,
+                Path::new("/etc/passwd"),
+                Path::new("/proc/net/unix"),
+            ],
+        );
+        // Its share is there, by its root.
+        assert_eq!(
+            std::fs::read(as_seen_by(pid, Path::new("/hello"))).unwrap(),
+            b"in the share"
+        );
+        filters.push(seccomp_filters(pid));
+        kill_probe(child, u);
+        env.cleanup_clean("web");
+    }
+    // The second virtiofsd ran under one filter more: the ENOSYS one.
+    assert_eq!(filters[1], filters[0] + 1, "{filters:?}");
+}
+
+/// A helper cannot reach the hypervisor's control socket: a compromised
+/// virtiofsd connected to `control/qmp.sock` (Landlock does not mediate
+/// `connect(2)` on a path) and had QEMU read a credential its own domain
+/// denies. In its own namespace there is no `control/`: the socket the
+/// hypervisor's namespace reaches does not exist for it, and it holds no
+/// fd of the control dir.
+#[test]
+fn a_helper_cannot_reach_the_hypervisors_control_socket() {
+    let env = Env::new();
+    let u = uid(167);
+    let mut spec = vrw_spec(&env, u);
+    spec["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
+    env.write_spec("web", &spec);
+    let child = sleeping_probe(&env, u, 1, "the probe and its virtiofsd");
+    let (pid, _) = helpers_of(u, child.id()).pop().unwrap();
+    // A listening socket where the hypervisor's QMP socket lives (the probe
+    // stands in for QEMU, which would make it).
+    let control = env.run.join("web/control");
+    let qmp = control.join("qmp.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&qmp).unwrap();
+    // The hypervisor's namespace reaches it...
+    std::fs::symlink_metadata(as_seen_by(child.id(), &qmp)).unwrap();
+    // ... the helper's does not, nor anything of the control dir.
+    assert_rooted_in_share(pid, &env.path("rw-src"), &[&qmp, &control]);
+    let ctl = ident(&control).unwrap();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        assert_ne!(
+            ident(&e.path()).ok(),
+            Some(ctl),
+            "fd {:?} is the control dir",
+            e.path()
+        );
+    }
+    std::fs::remove_file(&qmp).unwrap();
     kill_probe(child, u);
     env.cleanup_clean("web");
 }

@@ -158,6 +158,15 @@ fn build(map: BTreeMap<i64, Vec<SeccompRule>>, errno: u32) -> Result<BpfProgram>
     Ok(filter.try_into()?)
 }
 
+/// A filter that answers system call `nr` with ENOSYS and allows the rest
+/// (the tests' stand-in for a supervisor's filter, such as systemd's
+/// `RestrictSUIDSGID=` answering every `openat2`).
+pub fn enosys(nr: i64) -> Result<BpfProgram> {
+    let mut map: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    map.insert(nr, Vec::new());
+    build(map, ENOSYS)
+}
+
 /// On x86_64: every syscall number with the x32 bit answers ENOSYS.
 #[cfg(target_arch = "x86_64")]
 fn x32_filter() -> BpfProgram {
