@@ -936,12 +936,14 @@ mod frontend {
             }
         }
 
-        /// FUSE_INIT (7.31, no flags).
+        /// FUSE_INIT (7.33) with what the launcher's `--posix-acl`
+        /// requires of a client: POSIX_ACL, DONT_MASK, SETXATTR_EXT.
         pub fn init(&mut self) {
+            const FLAGS: u32 = 1 << 20 | 1 << 6 | 1 << 29;
             let mut b = 7u32.to_le_bytes().to_vec();
-            b.extend_from_slice(&31u32.to_le_bytes());
+            b.extend_from_slice(&33u32.to_le_bytes());
             b.extend_from_slice(&0u32.to_le_bytes());
-            b.extend_from_slice(&0u32.to_le_bytes());
+            b.extend_from_slice(&FLAGS.to_le_bytes());
             let r = self.request(26, 0, &b);
             assert_eq!(r.error, 0, "FUSE_INIT");
         }
