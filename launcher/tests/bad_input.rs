@@ -134,6 +134,101 @@ fn extra(args: &'static [&'static str]) -> Box<dyn Fn(&Env) -> String> {
     })
 }
 
+/// `setfacl ARGS… PATH` (the acl package's tool: the ACL as an operator
+/// would set it).
+fn setfacl(args: &[&str], p: &Path) {
+    let out = std::process::Command::new("setfacl")
+        .args(args)
+        .arg(p)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "setfacl: {}", text(&out));
+}
+
+/// A disk image `rel` under the env, owned by `owner`, mode 0600.
+fn image(env: &Env, rel: &str, owner: u32) -> std::path::PathBuf {
+    let p = env.path(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(&p, vec![0u8; 4096]).unwrap();
+    std::os::unix::fs::chown(&p, Some(owner), Some(owner)).unwrap();
+    std::fs::set_permissions(&p, PermissionsExt::from_mode(0o600)).unwrap();
+    p
+}
+
+/// Disk images and shares are walked like every trusted path (one walk,
+/// POSIX ACLs included), trusting root and the VM's principal.
+fn trust_walk_cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "disk image owned by another uid",
+            setup: with_spec(|env, s| {
+                let p = image(env, "other.img", uid(9));
+                s["disks"] = json!([{ "path": p }]);
+            }),
+            env: None,
+            expect: &[
+                "`disks[0].path`",
+                "other.img is owned by uid {uid9}; only what root or the VM's principal (uid {uid1})",
+            ],
+        },
+        Case {
+            name: "disk image in a directory writable by everyone",
+            setup: with_spec(|env, s| {
+                share_dir(env, "open", 0, 0, 0o1777);
+                let p = image(env, "open/disk.img", uid(1));
+                s["disks"] = json!([{ "path": p }]);
+            }),
+            env: None,
+            expect: &["`disks[0].path`", "open has mode 1777: its group and everyone can change it"],
+        },
+        Case {
+            name: "disk image writable by its group",
+            setup: with_spec(|env, s| {
+                let p = image(env, "g.img", uid(1));
+                std::os::unix::fs::chown(&p, None, Some(uid(9))).unwrap();
+                std::fs::set_permissions(&p, PermissionsExt::from_mode(0o660)).unwrap();
+                s["disks"] = json!([{ "path": p }]);
+            }),
+            env: None,
+            expect: &["`disks[0].path`", "g.img has mode 0660: its group can change it"],
+        },
+        Case {
+            name: "disk image writable by a named user through an ACL",
+            setup: with_spec(|env, s| {
+                let p = image(env, "acl.img", uid(1));
+                setfacl(&["-m", &format!("u:{}:rw", uid(9))], &p);
+                s["disks"] = json!([{ "path": p }]);
+            }),
+            env: None,
+            expect: &["`disks[0].path`", "acl.img has a POSIX ACL that lets user uid {uid9}"],
+        },
+        Case {
+            name: "share writable by a named user through an ACL",
+            setup: with_spec(|env, s| {
+                let p = share_dir(env, "aclshare", uid(1), uid(1), 0o700);
+                setfacl(&["-m", &format!("u:{}:rwx", uid(9))], &p);
+                share(s, "data", &p, "9p", false);
+            }),
+            env: None,
+            expect: &[
+                "`shares[0].source`",
+                "aclshare has a POSIX ACL that lets user uid {uid9}",
+            ],
+        },
+        Case {
+            name: "directory above a share writable by a named group through an ACL",
+            setup: with_spec(|env, s| {
+                let up = share_dir(env, "aclup", 0, 0, 0o755);
+                setfacl(&["-m", &format!("g:{}:rwx", uid(9))], &up);
+                let p = share_dir(env, "aclup/share", uid(1), uid(1), 0o700);
+                share(s, "data", &p, "9p", false);
+            }),
+            env: None,
+            expect: &["`shares[0].source`", "aclup has a POSIX ACL that lets group gid {uid9}"],
+        },
+    ]
+}
+
 fn issue12_cases() -> Vec<Case> {
     vec![
         Case {
@@ -174,7 +269,10 @@ fn issue12_cases() -> Vec<Case> {
                 share(s, "data", &p, "9p", true);
             }),
             env: None,
-            expect: &["`shares[0].source`", "writable by everyone"],
+            expect: &[
+                "`shares[0].source`",
+                "has mode 0777: its group and everyone can change it",
+            ],
         },
         Case {
             name: "share writable by another uid's group",
@@ -183,7 +281,10 @@ fn issue12_cases() -> Vec<Case> {
                 share(s, "data", &p, "9p", false);
             }),
             env: None,
-            expect: &["`shares[0].source`", "writable by its group gid {uid9}"],
+            expect: &[
+                "`shares[0].source`",
+                "has mode 0770: its group can change it",
+            ],
         },
         Case {
             name: "share owned by another uid, read-only",
@@ -192,7 +293,10 @@ fn issue12_cases() -> Vec<Case> {
                 share(s, "data", &p, "9p", true);
             }),
             env: None,
-            expect: &["`shares[0].source`", "writable by its owner uid {uid9}"],
+            expect: &[
+                "`shares[0].source`",
+                "is owned by uid {uid9}; only what root or the VM's principal (uid {uid1})",
+            ],
         },
         Case {
             name: "share tag too long",
@@ -1409,6 +1513,7 @@ fn cases() -> Vec<Case> {
     .into_iter()
     .chain(issue12_cases())
     .chain(volume_cases())
+    .chain(trust_walk_cases())
     .collect()
 }
 

@@ -1055,3 +1055,195 @@ fn a_fifo_where_the_launcher_reads_never_blocks_it() {
     let (o, rep) = env.cleanup("web");
     assert!(o.status.success(), "{rep}");
 }
+
+// ---------------------------------------------------------------------------
+// Hardening, round four: the properties of the fourth review that this
+// file's attacks re-run (set-id programs, disk trust, share trust, the
+// helpers' own namespace).
+
+/// Set-id programs: a VM makes a copy of a binary its principal owns and
+/// tries every mode-setting call (`chmod`, `fchmod`, `fchmodat`,
+/// `fchmodat2`) with `S_ISUID`, `S_ISGID` or both: each is refused by the
+/// launcher's own filter, a plain mode is not, and its directories are
+/// mounted `nosuid` in its namespace. A set-id file that got there anyway
+/// (planted here by root, as a launch before the filter could leave it)
+/// makes cleanup and verify-clean fail, naming it.
+#[test]
+fn a_vm_cannot_leave_set_id_programs() {
+    let env = Env::new();
+    let u = uid(170);
+    env.write_spec("setid", &env.spec("setid", u));
+    let attempt = r#"import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+with open("prog", "wb") as f:
+    f.write(open("/bin/true", "rb").read())
+os.chmod("prog", 0o755)
+fd = os.open("prog", os.O_RDONLY)
+for name, nr, args in [
+    ("chmod", 90, (b"prog", 0o4755)),
+    ("fchmod", 91, (fd, 0o2755)),
+    ("fchmodat", 268, (-100, b"prog", 0o6755, 0)),
+    ("fchmodat2", 452, (-100, b"prog", 0o4755, 0)),
+    ("plain", 268, (-100, b"prog", 0o700, 0)),
+]:
+    ctypes.set_errno(0)
+    r = libc.syscall(nr, *args)
+    print(name, r, ctypes.get_errno(), flush=True)
+print("MODE", oct(os.stat("prog").st_mode & 0o7777), flush=True)
+cwd = os.getcwd()
+opts = [l.split()[5] for l in open("/proc/self/mountinfo") if l.split()[4] == cwd]
+print("OPTS", opts[-1] if opts else "none", flush=True)
+"#;
+    let out = env.probe("setid", &["/usr/bin/python3", "-c", attempt]);
+    let o = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", text(&out));
+    for call in ["chmod", "fchmod", "fchmodat", "fchmodat2"] {
+        assert!(
+            o.lines().any(|l| l == format!("{call} -1 1")),
+            "{call} with a set-id mode was not refused (EPERM): {o}"
+        );
+    }
+    assert!(o.lines().any(|l| l == "plain 0 0"), "{o}");
+    assert!(o.lines().any(|l| l == "MODE 0o700"), "{o}");
+    let opts = o
+        .lines()
+        .find_map(|l| l.strip_prefix("OPTS "))
+        .unwrap_or_default();
+    assert!(
+        opts.split(',').any(|x| x == "nosuid") && opts.split(',').any(|x| x == "nodev"),
+        "the state dir is not mounted nosuid,nodev in the VM's namespace: {opts}"
+    );
+    let sd = env.state.join("setid");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(sd.join("prog")).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o7777, 0o700, "{mode:o}");
+    env.assert_clean("setid");
+
+    // What got there anyway: a setuid and a setgid copy, one level down.
+    std::fs::create_dir(sd.join("deep")).unwrap();
+    for (name, m) in [("suid", 0o4755), ("deep/sgid", 0o2755)] {
+        let p = sd.join(name);
+        std::fs::copy("/bin/true", &p).unwrap();
+        std::os::unix::fs::chown(&p, Some(u), Some(u)).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap();
+    }
+    std::os::unix::fs::chown(sd.join("deep"), Some(u), Some(u)).unwrap();
+    let (c, rep) = env.cleanup("setid");
+    assert!(!c.status.success(), "{rep}");
+    assert_eq!(rep["clean"], json!(false), "{rep}");
+    let failed = rep["failed"].to_string();
+    for (name, what) in [("suid", "set-user-ID"), ("deep/sgid", "set-group-ID")] {
+        assert!(
+            failed.contains(&format!("{}", sd.join(name).display())) && failed.contains(what),
+            "{name} not reported: {rep}"
+        );
+    }
+    let l = verify_line(&env, "setid", "no-setid-file");
+    assert!(
+        l.contains("check=FAIL") && l.contains("suid") && l.contains("deep/sgid"),
+        "{l}"
+    );
+    std::fs::remove_file(sd.join("suid")).unwrap();
+    std::fs::remove_file(sd.join("deep/sgid")).unwrap();
+    let l = verify_line(&env, "setid", "no-setid-file");
+    assert!(l.ends_with("check=ok"), "{l}");
+    env.assert_clean("setid");
+}
+
+/// Disk images: an image owned by another user in `/dev/shm` was attached.
+/// `disks[].path` is walked like every path root hands over, trusting the
+/// principal too: the world-writable directory and the foreign owner are
+/// each refused by the field's name, with the host left as it was; the
+/// principal's own image beside them is attached.
+#[test]
+fn a_disk_image_is_trusted_like_everything_else_a_vm_is_given() {
+    let env = Env::new();
+    let (u, other) = (uid(171), uid(172));
+    let shm = Planted(std::path::PathBuf::from(format!(
+        "/dev/shm/vmwarden-test-disk-{u}.img"
+    )));
+    let mine = env.path("mine.img");
+    let theirs = env.path("theirs.img");
+    for (p, owner) in [(&shm.0, other), (&mine, u), (&theirs, other)] {
+        std::fs::write(p, vec![0u8; 1 << 20]).unwrap();
+        std::os::unix::fs::chown(p, Some(owner), Some(owner)).unwrap();
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    }
+    for (img, want) in [
+        (&shm.0, "/dev/shm has mode 1777: its group and everyone can change it".to_string()),
+        (
+            &theirs,
+            format!("theirs.img is owned by uid {other}; only what root or the VM's principal (uid {u})"),
+        ),
+    ] {
+        let mut s = env.spec("disk", u);
+        s["disks"] = json!([{ "path": img, "serial": "d" }]);
+        env.write_spec("disk", &s);
+        let before = snapshot(&env, &[u, other]);
+        let out = env.probe("disk", &["/bin/true"]);
+        assert_eq!(out.status.code(), Some(78), "{}", text(&out));
+        let e = stderr(&out);
+        assert!(
+            e.contains("`disks[0].path`") && e.contains(&want),
+            "{}",
+            text(&out)
+        );
+        assert_eq!(before, snapshot(&env, &[u, other]));
+    }
+    let mut s = env.spec("disk", u);
+    s["disks"] = json!([{ "path": mine, "serial": "d" }]);
+    env.write_spec("disk", &s);
+    let out = env.probe("disk", &["/bin/true"]);
+    assert!(out.status.success(), "{}", text(&out));
+    env.assert_clean("disk");
+}
+
+/// One trust walk, ACLs included: a share owned by the principal, mode
+/// 0700, that a POSIX ACL lets another user write was accepted. Now it is
+/// refused by the field's name; the same ACL entry for the principal's own
+/// uid is no writer beyond it, and the share is accepted.
+#[test]
+fn one_trust_walk_refuses_a_share_writable_through_an_acl() {
+    let env = Env::new();
+    let (u, other) = (uid(173), uid(174));
+    let share = env.path("share");
+    std::fs::create_dir(&share).unwrap();
+    std::os::unix::fs::chown(&share, Some(u), Some(u)).unwrap();
+    std::fs::set_permissions(&share, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let setfacl = |entry: String| {
+        let out = Command::new("setfacl")
+            .args(["-m", &entry])
+            .arg(&share)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+    };
+    setfacl(format!("u:{other}:rwx"));
+    let mut s = env.spec("acl", u);
+    s["shares"] = json!([{ "tag": "data", "source": share, "proto": "9p", "read_only": false }]);
+    env.write_spec("acl", &s);
+    let before = snapshot(&env, &[u, other]);
+    let out = env.probe("acl", &["/bin/true"]);
+    assert_eq!(out.status.code(), Some(78), "{}", text(&out));
+    let e = stderr(&out);
+    assert!(
+        e.contains("`shares[0].source`")
+            && e.contains(&format!(
+                "has a POSIX ACL that lets user uid {other} change it"
+            )),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(before, snapshot(&env, &[u, other]));
+    let out = Command::new("setfacl")
+        .args(["-x", &format!("u:{other}")])
+        .arg(&share)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    setfacl(format!("u:{u}:rwx"));
+    let out = env.probe("acl", &["/bin/true"]);
+    assert!(out.status.success(), "{}", text(&out));
+    env.assert_clean("acl");
+}

@@ -218,8 +218,20 @@ fn wait_helpers_gone(u: u32, what: &str) {
 /// for the hypervisor: it never connects, so the daemons would wait for
 /// ever; only the death signal ends them.
 fn sleeping_probe(env: &Env, u: u32, helpers: usize, what: &str) -> std::process::Child {
+    sleeping_probe_with(env, u, helpers, what, &[])
+}
+
+/// [`sleeping_probe`] with `vars` in the launcher's environment.
+fn sleeping_probe_with(
+    env: &Env,
+    u: u32,
+    helpers: usize,
+    what: &str,
+    vars: &[(&str, &str)],
+) -> std::process::Child {
     let mut c = env.launch_cmd("web");
     c.args(["--probe", "--", "/bin/sleep", "600"]);
+    c.envs(vars.iter().copied());
     let child = c.spawn().unwrap();
     let pid = child.id();
     wait_until(what, Duration::from_secs(30), || {
@@ -266,7 +278,13 @@ fn assert_sandboxed_helpers(u: u32, parent: u32, want: &[&str]) {
         assert_eq!(proc_status(*pid, "NoNewPrivs"), "1", "{comm}");
         assert_eq!(proc_status(*pid, "Seccomp"), "2", "{comm}");
         assert_eq!(proc_status(*pid, "PPid"), parent.to_string(), "{comm}");
-        assert_eq!(ns(*pid), ns(parent), "{comm} {pid}: mount namespace");
+        // virtiofsd has a namespace of its own, rooted in its share; the
+        // vsock daemon shares the hypervisor's.
+        if comm == "virtiofsd" {
+            assert_ne!(ns(*pid), ns(parent), "{comm} {pid}: mount namespace");
+        } else {
+            assert_eq!(ns(*pid), ns(parent), "{comm} {pid}: mount namespace");
+        }
     }
 }
 
@@ -467,4 +485,488 @@ fn cloud_hypervisor_gets_a_virtiofsd_per_share_and_serves_its_vsock_itself() {
     assert!(!env.run.join("web/control/vsock-vhost-user.sock").exists());
     kill_probe(child, u);
     env.cleanup_clean("web");
+}
+
+/// `(st_dev, st_ino)` of `p`, following links (`/proc/PID/root` is one).
+fn ident(p: &Path) -> std::io::Result<(u64, u64)> {
+    std::fs::metadata(p).map(|m| (m.dev(), m.ino()))
+}
+
+/// `/proc/PID/root` joined with the absolute `p`: `p` as process `pid`
+/// resolves it (the kernel walks it from that process's root).
+fn as_seen_by(pid: u32, p: &Path) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/root")).join(p.strip_prefix("/").unwrap())
+}
+
+/// virtiofsd (`pid`) is confined to `share`: its root is the share, `..`
+/// of its root is its root, nothing else is mounted in its namespace (the
+/// one mount is nosuid,nodev), and `gone` (the control dir, the host's
+/// files) does not exist for it.
+fn assert_rooted_in_share(pid: u32, share: &Path, gone: &[&Path]) {
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    assert_eq!(
+        ident(&root).unwrap(),
+        ident(share).unwrap(),
+        "root of {pid}"
+    );
+    assert_eq!(
+        ident(&root.join("..")).unwrap(),
+        ident(share).unwrap(),
+        ".. of the root of {pid}"
+    );
+    for p in gone {
+        let seen = as_seen_by(pid, p);
+        assert!(
+            std::fs::symlink_metadata(&seen)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound),
+            "{} is reachable from virtiofsd {pid}'s root ({})",
+            p.display(),
+            seen.display()
+        );
+    }
+    let mi = String::from_utf8(read_proc_bytes(pid, "mountinfo")).unwrap();
+    let mounts: Vec<(&str, &str)> = mi
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            Some((*f.get(4)?, *f.get(5)?))
+        })
+        .collect();
+    assert_eq!(
+        mounts.len(),
+        1,
+        "virtiofsd {pid} sees more than its share:\n{mi}"
+    );
+    let (at, opts) = mounts[0];
+    assert_eq!(at, "/", "{mi}");
+    assert!(
+        opts.split(',').any(|o| o == "nosuid") && opts.split(',').any(|o| o == "nodev"),
+        "{mi}"
+    );
+}
+
+fn mode_of(p: &Path) -> u32 {
+    std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
+}
+
+/// What a guest sends to virtiofsd, raw: `..` at the share's root, names
+/// with `/` that climb out, a SETATTR on the root's parent and a set-id
+/// SETATTR. `share` holds `hello`; its parent is the test's directory.
+fn guest_attacks(share: &Path, socket: &Path) {
+    const ENOENT: i32 = libc::ENOENT;
+    let parent = share.parent().unwrap();
+    let (share_ino, parent_mode) = (ident(share).unwrap().1, mode_of(parent));
+    let mut g = frontend::Frontend::connect(socket);
+    g.init();
+    // LOOKUP ".." at the root is the root.
+    let (up, ino) = g.lookup(1, b"..").unwrap();
+    assert_eq!(
+        ino, share_ino,
+        "LOOKUP .. at the share's root left the share"
+    );
+    let (_, ino) = g.lookup(up, b"..").unwrap();
+    assert_eq!(ino, share_ino, "LOOKUP .. of .. left the share");
+    // Names with "/" that climb out find nothing of the host.
+    for name in [
+        &b"../../../../../../etc/passwd"[..],
+        b"../../../../../../proc/net/unix",
+        b"/etc/passwd",
+        b"../rw-src/hello",
+    ] {
+        let got = g.lookup(1, name);
+        assert!(
+            matches!(got, Err(e) if e == ENOENT || e == libc::EINVAL),
+            "LOOKUP {:?}: {got:?}",
+            String::from_utf8_lossy(name)
+        );
+    }
+    // The share itself is there.
+    let (hello, _) = g.lookup(1, b"hello").unwrap();
+    // SETATTR on the root's parent changes the share, never its parent.
+    assert_eq!(g.chmod(up, 0o750), 0);
+    assert_eq!(mode_of(share), 0o750);
+    assert_eq!(
+        mode_of(parent),
+        parent_mode,
+        "the share's parent changed mode"
+    );
+    // A set-id mode through the share is refused (the helpers' filter).
+    assert_eq!(g.chmod(hello, 0o4755), libc::EPERM);
+    assert_eq!(g.chmod(hello, 0o2755), libc::EPERM);
+    assert_eq!(mode_of(&share.join("hello")) & 0o6000, 0);
+}
+
+fn seccomp_filters(pid: u32) -> u32 {
+    proc_status(pid, "Seccomp_filters").parse().unwrap()
+}
+
+/// A guest stays inside its virtiofs share: each virtiofsd runs in a mount
+/// namespace of its own whose root is its share, made before the guest
+/// can send anything, so what keeps its lookups inside is the kernel's
+/// `..` at a process's root, not virtiofsd's `openat2(RESOLVE_IN_ROOT)`
+/// guard. Once as the launcher starts it, once with every helper's
+/// `openat2` answering ENOSYS (as under systemd's `RestrictSUIDSGID=`,
+/// which makes virtiofsd fall back to plain `openat`): the same root.
+/// Each time a vhost-user frontend standing for the guest sends the raw
+/// FUSE requests of the attack ([`guest_attacks`]).
+#[test]
+fn a_guest_stays_inside_its_virtiofs_share() {
+    let mut filters = Vec::new();
+    for enosys in [false, true] {
+        let env = Env::new();
+        let u = uid(166);
+        let mut spec = vrw_spec(&env, u);
+        spec["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
+        env.write_spec("web", &spec);
+        let share = env.path("rw-src");
+        std::fs::write(share.join("hello"), b"in the share").unwrap();
+        // The principal's, so a set-id SETATTR fails for the filter, not
+        // for the owner.
+        std::os::unix::fs::chown(share.join("hello"), Some(u), Some(u)).unwrap();
+        let vars: &[(&str, &str)] = if enosys {
+            &[("VMWARDEN_TEST_HELPER_OPENAT2_ENOSYS", "1")]
+        } else {
+            &[]
+        };
+        let child = sleeping_probe_with(&env, u, 1, "the probe and its virtiofsd", vars);
+        let (pid, comm) = helpers_of(u, child.id()).pop().unwrap();
+        assert_eq!(comm, "virtiofsd");
+        let control = env.run.join("web/control");
+        assert_rooted_in_share(
+            pid,
+            &share,
+            &[
+                &control,
+                &env.state,
+                Path::new("/etc/passwd"),
+                Path::new("/proc/net/unix"),
+            ],
+        );
+        // Its share is there, by its root.
+        assert_eq!(
+            std::fs::read(as_seen_by(pid, Path::new("/hello"))).unwrap(),
+            b"in the share"
+        );
+        filters.push(seccomp_filters(pid));
+        guest_attacks(&share, &control.join("virtiofs-vrw.sock"));
+        kill_probe(child, u);
+        env.cleanup_clean("web");
+    }
+    // The second virtiofsd ran under one filter more: the ENOSYS one.
+    assert_eq!(filters[1], filters[0] + 1, "{filters:?}");
+}
+
+/// A helper cannot reach the hypervisor's control socket: a compromised
+/// virtiofsd connected to `control/qmp.sock` (Landlock does not mediate
+/// `connect(2)` on a path) and had QEMU read a credential its own domain
+/// denies. In its own namespace there is no `control/`: the socket the
+/// hypervisor's namespace reaches does not exist for it, and it holds no
+/// fd of the control dir.
+#[test]
+fn a_helper_cannot_reach_the_hypervisors_control_socket() {
+    let env = Env::new();
+    let u = uid(167);
+    let mut spec = vrw_spec(&env, u);
+    spec["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
+    env.write_spec("web", &spec);
+    let child = sleeping_probe(&env, u, 1, "the probe and its virtiofsd");
+    let (pid, _) = helpers_of(u, child.id()).pop().unwrap();
+    // A listening socket where the hypervisor's QMP socket lives (the probe
+    // stands in for QEMU, which would make it).
+    let control = env.run.join("web/control");
+    let qmp = control.join("qmp.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&qmp).unwrap();
+    // The hypervisor's namespace reaches it...
+    std::fs::symlink_metadata(as_seen_by(child.id(), &qmp)).unwrap();
+    // ... the helper's does not, nor anything of the control dir.
+    assert_rooted_in_share(pid, &env.path("rw-src"), &[&qmp, &control]);
+    let ctl = ident(&control).unwrap();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        assert_ne!(
+            ident(&e.path()).ok(),
+            Some(ctl),
+            "fd {:?} is the control dir",
+            e.path()
+        );
+    }
+    std::fs::remove_file(&qmp).unwrap();
+    kill_probe(child, u);
+    env.cleanup_clean("web");
+}
+
+/// A minimal vhost-user-fs frontend: what a guest's virtio-fs driver
+/// sends, without a guest kernel in between (the guest's FUSE client
+/// normalizes `..` and `/` in names, so it cannot send the attacks). Hand
+/// written, std and libc only: the handful of messages a split virtqueue
+/// needs (features, owner, one memory region, one ring's num, addresses,
+/// base, call and kick), then FUSE requests in that ring. The rust-vmm
+/// crates (`vhost`'s frontend, `vm-memory`, `virtio-queue`) would add a
+/// dependency tree for ~150 lines of protocol.
+mod frontend {
+    use std::io::{IoSlice, Read, Write};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::net::UnixStream;
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+
+    const MEM: usize = 1 << 20;
+    const QSIZE: u16 = 8;
+    const DESC: usize = 0;
+    const AVAIL: usize = 0x1000;
+    const USED: usize = 0x2000;
+    const REQ: usize = 0x10000;
+    const RESP: usize = 0x40000;
+    const RESP_LEN: u32 = 0x40000;
+    /// The request queue (0 is the high-priority one).
+    const QUEUE: u32 = 1;
+
+    pub struct Frontend {
+        sock: UnixStream,
+        mem: *mut u8,
+        _memfd: OwnedFd,
+        kick: OwnedFd,
+        _call: OwnedFd,
+        next: u16,
+        unique: u64,
+    }
+
+    /// A FUSE reply: its error (0 or a negative errno) and body.
+    pub struct Reply {
+        pub error: i32,
+        pub body: Vec<u8>,
+    }
+
+    fn eventfd() -> OwnedFd {
+        // SAFETY: eventfd has no pointer arguments; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        assert!(fd >= 0, "eventfd: {}", std::io::Error::last_os_error());
+        // SAFETY: `fd` was just returned by eventfd and is owned by no one else.
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    }
+
+    impl Frontend {
+        pub fn connect(socket: &Path) -> Frontend {
+            let sock = UnixStream::connect(socket).unwrap();
+            sock.set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            // SAFETY: a NUL-terminated name and flags; the result is checked.
+            let fd =
+                unsafe { libc::memfd_create(c"vmwarden-test-guest".as_ptr(), libc::MFD_CLOEXEC) };
+            assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+            // SAFETY: `fd` was just returned by memfd_create, owned by no one else.
+            let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
+            nix::unistd::ftruncate(&memfd, i64::try_from(MEM).unwrap()).unwrap();
+            // SAFETY: a fresh shared mapping of the whole memfd, at an
+            // address the kernel picks; unmapped never (the test ends).
+            let mem = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    MEM,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    memfd.as_raw_fd(),
+                    0,
+                )
+            };
+            assert_ne!(mem, libc::MAP_FAILED);
+            let mut f = Frontend {
+                sock,
+                mem: mem.cast(),
+                _memfd: memfd,
+                kick: eventfd(),
+                _call: eventfd(),
+                next: 0,
+                unique: 1,
+            };
+            f.handshake();
+            f
+        }
+
+        fn send(&mut self, req: u32, body: &[u8], fds: &[i32]) {
+            let mut msg = Vec::new();
+            msg.extend_from_slice(&req.to_le_bytes());
+            msg.extend_from_slice(&1u32.to_le_bytes());
+            msg.extend_from_slice(&u32::try_from(body.len()).unwrap().to_le_bytes());
+            msg.extend_from_slice(body);
+            if fds.is_empty() {
+                self.sock.write_all(&msg).unwrap();
+            } else {
+                let cmsg = [ControlMessage::ScmRights(fds)];
+                let n = sendmsg::<()>(
+                    self.sock.as_raw_fd(),
+                    &[IoSlice::new(&msg)],
+                    &cmsg,
+                    MsgFlags::empty(),
+                    None,
+                )
+                .unwrap();
+                assert_eq!(n, msg.len());
+            }
+        }
+
+        fn reply_u64(&mut self, req: u32) -> u64 {
+            let mut hdr = [0u8; 12];
+            self.sock.read_exact(&mut hdr).unwrap();
+            assert_eq!(u32::from_le_bytes(hdr[0..4].try_into().unwrap()), req);
+            let mut v = [0u8; 8];
+            self.sock.read_exact(&mut v).unwrap();
+            u64::from_le_bytes(v)
+        }
+
+        fn handshake(&mut self) {
+            const GET_FEATURES: u32 = 1;
+            const SET_FEATURES: u32 = 2;
+            const SET_OWNER: u32 = 3;
+            const SET_MEM_TABLE: u32 = 5;
+            const SET_VRING_NUM: u32 = 8;
+            const SET_VRING_ADDR: u32 = 9;
+            const SET_VRING_BASE: u32 = 10;
+            const SET_VRING_KICK: u32 = 12;
+            const SET_VRING_CALL: u32 = 13;
+            const VERSION_1: u64 = 1 << 32;
+            self.send(GET_FEATURES, &[], &[]);
+            let offered = self.reply_u64(GET_FEATURES);
+            assert_ne!(offered & VERSION_1, 0, "{offered:#x}");
+            // No VHOST_USER_F_PROTOCOL_FEATURES: the ring starts enabled.
+            self.send(SET_FEATURES, &VERSION_1.to_le_bytes(), &[]);
+            self.send(SET_OWNER, &[], &[]);
+            let mut region = Vec::new();
+            region.extend_from_slice(&1u32.to_le_bytes());
+            region.extend_from_slice(&0u32.to_le_bytes());
+            region.extend_from_slice(&0u64.to_le_bytes()); // guest address
+            region.extend_from_slice(&(MEM as u64).to_le_bytes());
+            region.extend_from_slice(&(self.mem as u64).to_le_bytes());
+            region.extend_from_slice(&0u64.to_le_bytes()); // mmap offset
+            let fd = self._memfd.as_raw_fd();
+            self.send(SET_MEM_TABLE, &region, &[fd]);
+            let state = |num: u32| {
+                let mut b = QUEUE.to_le_bytes().to_vec();
+                b.extend_from_slice(&num.to_le_bytes());
+                b
+            };
+            self.send(SET_VRING_NUM, &state(u32::from(QSIZE)), &[]);
+            let mut addr = QUEUE.to_le_bytes().to_vec();
+            addr.extend_from_slice(&0u32.to_le_bytes());
+            for off in [DESC, USED, AVAIL] {
+                addr.extend_from_slice(&(self.mem as u64 + off as u64).to_le_bytes());
+            }
+            addr.extend_from_slice(&0u64.to_le_bytes());
+            self.send(SET_VRING_ADDR, &addr, &[]);
+            self.send(SET_VRING_BASE, &state(0), &[]);
+            let call = self._call.as_raw_fd();
+            self.send(SET_VRING_CALL, &u64::from(QUEUE).to_le_bytes(), &[call]);
+            let kick = self.kick.as_raw_fd();
+            self.send(SET_VRING_KICK, &u64::from(QUEUE).to_le_bytes(), &[kick]);
+        }
+
+        fn put(&mut self, off: usize, b: &[u8]) {
+            assert!(off + b.len() <= MEM);
+            let dst = self.mem.wrapping_add(off);
+            // SAFETY: `off..off+len` is inside the mapping (checked above);
+            // the backend reads it only after the kick that follows.
+            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), dst, b.len()) };
+        }
+
+        fn get(&self, off: usize, len: usize) -> Vec<u8> {
+            assert!(off + len <= MEM);
+            let mut v = vec![0u8; len];
+            let src = self.mem.wrapping_add(off);
+            // SAFETY: inside the mapping (checked above); read after the
+            // backend published the used entry.
+            unsafe { std::ptr::copy_nonoverlapping(src, v.as_mut_ptr(), len) };
+            v
+        }
+
+        fn used_idx(&self) -> u16 {
+            let at = self.mem.wrapping_add(USED + 2).cast::<u16>();
+            // SAFETY: an aligned u16 inside the mapping, written by the backend.
+            unsafe { std::ptr::read_volatile(at) }
+        }
+
+        /// Send FUSE request `opcode` for `nodeid` with `body`; its reply.
+        pub fn request(&mut self, opcode: u32, nodeid: u64, body: &[u8]) -> Reply {
+            let unique = self.unique;
+            self.unique += 1;
+            let len = 40 + body.len();
+            let mut req = Vec::with_capacity(len);
+            req.extend_from_slice(&u32::try_from(len).unwrap().to_le_bytes());
+            req.extend_from_slice(&opcode.to_le_bytes());
+            req.extend_from_slice(&unique.to_le_bytes());
+            req.extend_from_slice(&nodeid.to_le_bytes());
+            for _ in 0..4 {
+                req.extend_from_slice(&0u32.to_le_bytes()); // uid gid pid pad
+            }
+            req.extend_from_slice(body);
+            self.put(REQ, &req);
+            let desc = |addr: u64, len: u32, flags: u16, next: u16| {
+                let mut d = addr.to_le_bytes().to_vec();
+                d.extend_from_slice(&len.to_le_bytes());
+                d.extend_from_slice(&flags.to_le_bytes());
+                d.extend_from_slice(&next.to_le_bytes());
+                d
+            };
+            self.put(DESC, &desc(REQ as u64, u32::try_from(len).unwrap(), 1, 1));
+            self.put(DESC + 16, &desc(RESP as u64, RESP_LEN, 2, 0));
+            let slot = usize::from(self.next % QSIZE);
+            self.put(AVAIL + 4 + 2 * slot, &0u16.to_le_bytes());
+            let before = self.used_idx();
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            self.next = self.next.wrapping_add(1);
+            self.put(AVAIL + 2, &self.next.to_le_bytes());
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            nix::unistd::write(&self.kick, &1u64.to_ne_bytes()).unwrap();
+            let end = Instant::now() + Duration::from_secs(10);
+            while self.used_idx() == before {
+                assert!(Instant::now() < end, "no reply to FUSE opcode {opcode}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            let hdr = self.get(RESP, 16);
+            let out_len = u32::from_le_bytes(hdr[0..4].try_into().unwrap()) as usize;
+            let error = i32::from_le_bytes(hdr[4..8].try_into().unwrap());
+            assert_eq!(u64::from_le_bytes(hdr[8..16].try_into().unwrap()), unique);
+            Reply {
+                error,
+                body: self.get(RESP + 16, out_len.saturating_sub(16)),
+            }
+        }
+
+        /// FUSE_INIT (7.33) with what the launcher's `--posix-acl`
+        /// requires of a client: POSIX_ACL, DONT_MASK, SETXATTR_EXT.
+        pub fn init(&mut self) {
+            const FLAGS: u32 = 1 << 20 | 1 << 6 | 1 << 29;
+            let mut b = 7u32.to_le_bytes().to_vec();
+            b.extend_from_slice(&33u32.to_le_bytes());
+            b.extend_from_slice(&0u32.to_le_bytes());
+            b.extend_from_slice(&FLAGS.to_le_bytes());
+            let r = self.request(26, 0, &b);
+            assert_eq!(r.error, 0, "FUSE_INIT");
+        }
+
+        /// FUSE_LOOKUP of `name` (raw bytes) in `parent`: its node id and
+        /// inode number, or the errno.
+        pub fn lookup(&mut self, parent: u64, name: &[u8]) -> Result<(u64, u64), i32> {
+            let mut b = name.to_vec();
+            b.push(0);
+            let r = self.request(1, parent, &b);
+            if r.error != 0 {
+                return Err(-r.error);
+            }
+            let u = |o: usize| u64::from_le_bytes(r.body[o..o + 8].try_into().unwrap());
+            Ok((u(0), u(40)))
+        }
+
+        /// FUSE_SETATTR of the mode of `node`: 0 or the errno.
+        pub fn chmod(&mut self, node: u64, mode: u32) -> i32 {
+            let mut b = vec![0u8; 88];
+            b[0..4].copy_from_slice(&1u32.to_le_bytes()); // FATTR_MODE
+            b[68..72].copy_from_slice(&mode.to_le_bytes());
+            -self.request(4, node, &b).error
+        }
+    }
 }

@@ -28,6 +28,8 @@ fn main() -> ExitCode {
     profile::mark("fds-closed");
     let credentials_directory = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
     let fault_after = std::env::var("VMWARDEN_FAULT_AFTER").ok();
+    let helper_openat2_enosys =
+        std::env::var_os("VMWARDEN_TEST_HELPER_OPENAT2_ENOSYS").is_some_and(|v| v == "1");
     // clap reads the VMWARDEN_*_ROOT variables and logging VMWARDEN_LOG
     // and RUST_LOG, so both come before the environment is cleared.
     // A bad name is refused in the first step, as a configuration error
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
         probe: args.probe.then_some(args.cmd),
         credentials_directory,
         fault_after,
+        helper_openat2_enosys,
     };
     match launch::launch(opts) {
         Ok(never) => match never {},

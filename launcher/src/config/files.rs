@@ -80,6 +80,16 @@ pub enum Distrust {
     },
     #[error("{path} is owned by uid {uid}; only what root owns can be trusted")]
     NotRootOwned { path: PathBuf, uid: u32 },
+    /// Under a walk that trusts the VM's principal too.
+    #[error("{path} is owned by uid {uid}; only what root or the VM's principal (uid {principal}) owns can be trusted")]
+    NotOwnersOwn {
+        path: PathBuf,
+        uid: u32,
+        principal: u32,
+    },
+    /// A POSIX access ACL grants write to someone the mode bits do not show.
+    #[error("{path} has a POSIX ACL that lets {who} change it; only root (or the VM's principal, where it is trusted) may be able to")]
+    AclWritable { path: PathBuf, who: AclWriter },
     #[error("{path} has mode {mode:04o}: {who} can change it; only root may be able to")]
     Writable {
         path: PathBuf,
@@ -98,6 +108,25 @@ pub enum Distrust {
     TooManyLinks { path: PathBuf },
     #[error("{path}: {reason}")]
     BadPath { path: PathBuf, reason: &'static str },
+}
+
+/// Who a POSIX ACL lets write, for [`Distrust::AclWritable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AclWriter {
+    User(u32),
+    Group(u32),
+    /// The ACL's bytes are not an ACL: anyone, for all root can tell.
+    Unknown,
+}
+
+impl std::fmt::Display for AclWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AclWriter::User(u) => write!(f, "user uid {u}"),
+            AclWriter::Group(g) => write!(f, "group gid {g}"),
+            AclWriter::Unknown => write!(f, "someone (its ACL cannot be read)"),
+        }
+    }
 }
 
 /// Why a file could not be opened as a regular file.

@@ -5,8 +5,19 @@
 //! seccomp filter and private IPC namespace keep a VM from making any of
 //! these on the host; `verify-clean` proves it with these readers, and the
 //! principal registry counts them as residue of a retired uid.
+//!
+//! And what a VM can leave in its own state dir that is a danger to the
+//! host: a set-user-ID or set-group-ID program (see [`setid_files`]).
 
+use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::{openat, AtFlags, OFlag, AT_FDCWD};
+use nix::sys::stat::{fstatat, Mode, SFlag};
 
 use crate::config::rawpath;
 use crate::host::procs::read_proc_file;
@@ -135,5 +146,129 @@ mod tests {
         let v = parse_sysvipc("shm", t, 62001);
         assert_eq!(v, vec!["shm id=0 key=-1001302231".to_string()]);
         assert!(parse_sysvipc("shm", t, 62002).is_empty());
+    }
+}
+
+/// How deep [`setid_files`] descends (each level holds one fd).
+pub const SETID_MAX_DEPTH: usize = 64;
+
+/// A set-id program found under a VM's state dir, or a place the scan
+/// could not look.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetId {
+    /// A regular file with `S_ISUID` or `S_ISGID` (`mode`: its 12 low bits).
+    File { path: PathBuf, mode: u32, uid: u32 },
+    /// A directory that could not be read (or was too deep to descend).
+    Unreadable { path: PathBuf, why: String },
+}
+
+impl std::fmt::Display for SetId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SetId::File { path, mode, uid } => write!(
+                f,
+                "{} is set-{}-ID (mode {mode:04o}, owner uid {uid})",
+                rawpath::show(path),
+                if mode & 0o4000 != 0 { "user" } else { "group" }
+            ),
+            SetId::Unreadable { path, why } => {
+                write!(
+                    f,
+                    "{}: cannot look for set-id files: {why}",
+                    rawpath::show(path)
+                )
+            }
+        }
+    }
+}
+
+/// Every regular file under `dir` (a VM's state dir) whose mode has
+/// `S_ISUID` or `S_ISGID`: anyone who can reach it would run it as its
+/// owner (the VM's principal) outside every sandbox. The launcher's
+/// seccomp filter refuses such modes; this finds what got there anyway (a
+/// launch before that filter, or a file copied in from outside). Nothing
+/// is followed: each entry is `fstatat`ed with `AT_SYMLINK_NOFOLLOW` and
+/// each directory opened with `O_NOFOLLOW` under its parent's fd. A
+/// missing `dir` has none. Directories with the set-group-ID bit (new
+/// entries inherit the group) are not programs and are not reported.
+pub fn setid_files(dir: &Path) -> Vec<SetId> {
+    let mut out = Vec::new();
+    let top = match openat(AT_FDCWD, dir, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return out,
+        Err(e) => {
+            out.push(SetId::Unreadable {
+                path: dir.to_path_buf(),
+                why: format!("open: {e}"),
+            });
+            return out;
+        }
+    };
+    scan(top, dir.to_path_buf(), 0, &mut out);
+    out
+}
+
+const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
+fn scan(fd: OwnedFd, path: PathBuf, depth: usize, out: &mut Vec<SetId>) {
+    let unreadable = |out: &mut Vec<SetId>, path: &Path, why: String| {
+        out.push(SetId::Unreadable {
+            path: path.to_path_buf(),
+            why,
+        })
+    };
+    let mut d = match Dir::from_fd(fd) {
+        Ok(d) => d,
+        Err(e) => return unreadable(out, &path, format!("fdopendir: {e}")),
+    };
+    let mut names: Vec<OsString> = Vec::new();
+    for e in d.iter() {
+        let e = match e {
+            Ok(e) => e,
+            Err(e) => return unreadable(out, &path, format!("readdir: {e}")),
+        };
+        let name = e.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            names.push(<OsString as std::os::unix::ffi::OsStringExt>::from_vec(
+                name.to_vec(),
+            ));
+        }
+    }
+    let mut subdirs: Vec<OsString> = Vec::new();
+    for name in names {
+        // The entry's type from the directory is a hint only: stat it.
+        let st = match fstatat(d.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::ENOENT) => continue,
+            Err(e) => {
+                unreadable(out, &path.join(&name), format!("fstatat: {e}"));
+                continue;
+            }
+        };
+        let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
+        if kind == SFlag::S_IFREG && st.st_mode & 0o6000 != 0 {
+            out.push(SetId::File {
+                path: path.join(&name),
+                mode: st.st_mode & 0o7777,
+                uid: st.st_uid,
+            });
+        } else if kind == SFlag::S_IFDIR {
+            subdirs.push(name);
+        }
+    }
+    for name in subdirs {
+        let p = path.join(&name);
+        if depth + 1 >= SETID_MAX_DEPTH {
+            unreadable(out, &p, format!("deeper than {SETID_MAX_DEPTH} levels"));
+            continue;
+        }
+        match openat(d.as_fd(), name.as_os_str(), DIR_FLAGS, Mode::empty()) {
+            Ok(fd) => scan(fd, p, depth + 1, out),
+            Err(Errno::ENOENT) => {}
+            Err(e) => unreadable(out, &p, format!("open: {e}")),
+        }
     }
 }

@@ -25,11 +25,26 @@
 //!   is never accepted: anyone may squat names there, and tmp cleaners
 //!   delete what they like.
 //!
+//! * [`Policy::Principal`] (disk images, share sources): what the VM is
+//!   given to use. Every entry may be root's or the VM's principal's (the
+//!   principal can only hurt its own VM), symlinks are followed as for
+//!   executables, and nobody else may be able to write anything on the
+//!   way: no directory or file writable by everyone (sticky or not), none
+//!   writable by a group other than the principal's (except the sticky
+//!   root-owned store, on the way only, as above).
+//!
+//! Under every policy the POSIX access ACL counts like the mode bits: a
+//! named user or group entry that grants write (through the mask) is a
+//! writer the mode does not show, and refuses the path unless it is root
+//! (or, under [`Policy::Principal`], the principal's uid or gid). With an
+//! ACL, the owning group's write is its ACL entry's through the mask (the
+//! mode's group bits are the mask).
+//!
 //! Knows nothing of specs or VMs; the launcher maps a refusal to the field.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
@@ -46,9 +61,14 @@ const S_ISVTX: u32 = 0o1000;
 pub enum Policy {
     Secret,
     Executable,
+    /// Root's or this principal's (see the module docs).
+    Principal {
+        uid: u32,
+        gid: u32,
+    },
 }
 
-pub use crate::config::files::{Distrust, MAX_LINKS};
+pub use crate::config::files::{AclWriter, Distrust, MAX_LINKS};
 
 /// The end of a trusted walk.
 #[derive(Debug)]
@@ -95,7 +115,8 @@ pub struct Walker {
     /// temporary tree and their own uid, so they need no root.
     owner: u32,
     /// A `BTreeMap`: a `HashMap` would seed its hasher with a `getrandom`.
-    seen: BTreeMap<PathBuf, (Seen, FileStat)>,
+    /// Only entries of the trusted uid are kept.
+    seen: BTreeMap<PathBuf, (Seen, FileStat, Acl)>,
 }
 
 impl Default for Walker {
@@ -142,22 +163,42 @@ impl Walker {
         c: &OsStr,
         p: &Path,
         keep: bool,
-    ) -> Result<(Option<OwnedFd>, FileStat), Distrust> {
+    ) -> Result<(Option<OwnedFd>, FileStat, Acl), Distrust> {
         if keep {
-            if let Some((_, st)) = self.seen.get(p) {
-                return Ok((None, *st));
+            if let Some((_, st, acl)) = self.seen.get(p) {
+                return Ok((None, *st, acl.clone()));
             }
         }
         let fd = openat(dir.as_fd(), c, ENTRY_FLAGS, Mode::empty()).map_err(sys(p, "open"))?;
         let st = fstat(fd.as_fd()).map_err(sys(p, "fstat"))?;
-        Ok((Some(fd), st))
+        let acl = match Kind::of(st.st_mode) {
+            Kind::Symlink => Acl::default(),
+            _ => Acl::of(&fd, p)?,
+        };
+        Ok((Some(fd), st, acl))
+    }
+
+    /// Whether `uid` may own what this walk meets under `policy`.
+    fn owner_ok(&self, uid: u32, policy: Policy) -> bool {
+        uid == self.owner || matches!(policy, Policy::Principal { uid: p, .. } if p == uid)
+    }
+
+    fn not_owned(path: PathBuf, uid: u32, policy: Policy) -> Distrust {
+        match policy {
+            Policy::Principal { uid: principal, .. } => Distrust::NotOwnersOwn {
+                path,
+                uid,
+                principal,
+            },
+            _ => Distrust::NotRootOwned { path, uid },
+        }
     }
 
     fn walk_in(&mut self, path: &Path, policy: Policy) -> Result<Walked, Distrust> {
         let owner = self.owner;
         let top = self.top.clone();
-        let (root, st) = match self.seen.get(Path::new("/")) {
-            Some((Seen::Dir(fd), st)) => (Rc::clone(fd), *st),
+        let (root, st, acl) = match self.seen.get(Path::new("/")) {
+            Some((Seen::Dir(fd), st, acl)) => (Rc::clone(fd), *st, acl.clone()),
             _ => {
                 let fd = openat(
                     AT_FDCWD,
@@ -167,19 +208,21 @@ impl Walker {
                 )
                 .map_err(sys(&top, "open"))?;
                 let st = fstat(fd.as_fd()).map_err(sys(&top, "fstat"))?;
+                let acl = Acl::of(&fd, &top)?;
                 let fd = Rc::new(fd);
-                self.seen
-                    .insert(PathBuf::from("/"), (Seen::Dir(Rc::clone(&fd)), st));
-                (fd, st)
+                if st.st_uid == owner {
+                    self.seen.insert(
+                        PathBuf::from("/"),
+                        (Seen::Dir(Rc::clone(&fd)), st, acl.clone()),
+                    );
+                }
+                (fd, st, acl)
             }
         };
-        if st.st_uid != owner {
-            return Err(Distrust::NotRootOwned {
-                path: top.clone(),
-                uid: st.st_uid,
-            });
+        if !self.owner_ok(st.st_uid, policy) {
+            return Err(Walker::not_owned(top.clone(), st.st_uid, policy));
         }
-        check_dir(&top, &st, policy)?;
+        check_dir(&top, &st, &acl, policy, owner, true)?;
         let mut stack: Vec<(Rc<OwnedFd>, PathBuf)> = vec![(root, PathBuf::from("/"))];
         let mut queue = VecDeque::new();
         push_front_components(&mut queue, path);
@@ -195,13 +238,13 @@ impl Walker {
             let dir = Rc::clone(dir);
             let p = dir_path.join(&c);
             let on_the_way = !queue.is_empty();
-            let (fd, st) = self.entry(&dir, &c, &p, on_the_way)?;
-            if st.st_uid != owner {
-                return Err(Distrust::NotRootOwned {
-                    path: p,
-                    uid: st.st_uid,
-                });
+            let (fd, st, acl) = self.entry(&dir, &c, &p, on_the_way)?;
+            if !self.owner_ok(st.st_uid, policy) {
+                return Err(Walker::not_owned(p, st.st_uid, policy));
             }
+            // Only root's entries are kept for later walks: what the
+            // principal owns it can change between them.
+            let keep = on_the_way && st.st_uid == owner;
             match Kind::of(st.st_mode) {
                 Kind::Symlink => {
                     if policy == Policy::Secret {
@@ -214,14 +257,15 @@ impl Walker {
                         });
                     }
                     let target = match self.seen.get(&p) {
-                        Some((Seen::Link(t), _)) => t.clone(),
+                        Some((Seen::Link(t), _, _)) => t.clone(),
                         _ => {
                             let t = PathBuf::from(
                                 readlinkat(dir.as_fd(), c.as_os_str())
                                     .map_err(sys(&p, "readlink"))?,
                             );
-                            if on_the_way {
-                                self.seen.insert(p.clone(), (Seen::Link(t.clone()), st));
+                            if keep {
+                                self.seen
+                                    .insert(p.clone(), (Seen::Link(t.clone()), st, acl));
                             }
                             t
                         }
@@ -232,12 +276,15 @@ impl Walker {
                     push_front_components(&mut queue, &target);
                 }
                 Kind::Directory if on_the_way => {
-                    check_dir(&p, &st, policy)?;
+                    check_dir(&p, &st, &acl, policy, owner, true)?;
                     let fd = match (fd, self.seen.get(&p)) {
-                        (None, Some((Seen::Dir(fd), _))) => Rc::clone(fd),
+                        (None, Some((Seen::Dir(fd), _, _))) => Rc::clone(fd),
                         (Some(fd), _) => {
                             let fd = Rc::new(fd);
-                            self.seen.insert(p.clone(), (Seen::Dir(Rc::clone(&fd)), st));
+                            if keep {
+                                self.seen
+                                    .insert(p.clone(), (Seen::Dir(Rc::clone(&fd)), st, acl));
+                            }
                             fd
                         }
                         // The cache holds every entry it answers for.
@@ -254,8 +301,14 @@ impl Walker {
                         });
                     }
                     match kind {
-                        Kind::Directory => check_dir(&p, &st, policy)?,
-                        Kind::Regular => check_file(&p, &st)?,
+                        Kind::Directory => check_dir(&p, &st, &acl, policy, owner, false)?,
+                        Kind::Regular => check_file(&p, &st, &acl, policy, owner)?,
+                        // A disk may be a block device: its owner and
+                        // everyone's write are checked, not its group's
+                        // (`disk`, root's equivalent everywhere).
+                        Kind::BlockDevice if is_principal(policy) => {
+                            check_device(&p, &st, &acl, policy, owner)?
+                        }
                         // A FIFO, socket or device is never a trusted file.
                         kind => {
                             return Err(Distrust::WrongKind {
@@ -297,15 +350,55 @@ fn sys<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(Errno) -> Distrust +
 }
 
 /// The group/world write check of a directory (its owner is checked with
-/// every entry).
-fn check_dir(path: &Path, st: &FileStat, policy: Policy) -> Result<(), Distrust> {
+/// every entry), the ACL's named writers included. `on_the_way`: not the
+/// walk's final entry (the sticky store is accepted only there under
+/// [`Policy::Principal`]).
+fn check_dir(
+    path: &Path,
+    st: &FileStat,
+    acl: &Acl,
+    policy: Policy,
+    owner: u32,
+    on_the_way: bool,
+) -> Result<(), Distrust> {
     let mode = st.st_mode & 0o7777;
-    let who = match (mode & 0o020 != 0, mode & 0o002 != 0) {
-        (_, true) if mode & 0o020 != 0 => "its group and everyone",
+    let group = acl.owning_group_writes(mode);
+    let sticky_store = mode & S_ISVTX != 0 && st.st_uid == owner;
+    let who = match (group, mode & 0o002 != 0) {
+        (_, true) if group => "its group and everyone",
         (_, true) => "everyone",
-        (true, false) if policy == Policy::Executable && mode & S_ISVTX != 0 => return Ok(()),
+        (true, false) if policy == Policy::Executable && mode & S_ISVTX != 0 => "",
+        (true, false) if principals_group(policy, st.st_gid) => "",
+        (true, false) if on_the_way && sticky_store && is_principal(policy) => "",
         (true, false) => "its group",
-        (false, false) => return Ok(()),
+        (false, false) => "",
+    };
+    if !who.is_empty() {
+        return Err(Distrust::Writable {
+            path: path.to_path_buf(),
+            mode,
+            who,
+        });
+    }
+    acl.check(path, policy, owner)
+}
+
+/// A file at the end of the walk: writable by its owner only (or, under
+/// [`Policy::Principal`], the principal's group too), ACL included.
+fn check_file(
+    path: &Path,
+    st: &FileStat,
+    acl: &Acl,
+    policy: Policy,
+    owner: u32,
+) -> Result<(), Distrust> {
+    let mode = st.st_mode & 0o7777;
+    let group = acl.owning_group_writes(mode) && !principals_group(policy, st.st_gid);
+    let who = match (group, mode & 0o002 != 0) {
+        (true, true) => "its group and everyone",
+        (false, true) => "everyone",
+        (true, false) => "its group",
+        (false, false) => return acl.check(path, policy, owner),
     };
     Err(Distrust::Writable {
         path: path.to_path_buf(),
@@ -314,20 +407,171 @@ fn check_dir(path: &Path, st: &FileStat, policy: Policy) -> Result<(), Distrust>
     })
 }
 
-/// A file at the end of the walk: root's, and writable by root only.
-fn check_file(path: &Path, st: &FileStat) -> Result<(), Distrust> {
+/// A block device at the end of a [`Policy::Principal`] walk.
+fn check_device(
+    path: &Path,
+    st: &FileStat,
+    acl: &Acl,
+    policy: Policy,
+    owner: u32,
+) -> Result<(), Distrust> {
     let mode = st.st_mode & 0o7777;
-    let who = match (mode & 0o020 != 0, mode & 0o002 != 0) {
-        (true, true) => "its group and everyone",
-        (false, true) => "everyone",
-        (true, false) => "its group",
-        (false, false) => return Ok(()),
-    };
-    Err(Distrust::Writable {
-        path: path.to_path_buf(),
-        mode,
-        who,
-    })
+    if mode & 0o002 != 0 {
+        return Err(Distrust::Writable {
+            path: path.to_path_buf(),
+            mode,
+            who: "everyone",
+        });
+    }
+    Acl {
+        groups: Vec::new(),
+        ..acl.clone()
+    }
+    .check(path, policy, owner)
+}
+
+fn is_principal(policy: Policy) -> bool {
+    matches!(policy, Policy::Principal { .. })
+}
+
+/// `gid` is the principal's own group (under [`Policy::Principal`]).
+fn principals_group(policy: Policy, gid: u32) -> bool {
+    matches!(policy, Policy::Principal { gid: g, .. } if g == gid)
+}
+
+/// `system.posix_acl_access` (include/uapi/linux/posix_acl_xattr.h): a
+/// 4-byte version, then 8-byte entries (tag, perm, id), little-endian.
+const ACL_XATTR: &std::ffi::CStr = c"system.posix_acl_access";
+const ACL_XATTR_VERSION: u32 = 2;
+const ACL_USER: u16 = 0x02;
+const ACL_GROUP_OBJ: u16 = 0x04;
+const ACL_GROUP: u16 = 0x08;
+const ACL_MASK: u16 = 0x10;
+const ACL_WRITE: u16 = 0x02;
+/// The most bytes of ACL read (ext4 and tmpfs hold far fewer entries).
+const ACL_MAX: usize = 64 * 1024;
+
+/// Who an entry's POSIX access ACL lets write beyond its owner, the mask
+/// applied. Empty when it has none (or the file system has no ACLs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Acl {
+    /// Named users with write.
+    pub users: Vec<u32>,
+    /// Named groups with write.
+    pub groups: Vec<u32>,
+    /// The owning group's write, when an extended ACL states it (its mode
+    /// bits are the mask then, not its own).
+    pub owning_group: Option<bool>,
+}
+
+impl Acl {
+    /// The ACL of the entry `fd` (an `O_PATH` fd) reached at `path`.
+    fn of(fd: &OwnedFd, path: &Path) -> Result<Acl, Distrust> {
+        // getxattr(2) through the fd's /proc link: an O_PATH fd takes no
+        // fgetxattr, and the link names the very inode that was opened.
+        let via = std::ffi::CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .expect("no NUL in a /proc path");
+        let mut buf = vec![0u8; 1024];
+        loop {
+            // SAFETY: `via` and ACL_XATTR are NUL-terminated; `buf` is a
+            // writable buffer of exactly `buf.len()` bytes that outlives
+            // the call, which writes at most that many.
+            let n = unsafe {
+                libc::getxattr(
+                    via.as_ptr(),
+                    ACL_XATTR.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            match usize::try_from(n) {
+                Ok(n) => {
+                    return Acl::parse(&buf[..n]).ok_or_else(|| Distrust::AclWritable {
+                        path: path.to_path_buf(),
+                        who: AclWriter::Unknown,
+                    })
+                }
+                Err(_) => match Errno::last() {
+                    Errno::ENODATA | Errno::EOPNOTSUPP => return Ok(Acl::default()),
+                    Errno::ERANGE if buf.len() < ACL_MAX => buf.resize(ACL_MAX, 0),
+                    errno => {
+                        return Err(Distrust::Sys {
+                            path: path.to_path_buf(),
+                            op: "getxattr(system.posix_acl_access)",
+                            errno,
+                        })
+                    }
+                },
+            }
+        }
+    }
+
+    /// The writers in an ACL's bytes; `None` for bytes that are not one.
+    pub fn parse(b: &[u8]) -> Option<Acl> {
+        let (head, rest) = b.split_first_chunk::<4>()?;
+        if u32::from_le_bytes(*head) != ACL_XATTR_VERSION || rest.len() % 8 != 0 {
+            return None;
+        }
+        let entries: Vec<(u16, u16, u32)> = rest
+            .chunks_exact(8)
+            .map(|e| {
+                (
+                    u16::from_le_bytes([e[0], e[1]]),
+                    u16::from_le_bytes([e[2], e[3]]),
+                    u32::from_le_bytes([e[4], e[5], e[6], e[7]]),
+                )
+            })
+            .collect();
+        // Without a mask entry the ACL is the mode bits alone.
+        let mask = entries
+            .iter()
+            .find(|(t, _, _)| *t == ACL_MASK)
+            .map(|(_, p, _)| *p);
+        let Some(mask) = mask else {
+            return Some(Acl::default());
+        };
+        let writes = |perm: u16| perm & mask & ACL_WRITE != 0;
+        let of = |tag: u16| -> Vec<u32> {
+            entries
+                .iter()
+                .filter(|(t, p, _)| *t == tag && writes(*p))
+                .map(|(_, _, id)| *id)
+                .collect()
+        };
+        Some(Acl {
+            users: of(ACL_USER),
+            groups: of(ACL_GROUP),
+            owning_group: entries
+                .iter()
+                .find(|(t, _, _)| *t == ACL_GROUP_OBJ)
+                .map(|(_, p, _)| writes(*p)),
+        })
+    }
+
+    fn owning_group_writes(&self, mode: u32) -> bool {
+        self.owning_group.unwrap_or(mode & 0o020 != 0)
+    }
+
+    /// The named writers the policy does not trust.
+    fn check(&self, path: &Path, policy: Policy, owner: u32) -> Result<(), Distrust> {
+        let (uid, gid) = match policy {
+            Policy::Principal { uid, gid } => (Some(uid), Some(gid)),
+            _ => (None, None),
+        };
+        if let Some(u) = self.users.iter().find(|u| **u != owner && Some(**u) != uid) {
+            return Err(Distrust::AclWritable {
+                path: path.to_path_buf(),
+                who: AclWriter::User(*u),
+            });
+        }
+        if let Some(g) = self.groups.iter().find(|g| Some(**g) != gid) {
+            return Err(Distrust::AclWritable {
+                path: path.to_path_buf(),
+                who: AclWriter::Group(*g),
+            });
+        }
+        Ok(())
+    }
 }
 
 fn push_front_components(queue: &mut VecDeque<OsString>, target: &Path) {
@@ -513,6 +757,123 @@ mod tests {
         assert!(matches!(
             walk(&mut w, "/store/pkg/qemu", Policy::Executable),
             Err(Distrust::Writable { .. })
+        ));
+    }
+
+    /// An ACL's bytes as the kernel hands them out.
+    fn acl_bytes(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+        let mut b = ACL_XATTR_VERSION.to_le_bytes().to_vec();
+        for (tag, perm, id) in entries {
+            b.extend_from_slice(&tag.to_le_bytes());
+            b.extend_from_slice(&perm.to_le_bytes());
+            b.extend_from_slice(&id.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn an_acls_writers_are_its_named_entries_through_the_mask() {
+        const USER_OBJ: u16 = 0x01;
+        const OTHER: u16 = 0x20;
+        let (rwx, rx) = (7, 5);
+        // u::rwx, u:61009:rwx, g::r-x, g:61010:rwx, m::rwx, o::r-x
+        let full = acl_bytes(&[
+            (USER_OBJ, rwx, u32::MAX),
+            (ACL_USER, rwx, 61009),
+            (ACL_GROUP_OBJ, rx, u32::MAX),
+            (ACL_GROUP, rwx, 61010),
+            (ACL_MASK, rwx, u32::MAX),
+            (OTHER, rx, u32::MAX),
+        ]);
+        let acl = Acl::parse(&full).unwrap();
+        assert_eq!(acl.users, [61009]);
+        assert_eq!(acl.groups, [61010]);
+        assert_eq!(acl.owning_group, Some(false));
+        // The mode's group bits are the mask (rwx): the owning group's own
+        // entry (r-x) is what counts.
+        assert!(!acl.owning_group_writes(0o775));
+        let p = Path::new("/srv/share");
+        assert!(matches!(
+            acl.check(p, Policy::Executable, 0),
+            Err(Distrust::AclWritable {
+                who: AclWriter::User(61009),
+                ..
+            })
+        ));
+        // The principal's own uid and gid are trusted under its policy.
+        acl.check(
+            p,
+            Policy::Principal {
+                uid: 61009,
+                gid: 61010,
+            },
+            0,
+        )
+        .unwrap();
+        assert!(matches!(
+            acl.check(p, Policy::Principal { uid: 61009, gid: 1 }, 0),
+            Err(Distrust::AclWritable {
+                who: AclWriter::Group(61010),
+                ..
+            })
+        ));
+        // A mask without write takes it from every named entry.
+        let masked = acl_bytes(&[
+            (USER_OBJ, rwx, u32::MAX),
+            (ACL_USER, rwx, 61009),
+            (ACL_GROUP_OBJ, rwx, u32::MAX),
+            (ACL_MASK, rx, u32::MAX),
+            (OTHER, 0, u32::MAX),
+        ]);
+        let acl = Acl::parse(&masked).unwrap();
+        assert!(acl.users.is_empty() && acl.owning_group == Some(false));
+        acl.check(p, Policy::Secret, 0).unwrap();
+        // A minimal ACL (no mask) is the mode bits alone; garbage is none.
+        let minimal = acl_bytes(&[(USER_OBJ, rwx, u32::MAX), (ACL_GROUP_OBJ, rwx, u32::MAX)]);
+        assert_eq!(Acl::parse(&minimal), Some(Acl::default()));
+        assert_eq!(Acl::parse(&[1, 0, 0, 0]), None);
+        assert_eq!(Acl::parse(&full[..9]), None);
+    }
+
+    #[test]
+    fn the_principal_policy_trusts_the_principal_and_nobody_else() {
+        let t = Tree::new();
+        // Here the test's own uid stands for the principal and a uid that
+        // owns nothing for root.
+        let nobody = t.me + 1;
+        let gid = nix::unistd::getegid().as_raw();
+        let pol = Policy::Principal { uid: t.me, gid };
+        std::fs::create_dir(t.p("vm")).unwrap();
+        chmod(&t.p("vm"), 0o700);
+        std::fs::write(t.p("vm/disk.img"), b"x").unwrap();
+        chmod(&t.p("vm/disk.img"), 0o600);
+        t.walk_as("/vm/disk.img", pol, nobody).unwrap();
+        // The principal's group may write; everyone may not, sticky or not.
+        chmod(&t.p("vm"), 0o770);
+        t.walk_as("/vm/disk.img", pol, nobody).unwrap();
+        chmod(&t.p("vm"), 0o1777);
+        assert!(matches!(
+            t.walk_as("/vm/disk.img", pol, nobody),
+            Err(Distrust::Writable { who, .. }) if who.contains("everyone")
+        ));
+        chmod(&t.p("vm"), 0o700);
+        chmod(&t.p("vm/disk.img"), 0o606);
+        assert!(matches!(
+            t.walk_as("/vm/disk.img", pol, nobody),
+            Err(Distrust::Writable {
+                who: "everyone",
+                ..
+            })
+        ));
+        // Another principal's policy: the entries are nobody's it trusts.
+        chmod(&t.p("vm/disk.img"), 0o600);
+        assert!(matches!(
+            t.walk_as(
+                "/vm/disk.img",
+                Policy::Principal { uid: nobody, gid },
+                nobody + 1
+            ),
+            Err(Distrust::NotOwnersOwn { .. })
         ));
     }
 

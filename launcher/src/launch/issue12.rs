@@ -2,11 +2,12 @@
 //! `extra_args`) that need the roots, the other specs or the principal.
 //! Nothing here creates or changes anything on the host.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use crate::config::files::Kind;
 use crate::config::paths::Roots;
 use crate::config::spec::{Spec, SpecError};
+use crate::host::trust::{self, Policy};
 use crate::identity::principal::Principal;
 
 fn bad(spec_path: &Path, field: String, reason: String) -> SpecError {
@@ -126,69 +127,68 @@ fn check_cid_unique(
     Ok(())
 }
 
-/// After the principal is resolved: a share source is writable by nobody
-/// but root and the principal (the directory and every parent), and a
-/// writable share is the principal's own.
+/// After the principal is resolved, one trusted walk (`host::trust`,
+/// [`Policy::Principal`]) per share source and disk image: every entry on
+/// the way root's or the principal's, nothing writable by anyone else
+/// (mode bits and POSIX ACLs alike; see the policy). A writable share is
+/// moreover the principal's own. Images of `disks[].create` are
+/// `volumes::preflight`'s.
 pub fn check_principal(
     spec: &Spec,
     spec_path: &Path,
     principal: &Principal,
 ) -> Result<(), SpecError> {
+    let policy = Policy::Principal {
+        uid: principal.uid,
+        gid: principal.gid,
+    };
     for (i, sh) in spec.shares.iter().enumerate() {
         let field = format!("shares[{i}].source");
-        let md = std::fs::metadata(&sh.source).map_err(|e| {
+        let w = trust::walk(&sh.source, policy).map_err(|cause| {
             bad(
                 spec_path,
                 field.clone(),
-                format!("{}: {e}", sh.source.display()),
+                format!(
+                    "cannot be shared: {cause}; a share (and every directory above it) may be owned and writable only by root and the VM's principal"
+                ),
             )
         })?;
-        if !sh.read_only && md.uid() != principal.uid {
+        if Kind::of(w.stat.st_mode) != Kind::Directory {
+            return Err(bad(
+                spec_path,
+                field,
+                format!("{} is not a directory", sh.source.display()),
+            ));
+        }
+        if !sh.read_only && w.stat.st_uid != principal.uid {
             return Err(bad(
                 spec_path,
                 field,
                 format!(
                     "{} is writable for the guest but owned by uid {}, not the VM's principal {}; chown it to the principal (or put it in the VM's state dir), or share it read-only",
                     sh.source.display(),
-                    md.uid(),
+                    w.stat.st_uid,
                     principal.uid
                 ),
             ));
         }
-        let mut dir = Some(sh.source.as_path());
-        while let Some(d) = dir {
-            let m = std::fs::metadata(d)
-                .map_err(|e| bad(spec_path, field.clone(), format!("{}: {e}", d.display())))?;
-            if let Some(who) = foreign_writer(&m, principal) {
-                return Err(bad(
-                    spec_path,
-                    field,
-                    format!(
-                        "{} is shared, but {} is writable by {who}; a share (and every directory above it) may be writable only by root and the VM's principal",
-                        sh.source.display(),
-                        d.display()
-                    ),
-                ));
-            }
-            dir = d.parent();
+    }
+    for (i, d) in spec.disks.iter().enumerate() {
+        // An image vmwarden creates is strictly inside the VM's own state
+        // dir (`check_roots`), and `volumes::preflight` holds an existing
+        // one to the principal's own regular file, reached without a link.
+        if d.create.is_some() {
+            continue;
         }
+        trust::walk(&d.path, policy).map_err(|cause| {
+            bad(
+                spec_path,
+                format!("disks[{i}].path"),
+                format!(
+                    "cannot be given to the VM: {cause}; a disk image (and every directory above it) may be owned and writable only by root and the VM's principal"
+                ),
+            )
+        })?;
     }
     Ok(())
-}
-
-/// Who other than root and the principal can write `m` (by its owner and
-/// mode bits); a sticky world-writable directory (/tmp) lets nobody rename
-/// another's entry, so it counts only for the share itself.
-fn foreign_writer(m: &std::fs::Metadata, p: &Principal) -> Option<String> {
-    let mode = m.mode();
-    if m.uid() != 0 && m.uid() != p.uid {
-        return Some(format!("its owner uid {}", m.uid()));
-    }
-    if mode & 0o020 != 0 && m.gid() != 0 && m.gid() != p.gid {
-        return Some(format!("its group gid {}", m.gid()));
-    }
-    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
-        return Some("everyone (mode o+w)".to_string());
-    }
-    None
 }

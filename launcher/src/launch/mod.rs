@@ -276,6 +276,12 @@ pub struct Options {
     /// `$VMWARDEN_FAULT_AFTER`, captured likewise (honoured only with the
     /// `fault-injection` feature).
     pub fault_after: Option<String>,
+    /// `$VMWARDEN_TEST_HELPER_OPENAT2_ENOSYS=1`, captured likewise (honoured
+    /// only with the `fault-injection` feature): every helper also gets a
+    /// filter that answers `openat2` with ENOSYS, as systemd's
+    /// `RestrictSUIDSGID=` does, so the tests can show a share holds
+    /// without virtiofsd's own `openat2` guard.
+    pub helper_openat2_enosys: bool,
 }
 
 /// The launch's way through [`STEPS`]: the step it is in (what an error is
@@ -920,6 +926,11 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     } else {
         let control = dirs::open_dir(&control_path)?;
         let vm_trees = [state_dir_path.clone(), control_path.clone()];
+        let mut helper_seccomp = seccomp_progs.clone();
+        if cfg!(feature = "fault-injection") && opts.helper_openat2_enosys {
+            tracing::warn!("fault injection: openat2 answers ENOSYS in every helper");
+            helper_seccomp.push(seccomp::enosys(libc::SYS_openat2)?);
+        }
         helpers::start_all(
             &planned,
             &helpers::Context {
@@ -929,7 +940,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
                 control: &control,
                 vm_trees: &vm_trees,
                 landlock: spec.landlock.mode,
-                seccomp: &seccomp_progs,
+                seccomp: &helper_seccomp,
             },
         )?
     };
@@ -1465,6 +1476,7 @@ mod tests {
             probe: Some(vec!["/bin/true".into()]),
             credentials_directory: None,
             fault_after: None,
+            helper_openat2_enosys: false,
         }
     }
 

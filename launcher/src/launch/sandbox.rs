@@ -288,7 +288,34 @@ pub fn mask_root_except(sys: &dyn Syscall, root: &Path, keep: &Dir) -> Result<()
         NONE,
     )
     .sys("bind own directory back", &target)?;
+    remount_nosuid(sys, &target, MsFlags::empty())?;
     remount_read_only(sys, root)?;
+    Ok(())
+}
+
+/// Add `nosuid` and `nodev` (and `extra`) to the bind mount at `target`,
+/// keeping its other per-mount flags (read-only, noexec, atime) as the
+/// kernel states them: no set-id program and no device node in what a VM
+/// is given has any effect inside its namespaces. (A set-id mode cannot
+/// be set there at all: see `launch::seccomp`.)
+pub fn remount_nosuid(sys: &dyn Syscall, target: &Path, extra: MsFlags) -> Result<()> {
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    let have = statvfs(target).sys("statvfs", target)?.flags();
+    let mut flags =
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | extra;
+    for (st, ms) in [
+        (FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if have.contains(st) {
+            flags |= ms;
+        }
+    }
+    sys.mount(NONE, target, NONE, flags, NONE)
+        .sys("remount nosuid,nodev", target)?;
     Ok(())
 }
 

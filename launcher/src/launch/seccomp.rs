@@ -36,6 +36,15 @@
 //! * Use io_uring (EPERM): its operations bypass seccomp's per-syscall view
 //!   (an `IORING_OP_SOCKET` is a socket this filter never sees). QEMU falls
 //!   back to ppoll/threads when io_uring is unavailable.
+//! * Give a file a set-user-ID or set-group-ID mode (EPERM): `chmod`,
+//!   `fchmod`, `fchmodat` and `fchmodat2` with `S_ISUID` or `S_ISGID` in
+//!   their mode argument. A set-id copy of a binary the principal owns,
+//!   left in a share or the state dir, would let any local user run code
+//!   as the principal outside every sandbox. systemd's `RestrictSUIDSGID=`
+//!   does the same, but (in systemd 252) misses `fchmodat2`, and the
+//!   filter must hold without a unit. The helpers get this filter too, so
+//!   a guest's FUSE SETATTR with mode 04755 is refused by virtiofsd's
+//!   `fchmod`/`fchmodat`.
 //! * On x86_64, use the x32 syscall ABI (ENOSYS): x32 numbers carry bit 30
 //!   and would match none of the rules above. (Other architectures' ABIs
 //!   fail seccompiler's architecture check, which kills the process.)
@@ -116,6 +125,23 @@ pub const DENIED_SYSCALLS: &[(&str, i64)] = &[
     ("io_uring_register", libc::SYS_io_uring_register),
 ];
 
+/// The set-id mode bits (include/uapi/linux/stat.h).
+pub const S_ISUID: u64 = 0o4000;
+pub const S_ISGID: u64 = 0o2000;
+
+/// The mode-setting system calls and the index of their mode argument:
+/// each is refused when that argument has [`S_ISUID`] or [`S_ISGID`].
+/// `fchmodat2` (Linux 6.6) is named by its number, which is the same on
+/// every architecture (the unified syscall table).
+pub const CHMOD_SYSCALLS: &[(&str, i64, u8)] = &[
+    #[cfg(target_arch = "x86_64")]
+    ("chmod", libc::SYS_chmod, 1),
+    ("fchmod", libc::SYS_fchmod, 1),
+    ("fchmodat", libc::SYS_fchmodat, 2),
+    ("fchmodat2", SYS_FCHMODAT2, 2),
+];
+pub const SYS_FCHMODAT2: i64 = 452;
+
 fn arch() -> Result<TargetArch> {
     TargetArch::try_from(std::env::consts::ARCH).map_err(SeccompError::Arch)
 }
@@ -138,6 +164,15 @@ fn build(map: BTreeMap<i64, Vec<SeccompRule>>, errno: u32) -> Result<BpfProgram>
         arch()?,
     )?;
     Ok(filter.try_into()?)
+}
+
+/// A filter that answers system call `nr` with ENOSYS and allows the rest
+/// (the tests' stand-in for a supervisor's filter, such as systemd's
+/// `RestrictSUIDSGID=` answering every `openat2`).
+pub fn enosys(nr: i64) -> Result<BpfProgram> {
+    let mut map: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    map.insert(nr, Vec::new());
+    build(map, ENOSYS)
 }
 
 /// On x86_64: every syscall number with the x32 bit answers ENOSYS.
@@ -201,7 +236,8 @@ fn separate() -> Result<(Vec<BpfProgram>, Vec<u32>)> {
 }
 
 fn separate_for(taps: Taps) -> Result<(Vec<BpfProgram>, Vec<u32>)> {
-    // EPERM: tap ioctls, namespaces, keyrings, other processes, io_uring.
+    // EPERM: tap ioctls, namespaces, keyrings, other processes, io_uring,
+    // set-id modes.
     let mut eperm: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     let mut ioctls = Vec::new();
     // EEXIST: TUNSETIFF on an inherited (attached) tap fd.
@@ -228,6 +264,10 @@ fn separate_for(taps: Taps) -> Result<(Vec<BpfProgram>, Vec<u32>)> {
     eperm.insert(libc::SYS_clone, clone);
     for (_, nr) in DENIED_SYSCALLS {
         eperm.insert(*nr, Vec::new());
+    }
+    // A mode argument (a `mode_t`, 32 bits) with a set-id bit.
+    for (_, nr, arg) in CHMOD_SYSCALLS {
+        eperm.insert(*nr, vec![masked(*arg, S_ISUID)?, masked(*arg, S_ISGID)?]);
     }
 
     // EAFNOSUPPORT: any socket family but the allowed ones.
@@ -552,6 +592,11 @@ mod tests {
             argsets.push([3, *cmd, 0, 0, 0, 0]);
         }
         argsets.push([3, 0x8004_54d2, 0, 0, 0, 0]); // TUNGETIFF: allowed
+                                                    // Modes in the second and third argument: set-id, sticky, plain.
+        for mode in [0o4755, 0o2755, 0o6700, 0o1777, 0o755, 0o4000_0000] {
+            argsets.push([3, mode, 0, 0, 0, 0]);
+            argsets.push([3, 0, mode, 0, 0, 0]);
+        }
         for a in [arch, arch ^ 0x4000_0000] {
             for nr in &nrs {
                 for args in &argsets {
@@ -565,6 +610,41 @@ mod tests {
                     let want = refusals.first().copied().unwrap_or(libc::SECCOMP_RET_ALLOW);
                     assert_eq!(run(chained, a, *nr, *args), want, "nr {nr} args {args:?}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn set_id_modes_are_refused_and_every_other_mode_is_not() {
+        let prog = &programs().unwrap()[0];
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => 62 | 0x8000_0000 | 0x4000_0000,
+            "aarch64" => 183 | 0x8000_0000 | 0x4000_0000,
+            _ => return,
+        };
+        let eperm = libc::SECCOMP_RET_ERRNO | EPERM;
+        assert!(CHMOD_SYSCALLS.iter().any(|(n, _, _)| *n == "fchmodat2"));
+        for (name, nr, arg) in CHMOD_SYSCALLS {
+            let nr = u32::try_from(*nr).unwrap();
+            let at = usize::from(*arg);
+            for (mode, want) in [
+                (0o4755, eperm),
+                (0o2755, eperm),
+                (0o6755, eperm),
+                (0o4000, eperm),
+                (0o2000, eperm),
+                (0o755, libc::SECCOMP_RET_ALLOW),
+                (0o1777, libc::SECCOMP_RET_ALLOW),
+                (0o777, libc::SECCOMP_RET_ALLOW),
+                (0, libc::SECCOMP_RET_ALLOW),
+            ] {
+                let mut args = [3u64, 0, 0, 0, 0, 0];
+                args[at] = mode;
+                assert_eq!(run(prog, arch, nr, args), want, "{name} mode {mode:o}");
+                // The set-id bits in another argument decide nothing.
+                let mut other = [3u64, 0o4755, 0o4755, 0o4755, 0, 0];
+                other[at] = mode;
+                assert_eq!(run(prog, arch, nr, other), want, "{name} mode {mode:o}");
             }
         }
     }
@@ -584,6 +664,9 @@ mod tests {
             assert_eq!(Some(*bit), u64::try_from(want).ok(), "{name}");
         }
         assert_eq!(ALLOWED_FAMILIES, [u64::try_from(libc::AF_UNIX).unwrap()]);
+        assert_eq!(SYS_FCHMODAT2, libc::SYS_fchmodat2);
+        assert_eq!(S_ISUID, u64::from(libc::S_ISUID));
+        assert_eq!(S_ISGID, u64::from(libc::S_ISGID));
         assert_eq!(Ok(EPERM), u32::try_from(libc::EPERM));
         assert_eq!(Ok(EEXIST), u32::try_from(libc::EEXIST));
         assert_eq!(Ok(ENOSYS), u32::try_from(libc::ENOSYS));

@@ -15,6 +15,7 @@ use crate::config::paths::{Roots, LEASE_FILE};
 use crate::config::rawpath;
 use crate::config::spec::Spec;
 use crate::host::dirs;
+use crate::host::leftovers::{self, SetId};
 use crate::host::mountinfo;
 use crate::host::net::{self, Rtnl, SYS_CLASS_NET};
 use crate::host::ownership::{self, Failed, Kept, Outcome, DELETE_LAST, RUNTIME_KEEP};
@@ -146,6 +147,7 @@ fn cleanup_absent(roots: &Roots, name: &VmName, probe: &Probe, mut report: Repor
         .failed
         .extend(surviving_credential_mounts_in(probe, roots, name));
     report.failed.extend(surviving_taps(roots, name, None));
+    report.failed.extend(setid_in_state_dir(roots, name));
     report.clean = report.failed.is_empty();
     report
 }
@@ -183,6 +185,9 @@ fn cleanup_dir(roots: &Roots, name: &VmName, rundir: &dirs::Dir, mut report: Rep
     verify_deleted(roots, name, rundir, &keep, taps_left, &probe, &mut report);
     // No process of the VM's uid (the hypervisor or a helper) is left.
     report.failed.extend(surviving_processes_in(&probe, uid));
+    // Nor a set-id program in its state dir (not deleted: the state dir is
+    // the user's; reported, so the teardown is not clean until it is gone).
+    report.failed.extend(setid_in_state_dir(roots, name));
     report.clean = report.failed.is_empty();
     report
 }
@@ -440,6 +445,26 @@ fn surviving_processes_in(probe: &Probe, uid: Option<u32>) -> Vec<Failed> {
         reason: format!("cannot tell whether uid {uid} runs anything: {e}"),
     }));
     out
+}
+
+/// Set-user-ID and set-group-ID files under the VM's state dir (see
+/// [`leftovers::setid_files`]), each a failure naming it.
+pub fn setid_in_state_dir(roots: &Roots, name: &VmName) -> Vec<Failed> {
+    leftovers::setid_files(&roots.state_dir(name))
+        .into_iter()
+        .map(|f| {
+            let path = match &f {
+                SetId::File { path, .. } | SetId::Unreadable { path, .. } => path.clone(),
+            };
+            let reason = match &f {
+                SetId::File { .. } => format!(
+                    "{f}: a set-id program left in the VM's state dir runs as its owner for anyone who reaches it; not deleted (the state dir is the user's): remove it or `chmod ug-s` it"
+                ),
+                SetId::Unreadable { .. } => f.to_string(),
+            };
+            Failed { path, reason }
+        })
+        .collect()
 }
 
 /// Delete the persistent taps the intent record names that are owned by

@@ -153,6 +153,7 @@ pub fn verify(
         principal_checks(n, uid, &scan, &mut checks);
         checks.push(tap_check(n, vm_taps));
         checks.push(credential_mount_check(roots, n, &all_mounts));
+        checks.push(setid_check(roots, n));
     }
     // Asked about every VM: no credential mount of any VM either, also of
     // one whose runtime dir is gone (the per-VM checks only see known ones).
@@ -313,6 +314,24 @@ fn credential_mount_check(roots: &Roots, n: &VmName, all_mounts: &[(u32, String,
                 .iter()
                 .map(|(p, ns, m)| format!("{} in {ns} (pid {p})", m.mount_point.display()))
                 .collect::<Vec<_>>()
+        ),
+    )
+}
+
+/// No set-user-ID or set-group-ID file under the VM's state dir.
+fn setid_check(roots: &Roots, n: &VmName) -> Check {
+    let found = leftovers::setid_files(&roots.state_dir(n));
+    check(
+        "no-setid-file",
+        Some(n.as_str()),
+        found.is_empty(),
+        format!(
+            "no set-user-ID or set-group-ID file under {}",
+            rawpath::show(&roots.state_dir(n))
+        ),
+        format!(
+            "{:?}",
+            found.iter().map(ToString::to_string).collect::<Vec<_>>()
         ),
     )
 }
