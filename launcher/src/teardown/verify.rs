@@ -327,7 +327,7 @@ fn setid_check(roots: &Roots, n: &VmName) -> Check {
         found.is_empty(),
         format!(
             "no set-user-ID or set-group-ID file under {}",
-            rawpath::show(&roots.state_dir(n))
+            show(&roots.state_dir(n))
         ),
         format!(
             "{:?}",
