@@ -764,47 +764,53 @@ pub fn real_binary(env: &Env, var: &str, name: &str) -> Option<PathBuf> {
 }
 
 /// Grants /dev/kvm to `uid` for the life of the value.
-pub struct KvmAcl(u32);
+pub struct KvmAcl(DevAcl);
 
 impl KvmAcl {
     pub fn grant(uid: u32) -> KvmAcl {
-        let out = Command::new("setfacl")
-            .args(["-m", &format!("u:{uid}:rw"), "/dev/kvm"])
-            .output()
-            .expect("setfacl (acl package; tests/setup-host.sh installs it)");
-        assert!(out.status.success(), "setfacl /dev/kvm: {}", text(&out));
-        KvmAcl(uid)
-    }
-}
-
-impl Drop for KvmAcl {
-    fn drop(&mut self) {
-        let _ = Command::new("setfacl")
-            .args(["-x", &format!("u:{}", self.0), "/dev/kvm"])
-            .output();
+        KvmAcl(DevAcl::grant("/dev/kvm", uid))
     }
 }
 
 /// Grants `path` (a device node) read-write to `uid` with an ACL for the
 /// life of the value (this host has no udev, so /dev/net/tun is 0600).
-pub struct DevAcl(PathBuf, u32);
+/// Dropping it puts the node's ACL back as it was: without an extended ACL
+/// before, none after (`setfacl -x` alone would leave a mask entry behind,
+/// and with it a group permission that `chmod` no longer grants).
+pub struct DevAcl {
+    path: PathBuf,
+    uid: u32,
+    had_extended: bool,
+}
 
 impl DevAcl {
     pub fn grant(path: &str, uid: u32) -> DevAcl {
+        let before = Command::new("getfacl")
+            .args(["--skip-base", "--omit-header", path])
+            .output()
+            .expect("getfacl (acl package; tests/setup-host.sh installs it)");
+        assert!(before.status.success(), "getfacl {path}: {}", text(&before));
+        let had_extended = !String::from_utf8_lossy(&before.stdout).trim().is_empty();
         let out = Command::new("setfacl")
             .args(["-m", &format!("u:{uid}:rw"), path])
             .output()
             .expect("setfacl (acl package; tests/setup-host.sh installs it)");
         assert!(out.status.success(), "setfacl {path}: {}", text(&out));
-        DevAcl(PathBuf::from(path), uid)
+        DevAcl {
+            path: PathBuf::from(path),
+            uid,
+            had_extended,
+        }
     }
 }
 
 impl Drop for DevAcl {
     fn drop(&mut self) {
-        let _ = Command::new("setfacl")
-            .args(["-x", &format!("u:{}", self.1)])
-            .arg(&self.0)
-            .output();
+        let args = if self.had_extended {
+            vec!["-x".to_string(), format!("u:{}", self.uid)]
+        } else {
+            vec!["-b".to_string()]
+        };
+        let _ = Command::new("setfacl").args(args).arg(&self.path).output();
     }
 }
