@@ -52,7 +52,7 @@ rust_tests() {
   # Unit tests and the root integration tests (real namespaces, mounts,
   # landlock, QEMU guests). The fault-injection build adds the launcher's
   # kill-after-step switch the teardown tests need; root tests run one at a time.
-  cargo test --features fault-injection -- --test-threads=1
+  cargo test --no-fail-fast --features fault-injection -- --test-threads=1
 }
 soak_short() {
   # tests/soak.sh, short: 10 start/stop cycles of 2 VMs beside the host
