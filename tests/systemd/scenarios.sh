@@ -479,8 +479,8 @@ vfs_checks() { # CURSOR
   [ "$(ls -A "$VFS_RO")" = hello ] || { fail "vfs: the read-only share changed: $(ls -A "$VFS_RO" | tr '\n' ' ')"; return 1; }
   # hybrid vsock from L2: vhost-device-vsock's host socket in control/
   check_hybrid_vsock vfs "$1" || return 1
-  # the helpers: as vm-vfs, no capabilities, children of QEMU in its mount
-  # namespace and in the unit's cgroup
+  # the helpers: as vm-vfs, no capabilities, children of QEMU in the unit's
+  # cgroup; virtiofsd in a mount namespace of its own rooted in its share
   hs=$(vfs_helpers "$pid")
   log "vfs helpers (hypervisor $pid): $(printf '%s' "$hs" | tr '\n' ',')"
   names=$(printf '%s\n' "$hs" | awk '{print $2}' | sort | tr '\n' ' ')
@@ -502,7 +502,16 @@ vfs_checks() { # CURSOR
       || { fail "vfs: $c $h NoNewPrivs=$(status_field "$h" NoNewPrivs) Seccomp=$(status_field "$h" Seccomp)"; return 1; }
     [ "$(status_field "$h" PPid)" = "$pid" ] || { fail "vfs: $c $h is not QEMU's child (PPid $(status_field "$h" PPid))"; return 1; }
     [ "$(cat "/proc/$h/cgroup")" = "$cg" ] || { fail "vfs: $c $h is in cgroup $(cat "/proc/$h/cgroup"), not the unit's"; return 1; }
-    [ "$(readlink "/proc/$h/ns/mnt")" = "$ns" ] || { fail "vfs: $c $h is not in QEMU's mount namespace"; return 1; }
+    # vhost-device-vsock lives in QEMU's mount namespace; each virtiofsd in
+    # one of its own, rooted in its share (neither QEMU's nor L2's).
+    hns=$(readlink "/proc/$h/ns/mnt")
+    if [ "$c" = virtiofsd ]; then
+      [ "$hns" != "$ns" ] && [ "$hns" != "$(readlink /proc/self/ns/mnt)" ] \
+        || { fail "vfs: $c $h is not in a mount namespace of its own ($hns; QEMU $ns)"; return 1; }
+      [ ! -e "/proc/$h/root/etc/passwd" ] || { fail "vfs: $c $h sees the host's /etc/passwd: its root is not its share"; return 1; }
+    else
+      [ "$hns" = "$ns" ] || { fail "vfs: $c $h is not in QEMU's mount namespace"; return 1; }
+    fi
   done
   md=$(stat -c '%U %a' "$RUNTIME_ROOT/vfs/control/virtiofs-vrw.sock" 2>/dev/null)
   [ "$md" = "vm-vfs 600" ] || { fail "vfs: virtiofs-vrw.sock is '$md', not vm-vfs 600"; return 1; }
