@@ -44,8 +44,9 @@ use crate::host::dirs::{self, Dir, DirError, Loose, Want};
 use crate::host::ownership;
 use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal::{self, PrincipalError};
-use crate::instance::lease::{Lease, LeaseError};
+use crate::instance::lease::LeaseError;
 use crate::instance::liveness::{self, Verdict};
+use crate::teardown::lease_as_a_launch;
 
 /// The record of an adoption in progress: `STATE_ROOT/.adopt-NAME.json`
 /// (root, 0600). In the state root, not the runtime dir: it must outlive a
@@ -795,17 +796,7 @@ fn apply(
     };
     // The lease, as a launch takes it: no launch starts until the record is
     // gone.
-    let (rt_parent, rt_name) = dirs::split_parent(&roots.runtime_root)?;
-    let (runtime_root, _) = dirs::ensure(
-        &rt_parent,
-        &rt_name,
-        &Want {
-            loose: Loose::Tighten,
-            ..root_want(0o755)
-        },
-    )?;
-    let (rundir, _) = dirs::ensure(&runtime_root, name.as_str(), &root_want(0o755))?;
-    let Some(_lease) = Lease::acquire(&rundir)? else {
+    let Some(_lease) = lease_as_a_launch::<AdoptError>(roots, name)? else {
         return Err(AdoptError::StartedMeanwhile {
             name: name.to_string(),
         });

@@ -13,14 +13,15 @@ use serde::Serialize;
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::config::rawpath;
-use crate::host::dirs::{self, Dir, DirError, Loose, Want};
+use crate::host::dirs::{self, Dir, DirError};
 use crate::host::ownership::{self, Outcome};
 use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal;
 use crate::identity::registry::{self, Record};
 use crate::instance::launched::effective_spec_of;
-use crate::instance::lease::{Lease, LeaseError};
+use crate::instance::lease::LeaseError;
 use crate::instance::liveness::{self, Verdict};
+use crate::teardown::lease_as_a_launch;
 
 /// A purge refused (the VM is not dead), or one that cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -190,23 +191,7 @@ pub fn execute(roots: &Roots, name: &VmName, plan: Plan) -> Result<Report> {
     // Hold the launcher's lease for the whole deletion, creating the runtime
     // dir and lease file if needed (exactly as a launch would), so no launch
     // can start between the confirmation and the last unlink.
-    let (rt_parent, rt_name) = dirs::split_parent(&roots.runtime_root)?;
-    let root_want = |mode| Want {
-        uid: 0,
-        gid: 0,
-        mode,
-        loose: Loose::Refuse,
-    };
-    let (runtime_root, _) = dirs::ensure(
-        &rt_parent,
-        &rt_name,
-        &Want {
-            loose: Loose::Tighten,
-            ..root_want(0o755)
-        },
-    )?;
-    let (rundir, _) = dirs::ensure(&runtime_root, name.as_str(), &root_want(0o755))?;
-    let Some(_lease) = Lease::acquire(&rundir)? else {
+    let Some(_lease) = lease_as_a_launch::<PurgeError>(roots, name)? else {
         return Err(PurgeError::StartedMeanwhile {
             path: plan.state_dir.clone(),
             name: name.to_string(),
