@@ -304,6 +304,17 @@ impl UnitCgroup {
     }
 }
 
+/// Clear close-on-exec on `fd`.
+fn inherit_fd(fd: i32) -> std::io::Result<()> {
+    // SAFETY: `fd` stays open in the caller until the exec that inherits it.
+    let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    nix::fcntl::fcntl(
+        b,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )?;
+    Ok(())
+}
+
 /// Move the calling process into the cgroup whose `cgroup.procs` is `procs`.
 fn join_cgroup(procs: &CStr) -> std::io::Result<()> {
     let fd = nix::fcntl::open(procs, OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty())?;
@@ -915,8 +926,8 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
     let parsed: Spec = serde_json::from_value(spec).unwrap();
     let bare_dir = r.dir.path().join("bare");
     std::fs::create_dir_all(bare_dir.join("credentials")).unwrap();
-    let layout = |d: &Path| Layout {
-        qmp_socket: d.join("qmp.sock"),
+    let layout = |d: &Path, qmp_fd: i32| Layout {
+        qmp_fd,
         credentials_dir: d.join("credentials"),
         api_socket: d.join("api.sock"),
         firecracker_config: d.join("firecracker.json"),
@@ -926,7 +937,20 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
     };
     // What the launcher decides for this binary: it links libseccomp.
     let seccomp = hypervisor::elf::links_libseccomp(qemu).unwrap_or(false);
-    let argv = hypervisor::argv(&parsed, &layout(&bare_dir), seccomp);
+    // Bare QEMU gets its QMP socket as the launcher hands it over: bound
+    // by the caller, passed as an fd.
+    let bare_qemu = |qmp: &std::os::unix::net::UnixListener| {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let fd = qmp.as_raw_fd();
+        let argv = hypervisor::argv(&parsed, &layout(&bare_dir, fd), seccomp);
+        let mut c = Command::new(&argv[0]);
+        c.args(&argv[1..]);
+        // SAFETY: the hook runs between fork and exec and only makes one
+        // fcntl call on an fd this process owns (no allocation).
+        unsafe { c.pre_exec(move || inherit_fd(fd)) };
+        c
+    };
     let wait_running = |sock: &Path, t0: Instant| -> Duration {
         let end = t0 + Duration::from_secs(60);
         loop {
@@ -967,9 +991,9 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
             d_via = via_once();
         }
         let _ = std::fs::remove_file(bare_dir.join("qmp.sock"));
-        let mut c = Command::new(&argv[0]);
-        c.args(&argv[1..])
-            .stdin(Stdio::null())
+        let qmp = std::os::unix::net::UnixListener::bind(bare_dir.join("qmp.sock")).unwrap();
+        let mut c = bare_qemu(&qmp);
+        c.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if let Some(cg) = cg {
@@ -977,6 +1001,7 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
         }
         let t0 = Instant::now();
         let mut child = c.spawn().unwrap();
+        drop(qmp);
         let d_bare = wait_running(&bare_dir.join("qmp.sock"), t0);
         let _ = child.kill();
         let _ = child.wait();

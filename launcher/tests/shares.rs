@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -695,6 +695,67 @@ fn a_helper_cannot_reach_the_hypervisors_control_socket() {
     std::fs::remove_file(&qmp).unwrap();
     kill_probe(child, u);
     env.cleanup_clean("web");
+}
+
+/// The same property for the helper that shares QEMU's mount namespace:
+/// vhost-device-vsock (QEMU's user vsock backend) runs as the principal
+/// beside a real QEMU and reaches `control/` by path, so the QMP socket
+/// is root's, mode 0600, bound by the launcher and handed to QEMU as an
+/// fd: the helper's `connect(2)` is refused (EACCES), root's answers, and
+/// root's tools still take QEMU (which listened on it) as the VM's peer.
+#[test]
+fn a_helper_cannot_reach_the_hypervisors_control_socket_beside_qemu() {
+    let env = Env::new();
+    let u = uid(218);
+    let mut spec = env.spec("web", u);
+    spec["vsock"] = json!({ "cid": 9, "backend": "user", "binary": daemon("vhost-device-vsock") });
+    env.write_spec("web", &spec);
+    let mut g = env.start("web");
+    let qemu = g.pid();
+    let qmp = env.run.join("web/control/qmp.sock");
+    wait_until("QEMU's QMP answers root", Duration::from_secs(30), || {
+        env.vmwarden(&["status", "web"]).status.success()
+            && helpers_of(u, qemu).len() == 1
+            && std::os::unix::net::UnixStream::connect(&qmp).is_ok()
+    });
+    let (helper, comm) = helpers_of(u, qemu).pop().unwrap();
+    assert!(comm.starts_with("vhost-device"), "{comm}");
+    // From where the helper stands: its mount namespace, its uid and gid.
+    let connect = |as_helper: bool| {
+        let mut c = std::process::Command::new("nsenter");
+        c.args(["--target", &helper.to_string(), "--mount"]);
+        if as_helper {
+            c.args(["--setuid", &u.to_string(), "--setgid", &u.to_string()]);
+        }
+        c.args([
+            "--",
+            "python3",
+            "-c",
+            "import socket,sys\n\
+s=socket.socket(socket.AF_UNIX)\n\
+try: s.connect(sys.argv[1])\n\
+except PermissionError: print('EACCES'); sys.exit(13)\n\
+s.settimeout(10); print(s.recv(200).decode(errors='replace'))",
+            &qmp.to_string_lossy(),
+        ]);
+        c.output().unwrap()
+    };
+    let refused = connect(true);
+    assert_eq!(refused.status.code(), Some(13), "{}", text(&refused));
+    let root = connect(false);
+    assert!(
+        root.status.success() && text(&root).contains("\"QMP\""),
+        "{}",
+        text(&root)
+    );
+    let md = std::fs::symlink_metadata(&qmp).unwrap();
+    assert!(md.file_type().is_socket(), "{qmp:?}");
+    assert_eq!((md.uid(), md.mode() & 0o7777), (0, 0o600), "{qmp:?}");
+    let stop = env.vmwarden(&["stop", "web", "--timeout", "30"]);
+    assert!(stop.status.success(), "{}", text(&stop));
+    assert!(g.wait_exit(Duration::from_secs(10)).is_some());
+    assert_eq!(helpers_of(u, 0), vec![]);
+    env.assert_clean("web");
 }
 
 /// A minimal vhost-user-fs frontend: what a guest's virtio-fs driver

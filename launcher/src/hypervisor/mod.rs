@@ -21,10 +21,18 @@ use crate::config::spec::{
 pub const QEMU_SANDBOX: &str =
     "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
 
+/// The chardev id of vmwarden's QMP monitor.
+pub const QMP_CHARDEV: &str = "vmwarden-qmp";
+
 /// Paths the rendered command line refers to.
 #[derive(Debug, Clone)]
 pub struct Layout {
-    pub qmp_socket: PathBuf,
+    /// QMP: `control/qmp.sock`, bound by root (root's, mode 0600, so no
+    /// process of the principal but the one holding this fd — not a
+    /// helper in the same namespace — can connect) and handed over
+    /// unlistened; QEMU listens on it, so its peer credentials are the
+    /// principal's, which root's tools check.
+    pub qmp_fd: i32,
     pub credentials_dir: PathBuf,
     /// cloud-hypervisor / firecracker API socket (`control/api.sock`).
     pub api_socket: PathBuf,
@@ -103,11 +111,13 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
     }
     push(&["-serial", "stdio", "-no-reboot"]);
     push(&[
-        "-qmp",
+        "-chardev",
         &format!(
-            "unix:{},server=on,wait=off",
-            qemu_escape(&layout.qmp_socket)
+            "socket,id={QMP_CHARDEV},fd={},server=on,wait=off",
+            layout.qmp_fd
         ),
+        "-mon",
+        &format!("chardev={QMP_CHARDEV},mode=control"),
     ]);
     // virtio-mmio on microvm, PCI elsewhere.
     let bus = match spec.hypervisor.machine {
@@ -561,7 +571,7 @@ mod tests {
 
     fn layout() -> Layout {
         Layout {
-            qmp_socket: "/run/vmwarden/web/control/qmp.sock".into(),
+            qmp_fd: 3,
             credentials_dir: "/run/vmwarden/web/credentials".into(),
             api_socket: "/run/vmwarden/web/control/api.sock".into(),
             firecracker_config: "/run/vmwarden/web/control/firecracker.json".into(),
@@ -813,7 +823,8 @@ mod tests {
             "-kernel", "/k/bzImage", "-initrd", "/k/initrd",
             "-append", "console=ttyS0 quiet",
             "-serial", "stdio", "-no-reboot",
-            "-qmp", "unix:/run/vmwarden/web/control/qmp.sock,server=on,wait=off",
+            "-chardev", "socket,id=vmwarden-qmp,fd=3,server=on,wait=off",
+            "-mon", "chardev=vmwarden-qmp,mode=control",
             "-drive", "file=/var/lib/vmwarden/web/root.img,format=raw,if=none,id=disk0,cache=none,aio=threads",
             "-device", "virtio-blk-device,drive=disk0",
             "-drive", "file=/data/a,,b.img,format=raw,if=none,id=disk1,cache=none,aio=threads,readonly=on",
@@ -867,7 +878,8 @@ mod tests {
             "-smp", "1", "-m", "256M",
             "-kernel", "/k/bzImage",
             "-serial", "stdio", "-no-reboot",
-            "-qmp", "unix:/run/vmwarden/web/control/qmp.sock,server=on,wait=off",
+            "-chardev", "socket,id=vmwarden-qmp,fd=3,server=on,wait=off",
+            "-mon", "chardev=vmwarden-qmp,mode=control",
             "-drive", "file=/var/lib/vmwarden/web/var.img,format=raw,if=none,id=disk0,cache=none,aio=threads",
             "-device", "virtio-blk-device,drive=disk0,serial=var",
             "-drive", "file=/srv/base.qcow2,format=qcow2,if=none,id=disk1,cache=none,aio=threads,readonly=on",

@@ -684,6 +684,24 @@ fn remove_stale(control: &Dir, path: &Path) -> Result<(), SysError> {
 /// A listening Unix socket at `path` in the control dir (reached through
 /// the dir's fd, not its path), the principal's, mode 0600.
 fn bind_listener(control: &Dir, path: &Path, p: &Principal) -> Result<OwnedFd, SysError> {
+    let fd = bind_unix(control, path)?;
+    let name = path.file_name().unwrap_or_default();
+    nix::unistd::fchownat(
+        control.fd.as_fd(),
+        name,
+        Some(Uid::from_raw(p.uid)),
+        Some(Gid::from_raw(p.gid)),
+        AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .sys("fchownat", path)?;
+    listen(&fd, Backlog::new(8).unwrap_or(Backlog::MAXCONN)).sys("listen", path)?;
+    Ok(fd)
+}
+
+/// A Unix stream socket bound at `path` in the control dir (reached
+/// through the dir's fd, not its path), close-on-exec, not yet listening:
+/// root's, mode 0600, until the caller hands it on.
+pub(super) fn bind_unix(control: &Dir, path: &Path) -> Result<OwnedFd, SysError> {
     let name = path.file_name().unwrap_or_default();
     let via = PathBuf::from(format!("/proc/self/fd/{}", control.fd.as_raw_fd())).join(name);
     let fd = socket(
@@ -698,15 +716,6 @@ fn bind_listener(control: &Dir, path: &Path, p: &Principal) -> Result<OwnedFd, S
     let bound = bind(fd.as_raw_fd(), &addr);
     umask(old);
     bound.sys("bind", path)?;
-    nix::unistd::fchownat(
-        control.fd.as_fd(),
-        name,
-        Some(Uid::from_raw(p.uid)),
-        Some(Gid::from_raw(p.gid)),
-        AtFlags::AT_SYMLINK_NOFOLLOW,
-    )
-    .sys("fchownat", path)?;
-    listen(&fd, Backlog::new(8).unwrap_or(Backlog::MAXCONN)).sys("listen", path)?;
     Ok(fd)
 }
 

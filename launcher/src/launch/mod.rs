@@ -787,9 +787,25 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     //    The control dir holds only what this instance's hypervisor makes:
     //    stale sockets of a dead instance go (a hypervisor cannot bind over
     //    them), and firecracker's config file is written for the principal.
-    for stale in [API_SOCKET, CH_API_LOCK, FIRECRACKER_CONFIG, VSOCK_SOCKET] {
+    for stale in [
+        QMP_SOCKET,
+        API_SOCKET,
+        CH_API_LOCK,
+        FIRECRACKER_CONFIG,
+        VSOCK_SOCKET,
+    ] {
         remove_stale(&control, stale)?;
     }
+    //    QEMU's QMP socket is bound here, by root: root's, mode 0600, so
+    //    that a helper — the principal too, in the same namespace, and
+    //    Landlock does not mediate connect(2) — cannot connect to the
+    //    monitor; QEMU gets the bound socket as an fd and listens on it.
+    let qmp = if kind == HypervisorKind::Qemu && opts.probe.is_none() {
+        let path = control.path.join(QMP_SOCKET);
+        Some(helpers::bind_unix(&control, &path)?)
+    } else {
+        None
+    };
     if kind == HypervisorKind::CloudHypervisor {
         write_private(&control, CH_API_LOCK, b"", &principal)?;
     }
@@ -817,6 +833,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             lease: &lease,
             taps: &taps,
             vhost_vsock: vhost_vsock.as_ref(),
+            qmp: qmp.as_ref(),
             qemu_sandbox,
         },
     )
@@ -836,6 +853,8 @@ struct Confine<'a> {
     taps: &'a [net::Tap],
     /// `/dev/vhost-vsock`, opened by root for `vsock.backend = "vhost"`.
     vhost_vsock: Option<&'a std::os::fd::OwnedFd>,
+    /// QEMU's QMP socket, bound by root (see the hypervisor-config step).
+    qmp: Option<&'a std::os::fd::OwnedFd>,
     qemu_sandbox: bool,
 }
 
@@ -854,6 +873,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
         lease,
         taps,
         vhost_vsock,
+        qmp,
         qemu_sandbox,
     } = c;
     let roots = &opts.roots;
@@ -861,7 +881,6 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     let state_dir_path = roots.state_dir(&spec.name);
     let control_path = rundir.path.join(CONTROL_DIR);
     let creds_path = rundir.path.join(CREDENTIALS_DIR);
-    let qmp_path = control_path.join(QMP_SOCKET);
     let api_path = control_path.join(API_SOCKET);
     let fc_config_path = control_path.join(FIRECRACKER_CONFIG);
 
@@ -984,7 +1003,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
             hypervisor::argv(
                 spec,
                 &Layout {
-                    qmp_socket: qmp_path.clone(),
+                    qmp_fd: qmp.map_or(-1, AsRawFd::as_raw_fd),
                     credentials_dir: creds_path.clone(),
                     api_socket: api_path.clone(),
                     firecracker_config: fc_config_path.clone(),
@@ -996,7 +1015,8 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
             )
         }
     };
-    exec(sys, &argv, lease, taps, vhost_vsock, principal, state_dir)
+    let inherit: Vec<_> = vhost_vsock.into_iter().chain(qmp).collect();
+    exec(sys, &argv, lease, taps, &inherit, principal, state_dir)
 }
 
 /// The kernel's vhost-vsock device (`vsock.backend = "vhost"`), opened
@@ -1203,7 +1223,7 @@ fn exec(
     argv: &[String],
     lease: &Lease,
     taps: &[net::Tap],
-    vhost_vsock: Option<&std::os::fd::OwnedFd>,
+    inherit: &[&std::os::fd::OwnedFd],
     principal: &Principal,
     state_dir: &Dir,
 ) -> Result<Infallible> {
@@ -1223,9 +1243,12 @@ fn exec(
     for t in taps {
         keep.push(net::inherit_across_exec(&t.fd)?);
     }
-    if let Some(fd) = vhost_vsock {
+    for fd in inherit {
         use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-        fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).sys("fcntl(F_SETFD, 0)", VHOST_VSOCK)?;
+        fcntl(*fd, FcntlArg::F_SETFD(FdFlag::empty())).sys(
+            "fcntl(F_SETFD, 0)",
+            format!("/proc/self/fd/{}", fd.as_raw_fd()),
+        )?;
         keep.push(fd.as_raw_fd());
     }
     sandbox::cloexec_all_but(sys, &keep)?;
@@ -1595,6 +1618,7 @@ mod tests {
                 lease: &lease,
                 taps: &[],
                 vhost_vsock: None,
+                qmp: None,
                 qemu_sandbox: false,
             },
         );
