@@ -564,8 +564,8 @@ in rec {
   };
 
   # How nixos-rebuild switch treats a changed VM (switch-to-configuration
-  # reads these from the merged template + drop-in; docs/microvm-nix.md
-  # section 4). Stop before the activation, with the old unit, the old
+  # reads these from the merged template + drop-in;
+  # docs/design/nixos-rebuild-switch.md). Stop before the activation, with the old unit, the old
   # `vmwarden stop` and cleanup and the old spec under /etc, then start
   # with the new ones: stopIfChanged = false would run the new stop and
   # cleanup against the old instance. Never reload: the unit has no

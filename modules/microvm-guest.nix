@@ -4,8 +4,8 @@
 # options.nix defines the values with lib.mkDefault (a plain definition on
 # the host wins), assertions.nix turns the problems into failed assertions.
 # The formulas are microvm.nix's own (lib/runner.nix, lib/runners/*.nix);
-# docs/microvm-nix.md has the table of every option and section 2 the
-# derivation, with the microvm.nix version they were read from.
+# docs/microvm-nix.md has the table of every option and the
+# derivation ("How a guest is derived"), with the microvm.nix version they were read from.
 {lib}: let
   inherit (lib) concatLists elem filter hasInfix hasPrefix optional optionalAttrs;
   vlib = import ./lib.nix {inherit lib;};

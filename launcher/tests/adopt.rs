@@ -605,7 +605,7 @@ fn bad_input_is_refused_with_a_clear_message_and_the_host_unchanged() {
     assert_eq!((snap(), tree(&other)), s3);
 }
 
-/// The guide (docs/microvm-nix.md, "Migrating"), end to end: a
+/// The guide (docs/migrating-from-microvm-nix.md, "One VM at a time"), end to end: a
 /// microvm.nix-shaped state dir whose volume and share hold data written
 /// before is adopted (dry run, then --apply), verify-clean passes, the VM
 /// is launched under vmwarden (QEMU, TCG) and its guest reads that data
