@@ -17,7 +17,7 @@
   octet = s: 16 * hexDigits.${lib.toLower (builtins.substring 0 1 s)} + hexDigits.${lib.toLower (builtins.substring 1 1 s)};
 in rec {
   # ---------------------------------------------------------------- names
-  # VM names, as the launcher checks them (ARCHITECTURE.md, launch step 2).
+  # VM names, as the launcher checks them (docs/launch-spec.md, `name`).
   vmNameRegex = "${class rules.vm_name.first}${class rules.vm_name.rest}{0,${toString (rules.vm_name.max_len - 1)}}";
   validVmName = n: builtins.match vmNameRegex n != null;
 
