@@ -1195,6 +1195,100 @@ fn steps_main(n: usize) {
     );
 }
 
+/// `--compare DIR`: this build's binaries (B) against those in `DIR` (A,
+/// e.g. a copy of main's `target/release`), interleaved round by round
+/// with `/bin/true` and the floor program, all from the bench's cgroup:
+/// each one's CPU and wall overhead over `/bin/true`, its ratio to the
+/// floor's, and the median of the pair differences B − A. How a change
+/// to the launcher is judged on a busy machine.
+fn compare_main(a_dir: &Path, n: usize) {
+    let r = Roots::new();
+    r.spec("bench", 61900);
+    let floor = build_floor(r.dir.path());
+    let floor_dir = r.run.join("floor");
+    std::fs::create_dir_all(&floor_dir).unwrap();
+    let b_dir = bin("vmwarden-launch").parent().unwrap().to_path_buf();
+    let builds = [a_dir.to_path_buf(), b_dir];
+    // Launch, cleanup, verify-clean: each build's three in a row, as a
+    // VM's life goes.
+    let three = |d: &Path| {
+        let mut c = Command::new(d.join("vmwarden-launch"));
+        r.args(c.arg("bench")).args(["--probe", "--", "/bin/true"]);
+        let l = run(&mut c);
+        let c = run(r.args(Command::new(d.join("vmwarden-cleanup")).arg("bench")));
+        let v = run(r
+            .args(&mut Command::new(d.join("vmwarden")))
+            .args(["verify-clean", "bench"]));
+        [l, c, v]
+    };
+    let (mut base, mut fl) = (Samples::default(), Samples::default());
+    let mut launch: [Samples; 2] = Default::default();
+    let mut clean: [Samples; 2] = Default::default();
+    let mut ver: [Samples; 2] = Default::default();
+    for i in 0..n + 3 {
+        // Alternate which build goes first, so neither always follows
+        // the other.
+        let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
+        let t = run(&mut Command::new("/bin/true"));
+        let f = floor.as_ref().map(|f| {
+            run(Command::new(f)
+                .arg(&floor_dir)
+                .arg("61950")
+                .arg("/bin/true"))
+        });
+        let mut got = [None; 2];
+        for k in order {
+            got[k] = Some(three(&builds[k]));
+        }
+        if i < 3 {
+            continue;
+        }
+        base.push(t);
+        if let Some(f) = f {
+            fl.push(f);
+        }
+        for (k, g) in got.into_iter().enumerate() {
+            let [l, c, v] = g.unwrap();
+            launch[k].push(l);
+            clean[k].push(c);
+            ver[k].push(v);
+        }
+    }
+    println!(
+        "== A = {}, B = {} ({n} rounds, interleaved, bench's cgroup)",
+        builds[0].display(),
+        builds[1].display()
+    );
+    println!(
+        "  /bin/true {:.2} ms wall, {:.2} ms CPU (p50)",
+        ms(pct(&base.wall, 0.5)),
+        ms(pct(&base.cpu, 0.5))
+    );
+    let fo = (!fl.is_empty()).then(|| overhead(&fl, &base));
+    if let Some(f) = fo {
+        println!("  floor overhead                 {}", f.show());
+    }
+    for (what, s) in [
+        ("launch", &launch),
+        ("cleanup", &clean),
+        ("verify-clean", &ver),
+    ] {
+        for (k, name) in ["A", "B"].iter().enumerate() {
+            let o = overhead(&s[k], &base);
+            let ratio = fo.map(|f| o.ratio(f)).unwrap_or_default();
+            println!(
+                "  {what:<12} {name} overhead {}   ÷ floor {ratio}",
+                o.show()
+            );
+        }
+        println!(
+            "  {what:<12} median(B − A) {:+.3} ms wall, {:+.3} ms CPU",
+            median_diff_ms(&s[1].wall, &s[0].wall),
+            median_diff_ms(&s[1].cpu, &s[0].cpu)
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--sleeper") {
@@ -1207,6 +1301,11 @@ fn main() {
     // `cargo bench` passes --bench; `--quick` runs fewer iterations.
     let quick = args.iter().any(|a| a == "--quick");
     let n = if quick { 20 } else { 150 };
+    if let Some(i) = args.iter().position(|a| a == "--compare") {
+        let dir = args.get(i + 1).expect("--compare DIR");
+        compare_main(Path::new(dir), if quick { 40 } else { 200 });
+        return;
+    }
     if args.iter().any(|a| a == "--steps") {
         steps_main(if quick { 50 } else { 300 });
         return;

@@ -34,7 +34,10 @@ fn main() -> ExitCode {
     // and RUST_LOG, so both come before the environment is cleared.
     // A bad name is refused in the first step, as a configuration error
     // (EX_CONFIG, which the unit does not retry).
-    let args: cli::LaunchArgs = match common::parse_args() {
+    // The unit's own command line without clap's tree; anything else,
+    // and every error, through clap.
+    let fast = cli::parse_fast(std::env::args_os(), |k| std::env::var_os(k));
+    let args: cli::LaunchArgs = match fast.map_or_else(common::parse_args, Ok) {
         Ok(a) => a,
         Err(e) => return fail(LaunchError::at(STEPS[0], e)),
     };
