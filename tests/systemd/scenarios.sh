@@ -1077,6 +1077,7 @@ s_soak() {
   sum="SOAK cycles=$done/$n residue=$SOAK_RESIDUE restarts=$SOAK_RESTARTS/$SOAK_KILLS cycle_s_first10_mean=$(printf '%s\n' $times | head -10 | mean) cycle_s_last10_mean=$(printf '%s\n' $times | tail -10 | mean) cycle_s_max=$(printf '%s\n' $times | sort -n | tail -1)"
   say "$sum"
   log "soak cycle times:$times"
+  [ $rc -ne 0 ] || DETAIL=""
   note "${sum#SOAK }"
   return $rc
 }
