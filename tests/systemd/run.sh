@@ -23,12 +23,12 @@
 # Environment:
 #   VMWARDEN_BIN_DIR               vmwarden binaries (default <repo>/target/release)
 #   VMWARDEN_SYSTEMD_OUT           artifacts dir (default <repo>/target/systemd-test)
-#   VMWARDEN_SYSTEMD_TIMEOUT       overall guest timeout in s (default 1500)
+#   VMWARDEN_SYSTEMD_TIMEOUT       overall guest timeout in s (default 2400)
 #   VMWARDEN_SYSTEMD_EXTRA_ENV     "K=V K2=V2": Environment= drop-in for microvm@.service
 #                                  in the guest (e.g. VMWARDEN_TEST_SKIP_DELETE=control)
-#   VMWARDEN_SYSTEMD_ONLY          run only these scenarios (space separated names;
-#                                  `soak` runs only when named here)
-#   VMWARDEN_SYSTEMD_SOAK_CYCLES   cycles of the soak scenario (default 50)
+#   VMWARDEN_SYSTEMD_ONLY          run only these scenarios (space separated names)
+#   VMWARDEN_SYSTEMD_SOAK_CYCLES   cycles of the soak scenario (default 50 when
+#                                  VMWARDEN_SYSTEMD_ONLY is set, 5 in the default run)
 #   VMWARDEN_SYSTEMD_L3_ACCEL      kvm (default) | tcg: accel of the nested guests
 #   VMWARDEN_SYSTEMD_MACHINE       L2 machine type: microvm (default) | q35 | pc
 #   VMWARDEN_SYSTEMD_MEM           L2 memory in MiB (default 3072)
@@ -60,7 +60,7 @@ esac
 BIN_DIR=${VMWARDEN_BIN_DIR:-$REPO/target/release}
 HELPER_DIR=${VMWARDEN_TEST_CARGO_ROOT:-/var/cache/vmwarden-test/cargo}/bin
 OUTDIR=${VMWARDEN_SYSTEMD_OUT:-$REPO/target/systemd-test}
-TIMEOUT=${VMWARDEN_SYSTEMD_TIMEOUT:-1500}
+TIMEOUT=${VMWARDEN_SYSTEMD_TIMEOUT:-2400}
 EXTRA_ENV=${VMWARDEN_SYSTEMD_EXTRA_ENV:-}
 ONLY=${VMWARDEN_SYSTEMD_ONLY:-}
 L3_ACCEL=${VMWARDEN_SYSTEMD_L3_ACCEL:-kvm}
@@ -168,9 +168,10 @@ unshare() { # DEST...: break the hard link to the cache before a tool edits the 
 # VM principals (an operator does this once per VM on a non-Nix host)
 unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
 systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
-  || chroot "$ROOT" /bin/sh -c 'for v in a b c vol vsk vfs ch fc chb fcb; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done' \
+  || chroot "$ROOT" /bin/sh -c 'for v in a b c vol vsk vfs ch fc chb fcb cx; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
+      useradd --system --gid kvm --no-create-home --home-dir /var/lib/microvms --shell /usr/sbin/nologin microvm' \
   || die "cannot create the VM principals"
-grep -q '^vm-c:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
+grep -q '^vm-c:' "$ROOT/etc/passwd" && grep -q '^microvm:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
 # /dev/kvm: Debian's udev rule gives it to group kvm, 0660; the kvm module must load
 printf 'kvm_amd\n' | putc /etc/modules-load.d/vmwarden-test-kvm.conf 0644
 
@@ -209,7 +210,8 @@ secret() { head -c 36 /dev/urandom | base64 | tr -d '\n=' | putc "$1" 0400; }
 secret $CREDDIR/a/db-password
 secret $SECRETS/a-token
 secret $CREDDIR/b/token
-chmod 0700 "$ROOT/etc/vmwarden-test" "$ROOT$SECRETS" "$ROOT$CREDDIR" "$ROOT$CREDDIR/a" "$ROOT$CREDDIR/b"
+secret $CREDDIR/cx/token
+chmod 0700 "$ROOT/etc/vmwarden-test" "$ROOT$SECRETS" "$ROOT$CREDDIR" "$ROOT$CREDDIR/a" "$ROOT$CREDDIR/b" "$ROOT$CREDDIR/cx"
 if [ "$MODE" = smoke ]; then
   # the smoke unit's LoadCredential= reads $SECRETS/a-<name>
   cp -p "$ROOT$CREDDIR/a/db-password" "$ROOT$SECRETS/a-db-password"
@@ -218,6 +220,7 @@ else
   CREDS_a="db-password:$CREDDIR/a/db-password token:$SECRETS/a-token"
 fi
 CREDS_b="token:$CREDDIR/b/token"
+CREDS_cx="token:$CREDDIR/cx/token"
 
 # specs: a has a LoadCredential= credential and a path credential, b one of each kind
 if [ "$L3_ACCEL" = kvm ]; then L3_MACHINE=microvm; else L3_MACHINE=pc; fi
@@ -247,6 +250,9 @@ spec a 256 '[ { "name": "db-password", "source": { "systemd": "db-password" } },
   | putc /etc/vmwarden/vms/a.json 0644
 spec b 256 '[ { "name": "token", "source": { "systemd": "token" } } ]' \
   | putc /etc/vmwarden/vms/b.json 0644
+# cx: vmwarden's VM of the coexist scenario, under vmwarden@cx.service
+spec cx 256 '[ { "name": "token", "source": { "systemd": "token" } } ]' \
+  | putc /etc/vmwarden/vms/cx.json 0644
 # c: memory_mib below the minimum; the scenario copies it into /etc/vmwarden/vms
 spec c 4 '[]' | putc /opt/vmwarden-test/specs/c.json 0644
 # vol: a read-only 9p share and a volume the launcher creates (ext4); its
@@ -419,6 +425,36 @@ if [ "$MODE" = full ]; then
     mkdir -p "$ROOT$UNITDIR/microvms.target.wants"
     ln -sfn "$UNITDIR/microvm@.service" "$ROOT$UNITDIR/microvms.target.wants/microvm@$v.service"
   done
+  # The coexist scenario: vmwarden's units with the prefix `vmwarden`
+  # (vmwarden@.service, vmwarden-vms.target), as a host that also runs
+  # microvm.nix's host module installs them, and VM cx's drop-in under that
+  # name. microvm.nix's template (a stand-in, guest/microvm-nix/) waits in
+  # /opt/vmwarden-test/microvm-nix: the scenario puts it in place of
+  # vmwarden's microvm@.service while it runs, as microvm.nix's host module
+  # would own that name, and its VM mnix's runner in /var/lib/microvms/mnix.
+  "$VMW" render-unit --prefix vmwarden --bin-dir /usr/local/bin >"$WORK/vmwarden@.service" \
+    || die "vmwarden render-unit --prefix vmwarden failed"
+  "$VMW" render-unit --prefix vmwarden --target >"$WORK/vmwarden-vms.target" \
+    || die "vmwarden render-unit --prefix vmwarden --target failed"
+  "$VMW" render-unit --prefix vmwarden --dropin cx --spec "$ROOT/etc/vmwarden/vms/cx.json" \
+    --credentials-dir "$CREDDIR" >"$WORK/dropin-cx.conf" || die "vmwarden render-unit --prefix vmwarden --dropin cx failed"
+  put "$WORK/vmwarden@.service" "$UNITDIR/vmwarden@.service" 0644
+  put "$WORK/vmwarden-vms.target" "$UNITDIR/vmwarden-vms.target" 0644
+  put "$WORK/dropin-cx.conf" "$UNITDIR/vmwarden@cx.service.d/vmwarden.conf" 0644
+  cp "$WORK/vmwarden@.service" "$WORK/vmwarden-vms.target" "$OUTDIR/"
+  cp "$WORK/dropin-cx.conf" "$OUTDIR/vmwarden@cx.vmwarden.conf"
+  put "$HERE/guest/microvm-nix/microvm@.service" /opt/vmwarden-test/microvm-nix/microvm@.service 0644
+  MVN_UID=$(awk -F: '$1 == "microvm" {print $3}' "$ROOT/etc/passwd")
+  KVM_GID=$(awk -F: '$1 == "kvm" {print $3}' "$ROOT/etc/group")
+  [ -n "$MVN_UID" ] && [ -n "$KVM_GID" ] || die "user microvm or group kvm missing in the L2 tree"
+  for f in microvm-run microvm-shutdown; do
+    put "$HERE/guest/microvm-nix/$f" /var/lib/microvms/mnix/current/bin/$f 0755
+  done
+  ln -sfn current "$ROOT/var/lib/microvms/mnix/booted"
+  # microvm.nix's state dirs are its service user's (QEMU makes mnix.sock
+  # there); the runner itself is root's, as in the Nix store
+  chown "$MVN_UID:$KVM_GID" "$ROOT/var/lib/microvms" "$ROOT/var/lib/microvms/mnix"
+  chown -h "$MVN_UID:$KVM_GID" "$ROOT/var/lib/microvms/mnix/booted"
 else
   put "$HERE/guest/vmwarden-smoke@.service" "$UNITDIR/vmwarden-smoke@.service" 0644
   put "$HERE/guest/qmp-powerdown.sh" /opt/vmwarden-test/qmp-powerdown.sh 0755
@@ -427,8 +463,10 @@ if [ -n "$EXTRA_ENV" ]; then
   { echo "# from VMWARDEN_SYSTEMD_EXTRA_ENV (run.sh)"; echo "[Service]"
     for kv in $EXTRA_ENV; do
       case "$kv" in *=*) printf 'Environment="%s"\n' "$kv" ;; *) die "VMWARDEN_SYSTEMD_EXTRA_ENV: '$kv' is not K=V" ;; esac
-    done; } | putc "$UNITDIR/microvm@.service.d/90-test-env.conf" 0644
-  log "extra environment for microvm@.service: $EXTRA_ENV"
+    done; } >"$WORK/90-test-env.conf"
+  put "$WORK/90-test-env.conf" "$UNITDIR/microvm@.service.d/90-test-env.conf" 0644
+  put "$WORK/90-test-env.conf" "$UNITDIR/vmwarden@.service.d/90-test-env.conf" 0644
+  log "extra environment for microvm@.service and vmwarden@.service: $EXTRA_ENV"
 fi
 
 # scenario runner
@@ -436,9 +474,11 @@ put "$HERE/scenarios.sh" /opt/vmwarden-test/scenarios.sh 0755
 put "$HERE/guest/vmwarden-scenarios.service" "$UNITDIR/vmwarden-scenarios.service" 0644
 mkdir -p "$ROOT$UNITDIR/multi-user.target.wants"
 ln -sfn ../vmwarden-scenarios.service "$ROOT$UNITDIR/multi-user.target.wants/vmwarden-scenarios.service"
+# the soak: 50 cycles when named in VMWARDEN_SYSTEMD_ONLY, a short one in the default run
+if [ -n "$ONLY" ]; then SOAK_DEFAULT=50; else SOAK_DEFAULT=5; fi
 { printf 'MODE=%q\nREADY_TIMEOUT=%q\nPOWEROFF=1\nONLY=%q\nL3_ACCEL=%q\nSOAK_CYCLES=%q\n' \
-    "$MODE" "${VMWARDEN_SYSTEMD_READY_TIMEOUT:-300}" "$ONLY" "$L3_ACCEL" "${VMWARDEN_SYSTEMD_SOAK_CYCLES:-50}"
-  printf 'CREDS_a=%q\nCREDS_b=%q\nCREDS_vol=\nCREDS_vsk=\nCREDS_vfs=\n' "$CREDS_a" "$CREDS_b"
+    "$MODE" "${VMWARDEN_SYSTEMD_READY_TIMEOUT:-300}" "$ONLY" "$L3_ACCEL" "${VMWARDEN_SYSTEMD_SOAK_CYCLES:-$SOAK_DEFAULT}"
+  printf 'CREDS_a=%q\nCREDS_b=%q\nCREDS_cx=%q\nCREDS_vol=\nCREDS_vsk=\nCREDS_vfs=\n' "$CREDS_a" "$CREDS_b" "$CREDS_cx"
   printf 'HV_BRIDGE=%q\n%s' "$HV_BRIDGE" "$HV_ENV"; } | putc /opt/vmwarden-test/run.env 0644
 
 ROOT_IMG=$WORK/root.ext4 RES_IMG=$WORK/results.ext4
@@ -484,7 +524,7 @@ QPID=$!
 log "L2 guest booting (pid $QPID, timeout ${TIMEOUT}s, serial $SERIAL)"
 # progress lines as they come
 tail -n +1 -F --pid="$QPID" "$SERIAL" 2>/dev/null \
-  | grep --line-buffered -aoE '(SCENARIO|VMWARDEN-L2).*' | sed -u 's/\r$//; s/^/systemd: guest: /' &
+  | grep --line-buffered -aoE '(SCENARIO|SOAK|VMWARDEN-L2).*' | sed -u 's/\r$//; s/^/systemd: guest: /' &
 DEADLINE=$(( $(date +%s) + TIMEOUT )); L2_UP="" TIMED_OUT=0
 while kill -0 "$QPID" 2>/dev/null; do
   if [ -z "$L2_UP" ] && grep -aq 'VMWARDEN-L2-UP' "$SERIAL"; then
@@ -510,7 +550,7 @@ done
 RESULTS=$OUTDIR/results.txt
 if ! grep -q '^SCENARIOS ' "$RESULTS" 2>/dev/null; then
   log "no final line on the results disk; using the serial console"
-  tr -d '\r' <"$SERIAL" | grep -aoE '(VMWARDEN-L2-UP|SCENARIO |SCENARIOS ).*' | awk '!seen[$0]++' >"$RESULTS" || true
+  tr -d '\r' <"$SERIAL" | grep -aoE '(VMWARDEN-L2-UP|SCENARIO |SOAK |SCENARIOS ).*' | awk '!seen[$0]++' >"$RESULTS" || true
 fi
 echo "--- results ($RESULTS)"; cat "$RESULTS" 2>/dev/null || true; echo "---"
 while read -r name secs; do timing "scenario_$name" "$secs"; done < <(

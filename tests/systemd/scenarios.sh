@@ -76,6 +76,10 @@ wait_settled() { # UNIT TIMEOUT -> waits until not activating/deactivating/activ
   done
 }
 mainpid() { systemctl show -p MainPID --value "$1" 2>/dev/null; }
+# the unit a VM runs under: microvm@NAME.service, except the coexist
+# scenario's cx, rendered with `render-unit --prefix vmwarden`
+UNIT_PREFIX_cx=vmwarden
+unit_of() { local p="UNIT_PREFIX_$1"; echo "${!p:-microvm}@$1.service"; }
 
 # QMP query-status through the control socket, without vmwarden (root may connect)
 qmp_status() { # VM -> prints "running" etc
@@ -156,7 +160,7 @@ independent_clean() { # VM
 # start one or more VMs and check each: active only after wait-ready, QMP
 # running, runs as its principal, credentials reached the guest
 check_running() { # VM CURSOR
-  local vm=$1 cur=$2 u=microvm@$1.service pid st post
+  local vm=$1 cur=$2 u=$(unit_of "$1") pid st post
   [ "$(state "$u")" = active ] || { fail "$vm: $u is $(state "$u") after start"; return 1; }
   post=$(systemctl show -p ExecStartPost "$u" 2>/dev/null)
   log "$u ExecStartPost: $post"
@@ -181,7 +185,7 @@ check_running() { # VM CURSOR
   note "$vm active qmp=running uid=vm-$vm"
 }
 wait_guest() { # VM CURSOR -> READY + creds
-  local vm=$1 u=microvm@$1.service t0=$SECONDS end=$((SECONDS + READY_TIMEOUT))
+  local vm=$1 u=$(unit_of "$1") t0=$SECONDS end=$((SECONDS + READY_TIMEOUT))
   until jlog "$u" "$2" | grep -q '^VMWARDEN-GUEST-READY'; do
     if [ "$(state "$u")" != active ]; then
       fail "$vm: the unit went $(state "$u") before the guest was ready: $(jlog "$u" "$2" | tail -4 | tr '\n' ' ')"; return 1
@@ -193,7 +197,7 @@ wait_guest() { # VM CURSOR -> READY + creds
   check_creds "$vm" "$u" "$2"
 }
 check_graceful_stop() { # VM CURSOR [MARKER: the guest's line for the stop request]
-  local u=microvm@$1.service j m=${3:-VMWARDEN-GUEST-POWERBUTTON}
+  local u=$(unit_of "$1") j m=${3:-VMWARDEN-GUEST-POWERBUTTON}
   wait_journal "$u" "$2" "^$m" 10 \
     || { fail "$1: no $m: the stop was not graceful"; return 1; }
   j=$(jlog "$u" "$2")
@@ -219,13 +223,14 @@ s_unit_verify() {
   local f out all=""
   for f in /etc/systemd/system/microvm@.service /etc/systemd/system/microvm@a.service \
            /etc/systemd/system/microvm@b.service /etc/systemd/system/microvm@vfs.service \
-           /etc/systemd/system/microvms.target; do
+           /etc/systemd/system/microvms.target /etc/systemd/system/vmwarden@.service \
+           /etc/systemd/system/vmwarden@cx.service /etc/systemd/system/vmwarden-vms.target; do
     out=$(systemd-analyze verify "$f" 2>&1)
     log "systemd-analyze verify $f: rc=$? output: $out"
     [ -z "$out" ] || all="$all $f: $(printf '%s' "$out" | head -2 | tr '\n' ' ')"
   done
   [ -z "$all" ] || { fail "systemd-analyze verify printed:$all"; return 1; }
-  note "no output for microvm@.service, microvm@a/b/vfs (with drop-ins), microvms.target"
+  note "no output for microvm@.service, microvm@a/b/vfs (with drop-ins), microvms.target, vmwarden@.service, vmwarden@cx (with its drop-in), vmwarden-vms.target"
 }
 
 s_start_ab() {
@@ -792,46 +797,289 @@ s_all_clean() {
   [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
   p=$(pgrep -a 'qemu-system|cloud-hyperviso|firecracker' 2>/dev/null)
   [ -z "$p" ] || { fail "hypervisors still running: $p"; return 1; }
-  for v in a b c vol vsk vfs ch fc chb fcb; do independent_clean $v || return 1; done
+  for v in a b c vol vsk vfs ch fc chb fcb cx; do independent_clean $v || return 1; done
+  p=$(pgrep -u microvm 2>/dev/null | tr '\n' ' ')
+  [ -z "$p" ] || { fail "processes of microvm (the coexist scenario's foreign VM) left: $p"; return 1; }
   note "verify-clean (all VMs) clean, no hypervisor left"
 }
 
-# The soak: SOAK_CYCLES (default 50) start/stop cycles of a and b through
-# systemctl, proven clean after each; every fifth cycle SIGKILLs b's
-# hypervisor first and waits for Restart=on-failure to bring it back (the
-# kill's own cleanup report must be clean). About a minute a cycle with
-# nested guests, so it runs only when named: VMWARDEN_SYSTEMD_ONLY=soak.
-s_soak() {
-  local n=${SOAK_CYCLES:-50} c cur pid end v kills=0
-  for c in $(seq 1 "$n"); do
-    cur=$(mark)
-    timeout 600 systemctl start microvm@a.service microvm@b.service \
-      || { fail "cycle $c: systemctl start microvm@a microvm@b failed"; return 1; }
-    { wait_guest a "$cur" && wait_guest b "$cur"; } || { DETAIL="cycle $c: $DETAIL"; return 1; }
-    if [ $((c % 5)) = 0 ]; then
-      pid=$(mainpid microvm@b.service); cur=$(mark)
-      systemctl kill -s KILL microvm@b.service || { fail "cycle $c: systemctl kill failed"; return 1; }
-      end=$((SECONDS + 300))
-      until [ "$(state microvm@b.service)" = active ] && [ "$(mainpid microvm@b.service)" != "$pid" ]; do
-        [ $SECONDS -lt $end ] \
-          || { fail "cycle $c: microvm@b is $(state microvm@b.service) 300 s after SIGKILL, not restarted"; return 1; }
-        sleep 0.5
-      done
-      { check_cleanup b microvm@b.service "$cur" first && wait_guest b "$cur"; } \
-        || { DETAIL="cycle $c (after SIGKILL): $DETAIL"; return 1; }
-      kills=$((kills + 1))
-    fi
-    cur=$(mark)
-    timeout 600 systemctl stop microvm@a.service microvm@b.service \
-      || { fail "cycle $c: systemctl stop microvm@a microvm@b failed"; return 1; }
-    for v in a b; do
-      { check_cleanup $v microvm@$v.service "$cur" && check_clean $v; } || { DETAIL="cycle $c: $DETAIL"; return 1; }
-    done
-    systemctl reset-failed microvm@a.service microvm@b.service 2>/dev/null || true
-    DETAIL=""
-    log "soak cycle $c clean"
+# ---------------------------------------------------------------- coexist
+# vmwarden's VM cx under vmwarden@cx.service (`render-unit --prefix
+# vmwarden`) beside microvm.nix's VM mnix under microvm@mnix.service, a
+# template that is not vmwarden's (guest/microvm-nix/: microvm.nix's unit
+# and QEMU runner, QEMU as the service user microvm). For the scenario the
+# stand-in takes the name microvm@.service, as microvm.nix's host module
+# owns it on such a host; vmwarden's own microvm@.service (the other
+# scenarios') is put back afterwards. Both start; each runs in a cgroup of
+# its own; stopping either leaves the other running, the same process; the
+# vmwarden VM's stop, cleanup, verify-clean and reap leave the foreign VM's
+# files and processes as they were, and vmwarden's status knows only cx.
+MVN=mnix
+MVN_U=microvm@mnix.service
+MVN_DIR=/var/lib/microvms/mnix
+CX_U=vmwarden@cx.service
+UNITS=/etc/systemd/system
+SAVED=/run/vmwarden-test/saved-units
+coexist_install() {
+  mkdir -p "$SAVED"
+  mv "$UNITS/microvm@.service" "$SAVED/" || { fail "cannot move vmwarden's microvm@.service aside"; return 1; }
+  # a template drop-in (VMWARDEN_SYSTEMD_EXTRA_ENV) would apply to microvm.nix's too
+  if [ -d "$UNITS/microvm@.service.d" ]; then mv "$UNITS/microvm@.service.d" "$SAVED/"; fi
+  install -m 0644 "$T/microvm-nix/microvm@.service" "$UNITS/microvm@.service"
+  systemctl daemon-reload
+}
+coexist_restore() { # FAILED(0|1): after a failure, no waiting for a guest to act on Ctrl-Alt-Del
+  [ "${1:-0}" = 0 ] || systemctl kill -s KILL "$MVN_U" 2>/dev/null
+  timeout 300 systemctl stop "$MVN_U" "$CX_U"
+  systemctl reset-failed "$MVN_U" "$CX_U" 2>/dev/null
+  rm -f "$UNITS/microvm@.service"
+  mv "$SAVED/microvm@.service" "$UNITS/" || { fail "cannot put vmwarden's microvm@.service back"; return 1; }
+  if [ -d "$SAVED/microvm@.service.d" ]; then mv "$SAVED/microvm@.service.d" "$UNITS/"; fi
+  systemctl daemon-reload
+}
+s_coexist() {
+  local rc=0
+  coexist_install || return 1
+  coexist_run || rc=1
+  coexist_restore $rc || rc=1
+  return $rc
+}
+# the QMP status of microvm.nix's VM, on its own socket (root may connect)
+mvn_qmp() {
+  printf '%s\n%s\n' '{"execute":"qmp_capabilities"}' '{"execute":"query-status"}' \
+    | timeout 10 nc -U -q 2 "$MVN_DIR/$MVN.sock" 2>/dev/null \
+    | jq -r 'select(.return.status? != null) | .return.status' 2>/dev/null | head -1
+}
+# what vmwarden must leave alone: microvm.nix's files (path, inode, owner,
+# mode, size, mtime) and the service user's processes (pid, start time, exe)
+mvn_snapshot() {
+  local p
+  find /var/lib/microvms -printf '%p %i %U:%G %m %s %T@ %y\n' | sort
+  for p in $(pgrep -u microvm); do
+    echo "proc $p $(awk '{print $22}' "/proc/$p/stat" 2>/dev/null) $(readlink "/proc/$p/exe")"
   done
-  note "$n cycles, $kills SIGKILLs with Restart=on-failure, verify-clean clean after every cycle"
+}
+mvn_running() { # CURSOR -> checks microvm@mnix: active, QEMU as microvm, its cgroup, QMP
+  local pid cg
+  [ "$(state "$MVN_U")" = active ] || { fail "$MVN_U is $(state "$MVN_U")"; return 1; }
+  pid=$(mainpid "$MVN_U")
+  [ -n "$pid" ] && [ "$pid" != 0 ] || { fail "$MVN_U: no MainPID"; return 1; }
+  [ "$(readlink "/proc/$pid/exe")" = /usr/bin/qemu-system-x86_64 ] && [ "$(stat -c %U "/proc/$pid")" = microvm ] \
+    || { fail "$MVN_U: MainPID $pid is $(readlink "/proc/$pid/exe") as $(stat -c %U "/proc/$pid"), not QEMU as microvm"; return 1; }
+  cg=$(cut -d: -f3 "/proc/$pid/cgroup")
+  case "$cg" in */microvm@mnix.service) ;; *) fail "$MVN_U: QEMU's cgroup is $cg"; return 1 ;; esac
+  [ "$(mvn_qmp)" = running ] || { fail "$MVN_U: QMP query-status on $MVN_DIR/$MVN.sock says '$(mvn_qmp)'"; return 1; }
+}
+mvn_wait_ready() { # CURSOR
+  wait_journal "$MVN_U" "$1" '^VMWARDEN-GUEST-READY' "$READY_TIMEOUT" \
+    || { fail "$MVN_U: its guest printed no VMWARDEN-GUEST-READY within ${READY_TIMEOUT}s: $(jlog "$MVN_U" "$1" | tail -3 | tr '\n' ' ')"; return 1; }
+}
+mvn_stopped() { # CURSOR -> stopped through its own ExecStop, nothing of it left
+  local p
+  [ "$(state "$MVN_U")" = inactive ] || { fail "$MVN_U is $(state "$MVN_U") after its stop"; return 1; }
+  wait_journal "$MVN_U" "$1" '^VMWARDEN-GUEST-CTRLALTDEL' 10 \
+    || { fail "$MVN_U: its guest saw no Ctrl-Alt-Del (microvm-shutdown): $(jlog "$MVN_U" "$1" | tail -3 | tr '\n' ' ')"; return 1; }
+  p=$(pgrep -u microvm | tr '\n' ' ')
+  [ -z "$p" ] || { fail "$MVN_U: processes of microvm left: $p"; return 1; }
+}
+coexist_run() {
+  local cur cur2 pc pm pm2 cgc cgm out rc before after names rec
+  # the names are apart: vmwarden@cx is vmwarden's, microvm@mnix the stand-in's
+  systemctl show -p ExecStart --value "$CX_U" | grep -q vmwarden-launch \
+    && systemctl show -p ExecStart --value "$MVN_U" | grep -q "$MVN_DIR/current/bin/microvm-run" \
+    || { fail "the templates are not as installed: $CX_U $(systemctl show -p ExecStart --value "$CX_U" | head -c 120); $MVN_U $(systemctl show -p ExecStart --value "$MVN_U" | head -c 120)"; return 1; }
+  if systemctl cat "$CX_U" | grep -v '^#' | grep -q 'microvm'; then
+    fail "$CX_U names something of microvm's: $(systemctl cat "$CX_U" | grep -v '^#' | grep microvm | head -2 | tr '\n' ' ')"; return 1
+  fi
+  cur=$(mark)
+  timeout 600 systemctl start "$MVN_U" "$CX_U"; rc=$?
+  [ $rc -eq 0 ] || { fail "systemctl start $MVN_U $CX_U rc=$rc: $(jlog "$MVN_U" "$cur" | tail -3 | tr '\n' ' ') / $(jlog "$CX_U" "$cur" | tail -3 | tr '\n' ' ')"; return 1; }
+  mvn_running "$cur" && check_running cx "$cur" || return 1
+  pm=$(mainpid "$MVN_U"); pc=$(mainpid "$CX_U")
+  cgm=$(cut -d: -f3 "/proc/$pm/cgroup"); cgc=$(cut -d: -f3 "/proc/$pc/cgroup")
+  case "$cgc" in */vmwarden@cx.service) ;; *) fail "cx: the hypervisor's cgroup is $cgc"; return 1 ;; esac
+  # The intent record names the launcher's cgroup only when it held nothing
+  # else at launch; under the unit, ExecStartPost's wait-ready can be in it
+  # already (then liveness scans /proc): what it names must be the unit's.
+  rec=$(jq -r '.cgroup.path // "none"' "$RUNTIME_ROOT/cx/instance.json")
+  case "$rec" in none|"/sys/fs/cgroup$cgc") ;; *) fail "cx: the intent record's cgroup is $rec, not the unit's $cgc"; return 1 ;; esac
+  note "both active: $MVN_U QEMU $pm as microvm in $cgm, QMP running; $CX_U QEMU $pc as vm-cx in $cgc (intent record's cgroup: $rec)"
+  # vmwarden's status: cx running with the unit's MainPID, mnix unknown to it
+  "$VMW" status --json >"$RES/status-coexist.json" 2>>"$LOG" || { fail "vmwarden status --json failed"; return 1; }
+  names=$(jq -r '[.[] | select(.state == "running") | "\(.name):\(.pid)"] | join(" ")' "$RES/status-coexist.json")
+  [ "$names" = "cx:$pc" ] || { fail "vmwarden status: running VMs '$names', not cx:$pc"; return 1; }
+  if jq -e '.[] | select(.name == "mnix")' "$RES/status-coexist.json" >/dev/null; then
+    fail "vmwarden status lists microvm.nix's VM mnix"; return 1
+  fi
+  out=$("$VMW" status mnix 2>&1); rc=$?
+  [ $rc -ne 0 ] && printf '%s' "$out" | grep -q 'no VM "mnix"' \
+    || { fail "vmwarden status mnix rc=$rc: $out"; return 1; }
+  note "vmwarden status: running cx:$pc only, mnix unknown (rc=$rc)"
+  mvn_wait_ready "$cur" && wait_guest cx "$cur" || return 1
+  # 1. stop microvm.nix's VM: vmwarden's runs on, the same process
+  cur=$(mark)
+  timeout 300 systemctl stop "$MVN_U" || { fail "systemctl stop $MVN_U failed"; return 1; }
+  mvn_stopped "$cur" || return 1
+  [ "$(state "$CX_U")" = active ] && [ "$(mainpid "$CX_U")" = "$pc" ] && [ "$(qmp_status cx)" = running ] \
+    || { fail "after stopping $MVN_U: $CX_U is $(state "$CX_U") with MainPID $(mainpid "$CX_U") (was $pc), QMP $(qmp_status cx)"; return 1; }
+  [ -z "$(cleanup_report "$CX_U" "$cur")" ] || { fail "$CX_U ran its cleanup when $MVN_U stopped"; return 1; }
+  note "stop $MVN_U: inactive, guest saw Ctrl-Alt-Del, no microvm process; $CX_U active, same MainPID $pc, QMP running"
+  # 2. start it again, then stop vmwarden's: microvm.nix's runs on, untouched
+  cur2=$(mark)
+  timeout 600 systemctl start "$MVN_U" || { fail "second systemctl start $MVN_U failed"; return 1; }
+  mvn_running "$cur2" || return 1
+  pm2=$(mainpid "$MVN_U")
+  before=$(mvn_snapshot)
+  log "microvm.nix's files and processes before vmwarden's stop:"; printf '%s\n' "$before" >>"$LOG"
+  cur=$(mark)
+  timeout 300 systemctl stop "$CX_U" || { fail "systemctl stop $CX_U failed"; return 1; }
+  check_graceful_stop cx "$cur" && check_cleanup cx "$CX_U" "$cur" || return 1
+  [ "$(state "$CX_U")" = inactive ] || { fail "$CX_U is $(state "$CX_U") after stop"; return 1; }
+  check_clean cx || return 1
+  # vmwarden's audit and reap's dry run over the whole host, with microvm.nix's VM running
+  out=$("$VMW" verify-clean 2>&1); rc=$?
+  printf '%s\n' "$out" >>"$LOG"
+  [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc with $MVN_U running: $(printf '%s\n' "$out" | grep -E 'FAIL|result=' | head -3 | tr '\n' ' ')"; return 1; }
+  out=$("$VMW" reap --kill --json 2>&1); rc=$?
+  printf '%s\n' "$out" >>"$LOG"
+  [ $rc -eq 0 ] || { fail "vmwarden reap --kill --json (dry run) rc=$rc"; return 1; }
+  if printf '%s' "$out" | grep -Eq "mnix|microvms|\"$pm2\"|[^0-9]$pm2[^0-9]"; then
+    fail "vmwarden reap's dry run would act on microvm.nix's VM: $(printf '%s' "$out" | tr '\n' ' ' | head -c 300)"; return 1
+  fi
+  after=$(mvn_snapshot)
+  [ "$before" = "$after" ] || { fail "microvm.nix's files or processes changed across vmwarden's stop: $(diff <(printf '%s\n' "$before") <(printf '%s\n' "$after") | grep '^[<>]' | head -4 | tr '\n' ' ')"; return 1; }
+  mvn_running "$cur2" || return 1
+  [ "$(mainpid "$MVN_U")" = "$pm2" ] || { fail "$MVN_U has MainPID $(mainpid "$MVN_U"), not $pm2"; return 1; }
+  note "stop $CX_U: graceful, clean report, verify-clean cx and all clean, reap dry run names nothing of mnix; $MVN_U active, same QEMU $pm2, its $(printf '%s\n' "$after" | grep -c .) files/processes unchanged"
+  # 3. microvm.nix's VM stops on its own (its guest up, so it sees Ctrl-Alt-Del)
+  mvn_wait_ready "$cur2" || return 1
+  cur=$(mark)
+  timeout 300 systemctl stop "$MVN_U" || { fail "last systemctl stop $MVN_U failed"; return 1; }
+  mvn_stopped "$cur" || return 1
+  check_clean cx || return 1
+  note "$MVN_U stopped; cx still clean"
+}
+
+# ---------------------------------------------------------------- soak
+# SOAK_CYCLES start/stop cycles of a and b through systemctl (50 when the
+# soak is named in VMWARDEN_SYSTEMD_ONLY; run.sh sets fewer for the default
+# run). A cycle: `systemctl start microvm@a microvm@b` (active after
+# wait-ready: QMP answers; the guests are not waited for), both running
+# (QMP, their principals); in every fifth cycle the hypervisor of b, then
+# of a, then b, … is SIGKILLed (from outside systemd: a crash) and
+# Restart=on-failure must bring the unit back with a new MainPID whose QMP
+# answers, the kill's own cleanup report clean; then `systemctl stop` of
+# both: clean reports, verify-clean and the independent checks after every
+# stop. The guests are still booting when the stop comes, so the power
+# button has no one to act on it: a drop-in for the scenario gives `vmwarden
+# stop` --timeout 1 (it then quits QEMU through QMP), instead of 30 s of
+# waiting per stop, and machine.slice gets the lowest CPU weight while it
+# runs. One summary line: SOAK cycles=… residue=… restarts=…
+SOAK_DROPIN=50-soak-stop.conf
+soak_setup() {
+  local v
+  for v in a b; do
+    mkdir -p "/run/systemd/system/microvm@$v.service.d"
+    printf '[Service]\nExecStop=\nExecStop=/usr/local/bin/vmwarden stop %%i --timeout 1\n' \
+      >"/run/systemd/system/microvm@$v.service.d/$SOAK_DROPIN"
+  done
+  systemctl daemon-reload
+  # L2 is one TCG vCPU: two nested guests booting in machine.slice would
+  # take most of it from systemd and the checks; the lowest weight leaves
+  # them what the rest does not use
+  systemctl set-property --runtime machine.slice CPUWeight=1
+}
+soak_teardown() {
+  timeout 300 systemctl stop microvm@a.service microvm@b.service
+  rm -f /run/systemd/system/microvm@a.service.d/$SOAK_DROPIN /run/systemd/system/microvm@b.service.d/$SOAK_DROPIN
+  systemctl revert machine.slice >/dev/null 2>&1
+  systemctl daemon-reload
+  systemctl reset-failed microvm@a.service microvm@b.service 2>/dev/null || true
+}
+# QMP query-status without qmp_status's fixed 2 s wait: nc leaves as soon
+# as its input ends, which is given 0.2 s (then 1 s, 3 s) for the answer
+qmp_quick() { # VM -> prints the status
+  local w out sock=$RUNTIME_ROOT/$1/control/qmp.sock
+  for w in 0.2 1 3; do
+    out=$( { printf '%s\n%s\n' '{"execute":"qmp_capabilities"}' '{"execute":"query-status"}'; sleep $w; } \
+           | timeout 10 nc -U -q 0 "$sock" 2>/dev/null \
+           | jq -r 'select(.return.status? != null) | .return.status' 2>/dev/null | head -1)
+    [ -n "$out" ] && { echo "$out"; return 0; }
+  done
+  echo "no-answer"; return 1
+}
+soak_up() { # VM -> running: QMP, its principal
+  local u=microvm@$1.service pid st
+  [ "$(state "$u")" = active ] || { fail "$u is $(state "$u")"; return 1; }
+  st=$(qmp_quick "$1")
+  [ "$st" = running ] || { fail "$1: QMP query-status says '$st'"; return 1; }
+  pid=$(mainpid "$u")
+  [ "$(stat -c %U "/proc/$pid" 2>/dev/null)" = "vm-$1" ] || { fail "$1: MainPID $pid is not vm-$1's"; return 1; }
+}
+soak_kill() { # VM -> SIGKILL its hypervisor, wait for Restart=on-failure
+  local v=$1 u=microvm@$1.service pid n0 n cur end
+  pid=$(mainpid "$u"); n0=$(systemctl show -p NRestarts --value "$u")
+  cur=$(mark)
+  kill -KILL "$pid" || { fail "kill -KILL $pid ($v's hypervisor) failed"; return 1; }
+  end=$((SECONDS + 180))
+  while :; do
+    n=$(systemctl show -p NRestarts --value "$u")
+    [ "$(state "$u")" = active ] && [ "$(mainpid "$u")" != "$pid" ] && [ "$n" -gt "$n0" ] && break
+    [ $SECONDS -lt $end ] \
+      || { fail "$u is $(state "$u")/$(systemctl show -p SubState --value "$u") (NRestarts $n) 180 s after SIGKILL of $pid, not restarted"; return 1; }
+    sleep 0.5
+  done
+  check_cleanup "$v" "$u" "$cur" first || return 1
+  soak_up "$v" || return 1
+  SOAK_RESTARTS=$((SOAK_RESTARTS + 1))
+}
+soak_cycle() { # N
+  local c=$1 v cur rc out k=""
+  systemctl reset-failed microvm@a.service microvm@b.service 2>/dev/null
+  timeout 300 systemctl start microvm@a.service microvm@b.service; rc=$?
+  [ $rc -eq 0 ] || { fail "systemctl start microvm@a microvm@b rc=$rc: $(jlog microvm@a.service "" | tail -2 | tr '\n' ' ')"; return 1; }
+  soak_up a && soak_up b || return 1
+  case $((c % 10)) in 5) k=b ;; 0) k=a ;; esac
+  if [ -n "$k" ]; then
+    SOAK_KILLS=$((SOAK_KILLS + 1))
+    soak_kill "$k" || return 1
+  fi
+  cur=$(mark)
+  timeout 300 systemctl stop microvm@a.service microvm@b.service; rc=$?
+  [ $rc -eq 0 ] || { fail "systemctl stop microvm@a microvm@b rc=$rc"; return 1; }
+  for v in a b; do
+    case "$(state microvm@$v.service)" in inactive|failed) ;; *) fail "microvm@$v is $(state microvm@$v.service) after stop"; return 1 ;; esac
+    check_cleanup $v microvm@$v.service "$cur" || { SOAK_RESIDUE=$((SOAK_RESIDUE + 1)); return 1; }
+  done
+  # check_clean for both at once: one verify-clean run audits a and b
+  out=$("$VMW" verify-clean a b 2>&1); rc=$?
+  log "verify-clean a b rc=$rc"; printf '%s\n' "$out" >>"$LOG"
+  if [ $rc -ne 0 ] || [ "$(printf '%s\n' "$out" | grep -c '^result=clean')" != 1 ] || printf '%s\n' "$out" | grep -q 'FAIL'; then
+    SOAK_RESIDUE=$((SOAK_RESIDUE + 1))
+    fail "vmwarden verify-clean a b rc=$rc: $(printf '%s\n' "$out" | grep -E 'FAIL|result=' | head -3 | tr '\n' ' ')"; return 1
+  fi
+  for v in a b; do independent_clean $v || { SOAK_RESIDUE=$((SOAK_RESIDUE + 1)); return 1; }; done
+}
+mean() { awk '{s += $1; n++} END {if (n) printf "%.1f", s / n; else print "-"}'; }
+s_soak() {
+  local n=${SOAK_CYCLES:-50} c t0 dt times="" rc=0 done=0 sum
+  SOAK_RESTARTS=0 SOAK_KILLS=0 SOAK_RESIDUE=0
+  soak_setup
+  for c in $(seq 1 "$n"); do
+    t0=$(date +%s.%N)
+    DETAIL=""
+    soak_cycle "$c" || { DETAIL="cycle $c: $DETAIL"; rc=1; break; }
+    dt=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}')
+    times="$times $dt"; done=$c
+    log "soak cycle $c clean in $dt s (kills $SOAK_KILLS, restarts $SOAK_RESTARTS)"
+  done
+  soak_teardown
+  sum="SOAK cycles=$done/$n residue=$SOAK_RESIDUE restarts=$SOAK_RESTARTS/$SOAK_KILLS cycle_s_first10_mean=$(printf '%s\n' $times | head -10 | mean) cycle_s_last10_mean=$(printf '%s\n' $times | tail -10 | mean) cycle_s_max=$(printf '%s\n' $times | sort -n | tail -1)"
+  say "$sum"
+  log "soak cycle times:$times"
+  [ $rc -ne 0 ] || DETAIL=""
+  note "${sum#SOAK }"
+  return $rc
 }
 
 # ---------------------------------------------------------------- scenario (smoke)
@@ -870,9 +1118,9 @@ else
   run_scenario cloud_hypervisor s_cloud_hypervisor
   run_scenario firecracker s_firecracker
   run_scenario hv_bench s_hv_bench
+  run_scenario coexist s_coexist
+  run_scenario soak s_soak
   run_scenario all_clean s_all_clean
-  # Only when named (VMWARDEN_SYSTEMD_ONLY=soak): it is long.
-  [ -n "$ONLY" ] && run_scenario soak s_soak
 fi
 say "SCENARIOS passed=$PASS failed=$FAIL"
 
