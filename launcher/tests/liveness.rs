@@ -48,6 +48,16 @@ impl TestCgroup {
         TestCgroup { path }
     }
 
+    /// A cgroup named `name` (a unit's: `PREFIX@NAME.service`).
+    fn named(name: &str) -> TestCgroup {
+        let mount = cgroup::mount_point().expect(
+            "this test needs a cgroup v2 hierarchy (/sys/fs/cgroup or /sys/fs/cgroup/unified)",
+        );
+        let path = mount.join(name);
+        std::fs::create_dir(&path).unwrap();
+        TestCgroup { path }
+    }
+
     fn procs(&self) -> Vec<u32> {
         std::fs::read_to_string(self.path.join("cgroup.procs"))
             .unwrap_or_default()
@@ -240,6 +250,43 @@ fn in_its_own_cgroup_a_vm_that_releases_its_lease_is_found_there_and_stopped() {
         "stop left {:?} in the cgroup",
         cg.procs()
     );
+}
+
+/// Under systemd, the unit's `ExecStartPost=` (`wait-ready`) runs in the
+/// unit's cgroup beside the launcher: a cgroup named after the VM's unit
+/// (`PREFIX@NAME.service`) is the unit's whatever else of it runs there,
+/// so the launch records it; the same other process in a cgroup of
+/// another name makes it shared, and the launch records none.
+#[test]
+fn a_launch_records_its_units_cgroup_beside_the_units_other_processes() {
+    let env = Env::new();
+    let u = uid(145);
+    for (cg, recorded) in [
+        (
+            TestCgroup::named(&format!("vmwarden-test-{}@web.service", std::process::id())),
+            true,
+        ),
+        (TestCgroup::new("shared"), false),
+    ] {
+        // The stand-in for ExecStartPost's wait-ready.
+        let mut other = Command::new("/bin/sleep");
+        other.arg("600");
+        cg.enter(&mut other);
+        let mut other = other.spawn().unwrap();
+        let mut g = python_vm(&env, "web", u, HOLD, "HOLDING", Some(&cg));
+        let rec = intent(&env, "web").cgroup;
+        if recorded {
+            let rec = rec.expect("the launch recorded its unit's cgroup");
+            assert_eq!((rec.path, rec.id), (cg.path.clone(), cg.id()));
+        } else {
+            assert!(rec.is_none(), "a shared cgroup was recorded: {rec:?}");
+        }
+        other.kill().unwrap();
+        other.wait().unwrap();
+        g.kill();
+        let (o, rep) = env.cleanup("web");
+        assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    }
 }
 
 /// The verdict's kind, for comparing the two paths (reasons differ).

@@ -898,11 +898,10 @@ coexist_run() {
   pm=$(mainpid "$MVN_U"); pc=$(mainpid "$CX_U")
   cgm=$(cut -d: -f3 "/proc/$pm/cgroup"); cgc=$(cut -d: -f3 "/proc/$pc/cgroup")
   case "$cgc" in */vmwarden@cx.service) ;; *) fail "cx: the hypervisor's cgroup is $cgc"; return 1 ;; esac
-  # The intent record names the launcher's cgroup only when it held nothing
-  # else at launch; under the unit, ExecStartPost's wait-ready can be in it
-  # already (then liveness scans /proc): what it names must be the unit's.
+  # The intent record names the unit's cgroup (where ExecStartPost's
+  # wait-ready runs beside the launcher): liveness asks it, not /proc.
   rec=$(jq -r '.cgroup.path // "none"' "$RUNTIME_ROOT/cx/instance.json")
-  case "$rec" in none|"/sys/fs/cgroup$cgc") ;; *) fail "cx: the intent record's cgroup is $rec, not the unit's $cgc"; return 1 ;; esac
+  case "$rec" in "/sys/fs/cgroup$cgc") ;; *) fail "cx: the intent record's cgroup is $rec, not the unit's $cgc"; return 1 ;; esac
   note "both active: $MVN_U QEMU $pm as microvm in $cgm, QMP running; $CX_U QEMU $pc as vm-cx in $cgc (intent record's cgroup: $rec)"
   # vmwarden's status: cx running with the unit's MainPID, mnix unknown to it
   "$VMW" status --json >"$RES/status-coexist.json" 2>>"$LOG" || { fail "vmwarden status --json failed"; return 1; }

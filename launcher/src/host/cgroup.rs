@@ -139,10 +139,14 @@ impl std::fmt::Display for NotDedicated {
     }
 }
 
-/// The caller's cgroup, when it holds the caller and nobody else — as a
-/// unit's cgroup does at `ExecStart=`. Only such a cgroup stands for the VM
-/// the caller is about to become: everything in it later is the VM's.
-pub fn own_dedicated() -> Result<Cgroup, NotDedicated> {
+/// The caller's cgroup, when it stands for the VM named `unit_instance`
+/// that the caller is about to become, so that everything in it later is
+/// the VM's: it holds the caller and nobody else, or it is the VM's own
+/// unit's cgroup (its name `PREFIX@NAME.service`, as every vmwarden unit
+/// template names it), where systemd puts nothing but that unit's
+/// processes — at `ExecStart=` the unit's `ExecStartPost=` (`wait-ready`)
+/// already runs beside the launcher.
+pub fn own_dedicated(unit_instance: &str) -> Result<Cgroup, NotDedicated> {
     let mount = mount_point().ok_or(NotDedicated::NoHierarchy)?;
     let rel = own_path().ok_or(NotDedicated::NoHierarchy)?;
     let rel = rel.trim_start_matches('/');
@@ -157,12 +161,23 @@ pub fn own_dedicated() -> Result<Cgroup, NotDedicated> {
     read_at(&dir, "cgroup.procs", &mut buf).map_err(unreadable)?;
     let me = std::process::id();
     let pids = parse_pids(&buf);
-    if pids != [me] {
+    if pids != [me] && !is_unit_cgroup_of(&path, unit_instance) {
         return Err(NotDedicated::Shared(
             pids.into_iter().filter(|p| *p != me).collect(),
         ));
     }
     Ok(Cgroup { path, id })
+}
+
+/// Whether the cgroup directory `path` is a templated unit's for the
+/// instance `name`: its last component `PREFIX@NAME.service`, with a
+/// non-empty prefix.
+fn is_unit_cgroup_of(path: &Path, name: &str) -> bool {
+    path.file_name()
+        .and_then(|f| f.to_str())
+        .and_then(|f| f.strip_suffix(".service"))
+        .and_then(|f| f.rsplit_once('@'))
+        .is_some_and(|(prefix, instance)| !prefix.is_empty() && instance == name)
 }
 
 /// What `cg` holds now, not counting the caller and its ancestors (a tool
@@ -288,6 +303,33 @@ pub fn pidfd_kill(fd: &OwnedFd) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_units_cgroup_is_named_after_its_instance() {
+        let yes = |p: &str, n: &str| is_unit_cgroup_of(Path::new(p), n);
+        assert!(yes(
+            "/sys/fs/cgroup/machine.slice/microvm@web.service",
+            "web"
+        ));
+        assert!(yes(
+            "/sys/fs/cgroup/system.slice/vmwarden@web.service",
+            "web"
+        ));
+        assert!(!yes(
+            "/sys/fs/cgroup/system.slice/vmwarden@web.service",
+            "db"
+        ));
+        assert!(!yes("/sys/fs/cgroup/system.slice/@web.service", "web"));
+        assert!(!yes("/sys/fs/cgroup/system.slice/web.service", "web"));
+        assert!(!yes(
+            "/sys/fs/cgroup/user.slice/user@web.service/init.scope",
+            "web"
+        ));
+        assert!(!yes(
+            "/sys/fs/cgroup/system.slice/vmwarden@web.scope",
+            "web"
+        ));
+    }
 
     #[test]
     fn parses_cgroup_procs() {

@@ -689,10 +689,11 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // instance's (they all run as the uid), or anything else's — refuses
     // the launch. (The credentials of each process, from a pidfd; kernel
     // threads and other users' processes are skipped unread.) The launcher's own cgroup, when
-    // it holds nobody else (a unit's at ExecStart=), will hold this
+    // it holds nobody else or is this VM's unit's (`PREFIX@NAME.service`,
+    // where `ExecStartPost=`'s wait-ready runs beside it), will hold this
     // instance and everything it starts: the intent record names it, and
     // stop, status, cleanup and reap ask it instead of /proc.
-    let own_cgroup = cgroup::own_dedicated();
+    let own_cgroup = cgroup::own_dedicated(spec.name.as_str());
     if let Err(why) = &own_cgroup {
         tracing::debug!(%why, "no dedicated cgroup: liveness will scan /proc");
     }
