@@ -84,7 +84,7 @@ pub struct Spec {
     pub landlock: LandlockSpec,
     #[serde(default = "default_keep_on_purge")]
     pub keep_on_purge: Vec<String>,
-    /// Host directories the guest mounts (issue 12). Absent = none; the
+    /// Host directories the guest mounts (shares). Absent = none; the
     /// new fields are left out when unset, so an older spec round-trips
     /// byte for byte.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -846,9 +846,9 @@ mod tests {
         assert!(!argv.contains("-sandbox"));
     }
 
-    /// Issue 12's fields on QEMU: shares of both protocols, disks with
+    /// The device fields on QEMU: shares of both protocols, disks with
     /// format and serial, the user vsock backend, extra_args last.
-    fn issue12_spec() -> Spec {
+    fn devices_spec() -> Spec {
         serde_json::from_str(
             r#"{"version":1,"name":"web","principal":{"user":"vm-web","group":"vm-web"},
             "hypervisor":{"kind":"qemu","binary":"/usr/bin/qemu-system-x86_64","accel":"tcg","machine":"microvm",
@@ -866,7 +866,7 @@ mod tests {
 
     #[test]
     fn renders_golden_qemu_argv_with_shares_disks_vsock_and_extra_args() {
-        let argv = qemu_argv(&issue12_spec(), &layout(), true);
+        let argv = qemu_argv(&devices_spec(), &layout(), true);
         #[rustfmt::skip]
         let want = [
             "/usr/bin/qemu-system-x86_64",
@@ -895,14 +895,14 @@ mod tests {
         ];
         assert_eq!(argv, want);
         let p = Path::new("/etc/vmwarden/vms/web.json");
-        issue12_spec()
+        devices_spec()
             .validate(p, &VmName::parse("web").unwrap())
             .unwrap();
     }
 
     #[test]
     fn qemu_pci_machines_read_only_9p_and_the_vhost_vsock_fd() {
-        let mut s = issue12_spec();
+        let mut s = devices_spec();
         s.hypervisor.machine = Machine::Q35;
         s.shares[1].read_only = true;
         s.vsock = Some(VsockSpec {

@@ -1,4 +1,4 @@
-//! Issue 12's helper daemons: one `virtiofsd` per virtiofs share and
+//! The helper daemons: one `virtiofsd` per virtiofs share and
 //! `vhost-device-vsock` for QEMU's user vsock backend, each forked by the
 //! launcher inside the VM's mount namespace (after the credential tmpfs,
 //! before the launcher's own drop) and run as the VM's principal.
