@@ -10,6 +10,7 @@
 
 pub mod control_files;
 pub mod creds;
+pub mod drop_check;
 pub mod error;
 pub mod exec;
 pub mod helpers;
@@ -18,6 +19,7 @@ pub mod landlock;
 pub mod preflight;
 pub mod resources;
 pub mod sandbox;
+pub mod sandbox_error;
 pub mod seccomp;
 pub mod syscall;
 #[cfg(test)]
