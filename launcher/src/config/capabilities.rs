@@ -1,7 +1,7 @@
 //! What each hypervisor cannot do, as data: one row per (hypervisor,
 //! feature) the spec may ask for and that hypervisor does not have, with
 //! the field the refusal names and the reason it gives. The spec's checks
-//! ([`crate::config::validation`]) take their refusals from here, and
+//! (`config::validation`) take their refusals from here, and
 //! [`markdown`] renders the same rows for the documentation, so the two
 //! cannot drift apart.
 //!

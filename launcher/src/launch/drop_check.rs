@@ -1,7 +1,7 @@
 //! The privilege drop's self-check, as the kernel states it: one thread,
 //! every capability set empty, the ids exactly the principal's,
 //! `no_new_privs` set and `setuid(0)` refused. The real implementations
-//! behind [`crate::launch::syscall::LinuxSyscall`].
+//! behind the system-call seam's `LinuxSyscall`.
 
 use std::path::Path;
 

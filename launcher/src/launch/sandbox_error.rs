@@ -1,6 +1,6 @@
 //! What stops the sandbox: its errors, and what the privilege drop's
 //! self-check found still held. Below both the sandbox and the system-call
-//! seam ([`crate::launch::syscall`]), which return them.
+//! seam (`launch::syscall`), which return them.
 
 use std::path::PathBuf;
 
