@@ -1,34 +1,30 @@
-//! The VM's network interfaces and the kernel's vsock device: checked
-//! before anything is created, then each tap made, attached and raised, and
+//! The VM's network interfaces and the kernel's vsock device: each tap
+//! made, attached and raised (checked first by `launch::preflight`), and
 //! `/dev/vhost-vsock` opened by root for the hypervisor.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use netlink_packet_route::link::InfoKind;
 use nix::errno::Errno;
 
-use crate::config::paths::Roots;
-use crate::config::spec::{Spec, SpecError};
+use crate::config::spec::{Spec, VsockSpec};
 use crate::host::net;
-use crate::identity::principal::{self, Principal};
+use crate::identity::principal::Principal;
 use crate::launch::StepError;
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
 
 /// The kernel's vhost-vsock device (`vsock.backend = "vhost"`), opened
 /// read-write and close-on-exec (cleared for the hypervisor only, in
-/// [`exec`]).
+/// `launch::exec`).
 pub const VHOST_VSOCK: &str = "/dev/vhost-vsock";
 
-pub fn open_vhost_vsock(spec: &Spec) -> Result<Option<std::os::fd::OwnedFd>> {
+/// The device for the spec's `vsock`, when its backend is `"vhost"`.
+pub fn open_vhost_vsock(vsock: Option<&VsockSpec>) -> Result<Option<std::os::fd::OwnedFd>> {
     use crate::config::spec::VsockBackend;
     use nix::fcntl::{open, OFlag};
     use nix::sys::stat::Mode;
-    if !spec
-        .vsock
-        .as_ref()
-        .is_some_and(|v| v.backend == VsockBackend::Vhost)
-    {
+    if !vsock.is_some_and(|v| v.backend == VsockBackend::Vhost) {
         return Ok(None);
     }
     match open(
@@ -51,62 +47,6 @@ pub fn open_vhost_vsock(spec: &Spec) -> Result<Option<std::os::fd::OwnedFd>> {
             },
         }),
     }
-}
-
-/// Before anything is created: every bridge exists and is a bridge, no tap
-/// name is taken on this host or claimed by another configured VM.
-pub fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<()> {
-    if spec.interfaces.is_empty() {
-        return Ok(());
-    }
-    let bad = |field: String, reason: String| {
-        StepError::Spec(SpecError::Invalid {
-            path: spec_path.to_path_buf(),
-            field,
-            reason,
-        })
-    };
-    let others = principal::configured_specs_except(roots, Some(&spec.name));
-    let mut rtnl = net::Rtnl::open()?;
-    for (i, n) in spec.interfaces.iter().enumerate() {
-        for (other, _, other_spec) in &others {
-            if let Some(o) = other_spec {
-                if o.interfaces.iter().any(|x| x.tap == n.tap) {
-                    return Err(bad(
-                        format!("interfaces[{i}].tap"),
-                        format!("{:?} is also a tap of VM {other:?}; tap names must be unique across VMs", n.tap),
-                    ));
-                }
-            }
-        }
-        if rtnl.link(n.tap.as_str())?.is_some() {
-            return Err(bad(
-                format!("interfaces[{i}].tap"),
-                format!(
-                    "{:?} already exists on this host (a leftover of a stopped VM is deleted by `vmwarden reap --apply`)",
-                    n.tap
-                ),
-            ));
-        }
-        if let Some(b) = &n.bridge {
-            match rtnl.link(b.as_str())? {
-                None => {
-                    return Err(bad(
-                        format!("interfaces[{i}].bridge"),
-                        format!("{b:?} does not exist; create the bridge first (vmwarden attaches taps to it, it does not make bridges)"),
-                    ))
-                }
-                Some(l) if l.kind != Some(InfoKind::Bridge) => {
-                    return Err(bad(
-                        format!("interfaces[{i}].bridge"),
-                        format!("{b:?} is not a bridge (its kind is {:?})", l.kind),
-                    ))
-                }
-                Some(_) => {}
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Create, address, attach and raise every tap of the spec.

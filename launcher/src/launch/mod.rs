@@ -212,9 +212,12 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     };
     let (spec, spec_bytes) = Spec::load_bytes(&spec_path, &opts.name, spec_read?)?;
     let spec_walk = spec_walk.map(drop);
-    preflight::check_spec_paths_scoped(&spec, &spec_path, roots)?;
-    preflight::check_roots(&spec, &spec_path, roots)?;
-    let loaded = creds::read_all(&spec, opts.credentials_directory.as_deref(), &mut walker)?;
+    preflight::check_against_roots(&spec, &spec_path, roots)?;
+    let loaded = creds::read_all(
+        &spec.credentials,
+        opts.credentials_directory.as_deref(),
+        &mut walker,
+    )?;
     tracing::info!(
         step = %"spec-loaded",
         spec = %spec_path.display(),
@@ -252,19 +255,14 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         spec.name.as_str(),
         &root_want(0o755, Loose::Refuse),
     )?;
-    interfaces::preflight_interfaces(&spec, &spec_path, roots)?;
-    // What root hands to the hypervisor (binary, kernel, initrd) must be
-    // root's alone; then the binary is asked about its sandbox.
-    preflight::check_trusted_files(&spec, &spec_path, spec_walk, roots, &mut walker)?;
-    drop(walker);
-    let qemu_sandbox = preflight::qemu_sandbox(&spec, &spec_path, &principal)?;
-    preflight::cloud_hypervisor_credentials(&spec, &spec_path, &principal, roots)?;
-    preflight::check_principal(&spec, &spec_path, &principal)?;
-    volumes::preflight(&spec, &spec_path, &principal, &roots.state_dir(&spec.name))?;
+    // The interfaces, what root hands to the hypervisor, the hypervisor
+    // binary's sandbox and fw_cfg, and what the principal must own.
+    let qemu_sandbox =
+        preflight::check_with_principal(&spec, &spec_path, spec_walk, roots, walker, &principal)?;
     // The kernel's vsock device, opened by root before anything is made
     // (a host without it refuses here and changes nothing); its fd goes to
     // QEMU like a tap's, the principal never opens the node.
-    let vhost_vsock = interfaces::open_vhost_vsock(&spec)?;
+    let vhost_vsock = interfaces::open_vhost_vsock(spec.vsock.as_ref())?;
     steps.after("principal-resolved");
 
     // 4. Runtime root and this VM's runtime dir, then the lease.
@@ -378,14 +376,14 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     //    Taps: created here as non-persistent fds (close-on-exec until the
     //    exec below), MAC set, attached to their bridge, up. From now on the
     //    kernel deletes each tap when its last fd holder dies.
-    let taps = if kind == HypervisorKind::Firecracker {
-        // Persistent and the principal's: the fds close here, firecracker
-        // attaches by name; cleanup deletes them (intent record).
-        drop(interfaces::create_taps(&spec, Some(&principal))?);
-        Vec::new()
-    } else {
-        interfaces::create_taps(&spec, None)?
-    };
+    //    Firecracker's are persistent and the principal's: their fds close
+    //    here, firecracker attaches by name; cleanup deletes them (intent
+    //    record).
+    let by_name = kind == HypervisorKind::Firecracker;
+    let mut taps = interfaces::create_taps(&spec, by_name.then_some(&principal))?;
+    if by_name {
+        taps.clear();
+    }
     steps.after("taps");
 
     //    The control dir holds only what this instance's hypervisor makes:
@@ -414,12 +412,8 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         control_files::write_private(&control, CH_API_LOCK, b"", &principal)?;
     }
     if kind == HypervisorKind::Firecracker {
-        control_files::write_private(
-            &control,
-            FIRECRACKER_CONFIG,
-            hypervisor::firecracker_config(&spec, &control.path).as_bytes(),
-            &principal,
-        )?;
+        let config = hypervisor::firecracker_config(&spec, &control.path);
+        control_files::write_private(&control, FIRECRACKER_CONFIG, config.as_bytes(), &principal)?;
     }
     steps.after("hypervisor-config");
 

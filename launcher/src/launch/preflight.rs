@@ -1,25 +1,27 @@
-//! The checks before anything is created: spec paths scoped to this VM,
-//! what root hands to the hypervisor walked and trusted, the hypervisor
-//! binary asked about its sandbox and its fw_cfg, and the checks of the
-//! shares, created disks, vsock and `extra_args` that need the roots, the
-//! other specs or the principal. Nothing here creates or changes anything
-//! on the host.
+//! The checks before anything is created, in two calls of the step list:
+//! [`check_against_roots`] once the spec is loaded (its paths scoped to
+//! this VM; shares, created disks, vsock and `extra_args` against the
+//! roots and the other specs) and [`check_with_principal`] once the
+//! principal is known (bridges and taps, what root hands to the hypervisor
+//! walked and trusted, the hypervisor binary asked about its sandbox and
+//! its fw_cfg, what the principal must own). Nothing here creates or
+//! changes anything on the host.
 
 use std::path::Path;
 use std::time::Duration;
 
-use crate::config::files::Distrust;
-use crate::config::spec::{CredentialSource, HypervisorKind, SandboxMode};
+use netlink_packet_route::link::InfoKind;
+
+use crate::config::files::{Distrust, Kind};
+use crate::config::paths::Roots;
+use crate::config::spec::{CredentialSource, HypervisorKind, SandboxMode, Spec, SpecError};
+use crate::host::net;
+use crate::host::trust::{self, Policy};
 use crate::hypervisor::{self, SandboxProbe};
-use crate::launch::StepError;
+use crate::identity::principal::{self, Principal};
+use crate::launch::{volumes, StepError};
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
-
-use crate::config::files::Kind;
-use crate::config::paths::Roots;
-use crate::config::spec::{Spec, SpecError};
-use crate::host::trust::{self, Policy};
-use crate::identity::principal::Principal;
 
 fn bad(spec_path: &Path, field: String, reason: String) -> SpecError {
     SpecError::Invalid {
@@ -29,10 +31,46 @@ fn bad(spec_path: &Path, field: String, reason: String) -> SpecError {
     }
 }
 
+/// Step 2, once the spec is loaded: its paths inside this VM's own
+/// directories only ([`check_spec_paths_scoped`]), then its shares,
+/// created images, vsock and `extra_args` against the roots
+/// ([`check_roots`]).
+pub fn check_against_roots(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<()> {
+    check_spec_paths_scoped(spec, spec_path, roots)?;
+    check_roots(spec, spec_path, roots)?;
+    Ok(())
+}
+
+/// Step 3, once the principal is known and the directories that exist are
+/// vetted, in order: the interfaces ([`preflight_interfaces`]); what root
+/// hands to the hypervisor (binary, kernel, initrd, helpers) root's alone
+/// ([`check_trusted_files`], the last walk of `walker`); the binary asked
+/// about its sandbox ([`qemu_sandbox`]) and, with credentials, its fw_cfg
+/// ([`cloud_hypervisor_credentials`]); the shares and images the principal
+/// must own ([`check_principal`]); the room for created volumes
+/// (`volumes::preflight`). Returns whether QEMU gets `-sandbox`.
+pub fn check_with_principal(
+    spec: &Spec,
+    spec_path: &Path,
+    spec_walk: std::result::Result<(), Distrust>,
+    roots: &Roots,
+    mut walker: trust::Walker,
+    principal: &Principal,
+) -> Result<bool> {
+    preflight_interfaces(spec, spec_path, roots)?;
+    check_trusted_files(spec, spec_path, spec_walk, roots, &mut walker)?;
+    drop(walker);
+    let qemu_sandbox = qemu_sandbox(spec, spec_path, principal)?;
+    cloud_hypervisor_credentials(spec, spec_path, principal, roots)?;
+    check_principal(spec, spec_path, principal)?;
+    volumes::preflight(spec, spec_path, principal, &roots.state_dir(&spec.name))?;
+    Ok(qemu_sandbox)
+}
+
 /// Before the principal is known: `extra_args` against this VM's actual
 /// `control/`, share sources and created images inside this VM's own
 /// directories only, and the vsock CID unique across the config dir.
-pub fn check_roots(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<(), SpecError> {
+fn check_roots(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<(), SpecError> {
     spec.validate_extra_args(spec_path, &roots.control_dir(&spec.name))?;
     let own_state = roots.state_dir(&spec.name);
     for (i, sh) in spec.shares.iter().enumerate() {
@@ -144,11 +182,7 @@ fn check_cid_unique(
 /// (mode bits and POSIX ACLs alike; see the policy). A writable share is
 /// moreover the principal's own. Images of `disks[].create` are
 /// `volumes::preflight`'s.
-pub fn check_principal(
-    spec: &Spec,
-    spec_path: &Path,
-    principal: &Principal,
-) -> Result<(), SpecError> {
+fn check_principal(spec: &Spec, spec_path: &Path, principal: &Principal) -> Result<(), SpecError> {
     let policy = Policy::Principal {
         uid: principal.uid,
         gid: principal.gid,
@@ -206,11 +240,7 @@ pub fn check_principal(
 
 /// Spec paths must not point into another VM's runtime or state directory:
 /// those are masked inside the sandbox (and are not this VM's).
-pub fn check_spec_paths_scoped(
-    spec: &Spec,
-    spec_path: &Path,
-    roots: &Roots,
-) -> Result<(), SpecError> {
+fn check_spec_paths_scoped(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<(), SpecError> {
     let own_state = roots.state_dir(&spec.name);
     let own_run = roots.runtime_dir(&spec.name);
     let mut fields: Vec<(String, &Path)> = vec![
@@ -274,7 +304,7 @@ pub fn check_spec_paths_scoped(
 /// owned by root and writable by root only (symlinks followed one
 /// component at a time, each directory they lead through checked; see
 /// `host::trust`), and not inside vmwarden's roots once resolved.
-pub fn check_trusted_files(
+fn check_trusted_files(
     spec: &Spec,
     spec_path: &Path,
     spec_walk: std::result::Result<(), Distrust>,
@@ -333,7 +363,7 @@ const SANDBOX_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Whether QEMU gets `-sandbox`: probed once, before anything is created,
 /// so a QEMU without seccomp is refused with the host untouched unless the
 /// spec says `hypervisor.seccomp = "best-effort"`.
-pub fn qemu_sandbox(spec: &Spec, spec_path: &Path, principal: &Principal) -> Result<bool> {
+fn qemu_sandbox(spec: &Spec, spec_path: &Path, principal: &Principal) -> Result<bool> {
     if spec.hypervisor.kind != HypervisorKind::Qemu {
         return Ok(false);
     }
@@ -379,7 +409,7 @@ pub fn qemu_sandbox(spec: &Spec, spec_path: &Path, principal: &Principal) -> Res
 /// untouched. The tmpfs paths go into `--fw-cfg-config items=[…]`, where
 /// ',' ':' '[' ']' would split the list: a runtime root containing one is
 /// refused too.
-pub fn cloud_hypervisor_credentials(
+fn cloud_hypervisor_credentials(
     spec: &Spec,
     spec_path: &Path,
     principal: &Principal,
@@ -429,4 +459,60 @@ pub fn cloud_hypervisor_credentials(
             reason,
         }),
     }
+}
+
+/// Before anything is created: every bridge exists and is a bridge, no tap
+/// name is taken on this host or claimed by another configured VM.
+fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<()> {
+    if spec.interfaces.is_empty() {
+        return Ok(());
+    }
+    let bad = |field: String, reason: String| {
+        StepError::Spec(SpecError::Invalid {
+            path: spec_path.to_path_buf(),
+            field,
+            reason,
+        })
+    };
+    let others = principal::configured_specs_except(roots, Some(&spec.name));
+    let mut rtnl = net::Rtnl::open()?;
+    for (i, n) in spec.interfaces.iter().enumerate() {
+        for (other, _, other_spec) in &others {
+            if let Some(o) = other_spec {
+                if o.interfaces.iter().any(|x| x.tap == n.tap) {
+                    return Err(bad(
+                        format!("interfaces[{i}].tap"),
+                        format!("{:?} is also a tap of VM {other:?}; tap names must be unique across VMs", n.tap),
+                    ));
+                }
+            }
+        }
+        if rtnl.link(n.tap.as_str())?.is_some() {
+            return Err(bad(
+                format!("interfaces[{i}].tap"),
+                format!(
+                    "{:?} already exists on this host (a leftover of a stopped VM is deleted by `vmwarden reap --apply`)",
+                    n.tap
+                ),
+            ));
+        }
+        if let Some(b) = &n.bridge {
+            match rtnl.link(b.as_str())? {
+                None => {
+                    return Err(bad(
+                        format!("interfaces[{i}].bridge"),
+                        format!("{b:?} does not exist; create the bridge first (vmwarden attaches taps to it, it does not make bridges)"),
+                    ))
+                }
+                Some(l) if l.kind != Some(InfoKind::Bridge) => {
+                    return Err(bad(
+                        format!("interfaces[{i}].bridge"),
+                        format!("{b:?} is not a bridge (its kind is {:?})", l.kind),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
 }
