@@ -1,4 +1,5 @@
-//! What a failed launch reports: the step it failed in and why.
+//! Why a launch step failed: the error of the part the step called, or one
+//! of the launch's own refusals (`LaunchError` adds the step).
 
 use std::path::PathBuf;
 
@@ -23,32 +24,6 @@ use crate::launch::landlock::LandlockError;
 use crate::launch::sandbox::SandboxError;
 use crate::launch::seccomp::SeccompError;
 use crate::launch::volumes::VolumeError;
-
-/// A failed launch: the step it failed in (one of [`STEPS`], or
-/// [`EXEC_STEP`]) and why. The launcher prints it as
-/// `vmwarden-launch: error at step "STEP": …`.
-#[derive(Debug, thiserror::Error)]
-#[error("at step {step:?}: {error}")]
-pub struct LaunchError {
-    pub step: &'static str,
-    #[source]
-    pub error: Box<StepError>,
-}
-
-impl LaunchError {
-    pub fn at(step: &'static str, error: impl Into<StepError>) -> LaunchError {
-        LaunchError {
-            step,
-            error: Box::new(error.into()),
-        }
-    }
-
-    /// A refusal of the spec, the principal, a path, a credential or the
-    /// host (`EX_CONFIG`: starting again will not help).
-    pub fn is_refusal(&self) -> bool {
-        self.error.is_refusal()
-    }
-}
 
 /// Why a launch step failed: the error of the part the step called, or one
 /// of the launch's own refusals.

@@ -26,7 +26,7 @@ pub mod syscall;
 mod tests;
 pub mod volumes;
 
-pub use error::{LaunchError, StepError};
+pub use error::StepError;
 pub use exec::EXEC_PATH;
 pub use interfaces::VHOST_VSOCK;
 pub use resources::planned_resources;
@@ -87,6 +87,32 @@ pub const STEPS: &[&str] = &[
 /// calling `execve`. Not a fault-injection point (after it the launcher is
 /// the hypervisor), so `--list-steps` does not print it.
 pub const EXEC_STEP: &str = "exec";
+
+/// A failed launch: the step it failed in (one of [`STEPS`], or
+/// [`EXEC_STEP`]) and why. The launcher prints it as
+/// `vmwarden-launch: error at step "STEP": …`.
+#[derive(Debug, thiserror::Error)]
+#[error("at step {step:?}: {error}")]
+pub struct LaunchError {
+    pub step: &'static str,
+    #[source]
+    pub error: Box<StepError>,
+}
+
+impl LaunchError {
+    pub fn at(step: &'static str, error: impl Into<StepError>) -> LaunchError {
+        LaunchError {
+            step,
+            error: Box::new(error.into()),
+        }
+    }
+
+    /// A refusal of the spec, the principal, a path, a credential or the
+    /// host (`EX_CONFIG`: starting again will not help).
+    pub fn is_refusal(&self) -> bool {
+        self.error.is_refusal()
+    }
+}
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
 
