@@ -674,4 +674,53 @@ mod tests {
             assert_eq!(field_of(v), want);
         }
     }
+
+    /// Every row of the capability table is what the check says, to the
+    /// byte: each feature asked of a hypervisor without it is refused with
+    /// the row's field and reason, and QEMU takes them all.
+    #[test]
+    fn each_capability_refusal_is_the_tables_row() {
+        let with = |kind: HypervisorKind, feature: Feature| {
+            let mut v = base();
+            v["hypervisor"]["kind"] = json!(kind.as_str());
+            match feature {
+                Feature::Tcg => v["hypervisor"]["accel"] = json!("tcg"),
+                Feature::Credentials => {
+                    v["credentials"] = json!([{ "name": "a", "source": { "systemd": "a" } }])
+                }
+                Feature::Qcow2 => {
+                    v["disks"] =
+                        json!([{ "path": "/var/lib/vmwarden/web/a.img", "format": "qcow2" }])
+                }
+                Feature::DiskSerial => {
+                    v["disks"] = json!([{ "path": "/var/lib/vmwarden/web/a.img", "serial": "s1" }])
+                }
+                Feature::Shares | Feature::NinePShares => {
+                    v["shares"] = json!([{ "tag": "t", "source": "/srv/t", "proto": "9p" }])
+                }
+                Feature::VhostVsock => v["vsock"] = json!({ "cid": 3, "backend": "vhost" }),
+            }
+            v
+        };
+        for r in capabilities::REFUSALS {
+            let got = check(with(r.kind, r.feature)).unwrap_err().to_string();
+            let want = format!(
+                "spec /etc/vmwarden/vms/web.json: field `{}` {}",
+                r.field_at(0),
+                r.reason_with("Tcg")
+            );
+            assert_eq!(got, want, "{:?} {:?}", r.kind, r.feature);
+        }
+        for feature in [
+            Feature::Tcg,
+            Feature::Credentials,
+            Feature::Qcow2,
+            Feature::DiskSerial,
+            Feature::Shares,
+            Feature::VhostVsock,
+        ] {
+            let spec = check(with(HypervisorKind::Qemu, feature));
+            assert!(spec.is_ok(), "qemu {feature:?}: {spec:?}");
+        }
+    }
 }
