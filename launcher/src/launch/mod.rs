@@ -5,8 +5,10 @@
 //! anything is created), [`interfaces`] (taps and the vhost-vsock device),
 //! [`control_files`] (what the control dir holds before the hypervisor
 //! starts), [`volumes`], [`helpers`], [`creds`], [`sandbox`] (with
-//! [`landlock`] and [`seccomp`]) and [`exec`]; [`resources`] is what the
-//! intent record names before any of it exists.
+//! [`landlock`] and [`seccomp`]; its errors in [`sandbox_error`], the
+//! privilege drop's self-check in [`drop_check`], every privileged call
+//! through [`syscall`]) and [`exec`]; [`resources`] is what the intent
+//! record names before any of it exists, [`error`] why a step failed.
 
 pub mod control_files;
 pub mod creds;
