@@ -59,7 +59,7 @@
       ])
       (vlib.vmPaths name vm));
 
-    # Issue 12: shares.
+    # Shares.
     shareChecks =
       concatLists (lib.imap0 (i: sh: let
           here = "${at}.shares[${toString i}] (tag \"${sh.tag}\")";
@@ -89,7 +89,7 @@
         }
       ];
 
-    # Issue 12: disk format, serial, create.
+    # Disks: format, serial, create.
     diskChecks = concatLists (lib.imap0 (i: d: let
         here = "${at}.disks[${toString i}] (${d.path})";
         own = vlib.stateDirOf name;
@@ -117,7 +117,7 @@
       ])
       vm.disks);
 
-    # Issue 12: vsock, extraArgs, machine.
+    # vsock, extraArgs, machine.
     cid = vm.vsock.cid;
     binArch = vlib.qemuBinaryArch hostArch vm.hypervisorBinary;
     otherChecks =

@@ -119,7 +119,7 @@ in rec {
   # ---------------------------------------------------------------- extraArgs
   # hypervisor.extra_args: passed after vmwarden's own arguments, so an
   # argument here can undo what those set up. What each hypervisor refuses,
-  # with the reason; launcher/src checks the same (issue 12).
+  # with the reason; launcher/src checks the same.
   #
   # `extraArgsProblems kind name args` is a list of messages, one per
   # refused argument. Options are matched whether written -opt or --opt

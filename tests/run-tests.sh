@@ -37,8 +37,10 @@ setup() {
     && bash tests/assets/build-guest-shares.sh >/dev/null
 }
 lint() {
-  # No import circle between the crate's parts (tests/lint/layers.py);
-  # every link in docs/ and README.md resolves inside the repository.
+  # tests/lint/layers.py: no import circle between the crate's parts or the
+  # files of one part, no file of launcher/src over 800 lines, no ticket
+  # number anywhere in the tree; tests/lint/doc_links.py: every link in
+  # docs/ and README.md resolves inside the repository.
   python3 tests/lint/layers.py && python3 tests/lint/doc_links.py && cargo fmt --all -- --check && cargo clippy --all-targets --features fault-injection --quiet -- -D warnings \
     && cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check \
     && cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --locked --quiet -- -D warnings \

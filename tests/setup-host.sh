@@ -21,7 +21,7 @@
 #   gcc, libc6-dev   cc -static of the shares guest's vsock endpoint
 #                    (tests/assets/vsock-echo.c)
 #
-# Then the two vhost-user daemons of issue 12, which Debian 12 does not
+# Then the two vhost-user daemons of shares and vsock, which Debian 12 does not
 # package, built with `cargo install --locked` at pinned versions into
 # $VMWARDEN_TEST_CARGO_ROOT (default /var/cache/vmwarden-test/cargo, bin/ under
 # it). Skipped when bin/NAME exists and cargo's own record

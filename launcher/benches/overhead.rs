@@ -1401,7 +1401,7 @@ fn main() {
         sum.add(&what, m, "≤ 1.1");
     }
 
-    // 2b. Issue 12: the same launch with two virtiofs shares (one virtiofsd
+    // 2b. Shares: the same launch with two virtiofs shares (one virtiofsd
     // each, forked as the principal before the exec).
     if let Some((plain, shared)) = shares_rounds(&r, n) {
         println!("\n== launch with two virtiofs shares ({n} rounds, interleaved, bench's cgroup)");

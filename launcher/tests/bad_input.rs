@@ -229,7 +229,7 @@ fn trust_walk_cases() -> Vec<Case> {
     ]
 }
 
-fn issue12_cases() -> Vec<Case> {
+fn shares_disks_vsock_cases() -> Vec<Case> {
     vec![
         Case {
             name: "share in another VM's state dir",
@@ -1511,7 +1511,7 @@ fn cases() -> Vec<Case> {
         },
     ]
     .into_iter()
-    .chain(issue12_cases())
+    .chain(shares_disks_vsock_cases())
     .chain(volume_cases())
     .chain(trust_walk_cases())
     .collect()
@@ -1527,7 +1527,7 @@ fn own_state_dir(env: &Env) -> std::path::PathBuf {
     d
 }
 
-/// `disks[].create` and the vhost vsock backend (issue 12's runtime part):
+/// `disks[].create` and the vhost vsock backend (the runtime part of shares, disks and vsock):
 /// refused before anything is created, naming the field and the path.
 fn volume_cases() -> Vec<Case> {
     let mut cases = vec![
@@ -1711,14 +1711,14 @@ fn a_qemu_without_seccomp_runs_only_when_the_spec_opts_out() {
 }
 
 #[test]
-fn issue12_has_at_least_15_bad_input_cases() {
-    assert!(issue12_cases().len() >= 15);
+fn shares_disks_vsock_have_at_least_15_bad_input_cases() {
+    assert!(shares_disks_vsock_cases().len() >= 15);
     assert!(volume_cases().len() >= 6);
 }
 
 #[test]
 fn a_9p_share_disk_serial_and_extra_args_are_accepted() {
-    // Positive control for the issue-12 cases: the principal's own writable
+    // Positive control for the shares, disks and vsock cases: the principal's own writable
     // 9p share, a read-only root-owned one, a disk with a serial and an
     // allowed extra argument pass every check and launch.
     let env = Env::new();

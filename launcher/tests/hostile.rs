@@ -394,7 +394,7 @@ fn a_full_listen_backlog_cannot_hang_root_on_connect() {
 }
 
 // ---------------------------------------------------------------------------
-// Hardening, round three: one regression test per property of issue 10,
+// Hardening, round three: one regression test per hardening property,
 // each re-running the attack against the real binaries.
 
 /// `CMD…` as `u:u` with no groups (a local process of the VM's uid).

@@ -1,5 +1,5 @@
 //! Liveness believes the probe, not the lease, and the probe looks where
-//! the instance really is (issue 10, properties 5 and 6):
+//! the instance really is (hardening properties 5 and 6):
 //!
 //! * a VM that releases the flock it inherited and runs on is neither
 //!   "stopped" for `status` nor "not running" for `stop` — with and without

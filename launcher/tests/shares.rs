@@ -1,4 +1,4 @@
-//! Issue 12 with a real TCG guest: 9p shares (QEMU's own -fsdev), a disk
+//! Shares, disks and vsock with a real TCG guest: 9p shares (QEMU's own -fsdev), a disk
 //! serial and extra_args; virtiofs shares and the user vsock backend served
 //! by helper daemons (virtiofsd, vhost-device-vsock) the launcher starts as
 //! the principal. The guest is tests/assets/build-guest-shares.sh's (the

@@ -1,4 +1,4 @@
-//! Issue 12, `disks[].create`: the launcher makes the image (the
+//! Created volumes, `disks[].create`: the launcher makes the image (the
 //! principal's, 0600, sparse, ext4 formatted by mkfs as the principal),
 //! the guest sees it with its size and file system, what the guest writes
 //! survives cleanup and a restart, purge deletes it unless kept, and a

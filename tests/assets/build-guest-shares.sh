@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build (and cache) the shares/vsock variant of the test guest (issue 12).
+# Build (and cache) the shares/vsock variant of the test guest (shares, disks, vsock).
 # A sibling of build-guest.sh, not a mode of it: its assets have their own
 # directory and cache stamp. The steps the two share are in lib-guest.sh.
 #

@@ -1,4 +1,4 @@
-/* vsock-echo PORT: the shares guest's vsock endpoint (issue 12 tests).
+/* vsock-echo PORT: the shares guest's vsock endpoint (the shares tests).
  *
  * Prints this guest's CID (from /dev/vsock), listens on vsock PORT, accepts
  * one connection, reads one line and answers "guest-got:<line>\n", then

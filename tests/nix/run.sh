@@ -241,7 +241,7 @@ fi
 step "golden specs, flake.lock"
 # Every golden spec (tests/nix/golden/*/, compared with the module's
 # output below when NIXPKGS_LIB is set) has exactly the contract's fields,
-# issue 12's included.
+# shares, disks and vsock included.
 n=0
 nbad=0
 for f in tests/nix/golden/*/*.json; do
@@ -302,7 +302,7 @@ else
   }
   # Cases whose specs and drop-ins are compared with tests/nix/golden/CASE/:
   # an existing configuration (two-vms: its specs must not change), one
-  # using issue 12's fields directly, and microvm.nix-shaped guests
+  # using the shares, disks and vsock fields directly, and microvm.nix-shaped guests
   # (tests/nix/guests/) mapped onto specs.
   GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest guest-ch-creds guest-fc-networked"
   # case | expectation ("ok" or a fixed string the error must contain)
@@ -823,7 +823,7 @@ open(p, "w").write(s.replace(a + "\n", b + "\n"))' "$ed/units/$1" "$2" "$3"
         bad "render-unit --dropin $vm (the launcher refused the module's spec)"
       fi
     done
-    # The golden guests (issue 12's shares, disks, vsock, extra_args and the
+    # The golden guests (shares, disks, vsock, extra_args and the
     # microvm.nix-shaped ones): the launcher accepts every spec the module
     # wrote, and renders the same drop-in.
     for g in tests/nix/golden/*/*.json; do

@@ -7,7 +7,7 @@
 
   units.py spec SPEC_JSON_FILE
       Check a module-written launch spec against the contract in
-      ARCHITECTURE.md and issue 12: exactly these fields, these types.
+      ARCHITECTURE.md: exactly these fields, these types.
 
   units.py parity NIX_TEXT_FILE RUST_TEXT_FILE KIND [--store-bin P --bin B]
               [--cred-dir D --vm NAME]
@@ -70,7 +70,7 @@ CONTRACT = {
     "vcpus": int, "memory_mib": int, "kernel": str, "initrd": str,
     "cmdline": str, "credentials": list, "disks": list, "interfaces": list,
     "landlock": dict, "keep_on_purge": list,
-    # issue 12 (the module writes them only when used)
+    # shares, disks, vsock (the module writes them only when used)
     "shares": list, "virtiofsd": dict, "vsock": dict,
 }
 OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock"}

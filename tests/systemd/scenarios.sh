@@ -346,7 +346,7 @@ s_broken_spec() {
   return 0
 }
 
-# vol: a 9p share and a volume the launcher creates (issue 12), through the
+# vol: a 9p share and a volume the launcher creates (a created volume), through the
 # real unit. The image is the principal's, 0600, sparse; the guest sees its
 # size and mounts it as ext4; stop is graceful and clean; the image and what
 # the guest wrote on it survive.

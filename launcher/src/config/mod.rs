@@ -1,6 +1,7 @@
 //! Configuration: the launch spec, the names it may contain, and the roots
 //! every path is resolved against. The bottom layer: it imports no other part.
 
+pub mod capabilities;
 pub mod extra_args;
 pub mod files;
 pub mod names;
@@ -9,3 +10,4 @@ pub mod rawpath;
 pub mod rules;
 pub mod spec;
 pub mod text;
+pub mod validation;

@@ -81,7 +81,7 @@ pub enum Resource {
     /// reap and purge read it instead of the configured spec while this
     /// record exists. Removed by cleanup with the rest of the runtime dir.
     LaunchedSpec { path: PathBuf, source: PathBuf },
-    /// An image of `disks[].create` (issue 12), made under `temp` (next to
+    /// An image of `disks[].create` (a created volume), made under `temp` (next to
     /// it) and renamed to `path` once complete. `path` is persistent and
     /// the user's: cleanup never deletes it (only `purge` does). `temp` is
     /// what a launch killed while making the image leaves: cleanup removes
@@ -96,7 +96,7 @@ pub enum Resource {
         bridge: Option<String>,
     },
     /// A helper daemon the launcher forks for the hypervisor, run as the
-    /// principal (issue 12): `virtiofsd` for share `tag`, or
+    /// principal (see launch::helpers): `virtiofsd` for share `tag`, or
     /// `vhost-device-vsock`. `socket` is its vhost-user socket in
     /// `control/` (removed by cleanup with the control dir). It dies with
     /// the hypervisor (parent-death signal) and holds the lease meanwhile;

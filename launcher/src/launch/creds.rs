@@ -16,7 +16,7 @@ use nix::unistd::{fchown, Gid, Uid};
 
 use crate::config::files::{open_probed_at, Distrust, OpenError};
 use crate::config::names::CredentialName;
-use crate::config::spec::{CredentialSource, Spec, MAX_CREDENTIAL_BYTES};
+use crate::config::spec::{CredentialSource, CredentialSpec, MAX_CREDENTIAL_BYTES};
 use crate::host::dirs::Dir;
 use crate::host::sys::{IoContext, IoError, SysContext, SysError};
 use crate::host::trust::{self, Policy};
@@ -108,7 +108,7 @@ fn describe(src: &CredentialSource) -> String {
     }
 }
 
-/// Read every credential the spec names. `credentials_directory` is the
+/// Read every credential the spec names (its `credentials`). `credentials_directory` is the
 /// `$CREDENTIALS_DIRECTORY` the launcher was started with, if any; `walker`
 /// is the launch's (directories on the way are opened once per launch).
 ///
@@ -120,12 +120,12 @@ fn describe(src: &CredentialSource) -> String {
 /// copies into a VM. It is opened without following a link and without
 /// blocking, and must be a regular file.
 pub fn read_all(
-    spec: &Spec,
+    credentials: &[CredentialSpec],
     credentials_directory: Option<&Path>,
     walker: &mut trust::Walker,
 ) -> Result<Vec<Loaded>, CredentialError> {
-    let mut out = Vec::with_capacity(spec.credentials.len());
-    for (i, c) in spec.credentials.iter().enumerate() {
+    let mut out = Vec::with_capacity(credentials.len());
+    for (i, c) in credentials.iter().enumerate() {
         let desc = describe(&c.source);
         let err = |problem: SourceProblem| CredentialError::Source {
             name: c.name.to_string(),

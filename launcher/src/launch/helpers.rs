@@ -1,4 +1,4 @@
-//! Issue 12's helper daemons: one `virtiofsd` per virtiofs share and
+//! The helper daemons: one `virtiofsd` per virtiofs share and
 //! `vhost-device-vsock` for QEMU's user vsock backend, each forked by the
 //! launcher inside the VM's mount namespace (after the credential tmpfs,
 //! before the launcher's own drop) and run as the VM's principal.
@@ -15,25 +15,8 @@
 //! same process, so the death signal follows the hypervisor; the inherited
 //! lease keeps the VM "live" for as long as any helper somehow survives.
 //!
-//! Each virtiofsd gets a mount namespace of its own whose root is its
-//! share, so that no lookup a guest sends can leave the share whatever
-//! virtiofsd does (it runs with `--sandbox=none`, and its own guard,
-//! `openat2(RESOLVE_IN_ROOT)`, is probed at start and silently replaced
-//! by plain `openat` where the probe fails — under systemd's
-//! `RestrictSUIDSGID=` every `openat2` answers ENOSYS). The child, still
-//! root, unshares a mount namespace, makes every mount a slave, binds the
-//! share onto itself (`nosuid`, `nodev`, read-only for a read-only share)
-//! and starts virtiofsd there with the share as its working directory and
-//! `--shared-dir=/`. virtiofsd opens `/proc/self/fd` (and `.`) when it
-//! starts, so the switch of root comes after that, as virtiofsd's own
-//! namespace sandbox orders it: once the launcher sees the share among its
-//! fds, a short-lived child of the launcher (root) joins that namespace,
-//! `pivot_root`s into the share and detaches the old root. `pivot_root`
-//! moves the root of every process of the namespace — virtiofsd's — to the
-//! share; the launcher then checks `/proc/PID/root` is the share before it
-//! goes on. The guest's first FUSE request comes after that (the
-//! hypervisor does not exist yet). In that namespace nothing but the share
-//! exists: not `control/` (the hypervisor's QMP socket), not the host.
+//! Each virtiofsd is confined to a mount namespace rooted at its share
+//! (see `share_root`).
 //!
 //! virtiofsd gets its listening socket from root (`--fd`): given a path it
 //! would also create `<socket>.pid`, a regular file, and the helper's
@@ -65,6 +48,10 @@ use crate::identity::principal::Principal;
 use crate::instance::lease::Lease;
 use crate::launch::syscall::Syscall;
 use crate::launch::{landlock, sandbox, seccomp, EXEC_PATH};
+
+mod share_root;
+
+use share_root::{confine_to_share, share_namespace};
 
 /// How long a helper may take to exec and (vhost-device-vsock) to make its
 /// sockets. Here virtiofsd execs in ~2 ms and vhost-device-vsock binds in
@@ -433,159 +420,6 @@ fn child(
     format!("execve {}: {e}", prog.to_string_lossy())
 }
 
-/// The helper child's own mount namespace (as root, before the drop): every
-/// mount a slave (nothing made here reaches the VM's namespace or the
-/// host), and the share bound onto itself, `nosuid` and `nodev`, read-only
-/// for a read-only share: the mount that becomes its root.
-fn share_namespace(sys: &dyn Syscall, share: &Path, read_only: bool) -> Result<(), SysError> {
-    use nix::mount::MsFlags;
-    use nix::sched::CloneFlags;
-    sys.unshare(CloneFlags::CLONE_NEWNS)
-        .sys("unshare(CLONE_NEWNS) for the helper", share)?;
-    sys.mount(
-        None,
-        Path::new("/"),
-        None,
-        MsFlags::MS_REC | MsFlags::MS_SLAVE,
-        None,
-    )
-    .sys("mount --make-rslave", "/")?;
-    sys.mount(
-        Some(&*share.to_string_lossy()),
-        share,
-        None,
-        MsFlags::MS_BIND | MsFlags::MS_REC,
-        None,
-    )
-    .sys("bind the share onto itself", share)?;
-    let ro = if read_only {
-        MsFlags::MS_RDONLY
-    } else {
-        MsFlags::empty()
-    };
-    sandbox::remount_nosuid(sys, share, ro).map_err(|e| SysError {
-        op: "remount the share nosuid,nodev",
-        path: share.to_path_buf(),
-        errno: match e {
-            sandbox::SandboxError::Sys(s) => s.errno,
-            _ => Errno::EINVAL,
-        },
-    })?;
-    Ok(())
-}
-
-/// Make the share virtiofsd's root (see the module docs): wait until it
-/// has opened its working directory (the share: by then it holds
-/// `/proc/self/fd` too), then `pivot_root` its namespace into the share
-/// from a child of the launcher, and check `/proc/PID/root` is the share.
-fn confine_to_share(h: &Helper, pid: Pid, share: &Path, t0: Instant) -> Result<(), HelperError> {
-    let fail = |detail: String| HelperError::Confine {
-        helper: h.name(),
-        binary: h.binary.clone(),
-        share: share.to_path_buf(),
-        detail,
-    };
-    let want = nix::sys::stat::stat(share).map_err(|e| fail(format!("stat: {e}")))?;
-    let same = |st: &nix::sys::stat::FileStat| (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino);
-    let fds = PathBuf::from(format!("/proc/{pid}/fd"));
-    loop {
-        let opened = std::fs::read_dir(&fds).ok().is_some_and(|rd| {
-            rd.flatten()
-                .any(|e| nix::sys::stat::stat(&e.path()).is_ok_and(|st| same(&st)))
-        });
-        if opened {
-            break;
-        }
-        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) => {}
-            Ok(status) => {
-                return Err(HelperError::Exited {
-                    helper: h.name(),
-                    binary: h.binary.clone(),
-                    socket: h.socket.clone(),
-                    status: format!("{status:?}"),
-                })
-            }
-            Err(e) => return Err(fail(format!("waitpid: {e}"))),
-        }
-        if t0.elapsed() >= START_TIMEOUT {
-            return Err(timeout(h, "did not open its share".into()));
-        }
-        std::thread::sleep(POLL);
-    }
-    pivot_in(pid, share).map_err(fail)?;
-    let root = nix::sys::stat::stat(&*format!("/proc/{pid}/root"))
-        .map_err(|e| fail(format!("stat /proc/{pid}/root: {e}")))?;
-    if !same(&root) {
-        return Err(fail(format!(
-            "after pivot_root its root (/proc/{pid}/root) is not the share"
-        )));
-    }
-    Ok(())
-}
-
-/// In a child of the launcher (root): join `pid`'s mount namespace,
-/// `pivot_root` into `share` (a mount there: the helper bound it) and
-/// detach the old root. Every process of that namespace whose root was
-/// the old one now has the share.
-fn pivot_in(pid: Pid, share: &Path) -> Result<(), String> {
-    use nix::mount::{umount2, MntFlags};
-    let ns = nix::fcntl::open(
-        &*format!("/proc/{pid}/ns/mnt"),
-        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("open /proc/{pid}/ns/mnt: {e}"))?;
-    let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe2: {e}"))?;
-    // SAFETY: the launcher is single-threaded (the helper's start checked
-    // it and nothing since started a thread), so the child is a complete
-    // copy; it runs only the calls below and `_exit`s.
-    match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
-        ForkResult::Child => {
-            drop(r);
-            let run = || -> Result<(), String> {
-                nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNS)
-                    .map_err(|e| format!("setns: {e}"))?;
-                nix::unistd::chdir(share).map_err(|e| format!("chdir: {e}"))?;
-                nix::unistd::pivot_root(".", ".").map_err(|e| format!("pivot_root: {e}"))?;
-                umount2(".", MntFlags::MNT_DETACH)
-                    .map_err(|e| format!("umount the old root: {e}"))?;
-                nix::unistd::chdir("/").map_err(|e| format!("chdir /: {e}"))?;
-                Ok(())
-            };
-            let code = match run() {
-                Ok(()) => 0,
-                Err(msg) => {
-                    let _ = nix::unistd::write(&w, msg.as_bytes());
-                    1
-                }
-            };
-            // SAFETY: _exit ends this forked child at once, without running
-            // the parent's atexit handlers or flushing its buffers twice.
-            unsafe { libc::_exit(code) }
-        }
-        ForkResult::Parent { child } => {
-            drop(w);
-            let mut msg = Vec::new();
-            let mut buf = [0u8; 512];
-            loop {
-                match nix::unistd::read(&r, &mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => msg.extend_from_slice(&buf[..n]),
-                    Err(Errno::EINTR) => {}
-                    Err(e) => return Err(format!("read: {e}")),
-                }
-            }
-            let status = waitpid(child, None).map_err(|e| format!("waitpid: {e}"))?;
-            match (status, msg.is_empty()) {
-                (WaitStatus::Exited(_, 0), true) => Ok(()),
-                (_, false) => Err(String::from_utf8_lossy(&msg).into_owned()),
-                (status, true) => Err(format!("the pivot child ended {status:?}")),
-            }
-        }
-    }
-}
-
 /// Read the status pipe until it closes: empty means `execve` succeeded
 /// (the pipe was close-on-exec); anything else is the child's error.
 fn wait_started(h: &Helper, child: Pid, r: OwnedFd, t0: Instant) -> Result<(), HelperError> {
@@ -720,99 +554,4 @@ pub(super) fn bind_unix(control: &Dir, path: &Path) -> Result<OwnedFd, SysError>
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(v: serde_json::Value) -> Spec {
-        Spec::parse(
-            Path::new("/etc/vmwarden/vms/web.json"),
-            &serde_json::to_vec(&v).unwrap(),
-        )
-        .unwrap()
-    }
-
-    #[test]
-    fn one_virtiofsd_per_virtiofs_share_and_the_vsock_daemon_for_qemu_only() {
-        let mut v = serde_json::json!({
-            "version": 1, "name": "web",
-            "principal": { "uid": 61001, "gid": 61001 },
-            "hypervisor": { "kind": "qemu", "binary": "/usr/bin/hv" },
-            "vcpus": 1, "memory_mib": 256, "kernel": "/boot/vmlinuz",
-            "shares": [
-                { "tag": "ro", "source": "/srv/ro", "proto": "virtiofs", "read_only": true },
-                { "tag": "p9", "source": "/srv/p9", "proto": "9p" },
-                { "tag": "rw", "source": "/srv/rw", "proto": "virtiofs" }
-            ],
-            "virtiofsd": { "binary": "/usr/libexec/virtiofsd" },
-            "vsock": { "cid": 5, "backend": "user", "binary": "/usr/bin/vhost-device-vsock" }
-        });
-        let control = Path::new("/run/vmwarden/web/control");
-        let got = plan(&spec(v.clone()), control);
-        let names: Vec<_> = got.iter().map(Helper::name).collect();
-        assert_eq!(
-            names,
-            [
-                "virtiofsd for share `ro`",
-                "virtiofsd for share `rw`",
-                "vhost-device-vsock"
-            ]
-        );
-        assert_eq!(
-            got[0].argv(Some(9)),
-            [
-                "/usr/libexec/virtiofsd",
-                "--fd=9",
-                "--shared-dir=/",
-                "--sandbox=none",
-                "--xattr",
-                "--posix-acl",
-                "--inode-file-handles=never",
-                "--readonly"
-            ]
-        );
-        assert!(!got[1].argv(Some(9)).contains(&"--readonly".to_string()));
-        assert_eq!(
-            got[2].argv(None),
-            [
-                "/usr/bin/vhost-device-vsock",
-                "--guest-cid=5",
-                "--socket=/run/vmwarden/web/control/vsock-vhost-user.sock",
-                "--uds-path=/run/vmwarden/web/control/vsock.sock"
-            ]
-        );
-        // Each domain: its own share only; the control dir for vsock only.
-        let trees = [
-            PathBuf::from("/var/lib/vmwarden/web"),
-            control.to_path_buf(),
-        ];
-        let p = got[0].policy(control, &trees);
-        assert!(p.rules.iter().any(|r| r.path == Path::new("/srv/ro")
-            && r.grant == landlock::Grant::Read
-            && r.field.as_deref() == Some("shares[0].source")));
-        assert!(!p
-            .rules
-            .iter()
-            .any(|r| r.path.starts_with("/srv/rw") || r.path == control));
-        let p = got[1].policy(control, &trees);
-        assert!(p
-            .rules
-            .iter()
-            .any(|r| r.path == Path::new("/srv/rw") && r.grant == landlock::Grant::Write));
-        let p = got[2].policy(control, &trees);
-        assert!(p
-            .rules
-            .iter()
-            .any(|r| r.path == control && r.grant == landlock::Grant::Socket));
-        assert!(!p.rules.iter().any(|r| r.path.starts_with("/srv")));
-
-        // cloud-hypervisor serves its hybrid vsock itself.
-        v["hypervisor"]["kind"] = serde_json::json!("cloud-hypervisor");
-        v["hypervisor"]["accel"] = serde_json::json!("kvm");
-        v["shares"] =
-            serde_json::json!([{ "tag": "rw", "source": "/srv/rw", "proto": "virtiofs" }]);
-        v["vsock"] = serde_json::json!({ "cid": 5, "backend": "user" });
-        let got = plan(&spec(v), control);
-        assert_eq!(got.len(), 1);
-        assert_eq!(got[0].kind, HelperKind::Virtiofsd);
-    }
-}
+mod tests;

@@ -6,113 +6,23 @@
 //! the lease and `execve`.
 
 use std::os::fd::{AsFd, AsRawFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use caps::errors::CapsError;
-use caps::{CapSet, CapsHashSet};
 use nix::errno::Errno;
 use nix::mount::MsFlags;
 use nix::sched::CloneFlags;
 use nix::sys::resource::Resource;
 use nix::sys::stat::{mkdirat, Mode};
-use nix::unistd::{getgroups, getresgid, getresuid, Gid, ResGid, ResUid, Uid};
+use nix::unistd::{Gid, Uid};
 
 use crate::config::names::VmName;
-use crate::host::dirs::{self, Dir, DirError};
-use crate::host::mountinfo::{self, Mount};
-use crate::host::sys::{read_path, SysContext, SysError};
+use crate::host::dirs::{self, Dir};
+use crate::host::mountinfo;
+use crate::host::sys::SysContext;
 use crate::identity::principal::Principal;
+pub use crate::launch::drop_check::{assert_single_threaded, verify_dropped};
+pub use crate::launch::sandbox_error::{DropFailure, SandboxError};
 use crate::launch::syscall::{LinuxSyscall, Syscall};
-
-/// The sandbox could not be built, or the privilege drop did not hold.
-#[derive(Debug, thiserror::Error)]
-pub enum SandboxError {
-    #[error("kernel lacks tmpfs `noswap` (needs Linux 6.4 or later) for {path}: {errno}; refusing to put credentials on swappable memory")]
-    NoSwapUnsupported {
-        path: PathBuf,
-        #[source]
-        errno: Errno,
-    },
-    #[error("{path}: refused: cannot read /proc/self/mountinfo to confirm noswap: {source}")]
-    NoSwapUnconfirmed {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: refused: the credential tmpfs was mounted but mountinfo does not show it with noswap ({found:?}); refusing to put credentials on swappable memory")]
-    NoSwapNotShown {
-        path: PathBuf,
-        found: Option<Box<Mount>>,
-    },
-    #[error("{path}: refused: has no file name")]
-    NoFileName { path: PathBuf },
-    #[error("{path}: refused: was replaced while the sandbox was being built")]
-    Replaced { path: PathBuf },
-    #[error("capabilities: {op}: {source}")]
-    Caps {
-        op: &'static str,
-        #[source]
-        source: CapsError,
-    },
-    #[error("privilege drop failed: {0}")]
-    Drop(#[source] DropFailure),
-    #[error(transparent)]
-    Dir(#[from] DirError),
-    #[error(transparent)]
-    Sys(#[from] SysError),
-}
-
-impl SandboxError {
-    /// Host state that refuses the sandbox (`EX_CONFIG`): no `noswap`, or a
-    /// directory that is not what was vetted.
-    pub fn is_refusal(&self) -> bool {
-        match self {
-            SandboxError::NoSwapUnsupported { .. }
-            | SandboxError::NoSwapUnconfirmed { .. }
-            | SandboxError::NoSwapNotShown { .. }
-            | SandboxError::NoFileName { .. }
-            | SandboxError::Replaced { .. } => true,
-            SandboxError::Dir(e) => e.is_refusal(),
-            SandboxError::Caps { .. } | SandboxError::Drop(_) | SandboxError::Sys(_) => false,
-        }
-    }
-}
-
-/// What the privilege drop's self-check found still held.
-#[derive(Debug, thiserror::Error)]
-pub enum DropFailure {
-    #[error("cannot count threads: {0}")]
-    CountThreads(#[source] std::io::Error),
-    #[error("the launcher has {0} threads; it must be single-threaded to drop privileges")]
-    Threads(usize),
-    #[error("the {set} capability set still holds {held:?}")]
-    CapsHeld {
-        set: &'static str,
-        held: CapsHashSet,
-    },
-    #[error("the {set} capability set still holds mask {mask} (/proc/self/status)")]
-    CapMaskHeld { set: &'static str, mask: String },
-    #[error("/proc/self/status has no readable {key} line")]
-    StatusField { key: &'static str },
-    #[error("{what} are {found:?} (real, effective, saved, fs), expected {expected}")]
-    StatusIds {
-        what: &'static str,
-        found: Vec<u32>,
-        expected: u32,
-    },
-    #[error("uids are {found:?}, expected {expected}")]
-    Uids { found: ResUid, expected: u32 },
-    #[error("gids are {found:?}, expected {expected}")]
-    Gids { found: ResGid, expected: u32 },
-    #[error("supplementary groups are {found:?}, expected {expected:?}")]
-    Groups { found: Vec<u32>, expected: Vec<u32> },
-    #[error("no_new_privs is not set")]
-    NoNewPrivs,
-    #[error("setuid(0) succeeded after the drop")]
-    Setuid0,
-    #[error("setgid(0) succeeded after the drop")]
-    Setgid0,
-}
 
 type Result<T, E = SandboxError> = std::result::Result<T, E>;
 
@@ -344,18 +254,6 @@ pub fn set_rlimits(sys: &dyn Syscall) -> Result<()> {
     Ok(())
 }
 
-/// The launcher must be single-threaded from here to `execve`: `setresuid`
-/// and friends, landlock and the capability calls act per thread.
-pub fn assert_single_threaded() -> Result<()> {
-    let n = std::fs::read_dir("/proc/self/task")
-        .map(|rd| rd.count())
-        .map_err(|e| SandboxError::Drop(DropFailure::CountThreads(e)))?;
-    if n != 1 {
-        return Err(SandboxError::Drop(DropFailure::Threads(n)));
-    }
-    Ok(())
-}
-
 // Securebits (include/uapi/linux/securebits.h).
 const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
 const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
@@ -372,10 +270,6 @@ pub const SECUREBITS: libc::c_ulong = SECBIT_NOROOT
     | SECBIT_KEEP_CAPS_LOCKED
     | SECBIT_NO_CAP_AMBIENT_RAISE
     | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
-
-fn caps_err(op: &'static str) -> impl FnOnce(CapsError) -> SandboxError {
-    move |source| SandboxError::Caps { op, source }
-}
 
 /// Drop to the principal: supplementary groups, gids, bounding and ambient
 /// sets, securebits, `no_new_privs`, uids, then the remaining sets; then
@@ -405,140 +299,6 @@ pub fn drop_privileges_with(sys: &dyn Syscall, p: &Principal) -> Result<()> {
     // Effective, permitted and inheritable: one capset of empty sets.
     sys.clear_capabilities().sys("capset", "/")?;
     sys.verify_dropped(p)
-}
-
-/// Fail the launch unless every capability set is empty, the ids are exactly
-/// the principal's, `no_new_privs` is set and `setuid(0)` fails. The kernel
-/// states all of it in `/proc/self/status`, read once; without `/proc` each
-/// is asked with its own system call.
-pub fn verify_dropped(p: &Principal) -> Result<()> {
-    // One read: the file is about 1.5 KiB (see `host::sys::read_path`).
-    match read_path(Path::new("/proc/self/status"), 4096, 1 << 20) {
-        Ok(status) => {
-            verify_status(p, &String::from_utf8_lossy(&status)).map_err(SandboxError::Drop)?
-        }
-        Err(_) => verify_dropped_by_syscalls(p)?,
-    }
-    if nix::unistd::setuid(Uid::from_raw(0)).is_ok() {
-        return Err(SandboxError::Drop(DropFailure::Setuid0));
-    }
-    if nix::unistd::setgid(Gid::from_raw(0)).is_ok() {
-        return Err(SandboxError::Drop(DropFailure::Setgid0));
-    }
-    Ok(())
-}
-
-/// The drop as `/proc/self/status` states it.
-fn verify_status(p: &Principal, status: &str) -> std::result::Result<(), DropFailure> {
-    let field = |key: &'static str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-            .map(str::trim)
-            .ok_or(DropFailure::StatusField { key })
-    };
-    for (key, set) in [
-        ("CapInh", "inheritable"),
-        ("CapPrm", "permitted"),
-        ("CapEff", "effective"),
-        ("CapBnd", "bounding"),
-        ("CapAmb", "ambient"),
-    ] {
-        let mask = field(key)?;
-        if u64::from_str_radix(mask, 16) != Ok(0) {
-            return Err(DropFailure::CapMaskHeld {
-                set,
-                mask: mask.to_string(),
-            });
-        }
-    }
-    let ids = |key: &'static str| -> std::result::Result<Vec<u32>, DropFailure> {
-        field(key)?
-            .split_whitespace()
-            .map(|x| x.parse().map_err(|_| DropFailure::StatusField { key }))
-            .collect()
-    };
-    let uids = ids("Uid")?;
-    if uids.len() != 4 || uids.iter().any(|u| *u != p.uid) {
-        return Err(DropFailure::StatusIds {
-            what: "uids",
-            found: uids,
-            expected: p.uid,
-        });
-    }
-    let gids = ids("Gid")?;
-    if gids.len() != 4 || gids.iter().any(|g| *g != p.gid) {
-        return Err(DropFailure::StatusIds {
-            what: "gids",
-            found: gids,
-            expected: p.gid,
-        });
-    }
-    let mut have = ids("Groups")?;
-    have.sort_unstable();
-    let mut want = p.groups.clone();
-    want.sort_unstable();
-    if have != want {
-        return Err(DropFailure::Groups {
-            found: have,
-            expected: want,
-        });
-    }
-    if field("NoNewPrivs")? != "1" {
-        return Err(DropFailure::NoNewPrivs);
-    }
-    Ok(())
-}
-
-/// The same checks, one system call each (a host without `/proc`).
-fn verify_dropped_by_syscalls(p: &Principal) -> Result<()> {
-    for (set, name) in [
-        (CapSet::Effective, "effective"),
-        (CapSet::Permitted, "permitted"),
-        (CapSet::Inheritable, "inheritable"),
-        (CapSet::Ambient, "ambient"),
-        (CapSet::Bounding, "bounding"),
-    ] {
-        let have = caps::read(None, set).map_err(caps_err("read capability set"))?;
-        if !have.is_empty() {
-            return Err(SandboxError::Drop(DropFailure::CapsHeld {
-                set: name,
-                held: have,
-            }));
-        }
-    }
-    let r = getresuid().sys("getresuid", "/")?;
-    if [r.real, r.effective, r.saved] != [Uid::from_raw(p.uid); 3] {
-        return Err(SandboxError::Drop(DropFailure::Uids {
-            found: r,
-            expected: p.uid,
-        }));
-    }
-    let r = getresgid().sys("getresgid", "/")?;
-    if [r.real, r.effective, r.saved] != [Gid::from_raw(p.gid); 3] {
-        return Err(SandboxError::Drop(DropFailure::Gids {
-            found: r,
-            expected: p.gid,
-        }));
-    }
-    let mut have: Vec<u32> = getgroups()
-        .sys("getgroups", "/")?
-        .into_iter()
-        .map(|g| g.as_raw())
-        .collect();
-    have.sort_unstable();
-    let mut want = p.groups.clone();
-    want.sort_unstable();
-    if have != want {
-        return Err(SandboxError::Drop(DropFailure::Groups {
-            found: have,
-            expected: want,
-        }));
-    }
-    if !nix::sys::prctl::get_no_new_privs().sys("prctl(PR_GET_NO_NEW_PRIVS)", "/")? {
-        return Err(SandboxError::Drop(DropFailure::NoNewPrivs));
-    }
-    Ok(())
 }
 
 /// Mark every fd ≥ 3 except `keep` close-on-exec, as late as possible.

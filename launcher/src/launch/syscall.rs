@@ -24,8 +24,9 @@ use seccompiler::BpfProgram;
 use crate::config::spec::LandlockMode;
 use crate::host::mountinfo::{self, Mount};
 use crate::identity::principal::Principal;
+use crate::launch::drop_check;
 use crate::launch::landlock::{self, LandlockError, Outcome, Policy};
-use crate::launch::sandbox::{self, SandboxError};
+use crate::launch::sandbox_error::SandboxError;
 
 /// One method per privileged call of the launch, in the order the launch
 /// makes them (see the order tests in `launch::sandbox` and `launch`).
@@ -66,7 +67,7 @@ pub trait Syscall {
     fn setresuid(&self, uid: Uid) -> Result<(), Errno>;
     /// `capset(2)`: effective, permitted and inheritable sets emptied.
     fn clear_capabilities(&self) -> Result<(), Errno>;
-    /// The privilege drop's self-check ([`sandbox::verify_dropped`]).
+    /// The privilege drop's self-check ([`drop_check::verify_dropped`]).
     fn verify_dropped(&self, p: &Principal) -> Result<(), SandboxError>;
     /// `landlock_restrict_self(2)` with the ruleset of `policy`.
     fn landlock_restrict(
@@ -140,7 +141,7 @@ impl Syscall for LinuxSyscall {
     }
 
     fn assert_single_threaded(&self) -> Result<(), SandboxError> {
-        sandbox::assert_single_threaded()
+        drop_check::assert_single_threaded()
     }
 
     fn setgroups(&self, groups: &[Gid]) -> Result<(), Errno> {
@@ -211,7 +212,7 @@ impl Syscall for LinuxSyscall {
     }
 
     fn verify_dropped(&self, p: &Principal) -> Result<(), SandboxError> {
-        sandbox::verify_dropped(p)
+        drop_check::verify_dropped(p)
     }
 
     fn landlock_restrict(
@@ -256,7 +257,7 @@ mod recording {
     use std::cell::RefCell;
 
     use super::*;
-    use crate::launch::sandbox::DropFailure;
+    use crate::launch::sandbox_error::DropFailure;
 
     /// One recorded call: the trait method's name and its key arguments.
     #[derive(Debug, Clone, PartialEq, Eq)]

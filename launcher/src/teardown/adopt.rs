@@ -27,13 +27,13 @@
 //! item already in the state dir and gone from DIR is one the record names
 //! as moved, and re-owning is idempotent. The record is removed last.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, renameat2, AtFlags, OFlag, RenameFlags};
-use nix::sys::stat::{fchmod, fstatat, FileStat, Mode, SFlag};
+use nix::sys::stat::{fchmod, FileStat, Mode, SFlag};
 use nix::unistd::{fchownat, Gid, Uid};
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +47,15 @@ use crate::identity::principal::{self, PrincipalError};
 use crate::instance::lease::LeaseError;
 use crate::instance::liveness::{self, Verdict};
 use crate::teardown::lease_as_a_launch;
+
+mod render;
+mod walk;
+
+pub use render::render;
+use walk::{
+    check_entry, describe, holders, inodes_of, inspect_source, kind_of, lstat_at, open_parent,
+    walk_share, DIR_FLAGS, NOFOLLOW,
+};
 
 /// The record of an adoption in progress: `STATE_ROOT/.adopt-NAME.json`
 /// (root, 0600). In the state root, not the runtime dir: it must outlive a
@@ -220,36 +229,6 @@ pub struct Options {
     pub fault_after: Option<String>,
 }
 
-const NOFOLLOW: OFlag = OFlag::O_NOFOLLOW.union(OFlag::O_CLOEXEC);
-const DIR_FLAGS: OFlag = OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(NOFOLLOW);
-
-/// A file's size in bytes (never negative).
-fn size_of(st: &FileStat) -> u64 {
-    u64::try_from(st.st_size).unwrap_or(0)
-}
-
-/// The bytes a file's blocks take (less than its size when sparse).
-fn allocated_of(st: &FileStat) -> u64 {
-    u64::try_from(st.st_blocks).unwrap_or(0) * 512
-}
-
-fn kind_of(st: &FileStat) -> SFlag {
-    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
-}
-
-fn describe(st: &FileStat) -> &'static str {
-    match kind_of(st) {
-        SFlag::S_IFREG => "regular file",
-        SFlag::S_IFDIR => "directory",
-        SFlag::S_IFLNK => "symlink",
-        SFlag::S_IFSOCK => "socket",
-        SFlag::S_IFIFO => "fifo",
-        SFlag::S_IFBLK => "block device",
-        SFlag::S_IFCHR => "character device",
-        _ => "file of unknown type",
-    }
-}
-
 /// The items of `spec`: every disk image and share source under
 /// `state_dir`, by the path relative to it.
 pub fn items(spec: &Spec, state_dir: &Path) -> Vec<(Item, bool)> {
@@ -281,242 +260,6 @@ pub fn items(spec: &Spec, state_dir: &Path) -> Vec<(Item, bool)> {
         add(format!("shares[{i}].source"), &s.source, Kind::Share, false);
     }
     out
-}
-
-/// Open the directory `rel`'s parent below `base` without following a
-/// symlink; `Ok(None)` when a component is missing.
-fn open_parent(base: &Dir, rel: &Path) -> Result<Option<(Dir, OsString)>> {
-    let mut comps: Vec<&OsStr> = Vec::new();
-    for c in rel.components() {
-        match c {
-            Component::Normal(n) => comps.push(n),
-            _ => {
-                return Err(AdoptError::Refused {
-                    name: String::new(),
-                    path: base.path.join(rel),
-                    why: "not a plain relative path".into(),
-                })
-            }
-        }
-    }
-    let Some((last, parents)) = comps.split_last() else {
-        return Ok(None);
-    };
-    let mut cur = Dir {
-        fd: nix::unistd::dup(base.fd.as_fd()).sys("dup", &base.path)?,
-        path: base.path.clone(),
-    };
-    for c in parents {
-        let path = cur.path.join(c);
-        match openat(cur.fd.as_fd(), *c, DIR_FLAGS, Mode::empty()) {
-            Ok(fd) => cur = Dir { fd, path },
-            Err(Errno::ENOENT) => return Ok(None),
-            Err(Errno::ELOOP | Errno::ENOTDIR) => {
-                return Err(AdoptError::Refused {
-                    name: String::new(),
-                    path,
-                    why: "is a symlink or not a directory; adopt never follows symlinks".into(),
-                })
-            }
-            Err(e) => return Err(sys_err(e, "openat", path)),
-        }
-    }
-    Ok(Some((cur, last.to_os_string())))
-}
-
-fn lstat_at(dir: &Dir, name: &OsStr) -> Result<Option<FileStat>> {
-    match fstatat(dir.fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Ok(st) => Ok(Some(st)),
-        Err(Errno::ENOENT) => Ok(None),
-        Err(e) => Err(sys_err(e, "fstatat", dir.path.join(name))),
-    }
-}
-
-/// Walk a share source (opened, O_NOFOLLOW) and call `f` on every entry
-/// below it with its parent and stat, depth first; refuses devices, other
-/// file systems and regular files with more than one link.
-fn walk_share(
-    dir: &Dir,
-    dev: u64,
-    f: &mut dyn FnMut(&Dir, &OsStr, &FileStat) -> Result<()>,
-) -> Result<()> {
-    let names = ownership::entries(dir).sys("readdir", &dir.path)?;
-    for n in names {
-        let path = dir.path.join(&n);
-        let Some(st) = lstat_at(dir, &n)? else {
-            continue;
-        };
-        check_entry(&path, &st, dev)?;
-        if kind_of(&st) == SFlag::S_IFDIR {
-            let fd = openat(dir.fd.as_fd(), n.as_os_str(), DIR_FLAGS, Mode::empty())
-                .sys("openat", &path)?;
-            walk_share(&Dir { fd, path }, dev, f)?;
-        }
-        f(dir, &n, &st)?;
-    }
-    Ok(())
-}
-
-/// What may be re-owned inside a share source.
-fn check_entry(path: &Path, st: &FileStat, dev: u64) -> Result<()> {
-    let refuse = |why: String| AdoptError::Refused {
-        name: String::new(),
-        path: path.to_path_buf(),
-        why,
-    };
-    if st.st_dev != dev {
-        return Err(refuse(
-            "is on another file system (a mount inside the share source); adopt moves, never copies, and does not cross file systems".into(),
-        ));
-    }
-    match kind_of(st) {
-        SFlag::S_IFBLK | SFlag::S_IFCHR => Err(refuse(format!(
-            "is a {}; the VM's principal would own a device node",
-            describe(st)
-        ))),
-        SFlag::S_IFREG if st.st_nlink > 1 => Err(refuse(format!(
-            "is a regular file with {} links; re-owning it would re-own the other names' inode too (break the link with cp, then retry)",
-            st.st_nlink
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// Check one item at DIR (`src_parent`/`name`) and describe where it is.
-fn inspect_source(parent: &Dir, name: &OsStr, item: &Item, dev: u64) -> Result<Option<Place>> {
-    let path = parent.path.join(name);
-    let Some(st) = lstat_at(parent, name)? else {
-        return Ok(None);
-    };
-    let refuse = |why: String| AdoptError::Refused {
-        name: String::new(),
-        path: path.clone(),
-        why,
-    };
-    if st.st_dev != dev {
-        return Err(refuse("is on another file system than the state root; adopt moves, never copies: move it to the same file system first".into()));
-    }
-    match (item.kind, kind_of(&st)) {
-        (_, SFlag::S_IFLNK) => Err(refuse(format!(
-            "is a symlink ({} names it); adopt never follows symlinks: put the file itself there",
-            item.field
-        ))),
-        (Kind::Image, SFlag::S_IFREG) => {
-            check_entry(&path, &st, dev)?;
-            Ok(Some(Place::From {
-                bytes: size_of(&st),
-                allocated: allocated_of(&st),
-                entries: 0,
-                owner: (st.st_uid, st.st_gid),
-            }))
-        }
-        (Kind::Share, SFlag::S_IFDIR) => {
-            let fd =
-                openat(parent.fd.as_fd(), name, DIR_FLAGS, Mode::empty()).sys("openat", &path)?;
-            let (mut entries, mut bytes, mut allocated) = (0u64, 0u64, 0u64);
-            walk_share(
-                &Dir {
-                    fd,
-                    path: path.clone(),
-                },
-                dev,
-                &mut |_, _, st| {
-                    entries += 1;
-                    bytes += size_of(st);
-                    allocated += allocated_of(st);
-                    Ok(())
-                },
-            )?;
-            Ok(Some(Place::From {
-                bytes,
-                allocated,
-                entries,
-                owner: (st.st_uid, st.st_gid),
-            }))
-        }
-        (Kind::Image, _) => Err(refuse(format!(
-            "is a {}, but {} is a disk image (a regular file)",
-            describe(&st),
-            item.field
-        ))),
-        (Kind::Share, _) => Err(refuse(format!(
-            "is a {}, but {} is a share source (a directory)",
-            describe(&st),
-            item.field
-        ))),
-    }
-}
-
-/// Processes that hold DIR or anything in it open, or run in it (cwd,
-/// root): `/proc/*/{cwd,root,fd/*}` compared by device and inode.
-fn holders(dir_dev: u64, inodes: &[(u64, u64)]) -> Option<(u32, String)> {
-    let me = std::process::id();
-    let proc_dir = std::fs::read_dir("/proc").ok()?;
-    for e in proc_dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let hit = |p: &Path| {
-            // stat(2) on a /proc magic link reaches the open file itself.
-            std::fs::metadata(p).ok().is_some_and(|m| {
-                use std::os::unix::fs::MetadataExt;
-                m.dev() == dir_dev && inodes.contains(&(m.dev(), m.ino()))
-            })
-        };
-        let base = PathBuf::from(format!("/proc/{pid}"));
-        for link in ["cwd", "root"] {
-            if hit(&base.join(link)) {
-                return Some((pid, format!("its {link} is in it")));
-            }
-        }
-        if let Ok(fds) = std::fs::read_dir(base.join("fd")) {
-            for fd in fds.flatten() {
-                if hit(&fd.path()) {
-                    return Some((pid, format!("fd {}", fd.file_name().to_string_lossy())));
-                }
-            }
-        }
-    }
-    None
-}
-
-/// Every inode of DIR's items and DIR itself (what a running microvm.nix
-/// VM would hold: its images, its share sources, its working directory).
-fn inodes_of(from: &Dir, planned: &[Planned]) -> Result<Vec<(u64, u64)>> {
-    let st = from.stat()?;
-    let mut out = vec![(st.st_dev, st.st_ino)];
-    for p in planned {
-        if !matches!(p.place, Place::From { .. }) {
-            continue;
-        }
-        let Some((parent, name)) = open_parent(from, &p.item.rel)? else {
-            continue;
-        };
-        if let Some(st) = lstat_at(&parent, &name)? {
-            out.push((st.st_dev, st.st_ino));
-            if kind_of(&st) == SFlag::S_IFDIR {
-                let fd = openat(
-                    parent.fd.as_fd(),
-                    name.as_os_str(),
-                    DIR_FLAGS,
-                    Mode::empty(),
-                )
-                .sys("openat", parent.path.join(&name))?;
-                let dir = Dir {
-                    fd,
-                    path: parent.path.join(&name),
-                };
-                walk_share(&dir, st.st_dev, &mut |_, _, s| {
-                    out.push((s.st_dev, s.st_ino));
-                    Ok(())
-                })?;
-            }
-        }
-    }
-    Ok(out)
 }
 
 fn read_record(state_root: &Dir, file: &str) -> Result<Option<Record>> {
@@ -972,108 +715,6 @@ fn apply(
     fault(opts, "done");
     plan.applied = true;
     Ok(())
-}
-
-/// The text `vmwarden adopt` prints.
-pub fn render(plan: &Plan, systemd: &str) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    let who = match &plan.user {
-        Some(u) => format!("{u} ({}:{})", plan.uid, plan.gid),
-        None => format!("{}:{}", plan.uid, plan.gid),
-    };
-    let _ = writeln!(
-        out,
-        "adopt {} from {} into {}, owner {who}{}",
-        plan.name,
-        plan.from.display(),
-        plan.state_dir.display(),
-        if plan.resuming {
-            " (finishing an interrupted --apply)"
-        } else {
-            ""
-        }
-    );
-    let verb = if plan.applied { "moved" } else { "move" };
-    for p in &plan.items {
-        let line = match &p.place {
-            Place::From {
-                bytes,
-                allocated,
-                entries,
-                owner,
-            } => match p.item.kind {
-                Kind::Image => format!(
-                    "  {verb:<6} {} -> {}  ({}: disk image, {bytes} bytes, {allocated} allocated, owner {}:{} -> {}:{}, mode 0600)",
-                    p.from.display(),
-                    p.to.display(),
-                    p.item.field,
-                    owner.0,
-                    owner.1,
-                    plan.uid,
-                    plan.gid
-                ),
-                Kind::Share => format!(
-                    "  {verb:<6} {} -> {}  ({}: share source, {entries} entries, {bytes} bytes, owner {}:{} -> {}:{}, every entry re-owned without following links)",
-                    p.from.display(),
-                    p.to.display(),
-                    p.item.field,
-                    owner.0,
-                    owner.1,
-                    plan.uid,
-                    plan.gid
-                ),
-            },
-            Place::Moved => format!(
-                "  {verb:<6} {} -> {}  ({}: already moved by the interrupted run; re-owned)",
-                p.from.display(),
-                p.to.display(),
-                p.item.field
-            ),
-            Place::CreatedAtLaunch => format!(
-                "  create {}  ({}: not in {}; the launch creates it)",
-                p.to.display(),
-                p.item.field,
-                plan.from.display()
-            ),
-        };
-        let _ = writeln!(out, "{line}");
-    }
-    for l in &plan.left {
-        let _ = writeln!(
-            out,
-            "  leave  {}  ({}, not named by the spec)",
-            l.path.display(),
-            l.what
-        );
-    }
-    let _ = writeln!(
-        out,
-        "checks: VM {} is stopped (vmwarden's liveness); {systemd}; no process holds {} or its images and shares open; one file system; no target exists",
-        plan.name,
-        plan.from.display()
-    );
-    let moved = plan
-        .items
-        .iter()
-        .filter(|p| !matches!(p.place, Place::CreatedAtLaunch))
-        .count();
-    if plan.applied {
-        let _ = writeln!(
-            out,
-            "adopt: done: {moved} moved, {} left in {}; next: vmwarden verify-clean {} and start it",
-            plan.left.len(),
-            plan.from.display(),
-            plan.name
-        );
-    } else {
-        let _ = writeln!(
-            out,
-            "adopt: {moved} to move, {} to leave (dry run: nothing changed; --apply to move)",
-            plan.left.len()
-        );
-    }
-    out
 }
 
 #[cfg(test)]

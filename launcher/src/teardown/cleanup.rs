@@ -417,7 +417,7 @@ fn remove_image_temp(roots: &Roots, name: &VmName, temp: &Path, report: &mut Rep
 }
 
 /// Processes of the VM's uid still running after the teardown: the
-/// hypervisor, or a helper daemon (issue 12) that outlived it. The probe
+/// hypervisor, or a helper daemon (virtiofsd, vhost-device-vsock) that outlived it. The probe
 /// under the lease asked the recorded cgroup when there is one; this asks
 /// the uid itself, so a process that left the cgroup is not missed.
 pub fn surviving_processes(uid: Option<u32>) -> Vec<Failed> {

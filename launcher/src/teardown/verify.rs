@@ -235,7 +235,7 @@ fn principal_checks(
                 "no-process",
                 vm,
                 t.pids.is_empty() && unreadable.is_empty(),
-                // The hypervisor and its helper daemons (issue 12) all
+                // The hypervisor and its helper daemons (virtiofsd, vhost-device-vsock) all
                 // run as the uid: none may be left.
                 format!("no pid of uid {uid} (hypervisor or helper)"),
                 if unreadable.is_empty() {

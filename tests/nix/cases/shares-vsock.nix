@@ -1,4 +1,4 @@
-# Issue 12's fields set directly: shares, disk format/serial/create, vsock
+# The shares, disks and vsock fields set directly: shares, disk format/serial/create, vsock
 # with each backend, extraArgs; QEMU and cloud-hypervisor.
 {pkgs, ...}: {
   vmwarden = {

@@ -1,0 +1,194 @@
+//! What each hypervisor cannot do, as data: one row per (hypervisor,
+//! feature) the spec may ask for and that hypervisor does not have, with
+//! the field the refusal names and the reason it gives. The spec's checks
+//! (`config::validation`) take their refusals from here, and
+//! [`markdown`] renders the same rows for the documentation, so the two
+//! cannot drift apart.
+//!
+//! In short: firecracker has no TCG, no credentials, no qcow2, no disk
+//! serial, no shares (neither 9p nor virtiofs) and no vhost vsock;
+//! cloud-hypervisor has no TCG, no 9p and no vhost vsock; QEMU has them all.
+
+use crate::config::spec::HypervisorKind;
+
+/// A feature of the spec that not every hypervisor has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// `hypervisor.accel` other than `"kvm"` (TCG, software emulation).
+    Tcg,
+    /// `credentials`: secrets delivered through fw_cfg.
+    Credentials,
+    /// `disks[].format = "qcow2"`.
+    Qcow2,
+    /// `disks[].serial`.
+    DiskSerial,
+    /// `shares` of either protocol.
+    Shares,
+    /// `shares[].proto = "9p"`.
+    NinePShares,
+    /// `vsock.backend = "vhost"` (the kernel's vhost-vsock device).
+    VhostVsock,
+}
+
+impl Feature {
+    /// How the documentation names the feature.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Feature::Tcg => "TCG (`hypervisor.accel`)",
+            Feature::Credentials => "credentials",
+            Feature::Qcow2 => "qcow2 images",
+            Feature::DiskSerial => "disk serials",
+            Feature::Shares => "shares (9p and virtiofs)",
+            Feature::NinePShares => "9p shares",
+            Feature::VhostVsock => "vhost vsock",
+        }
+    }
+}
+
+/// One thing a hypervisor does not have, and how the spec check says so:
+/// `spec PATH: field `FIELD` REASON`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    pub kind: HypervisorKind,
+    pub feature: Feature,
+    /// The field the error names; `[i]` stands for the item's index.
+    pub field: &'static str,
+    /// What follows the field in the error; `{value}` stands for the
+    /// field's value where the reason quotes it.
+    pub reason: &'static str,
+}
+
+impl Refusal {
+    /// The field of item `i` (for a field of a list: `disks[i].format`).
+    pub fn field_at(&self, i: usize) -> String {
+        self.field.replace("[i]", &format!("[{i}]"))
+    }
+
+    /// The reason, `{value}` replaced by `value`.
+    pub fn reason_with(&self, value: &str) -> String {
+        self.reason.replace("{value}", value)
+    }
+}
+
+/// Every refusal, by hypervisor. QEMU has every feature: it has no rows.
+pub const REFUSALS: &[Refusal] = &[
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::Tcg,
+        field: "hypervisor.accel",
+        reason: "is {value}, but firecracker runs only on KVM; use \"kvm\" (or hypervisor.kind \"qemu\" for TCG)",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::Credentials,
+        field: "credentials",
+        reason: "cannot be passed to firecracker safely: it has no fw_cfg and no SMBIOS, so no channel keeps a \
+                 secret off its command line and out of the host's mount namespace (systemd takes credentials from \
+                 an initrd's /.extra/credentials/ only as encrypted ones, for services to decrypt with the guest's \
+                 own key). Use hypervisor.kind \"qemu\" or \"cloud-hypervisor\" (fw_cfg from a private tmpfs) or \
+                 deliver the secret over the network or a disk",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::Qcow2,
+        field: "disks[i].format",
+        reason: "is qcow2, but firecracker reads raw images only; convert it (qemu-img convert -O raw)",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::DiskSerial,
+        field: "disks[i].serial",
+        reason: "is not supported with firecracker: its drives have no serial",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::Shares,
+        field: "shares",
+        reason: "is not supported with firecracker: it has neither virtio-fs nor 9p; give the guest a disk, or use qemu or cloud-hypervisor",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::VhostVsock,
+        field: "vsock.backend",
+        reason: "is \"vhost\", but firecracker serves vsock itself on a unix socket in control/; use \"user\"",
+    },
+    Refusal {
+        kind: HypervisorKind::CloudHypervisor,
+        feature: Feature::Tcg,
+        field: "hypervisor.accel",
+        reason: "is {value}, but cloud-hypervisor runs only on KVM; use \"kvm\" (or hypervisor.kind \"qemu\" for TCG)",
+    },
+    Refusal {
+        kind: HypervisorKind::CloudHypervisor,
+        feature: Feature::NinePShares,
+        field: "shares[i].proto",
+        reason: "is 9p, which cloud-hypervisor does not have; use \"virtiofs\"",
+    },
+    Refusal {
+        kind: HypervisorKind::CloudHypervisor,
+        feature: Feature::VhostVsock,
+        field: "vsock.backend",
+        reason: "is \"vhost\", but cloud-hypervisor serves vsock itself on a unix socket in control/; use \"user\"",
+    },
+];
+
+/// Why `kind` cannot have `feature`, or `None` when it can.
+pub fn refusal(kind: HypervisorKind, feature: Feature) -> Option<&'static Refusal> {
+    REFUSALS
+        .iter()
+        .find(|r| r.kind == kind && r.feature == feature)
+}
+
+/// The table as the documentation shows it: one row per refusal.
+pub fn markdown() -> String {
+    let mut out = String::from(
+        "| hypervisor | has no | field refused | the launcher says |\n|---|---|---|---|\n",
+    );
+    for r in REFUSALS {
+        out.push_str(&format!(
+            "| {} | {} | `{}` | {} |\n",
+            r.kind.as_str(),
+            r.feature.as_str(),
+            r.field,
+            r.reason.replace('|', "\\|")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_hypervisor_and_feature_has_at_most_one_row() {
+        for (i, a) in REFUSALS.iter().enumerate() {
+            for b in &REFUSALS[i + 1..] {
+                assert!(
+                    (a.kind, a.feature) != (b.kind, b.feature),
+                    "{:?} {:?} twice",
+                    a.kind,
+                    a.feature
+                );
+            }
+        }
+        assert!(REFUSALS.iter().all(|r| r.kind != HypervisorKind::Qemu));
+    }
+
+    #[test]
+    fn each_reason_names_its_hypervisor_and_the_table_renders_every_row() {
+        for r in REFUSALS {
+            assert!(r.reason.contains(r.kind.as_str()), "{r:?}");
+        }
+        let md = markdown();
+        assert_eq!(md.lines().count(), REFUSALS.len() + 2);
+        assert!(md.contains("| firecracker | qcow2 images | `disks[i].format` |"));
+    }
+
+    #[test]
+    fn an_item_field_gets_its_index() {
+        let r = refusal(HypervisorKind::Firecracker, Feature::Qcow2).unwrap();
+        assert_eq!(r.field_at(3), "disks[3].format");
+        assert!(refusal(HypervisorKind::Qemu, Feature::Qcow2).is_none());
+    }
+}

@@ -1,0 +1,80 @@
+//! The last step: the program resolved, every fd but the inherited ones
+//! closed on exec, and `execve`.
+
+use std::convert::Infallible;
+use std::ffi::CString;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use crate::host::dirs::Dir;
+use crate::host::net;
+use crate::host::sys::SysContext;
+use crate::identity::principal::Principal;
+use crate::instance::lease::Lease;
+use crate::launch::syscall::Syscall;
+use crate::launch::{sandbox, StepError, EXEC_STEP};
+
+type Result<T, E = StepError> = std::result::Result<T, E>;
+
+/// Environment the hypervisor (or probe command) gets: nothing but a PATH.
+pub const EXEC_PATH: &str = "PATH=/run/current-system/sw/bin:/usr/local/bin:/usr/bin:/bin";
+
+fn resolve_program(arg0: &str) -> PathBuf {
+    if arg0.contains('/') {
+        return PathBuf::from(arg0);
+    }
+    for dir in EXEC_PATH.trim_start_matches("PATH=").split(':') {
+        let p = Path::new(dir).join(arg0);
+        if p.is_file() {
+            return p;
+        }
+    }
+    PathBuf::from(arg0)
+}
+
+pub fn exec(
+    sys: &dyn Syscall,
+    argv: &[String],
+    lease: &Lease,
+    taps: &[net::Tap],
+    inherit: &[&std::os::fd::OwnedFd],
+    principal: &Principal,
+    state_dir: &Dir,
+) -> Result<Infallible> {
+    let Some(arg0) = argv.first() else {
+        return Err(StepError::Usage("--probe: needs a command after --"));
+    };
+    let program = resolve_program(arg0);
+    let cstr = |s: &str| CString::new(s).map_err(|_| StepError::NulInArgument(s.to_string()));
+    let c_argv = argv.iter().map(|a| cstr(a)).collect::<Result<Vec<_>>>()?;
+    let c_env = [cstr(EXEC_PATH)?];
+    let c_prog = CString::new(program.as_os_str().as_encoded_bytes())
+        .map_err(|_| StepError::NulInProgram(program.clone()))?;
+    // The working directory is the VM's state dir (the principal's own),
+    // by path: inside this namespace it is reached through the bind mount.
+    sys.chdir(&state_dir.path).sys("chdir", &state_dir.path)?;
+    let mut keep = vec![lease.inherit_across_exec()?];
+    for t in taps {
+        keep.push(net::inherit_across_exec(&t.fd)?);
+    }
+    for fd in inherit {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+        fcntl(*fd, FcntlArg::F_SETFD(FdFlag::empty())).sys(
+            "fcntl(F_SETFD, 0)",
+            format!("/proc/self/fd/{}", fd.as_raw_fd()),
+        )?;
+        keep.push(fd.as_raw_fd());
+    }
+    sandbox::cloexec_all_but(sys, &keep)?;
+    tracing::info!(
+        step = %EXEC_STEP,
+        uid = principal.uid,
+        program = %program.display(),
+        "exec"
+    );
+    let errno = sys.execve(&c_prog, &c_argv, &c_env);
+    Err(StepError::Exec {
+        path: program,
+        errno,
+    })
+}

@@ -1,0 +1,95 @@
+//! Unit tests of `launch/helpers.rs`.
+
+use super::*;
+
+fn spec(v: serde_json::Value) -> Spec {
+    Spec::parse(
+        Path::new("/etc/vmwarden/vms/web.json"),
+        &serde_json::to_vec(&v).unwrap(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn one_virtiofsd_per_virtiofs_share_and_the_vsock_daemon_for_qemu_only() {
+    let mut v = serde_json::json!({
+        "version": 1, "name": "web",
+        "principal": { "uid": 61001, "gid": 61001 },
+        "hypervisor": { "kind": "qemu", "binary": "/usr/bin/hv" },
+        "vcpus": 1, "memory_mib": 256, "kernel": "/boot/vmlinuz",
+        "shares": [
+            { "tag": "ro", "source": "/srv/ro", "proto": "virtiofs", "read_only": true },
+            { "tag": "p9", "source": "/srv/p9", "proto": "9p" },
+            { "tag": "rw", "source": "/srv/rw", "proto": "virtiofs" }
+        ],
+        "virtiofsd": { "binary": "/usr/libexec/virtiofsd" },
+        "vsock": { "cid": 5, "backend": "user", "binary": "/usr/bin/vhost-device-vsock" }
+    });
+    let control = Path::new("/run/vmwarden/web/control");
+    let got = plan(&spec(v.clone()), control);
+    let names: Vec<_> = got.iter().map(Helper::name).collect();
+    assert_eq!(
+        names,
+        [
+            "virtiofsd for share `ro`",
+            "virtiofsd for share `rw`",
+            "vhost-device-vsock"
+        ]
+    );
+    assert_eq!(
+        got[0].argv(Some(9)),
+        [
+            "/usr/libexec/virtiofsd",
+            "--fd=9",
+            "--shared-dir=/",
+            "--sandbox=none",
+            "--xattr",
+            "--posix-acl",
+            "--inode-file-handles=never",
+            "--readonly"
+        ]
+    );
+    assert!(!got[1].argv(Some(9)).contains(&"--readonly".to_string()));
+    assert_eq!(
+        got[2].argv(None),
+        [
+            "/usr/bin/vhost-device-vsock",
+            "--guest-cid=5",
+            "--socket=/run/vmwarden/web/control/vsock-vhost-user.sock",
+            "--uds-path=/run/vmwarden/web/control/vsock.sock"
+        ]
+    );
+    // Each domain: its own share only; the control dir for vsock only.
+    let trees = [
+        PathBuf::from("/var/lib/vmwarden/web"),
+        control.to_path_buf(),
+    ];
+    let p = got[0].policy(control, &trees);
+    assert!(p.rules.iter().any(|r| r.path == Path::new("/srv/ro")
+        && r.grant == landlock::Grant::Read
+        && r.field.as_deref() == Some("shares[0].source")));
+    assert!(!p
+        .rules
+        .iter()
+        .any(|r| r.path.starts_with("/srv/rw") || r.path == control));
+    let p = got[1].policy(control, &trees);
+    assert!(p
+        .rules
+        .iter()
+        .any(|r| r.path == Path::new("/srv/rw") && r.grant == landlock::Grant::Write));
+    let p = got[2].policy(control, &trees);
+    assert!(p
+        .rules
+        .iter()
+        .any(|r| r.path == control && r.grant == landlock::Grant::Socket));
+    assert!(!p.rules.iter().any(|r| r.path.starts_with("/srv")));
+
+    // cloud-hypervisor serves its hybrid vsock itself.
+    v["hypervisor"]["kind"] = serde_json::json!("cloud-hypervisor");
+    v["hypervisor"]["accel"] = serde_json::json!("kvm");
+    v["shares"] = serde_json::json!([{ "tag": "rw", "source": "/srv/rw", "proto": "virtiofs" }]);
+    v["vsock"] = serde_json::json!({ "cid": 5, "backend": "user" });
+    let got = plan(&spec(v), control);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].kind, HelperKind::Virtiofsd);
+}

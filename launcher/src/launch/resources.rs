@@ -1,0 +1,218 @@
+//! What the intent record names before any of it exists.
+
+use std::path::Path;
+
+use crate::config::paths::{
+    API_SOCKET, CH_API_LOCK, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG, LAUNCHED_SPEC_FILE,
+    QMP_SOCKET,
+};
+use crate::config::spec::{HypervisorKind, Spec};
+use crate::instance::intent::Resource;
+use crate::launch::{helpers, volumes};
+
+/// Every resource this launch will create, in creation order: what the
+/// intent record names before any of it exists (the launched spec copy,
+/// the state dir, the control dir and its socket — and firecracker's config
+/// file —, the credential mount point and its private tmpfs, each tap).
+/// Pure: cleanup and reap trust this list, so it is unit-tested.
+pub fn planned_resources(
+    spec: &Spec,
+    spec_path: &Path,
+    runtime_dir: &Path,
+    state_dir: &Path,
+) -> Vec<Resource> {
+    let control = runtime_dir.join(CONTROL_DIR);
+    let creds = runtime_dir.join(CREDENTIALS_DIR);
+    let kind = spec.hypervisor.kind;
+    let mut resources = vec![
+        Resource::LaunchedSpec {
+            path: runtime_dir.join(LAUNCHED_SPEC_FILE),
+            source: spec_path.to_path_buf(),
+        },
+        Resource::StateDir {
+            path: state_dir.to_path_buf(),
+        },
+        Resource::RuntimeDir {
+            path: control.clone(),
+        },
+        Resource::RuntimeFile {
+            path: match kind {
+                HypervisorKind::Qemu => control.join(QMP_SOCKET),
+                _ => control.join(API_SOCKET),
+            },
+        },
+    ];
+    for h in helpers::plan(spec, &control) {
+        resources.push(Resource::Helper {
+            helper: h.kind.as_str().to_string(),
+            tag: h.tag.clone(),
+            socket: h.socket.clone(),
+        });
+        if let Some(path) = h.host_socket {
+            resources.push(Resource::RuntimeFile { path });
+        }
+    }
+    match kind {
+        HypervisorKind::Firecracker => resources.push(Resource::RuntimeFile {
+            path: control.join(FIRECRACKER_CONFIG),
+        }),
+        HypervisorKind::CloudHypervisor => resources.push(Resource::RuntimeFile {
+            path: control.join(CH_API_LOCK),
+        }),
+        HypervisorKind::Qemu => {}
+    }
+    resources.extend([
+        Resource::RuntimeDir {
+            path: creds.clone(),
+        },
+        Resource::PrivateMount {
+            path: creds,
+            fstype: "tmpfs".into(),
+        },
+    ]);
+    // Images to create: the temporary name is what a killed launch leaves
+    // (cleanup removes it); the image itself is never cleanup's.
+    resources.extend(
+        spec.disks
+            .iter()
+            .filter(|d| d.create.is_some())
+            .filter_map(|d| {
+                Some(Resource::CreatedImage {
+                    path: d.path.clone(),
+                    temp: volumes::temp_path(&d.path)?,
+                })
+            }),
+    );
+    resources.extend(spec.interfaces.iter().map(|n| Resource::Tap {
+        name: n.tap.to_string(),
+        bridge: n.bridge.as_ref().map(|b| b.to_string()),
+    }));
+    resources
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::tests::{base_spec, spec_of};
+    use std::path::PathBuf;
+
+    #[test]
+    fn the_intent_record_names_every_resource_in_creation_order() {
+        let mut v = base_spec("qemu");
+        v["interfaces"] = serde_json::json!([{ "tap": "vmw-web0", "bridge": "br0" }]);
+        let got = planned_resources(
+            &spec_of(v),
+            Path::new("/etc/vmwarden/vms/web.json"),
+            Path::new("/run/vmwarden/web"),
+            Path::new("/var/lib/vmwarden/web"),
+        );
+        let p = PathBuf::from;
+        assert_eq!(
+            got,
+            vec![
+                Resource::LaunchedSpec {
+                    path: p("/run/vmwarden/web/launched-spec.json"),
+                    source: p("/etc/vmwarden/vms/web.json"),
+                },
+                Resource::StateDir {
+                    path: p("/var/lib/vmwarden/web")
+                },
+                Resource::RuntimeDir {
+                    path: p("/run/vmwarden/web/control")
+                },
+                Resource::RuntimeFile {
+                    path: p("/run/vmwarden/web/control/qmp.sock")
+                },
+                Resource::RuntimeDir {
+                    path: p("/run/vmwarden/web/credentials")
+                },
+                Resource::PrivateMount {
+                    path: p("/run/vmwarden/web/credentials"),
+                    fstype: "tmpfs".into()
+                },
+                Resource::Tap {
+                    name: "vmw-web0".into(),
+                    bridge: Some("br0".into())
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_created_image_is_recorded_with_its_temporary_name_before_the_taps() {
+        let mut v = base_spec("qemu");
+        v["disks"] = serde_json::json!([
+            { "path": "/var/lib/vmwarden/web/root.img" },
+            { "path": "/var/lib/vmwarden/web/data.img", "create": { "size_mib": 8 } }
+        ]);
+        v["interfaces"] = serde_json::json!([{ "tap": "vmw-web0" }]);
+        let got = planned_resources(
+            &spec_of(v),
+            Path::new("/etc/vmwarden/vms/web.json"),
+            Path::new("/run/vmwarden/web"),
+            Path::new("/var/lib/vmwarden/web"),
+        );
+        let n = got.len();
+        assert_eq!(
+            got[n - 2..],
+            [
+                Resource::CreatedImage {
+                    path: PathBuf::from("/var/lib/vmwarden/web/data.img"),
+                    temp: PathBuf::from("/var/lib/vmwarden/web/.data.img.vmwarden-new"),
+                },
+                Resource::Tap {
+                    name: "vmw-web0".into(),
+                    bridge: None
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn firecracker_records_its_api_socket_and_config_file() {
+        let got = planned_resources(
+            &spec_of(base_spec("firecracker")),
+            Path::new("/etc/vmwarden/vms/web.json"),
+            Path::new("/run/vmwarden/web"),
+            Path::new("/var/lib/vmwarden/web"),
+        );
+        let files: Vec<_> = got
+            .iter()
+            .filter_map(|r| match r {
+                Resource::RuntimeFile { path } => Some(path.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            files,
+            vec![
+                PathBuf::from("/run/vmwarden/web/control/api.sock"),
+                PathBuf::from("/run/vmwarden/web/control/firecracker.json"),
+            ]
+        );
+    }
+
+    #[test]
+    fn cloud_hypervisor_records_its_api_socket_and_lock() {
+        let got = planned_resources(
+            &spec_of(base_spec("cloud-hypervisor")),
+            Path::new("/etc/vmwarden/vms/web.json"),
+            Path::new("/run/vmwarden/web"),
+            Path::new("/var/lib/vmwarden/web"),
+        );
+        let files: Vec<_> = got
+            .iter()
+            .filter_map(|r| match r {
+                Resource::RuntimeFile { path } => Some(path.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            files,
+            vec![
+                PathBuf::from("/run/vmwarden/web/control/api.sock"),
+                PathBuf::from("/run/vmwarden/web/control/api.sock.lock"),
+            ]
+        );
+    }
+}

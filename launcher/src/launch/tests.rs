@@ -1,0 +1,253 @@
+//! The launch as far as the unit tests take it without root.
+
+use super::*;
+use crate::config::names::ArgNameError;
+
+pub(crate) fn spec_of(v: serde_json::Value) -> Spec {
+    Spec::parse(
+        Path::new("/etc/vmwarden/vms/web.json"),
+        &serde_json::to_vec(&v).unwrap(),
+    )
+    .unwrap()
+}
+
+pub(crate) fn base_spec(kind: &str) -> serde_json::Value {
+    serde_json::json!({
+        "version": 1, "name": "web",
+        "principal": { "uid": 61001, "gid": 61001 },
+        "hypervisor": { "kind": kind, "binary": "/usr/bin/hv" },
+        "vcpus": 1, "memory_mib": 256, "kernel": "/boot/vmlinuz"
+    })
+}
+
+/// Options for VM `name` with every root in `dir` (nothing there yet).
+fn options(dir: &Path, name: &str) -> Options {
+    Options {
+        name: VmName::parse(name).unwrap(),
+        roots: Roots {
+            config_dir: dir.join("config"),
+            runtime_root: dir.join("run"),
+            state_root: dir.join("state"),
+        },
+        spec: None,
+        probe: Some(vec!["/bin/true".into()]),
+        credentials_directory: None,
+        fault_after: None,
+        helper_openat2_enosys: false,
+    }
+}
+
+fn failure(opts: Options) -> LaunchError {
+    match launch(opts) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn steps_are_reported_in_order_and_exec_comes_last() {
+    let mut steps = Steps::new(None);
+    for step in STEPS {
+        assert_eq!(steps.current(), *step);
+        steps.after(step);
+    }
+    assert_eq!(steps.current(), EXEC_STEP);
+    assert!(!STEPS.contains(&EXEC_STEP));
+}
+
+#[test]
+fn a_launch_error_names_the_step_it_failed_in() {
+    // Refusals that need neither root nor any host change: each fails
+    // before anything is created.
+    let dir = tempfile::tempdir().unwrap();
+    // A bad name never reaches `launch`: clap's value parser refuses it
+    // while the arguments are parsed, in the first step.
+    let bad = ArgNameError {
+        arg: "[NAME]".into(),
+        error: VmName::parse("a/b").unwrap_err(),
+    };
+    let e = LaunchError::at(STEPS[0], bad);
+    assert_eq!(e.step, "sanitized");
+    assert!(e.is_refusal());
+    assert_eq!(
+        e.to_string(),
+        "at step \"sanitized\": [NAME]: VM name \"a/b\" must match ^[a-z][a-z0-9-]{0,31}$ \
+         (lowercase letter first, then lowercase letters, digits or '-', at most 32)"
+    );
+
+    let mut relative = options(dir.path(), "web");
+    relative.roots.state_root = PathBuf::from("state");
+    let e = failure(relative);
+    assert_eq!(e.step, "spec-loaded");
+    assert!(e.to_string().contains("--state-root state"), "{e}");
+
+    let e = failure(options(dir.path(), "web"));
+    assert_eq!(e.step, "spec-loaded");
+    assert!(e.to_string().contains("web.json"), "{e}");
+
+    // A valid spec whose principal does not resolve fails a step later.
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).unwrap();
+    let kernel = dir.path().join("vmlinuz");
+    std::fs::write(&kernel, b"").unwrap();
+    let spec = serde_json::json!({
+        "version": 1, "name": "web",
+        "principal": { "user": "vmw-no-such-user", "gid": 61001 },
+        "hypervisor": { "kind": "qemu", "binary": "/bin/sh", "accel": "tcg" },
+        "vcpus": 1, "memory_mib": 64, "kernel": kernel,
+    });
+    std::fs::write(config.join("web.json"), spec.to_string()).unwrap();
+    let e = failure(options(dir.path(), "web"));
+    assert_eq!(e.step, "principal-resolved", "{e}");
+    assert!(e.is_refusal());
+    assert!(
+        e.to_string()
+            .starts_with("at step \"principal-resolved\": principal vmw-no-such-user:61001: "),
+        "{e}"
+    );
+    assert!(!dir.path().join("run").exists() && !dir.path().join("state").exists());
+}
+
+/// The launch tail as far as the unit tests can take it without root:
+/// every privileged call recorded, every other call real (inside a
+/// temporary directory). The roots hold no VM dir, so the masks' mkdir
+/// finds room where the recorded tmpfs would be.
+fn run_tail(sys: &dyn Syscall) -> (std::result::Result<Infallible, StepError>, &'static str) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = options(dir.path(), "web");
+    for d in [&opts.roots.runtime_root, &opts.roots.state_root] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let vm_run = dir.path().join("vm-run/web");
+    let vm_state = dir.path().join("vm-state/web");
+    std::fs::create_dir_all(vm_run.join(CREDENTIALS_DIR)).unwrap();
+    std::fs::create_dir_all(&vm_state).unwrap();
+    opts.probe = Some(vec!["/bin/true".into()]);
+    let spec = spec_of(base_spec("qemu"));
+    // The principal is the caller: installing credentials chowns to it.
+    let principal = Principal {
+        uid: nix::unistd::getuid().as_raw(),
+        gid: nix::unistd::getgid().as_raw(),
+        user: None,
+        groups: Vec::new(),
+    };
+    let rundir = dirs::open_dir(&vm_run).unwrap();
+    let state_dir = dirs::open_dir(&vm_state).unwrap();
+    let lease = Lease::acquire_unchecked_for_tests(vm_run.join(LEASE_FILE));
+    let mut steps = Steps::new(None);
+    while steps.current() != "namespace" {
+        let s = steps.current();
+        steps.after(s);
+    }
+    let got = confine_and_exec(
+        sys,
+        &mut steps,
+        Confine {
+            opts: &opts,
+            spec: &spec,
+            principal: &principal,
+            rundir: &rundir,
+            state_dir: &state_dir,
+            loaded: Vec::new(),
+            lease: &lease,
+            taps: &[],
+            vhost_vsock: None,
+            qmp: None,
+            qemu_sandbox: false,
+        },
+    );
+    (got, steps.current())
+}
+
+/// The names of the calls, each run of one name (the mounts, one
+/// seccomp load per filter, one close-on-exec range per gap between
+/// inherited fds) folded into one entry: how many masks there are
+/// depends on the host (`/run/credentials` is masked only where it
+/// exists).
+fn phases(sys: &syscall::RecordingSyscall) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = sys
+        .names()
+        .into_iter()
+        .map(|n| if n == "mount" { "mounts" } else { n })
+        .collect();
+    out.dedup();
+    out
+}
+
+/// The launch tail: unshare before mounts, setgroups < setresgid < bounding and
+/// ambient clear < securebits < no_new_privs < setresuid < self-check <
+/// Landlock < seccomp < execve: the privilege drop's own order
+/// (`sandbox::tests::DROP_ORDER`) between the namespace and the exec.
+fn tail_order() -> Vec<&'static str> {
+    let mut order = vec!["unshare", "mounts", "setrlimit"];
+    order.extend_from_slice(sandbox::tests::DROP_ORDER);
+    order.extend_from_slice(&[
+        "landlock_restrict",
+        "seccomp_load",
+        "chdir",
+        "cloexec_range",
+        "execve",
+    ]);
+    order
+}
+
+#[test]
+fn the_launch_tail_makes_its_privileged_calls_in_order() {
+    let sys = syscall::RecordingSyscall::new();
+    let (got, step) = run_tail(&sys);
+    // The recorder fails execve: the launch reports it at "exec".
+    assert!(matches!(got, Err(StepError::Exec { .. })), "{got:?}");
+    assert_eq!(step, EXEC_STEP);
+    assert_eq!(phases(&sys), tail_order());
+    let calls = sys.calls();
+    let args = |name: &str| -> Vec<String> {
+        calls
+            .iter()
+            .filter(|c| c.name == name)
+            .map(|c| c.args.clone())
+            .collect()
+    };
+    assert_eq!(args("unshare"), ["CloneFlags(CLONE_NEWNS | CLONE_NEWIPC)"]);
+    // Every mount comes after the unshare: the first makes "/" a slave.
+    let mounts = args("mount");
+    assert!(mounts[0].contains("MS_REC | MS_SLAVE"), "{mounts:?}");
+    assert!(
+        mounts.iter().any(|m| m.contains("noswap")),
+        "the credential tmpfs: {mounts:?}"
+    );
+    assert_eq!(args("setrlimit"), ["RLIMIT_CORE 0 0"]);
+    assert_eq!(
+        args("seccomp_load").len(),
+        seccomp::programs().unwrap().len(),
+        "every filter is loaded"
+    );
+    assert!(args("execve")[0].contains("/bin/true"), "{calls:?}");
+}
+
+#[test]
+fn a_failed_privileged_call_ends_the_launch_tail_at_its_step() {
+    let full = syscall::RecordingSyscall::new();
+    let _ = run_tail(&full);
+    let names = full.names();
+    // The step an error at each call is reported at.
+    let step_of = |name: &str| match name {
+        "unshare" => "namespace",
+        "setrlimit" => "rlimits",
+        "landlock_restrict" => "landlock",
+        "seccomp_load" => "seccomp",
+        "chdir" | "cloexec_range" | "execve" => EXEC_STEP,
+        "mount" => "namespace",
+        _ => "privileges-dropped",
+    };
+    for name in tail_order()
+        .into_iter()
+        .map(|n| if n == "mounts" { "mount" } else { n })
+    {
+        let k = names.iter().position(|n| *n == name).unwrap();
+        let sys = syscall::RecordingSyscall::failing_at(name);
+        let (got, step) = run_tail(&sys);
+        assert!(got.is_err(), "{name}");
+        assert_eq!(sys.names(), names[..=k], "failing at {name}");
+        assert_eq!(step, step_of(name), "failing at {name}");
+    }
+}

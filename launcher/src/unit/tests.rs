@@ -1,0 +1,396 @@
+//! Unit tests of `unit.rs`.
+
+use super::*;
+use std::collections::BTreeMap;
+
+type Parsed = BTreeMap<String, BTreeMap<String, Vec<String>>>;
+
+fn parse(text: &str) -> Parsed {
+    let mut out = Parsed::new();
+    let mut section = String::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(s) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = s.to_string();
+            continue;
+        }
+        let (k, v) = line.split_once('=').expect("key=value");
+        out.entry(section.clone())
+            .or_default()
+            .entry(k.to_string())
+            .or_default()
+            .push(v.to_string());
+    }
+    out
+}
+
+/// A valid spec for VM `web`, as the NixOS module writes it, with
+/// `patch` merged over the top level.
+fn spec_json(patch: serde_json::Value) -> String {
+    let mut v = serde_json::json!({
+        "version": 1,
+        "name": "web",
+        "principal": {"user": "vm-web", "group": "vm-web"},
+        "hypervisor": {"kind": "qemu", "binary": "/usr/bin/qemu-system-x86_64",
+                       "accel": "kvm", "machine": "microvm"},
+        "vcpus": 1,
+        "memory_mib": 256,
+        "kernel": "/srv/images/vmlinuz",
+        "cmdline": "console=ttyS0",
+        "credentials": [],
+        "disks": [],
+        "interfaces": [],
+        "landlock": {"mode": "required", "read": [], "write": []},
+        "keep_on_purge": ["identity"]
+    });
+    if let (Some(base), Some(extra)) = (v.as_object_mut(), patch.as_object()) {
+        for (k, val) in extra {
+            base.insert(k.clone(), val.clone());
+        }
+    }
+    v.to_string()
+}
+
+fn spec_file(json: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().expect("temp file");
+    std::io::Write::write_all(&mut f, json.as_bytes()).expect("write spec");
+    f
+}
+
+fn dropin_args(name: &str, spec: &Path) -> RenderUnitArgs {
+    RenderUnitArgs {
+        dropin: Some(VmName::parse(name).unwrap()),
+        spec: Some(spec.to_path_buf()),
+        ..RenderUnitArgs::default()
+    }
+}
+
+#[test]
+fn template_has_the_launcher_commands_and_hardening() {
+    let text = render_unit(&RenderUnitArgs::default()).expect("render");
+    let u = parse(&text);
+    let svc = &u["Service"];
+    assert_eq!(svc["Type"], ["exec"]);
+    assert_eq!(svc["ExecStart"], ["/usr/local/bin/vmwarden-launch %i"]);
+    assert_eq!(
+        svc["ExecStartPost"],
+        ["+/usr/local/bin/vmwarden wait-ready %i"]
+    );
+    assert_eq!(svc["ExecStop"], ["/usr/local/bin/vmwarden stop %i"]);
+    assert_eq!(svc["ExecStopPost"], ["+/usr/local/bin/vmwarden-cleanup %i"]);
+    assert_eq!(svc["RestrictNamespaces"], ["mnt ipc"]);
+    assert_eq!(svc["DeviceAllow"].len(), 3);
+    assert!(
+        !svc["DeviceAllow"].iter().any(|d| d.contains("vhost-vsock")),
+        "only a VM with the vhost vsock backend gets the device, in its drop-in"
+    );
+    assert!(!svc.contains_key("MemoryDenyWriteExecute"), "breaks TCG");
+    assert!(!svc.contains_key("User"), "the launcher drops privileges");
+    assert!(!u.contains_key("Install"));
+}
+
+/// The compiled-in unit data, by file name.
+const DATA: [(&str, &str); 3] = [
+    ("microvm@.service.toml", TEMPLATE_DATA),
+    ("vmwarden-reap-report.service.toml", REAP_REPORT_DATA),
+    ("microvms.target.toml", TARGET_DATA),
+];
+
+#[test]
+fn keys_are_in_nixos_order() {
+    // NixOS prints each section's keys in byte order; keeping the same
+    // order here makes the two texts comparable line by line.
+    for (file, data) in DATA {
+        let entries = entries(file, data, Some("/b"), &UnitNames::default_names()).expect(file);
+        for section in SECTIONS {
+            let keys: Vec<&str> = entries
+                .iter()
+                .filter(|en| en.0 == section)
+                .map(|en| en.1.as_str())
+                .collect();
+            let mut sorted = keys.clone();
+            sorted.sort();
+            assert_eq!(keys, sorted, "{file} [{section}] keys out of order");
+        }
+    }
+}
+
+#[test]
+fn every_key_in_the_data_says_why() {
+    for (file, data) in DATA {
+        let mut previous = "";
+        for line in data.lines() {
+            let is_key = line.contains(" = ") && !line.starts_with('#') && !line.starts_with('[');
+            assert!(
+                !is_key || previous.starts_with("# "),
+                "{file}: `{line}` has no comment line above it saying why"
+            );
+            previous = line;
+        }
+    }
+}
+
+#[test]
+fn one_changed_key_in_the_data_changes_the_unit() {
+    let edited = TEMPLATE_DATA.replace("TimeoutStopSec = 150", "TimeoutStopSec = 151");
+    assert_ne!(edited, TEMPLATE_DATA);
+    let before = entries("t", TEMPLATE_DATA, Some("/b"), &UnitNames::default_names())
+        .expect("compiled-in data");
+    let after =
+        entries("t", &edited, Some("/b"), &UnitNames::default_names()).expect("edited data");
+    let changed: Vec<_> = before.iter().zip(&after).filter(|(a, b)| a != b).collect();
+    assert_eq!(before.len(), after.len());
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(changed[0].1 .1, "TimeoutStopSec");
+    assert_eq!(changed[0].1 .2, "151");
+}
+
+#[test]
+fn data_of_the_wrong_shape_is_refused() {
+    for (text, want) in [
+        ("[Unit]\nA = 1.5\n", "A: float"),
+        ("[Unit]\nA = [[1]]\n", "A: array"),
+        ("[Unit]\nA = {b = 1}\n", "A: table"),
+        ("[Timer]\nA = 1\n", "[Timer]"),
+        ("A = 1\n", "[A]"),
+        ("[Service]\nExecStart = \"@bin@/x\"\n", "@bin@ has no value"),
+        ("[Unit\n", "f.toml"),
+    ] {
+        let err = entries("f.toml", text, None, &UnitNames::default_names())
+            .expect_err(text)
+            .to_string();
+        assert!(err.contains(want), "{text:?}: {err}");
+        assert!(err.contains("f.toml"), "{text:?}: {err}");
+    }
+    let ok = entries(
+        "f.toml",
+        "[Service]\nA = [\"x\", 2, true]\n",
+        None,
+        &UnitNames::default_names(),
+    )
+    .expect("list");
+    let values: Vec<&str> = ok.iter().map(|en| en.2.as_str()).collect();
+    assert_eq!(values, ["x", "2", "true"]);
+}
+
+#[test]
+fn units_dir_replaces_the_compiled_in_data() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("microvms.target.toml"),
+        TARGET_DATA.replace("vmwarden microVMs", "edited"),
+    )
+    .expect("write");
+    let args = RenderUnitArgs {
+        target: true,
+        units_dir: Some(dir.path().to_path_buf()),
+        ..RenderUnitArgs::default()
+    };
+    let t = parse(&render_unit(&args).expect("render"));
+    assert_eq!(t["Unit"]["Description"], ["edited"]);
+    let err = render_unit(&RenderUnitArgs {
+        target: false,
+        ..args
+    })
+    .expect_err("no microvm@.service.toml there");
+    assert!(err.to_string().contains("microvm@.service.toml"), "{err}");
+}
+
+#[test]
+fn bin_dir_is_used_and_checked() {
+    let args = RenderUnitArgs {
+        bin_dir: PathBuf::from("/opt/vmwarden/bin/"),
+        ..RenderUnitArgs::default()
+    };
+    let text = render_unit(&args).expect("render");
+    assert!(text.contains("ExecStart=/opt/vmwarden/bin/vmwarden-launch %i\n"));
+    for bad in ["relative/bin", "/with space", "/per%cent", "/a/../b"] {
+        let args = RenderUnitArgs {
+            bin_dir: PathBuf::from(bad),
+            ..RenderUnitArgs::default()
+        };
+        let err = render_unit(&args).expect_err(bad);
+        assert!(err.to_string().contains(bad), "{err}");
+    }
+}
+
+#[test]
+fn the_prefix_names_the_template_and_the_target_everywhere() {
+    let d = UnitNames::default_names();
+    assert_eq!(
+        (d.template().as_str(), d.target()),
+        ("microvm@.service", "microvms.target")
+    );
+    let v = UnitNames::for_prefix("vmwarden").expect("listed");
+    assert_eq!(
+        (v.template().as_str(), v.target()),
+        ("vmwarden@.service", "vmwarden-vms.target")
+    );
+    assert_eq!(UnitNames::prefixes(), ["microvm", "vmwarden"]);
+    let with = |prefix: &str, target: bool, reap_report: bool| {
+        render_unit(&RenderUnitArgs {
+            prefix: prefix.to_string(),
+            target,
+            reap_report,
+            ..RenderUnitArgs::default()
+        })
+    };
+    let t = with("vmwarden", false, false).expect("render");
+    let u = parse(&t);
+    assert_eq!(u["Unit"]["Before"], ["vmwarden-vms.target"]);
+    assert_eq!(u["Unit"]["PartOf"], ["vmwarden-vms.target"]);
+    assert_eq!(u["Service"]["SyslogIdentifier"], ["vmwarden@%i"]);
+    assert!(t.starts_with("# vmwarden@.service:"), "{t}");
+    // No name of microvm.nix's (microvm@, microvms.target) is left in
+    // any unit rendered with the other prefix, comments included.
+    for text in [
+        t,
+        with("vmwarden", true, false).expect("target"),
+        with("vmwarden", false, true).expect("reap report"),
+    ] {
+        assert!(!text.contains("microvm@"), "{text}");
+        assert!(!text.contains("microvms.target"), "{text}");
+    }
+    let r = parse(&with("vmwarden", false, true).expect("reap report"));
+    assert_eq!(r["Unit"]["Before"], ["vmwarden-vms.target"]);
+    let m = parse(&with("microvm", false, false).expect("render"));
+    assert_eq!(m["Unit"]["PartOf"], ["microvms.target"]);
+    assert_eq!(m["Service"]["SyslogIdentifier"], ["microvm@%i"]);
+    let err = with("microvms", false, false).expect_err("unknown prefix");
+    assert!(
+        err.to_string().contains("\"microvms\"") && err.to_string().contains("microvm, vmwarden"),
+        "{err}"
+    );
+}
+
+#[test]
+fn target_and_reap_report() {
+    let t = parse(
+        &render_unit(&RenderUnitArgs {
+            target: true,
+            ..RenderUnitArgs::default()
+        })
+        .expect("render"),
+    );
+    assert_eq!(t["Install"]["WantedBy"], ["multi-user.target"]);
+    let r = parse(
+        &render_unit(&RenderUnitArgs {
+            reap_report: true,
+            ..RenderUnitArgs::default()
+        })
+        .expect("render"),
+    );
+    assert_eq!(r["Service"]["ExecStart"], ["/usr/local/bin/vmwarden reap"]);
+    assert_eq!(r["Service"]["Type"], ["oneshot"]);
+}
+
+#[test]
+fn dropin_loads_systemd_credentials_and_opens_writable_paths() {
+    let f = spec_file(&spec_json(serde_json::json!({
+        "credentials": [{"name": "db", "source": {"systemd": "db"}},
+                        {"name": "tok", "source": {"path": "/run/secrets/tok"}}],
+        "disks": [{"path": "/var/lib/vmwarden/web/root.img", "read_only": false},
+                  {"path": "/srv/ro.img", "read_only": true}],
+        "landlock": {"mode": "required", "read": [], "write": ["/srv/scratch"]}
+    })));
+    let text = render_unit(&dropin_args("web", f.path())).expect("render");
+    let u = parse(&text);
+    assert_eq!(
+        u["Service"]["LoadCredential"],
+        ["db:/etc/vmwarden/credentials/web/db"]
+    );
+    assert_eq!(
+        u["Service"]["ReadWritePaths"],
+        ["-/var/lib/vmwarden/web/root.img", "-/srv/scratch"]
+    );
+    assert!(!u.contains_key("Unit"));
+}
+
+#[test]
+fn dropin_grants_net_admin_and_netlink_only_to_vms_with_interfaces() {
+    let plain = parse(
+        &render_unit(&dropin_args(
+            "web",
+            spec_file(&spec_json(serde_json::json!({}))).path(),
+        ))
+        .expect("render"),
+    );
+    let svc = plain.get("Service").cloned().unwrap_or_default();
+    assert!(!svc.contains_key("CapabilityBoundingSet"));
+    assert!(!svc.contains_key("RestrictAddressFamilies"));
+    let f = spec_file(&spec_json(serde_json::json!({
+        "interfaces": [{"tap": "vmw-web0", "bridge": "br0", "mac": "02:00:00:00:00:01"}]
+    })));
+    let u = parse(&render_unit(&dropin_args("web", f.path())).expect("render"));
+    assert_eq!(u["Service"]["CapabilityBoundingSet"], ["CAP_NET_ADMIN"]);
+    assert_eq!(u["Service"]["RestrictAddressFamilies"], ["AF_NETLINK"]);
+}
+
+#[test]
+fn dropin_refuses_what_the_launcher_refuses() {
+    let cases: Vec<(String, &str)> = vec![
+        ("{".to_string(), "not valid"),
+        (spec_json(serde_json::json!({"name": "db"})), "field `name`"),
+        (spec_json(serde_json::json!({"bogus": 1})), "bogus"),
+        (
+            spec_json(serde_json::json!({"credentials": [
+                {"name": "abcdefghijklmnopqrstuvwxyz0123", "source": {"systemd": "x"}}]})),
+            "credentials",
+        ),
+        (
+            spec_json(serde_json::json!({"disks": [{"path": "rel.img"}]})),
+            "disks[0].path",
+        ),
+        (
+            spec_json(serde_json::json!({"disks": [{"path": "/a b.img"}]})),
+            "disks[0].path",
+        ),
+        (
+            spec_json(serde_json::json!({"landlock": {"mode": "required", "write": ["/x%y"]}})),
+            "landlock.write[0]",
+        ),
+    ];
+    for (json, want) in &cases {
+        let f = spec_file(json);
+        let err = render_unit(&dropin_args("web", f.path())).expect_err(json);
+        let msg = err.to_string();
+        assert!(msg.contains(want), "{json}: {msg}");
+        assert!(
+            msg.contains(&f.path().display().to_string()),
+            "{json}: {msg}"
+        );
+    }
+}
+
+#[test]
+fn dropin_checks_the_name_and_reports_missing_spec() {
+    // The name is checked where it is parsed: `--dropin Bad_Name` never
+    // becomes a `RenderUnitArgs` (tests/names.rs runs the binary).
+    let err = "Bad_Name".parse::<VmName>().expect_err("bad name");
+    assert!(err.to_string().contains("^[a-z][a-z0-9-]{0,31}$"), "{err}");
+    let err = render_unit(&RenderUnitArgs {
+        dropin: Some(VmName::parse("web").unwrap()),
+        config_dir: Some(PathBuf::from("/nonexistent/vmwarden/vms")),
+        ..RenderUnitArgs::default()
+    })
+    .expect_err("missing spec");
+    assert!(
+        err.to_string()
+            .contains("/nonexistent/vmwarden/vms/web.json"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unit_safe_paths() {
+    assert!(unit_safe_path("/var/lib/vmwarden/web/root.img"));
+    assert!(unit_safe_path("/"));
+    for bad in [
+        "rel", "/a b", "/a%i", "/a\"b", "/a\\b", "/a//b", "/a/", "/a/./b", "/a/../b",
+    ] {
+        assert!(!unit_safe_path(bad), "{bad}");
+    }
+}
