@@ -7,7 +7,7 @@
 
   units.py spec SPEC_JSON_FILE
       Check a module-written launch spec against the contract in
-      ARCHITECTURE.md: exactly these fields, these types.
+      docs/launch-spec.md: exactly these fields, these types.
 
   units.py parity NIX_TEXT_FILE RUST_TEXT_FILE KIND [--store-bin P --bin B]
               [--cred-dir D --vm NAME]

@@ -1,4 +1,4 @@
-//! The launch, in order (ARCHITECTURE.md "The launch, in order"). One linear
+//! The launch, in order (docs/design/launch-sequence.md). One linear
 //! function that reads like the step list; each step that creates something
 //! is in the intent record before it exists. The steps themselves live one
 //! group to a file: [`preflight`] (the checks and trust walks before
