@@ -1,5 +1,6 @@
 //! The binaries as an operator meets them: every exit status of every
-//! binary (against docs/exit-codes.md and the man pages' table), the
+//! binary (against docs/exit-codes.md and the man pages' table), each
+//! hypervisor's refusals (against docs/design/hypervisors.md's table), the
 //! launcher's log lines, and the generated man pages and completions run
 //! through groff and the three shells. Needs root (real launches), and
 //! zsh, fish and groff (tests/setup-host.sh installs them).
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
+use vmwarden::config::capabilities;
 
 /// The rows of docs/exit-codes.md's table: (binary, status, meaning).
 fn doc_rows() -> Vec<(String, String, String)> {
@@ -48,6 +50,37 @@ fn the_exit_code_doc_is_the_table_the_man_pages_are_rendered_from() {
         doc_rows(),
         want,
         "docs/exit-codes.md and src/bin/cli/exit_codes.rs differ"
+    );
+}
+
+/// The text between the `capabilities` markers in docs/design/hypervisors.md.
+fn documented_refusal_table() -> String {
+    const BEGIN: &str = "<!-- capabilities:begin -->\n";
+    const END: &str = "<!-- capabilities:end -->";
+    let path = repo_root().join("docs/design/hypervisors.md");
+    let doc = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let start = doc
+        .find(BEGIN)
+        .unwrap_or_else(|| panic!("{}: no line `{}`", path.display(), BEGIN.trim_end()))
+        + BEGIN.len();
+    let len = doc[start..]
+        .find(END)
+        .unwrap_or_else(|| panic!("{}: no `{END}` after the begin marker", path.display()));
+    doc[start..start + len].to_string()
+}
+
+/// Read from the source tree, not the package's: the Nix build runs only
+/// `--lib` and `--bins` tests, on a source without docs/.
+#[test]
+fn the_documented_refusal_table_is_the_one_the_launcher_checks() {
+    let table = capabilities::markdown();
+    assert!(
+        documented_refusal_table() == table,
+        "docs/design/hypervisors.md's refusal table differs from \
+         launcher/src/config/capabilities.rs's REFUSALS. Regenerate it: replace everything \
+         between the lines `<!-- capabilities:begin -->` and `<!-- capabilities:end -->` with \
+         exactly the table below (markdown(), ending in a newline):\n{table}"
     );
 }
 

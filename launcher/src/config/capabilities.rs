@@ -3,7 +3,10 @@
 //! the field the refusal names and the reason it gives. The spec's checks
 //! (`config::validation`) take their refusals from here, and
 //! [`markdown`] renders the same rows for the documentation, so the two
-//! cannot drift apart.
+//! cannot drift apart: the table between the `capabilities` markers in
+//! docs/design/hypervisors.md must equal it byte for byte
+//! (`launcher/tests/cli.rs` checks, and prints the table to paste when
+//! they differ).
 //!
 //! In short: firecracker has no TCG, no credentials, no qcow2, no disk
 //! serial, no shares (neither 9p nor virtiofs) and no vhost vsock;
