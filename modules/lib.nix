@@ -388,7 +388,7 @@ in rec {
     vm.shares;
 
   # ---------------------------------------------------------------- spec
-  # The launch spec, version 1 (ARCHITECTURE.md "Launch spec"). The launcher
+  # The launch spec, version 1 (docs/launch-spec.md). The launcher
   # rejects unknown fields, so this emits exactly the contract's fields.
   spec = name: vm:
     {

@@ -1,4 +1,4 @@
-# The user-facing options (ARCHITECTURE.md "NixOS options"). Every field of
+# The user-facing options (docs/nixos.md). Every field of
 # the launch spec has an option here; host.nix turns them into the spec,
 # the users and the units.
 {
