@@ -153,6 +153,49 @@ pub fn take_line(pending: &mut Vec<u8>) -> Result<Option<Vec<u8>>, PeerError> {
     }
 }
 
+/// What one read before a deadline gave.
+#[derive(Debug)]
+pub enum DeadlineRead {
+    /// `n` bytes (0: end of stream).
+    Bytes(usize),
+    /// The deadline passed, before the read or during it.
+    TimedOut,
+    /// The read timeout could not be set.
+    SetTimeout(std::io::Error),
+    /// The read failed otherwise.
+    Failed(std::io::Error),
+}
+
+/// One `read(2)` from a VM-controlled socket that waits for no more than
+/// what is left until `deadline`, checked again before every read (a
+/// per-read timeout alone lets a peer that drips a byte at a time hold the
+/// caller for ever). QMP's line reader and the cloud-hypervisor and
+/// firecracker HTTP client both read through it.
+pub fn read_before(stream: &mut UnixStream, chunk: &mut [u8], deadline: Instant) -> DeadlineRead {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return DeadlineRead::TimedOut;
+        }
+        if let Err(e) = stream.set_read_timeout(Some(left.max(Duration::from_millis(1)))) {
+            return DeadlineRead::SetTimeout(e);
+        }
+        match stream.read(chunk) {
+            Ok(n) => return DeadlineRead::Bytes(n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return DeadlineRead::TimedOut
+            }
+            Err(e) => return DeadlineRead::Failed(e),
+        }
+    }
+}
+
 /// The reading side of one connection to a VM-controlled socket: lines of
 /// at most [`MAX_MESSAGE`] bytes, at most [`MAX_CONNECTION_BYTES`] and
 /// [`MAX_CONNECTION_MESSAGES`] in all, each before its caller's deadline.
@@ -188,26 +231,11 @@ impl LineReader {
                 }
                 return Ok(Some(line));
             }
-            // The overall deadline, before every read.
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(PeerError::TimedOut);
-            }
-            self.stream
-                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
-                .map_err(io("set timeout"))?;
-            let n = match self.stream.read(&mut chunk) {
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Err(PeerError::TimedOut)
-                }
-                Err(e) => {
+            let n = match read_before(&mut self.stream, &mut chunk, deadline) {
+                DeadlineRead::Bytes(n) => n,
+                DeadlineRead::TimedOut => return Err(PeerError::TimedOut),
+                DeadlineRead::SetTimeout(e) => return Err(io("set timeout")(e)),
+                DeadlineRead::Failed(e) => {
                     return Err(PeerError::Io {
                         op: "read",
                         source: e,

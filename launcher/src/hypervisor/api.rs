@@ -4,14 +4,14 @@
 //! running as the control dir's owner ([`crate::host::peer::connect`]) and reads a
 //! bounded response under an overall deadline.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::config::spec::HypervisorKind;
 use crate::config::text::excerpt;
-use crate::host::peer::{self, PeerError};
+use crate::host::peer::{self, DeadlineRead, PeerError};
 
 /// Largest response accepted (headers + body): one request per
 /// connection, so this is also all one connection may deliver.
@@ -240,33 +240,17 @@ pub fn request(
     let mut scanned: usize = 0;
     let mut wait_for: Option<usize> = None;
     loop {
-        if Instant::now() > deadline {
-            return Err(ApiError::Timeout {
-                path: path(),
-                request: request(),
-                timeout,
-            });
-        }
-        // Each read gets only what is left of the overall deadline.
-        let left = deadline.saturating_duration_since(Instant::now());
-        s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
-            .map_err(set_timeout)?;
-        let n = match s.read(&mut chunk) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
+        let n = match peer::read_before(&mut s, &mut chunk, deadline) {
+            DeadlineRead::Bytes(n) => n,
+            DeadlineRead::TimedOut => {
                 return Err(ApiError::Timeout {
                     path: path(),
                     request: request(),
                     timeout,
                 })
             }
-            Err(e) => return Err(transfer("read")(e)),
+            DeadlineRead::SetTimeout(e) => return Err(set_timeout(e)),
+            DeadlineRead::Failed(e) => return Err(transfer("read")(e)),
         };
         buf.extend_from_slice(&chunk[..n]);
         if buf.len() > MAX_RESPONSE {
@@ -352,6 +336,7 @@ pub fn vm_state(sock: &Path, kind: HypervisorKind, timeout: Duration) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     #[test]
     fn renders_requests() {
