@@ -518,12 +518,14 @@ fn refused_name(bytes: &[u8], err: &serde_json::Error) -> Option<(String, NameEr
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::names::check_abs_normalised;
     use serde_json::json;
 
-    fn base() -> serde_json::Value {
+    /// A valid QEMU spec of VM `web`, as JSON (the spec tests and the
+    /// validation tests start from it).
+    pub(crate) fn base() -> serde_json::Value {
         json!({
             "version": 1, "name": "web",
             "principal": { "user": "vm-web", "group": "vm-web" },
@@ -532,7 +534,8 @@ mod tests {
         })
     }
 
-    fn check(v: serde_json::Value) -> Result<Spec, SpecError> {
+    /// Parse and validate `v` as `/etc/vmwarden/vms/web.json`.
+    pub(crate) fn check(v: serde_json::Value) -> Result<Spec, SpecError> {
         let p = Path::new("/etc/vmwarden/vms/web.json");
         let s = Spec::parse(p, &serde_json::to_vec(&v).unwrap())?;
         s.validate(p, &VmName::parse("web").unwrap())?;

@@ -529,23 +529,8 @@ impl Spec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::spec::tests::{base, check};
     use serde_json::json;
-
-    fn base() -> serde_json::Value {
-        json!({
-            "version": 1, "name": "web",
-            "principal": { "user": "vm-web", "group": "vm-web" },
-            "hypervisor": { "kind": "qemu", "binary": "/usr/bin/qemu-system-x86_64" },
-            "vcpus": 2, "memory_mib": 512, "kernel": "/boot/vmlinuz"
-        })
-    }
-
-    fn check(v: serde_json::Value) -> Result<Spec, SpecError> {
-        let p = Path::new("/etc/vmwarden/vms/web.json");
-        let s = Spec::parse(p, &serde_json::to_vec(&v).unwrap())?;
-        s.validate(p, &VmName::parse("web").unwrap())?;
-        Ok(s)
-    }
 
     fn field_of(v: serde_json::Value) -> String {
         match check(v) {

@@ -168,23 +168,26 @@ mod tests {
         );
     }
 
-    #[test]
-    fn firecracker_records_its_api_socket_and_config_file() {
-        let got = planned_resources(
-            &spec_of(base_spec("firecracker")),
+    /// The runtime files the intent record names for a `kind` spec.
+    fn runtime_files(kind: &str) -> Vec<PathBuf> {
+        planned_resources(
+            &spec_of(base_spec(kind)),
             Path::new("/etc/vmwarden/vms/web.json"),
             Path::new("/run/vmwarden/web"),
             Path::new("/var/lib/vmwarden/web"),
-        );
-        let files: Vec<_> = got
-            .iter()
-            .filter_map(|r| match r {
-                Resource::RuntimeFile { path } => Some(path.clone()),
-                _ => None,
-            })
-            .collect();
+        )
+        .into_iter()
+        .filter_map(|r| match r {
+            Resource::RuntimeFile { path } => Some(path),
+            _ => None,
+        })
+        .collect()
+    }
+
+    #[test]
+    fn firecracker_records_its_api_socket_and_config_file() {
         assert_eq!(
-            files,
+            runtime_files("firecracker"),
             vec![
                 PathBuf::from("/run/vmwarden/web/control/api.sock"),
                 PathBuf::from("/run/vmwarden/web/control/firecracker.json"),
@@ -194,21 +197,8 @@ mod tests {
 
     #[test]
     fn cloud_hypervisor_records_its_api_socket_and_lock() {
-        let got = planned_resources(
-            &spec_of(base_spec("cloud-hypervisor")),
-            Path::new("/etc/vmwarden/vms/web.json"),
-            Path::new("/run/vmwarden/web"),
-            Path::new("/var/lib/vmwarden/web"),
-        );
-        let files: Vec<_> = got
-            .iter()
-            .filter_map(|r| match r {
-                Resource::RuntimeFile { path } => Some(path.clone()),
-                _ => None,
-            })
-            .collect();
         assert_eq!(
-            files,
+            runtime_files("cloud-hypervisor"),
             vec![
                 PathBuf::from("/run/vmwarden/web/control/api.sock"),
                 PathBuf::from("/run/vmwarden/web/control/api.sock.lock"),
