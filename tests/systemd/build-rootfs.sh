@@ -9,7 +9,10 @@
 # else does. Contents:
 #   tree/        the rootfs (debootstrap minbase + systemd, udev, kmod, acl,
 #                qemu-system-x86 for the nested guests, jq, netcat-openbsd, procps,
-#                and the Debian cloud kernel's modules with depmod run)
+#                iproute2, passt (user networking), socat and openssh-client
+#                (vsock and ssh from the host side), systemd-container and dbus
+#                (systemd-machined, machinectl), and the Debian cloud kernel's
+#                modules with depmod run)
 #   vmlinuz      the same cloud kernel, for qemu -kernel
 #   initrd.img   busybox initramfs: insmod virtio, mount LABEL=vmw-l2root, switch_root
 #   info.env     KVER=, build timings
@@ -45,15 +48,19 @@ exec 9>"$BASE/.lock"
 flock 9   # one builder at a time; a second caller waits and then finds the cache
 
 if [ -f "$OUT/ok" ]; then
+  touch "$OUT/used"
   log "cache hit $OUT"
   echo "$OUT"
   exit 0
 fi
 
-# An older key's tree is ~600 MiB: drop it rather than let them pile up.
+# An older key's tree is ~600 MiB: drop those not used for a day rather than
+# let them pile up (branches of the script checked out side by side each keep
+# theirs while they are in use; run.sh's cache hit marks a tree used).
 for old in "$BASE"/*/; do
   [ -d "$old" ] || continue
   [ "${old%/}" = "$OUT" ] && continue
+  [ -n "$(find "${old%/}" -maxdepth 1 -name used -mmin -1440 2>/dev/null)" ] && continue
   log "removing stale cache ${old%/}"
   rm -rf --one-file-system "${old%/}"
 done
@@ -85,14 +92,15 @@ cp /etc/resolv.conf "$R/etc/resolv.conf" 2>/dev/null || true
 # no daemons may start inside the chroot
 printf '#!/bin/sh\nexit 101\n' > "$R/usr/sbin/policy-rc.d"; chmod 755 "$R/usr/sbin/policy-rc.d"
 
-log "chroot apt: qemu-system-x86 jq netcat-openbsd + cloud kernel from bookworm-backports"
+log "chroot apt: qemu-system-x86 jq netcat-openbsd iproute2 passt socat openssh-client systemd-container dbus + cloud kernel from bookworm-backports"
 # The L2 kernel comes from bookworm-backports (6.12+): vmwarden mounts the credential
 # tmpfs with `noswap` (Linux 6.4+) and fails closed without it; bookworm's 6.1 lacks it.
 echo "deb $MIRROR bookworm-backports main" > "$R/etc/apt/sources.list.d/backports.list"
 chroot "$R" /bin/sh -ec '
   export DEBIAN_FRONTEND=noninteractive
   apt-get -q update
-  apt-get -y -q install --no-install-recommends qemu-system-x86 jq netcat-openbsd
+  apt-get -y -q install --no-install-recommends qemu-system-x86 jq netcat-openbsd iproute2 passt \
+    socat openssh-client systemd-container dbus
   mkdir -p /tmp/kdeb && cd /tmp/kdeb
   apt-get -q download linux-image-cloud-amd64/bookworm-backports
   KPKG=$(dpkg-deb -f linux-image-cloud-amd64_*.deb Depends | tr "," "\n" | sed -n "s/^ *\(linux-image-[0-9][^ ]*-cloud-amd64\).*/\1/p" | head -1)
@@ -189,7 +197,7 @@ CHROOT_APT_S=$((t2 - t1))
 CONFIG_S=$((t3 - t2))
 TREE_MIB=$(du -sm "$R" | cut -f1)
 EOF
-touch "$WORK/ok"
+touch "$WORK/ok" "$WORK/used"
 mv "$WORK" "$OUT"
 log "built $OUT in $((t3 - t0)) s (debootstrap $((t1 - t0)) s, chroot apt $((t2 - t1)) s)"
 echo "$OUT"
