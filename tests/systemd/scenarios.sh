@@ -19,6 +19,11 @@ T=/opt/vmwarden-test
 MODE=full READY_TIMEOUT=300 POWEROFF=1 ONLY=""
 # shellcheck source=/dev/null
 . "$T/run.env"
+# run.sh boots several guests from one image in the default run: each one's
+# scenarios come on its kernel command line (vmwarden.only=a,b,c)
+for w in $(cat /proc/cmdline); do
+  case "$w" in vmwarden.only=*) ONLY=$(printf '%s' "${w#vmwarden.only=}" | tr ',' ' ') ;; esac
+done
 VMW=/usr/local/bin/vmwarden
 RUNTIME_ROOT=/run/vmwarden
 STATE_ROOT=/var/lib/vmwarden
