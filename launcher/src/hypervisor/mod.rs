@@ -328,8 +328,9 @@ pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
 }
 
 /// firecracker's `--config-file` contents: no secrets. Its taps are named
-/// (firecracker opens them itself; the launcher made them persistent and
-/// the principal's), its hybrid vsock is a unix socket in `control_dir`.
+/// (firecracker opens them itself; the launcher made them, persistent and
+/// the principal's, in the network namespace firecracker runs in, which
+/// holds no other tap), its hybrid vsock is a unix socket in `control_dir`.
 pub fn firecracker_config(spec: &Spec, control_dir: &Path) -> String {
     let mut boot = json!({
         "kernel_image_path": spec.kernel,
