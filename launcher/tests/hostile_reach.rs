@@ -1,18 +1,20 @@
-//! What a compromised hypervisor can reach. Hardening, round five:
-//! "Firecracker reaches only its own taps". Each test re-runs the attack
+//! What a compromised hypervisor, and a binary root asks before a launch,
+//! can reach. Hardening, round five: "Firecracker reaches only its own
+//! taps" and "probes run inside the sandbox". Each test re-runs the attack
 //! against the real binaries and must see it fail; each fails when its
 //! defence is reverted (docs/design/threat-model.md). Needs root, and
 //! iproute2 for the taps the tests make.
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
-use vmwarden::hypervisor::api;
+use vmwarden::host::procs::processes_of_uid;
+use vmwarden::hypervisor::{self, api};
 
 // ---------------------------------------------------------------------------
 // Firecracker reaches only its own taps.
@@ -295,4 +297,184 @@ fn firecracker_reaches_only_its_own_taps_real_binary() {
     assert!(!Path::new("/sys/class/net").join(&own).exists());
     let v = env.verify_clean(&["fcreal"]);
     assert!(v.status.success(), "{}", text(&v));
+}
+
+// ---------------------------------------------------------------------------
+// Probes run inside the sandbox.
+
+/// A "hypervisor" that is a script (so its ELF cannot answer for it and
+/// the launcher asks it): it reports what it can reach on its first line
+/// of stderr, which the launcher's refusal quotes, leaves a child that
+/// holds stdout and stderr open for two minutes (after trying to leave its
+/// process group), and exits 1. `OUTSIDE` is a world-readable file outside
+/// the system's trees.
+const REPORTER: &str = r#"#!/usr/bin/python3
+import os, socket, sys, time
+def attempt(f):
+    try:
+        return f()
+    except OSError as e:
+        return 'errno%d' % e.errno
+def inet():
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+    return 'opened'
+status = dict(l.split(':', 1) for l in open('/proc/self/status'))
+seen = [
+    'mntns=' + os.readlink('/proc/self/ns/mnt'),
+    'pid1=' + str(os.path.exists('/proc/1')),
+    'outside=' + str(attempt(lambda: open('OUTSIDE').read().strip())),
+    'inet=' + str(attempt(inet)),
+    'seccomp=' + status['Seccomp'].strip(),
+]
+if os.fork() == 0:
+    try:
+        os.setsid()
+    except OSError:
+        pass
+    time.sleep(120)
+    os._exit(0)
+sys.stderr.write('PROBE ' + ' '.join(seen) + '\n')
+sys.exit(1)
+"#;
+
+/// A "hypervisor" whose probe never ends, and whose child neither.
+const HANGER: &str = "#!/bin/sh\n/bin/sleep 120 &\nexec /bin/sleep 120\n";
+
+fn script(env: &Env, name: &str, body: &str) -> PathBuf {
+    let p = env.path(name);
+    std::fs::write(&p, body).unwrap();
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    p
+}
+
+/// The `PROBE …` report the launcher's refusal quotes, as key=value pairs.
+fn report(out: &std::process::Output) -> std::collections::BTreeMap<String, String> {
+    let e = stderr(out);
+    let line = e
+        .split("PROBE ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no PROBE report in the refusal: {}", text(out)));
+    line.split_whitespace()
+        .map_while(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim_end_matches([')', ':']).to_string()))
+        .collect()
+}
+
+/// Probes run inside the sandbox. QEMU's `-sandbox` probe (a binary the
+/// ELF check cannot judge) and cloud-hypervisor's `--help` (credentials
+/// need its `fw_cfg` feature) run the binary as the principal in the
+/// hypervisor's confinement: their own mount namespace and a private /proc
+/// (no host process, not even pid 1), Landlock (a world-readable file
+/// outside the system's trees is refused), seccomp (no IP socket). The
+/// child each leaves holding stdout and stderr does not keep the launch
+/// waiting and does not outlive it; a probe that never exits is killed,
+/// with its child, at its deadline. The real cloud-hypervisor's `fw_cfg`
+/// is read from its ELF, without running it.
+#[test]
+fn probes_run_inside_the_sandbox() {
+    let env = Env::new();
+    let outside = env.path("outside.txt");
+    std::fs::write(&outside, "OUTSIDE-READ\n").unwrap();
+    std::fs::set_permissions(
+        &outside,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let reporter = script(
+        &env,
+        "reporter",
+        &REPORTER.replace("OUTSIDE", &outside.to_string_lossy()),
+    );
+    let mine = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+    let secret = env.secret("tok", b"x");
+    let u = uid(302);
+    let _kvm = KvmAcl::grant(u);
+    let qemu = |bin: &Path| {
+        let mut s = env.spec("probed", u);
+        s["hypervisor"]["binary"] = json!(bin);
+        s
+    };
+    let ch = |bin: &Path| {
+        let mut s = env.spec("probed", u);
+        s["hypervisor"] = json!({ "kind": "cloud-hypervisor", "binary": bin, "accel": "kvm" });
+        s["credentials"] = json!([{ "name": "tok", "source": { "path": secret } }]);
+        s
+    };
+    for (kind, spec) in [
+        ("qemu", qemu(&reporter)),
+        ("cloud-hypervisor", ch(&reporter)),
+    ] {
+        env.write_spec("probed", &spec);
+        let before = snapshot(&env, &[u]);
+        let t0 = Instant::now();
+        let out = bounded(&mut env.launch_cmd("probed"), Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("{kind}: the launch hung on its probe's output"));
+        let took = t0.elapsed();
+        assert!(!out.status.success(), "{kind}: {}", text(&out));
+        let seen = report(&out);
+        assert_ne!(
+            seen.get("mntns").map(String::as_str),
+            Some(mine.to_string_lossy().as_ref()),
+            "{kind}: the probe ran in the host's mount namespace: {seen:?}"
+        );
+        assert_eq!(
+            seen.get("pid1").map(String::as_str),
+            Some("False"),
+            "{kind}: the probe sees the host's processes: {seen:?}"
+        );
+        assert_eq!(
+            seen.get("outside").map(String::as_str),
+            Some("errno13"),
+            "{kind}: the probe read a file outside its Landlock domain: {seen:?}"
+        );
+        assert_eq!(
+            seen.get("inet").map(String::as_str),
+            Some("errno97"),
+            "{kind}: the probe opened an IP socket: {seen:?}"
+        );
+        assert_eq!(
+            seen.get("seccomp").map(String::as_str),
+            Some("2"),
+            "{kind}: {seen:?}"
+        );
+        // Its child held stdout and stderr open for two minutes: the launch
+        // did not wait for it, and it is gone.
+        assert!(
+            took < Duration::from_secs(30),
+            "{kind}: the launch waited {took:?} for the probe's child"
+        );
+        wait_until(
+            &format!("{kind}: the probe's child gone"),
+            Duration::from_secs(10),
+            || processes_of_uid(u).is_empty(),
+        );
+        assert_eq!(
+            before,
+            snapshot(&env, &[u]),
+            "{kind}: the refusal left something"
+        );
+    }
+
+    // A probe that never exits: refused at its deadline, its child with it.
+    let hanger = script(&env, "hanger", HANGER);
+    env.write_spec("probed", &qemu(&hanger));
+    let out = bounded(&mut env.launch_cmd("probed"), Duration::from_secs(60))
+        .expect("the launch outlived its probe's deadline");
+    assert!(
+        stderr(&out).contains("did not exit within")
+            && stderr(&out).contains("process group was killed"),
+        "{}",
+        text(&out)
+    );
+    wait_until(
+        "the hanging probe and its child gone",
+        Duration::from_secs(10),
+        || processes_of_uid(u).is_empty(),
+    );
+
+    // The real cloud-hypervisor: its fw_cfg feature is read from its ELF.
+    if let Some(real) = real_binary(&env, "VMWARDEN_TEST_CLOUD_HYPERVISOR", "cloud-hypervisor") {
+        assert!(hypervisor::cloud_hypervisor_fw_cfg_in_elf(&real));
+        assert!(!hypervisor::cloud_hypervisor_fw_cfg_in_elf(&reporter));
+    }
 }

@@ -5,7 +5,8 @@
 //! anything is created), [`interfaces`] (taps and the vhost-vsock device),
 //! [`control_files`] (what the control dir holds before the hypervisor
 //! starts), [`netns`] (firecracker's network namespace, which holds only
-//! its taps), [`volumes`], [`helpers`], [`creds`], [`sandbox`] (with
+//! its taps), [`probe`] (asking a hypervisor binary about its build, in its
+//! confinement), [`volumes`], [`helpers`], [`creds`], [`sandbox`] (with
 //! [`landlock`] and [`seccomp`]; its errors in [`sandbox_error`], the
 //! privilege drop's self-check in [`drop_check`], every privileged call
 //! through [`syscall`]) and [`exec`]; [`resources`] is what the intent
@@ -21,6 +22,7 @@ pub mod interfaces;
 pub mod landlock;
 pub mod netns;
 pub mod preflight;
+pub mod probe;
 pub mod resources;
 pub mod sandbox;
 pub mod sandbox_error;

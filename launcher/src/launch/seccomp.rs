@@ -179,6 +179,15 @@ pub fn enosys(nr: i64) -> Result<BpfProgram> {
     build(map, ENOSYS)
 }
 
+/// A filter that answers each of the system calls `nrs` with EPERM and
+/// allows the rest (a probe's: `setsid` and `setpgid`, so that nothing a
+/// probed binary starts leaves the process group the launcher kills; see
+/// `launch::probe`).
+pub fn eperm(nrs: &[i64]) -> Result<BpfProgram> {
+    let map: BTreeMap<i64, Vec<SeccompRule>> = nrs.iter().map(|nr| (*nr, Vec::new())).collect();
+    build(map, EPERM)
+}
+
 /// On x86_64: every syscall number with the x32 bit answers ENOSYS.
 #[cfg(target_arch = "x86_64")]
 fn x32_filter() -> BpfProgram {
