@@ -406,10 +406,11 @@ fn probes_run_inside_the_sandbox() {
     ] {
         env.write_spec("probed", &spec);
         let before = snapshot(&env, &[u]);
-        let t0 = Instant::now();
+        // The probe's child holds stdout and stderr for two minutes: a
+        // launch that waits for them (or for it) hangs past this bound,
+        // far past the probe's deadline.
         let out = bounded(&mut env.launch_cmd("probed"), Duration::from_secs(60))
             .unwrap_or_else(|| panic!("{kind}: the launch hung on its probe's output"));
-        let took = t0.elapsed();
         assert!(!out.status.success(), "{kind}: {}", text(&out));
         let seen = report(&out);
         assert_ne!(
@@ -437,12 +438,7 @@ fn probes_run_inside_the_sandbox() {
             Some("2"),
             "{kind}: {seen:?}"
         );
-        // Its child held stdout and stderr open for two minutes: the launch
-        // did not wait for it, and it is gone.
-        assert!(
-            took < Duration::from_secs(30),
-            "{kind}: the launch waited {took:?} for the probe's child"
-        );
+        // Its child, which held stdout and stderr open, is gone.
         wait_until(
             &format!("{kind}: the probe's child gone"),
             Duration::from_secs(10),
