@@ -656,6 +656,16 @@ hv_checks() { # VM CURSOR RUN(1|2)
     rx=$(cat "/sys/class/net/$tap/statistics/rx_packets"); tx=$(cat "/sys/class/net/$tap/statistics/tx_packets")
     [ "$rx" -gt 0 ] && [ "$tx" -gt 0 ] || { fail "$vm: $tap rx=$rx tx=$tx packets"; return 1; }
     note "$vm tap $tap on $HV_BRIDGE: L2 pings $ip (rx=$rx tx=$tx)"
+    # firecracker (opens its taps by name): a network namespace of its own
+    # holding only its taps; on L2, $tap is the host end of its link.
+    if [ "$vm" = fc ]; then
+      local fpid; fpid=$(mainpid "$u")
+      [ "$(readlink "/proc/$fpid/ns/net")" != "$(readlink /proc/1/ns/net)" ] \
+        || { fail "fc: firecracker $fpid shares L2's network namespace"; return 1; }
+      [ ! -e "/sys/class/net/$tap/tun_flags" ] \
+        || { fail "fc: $tap on L2 is a tap, not the host end of the link into firecracker's namespace"; return 1; }
+      note "fc: own network namespace; $tap on $HV_BRIDGE is the host end of its link"
+    fi
   fi
   if hv_has "$vm" vsock; then
     wait_journal "$u" "$2" '^VSOCK-ECHO listening port=1234' 60 || { fail "$vm: the guest's vsock echo is not listening"; return 1; }

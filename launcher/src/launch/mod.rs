@@ -4,7 +4,9 @@
 //! group to a file: [`preflight`] (the checks and trust walks before
 //! anything is created), [`interfaces`] (taps and the vhost-vsock device),
 //! [`control_files`] (what the control dir holds before the hypervisor
-//! starts), [`volumes`], [`helpers`], [`creds`], [`sandbox`] (with
+//! starts), [`netns`] (firecracker's network namespace, which holds only
+//! its taps), [`probe`] (asking a hypervisor binary about its build, in its
+//! confinement), [`volumes`], [`helpers`], [`creds`], [`sandbox`] (with
 //! [`landlock`] and [`seccomp`]; its errors in [`sandbox_error`], the
 //! privilege drop's self-check in [`drop_check`], every privileged call
 //! through [`syscall`]) and [`exec`]; [`resources`] is what the intent
@@ -18,7 +20,9 @@ pub mod exec;
 pub mod helpers;
 pub mod interfaces;
 pub mod landlock;
+pub mod netns;
 pub mod preflight;
+pub mod probe;
 pub mod resources;
 pub mod sandbox;
 pub mod sandbox_error;
@@ -405,14 +409,17 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     //    Taps: created here as non-persistent fds (close-on-exec until the
     //    exec below), MAC set, attached to their bridge, up. From now on the
     //    kernel deletes each tap when its last fd holder dies.
-    //    Firecracker's are persistent and the principal's: their fds close
-    //    here, firecracker attaches by name; cleanup deletes them (intent
-    //    record).
-    let by_name = kind == HypervisorKind::Firecracker;
-    let mut taps = interfaces::create_taps(&spec, by_name.then_some(&principal))?;
-    if by_name {
-        taps.clear();
-    }
+    //    Firecracker attaches to its taps by name, which in the host's
+    //    namespace would reach every tap without an owner: this process
+    //    moves into a network namespace of its own, which holds only the
+    //    VM's taps, each joined to its bridge by a veth pair; all of it dies
+    //    with the hypervisor (launch::netns).
+    let taps = if kind == HypervisorKind::Firecracker {
+        netns::firecracker_network(&spec, &principal)?;
+        Vec::new()
+    } else {
+        interfaces::create_taps(&spec)?
+    };
     steps.after("taps");
 
     //    The control dir holds only what this instance's hypervisor makes:

@@ -555,17 +555,34 @@ fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
                 reason,
             })
         };
-        let Some((index, persistent)) = net::tun_info(&tap) else {
-            keep("named vmw-* but not a tun/tap device; not vmwarden's".into());
-            continue;
+        // A persistent tap, or the host side of a link into a VM's own
+        // network namespace (firecracker's: `ns-link`), which lives as long
+        // as that namespace: both are vmwarden's when a VM claims them.
+        let (index, what) = match net::tun_info(&tap) {
+            Some((index, true)) => (index, "persistent tap"),
+            Some((_, false)) => {
+                keep(
+                    "non-persistent tap: something holds it open (it goes when that process exits)"
+                        .into(),
+                );
+                continue;
+            }
+            None => match ns_link_end(&mut rtnl, &tap) {
+                Ok(Some(index)) if owner.is_some() => (index, "link into a VM's network namespace"),
+                Ok(Some(_)) => {
+                    keep("a veth into another network namespace that no VM's intent record or spec names; not vmwarden's".into());
+                    continue;
+                }
+                Ok(None) => {
+                    keep("named vmw-* but neither a tun/tap device nor a link into a VM's network namespace; not vmwarden's".into());
+                    continue;
+                }
+                Err(e) => {
+                    keep(format!("cannot tell what it is: {e}"));
+                    continue;
+                }
+            },
         };
-        if !persistent {
-            keep(
-                "non-persistent tap: something holds it open (it goes when that process exits)"
-                    .into(),
-            );
-            continue;
-        }
         // Any claimant that is not dead keeps it (ambiguity keeps).
         let not_dead: Vec<String> = claims
             .iter()
@@ -583,10 +600,10 @@ fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
         }
         let reason = match &owner {
             Some(_) => format!(
-                "persistent tap of {}, none of which has a live instance",
+                "{what} of {}, none of which has a live instance",
                 claims.join(", ")
             ),
-            None => "persistent vmw-* tap that no VM's intent record or spec names".into(),
+            None => format!("{what} named vmw-* that no VM's intent record or spec names"),
         };
         r.orphans.push(Item {
             kind: Kind::Tap,
@@ -610,17 +627,24 @@ fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
             }
             let Some(n) = rtnl.as_mut() else { continue };
             // Delete the vetted device by its index, not whatever holds the name now.
-            match n.delete_index(&tap, index) {
-                Ok(_) if net::tun_info(&tap).map(|(i, _)| i) != Some(index) => r.deleted.push(path),
-                Ok(_) => r.failed.push(ownership::Failed {
-                    path,
-                    reason: "RTM_DELLINK succeeded but the tap still exists".into(),
-                }),
-                Err(e) => r.failed.push(ownership::Failed {
-                    path,
-                    reason: e.to_string(),
-                }),
+            match taps::delete_vetted(n, &tap, index) {
+                Ok(true) => r.deleted.push(path),
+                Ok(false) => {}
+                Err(reason) => r.failed.push(ownership::Failed { path, reason }),
             }
         }
     }
+}
+
+/// The index of `name` when it is the host side of a link into a VM's own
+/// network namespace (a veth whose other end is in another namespace);
+/// opens `rtnl` the first time it is needed.
+fn ns_link_end(rtnl: &mut Option<Rtnl>, name: &str) -> Result<Option<u32>, net::NetError> {
+    if rtnl.is_none() {
+        *rtnl = Some(Rtnl::open()?);
+    }
+    let Some(n) = rtnl.as_mut() else {
+        return Ok(None);
+    };
+    Ok(n.link(name)?.filter(taps::is_ns_link_end).map(|l| l.index))
 }
