@@ -207,6 +207,9 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // 2. Spec: every field, and the files it names. Nothing is created yet.
     let roots = &opts.roots;
     roots.validate()?;
+    // A runtime root others may write (`/tmp`) is refused before anything
+    // in it is read (its pre-flight in step 3 checks it again).
+    dirs::check_root(&roots.runtime_root, "--runtime-root")?;
     // A running VM is reported as running before anything else is judged
     // (its taps exist, its credentials may be unavailable to a second caller).
     if let Ok(d) = dirs::open_dir(&roots.runtime_dir(&opts.name)) {
@@ -261,6 +264,11 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // exist) for the registry check and the pre-flight below, and kept for
     // the steps that create what is in them.
     let state_root = dirs::open_dir_if_exists(&roots.state_root)?;
+    // Neither root may be a directory others can write (`/tmp`): it is
+    // refused, never taken over (the runtime root's pre-flight is below).
+    if let Some(d) = &state_root {
+        dirs::check_dir(d, &dirs::root_want("--state-root"))?;
+    }
     registry::check_launch(roots, state_root.as_ref(), &spec.name, &principal)?;
     // Pre-flight the directories that already exist, so a refusal leaves
     // nothing behind (no runtime dir, lease or intent record yet).
@@ -275,7 +283,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let runtime_root = dirs::preflight_in(
         rt_parent.as_ref(),
         &rt_name,
-        &root_want(0o755, Loose::Tighten),
+        &dirs::root_want("--runtime-root"),
     )?;
     drop(rt_parent);
     dirs::preflight_in(
@@ -297,7 +305,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let runtime_root = dirs::ensure_root(
         &roots.runtime_root,
         runtime_root,
-        &root_want(0o755, Loose::Tighten),
+        &dirs::root_want("--runtime-root"),
     )?;
     let (rundir, _) = dirs::ensure(
         &runtime_root,
@@ -384,7 +392,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let state_root = dirs::ensure_root(
         &roots.state_root,
         state_root,
-        &root_want(0o755, Loose::Tighten),
+        &dirs::root_want("--state-root"),
     )?;
     registry::register(&state_root, &spec.name, &principal)?;
     let (state_dir, _) = dirs::ensure(&state_root, spec.name.as_str(), &vm_want(0o700))?;

@@ -563,14 +563,8 @@ fn apply(
         items: items.clone(),
     };
     let (state_parent, state_name) = dirs::split_parent(&roots.state_root)?;
-    let (state_root, _) = dirs::ensure(
-        &state_parent,
-        &state_name,
-        &Want {
-            loose: Loose::Tighten,
-            ..root_want(0o755)
-        },
-    )?;
+    let (state_root, _) =
+        dirs::ensure(&state_parent, &state_name, &dirs::root_want("--state-root"))?;
     let record_file = record_name(name);
     let mut bytes = serde_json::to_vec_pretty(&record).map_err(|e| AdoptError::Record {
         path: state_root.path.join(&record_file),
