@@ -1487,3 +1487,95 @@ fn vmwarden_never_takes_over_a_directory_it_does_not_own() {
     }
     env.assert_clean("web");
 }
+
+/// Only the VM's own unit counts as its unit. The own-unit rule took any
+/// cgroup named `PREFIX@NAME.service` for the VM's unit: a VM called
+/// `tty1` launched from a shell in `getty@tty1.service` (a console login
+/// without pam_systemd stays in getty's cgroup) recorded getty's cgroup,
+/// so `stop tty1` SIGKILLed getty with the VM, and liveness counted getty
+/// as the VM. Now such a cgroup counts only when it is the unit that
+/// started this launch: systemd executed the launcher itself
+/// (`$SYSTEMD_EXEC_PID`) with the `$INVOCATION_ID` the cgroup carries as
+/// `trusted.invocation_id`. Re-run from a shell in getty's cgroup without
+/// systemd's variables, and with getty's variables inherited (as a shell
+/// started under getty has them). The unit's own launch still records its
+/// cgroup (liveness.rs `a_launch_records_its_units_cgroup_beside_the_units_other_processes`).
+#[test]
+fn only_the_vms_own_unit_counts_as_its_unit() {
+    use common::cgroup::TestCgroup;
+    let env = Env::new();
+    let u = uid(304);
+    env.write_spec("tty1", &env.spec("tty1", u));
+    let id = "6b1f2a9c0d3e4f5a8b7c6d5e4f3a2b1c";
+    let getty = TestCgroup::unit(
+        &format!("getty-vmwt{}@tty1.service", std::process::id()),
+        id,
+    );
+    // agetty: the process systemd executed for getty@tty1.
+    let mut agetty = Command::new("/bin/sleep");
+    agetty.arg("600");
+    let mut agetty = getty
+        .as_unit_process(&agetty, id)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let agetty_pid = agetty.id();
+    let agetty_pid_s = agetty_pid.to_string();
+    for (how, vars) in [
+        ("from a shell in getty's cgroup", vec![]),
+        (
+            "with getty's $INVOCATION_ID and $SYSTEMD_EXEC_PID inherited",
+            vec![
+                ("INVOCATION_ID", id),
+                ("SYSTEMD_EXEC_PID", agetty_pid_s.as_str()),
+            ],
+        ),
+    ] {
+        let mut c = env.launch_cmd("tty1");
+        c.args([
+            "--probe",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo STARTED; exec sleep 600",
+        ])
+        .env_remove("INVOCATION_ID")
+        .env_remove("SYSTEMD_EXEC_PID");
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        getty.enter(&mut c);
+        let mut g = spawn_logged(c, env.path("tty1.log"));
+        g.wait_for("STARTED", Duration::from_secs(30));
+        let d = dirs::open_dir(&env.run.join("tty1")).unwrap();
+        let rec = vmwarden::instance::intent::Intent::read(&d)
+            .unwrap()
+            .expect("an intent record")
+            .cgroup;
+        let stop = env.vmwarden(&["stop", "tty1", "--timeout", "1"]);
+        let alive = agetty.try_wait().unwrap().is_none();
+        assert!(
+            alive && getty.procs().contains(&agetty_pid),
+            "launched {how}: `vmwarden stop tty1` killed getty ({agetty_pid}); the launch recorded the cgroup {rec:?}: {}",
+            text(&stop)
+        );
+        assert!(
+            rec.is_none(),
+            "launched {how}: the launch took getty's cgroup for the VM's unit: {rec:?}"
+        );
+        assert!(
+            stop.status.success() && String::from_utf8_lossy(&stop.stdout).contains("stopped by"),
+            "{}",
+            text(&stop)
+        );
+        assert!(
+            g.wait_exit(Duration::from_secs(10)).is_some(),
+            "the VM survived stop"
+        );
+        env.assert_clean("tty1");
+        assert!(agetty.try_wait().unwrap().is_none(), "cleanup killed getty");
+        eprintln!("launched {how}: no cgroup recorded; stop and cleanup left getty ({agetty_pid}) running");
+    }
+    let _ = agetty.kill();
+    let _ = agetty.wait();
+}

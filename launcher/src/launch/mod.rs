@@ -137,6 +137,9 @@ pub struct Options {
     /// `RestrictSUIDSGID=` does, so the tests can show a share holds
     /// without virtiofsd's own `openat2` guard.
     pub helper_openat2_enosys: bool,
+    /// `$INVOCATION_ID` and `$SYSTEMD_EXEC_PID`, captured likewise: which
+    /// unit started this launch ([`cgroup::Invocation`]).
+    pub invocation: cgroup::Invocation,
 }
 
 /// The launch's way through [`STEPS`]: the step it is in (what an error is
@@ -327,14 +330,20 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // instance's (they all run as the uid), or anything else's — refuses
     // the launch. (The credentials of each process, from a pidfd; kernel
     // threads and other users' processes are skipped unread.) The launcher's own cgroup, when
-    // it holds nobody else or is this VM's unit's (`PREFIX@NAME.service`,
+    // it holds nobody else or is the cgroup of the unit that started this
+    // launch (`PREFIX@NAME.service` with the launcher's invocation id,
     // where `ExecStartPost=`'s wait-ready runs beside it), will hold this
     // instance and everything it starts: the intent record names it, and
     // stop, status, cleanup and reap ask it instead of /proc.
-    let own_cgroup = cgroup::own_dedicated(spec.name.as_str());
-    if let Err(why) = &own_cgroup {
-        tracing::debug!(%why, "no dedicated cgroup: liveness will scan /proc");
-    }
+    // What the log says of it: the cgroup and why, or why none.
+    let (own_cgroup, cgroup_said) =
+        match cgroup::own_dedicated(spec.name.as_str(), &opts.invocation) {
+            Ok((cg, why)) => {
+                let said = format!("{} ({why})", cg.path.display());
+                (Some(cg), said)
+            }
+            Err(why) => (None, format!("none ({why}; liveness scans /proc)")),
+        };
     let verdict = Probe::single().via(Via::Procs).with_lease_held(
         roots,
         &spec.name,
@@ -369,7 +378,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             user: principal.user.clone(),
         },
         hypervisor: Some(kind),
-        cgroup: own_cgroup.ok(),
+        cgroup: own_cgroup,
         resources,
     };
     record.write(&rundir)?;
@@ -377,6 +386,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         step = %"intent-written",
         instance = %record.instance_id,
         uid = principal.uid,
+        cgroup = %cgroup_said,
         "intent recorded"
     );
     steps.after("intent-written");
