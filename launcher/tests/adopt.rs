@@ -245,6 +245,13 @@ fn dry_run_changes_nothing_and_apply_moves_reowns_and_leaves_the_rest() {
             make_root_only(&l);
         }
         env.write_spec("web", &adopt_spec(&env, u));
+        // The state dir exists (the principal's), and holds a symlink out
+        // at the temporary name of the first copy: it is removed, never
+        // followed.
+        let sd = env.state.join("web");
+        std::fs::create_dir_all(&sd).unwrap();
+        std::os::unix::fs::chown(&sd, Some(u), Some(u)).unwrap();
+        std::os::unix::fs::symlink(&l.outside, sd.join(".vmwarden-adopt-0")).unwrap();
         let before = (
             tree(&l.dir),
             tree(&env.state),
@@ -307,6 +314,16 @@ fn dry_run_changes_nothing_and_apply_moves_reowns_and_leaves_the_rest() {
             "{out}"
         );
         assert_adopted(&env, &l, u, img.ino(), img.blocks(), how);
+        if how == Adopted::Copied {
+            assert!(
+                !sd.join(".vmwarden-adopt-0").exists()
+                    && std::fs::symlink_metadata(sd.join(".vmwarden-adopt-0")).is_err(),
+                "the temporary name is left"
+            );
+        } else {
+            std::fs::remove_file(sd.join(".vmwarden-adopt-0")).unwrap();
+        }
+        assert_eq!(std::fs::read(&l.outside).unwrap(), b"root's\n");
         let now = std::fs::symlink_metadata(env.state.join("web/var.img")).unwrap();
         eprintln!(
             "measured: 1 GiB sparse image {how:?} with {} bytes allocated before, {} after",
