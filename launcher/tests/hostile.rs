@@ -15,6 +15,7 @@ use vmwarden::host::leftovers;
 use vmwarden::host::mountinfo;
 use vmwarden::host::procs::processes_of_uid;
 use vmwarden::hypervisor::qmp::Qmp;
+use vmwarden::instance::intent::Intent;
 use vmwarden::instance::lease;
 
 const BOOT: Duration = Duration::from_secs(90);
@@ -1548,10 +1549,7 @@ fn only_the_vms_own_unit_counts_as_its_unit() {
         let mut g = spawn_logged(c, env.path("tty1.log"));
         g.wait_for("STARTED", Duration::from_secs(30));
         let d = dirs::open_dir(&env.run.join("tty1")).unwrap();
-        let rec = vmwarden::instance::intent::Intent::read(&d)
-            .unwrap()
-            .expect("an intent record")
-            .cgroup;
+        let rec = Intent::read(&d).unwrap().expect("an intent record").cgroup;
         let stop = env.vmwarden(&["stop", "tty1", "--timeout", "1"]);
         let alive = agetty.try_wait().unwrap().is_none();
         assert!(

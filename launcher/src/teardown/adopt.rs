@@ -650,8 +650,7 @@ pub fn steps(items: &[Item]) -> Vec<String> {
 /// state root's, DIR's), and what it has free.
 fn room(dir: &Dir, planned: &[Planned]) -> Result<Room> {
     let vfs = nix::sys::statvfs::fstatvfs(dir.fd.as_fd()).sys("fstatvfs", &dir.path)?;
-    let available =
-        u64::from(vfs.blocks_available()).saturating_mul(u64::from(vfs.fragment_size()));
+    let available = vfs.blocks_available().saturating_mul(vfs.fragment_size());
     let to_copy: Vec<(u64, u64)> = planned
         .iter()
         .filter(|p| p.item.how == How::Copy)

@@ -126,25 +126,38 @@ fn copy_range(
             Ok(_) => {}
             // No in-kernel copy between these files: through a buffer.
             Err(Errno::EINVAL | Errno::EOPNOTSUPP | Errno::EXDEV | Errno::ENOSYS) => {
-                let mut buf = vec![0u8; 1 << 20];
-                while i < to {
-                    let want = usize::try_from(to - i).unwrap_or(buf.len()).min(buf.len());
-                    let n = nix::sys::uio::pread(src, &mut buf[..want], i)
-                        .map_err(|e| sys_err(e, "pread", path))?;
-                    if n == 0 {
-                        break;
-                    }
-                    let mut w = 0;
-                    while w < n {
-                        w += nix::sys::uio::pwrite(dst, &buf[w..n], o + w as i64)
-                            .map_err(|e| copy_err(e, "pwrite", path))?;
-                    }
-                    i += n as i64;
-                    o += n as i64;
-                }
+                return copy_buffered(src, dst, i, to, path)
             }
             Err(e) => return Err(copy_err(e, "copy_file_range", path)),
         }
+    }
+    Ok(())
+}
+
+/// Bytes `from..to` of `src` to the same offsets of `dst` through a buffer.
+fn copy_buffered(
+    src: BorrowedFd<'_>,
+    dst: BorrowedFd<'_>,
+    mut at: i64,
+    to: i64,
+    path: &Path,
+) -> Result<()> {
+    const BUF: usize = 1 << 20;
+    let mut buf = vec![0u8; BUF];
+    while at < to {
+        let want = usize::try_from(to - at).map_or(BUF, |w| w.min(BUF));
+        let n = nix::sys::uio::pread(src, &mut buf[..want], at)
+            .map_err(|e| sys_err(e, "pread", path))?;
+        if n == 0 {
+            break; // the source shrank meanwhile
+        }
+        let mut w = 0;
+        while w < n {
+            let off = at + i64::try_from(w).expect("within a 1 MiB buffer");
+            w += nix::sys::uio::pwrite(dst, &buf[w..n], off)
+                .map_err(|e| copy_err(e, "pwrite", path))?;
+        }
+        at += i64::try_from(n).expect("within a 1 MiB buffer");
     }
     Ok(())
 }
