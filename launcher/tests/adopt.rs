@@ -1035,3 +1035,135 @@ fn a_copy_that_does_not_fit_is_refused_before_anything_changes() {
         md.blocks() * 512
     );
 }
+
+/// Free bytes (`f_bavail`) on the file system of `p`.
+fn free_bytes(p: &Path) -> u64 {
+    let v = nix::sys::statvfs::statvfs(p).unwrap();
+    v.blocks_available() * v.fragment_size()
+}
+
+/// Where the file system makes reflinks (XFS here, loop-mounted), the new
+/// inodes share the old ones' blocks: the plan counts no room for the data
+/// and says so, an image whose plain copy would not fit is adopted, and
+/// between the copy and the removal of the old inode (a kill after
+/// `copy:var.img`, fault injection) both exist with the blocks of one.
+#[test]
+fn a_copy_shares_blocks_where_the_file_system_makes_reflinks() {
+    require_fault_injection();
+    let env = Env::new();
+    let u = uid(307);
+    assert!(
+        Path::new("/usr/sbin/mkfs.xfs").exists() || Path::new("/sbin/mkfs.xfs").exists(),
+        "this test needs mkfs.xfs (xfsprogs): run tests/setup-host.sh"
+    );
+    let img_file = env.path("xfs.img");
+    std::fs::File::create(&img_file)
+        .unwrap()
+        .set_len(300 << 20)
+        .unwrap();
+    let out = Command::new("mkfs.xfs")
+        .arg("-q")
+        .arg(&img_file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let fs = env.path("xfs");
+    std::fs::create_dir(&fs).unwrap();
+    let out = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&img_file)
+        .arg(&fs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mount -o loop: {}", text(&out));
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            // A loop mount detaches its device when unmounted.
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(fs.clone());
+    std::fs::set_permissions(&fs, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let dir = fs.join("microvms/web");
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("var.img");
+    let f = std::fs::File::create(&img).unwrap();
+    f.set_len(GIB).unwrap();
+    // 160 MiB of data: a plain copy needs 160 MiB more than the ~70 free.
+    let mut chunk = vec![0u8; 1 << 20];
+    for i in 0..160u64 {
+        chunk
+            .iter_mut()
+            .enumerate()
+            .for_each(|(j, b)| *b = (i as u8) ^ (j as u8));
+        std::os::unix::fs::FileExt::write_all_at(&f, &chunk, i * 4 * (1 << 20)).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    std::os::unix::fs::chown(&img, Some(uid(90)), Some(uid(90))).unwrap();
+    let state = fs.join("state");
+    let mut spec = env.spec("web", u);
+    spec["disks"] = json!([{ "path": state.join("web/var.img"), "serial": "var" }]);
+    env.write_spec("web", &spec);
+    let adopt_xfs = |extra: &[&str], fault: Option<&str>| {
+        let mut c = Command::new(VMWARDEN);
+        c.arg("--config-dir")
+            .arg(&env.config)
+            .arg("--runtime-root")
+            .arg(&env.run)
+            .arg("--state-root")
+            .arg(&state)
+            .args(["adopt", "web", "--from", dir.to_str().unwrap()])
+            .args(extra)
+            .stdin(Stdio::null());
+        if let Some(step) = fault {
+            c.env("VMWARDEN_FAULT_AFTER", step);
+        }
+        c.output().unwrap()
+    };
+    let free_before = free_bytes(&fs);
+    assert!(
+        free_before < 160 << 20,
+        "{free_before} bytes free: the test needs less than a copy"
+    );
+    let dry = adopt_xfs(&[], None);
+    assert!(dry.status.success(), "{}", text(&dry));
+    let plan = String::from_utf8_lossy(&dry.stdout).into_owned();
+    assert!(
+        plan.contains("copy   ") && plan.contains("(reflinks)"),
+        "{plan}"
+    );
+    let o = adopt_xfs(&["--apply"], Some("copy:var.img"));
+    assert_eq!(o.status.signal(), Some(9), "{}", text(&o));
+    let (old, new) = (
+        std::fs::symlink_metadata(&img).unwrap(),
+        std::fs::symlink_metadata(state.join("web/var.img")).unwrap(),
+    );
+    assert_ne!(old.ino(), new.ino());
+    let used = free_before.saturating_sub(free_bytes(&fs));
+    assert!(
+        used < 8 << 20,
+        "the copy took {used} bytes: its blocks are not shared with the original"
+    );
+    eprintln!(
+        "measured: 160 MiB of data reflinked on XFS: {used} bytes used by the copy, {} bytes allocated to it",
+        new.blocks() * 512
+    );
+    let o = adopt_xfs(&["--apply"], None);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!img.exists());
+    let md = std::fs::symlink_metadata(state.join("web/var.img")).unwrap();
+    assert_eq!((md.len(), md.uid(), md.mode() & 0o7777), (GIB, u, 0o600));
+    let got = std::fs::File::open(state.join("web/var.img")).unwrap();
+    for i in [0u64, 77, 159] {
+        let mut b = vec![0u8; 1 << 20];
+        std::os::unix::fs::FileExt::read_exact_at(&got, &mut b, i * 4 * (1 << 20)).unwrap();
+        assert!(
+            b.iter()
+                .enumerate()
+                .all(|(j, x)| *x == (i as u8) ^ (j as u8)),
+            "chunk {i} differs"
+        );
+    }
+}
