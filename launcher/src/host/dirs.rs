@@ -498,3 +498,25 @@ pub fn read_small(dir: &Dir, name: &str, max: u64) -> Result<Option<Vec<u8>>> {
     f.take(max).read_to_end(&mut bytes).io("read", path)?;
     Ok(Some(bytes))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::shared;
+
+    #[test]
+    fn a_root_others_may_write_or_a_sticky_one_is_shared() {
+        assert_eq!(
+            shared(0o1777 & SHARED),
+            Some("world-writable and sticky, like /tmp")
+        );
+        assert_eq!(shared(0o777 & SHARED), Some("world-writable"));
+        assert_eq!(shared(0o775 & SHARED), Some("group-writable"));
+        assert_eq!(shared(0o3775 & SHARED), Some("group-writable and sticky"));
+        assert!(shared(0o1755 & SHARED).is_some_and(|w| w.starts_with("sticky")));
+        for mine in [0o755, 0o700, 0o2755, 0o4755, 0o711] {
+            assert_eq!(shared(mine & SHARED), None, "{mine:o}");
+        }
+    }
+
+    const SHARED: u32 = super::SHARED_BITS;
+}
