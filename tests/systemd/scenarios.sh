@@ -898,7 +898,7 @@ mvn_stopped() { # CURSOR -> stopped through its own ExecStop, nothing of it left
   [ -z "$p" ] || { fail "$MVN_U: processes of microvm left: $p"; return 1; }
 }
 coexist_run() {
-  local cur cur2 pc pm pm2 cgc cgm out rc before after names rec
+  local cur cur2 pc pm pm2 cgc cgm out rc before after names rec why
   # the names are apart: vmwarden@cx is vmwarden's, microvm@mnix the stand-in's
   systemctl show -p ExecStart --value "$CX_U" | grep -q vmwarden-launch \
     && systemctl show -p ExecStart --value "$MVN_U" | grep -q "$MVN_DIR/current/bin/microvm-run" \
@@ -915,9 +915,13 @@ coexist_run() {
   case "$cgc" in */vmwarden@cx.service) ;; *) fail "cx: the hypervisor's cgroup is $cgc"; return 1 ;; esac
   # The intent record names the unit's cgroup (where ExecStartPost's
   # wait-ready runs beside the launcher): liveness asks it, not /proc.
+  # It counts as the VM's own only as the unit that started the launch
+  # (systemd executed the launcher with the $INVOCATION_ID the cgroup
+  # carries as trusted.invocation_id): the launcher's log says which rule.
   rec=$(jq -r '.cgroup.path // "none"' "$RUNTIME_ROOT/cx/instance.json")
-  case "$rec" in "/sys/fs/cgroup$cgc") ;; *) fail "cx: the intent record's cgroup is $rec, not the unit's $cgc"; return 1 ;; esac
-  note "both active: $MVN_U QEMU $pm as microvm in $cgm, QMP running; $CX_U QEMU $pc as vm-cx in $cgc (intent record's cgroup: $rec)"
+  case "$rec" in "/sys/fs/cgroup$cgc") ;; *) fail "cx: the intent record's cgroup is $rec, not the unit's $cgc: $(jlog "$CX_U" "$cur" | grep -o 'cgroup=.*' | head -1)"; return 1 ;; esac
+  why=$(jlog "$CX_U" "$cur" | grep 'intent recorded' | grep -o '([^)]*)' | tail -1)
+  note "both active: $MVN_U QEMU $pm as microvm in $cgm, QMP running; $CX_U QEMU $pc as vm-cx in $cgc (intent record's cgroup: $rec, $why; InvocationID $(systemctl show -p InvocationID --value "$CX_U"))"
   # vmwarden's status: cx running with the unit's MainPID, mnix unknown to it
   "$VMW" status --json >"$RES/status-coexist.json" 2>>"$LOG" || { fail "vmwarden status --json failed"; return 1; }
   names=$(jq -r '[.[] | select(.state == "running") | "\(.name):\(.pid)"] | join(" ")' "$RES/status-coexist.json")

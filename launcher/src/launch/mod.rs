@@ -141,6 +141,9 @@ pub struct Options {
     /// `RestrictSUIDSGID=` does, so the tests can show a share holds
     /// without virtiofsd's own `openat2` guard.
     pub helper_openat2_enosys: bool,
+    /// `$INVOCATION_ID` and `$SYSTEMD_EXEC_PID`, captured likewise: which
+    /// unit started this launch ([`cgroup::Invocation`]).
+    pub invocation: cgroup::Invocation,
 }
 
 /// The launch's way through [`STEPS`]: the step it is in (what an error is
@@ -211,6 +214,9 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // 2. Spec: every field, and the files it names. Nothing is created yet.
     let roots = &opts.roots;
     roots.validate()?;
+    // A runtime root others may write (`/tmp`) is refused before anything
+    // in it is read (its pre-flight in step 3 checks it again).
+    dirs::check_root(&roots.runtime_root, "--runtime-root")?;
     // A running VM is reported as running before anything else is judged
     // (its taps exist, its credentials may be unavailable to a second caller).
     if let Ok(d) = dirs::open_dir(&roots.runtime_dir(&opts.name)) {
@@ -265,6 +271,11 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // exist) for the registry check and the pre-flight below, and kept for
     // the steps that create what is in them.
     let state_root = dirs::open_dir_if_exists(&roots.state_root)?;
+    // Neither root may be a directory others can write (`/tmp`): it is
+    // refused, never taken over (the runtime root's pre-flight is below).
+    if let Some(d) = &state_root {
+        dirs::check_dir(d, &dirs::root_want("--state-root"))?;
+    }
     registry::check_launch(roots, state_root.as_ref(), &spec.name, &principal)?;
     // Pre-flight the directories that already exist, so a refusal leaves
     // nothing behind (no runtime dir, lease or intent record yet).
@@ -279,7 +290,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let runtime_root = dirs::preflight_in(
         rt_parent.as_ref(),
         &rt_name,
-        &root_want(0o755, Loose::Tighten),
+        &dirs::root_want("--runtime-root"),
     )?;
     drop(rt_parent);
     dirs::preflight_in(
@@ -301,7 +312,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let runtime_root = dirs::ensure_root(
         &roots.runtime_root,
         runtime_root,
-        &root_want(0o755, Loose::Tighten),
+        &dirs::root_want("--runtime-root"),
     )?;
     let (rundir, _) = dirs::ensure(
         &runtime_root,
@@ -323,14 +334,20 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // instance's (they all run as the uid), or anything else's — refuses
     // the launch. (The credentials of each process, from a pidfd; kernel
     // threads and other users' processes are skipped unread.) The launcher's own cgroup, when
-    // it holds nobody else or is this VM's unit's (`PREFIX@NAME.service`,
+    // it holds nobody else or is the cgroup of the unit that started this
+    // launch (`PREFIX@NAME.service` with the launcher's invocation id,
     // where `ExecStartPost=`'s wait-ready runs beside it), will hold this
     // instance and everything it starts: the intent record names it, and
     // stop, status, cleanup and reap ask it instead of /proc.
-    let own_cgroup = cgroup::own_dedicated(spec.name.as_str());
-    if let Err(why) = &own_cgroup {
-        tracing::debug!(%why, "no dedicated cgroup: liveness will scan /proc");
-    }
+    // What the log says of it: the cgroup and why, or why none.
+    let (own_cgroup, cgroup_said) =
+        match cgroup::own_dedicated(spec.name.as_str(), &opts.invocation) {
+            Ok((cg, why)) => {
+                let said = format!("{} ({why})", cg.path.display());
+                (Some(cg), said)
+            }
+            Err(why) => (None, format!("none ({why}; liveness scans /proc)")),
+        };
     let verdict = Probe::single().via(Via::Procs).with_lease_held(
         roots,
         &spec.name,
@@ -365,7 +382,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             user: principal.user.clone(),
         },
         hypervisor: Some(kind),
-        cgroup: own_cgroup.ok(),
+        cgroup: own_cgroup,
         resources,
     };
     record.write(&rundir)?;
@@ -373,6 +390,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         step = %"intent-written",
         instance = %record.instance_id,
         uid = principal.uid,
+        cgroup = %cgroup_said,
         "intent recorded"
     );
     steps.after("intent-written");
@@ -388,7 +406,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let state_root = dirs::ensure_root(
         &roots.state_root,
         state_root,
-        &root_want(0o755, Loose::Tighten),
+        &dirs::root_want("--state-root"),
     )?;
     registry::register(&state_root, &spec.name, &principal)?;
     let (state_dir, _) = dirs::ensure(&state_root, spec.name.as_str(), &vm_want(0o700))?;
