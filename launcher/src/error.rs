@@ -54,6 +54,8 @@ pub enum Error {
     #[error(transparent)]
     Control(#[from] ControlError),
     #[error(transparent)]
+    Console(#[from] crate::control::console::ConsoleError),
+    #[error(transparent)]
     Purge(#[from] PurgeError),
     #[error(transparent)]
     Unit(#[from] UnitError),
@@ -92,6 +94,7 @@ impl Error {
             | Error::Qmp(_)
             | Error::Api(_)
             | Error::Control(_)
+            | Error::Console(_)
             | Error::Unit(_)
             | Error::Confirm(_) => false,
         };

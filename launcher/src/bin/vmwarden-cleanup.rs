@@ -21,7 +21,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    args.log.init();
+    args.log.init("vmwarden-cleanup", Some(args.name.as_str()));
     let roots = args.roots.roots();
     if let Err(e) = roots.validate() {
         vmwarden::report_error("vmwarden-cleanup", &e);

@@ -30,6 +30,27 @@ fn json<T: serde::Serialize>(v: &T) -> String {
         .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
+/// `vmwarden console NAME`: attach, until Ctrl-] or the VM's end.
+fn console(roots: &Roots, name: &VmName) -> Result<ExitCode, Error> {
+    use control::console::{attach, connect, Ended, DETACH_NAME};
+    let conn = connect(roots, name)?;
+    eprintln!("Connected to the console of {name}; {DETACH_NAME} detaches (the VM runs on).\r");
+    let stdin = std::io::stdin();
+    let mut stdout = std::io::stdout().lock();
+    let ended = attach(name, conn, std::os::fd::AsFd::as_fd(&stdin), &mut stdout)?;
+    eprintln!(
+        "\r\n{}",
+        match ended {
+            Ended::Detached => format!("Detached from the console of {name}; the VM runs on."),
+            Ended::Closed => format!(
+                "The console of {name} closed (the VM stopped, or another console is attached)."
+            ),
+            Ended::InputEnded => format!("Input ended; detached from the console of {name}."),
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `vmwarden status`: the records are decided by `status::gather` and
 /// rendered by `status::render` (pure). Exit 0 whatever state the VMs are
 /// in; 4 when a NAME is not a VM vmwarden knows (the others still shown).
@@ -78,6 +99,12 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         } => status(&roots, &names, all, as_json),
         Cmd::WaitReady { name, timeout } => wait_ready(&roots, &name, timeout),
         Cmd::Stop { name, timeout } => stop(&roots, &name, timeout),
+        Cmd::Balloon { name, size } => {
+            control::balloon::set_balloon(&roots, &name, size)?;
+            println!("{name}: balloon target {size} MiB (`vmwarden status {name}` shows where the guest is)");
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Console { name } => console(&roots, &name),
         Cmd::Reap {
             apply,
             kill,
@@ -360,7 +387,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    cli.log.init();
+    cli.log
+        .init("vmwarden", cli.cmd.vm_name().map(|n| n.as_str()));
     match run(cli) {
         Ok(c) => c,
         Err(e) => {
