@@ -6,6 +6,8 @@
 //! share this library: destructive commands use the same ownership and
 //! liveness code as the launcher.
 
+use std::os::fd::AsFd;
+
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Layer as _, SubscriberExt};
@@ -125,19 +127,24 @@ pub enum LogTarget {
 pub const JOURNAL_VM_FIELD: &str = "VMWARDEN_VM";
 
 static JOURNAL_MODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static STDOUT_JOURNAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether stderr is the journal: `journal_stream` is `$JOURNAL_STREAM`
 /// (`DEVICE:INODE`, which systemd sets for a unit whose stderr is the
 /// journal) and it must be stderr's own device and inode — a child that
 /// inherited the variable but not the stream writes plain text.
 pub fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
+    is_journal(std::io::stderr().as_fd(), journal_stream)
+}
+
+fn is_journal(fd: std::os::fd::BorrowedFd<'_>, journal_stream: Option<&str>) -> bool {
     let Some((dev, ino)) = journal_stream.and_then(|v| v.trim().split_once(':')) else {
         return false;
     };
     let (Ok(dev), Ok(ino)) = (dev.parse::<libc::dev_t>(), ino.parse::<libc::ino_t>()) else {
         return false;
     };
-    match nix::sys::stat::fstat(std::io::stderr()) {
+    match nix::sys::stat::fstat(fd) {
         Ok(st) => st.st_dev == dev && st.st_ino == ino,
         Err(_) => false,
     }
@@ -145,6 +152,10 @@ pub fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
 
 /// The log target for binary `ident` about VM `vm`, from `$JOURNAL_STREAM`.
 pub fn log_target(ident: &str, vm: Option<&str>, journal_stream: Option<&str>) -> LogTarget {
+    STDOUT_JOURNAL.store(
+        is_journal(std::io::stdout().as_fd(), journal_stream),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     if stderr_is_journal(journal_stream) {
         LogTarget::Journal {
             ident: ident.to_string(),
@@ -190,6 +201,27 @@ pub fn init_logging_for(filter: &str, target: &LogTarget) {
             .try_init()
             .is_ok(),
     };
+}
+
+/// One error line on stderr, or an error entry when logging to the journal.
+pub fn report_line(line: &str) {
+    if logging_to_journal() {
+        tracing::error!("{line}");
+    } else {
+        eprintln!("{line}");
+    }
+}
+
+/// A line of a command's report (cleanup's JSON, `wait-ready`'s and
+/// `stop`'s result): on stdout, or, when stdout is the journal too and log
+/// lines go there natively, as one entry with the same fields as the log
+/// lines (`VMWARDEN_VM=`), its message the line as stdout would have had it.
+pub fn print_report(line: &str) {
+    if logging_to_journal() && STDOUT_JOURNAL.load(std::sync::atomic::Ordering::Relaxed) {
+        tracing::info!("{line}");
+    } else {
+        println!("{line}");
+    }
 }
 
 /// Whether log lines go to the journal's native protocol (then the error

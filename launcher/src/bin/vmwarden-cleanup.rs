@@ -28,19 +28,23 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let report = cleanup(&roots, &args.name, ServiceResult::from_env());
-    println!("{}", text::json(&report.to_json()));
+    vmwarden::print_report(&text::json(&report.to_json()));
     if report.clean {
         ExitCode::SUCCESS
     } else {
         for f in &report.failed {
-            eprintln!("vmwarden-cleanup: {}: {}", show(&f.path), escape(&f.reason));
+            vmwarden::report_line(&format!(
+                "vmwarden-cleanup: {}: {}",
+                show(&f.path),
+                escape(&f.reason)
+            ));
         }
         if report.failed.is_empty() {
-            eprintln!(
+            vmwarden::report_line(&format!(
                 "vmwarden-cleanup: {}: nothing deleted: {}",
                 args.name,
                 escape(&report.liveness)
-            );
+            ));
         }
         ExitCode::FAILURE
     }

@@ -34,7 +34,7 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 fn console(roots: &Roots, name: &VmName) -> Result<ExitCode, Error> {
     use control::console::{attach, connect, Ended, DETACH_NAME};
     let conn = connect(roots, name)?;
-    eprintln!("Connected to the console of {name}; {DETACH_NAME} detaches (the VM runs on).\r");
+    eprintln!("Connected to the console of {name}; {DETACH_NAME} detaches (the VM runs on).");
     let stdin = std::io::stdin();
     let mut stdout = std::io::stdout().lock();
     let ended = attach(name, conn, std::os::fd::AsFd::as_fd(&stdin), &mut stdout)?;
@@ -101,7 +101,9 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         Cmd::Stop { name, timeout } => stop(&roots, &name, timeout),
         Cmd::Balloon { name, size } => {
             control::balloon::set_balloon(&roots, &name, size)?;
-            println!("{name}: balloon target {size} MiB (`vmwarden status {name}` shows where the guest is)");
+            vmwarden::print_report(&format!(
+                "{name}: balloon target {size} MiB (`vmwarden status {name}` shows where the guest is)"
+            ));
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Console { name } => console(&roots, &name),
@@ -151,20 +153,20 @@ fn wait_ready(roots: &Roots, name: &VmName, timeout: f64) -> Result<ExitCode, Er
         .and_then(|p| p.parse::<u32>().ok());
     let status = control::wait_ready(roots, name, Duration::from_secs_f64(timeout), launcher)?;
     // The state is what the VM's hypervisor answered.
-    println!("{name}: ready (qmp status {})", escape(&status));
+    vmwarden::print_report(&format!("{name}: ready (qmp status {})", escape(&status)));
     Ok(ExitCode::SUCCESS)
 }
 
 /// `stop NAME` (ExecStop): power button, then quit, then SIGKILL.
 fn stop(roots: &Roots, name: &VmName, timeout: f64) -> Result<ExitCode, Error> {
     let by = control::stop(roots, name, Duration::from_secs_f64(timeout))?;
-    println!(
+    vmwarden::print_report(&format!(
         "{name}: stopped by {}",
         serde_json::to_value(by)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default()
-    );
+    ));
     Ok(ExitCode::SUCCESS)
 }
 

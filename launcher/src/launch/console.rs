@@ -12,7 +12,8 @@
 //!   or not anyone is attached;
 //! * accepts one connection at a time on `control/console.sock`, bound by
 //!   root (root's, mode 0600, as QMP's: only root connects) and handed over
-//!   as a listening fd; it copies the guest's output to that connection
+//!   as an fd the relay listens on once it is the principal (so that
+//!   `vmwarden console` finds the principal as its peer, as for QMP); it copies the guest's output to that connection
 //!   and the connection's bytes to the guest. A second connection while
 //!   one is attached is told so and closed; a connection that does not
 //!   keep up is dropped, never waited for.
@@ -76,10 +77,11 @@ fn setup_err(detail: String) -> HelperError {
 /// until it is confined. Called where the helpers start.
 pub fn start(ctx: &Context<'_>, control: &Dir) -> Result<Relay, HelperError> {
     let path = control.path.join(CONSOLE_SOCKET);
+    // Bound by root, listened on by the relay after its drop: a client's
+    // SO_PEERCRED is the listener's at listen(2), and `vmwarden console`
+    // checks that it is the VM's principal (`host::peer::connect`), as
+    // for QMP.
     let listener = helpers::bind_unix(control, &path).map_err(sys_err)?;
-    listen(&listener, Backlog::new(2).unwrap_or(Backlog::MAXCONN))
-        .sys("listen", &path)
-        .map_err(sys_err)?;
     let (relay_end, hypervisor_end) = socketpair(
         AddressFamily::Unix,
         SockType::Stream,
@@ -114,7 +116,11 @@ pub fn start(ctx: &Context<'_>, control: &Dir) -> Result<Relay, HelperError> {
                 listener.as_raw_fd(),
                 status_w.as_raw_fd(),
             ];
-            if let Err(msg) = confine(ctx, &principal, parent, &keep) {
+            let confined = confine(ctx, &principal, parent, &keep).and_then(|()| {
+                listen(&listener, Backlog::new(2).unwrap_or(Backlog::MAXCONN))
+                    .map_err(|e| format!("listen on {}: {e}", path.display()))
+            });
+            if let Err(msg) = confined {
                 let _ = nix::unistd::write(&status_w, msg.as_bytes());
                 // SAFETY: _exit ends this forked child at once, without the
                 // parent's atexit handlers or buffers.
