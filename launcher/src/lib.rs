@@ -171,9 +171,20 @@ pub fn log_target(ident: &str, vm: Option<&str>, journal_stream: Option<&str>) -
 pub fn init_logging_for(filter: &str, target: &LogTarget) {
     if let LogTarget::Journal { ident, vm } = target {
         if let Ok(layer) = tracing_journald::Layer::new() {
+            // The unit this process runs in, as OBJECT_SYSTEMD_UNIT=:
+            // `journalctl -u UNIT` finds root's entries about a unit by it
+            // even when journald could not read the cgroup of a process
+            // that exited right after its last entry (cleanup, stop).
+            let unit = host::cgroup::own_path().and_then(|p| {
+                p.rsplit('/')
+                    .next()
+                    .filter(|u| u.ends_with(".service"))
+                    .map(str::to_string)
+            });
             let layer = layer
                 .with_syslog_identifier(ident.clone())
-                .with_custom_fields(vm.iter().map(|v| (JOURNAL_VM_FIELD, v.as_bytes())));
+                .with_custom_fields(vm.iter().map(|v| (JOURNAL_VM_FIELD, v.as_bytes())))
+                .with_custom_fields(unit.iter().map(|u| ("OBJECT_SYSTEMD_UNIT", u.as_bytes())));
             let registry = tracing_subscriber::registry();
             let ok = match filter.trim().parse::<LevelFilter>() {
                 Ok(level) => registry.with(layer.with_filter(level)).try_init().is_ok(),

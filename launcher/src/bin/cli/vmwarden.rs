@@ -88,8 +88,8 @@ bounded as `stop`'s are."
     #[command(
         long_about = "Attach this terminal to the serial console of a running VM (QEMU or \
 cloud-hypervisor, with `console` in its spec: NixOS vmwarden.vms.NAME.console). What the guest \
-prints reaches this terminal unescaped — the one place vmwarden shows a VM's bytes as they are, \
-because the operator asked for them — and every key goes to the guest, Ctrl-C included. \
+prints reaches this terminal unescaped (the one place vmwarden shows a VM's bytes as they are, \
+because the operator asked for them), and every key goes to the guest, Ctrl-C included. \
 Ctrl-] detaches; the VM runs on, and its serial output stays in the journal whether or not a \
 console is attached. One console at a time."
     )]
