@@ -7,6 +7,7 @@
 
 use crate::config::paths::RootError;
 use crate::config::spec::SpecError;
+use crate::control::console::ConsoleError;
 use crate::control::ControlError;
 use crate::host::dirs::DirError;
 use crate::host::net::NetError;
@@ -54,7 +55,7 @@ pub enum Error {
     #[error(transparent)]
     Control(#[from] ControlError),
     #[error(transparent)]
-    Console(#[from] crate::control::console::ConsoleError),
+    Console(#[from] ConsoleError),
     #[error(transparent)]
     Purge(#[from] PurgeError),
     #[error(transparent)]

@@ -339,44 +339,61 @@ fn run_under_journal(
         .stdin(Stdio::null())
         .stdout(f.try_clone().unwrap())
         .stderr(f);
-    // SAFETY: only raw syscalls (unshare, mount, mkdir) on CStrings made
-    // before the fork: async-signal-safe.
+    let paths = [root, tmpfs, run_systemd, journal, src];
+    // SAFETY: the closure makes only raw syscalls (unshare, mount, mkdir)
+    // on CStrings made before the fork: async-signal-safe.
     unsafe {
-        cmd.pre_exec(move || {
-            let check = |r: libc::c_int| {
-                if r != 0 {
-                    Err(std::io::Error::last_os_error())
-                } else {
-                    Ok(())
-                }
-            };
-            check(libc::unshare(libc::CLONE_NEWNS))?;
-            check(libc::mount(
-                std::ptr::null(),
-                root.as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ))?;
-            check(libc::mount(
-                tmpfs.as_ptr(),
-                run_systemd.as_ptr(),
-                tmpfs.as_ptr(),
-                0,
-                std::ptr::null(),
-            ))?;
-            check(libc::mkdir(journal.as_ptr(), 0o755))?;
-            check(libc::mount(
-                src.as_ptr(),
-                journal.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            ))?;
-            Ok(())
-        });
+        cmd.pre_exec(move || enter_journal_namespace(&paths));
     }
     cmd.output().unwrap()
+}
+
+/// In the child before exec: a private mount namespace where
+/// `/run/systemd/journal` is the test's directory. `p` is `/`, `tmpfs`,
+/// `/run/systemd`, `/run/systemd/journal` and the test's directory.
+fn enter_journal_namespace(p: &[CString; 5]) -> std::io::Result<()> {
+    let [root, tmpfs, run_systemd, journal, src] = p;
+    let check = |r: libc::c_int| {
+        if r != 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    };
+    // SAFETY: unshare(2) takes a flag.
+    check(unsafe { libc::unshare(libc::CLONE_NEWNS) })?;
+    // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+    check(unsafe {
+        libc::mount(
+            std::ptr::null(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    })?;
+    // SAFETY: as above.
+    check(unsafe {
+        libc::mount(
+            tmpfs.as_ptr(),
+            run_systemd.as_ptr(),
+            tmpfs.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    })?;
+    // SAFETY: mkdir(2) with a NUL-terminated path.
+    check(unsafe { libc::mkdir(journal.as_ptr(), 0o755) })?;
+    // SAFETY: as the mounts above.
+    check(unsafe {
+        libc::mount(
+            src.as_ptr(),
+            journal.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    })
 }
 
 /// Every entry sent to `receiver` so far: a datagram's payload, or (for

@@ -365,7 +365,7 @@ fn nothing_a_vm_controls_reaches_roots_terminal_raw() {
     ] {
         let m = measured(&env, args, limit).expect("did not finish");
         assert!(m.status.success(), "{}", m.text());
-        assert_eq!(raw_controls(&m.raw), vec![], "{}", m.text());
+        assert_eq!(raw_controls(&m.raw), Vec::<char>::new(), "{}", m.text());
         assert!(
             m.stdout.contains(shown),
             "`vmwarden {}` does not show the escaped state\n{}",
@@ -386,11 +386,16 @@ fn nothing_a_vm_controls_reaches_roots_terminal_raw() {
     }
     std::fs::remove_file(env.config.join("esc.json")).unwrap();
     let all = measured(&env, &["status", "--all"], limit).expect("status --all");
-    assert_eq!(raw_controls(&all.raw), vec![], "{}", all.text());
+    assert_eq!(raw_controls(&all.raw), Vec::<char>::new(), "{}", all.text());
     assert!(all.stdout.contains("\\x1b]0;owned\\x07"), "{}", all.text());
     let purge = measured(&env, &["purge", "esc"], limit).expect("purge");
     assert!(!purge.status.success(), "{}", purge.text());
-    assert_eq!(raw_controls(&purge.raw), vec![], "{}", purge.text());
+    assert_eq!(
+        raw_controls(&purge.raw),
+        Vec::<char>::new(),
+        "{}",
+        purge.text()
+    );
     assert!(
         purge.stdout.contains("a\\x0db") && purge.stdout.contains("c\\x1b[8md"),
         "{}",
@@ -398,7 +403,7 @@ fn nothing_a_vm_controls_reaches_roots_terminal_raw() {
     );
     assert_eq!(
         raw_controls(purge.stderr.as_bytes()),
-        vec![],
+        Vec::<char>::new(),
         "{}",
         purge.text()
     );

@@ -52,6 +52,7 @@ impl Spec {
 #[cfg(test)]
 mod tests {
     use crate::config::spec::tests::{base, check};
+    use crate::config::spec::Spec;
     use serde_json::json;
 
     #[test]
@@ -91,7 +92,7 @@ mod tests {
     #[test]
     fn the_new_fields_default_off_and_are_left_out_when_off() {
         let v = base();
-        let spec: crate::config::spec::Spec = serde_json::from_value(v.clone()).unwrap();
+        let spec: Spec = serde_json::from_value(v.clone()).unwrap();
         assert!(spec.balloon.is_none() && !spec.console && !spec.register_with_machined);
         let back = serde_json::to_value(&spec).unwrap();
         for f in ["balloon", "console", "register_with_machined"] {
@@ -99,7 +100,7 @@ mod tests {
         }
         let mut v = base();
         v["balloon"] = json!({});
-        let spec: crate::config::spec::Spec = serde_json::from_value(v).unwrap();
+        let spec: Spec = serde_json::from_value(v).unwrap();
         let b = spec.balloon.unwrap();
         assert_eq!((b.initial_mib, b.deflate_on_oom), (0, true));
     }

@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 use super::{control_socket, kind_of, ControlError, Result, ATTEMPT};
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
-use crate::config::spec::HypervisorKind;
+use crate::config::spec::{HypervisorKind, MIN_MEMORY_MIB};
 use crate::host::dirs;
 use crate::hypervisor::api;
 use crate::hypervisor::qmp::Qmp;
 use crate::instance::intent::Intent;
-use crate::instance::launched::effective_spec;
+use crate::instance::launched::{effective_spec, effective_spec_of};
 use crate::instance::liveness::{Probe, Verdict};
 
 const MIB: u64 = 1024 * 1024;
@@ -60,7 +60,7 @@ pub fn set_balloon(roots: &Roots, name: &VmName, size_mib: u64) -> Result<()> {
             size_mib,
             memory_mib,
             max_mib,
-            min: crate::config::spec::MIN_MEMORY_MIB,
+            min: MIN_MEMORY_MIB,
         });
     }
     let kind = intent
@@ -128,7 +128,7 @@ pub fn apply_initial(roots: &Roots, name: &VmName, kind: HypervisorKind) -> Resu
     if kind != HypervisorKind::Qemu {
         return Ok(());
     }
-    let Some((spec, _)) = crate::instance::launched::effective_spec_of(roots, name) else {
+    let Some((spec, _)) = effective_spec_of(roots, name) else {
         return Ok(());
     };
     let Some(b) = spec.balloon.as_ref().filter(|b| b.initial_mib > 0) else {

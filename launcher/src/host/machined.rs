@@ -19,6 +19,8 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::sys::wait::waitpid;
 use nix::unistd::ForkResult;
+use zbus::blocking::{Connection, Proxy};
+use zbus::zvariant::OwnedObjectPath;
 
 /// How long one call may take, bus connection included.
 pub const DEADLINE: Duration = Duration::from_secs(10);
@@ -172,8 +174,8 @@ fn in_child(
     }
 }
 
-fn system_bus() -> Result<zbus::blocking::Connection, zbus::Error> {
-    zbus::blocking::Connection::system()
+fn system_bus() -> Result<Connection, zbus::Error> {
+    Connection::system()
 }
 
 /// `RegisterMachine(name, id=[], service="vmwarden", class="vm", leader,
@@ -207,8 +209,8 @@ pub fn machine(name: &str) -> Result<Option<Machine>, MachinedError> {
     let out = in_child("look up", name, || {
         let c = system_bus()?;
         let m = c.call_method(Some(DEST), PATH, Some(MANAGER), "GetMachine", &(name,))?;
-        let path: zbus::zvariant::OwnedObjectPath = m.body().deserialize()?;
-        let p = zbus::blocking::Proxy::new(&c, DEST, path, MACHINE)?;
+        let path: OwnedObjectPath = m.body().deserialize()?;
+        let p = Proxy::new(&c, DEST, path, MACHINE)?;
         let leader: u32 = p.get_property("Leader")?;
         let service: String = p.get_property("Service")?;
         Ok(format!("{leader} {service}"))

@@ -38,7 +38,7 @@ use nix::unistd::{ForkResult, Pid};
 
 use crate::config::paths::CONSOLE_SOCKET;
 use crate::host::dirs::Dir;
-use crate::host::sys::SysContext;
+use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal::Principal;
 use crate::launch::helpers::{self, Context, HelperError};
 use crate::launch::{landlock, sandbox, seccomp};
@@ -58,7 +58,7 @@ pub struct Relay {
     pub hypervisor_end: OwnedFd,
 }
 
-fn sys_err(source: crate::host::sys::SysError) -> HelperError {
+fn sys_err(source: SysError) -> HelperError {
     HelperError::Sys {
         helper: NAME.into(),
         source,

@@ -46,6 +46,7 @@ use crate::config::paths::{
 use crate::config::spec::{HypervisorKind, Spec};
 use crate::host::cgroup;
 use crate::host::dirs::{self, Dir, Loose, Want};
+use crate::host::machined;
 use crate::host::net;
 use crate::host::sys::SysContext;
 use crate::host::trust::{self, Policy};
@@ -460,7 +461,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     //    single-threaded.
     if spec.register_with_machined && opts.probe.is_none() {
         LinuxSyscall.assert_single_threaded()?;
-        crate::host::machined::register(spec.name.as_str(), std::process::id())?;
+        machined::register(spec.name.as_str(), std::process::id())?;
         tracing::info!(step = %"machine-registered", class = "vm", "registered with systemd-machined");
     }
     steps.after("machine-registered");

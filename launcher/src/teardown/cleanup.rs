@@ -24,7 +24,7 @@ use crate::instance::intent::{Intent, Resource};
 use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, Lease, LeaseState};
 use crate::instance::liveness::{self, Probe, Verdict};
-use crate::teardown::taps;
+use crate::teardown::{machine, taps};
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
 pub struct ServiceResult {
@@ -187,9 +187,9 @@ fn cleanup_dir(roots: &Roots, name: &VmName, rundir: &dirs::Dir, mut report: Rep
     report.failed.extend(surviving_processes_in(&probe, uid));
     // -- The host's own tools: the machined registration ends with it. --
     if let (Some(i), Some(true)) = (&intent, spec.as_ref().map(|s| s.register_with_machined)) {
-        if let Err(reason) = crate::teardown::machine::end_registration(name, i.pid) {
+        if let Err(reason) = machine::end_registration(name, i.pid) {
             report.failed.push(Failed {
-                path: crate::teardown::machine::state_path(name),
+                path: machine::state_path(name),
                 reason,
             });
         }

@@ -21,7 +21,7 @@ use crate::instance::known_vms;
 use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, LeaseState};
 use crate::instance::liveness;
-use crate::teardown::taps;
+use crate::teardown::{machine, taps};
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Check {
@@ -367,7 +367,7 @@ fn protected_check(p: &Path, since: Option<f64>) -> Check {
 /// `register_with_machined`: systemd-machined lists no vmwarden machine of
 /// this name (see `teardown::machine`).
 fn machine_check(n: &VmName) -> Check {
-    let left = crate::teardown::machine::left_registration(n);
+    let left = machine::left_registration(n);
     check(
         "no-machine-registration",
         Some(n.as_str()),
