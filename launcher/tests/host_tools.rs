@@ -153,6 +153,36 @@ fn console_attaches_through_a_pty_types_into_the_guest_and_detaches_while_the_ba
         sock.display()
     );
 
+    // The relay: the hypervisor's only child, the principal's with no
+    // capability, no_new_privs and the seccomp filter; beyond stdio it
+    // holds only the serial end, the console socket and its copy of
+    // stdout (the status pipe is closed once it is confined).
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", g.pid())).unwrap();
+    let relay: Vec<u32> = children
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(relay.len(), 1, "the hypervisor's children: {children:?}");
+    let relay = relay[0];
+    for (key, want) in [
+        ("Uid", format!("{0}\t{0}\t{0}\t{0}", uid(331))),
+        ("Groups", String::new()),
+        ("CapEff", "0000000000000000".to_string()),
+        ("CapPrm", "0000000000000000".to_string()),
+        ("NoNewPrivs", "1".to_string()),
+        ("Seccomp", "2".to_string()),
+    ] {
+        assert_eq!(proc_status(relay, key), want, "relay {relay} {key}");
+    }
+    let fds: Vec<_> = std::fs::read_dir(format!("/proc/{relay}/fd"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.parse::<u32>().is_ok_and(|n| n > 2))
+        .collect();
+    assert_eq!(fds.len(), 3, "the relay's fds beyond stdio: {fds:?}");
+
     // Attach through a pseudo-terminal, type a line, read the answer.
     let (mut console, mut master) = console_on_pty(&env, name);
     let mut seen = String::new();
