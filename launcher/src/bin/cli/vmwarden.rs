@@ -268,3 +268,22 @@ impl Cmd {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_mib;
+
+    #[test]
+    fn balloon_sizes_are_mib_with_or_without_a_unit() {
+        assert_eq!(parse_mib("512"), Ok(512));
+        assert_eq!(parse_mib("512M"), Ok(512));
+        assert_eq!(parse_mib("512MiB"), Ok(512));
+        assert_eq!(parse_mib("1G"), Ok(1024));
+        assert_eq!(parse_mib("65536K"), Ok(64));
+        assert!(parse_mib("1000K")
+            .unwrap_err()
+            .contains("whole number of MiB"));
+        assert!(parse_mib("1T").unwrap_err().contains("unknown unit"));
+        assert!(parse_mib("lots").unwrap_err().contains("is not a size"));
+    }
+}
