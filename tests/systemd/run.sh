@@ -357,6 +357,8 @@ hv_feature() { # NAME FEATURE CID -> the JSON fragment of that feature
     vsock) printf '{"vsock":{"cid":%s,"backend":"user"}}' "$3" ;;
     virtiofs) printf '{"shares":[{"tag":"vro","source":"/opt/vmwarden-test/share","proto":"virtiofs","read_only":true}],"virtiofsd":{"binary":"/usr/local/bin/virtiofsd"}}' ;;
     creds) printf '{"credentials":[{"name":"token","source":{"systemd":"token"}}]}' ;;
+    # the host's own tools: a console to attach to (refused for firecracker)
+    console) printf '{"console":true}' ;;
   esac
 }
 hv_spec_with() { # NAME KIND CMDLINE FEATURES IP CID -> the whole spec
@@ -394,8 +396,8 @@ if [ "$HV_SCENARIOS" = 1 ]; then
       *) HV_ENV="${HV_ENV}CREDS_$name="$'\n' ;;
     esac
   done <<HVEOF
-ch cloud-hypervisor 10.77.0.2 7 console=ttyS0,quiet,panic=-1 volume net vsock virtiofs creds
-fc firecracker 10.77.0.3 8 console=ttyS0,quiet,panic=-1,reboot=k,pci=off,i8042.noaux,i8042.nomux,i8042.dumbkbd volume net vsock creds
+ch cloud-hypervisor 10.77.0.2 7 console=ttyS0,quiet,panic=-1 volume net vsock virtiofs creds console
+fc firecracker 10.77.0.3 8 console=ttyS0,quiet,panic=-1,reboot=k,pci=off,i8042.noaux,i8042.nomux,i8042.dumbkbd volume net vsock creds console
 HVEOF
   # the bench's VMs: the same guest, no devices
   for name in chb:cloud-hypervisor fcb:firecracker; do

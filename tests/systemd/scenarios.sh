@@ -667,6 +667,17 @@ hv_checks() { # VM CURSOR RUN(1|2)
     done
     note "$vm virtiofs share read by the guest (virtiofsd as vm-$vm, CapEff=0)"
   fi
+  # -- The host's own tools: the console relay under this hypervisor (the
+  #    guest's READY above came through its journal copy); attach, detach,
+  #    the VM runs on.
+  if hv_has "$vm" console; then
+    con_open "$vm"
+    con_wait "Ctrl-] detaches" 15 || { fail "$vm: vmwarden console: no greeting: $(tr -d '\r' <"$CON_DIR/out" | tail -2 | tr '\n' ' ')"; con_close; return 1; }
+    con_close || { fail "$vm: vmwarden console did not end after Ctrl-]"; return 1; }
+    grep -qF "Detached from the console of $vm" "$CON_DIR/out" || { fail "$vm: no detach message"; return 1; }
+    [ "$(state "$u")" = active ] || { fail "$vm: $u is $(state "$u") after the console detached"; return 1; }
+    note "$vm console attached and detached (serial through the relay, READY in the journal)"
+  fi
 }
 # after a SIGKILL: wait until the unit is torn down (failed, inactive,
 # waiting to restart, or restarted with another MainPID)
@@ -1118,9 +1129,9 @@ ops_up() {
 # `vmwarden console ops` on a pseudo-terminal (script(1) allocates it), its
 # input a FIFO this shell writes to: CON_OUT is what the terminal showed.
 CON_DIR=/run/vmwarden-test-console
-con_open() {
+con_open() { # [VM, default ops]
   rm -rf "$CON_DIR"; mkdir -p "$CON_DIR"; mkfifo "$CON_DIR/in"
-  script -q -e -c "$VMW console ops" /dev/null <"$CON_DIR/in" >"$CON_DIR/out" 2>&1 &
+  script -q -e -c "$VMW console ${1:-ops}" /dev/null <"$CON_DIR/in" >"$CON_DIR/out" 2>&1 &
   CON_PID=$!
   exec 8>"$CON_DIR/in"
 }
