@@ -571,3 +571,78 @@ fn every_launcher_cleanup_and_tool_line_in_the_journal_names_its_vm() {
     );
     let _ = receiver.as_fd();
 }
+
+/// A host without systemd-machined (no system bus: `/run/dbus` is an empty
+/// tmpfs in the launcher's own mount namespace, so the test does not depend
+/// on the host's bus): a spec with `register_with_machined` is refused at
+/// its step with exit 78 and a message that says how to fix it; cleanup
+/// leaves the host as it was.
+#[test]
+fn a_host_without_machined_refuses_a_registration_it_was_asked_for() {
+    let env = Env::new();
+    let name = "reg";
+    let mut spec = env.spec(name, uid(334));
+    spec["register_with_machined"] = json!(true);
+    env.write_spec(name, &spec);
+    let mut c = env.launch_cmd(name);
+    let dbus = CString::new("/run/dbus").unwrap();
+    let tmpfs = CString::new("tmpfs").unwrap();
+    let root = CString::new("/").unwrap();
+    let has_dbus_dir = std::path::Path::new("/run/dbus").is_dir();
+    // SAFETY: the closure makes only raw syscalls on CStrings made before
+    // the fork: async-signal-safe.
+    unsafe {
+        c.pre_exec(move || hide_system_bus(&root, &tmpfs, &dbus, has_dbus_dir));
+    }
+    let o = bounded(&mut c, Duration::from_secs(60)).expect("the launch hung");
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(78), "{e}");
+    assert!(e.contains("error at step \"machine-registered\""), "{e}");
+    assert!(
+        e.contains("systemd-machined is not reachable") && e.contains("register_with_machined"),
+        "{e}"
+    );
+    env.assert_clean(name);
+}
+
+/// In the child before exec: a private mount namespace whose `/run/dbus`
+/// (when the host has one) is an empty tmpfs.
+fn hide_system_bus(
+    root: &CString,
+    tmpfs: &CString,
+    dbus: &CString,
+    has_dbus_dir: bool,
+) -> std::io::Result<()> {
+    let check = |r: libc::c_int| {
+        if r != 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    };
+    // SAFETY: unshare(2) takes a flag.
+    check(unsafe { libc::unshare(libc::CLONE_NEWNS) })?;
+    // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+    check(unsafe {
+        libc::mount(
+            std::ptr::null(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    })?;
+    if has_dbus_dir {
+        // SAFETY: as above.
+        check(unsafe {
+            libc::mount(
+                tmpfs.as_ptr(),
+                dbus.as_ptr(),
+                tmpfs.as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        })?;
+    }
+    Ok(())
+}

@@ -72,25 +72,38 @@ impl MachinedError {
     }
 }
 
+/// Why a call failed in the child: no bus to talk to at all, or an error
+/// on it.
+enum CallError {
+    NoBus(zbus::Error),
+    Call(zbus::Error),
+}
+
+impl From<zbus::Error> for CallError {
+    fn from(e: zbus::Error) -> CallError {
+        CallError::Call(e)
+    }
+}
+
 /// What a child reports: `ok <payload>`, `absent <detail>`, `err <detail>`.
-fn child_line(r: Result<String, zbus::Error>) -> String {
+fn child_line(r: Result<String, CallError>) -> String {
     match r {
         Ok(p) => format!("ok {p}"),
-        Err(zbus::Error::MethodError(name, msg, _)) if ABSENT.contains(&name.as_str()) => {
+        Err(CallError::NoBus(e)) => format!("absent no system bus: {e}"),
+        Err(CallError::Call(zbus::Error::MethodError(name, msg, _)))
+            if ABSENT.contains(&name.as_str()) =>
+        {
             format!("absent {name}: {}", msg.unwrap_or_default())
         }
-        Err(zbus::Error::MethodError(name, msg, _)) if name.as_str() == NO_SUCH_MACHINE => {
+        Err(CallError::Call(zbus::Error::MethodError(name, msg, _)))
+            if name.as_str() == NO_SUCH_MACHINE =>
+        {
             format!("ok none {}", msg.unwrap_or_default())
         }
-        Err(zbus::Error::MethodError(name, msg, _)) => {
+        Err(CallError::Call(zbus::Error::MethodError(name, msg, _))) => {
             format!("err {name}: {}", msg.unwrap_or_default())
         }
-        Err(
-            e @ (zbus::Error::InputOutput(_) | zbus::Error::Address(_) | zbus::Error::Handshake(_)),
-        ) => {
-            format!("absent no system bus: {e}")
-        }
-        Err(e) => format!("err {e}"),
+        Err(CallError::Call(e)) => format!("err {e}"),
     }
 }
 
@@ -98,7 +111,7 @@ fn child_line(r: Result<String, zbus::Error>) -> String {
 fn in_child(
     what: &'static str,
     name: &str,
-    call: impl FnOnce() -> Result<String, zbus::Error>,
+    call: impl FnOnce() -> Result<String, CallError>,
 ) -> Result<String, MachinedError> {
     let child_err = |detail: String| MachinedError::Child {
         what,
@@ -174,8 +187,10 @@ fn in_child(
     }
 }
 
-fn system_bus() -> Result<Connection, zbus::Error> {
-    Connection::system()
+/// The system bus; a failure to reach it at all (no socket, no daemon)
+/// is the host having no machined.
+fn system_bus() -> Result<Connection, CallError> {
+    Connection::system().map_err(CallError::NoBus)
 }
 
 /// `RegisterMachine(name, id=[], service="vmwarden", class="vm", leader,
