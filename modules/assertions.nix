@@ -89,6 +89,27 @@
         }
       ];
 
+    # The host's own tools: balloon, console (capabilities.rs refuses the
+    # same for firecracker, and the balloon's size, at launch).
+    toolChecks = [
+      {
+        assertion = !(vm.hypervisor == "firecracker" && vm.balloon);
+        message = "${at}.balloon: vmwarden drives no firecracker balloon; use hypervisor = \"qemu\" or \"cloud-hypervisor\", or set balloon = false.";
+      }
+      {
+        assertion = !(vm.hypervisor == "firecracker" && vm.console);
+        message = "${at}.console: firecracker's serial console is only its own stdin and stdout, which the journal holds; read it with journalctl, or use hypervisor = \"qemu\" or \"cloud-hypervisor\".";
+      }
+      {
+        assertion = vm.initialBalloonMem == 0 || vm.balloon;
+        message = "${at}.initialBalloonMem: it sizes the balloon, which needs balloon = true.";
+      }
+      {
+        assertion = vm.initialBalloonMem + 16 <= vm.memoryMiB;
+        message = "${at}.initialBalloonMem = ${toString vm.initialBalloonMem}: the guest must keep at least 16 MiB of its memoryMiB ${toString vm.memoryMiB}; at most ${toString (vm.memoryMiB - 16)}.";
+      }
+    ];
+
     # Disks: format, serial, create.
     diskChecks = concatLists (lib.imap0 (i: d: let
         here = "${at}.disks[${toString i}] (${d.path})";
@@ -214,6 +235,7 @@
       ++ credChecks
       ++ pathChecks
       ++ shareChecks
+      ++ toolChecks
       ++ diskChecks
       ++ otherChecks
       ++ map (i: {

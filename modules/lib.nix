@@ -452,7 +452,17 @@ in rec {
       vsock =
         {inherit (vm.vsock) cid backend;}
         // lib.optionalAttrs (usesVsockDaemon vm) {inherit (vm.vsock) binary;};
-    };
+    }
+    # The host's own tools: each only when on, so an existing
+    # configuration's spec stays byte for byte what it was.
+    // lib.optionalAttrs vm.balloon {
+      balloon = {
+        initial_mib = vm.initialBalloonMem;
+        deflate_on_oom = vm.deflateOnOOM;
+      };
+    }
+    // lib.optionalAttrs vm.console {console = true;}
+    // lib.optionalAttrs vm.registerWithMachined {register_with_machined = true;};
 
   # One virtiofsd per virtiofs share (QEMU and cloud-hypervisor alike).
   usesVirtiofsd = vm: builtins.any (s: s.proto == "virtiofs") vm.shares;
@@ -608,6 +618,14 @@ in rec {
     // switchBehaviour
     // {
       overrideStrategy = "asDropin";
+    }
+    # The host's own tools: the launcher registers the VM with
+    # systemd-machined over the system bus, so machined comes first.
+    // lib.optionalAttrs vm.registerWithMachined {
+      after = ["systemd-machined.service"];
+      wants = ["systemd-machined.service"];
+    }
+    // {
       serviceConfig =
         {
           LoadCredential = map (c: "${c}:${credSource c}") (builtins.attrNames vm.credentials);

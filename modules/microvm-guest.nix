@@ -93,11 +93,10 @@ in rec {
       ++ refuseSet "extraArgsScript" null "arguments computed at start escape vmwarden's checks; use the static microvm.qemu.extraArgs (or vmwarden.vms.${name}.extraArgs)"
       ++ refuseSet "user" null "every vmwarden VM runs as its own principal; remove it and set vmwarden.vms.${name}.principal.user (default vm-${name}) on the host"
       ++ refuseSet "hugepageMem" false "hugepage backing needs a host hugetlbfs pool the VM's sandbox does not grant; remove it"
-      ++ refuseSet "hotplugMem" 0 "virtio-mem is resized over the control socket, which only vmwarden's tools use; size microvm.mem for the guest instead"
+      ++ refuseSet "hotplugMem" 0 "virtio-mem (memory that grows) is not mapped by vmwarden; size microvm.mem for the most the guest may use, and take memory back with microvm.balloon = true (vmwarden balloon)"
       ++ refuseSet "hotpluggedMem" 0 "as hotplugMem: size microvm.mem for the guest instead"
-      ++ refuseSet "balloon" false "a balloon is driven over the control socket, which only vmwarden's tools use; size microvm.mem instead"
-      ++ refuseSet "initialBalloonMem" 0 "as balloon: size microvm.mem instead"
-      ++ refuseSet "registerWithMachined" false "vmwarden registers nothing with systemd-machined; use vmwarden status and systemctl status microvm@${name}"
+      ++ refuse (fc && g.balloon) "balloon" true "vmwarden drives no firecracker balloon (microvm.nix has none either); use qemu or cloud-hypervisor, or size microvm.mem"
+      ++ refuse (g.initialBalloonMem != 0 && !g.balloon) "initialBalloonMem" g.initialBalloonMem "it sizes the balloon, which needs microvm.balloon = true"
       ++ refuseSet "forwardPorts" [] "it needs SLIRP user networking, which vmwarden does not run; give the VM a tap (microvm.interfaces type = \"tap\") and forward on the host"
       ++ refuseSet "devices" [] "PCI and USB passthrough hand a host device to the VM that cleanup cannot prove returned; vmwarden has no passthrough"
       ++ refuseSet "graphics.enable" false "a display needs a desktop session or GPU devices outside the sandbox; use the serial console (in the journal) and SSH"
@@ -356,7 +355,13 @@ in rec {
         // optionalAttrs (qemu && machineOk) {machine = machine.value;}
         // optionalAttrs (hypervisorBinary != null) {inherit hypervisorBinary;}
         // optionalAttrs (setByGuest ["virtiofsd" "package"]) {virtiofsdBinary = "${g.virtiofsd.package}/bin/virtiofsd";}
-        // optionalAttrs (cid != null && vsockProblems == []) {vsock.cid = cid;};
+        // optionalAttrs (cid != null && vsockProblems == []) {vsock.cid = cid;}
+        # The host's own tools, under microvm.nix's own names.
+        // optionalAttrs (g.balloon && !fc) {
+          balloon = true;
+          inherit (g) initialBalloonMem deflateOnOOM;
+        }
+        // optionalAttrs g.registerWithMachined {registerWithMachined = true;};
 
     tapIds =
       if noGuest != []
@@ -382,6 +387,10 @@ in rec {
     "credentials"
     "extraArgs"
     "virtiofsdBinary"
+    "balloon"
+    "initialBalloonMem"
+    "deflateOnOOM"
+    "registerWithMachined"
   ];
 
   # The values as definitions of vmwarden.vms.<name>, each lib.mkDefault,

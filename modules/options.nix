@@ -532,6 +532,61 @@
         '';
       };
 
+      # -- The host's own tools (docs/operating.md): microvm.nix's names.
+      balloon = mkOption {
+        type = types.bool;
+        default = false;
+        description = ''
+          A virtio-balloon device (QEMU and cloud-hypervisor; microvm.nix's
+          `balloon`): `vmwarden balloon <name> SIZE` inflates it to take SIZE
+          MiB from the guest, and `vmwarden status` shows its size.
+        '';
+      };
+
+      initialBalloonMem = mkOption {
+        type = types.ints.unsigned;
+        default = 0;
+        description = ''
+          The balloon's size at boot, in MiB taken from the guest
+          (microvm.nix's `initialBalloonMem`; with {option}`balloon`). QEMU
+          has no boot-time size: `vmwarden wait-ready` sets it once QEMU
+          answers.
+        '';
+      };
+
+      deflateOnOOM = mkOption {
+        type = types.bool;
+        default = true;
+        description = ''
+          The guest deflates the balloon when it runs out of memory
+          (microvm.nix's `deflateOnOOM`; with {option}`balloon`).
+        '';
+      };
+
+      console = mkOption {
+        type = types.bool;
+        default = false;
+        description = ''
+          A serial console root can attach to with `vmwarden console <name>`
+          (Ctrl-] detaches; QEMU and cloud-hypervisor). The guest's serial
+          output still goes to the journal. Off by default so that turning
+          it on is a choice (it adds one relay process per VM and changes
+          the VM's spec, which restarts it at the next switch).
+        '';
+      };
+
+      registerWithMachined = mkOption {
+        type = types.bool;
+        default = false;
+        description = ''
+          Register the VM with systemd-machined (microvm.nix's
+          `registerWithMachined`): `machinectl list` and `machinectl status`
+          show it, class `vm`, with its unit and the hypervisor as leader.
+          The launch fails (exit 78) on a host without machined. What
+          machined can then do to the VM: docs/design/threat-model.md.
+        '';
+      };
+
       restartIfChanged = mkOption {
         type = types.bool;
         default = true;

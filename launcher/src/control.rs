@@ -19,6 +19,12 @@ use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, LeaseState};
 use crate::instance::liveness::{self, Probe, Verdict};
 
+// -- The host's own tools: `vmwarden balloon` and `vmwarden console`. --
+pub mod balloon;
+pub mod console;
+
+use balloon::{balloon_mib, balloon_of};
+
 const POLL: Duration = Duration::from_millis(50);
 /// What one attempt of `wait-ready` or `stop` may take on the control
 /// socket (connect, greeting, one command): a VM that answers slowly, never
@@ -54,6 +60,25 @@ pub enum ControlError {
     },
     #[error("VM {name} is still running after power-down, quit and SIGKILL: {}", .verdict.reason())]
     StillRunning { name: String, verdict: Verdict },
+    // -- The host's own tools: the balloon. --
+    #[error("VM {name} is not running ({reason}); a balloon is set on a running VM")]
+    BalloonNotRunning { name: String, reason: String },
+    #[error("VM {name} has no balloon: its launched spec has no `balloon` (microvm.nix `balloon = true`); set it and restart the VM")]
+    NoBalloon { name: String },
+    #[error("VM {name}: a balloon of {size_mib} MiB leaves the guest less than {min} MiB of its {memory_mib} MiB; at most {max_mib} MiB")]
+    BalloonTooLarge {
+        name: String,
+        size_mib: u64,
+        memory_mib: u64,
+        max_mib: u64,
+        min: u64,
+    },
+    #[error("VM {name}: the control socket {sock} answered the balloon query without {what}")]
+    BalloonAnswer {
+        name: String,
+        sock: PathBuf,
+        what: &'static str,
+    },
 }
 
 impl ControlError {
@@ -147,7 +172,10 @@ pub fn wait_ready(
         // No attempt outlives the caller's timeout.
         let t = ATTEMPT.min(end.saturating_duration_since(Instant::now()));
         match run_state(roots, name, kind, t) {
-            Ok(status) => return Ok(status),
+            Ok(status) => {
+                balloon::apply_initial(roots, name, kind)?;
+                return Ok(status);
+            }
             // An attempt cut short by the end of the timeout says less
             // than the full one before it (what the peer sent).
             Err(e) if t < ATTEMPT && e.is_timeout() && last.is_some() => {}
@@ -315,6 +343,9 @@ pub struct Status {
     /// cloud-hypervisor / firecracker: the API's `state`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_state: Option<String>,
+    /// The balloon's current size (MiB), while running with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub balloon_mib: Option<u64>,
 }
 
 /// The status of VM `name`, judged by [`liveness`] (never the lease alone).
@@ -337,6 +368,12 @@ pub fn status_with(probe: &Probe, roots: &Roots, name: &VmName) -> Status {
         Verdict::Live(_) => run_state(roots, name, kind, STATUS_ATTEMPT).ok(),
         _ => None,
     };
+    let balloon = match (&verdict, &run_state) {
+        (Verdict::Live(_), Some(_)) => balloon_of(roots, name, intent.as_ref())
+            .filter(|(_, has, _)| *has)
+            .and_then(|(mem, _, _)| balloon_mib(roots, name, kind, mem, STATUS_ATTEMPT).ok()),
+        _ => None,
+    };
     let (qmp_status, api_state) = match kind {
         HypervisorKind::Qemu => (run_state, None),
         _ => (None, run_state),
@@ -356,5 +393,6 @@ pub fn status_with(probe: &Probe, roots: &Roots, name: &VmName) -> Status {
         qmp_status,
         hypervisor: kind,
         api_state,
+        balloon_mib: balloon,
     }
 }

@@ -7,6 +7,7 @@
 
 use crate::config::paths::RootError;
 use crate::config::spec::SpecError;
+use crate::control::console::ConsoleError;
 use crate::control::ControlError;
 use crate::host::dirs::DirError;
 use crate::host::net::NetError;
@@ -54,6 +55,8 @@ pub enum Error {
     #[error(transparent)]
     Control(#[from] ControlError),
     #[error(transparent)]
+    Console(#[from] ConsoleError),
+    #[error(transparent)]
     Purge(#[from] PurgeError),
     #[error(transparent)]
     Unit(#[from] UnitError),
@@ -92,6 +95,7 @@ impl Error {
             | Error::Qmp(_)
             | Error::Api(_)
             | Error::Control(_)
+            | Error::Console(_)
             | Error::Unit(_)
             | Error::Confirm(_) => false,
         };

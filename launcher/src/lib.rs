@@ -6,9 +6,11 @@
 //! share this library: destructive commands use the same ownership and
 //! liveness code as the launcher.
 
+use std::os::fd::AsFd;
+
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::filter::Targets;
-use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::layer::{Layer as _, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
 pub mod config;
@@ -60,7 +62,12 @@ fn report(msg: String, err: &dyn std::error::Error) {
         }
         src = s.source();
     }
-    eprintln!("{msg}");
+    if logging_to_journal() {
+        // One entry, with the VM's field, at error priority.
+        tracing::error!("{msg}");
+    } else {
+        eprintln!("{msg}");
+    }
 }
 
 /// The log filter: `--quiet` (warnings and errors only) wins; otherwise
@@ -117,6 +124,99 @@ impl std::io::Write for EscapedStderr {
 /// level (the usual case: `info`) needs no directive parser, which every
 /// start of every binary would otherwise run.
 pub fn init_logging(filter: &str) {
+    init_logging_for(filter, &LogTarget::Stderr);
+}
+
+/// Where a binary's log lines go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    /// The plain text format on stderr.
+    Stderr,
+    /// stderr is the journal (systemd's `JOURNAL_STREAM` names stderr's
+    /// device and inode): journald's native protocol, every entry with
+    /// `SYSLOG_IDENTIFIER=ident` and, when the command is about one VM,
+    /// `VMWARDEN_VM=NAME` (so `journalctl VMWARDEN_VM=web` finds the
+    /// launcher's, cleanup's and the tools' lines of VM `web`). Event and
+    /// span fields keep tracing-journald's `F_` prefix (`F_STEP=`).
+    Journal { ident: String, vm: Option<String> },
+}
+
+/// The journal field every entry about one VM carries.
+pub const JOURNAL_VM_FIELD: &str = "VMWARDEN_VM";
+
+static JOURNAL_MODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static STDOUT_JOURNAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether stderr is the journal: `journal_stream` is `$JOURNAL_STREAM`
+/// (`DEVICE:INODE`, which systemd sets for a unit whose stderr is the
+/// journal) and it must be stderr's own device and inode — a child that
+/// inherited the variable but not the stream writes plain text.
+pub fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
+    is_journal(std::io::stderr().as_fd(), journal_stream)
+}
+
+fn is_journal(fd: std::os::fd::BorrowedFd<'_>, journal_stream: Option<&str>) -> bool {
+    let Some((dev, ino)) = journal_stream.and_then(|v| v.trim().split_once(':')) else {
+        return false;
+    };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<libc::dev_t>(), ino.parse::<libc::ino_t>()) else {
+        return false;
+    };
+    match nix::sys::stat::fstat(fd) {
+        Ok(st) => st.st_dev == dev && st.st_ino == ino,
+        Err(_) => false,
+    }
+}
+
+/// The log target for binary `ident` about VM `vm`, from `$JOURNAL_STREAM`.
+pub fn log_target(ident: &str, vm: Option<&str>, journal_stream: Option<&str>) -> LogTarget {
+    STDOUT_JOURNAL.store(
+        is_journal(std::io::stdout().as_fd(), journal_stream),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    if stderr_is_journal(journal_stream) {
+        LogTarget::Journal {
+            ident: ident.to_string(),
+            vm: vm.map(str::to_string),
+        }
+    } else {
+        LogTarget::Stderr
+    }
+}
+
+/// [`init_logging`] to `target`. A journal that cannot be reached falls
+/// back to stderr.
+pub fn init_logging_for(filter: &str, target: &LogTarget) {
+    if let LogTarget::Journal { ident, vm } = target {
+        if let Ok(layer) = tracing_journald::Layer::new() {
+            // The unit this process runs in, as OBJECT_SYSTEMD_UNIT=:
+            // `journalctl -u UNIT` finds root's entries about a unit by it
+            // even when journald could not read the cgroup of a process
+            // that exited right after its last entry (cleanup, stop).
+            let unit = host::cgroup::own_path().and_then(|p| {
+                p.rsplit('/')
+                    .next()
+                    .filter(|u| u.ends_with(".service"))
+                    .map(str::to_string)
+            });
+            let layer = layer
+                .with_syslog_identifier(ident.clone())
+                .with_custom_fields(vm.iter().map(|v| (JOURNAL_VM_FIELD, v.as_bytes())))
+                .with_custom_fields(unit.iter().map(|u| ("OBJECT_SYSTEMD_UNIT", u.as_bytes())));
+            let registry = tracing_subscriber::registry();
+            let ok = match filter.trim().parse::<LevelFilter>() {
+                Ok(level) => registry.with(layer.with_filter(level)).try_init().is_ok(),
+                Err(_) => registry
+                    .with(layer.with_filter(filter_targets(filter)))
+                    .try_init()
+                    .is_ok(),
+            };
+            if ok {
+                JOURNAL_MODE.store(true, std::sync::atomic::Ordering::Relaxed);
+                return;
+            }
+        }
+    }
     let fmt = tracing_subscriber::fmt()
         .with_writer(|| EscapedStderr)
         .with_target(false)
@@ -130,6 +230,33 @@ pub fn init_logging(filter: &str) {
             .try_init()
             .is_ok(),
     };
+}
+
+/// One error line on stderr, or an error entry when logging to the journal.
+pub fn report_line(line: &str) {
+    if logging_to_journal() {
+        tracing::error!("{line}");
+    } else {
+        eprintln!("{line}");
+    }
+}
+
+/// A line of a command's report (cleanup's JSON, `wait-ready`'s and
+/// `stop`'s result): on stdout, or, when stdout is the journal too and log
+/// lines go there natively, as one entry with the same fields as the log
+/// lines (`VMWARDEN_VM=`), its message the line as stdout would have had it.
+pub fn print_report(line: &str) {
+    if logging_to_journal() && STDOUT_JOURNAL.load(std::sync::atomic::Ordering::Relaxed) {
+        tracing::info!("{line}");
+    } else {
+        println!("{line}");
+    }
+}
+
+/// Whether log lines go to the journal's native protocol (then the error
+/// reports do too, with the same fields).
+pub fn logging_to_journal() -> bool {
+    JOURNAL_MODE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 #[cfg(test)]

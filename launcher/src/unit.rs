@@ -416,6 +416,14 @@ const SECTIONS: [&str; 3] = ["Unit", "Service", "Install"];
 /// `spec` has passed `Spec::validate`.
 fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<Entry>, UnitError> {
     let mut out = Vec::new();
+    // -- The host's own tools: register_with_machined. The launcher
+    //    registers the VM on the system bus (AF_UNIX, which the template
+    //    allows) before its drop: machined must be up first (as
+    //    microvm.nix's host module orders it).
+    if spec.register_with_machined {
+        out.push(e("Unit", "After", "systemd-machined.service"));
+        out.push(e("Unit", "Wants", "systemd-machined.service"));
+    }
     // Taps: the launcher creates them (root, before its drop) through
     // /dev/net/tun, already in the template's DeviceAllow, and configures
     // them over rtnetlink. Both settings merge with the template's.

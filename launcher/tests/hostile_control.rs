@@ -368,10 +368,15 @@ fn nothing_reaches_roots_terminal_raw_adopt_included() {
     let limit = generous(wait_ready_documented());
     // Each run: nothing raw on stdout or stderr, and escapes were shown.
     let check = |what: &str, m: &Measured| {
-        assert_eq!(raw_controls(&m.raw), vec![], "{what}: stdout\n{}", m.text());
+        assert_eq!(
+            raw_controls(&m.raw),
+            Vec::<char>::new(),
+            "{what}: stdout\n{}",
+            m.text()
+        );
         assert_eq!(
             raw_controls(m.stderr.as_bytes()),
-            vec![],
+            Vec::<char>::new(),
             "{what}: stderr\n{}",
             m.text()
         );

@@ -6,7 +6,7 @@
 #   $ASSETS/vmlinuz         Debian *generic* kernel (linux-image-<abi>-amd64): the
 #                           cloud kernel has virtiofs, fuse and vsock but no 9p
 #   $ASSETS/initramfs.img   gzip'd newc cpio: static busybox, the virtio, 9p,
-#                           virtiofs, vsock, ext4 and crc32c (ext4 metadata_csum,
+#                           virtiofs, vsock, virtio_balloon, ext4 and crc32c (ext4 metadata_csum,
 #                           mke2fs's default) .ko files, /init, and
 #                           /bin/vsock-echo (vsock-echo.c, built static: busybox
 #                           has no vsock applet)
@@ -53,7 +53,7 @@ guest_modules \
   virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci \
   virtio_mmio virtio_blk virtio_net qemu_fw_cfg button evdev \
   9pnet_virtio 9p virtiofs vmw_vsock_virtio_transport ext4 \
-  crc32c_generic
+  crc32c_generic virtio_balloon
 guest_initramfs_base
 cc -static -Os -o "$R/bin/vsock-echo" "$VSOCK_ECHO_SRC" || die "cc -static $VSOCK_ECHO_SRC failed (needs gcc and libc6-dev)"
 chmod 0755 "$R/bin/vsock-echo"

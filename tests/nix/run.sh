@@ -304,7 +304,7 @@ else
   # an existing configuration (two-vms: its specs must not change), one
   # using the shares, disks and vsock fields directly, and microvm.nix-shaped guests
   # (tests/nix/guests/) mapped onto specs.
-  GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest guest-ch-creds guest-fc-networked"
+  GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest guest-ch-creds guest-fc-networked guest-host-tools"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -357,6 +357,7 @@ guest-store-disk|ok
 guest-networked|ok
 guest-creds-vsock|ok
 guest-nixostest|ok
+guest-host-tools|ok
 guest-foreign|the guest is built for aarch64-linux (its pkgs.stdenv.hostPlatform.system), this host is x86_64-linux
 guest-not-microvm|vmwarden.vms.web.guest: it has no config.microvm
 guest-cid-twice|vmwarden: vsock CID 7 is used by several VMs (edge, other)
@@ -451,6 +452,8 @@ qemu -netdev stream|"-netdev" "id=n,type=stream,addr.type=unix,addr.path=/srv/n.
 cloud-hypervisor --api-socket|"--api-socket=/srv/api.sock" is refused: the API socket is vmwarden's control socket|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--api-socket=/srv/api.sock"];};}
 cloud-hypervisor --seccomp|"--seccomp" is refused: cloud-hypervisor's own seccomp filter|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--seccomp" "false"];};}
 cloud-hypervisor --net|"--net" is refused: cloud-hypervisor would open a tap by name|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--net" "tap=vm-web"];};}
+firecracker console|vmwarden.vms.web.console: firecracker's serial console is only its own stdin and stdout|{B: vmwarden.vms.web = {hypervisor = "firecracker"; console = true;};}
+initialBalloonMem too large|vmwarden.vms.web.initialBalloonMem = 1020: the guest must keep at least 16 MiB|{B: vmwarden.vms.web = {balloon = true; initialBalloonMem = 1020; memoryMiB = 1024;};}
 firecracker --no-seccomp|"--no-seccomp" is refused: firecracker's own seccomp filter|{B: vmwarden.vms.web = {hypervisor = "firecracker"; extraArgs = ["--no-seccomp"];};}
 firecracker --config-file|"--config-file" is refused: vmwarden writes firecracker's configuration itself|{B: vmwarden.vms.web = {hypervisor = "firecracker"; extraArgs = ["--config-file" "/srv/fc.json"];};}
 guest.enable|vmwarden.vms.web.guest: microvm.guest.enable = false|G {microvm.guest.enable = false;}
@@ -463,9 +466,9 @@ user|microvm.user = "microvm": every vmwarden VM runs as its own principal|G {mi
 hugepageMem|microvm.hugepageMem = true: hugepage backing|G {microvm.hugepageMem = true;}
 hotplugMem|microvm.hotplugMem = 1024: virtio-mem|G {microvm.hotplugMem = 1024;}
 hotpluggedMem|microvm.hotpluggedMem = 256: as hotplugMem|G {microvm.hotpluggedMem = 256;}
-balloon|microvm.balloon = true: a balloon is driven over the control socket|G {microvm.balloon = true;}
-initialBalloonMem|microvm.initialBalloonMem = 128: as balloon|G {microvm.initialBalloonMem = 128;}
-registerWithMachined|microvm.registerWithMachined = true: vmwarden registers nothing with systemd-machined|G {microvm.registerWithMachined = true;}
+balloon firecracker|microvm.balloon = true: vmwarden drives no firecracker balloon|G {microvm.hypervisor = "firecracker"; microvm.balloon = true;}
+initialBalloonMem without balloon|microvm.initialBalloonMem = 128: it sizes the balloon, which needs microvm.balloon = true|G {microvm.initialBalloonMem = 128;}
+hotplugMem with balloon|microvm.hotplugMem = 512: virtio-mem|G {microvm.balloon = true; microvm.hotplugMem = 512;}
 forwardPorts|microvm.forwardPorts = [{"from":"host","guest":{"address":"","port":22},"host":{"address":"","port":2222},"proto":"tcp"}]: it needs SLIRP user networking|G {microvm.forwardPorts = [{host.port = 2222; guest.port = 22;}];}
 devices|microvm.devices = [{"bus":"pci","path":"0000:01:00.0","qemu":{"bus":null,"deviceExtraArgs":null,"id":null}}]: PCI and USB passthrough|G {microvm.devices = [{bus = "pci"; path = "0000:01:00.0";}];}
 graphics.enable|microvm.graphics.enable = true: a display needs a desktop session|G {microvm.graphics.enable = true;}

@@ -72,8 +72,10 @@ CONTRACT = {
     "landlock": dict, "keep_on_purge": list,
     # shares, disks, vsock (the module writes them only when used)
     "shares": list, "virtiofsd": dict, "vsock": dict,
+    # the host's own tools (written only when on)
+    "balloon": dict, "console": bool, "register_with_machined": bool,
 }
-OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock"}
+OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock", "balloon", "console", "register_with_machined"}
 
 
 def cmd_spec(path):
@@ -110,6 +112,11 @@ def cmd_spec(path):
             want(d["create"], f"disks[{i}].create", {"size_mib": int, "fs_type": str}, ("fs_type",))
     for i, s in enumerate(spec.get("shares", [])):
         want(s, f"shares[{i}]", {"tag": str, "source": str, "proto": str, "read_only": bool})
+    if "balloon" in spec:
+        want(spec["balloon"], "balloon", {"initial_mib": int, "deflate_on_oom": bool})
+    for k in ("console", "register_with_machined"):
+        if spec.get(k) is False:
+            errs.append(f"{k}: written as false (the module leaves it out when off)")
     if "virtiofsd" in spec:
         want(spec["virtiofsd"], "virtiofsd", {"binary": str})
     if "vsock" in spec:

@@ -172,7 +172,7 @@ unshare() { # DEST...: break the hard link to the cache before a tool edits the 
 # VM principals (an operator does this once per VM on a non-Nix host)
 unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
 systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
-  || chroot "$ROOT" /bin/sh -c 'for v in a b c vol vsk vfs ch fc chb fcb cx; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
+  || chroot "$ROOT" /bin/sh -c 'for v in a b c vol vsk vfs ch fc chb fcb cx ops; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
       useradd --system --gid kvm --no-create-home --home-dir /var/lib/microvms --shell /usr/sbin/nologin microvm' \
   || die "cannot create the VM principals"
 grep -q '^vm-c:' "$ROOT/etc/passwd" && grep -q '^microvm:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
@@ -303,6 +303,14 @@ shares_spec vol "$VOL_SCRIPT" '"disks": [ { "path": "/var/lib/vmwarden/vol/data.
   "keep_on_purge": [ "identity", "data.img" ]' | putc /etc/vmwarden/vms/vol.json 0644
 shares_spec vsk "$VSK_SCRIPT" '"vsock": { "cid": 5, "backend": "vhost" }' \
   | putc /etc/vmwarden/vms/vsk.json 0644
+# -- The host's own tools (the machined, console and balloon scenarios): the
+# shares guest (virtio_balloon) with a shell on its serial port a moment
+# after READY, registered with systemd-machined, with a console to attach
+# to and a balloon without deflate-on-OOM (so the guest's MemTotal shows it).
+OPS_SCRIPT="(sleep 1; setsid sh -c 'exec sh </dev/ttyS0 >/dev/ttyS0 2>&1') >/dev/null 2>&1 &"
+shares_spec ops "$OPS_SCRIPT" '"balloon": { "initial_mib": 0, "deflate_on_oom": false },
+  "console": true,
+  "register_with_machined": true' | putc /etc/vmwarden/vms/ops.json 0644
 shares_spec vfs "$VFS_SCRIPT" '"shares": [
     { "tag": "vro", "source": "/opt/vmwarden-test/share", "proto": "virtiofs", "read_only": true },
     { "tag": "vrw", "source": "/var/lib/vmwarden-test/vfs-rw", "proto": "virtiofs", "read_only": false } ],
@@ -353,6 +361,8 @@ hv_feature() { # NAME FEATURE CID -> the JSON fragment of that feature
     vsock) printf '{"vsock":{"cid":%s,"backend":"user"}}' "$3" ;;
     virtiofs) printf '{"shares":[{"tag":"vro","source":"/opt/vmwarden-test/share","proto":"virtiofs","read_only":true}],"virtiofsd":{"binary":"/usr/local/bin/virtiofsd"}}' ;;
     creds) printf '{"credentials":[{"name":"token","source":{"systemd":"token"}}]}' ;;
+    # the host's own tools: a console to attach to (refused for firecracker)
+    console) printf '{"console":true}' ;;
   esac
 }
 hv_spec_with() { # NAME KIND CMDLINE FEATURES IP CID -> the whole spec
@@ -390,8 +400,8 @@ if [ "$HV_SCENARIOS" = 1 ]; then
       *) HV_ENV="${HV_ENV}CREDS_$name="$'\n' ;;
     esac
   done <<HVEOF
-ch cloud-hypervisor 10.77.0.2 7 console=ttyS0,quiet,panic=-1 volume net vsock virtiofs creds
-fc firecracker 10.77.0.3 8 console=ttyS0,quiet,panic=-1,reboot=k,pci=off,i8042.noaux,i8042.nomux,i8042.dumbkbd volume net vsock creds
+ch cloud-hypervisor 10.77.0.2 7 console=ttyS0,quiet,panic=-1 volume net vsock virtiofs creds console
+fc firecracker 10.77.0.3 8 console=ttyS0,quiet,panic=-1,reboot=k,pci=off,i8042.noaux,i8042.nomux,i8042.dumbkbd volume net vsock creds console
 HVEOF
   # the bench's VMs: the same guest, no devices
   for name in chb:cloud-hypervisor fcb:firecracker; do
@@ -418,7 +428,7 @@ if [ "$MODE" = full ]; then
   cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
   # per-VM credential drop-ins (what an operator installs per VM)
   HV_VMS=""; [ "$HV_SCENARIOS" = 1 ] && HV_VMS="ch fc chb fcb"
-  for v in a b vol vsk vfs $HV_VMS; do
+  for v in a b vol vsk vfs ops $HV_VMS; do
     "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
       --credentials-dir "$CREDDIR" >"$WORK/dropin-$v.conf" \
       || die "vmwarden render-unit --dropin $v failed"
@@ -482,7 +492,7 @@ ln -sfn ../vmwarden-scenarios.service "$ROOT$UNITDIR/multi-user.target.wants/vmw
 if [ -n "$ONLY" ]; then SOAK_DEFAULT=50; else SOAK_DEFAULT=5; fi
 { printf 'MODE=%q\nREADY_TIMEOUT=%q\nPOWEROFF=1\nONLY=%q\nL3_ACCEL=%q\nSOAK_CYCLES=%q\n' \
     "$MODE" "${VMWARDEN_SYSTEMD_READY_TIMEOUT:-300}" "$ONLY" "$L3_ACCEL" "${VMWARDEN_SYSTEMD_SOAK_CYCLES:-$SOAK_DEFAULT}"
-  printf 'CREDS_a=%q\nCREDS_b=%q\nCREDS_cx=%q\nCREDS_vol=\nCREDS_vsk=\nCREDS_vfs=\n' "$CREDS_a" "$CREDS_b" "$CREDS_cx"
+  printf 'CREDS_a=%q\nCREDS_b=%q\nCREDS_cx=%q\nCREDS_vol=\nCREDS_vsk=\nCREDS_vfs=\nCREDS_ops=\n' "$CREDS_a" "$CREDS_b" "$CREDS_cx"
   printf 'HV_BRIDGE=%q\n%s' "$HV_BRIDGE" "$HV_ENV"; } | putc /opt/vmwarden-test/run.env 0644
 
 ROOT_IMG=$WORK/root.ext4 RES_IMG=$WORK/results.ext4

@@ -682,6 +682,17 @@ hv_checks() { # VM CURSOR RUN(1|2)
     done
     note "$vm virtiofs share read by the guest (virtiofsd as vm-$vm, CapEff=0)"
   fi
+  # -- The host's own tools: the console relay under this hypervisor (the
+  #    guest's READY above came through its journal copy); attach, detach,
+  #    the VM runs on.
+  if hv_has "$vm" console; then
+    con_open "$vm"
+    con_wait "Ctrl-] detaches" 15 || { fail "$vm: vmwarden console: no greeting: $(tr -d '\r' <"$CON_DIR/out" | tail -2 | tr '\n' ' ')"; con_close; return 1; }
+    con_close || { fail "$vm: vmwarden console did not end after Ctrl-]"; return 1; }
+    grep -qF "Detached from the console of $vm" "$CON_DIR/out" || { fail "$vm: no detach message"; return 1; }
+    [ "$(state "$u")" = active ] || { fail "$vm: $u is $(state "$u") after the console detached"; return 1; }
+    note "$vm console attached and detached (serial through the relay, READY in the journal)"
+  fi
 }
 # after a SIGKILL: wait until the unit is torn down (failed, inactive,
 # waiting to restart, or restarted with another MainPID)
@@ -812,7 +823,7 @@ s_all_clean() {
   [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
   p=$(pgrep -a 'qemu-system|cloud-hyperviso|firecracker' 2>/dev/null)
   [ -z "$p" ] || { fail "hypervisors still running: $p"; return 1; }
-  for v in a b c vol vsk vfs ch fc chb fcb cx; do independent_clean $v || return 1; done
+  for v in a b c vol vsk vfs ch fc chb fcb cx ops; do independent_clean $v || return 1; done
   p=$(pgrep -u microvm 2>/dev/null | tr '\n' ' ')
   [ -z "$p" ] || { fail "processes of microvm (the coexist scenario's foreign VM) left: $p"; return 1; }
   note "verify-clean (all VMs) clean, no hypervisor left"
@@ -1118,6 +1129,146 @@ s_smoke() {
   note "graceful stop ok"
 }
 
+# ---------------------------------------------------------------- the host's own tools
+# VM ops (run.sh: the shares guest with a shell on its serial port, console,
+# a balloon without deflate-on-OOM, registered with systemd-machined). One
+# nested boot serves the three scenarios: console and balloon use the VM the
+# first of them started; machined checks the registration and ends with the
+# stop, after which the registration must be gone. Each starts the VM when it
+# is not running, so any of them runs alone (VMWARDEN_SYSTEMD_ONLY).
+OPS_U=microvm@ops.service
+OPS_CUR=""
+ops_up() {
+  [ "$(state $OPS_U)" = active ] && [ -n "$OPS_CUR" ] && return 0
+  local rc; OPS_CUR=$(mark)
+  timeout 600 systemctl start $OPS_U; rc=$?
+  [ $rc -eq 0 ] || { fail "systemctl start $OPS_U rc=$rc: $(jlog $OPS_U "$OPS_CUR" | tail -4 | tr '\n' ' ')"; return 1; }
+  check_running ops "$OPS_CUR" && wait_guest ops "$OPS_CUR"
+}
+# `vmwarden console ops` on a pseudo-terminal (script(1) allocates it), its
+# input a FIFO this shell writes to: CON_OUT is what the terminal showed.
+CON_DIR=/run/vmwarden-test-console
+con_open() { # [VM, default ops]
+  rm -rf "$CON_DIR"; mkdir -p "$CON_DIR"; mkfifo "$CON_DIR/in"
+  script -q -e -c "$VMW console ${1:-ops}" /dev/null <"$CON_DIR/in" >"$CON_DIR/out" 2>&1 &
+  CON_PID=$!
+  exec 8>"$CON_DIR/in"
+}
+con_type() { printf '%s\r' "$1" >&8; }
+con_wait() { # TEXT TIMEOUT_S -> 0 when the terminal showed TEXT
+  local end=$((SECONDS + $2))
+  until grep -qF -- "$1" "$CON_DIR/out" 2>/dev/null; do
+    [ $SECONDS -lt $end ] || return 1
+    sleep 0.5
+  done
+}
+# Enter until the guest's shell answers (a line typed before its reader
+# holds the port is the serial line's alone), as on a fresh console.
+con_sync() {
+  local i
+  for i in $(seq 1 20); do
+    con_type "echo SYNC-\$((100+$i))"
+    con_wait "SYNC-$((100 + i))" 3 && return 0
+  done
+  return 1
+}
+con_close() { # detach (Ctrl-]) and wait for the client
+  printf '\035' >&8; exec 8>&-
+  local end=$((SECONDS + 15))
+  while kill -0 "$CON_PID" 2>/dev/null; do
+    [ $SECONDS -lt $end ] || { kill "$CON_PID" 2>/dev/null; return 1; }
+    sleep 0.3
+  done
+  wait "$CON_PID"
+}
+# The guest's MemTotal (kB) through the console.
+con_memtotal() { # TAG
+  con_type "grep MemTotal /proc/meminfo | sed s/^/$1-/"
+  con_wait "$1-MemTotal:" 30 || return 1
+  sed -n "s/.*$1-MemTotal: *\([0-9]*\) kB.*/\1/p" "$CON_DIR/out" | tail -1
+}
+
+s_console() {
+  local rc j
+  ops_up || return 1
+  con_open
+  con_wait "Ctrl-] detaches" 15 || { fail "console: no greeting: $(tr -d '\r' <"$CON_DIR/out" | tail -3 | tr '\n' ' ')"; con_close; return 1; }
+  con_sync || { fail "console: the guest's serial shell never answered: $(tr -d '\r' <"$CON_DIR/out" | tail -5 | tr '\n' ' ')"; con_close; return 1; }
+  con_type 'echo ANSWER-$((6*7))'
+  con_wait ANSWER-42 30 || { fail "console: no ANSWER-42: $(tr -d '\r' <"$CON_DIR/out" | tail -5 | tr '\n' ' ')"; con_close; return 1; }
+  con_close; rc=$?
+  log "console terminal: $(tr -d '\r' <"$CON_DIR/out" | tr '\n' '|')"
+  [ $rc -eq 0 ] || { fail "console: vmwarden console did not end after Ctrl-] (rc=$rc)"; return 1; }
+  grep -qF "Detached from the console of ops" "$CON_DIR/out" || { fail "console: no detach message"; return 1; }
+  [ "$(state $OPS_U)" = active ] && [ "$(qmp_status ops)" = running ] \
+    || { fail "console: ops is $(state $OPS_U), QMP $(qmp_status ops) after the detach"; return 1; }
+  j=$(jlog $OPS_U "$OPS_CUR")
+  printf '%s\n' "$j" | grep -q 'ANSWER-42' || { fail "console: the guest's answer is not in the unit's journal"; return 1; }
+  # The console socket is root's.
+  [ "$(stat -c '%U %a' $RUNTIME_ROOT/ops/control/console.sock)" = "root 600" ] \
+    || { fail "console: console.sock is $(stat -c '%U %a' $RUNTIME_ROOT/ops/control/console.sock)"; return 1; }
+  note "typed into the guest's shell through a pty, ANSWER-42 on the terminal and in the journal, detached, ops still running"
+}
+
+s_balloon() {
+  local before after b end
+  ops_up || return 1
+  con_open
+  con_wait "Ctrl-] detaches" 15 && con_sync || { fail "balloon: no serial shell: $(tr -d '\r' <"$CON_DIR/out" | tail -3 | tr '\n' ' ')"; con_close; return 1; }
+  before=$(con_memtotal MEM0)
+  "$VMW" balloon ops 64 >>"$LOG" 2>&1 || { fail "balloon: vmwarden balloon ops 64 failed: $("$VMW" balloon ops 64 2>&1 | tail -1)"; con_close; return 1; }
+  end=$((SECONDS + 60))
+  while :; do
+    b=$("$VMW" status ops --json 2>/dev/null | jq -r '.[0].balloon_mib')
+    [ "$b" = 64 ] && break
+    [ $SECONDS -lt $end ] || { fail "balloon: status says balloon_mib=$b, not 64, after 60 s"; con_close; return 1; }
+    sleep 1
+  done
+  after=$(con_memtotal MEM1)
+  con_close
+  log "balloon: MemTotal before=$before after=$after"
+  [ -n "$before" ] && [ -n "$after" ] && [ $((before - after)) -eq $((64 * 1024)) ] \
+    || { fail "balloon: the guest's MemTotal went $before -> $after kB, not 64 MiB less"; return 1; }
+  "$VMW" status ops | grep -q ' 64M' || { fail "balloon: the status table lacks 64M"; return 1; }
+  "$VMW" balloon ops 0 >>"$LOG" 2>&1 || { fail "balloon: deflating failed"; return 1; }
+  note "target 64 MiB: status balloon_mib=64 (QMP actual), guest MemTotal $before -> $after kB"
+}
+
+s_machined() {
+  local pid line leader class unit cur rc
+  ops_up || return 1
+  pid=$(mainpid $OPS_U)
+  line=$(machinectl list --no-legend 2>&1 | awk '$1 == "ops"')
+  log "machinectl list: $(machinectl list --no-legend 2>&1 | tr '\n' '|')"
+  [ -n "$line" ] || { fail "machined: machinectl list has no ops: $(machinectl list --no-legend 2>&1 | tr '\n' ' ')"; return 1; }
+  class=$(machinectl show ops -p Class --value 2>&1)
+  leader=$(machinectl show ops -p Leader --value 2>&1)
+  unit=$(machinectl show ops -p Unit --value 2>&1)
+  [ "$class" = vm ] || { fail "machined: class $class, not vm"; return 1; }
+  [ "$leader" = "$pid" ] || { fail "machined: leader $leader, not the unit's MainPID $pid"; return 1; }
+  [ "$unit" = "$OPS_U" ] || { fail "machined: unit $unit, not $OPS_U"; return 1; }
+  machinectl status ops >"$RES/machinectl-status-ops.txt" 2>&1
+  grep -q "$OPS_U" "$RES/machinectl-status-ops.txt" && grep -q "Leader: $pid" "$RES/machinectl-status-ops.txt" \
+    || { fail "machined: machinectl status lacks the unit or the leader: $(head -c 300 "$RES/machinectl-status-ops.txt" | tr '\n' ' ')"; return 1; }
+  # No way in: a VM has no namespace to enter.
+  if timeout 20 machinectl shell ops /bin/true >>"$LOG" 2>&1; then fail "machined: machinectl shell into ops succeeded"; return 1; fi
+  cur=$(mark)
+  timeout 300 systemctl stop $OPS_U; rc=$?
+  [ $rc -eq 0 ] || { fail "machined: systemctl stop rc=$rc"; return 1; }
+  OPS_CUR=""
+  # The serial shell's prompt stays at the start of the console's last
+  # line, so the guest's power-button marker is not at a line start.
+  check_graceful_stop ops "$cur" '.*VMWARDEN-GUEST-POWERBUTTON' && check_cleanup ops $OPS_U "$cur" && check_clean ops || return 1
+  machinectl status ops >/dev/null 2>&1 && { fail "machined: ops still registered after the stop"; return 1; }
+  machinectl list --no-legend 2>/dev/null | awk '$1 == "ops"' | grep -q . && { fail "machined: machinectl list still has ops"; return 1; }
+  # The launcher's and cleanup's lines carry the VM's name as a field.
+  journalctl -q --no-pager VMWARDEN_VM=ops SYSLOG_IDENTIFIER=vmwarden-launch -o cat | grep -q 'registered with systemd-machined' \
+    || { fail "machined: no launcher line with VMWARDEN_VM=ops"; return 1; }
+  journalctl -q --no-pager VMWARDEN_VM=ops SYSLOG_IDENTIFIER=vmwarden-cleanup -o cat | grep -q '"clean":true' \
+    || { fail "machined: no cleanup report with VMWARDEN_VM=ops"; return 1; }
+  note "machinectl: class vm, leader = MainPID $pid, unit $OPS_U; machinectl shell refused; gone after the stop; clean; journal VMWARDEN_VM=ops has the launcher's and cleanup's lines"
+}
+
 # ---------------------------------------------------------------- main
 log "lsm=$lsm kvm=$(ls -l /dev/kvm 2>&1)"
 if [ "$MODE" = smoke ]; then
@@ -1136,6 +1287,9 @@ else
   run_scenario cloud_hypervisor s_cloud_hypervisor
   run_scenario firecracker s_firecracker
   run_scenario hv_bench s_hv_bench
+  run_scenario console s_console
+  run_scenario balloon s_balloon
+  run_scenario machined s_machined
   run_scenario coexist s_coexist
   run_scenario soak s_soak
   run_scenario all_clean s_all_clean

@@ -22,7 +22,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    args.log.init();
+    args.log.init("vmwarden-cleanup", Some(args.name.as_str()));
     let roots = args.roots.roots();
     if let Err(e) = roots.validate() {
         vmwarden::report_error("vmwarden-cleanup", &e);
@@ -40,19 +40,23 @@ fn main() -> ExitCode {
         }
     }
     let report = cleanup(&roots, &args.name, ServiceResult::from_env());
-    println!("{}", text::json(&report.to_json()));
+    vmwarden::print_report(&text::json(&report.to_json()));
     if report.clean {
         ExitCode::SUCCESS
     } else {
         for f in &report.failed {
-            eprintln!("vmwarden-cleanup: {}: {}", show(&f.path), escape(&f.reason));
+            vmwarden::report_line(&format!(
+                "vmwarden-cleanup: {}: {}",
+                show(&f.path),
+                escape(&f.reason)
+            ));
         }
         if report.failed.is_empty() {
-            eprintln!(
+            vmwarden::report_line(&format!(
                 "vmwarden-cleanup: {}: nothing deleted: {}",
                 args.name,
                 escape(&report.liveness)
-            );
+            ));
         }
         ExitCode::FAILURE
     }

@@ -44,7 +44,8 @@ fn main() -> ExitCode {
         Err(e) => return fail(LaunchError::at(STEPS[0], e)),
     };
     profile::mark("args-parsed");
-    args.log.init();
+    args.log
+        .init("vmwarden-launch", args.name.as_ref().map(|n| n.as_str()));
     profile::mark("logging-set-up");
     for (k, _) in std::env::vars_os() {
         // SAFETY: the launcher is single-threaded (checked again before the

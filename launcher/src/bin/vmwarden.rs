@@ -31,6 +31,27 @@ fn json<T: serde::Serialize>(v: &T) -> String {
         .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
+/// `vmwarden console NAME`: attach, until Ctrl-] or the VM's end.
+fn console(roots: &Roots, name: &VmName) -> Result<ExitCode, Error> {
+    use control::console::{attach, connect, Ended, DETACH_NAME};
+    let conn = connect(roots, name)?;
+    eprintln!("Connected to the console of {name}; {DETACH_NAME} detaches (the VM runs on).");
+    let stdin = std::io::stdin();
+    let mut stdout = std::io::stdout().lock();
+    let ended = attach(name, conn, std::os::fd::AsFd::as_fd(&stdin), &mut stdout)?;
+    eprintln!(
+        "\r\n{}",
+        match ended {
+            Ended::Detached => format!("Detached from the console of {name}; the VM runs on."),
+            Ended::Closed => format!(
+                "The console of {name} closed (the VM stopped, or another console is attached)."
+            ),
+            Ended::InputEnded => format!("Input ended; detached from the console of {name}."),
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `vmwarden status`: the records are decided by `status::gather` and
 /// rendered by `status::render` (pure). Exit 0 whatever state the VMs are
 /// in; 4 when a NAME is not a VM vmwarden knows (the others still shown).
@@ -84,6 +105,14 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         } => status(&roots, &names, all, as_json),
         Cmd::WaitReady { name, timeout } => wait_ready(&roots, &name, timeout),
         Cmd::Stop { name, timeout } => stop(&roots, &name, timeout),
+        Cmd::Balloon { name, size } => {
+            control::balloon::set_balloon(&roots, &name, size)?;
+            vmwarden::print_report(&format!(
+                "{name}: balloon target {size} MiB (`vmwarden status {name}` shows where the guest is)"
+            ));
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Console { name } => console(&roots, &name),
         Cmd::Reap {
             apply,
             kill,
@@ -137,20 +166,20 @@ fn wait_ready(roots: &Roots, name: &VmName, timeout: f64) -> Result<ExitCode, Er
         .and_then(|p| p.parse::<u32>().ok());
     let status = control::wait_ready(roots, name, Duration::from_secs_f64(timeout), launcher)?;
     // The state is what the VM's hypervisor answered.
-    println!("{name}: ready (qmp status {})", escape(&status));
+    vmwarden::print_report(&format!("{name}: ready (qmp status {})", escape(&status)));
     Ok(ExitCode::SUCCESS)
 }
 
 /// `stop NAME` (ExecStop): power button, then quit, then SIGKILL.
 fn stop(roots: &Roots, name: &VmName, timeout: f64) -> Result<ExitCode, Error> {
     let by = control::stop(roots, name, Duration::from_secs_f64(timeout))?;
-    println!(
+    vmwarden::print_report(&format!(
         "{name}: stopped by {}",
         serde_json::to_value(by)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default()
-    );
+    ));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -373,7 +402,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    cli.log.init();
+    cli.log
+        .init("vmwarden", cli.cmd.vm_name().map(|n| n.as_str()));
     match run(cli) {
         Ok(c) => c,
         Err(e) => {

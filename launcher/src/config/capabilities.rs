@@ -31,6 +31,10 @@ pub enum Feature {
     NinePShares,
     /// `vsock.backend = "vhost"` (the kernel's vhost-vsock device).
     VhostVsock,
+    /// `balloon`: virtio-balloon set through the control socket.
+    Balloon,
+    /// `console`: a serial console to attach to (`vmwarden console`).
+    Console,
 }
 
 impl Feature {
@@ -44,6 +48,8 @@ impl Feature {
             Feature::Shares => "shares (9p and virtiofs)",
             Feature::NinePShares => "9p shares",
             Feature::VhostVsock => "vhost vsock",
+            Feature::Balloon => "memory balloon",
+            Feature::Console => "a console to attach to",
         }
     }
 }
@@ -114,6 +120,20 @@ pub const REFUSALS: &[Refusal] = &[
         feature: Feature::VhostVsock,
         field: "vsock.backend",
         reason: "is \"vhost\", but firecracker serves vsock itself on a unix socket in control/; use \"user\"",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::Balloon,
+        field: "balloon",
+        reason: "is not supported with firecracker by vmwarden: its balloon is set through another API (PATCH /balloon) \
+                 that vmwarden does not drive; use qemu or cloud-hypervisor, or leave balloon unset",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::Console,
+        field: "console",
+        reason: "is not supported with firecracker: its serial console is only its own stdin and stdout, which \
+                 the journal holds; read the console with journalctl, or use qemu or cloud-hypervisor",
     },
     Refusal {
         kind: HypervisorKind::CloudHypervisor,

@@ -4,6 +4,7 @@
 pub mod capabilities;
 pub mod extra_args;
 pub mod files;
+pub mod host_tools;
 pub mod names;
 pub mod paths;
 pub mod rawpath;

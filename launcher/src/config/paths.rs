@@ -23,6 +23,10 @@ pub const LAUNCHED_SPEC_FILE: &str = "launched-spec.json";
 pub const CONTROL_DIR: &str = "control";
 pub const CREDENTIALS_DIR: &str = "credentials";
 pub const QMP_SOCKET: &str = "qmp.sock";
+/// The console relay's socket, in `control/`: bound by root (root's, 0600,
+/// like QMP's) and handed to the relay as an fd; `vmwarden console`
+/// connects to it.
+pub const CONSOLE_SOCKET: &str = "console.sock";
 /// cloud-hypervisor's and firecracker's HTTP API socket, in `control/`.
 pub const API_SOCKET: &str = "api.sock";
 /// cloud-hypervisor's lock beside its API socket (`<socket>.lock`: it opens
@@ -93,6 +97,9 @@ impl Roots {
     }
     pub fn qmp_socket(&self, name: &VmName) -> PathBuf {
         self.control_dir(name).join(QMP_SOCKET)
+    }
+    pub fn console_socket(&self, name: &VmName) -> PathBuf {
+        self.control_dir(name).join(CONSOLE_SOCKET)
     }
     pub fn api_socket(&self, name: &VmName) -> PathBuf {
         self.control_dir(name).join(API_SOCKET)

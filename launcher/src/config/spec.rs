@@ -90,6 +90,41 @@ pub struct Spec {
     pub virtiofsd: Option<VirtiofsdSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vsock: Option<VsockSpec>,
+    // -- The host's own tools (config/host_tools.rs checks these). --
+    /// virtio-balloon (microvm.nix `balloon`), QEMU and cloud-hypervisor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balloon: Option<BalloonSpec>,
+    /// The serial console goes through a relay that `vmwarden console`
+    /// attaches to (QEMU and cloud-hypervisor); the journal keeps its copy.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub console: bool,
+    /// The launcher registers the VM with systemd-machined (microvm.nix
+    /// `registerWithMachined`), class `vm`, leader the hypervisor.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub register_with_machined: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// `balloon`: a virtio-balloon device the host sets through the control
+/// socket (`vmwarden balloon NAME SIZE`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BalloonSpec {
+    /// The balloon's size at boot, MiB taken from the guest (microvm.nix
+    /// `initialBalloonMem`); below `memory_mib`.
+    #[serde(default)]
+    pub initial_mib: u64,
+    /// The guest deflates the balloon when it runs out of memory
+    /// (microvm.nix `deflateOnOOM`, default true as there).
+    #[serde(default = "default_true")]
+    pub deflate_on_oom: bool,
 }
 
 /// Longest share tag: QEMU's 9p `mount_tag` limit (virtio-fs allows 36).

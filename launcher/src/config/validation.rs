@@ -119,6 +119,7 @@ impl Spec {
         self.validate_disks(path)?;
         self.validate_shares(path)?;
         self.validate_vsock(path)?;
+        self.validate_host_tools(path)?;
         self.validate_interfaces(path)?;
         for (i, p) in self.landlock.read.iter().enumerate() {
             check_abs_normalised(p)
@@ -684,6 +685,8 @@ mod tests {
                     v["shares"] = json!([{ "tag": "t", "source": "/srv/t", "proto": "9p" }])
                 }
                 Feature::VhostVsock => v["vsock"] = json!({ "cid": 3, "backend": "vhost" }),
+                Feature::Balloon => v["balloon"] = json!({}),
+                Feature::Console => v["console"] = json!(true),
             }
             v
         };
@@ -703,6 +706,8 @@ mod tests {
             Feature::DiskSerial,
             Feature::Shares,
             Feature::VhostVsock,
+            Feature::Balloon,
+            Feature::Console,
         ] {
             let spec = check(with(HypervisorKind::Qemu, feature));
             assert!(spec.is_ok(), "qemu {feature:?}: {spec:?}");

@@ -5,6 +5,7 @@
 pub mod cgroup;
 pub mod dirs;
 pub mod leftovers;
+pub mod machined;
 pub mod mountinfo;
 pub mod net;
 pub mod ownership;

@@ -21,6 +21,9 @@ use crate::config::spec::{
 pub const QEMU_SANDBOX: &str =
     "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
 
+/// The device id of QEMU's virtio-balloon.
+pub const QEMU_BALLOON_ID: &str = "balloon0";
+
 /// The chardev id of vmwarden's QMP monitor.
 pub const QMP_CHARDEV: &str = "vmwarden-qmp";
 
@@ -215,6 +218,18 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
             &format!("{nic},netdev=net{i},mac={}", spec.guest_mac(i)),
         ]);
     }
+    // -- The host's own tools: the balloon (microvm.nix's device). --
+    if let Some(b) = &spec.balloon {
+        let oom = if b.deflate_on_oom {
+            ",deflate-on-oom=on"
+        } else {
+            ""
+        };
+        push(&[
+            "-device",
+            &format!("virtio-balloon-{bus},id={QEMU_BALLOON_ID},free-page-reporting=on{oom}"),
+        ]);
+    }
     if seccomp {
         push(&["-sandbox", QEMU_SANDBOX]);
     }
@@ -319,6 +334,18 @@ pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
                 "kernel=off,cmdline=off,initramfs=off,items=[{}]",
                 items.join(":")
             ),
+        ]);
+    }
+    // -- The host's own tools: the balloon (microvm.nix's flags). --
+    if let Some(b) = &spec.balloon {
+        let oom = if b.deflate_on_oom {
+            ",deflate_on_oom=on"
+        } else {
+            ""
+        };
+        push(&[
+            "--balloon",
+            &format!("size={}M,free_page_reporting=on{oom}", b.initial_mib),
         ]);
     }
     push(&["--serial", "tty", "--console", "off"]);

@@ -267,6 +267,16 @@ impl Qmp {
         }
     }
 
+    /// [`Qmp::execute`] within `timeout` rather than the connection's.
+    pub fn execute_within(
+        &mut self,
+        cmd: &str,
+        args: Option<Value>,
+        timeout: Duration,
+    ) -> Result<Value> {
+        self.command(cmd, args, Instant::now() + timeout)
+    }
+
     /// `query-status` → the run state, e.g. "running" (at most
     /// [`MAX_STATUS`] characters; as the VM wrote them, to be escaped
     /// where shown).

@@ -434,3 +434,53 @@ fn no_secret_material_in_argv() {
     let argv = qemu_argv(&s, &layout(), true).join(" ");
     assert!(!argv.contains("/run/secrets"));
 }
+
+#[test]
+fn the_balloon_is_rendered_with_microvm_nix_flags_and_the_serial_stays_stdio() {
+    let mut s = spec();
+    s.balloon = Some(BalloonSpec {
+        initial_mib: 128,
+        deflate_on_oom: true,
+    });
+    s.console = true;
+    let a = qemu_argv(&s, &layout(), false);
+    assert!(
+        a.windows(2).any(|w| w
+            == [
+                "-device",
+                "virtio-balloon-device,id=balloon0,free-page-reporting=on,deflate-on-oom=on"
+            ]),
+        "{a:?}"
+    );
+    // The console relay takes the hypervisor's stdio: the argv keeps it.
+    assert!(a.windows(2).any(|w| w == ["-serial", "stdio"]), "{a:?}");
+    s.hypervisor.machine = Machine::Pc;
+    s.balloon.as_mut().unwrap().deflate_on_oom = false;
+    let a = qemu_argv(&s, &layout(), false);
+    assert!(
+        a.windows(2).any(|w| w
+            == [
+                "-device",
+                "virtio-balloon-pci,id=balloon0,free-page-reporting=on"
+            ]),
+        "{a:?}"
+    );
+    let mut c = ch_spec();
+    c.balloon = Some(BalloonSpec {
+        initial_mib: 128,
+        deflate_on_oom: true,
+    });
+    let a = cloud_hypervisor_argv(&c, &layout());
+    assert!(
+        a.windows(2).any(|w| w
+            == [
+                "--balloon",
+                "size=128M,free_page_reporting=on,deflate_on_oom=on"
+            ]),
+        "{a:?}"
+    );
+    assert!(a.windows(2).any(|w| w == ["--serial", "tty"]), "{a:?}");
+    // Without a balloon, no device.
+    let a = qemu_argv(&spec(), &layout(), false);
+    assert!(!a.iter().any(|x| x.contains("balloon")), "{a:?}");
+}

@@ -11,6 +11,7 @@ use crate::config::names::ArgNameError;
 use crate::config::paths::RootError;
 use crate::config::spec::SpecError;
 use crate::host::dirs::DirError;
+use crate::host::machined::MachinedError;
 use crate::host::net::NetError;
 use crate::host::sys::{IoError, SysError};
 use crate::identity::principal::PrincipalError;
@@ -31,6 +32,9 @@ use crate::launch::volumes::VolumeError;
 pub enum StepError {
     #[error(transparent)]
     Spec(#[from] SpecError),
+    /// `register_with_machined`: the registration failed.
+    #[error(transparent)]
+    Machined(#[from] MachinedError),
     #[error(transparent)]
     Root(#[from] RootError),
     /// A command-line argument its name type refused.
@@ -152,6 +156,7 @@ impl StepError {
             | StepError::UntrustedSpec { .. }
             | StepError::Principal(_) => true,
             StepError::Registry(e) => e.is_refusal(),
+            StepError::Machined(e) => e.is_refusal(),
             StepError::Dir(e) => e.is_refusal(),
             StepError::Lease(e) => e.is_refusal(),
             StepError::Intent(e) => e.is_refusal(),

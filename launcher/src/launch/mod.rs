@@ -12,6 +12,7 @@
 //! through [`syscall`]) and [`exec`]; [`resources`] is what the intent
 //! record names before any of it exists, [`error`] why a step failed.
 
+pub mod console;
 pub mod control_files;
 pub mod creds;
 pub mod drop_check;
@@ -43,13 +44,15 @@ use std::path::{Path, PathBuf};
 
 use crate::config::names::VmName;
 use crate::config::paths::{
-    Roots, API_SOCKET, CH_API_LOCK, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG,
-    LAUNCHED_SPEC_FILE, LEASE_FILE, QMP_SOCKET, VSOCK_SOCKET,
+    Roots, API_SOCKET, CH_API_LOCK, CONSOLE_SOCKET, CONTROL_DIR, CREDENTIALS_DIR,
+    FIRECRACKER_CONFIG, LAUNCHED_SPEC_FILE, LEASE_FILE, QMP_SOCKET, VSOCK_SOCKET,
 };
 use crate::config::spec::{HypervisorKind, Spec};
 use crate::host::cgroup;
 use crate::host::dirs::{self, Dir, Loose, Want};
+use crate::host::machined;
 use crate::host::net;
+use crate::host::sys::SysContext;
 use crate::host::trust::{self, Policy};
 use crate::hypervisor::{self, Layout};
 use crate::identity::principal::{self, Principal};
@@ -75,6 +78,7 @@ pub const STEPS: &[&str] = &[
     "credentials-dir",
     "taps",
     "hypervisor-config",
+    "machine-registered",
     "namespace",
     "masked",
     "proc",
@@ -449,6 +453,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         CH_API_LOCK,
         FIRECRACKER_CONFIG,
         VSOCK_SOCKET,
+        CONSOLE_SOCKET,
     ] {
         control_files::remove_stale(&control, stale)?;
     }
@@ -470,6 +475,21 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         control_files::write_private(&control, FIRECRACKER_CONFIG, config.as_bytes(), &principal)?;
     }
     steps.after("hypervisor-config");
+
+    // -- The host's own tools: systemd-machined. --
+    //    Registered as root, before the drop: class vm, leader this process
+    //    (it becomes the hypervisor by execve, keeping its pid), its unit
+    //    the one this process runs in. machined ends the registration when
+    //    that unit stops; cleanup ends one that outlives the instance (a
+    //    launch by hand, a failed launch) and verifies it is gone. The call
+    //    runs in a forked child (host::machined): this process stays
+    //    single-threaded.
+    if spec.register_with_machined && opts.probe.is_none() {
+        LinuxSyscall.assert_single_threaded()?;
+        machined::register(spec.name.as_str(), std::process::id())?;
+        tracing::info!(step = %"machine-registered", class = "vm", "registered with systemd-machined");
+    }
+    steps.after("machine-registered");
 
     // 7.–11. The sandbox, the drop and the exec.
     confine_and_exec(
@@ -615,6 +635,27 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
             },
         )?
     };
+    // -- The host's own tools: the console relay (launch::console), forked
+    //    like a helper; its socket bound by root. --
+    let relay = if spec.console && opts.probe.is_none() {
+        let control = dirs::open_dir(&control_path)?;
+        let r = console::start(
+            &helpers::Context {
+                sys,
+                principal,
+                lease,
+                control: &control,
+                vm_trees: &[],
+                landlock: spec.landlock.mode,
+                seccomp: &seccomp_progs,
+            },
+            &control,
+        )?;
+        tracing::info!(step = %"helpers-started", helper = "console relay", pid = r.pid.as_raw(), "helper started");
+        Some(r)
+    } else {
+        None
+    };
     for (h, s) in planned.iter().zip(&started) {
         tracing::info!(
             step = %"helpers-started",
@@ -634,7 +675,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     let mut policy = landlock::policy(spec, &state_dir_path, &control_path, &creds_path);
     // The helpers' death signal comes from this process once it is the
     // hypervisor: a signal-scoped domain would block it (see the field).
-    policy.signals_unscoped = !planned.is_empty();
+    policy.signals_unscoped = !planned.is_empty() || relay.is_some();
     // The drop just set no_new_privs and its self-check saw it set.
     policy.no_new_privs_set = true;
     let outcome = sys.landlock_restrict(&policy, spec.landlock.mode)?;
@@ -667,6 +708,20 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
             )
         }
     };
+    // The console relay's end of the serial pair is the hypervisor's
+    // stdin and stdout (its serial is stdio); stderr stays the journal.
+    if let Some(r) = &relay {
+        for fd in [0, 1] {
+            // SAFETY: dup2(2) on two integers: the relay's end (open, ours)
+            // replaces stdin/stdout, which nothing in this process reads
+            // or writes through an owned handle.
+            if unsafe { libc::dup2(r.hypervisor_end.as_raw_fd(), fd) } < 0 {
+                return Err(nix::errno::Errno::last())
+                    .sys("dup2 of the console relay's socket", &control_path)
+                    .map_err(Into::into);
+            }
+        }
+    }
     let inherit: Vec<_> = vhost_vsock.into_iter().chain(qmp).collect();
     exec::exec(sys, &argv, lease, taps, &inherit, principal, state_dir)
 }

@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use crate::config::paths::{
-    API_SOCKET, CH_API_LOCK, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG, LAUNCHED_SPEC_FILE,
-    QMP_SOCKET,
+    API_SOCKET, CH_API_LOCK, CONSOLE_SOCKET, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG,
+    LAUNCHED_SPEC_FILE, QMP_SOCKET,
 };
 use crate::config::spec::{HypervisorKind, Spec};
 use crate::instance::intent::Resource;
@@ -43,6 +43,13 @@ pub fn planned_resources(
             },
         },
     ];
+    // The console relay's socket (root's); the relay itself runs as the
+    // principal in the instance's cgroup, which liveness already asks.
+    if spec.console {
+        resources.push(Resource::RuntimeFile {
+            path: control.join(CONSOLE_SOCKET),
+        });
+    }
     // Each helper by its entry's name, with the socket the hypervisor
     // connects to; its other sockets are runtime files.
     for h in helpers::plan(spec, &control) {

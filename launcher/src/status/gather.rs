@@ -201,6 +201,7 @@ fn one_with(probe: &Probe, roots: &Roots, name: &VmName, reg: &[Record], now: u6
             .and_then(|i| i.launched_spec().map(|(p, _)| p.to_path_buf())),
         hypervisor,
         control: st.qmp_status.or(st.api_state).filter(|_| live),
+        balloon_mib: st.balloon_mib.filter(|_| live),
         instance_id: intent.map(|i| i.instance_id),
         leftovers: None,
     }

@@ -172,6 +172,9 @@ pub struct VmStatus {
     /// The control socket's answer while running: QMP `query-status`, or
     /// the cloud-hypervisor/firecracker API's state.
     pub control: Option<String>,
+    /// The balloon's current size in MiB (memory taken from the guest, as
+    /// the guest acknowledged it), while running with a balloon.
+    pub balloon_mib: Option<u64>,
     pub instance_id: Option<String>,
     /// Only with `--all`.
     pub leftovers: Option<Leftovers>,

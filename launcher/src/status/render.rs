@@ -13,7 +13,7 @@ use crate::config::rawpath::show;
 use crate::config::text::{self, escape};
 
 /// The columns, in order.
-pub const COLUMNS: [&str; 7] = [
+pub const COLUMNS: [&str; 8] = [
     "NAME",
     "STATE",
     "PID",
@@ -21,6 +21,7 @@ pub const COLUMNS: [&str; 7] = [
     "UPTIME",
     "SPEC",
     "CONTROL",
+    "BALLOON",
 ];
 
 /// What the table says when there is no VM to show.
@@ -56,11 +57,11 @@ pub fn uptime(secs: u64) -> String {
 
 /// The cells of one record, in [`COLUMNS`] order, each escaped
 /// ([`escape`]): the CONTROL cell is what the VM's hypervisor answered.
-pub fn cells(r: &VmStatus) -> [String; 7] {
+pub fn cells(r: &VmStatus) -> [String; 8] {
     raw_cells(r).map(|c| escape(&c).into_owned())
 }
 
-fn raw_cells(r: &VmStatus) -> [String; 7] {
+fn raw_cells(r: &VmStatus) -> [String; 8] {
     let dash = || "-".to_string();
     let running = r.state == State::Running;
     [
@@ -78,6 +79,10 @@ fn raw_cells(r: &VmStatus) -> [String; 7] {
             (None, true) => "no-answer".to_string(),
             (_, false) => dash(),
         },
+        r.balloon_mib
+            .filter(|_| running)
+            .map(|m| format!("{m}M"))
+            .unwrap_or_else(dash),
     ]
 }
 
@@ -87,10 +92,10 @@ pub fn table(records: &[VmStatus], empty: &str) -> String {
     if records.is_empty() {
         return empty.to_string();
     }
-    let rows: Vec<[String; 7]> = std::iter::once(COLUMNS.map(str::to_string))
+    let rows: Vec<[String; 8]> = std::iter::once(COLUMNS.map(str::to_string))
         .chain(records.iter().map(cells))
         .collect();
-    let mut widths = [0usize; 7];
+    let mut widths = [0usize; 8];
     for row in &rows {
         for (w, c) in widths.iter_mut().zip(row) {
             *w = (*w).max(c.chars().count());
@@ -260,6 +265,7 @@ mod tests {
             launched_spec: None,
             hypervisor: Some(HypervisorKind::Qemu),
             control: None,
+            balloon_mib: None,
             instance_id: None,
             leftovers: None,
         }
@@ -303,20 +309,22 @@ mod tests {
         chapi.principal.as_mut().unwrap().uid = 61002;
         let mut hung = rec("hung", State::Ambiguous, SpecState::Unknown);
         hung.pid = Some(4242);
+        let mut web_ballooned = running("web", 12345, 192, SpecState::Outdated);
+        web_ballooned.balloon_mib = Some(128);
         let recs = vec![
             chapi,
             rec("db", State::Stopped, SpecState::Configured),
-            running("web", 12345, 192, SpecState::Outdated),
+            web_ballooned,
             hung,
             running("cache", 99, 5, SpecState::Current),
         ];
         let want = "\
-NAME   STATE      PID    PRINCIPAL  UPTIME  SPEC        CONTROL
-api    running    7      61002      3d04h   current     running
-db     stopped    -      vm-db      -       configured  -
-web    running    12345  vm-web     3m12s   outdated    running
-hung   ambiguous  4242   vm-hung    -       unknown     -
-cache  running    99     vm-cache   5s      current     running
+NAME   STATE      PID    PRINCIPAL  UPTIME  SPEC        CONTROL  BALLOON
+api    running    7      61002      3d04h   current     running  -
+db     stopped    -      vm-db      -       configured  -        -
+web    running    12345  vm-web     3m12s   outdated    running  128M
+hung   ambiguous  4242   vm-hung    -       unknown     -        -
+cache  running    99     vm-cache   5s      current     running  -
 ";
         assert_eq!(table(&recs, "unused"), want);
     }
@@ -387,9 +395,9 @@ cache  running    99     vm-cache   5s      current     running
         assert_eq!(
             table(&recs, ""),
             "\
-NAME  STATE    PID  PRINCIPAL  UPTIME  SPEC  CONTROL
-gone  stopped  -    vm-gone    -       none  -
-old   retired  -    61005      -       none  -
+NAME  STATE    PID  PRINCIPAL  UPTIME  SPEC  CONTROL  BALLOON
+gone  stopped  -    vm-gone    -       none  -        -
+old   retired  -    61005      -       none  -        -
 "
         );
         assert_eq!(
@@ -431,6 +439,7 @@ old: not configured; state dir /var/lib/vmwarden/old holds 2 entries; principal 
     "launched_spec": "/run/vmwarden/web/launched-spec.json",
     "hypervisor": "qemu",
     "control": "running",
+    "balloon_mib": null,
     "instance_id": "0123456789abcdef0123456789abcdef",
     "leftovers": null
   }

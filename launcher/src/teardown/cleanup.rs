@@ -24,7 +24,7 @@ use crate::instance::intent::{Intent, Resource};
 use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, Lease, LeaseState};
 use crate::instance::liveness::{self, Probe, Verdict};
-use crate::teardown::taps;
+use crate::teardown::{machine, taps};
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
 pub struct ServiceResult {
@@ -189,6 +189,15 @@ fn cleanup_dir(roots: &Roots, name: &VmName, rundir: &dirs::Dir, mut report: Rep
     verify_deleted(roots, name, rundir, &keep, taps_left, &probe, &mut report);
     // No process of the VM's uid (the hypervisor or a helper) is left.
     report.failed.extend(surviving_processes_in(&probe, uid));
+    // -- The host's own tools: the machined registration ends with it. --
+    if let (Some(i), Some(true)) = (&intent, spec.as_ref().map(|s| s.register_with_machined)) {
+        if let Err(reason) = machine::end_registration(name, i.pid) {
+            report.failed.push(Failed {
+                path: machine::state_path(name),
+                reason,
+            });
+        }
+    }
     // Nor a set-id program in its state dir (not deleted: the state dir is
     // the user's; reported, so the teardown is not clean until it is gone).
     report.failed.extend(setid_in_state_dir(roots, name));

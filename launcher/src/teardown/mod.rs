@@ -4,6 +4,7 @@
 
 pub mod adopt;
 pub mod cleanup;
+pub mod machine;
 pub mod purge;
 pub mod reap;
 pub mod taps;

@@ -21,7 +21,7 @@ use crate::instance::known_vms;
 use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, LeaseState};
 use crate::instance::liveness;
-use crate::teardown::taps;
+use crate::teardown::{machine, taps};
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Check {
@@ -136,7 +136,8 @@ pub fn verify(
             let spec = effective_spec(roots, n, intent.as_ref()).map(|(s, _)| s);
             let uid = liveness::vm_uid_with(n, intent.as_ref(), spec.as_ref());
             let vm_taps = taps::vm_taps_with(intent.as_ref(), spec.as_ref());
-            (n, dir, vm_taps, uid)
+            let machined = spec.as_ref().is_some_and(|s| s.register_with_machined);
+            (n, dir, vm_taps, uid, machined)
         })
         .collect();
     // One /proc pass for every VM and every check: the processes of their
@@ -144,16 +145,19 @@ pub fn verify(
     // are read once, one mountinfo per namespace.
     let scan = procs::Scan::take(&procs::Wants::uids_and_mounts(
         vms.iter()
-            .filter_map(|(_, _, _, u)| u.as_ref().ok().copied().flatten()),
+            .filter_map(|(_, _, _, u, _)| u.as_ref().ok().copied().flatten()),
     ));
     let all_mounts = mountinfo::credential_mounts_in(&scan, Some(&roots.runtime_root), None);
-    for (n, dir, vm_taps, uid) in &vms {
+    for (n, dir, vm_taps, uid, machined) in &vms {
         let vm = Some(n.as_str());
         runtime_checks(dir, vm, &mut checks);
         principal_checks(n, uid, &scan, &mut checks);
         checks.push(tap_check(n, vm_taps));
         checks.push(credential_mount_check(roots, n, &all_mounts));
         checks.push(setid_check(roots, n));
+        if *machined {
+            checks.push(machine_check(n));
+        }
     }
     // Asked about every VM: no credential mount of any VM either, also of
     // one whose runtime dir is gone (the per-VM checks only see known ones).
@@ -358,4 +362,21 @@ fn protected_check(p: &Path, since: Option<f64>) -> Check {
             "missing".into()
         },
     }
+}
+
+/// `register_with_machined`: systemd-machined lists no vmwarden machine of
+/// this name (see `teardown::machine`).
+fn machine_check(n: &VmName) -> Check {
+    let left = machine::left_registration(n);
+    check(
+        "no-machine-registration",
+        Some(n.as_str()),
+        matches!(left, Ok(None)),
+        "none",
+        match left {
+            Ok(None) => "none".to_string(),
+            Ok(Some(leader)) => format!("registered, leader {leader}"),
+            Err(e) => format!("<{e}>"),
+        },
+    )
 }

@@ -64,14 +64,16 @@ pub struct LogArgs {
 }
 
 impl LogArgs {
-    /// Set up logging from the flag and the environment as it is now.
-    pub fn init(&self) {
+    /// Set up logging from the flag and the environment as it is now:
+    /// to the journal's native protocol when stderr is the journal, each
+    /// entry naming VM `vm` (`VMWARDEN_VM=`), else plain text on stderr.
+    pub fn init(&self, ident: &str, vm: Option<&str>) {
         let vmwarden_log = std::env::var("VMWARDEN_LOG").ok();
         let rust_log = std::env::var("RUST_LOG").ok();
-        vmwarden::init_logging(&vmwarden::log_filter(
-            self.quiet,
-            vmwarden_log.as_deref(),
-            rust_log.as_deref(),
-        ));
+        let stream = std::env::var("JOURNAL_STREAM").ok();
+        vmwarden::init_logging_for(
+            &vmwarden::log_filter(self.quiet, vmwarden_log.as_deref(), rust_log.as_deref()),
+            &vmwarden::log_target(ident, vm, stream.as_deref()),
+        );
     }
 }

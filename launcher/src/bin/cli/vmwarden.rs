@@ -66,6 +66,37 @@ a VM vmwarden knows."
         #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
         timeout: f64,
     },
+    /// Set a running VM's memory balloon: SIZE (MiB, or with a K/M/G
+    /// suffix) is the memory taken from the guest.
+    #[command(
+        long_about = "Set the memory balloon of a running VM through its control socket: SIZE is \
+the memory the balloon takes from the guest (MiB; K, M and G suffixes are read), the same \
+measure as microvm.nix's initialBalloonMem; 0 gives the guest all its memory back. The guest \
+inflates or deflates the balloon in its own time: `vmwarden status` shows the size it has \
+reached (BALLOON). Needs `balloon` in the VM's launched spec (NixOS: microvm.balloon); refused \
+for a SIZE that would leave the guest less than 16 MiB. Each attempt on the control socket is \
+bounded as `stop`'s are."
+    )]
+    Balloon {
+        /// VM name.
+        name: VmName,
+        /// The balloon's size: memory taken from the guest (MiB, or 512M, 1G).
+        #[arg(value_name = "SIZE", value_parser = parse_mib)]
+        size: u64,
+    },
+    /// Attach this terminal to a running VM's serial console (Ctrl-] detaches).
+    #[command(
+        long_about = "Attach this terminal to the serial console of a running VM (QEMU or \
+cloud-hypervisor, with `console` in its spec: NixOS vmwarden.vms.NAME.console). What the guest \
+prints reaches this terminal unescaped (the one place vmwarden shows a VM's bytes as they are, \
+because the operator asked for them), and every key goes to the guest, Ctrl-C included. \
+Ctrl-] detaches; the VM runs on, and its serial output stays in the journal whether or not a \
+console is attached. One console at a time."
+    )]
+    Console {
+        /// VM name.
+        name: VmName,
+    },
     /// Find (and with --apply remove) what no live instance owns.
     Reap {
         /// Delete what the dry run lists (default: a dry run that changes nothing).
@@ -197,5 +228,62 @@ impl RenderUnitCli {
             units_dir: self.units_dir,
             prefix: self.prefix,
         }
+    }
+}
+
+/// `512`, `512M`, `512MiB`, `1G`, `1GiB`, `65536K`: a size in MiB.
+pub fn parse_mib(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size: give MiB, or a number with K, M or G"))?;
+    let mib = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "M" | "MB" | "MIB" => Some(n),
+        "G" | "GB" | "GIB" => n.checked_mul(1024),
+        "K" | "KB" | "KIB" if n % 1024 == 0 => Some(n / 1024),
+        "K" | "KB" | "KIB" => return Err(format!("{s:?} is not a whole number of MiB")),
+        _ => return Err(format!("{s:?}: unknown unit {unit:?}; use K, M or G")),
+    };
+    mib.ok_or_else(|| format!("{s:?} is too large"))
+}
+
+impl Cmd {
+    /// The one VM the command is about, if it is about one: its log lines
+    /// carry it in the journal (`VMWARDEN_VM=`).
+    pub fn vm_name(&self) -> Option<&VmName> {
+        match self {
+            Cmd::WaitReady { name, .. }
+            | Cmd::Stop { name, .. }
+            | Cmd::Balloon { name, .. }
+            | Cmd::Console { name }
+            | Cmd::Purge { name, .. }
+            | Cmd::Adopt { name, .. } => Some(name),
+            Cmd::Status { names, .. } | Cmd::VerifyClean { names, .. } if names.len() == 1 => {
+                names.first()
+            }
+            Cmd::RenderUnit(a) => a.dropin.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_mib;
+
+    #[test]
+    fn balloon_sizes_are_mib_with_or_without_a_unit() {
+        assert_eq!(parse_mib("512"), Ok(512));
+        assert_eq!(parse_mib("512M"), Ok(512));
+        assert_eq!(parse_mib("512MiB"), Ok(512));
+        assert_eq!(parse_mib("1G"), Ok(1024));
+        assert_eq!(parse_mib("65536K"), Ok(64));
+        assert!(parse_mib("1000K")
+            .unwrap_err()
+            .contains("whole number of MiB"));
+        assert!(parse_mib("1T").unwrap_err().contains("unknown unit"));
+        assert!(parse_mib("lots").unwrap_err().contains("is not a size"));
     }
 }
