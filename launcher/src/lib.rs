@@ -2,7 +2,8 @@
 //! namespace, with its credentials on a noswap tmpfs only it can see — and
 //! prove after every stop that nothing was left behind.
 //!
-//! The three binaries (`vmwarden-launch`, `vmwarden-cleanup`, `vmwarden`)
+//! The three binaries (`vmwarden-launch`, `vmwarden-cleanup`, `vmwarden`; and
+//! the internal `vmwarden-machined`, which holds the systemd-machined calls)
 //! share this library: destructive commands use the same ownership and
 //! liveness code as the launcher.
 

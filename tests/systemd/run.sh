@@ -126,7 +126,7 @@ if [ "$MODE" = full ] && { want_scenario cloud_hypervisor || want_scenario firec
 fi
 
 if [ "$MODE" = full ]; then
-  for b in vmwarden vmwarden-launch vmwarden-cleanup; do
+  for b in vmwarden vmwarden-launch vmwarden-cleanup vmwarden-machined; do
     [ -x "$BIN_DIR/$b" ] || die "$BIN_DIR/$b missing: run cargo build --release first (or set VMWARDEN_BIN_DIR)"
   done
   # The helper daemons of the vfs scenario (virtiofs shares, user vsock),
@@ -412,7 +412,7 @@ fi
 
 UNITDIR=/etc/systemd/system
 if [ "$MODE" = full ]; then
-  for b in vmwarden vmwarden-launch vmwarden-cleanup; do put "$BIN_DIR/$b" /usr/local/bin/$b 0755; done
+  for b in vmwarden vmwarden-launch vmwarden-cleanup vmwarden-machined; do put "$BIN_DIR/$b" /usr/local/bin/$b 0755; done
   # root-owned, not writable by others, like every parent: the launcher
   # refuses helper binaries a non-root user could replace
   for b in virtiofsd vhost-device-vsock; do put "$HELPER_DIR/$b" /usr/local/bin/$b 0755; done

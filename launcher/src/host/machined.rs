@@ -1,16 +1,26 @@
 //! systemd-machined, as `machinectl` sees it: register a VM (class `vm`,
 //! leader the process that becomes the hypervisor), ask for a machine's
-//! leader, end a registration. Through `zbus`'s blocking API on the system
-//! bus: no hand-written protocol, no `busctl`.
+//! leader, end a registration.
 //!
-//! Every call runs in a forked child: zbus runs an executor thread per
-//! connection, and the launcher must stay single-threaded up to its
-//! privilege drop (`Syscall::assert_single_threaded` before every fork and
-//! the drop). The child makes the call, writes one line of result to a
-//! pipe and `_exit`s; the parent waits for it at most [`DEADLINE`] and
-//! kills it after. The parent itself never links a thread into its life.
+//! The calls themselves ([`bus`], `zbus`'s blocking API on the system bus:
+//! no hand-written protocol, no `busctl`) run in a binary of their own,
+//! `vmwarden-machined`, beside the caller's own executable: zbus runs an
+//! executor thread per connection, which the launcher must never have
+//! (`Syscall::assert_single_threaded` before every fork and the drop), and
+//! it is most of a megabyte of code whose relocations every start of the
+//! launcher, cleanup and `vmwarden` would pay (+0.2 ms CPU each, measured
+//! with `bench --compare`) although few VMs register. The caller walks
+//! that binary like a hypervisor's (root's alone, every directory on the
+//! way too), forks, and the child closes every other descriptor, points
+//! stdout at a pipe and `fexecve`s the walked file with an empty
+//! environment. The binary prints one line; the parent reads it within
+//! [`DEADLINE`] and kills the child after.
 
-use std::os::fd::AsFd;
+pub mod bus;
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -19,21 +29,28 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::sys::wait::waitpid;
 use nix::unistd::ForkResult;
-use zbus::blocking::{Connection, Proxy};
-use zbus::zvariant::OwnedObjectPath;
 
+use crate::host::trust::{self, Policy};
+
+/// `close_range`'s flags argument is an int (libc declares the flag, 1 << 2,
+/// unsigned).
+#[allow(clippy::cast_possible_wrap)]
+const CLOSE_RANGE_CLOEXEC: libc::c_int = libc::CLOSE_RANGE_CLOEXEC as libc::c_int;
+
+/// The binary that makes the bus calls, beside the caller's executable.
+pub const BINARY: &str = "vmwarden-machined";
 /// How long one call may take, bus connection included.
 pub const DEADLINE: Duration = Duration::from_secs(10);
 /// The `service` a vmwarden registration names (`machinectl status`).
 pub const SERVICE: &str = "vmwarden";
-const DEST: &str = "org.freedesktop.machine1";
-const PATH: &str = "/org/freedesktop/machine1";
-const MANAGER: &str = "org.freedesktop.machine1.Manager";
-const MACHINE: &str = "org.freedesktop.machine1.Machine";
-const NO_SUCH_MACHINE: &str = "org.freedesktop.machine1.NoSuchMachine";
+pub(crate) const DEST: &str = "org.freedesktop.machine1";
+pub(crate) const PATH: &str = "/org/freedesktop/machine1";
+pub(crate) const MANAGER: &str = "org.freedesktop.machine1.Manager";
+pub(crate) const MACHINE: &str = "org.freedesktop.machine1.Machine";
+pub(crate) const NO_SUCH_MACHINE: &str = "org.freedesktop.machine1.NoSuchMachine";
 /// What the bus answers when nothing owns machined's name and nothing
 /// can activate it.
-const ABSENT: &[&str] = &[
+pub(crate) const ABSENT: &[&str] = &[
     "org.freedesktop.DBus.Error.ServiceUnknown",
     "org.freedesktop.DBus.Error.NameHasNoOwner",
     "org.freedesktop.systemd1.NoSuchUnit",
@@ -72,67 +89,61 @@ impl MachinedError {
     }
 }
 
-/// Why a call failed in the child: no bus to talk to at all, or an error
-/// on it.
-enum CallError {
-    NoBus(zbus::Error),
-    Call(zbus::Error),
+/// `vmwarden-machined` beside this process's executable.
+fn binary() -> Result<PathBuf, String> {
+    let exe = std::fs::read_link("/proc/self/exe")
+        .map_err(|e| format!("cannot read /proc/self/exe: {e}"))?;
+    let dir = exe
+        .parent()
+        .ok_or_else(|| format!("{} has no directory", exe.display()))?;
+    Ok(dir.join(BINARY))
 }
 
-impl From<zbus::Error> for CallError {
-    fn from(e: zbus::Error) -> CallError {
-        CallError::Call(e)
-    }
-}
-
-/// What a child reports: `ok <payload>`, `absent <detail>`, `err <detail>`.
-fn child_line(r: Result<String, CallError>) -> String {
-    match r {
-        Ok(p) => format!("ok {p}"),
-        Err(CallError::NoBus(e)) => format!("absent no system bus: {e}"),
-        Err(CallError::Call(zbus::Error::MethodError(name, msg, _)))
-            if ABSENT.contains(&name.as_str()) =>
-        {
-            format!("absent {name}: {}", msg.unwrap_or_default())
-        }
-        Err(CallError::Call(zbus::Error::MethodError(name, msg, _)))
-            if name.as_str() == NO_SUCH_MACHINE =>
-        {
-            format!("ok none {}", msg.unwrap_or_default())
-        }
-        Err(CallError::Call(zbus::Error::MethodError(name, msg, _))) => {
-            format!("err {name}: {}", msg.unwrap_or_default())
-        }
-        Err(CallError::Call(e)) => format!("err {e}"),
-    }
-}
-
-/// Run `call` in a forked child; its [`child_line`] back.
-fn in_child(
-    what: &'static str,
-    name: &str,
-    call: impl FnOnce() -> Result<String, CallError>,
-) -> Result<String, MachinedError> {
+/// Run `vmwarden-machined ARGS` and read its one line (see [`bus::line`]).
+fn call(what: &'static str, name: &str, args: &[&str]) -> Result<String, MachinedError> {
     let child_err = |detail: String| MachinedError::Child {
         what,
         name: name.to_string(),
         detail,
     };
+    let path = binary().map_err(child_err)?;
+    // Root runs it: root's alone, as a hypervisor binary is.
+    let walked = trust::regular_file(&path, Policy::Executable)
+        .map_err(|e| child_err(format!("{BINARY} not trusted: {e}")))?;
+    let cstr = |s: &str| CString::new(s).map_err(|_| child_err(format!("{s:?} holds a NUL")));
+    let mut argv = vec![cstr(BINARY)?];
+    for a in args {
+        argv.push(cstr(a)?);
+    }
+    let env: [CString; 0] = [];
     let (r, w) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| child_err(format!("pipe2: {e}")))?;
     // SAFETY: every caller is single-threaded (the launcher checks it
     // before each fork; cleanup and `vmwarden` start no thread), so the
-    // child is a complete copy; it ends with _exit.
+    // child is a complete copy; it execs or ends with _exit.
     match unsafe { nix::unistd::fork() }.map_err(|e| child_err(format!("fork: {e}")))? {
         ForkResult::Child => {
             drop(r);
-            let line = child_line(call());
-            let _ = nix::unistd::write(&w, line.as_bytes());
+            // stdout is the pipe; nothing else of the caller's (its
+            // lease, taps, sockets) reaches the binary.
+            // SAFETY: dup2 onto fd 1 of this child; `w` stays valid.
+            if unsafe { libc::dup2(w.as_raw_fd(), 1) } == 1 {
+                // SAFETY: marks every descriptor of this child from 3 up
+                // close-on-exec (none is closed before the exec, so
+                // `walked.fd`, which the exec reads, stays valid); only
+                // 0-2 reach the binary.
+                let closed = unsafe { libc::close_range(3, u32::MAX, CLOSE_RANGE_CLOEXEC) };
+                if closed == 0 {
+                    let _ = nix::unistd::fexecve(walked.fd.as_fd(), &argv, &env);
+                }
+            }
+            let _ = nix::unistd::write(&w, b"err cannot start vmwarden-machined");
             // SAFETY: ends the child without the parent's atexit handlers.
-            unsafe { libc::_exit(0) }
+            unsafe { libc::_exit(127) }
         }
         ForkResult::Parent { child } => {
             drop(w);
+            drop(walked);
             let end = Instant::now() + DEADLINE;
             let mut out = Vec::new();
             let mut buf = [0u8; 1024];
@@ -167,7 +178,7 @@ fn in_child(
                     secs: DEADLINE.as_secs(),
                 });
             }
-            let line = String::from_utf8_lossy(&out).into_owned();
+            let line = String::from_utf8_lossy(&out).trim_end().to_string();
             if let Some(p) = line.strip_prefix("ok ") {
                 Ok(p.to_string())
             } else if let Some(d) = line.strip_prefix("absent ") {
@@ -181,34 +192,17 @@ fn in_child(
                     detail: d.to_string(),
                 })
             } else {
-                Err(child_err(format!("the child reported nothing ({line:?})")))
+                Err(child_err(format!("{BINARY} reported nothing ({line:?})")))
             }
         }
     }
 }
 
-/// The system bus; a failure to reach it at all (no socket, no daemon)
-/// is the host having no machined.
-fn system_bus() -> Result<Connection, CallError> {
-    Connection::system().map_err(CallError::NoBus)
-}
-
-/// `RegisterMachine(name, id=[], service="vmwarden", class="vm", leader,
-/// root_directory="")`: machined takes the leader's unit (its cgroup) as
-/// the machine's unit, and ends the registration when that unit stops.
+/// Register VM `name` with `leader` as its leader: machined takes the
+/// leader's unit (its cgroup) as the machine's unit, and ends the
+/// registration when that unit stops.
 pub fn register(name: &str, leader: u32) -> Result<(), MachinedError> {
-    in_child("register", name, || {
-        let c = system_bus()?;
-        c.call_method(
-            Some(DEST),
-            PATH,
-            Some(MANAGER),
-            "RegisterMachine",
-            &(name, Vec::<u8>::new(), SERVICE, "vm", leader, ""),
-        )?;
-        Ok(String::new())
-    })
-    .map(drop)
+    call("register", name, &["register", name, &leader.to_string()]).map(drop)
 }
 
 /// A machine as machined lists it.
@@ -221,15 +215,7 @@ pub struct Machine {
 
 /// Machine `name`, or `None` when machined has no such machine.
 pub fn machine(name: &str) -> Result<Option<Machine>, MachinedError> {
-    let out = in_child("look up", name, || {
-        let c = system_bus()?;
-        let m = c.call_method(Some(DEST), PATH, Some(MANAGER), "GetMachine", &(name,))?;
-        let path: OwnedObjectPath = m.body().deserialize()?;
-        let p = Proxy::new(&c, DEST, path, MACHINE)?;
-        let leader: u32 = p.get_property("Leader")?;
-        let service: String = p.get_property("Service")?;
-        Ok(format!("{leader} {service}"))
-    })?;
+    let out = call("look up", name, &["machine", name])?;
     if out.starts_with("none") {
         return Ok(None);
     }
@@ -245,21 +231,10 @@ pub fn machine(name: &str) -> Result<Option<Machine>, MachinedError> {
     }))
 }
 
-/// `UnregisterMachine(name)`: the registration ends; no process is
-/// signalled. A machine that is already gone is not an error.
+/// End the registration of machine `name`; no process is signalled. A
+/// machine that is already gone is not an error.
 pub fn unregister(name: &str) -> Result<(), MachinedError> {
-    in_child("unregister", name, || {
-        let c = system_bus()?;
-        c.call_method(
-            Some(DEST),
-            PATH,
-            Some(MANAGER),
-            "UnregisterMachine",
-            &(name,),
-        )?;
-        Ok(String::new())
-    })
-    .map(drop)
+    call("unregister", name, &["unregister", name]).map(drop)
 }
 
 #[cfg(test)]

@@ -1,0 +1,35 @@
+//! `vmwarden-machined`: the systemd-machined calls of the launcher,
+//! cleanup and verify-clean, in a binary of their own so that only it
+//! links zbus (see `vmwarden::host::machined`). Not for operators: its
+//! callers find it beside their own executable, run it with an empty
+//! environment and read the one line it prints (`ok …`, `absent …`,
+//! `err …`). It exits 0 whenever it printed that line, 2 on a command
+//! line it does not know.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use vmwarden::config::names::VmName;
+use vmwarden::host::machined::bus;
+
+/// systemd-machined calls for vmwarden's own binaries (internal).
+#[derive(Debug, Parser)]
+#[command(name = "vmwarden-machined", version)]
+enum Call {
+    /// RegisterMachine: class vm, service vmwarden, LEADER as its leader.
+    Register { name: VmName, leader: u32 },
+    /// GetMachine and its Leader and Service: `ok LEADER SERVICE` or `ok none`.
+    Machine { name: VmName },
+    /// UnregisterMachine.
+    Unregister { name: VmName },
+}
+
+fn main() -> ExitCode {
+    let r = match Call::parse() {
+        Call::Register { name, leader } => bus::register(name.as_str(), leader),
+        Call::Machine { name } => bus::machine(name.as_str()),
+        Call::Unregister { name } => bus::unregister(name.as_str()),
+    };
+    println!("{}", bus::line(r));
+    ExitCode::SUCCESS
+}
