@@ -627,6 +627,15 @@ in rec {
         # template's DeviceAllow=; the principal itself needs no access.
         // lib.optionalAttrs (usesVhostVsock vm) {
           DeviceAllow = "/dev/vhost-vsock rw";
+        }
+        # A reboot inside the guest: QEMU and cloud-hypervisor reset the
+        # machine in place; firecracker ends with status 0, as it does for a
+        # guest poweroff (both end in an i8042 reset on x86: firecracker has
+        # no ACPI power-off) and for `vmwarden stop`'s Ctrl-Alt-Del. The unit
+        # starts it again after any exit of its own with 0; a stop through
+        # systemd is never restarted (docs/design/systemd-units.md).
+        // lib.optionalAttrs (vm.hypervisor == "firecracker") {
+          RestartForceExitStatus = "0";
         };
     };
 

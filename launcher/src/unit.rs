@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::names::VmName;
 use crate::config::paths::{Roots, DEFAULT_CONFIG_DIR};
-use crate::config::spec::{CredentialSource, Spec, SpecError, VsockBackend};
+use crate::config::spec::{CredentialSource, HypervisorKind, Spec, SpecError, VsockBackend};
 
 /// Default directory of the three binaries on hosts without Nix.
 pub const DEFAULT_BIN_DIR: &str = "/usr/local/bin";
@@ -484,8 +484,25 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
     {
         out.push(e("Service", "DeviceAllow", "/dev/vhost-vsock rw"));
     }
+    // A reboot inside the guest: QEMU and cloud-hypervisor reset the
+    // machine in place; firecracker ends with status 0, as it does for a
+    // guest poweroff (both end in an i8042 reset on x86: firecracker has no
+    // ACPI power-off) and for `vmwarden stop`'s Ctrl-Alt-Del. The unit
+    // starts it again after any exit of its own with 0; a stop through
+    // systemd is never restarted (docs/design/systemd-units.md).
+    if spec.hypervisor.kind == HypervisorKind::Firecracker {
+        out.push(e(
+            "Service",
+            "RestartForceExitStatus",
+            FIRECRACKER_RESTART_FORCE,
+        ));
+    }
     Ok(out)
 }
+
+/// `RestartForceExitStatus=` of a firecracker VM's drop-in: firecracker's
+/// own exit (a reboot or poweroff inside the guest) restarts the VM.
+pub const FIRECRACKER_RESTART_FORCE: &str = "0";
 
 /// `# comment` header, then the sections in the order [Unit], [Service],
 /// [Install], each followed by a blank line, like NixOS's unit text.
