@@ -629,11 +629,12 @@ in rec {
           DeviceAllow = "/dev/vhost-vsock rw";
         }
         # A reboot inside the guest: QEMU and cloud-hypervisor reset the
-        # machine in place; firecracker ends with status 0, as it does for a
-        # guest poweroff (both end in an i8042 reset on x86: firecracker has
-        # no ACPI power-off) and for `vmwarden stop`'s Ctrl-Alt-Del. The unit
-        # starts it again after any exit of its own with 0; a stop through
-        # systemd is never restarted (docs/design/systemd-units.md).
+        # machine in place; firecracker ends with status 0 (as after `vmwarden
+        # stop`'s Ctrl-Alt-Del, which its guest answers with a reboot), and
+        # the unit starts it again after such an exit of its own; a stop
+        # through systemd is never restarted. A guest poweroff halts a
+        # firecracker guest, and firecracker, which has no ACPI power-off,
+        # runs on (docs/design/systemd-units.md).
         // lib.optionalAttrs (vm.hypervisor == "firecracker") {
           RestartForceExitStatus = "0";
         };
