@@ -251,7 +251,6 @@ pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy
     if verdict.is_dead() {
         return Ok(StoppedBy::NotRunning);
     }
-    tracing::info!(vm = %name, verdict = %verdict.reason(), "stopping");
     let intent = dirs::open_dir(&roots.runtime_dir(name))
         .ok()
         .and_then(|d| Intent::read(&d).ok().flatten());
@@ -276,6 +275,7 @@ pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy
             });
         }
     }
+    tracing::info!(vm = %name, verdict = %verdict.reason(), "stopping");
     let sock = control_socket(roots, name, kind);
     let t = ATTEMPT;
     let put = |uri: &str, body: Option<&str>| api::expect_ok(&sock, "PUT", uri, body, t);
