@@ -262,8 +262,21 @@
       config.users.users);
   ownersOf = uid: map (u: u.name) (filter (u: u.uid == uid) fixedUids);
   vmUids = lib.unique (filter (x: x != null) (map (vm: vm.principal.uid) vms));
+  # A QEMU guest whose sshd listens on vsock (microvm.vsock.ssh.enable) on
+  # a backend that `ssh vsock/<cid>` cannot reach: the host chose "user".
+  # Not refused (the host may mean it), but said, with what reaches it.
+  vsockSshWarnings = concatLists (map (vm: let
+    derived = guestLib.derive {
+      inherit (vm) name guest tapBridges;
+      hostSystem = pkgs.stdenv.hostPlatform.system or null;
+    };
+  in
+    lib.optional (vm.guest != null && vlib.validVmName vm.name && derived.problems == [] && derived.sshOverVsock && vm.vsock.backend != "vhost")
+    "vmwarden.vms.${vm.name}.vsock.backend = \"${vm.vsock.backend}\": the guest enables microvm.vsock.ssh, but `ssh vsock/${toString vm.vsock.cid}` reaches only a guest on the kernel's vhost-vsock (backend = \"vhost\", what such a guest gets unless the host sets another). With \"user\" its sshd is reached as root through the hybrid vsock socket: `ssh vsock-mux${vlib.controlDirOf vm.name}/vsock.sock` (systemd-ssh-proxy, docs/microvm-nix.md). Remove the host's vsock.backend, or microvm.vsock.ssh.enable from the guest.")
+  vms);
 in {
   config = mkIf cfg.enable {
+    warnings = vsockSshWarnings;
     assertions =
       concatLists (map perVm vms)
       ++ map (uid: {

@@ -52,6 +52,11 @@ in {
 
       users.groups = lib.mapAttrs' (_: vm: nameValuePair vm.principal.group {}) withUser;
 
+      # The kernel's vhost-vsock: the launcher opens /dev/vhost-vsock as
+      # root for a VM with vsock.backend = "vhost"; load the module at boot
+      # rather than rely on the device node's on-demand loading.
+      boot.kernelModules = lib.optional (lib.any vlib.usesVhostVsock (lib.attrValues vms)) "vhost_vsock";
+
       # Removed VMs, reported at the switch that removes them (and at every
       # boot and switch after, until purged).
       system.activationScripts.vmwarden-removed = {

@@ -650,6 +650,16 @@ in rec {
         # template's DeviceAllow=; the principal itself needs no access.
         // lib.optionalAttrs (usesVhostVsock vm) {
           DeviceAllow = "/dev/vhost-vsock rw";
+        }
+        # A reboot inside the guest: QEMU and cloud-hypervisor reset the
+        # machine in place; firecracker ends with status 0 (as after `vmwarden
+        # stop`'s Ctrl-Alt-Del, which its guest answers with a reboot), and
+        # the unit starts it again after such an exit of its own; a stop
+        # through systemd is never restarted. A guest poweroff halts a
+        # firecracker guest, and firecracker, which has no ACPI power-off,
+        # runs on (docs/design/systemd-units.md).
+        // lib.optionalAttrs (vm.hypervisor == "firecracker") {
+          RestartForceExitStatus = "0";
         };
     };
 

@@ -36,7 +36,9 @@ in rec {
   #   { values;    vmwarden.vms.<name> option values (only valid ones)
   #     problems;  messages for what vmwarden cannot honour, each naming
   #                the guest option and what to do
-  #     tapIds; }  the guest's tap interfaces, for tapBridges
+  #     tapIds;    the guest's tap interfaces, for tapBridges
+  #     sshOverVsock; }  a QEMU guest whose sshd listens on vsock
+  #                (microvm.vsock.ssh.enable): it needs the "vhost" backend
   # `hostSystem` is the host's "x86_64-linux"-style system, or null.
   derive = {
     name,
@@ -306,6 +308,15 @@ in rec {
     cid = g.vsock.cid;
     vsockProblems =
       refuse (cid != null && !vlib.validCid cid) "vsock.cid" cid "CIDs 0, 1 and 2 are the hypervisor, loopback and the host; pick one from ${toString vlib.vsockCidMin} to ${toString vlib.vsockCidMax}, unique across the host's VMs";
+    # microvm.vsock.ssh.enable (nixos-modules/microvm/vsock-ssh.nix): the
+    # guest's sshd listens on vsock port 22 for `ssh vsock/<cid>` from the
+    # host, which reaches a guest through the kernel's vhost-vsock only, as
+    # microvm.nix's QEMU runner gives it (lib/runners/qemu.nix,
+    # vhost-vsock-*). So such a QEMU guest gets the "vhost" backend; a host
+    # definition of vsock.backend still wins. cloud-hypervisor and
+    # firecracker serve a hybrid vsock socket of their own instead, which
+    # `ssh vsock-mux/<socket>` reaches (docs/microvm-nix.md).
+    sshOverVsock = noGuest == [] && qemu && cid != null && (g.vsock.ssh.enable or false);
 
     problemsOf = xs: concatLists (map (x: x.problems) xs);
     okValues = xs: map (x: x.value) (filter (x: x.problems == []) xs);
@@ -355,7 +366,11 @@ in rec {
         // optionalAttrs (qemu && machineOk) {machine = machine.value;}
         // optionalAttrs (hypervisorBinary != null) {inherit hypervisorBinary;}
         // optionalAttrs (setByGuest ["virtiofsd" "package"]) {virtiofsdBinary = "${g.virtiofsd.package}/bin/virtiofsd";}
-        // optionalAttrs (cid != null && vsockProblems == []) {vsock.cid = cid;}
+        // optionalAttrs (cid != null && vsockProblems == []) {
+          vsock =
+            {inherit cid;}
+            // optionalAttrs sshOverVsock {backend = "vhost";};
+        };
         # The host's own tools, under microvm.nix's own names.
         // optionalAttrs (g.balloon && !fc) {
           balloon = true;
@@ -368,7 +383,7 @@ in rec {
       then []
       else map (n: n.id) (filter (n: n.type == "tap") g.interfaces);
   in {
-    inherit values problems tapIds;
+    inherit values problems tapIds sshOverVsock;
   };
 
   # Options a guest can give values to.
@@ -404,6 +419,9 @@ in rec {
   asDefaults = values:
     lib.genAttrs derivedOptions (k: lib.mkIf (values ? ${k}) (lib.mkDefault values.${k}))
     // {
-      vsock.cid = lib.mkIf (values ? vsock) (lib.mkDefault values.vsock.cid);
+      vsock = {
+        cid = lib.mkIf (values ? vsock) (lib.mkDefault values.vsock.cid);
+        backend = lib.mkIf (values ? vsock && values.vsock ? backend) (lib.mkDefault values.vsock.backend);
+      };
     };
 }

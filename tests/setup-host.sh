@@ -22,6 +22,10 @@
 #                    (tests/assets/vsock-echo.c)
 #   xfsprogs         mkfs.xfs: adopt's reflinks are tested on a loop-mounted
 #                    XFS (launcher/tests/adopt.rs)
+#   dropbear-bin     the shares guest's SSH server (dropbear -i behind a vsock
+#                    listener; binaries only, no service on this host) and its
+#                    host key (dropbearkey), for `ssh vsock/<cid>`
+#   openssh-client   ssh-keygen: the systemd suite's per-run client key
 #
 # Then the two vhost-user daemons of shares and vsock, which Debian 12 does not
 # package, built with `cargo install --locked` at pinned versions into
@@ -52,7 +56,7 @@ command -v dpkg-query >/dev/null 2>&1 || die "not a Debian-based system (no dpkg
 # package -> a command it must provide (checked as well, so a half-removed
 # package is repaired)
 PKGS=(qemu-system-x86 busybox-static acl e2fsprogs debootstrap kmod python3 zsh fish groff-base
-      libseccomp-dev libcap-ng-dev pkg-config gcc libc6-dev xfsprogs)
+      libseccomp-dev libcap-ng-dev pkg-config gcc libc6-dev xfsprogs dropbear-bin openssh-client)
 declare -A CMD_OF=(
   [qemu-system-x86]=qemu-system-x86_64
   [busybox-static]=busybox
@@ -70,6 +74,8 @@ declare -A CMD_OF=(
   [gcc]=cc
   [libc6-dev]=true
   [xfsprogs]=mkfs.xfs
+  [dropbear-bin]=dropbearkey
+  [openssh-client]=ssh-keygen
   [qemu-utils]=qemu-img
 )
 export PATH="$PATH:/usr/sbin:/sbin"

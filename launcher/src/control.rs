@@ -79,6 +79,12 @@ pub enum ControlError {
         sock: PathBuf,
         what: &'static str,
     },
+    /// `stop` run by hand for a firecracker VM that a systemd unit runs:
+    /// its guest answers the Ctrl-Alt-Del with a reboot, firecracker then
+    /// ends with status 0, and the unit starts a firecracker VM again after
+    /// such an exit (it cannot tell it from a reboot inside the guest).
+    #[error("VM {name} runs under {unit}, which starts a firecracker VM again when firecracker ends by itself, and firecracker ends when its guest answers the stop's Ctrl-Alt-Del with a reboot: stop it with `systemctl stop {unit}` (its ExecStop= runs `vmwarden stop {name}` inside the unit, which systemd does not restart); nothing was sent to the VM")]
+    UnderUnit { name: String, unit: String },
 }
 
 impl ControlError {
@@ -265,13 +271,14 @@ fn kill_instance(intent: Option<&Intent>, uid: Option<u32>) -> Vec<u32> {
 ///   /api/v1/vm.shutdown` and `PUT /api/v1/vmm.shutdown`;
 /// * firecracker: `PUT /actions {"action_type":"SendCtrlAltDel"}` (x86: the
 ///   guest reboots, which ends firecracker), then nothing but SIGKILL.
+///   Refused ([`ControlError::UnderUnit`]) when a systemd unit runs the VM
+///   and this is not that unit's `ExecStop=`: the unit would restart it.
 pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy> {
     let probe = Probe::single();
     let verdict = probe.probe(roots, name);
     if verdict.is_dead() {
         return Ok(StoppedBy::NotRunning);
     }
-    tracing::info!(vm = %name, verdict = %verdict.reason(), "stopping");
     let intent = dirs::open_dir(&roots.runtime_dir(name))
         .ok()
         .and_then(|d| Intent::read(&d).ok().flatten());
@@ -282,6 +289,21 @@ pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy
         .as_ref()
         .and_then(|i| i.hypervisor)
         .unwrap_or_else(|| kind_of(roots, name));
+    // firecracker under a unit, asked by hand (not from the unit's
+    // ExecStop=): the unit would start the VM again (see UnderUnit).
+    if kind == HypervisorKind::Firecracker {
+        let unit = intent
+            .as_ref()
+            .and_then(liveness::recorded_cgroup)
+            .and_then(|cg| cgroup::managing_unit_elsewhere(cg, name.as_str()));
+        if let Some(unit) = unit {
+            return Err(ControlError::UnderUnit {
+                name: name.to_string(),
+                unit,
+            });
+        }
+    }
+    tracing::info!(vm = %name, verdict = %verdict.reason(), "stopping");
     let sock = control_socket(roots, name, kind);
     let t = ATTEMPT;
     let put = |uri: &str, body: Option<&str>| api::expect_ok(&sock, "PUT", uri, body, t);

@@ -497,8 +497,26 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
     {
         out.push(e("Service", "DeviceAllow", "/dev/vhost-vsock rw"));
     }
+    // A reboot inside the guest: QEMU and cloud-hypervisor reset the machine
+    // in place; firecracker ends with status 0 (as after `vmwarden stop`'s
+    // Ctrl-Alt-Del, which its guest answers with a reboot), and the unit
+    // starts it again after such an exit of its own; a stop through systemd
+    // is never restarted. A guest poweroff halts a firecracker guest, and
+    // firecracker, which has no ACPI power-off, runs on
+    // (docs/design/systemd-units.md).
+    if spec.hypervisor.kind == HypervisorKind::Firecracker {
+        out.push(e(
+            "Service",
+            "RestartForceExitStatus",
+            FIRECRACKER_RESTART_FORCE,
+        ));
+    }
     Ok(out)
 }
+
+/// `RestartForceExitStatus=` of a firecracker VM's drop-in: firecracker's
+/// own exit (a reboot or poweroff inside the guest) restarts the VM.
+pub const FIRECRACKER_RESTART_FORCE: &str = "0";
 
 /// `# comment` header, then the sections in the order [Unit], [Service],
 /// [Install], each followed by a blank line, like NixOS's unit text.

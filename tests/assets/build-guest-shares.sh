@@ -7,10 +7,14 @@
 #                           cloud kernel has virtiofs, fuse and vsock but no 9p
 #   $ASSETS/initramfs.img   gzip'd newc cpio: static busybox, the virtio, 9p,
 #                           virtiofs, vsock, virtio_balloon, ext4 and crc32c (ext4 metadata_csum,
-#                           mke2fs's default) .ko files, /init, and
+#                           mke2fs's default) .ko files, /init,
 #                           /bin/vsock-echo (vsock-echo.c, built static: busybox
-#                           has no vsock applet)
+#                           has no vsock applet), /bin/vsock-serve (vsock-serve.c,
+#                           an inetd for one vsock port) and dropbear with the
+#                           libraries it links and a host key made at build time
 #   $ASSETS/assets.env      shell-sourceable: KERNEL= INITRD= KVER= GUEST_CMDLINE_*=
+#                           SSH_HOST_KEY= (the public half of dropbear's host key,
+#                           as an ssh known_hosts line's key part)
 #
 # ASSETS=${VMWARDEN_TEST_SHARES_ASSETS:-/var/cache/vmwarden/test-assets-shares}
 #
@@ -21,6 +25,12 @@
 # VMWARDEN-RUN-END rc=<n>. Also printed:
 #   VMWARDEN-DISK name=<vdX> bytes=<n> serial=<serial or ->
 #   VMWARDEN-VSOCK dev=<present|absent>
+# PID 1 ends the guest the way an init does, from PID 1 itself: SIGUSR1 makes
+# it `exec poweroff -f`, SIGUSR2 `exec reboot -f` (a script's `kill -USR2 1`
+# is a reboot from inside, as systemd's `reboot` is). An SSH server for a
+# script to start: `vsock-serve 22 /usr/sbin/dropbear -i -s -r
+# /etc/dropbear/dropbear_ed25519_host_key` with the client's public key in
+# /root/.ssh/authorized_keys.
 #
 # Cached: the build is skipped when all outputs exist and the recorded sha256 of
 # this script (and of lib-guest.sh, guest-cmdline.sh and vsock-echo.c) matches.
@@ -39,11 +49,12 @@ umask 022
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SELF="$HERE/$(basename "${BASH_SOURCE[0]}")"
 VSOCK_ECHO_SRC="$HERE/vsock-echo.c"
+VSOCK_SERVE_SRC="$HERE/vsock-serve.c"
 ASSETS=${VMWARDEN_TEST_SHARES_ASSETS:-/var/cache/vmwarden/test-assets-shares}
 ASSETS_VAR=VMWARDEN_TEST_SHARES_ASSETS
 STAMP="$ASSETS/.build-guest-shares.sha256"
-HASHED=("$VSOCK_ECHO_SRC")
-TOOLS=(cc)
+HASHED=("$VSOCK_ECHO_SRC" "$VSOCK_SERVE_SRC")
+TOOLS=(cc ldd dropbearkey)
 # shellcheck source=lib-guest.sh
 . "$HERE/lib-guest.sh"
 
@@ -56,10 +67,33 @@ guest_modules \
   crc32c_generic virtio_balloon
 guest_initramfs_base
 cc -static -Os -o "$R/bin/vsock-echo" "$VSOCK_ECHO_SRC" || die "cc -static $VSOCK_ECHO_SRC failed (needs gcc and libc6-dev)"
-chmod 0755 "$R/bin/vsock-echo"
-mkdir -p "$R/mnt" "$R/etc"
-echo "root:x:0:0:root:/:/bin/sh" >"$R/etc/passwd"
+cc -static -Os -o "$R/bin/vsock-serve" "$VSOCK_SERVE_SRC" || die "cc -static $VSOCK_SERVE_SRC failed (needs gcc and libc6-dev)"
+chmod 0755 "$R/bin/vsock-echo" "$R/bin/vsock-serve"
+mkdir -p "$R/mnt" "$R/etc" "$R/root"
+chmod 0700 "$R/root"
+# root's home is /root, not /: dropbear refuses keys under a home that
+# others can write, and the initramfs' / is a tmpfs of mode 1777
+echo "root:x:0:0:root:/root:/bin/sh" >"$R/etc/passwd"
+# dropbear (tests/setup-host.sh installs dropbear-bin) and every library it
+# links, at the paths the dynamic loader looks in; a host key of its own,
+# whose public half goes into assets.env for the tests' known_hosts
+DROPBEAR=/usr/sbin/dropbear
+[ -x "$DROPBEAR" ] || die "$DROPBEAR missing (run tests/setup-host.sh: dropbear-bin)"
+mkdir -p "$R/usr/sbin" "$R/etc/dropbear"
+cp "$DROPBEAR" "$R/usr/sbin/dropbear"
+for lib in $(ldd "$DROPBEAR" | awk '$2 == "=>" {print $3} $1 ~ /^\// {print $1}'); do
+  mkdir -p "$R$(dirname "$lib")"
+  cp -L "$lib" "$R$lib" || die "cannot copy $lib (dropbear's library)"
+done
+dropbearkey -t ed25519 -f "$R/etc/dropbear/dropbear_ed25519_host_key" >/dev/null 2>&1 \
+  || die "dropbearkey -t ed25519 failed"
+chmod 0600 "$R/etc/dropbear/dropbear_ed25519_host_key"
+SSH_HOST_KEY=$(dropbearkey -y -f "$R/etc/dropbear/dropbear_ed25519_host_key" | awk '$1 == "ssh-ed25519" {print $1 " " $2}')
+[ -n "$SSH_HOST_KEY" ] || die "no ssh-ed25519 public key from dropbearkey -y"
 guest_init <<'EOF'
+# an init's own ending, from PID 1 (see the header)
+trap 'exec /bin/busybox poweroff -f' USR1
+trap 'exec /bin/busybox reboot -f' USR2
 for d in /sys/block/vd*; do
   [ -r "$d/size" ] || continue
   read -r sectors <"$d/size"
@@ -83,4 +117,5 @@ fi
 EOF
 guest_pack
 guest_assets_env
+echo "SSH_HOST_KEY='$SSH_HOST_KEY'" >>"$WORK/assets.env"
 guest_publish

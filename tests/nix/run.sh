@@ -305,6 +305,8 @@ else
   # using the shares, disks and vsock fields directly, and microvm.nix-shaped guests
   # (tests/nix/guests/) mapped onto specs.
   GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest guest-ch-creds guest-fc-networked guest-host-tools"
+  # microvm.vsock.ssh.enable (`ssh vsock/<cid>`): the backend each guest gets
+  GOLDEN_CASES="$GOLDEN_CASES guest-vsock-ssh"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -361,6 +363,7 @@ guest-host-tools|ok
 guest-foreign|the guest is built for aarch64-linux (its pkgs.stdenv.hostPlatform.system), this host is x86_64-linux
 guest-not-microvm|vmwarden.vms.web.guest: it has no config.microvm
 guest-cid-twice|vmwarden: vsock CID 7 is used by several VMs (edge, other)
+guest-vsock-ssh|ok
 CASES
 
   # Inline cases, one refusal each: LABEL|expected message|a module (Nix
@@ -561,6 +564,35 @@ PY
       bad "golden $case does not evaluate"
     fi
   done
+
+  # `ssh vsock/<cid>` (guest-vsock-ssh, whose specs the golden files
+  # show): the one QEMU guest with vsock.ssh.enable whose host chose the
+  # "user" backend gets a warning saying what reaches it instead, no other
+  # VM does, and a host with a "vhost" VM loads vhost_vsock at boot (one
+  # without does not).
+  if out=$(ev config.warnings "$top/tests/nix/cases/guest-vsock-ssh.nix" 2>"$work/e") &&
+    mods=$(ev report.boot.kernelModules "$top/tests/nix/cases/guest-vsock-ssh.nix" 2>>"$work/e") &&
+    none=$(ev report.boot.kernelModules "$top/tests/nix/cases/two-vms.nix" 2>>"$work/e") &&
+    why=$(python3 - "$out" "$mods" "$none" <<'PY'
+import json, sys
+w, mods, none = (json.loads(a) for a in sys.argv[1:4])
+bad = []
+if len(w) != 1: bad.append(f"{len(w)} warnings, not 1: {w}")
+elif not (w[0].startswith('vmwarden.vms.shellu.vsock.backend = "user": the guest enables microvm.vsock.ssh')
+          and "`ssh vsock/43`" in w[0] and "`ssh vsock-mux/run/vmwarden/shellu/control/vsock.sock`" in w[0]):
+    bad.append(f"the warning does not name the VM, its CID and the socket: {w[0]}")
+if "vhost_vsock" not in mods: bad.append(f"boot.kernelModules lacks vhost_vsock: {mods}")
+if "vhost_vsock" in none: bad.append(f"two-vms (no vhost backend) loads vhost_vsock: {none}")
+print("; ".join(bad))
+sys.exit(1 if bad else 0)
+PY
+    ); then
+    ok "vsock ssh: one warning, for shellu (host chose \"user\"), none for shell (vhost) or shellch (cloud-hypervisor); vhost_vsock loaded at boot only with a vhost VM"
+  else
+    cat "$work/e"
+    echo "$why"
+    bad "vsock ssh: warnings or boot.kernelModules not as expected"
+  fi
 
   # The stand-in for microvm.nix's guest module declares the options
   # microvm.nix declares, with its defaults.

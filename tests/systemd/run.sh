@@ -117,7 +117,8 @@ timing guest_assets "$(since "$t")"
 # entry); Debian ships the bzImage only.
 want_scenario() { [ -z "$ONLY" ] || printf ' %s ' "$ONLY" | grep -q " $1 "; }
 HV_SCENARIOS=0
-if [ "$MODE" = full ] && { want_scenario cloud_hypervisor || want_scenario firecracker || want_scenario hv_bench; }; then
+if [ "$MODE" = full ] && { want_scenario cloud_hypervisor || want_scenario firecracker || want_scenario hv_bench \
+                            || want_scenario guest_reboot; }; then
   HV_SCENARIOS=1
   HV_BIN_DIR=${VMWARDEN_TEST_HYPERVISORS:-$REPO/../shared/hypervisors/bin}
   for b in cloud-hypervisor firecracker; do
@@ -172,7 +173,7 @@ unshare() { # DEST...: break the hard link to the cache before a tool edits the 
 # VM principals (an operator does this once per VM on a non-Nix host)
 unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
 systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
-  || chroot "$ROOT" /bin/sh -c 'for v in a b c vol vsk vfs ch fc chb fcb cx ops; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
+  || chroot "$ROOT" /bin/sh -c 'for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
       useradd --system --gid kvm --no-create-home --home-dir /var/lib/microvms --shell /usr/sbin/nologin microvm' \
   || die "cannot create the VM principals"
 grep -q '^vm-c:' "$ROOT/etc/passwd" && grep -q '^microvm:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
@@ -268,6 +269,39 @@ echo "T-BEFORE $(cat /vol/mark 2>/dev/null || echo none)"
 echo persisted >/vol/mark && echo T-WROTE
 sync; umount /vol; umount /mnt'
 VSK_SCRIPT='for d in /sys/bus/virtio/devices/*; do echo "T-VIRTIO $(cat "$d/device")"; done'
+# ssh over vsock (the vsock_ssh and guest_reboot scenarios): a per-run client
+# key; the guest's lines (its boot id, then dropbear behind vsock port 22 with
+# that key authorized; build-guest-shares.sh); L2's ssh configuration for
+# vsock/<cid> and vsock-mux/<socket>, which systemd >= 256 ships as
+# systemd-ssh-proxy and its ssh_config snippet (L2's systemd 252 has neither:
+# guest/vsock-ssh-proxy does the same with socat), with the guest's host key
+# pinned (known_hosts, StrictHostKeyChecking).
+ssh-keygen -q -t ed25519 -N '' -C vmwarden-systemd-suite -f "$WORK/ssh-id" || die "ssh-keygen failed"
+SSH_SCRIPT="mkdir -p /root/.ssh && echo '$(cat "$WORK/ssh-id.pub")' >/root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys
+echo \"T-BOOTID \$(cat /proc/sys/kernel/random/boot_id)\"
+/bin/vsock-serve 22 /usr/sbin/dropbear -i -s -r /etc/dropbear/dropbear_ed25519_host_key &"
+SSH_HOST_KEY=$(. "$SHARES_ENV" && echo "${SSH_HOST_KEY:-}")
+[ -n "$SSH_HOST_KEY" ] || die "$SHARES_ENV has no SSH_HOST_KEY (tests/assets/build-guest-shares.sh too old?)"
+put "$WORK/ssh-id" /root/.ssh/vmwarden-test-id 0600
+echo "vsock/*,vsock-mux/* $SSH_HOST_KEY" | putc /root/.ssh/vmwarden-test-known_hosts 0644
+putc /root/.ssh/config 0644 <<'SSHEOF'
+# run.sh: what systemd >= 256's /etc/ssh/ssh_config.d/20-systemd-ssh-proxy.conf
+# does (ProxyCommand systemd-ssh-proxy), for L2's systemd 252
+Host vsock/* vsock-mux/*
+    ProxyCommand /opt/vmwarden-test/bin/vsock-ssh-proxy %h %p
+    CheckHostIP no
+    User root
+    IdentityFile /root/.ssh/vmwarden-test-id
+    IdentitiesOnly yes
+    StrictHostKeyChecking yes
+    UserKnownHostsFile /root/.ssh/vmwarden-test-known_hosts
+    BatchMode yes
+    ConnectTimeout 30
+SSHEOF
+chmod 0700 "$ROOT/root/.ssh"
+put "$HERE/guest/vsock-ssh-proxy" /opt/vmwarden-test/bin/vsock-ssh-proxy 0755
+VSK_SCRIPT="$VSK_SCRIPT
+$SSH_SCRIPT"
 # vfs: two virtiofs shares (the 9p share's directory read-only, a writable
 # one of the principal's) and the user vsock backend: every helper daemon.
 # The guest reads and writes, then leaves a vsock echo listening on port 1234.
@@ -311,6 +345,20 @@ OPS_SCRIPT="(sleep 1; setsid sh -c 'exec sh </dev/ttyS0 >/dev/ttyS0 2>&1') >/dev
 shares_spec ops "$OPS_SCRIPT" '"balloon": { "initial_mib": 0, "deflate_on_oom": false },
   "console": true,
   "register_with_machined": true' | putc /etc/vmwarden/vms/ops.json 0644
+# rbq: the guest_reboot scenario's QEMU VM: a credential, a read-only virtiofs
+# share and the user vsock backend (both helper daemons, which must serve the
+# guest's second boot as they served the first), reached over ssh
+RBQ_SCRIPT='mkdir -p /vro; if mount -t virtiofs vro /vro; then echo "T-VREAD $(cat /vro/hello)"; umount /vro; else echo T-MOUNT-VRO-FAILED; fi'
+RBQ_SCRIPT="$RBQ_SCRIPT
+$SSH_SCRIPT"
+secret $CREDDIR/rbq/token
+chmod 0700 "$ROOT$CREDDIR/rbq"
+shares_spec rbq "$RBQ_SCRIPT" '"shares": [
+    { "tag": "vro", "source": "/opt/vmwarden-test/share", "proto": "virtiofs", "read_only": true } ],
+  "virtiofsd": { "binary": "/usr/local/bin/virtiofsd" },
+  "vsock": { "cid": 9, "backend": "user", "binary": "/usr/local/bin/vhost-device-vsock" }' \
+  | jq '.credentials = [ { "name": "token", "source": { "systemd": "token" } } ]' \
+  | putc /etc/vmwarden/vms/rbq.json 0644
 shares_spec vfs "$VFS_SCRIPT" '"shares": [
     { "tag": "vro", "source": "/opt/vmwarden-test/share", "proto": "virtiofs", "read_only": true },
     { "tag": "vrw", "source": "/var/lib/vmwarden-test/vfs-rw", "proto": "virtiofs", "read_only": false } ],
@@ -336,6 +384,7 @@ hv_guest_script() { # IP FEATURES: what the guest does before READY
   case "$f" in *" virtiofs "*) echo 'mkdir -p /vro; if mount -t virtiofs vro /vro; then echo "T-VREAD $(cat /vro/hello)"; umount /vro; else echo T-MOUNT-VRO-FAILED; fi' ;; esac
   case "$f" in *" volume "*) echo 'mkdir -p /vol; if mount -t ext4 /dev/vda /vol; then echo T-FS-EXT4; echo boot >>/vol/boots; echo "T-BOOTS $(wc -l </vol/boots)"; sync; umount /vol; else echo T-VOL-MOUNT-FAILED; fi' ;; esac
   case "$f" in *" vsock "*) echo '/bin/vsock-echo 1234 &' ;; esac
+  case "$f" in *" ssh "*) printf '%s\n' "$SSH_SCRIPT" ;; esac
   echo 'sync'
 }
 hv_spec() { # NAME KIND CMDLINE FEATURES IP -> the spec without the features' fields
@@ -375,7 +424,8 @@ HV_ENV=""
 if [ "$HV_SCENARIOS" = 1 ]; then
   secret $CREDDIR/ch/token
   secret $CREDDIR/fc/token
-  chmod 0700 "$ROOT$CREDDIR/ch" "$ROOT$CREDDIR/fc"
+  secret $CREDDIR/rbc/token
+  chmod 0700 "$ROOT$CREDDIR/ch" "$ROOT$CREDDIR/fc" "$ROOT$CREDDIR/rbc"
   # NAME KIND GUEST-IP VSOCK-CID CMDLINE(commas for spaces) FEATURES-TO-TRY...
   while read -r name kind ip cid cmdline tries; do
     cmdline=${cmdline//,/ }
@@ -402,6 +452,9 @@ if [ "$HV_SCENARIOS" = 1 ]; then
   done <<HVEOF
 ch cloud-hypervisor 10.77.0.2 7 console=ttyS0,quiet,panic=-1 volume net vsock virtiofs creds console
 fc firecracker 10.77.0.3 8 console=ttyS0,quiet,panic=-1,reboot=k,pci=off,i8042.noaux,i8042.nomux,i8042.dumbkbd volume net vsock creds console
+rbc cloud-hypervisor 10.77.0.4 10 console=ttyS0,quiet,reboot=t,panic=-1 net vsock creds ssh
+rbv cloud-hypervisor 10.77.0.6 12 console=ttyS0,quiet,reboot=t,panic=-1 vsock virtiofs ssh
+rbf firecracker 10.77.0.5 11 console=ttyS0,quiet,reboot=k,panic=1,pci=off,i8042.noaux,i8042.nomux,i8042.dumbkbd net vsock ssh
 HVEOF
   # the bench's VMs: the same guest, no devices
   for name in chb:cloud-hypervisor fcb:firecracker; do
@@ -427,8 +480,8 @@ if [ "$MODE" = full ]; then
   put "$WORK/microvms.target" "$UNITDIR/microvms.target" 0644
   cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
   # per-VM credential drop-ins (what an operator installs per VM)
-  HV_VMS=""; [ "$HV_SCENARIOS" = 1 ] && HV_VMS="ch fc chb fcb"
-  for v in a b vol vsk vfs ops $HV_VMS; do
+  HV_VMS=""; [ "$HV_SCENARIOS" = 1 ] && HV_VMS="ch fc chb fcb rbc rbf rbv"
+  for v in a b vol vsk vfs ops rbq $HV_VMS; do
     "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
       --credentials-dir "$CREDDIR" >"$WORK/dropin-$v.conf" \
       || die "vmwarden render-unit --dropin $v failed"
@@ -493,6 +546,7 @@ if [ -n "$ONLY" ]; then SOAK_DEFAULT=50; else SOAK_DEFAULT=5; fi
 { printf 'MODE=%q\nREADY_TIMEOUT=%q\nPOWEROFF=1\nONLY=%q\nL3_ACCEL=%q\nSOAK_CYCLES=%q\n' \
     "$MODE" "${VMWARDEN_SYSTEMD_READY_TIMEOUT:-300}" "$ONLY" "$L3_ACCEL" "${VMWARDEN_SYSTEMD_SOAK_CYCLES:-$SOAK_DEFAULT}"
   printf 'CREDS_a=%q\nCREDS_b=%q\nCREDS_cx=%q\nCREDS_vol=\nCREDS_vsk=\nCREDS_vfs=\nCREDS_ops=\n' "$CREDS_a" "$CREDS_b" "$CREDS_cx"
+  printf 'CREDS_rbq=%q\n' "token:$CREDDIR/rbq/token"
   printf 'HV_BRIDGE=%q\n%s' "$HV_BRIDGE" "$HV_ENV"; } | putc /opt/vmwarden-test/run.env 0644
 
 ROOT_IMG=$WORK/root.ext4 RES_IMG=$WORK/results.ext4
@@ -515,7 +569,7 @@ timing image_build "$(since "$t")"
 # scenarios' times in timings.txt; keep scenarios that share VMs (a, b: from
 # start_ab to target_stop) in one list.
 SHARD_LISTS=(
-  "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume vhost_vsock virtiofs_vsock all_clean"
+  "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume vhost_vsock vsock_ssh virtiofs_vsock guest_reboot all_clean"
   "cloud_hypervisor firecracker hv_bench console balloon machined coexist soak all_clean"
 )
 ALL_SCENARIOS=$(sed -n '/^  run_scenario unit_verify /,/^fi$/s/^  run_scenario \([a-z0-9_]*\) .*/\1/p' "$HERE/scenarios.sh")

@@ -224,18 +224,21 @@ run_scenario() { # NAME FUNCTION
 }
 
 # ---------------------------------------------------------------- scenarios (full)
+# firecracker's drop-in (RestartForceExitStatus=0), when the run has one
+vmw_fc_unit() { [ -d /etc/systemd/system/microvm@fc.service.d ] && echo /etc/systemd/system/microvm@fc.service; }
 s_unit_verify() {
   local f out all=""
   for f in /etc/systemd/system/microvm@.service /etc/systemd/system/microvm@a.service \
            /etc/systemd/system/microvm@b.service /etc/systemd/system/microvm@vfs.service \
            /etc/systemd/system/microvms.target /etc/systemd/system/vmwarden@.service \
-           /etc/systemd/system/vmwarden@cx.service /etc/systemd/system/vmwarden-vms.target; do
+           /etc/systemd/system/vmwarden@cx.service /etc/systemd/system/vmwarden-vms.target \
+           /etc/systemd/system/microvm@vsk.service $(vmw_fc_unit); do
     out=$(systemd-analyze verify "$f" 2>&1)
     log "systemd-analyze verify $f: rc=$? output: $out"
     [ -z "$out" ] || all="$all $f: $(printf '%s' "$out" | head -2 | tr '\n' ' ')"
   done
   [ -z "$all" ] || { fail "systemd-analyze verify printed:$all"; return 1; }
-  note "no output for microvm@.service, microvm@a/b/vfs (with drop-ins), microvms.target, vmwarden@.service, vmwarden@cx (with its drop-in), vmwarden-vms.target"
+  note "no output for microvm@.service, microvm@a/b/vfs/vsk${HV_FEATURES_fc+/fc} (with drop-ins), microvms.target, vmwarden@.service, vmwarden@cx (with its drop-in), vmwarden-vms.target"
 }
 
 s_start_ab() {
@@ -816,6 +819,235 @@ s_hv_bench() {
   bench_one chb /api/v1/vm.info && bench_one fcb /
 }
 
+# ---------------------------------------------------------------- vsock_ssh
+# `ssh vsock/<cid>` from L2 reaches the guest's sshd on vsock port 22 over
+# the kernel's vhost-vsock (vsk: vsock.backend = "vhost", cid 5; dropbear
+# behind vsock-serve in the shares guest). L2's systemd 252 has no
+# systemd-ssh-proxy: run.sh's ssh_config gives vsock/* the same ProxyCommand
+# (guest/vsock-ssh-proxy, socat), the guest's host key pinned. The command
+# runs in that guest (it prints the boot id the guest printed on its
+# console), its exit status comes back, and a client that does not know the
+# host key is refused (what keeps `ssh vsock/<cid>` from talking to another
+# VM that took a stopped VM's CID).
+guest_bootids() { # UNIT CURSOR -> the boot ids the guest printed, in order
+  jlog "$1" "$2" | sed -n 's/^T-BOOTID \([0-9a-f-]*\).*/\1/p'
+}
+s_vsock_ssh() {
+  modprobe vhost_vsock || { fail "modprobe vhost_vsock failed"; return 1; }
+  start_check_stop vsk vsock_ssh_checks
+}
+vsock_ssh_checks() { # CURSOR
+  local u=microvm@vsk.service id out rc t0
+  wait_journal $u "$1" '^VSOCK-SERVE listening port=22' 60 \
+    || { fail "vsk: the guest's sshd is not listening on vsock port 22: $(jlog $u "$1" | grep -E '^(T-|VSOCK-|VMWARDEN-RUN)' | tr '\n' ' ' | head -c 300)"; return 1; }
+  id=$(guest_bootids $u "$1" | tail -1)
+  [ -n "$id" ] || { fail "vsk: the guest printed no boot id"; return 1; }
+  t0=$(date +%s.%N)
+  out=$(timeout 90 ssh vsock/5 'echo "T-SSH-RAN boot=$(cat /proc/sys/kernel/random/boot_id)"' 2>>"$LOG"); rc=$?
+  log "ssh vsock/5: rc=$rc out=$out"
+  [ $rc -eq 0 ] && [ "$out" = "T-SSH-RAN boot=$id" ] \
+    || { fail "vsk: ssh vsock/5 rc=$rc said '$(printf '%s' "$out" | head -c 200)', not the guest's boot id $id"; return 1; }
+  note "ssh vsock/5 ran a command in the guest (its boot id $id) in $(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}') s"
+  timeout 90 ssh vsock/5 'exit 7' 2>>"$LOG"; rc=$?
+  [ $rc -eq 7 ] || { fail "vsk: ssh vsock/5 'exit 7' returned $rc"; return 1; }
+  out=$(timeout 90 ssh -o UserKnownHostsFile=/dev/null vsock/5 true 2>&1); rc=$?
+  log "ssh vsock/5 without the host key: rc=$rc $out"
+  [ $rc -ne 0 ] && printf '%s' "$out" | grep -q 'Host key verification failed' \
+    || { fail "vsk: ssh vsock/5 with an unknown host key was not refused (rc=$rc): $(printf '%s' "$out" | tr '\n' ' ' | head -c 200)"; return 1; }
+  note "exit status passed back; an unknown host key refused"
+}
+
+# ---------------------------------------------------------------- guest_reboot
+# A reboot and a poweroff from inside the guest, on each hypervisor, through
+# the unit. The guest is reached the way an operator reaches it, `ssh
+# vsock-mux/<its control/vsock.sock>` (run.sh's ssh_config, the hybrid vsock
+# of each VM), and runs `kill -USR2 1` (its PID 1 reboots, as systemd's
+# `reboot` ends) or `kill -USR1 1` (poweroff). The VMs and what each must do:
+#   rbq  QEMU: a credential, a read-only virtiofs share, the user vsock
+#        backend (virtiofsd and vhost-device-vsock must serve the second
+#        boot as they served the first). Reboot in place; poweroff: off.
+#   rbc  cloud-hypervisor: a credential, a tap, its own hybrid vsock. Reboot
+#        in place; poweroff: off.
+#   rbf  firecracker: a tap, its hybrid vsock. A reboot ends firecracker
+#        with 0 and the unit restarts it (RestartForceExitStatus=0);
+#        `vmwarden stop` by hand is refused (the unit would restart it);
+#        a poweroff halts the guest and firecracker runs on (it has no ACPI
+#        power-off): the unit stays active until `systemctl stop`.
+#   rbv  (only when guest_reboot is named in VMWARDEN_SYSTEMD_ONLY: it
+#        costs a minute) cloud-hypervisor with a virtiofs share: its
+#        in-place reboot cannot reconnect to virtiofsd (which ends when its
+#        client goes), cloud-hypervisor gives up after a minute and exits 1,
+#        and the unit restarts it (Restart=on-failure). Poweroff: off.
+# In place: the same hypervisor process and instance, no cleanup, the unit
+# active throughout. Restarted: a new process and instance, NRestarts one
+# up, the run's cleanup report clean (with the exit systemd saw), wait-ready
+# passed again. Either way: a new boot (another boot id on the console),
+# the credential, the share and the tap work in it, ssh reaches it again.
+# Off: the unit inactive with Result=success (not failed), the cleanup
+# report saying the hypervisor exited 0, no restart, verify-clean clean.
+RB_REBOOT_rbq=in-place RB_REBOOT_rbc=in-place RB_REBOOT_rbf=restart RB_REBOOT_rbv=restart
+RB_EXIT_rbf='"success","exited","0"' RB_EXIT_rbv='"exit-code","exited","1"'
+RB_POWEROFF_rbf=halt
+rb_ssh() { # VM COMMAND: run COMMAND in VM's guest over its hybrid vsock socket
+  timeout 90 ssh "vsock-mux$RUNTIME_ROOT/$1/control/vsock.sock" "$2" 2>>"$LOG"
+}
+rb_props() { systemctl show -p ActiveState,SubState,Result,MainPID,NRestarts "$1" | tr '\n' ' '; }
+rb_prop() { systemctl show -p "$2" --value "$1"; }
+rb_instance() { "$VMW" status "$1" --json 2>>"$LOG" | jq -r '.[0].instance_id // "none"'; }
+# what systemd told the cleanup of the run after CURSOR about the exit
+rb_exit_seen() { # UNIT CURSOR -> "result","code","status"
+  cleanup_report "$1" "$2" first | jq -r '.service_result | "\"\(.service_result)\",\"\(.exit_code)\",\"\(.exit_status)\""' 2>/dev/null
+}
+# the guest's next boot after CURSOR: a boot id other than OLD, its READY
+# and its sshd; prints the new boot id
+rb_wait_boot() { # VM CURSOR OLD_ID
+  local u=microvm@$1.service end=$((SECONDS + READY_TIMEOUT)) new j
+  while :; do
+    j=$(jlog "$u" "$2")
+    new=$(printf '%s\n' "$j" | sed -n 's/^T-BOOTID \([0-9a-f-]*\).*/\1/p' | grep -vx -- "$3" | tail -1)
+    if [ -n "$new" ] && printf '%s\n' "$j" | grep -q '^VMWARDEN-GUEST-READY' \
+       && printf '%s\n' "$j" | grep -q '^VSOCK-SERVE listening port=22'; then
+      echo "$new"; return 0
+    fi
+    [ $SECONDS -lt $end ] || return 1
+    sleep 1
+  done
+}
+# a short stop for a guest that cannot answer the stop's Ctrl-Alt-Del (a
+# halted firecracker guest): vmwarden stop then SIGKILLs after 2 s, not 30
+rb_short_stop() { # VM on|off
+  local d=/run/systemd/system/microvm@$1.service.d
+  if [ "$2" = on ]; then
+    mkdir -p "$d"
+    printf '[Service]\nExecStop=\nExecStop=/usr/local/bin/vmwarden stop %%i --timeout 2\n' >"$d/50-rb-stop.conf"
+  else
+    rm -f "$d/50-rb-stop.conf"
+  fi
+  systemctl daemon-reload
+}
+rb_one() { # VM
+  local vm=$1 u=microvm@$1.service kind cur cur1 cur2 pid1 pid2 n1 n2 id1 id2 inst1 inst2 out rc ip var
+  local how=RB_REBOOT_$1 exitv=RB_EXIT_$1 offv=RB_POWEROFF_$1
+  kind=$(jq -r .hypervisor.kind "/etc/vmwarden/vms/$vm.json")
+  systemctl reset-failed "$u" 2>/dev/null
+  cur=$(mark)
+  timeout 600 systemctl start "$u"; rc=$?
+  [ $rc -eq 0 ] || { fail "$vm: systemctl start rc=$rc: $(jlog "$u" "$cur" | tail -4 | tr '\n' ' ')"; return 1; }
+  if [ "$kind" = qemu ]; then check_running "$vm" "$cur" || return 1; else hv_running "$vm" "$cur" || return 1; fi
+  wait_guest "$vm" "$cur" || return 1
+  wait_journal "$u" "$cur" '^VSOCK-SERVE listening port=22' 60 || { fail "$vm: the guest's sshd is not listening"; return 1; }
+  id1=$(guest_bootids "$u" "$cur" | tail -1)
+  pid1=$(mainpid "$u"); n1=$(rb_prop "$u" NRestarts); inst1=$(rb_instance "$vm")
+  log "$vm ($kind) before its reboot: $(rb_props "$u") boot=$id1 instance=$inst1"
+
+  # reboot from inside
+  cur1=$(mark)
+  rb_ssh "$vm" '(sleep 1; kill -USR2 1) </dev/null >/dev/null 2>&1 &' \
+    || { fail "$vm: ssh vsock-mux$RUNTIME_ROOT/$vm/control/vsock.sock failed"; return 1; }
+  id2=$(rb_wait_boot "$vm" "$cur1" "$id1") \
+    || { fail "$vm: no new boot within ${READY_TIMEOUT}s of the guest's reboot: $(rb_props "$u") $(jlog "$u" "$cur1" | tail -5 | tr '\n' ' ')"; return 1; }
+  pid2=$(mainpid "$u"); n2=$(rb_prop "$u" NRestarts); inst2=$(rb_instance "$vm")
+  log "$vm ($kind) after its reboot: $(rb_props "$u") boot=$id2 instance=$inst2"
+  [ "$(state "$u")" = active ] || { fail "$vm: $u is $(state "$u") after the guest's reboot"; return 1; }
+  "$VMW" status "$vm" --json 2>>"$LOG" | jq -e '.[0].state == "running"' >/dev/null \
+    || { fail "$vm: vmwarden status does not say running after the reboot"; return 1; }
+  case ${!how} in
+    restart)
+      [ "$pid2" != "$pid1" ] && [ "$n2" -eq $((n1 + 1)) ] && [ "$inst2" != "$inst1" ] \
+        || { fail "$vm: $kind's reboot: MainPID $pid1 -> $pid2, NRestarts $n1 -> $n2, instance $inst1 -> $inst2 (want a restart by the unit)"; return 1; }
+      check_cleanup "$vm" "$u" "$cur1" first || return 1
+      out=$(rb_exit_seen "$u" "$cur1")
+      [ "$out" = "${!exitv}" ] || { fail "$vm: the run ended with $out, not ${!exitv}"; return 1; }
+      systemctl show -p ExecStartPost "$u" | grep -Eq 'wait-ready.*code=exited ; status=0( |/)' \
+        || { fail "$vm: wait-ready did not pass again after the restart"; return 1; }
+      note "$vm reboot: $kind ended ($out), restarted by its unit (pid $pid1 -> $pid2, NRestarts $n1 -> $n2), cleanup between the runs clean, new boot"
+      ;;
+    *)
+      [ "$pid2" = "$pid1" ] && [ "$n2" = "$n1" ] && [ "$inst2" = "$inst1" ] \
+        || { fail "$vm: $kind's reboot: MainPID $pid1 -> $pid2, NRestarts $n1 -> $n2, instance $inst1 -> $inst2 (want the same, in place)"; return 1; }
+      [ -z "$(cleanup_report "$u" "$cur1")" ] || { fail "$vm: a cleanup ran across the in-place reboot"; return 1; }
+      note "$vm reboot: in place (same pid $pid1 and instance), new boot"
+      ;;
+  esac
+  check_creds "$vm" "$u" "$cur1" || return 1
+  if jlog "$u" "$cur" | grep -q '^T-VREAD'; then
+    jlog "$u" "$cur1" | grep -qx 'T-VREAD from the L2 host' \
+      || { fail "$vm: the virtiofs share is not readable in the new boot"; return 1; }
+    note "$vm share read again"
+  fi
+  if hv_has "$vm" net; then
+    var="HV_IP_$vm"; ip=${!var}
+    $BB ping -c 2 -W 5 "$ip" >>"$LOG" 2>&1 || { fail "$vm: L2 cannot ping the guest at $ip after its reboot"; return 1; }
+    note "$vm tap: ping $ip again"
+  fi
+  if [ "$kind" = firecracker ]; then
+    out=$("$VMW" stop "$vm" --timeout 5 2>&1); rc=$?
+    log "$vm: vmwarden stop by hand: rc=$rc $out"
+    [ $rc -eq 1 ] && printf '%s' "$out" | grep -q "systemctl stop $u" \
+      && [ "$(state "$u")" = active ] && [ "$(mainpid "$u")" = "$pid2" ] \
+      || { fail "$vm: vmwarden stop by hand rc=$rc ($(printf '%s' "$out" | tail -1 | head -c 200)), unit $(state "$u") pid $(mainpid "$u")"; return 1; }
+    note "$vm: vmwarden stop by hand refused, pointing to systemctl stop; still running"
+  fi
+
+  # poweroff from inside
+  cur2=$(mark)
+  rb_ssh "$vm" '(sleep 1; kill -USR1 1) </dev/null >/dev/null 2>&1 &' || { fail "$vm: ssh for the poweroff failed"; return 1; }
+  case ${!offv:-off} in
+    halt)
+      wait_journal "$u" "$cur2" 'reboot: System halted' 60 \
+        || { fail "$vm: the guest did not halt: $(jlog "$u" "$cur2" | tail -3 | tr '\n' ' ')"; return 1; }
+      sleep 5
+      log "$vm ($kind) 5 s after its halt: $(rb_props "$u")"
+      [ "$(state "$u")" = active ] && [ "$(mainpid "$u")" = "$pid2" ] && [ "$(rb_prop "$u" NRestarts)" = "$n2" ] \
+        || { fail "$vm: after the guest's poweroff: $(rb_props "$u") (want firecracker running on, pid $pid2)"; return 1; }
+      note "$vm poweroff: the guest halts, firecracker runs on (unit active, same pid)"
+      rb_short_stop "$vm" on
+      cur2=$(mark)
+      timeout 300 systemctl stop "$u"
+      rb_short_stop "$vm" off
+      check_cleanup "$vm" "$u" "$cur2" || return 1
+      case "$(state "$u")" in inactive|failed) ;; *) fail "$vm: $u is $(state "$u") after systemctl stop"; return 1 ;; esac
+      note "$vm: systemctl stop ended it ($(rb_prop "$u" Result): the halted guest cannot answer the Ctrl-Alt-Del, vmwarden stop SIGKILLs)"
+      systemctl reset-failed "$u" 2>/dev/null
+      ;;
+    *)
+      wait_settled "$u" 120 || { fail "$vm: $u still $(state "$u") 120 s after the guest's poweroff"; return 1; }
+      check_cleanup "$vm" "$u" "$cur2" || return 1
+      out=$(rb_exit_seen "$u" "$cur2")
+      # longer than RestartSec=5s: a restart would have begun by now
+      sleep 6
+      log "$vm ($kind) after its poweroff: $(rb_props "$u")"
+      [ "$(state "$u")" = inactive ] && [ "$(rb_prop "$u" Result)" = success ] \
+        && ! jlog "$u" "$cur2" | grep -q 'Scheduled restart job' && [ "$out" = '"success","exited","0"' ] \
+        || { fail "$vm: after the guest's poweroff: $(rb_props "$u"), the run ended with $out (want inactive, success, exited 0, no restart)"; return 1; }
+      note "$vm poweroff: inactive (success, $kind exited 0), not restarted"
+      ;;
+  esac
+  check_clean "$vm" || return 1
+  if hv_has "$vm" net; then
+    [ ! -e "/sys/class/net/vmw-${vm}0" ] || { fail "$vm: tap vmw-${vm}0 survives"; return 1; }
+  fi
+}
+s_guest_reboot() {
+  local vm vms="rbq rbc rbf" rc=0 bad="" t0
+  # rbv's reboot costs cloud-hypervisor's minute of reconnect attempts
+  if [ -n "$ONLY" ]; then vms="$vms rbv"; fi
+  hv_bridge || return 1
+  for vm in $vms; do
+    t0=$SECONDS
+    if rb_one "$vm"; then
+      note "${vm}_s=$((SECONDS - t0))"
+    else
+      rc=1; bad="$bad $vm: $DETAIL;"
+      rb_short_stop "$vm" off
+      timeout 300 systemctl stop "microvm@$vm.service"
+      systemctl reset-failed "microvm@$vm.service" 2>/dev/null
+    fi
+  done
+  [ $rc -eq 0 ] || DETAIL="failed:$bad"
+  return $rc
+}
+
 s_all_clean() {
   local out rc p
   out=$("$VMW" verify-clean 2>&1); rc=$?
@@ -823,7 +1055,7 @@ s_all_clean() {
   [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
   p=$(pgrep -a 'qemu-system|cloud-hyperviso|firecracker' 2>/dev/null)
   [ -z "$p" ] || { fail "hypervisors still running: $p"; return 1; }
-  for v in a b c vol vsk vfs ch fc chb fcb cx ops; do independent_clean $v || return 1; done
+  for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv; do independent_clean $v || return 1; done
   p=$(pgrep -u microvm 2>/dev/null | tr '\n' ' ')
   [ -z "$p" ] || { fail "processes of microvm (the coexist scenario's foreign VM) left: $p"; return 1; }
   note "verify-clean (all VMs) clean, no hypervisor left"
@@ -1283,6 +1515,7 @@ else
   run_scenario broken_spec s_broken_spec
   run_scenario share_volume s_share_volume
   run_scenario vhost_vsock s_vhost_vsock
+  run_scenario vsock_ssh s_vsock_ssh
   run_scenario virtiofs_vsock s_virtiofs_vsock
   run_scenario cloud_hypervisor s_cloud_hypervisor
   run_scenario firecracker s_firecracker
@@ -1290,6 +1523,7 @@ else
   run_scenario console s_console
   run_scenario balloon s_balloon
   run_scenario machined s_machined
+  run_scenario guest_reboot s_guest_reboot
   run_scenario coexist s_coexist
   run_scenario soak s_soak
   run_scenario all_clean s_all_clean

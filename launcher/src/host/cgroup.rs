@@ -310,6 +310,23 @@ pub fn own_dedicated(
     Ok((Cgroup { path, id }, Dedicated::StartedByItsUnit))
 }
 
+/// The unit whose cgroup `cg` is, when it is VM `name`'s templated unit
+/// (`PREFIX@NAME.service`) and still exists, and the caller does not run in
+/// it: a tool run by hand beside the unit, not from the unit itself (its
+/// `ExecStop=` runs in the unit's cgroup).
+pub fn managing_unit_elsewhere(cg: &Cgroup, name: &str) -> Option<String> {
+    if !is_unit_cgroup_of(&cg.path, name) || matches!(occupancy(cg), Ok(Occupancy::Gone)) {
+        return None;
+    }
+    let own = mount_point()?.join(own_path()?.trim_start_matches('/'));
+    (own != cg.path).then(|| {
+        cg.path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    })
+}
+
 /// Whether the cgroup directory `path` is a templated unit's for the
 /// instance `name`: its last component `PREFIX@NAME.service`, with a
 /// non-empty prefix.

@@ -23,6 +23,9 @@ pub const QEMU_SANDBOX: &str =
 
 /// The device id of QEMU's virtio-balloon.
 pub const QEMU_BALLOON_ID: &str = "balloon0";
+/// What QEMU does when the guest resets or powers off the machine: a reset
+/// in place, and the end of the process (`-action`, QEMU 6.0 and later).
+pub const QEMU_ACTIONS: &str = "reboot=reset,shutdown=poweroff";
 
 /// The chardev id of vmwarden's QMP monitor.
 pub const QMP_CHARDEV: &str = "vmwarden-qmp";
@@ -112,7 +115,13 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
     if !spec.cmdline.is_empty() {
         push(&["-append", &spec.cmdline]);
     }
-    push(&["-serial", "stdio", "-no-reboot"]);
+    push(&["-serial", "stdio"]);
+    // A reboot inside the guest resets the machine in place: the same
+    // process, sandbox, lease, helpers and credentials (QEMU read the fw_cfg
+    // files at start), a new boot. A poweroff ends QEMU with status 0, which
+    // the unit does not restart. (microvm.nix passes -no-reboot and restarts
+    // every exit with Restart=always; docs/design/systemd-units.md.)
+    push(&["-action", QEMU_ACTIONS]);
     push(&[
         "-chardev",
         &format!(

@@ -348,6 +348,40 @@ fn dropin_lets_firecracker_with_interfaces_make_its_network_namespace() {
 }
 
 #[test]
+fn dropin_restarts_firecracker_after_its_own_exit_and_no_other_hypervisor() {
+    // QEMU and cloud-hypervisor reset the machine in place on a guest
+    // reboot, and end only on a poweroff, which must leave the VM off.
+    for kind in ["qemu", "cloud-hypervisor"] {
+        let mut patch = serde_json::json!({
+            "hypervisor": {"kind": kind, "binary": "/usr/bin/hv"}
+        });
+        if kind == "qemu" {
+            patch["hypervisor"]["accel"] = "kvm".into();
+            patch["hypervisor"]["machine"] = "microvm".into();
+        }
+        let f = spec_file(&spec_json(patch));
+        let u = parse(&render_unit(&dropin_args("web", f.path())).expect("render"));
+        let svc = u.get("Service").cloned().unwrap_or_default();
+        assert!(
+            !svc.contains_key("RestartForceExitStatus"),
+            "{kind}: {svc:?}"
+        );
+    }
+    // firecracker ends on a guest reboot: its exit with 0 restarts it.
+    let f = spec_file(&spec_json(serde_json::json!({
+        "hypervisor": {"kind": "firecracker", "binary": "/usr/bin/firecracker"}
+    })));
+    let u = parse(&render_unit(&dropin_args("web", f.path())).expect("render"));
+    assert_eq!(u["Service"]["RestartForceExitStatus"], ["0"]);
+    // The template's own policy is unchanged: a crash restarts, a refused
+    // spec does not, a clean exit does not.
+    let t = parse(&render_unit(&RenderUnitArgs::default()).expect("render"));
+    assert_eq!(t["Service"]["Restart"], ["on-failure"]);
+    assert_eq!(t["Service"]["RestartPreventExitStatus"], ["78"]);
+    assert!(!t["Service"].contains_key("RestartForceExitStatus"));
+}
+
+#[test]
 fn dropin_refuses_what_the_launcher_refuses() {
     let cases: Vec<(String, &str)> = vec![
         ("{".to_string(), "not valid"),
