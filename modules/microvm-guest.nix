@@ -370,7 +370,7 @@ in rec {
           vsock =
             {inherit cid;}
             // optionalAttrs sshOverVsock {backend = "vhost";};
-        };
+        }
         # The host's own tools, under microvm.nix's own names.
         // optionalAttrs (g.balloon && !fc) {
           balloon = true;
