@@ -12,3 +12,4 @@ pub mod rules;
 pub mod spec;
 pub mod text;
 pub mod validation;
+pub mod vmm_notify;

@@ -43,6 +43,13 @@ pub const VSOCK_VHOST_USER_SOCKET: &str = "vsock-vhost-user.sock";
 /// `CONNECT <port>\n`. In `control/`.
 pub const VSOCK_SOCKET: &str = "vsock.sock";
 
+/// Where a hybrid vsock (firecracker's, cloud-hypervisor's) delivers a
+/// guest's connection to host port `port`: `<VSOCK_SOCKET>_<port>`, in
+/// `control/` (the guest's notify socket, `config::vmm_notify`).
+pub fn hybrid_vsock_port_socket_name(port: u32) -> String {
+    format!("{VSOCK_SOCKET}_{port}")
+}
+
 /// The vhost-user socket of the virtiofsd serving share `tag`, in
 /// `control/` (tags are `[A-Za-z0-9_.-]`, at most 31 bytes; never `.`/`..`
 /// as a whole name because of the prefix).

@@ -187,6 +187,14 @@ pub struct VsockSpec {
     /// vhost-device-vsock, for QEMU with the user backend only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binary: Option<PathBuf>,
+    // -- The guest's notify socket (config/vmm_notify.rs). --
+    /// The guest's systemd tells the host how it ends, over vsock;
+    /// firecracker only; absent = on for firecracker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<bool>,
+    /// The host vsock port it connects to; absent = 8888.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify_port: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]

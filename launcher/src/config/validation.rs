@@ -119,6 +119,7 @@ impl Spec {
         self.validate_disks(path)?;
         self.validate_shares(path)?;
         self.validate_vsock(path)?;
+        self.validate_vmm_notify(path)?;
         self.validate_host_tools(path)?;
         self.validate_interfaces(path)?;
         for (i, p) in self.landlock.read.iter().enumerate() {

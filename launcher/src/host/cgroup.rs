@@ -9,7 +9,7 @@
 //! VM and whatever the VM started — found in O(1), however busy the host.
 
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -446,16 +446,23 @@ pub fn pidfd_open(pid: u32) -> Option<OwnedFd> {
 
 /// SIGKILL through a pidfd; false when the process is already gone.
 pub fn pidfd_kill(fd: &OwnedFd) -> bool {
-    // SAFETY: a plain syscall on an fd we own, no siginfo.
-    unsafe {
+    pidfd_signal(fd.as_raw_fd(), libc::SIGKILL).is_ok()
+}
+
+/// `pidfd_send_signal(fd, signal)`: the process the pidfd was opened on,
+/// never one that reused its pid (ESRCH once it has exited).
+pub fn pidfd_signal(fd: RawFd, signal: libc::c_int) -> Result<(), Errno> {
+    // SAFETY: a plain syscall on a descriptor number, no siginfo.
+    let rc = unsafe {
         libc::syscall(
             libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
-            libc::SIGKILL,
+            fd,
+            signal,
             std::ptr::null::<libc::siginfo_t>(),
             0,
-        ) == 0
-    }
+        )
+    };
+    Errno::result(rc).map(drop)
 }
 
 #[cfg(test)]

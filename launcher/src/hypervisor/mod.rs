@@ -7,6 +7,7 @@
 pub mod api;
 pub mod elf;
 pub mod qmp;
+pub mod vmm_notify;
 
 use std::path::{Path, PathBuf};
 
@@ -370,7 +371,9 @@ pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
 pub fn firecracker_config(spec: &Spec, control_dir: &Path) -> String {
     let mut boot = json!({
         "kernel_image_path": spec.kernel,
-        "boot_args": spec.cmdline,
+        // With the guest's notify credential when it has a notify socket
+        // (config::vmm_notify).
+        "boot_args": spec.boot_cmdline(),
     });
     if let Some(i) = &spec.initrd {
         boot["initrd_path"] = json!(i);

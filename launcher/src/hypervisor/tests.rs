@@ -200,6 +200,8 @@ fn firecracker_names_its_taps_and_puts_its_vsock_in_control() {
         cid: 7,
         backend: VsockBackend::User,
         binary: None,
+        notify: None,
+        notify_port: None,
     });
     s.validate(
         Path::new("/etc/vmwarden/vms/web.json"),
@@ -219,6 +221,12 @@ fn firecracker_names_its_taps_and_puts_its_vsock_in_control() {
     assert_eq!(
         v["vsock"],
         json!({ "guest_cid": 7, "uds_path": "/run/vmwarden/web/control/vsock.sock" })
+    );
+    // A VM with vsock gets the guest's notify credential on its kernel
+    // command line (config::vmm_notify), after the spec's own.
+    assert_eq!(
+        v["boot-source"]["boot_args"],
+        "console=ttyS0 quiet systemd.set_credential=vmm.notify_socket:vsock-stream:2:8888"
     );
     // No tap fd on its command line: it opens them by name.
     assert_eq!(argv(&s, &layout(), true).len(), 5);
@@ -355,6 +363,8 @@ fn qemu_pci_machines_read_only_9p_and_the_vhost_vsock_fd() {
         cid: 7,
         backend: VsockBackend::Vhost,
         binary: None,
+        notify: None,
+        notify_port: None,
     });
     let l = Layout {
         vhost_vsock_fd: Some(9),
@@ -403,6 +413,8 @@ fn renders_golden_cloud_hypervisor_argv_with_fs_vsock_and_extra_args() {
         cid: 5,
         backend: VsockBackend::User,
         binary: None,
+        notify: None,
+        notify_port: None,
     });
     s.hypervisor.extra_args = vec!["--rng".into(), "src=/dev/urandom".into()];
     let p = Path::new("/etc/vmwarden/vms/web.json");

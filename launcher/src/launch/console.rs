@@ -68,7 +68,7 @@ fn sys_err(source: SysError) -> HelperError {
 fn setup_err(detail: String) -> HelperError {
     HelperError::Setup {
         helper: NAME.into(),
-        binary: "(the launcher's own code)".into(),
+        binary: helpers::OWN_CODE.into(),
         detail,
     }
 }
@@ -181,7 +181,7 @@ fn confine(
     // SAFETY: setting SIGPIPE's disposition to ignore installs no handler.
     unsafe { nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigIgn) }
         .map_err(|e| format!("signal(SIGPIPE): {e}"))?;
-    close_all_but(keep)?;
+    sandbox::close_all_but(keep)?;
     let policy = landlock::Policy {
         rules: Vec::new(),
         vm_trees: Vec::new(),
@@ -192,27 +192,6 @@ fn confine(
         .landlock_restrict(&policy, ctx.landlock)
         .map_err(|e| e.to_string())?;
     seccomp::apply(ctx.sys, ctx.seccomp).map_err(|e| e.to_string())?;
-    Ok(())
-}
-
-/// Close every fd from 3 up but `keep` (stdin, stdout and stderr stay:
-/// stdout is the journal the guest's lines go to).
-fn close_all_but(keep: &[RawFd]) -> Result<(), String> {
-    let mut keep: Vec<u32> = keep.iter().filter_map(|k| u32::try_from(*k).ok()).collect();
-    keep.sort_unstable();
-    let mut first = 3u32;
-    for k in keep.iter().copied().chain(std::iter::once(u32::MAX)) {
-        if k > first {
-            let last = if k == u32::MAX { u32::MAX } else { k - 1 };
-            // SAFETY: close_range(2) takes plain integers and closes fds of
-            // this process only; none in the range is used after this.
-            let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
-            if r != 0 {
-                return Err(format!("close_range({first}, {last}): {}", Errno::last()));
-            }
-        }
-        first = k.saturating_add(1);
-    }
     Ok(())
 }
 

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, AtFlags, FcntlArg, FdFlag, OFlag};
-use nix::sys::signal::Signal;
+use nix::sys::signal::{SigHandler, Signal};
 use nix::sys::socket::{
     bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
 };
@@ -42,6 +42,7 @@ use nix::unistd::{ForkResult, Gid, Pid, Uid};
 use seccompiler::BpfProgram;
 
 use crate::config::spec::LandlockMode;
+use crate::host::cgroup;
 use crate::host::dirs::Dir;
 use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal::Principal;
@@ -53,7 +54,8 @@ mod shape;
 mod share_root;
 
 pub use shape::{
-    need_proc_sys, plan, Arg, Channel, Filter, Helper, HelperKind, Root, Shape, Share, TABLE,
+    need_proc_sys, plan, Arg, Channel, Filter, Helper, HelperKind, Own, Program, Root, Shape,
+    Share, OWN_CODE, TABLE,
 };
 use share_root::{confine_to_share, share_namespace};
 
@@ -164,7 +166,7 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
     for p in &h.sockets {
         remove_stale(ctx.control, p).map_err(sys)?;
     }
-    let listener = match (shape.channel, h.socket()) {
+    let mut listener = match (shape.channel, h.socket()) {
         (Channel::Listener, Some(socket)) => {
             Some(bind_listener(ctx.control, socket, ctx.principal).map_err(sys)?)
         }
@@ -215,22 +217,40 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
                 Root::Share => h.share.as_ref().map(|s| (s.source.as_path(), s.read_only)),
                 Root::Vm => None,
             };
-            let err = child(
+            let confined = child(
                 &principal,
                 parent,
                 &policy,
                 ctx,
                 ctx.programs(shape.filter),
-                fd,
+                listener.take(),
                 share,
-                &c_prog,
-                &c_argv,
-                &c_env,
+                Run {
+                    program: shape.program,
+                    name: shape.name,
+                    status: status_w.as_raw_fd(),
+                    prog: &c_prog,
+                    argv: &c_argv,
+                    env: &c_env,
+                },
             );
-            let msg = err.to_string();
-            let _ = nix::unistd::write(&status_w, msg.as_bytes());
-            // SAFETY: _exit ends this forked child at once, without running
-            // the parent's atexit handlers or flushing its buffers twice.
+            match (confined, shape.program) {
+                // vmwarden's own code, confined: closing the status pipe
+                // tells the launcher it started.
+                (Ok(own), Program::Own { main, .. }) => {
+                    drop(status_w);
+                    let code = main(own);
+                    // SAFETY: _exit ends this forked child at once, without
+                    // running the parent's atexit handlers or flushing its
+                    // buffers twice.
+                    unsafe { libc::_exit(code) }
+                }
+                (Ok(_), Program::Exec) => {}
+                (Err(msg), _) => {
+                    let _ = nix::unistd::write(&status_w, msg.as_bytes());
+                }
+            }
+            // SAFETY: as above.
             unsafe { libc::_exit(127) }
         }
         ForkResult::Parent { child } => {
@@ -258,7 +278,22 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
     }
 }
 
-/// The child's way to `execve`; returns only with what went wrong.
+/// What the child runs once confined, and how it reports.
+struct Run<'a> {
+    program: Program,
+    /// The entry's name (the process's `comm` for vmwarden's own code).
+    name: &'static str,
+    /// The status pipe's write end: kept open by vmwarden's own code until
+    /// it is confined (an exec'd binary closes it by `execve`).
+    status: RawFd,
+    prog: &'a CString,
+    argv: &'a [CString],
+    env: &'a [CString],
+}
+
+/// The child's way to `execve` (an exec'd helper: returns only with what
+/// went wrong) or to its confined state (vmwarden's own code: returns what
+/// its `main` is given).
 #[allow(clippy::too_many_arguments)]
 fn child(
     principal: &Principal,
@@ -266,48 +301,79 @@ fn child(
     policy: &landlock::Policy,
     ctx: &Context<'_>,
     filter: &[BpfProgram],
-    listener: Option<RawFd>,
+    handed: Option<OwnedFd>,
     share: Option<(&Path, bool)>,
-    prog: &CString,
-    argv: &[CString],
-    env: &[CString],
-) -> String {
-    let run = || -> Result<(), String> {
-        match share {
-            Some((share, read_only)) => {
-                share_namespace(ctx.sys, share, read_only).map_err(|e| e.to_string())?;
-                nix::unistd::chdir(share).map_err(|e| format!("chdir {}: {e}", share.display()))?;
-            }
-            None => nix::unistd::chdir("/").map_err(|e| format!("chdir /: {e}"))?,
+    run: Run<'_>,
+) -> Result<Own, String> {
+    match share {
+        Some((share, read_only)) => {
+            share_namespace(ctx.sys, share, read_only).map_err(|e| e.to_string())?;
+            nix::unistd::chdir(share).map_err(|e| format!("chdir {}: {e}", share.display()))?;
         }
-        sandbox::drop_privileges_with(ctx.sys, principal).map_err(|e| e.to_string())?;
-        // After the drop: changing credentials clears the death signal.
-        nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL))
-            .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
-        if nix::unistd::getppid() != parent {
-            return Err("the launcher died while the helper was starting".into());
-        }
-        ctx.sys
-            .landlock_restrict(policy, ctx.landlock)
-            .map_err(|e| e.to_string())?;
-        seccomp::apply(ctx.sys, filter).map_err(|e| e.to_string())?;
-        let mut keep = vec![ctx.lease.inherit_across_exec().map_err(|e| e.to_string())?];
-        if let Some(fd) = listener {
-            // SAFETY: `fd` is the listening socket the parent bound; it
-            // stays open in this process until execve.
-            let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-            fcntl(b, FcntlArg::F_SETFD(FdFlag::empty()))
-                .map_err(|e| format!("fcntl(F_SETFD) of the listening socket: {e}"))?;
-            keep.push(fd);
-        }
-        sandbox::cloexec_all_but(ctx.sys, &keep).map_err(|e| e.to_string())?;
-        Ok(())
-    };
-    if let Err(e) = run() {
-        return e;
+        None => nix::unistd::chdir("/").map_err(|e| format!("chdir /: {e}"))?,
     }
-    let e = ctx.sys.execve(prog, argv, env);
-    format!("execve {}: {e}", prog.to_string_lossy())
+    sandbox::drop_privileges_with(ctx.sys, principal).map_err(|e| e.to_string())?;
+    // After the drop: changing credentials clears the death signal.
+    nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL))
+        .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    // A handle on the launcher, which becomes the hypervisor: opened
+    // before the parent check below, which proves it is that process and
+    // not one that took its pid.
+    let hypervisor = match run.program {
+        Program::Own {
+            ends_hypervisor: true,
+            ..
+        } => Some(
+            cgroup::pidfd_open(u32::try_from(parent.as_raw()).unwrap_or(0))
+                .ok_or_else(|| format!("pidfd_open({parent}): {}", Errno::last()))?,
+        ),
+        _ => None,
+    };
+    if nix::unistd::getppid() != parent {
+        return Err("the launcher died while the helper was starting".into());
+    }
+    let outcome = ctx
+        .sys
+        .landlock_restrict(policy, ctx.landlock)
+        .map_err(|e| e.to_string())?;
+    seccomp::apply(ctx.sys, filter).map_err(|e| e.to_string())?;
+    let mut keep = vec![ctx.lease.inherit_across_exec().map_err(|e| e.to_string())?];
+    keep.extend(handed.as_ref().map(AsRawFd::as_raw_fd));
+    match run.program {
+        Program::Exec => {
+            if let Some(fd) = &handed {
+                fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))
+                    .map_err(|e| format!("fcntl(F_SETFD) of the listening socket: {e}"))?;
+            }
+            sandbox::cloexec_all_but(ctx.sys, &keep).map_err(|e| e.to_string())?;
+            let e = ctx.sys.execve(run.prog, run.argv, run.env);
+            Err(format!("execve {}: {e}", run.prog.to_string_lossy()))
+        }
+        Program::Own { .. } => {
+            // Its domain grants no file access: prove it where Landlock is
+            // enforced at all, before it reads a byte from the guest.
+            if outcome != landlock::Outcome::NotEnforced {
+                if let Ok(fd) = nix::fcntl::open(
+                    "/",
+                    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                ) {
+                    drop(fd);
+                    return Err("its Landlock domain lets it read `/`; refusing to run it".into());
+                }
+            }
+            keep.push(run.status);
+            keep.extend(hypervisor.as_ref().map(AsRawFd::as_raw_fd));
+            sandbox::close_all_but(&keep)?;
+            let comm = CString::new(run.name).map_err(|_| format!("{:?} holds a NUL", run.name))?;
+            nix::sys::prctl::set_name(&comm).map_err(|e| format!("prctl(PR_SET_NAME): {e}"))?;
+            // A write to a closed stream is an error, not a signal.
+            // SAFETY: setting SIGPIPE's disposition installs no handler.
+            unsafe { nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigIgn) }
+                .map_err(|e| format!("signal(SIGPIPE): {e}"))?;
+            Ok(Own { handed, hypervisor })
+        }
+    }
 }
 
 /// Read the status pipe until it closes: empty means `execve` succeeded

@@ -5,7 +5,7 @@
 //! Every function here runs in the single-threaded launcher between taking
 //! the lease and `execve`.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::Path;
 
 use nix::errno::Errno;
@@ -315,6 +315,29 @@ pub fn cloexec_all_but(sys: &dyn Syscall, keep: &[i32]) -> Result<()> {
             let last = if k == u32::MAX { u32::MAX } else { k - 1 };
             sys.cloexec_range(first, last)
                 .sys("close_range(CLOEXEC)", "/proc/self/fd")?;
+        }
+        first = k.saturating_add(1);
+    }
+    Ok(())
+}
+
+/// Close every fd from 3 up but `keep` (stdin, stdout and stderr stay):
+/// what a forked child that runs the launcher's own code keeps (the console
+/// relay, a helper of vmwarden's own code), instead of an `execve`'s
+/// close-on-exec.
+pub fn close_all_but(keep: &[RawFd]) -> Result<(), String> {
+    let mut keep: Vec<u32> = keep.iter().filter_map(|k| u32::try_from(*k).ok()).collect();
+    keep.sort_unstable();
+    let mut first = 3u32;
+    for k in keep.iter().copied().chain(std::iter::once(u32::MAX)) {
+        if k > first {
+            let last = if k == u32::MAX { u32::MAX } else { k - 1 };
+            // SAFETY: close_range(2) takes plain integers and closes fds of
+            // this process only; none in the range is used after this.
+            let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+            if r != 0 {
+                return Err(format!("close_range({first}, {last}): {}", Errno::last()));
+            }
         }
         first = k.saturating_add(1);
     }

@@ -2,17 +2,21 @@
 //! [`TABLE`]: its name, the spec field of its binary, how the hypervisor
 //! reaches it ([`Channel`]), where its file system is rooted ([`Root`]),
 //! which seccomp filter it gets ([`Filter`]), whether it needs `/proc/sys`,
+//! what runs ([`Program`]: a binary the spec names, or vmwarden's own code)
 //! and the function that reads its instances (with their arguments) from
 //! the spec. Every consumer reads the entry — the plan, the argv, the
 //! Landlock domain, the start and its wait (`launch::helpers`), the intent
 //! record (`launch::resources`) — and none matches on the kind, so a new
 //! helper is a new entry here, not new code there.
 
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
-use crate::config::paths::{virtiofs_socket_name, VSOCK_SOCKET, VSOCK_VHOST_USER_SOCKET};
+use crate::config::paths::{
+    hybrid_vsock_port_socket_name, virtiofs_socket_name, VSOCK_SOCKET, VSOCK_VHOST_USER_SOCKET,
+};
 use crate::config::spec::{HypervisorKind, ShareProto, Spec, VsockBackend};
+use crate::hypervisor::vmm_notify;
 use crate::launch::landlock;
 
 /// Which daemon a helper runs (an index into [`TABLE`]).
@@ -20,6 +24,7 @@ use crate::launch::landlock;
 pub enum HelperKind {
     Virtiofsd,
     VhostDeviceVsock,
+    VmmNotify,
 }
 
 impl HelperKind {
@@ -67,6 +72,49 @@ pub enum Filter {
     Launcher,
 }
 
+/// What a helper runs once it is confined.
+#[derive(Debug, Clone, Copy)]
+pub enum Program {
+    /// The binary the spec names ([`Shape::binary_field`]), `execve`d.
+    Exec,
+    /// vmwarden's own code: `main` runs in the forked child itself, no
+    /// `execve`, once the child is confined as an exec'd helper would be
+    /// (the principal, no capability, the death signal, Landlock, seccomp)
+    /// and holds no descriptor but stdin, stdout, stderr, the lease and
+    /// what it is handed ([`Own`]). Its Landlock domain grants no file
+    /// access at all (checked before `main` runs: it cannot open `/`); it
+    /// reaches what it serves only through its descriptors. Its exit
+    /// status is `main`'s. The launcher's memory it starts with is a copy
+    /// of what the launcher held: a VM with credentials never gets such a
+    /// helper (see the entries).
+    Own {
+        main: fn(Own) -> i32,
+        /// It may end the hypervisor: it gets a pidfd of the process that
+        /// becomes the hypervisor ([`Own::hypervisor`]), and its Landlock
+        /// domain leaves signals unscoped (the hypervisor's domain is not
+        /// within the helper's, so a scoped domain could not signal it).
+        /// What it may signal is then what its uid may: the processes of
+        /// this VM's dedicated principal.
+        ends_hypervisor: bool,
+    },
+}
+
+/// What an [`Program::Own`] helper's `main` is given.
+#[derive(Debug)]
+pub struct Own {
+    /// The descriptor root handed over ([`Channel::Listener`]: the
+    /// listening socket).
+    pub handed: Option<OwnedFd>,
+    /// A pidfd of the process that becomes the hypervisor (the helper's
+    /// parent), opened before the child checked that its parent is still
+    /// the launcher; with `ends_hypervisor` only.
+    pub hypervisor: Option<OwnedFd>,
+}
+
+/// What errors name as the binary of an [`Program::Own`] helper (and of
+/// the console relay).
+pub const OWN_CODE: &str = "the launcher's own code";
+
 /// One kind of helper: everything the launch, the sandbox and the intent
 /// record need to know about it.
 #[derive(Debug)]
@@ -82,6 +130,7 @@ pub struct Shape {
     pub channel: Channel,
     pub root: Root,
     pub filter: Filter,
+    pub program: Program,
     /// It reads the VM's `/proc/sys` (virtiofsd reads
     /// `/proc/sys/fs/nr_open` at start and exits without it), which a
     /// `subset=pid` procfs does not have.
@@ -104,6 +153,7 @@ pub static TABLE: &[Shape] = &[
         channel: Channel::Listener,
         root: Root::Share,
         filter: Filter::Launcher,
+        program: Program::Exec,
         proc_sys: true,
         plan: plan_virtiofsd,
     },
@@ -116,8 +166,30 @@ pub static TABLE: &[Shape] = &[
         channel: Channel::OwnSockets,
         root: Root::Vm,
         filter: Filter::Launcher,
+        program: Program::Exec,
         proc_sys: false,
         plan: plan_vhost_device_vsock,
+    },
+    // -- vmm-notify: a firecracker guest's poweroff ends its VM
+    //    (config::vmm_notify, hypervisor::vmm_notify). --
+    Shape {
+        kind: HelperKind::VmmNotify,
+        name: "vmm-notify",
+        tag_noun: None,
+        binary_field: "vsock.notify",
+        // Root binds `control/vsock.sock_PORT`, where firecracker's hybrid
+        // vsock delivers the guest's connections to host port PORT.
+        channel: Channel::Listener,
+        root: Root::Vm,
+        filter: Filter::Launcher,
+        // Firecracker VMs have no credentials (the spec refuses them): the
+        // launcher's memory this child starts with holds no secret.
+        program: Program::Own {
+            main: vmm_notify_main,
+            ends_hypervisor: true,
+        },
+        proc_sys: false,
+        plan: plan_vmm_notify,
     },
 ];
 
@@ -189,9 +261,22 @@ impl Helper {
     }
 
     /// The helper's own Landlock domain: its binary and the system's
-    /// trees, its share, and the control dir when it makes its own sockets.
+    /// trees, its share, and the control dir when it makes its own sockets;
+    /// for vmwarden's own code, nothing (see [`Program::Own`]).
     pub fn policy(&self, control_dir: &Path, vm_trees: &[PathBuf]) -> landlock::Policy {
         let shape = self.shape();
+        if let Program::Own {
+            ends_hypervisor, ..
+        } = shape.program
+        {
+            return landlock::Policy {
+                rules: Vec::new(),
+                vm_trees: Vec::new(),
+                signals_unscoped: ends_hypervisor,
+                // Applied right after the drop, which set it.
+                no_new_privs_set: true,
+            };
+        }
         let share = self.share.as_ref().map(|s| {
             (
                 s.source.as_path(),
@@ -287,4 +372,30 @@ fn plan_vhost_device_vsock(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
         sockets: vec![socket, host],
         share: None,
     }]
+}
+
+/// `vmm-notify`, for a firecracker VM with vsock unless its spec turns it
+/// off (`Spec::vmm_notify_port`): vmwarden's own code listening where the
+/// guest's notify connections arrive.
+fn plan_vmm_notify(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
+    let Some(port) = spec.vmm_notify_port() else {
+        return Vec::new();
+    };
+    vec![Helper {
+        kind: HelperKind::VmmNotify,
+        tag: None,
+        binary: PathBuf::from(OWN_CODE),
+        sockets: vec![control_dir.join(hybrid_vsock_port_socket_name(port))],
+        share: None,
+        args: Vec::new(),
+    }]
+}
+
+/// vmm-notify's `main`: serve the listening socket until the guest powers
+/// off, then end the hypervisor.
+fn vmm_notify_main(own: Own) -> i32 {
+    match (own.handed, own.hypervisor) {
+        (Some(listener), Some(hypervisor)) => vmm_notify::serve(listener, hypervisor),
+        _ => 1,
+    }
 }

@@ -105,3 +105,68 @@ fn the_table_is_in_the_kinds_order_with_one_entry_each() {
     names.dedup();
     assert_eq!(names.len(), TABLE.len());
 }
+
+#[test]
+fn a_firecracker_vm_with_vsock_gets_vmm_notify_confined_to_its_descriptors() {
+    let mut v = serde_json::json!({
+        "version": 1, "name": "web",
+        "principal": { "uid": 61001, "gid": 61001 },
+        "hypervisor": { "kind": "firecracker", "binary": "/usr/bin/firecracker", "accel": "kvm" },
+        "vcpus": 1, "memory_mib": 256, "kernel": "/boot/vmlinux",
+        "vsock": { "cid": 5, "backend": "user" }
+    });
+    let control = Path::new("/run/vmwarden/web/control");
+    let got = plan(&spec(v.clone()), control);
+    assert_eq!(got.len(), 1);
+    let h = &got[0];
+    assert_eq!(h.kind, HelperKind::VmmNotify);
+    assert_eq!(h.name(), "vmm-notify");
+    // The socket root binds: where firecracker's hybrid vsock delivers the
+    // guest's connection to host port 8888.
+    assert_eq!(
+        h.socket(),
+        Some(Path::new("/run/vmwarden/web/control/vsock.sock_8888"))
+    );
+    assert_eq!(h.shape().channel, Channel::Listener);
+    assert!(matches!(
+        h.shape().program,
+        Program::Own {
+            ends_hypervisor: true,
+            ..
+        }
+    ));
+    // No file access at all; signals unscoped, to end the hypervisor.
+    let p = h.policy(control, &[control.to_path_buf()]);
+    assert!(p.rules.is_empty() && p.vm_trees.is_empty());
+    assert!(p.signals_unscoped && p.no_new_privs_set);
+    // Its own port.
+    v["vsock"]["notify_port"] = serde_json::json!(1234);
+    let got = plan(&spec(v.clone()), control);
+    assert_eq!(
+        got[0].socket(),
+        Some(Path::new("/run/vmwarden/web/control/vsock.sock_1234"))
+    );
+    // Off by the spec, or no vsock: no helper.
+    v["vsock"]["notify"] = serde_json::json!(false);
+    v["vsock"].as_object_mut().unwrap().remove("notify_port");
+    assert!(plan(&spec(v.clone()), control).is_empty());
+    v.as_object_mut().unwrap().remove("vsock");
+    assert!(plan(&spec(v), control).is_empty());
+}
+
+#[test]
+fn exec_d_helpers_stay_signal_scoped() {
+    let v = serde_json::json!({
+        "version": 1, "name": "web",
+        "principal": { "uid": 61001, "gid": 61001 },
+        "hypervisor": { "kind": "qemu", "binary": "/usr/bin/hv" },
+        "vcpus": 1, "memory_mib": 256, "kernel": "/boot/vmlinuz",
+        "shares": [ { "tag": "rw", "source": "/srv/rw", "proto": "virtiofs" } ],
+        "virtiofsd": { "binary": "/usr/libexec/virtiofsd" },
+        "vsock": { "cid": 5, "backend": "user", "binary": "/usr/bin/vhost-device-vsock" }
+    });
+    let control = Path::new("/run/vmwarden/web/control");
+    for h in plan(&spec(v), control) {
+        assert!(!h.policy(control, &[]).signals_unscoped, "{}", h.name());
+    }
+}
