@@ -159,6 +159,27 @@
           assertion = builtins.stringLength vm.cmdline <= 4096 && builtins.match "[^[:cntrl:]]*" vm.cmdline != null;
           message = "${at}.cmdline: the kernel command line is at most 4096 bytes without control characters (it is ${toString (builtins.stringLength vm.cmdline)} bytes).";
         }
+        # the guest's notify socket (config/vmm_notify.rs)
+        {
+          assertion = vm.vsock.notify != true || vm.hypervisor == "firecracker";
+          message = "${at}.vsock.notify = true: ${vm.hypervisor} needs no notify socket, a poweroff inside its guest ends it through ACPI; only firecracker gets one. Remove it.";
+        }
+        {
+          assertion = vm.vsock.notify != true || cid != null;
+          message = "${at}.vsock.notify = true: the notify socket is a vsock port; give the VM a vsock.cid, or remove it.";
+        }
+        {
+          assertion = vm.vsock.notifyPort == null || vlib.usesVmmNotify vm;
+          message = "${at}.vsock.notifyPort is set, but the VM has no notify socket (it needs hypervisor = \"firecracker\", a vsock.cid and vsock.notify not false); remove it.";
+        }
+        {
+          assertion = !(vlib.usesVmmNotify vm) || builtins.match ".*systemd[.]set_credential(_binary)?=\"?vmm[.]notify_socket:.*" vm.cmdline == null;
+          message = "${at}.cmdline sets the vmm.notify_socket credential itself, which vsock.notify (on by default for firecracker with a vsock.cid) sets to the host's listener; remove it from cmdline, or set vsock.notify = false.";
+        }
+        {
+          assertion = !(vlib.usesVmmNotify vm) || builtins.stringLength vm.cmdline + 1 + builtins.stringLength (vlib.vmmNotifyParam vm) <= 4096;
+          message = "${at}.cmdline: with vsock.notify's `${vlib.vmmNotifyParam vm}` the guest's command line would be over 4096 bytes; shorten it, or set vsock.notify = false.";
+        }
       ]
       ++ map (why: {
         assertion = false;

@@ -99,6 +99,10 @@ in rec {
   vsockCidMin = 3;
   vsockCidMax = 4294967294;
   validCid = c: c >= vsockCidMin && c <= vsockCidMax;
+  # The guest's notify socket's default host port (microvm.nix's), and the
+  # highest vsock port (2^32-1 is VMADDR_PORT_ANY).
+  vmmNotifyPort = 8888;
+  vsockPortMax = 4294967294;
 
   # QEMU machine types and the qemu-system-<arch> that has them.
   machineArch = {
@@ -451,7 +455,11 @@ in rec {
     // lib.optionalAttrs (vm.vsock.cid != null) {
       vsock =
         {inherit (vm.vsock) cid backend;}
-        // lib.optionalAttrs (usesVsockDaemon vm) {inherit (vm.vsock) binary;};
+        // lib.optionalAttrs (usesVsockDaemon vm) {inherit (vm.vsock) binary;}
+        # the guest's notify socket: written only when set, so an existing
+        # configuration's spec stays what it was
+        // lib.optionalAttrs (vm.vsock.notify != null) {inherit (vm.vsock) notify;}
+        // lib.optionalAttrs (vm.vsock.notifyPort != null) {notify_port = vm.vsock.notifyPort;};
     }
     # The host's own tools: each only when on, so an existing
     # configuration's spec stays byte for byte what it was.
@@ -471,6 +479,14 @@ in rec {
   usesVsockDaemon = vm: vm.vsock.cid != null && vm.hypervisor == "qemu" && vm.vsock.backend == "user";
   # The kernel's vhost-vsock: the launcher opens /dev/vhost-vsock as root.
   usesVhostVsock = vm: vm.vsock.cid != null && vm.vsock.backend == "vhost";
+  # The guest's notify socket (config/vmm_notify.rs): firecracker with a
+  # vsock, unless turned off; the launcher adds the kernel parameter.
+  usesVmmNotify = vm: vm.vsock.cid != null && vm.hypervisor == "firecracker" && vm.vsock.notify != false;
+  vmmNotifyParam = vm: "systemd.set_credential=vmm.notify_socket:vsock-stream:2:${toString (
+    if vm.vsock.notifyPort == null
+    then vmmNotifyPort
+    else vm.vsock.notifyPort
+  )}";
 
   # ---------------------------------------------------------------- units
   # The keys of microvm@.service, vmwarden-reap-report.service and

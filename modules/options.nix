@@ -405,8 +405,7 @@
           example = 5;
           description = ''
             The guest's vsock address (CID), which gives it a virtio-vsock
-            device: ${toString vlib.vsockCidMin} to ${toString vlib.vsockCidMax}, unique across VMs. Not on
-            firecracker.
+            device: ${toString vlib.vsockCidMin} to ${toString vlib.vsockCidMax}, unique across VMs.
           '';
         };
         backend = mkOption {
@@ -428,6 +427,31 @@
           default = "${pkgs.vhost-device-vsock}/bin/vhost-device-vsock";
           defaultText = literalExpression ''"''${pkgs.vhost-device-vsock}/bin/vhost-device-vsock"'';
           description = "The `vhost-device-vsock` the launcher runs for QEMU's `\"user\"` backend.";
+        };
+        # -- the guest's notify socket (firecracker) --
+        notify = mkOption {
+          type = types.nullOr types.bool;
+          default = null;
+          description = ''
+            Firecracker only: a poweroff inside the guest ends the VM, its
+            unit inactive and not failed, as on QEMU and cloud-hypervisor.
+            firecracker has no ACPI power-off, so the launcher gives the
+            guest's systemd the credential `vmm.notify_socket` on the
+            kernel command line
+            (`systemd.set_credential=vmm.notify_socket:vsock-stream:2:<port>`)
+            and listens on that vsock port; when the guest's systemd says
+            `X_SYSTEMD_SHUTDOWN=poweroff` (systemd 256 and later), firecracker
+            is ended with SIGTERM. `null`: on for a firecracker VM with a
+            {option}`vsock.cid`; `false`: off. A guest without such a systemd
+            is unaffected: its poweroff halts it, and firecracker runs on
+            until the unit is stopped.
+          '';
+        };
+        notifyPort = mkOption {
+          type = types.nullOr (types.ints.between 1 vlib.vsockPortMax);
+          default = null;
+          example = 9999;
+          description = "The host vsock port of the guest's notify socket ({option}`vsock.notify`); `null`: ${toString vlib.vmmNotifyPort}, the port microvm.nix's cloud-hypervisor runner uses.";
         };
       };
 

@@ -307,6 +307,8 @@ else
   GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest guest-ch-creds guest-fc-networked guest-host-tools"
   # microvm.vsock.ssh.enable (`ssh vsock/<cid>`): the backend each guest gets
   GOLDEN_CASES="$GOLDEN_CASES guest-vsock-ssh"
+  # the guest's notify socket on firecracker: default, another port, off
+  GOLDEN_CASES="$GOLDEN_CASES fc-notify"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -364,6 +366,7 @@ guest-foreign|the guest is built for aarch64-linux (its pkgs.stdenv.hostPlatform
 guest-not-microvm|vmwarden.vms.web.guest: it has no config.microvm
 guest-cid-twice|vmwarden: vsock CID 7 is used by several VMs (edge, other)
 guest-vsock-ssh|ok
+fc-notify|ok
 CASES
 
   # Inline cases, one refusal each: LABEL|expected message|a module (Nix
@@ -413,6 +416,11 @@ cid-any|vmwarden.vms.web.vsock.cid = 4294967295|{B: vmwarden.vms.web.vsock.cid =
 cid-twice|vmwarden: vsock CID 5 is used by several VMs (db, web)|{B: vmwarden.vms.db = {kernel = "/srv/images/vmlinuz"; vsock.cid = 5;}; vmwarden.vms.web.vsock.cid = 5;}
 vhost-firecracker|vmwarden.vms.web.vsock.backend = "vhost": firecracker serves vsock itself|{B: vmwarden.vms.web = {hypervisor = "firecracker"; vsock = {cid = 5; backend = "vhost";};};}
 vhost-cloud-hypervisor|vmwarden.vms.web.vsock.backend = "vhost": cloud-hypervisor serves vsock itself|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; vsock = {cid = 5; backend = "vhost";};};}
+notify-qemu|vmwarden.vms.web.vsock.notify = true: qemu needs no notify socket|{B: vmwarden.vms.web.vsock = {cid = 5; notify = true;};}
+notify-no-cid|vmwarden.vms.web.vsock.notify = true: the notify socket is a vsock port; give the VM a vsock.cid|{B: vmwarden.vms.web = {hypervisor = "firecracker"; vsock.notify = true;};}
+notify-port-off|vmwarden.vms.web.vsock.notifyPort is set, but the VM has no notify socket|{B: vmwarden.vms.web = {hypervisor = "firecracker"; vsock = {cid = 5; notify = false; notifyPort = 9000;};};}
+notify-port-any|vsock.notifyPort' is not of type `null or integer between 1 and 4294967294|{B: vmwarden.vms.web = {hypervisor = "firecracker"; vsock = {cid = 5; notifyPort = 4294967295;};};}
+notify-cmdline|vmwarden.vms.web.cmdline sets the vmm.notify_socket credential itself|{B: vmwarden.vms.web = {hypervisor = "firecracker"; vsock.cid = 5; cmdline = "console=ttyS0 systemd.set_credential=vmm.notify_socket:vsock-stream:2:1";};}
 machine-virt-on-x86_64|vmwarden.vms.web.machine = "virt" is a machine of qemu-system-aarch64, but this VM runs qemu-system-x86_64|{B: vmwarden.vms.web.machine = "virt";}
 machine-q35-on-aarch64|vmwarden.vms.web.machine = "q35" is a machine of qemu-system-x86_64, but this VM runs qemu-system-aarch64; use "virt"|{imports = [./tests/nix/cases/aarch64-host.nix]; vmwarden.vms.web.machine = "q35";}
 cmdline-long|vmwarden.vms.web.cmdline: the kernel command line is at most 4096 bytes|{lib, ...}: {B: vmwarden.vms.web.cmdline = lib.concatStrings (lib.replicate 4097 "x");}
