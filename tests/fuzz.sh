@@ -21,7 +21,7 @@ export PATH="$PATH:$HOME/.cargo/bin"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO/fuzz"
 
-ALL=(spec intent launched_spec mountinfo proc_status accounts qmp http extra_args)
+ALL=(spec intent launched_spec mountinfo proc_status accounts qmp http extra_args vmm_notify)
 mode=; amount=
 while [ $# -gt 0 ]; do
   case $1 in

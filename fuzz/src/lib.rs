@@ -17,6 +17,7 @@ use vmwarden::host::peer::{self, PeerError, MAX_CONNECTION_MESSAGES, MAX_MESSAGE
 use vmwarden::host::{mountinfo, procs};
 use vmwarden::hypervisor::api;
 use vmwarden::hypervisor::qmp::{self, Message};
+use vmwarden::hypervisor::vmm_notify::{self, Shutdown, MAX_MESSAGE as NOTIFY_MAX};
 use vmwarden::identity::accounts::Accounts;
 use vmwarden::instance::intent::{Intent, IntentError, MAX_INTENT_BYTES};
 
@@ -410,4 +411,49 @@ pub fn extra_args(data: &[u8]) {
         );
         assert!(spelled || !why.contains("@control@"), "{why}");
     }
+}
+
+/// The guest's notify messages (`hypervisor::vmm_notify`, what the helper
+/// `vmm-notify` reads from a firecracker guest): fed in the chunks a
+/// socket delivers (the first byte picks their size, and whether the
+/// sender then ended), kept to `MAX_MESSAGE` bytes whatever the guest
+/// sends, and the guest's end read only from a whole line of what was
+/// kept: `X_SYSTEMD_SHUTDOWN=` and a value systemd writes, ended by a
+/// newline, or the last line of a message that ended within its bound.
+pub fn vmm_notify(data: &[u8]) {
+    let Some((&first, rest)) = data.split_first() else {
+        return;
+    };
+    let data = stretched(rest, NOTIFY_MAX * 2 + 7);
+    let step = usize::from(first >> 1) * 67 + 1;
+    let ended = first & 1 == 1;
+    let (m, said) = bounded("vmm_notify", NOTIFY_MAX, 3, 1 << 10, || {
+        let mut m = vmm_notify::Message::new();
+        for chunk in data.chunks(step) {
+            if !m.push(chunk) {
+                break;
+            }
+        }
+        let said = m.shutdown(ended);
+        (m, said)
+    });
+    let kept = m.bytes();
+    assert_eq!(kept, &data[..data.len().min(NOTIFY_MAX)], "kept bytes");
+    assert_eq!(m.overflowed(), data.len() > NOTIFY_MAX, "overflow");
+    // The lines that count, last first, and what the last known one says.
+    let mut lines = kept.rsplit(|b| *b == b'\n');
+    let last = lines.next().filter(|_| ended && !m.overflowed());
+    let want = last.into_iter().chain(lines).find_map(|l| {
+        let v = l.strip_prefix(b"X_SYSTEMD_SHUTDOWN=")?;
+        [
+            Shutdown::Poweroff,
+            Shutdown::Halt,
+            Shutdown::Exit,
+            Shutdown::Reboot,
+            Shutdown::Kexec,
+        ]
+        .into_iter()
+        .find(|s| s.as_str().as_bytes() == v)
+    });
+    assert_eq!(said, want, "what the message says");
 }

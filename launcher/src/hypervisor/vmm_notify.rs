@@ -135,15 +135,15 @@ impl Message {
     /// What the message says of the guest's end, if anything. `ended`: the
     /// sender closed or went quiet (not a deadline): only then, and only
     /// within the bound, does a last line without a newline count.
+    /// The last value given wins, as a later assignment does. Allocates
+    /// nothing.
     pub fn shutdown(&self, ended: bool) -> Option<Shutdown> {
-        let mut lines: Vec<&[u8]> = self.bytes.split(|b| *b == b'\n').collect();
-        // The piece after the last newline (empty when the message ends
-        // with one) is a line only when the message is whole.
-        let last = lines.pop().unwrap_or_default();
-        if ended && !self.overflowed && !last.is_empty() {
-            lines.push(last);
-        }
-        lines.into_iter().rev().find_map(|line| {
+        // Lines from the last one back. The piece after the last newline
+        // (empty when the message ends with one) is a line only when the
+        // message is whole.
+        let mut lines = self.bytes.rsplit(|b| *b == b'\n');
+        let last = lines.next().filter(|_| ended && !self.overflowed);
+        last.into_iter().chain(lines).find_map(|line| {
             let v = line.strip_prefix(SHUTDOWN_KEY)?.strip_prefix(b"=")?;
             Shutdown::from_value(v)
         })
