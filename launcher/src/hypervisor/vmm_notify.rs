@@ -223,16 +223,22 @@ pub fn serve(listener: OwnedFd, hypervisor: OwnedFd) -> i32 {
         // Closed before acting: the guest's systemd may wait for it.
         drop(conn);
         match message.shutdown(ended) {
-            Some(s) if s.ends_vm() => {
-                say(&format!(
-                    "the guest's systemd says {}: ending the hypervisor (SIGTERM)",
-                    s.as_str()
-                ));
-                match end_hypervisor(&hypervisor) {
-                    Ok(()) => return 0,
-                    Err(e) => say(&format!("cannot signal the hypervisor: {e}")),
+            // Said once the guest had its grace, so that the line does not
+            // cut into the guest's last console lines on the same stream.
+            Some(s) if s.ends_vm() => match end_hypervisor(&hypervisor) {
+                Ok(Ended::Signalled) => {
+                    say(&format!(
+                        "the guest's systemd said {}: ended the hypervisor (SIGTERM)",
+                        s.as_str()
+                    ));
+                    return 0;
                 }
-            }
+                Ok(Ended::ByItself) => return 0,
+                Err(e) => say(&format!(
+                    "the guest's systemd said {}, but the hypervisor cannot be signalled: {e}",
+                    s.as_str()
+                )),
+            },
             Some(s) => say(&format!(
                 "the guest's systemd says {}: the hypervisor is left to it",
                 s.as_str()
@@ -242,9 +248,15 @@ pub fn serve(listener: OwnedFd, hypervisor: OwnedFd) -> i32 {
     }
 }
 
+/// How the hypervisor ended.
+enum Ended {
+    ByItself,
+    Signalled,
+}
+
 /// Wait [`GRACE`] for the hypervisor to end by itself, then SIGTERM it.
 /// A hypervisor already gone is not an error.
-fn end_hypervisor(pidfd: &OwnedFd) -> Result<(), Errno> {
+fn end_hypervisor(pidfd: &OwnedFd) -> Result<Ended, Errno> {
     let end = Instant::now() + GRACE;
     loop {
         let left = end.saturating_duration_since(Instant::now());
@@ -255,13 +267,14 @@ fn end_hypervisor(pidfd: &OwnedFd) -> Result<(), Errno> {
         let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, PollTimeout::from(ms)) {
             // Readable: the process has exited.
-            Ok(n) if n > 0 => return Ok(()),
+            Ok(n) if n > 0 => return Ok(Ended::ByItself),
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => return Err(e),
         }
     }
     match cgroup::pidfd_signal(pidfd.as_raw_fd(), libc::SIGTERM) {
-        Ok(()) | Err(Errno::ESRCH) => Ok(()),
+        Ok(()) => Ok(Ended::Signalled),
+        Err(Errno::ESRCH) => Ok(Ended::ByItself),
         Err(e) => Err(e),
     }
 }
