@@ -10,8 +10,10 @@
 #                           mke2fs's default) .ko files, /init,
 #                           /bin/vsock-echo (vsock-echo.c, built static: busybox
 #                           has no vsock applet), /bin/vsock-serve (vsock-serve.c,
-#                           an inetd for one vsock port) and dropbear with the
-#                           libraries it links and a host key made at build time
+#                           an inetd for one vsock port), /bin/vmm-notify
+#                           (vmm-notify.c: what systemd-shutdown tells its VMM)
+#                           and dropbear with the libraries it links and a host
+#                           key made at build time
 #   $ASSETS/assets.env      shell-sourceable: KERNEL= INITRD= KVER= GUEST_CMDLINE_*=
 #                           SSH_HOST_KEY= (the public half of dropbear's host key,
 #                           as an ssh known_hosts line's key part)
@@ -27,13 +29,17 @@
 #   VMWARDEN-VSOCK dev=<present|absent>
 # PID 1 ends the guest the way an init does, from PID 1 itself: SIGUSR1 makes
 # it `exec poweroff -f`, SIGUSR2 `exec reboot -f` (a script's `kill -USR2 1`
-# is a reboot from inside, as systemd's `reboot` is). An SSH server for a
+# is a reboot from inside, as systemd's `reboot` is). Before either it tells
+# its VMM, as systemd-shutdown does: `vmm-notify poweroff|reboot` sends
+# `X_SYSTEMD_SHUTDOWN=` to the vsock port of the vmm.notify_socket credential
+# on its command line (a firecracker VM with vsock has one), and prints
+# `VMM-NOTIFY sent=<verb> port=<port>` (or `VMM-NOTIFY none`). An SSH server for a
 # script to start: `vsock-serve 22 /usr/sbin/dropbear -i -s -r
 # /etc/dropbear/dropbear_ed25519_host_key` with the client's public key in
 # /root/.ssh/authorized_keys.
 #
 # Cached: the build is skipped when all outputs exist and the recorded sha256 of
-# this script (and of lib-guest.sh, guest-cmdline.sh and vsock-echo.c) matches.
+# this script (and of lib-guest.sh, guest-cmdline.sh and the C files) matches.
 # Outputs are written to a temp dir on the same filesystem and renamed into
 # place; the stamp is written last, so an interrupted build is never mistaken
 # for a cached one. Concurrent callers serialise on a flock. Outputs are 0644
@@ -50,10 +56,11 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SELF="$HERE/$(basename "${BASH_SOURCE[0]}")"
 VSOCK_ECHO_SRC="$HERE/vsock-echo.c"
 VSOCK_SERVE_SRC="$HERE/vsock-serve.c"
+VMM_NOTIFY_SRC="$HERE/vmm-notify.c"
 ASSETS=${VMWARDEN_TEST_SHARES_ASSETS:-/var/cache/vmwarden/test-assets-shares}
 ASSETS_VAR=VMWARDEN_TEST_SHARES_ASSETS
 STAMP="$ASSETS/.build-guest-shares.sha256"
-HASHED=("$VSOCK_ECHO_SRC" "$VSOCK_SERVE_SRC")
+HASHED=("$VSOCK_ECHO_SRC" "$VSOCK_SERVE_SRC" "$VMM_NOTIFY_SRC")
 TOOLS=(cc ldd dropbearkey)
 # shellcheck source=lib-guest.sh
 . "$HERE/lib-guest.sh"
@@ -69,6 +76,9 @@ guest_initramfs_base
 cc -static -Os -o "$R/bin/vsock-echo" "$VSOCK_ECHO_SRC" || die "cc -static $VSOCK_ECHO_SRC failed (needs gcc and libc6-dev)"
 cc -static -Os -o "$R/bin/vsock-serve" "$VSOCK_SERVE_SRC" || die "cc -static $VSOCK_SERVE_SRC failed (needs gcc and libc6-dev)"
 chmod 0755 "$R/bin/vsock-echo" "$R/bin/vsock-serve"
+# -- the guest's notify socket (guest_reboot): systemd-shutdown's message --
+cc -static -Os -o "$R/bin/vmm-notify" "$VMM_NOTIFY_SRC" || die "cc -static $VMM_NOTIFY_SRC failed (needs gcc and libc6-dev)"
+chmod 0755 "$R/bin/vmm-notify"
 mkdir -p "$R/mnt" "$R/etc" "$R/root"
 chmod 0700 "$R/root"
 # root's home is /root, not /: dropbear refuses keys under a home that
@@ -91,9 +101,9 @@ chmod 0600 "$R/etc/dropbear/dropbear_ed25519_host_key"
 SSH_HOST_KEY=$(dropbearkey -y -f "$R/etc/dropbear/dropbear_ed25519_host_key" | awk '$1 == "ssh-ed25519" {print $1 " " $2}')
 [ -n "$SSH_HOST_KEY" ] || die "no ssh-ed25519 public key from dropbearkey -y"
 guest_init <<'EOF'
-# an init's own ending, from PID 1 (see the header)
-trap 'exec /bin/busybox poweroff -f' USR1
-trap 'exec /bin/busybox reboot -f' USR2
+# an init's own ending, from PID 1, told to the VMM first (see the header)
+trap '/bin/vmm-notify poweroff; exec /bin/busybox poweroff -f' USR1
+trap '/bin/vmm-notify reboot; exec /bin/busybox reboot -f' USR2
 for d in /sys/block/vd*; do
   [ -r "$d/size" ] || continue
   read -r sectors <"$d/size"

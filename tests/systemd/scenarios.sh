@@ -868,11 +868,16 @@ vsock_ssh_checks() { # CURSOR
 #        boot as they served the first). Reboot in place; poweroff: off.
 #   rbc  cloud-hypervisor: a credential, a tap, its own hybrid vsock. Reboot
 #        in place; poweroff: off.
-#   rbf  firecracker: a tap, its hybrid vsock. A reboot ends firecracker
-#        with 0 and the unit restarts it (RestartForceExitStatus=0);
-#        `vmwarden stop` by hand is refused (the unit would restart it);
-#        a poweroff halts the guest and firecracker runs on (it has no ACPI
-#        power-off): the unit stays active until `systemctl stop`.
+#   rbf  firecracker: a tap, its hybrid vsock, and with it the guest's
+#        notify socket (vsock.notify, on by default): the guest's PID 1
+#        sends systemd-shutdown's X_SYSTEMD_SHUTDOWN=reboot|poweroff to the
+#        vsock port of the vmm.notify_socket credential on its command line
+#        before it ends (`VMM-NOTIFY sent=...`). A reboot ends firecracker
+#        with 0 and the unit restarts it (RestartForceExitStatus=0; the
+#        helper vmm-notify leaves it alone); `vmwarden stop` by hand is
+#        refused (the unit would restart it); a poweroff halts the guest
+#        (firecracker has no ACPI power-off) and vmm-notify ends firecracker
+#        with SIGTERM: off, Result=success, not restarted.
 #   rbv  (only when guest_reboot is named in VMWARDEN_SYSTEMD_ONLY: it
 #        costs a minute) cloud-hypervisor with a virtiofs share: its
 #        in-place reboot cannot reconnect to virtiofsd (which ends when its
@@ -884,10 +889,11 @@ vsock_ssh_checks() { # CURSOR
 # passed again. Either way: a new boot (another boot id on the console),
 # the credential, the share and the tap work in it, ssh reaches it again.
 # Off: the unit inactive with Result=success (not failed), the cleanup
-# report saying the hypervisor exited 0, no restart, verify-clean clean.
+# report saying the hypervisor exited 0 (firecracker: ended by SIGTERM,
+# which systemd counts as clean), no restart, verify-clean clean.
 RB_REBOOT_rbq=in-place RB_REBOOT_rbc=in-place RB_REBOOT_rbf=restart RB_REBOOT_rbv=restart
 RB_EXIT_rbf='"success","exited","0"' RB_EXIT_rbv='"exit-code","exited","1"'
-RB_POWEROFF_rbf=halt
+RB_OFF_rbf='"success","killed","TERM"'
 rb_ssh() { # VM COMMAND: run COMMAND in VM's guest over its hybrid vsock socket
   timeout 90 ssh "vsock-mux$RUNTIME_ROOT/$1/control/vsock.sock" "$2" 2>>"$LOG"
 }
@@ -913,21 +919,9 @@ rb_wait_boot() { # VM CURSOR OLD_ID
     sleep 1
   done
 }
-# a short stop for a guest that cannot answer the stop's Ctrl-Alt-Del (a
-# halted firecracker guest): vmwarden stop then SIGKILLs after 2 s, not 30
-rb_short_stop() { # VM on|off
-  local d=/run/systemd/system/microvm@$1.service.d
-  if [ "$2" = on ]; then
-    mkdir -p "$d"
-    printf '[Service]\nExecStop=\nExecStop=/usr/local/bin/vmwarden stop %%i --timeout 2\n' >"$d/50-rb-stop.conf"
-  else
-    rm -f "$d/50-rb-stop.conf"
-  fi
-  systemctl daemon-reload
-}
 rb_one() { # VM
   local vm=$1 u=microvm@$1.service kind cur cur1 cur2 pid1 pid2 n1 n2 id1 id2 inst1 inst2 out rc ip var
-  local how=RB_REBOOT_$1 exitv=RB_EXIT_$1 offv=RB_POWEROFF_$1
+  local how=RB_REBOOT_$1 exitv=RB_EXIT_$1 offv=RB_OFF_$1 off
   kind=$(jq -r .hypervisor.kind "/etc/vmwarden/vms/$vm.json")
   systemctl reset-failed "$u" 2>/dev/null
   cur=$(mark)
@@ -961,6 +955,13 @@ rb_one() { # VM
       systemctl show -p ExecStartPost "$u" | grep -Eq 'wait-ready.*code=exited ; status=0( |/)' \
         || { fail "$vm: wait-ready did not pass again after the restart"; return 1; }
       note "$vm reboot: $kind ended ($out), restarted by its unit (pid $pid1 -> $pid2, NRestarts $n1 -> $n2), cleanup between the runs clean, new boot"
+      if [ "$kind" = firecracker ]; then
+        # the guest told vmm-notify, which left firecracker to its own exit
+        jlog "$u" "$cur1" | grep -v 'vmwarden vmm-notify:' | tr -d '\n' | grep -q 'VMM-NOTIFY sent=reboot port=8888' \
+          && jlog "$u" "$cur1" | grep -q "vmm-notify: the guest's systemd says reboot: the hypervisor is left to it" \
+          || { fail "$vm: the guest's reboot message did not reach vmm-notify: $(jlog "$u" "$cur1" | grep -E 'VMM-NOTIFY|vmm-notify' | tr '\n' ' ')"; return 1; }
+        note "$vm reboot: X_SYSTEMD_SHUTDOWN=reboot reached vmm-notify, which left firecracker to its own exit"
+      fi
       ;;
     *)
       [ "$pid2" = "$pid1" ] && [ "$n2" = "$n1" ] && [ "$inst2" = "$inst1" ] \
@@ -992,37 +993,27 @@ rb_one() { # VM
   # poweroff from inside
   cur2=$(mark)
   rb_ssh "$vm" '(sleep 1; kill -USR1 1) </dev/null >/dev/null 2>&1 &' || { fail "$vm: ssh for the poweroff failed"; return 1; }
-  case ${!offv:-off} in
-    halt)
-      wait_journal "$u" "$cur2" 'reboot: System halted' 60 \
-        || { fail "$vm: the guest did not halt: $(jlog "$u" "$cur2" | tail -3 | tr '\n' ' ')"; return 1; }
-      sleep 5
-      log "$vm ($kind) 5 s after its halt: $(rb_props "$u")"
-      [ "$(state "$u")" = active ] && [ "$(mainpid "$u")" = "$pid2" ] && [ "$(rb_prop "$u" NRestarts)" = "$n2" ] \
-        || { fail "$vm: after the guest's poweroff: $(rb_props "$u") (want firecracker running on, pid $pid2)"; return 1; }
-      note "$vm poweroff: the guest halts, firecracker runs on (unit active, same pid)"
-      rb_short_stop "$vm" on
-      cur2=$(mark)
-      timeout 300 systemctl stop "$u"
-      rb_short_stop "$vm" off
-      check_cleanup "$vm" "$u" "$cur2" || return 1
-      case "$(state "$u")" in inactive|failed) ;; *) fail "$vm: $u is $(state "$u") after systemctl stop"; return 1 ;; esac
-      note "$vm: systemctl stop ended it ($(rb_prop "$u" Result): the halted guest cannot answer the Ctrl-Alt-Del, vmwarden stop SIGKILLs)"
-      systemctl reset-failed "$u" 2>/dev/null
-      ;;
-    *)
-      wait_settled "$u" 120 || { fail "$vm: $u still $(state "$u") 120 s after the guest's poweroff"; return 1; }
-      check_cleanup "$vm" "$u" "$cur2" || return 1
-      out=$(rb_exit_seen "$u" "$cur2")
-      # longer than RestartSec=5s: a restart would have begun by now
-      sleep 6
-      log "$vm ($kind) after its poweroff: $(rb_props "$u")"
-      [ "$(state "$u")" = inactive ] && [ "$(rb_prop "$u" Result)" = success ] \
-        && ! jlog "$u" "$cur2" | grep -q 'Scheduled restart job' && [ "$out" = '"success","exited","0"' ] \
-        || { fail "$vm: after the guest's poweroff: $(rb_props "$u"), the run ended with $out (want inactive, success, exited 0, no restart)"; return 1; }
-      note "$vm poweroff: inactive (success, $kind exited 0), not restarted"
-      ;;
-  esac
+  off=${!offv:-'"success","exited","0"'}
+  wait_settled "$u" 120 || { fail "$vm: $u still $(state "$u") 120 s after the guest's poweroff: $(jlog "$u" "$cur2" | tail -4 | tr '\n' ' ')"; return 1; }
+  check_cleanup "$vm" "$u" "$cur2" || return 1
+  out=$(rb_exit_seen "$u" "$cur2")
+  # longer than RestartSec=5s: a restart would have begun by now
+  sleep 6
+  log "$vm ($kind) after its poweroff: $(rb_props "$u")"
+  [ "$(state "$u")" = inactive ] && [ "$(rb_prop "$u" Result)" = success ] \
+    && ! jlog "$u" "$cur2" | grep -q 'Scheduled restart job' && [ "$out" = "$off" ] \
+    || { fail "$vm: after the guest's poweroff: $(rb_props "$u"), the run ended with $out (want inactive, success, $off, no restart)"; return 1; }
+  if [ "$kind" = firecracker ]; then
+    # (the guest's console and the helper's log share the unit's stream:
+    # a line may come in pieces)
+    jlog "$u" "$cur2" | grep -v 'vmwarden vmm-notify:' | tr -d '\n' | grep -q 'VMM-NOTIFY sent=poweroff port=8888' \
+      && jlog "$u" "$cur2" | grep -q "vmm-notify: the guest's systemd said poweroff: ended the hypervisor (SIGTERM)" \
+      || { fail "$vm: the guest's poweroff did not go through vmm-notify: $(jlog "$u" "$cur2" | grep -E 'VMM-NOTIFY|vmm-notify' | tr '\n' ' ')"; return 1; }
+    log "$vm: the guest halted before firecracker ended: $(jlog "$u" "$cur2" | grep -c 'reboot: System halted')"
+    note "$vm poweroff: the guest told vmm-notify, which ended firecracker (SIGTERM): inactive, success, not restarted"
+  else
+    note "$vm poweroff: inactive (success, $kind exited 0), not restarted"
+  fi
   check_clean "$vm" || return 1
   if hv_has "$vm" net; then
     [ ! -e "/sys/class/net/vmw-${vm}0" ] || { fail "$vm: tap vmw-${vm}0 survives"; return 1; }
@@ -1039,7 +1030,6 @@ s_guest_reboot() {
       note "${vm}_s=$((SECONDS - t0))"
     else
       rc=1; bad="$bad $vm: $DETAIL;"
-      rb_short_stop "$vm" off
       timeout 300 systemctl stop "microvm@$vm.service"
       systemctl reset-failed "microvm@$vm.service" 2>/dev/null
     fi
