@@ -120,6 +120,7 @@ impl Spec {
         self.validate_shares(path)?;
         self.validate_vsock(path)?;
         self.validate_interfaces(path)?;
+        self.validate_user_network(path)?;
         for (i, p) in self.landlock.read.iter().enumerate() {
             check_abs_normalised(p)
                 .map_err(|r| bad(&format!("landlock.read[{i}]"), r.to_string()))?;
@@ -498,6 +499,9 @@ impl Spec {
         if let Some(b) = self.vsock.as_ref().and_then(|v| v.binary.as_ref()) {
             regular("vsock.binary", b, true)?;
         }
+        if let Some(u) = &self.user_network {
+            regular("user_network.binary", &u.binary, true)?;
+        }
         for (i, sh) in self.shares.iter().enumerate() {
             let field = format!("shares[{i}].source");
             let md = std::fs::metadata(&sh.source)
@@ -684,6 +688,9 @@ mod tests {
                     v["shares"] = json!([{ "tag": "t", "source": "/srv/t", "proto": "9p" }])
                 }
                 Feature::VhostVsock => v["vsock"] = json!({ "cid": 3, "backend": "vhost" }),
+                Feature::UserNetwork => {
+                    v["user_network"] = json!({ "binary": "/usr/bin/passt", "id": "qemu" })
+                }
             }
             v
         };
@@ -703,6 +710,7 @@ mod tests {
             Feature::DiskSerial,
             Feature::Shares,
             Feature::VhostVsock,
+            Feature::UserNetwork,
         ] {
             let spec = check(with(HypervisorKind::Qemu, feature));
             assert!(spec.is_ok(), "qemu {feature:?}: {spec:?}");
