@@ -522,7 +522,7 @@ fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<
 }
 
 /// What passt needs of this host, which the spec cannot say: a user
-/// namespace for its own sandbox, and for each `from = "host"` forward a
+/// namespace the principal may make for passt's own sandbox, and for each `from = "host"` forward a
 /// host port the principal may bind (passt has no CAP_NET_BIND_SERVICE), by
 /// this network namespace's `net.ipv4.ip_unprivileged_port_start` (which
 /// governs TCP and UDP alike).
@@ -539,6 +539,15 @@ fn preflight_user_network(spec: &Spec, spec_path: &Path) -> Result<(), SpecError
             spec_path,
             "user_network".into(),
             "needs user namespaces (passt's own sandbox is one), but this host's user.max_user_namespaces is 0; allow them (NixOS: security.allowUserNamespaces = true)".into(),
+        ));
+    }
+    // Debian's and Ubuntu's kernels: an unprivileged process (passt, as the
+    // principal) may make one only with this set.
+    if sysctl("/proc/sys/kernel/unprivileged_userns_clone") == Some(0) {
+        return Err(bad(
+            spec_path,
+            "user_network".into(),
+            "needs a user namespace made by the VM's principal (passt's own sandbox is one), but this host's kernel.unprivileged_userns_clone is 0; set it to 1".into(),
         ));
     }
     let start =
