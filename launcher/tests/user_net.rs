@@ -497,11 +497,15 @@ try:
     socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 9).close(); say("netlink-audit", True)
 except OSError as e:
     say("netlink-audit", False, e.errno)
-rc = libc.unshare(0x40000000)
-say("unshare-net", rc == 0, ctypes.get_errno())
 uid, gid = os.getuid(), os.getgid()
 rc = libc.unshare(0x10000000)
 say("unshare-user", rc == 0, ctypes.get_errno())
+# In its own user namespace the kernel would let it make these; only the
+# filter refuses them.
+rc = libc.unshare(0x40000000)
+say("unshare-net", rc == 0, ctypes.get_errno())
+rc = libc.unshare(0x02000000)
+say("unshare-cgroup", rc == 0, ctypes.get_errno())
 open("/proc/self/uid_map", "w").write("0 %d 1" % uid)
 open("/proc/self/setgroups", "w").write("deny")
 open("/proc/self/gid_map", "w").write("0 %d 1" % gid)
@@ -529,8 +533,9 @@ while True:
 
 /// What passt's Landlock domain and seccomp filter let it do, shown by a
 /// stand-in at `user_network.binary`: bind its forwarded TCP port and no
-/// other, no packet, vsock or non-route netlink socket, no network
-/// namespace; but the user and mount namespaces, the mount and the
+/// other, no packet, vsock or non-route netlink socket, no network or
+/// cgroup namespace even inside its own user namespace (where the kernel
+/// would allow them); but the user and mount namespaces, the mount and the
 /// `pivot_root` of its own sandbox (which a Landlock domain handling files
 /// would refuse).
 #[test]
@@ -571,8 +576,9 @@ fn passts_landlock_domain_and_filter_allow_its_own_sandbox_and_forwards_only() {
         ("socket-packet", eafns),
         ("socket-vsock", eafns),
         ("netlink-audit", eafns),
-        ("unshare-net", eperm),
         ("unshare-user", "ok"),
+        ("unshare-net", eperm),
+        ("unshare-cgroup", eperm),
         ("unshare-mnt", "ok"),
         ("mount", "ok"),
         ("pivot_root", "ok"),
