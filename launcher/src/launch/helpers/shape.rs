@@ -183,7 +183,8 @@ pub struct Share {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Helper {
     pub kind: HelperKind,
-    /// Which instance: the share's tag (virtiofsd).
+    /// Which instance: the share's tag (virtiofsd), the interface's id
+    /// (passt).
     pub tag: Option<String>,
     pub binary: PathBuf,
     /// Its sockets in `control/`. The first is the one the hypervisor
