@@ -462,7 +462,8 @@ in rec {
       };
     }
     // lib.optionalAttrs vm.console {console = true;}
-    // lib.optionalAttrs vm.registerWithMachined {register_with_machined = true;};
+    // lib.optionalAttrs vm.registerWithMachined {register_with_machined = true;}
+    // lib.optionalAttrs vm.userNetwork.enable {user_network = userNetworkSpec vm.userNetwork;};
 
   # One virtiofsd per virtiofs share (QEMU and cloud-hypervisor alike).
   usesVirtiofsd = vm: builtins.any (s: s.proto == "virtiofs") vm.shares;
@@ -471,6 +472,57 @@ in rec {
   usesVsockDaemon = vm: vm.vsock.cid != null && vm.hypervisor == "qemu" && vm.vsock.backend == "user";
   # The kernel's vhost-vsock: the launcher opens /dev/vhost-vsock as root.
   usesVhostVsock = vm: vm.vsock.cid != null && vm.vsock.backend == "vhost";
+
+  # ---------------------------------------------------------------- user network
+  # passt's network (units/rules.toml [user_network], which the launcher
+  # compiles in) and the launcher's checks of `user_network`, for the
+  # module's assertions and the microvm.nix guest derivation.
+  userNet = rules.user_network;
+  userNetIdRegex = "[A-Za-z][A-Za-z0-9._-]{0,${toString (userNet.id_max - 1)}}";
+  # A QEMU id that is none of the taps' netdev ids (net0, net1, ...).
+  validUserNetId = id: builtins.match userNetIdRegex id != null && builtins.match "net[0-9]+" id == null;
+  # A dotted IPv4 address as the launcher parses it (no leading zeros).
+  ipv4Octet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+  validIPv4 = a: builtins.match "${ipv4Octet}(\\.${ipv4Octet}){3}" a != null;
+  # The launcher's checks of forward_ports, each message naming
+  # `${at}[i].<field>` (at: the option holding the list).
+  forwardPortProblems = at: forwardPorts:
+    lib.concatLists (lib.imap0 (i: f: let
+      here = "${at}[${toString i}]";
+      how = "passt forwards from the guest only to the host's loopback, as the gateway ${userNet.gateway} with the same port: set guest.address = \"${userNet.gateway}\", host.address = \"${userNet.host_loopback}\" and host.port = guest.port (the guest then reaches the host's service at ${userNet.gateway}), or use a tap interface";
+      bound = f2: f2.from == "host" && f2.proto == f.proto && f2.host.port == f.host.port && (f2.host.address == f.host.address || builtins.elem "" [f2.host.address f.host.address] || builtins.elem userNet.default_bind [f2.host.address f.host.address]);
+      earlier = lib.take i forwardPorts;
+    in
+      optional (f.host.port == 0) "${here}.host.port = 0: give a port from 1 to 65535"
+      ++ optional (f.guest.port == 0) "${here}.guest.port = 0: give a port from 1 to 65535"
+      ++ optional (f.host.address != "" && !validIPv4 f.host.address) "${here}.host.address = \"${f.host.address}\": give an IPv4 address (a.b.c.d) or leave it empty"
+      ++ optional (f.guest.address != "" && !validIPv4 f.guest.address) "${here}.guest.address = \"${f.guest.address}\": give an IPv4 address (a.b.c.d) or leave it empty"
+      ++ lib.optionals (f.from == "host") (
+        optional (!builtins.elem f.guest.address ["" userNet.guest_address]) "${here}.guest.address = \"${f.guest.address}\": the guest's only address on the user network is ${userNet.guest_address}, where passt forwards to; leave it empty"
+        ++ optional (builtins.any bound earlier) "${here}.host.port = ${toString f.host.port}: ${f.proto} port ${toString f.host.port} is forwarded twice on the same host address; passt can bind it once"
+      )
+      ++ lib.optionals (f.from == "guest") (
+        optional (f.guest.address != userNet.gateway) "${here}.guest.address = \"${f.guest.address}\": ${how}"
+        ++ optional (f.guest.address == userNet.gateway && f.host.address != userNet.host_loopback) "${here}.host.address = \"${f.host.address}\": ${how}"
+        ++ optional (f.guest.address == userNet.gateway && f.host.address == userNet.host_loopback && f.host.port != f.guest.port) "${here}.host.port = ${toString f.host.port} (guest.port is ${toString f.guest.port}): ${how}"
+      ))
+    forwardPorts);
+
+  # The spec's user_network (docs/launch-spec.md).
+  userNetworkSpec = u:
+    {
+      inherit (u) binary id;
+    }
+    // lib.optionalAttrs (u.mac != null) {inherit (u) mac;}
+    // lib.optionalAttrs (u.forwardPorts != []) {
+      forward_ports =
+        map (f: {
+          inherit (f) from proto;
+          host = {inherit (f.host) address port;};
+          guest = {inherit (f.guest) address port;};
+        })
+        u.forwardPorts;
+    };
 
   # ---------------------------------------------------------------- units
   # The keys of microvm@.service, vmwarden-reap-report.service and
@@ -660,7 +712,27 @@ in rec {
         # runs on (docs/design/systemd-units.md).
         // lib.optionalAttrs (vm.hypervisor == "firecracker") {
           RestartForceExitStatus = "0";
-        };
+        }
+        // userNetworkDropin vm;
+    };
+
+  # User networking: passt runs in the unit's cgroup and under its
+  # seccomp filters. It is the guest's network, so it opens IPv4 and IPv6
+  # sockets and reads routes over NETLINK_ROUTE (RestrictAddressFamilies=
+  # merges with the template's AF_UNIX; AF_NETLINK covers taps too), its
+  # sockets need IP traffic the template's IPAddressDeny=any refuses
+  # (IPAddressAllow=any wins over it; loopback included, which the gateway
+  # reaches), and its own sandbox is a user namespace with mount, IPC, UTS
+  # and PID namespaces in it (RestrictNamespaces= merges with the
+  # template's "mnt ipc"). The launcher's own seccomp filter still keeps the
+  # hypervisor to AF_UNIX and no namespaces, and passt off network, cgroup
+  # and time namespaces (docs/networking.md); launcher/src/unit.rs renders
+  # the same drop-in.
+  userNetworkDropin = vm:
+    lib.optionalAttrs vm.userNetwork.enable {
+      IPAddressAllow = "any";
+      RestrictAddressFamilies = "AF_INET AF_INET6 AF_NETLINK";
+      RestrictNamespaces = "user uts pid";
     };
 
   # ReadWritePaths=: writable disks, writable share sources (virtiofsd and

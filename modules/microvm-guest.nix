@@ -99,7 +99,6 @@ in rec {
       ++ refuseSet "hotpluggedMem" 0 "as hotplugMem: size microvm.mem for the guest instead"
       ++ refuse (fc && g.balloon) "balloon" true "vmwarden drives no firecracker balloon (microvm.nix has none either); use qemu or cloud-hypervisor, or size microvm.mem"
       ++ refuse (g.initialBalloonMem != 0 && !g.balloon) "initialBalloonMem" g.initialBalloonMem "it sizes the balloon, which needs microvm.balloon = true"
-      ++ refuseSet "forwardPorts" [] "it needs SLIRP user networking, which vmwarden does not run; give the VM a tap (microvm.interfaces type = \"tap\") and forward on the host"
       ++ refuseSet "devices" [] "PCI and USB passthrough hand a host device to the VM that cleanup cannot prove returned; vmwarden has no passthrough"
       ++ refuseSet "graphics.enable" false "a display needs a desktop session or GPU devices outside the sandbox; use the serial console (in the journal) and SSH"
       ++ (
@@ -262,6 +261,8 @@ in rec {
       ++ refuseSet "virtiofsd.extraArgs" [] "virtiofsd's arguments are vmwarden's; remove them";
 
     # ------------------------------------------------------------ interfaces
+    # Taps and bridges: vmwarden's interfaces (a tap each); type = "user":
+    # vmwarden's userNetwork (passt), below.
     iface = i: n: let
       at = "interfaces[${toString i}]";
       typeOk = elem n.type ["tap" "bridge"];
@@ -270,9 +271,9 @@ in rec {
         then n.bridge
         else tapBridges.${n.id} or null;
     in {
+      isTap = n.type != "user";
       problems =
-        refuse (n.type == "user") "${at}.type" n.type "SLIRP user networking needs IP sockets, which the VM's sandbox forbids; use type = \"tap\" (with vmwarden.vms.${name}.tapBridges) and forward ports on the host"
-        ++ refuse (n.type == "macvtap") "${at}.type" n.type "a macvtap needs root to open /dev/tapN for the hypervisor and is no tap cleanup can account for; use type = \"tap\" on a bridge"
+        refuse (n.type == "macvtap") "${at}.type" n.type "a macvtap needs root to open /dev/tapN for the hypervisor and is no tap cleanup can account for; use type = \"tap\" on a bridge"
         ++ lib.optionals typeOk (
           refuse (builtins.match vlib.tapNameRegex n.id == null) "${at}.id" n.id "vmwarden's taps are named ^${vlib.tapNameRegex}$ (cleanup, reap and verify-clean touch only those); rename it, e.g. \"vmw-${builtins.substring 0 11 name}${toString i}\" (the guest never sees the host-side name)"
           ++ refuse (builtins.match vlib.macRegex n.mac == null) "${at}.mac" n.mac "a MAC is six hex pairs separated by ':'"
@@ -286,7 +287,34 @@ in rec {
         }
         // optionalAttrs (bridge != null) {inherit bridge;};
     };
-    ifaces = lib.imap0 iface g.interfaces;
+    ifaces = filter (x: x.isTap) (lib.imap0 iface g.interfaces);
+
+    # ------------------------------------------------------------ user network
+    # microvm.nix's type = "user" interface (QEMU's SLIRP) and forwardPorts
+    # become vmwarden's userNetwork, served by passt (QEMU only). The
+    # forwards are checked as the launcher checks them, named after the
+    # guest's options; the host's port floor is checked on the host.
+    userIfaces = filter (x: x.n.type == "user") (lib.imap0 (i: n: {inherit i n;}) g.interfaces);
+    userIface = lib.findFirst (_: true) null userIfaces;
+    userNetProblems =
+      concatLists (map ({
+        i,
+        n,
+      }: let
+        at = "interfaces[${toString i}]";
+      in
+        refuse (!qemu) "${at}.type" n.type "${hv} has no user networking in vmwarden (passt serves a guest over QEMU's stream socket); use type = \"tap\" (with vmwarden.vms.${name}.tapBridges) or hypervisor = \"qemu\""
+        ++ refuse (userIface != null && i != userIface.i) "${at}.type" n.type "vmwarden gives a VM one user-networking interface (one passt; microvm.nix's forwardPorts serve one too); remove it, or make it a tap"
+        ++ refuse (!vlib.validUserNetId n.id) "${at}.id" n.id "a user interface's id is a letter, then letters, digits, '-', '.' or '_', at most ${toString vlib.userNet.id_max} bytes (QEMU's netdev id), and not net0, net1, ... (the taps'); rename it"
+        ++ refuse (builtins.match vlib.macRegex n.mac == null || !vlib.unicastMac n.mac) "${at}.mac" n.mac "a MAC is six hex pairs separated by ':', unicast (the first octet even) and not all zero")
+      userIfaces)
+      ++ refuse (g.forwardPorts != [] && userIface == null) "forwardPorts" g.forwardPorts "it forwards to an interface of type = \"user\", which this guest does not have (microvm.nix ignores it then, with a warning); add one, or forward on the host to a tap"
+      ++ map (m: "microvm.${m}") (vlib.forwardPortProblems "forwardPorts" g.forwardPorts);
+    userNetwork = optionalAttrs (qemu && userIface != null) {
+      enable = true;
+      inherit (userIface.n) id mac;
+      inherit (g) forwardPorts;
+    };
 
     # ------------------------------------------------------------ credentials
     cred = c: path: let
@@ -339,6 +367,7 @@ in rec {
           ++ problemsOf shares
           ++ virtiofsProblems
           ++ problemsOf ifaces
+          ++ userNetProblems
           ++ concatLists (lib.mapAttrsToList (_: x: x.problems) creds)
           ++ credProblems
           ++ vsockProblems
@@ -376,7 +405,8 @@ in rec {
           balloon = true;
           inherit (g) initialBalloonMem deflateOnOOM;
         }
-        // optionalAttrs g.registerWithMachined {registerWithMachined = true;};
+        // optionalAttrs g.registerWithMachined {registerWithMachined = true;}
+        // optionalAttrs (userNetwork != {} && userNetProblems == []) {inherit userNetwork;};
 
     tapIds =
       if noGuest != []
@@ -423,5 +453,10 @@ in rec {
         cid = lib.mkIf (values ? vsock) (lib.mkDefault values.vsock.cid);
         backend = lib.mkIf (values ? vsock && values.vsock ? backend) (lib.mkDefault values.vsock.backend);
       };
+      # Option by option: the module system reads a definition of a set of
+      # options (mkIf or not) for its attribute names.
+      userNetwork =
+        lib.genAttrs ["enable" "id" "mac" "forwardPorts"] (k:
+          lib.mkIf (values ? userNetwork) (lib.mkDefault values.userNetwork.${k}));
     };
 }

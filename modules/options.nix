@@ -42,6 +42,51 @@
     merge = lib.mergeEqualOption;
   };
 
+  # microvm.nix's forwardPorts entries, with its names and defaults.
+  forwardPortModule = let
+    end = what: {
+      address = mkOption {
+        type = types.str;
+        default = "";
+        example = "127.0.0.1";
+        description = ''
+          The ${what}'s IPv4 address; `""` means ${
+            if what == "host"
+            then "every IPv4 address of the host (as QEMU's `hostfwd` binds it under microvm.nix)"
+            else "the guest's address, ${vlib.userNet.guest_address}"
+          }.
+        '';
+      };
+      port = mkOption {
+        type = types.port;
+        description = "The ${what}'s port (1 to 65535).";
+      };
+    };
+  in {
+    options = {
+      from = mkOption {
+        type = types.enum ["host" "guest"];
+        default = "host";
+        description = ''
+          `"host"`: connections to the host's port go to the guest's port
+          (passt listens on the host, as the VM's principal). `"guest"`:
+          the guest's connections to `guest.address:guest.port` go to the
+          host's port; passt can do this only for the host's loopback,
+          which the guest reaches as the gateway ${vlib.userNet.gateway}, port for port
+          (so `guest.address = "${vlib.userNet.gateway}"`,
+          `host.address = "${vlib.userNet.host_loopback}"`, `host.port = guest.port`).
+        '';
+      };
+      proto = mkOption {
+        type = types.enum ["tcp" "udp"];
+        default = "tcp";
+        description = "The protocol to forward.";
+      };
+      host = end "host";
+      guest = end "guest";
+    };
+  };
+
   interfaceModule = {
     options = {
       tap = mkOption {
@@ -428,6 +473,53 @@
           default = "${pkgs.vhost-device-vsock}/bin/vhost-device-vsock";
           defaultText = literalExpression ''"''${pkgs.vhost-device-vsock}/bin/vhost-device-vsock"'';
           description = "The `vhost-device-vsock` the launcher runs for QEMU's `\"user\"` backend.";
+        };
+      };
+
+      userNetwork = {
+        enable = mkEnableOption ''
+          an interface on a user network (QEMU only), as microvm.nix's
+          `interfaces = [ { type = "user"; … } ]` gives one: passt, run by
+          the launcher as the VM's principal in a sandbox of its own, turns
+          the guest's traffic into the principal's own sockets on the host.
+          The guest sees QEMU SLIRP's network: its address
+          ${vlib.userNet.guest_address}/${toString vlib.userNet.prefix_len} by DHCP, the gateway ${vlib.userNet.gateway}, which reaches the
+          host's loopback, and the DNS server ${vlib.userNet.dns}, which forwards to the
+          host's resolver. The VM's unit then allows IP sockets and the
+          user, UTS and PID namespaces passt's own sandbox needs
+          (docs/networking.md)'';
+        id = mkOption {
+          type = types.str;
+          default = "user0";
+          example = "qemu";
+          description = ''
+            The interface's id (QEMU's netdev id, microvm.nix's
+            `interfaces.*.id`): a letter, then letters, digits, `-`, `.` or
+            `_`, at most ${toString vlib.userNet.id_max} bytes; not `net0`, `net1`, ... (the taps').
+          '';
+        };
+        mac = mkOption {
+          type = types.nullOr (types.strMatching vlib.macRegex);
+          default = null;
+          example = "02:00:00:01:01:01";
+          description = "Guest MAC address (unicast); `null` leaves QEMU's default.";
+        };
+        binary = mkOption {
+          type = absolutePath;
+          default = "${pkgs.passt}/bin/passt";
+          defaultText = literalExpression ''"''${pkgs.passt}/bin/passt"'';
+          description = "The `passt` the launcher runs for the interface.";
+        };
+        forwardPorts = mkOption {
+          type = types.listOf (types.submodule forwardPortModule);
+          default = [];
+          example = literalExpression ''[ { host.port = 2222; guest.port = 22; } ]'';
+          description = ''
+            microvm.nix's `forwardPorts`, served by passt. A host port
+            below the host's `net.ipv4.ip_unprivileged_port_start`
+            ({option}`boot.kernel.sysctl`, 1024 by default) is refused:
+            passt binds it as the VM's principal.
+          '';
         };
       };
 

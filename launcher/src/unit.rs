@@ -479,7 +479,7 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
         // namespace setup failure.
         out.push(e("Service", "ReadWritePaths", format!("-{s}")));
     }
-    if taps {
+    if taps && spec.user_network.is_none() {
         out.push(e("Service", "RestrictAddressFamilies", "AF_NETLINK"));
     }
     // Firecracker's taps live in a network namespace of its own, which the
@@ -511,12 +511,39 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
             FIRECRACKER_RESTART_FORCE,
         ));
     }
+    out.extend(user_network_dropin(spec));
     Ok(out)
 }
 
 /// `RestartForceExitStatus=` of a firecracker VM's drop-in: firecracker's
 /// own exit (a reboot or poweroff inside the guest) restarts the VM.
 pub const FIRECRACKER_RESTART_FORCE: &str = "0";
+
+/// User networking (`userNetworkDropin` in modules/lib.nix): passt runs in
+/// the unit's cgroup and under its seccomp filters. It is the guest's
+/// network, so it opens IPv4 and IPv6 sockets and reads routes over
+/// NETLINK_ROUTE (merged with the template's AF_UNIX; AF_NETLINK covers
+/// taps too), its sockets need the IP traffic the template's
+/// `IPAddressDeny=any` refuses (`IPAddressAllow=any` wins over it, the
+/// loopback the gateway reaches included), and its own sandbox is a user
+/// namespace with mount, IPC, UTS and PID namespaces in it (merged with
+/// the template's "mnt ipc"). The launcher's own seccomp filter still keeps
+/// the hypervisor to AF_UNIX and no namespaces, and passt off network,
+/// cgroup and time namespaces.
+fn user_network_dropin(spec: &Spec) -> Vec<Entry> {
+    if spec.user_network.is_none() {
+        return Vec::new();
+    }
+    vec![
+        e("Service", "IPAddressAllow", "any"),
+        e(
+            "Service",
+            "RestrictAddressFamilies",
+            "AF_INET AF_INET6 AF_NETLINK",
+        ),
+        e("Service", "RestrictNamespaces", "user uts pid"),
+    ]
+}
 
 /// `# comment` header, then the sections in the order [Unit], [Service],
 /// [Install], each followed by a blank line, like NixOS's unit text.

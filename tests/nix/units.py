@@ -70,12 +70,12 @@ CONTRACT = {
     "vcpus": int, "memory_mib": int, "kernel": str, "initrd": str,
     "cmdline": str, "credentials": list, "disks": list, "interfaces": list,
     "landlock": dict, "keep_on_purge": list,
-    # shares, disks, vsock (the module writes them only when used)
-    "shares": list, "virtiofsd": dict, "vsock": dict,
+    # shares, disks, vsock, user networking (the module writes them only when used)
+    "shares": list, "virtiofsd": dict, "vsock": dict, "user_network": dict,
     # the host's own tools (written only when on)
     "balloon": dict, "console": bool, "register_with_machined": bool,
 }
-OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock", "balloon", "console", "register_with_machined"}
+OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock", "user_network", "balloon", "console", "register_with_machined"}
 
 
 def cmd_spec(path):
@@ -121,6 +121,13 @@ def cmd_spec(path):
         want(spec["virtiofsd"], "virtiofsd", {"binary": str})
     if "vsock" in spec:
         want(spec["vsock"], "vsock", {"cid": int, "backend": str, "binary": str}, ("binary",))
+    if "user_network" in spec:
+        u = spec["user_network"]
+        want(u, "user_network", {"binary": str, "id": str, "mac": str, "forward_ports": list}, ("mac", "forward_ports"))
+        for i, f in enumerate(u.get("forward_ports", []) if isinstance(u, dict) else []):
+            want(f, f"user_network.forward_ports[{i}]", {"from": str, "proto": str, "host": dict, "guest": dict})
+            for end in ("host", "guest"):
+                want(f.get(end), f"user_network.forward_ports[{i}].{end}", {"address": str, "port": int})
     for i, a in enumerate(spec.get("hypervisor", {}).get("extra_args", [])):
         if not isinstance(a, str):
             errs.append(f"hypervisor.extra_args[{i}]: {a!r} is not str")

@@ -366,6 +366,32 @@ shares_spec vfs "$VFS_SCRIPT" '"shares": [
   "vsock": { "cid": 6, "backend": "user", "binary": "/usr/local/bin/vhost-device-vsock" }' \
   | putc /etc/vmwarden/vms/vfs.json 0644
 
+# un: user networking through passt (the user_net scenario). The guest takes
+# its address by DHCP from passt, fetches from a server on L2's loopback
+# through the gateway 10.0.2.2, then serves port 22, which passt forwards from
+# L2's port 2222 (every IPv4 address of L2, microvm.nix's default; the
+# scenario connects on 127.0.0.1). L2 has no network interface but loopback
+# (and the cloud_hypervisor scenario's bridge): nothing leaves it.
+UN_SCRIPT='ip link set lo up; ip link set eth0 up
+cat >/tmp/dhcp.sh <<EOS
+#!/bin/sh
+[ "\$1" = bound ] || exit 0
+ip addr add "\$ip/\$mask" dev "\$interface"
+ip route add default via "\$router"
+echo "T-DHCP ip=\$ip mask=\$mask router=\$router dns=\$dns"
+EOS
+chmod +x /tmp/dhcp.sh
+udhcpc -i eth0 -s /tmp/dhcp.sh -q -n -t 10 -T 2 2>/dev/null || echo T-DHCP-FAILED
+echo "T-FETCH $(timeout 30 nc 10.0.2.2 8080 </dev/null 2>&1)"
+(while :; do echo T-GUEST-SERVED | nc -l -p 22; done) >/dev/null 2>&1 &
+echo T-LISTENING'
+grep -q '^vm-un:' "$ROOT/etc/passwd" \
+  || chroot "$ROOT" useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-un \
+  || die "cannot create the principal vm-un"
+shares_spec un "$UN_SCRIPT" '"user_network": { "binary": "/usr/bin/passt", "id": "qemu", "mac": "02:00:00:01:01:01",
+    "forward_ports": [ { "host": { "port": 2222 }, "guest": { "port": 22 } } ] }' \
+  | putc /etc/vmwarden/vms/un.json 0644
+
 # ch, fc: the shares guest booted by cloud-hypervisor and firecracker (the
 # cloud_hypervisor and firecracker scenarios). Each feature the scenario can
 # show (a created ext4 volume, a tap on a bridge, hybrid vsock, a virtiofs
@@ -492,6 +518,12 @@ if [ "$MODE" = full ]; then
     mkdir -p "$ROOT$UNITDIR/microvms.target.wants"
     ln -sfn "$UNITDIR/microvm@.service" "$ROOT$UNITDIR/microvms.target.wants/microvm@$v.service"
   done
+  # un's drop-in: what user networking adds to the unit (IP sockets, passt's
+  # namespaces), as render-unit gives it; not in microvms.target.
+  "$VMW" render-unit --dropin un --spec "$ROOT/etc/vmwarden/vms/un.json" \
+    --credentials-dir "$CREDDIR" >"$WORK/dropin-un.conf" || die "vmwarden render-unit --dropin un failed"
+  put "$WORK/dropin-un.conf" "$UNITDIR/microvm@un.service.d/vmwarden.conf" 0644
+  cp "$WORK/dropin-un.conf" "$OUTDIR/microvm@un.vmwarden.conf"
   # The coexist scenario: vmwarden's units with the prefix `vmwarden`
   # (vmwarden@.service, vmwarden-vms.target), as a host that also runs
   # microvm.nix's host module installs them, and VM cx's drop-in under that
@@ -547,6 +579,7 @@ if [ -n "$ONLY" ]; then SOAK_DEFAULT=50; else SOAK_DEFAULT=5; fi
     "$MODE" "${VMWARDEN_SYSTEMD_READY_TIMEOUT:-300}" "$ONLY" "$L3_ACCEL" "${VMWARDEN_SYSTEMD_SOAK_CYCLES:-$SOAK_DEFAULT}"
   printf 'CREDS_a=%q\nCREDS_b=%q\nCREDS_cx=%q\nCREDS_vol=\nCREDS_vsk=\nCREDS_vfs=\nCREDS_ops=\n' "$CREDS_a" "$CREDS_b" "$CREDS_cx"
   printf 'CREDS_rbq=%q\n' "token:$CREDDIR/rbq/token"
+  printf 'CREDS_un=\n'
   printf 'HV_BRIDGE=%q\n%s' "$HV_BRIDGE" "$HV_ENV"; } | putc /opt/vmwarden-test/run.env 0644
 
 ROOT_IMG=$WORK/root.ext4 RES_IMG=$WORK/results.ext4

@@ -229,7 +229,7 @@ vmw_fc_unit() { [ -d /etc/systemd/system/microvm@fc.service.d ] && echo /etc/sys
 s_unit_verify() {
   local f out all=""
   for f in /etc/systemd/system/microvm@.service /etc/systemd/system/microvm@a.service \
-           /etc/systemd/system/microvm@b.service /etc/systemd/system/microvm@vfs.service \
+           /etc/systemd/system/microvm@b.service /etc/systemd/system/microvm@vfs.service /etc/systemd/system/microvm@un.service \
            /etc/systemd/system/microvms.target /etc/systemd/system/vmwarden@.service \
            /etc/systemd/system/vmwarden@cx.service /etc/systemd/system/vmwarden-vms.target \
            /etc/systemd/system/microvm@vsk.service $(vmw_fc_unit); do
@@ -238,7 +238,7 @@ s_unit_verify() {
     [ -z "$out" ] || all="$all $f: $(printf '%s' "$out" | head -2 | tr '\n' ' ')"
   done
   [ -z "$all" ] || { fail "systemd-analyze verify printed:$all"; return 1; }
-  note "no output for microvm@.service, microvm@a/b/vfs/vsk${HV_FEATURES_fc+/fc} (with drop-ins), microvms.target, vmwarden@.service, vmwarden@cx (with its drop-in), vmwarden-vms.target"
+  note "no output for microvm@.service, microvm@a/b/vfs/vsk/un${HV_FEATURES_fc+/fc} (with drop-ins), microvms.target, vmwarden@.service, vmwarden@cx (with its drop-in), vmwarden-vms.target"
 }
 
 s_start_ab() {
@@ -1055,7 +1055,7 @@ s_all_clean() {
   [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
   p=$(pgrep -a 'qemu-system|cloud-hyperviso|firecracker' 2>/dev/null)
   [ -z "$p" ] || { fail "hypervisors still running: $p"; return 1; }
-  for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv; do independent_clean $v || return 1; done
+  for v in a b c vol vsk vfs un ch fc chb fcb cx ops rbq rbc rbf rbv; do independent_clean $v || return 1; done
   p=$(pgrep -u microvm 2>/dev/null | tr '\n' ' ')
   [ -z "$p" ] || { fail "processes of microvm (the coexist scenario's foreign VM) left: $p"; return 1; }
   note "verify-clean (all VMs) clean, no hypervisor left"
@@ -1219,6 +1219,109 @@ coexist_run() {
   mvn_stopped "$cur" || return 1
   check_clean cx || return 1
   note "$MVN_U stopped; cx still clean"
+}
+
+# ---------------------------------------------------------------- user_net
+# un: user networking through passt under the real unit and its drop-in
+# (IPAddressAllow=any, AF_INET/AF_INET6/AF_NETLINK, the user, UTS and PID
+# namespaces passt's sandbox needs). The guest takes 10.0.2.15 from passt by
+# DHCP and fetches from a server on L2's loopback through the gateway
+# 10.0.2.2; L2 reaches the guest's port 22 on 127.0.0.1:2222. passt runs as
+# vm-un, QEMU's child, in the unit's cgroup, with no capability, no_new_privs,
+# seccomp, in a user namespace of its own with an empty root; QEMU holds no IP
+# socket. A graceful stop leaves no passt; then a SIGKILL of QEMU alone:
+# passt is gone on its own and the cleanup is clean. L2 has no interface
+# but loopback here: every address used is L2's own.
+UN_SERVER_PID=""
+s_user_net() {
+  local rc
+  # the server on L2's loopback the guest reaches through the gateway
+  socat TCP-LISTEN:8080,bind=127.0.0.1,reuseaddr,fork SYSTEM:'echo T-L2-LOOPBACK-SAYS-HI' >>"$LOG" 2>&1 &
+  UN_SERVER_PID=$!
+  start_check_stop un un_checks; rc=$?
+  kill "$UN_SERVER_PID" 2>/dev/null; wait "$UN_SERVER_PID" 2>/dev/null
+  [ $rc -eq 0 ] || return 1
+  pgrep -u vm-un >/dev/null && { fail "un: a process of vm-un survives the stop: $(pgrep -a -u vm-un | tr '\n' ' ')"; return 1; }
+  un_kill
+}
+# the principal's processes other than QEMU: passt
+un_passt() { # HYPERVISOR_PID -> "PID COMM" lines
+  local p
+  for p in $(pgrep -u vm-un); do
+    [ "$p" = "$1" ] || echo "$p $(cat "/proc/$p/comm" 2>/dev/null)"
+  done
+}
+un_checks() { # CURSOR
+  local u=microvm@un.service pid j hs h c uid cg out ip q
+  pid=$(mainpid $u)
+  wait_journal $u "$1" '^T-LISTENING' 60 \
+    || { fail "un: the guest never listened: $(jlog $u "$1" | grep -E '^(T-|VMWARDEN-RUN)' | tr '\n' ' ' | head -c 400)"; return 1; }
+  j=$(jlog $u "$1")
+  for want in 'T-DHCP ip=10.0.2.15 mask=24 router=10.0.2.2 dns=10.0.2.3' 'T-FETCH T-L2-LOOPBACK-SAYS-HI'; do
+    printf '%s\n' "$j" | grep -qF -- "$want" \
+      || { fail "un: guest output lacks '$want': $(printf '%s\n' "$j" | grep -E '^T-' | tr '\n' ' ' | head -c 400)"; return 1; }
+  done
+  note "un: DHCP 10.0.2.15 from passt, fetched from L2's loopback through 10.0.2.2"
+  out=$(timeout 30 nc -N -q 2 127.0.0.1 2222 </dev/null 2>&1 | tr -d '\r')
+  [ "$out" = T-GUEST-SERVED ] || { fail "un: L2's 127.0.0.1:2222 gave '$(printf '%s' "$out" | head -c 100)', not the guest's T-GUEST-SERVED"; return 1; }
+  note "L2 reached the guest's port 22 on 127.0.0.1:2222"
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'stream,id=qemu,server=off,addr.type=fd' \
+    || { fail "un: QEMU's command line has no stream netdev on an fd: $(tr '\0' ' ' <"/proc/$pid/cmdline" | grep -o '\-netdev [^ ]*')"; return 1; }
+  hs=$(un_passt "$pid")
+  log "un helpers (hypervisor $pid): $(printf '%s' "$hs" | tr '\n' ',')"
+  [ "$(printf '%s\n' "$hs" | grep -c .)" = 1 ] && printf '%s' "$hs" | awk '{print $2}' | grep -q '^passt' \
+    || { fail "un: the principal's processes besides QEMU are '$(printf '%s' "$hs" | tr '\n' ' ')', not one passt"; return 1; }
+  h=$(printf '%s' "$hs" | awk '{print $1}'); c=$(cat "/proc/$h/comm")
+  uid=$(id -u vm-un); cg=$(cat "/proc/$pid/cgroup")
+  [ "$(status_field "$h" Uid)" = "$uid $uid $uid $uid" ] || { fail "un: $c Uid: $(status_field "$h" Uid)"; return 1; }
+  for want in CapEff CapPrm CapInh CapAmb; do
+    [ "$(status_field "$h" $want)" = 0000000000000000 ] || { fail "un: $c $want=$(status_field "$h" $want)"; return 1; }
+  done
+  [ "$(status_field "$h" NoNewPrivs)" = 1 ] && [ "$(status_field "$h" Seccomp)" = 2 ] \
+    || { fail "un: $c NoNewPrivs=$(status_field "$h" NoNewPrivs) Seccomp=$(status_field "$h" Seccomp)"; return 1; }
+  [ "$(status_field "$h" PPid)" = "$pid" ] || { fail "un: $c is not QEMU's child"; return 1; }
+  [ "$(cat "/proc/$h/cgroup")" = "$cg" ] || { fail "un: $c is in cgroup $(cat "/proc/$h/cgroup"), not the unit's ($cg)"; return 1; }
+  [ "$(readlink "/proc/$h/ns/user")" != "$(readlink /proc/self/ns/user)" ] || { fail "un: $c is in L2's user namespace"; return 1; }
+  [ -z "$(ls -A "/proc/$h/root" 2>&1)" ] || { fail "un: $c's root is not empty: $(ls -A "/proc/$h/root" 2>&1 | head -c 100)"; return 1; }
+  # QEMU has no IP socket: none of its socket inodes is in the IP tables
+  ip=$(awk 'FNR > 1 {print $10}' /proc/net/tcp /proc/net/tcp6 /proc/net/udp /proc/net/udp6 /proc/net/raw /proc/net/raw6 2>/dev/null | sort -u)
+  q=$(find "/proc/$pid/fd" -lname 'socket:*' -printf '%l\n' 2>/dev/null | sed 's/socket:\[\(.*\)\]/\1/' | sort -u)
+  [ -z "$(comm -12 <(printf '%s\n' "$ip") <(printf '%s\n' "$q"))" ] || { fail "un: QEMU holds an IP socket"; return 1; }
+  jq -e '[.resources[] | select(.kind == "helper")] == [{"kind":"helper","helper":"passt","tag":"qemu"}]' \
+    "$RUNTIME_ROOT/un/instance.json" >/dev/null || { fail "un: the intent record does not name passt: $(jq -c '.resources' "$RUNTIME_ROOT/un/instance.json" | head -c 300)"; return 1; }
+  note "passt vm-un CapEff=0 nnp seccomp, own user namespace, empty root, QEMU's child in the unit's cgroup; QEMU no IP socket; passt in the intent record"
+}
+# SIGKILL to QEMU alone: passt is gone on its own (its death signal, and its
+# end of the socket pair closing), and the kill's cleanup is clean.
+un_kill() {
+  local cur rc u=microvm@un.service pid h left st sub end
+  systemctl reset-failed $u 2>/dev/null
+  cur=$(mark)
+  timeout 600 systemctl start $u; rc=$?
+  [ $rc -eq 0 ] || { fail "un second start rc=$rc"; return 1; }
+  check_running un "$cur" || { timeout 300 systemctl stop $u; return 1; }
+  pid=$(mainpid $u)
+  h=$(un_passt "$pid" | awk '{print $1}')
+  [ -n "$h" ] || { fail "un: no passt at the second start"; timeout 300 systemctl stop $u; return 1; }
+  systemctl kill --kill-who=main -s KILL $u || { fail "systemctl kill --kill-who=main failed"; return 1; }
+  for _ in $(seq 1 100); do
+    [ "$(stat -c %U "/proc/$h" 2>/dev/null)" = vm-un ] || break
+    sleep 0.1
+  done
+  [ "$(stat -c %U "/proc/$h" 2>/dev/null)" != vm-un ] || { fail "un: passt $h outlived the killed hypervisor by 10 s"; return 1; }
+  end=$((SECONDS + 120))
+  while :; do
+    st=$(state $u); sub=$(systemctl show -p SubState --value $u)
+    case "$st/$sub" in failed/*|inactive/*|*/auto-restart) break ;; esac
+    [ "$st" = active ] && [ "$(mainpid $u)" != "$pid" ] && break
+    [ $SECONDS -lt $end ] || { fail "un: still $st/$sub 120s after SIGKILL"; return 1; }
+    sleep 0.2
+  done
+  check_cleanup un $u "$cur" first || return 1
+  timeout 300 systemctl stop $u
+  systemctl reset-failed $u 2>/dev/null
+  check_clean un || return 1
+  note "passt gone with the SIGKILLed QEMU; clean"
 }
 
 # ---------------------------------------------------------------- soak
@@ -1517,6 +1620,7 @@ else
   run_scenario vhost_vsock s_vhost_vsock
   run_scenario vsock_ssh s_vsock_ssh
   run_scenario virtiofs_vsock s_virtiofs_vsock
+  run_scenario user_net s_user_net
   run_scenario cloud_hypervisor s_cloud_hypervisor
   run_scenario firecracker s_firecracker
   run_scenario hv_bench s_hv_bench

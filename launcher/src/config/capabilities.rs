@@ -9,8 +9,10 @@
 //! they differ).
 //!
 //! In short: firecracker has no TCG, no credentials, no qcow2, no disk
-//! serial, no shares (neither 9p nor virtiofs) and no vhost vsock;
-//! cloud-hypervisor has no TCG, no 9p and no vhost vsock; QEMU has them all.
+//! serial, no shares (neither 9p nor virtiofs), no vhost vsock and no user
+//! networking;
+//! cloud-hypervisor has no TCG, no 9p, no vhost vsock and no user
+//! networking; QEMU has them all.
 
 use crate::config::spec::HypervisorKind;
 
@@ -35,6 +37,8 @@ pub enum Feature {
     Balloon,
     /// `console`: a serial console to attach to (`vmwarden console`).
     Console,
+    /// `user_network`: an interface served by passt.
+    UserNetwork,
 }
 
 impl Feature {
@@ -50,6 +54,7 @@ impl Feature {
             Feature::VhostVsock => "vhost vsock",
             Feature::Balloon => "memory balloon",
             Feature::Console => "a console to attach to",
+            Feature::UserNetwork => "user networking (passt)",
         }
     }
 }
@@ -136,6 +141,13 @@ pub const REFUSALS: &[Refusal] = &[
                  the journal holds; read the console with journalctl, or use qemu or cloud-hypervisor",
     },
     Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::UserNetwork,
+        field: "user_network",
+        reason: "is not supported with firecracker: its only network backend is a tap, and passt serves a guest \
+                 over QEMU's stream socket; use interfaces (a tap), or hypervisor.kind \"qemu\"",
+    },
+    Refusal {
         kind: HypervisorKind::CloudHypervisor,
         feature: Feature::Tcg,
         field: "hypervisor.accel",
@@ -152,6 +164,14 @@ pub const REFUSALS: &[Refusal] = &[
         feature: Feature::VhostVsock,
         field: "vsock.backend",
         reason: "is \"vhost\", but cloud-hypervisor serves vsock itself on a unix socket in control/; use \"user\"",
+    },
+    Refusal {
+        kind: HypervisorKind::CloudHypervisor,
+        feature: Feature::UserNetwork,
+        field: "user_network",
+        reason: "is not supported with cloud-hypervisor: passt serves a guest over QEMU's stream socket, which \
+                 cloud-hypervisor does not speak (and this passt has no vhost-user mode); use interfaces (a tap), \
+                 or hypervisor.kind \"qemu\"",
     },
 ];
 

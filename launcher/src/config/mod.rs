@@ -11,4 +11,6 @@ pub mod rawpath;
 pub mod rules;
 pub mod spec;
 pub mod text;
+pub mod user_net;
 pub mod validation;
+pub mod validation_user_net;

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::files::{open_probed_at, open_regular_at, OpenError};
 use crate::config::names::{BridgeName, CredentialName, Mac, NameError, TapName, VmName};
 use crate::config::rules;
+use crate::config::user_net::UserNetworkSpec;
 
 /// Largest spec file accepted.
 pub const MAX_SPEC_BYTES: u64 = 64 * 1024;
@@ -102,6 +103,10 @@ pub struct Spec {
     /// `registerWithMachined`), class `vm`, leader the hypervisor.
     #[serde(default, skip_serializing_if = "is_false")]
     pub register_with_machined: bool,
+    /// An interface on a user network served by passt (QEMU only; see
+    /// `config::user_net`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_network: Option<UserNetworkSpec>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -545,6 +550,7 @@ fn refused_name(bytes: &[u8], err: &serde_json::Error) -> Option<(String, NameEr
         fields.push((format!("interfaces[{i}].bridge"), &n["bridge"], bridge));
         fields.push((format!("interfaces[{i}].mac"), &n["mac"], mac));
     }
+    fields.push(("user_network.mac".into(), &v["user_network"]["mac"], mac));
     let msg = err.to_string();
     fields.into_iter().find_map(|(field, value, check)| {
         let e = check(value.as_str()?)?;

@@ -121,6 +121,7 @@ impl Spec {
         self.validate_vsock(path)?;
         self.validate_host_tools(path)?;
         self.validate_interfaces(path)?;
+        self.validate_user_network(path)?;
         for (i, p) in self.landlock.read.iter().enumerate() {
             check_abs_normalised(p)
                 .map_err(|r| bad(&format!("landlock.read[{i}]"), r.to_string()))?;
@@ -499,6 +500,9 @@ impl Spec {
         if let Some(b) = self.vsock.as_ref().and_then(|v| v.binary.as_ref()) {
             regular("vsock.binary", b, true)?;
         }
+        if let Some(u) = &self.user_network {
+            regular("user_network.binary", &u.binary, true)?;
+        }
         for (i, sh) in self.shares.iter().enumerate() {
             let field = format!("shares[{i}].source");
             let md = std::fs::metadata(&sh.source)
@@ -687,6 +691,9 @@ mod tests {
                 Feature::VhostVsock => v["vsock"] = json!({ "cid": 3, "backend": "vhost" }),
                 Feature::Balloon => v["balloon"] = json!({}),
                 Feature::Console => v["console"] = json!(true),
+                Feature::UserNetwork => {
+                    v["user_network"] = json!({ "binary": "/usr/bin/passt", "id": "qemu" })
+                }
             }
             v
         };
@@ -708,6 +715,7 @@ mod tests {
             Feature::VhostVsock,
             Feature::Balloon,
             Feature::Console,
+            Feature::UserNetwork,
         ] {
             let spec = check(with(HypervisorKind::Qemu, feature));
             assert!(spec.is_ok(), "qemu {feature:?}: {spec:?}");

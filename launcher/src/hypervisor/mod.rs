@@ -50,6 +50,9 @@ pub struct Layout {
     pub control_dir: PathBuf,
     /// `/dev/vhost-vsock`, opened by root, for `vsock.backend = "vhost"`.
     pub vhost_vsock_fd: Option<i32>,
+    /// QEMU's end of the socket pair whose other end passt serves, for
+    /// `user_network`.
+    pub user_net_fd: Option<i32>,
 }
 
 /// Whether the guest's memory must be shareable with another process
@@ -226,6 +229,21 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
             "-device",
             &format!("{nic},netdev=net{i},mac={}", spec.guest_mac(i)),
         ]);
+    }
+    if let Some(u) = &spec.user_network {
+        // passt's connected socket, an fd: QEMU opens no socket and
+        // connects to nothing for it (`server=off` with an fd address takes
+        // the socket as connected).
+        push(&[
+            "-netdev",
+            &format!(
+                "stream,id={},server=off,addr.type=fd,addr.str={}",
+                u.id,
+                layout.user_net_fd.unwrap_or(-1)
+            ),
+        ]);
+        let mac = u.mac.map(|m| format!(",mac={m}")).unwrap_or_default();
+        push(&["-device", &format!("{nic},netdev={}{mac}", u.id)]);
     }
     // -- The host's own tools: the balloon (microvm.nix's device). --
     if let Some(b) = &spec.balloon {

@@ -24,6 +24,7 @@ fn layout() -> Layout {
         tap_fds: vec![],
         control_dir: "/run/vmwarden/web/control".into(),
         vhost_vsock_fd: None,
+        user_net_fd: None,
     }
 }
 
@@ -41,6 +42,35 @@ fn with_nics(mut s: Spec) -> Spec {
         },
     ];
     s
+}
+
+#[test]
+fn a_user_network_is_a_stream_netdev_on_passts_socket_pair() {
+    let mut s = spec();
+    s.user_network = serde_json::from_value(serde_json::json!({
+        "binary": "/usr/bin/passt", "id": "qemu", "mac": "02:00:00:01:01:01",
+        "forward_ports": [{ "host": { "port": 2222 }, "guest": { "port": 22 } }]
+    }))
+    .unwrap();
+    let l = Layout {
+        user_net_fd: Some(9),
+        ..layout()
+    };
+    let argv = qemu_argv(&s, &l, false);
+    let at = argv.iter().position(|a| a == "-netdev").unwrap();
+    assert_eq!(
+        argv[at..at + 4],
+        [
+            "-netdev",
+            "stream,id=qemu,server=off,addr.type=fd,addr.str=9",
+            "-device",
+            "virtio-net-device,netdev=qemu,mac=02:00:00:01:01:01"
+        ]
+    );
+    // No socket path, no user (SLIRP) netdev: QEMU opens no IP socket.
+    assert!(!argv
+        .iter()
+        .any(|a| a.contains("user,") || a.contains("passt")));
 }
 
 #[test]

@@ -119,7 +119,8 @@ pub enum Resource {
     },
     /// A helper daemon the launcher forks for the hypervisor, run as the
     /// principal (see launch::helpers; `helper` is its entry's name):
-    /// `virtiofsd` for share `tag`, or `vhost-device-vsock`. `socket` is
+    /// `virtiofsd` for share `tag`, `vhost-device-vsock`, or `passt` for
+    /// the user network interface `tag`. `socket` is
     /// the socket in `control/` the hypervisor connects to (removed by
     /// cleanup with the control dir), absent for a helper reached
     /// otherwise. It dies with the hypervisor (parent-death signal) and

@@ -1,9 +1,10 @@
-//! The helper daemons: one `virtiofsd` per virtiofs share and
-//! `vhost-device-vsock` for QEMU's user vsock backend, each forked by the
-//! launcher inside the VM's mount namespace (after the credential tmpfs,
-//! before the launcher's own drop) and run as the VM's principal. What
-//! differs between them is data, one entry per kind in [`shape::TABLE`];
-//! this file starts any entry the same way.
+//! The helper daemons: one `virtiofsd` per virtiofs share,
+//! `vhost-device-vsock` for QEMU's user vsock backend and `passt` for
+//! QEMU's user network, each forked by the launcher inside the VM's mount
+//! namespace (after the credential tmpfs, before the launcher's own drop)
+//! and run as the VM's principal. What differs between them is data, one
+//! entry per kind in [`shape::TABLE`]; this file starts any entry the same
+//! way.
 //!
 //! The child, before it `execve`s the daemon: drops to the principal with
 //! no supplementary group ([`sandbox::drop_privileges`], so every
@@ -11,9 +12,11 @@
 //! `PR_SET_PDEATHSIG(SIGKILL)` (after the drop: a credential change clears
 //! it) and re-checks `getppid()`, applies a Landlock domain of its own (its
 //! share, read-only or read-write; `control/` for the vsock daemon's
-//! sockets; its binary and the system's libraries), installs the launcher's
-//! seccomp filter, and keeps only the lease fd (and virtiofsd's listening
-//! socket) across `execve`. The launcher then becomes the hypervisor in the
+//! sockets; its binary and the system's libraries; for passt no file
+//! access, which its own sandbox takes away, and TCP bind on its forwarded
+//! ports only), installs its seccomp filter (the launcher's, or for passt
+//! the self-sandboxing one), and keeps only the lease fd (and the socket
+//! it is handed) across `execve`. The launcher then becomes the hypervisor in the
 //! same process, so the death signal follows the hypervisor; the inherited
 //! lease keeps the VM "live" for as long as any helper somehow survives.
 //!
@@ -23,7 +26,10 @@
 //! A [`Channel::Listener`] helper (virtiofsd) gets its listening socket
 //! from root as an fd; a [`Channel::OwnSockets`] helper
 //! (vhost-device-vsock) makes its sockets itself and the launcher waits
-//! for them.
+//! for them; a [`Channel::Pair`] helper (passt) gets one end of a
+//! connected socket pair and the hypervisor the other. A
+//! [`Root::OwnSandbox`] helper (passt) makes a sandbox of its own once
+//! started, and the launcher waits until it has (see `own_sandbox`).
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -34,7 +40,7 @@ use nix::errno::Errno;
 use nix::fcntl::{fcntl, AtFlags, FcntlArg, FdFlag, OFlag};
 use nix::sys::signal::Signal;
 use nix::sys::socket::{
-    bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
+    bind, listen, socket, socketpair, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
 };
 use nix::sys::stat::{fstatat, umask, Mode, SFlag};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
@@ -49,6 +55,7 @@ use crate::instance::lease::Lease;
 use crate::launch::syscall::Syscall;
 use crate::launch::{landlock, sandbox, seccomp, EXEC_PATH};
 
+mod own_sandbox;
 mod shape;
 mod share_root;
 
@@ -95,6 +102,21 @@ pub enum HelperError {
         share: PathBuf,
         detail: String,
     },
+    /// A helper with no socket to wait for exited while it started.
+    #[error("{helper} ({binary}) exited ({status}) before {what}; its own messages are in the launcher's log")]
+    ExitedBefore {
+        helper: String,
+        binary: PathBuf,
+        what: &'static str,
+        status: String,
+    },
+    /// A [`Root::OwnSandbox`] helper runs, but not in a sandbox of its own.
+    #[error("{helper} ({binary}) has not sandboxed itself: {detail}")]
+    NotSandboxed {
+        helper: String,
+        binary: PathBuf,
+        detail: String,
+    },
     #[error("{helper} ({binary}): {what} within {secs} s")]
     Timeout {
         helper: String,
@@ -116,7 +138,10 @@ pub struct Context<'a> {
     /// paths inside them are opened without following symlinks.
     pub vm_trees: &'a [PathBuf],
     pub landlock: LandlockMode,
+    /// [`Filter::Launcher`]'s programs.
     pub seccomp: &'a [BpfProgram],
+    /// [`Filter::SelfSandboxing`]'s programs.
+    pub seccomp_self_sandboxing: &'a [BpfProgram],
 }
 
 impl Context<'_> {
@@ -124,6 +149,7 @@ impl Context<'_> {
     fn programs(&self, f: Filter) -> &[BpfProgram] {
         match f {
             Filter::Launcher => self.seccomp,
+            Filter::SelfSandboxing => self.seccomp_self_sandboxing,
         }
     }
 }
@@ -140,11 +166,14 @@ impl std::fmt::Debug for Context<'_> {
 }
 
 /// A started helper: its pid (the hypervisor's child once the launcher
-/// has exec'd) and how long it took until it was ready.
-#[derive(Debug, Clone, Copy)]
+/// has exec'd), how long it took until it was ready, and for a
+/// [`Channel::Pair`] helper the hypervisor's end of the pair
+/// (close-on-exec until the launcher's `execve` inherits it).
+#[derive(Debug)]
 pub struct Started {
     pub pid: Pid,
     pub took: Duration,
+    pub hypervisor_end: Option<OwnedFd>,
 }
 
 /// Start every helper, in order; each is ready (exec'd, and its sockets
@@ -164,13 +193,26 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
     for p in &h.sockets {
         remove_stale(ctx.control, p).map_err(sys)?;
     }
-    let listener = match (shape.channel, h.socket()) {
-        (Channel::Listener, Some(socket)) => {
-            Some(bind_listener(ctx.control, socket, ctx.principal).map_err(sys)?)
+    // What root hands the daemon as an fd, and the hypervisor's end.
+    let (handed, hypervisor_end) = match (shape.channel, h.socket()) {
+        (Channel::Listener, Some(socket)) => (
+            Some(bind_listener(ctx.control, socket, ctx.principal).map_err(sys)?),
+            None,
+        ),
+        (Channel::Pair, _) => {
+            let (daemon, hypervisor) = socketpair(
+                AddressFamily::Unix,
+                SockType::Stream,
+                None,
+                SockFlag::SOCK_CLOEXEC,
+            )
+            .sys("socketpair(AF_UNIX)", &h.binary)
+            .map_err(sys)?;
+            (Some(daemon), Some(hypervisor))
         }
-        _ => None,
+        _ => (None, None),
     };
-    let fd = listener.as_ref().map(AsRawFd::as_raw_fd);
+    let fd = handed.as_ref().map(AsRawFd::as_raw_fd);
     let argv = h.argv(fd);
     let cstr = |s: &str| {
         CString::new(s).map_err(|_| HelperError::Setup {
@@ -213,7 +255,7 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
             drop(status_r);
             let share = match shape.root {
                 Root::Share => h.share.as_ref().map(|s| (s.source.as_path(), s.read_only)),
-                Root::Vm => None,
+                Root::Vm | Root::OwnSandbox => None,
             };
             let err = child(
                 &principal,
@@ -235,15 +277,21 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
         }
         ForkResult::Parent { child } => {
             drop(status_w);
-            // The hypervisor must not hold a helper's listening socket.
-            drop(listener);
+            // The hypervisor must not hold a helper's end: its listening
+            // socket, or the daemon's end of a pair.
+            drop(handed);
             wait_started(h, child, status_r, t0)?;
-            if let (Root::Share, Some(share)) = (shape.root, &h.share) {
-                if let Err(e) = confine_to_share(h, child, &share.source, t0) {
-                    let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
-                    let _ = waitpid(child, None);
-                    return Err(e);
+            let rooted = match (shape.root, &h.share) {
+                (Root::Share, Some(share)) => confine_to_share(h, child, &share.source, t0),
+                (Root::OwnSandbox, _) => {
+                    own_sandbox::wait(h, child, ctx.programs(shape.filter).len(), t0)
                 }
+                _ => Ok(()),
+            };
+            if let Err(e) = rooted {
+                let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+                let _ = waitpid(child, None);
+                return Err(e);
             }
             if shape.channel == Channel::OwnSockets {
                 for s in &h.sockets {
@@ -253,6 +301,7 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
             Ok(Started {
                 pid: child,
                 took: t0.elapsed(),
+                hypervisor_end,
             })
         }
     }
@@ -266,7 +315,7 @@ fn child(
     policy: &landlock::Policy,
     ctx: &Context<'_>,
     filter: &[BpfProgram],
-    listener: Option<RawFd>,
+    handed: Option<RawFd>,
     share: Option<(&Path, bool)>,
     prog: &CString,
     argv: &[CString],
@@ -292,12 +341,13 @@ fn child(
             .map_err(|e| e.to_string())?;
         seccomp::apply(ctx.sys, filter).map_err(|e| e.to_string())?;
         let mut keep = vec![ctx.lease.inherit_across_exec().map_err(|e| e.to_string())?];
-        if let Some(fd) = listener {
-            // SAFETY: `fd` is the listening socket the parent bound; it
-            // stays open in this process until execve.
+        if let Some(fd) = handed {
+            // SAFETY: `fd` is the socket the parent made for the daemon
+            // (a listening socket, or its end of a pair); it stays open in
+            // this process until execve.
             let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
             fcntl(b, FcntlArg::F_SETFD(FdFlag::empty()))
-                .map_err(|e| format!("fcntl(F_SETFD) of the listening socket: {e}"))?;
+                .map_err(|e| format!("fcntl(F_SETFD) of the socket it is handed: {e}"))?;
             keep.push(fd);
         }
         sandbox::cloexec_all_but(ctx.sys, &keep).map_err(|e| e.to_string())?;

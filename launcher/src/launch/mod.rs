@@ -622,6 +622,14 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
             tracing::warn!("fault injection: openat2 answers ENOSYS in every helper");
             helper_seccomp.push(seccomp::enosys(libc::SYS_openat2)?);
         }
+        let self_sandboxing = if planned
+            .iter()
+            .any(|h| h.shape().filter == helpers::Filter::SelfSandboxing)
+        {
+            seccomp::self_sandboxing_programs()?
+        } else {
+            Vec::new()
+        };
         helpers::start_all(
             &planned,
             &helpers::Context {
@@ -632,6 +640,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
                 vm_trees: &vm_trees,
                 landlock: spec.landlock.mode,
                 seccomp: &helper_seccomp,
+                seccomp_self_sandboxing: &self_sandboxing,
             },
         )?
     };
@@ -648,6 +657,8 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
                 vm_trees: &[],
                 landlock: spec.landlock.mode,
                 seccomp: &seccomp_progs,
+                // The relay sandboxes nothing itself: the hypervisor's filters.
+                seccomp_self_sandboxing: &seccomp_progs,
             },
             &control,
         )?;
@@ -666,6 +677,14 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
         );
     }
     steps.after("helpers-started");
+    // The hypervisor's ends of the helpers' socket pairs: passt's is the
+    // user network interface's backend.
+    let user_net_fd = planned
+        .iter()
+        .zip(&started)
+        .find(|(h, _)| h.kind == helpers::HelperKind::Passt)
+        .and_then(|(_, s)| s.hypervisor_end.as_ref())
+        .map(AsRawFd::as_raw_fd);
 
     // 9. Drop to the principal and prove it.
     sandbox::drop_privileges_with(sys, principal)?;
@@ -703,6 +722,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
                     tap_fds: taps.iter().map(|t| t.fd.as_raw_fd()).collect(),
                     control_dir: control_path.clone(),
                     vhost_vsock_fd: vhost_vsock.map(AsRawFd::as_raw_fd),
+                    user_net_fd,
                 },
                 seccomp,
             )
@@ -722,6 +742,12 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
             }
         }
     }
-    let inherit: Vec<_> = vhost_vsock.into_iter().chain(qmp).collect();
+    // The probe command inherits the helpers' ends too: the helpers live
+    // as long as it does, as they would beside the hypervisor.
+    let inherit: Vec<_> = vhost_vsock
+        .into_iter()
+        .chain(qmp)
+        .chain(started.iter().filter_map(|s| s.hypervisor_end.as_ref()))
+        .collect();
     exec::exec(sys, &argv, lease, taps, &inherit, principal, state_dir)
 }

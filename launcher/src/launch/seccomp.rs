@@ -52,6 +52,14 @@
 //! * On x86_64, use the x32 syscall ABI (ENOSYS): x32 numbers carry bit 30
 //!   and would match none of the rules above. (Other architectures' ABIs
 //!   fail seccompiler's architecture check, which kills the process.)
+//!
+//! A helper that sandboxes itself (passt, see `launch::helpers`) gets the
+//! same filter with two differences ([`self_sandboxing_programs`]): its
+//! `unshare` may make the user, mount, IPC, UTS and PID namespaces its own
+//! sandbox is made of (never a network, cgroup or time namespace; `clone`
+//! with any namespace flag and `setns` stay refused), and it may open IPv4,
+//! IPv6 and `NETLINK_ROUTE` sockets besides Unix ones: it is the guest's
+//! network, and reads the network namespace's routes once at start.
 
 use std::collections::BTreeMap;
 
@@ -239,7 +247,49 @@ pub enum Taps {
 
 /// [`programs`] for a hypervisor that gets its taps as `taps` says.
 pub fn programs_for(taps: Taps) -> Result<Vec<BpfProgram>> {
-    let (progs, judged) = separate_for(taps)?;
+    let (progs, judged) = separate_for(taps, &HYPERVISOR)?;
+    Ok(prefixed(&judged, chain(progs)))
+}
+
+/// What a filter lets through that the rules above refuse.
+struct Allowed {
+    /// Namespace flags `unshare` may take.
+    unshare: &'static [u64],
+    /// Socket families (AF_NETLINK only with [`NETLINK_ROUTE`]).
+    families: &'static [u64],
+}
+
+/// The hypervisor's: nothing more.
+const HYPERVISOR: Allowed = Allowed {
+    unshare: &[],
+    families: ALLOWED_FAMILIES,
+};
+
+/// The namespaces a self-sandboxing helper's `unshare` may make: passt
+/// makes a user namespace, then mount (its root becomes an empty tmpfs),
+/// IPC, UTS and PID namespaces inside it.
+pub const SELF_SANDBOXING_UNSHARE: &[u64] = &[
+    0x1000_0000, // CLONE_NEWUSER
+    0x0002_0000, // CLONE_NEWNS
+    0x0800_0000, // CLONE_NEWIPC
+    0x0400_0000, // CLONE_NEWUTS
+    0x2000_0000, // CLONE_NEWPID
+];
+/// Its socket families: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK.
+pub const SELF_SANDBOXING_FAMILIES: &[u64] = &[1, 2, 10, 16];
+/// The one netlink protocol it may open (reading routes and addresses).
+pub const NETLINK_ROUTE: u64 = 0;
+const AF_NETLINK: u64 = 16;
+
+/// The filter of a helper that sandboxes itself (see the module docs).
+pub fn self_sandboxing_programs() -> Result<Vec<BpfProgram>> {
+    let (progs, judged) = separate_for(
+        Taps::Inherited,
+        &Allowed {
+            unshare: SELF_SANDBOXING_UNSHARE,
+            families: SELF_SANDBOXING_FAMILIES,
+        },
+    )?;
     Ok(prefixed(&judged, chain(progs)))
 }
 
@@ -248,10 +298,10 @@ pub fn programs_for(taps: Taps) -> Result<Vec<BpfProgram>> {
 /// except on another ABI (a foreign architecture, x32).
 #[cfg(test)]
 fn separate() -> Result<(Vec<BpfProgram>, Vec<u32>)> {
-    separate_for(Taps::Inherited)
+    separate_for(Taps::Inherited, &HYPERVISOR)
 }
 
-fn separate_for(taps: Taps) -> Result<(Vec<BpfProgram>, Vec<u32>)> {
+fn separate_for(taps: Taps, allowed: &Allowed) -> Result<(Vec<BpfProgram>, Vec<u32>)> {
     // EPERM: tap ioctls, namespaces, keyrings, other processes, io_uring,
     // set-id modes.
     let mut eperm: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
@@ -272,7 +322,9 @@ fn separate_for(taps: Taps) -> Result<(Vec<BpfProgram>, Vec<u32>)> {
     let mut unshare = Vec::new();
     let mut clone = Vec::new();
     for (_, bit) in NAMESPACE_FLAGS {
-        unshare.push(masked(0, *bit)?);
+        if !allowed.unshare.contains(bit) {
+            unshare.push(masked(0, *bit)?);
+        }
         clone.push(masked(0, *bit)?);
     }
     unshare.push(masked(0, CLONE_NEWTIME)?);
@@ -289,11 +341,19 @@ fn separate_for(taps: Taps) -> Result<(Vec<BpfProgram>, Vec<u32>)> {
     // EAFNOSUPPORT: any socket family but the allowed ones.
     let mut sockets: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for nr in [libc::SYS_socket, libc::SYS_socketpair] {
-        let conds = ALLOWED_FAMILIES
+        let conds = allowed
+            .families
             .iter()
             .map(|f| SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *f))
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        sockets.insert(nr, vec![SeccompRule::new(conds)?]);
+        let mut rules = vec![SeccompRule::new(conds)?];
+        if allowed.families.contains(&AF_NETLINK) {
+            rules.push(SeccompRule::new(vec![
+                SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, AF_NETLINK)?,
+                SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, NETLINK_ROUTE)?,
+            ])?);
+        }
+        sockets.insert(nr, rules);
     }
 
     // ENOSYS: clone3 (glibc then uses clone, whose flags are checked above).
@@ -527,7 +587,7 @@ mod tests {
 
     /// A classic-BPF interpreter for what the filters use: the answer of
     /// `prog` for system call `nr` on `arch` with `args`.
-    fn run(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
+    pub(super) fn run(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
         let mut data = Vec::new();
         data.extend_from_slice(&nr.to_ne_bytes());
         data.extend_from_slice(&arch.to_ne_bytes());
@@ -689,3 +749,6 @@ mod tests {
         assert_eq!(Ok(EAFNOSUPPORT), u32::try_from(libc::EAFNOSUPPORT));
     }
 }
+
+#[cfg(test)]
+mod self_sandboxing_tests;

@@ -2,24 +2,26 @@
 //! [`TABLE`]: its name, the spec field of its binary, how the hypervisor
 //! reaches it ([`Channel`]), where its file system is rooted ([`Root`]),
 //! which seccomp filter it gets ([`Filter`]), whether it needs `/proc/sys`,
-//! and the function that reads its instances (with their arguments) from
-//! the spec. Every consumer reads the entry — the plan, the argv, the
-//! Landlock domain, the start and its wait (`launch::helpers`), the intent
-//! record (`launch::resources`) — and none matches on the kind, so a new
-//! helper is a new entry here, not new code there.
+//! and the functions that read its binary and its instances (with their
+//! arguments) from the spec. Every consumer reads the entry — the plan,
+//! the argv, the Landlock domain, the start and its wait
+//! (`launch::helpers`), the trust walk of its binary (`launch::preflight`),
+//! the intent record (`launch::resources`) — and none matches on the kind,
+//! so a new helper is a new entry here, not new code there.
 
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 
 use crate::config::paths::{virtiofs_socket_name, VSOCK_SOCKET, VSOCK_VHOST_USER_SOCKET};
 use crate::config::spec::{HypervisorKind, ShareProto, Spec, VsockBackend};
-use crate::launch::landlock;
+use crate::launch::landlock::{self, Files, Tcp};
 
 /// Which daemon a helper runs (an index into [`TABLE`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HelperKind {
     Virtiofsd,
     VhostDeviceVsock,
+    Passt,
 }
 
 impl HelperKind {
@@ -47,6 +49,11 @@ pub enum Channel {
     /// domain may make sockets there, and the launcher waits until each
     /// of its socket paths is a socket.
     OwnSockets,
+    /// A connected pair of Unix stream sockets, made by root: one end
+    /// handed to the daemon as an fd ([`Arg::Fd`]), the other to the
+    /// hypervisor (inherited across its `execve`). Nothing in `control/`,
+    /// nothing to connect to.
+    Pair,
 }
 
 /// Where a helper's file system is rooted.
@@ -58,6 +65,16 @@ pub enum Root {
     Share,
     /// The VM's mount namespace, working directory `/`.
     Vm,
+    /// The VM's mount namespace at `execve`; the daemon then makes a
+    /// sandbox of its own (passt: user, mount, IPC, UTS and PID
+    /// namespaces, its root an empty read-only tmpfs, then a seccomp
+    /// filter of its own). Its Landlock domain handles no file access
+    /// (Landlock would refuse it the `mount` and `pivot_root` that sandbox
+    /// needs) and its seccomp filter lets it make those namespaces
+    /// ([`Filter::SelfSandboxing`]); the launcher waits until it has a
+    /// filter of its own on top of the launcher's and an empty root that
+    /// is not the VM's, and fails the launch otherwise.
+    OwnSandbox,
 }
 
 /// The seccomp filter a helper runs under.
@@ -65,6 +82,10 @@ pub enum Root {
 pub enum Filter {
     /// The launcher's own, the hypervisor's (`launch::seccomp`).
     Launcher,
+    /// The launcher's, but for the namespaces of the helper's own sandbox
+    /// and IP and `NETLINK_ROUTE` sockets
+    /// (`launch::seccomp::self_sandboxing_programs`).
+    SelfSandboxing,
 }
 
 /// One kind of helper: everything the launch, the sandbox and the intent
@@ -86,6 +107,9 @@ pub struct Shape {
     /// `/proc/sys/fs/nr_open` at start and exits without it), which a
     /// `subset=pid` procfs does not have.
     pub proc_sys: bool,
+    /// Its binary, when the spec names one (whether or not this spec
+    /// starts it): root's trust walk checks it like the hypervisor's.
+    pub binary: fn(spec: &Spec) -> Option<&Path>,
     /// Its instances for a spec, in start order (`control` is the VM's
     /// control dir).
     pub plan: fn(spec: &Spec, control: &Path) -> Vec<Helper>,
@@ -105,6 +129,7 @@ pub static TABLE: &[Shape] = &[
         root: Root::Share,
         filter: Filter::Launcher,
         proc_sys: true,
+        binary: |spec| spec.virtiofsd.as_ref().map(|v| v.binary.as_path()),
         plan: plan_virtiofsd,
     },
     Shape {
@@ -117,7 +142,22 @@ pub static TABLE: &[Shape] = &[
         root: Root::Vm,
         filter: Filter::Launcher,
         proc_sys: false,
+        binary: |spec| spec.vsock.as_ref().and_then(|v| v.binary.as_deref()),
         plan: plan_vhost_device_vsock,
+    },
+    Shape {
+        kind: HelperKind::Passt,
+        name: "passt",
+        tag_noun: Some("interface"),
+        binary_field: "user_network.binary",
+        // QEMU's `-netdev stream` takes a connected socket as an fd, and
+        // passt one as `--fd`: no socket path for anyone to reach.
+        channel: Channel::Pair,
+        root: Root::OwnSandbox,
+        filter: Filter::SelfSandboxing,
+        proc_sys: false,
+        binary: |spec| spec.user_network.as_ref().map(|u| u.binary.as_path()),
+        plan: plan_passt,
     },
 ];
 
@@ -125,7 +165,8 @@ pub static TABLE: &[Shape] = &[
 #[derive(Debug, Clone, PartialEq)]
 pub enum Arg {
     Lit(String),
-    /// The fd root hands over ([`Channel::Listener`]), after this prefix.
+    /// The fd root hands over ([`Channel::Listener`], [`Channel::Pair`]),
+    /// after this prefix.
     Fd(&'static str),
 }
 
@@ -142,7 +183,8 @@ pub struct Share {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Helper {
     pub kind: HelperKind,
-    /// Which instance: the share's tag (virtiofsd).
+    /// Which instance: the share's tag (virtiofsd), the interface's id
+    /// (passt).
     pub tag: Option<String>,
     pub binary: PathBuf,
     /// Its sockets in `control/`. The first is the one the hypervisor
@@ -150,6 +192,9 @@ pub struct Helper {
     /// [`Channel::Listener`] it is the one root binds.
     pub sockets: Vec<PathBuf>,
     pub share: Option<Share>,
+    /// What its Landlock domain lets it do with TCP (passt: bind its
+    /// forwarded ports; every other helper: nothing).
+    pub tcp: Tcp,
     /// Its arguments after the binary.
     pub args: Vec<Arg>,
 }
@@ -200,7 +245,14 @@ impl Helper {
             )
         });
         let control = (shape.channel == Channel::OwnSockets).then_some(control_dir);
-        landlock::helper_policy(&self.binary, shape.binary_field, share, control, vm_trees)
+        let mut policy =
+            landlock::helper_policy(&self.binary, shape.binary_field, share, control, vm_trees);
+        policy.tcp = self.tcp.clone();
+        if shape.root == Root::OwnSandbox {
+            policy.files = Files::NotHandled;
+            policy.rules.clear();
+        }
+        policy
     }
 }
 
@@ -256,6 +308,7 @@ fn plan_virtiofsd(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
                     source: sh.source.clone(),
                     read_only: sh.read_only,
                 }),
+                tcp: Tcp::Denied,
                 args,
             }
         })
@@ -286,5 +339,28 @@ fn plan_vhost_device_vsock(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
         ],
         sockets: vec![socket, host],
         share: None,
+        tcp: Tcp::Denied,
+    }]
+}
+
+/// passt for QEMU's user network interface (`config::user_net`); the
+/// spec refuses it for the other hypervisors.
+fn plan_passt(spec: &Spec, _control_dir: &Path) -> Vec<Helper> {
+    let Some(u) = &spec.user_network else {
+        return Vec::new();
+    };
+    if spec.hypervisor.kind != HypervisorKind::Qemu {
+        return Vec::new();
+    }
+    let mut args = vec![Arg::Fd("--fd=")];
+    args.extend(u.passt_args().into_iter().map(Arg::Lit));
+    vec![Helper {
+        kind: HelperKind::Passt,
+        tag: Some(u.id.clone()),
+        binary: u.binary.clone(),
+        sockets: Vec::new(),
+        share: None,
+        tcp: Tcp::BindOnly(u.tcp_host_ports()),
+        args,
     }]
 }

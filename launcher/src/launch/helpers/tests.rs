@@ -105,3 +105,43 @@ fn the_table_is_in_the_kinds_order_with_one_entry_each() {
     names.dedup();
     assert_eq!(names.len(), TABLE.len());
 }
+
+#[test]
+fn passt_gets_one_end_of_a_pair_its_forwards_and_a_domain_without_files() {
+    let v = serde_json::json!({
+        "version": 1, "name": "web",
+        "principal": { "uid": 61001, "gid": 61001 },
+        "hypervisor": { "kind": "qemu", "binary": "/usr/bin/hv" },
+        "vcpus": 1, "memory_mib": 256, "kernel": "/boot/vmlinuz",
+        "user_network": {
+            "binary": "/usr/bin/passt", "id": "qemu",
+            "forward_ports": [
+                { "host": { "port": 2222 }, "guest": { "port": 22 } },
+                { "proto": "udp", "host": { "port": 5353 }, "guest": { "port": 53 } }
+            ]
+        }
+    });
+    let control = Path::new("/run/vmwarden/web/control");
+    let got = plan(&spec(v), control);
+    assert_eq!(got.len(), 1);
+    let p = &got[0];
+    assert_eq!(p.name(), "passt for interface `qemu`");
+    assert_eq!(p.shape().channel, Channel::Pair);
+    assert_eq!(p.shape().filter, Filter::SelfSandboxing);
+    assert!(p.sockets.is_empty() && p.socket().is_none());
+    let argv = p.argv(Some(7));
+    assert_eq!(argv[..3], ["/usr/bin/passt", "--fd=7", "--foreground"]);
+    assert!(argv
+        .windows(2)
+        .any(|w| w == ["--tcp-ports", "0.0.0.0/2222:22"]));
+    assert!(argv
+        .windows(2)
+        .any(|w| w == ["--udp-ports", "0.0.0.0/5353:53"]));
+    let pol = p.policy(control, &[control.to_path_buf()]);
+    assert_eq!(pol.files, landlock::Files::NotHandled);
+    assert!(pol.rules.is_empty());
+    // Only the forwarded TCP port may be bound.
+    assert_eq!(pol.tcp, landlock::Tcp::BindOnly(vec![2222]));
+    // The other helpers' domains still deny TCP and handle files.
+    assert!(!need_proc_sys(&got));
+}
