@@ -1031,3 +1031,68 @@ mod frontend {
         }
     }
 }
+
+/// The host's Nix store, shared read-only over 9p and over virtiofs, as
+/// microvm.nix's flake template shares it (`ro-store`): the store is
+/// `root:nixbld 1775` as Nix makes it (the launcher's one exception to
+/// "nothing the VM is given may be writable by a group other than its
+/// principal's"). The guest reads a file of the store through both, sees
+/// the store's own owner, group and mode, and cannot write either; the
+/// store is as it was afterwards and the stop is clean.
+#[test]
+fn the_host_store_is_shared_read_only_over_9p_and_virtiofs() {
+    let env = Env::new();
+    let store = NixStore::ensure();
+    let before = NixStore::stat();
+    assert_eq!((before.0, before.2), (0, 0o1775));
+    let u = uid(168);
+    let name = store
+        .file
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let script = format!(
+        "\
+mkdir -p /p9 /vfs
+mount -t 9p -o trans=virtio,version=9p2000.L,ro ro-store /p9 || echo T-MOUNT-P9-FAILED
+mount -t virtiofs -o ro vstore /vfs || echo T-MOUNT-VFS-FAILED
+for m in p9 vfs; do
+  echo \"T-READ-$m $(cat /$m/{name})\"
+  echo \"T-STAT-$m $(stat -c '%u %g %a' /$m)\"
+  if touch /$m/evil 2>/dev/null; then echo T-WRITE-$m-SUCCEEDED; else echo T-WRITE-$m-REFUSED; fi
+done
+umount /p9; umount /vfs
+"
+    );
+    let mut spec = env.shares_spec("web", u, "hold", &script);
+    spec["shares"] = json!([
+        { "tag": "ro-store", "source": NIX_STORE, "proto": "9p", "read_only": true },
+        { "tag": "vstore", "source": NIX_STORE, "proto": "virtiofs", "read_only": true }
+    ]);
+    spec["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
+    env.write_spec("web", &spec);
+    let mut g = env.start("web");
+    g.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    let stat = format!("0 {} 1775", store.gid);
+    assert_guest_said(
+        &g.log_text(),
+        &[
+            "T-READ-p9 from the store",
+            "T-READ-vfs from the store",
+            &format!("T-STAT-p9 {stat}"),
+            &format!("T-STAT-vfs {stat}"),
+            "T-WRITE-p9-REFUSED",
+            "T-WRITE-vfs-REFUSED",
+            "VMWARDEN-RUN-END rc=0",
+        ],
+    );
+    let stop = env.vmwarden(&["stop", "web", "--timeout", "60"]);
+    assert!(stop.status.success(), "{}", text(&stop));
+    assert!(g.wait_exit(Duration::from_secs(10)).is_some());
+    assert_eq!(helpers_of(u, 0), vec![]);
+    env.assert_clean("web");
+    assert_eq!(NixStore::stat(), before);
+    assert!(!Path::new(NIX_STORE).join("evil").exists());
+    assert_eq!(std::fs::read(&store.file).unwrap(), b"from the store\n");
+}

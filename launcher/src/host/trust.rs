@@ -33,6 +33,14 @@
 //!   writable by a group other than the principal's (except the sticky
 //!   root-owned store, on the way only, as above).
 //!
+//! One walk may end at the sticky store itself: [`walk_store`], which the
+//! launcher calls for exactly one share, `/nix/store` shared read-only
+//! (see `launch/preflight.rs`). It is [`Policy::Principal`]'s walk, and its
+//! final directory may be writable by its group when, and only when, it is
+//! root's, sticky and not writable by everyone (the store as Nix makes it,
+//! `root:nixbld 1775`); its ACL is checked as any other's. Every other
+//! sticky, group-writable directory stays refused at the end of a walk.
+//!
 //! Under every policy the POSIX access ACL counts like the mode bits: a
 //! named user or group entry that grants write (through the mask) is a
 //! writer the mode does not show, and refuses the path unless it is root
@@ -141,11 +149,15 @@ impl Walker {
 
     /// [`walk`], sharing this walker's open directories.
     pub fn walk(&mut self, path: &Path, policy: Policy) -> Result<Walked, Distrust> {
+        self.walk_to(path, policy, End::Any)
+    }
+
+    fn walk_to(&mut self, path: &Path, policy: Policy, end: End) -> Result<Walked, Distrust> {
         check_abs_normalised(path).map_err(|reason| Distrust::BadPath {
             path: path.to_path_buf(),
             reason,
         })?;
-        self.walk_in(path, policy)
+        self.walk_in(path, policy, end)
     }
 
     /// [`regular_file`], sharing this walker's open directories.
@@ -194,7 +206,7 @@ impl Walker {
         }
     }
 
-    fn walk_in(&mut self, path: &Path, policy: Policy) -> Result<Walked, Distrust> {
+    fn walk_in(&mut self, path: &Path, policy: Policy, end: End) -> Result<Walked, Distrust> {
         let owner = self.owner;
         let top = self.top.clone();
         let (root, st, acl) = match self.seen.get(Path::new("/")) {
@@ -301,7 +313,13 @@ impl Walker {
                         });
                     }
                     match kind {
-                        Kind::Directory => check_dir(&p, &st, &acl, policy, owner, false)?,
+                        // The store, at the end of a [`walk_store`]: its
+                        // directory is judged as on the way (root's and
+                        // sticky, its group may write; never everyone).
+                        Kind::Directory => {
+                            let store = end == End::StickyStore && is_principal(policy);
+                            check_dir(&p, &st, &acl, policy, owner, store)?
+                        }
                         Kind::Regular => check_file(&p, &st, &acl, policy, owner)?,
                         // A disk may be a block device: its owner and
                         // everyone's write are checked, not its group's
@@ -335,6 +353,16 @@ impl Walker {
             reason: "names a directory, not a file",
         })
     }
+}
+
+/// What a walk accepts at its end beyond its policy's rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Nothing: the final entry is judged as the policy says.
+    Any,
+    /// A directory that is root's, sticky and not writable by everyone,
+    /// whose group may write it: the Nix store ([`walk_store`]).
+    StickyStore,
 }
 
 const ENTRY_FLAGS: OFlag = OFlag::O_PATH
@@ -595,6 +623,15 @@ fn push_front_components(queue: &mut VecDeque<OsString>, target: &Path) {
 /// several.
 pub fn walk(path: &Path, policy: Policy) -> Result<Walked, Distrust> {
     Walker::new().walk(path, policy)
+}
+
+/// [`walk`] under [`Policy::Principal`] to the Nix store, shared read-only:
+/// the final directory may also be writable by its group, if it is root's,
+/// sticky and not writable by everyone (see the module docs). The caller
+/// decides that the share is the store and read-only; nothing else may
+/// call this.
+pub fn walk_store(path: &Path, policy: Policy) -> Result<Walked, Distrust> {
+    Walker::new().walk_to(path, policy, End::StickyStore)
 }
 
 /// [`walk`], then require a regular file.

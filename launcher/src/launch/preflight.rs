@@ -14,7 +14,9 @@ use netlink_packet_route::link::InfoKind;
 
 use crate::config::files::{Distrust, Kind};
 use crate::config::paths::Roots;
-use crate::config::spec::{CredentialSource, HypervisorKind, SandboxMode, Spec, SpecError};
+use crate::config::spec::{
+    CredentialSource, HypervisorKind, SandboxMode, Spec, SpecError, NIX_STORE,
+};
 use crate::host::net;
 use crate::host::trust::{self, Policy};
 use crate::hypervisor::{self, SandboxProbe};
@@ -189,12 +191,31 @@ fn check_principal(spec: &Spec, spec_path: &Path, principal: &Principal) -> Resu
     };
     for (i, sh) in spec.shares.iter().enumerate() {
         let field = format!("shares[{i}].source");
-        let w = trust::walk(&sh.source, policy).map_err(|cause| {
+        // The one exception: the Nix store, read-only, as Nix makes it
+        // (root's, sticky, its build users' group may add paths). Its
+        // group cannot rename, delete or replace a path root owns, and the
+        // guest reads only (`host::trust::walk_store`; the threat model).
+        // `validate_shares` already refused a writable share under it.
+        let store = sh.read_only && sh.source == Path::new(NIX_STORE);
+        let walked = if store {
+            trust::walk_store(&sh.source, policy)
+        } else {
+            trust::walk(&sh.source, policy)
+        };
+        let w = walked.map_err(|cause| {
+            // A sticky directory its group writes looks like a store: say
+            // which one is accepted.
+            let sticky = matches!(&cause, Distrust::Writable { mode, .. } if mode & 0o1000 != 0);
+            let hint = if sticky && !store {
+                format!(" (a sticky directory its group may write is accepted as a share only as the Nix store itself, {NIX_STORE}, shared read-only)")
+            } else {
+                String::new()
+            };
             bad(
                 spec_path,
                 field.clone(),
                 format!(
-                    "cannot be shared: {cause}; a share (and every directory above it) may be owned and writable only by root and the VM's principal"
+                    "cannot be shared: {cause}; a share (and every directory above it) may be owned and writable only by root and the VM's principal{hint}"
                 ),
             )
         })?;

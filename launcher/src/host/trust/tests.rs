@@ -31,7 +31,7 @@ impl Tree {
     }
     fn walk_as(&self, rel: &str, policy: Policy, owner: u32) -> Result<Walked, Distrust> {
         Walker::with_top(self.t.path(), owner)
-            .walk_in(Path::new(rel), policy)
+            .walk_in(Path::new(rel), policy, End::Any)
             .and_then(require_regular)
     }
 }
@@ -107,8 +107,10 @@ fn a_shared_walker_checks_every_walk_against_its_own_policy() {
     std::fs::create_dir(t.p("etc")).unwrap();
     symlink("/store/pkg/key", t.p("etc/key")).unwrap();
     let mut w = Walker::with_top(t.t.path(), t.me);
-    let walk =
-        |w: &mut Walker, rel: &str, pol| w.walk_in(Path::new(rel), pol).and_then(require_regular);
+    let walk = |w: &mut Walker, rel: &str, pol| {
+        w.walk_in(Path::new(rel), pol, End::Any)
+            .and_then(require_regular)
+    };
     walk(&mut w, "/store/pkg/qemu", Policy::Executable).unwrap();
     // The same (kept) group-writable sticky directory, now for a secret.
     assert!(matches!(
@@ -291,5 +293,83 @@ fn symlinks_are_followed_and_every_directory_they_cross_is_checked() {
     assert!(matches!(
         t.walk("/loop-a", Policy::Executable),
         Err(Distrust::TooManyLinks { .. })
+    ));
+}
+
+/// `walk_store` from the tree's top, trusting `owner`.
+fn walk_store_in(t: &Tree, rel: &str, policy: Policy) -> Result<Walked, Distrust> {
+    Walker::with_top(t.t.path(), t.me).walk_in(Path::new(rel), policy, End::StickyStore)
+}
+
+#[test]
+fn only_a_store_walk_may_end_at_the_sticky_store_and_only_as_nix_makes_it() {
+    let t = Tree::new();
+    // The test's uid stands for root; the principal and its group own
+    // nothing here, so the store's group is somebody else's (nixbld's).
+    let egid = nix::unistd::getegid().as_raw();
+    let pol = Policy::Principal {
+        uid: t.me + 1,
+        gid: egid + 1,
+    };
+    std::fs::create_dir_all(t.p("nix/store")).unwrap();
+    chmod(&t.p("nix/store"), 0o1775);
+    // A plain walk refuses it at its end, naming its group...
+    assert!(matches!(
+        Walker::with_top(t.t.path(), t.me).walk_in(Path::new("/nix/store"), pol, End::Any),
+        Err(Distrust::Writable {
+            who: "its group",
+            mode: 0o1775,
+            ..
+        })
+    ));
+    // ... a store walk takes it, root's, sticky, its group writing.
+    let w = walk_store_in(&t, "/nix/store", pol).unwrap();
+    assert_eq!(w.resolved, Path::new("/nix/store"));
+    assert_eq!(w.stat.st_mode & 0o7777, 0o1775);
+    // Everyone writing it: never, sticky or not.
+    chmod(&t.p("nix/store"), 0o1777);
+    assert!(matches!(
+        walk_store_in(&t, "/nix/store", pol),
+        Err(Distrust::Writable { who, .. }) if who.contains("everyone")
+    ));
+    // Without the sticky bit its group could rename and delete root's
+    // paths: refused.
+    chmod(&t.p("nix/store"), 0o775);
+    assert!(matches!(
+        walk_store_in(&t, "/nix/store", pol),
+        Err(Distrust::Writable {
+            who: "its group",
+            ..
+        })
+    ));
+    // Not root's: a sticky directory of the principal's own (the tree is
+    // the principal's, root owns nothing) is no store.
+    chmod(&t.p("nix/store"), 0o1775);
+    assert!(matches!(
+        Walker::with_top(t.t.path(), t.me + 7).walk_in(
+            Path::new("/nix/store"),
+            Policy::Principal {
+                uid: t.me,
+                gid: egid + 1
+            },
+            End::StickyStore
+        ),
+        Err(Distrust::Writable {
+            who: "its group",
+            ..
+        })
+    ));
+    // The way above it is checked as in every walk.
+    chmod(&t.p("nix"), 0o775);
+    assert!(matches!(
+        walk_store_in(&t, "/nix/store", pol),
+        Err(Distrust::Writable { path, .. }) if path.ends_with("nix")
+    ));
+    chmod(&t.p("nix"), 0o755);
+    walk_store_in(&t, "/nix/store", pol).unwrap();
+    // Under another policy the exception does not exist.
+    assert!(matches!(
+        walk_store_in(&t, "/nix/store", Policy::Secret),
+        Err(Distrust::Writable { .. })
     ));
 }
