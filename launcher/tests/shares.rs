@@ -1096,3 +1096,118 @@ umount /p9; umount /vfs
     assert!(!Path::new(NIX_STORE).join("evil").exists());
     assert_eq!(std::fs::read(&store.file).unwrap(), b"from the store\n");
 }
+
+/// The fds of process `pid`, each duplicated into this process
+/// (`pidfd_getfd`: root may take them), with their numbers there.
+fn fds_of(pid: u32) -> Vec<(i32, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags; the result is checked.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    assert!(
+        pidfd >= 0,
+        "pidfd_open: {}",
+        std::io::Error::last_os_error()
+    );
+    let pidfd = i32::try_from(pidfd).unwrap();
+    // SAFETY: just returned by pidfd_open, owned by nobody else.
+    let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(pidfd) };
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(n) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        use std::os::fd::AsRawFd;
+        // SAFETY: a pidfd we own and an fd number; the result is checked.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), n, 0) };
+        if fd >= 0 {
+            // SAFETY: just returned by pidfd_getfd, owned by nobody else.
+            out.push((n, unsafe {
+                std::os::fd::OwnedFd::from_raw_fd(i32::try_from(fd).unwrap())
+            }));
+        }
+    }
+    out
+}
+
+/// virtiofsd sees nothing but its share: the attack of a compromised
+/// virtiofsd, re-run with its own descriptors. It keeps `/proc/self/fd`
+/// (opened at start, before it is rooted in its share) to reopen its fds;
+/// `..` from that descriptor walked up the VM's procfs to `/proc/net/unix`
+/// (every unix socket of the host's network namespace) and `/proc/sys`.
+/// The test takes every fd of the real virtiofsd the launcher started
+/// (`pidfd_getfd`: the same open file, so the same mount and place) and
+/// walks `..` from each directory on procfs: it must stay where it is,
+/// and nothing but virtiofsd's own fds may be behind it. Its other
+/// descriptors (its share, its socket, the lease) reach nothing else.
+#[test]
+fn virtiofsd_sees_nothing_but_its_share() {
+    const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+    let env = Env::new();
+    let u = uid(169);
+    let mut spec = vrw_spec(&env, u);
+    spec["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
+    env.write_spec("web", &spec);
+    let child = sleeping_probe(&env, u, 1, "the probe and its virtiofsd");
+    let (pid, comm) = helpers_of(u, child.id()).pop().unwrap();
+    assert_eq!(comm, "virtiofsd");
+    let share = env.path("rw-src");
+    let mut proc_dirs = 0;
+    for (n, fd) in fds_of(pid) {
+        use std::os::fd::AsRawFd;
+        let st = nix::sys::stat::fstat(&fd).unwrap();
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            continue;
+        }
+        let fs = nix::sys::statfs::fstatfs(&fd).unwrap();
+        let on_proc = fs.filesystem_type().0 as i64 == PROC_SUPER_MAGIC;
+        let at = |rel: &str| {
+            nix::fcntl::openat(
+                &fd,
+                rel,
+                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+        };
+        for target in ["../../net/unix", "../../sys/fs/nr_open", "../../1/root"] {
+            assert!(
+                at(target).is_err(),
+                "from virtiofsd's fd {n} ({}), {target} is reachable",
+                if on_proc {
+                    "its /proc/self/fd"
+                } else {
+                    "a directory"
+                }
+            );
+        }
+        // `..`, again and again, stays where it is (the share's root or
+        // the fd directory).
+        let up = at("../../../..").unwrap();
+        let ust = nix::sys::stat::fstat(&up).unwrap();
+        assert_eq!(
+            (ust.st_dev, ust.st_ino),
+            (st.st_dev, st.st_ino),
+            "`..` from virtiofsd's fd {n} left the directory it names"
+        );
+        if on_proc {
+            proc_dirs += 1;
+            // Behind it: virtiofsd's own fds, nothing else.
+            let list = std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap();
+            for e in list.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                assert!(name.parse::<u32>().is_ok(), "{name:?} behind fd {n}");
+            }
+        } else {
+            assert_eq!(
+                ident(&PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))).unwrap(),
+                ident(&share).unwrap(),
+                "virtiofsd's directory fd {n} is not its share"
+            );
+        }
+    }
+    assert_eq!(proc_dirs, 1, "virtiofsd keeps one /proc/self/fd");
+    kill_probe(child, u);
+    env.cleanup_clean("web");
+}
