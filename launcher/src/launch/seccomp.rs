@@ -45,6 +45,16 @@
 //!   filter must hold without a unit. The helpers get this filter too, so
 //!   a guest's FUSE SETATTR with mode 04755 is refused by virtiofsd's
 //!   `fchmod`/`fchmodat`.
+//! * Create a file with a set-id mode (EPERM), as `RestrictSUIDSGID=` also
+//!   refuses: `open` and `openat` with `O_CREAT` or `O_TMPFILE`, `creat`,
+//!   `mknod` and `mknodat`, whose mode argument has `S_ISUID` or
+//!   `S_ISGID` (the kernel keeps `S_ISUID` from a create's mode, and
+//!   `S_ISGID` for a member of the file's group: a guest's FUSE CREATE
+//!   with mode 04755 made a set-uid file of the principal's through
+//!   virtiofsd's `openat`). `openat2` answers ENOSYS, as under
+//!   `RestrictSUIDSGID=`: its mode is in memory seccomp cannot read, and
+//!   its callers (virtiofsd's probe) fall back to `openat`. `mkdir` is not
+//!   filtered: the kernel ignores set-id bits in its mode.
 //! * On x86_64, use the x32 syscall ABI (ENOSYS): x32 numbers carry bit 30
 //!   and would match none of the rules above. (Other architectures' ABIs
 //!   fail seccompiler's architecture check, which kills the process.)
@@ -142,6 +152,25 @@ pub const CHMOD_SYSCALLS: &[(&str, i64, u8)] = &[
 ];
 pub const SYS_FCHMODAT2: i64 = 452;
 
+/// The creating system calls, the index of their flags argument (`None`:
+/// they always create) and of their mode argument: each is refused when
+/// it creates (`O_CREAT` or `O_TMPFILE` in its flags) with [`S_ISUID`] or
+/// [`S_ISGID`] in its mode.
+pub const CREATE_SYSCALLS: &[(&str, i64, Option<u8>, u8)] = &[
+    #[cfg(target_arch = "x86_64")]
+    ("open", libc::SYS_open, Some(1), 2),
+    ("openat", libc::SYS_openat, Some(2), 3),
+    #[cfg(target_arch = "x86_64")]
+    ("creat", libc::SYS_creat, None, 1),
+    #[cfg(target_arch = "x86_64")]
+    ("mknod", libc::SYS_mknod, None, 1),
+    ("mknodat", libc::SYS_mknodat, None, 2),
+];
+/// `O_CREAT` and the bit of `O_TMPFILE` that is not `O_DIRECTORY`
+/// (include/uapi/asm-generic/fcntl.h; x86_64 and aarch64 alike).
+pub const O_CREAT: u64 = 0o100;
+pub const O_TMPFILE_BIT: u64 = 0o20_000_000;
+
 fn arch() -> Result<TargetArch> {
     TargetArch::try_from(std::env::consts::ARCH).map_err(SeccompError::Arch)
 }
@@ -154,6 +183,22 @@ fn masked(arg: u8, bit: u64) -> Result<SeccompRule> {
         bit,
     )?;
     Ok(SeccompRule::new(vec![c])?)
+}
+
+/// `flag` set in argument `flags_arg` and `bit` in argument `mode_arg`.
+fn creating(flags_arg: u8, flag: u64, mode_arg: u8, bit: u64) -> Result<SeccompRule> {
+    let c = |arg, bit| {
+        SeccompCondition::new(
+            arg,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::MaskedEq(bit),
+            bit,
+        )
+    };
+    Ok(SeccompRule::new(vec![
+        c(flags_arg, flag)?,
+        c(mode_arg, bit)?,
+    ])?)
 }
 
 fn build(map: BTreeMap<i64, Vec<SeccompRule>>, errno: u32) -> Result<BpfProgram> {
@@ -269,6 +314,20 @@ fn separate_for(taps: Taps) -> Result<(Vec<BpfProgram>, Vec<u32>)> {
     for (_, nr, arg) in CHMOD_SYSCALLS {
         eperm.insert(*nr, vec![masked(*arg, S_ISUID)?, masked(*arg, S_ISGID)?]);
     }
+    // A set-id mode given to a call that creates the file.
+    for (_, nr, flags, mode) in CREATE_SYSCALLS {
+        let mut rules = Vec::new();
+        for bit in [S_ISUID, S_ISGID] {
+            match flags {
+                Some(f) => {
+                    rules.push(creating(*f, O_CREAT, *mode, bit)?);
+                    rules.push(creating(*f, O_TMPFILE_BIT, *mode, bit)?);
+                }
+                None => rules.push(masked(*mode, bit)?),
+            }
+        }
+        eperm.insert(*nr, rules);
+    }
 
     // EAFNOSUPPORT: any socket family but the allowed ones.
     let mut sockets: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
@@ -280,9 +339,11 @@ fn separate_for(taps: Taps) -> Result<(Vec<BpfProgram>, Vec<u32>)> {
         sockets.insert(nr, vec![SeccompRule::new(conds)?]);
     }
 
-    // ENOSYS: clone3 (glibc then uses clone, whose flags are checked above).
+    // ENOSYS: clone3 (glibc then uses clone, whose flags are checked
+    // above) and openat2 (its callers fall back to openat, whose mode is).
     let mut enosys: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     enosys.insert(libc::SYS_clone3, Vec::new());
+    enosys.insert(libc::SYS_openat2, Vec::new());
 
     let mut judged: Vec<u32> = [&eperm, &eexist, &sockets, &enosys]
         .iter()
@@ -650,6 +711,56 @@ mod tests {
     }
 
     #[test]
+    fn creating_with_a_set_id_mode_is_refused_and_nothing_else_is() {
+        let prog = &programs().unwrap()[0];
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => 62 | 0x8000_0000 | 0x4000_0000,
+            "aarch64" => 183 | 0x8000_0000 | 0x4000_0000,
+            _ => return,
+        };
+        let eperm = libc::SECCOMP_RET_ERRNO | EPERM;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let o_tmpfile = u64::try_from(libc::O_TMPFILE).unwrap();
+        let o_rdwr = u64::try_from(libc::O_RDWR).unwrap();
+        assert!(CREATE_SYSCALLS.iter().any(|(n, ..)| *n == "openat"));
+        for (name, nr, flags, mode_at) in CREATE_SYSCALLS {
+            let nr = u32::try_from(*nr).unwrap();
+            let flag_sets: Vec<(u64, bool)> = match flags {
+                Some(_) => vec![(O_CREAT | o_rdwr, true), (o_tmpfile, true), (o_rdwr, false)],
+                None => vec![(0, true)],
+            };
+            for (f, creates) in flag_sets {
+                for (mode, setid) in [
+                    (0o104_755, true),
+                    (0o102_755, true),
+                    (0o6644, true),
+                    (0o100_644, false),
+                    (0o1777, false),
+                    (0o666, false),
+                ] {
+                    let mut args = [3u64, 0, 0, 0, 0, 0];
+                    if let Some(fa) = flags {
+                        args[usize::from(*fa)] = f;
+                    }
+                    args[usize::from(*mode_at)] = mode;
+                    let want = if creates && setid { eperm } else { allow };
+                    assert_eq!(
+                        run(prog, arch, nr, args),
+                        want,
+                        "{name} flags {f:o} mode {mode:o}"
+                    );
+                }
+            }
+        }
+        let enosys = libc::SECCOMP_RET_ERRNO | ENOSYS;
+        let openat2 = u32::try_from(libc::SYS_openat2).unwrap();
+        assert_eq!(run(prog, arch, openat2, [3, 0, 0, 24, 0, 0]), enosys);
+        // mkdirat's mode: the kernel ignores set-id bits there.
+        let mkdirat = u32::try_from(libc::SYS_mkdirat).unwrap();
+        assert_eq!(run(prog, arch, mkdirat, [3, 0, 0o2775, 0, 0, 0]), allow);
+    }
+
+    #[test]
     fn the_numbers_are_the_kernels() {
         let flags = [
             libc::CLONE_NEWNS,
@@ -667,6 +778,11 @@ mod tests {
         assert_eq!(SYS_FCHMODAT2, libc::SYS_fchmodat2);
         assert_eq!(S_ISUID, u64::from(libc::S_ISUID));
         assert_eq!(S_ISGID, u64::from(libc::S_ISGID));
+        assert_eq!(O_CREAT, u64::try_from(libc::O_CREAT).unwrap());
+        assert_eq!(
+            O_TMPFILE_BIT,
+            u64::try_from(libc::O_TMPFILE & !libc::O_DIRECTORY).unwrap()
+        );
         assert_eq!(Ok(EPERM), u32::try_from(libc::EPERM));
         assert_eq!(Ok(EEXIST), u32::try_from(libc::EEXIST));
         assert_eq!(Ok(ENOSYS), u32::try_from(libc::ENOSYS));
