@@ -45,12 +45,17 @@ use crate::config::spec::{HypervisorKind, LandlockMode, ShareProto, Spec, VsockB
 use crate::host::dirs::Dir;
 use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal::Principal;
+use crate::identity::registry::IdRange;
 use crate::instance::lease::Lease;
 use crate::launch::syscall::Syscall;
 use crate::launch::{landlock, sandbox, seccomp, EXEC_PATH};
 
+mod broker;
+mod owned;
 mod share_root;
 
+pub use broker::BROKER_CAPS;
+pub use owned::{guest_owned, KEPT_CAPS, NS_CAPS};
 use share_root::{confine_to_share, share_namespace};
 
 /// How long a helper may take to exec and (vhost-device-vsock) to make its
@@ -124,6 +129,10 @@ impl Helper {
                 a.push("--inode-file-handles=never".into());
                 if *read_only {
                     a.push("--readonly".into());
+                } else {
+                    // A share the guest owns: root of its own user
+                    // namespace, with no MKNOD or SETFCAP (see `owned`).
+                    a.push(owned::MODCAPS.into());
                 }
             }
             HelperKind::VhostDeviceVsock => {
@@ -250,6 +259,17 @@ pub struct Context<'a> {
     pub vm_trees: &'a [PathBuf],
     pub landlock: LandlockMode,
     pub seccomp: &'a [BpfProgram],
+    /// What the virtiofsd of each share the guest owns needs (`owned`);
+    /// `None` when the VM has no such share.
+    pub owned: Option<Owned<'a>>,
+}
+
+/// The VM's own id range and the filters of the virtiofsd of a share the
+/// guest owns ([`seccomp::Role::OwnedVirtiofsd`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Owned<'a> {
+    pub ids: IdRange,
+    pub seccomp: &'a [BpfProgram],
 }
 
 impl std::fmt::Debug for Context<'_> {
@@ -318,6 +338,23 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
         .sys("pipe2", &ctx.control.path)
         .map_err(sys)?;
     let parent = nix::unistd::getpid();
+    // A share the guest owns: the launcher writes the child's id map.
+    let owned_ids = match (guest_owned(h), ctx.owned) {
+        (true, Some(o)) => Some(o),
+        (true, None) => {
+            return Err(HelperError::Setup {
+                helper: h.name(),
+                binary: h.binary.clone(),
+                detail: "the guest owns this share, but the VM has no id range".into(),
+            })
+        }
+        (false, _) => None,
+    };
+    let sync = owned_ids
+        .map(|_| owned::Sync::new())
+        .transpose()
+        .sys("pipe2", &ctx.control.path)
+        .map_err(sys)?;
     ctx.sys
         .assert_single_threaded()
         .map_err(|e| HelperError::Setup {
@@ -336,7 +373,16 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
             drop(status_r);
             let share = h.share.as_ref().map(|(_, p, ro)| (p.as_path(), *ro));
             let err = child(
-                &principal, parent, &policy, ctx, fd, share, &c_prog, &c_argv, &c_env,
+                &principal,
+                parent,
+                &policy,
+                ctx,
+                fd,
+                share,
+                sync.map(owned::Sync::child),
+                &c_prog,
+                &c_argv,
+                &c_env,
             );
             let msg = err.to_string();
             let _ = nix::unistd::write(&status_w, msg.as_bytes());
@@ -348,13 +394,35 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
             drop(status_w);
             // The hypervisor must not hold virtiofsd's listening socket.
             drop(listener);
+            let sync = sync.map(owned::Sync::parent);
+            let fail = |e: HelperError| {
+                let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+                let _ = waitpid(child, None);
+                e
+            };
+            if let (Some(o), Some(sync)) = (owned_ids, &sync) {
+                // Ok(false): the child failed first; wait_started reports it.
+                if !owned::map_ids(h, child, &o.ids, &principal, sync, t0).map_err(fail)? {
+                    wait_started(h, child, status_r, t0)?;
+                    return Err(fail(HelperError::Exited {
+                        helper: h.name(),
+                        binary: h.binary.clone(),
+                        socket: h.socket.clone(),
+                        status: "before its user namespace was mapped".into(),
+                    }));
+                }
+            }
             wait_started(h, child, status_r, t0)?;
             if let Some((_, share, _)) = &h.share {
-                if let Err(e) = confine_to_share(h, child, share, t0) {
-                    let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
-                    let _ = waitpid(child, None);
-                    return Err(e);
-                }
+                confine_to_share(h, child, share, t0).map_err(fail)?;
+            }
+            // A share the guest owns: its set-group-ID chmods go to a
+            // broker of their own (`broker`), started once virtiofsd is
+            // rooted in its share.
+            if let Some(sync) = sync {
+                let listener = owned::listener(h, &sync).map_err(fail)?;
+                let b = broker::start(h, child, listener, ctx, t0).map_err(fail)?;
+                tracing::debug!(helper = %h.name(), broker = b.as_raw(), "broker started");
             }
             if h.kind == HelperKind::VhostDeviceVsock {
                 for s in std::iter::once(&h.socket).chain(h.host_socket.as_ref()) {
@@ -378,6 +446,7 @@ fn child(
     ctx: &Context<'_>,
     listener: Option<RawFd>,
     share: Option<(&Path, bool)>,
+    owned: Option<owned::ChildSync>,
     prog: &CString,
     argv: &[CString],
     env: &[CString],
@@ -390,7 +459,14 @@ fn child(
             }
             None => nix::unistd::chdir("/").map_err(|e| format!("chdir /: {e}"))?,
         }
-        sandbox::drop_privileges_with(ctx.sys, principal).map_err(|e| e.to_string())?;
+        // Root of a user namespace of its own (see `owned`).
+        let owned = match owned {
+            Some(sync) => Some(owned::enter(ctx.sys, sync, principal)?),
+            None => {
+                sandbox::drop_privileges_with(ctx.sys, principal).map_err(|e| e.to_string())?;
+                None
+            }
+        };
         // After the drop: changing credentials clears the death signal.
         nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL))
             .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
@@ -400,7 +476,12 @@ fn child(
         ctx.sys
             .landlock_restrict(policy, ctx.landlock)
             .map_err(|e| e.to_string())?;
-        seccomp::apply(ctx.sys, ctx.seccomp).map_err(|e| e.to_string())?;
+        match owned {
+            // Its own filters, then the one that hands its set-group-ID
+            // chmods to its broker.
+            Some(o) => o.filters(ctx.sys, ctx.owned.map_or(&[], |x| x.seccomp))?,
+            None => seccomp::apply(ctx.sys, ctx.seccomp).map_err(|e| e.to_string())?,
+        }
         let mut keep = vec![ctx.lease.inherit_across_exec().map_err(|e| e.to_string())?];
         if let Some(fd) = listener {
             // SAFETY: `fd` is the listening socket the parent bound; it

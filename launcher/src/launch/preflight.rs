@@ -15,12 +15,13 @@ use netlink_packet_route::link::InfoKind;
 use crate::config::files::{Distrust, Kind};
 use crate::config::paths::Roots;
 use crate::config::spec::{
-    CredentialSource, HypervisorKind, SandboxMode, Spec, SpecError, NIX_STORE,
+    CredentialSource, HypervisorKind, SandboxMode, ShareSpec, Spec, SpecError, NIX_STORE,
 };
 use crate::host::net;
 use crate::host::trust::{self, Policy};
 use crate::hypervisor::{self, SandboxProbe};
 use crate::identity::principal::{self, Principal};
+use crate::identity::registry::{self, IdRange};
 use crate::launch::{volumes, StepError};
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
@@ -64,7 +65,14 @@ pub fn check_with_principal(
     drop(walker);
     let qemu_sandbox = qemu_sandbox(spec, spec_path, principal)?;
     cloud_hypervisor_credentials(spec, spec_path, principal, roots)?;
-    check_principal(spec, spec_path, principal)?;
+    // The VM's own id range, if it has one yet: what the guest owns on its
+    // writable virtiofs shares belongs to it.
+    let ids = if spec.shares.iter().any(ShareSpec::guest_owned) {
+        registry::range_of(roots, &spec.name)?
+    } else {
+        None
+    };
+    check_principal(spec, spec_path, principal, ids)?;
     volumes::preflight(spec, spec_path, principal, &roots.state_dir(&spec.name))?;
     Ok(qemu_sandbox)
 }
@@ -184,7 +192,12 @@ fn check_cid_unique(
 /// (mode bits and POSIX ACLs alike; see the policy). A writable share is
 /// moreover the principal's own. Images of `disks[].create` are
 /// `volumes::preflight`'s.
-fn check_principal(spec: &Spec, spec_path: &Path, principal: &Principal) -> Result<(), SpecError> {
+fn check_principal(
+    spec: &Spec,
+    spec_path: &Path,
+    principal: &Principal,
+    ids: Option<IdRange>,
+) -> Result<(), SpecError> {
     let policy = Policy::Principal {
         uid: principal.uid,
         gid: principal.gid,
@@ -197,10 +210,13 @@ fn check_principal(spec: &Spec, spec_path: &Path, principal: &Principal) -> Resu
         // guest reads only (`host::trust::walk_store`; the threat model).
         // `validate_shares` already refused a writable share under it.
         let store = sh.read_only && sh.source == Path::new(NIX_STORE);
-        let walked = if store {
-            trust::walk_store(&sh.source, policy)
-        } else {
-            trust::walk(&sh.source, policy)
+        // A share the guest owns may belong to the VM's own ids (the
+        // guest's chown and chgrp through its virtiofsd leave it so).
+        let owned = ids.filter(|_| sh.guest_owned());
+        let walked = match (store, owned) {
+            (true, _) => trust::walk_store(&sh.source, policy),
+            (false, Some(r)) => trust::walk_owned(&sh.source, policy, r.base + 1..r.end()),
+            (false, None) => trust::walk(&sh.source, policy),
         };
         let w = walked.map_err(|cause| {
             // A sticky directory its group writes looks like a store: say
@@ -226,7 +242,9 @@ fn check_principal(spec: &Spec, spec_path: &Path, principal: &Principal) -> Resu
                 format!("{} is not a directory", sh.source.display()),
             ));
         }
-        if !sh.read_only && w.stat.st_uid != principal.uid {
+        let own =
+            w.stat.st_uid == principal.uid || owned.is_some_and(|r| r.contains(w.stat.st_uid));
+        if !sh.read_only && !own {
             return Err(bad(
                 spec_path,
                 field,

@@ -373,3 +373,66 @@ fn only_a_store_walk_may_end_at_the_sticky_store_and_only_as_nix_makes_it() {
         Err(Distrust::Writable { .. })
     ));
 }
+
+#[test]
+fn a_share_the_guest_owns_may_be_the_vms_own_ids_and_nobody_elses() {
+    let t = Tree::new();
+    // The test's uid stands for root; the principal and the range are ids
+    // that own nothing here but the share (chown needs root: the share
+    // keeps the test's uid and the range is made to contain it).
+    let me = t.me;
+    let egid = nix::unistd::getegid().as_raw();
+    let pol = Policy::Principal {
+        uid: me + 1,
+        gid: egid + 1,
+    };
+    std::fs::create_dir_all(t.p("vm/share")).unwrap();
+    chmod(&t.p("vm/share"), 0o2770);
+    let owned = |ids: std::ops::Range<u32>| {
+        Walker::with_top(t.t.path(), me + 7).walk_in(Path::new("/vm/share"), pol, End::Owned(ids))
+    };
+    // Above the share only root and the principal: here the tree is the
+    // test's, which is neither, so the top itself is refused...
+    assert!(matches!(
+        owned(me..me + 1),
+        Err(Distrust::NotOwnersOwn { .. })
+    ));
+    // ... while with the test's uid as root, a share of an id in the
+    // range, its group in the range and writing, is the VM's own.
+    let w = Walker::with_top(t.t.path(), me).walk_in(
+        Path::new("/vm/share"),
+        Policy::Principal {
+            uid: me + 1,
+            gid: egid + 1,
+        },
+        End::Owned(egid..egid + 1),
+    );
+    w.unwrap();
+    // Its group outside the range and writing: refused, as anywhere.
+    assert!(matches!(
+        Walker::with_top(t.t.path(), me).walk_in(
+            Path::new("/vm/share"),
+            pol,
+            End::Owned(egid + 10..egid + 11)
+        ),
+        Err(Distrust::Writable {
+            who: "its group",
+            ..
+        })
+    ));
+    // Everyone writing: never.
+    chmod(&t.p("vm/share"), 0o777);
+    assert!(matches!(
+        Walker::with_top(t.t.path(), me).walk_in(Path::new("/vm/share"), pol, End::Owned(egid..egid + 1)),
+        Err(Distrust::Writable { who, .. }) if who.contains("everyone")
+    ));
+    // A plain walk does not take the range's group.
+    chmod(&t.p("vm/share"), 0o770);
+    assert!(matches!(
+        Walker::with_top(t.t.path(), me).walk_in(Path::new("/vm/share"), pol, End::Any),
+        Err(Distrust::Writable {
+            who: "its group",
+            ..
+        })
+    ));
+}
