@@ -96,16 +96,19 @@ pub enum Resource {
         bridge: Option<String>,
     },
     /// A helper daemon the launcher forks for the hypervisor, run as the
-    /// principal (see launch::helpers): `virtiofsd` for share `tag`, or
-    /// `vhost-device-vsock`. `socket` is its vhost-user socket in
-    /// `control/` (removed by cleanup with the control dir). It dies with
-    /// the hypervisor (parent-death signal) and holds the lease meanwhile;
-    /// cleanup and verify-clean prove no process of the principal is left.
+    /// principal (see launch::helpers; `helper` is its entry's name):
+    /// `virtiofsd` for share `tag`, or `vhost-device-vsock`. `socket` is
+    /// the socket in `control/` the hypervisor connects to (removed by
+    /// cleanup with the control dir), absent for a helper reached
+    /// otherwise. It dies with the hypervisor (parent-death signal) and
+    /// holds the lease meanwhile; cleanup and verify-clean prove no process
+    /// of the principal is left.
     Helper {
         helper: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tag: Option<String>,
-        socket: PathBuf,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        socket: Option<PathBuf>,
     },
 }
 

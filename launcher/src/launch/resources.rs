@@ -42,15 +42,16 @@ pub fn planned_resources(
             },
         },
     ];
+    // Each helper by its entry's name, with the socket the hypervisor
+    // connects to; its other sockets are runtime files.
     for h in helpers::plan(spec, &control) {
+        let mut sockets = h.sockets.into_iter();
         resources.push(Resource::Helper {
             helper: h.kind.as_str().to_string(),
-            tag: h.tag.clone(),
-            socket: h.socket.clone(),
+            tag: h.tag,
+            socket: sockets.next(),
         });
-        if let Some(path) = h.host_socket {
-            resources.push(Resource::RuntimeFile { path });
-        }
+        resources.extend(sockets.map(|path| Resource::RuntimeFile { path }));
     }
     match kind {
         HypervisorKind::Firecracker => resources.push(Resource::RuntimeFile {

@@ -49,7 +49,7 @@ use crate::identity::registry::IdRange;
 use crate::launch::seccomp;
 use crate::launch::syscall::Syscall;
 
-use super::{timeout, Helper, HelperError, HelperKind, POLL, START_TIMEOUT};
+use super::{timeout, Helper, HelperError, POLL, START_TIMEOUT};
 
 /// The capabilities virtiofsd execs with inside its namespace: its own
 /// default set (`drop_capabilities` in its main.rs) without `MKNOD` (no
@@ -82,10 +82,10 @@ pub const KEPT_CAPS: &[Capability] = &[
 /// virtiofsd's own option that leaves the two out of what it asks for.
 pub const MODCAPS: &str = "--modcaps=-mknod:-setfcap";
 
-/// Whether helper `h` serves a share the guest owns: a virtiofsd of a
-/// writable share.
+/// Whether helper `h` serves a share the guest owns: a writable share of
+/// a kind whose shape says so (virtiofsd's).
 pub fn guest_owned(h: &Helper) -> bool {
-    h.kind == HelperKind::Virtiofsd && h.share.as_ref().is_some_and(|(_, _, ro)| !ro)
+    h.shape().guest_owns_writable && h.share.as_ref().is_some_and(|s| !s.read_only)
 }
 
 /// Between the launcher and the helper child: two pipes while the id
