@@ -627,7 +627,21 @@ in rec {
         # template's DeviceAllow=; the principal itself needs no access.
         // lib.optionalAttrs (usesVhostVsock vm) {
           DeviceAllow = "/dev/vhost-vsock rw";
-        };
+        }
+        // ownedShareDropin vm;
+    };
+
+  # A writable virtiofs share, which the guest owns: its virtiofsd unshares
+  # a user namespace of its own, and its broker reads the virtiofsd's memory
+  # and fds and makes directories set-group-ID (launch/helpers/owned.rs,
+  # broker.rs). The launcher's own filters confine both and every other
+  # process of the VM as before; these merge with the template's
+  # (`owned_share_entries` in launcher/src/unit.rs).
+  ownedShareDropin = vm:
+    lib.optionalAttrs (lib.any (s: s.proto == "virtiofs" && !s.readOnly) vm.shares) {
+      RestrictNamespaces = "user";
+      RestrictSUIDSGID = false;
+      SystemCallFilter = "process_vm_readv pidfd_getfd";
     };
 
   # ReadWritePaths=: writable disks, writable share sources (virtiofsd and
