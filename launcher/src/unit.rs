@@ -501,7 +501,11 @@ fn owned_share_entries(spec: &Spec) -> Vec<Entry> {
     vec![
         e("Service", "RestrictNamespaces", "user"),
         e("Service", "RestrictSUIDSGID", "false"),
-        e("Service", "SystemCallFilter", "process_vm_readv pidfd_getfd"),
+        e(
+            "Service",
+            "SystemCallFilter",
+            "process_vm_readv pidfd_getfd",
+        ),
     ]
 }
 
