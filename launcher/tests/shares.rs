@@ -229,7 +229,7 @@ fn wait_helpers_gone(u: u32, what: &str) {
 /// sleeps with `helpers` processes of `u` beside it. The probe stands in
 /// for the hypervisor: it never connects, so the daemons would wait for
 /// ever; only the death signal ends them.
-fn sleeping_probe(env: &Env, u: u32, helpers: usize, what: &str) -> std::process::Child {
+fn sleeping_probe(env: &Env, u: u32, helpers: usize, what: &str) -> Probe {
     sleeping_probe_with(env, u, helpers, what, &[])
 }
 
@@ -240,11 +240,11 @@ fn sleeping_probe_with(
     helpers: usize,
     what: &str,
     vars: &[(&str, &str)],
-) -> std::process::Child {
+) -> Probe {
     let mut c = env.launch_cmd("web");
     c.args(["--probe", "--", "/bin/sleep", "600"]);
     c.envs(vars.iter().copied());
-    let child = c.spawn().unwrap();
+    let child = Probe(c.spawn().unwrap());
     let pid = child.id();
     wait_until(what, Duration::from_secs(30), || {
         helpers_of(u, pid).len() == helpers
@@ -254,10 +254,27 @@ fn sleeping_probe_with(
     child
 }
 
+/// A sleeping probe (the hypervisor's stand-in), killed when dropped: a
+/// test that fails while it sleeps leaves no process of its uid behind.
+struct Probe(std::process::Child);
+
+impl std::ops::Deref for Probe {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Kill the probe and wait until its helpers are gone too.
-fn kill_probe(mut child: std::process::Child, u: u32) {
-    child.kill().unwrap();
-    child.wait().unwrap();
+fn kill_probe(child: Probe, u: u32) {
+    drop(child);
     wait_helpers_gone(u, "helpers gone");
 }
 
