@@ -713,7 +713,8 @@ in rec {
         // lib.optionalAttrs (vm.hypervisor == "firecracker") {
           RestartForceExitStatus = "0";
         }
-        // userNetworkDropin vm;
+        // userNetworkDropin vm
+        // ownedShareDropin vm;
     };
 
   # User networking: passt runs in the unit's cgroup and under its
@@ -734,6 +735,22 @@ in rec {
       RestrictAddressFamilies = "AF_INET AF_INET6 AF_NETLINK";
       RestrictNamespaces = "user uts pid";
     };
+
+  # A writable virtiofs share, which the guest owns: its virtiofsd unshares
+  # a user namespace of its own, and its broker reads the virtiofsd's memory
+  # and fds and makes directories set-group-ID (launch/helpers/owned.rs,
+  # broker.rs). The launcher's own filters confine both and every other
+  # process of the VM as before; these merge with the template's
+  # (`owned_share_entries` in launcher/src/unit.rs).
+  ownedShareDropin = vm:
+    lib.optionalAttrs (lib.any (s: s.proto == "virtiofs" && !s.readOnly) vm.shares) (
+      # A VM with user networking has "user" already, with passt's others.
+      lib.optionalAttrs (!vm.userNetwork.enable) {RestrictNamespaces = "user";}
+      // {
+        RestrictSUIDSGID = false;
+        SystemCallFilter = "process_vm_readv pidfd_getfd";
+      }
+    );
 
   # ReadWritePaths=: writable disks, writable share sources (virtiofsd and
   # QEMU's 9p write there as the principal) and landlock.write.

@@ -242,9 +242,11 @@ in rec {
         ++ refuse (ch && s.proto == "9p") "${at}.proto" s.proto "cloud-hypervisor has no 9p; use proto = \"virtiofs\""
         ++ refuse (!vlib.validShareTag s.tag) "${at}.tag" s.tag "a tag is 1 to ${toString vlib.shareTagMax} bytes of ${vlib.shareTagRegex}; rename it (and the guest's mount with it)"
         ++ refuse (!diskPathOk source) "${at}.source" s.source "it must resolve to a normalised absolute path without ',' (relative sources are taken from ${stateDir}/)"
-        ++ refuse (s.securityModel != "none") "${at}.securityModel" s.securityModel "vmwarden chooses the 9p security model itself (no device nodes or setuid files on the host); remove it"
+        # vmwarden's 9p model is QEMU's mapped-xattr, which microvm.nix calls
+        # "mapped": a share written with it keeps its owners and modes.
+        ++ refuse (s.proto == "9p" && !elem s.securityModel ["none" "mapped"]) "${at}.securityModel" s.securityModel "vmwarden's 9p security model is QEMU's mapped-xattr (\"mapped\"), which keeps the guest's owners and modes in extended attributes and puts no device node or setuid file on the host; a share written with ${s.securityModel} shows its files differently there: use \"mapped\" or remove it"
         ++ refuse (s.cache != "auto") "${at}.cache" s.cache "vmwarden runs virtiofsd with its default cache policy; remove it"
-        ++ refuse (!s.posixAcl) "${at}.posixAcl" s.posixAcl "it only exists for virtiofsd's --translate-uid/--translate-gid, which vmwarden does not pass; remove it"
+        ++ refuse (!s.posixAcl) "${at}.posixAcl" s.posixAcl "it only exists for virtiofsd's --translate-uid/--translate-gid, which vmwarden does not pass (a writable share's guest ids are mapped by its virtiofsd's user namespace); remove it"
         ++ refuse (s.extraArgs != []) "${at}.extraArgs" s.extraArgs "virtiofsd's arguments are vmwarden's (its socket, shared directory and sandbox); remove them";
       value = {
         inherit (s) tag proto;
@@ -256,7 +258,7 @@ in rec {
     };
     shares = lib.imap0 share g.shares;
     virtiofsProblems =
-      refuse (g.virtiofsd.inodeFileHandles == "mandatory") "virtiofsd.inodeFileHandles" "mandatory" "file handles need CAP_DAC_READ_SEARCH, and vmwarden's virtiofsd runs without capabilities; use \"prefer\" (the default) or \"never\""
+      refuse (g.virtiofsd.inodeFileHandles == "mandatory") "virtiofsd.inodeFileHandles" "mandatory" "file handles need CAP_DAC_READ_SEARCH on the host, and vmwarden's virtiofsd has no capability there; use \"prefer\" (the default) or \"never\""
       ++ refuseSet "virtiofsd.threadPoolSize" "`nproc`" "vmwarden picks virtiofsd's thread pool; remove it"
       ++ refuseSet "virtiofsd.extraArgs" [] "virtiofsd's arguments are vmwarden's; remove them";
 

@@ -25,7 +25,9 @@ use std::path::{Path, PathBuf};
 
 use crate::config::names::VmName;
 use crate::config::paths::{Roots, DEFAULT_CONFIG_DIR};
-use crate::config::spec::{CredentialSource, HypervisorKind, Spec, SpecError, VsockBackend};
+use crate::config::spec::{
+    CredentialSource, HypervisorKind, ShareSpec, Spec, SpecError, VsockBackend,
+};
 
 /// Default directory of the three binaries on hosts without Nix.
 pub const DEFAULT_BIN_DIR: &str = "/usr/local/bin";
@@ -512,6 +514,7 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
         ));
     }
     out.extend(user_network_dropin(spec));
+    out.extend(owned_share_entries(spec));
     Ok(out)
 }
 
@@ -543,6 +546,32 @@ fn user_network_dropin(spec: &Spec) -> Vec<Entry> {
         ),
         e("Service", "RestrictNamespaces", "user uts pid"),
     ]
+}
+
+/// A writable virtiofs share, which the guest owns: its virtiofsd unshares
+/// a user namespace of its own, and its broker reads the virtiofsd's
+/// memory and fds and makes directories set-group-ID
+/// (launch/helpers/owned.rs, broker.rs). The launcher's own filters
+/// confine both and every other process of the VM as before; these lines
+/// merge with the template's (`ownedShareDropin` in modules/lib.nix).
+fn owned_share_entries(spec: &Spec) -> Vec<Entry> {
+    if !spec.shares.iter().any(ShareSpec::guest_owned) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    // A VM with user networking has "user" already, with passt's others.
+    if spec.user_network.is_none() {
+        out.push(e("Service", "RestrictNamespaces", "user"));
+    }
+    out.extend([
+        e("Service", "RestrictSUIDSGID", "false"),
+        e(
+            "Service",
+            "SystemCallFilter",
+            "process_vm_readv pidfd_getfd",
+        ),
+    ]);
+    out
 }
 
 /// `# comment` header, then the sections in the order [Unit], [Service],

@@ -356,7 +356,25 @@ fn shares_disks_vsock_cases() -> Vec<Case> {
                 share(s, "store", Path::new("/nix/store"), "virtiofs", false);
             }),
             env: None,
-            expect: &["`shares[0].read_only`", "/nix/store"],
+            expect: &[
+                "`shares[0].read_only`",
+                "/nix/store, which a guest may only read",
+                "set read_only = true",
+            ],
+        },
+        Case {
+            name: "sticky share its group may write, not the store",
+            setup: with_spec(|env, s| {
+                // Made exactly as Nix makes its store, somewhere else.
+                let p = share_dir(env, "not-the-store", 0, uid(9), 0o1775);
+                share(s, "store", &p, "9p", true);
+            }),
+            env: None,
+            expect: &[
+                "`shares[0].source`",
+                "has mode 1775: its group can change it",
+                "only as the Nix store itself, /nix/store, shared read-only",
+            ],
         },
         Case {
             name: "shares on firecracker",

@@ -307,6 +307,8 @@ else
   GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest guest-ch-creds guest-fc-networked guest-host-tools guest-user-net"
   # microvm.vsock.ssh.enable (`ssh vsock/<cid>`): the backend each guest gets
   GOLDEN_CASES="$GOLDEN_CASES guest-vsock-ssh"
+  # microvm.nix's own guest shapes: the flake template, the FAQ's journal share.
+  GOLDEN_CASES="$GOLDEN_CASES guest-flake-template guest-journal-share"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -365,6 +367,8 @@ guest-foreign|the guest is built for aarch64-linux (its pkgs.stdenv.hostPlatform
 guest-not-microvm|vmwarden.vms.web.guest: it has no config.microvm
 guest-cid-twice|vmwarden: vsock CID 7 is used by several VMs (edge, other)
 guest-vsock-ssh|ok
+guest-flake-template|ok
+guest-journal-share|ok
 CASES
 
   # Inline cases, one refusal each: LABEL|expected message|a module (Nix
@@ -522,7 +526,7 @@ shares firecracker|microvm.shares = ["ro-store","home"]: firecracker has no shar
 shares.proto 9p cloud-hypervisor|microvm.shares[0].proto = "9p": cloud-hypervisor has no 9p|G {microvm.hypervisor = "cloud-hypervisor"; microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data";}];}
 shares.tag|microvm.shares[0].tag = "a-tag-that-is-far-too-long-for-9p": a tag is 1 to 31 bytes|G {microvm.shares = [{tag = "a-tag-that-is-far-too-long-for-9p"; source = "data"; mountPoint = "/data";}];}
 shares.source|microvm.shares[0].source = "../db/data": it must resolve to a normalised absolute path|G {microvm.shares = [{tag = "data"; source = "../db/data"; mountPoint = "/data";}];}
-shares.securityModel|microvm.shares[0].securityModel = "mapped": vmwarden chooses the 9p security model itself|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; securityModel = "mapped";}];}
+shares.securityModel|microvm.shares[0].securityModel = "mapped-file": vmwarden's 9p security model is QEMU's mapped-xattr|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; securityModel = "mapped-file";}];}
 shares.cache|microvm.shares[0].cache = "always": vmwarden runs virtiofsd with its default cache policy|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; proto = "virtiofs"; cache = "always";}];}
 shares.posixAcl|microvm.shares[0].posixAcl = false: it only exists for virtiofsd's --translate-uid|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; proto = "virtiofs"; posixAcl = false;}];}
 shares.extraArgs|microvm.shares[0].extraArgs = ["--sandbox=none"]: virtiofsd's arguments are vmwarden's|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; proto = "virtiofs"; extraArgs = ["--sandbox=none"];}];}

@@ -173,7 +173,7 @@ unshare() { # DEST...: break the hard link to the cache before a tool edits the 
 # VM principals (an operator does this once per VM on a non-Nix host)
 unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
 systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
-  || chroot "$ROOT" /bin/sh -c 'for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
+  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv st own; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
       useradd --system --gid kvm --no-create-home --home-dir /var/lib/microvms --shell /usr/sbin/nologin microvm' \
   || die "cannot create the VM principals"
 grep -q '^vm-c:' "$ROOT/etc/passwd" && grep -q '^microvm:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
@@ -507,7 +507,7 @@ if [ "$MODE" = full ]; then
   cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
   # per-VM credential drop-ins (what an operator installs per VM)
   HV_VMS=""; [ "$HV_SCENARIOS" = 1 ] && HV_VMS="ch fc chb fcb rbc rbf rbv"
-  for v in a b vol vsk vfs ops rbq $HV_VMS; do
+  for v in a b vol vsk vfs ops rbq st own $HV_VMS; do
     "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
       --credentials-dir "$CREDDIR" >"$WORK/dropin-$v.conf" \
       || die "vmwarden render-unit --dropin $v failed"
@@ -580,6 +580,7 @@ if [ -n "$ONLY" ]; then SOAK_DEFAULT=50; else SOAK_DEFAULT=5; fi
   printf 'CREDS_a=%q\nCREDS_b=%q\nCREDS_cx=%q\nCREDS_vol=\nCREDS_vsk=\nCREDS_vfs=\nCREDS_ops=\n' "$CREDS_a" "$CREDS_b" "$CREDS_cx"
   printf 'CREDS_rbq=%q\n' "token:$CREDDIR/rbq/token"
   printf 'CREDS_un=\n'
+  printf 'CREDS_st=\nCREDS_own=\nSTORE_FILE=%q\n' "$STORE_FILE"
   printf 'HV_BRIDGE=%q\n%s' "$HV_BRIDGE" "$HV_ENV"; } | putc /opt/vmwarden-test/run.env 0644
 
 ROOT_IMG=$WORK/root.ext4 RES_IMG=$WORK/results.ext4
@@ -603,7 +604,7 @@ timing image_build "$(since "$t")"
 # start_ab to target_stop) in one list.
 SHARD_LISTS=(
   "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume vhost_vsock vsock_ssh virtiofs_vsock guest_reboot all_clean"
-  "user_net cloud_hypervisor firecracker hv_bench console balloon machined coexist soak all_clean"
+  "user_net store_share owned_share cloud_hypervisor firecracker hv_bench console balloon machined coexist soak all_clean"
 )
 ALL_SCENARIOS=$(sed -n '/^  run_scenario unit_verify /,/^fi$/s/^  run_scenario \([a-z0-9_]*\) .*/\1/p' "$HERE/scenarios.sh")
 [ -n "$ALL_SCENARIOS" ] || die "no scenario list found in scenarios.sh"

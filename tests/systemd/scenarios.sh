@@ -461,9 +461,9 @@ check_hybrid_vsock() { # VM CURSOR
   note "$1 vsock CONNECT/OK/echo from L2"
 }
 # the principal's processes other than the hypervisor: "PID COMM" lines
-vfs_helpers() { # HYPERVISOR_PID
+vfs_helpers() { # HYPERVISOR_PID [PRINCIPAL, default vm-vfs]
   local p
-  for p in $(pgrep -u vm-vfs); do
+  for p in $(pgrep -u "${2:-vm-vfs}"); do
     [ "$p" = "$1" ] || echo "$p $(cat "/proc/$p/comm" 2>/dev/null)"
   done
 }
@@ -497,8 +497,9 @@ vfs_checks() { # CURSOR
   hs=$(vfs_helpers "$pid")
   log "vfs helpers (hypervisor $pid): $(printf '%s' "$hs" | tr '\n' ',')"
   names=$(printf '%s\n' "$hs" | awk '{print $2}' | sort | tr '\n' ' ')
-  [ "$names" = "vhost-device-vs virtiofsd virtiofsd " ] \
-    || { fail "vfs: the principal's processes besides QEMU are '$names', not vhost-device-vs virtiofsd virtiofsd"; return 1; }
+  # vrw is writable, so the guest owns it: its virtiofsd and a broker
+  [ "$names" = "vhost-device-vs virtiofsd virtiofsd vmwarden-broker " ] \
+    || { fail "vfs: the principal's processes besides QEMU are '$names', not vhost-device-vs virtiofsd virtiofsd vmwarden-broker"; return 1; }
   uid=$(id -u vm-vfs)
   cg=$(cat "/proc/$pid/cgroup")
   case "$cg" in *"/microvm@vfs.service"*) ;; *) fail "vfs: QEMU's cgroup is $cg"; return 1 ;; esac
@@ -508,9 +509,15 @@ vfs_checks() { # CURSOR
     c=$(cat "/proc/$h/comm")
     [ "$(status_field "$h" Uid)" = "$uid $uid $uid $uid" ] \
       || { fail "vfs: $c $h Uid: $(status_field "$h" Uid)"; return 1; }
-    for want in CapEff CapPrm CapInh CapAmb; do
-      [ "$(status_field "$h" $want)" = 0000000000000000 ] || { fail "vfs: $c $h $want=$(status_field "$h" $want)"; return 1; }
-    done
+    # in a user namespace of its own (the owned share's virtiofsd and its
+    # broker): capabilities there only, none in L2's (owned_share_checks)
+    if [ "$(readlink "/proc/$h/ns/user")" != "$(readlink /proc/self/ns/user)" ]; then
+      owned_ns_checks vfs "$h" || return 1
+    else
+      for want in CapEff CapPrm CapInh CapAmb; do
+        [ "$(status_field "$h" $want)" = 0000000000000000 ] || { fail "vfs: $c $h $want=$(status_field "$h" $want)"; return 1; }
+      done
+    fi
     [ "$(status_field "$h" NoNewPrivs)" = 1 ] && [ "$(status_field "$h" Seccomp)" = 2 ] \
       || { fail "vfs: $c $h NoNewPrivs=$(status_field "$h" NoNewPrivs) Seccomp=$(status_field "$h" Seccomp)"; return 1; }
     [ "$(status_field "$h" PPid)" = "$pid" ] || { fail "vfs: $c $h is not QEMU's child (PPid $(status_field "$h" PPid))"; return 1; }
@@ -518,7 +525,7 @@ vfs_checks() { # CURSOR
     # vhost-device-vsock lives in QEMU's mount namespace; each virtiofsd in
     # one of its own, rooted in its share (neither QEMU's nor L2's).
     hns=$(readlink "/proc/$h/ns/mnt")
-    if [ "$c" = virtiofsd ]; then
+    if [ "$c" = virtiofsd ] || [ "$c" = vmwarden-broker ]; then
       [ "$hns" != "$ns" ] && [ "$hns" != "$(readlink /proc/self/ns/mnt)" ] \
         || { fail "vfs: $c $h is not in a mount namespace of its own ($hns; QEMU $ns)"; return 1; }
       [ ! -e "/proc/$h/root/etc/passwd" ] || { fail "vfs: $c $h sees the host's /etc/passwd: its root is not its share"; return 1; }
@@ -528,7 +535,7 @@ vfs_checks() { # CURSOR
   done
   md=$(stat -c '%U %a' "$RUNTIME_ROOT/vfs/control/virtiofs-vrw.sock" 2>/dev/null)
   [ "$md" = "vm-vfs 600" ] || { fail "vfs: virtiofs-vrw.sock is '$md', not vm-vfs 600"; return 1; }
-  note "helpers vm-vfs CapEff=0 nnp seccomp, QEMU's children in the unit's cgroup"
+  note "helpers vm-vfs nnp seccomp, QEMU's children in the unit's cgroup; CapEff=0 but vrw's virtiofsd and broker (caps in their own user namespace only)"
 }
 # SIGKILL to the hypervisor only (not to the cgroup): its helpers must not
 # outlive it (PR_SET_PDEATHSIG), and the kill's cleanup is clean.
@@ -542,7 +549,7 @@ vfs_kill() {
   check_running vfs "$cur" && wait_guest vfs "$cur" || { timeout 300 systemctl stop $u; return 1; }
   pid=$(mainpid $u)
   hs=$(vfs_helpers "$pid" | awk '{print $1}' | tr '\n' ' ')
-  [ "$(echo $hs | wc -w)" = 3 ] || { fail "vfs: second start has helpers '$hs'"; timeout 300 systemctl stop $u; return 1; }
+  [ "$(echo $hs | wc -w)" = 4 ] || { fail "vfs: second start has helpers '$hs'"; timeout 300 systemctl stop $u; return 1; }
   systemctl kill --kill-who=main -s KILL $u || { fail "systemctl kill --kill-who=main failed"; return 1; }
   # Gone on their own, not through systemd's final SIGKILL of the cgroup,
   # which only comes after ExecStopPost (KillMode=mixed): the cleanup report
@@ -1055,10 +1062,112 @@ s_all_clean() {
   [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
   p=$(pgrep -a 'qemu-system|cloud-hyperviso|firecracker' 2>/dev/null)
   [ -z "$p" ] || { fail "hypervisors still running: $p"; return 1; }
-  for v in a b c vol vsk vfs un ch fc chb fcb cx ops rbq rbc rbf rbv; do independent_clean $v || return 1; done
+  for v in a b c vol vsk vfs un ch fc chb fcb cx ops rbq rbc rbf rbv st own; do independent_clean $v || return 1; done
   p=$(pgrep -u microvm 2>/dev/null | tr '\n' ' ')
   [ -z "$p" ] || { fail "processes of microvm (the coexist scenario's foreign VM) left: $p"; return 1; }
   note "verify-clean (all VMs) clean, no hypervisor left"
+}
+
+# ---------------------------------------------------------------- the guests microvm.nix users run
+# store_share: VM st, microvm.nix's flake template. The host's /nix/store
+# (made by run.sh exactly as Nix makes it: root:nixbld 1775, a file in it)
+# over 9p (`ro-store`, read-only) and over virtiofs, and a var.img volume the
+# launcher creates. The guest reads the store's file through both and sees
+# its owner, group and mode, cannot write either, mounts and writes the
+# volume; on L2 the store is as it was, the image the principal's; a
+# graceful stop, clean.
+s_store_share() {
+  local before after
+  before=$(stat -c '%u:%g %a' /nix/store)
+  [ "$before" = "0:$(getent group nixbld | cut -d: -f3) 1775" ] \
+    || { fail "st: precondition: /nix/store is $before, not root:nixbld 1775"; return 1; }
+  start_check_stop st store_checks || return 1
+  after=$(stat -c '%u:%g %a' /nix/store)
+  [ "$after" = "$before" ] && [ ! -e /nix/store/evil ] \
+    && [ "$(cat "$STORE_FILE")" = "from the L2 store" ] \
+    || { fail "st: the store changed: $after, $(ls -A /nix/store | tr '\n' ' ')"; return 1; }
+  note "st store as it was ($after)"
+}
+store_checks() { # CURSOR
+  local u=microvm@st.service j want nixbld img
+  nixbld=$(getent group nixbld | cut -d: -f3)
+  j=$(jlog $u "$1")
+  for want in "T-READ-p9 from the L2 store" "T-READ-vfs from the L2 store" \
+              "T-STAT-p9 0 $nixbld 1775" "T-STAT-vfs 0 $nixbld 1775" \
+              T-WRITE-p9-REFUSED T-WRITE-vfs-REFUSED T-VAR-EXT4 T-VAR-WROTE 'VMWARDEN-RUN-END rc=0'; do
+    printf '%s\n' "$j" | grep -qF -- "$want" \
+      || { fail "st: guest output lacks '$want': $(printf '%s\n' "$j" | grep -E '^(T-|VMWARDEN-RUN)' | tr '\n' ' ' | head -c 500)"; return 1; }
+  done
+  img=$(stat -c '%U:%G %a %s' "$STATE_ROOT/st/var.img" 2>/dev/null)
+  [ "$img" = "vm-st:vm-st 600 33554432" ] || { fail "st: var.img is '$img'"; return 1; }
+  note "st guest read the store over 9p and virtiofs (0:nixbld 1775), writes refused, var.img created and written"
+}
+# owned_share: VM own, a writable virtiofs share its guest owns, used as
+# journald uses /var/log/journal. The guest's chown, chgrp, chmod and setgid
+# directory work, it sees the ids it set; on L2 each file's owner and group
+# is the principal (guest 0) or the VM's own range (base + guest id, from
+# the registry), nothing is root's, no regular file is set-id; the two
+# processes serving it (virtiofsd, vmwarden-broker) are roots of a user
+# namespace of their own with capabilities there only; a graceful stop,
+# clean, no process with an id of the range.
+OWN_RW=/var/lib/vmwarden-test/own-rw
+s_owned_share() {
+  start_check_stop own owned_checks || return 1
+  "$VMW" verify-clean own 2>&1 | grep -q '^no-range-process vm=own check=ok' \
+    || { fail "own: verify-clean has no passing no-range-process: $("$VMW" verify-clean own 2>&1 | tr '\n' ' ' | head -c 300)"; return 1; }
+  note "own no-range-process=ok"
+}
+# The capabilities and id map of a process of a share the guest owns
+# (virtiofsd: its six; its broker: DAC_READ_SEARCH FOWNER FSETID SYS_PTRACE),
+# held in a user namespace whose parent is L2's, with guest 0 the principal.
+owned_ns_checks() { # VM PID
+  local c want uid map
+  c=$(cat "/proc/$2/comm")
+  case "$c" in virtiofsd) want=00000000000000db ;; vmwarden-broker) want=000000000008001c ;;
+    *) fail "$1: $c $2 is in a user namespace of its own"; return 1 ;; esac
+  [ "$(status_field "$2" CapEff)" = $want ] && [ "$(status_field "$2" CapPrm)" = $want ] \
+    && [ "$(status_field "$2" CapInh)" = 0000000000000000 ] && [ "$(status_field "$2" CapAmb)" = 0000000000000000 ] \
+    || { fail "$1: $c $2 CapEff=$(status_field "$2" CapEff) CapPrm=$(status_field "$2" CapPrm) CapInh=$(status_field "$2" CapInh), not $want"; return 1; }
+  uid=$(id -u "vm-$1")
+  map=$(awk '{print $1, $2, $3}' "/proc/$2/uid_map" | tr '\n' ';')
+  case "$map" in "0 $uid 1;1 "*" 65535;") ;; *) fail "$1: $c $2 uid_map is '$map'"; return 1 ;; esac
+  [ "$(readlink "/proc/$2/ns/user")" != "$(readlink /proc/self/ns/user)" ] || { fail "$1: $c $2 in L2's user namespace"; return 1; }
+}
+owned_checks() { # CURSOR
+  local u=microvm@own.service j want pid hs h base uid gid p id bad
+  j=$(jlog $u "$1")
+  for want in T-SETGID-DIR-OK T-MADE-IN-IT T-OWN-OK T-SGID-FILE-REFUSED T-SUID-FILE-REFUSED T-BEYOND-REFUSED \
+              'T-SEE f=1000:190:640 log=0:190:2755 m=190:2755 journal=190' 'VMWARDEN-RUN-END rc=0'; do
+    printf '%s\n' "$j" | grep -qF -- "$want" \
+      || { fail "own: guest output lacks '$want': $(printf '%s\n' "$j" | grep -E '^(T-|VMWARDEN-RUN)' | tr '\n' ' ' | head -c 500)"; return 1; }
+  done
+  base=$(jq -r 'select(.vm == "own" and .state == "active") | .base' "$STATE_ROOT"/.principals/range-*.json 2>/dev/null | head -1)
+  [ -n "$base" ] || { fail "own: no active id range in $STATE_ROOT/.principals"; return 1; }
+  uid=$(id -u vm-own); gid=$(id -g vm-own)
+  [ "$(stat -c '%u:%g %a' "$OWN_RW/f")" = "$((base + 1000)):$((base + 190)) 640" ] \
+    && [ "$(stat -c '%u:%g %a' "$OWN_RW/log")" = "$uid:$((base + 190)) 2755" ] \
+    && [ "$(stat -c '%g' "$OWN_RW/log/m/system.journal")" = "$((base + 190))" ] \
+    || { fail "own: on L2 f=$(stat -c '%u:%g %a' "$OWN_RW/f") log=$(stat -c '%u:%g %a' "$OWN_RW/log") (range base $base)"; return 1; }
+  bad=""
+  while read -r p id; do
+    for x in ${id%:*} ${id#*:}; do
+      [ "$x" = "$uid" ] || [ "$x" = "$gid" ] || { [ "$x" -gt "$base" ] && [ "$x" -lt $((base + 65536)) ]; } || bad="$bad $p($id)"
+    done
+  done < <(find "$OWN_RW" -printf '%p %U:%G\n')
+  [ -z "$bad" ] || { fail "own: files of ids not the VM's:$bad"; return 1; }
+  [ -z "$(find "$OWN_RW" -type f -perm /6000)" ] || { fail "own: set-id files on L2: $(find "$OWN_RW" -type f -perm /6000)"; return 1; }
+  note "own guest ids seen; on L2 principal or range $((base + 1)).. only, setgid dir, no set-id file"
+  pid=$(mainpid $u)
+  hs=$(vfs_helpers "$pid" vm-own)
+  [ "$(printf '%s\n' "$hs" | awk '{print $2}' | sort | tr '\n' ' ')" = "virtiofsd vmwarden-broker " ] \
+    || { fail "own: the principal's processes besides QEMU: $(printf '%s' "$hs" | tr '\n' ',')"; return 1; }
+  for h in $(printf '%s\n' "$hs" | awk '{print $1}'); do
+    owned_ns_checks own "$h" || return 1
+    [ "$(status_field "$h" Uid)" = "$uid $uid $uid $uid" ] && [ "$(status_field "$h" NoNewPrivs)" = 1 ] \
+      && [ "$(status_field "$h" Seccomp)" = 2 ] && [ "$(status_field "$h" PPid)" = "$pid" ] \
+      || { fail "own: $(cat "/proc/$h/comm") $h Uid=$(status_field "$h" Uid) nnp=$(status_field "$h" NoNewPrivs) PPid=$(status_field "$h" PPid)"; return 1; }
+  done
+  note "own virtiofsd and broker: roots of their own user namespace, caps there only, QEMU's children"
 }
 
 # ---------------------------------------------------------------- coexist
@@ -1621,6 +1730,8 @@ else
   run_scenario vsock_ssh s_vsock_ssh
   run_scenario virtiofs_vsock s_virtiofs_vsock
   run_scenario user_net s_user_net
+  run_scenario store_share s_store_share
+  run_scenario owned_share s_owned_share
   run_scenario cloud_hypervisor s_cloud_hypervisor
   run_scenario firecracker s_firecracker
   run_scenario hv_bench s_hv_bench

@@ -167,6 +167,16 @@ pub struct ShareSpec {
     pub read_only: bool,
 }
 
+impl ShareSpec {
+    /// A share the guest owns: writable virtiofs, whose virtiofsd runs in
+    /// a user namespace mapping the guest's ids to the VM's own id range
+    /// (`launch/helpers/owned.rs`). A writable 9p share keeps the guest's
+    /// ids in extended attributes instead (`mapped-xattr`).
+    pub fn guest_owned(&self) -> bool {
+        self.proto == ShareProto::Virtiofs && !self.read_only
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct VirtiofsdSpec {

@@ -324,7 +324,7 @@ impl Spec {
                 return Err(bad(
                     format!("shares[{i}].read_only"),
                     format!(
-                        "is false, but {} is under {NIX_STORE}, which a guest may only read",
+                        "is false, but {} is under {NIX_STORE}, which a guest may only read (its build users' group can add paths to it, and everything the host runs comes from it); set read_only = true",
                         sh.source.display()
                     ),
                 ));

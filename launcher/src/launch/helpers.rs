@@ -23,6 +23,13 @@
 //! A helper whose [`Root`] is its share (each virtiofsd) is confined to a
 //! mount namespace rooted at it (see `share_root`).
 //!
+//! A share the guest owns ([`guest_owned`]: a writable share of a kind
+//! whose [`Shape::guest_owns_writable`] says so, virtiofsd's) is served
+//! differently: its daemon does not drop to the principal but becomes root
+//! of a user namespace of its own mapping the VM's id range (see `owned`),
+//! under its own filter, beside a broker for its setgid directories (see
+//! `broker`).
+//!
 //! A [`Channel::Listener`] helper (virtiofsd) gets its listening socket
 //! from root as an fd; a [`Channel::OwnSockets`] helper
 //! (vhost-device-vsock) makes its sockets itself and the launcher waits
@@ -51,14 +58,19 @@ use crate::config::spec::LandlockMode;
 use crate::host::dirs::Dir;
 use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal::Principal;
+use crate::identity::registry::IdRange;
 use crate::instance::lease::Lease;
 use crate::launch::syscall::Syscall;
 use crate::launch::{landlock, sandbox, seccomp, EXEC_PATH};
 
+mod broker;
 mod own_sandbox;
+mod owned;
 mod shape;
 mod share_root;
 
+pub use broker::BROKER_CAPS;
+pub use owned::{guest_owned, KEPT_CAPS, NS_CAPS};
 pub use shape::{
     need_proc_sys, plan, Arg, Channel, Filter, Helper, HelperKind, Root, Shape, Share, TABLE,
 };
@@ -142,6 +154,17 @@ pub struct Context<'a> {
     pub seccomp: &'a [BpfProgram],
     /// [`Filter::SelfSandboxing`]'s programs.
     pub seccomp_self_sandboxing: &'a [BpfProgram],
+    /// What the daemon of each share the guest owns needs (`owned`);
+    /// `None` when the VM has no such share.
+    pub owned: Option<Owned<'a>>,
+}
+
+/// The VM's own id range and the filters of the daemon of a share the
+/// guest owns ([`seccomp::Role::OwnedVirtiofsd`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Owned<'a> {
+    pub ids: IdRange,
+    pub seccomp: &'a [BpfProgram],
 }
 
 impl Context<'_> {
@@ -237,6 +260,23 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
         .sys("pipe2", &ctx.control.path)
         .map_err(sys)?;
     let parent = nix::unistd::getpid();
+    // A share the guest owns: the launcher writes the child's id map.
+    let owned_ids = match (guest_owned(h), ctx.owned) {
+        (true, Some(o)) => Some(o),
+        (true, None) => {
+            return Err(HelperError::Setup {
+                helper: h.name(),
+                binary: h.binary.clone(),
+                detail: "the guest owns this share, but the VM has no id range".into(),
+            })
+        }
+        (false, _) => None,
+    };
+    let sync = owned_ids
+        .map(|_| owned::Sync::new())
+        .transpose()
+        .sys("pipe2", &ctx.control.path)
+        .map_err(sys)?;
     ctx.sys
         .assert_single_threaded()
         .map_err(|e| HelperError::Setup {
@@ -265,6 +305,7 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
                 ctx.programs(shape.filter),
                 fd,
                 share,
+                sync.map(owned::Sync::child),
                 &c_prog,
                 &c_argv,
                 &c_env,
@@ -280,18 +321,41 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
             // The hypervisor must not hold a helper's end: its listening
             // socket, or the daemon's end of a pair.
             drop(handed);
-            wait_started(h, child, status_r, t0)?;
-            let rooted = match (shape.root, &h.share) {
-                (Root::Share, Some(share)) => confine_to_share(h, child, &share.source, t0),
-                (Root::OwnSandbox, _) => {
-                    own_sandbox::wait(h, child, ctx.programs(shape.filter).len(), t0)
-                }
-                _ => Ok(()),
-            };
-            if let Err(e) = rooted {
+            let sync = sync.map(owned::Sync::parent);
+            let fail = |e: HelperError| {
                 let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
                 let _ = waitpid(child, None);
-                return Err(e);
+                e
+            };
+            if let (Some(o), Some(sync)) = (owned_ids, &sync) {
+                // false: the child ended first; wait_started says why.
+                if !owned::map_ids(h, child, &o.ids, &principal, sync, t0).map_err(fail)? {
+                    wait_started(h, child, status_r, t0)?;
+                    return Err(fail(HelperError::Exited {
+                        helper: h.name(),
+                        binary: h.binary.clone(),
+                        socket: h.socket().map(Path::to_path_buf).unwrap_or_default(),
+                        status: "before its user namespace was mapped".into(),
+                    }));
+                }
+            }
+            wait_started(h, child, status_r, t0)?;
+            match (shape.root, &h.share) {
+                (Root::Share, Some(share)) => {
+                    confine_to_share(h, child, &share.source, t0).map_err(fail)?;
+                }
+                (Root::OwnSandbox, _) => {
+                    own_sandbox::wait(h, child, ctx.programs(shape.filter).len(), t0)
+                        .map_err(fail)?;
+                }
+                _ => {}
+            }
+            // A share the guest owns: its set-group-ID chmods go to a
+            // broker of their own, started once it is rooted in its share.
+            if let Some(sync) = sync {
+                let listener = owned::listener(h, &sync).map_err(fail)?;
+                let b = broker::start(h, child, listener, ctx, t0).map_err(fail)?;
+                tracing::debug!(helper = %h.name(), broker = b.as_raw(), "broker started");
             }
             if shape.channel == Channel::OwnSockets {
                 for s in &h.sockets {
@@ -317,6 +381,7 @@ fn child(
     filter: &[BpfProgram],
     handed: Option<RawFd>,
     share: Option<(&Path, bool)>,
+    owned: Option<owned::ChildSync>,
     prog: &CString,
     argv: &[CString],
     env: &[CString],
@@ -329,7 +394,14 @@ fn child(
             }
             None => nix::unistd::chdir("/").map_err(|e| format!("chdir /: {e}"))?,
         }
-        sandbox::drop_privileges_with(ctx.sys, principal).map_err(|e| e.to_string())?;
+        // A share the guest owns: root of a user namespace of its own.
+        let owned = match owned {
+            Some(sync) => Some(owned::enter(ctx.sys, sync, principal)?),
+            None => {
+                sandbox::drop_privileges_with(ctx.sys, principal).map_err(|e| e.to_string())?;
+                None
+            }
+        };
         // After the drop: changing credentials clears the death signal.
         nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL))
             .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
@@ -339,7 +411,12 @@ fn child(
         ctx.sys
             .landlock_restrict(policy, ctx.landlock)
             .map_err(|e| e.to_string())?;
-        seccomp::apply(ctx.sys, filter).map_err(|e| e.to_string())?;
+        match owned {
+            // Its own role's filters, then the one that hands its
+            // set-group-ID chmods to its broker.
+            Some(o) => o.filters(ctx.sys, ctx.owned.map_or(&[], |x| x.seccomp))?,
+            None => seccomp::apply(ctx.sys, filter).map_err(|e| e.to_string())?,
+        }
         let mut keep = vec![ctx.lease.inherit_across_exec().map_err(|e| e.to_string())?];
         if let Some(fd) = handed {
             // SAFETY: `fd` is the socket the parent made for the daemon

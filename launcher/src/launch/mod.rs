@@ -47,7 +47,7 @@ use crate::config::paths::{
     Roots, API_SOCKET, CH_API_LOCK, CONSOLE_SOCKET, CONTROL_DIR, CREDENTIALS_DIR,
     FIRECRACKER_CONFIG, LAUNCHED_SPEC_FILE, LEASE_FILE, QMP_SOCKET, VSOCK_SOCKET,
 };
-use crate::config::spec::{HypervisorKind, Spec};
+use crate::config::spec::{HypervisorKind, ShareSpec, Spec};
 use crate::host::cgroup;
 use crate::host::dirs::{self, Dir, Loose, Want};
 use crate::host::machined;
@@ -413,6 +413,18 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         &dirs::root_want("--state-root"),
     )?;
     registry::register(&state_root, &spec.name, &principal)?;
+    // A share the guest owns: the VM's own id range, recorded before
+    // anything can carry its ids (its virtiofsd maps the guest's ids to it).
+    let ids = if spec.shares.iter().any(ShareSpec::guest_owned) {
+        Some(registry::allocate_range(
+            &state_root,
+            roots,
+            &spec.name,
+            &principal,
+        )?)
+    } else {
+        None
+    };
     let (state_dir, _) = dirs::ensure(&state_root, spec.name.as_str(), &vm_want(0o700))?;
     steps.after("state-dir");
     let (control, _) = dirs::ensure(
@@ -507,6 +519,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             vhost_vsock: vhost_vsock.as_ref(),
             qmp: qmp.as_ref(),
             qemu_sandbox,
+            ids,
         },
     )
 }
@@ -528,6 +541,9 @@ struct Confine<'a> {
     /// QEMU's QMP socket, bound by root (see the hypervisor-config step).
     qmp: Option<&'a std::os::fd::OwnedFd>,
     qemu_sandbox: bool,
+    /// The VM's own id range (a share the guest owns), allocated at
+    /// `state-dir`.
+    ids: Option<registry::IdRange>,
 }
 
 /// Steps 7 to 11: namespaces, masks, /proc, the credential tmpfs,
@@ -547,6 +563,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
         vhost_vsock,
         qmp,
         qemu_sandbox,
+        ids,
     } = c;
     let roots = &opts.roots;
     let kind = spec.hypervisor.kind;
@@ -618,9 +635,18 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
         let control = dirs::open_dir(&control_path)?;
         let vm_trees = [state_dir_path.clone(), control_path.clone()];
         let mut helper_seccomp = seccomp_progs.clone();
+        // The virtiofsd of a share the guest owns: its own role's filter
+        // (`launch/helpers/owned.rs`).
+        let mut owned_seccomp = match ids {
+            Some(_) => {
+                seccomp::programs_as(seccomp::Taps::Inherited, seccomp::Role::OwnedVirtiofsd)?
+            }
+            None => Vec::new(),
+        };
         if cfg!(feature = "fault-injection") && opts.helper_openat2_enosys {
             tracing::warn!("fault injection: openat2 answers ENOSYS in every helper");
             helper_seccomp.push(seccomp::enosys(libc::SYS_openat2)?);
+            owned_seccomp.push(seccomp::enosys(libc::SYS_openat2)?);
         }
         let self_sandboxing = if planned
             .iter()
@@ -641,6 +667,10 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
                 landlock: spec.landlock.mode,
                 seccomp: &helper_seccomp,
                 seccomp_self_sandboxing: &self_sandboxing,
+                owned: ids.map(|ids| helpers::Owned {
+                    ids,
+                    seccomp: &owned_seccomp,
+                }),
             },
         )?
     };
@@ -659,6 +689,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
                 seccomp: &seccomp_progs,
                 // The relay sandboxes nothing itself: the hypervisor's filters.
                 seccomp_self_sandboxing: &seccomp_progs,
+                owned: None,
             },
             &control,
         )?;

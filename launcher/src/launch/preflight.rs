@@ -14,13 +14,16 @@ use netlink_packet_route::link::InfoKind;
 
 use crate::config::files::{Distrust, Kind};
 use crate::config::paths::Roots;
-use crate::config::spec::{CredentialSource, HypervisorKind, SandboxMode, Spec, SpecError};
+use crate::config::spec::{
+    CredentialSource, HypervisorKind, SandboxMode, ShareSpec, Spec, SpecError, NIX_STORE,
+};
 use crate::config::user_net::{ForwardFrom, UNPRIVILEGED_PORT_START};
 use crate::host::net;
 use crate::host::sys::read_path;
 use crate::host::trust::{self, Policy};
 use crate::hypervisor::{self, SandboxProbe};
 use crate::identity::principal::{self, Principal};
+use crate::identity::registry::{self, IdRange};
 use crate::launch::{helpers, probe, volumes, StepError};
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
@@ -66,7 +69,14 @@ pub fn check_with_principal(
     drop(walker);
     let qemu_sandbox = qemu_sandbox(spec, spec_path, principal, roots)?;
     cloud_hypervisor_credentials(spec, spec_path, principal, roots)?;
-    check_principal(spec, spec_path, principal)?;
+    // The VM's own id range, if it has one yet: what the guest owns on its
+    // writable virtiofs shares belongs to it.
+    let ids = if spec.shares.iter().any(ShareSpec::guest_owned) {
+        registry::range_of(roots, &spec.name)?
+    } else {
+        None
+    };
+    check_principal(spec, spec_path, principal, ids)?;
     volumes::preflight(spec, spec_path, principal, &roots.state_dir(&spec.name))?;
     Ok(qemu_sandbox)
 }
@@ -186,19 +196,46 @@ fn check_cid_unique(
 /// (mode bits and POSIX ACLs alike; see the policy). A writable share is
 /// moreover the principal's own. Images of `disks[].create` are
 /// `volumes::preflight`'s.
-fn check_principal(spec: &Spec, spec_path: &Path, principal: &Principal) -> Result<(), SpecError> {
+fn check_principal(
+    spec: &Spec,
+    spec_path: &Path,
+    principal: &Principal,
+    ids: Option<IdRange>,
+) -> Result<(), SpecError> {
     let policy = Policy::Principal {
         uid: principal.uid,
         gid: principal.gid,
     };
     for (i, sh) in spec.shares.iter().enumerate() {
         let field = format!("shares[{i}].source");
-        let w = trust::walk(&sh.source, policy).map_err(|cause| {
+        // The one exception: the Nix store, read-only, as Nix makes it
+        // (root's, sticky, its build users' group may add paths). Its
+        // group cannot rename, delete or replace a path root owns, and the
+        // guest reads only (`host::trust::walk_store`; the threat model).
+        // `validate_shares` already refused a writable share under it.
+        let store = sh.read_only && sh.source == Path::new(NIX_STORE);
+        // A share the guest owns may belong to the VM's own ids (the
+        // guest's chown and chgrp through its virtiofsd leave it so).
+        let owned = ids.filter(|_| sh.guest_owned());
+        let walked = match (store, owned) {
+            (true, _) => trust::walk_store(&sh.source, policy),
+            (false, Some(r)) => trust::walk_owned(&sh.source, policy, r.base + 1..r.end()),
+            (false, None) => trust::walk(&sh.source, policy),
+        };
+        let w = walked.map_err(|cause| {
+            // A sticky directory its group writes looks like a store: say
+            // which one is accepted.
+            let sticky = matches!(&cause, Distrust::Writable { mode, .. } if mode & 0o1000 != 0);
+            let hint = if sticky && !store {
+                format!(" (a sticky directory its group may write is accepted as a share only as the Nix store itself, {NIX_STORE}, shared read-only)")
+            } else {
+                String::new()
+            };
             bad(
                 spec_path,
                 field.clone(),
                 format!(
-                    "cannot be shared: {cause}; a share (and every directory above it) may be owned and writable only by root and the VM's principal"
+                    "cannot be shared: {cause}; a share (and every directory above it) may be owned and writable only by root and the VM's principal{hint}"
                 ),
             )
         })?;
@@ -209,7 +246,9 @@ fn check_principal(spec: &Spec, spec_path: &Path, principal: &Principal) -> Resu
                 format!("{} is not a directory", sh.source.display()),
             ));
         }
-        if !sh.read_only && w.stat.st_uid != principal.uid {
+        let own =
+            w.stat.st_uid == principal.uid || owned.is_some_and(|r| r.contains(w.stat.st_uid));
+        if !sh.read_only && !own {
             return Err(bad(
                 spec_path,
                 field,

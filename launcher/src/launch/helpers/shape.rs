@@ -110,6 +110,10 @@ pub struct Shape {
     /// Its binary, when the spec names one (whether or not this spec
     /// starts it): root's trust walk checks it like the hypervisor's.
     pub binary: fn(spec: &Spec) -> Option<&Path>,
+    /// A writable share of it is the guest's to own: its daemon runs as
+    /// root of a user namespace mapping the VM's id range, beside a broker
+    /// (`launch::helpers::owned`, `broker`).
+    pub guest_owns_writable: bool,
     /// Its instances for a spec, in start order (`control` is the VM's
     /// control dir).
     pub plan: fn(spec: &Spec, control: &Path) -> Vec<Helper>,
@@ -130,6 +134,7 @@ pub static TABLE: &[Shape] = &[
         filter: Filter::Launcher,
         proc_sys: true,
         binary: |spec| spec.virtiofsd.as_ref().map(|v| v.binary.as_path()),
+        guest_owns_writable: true,
         plan: plan_virtiofsd,
     },
     Shape {
@@ -143,6 +148,7 @@ pub static TABLE: &[Shape] = &[
         filter: Filter::Launcher,
         proc_sys: false,
         binary: |spec| spec.vsock.as_ref().and_then(|v| v.binary.as_deref()),
+        guest_owns_writable: false,
         plan: plan_vhost_device_vsock,
     },
     Shape {
@@ -157,6 +163,7 @@ pub static TABLE: &[Shape] = &[
         filter: Filter::SelfSandboxing,
         proc_sys: false,
         binary: |spec| spec.user_network.as_ref().map(|u| u.binary.as_path()),
+        guest_owns_writable: false,
         plan: plan_passt,
     },
 ];
@@ -297,6 +304,10 @@ fn plan_virtiofsd(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
             ];
             if sh.read_only {
                 args.push(lit("--readonly"));
+            } else {
+                // A share the guest owns: root of its own user namespace,
+                // with no MKNOD or SETFCAP (see `owned`).
+                args.push(lit(super::owned::MODCAPS));
             }
             Helper {
                 kind: HelperKind::Virtiofsd,
