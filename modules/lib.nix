@@ -412,7 +412,7 @@ in rec {
           source.systemd = c;
         })
         (builtins.attrNames vm.credentials);
-      # format, serial and create only when set: the spec of a VM that
+      # format, serial, direct, discard and create only when set: the spec of a VM that
       # uses none of them stays byte for byte what it was before they
       # existed (tests/nix/golden), so a rebuild restarts nothing.
       disks = map (d:
@@ -422,6 +422,8 @@ in rec {
         }
         // lib.optionalAttrs (d.format != null) {inherit (d) format;}
         // lib.optionalAttrs (d.serial != null) {inherit (d) serial;}
+        // lib.optionalAttrs (d.direct != null) {inherit (d) direct;}
+        // lib.optionalAttrs (d.discard != null) {inherit (d) discard;}
         // lib.optionalAttrs (d.create != null) {
           create =
             {size_mib = d.create.sizeMiB;}
@@ -447,7 +449,11 @@ in rec {
         })
         vm.shares;
     }
-    // lib.optionalAttrs (usesVirtiofsd vm) {virtiofsd.binary = vm.virtiofsdBinary;}
+    // lib.optionalAttrs (usesVirtiofsd vm) {
+      virtiofsd =
+        {binary = vm.virtiofsdBinary;}
+        // lib.optionalAttrs (vm.virtiofsdThreadPoolSize != null) {thread_pool_size = vm.virtiofsdThreadPoolSize;};
+    }
     // lib.optionalAttrs (vm.vsock.cid != null) {
       vsock =
         {inherit (vm.vsock) cid backend;}

@@ -117,6 +117,28 @@
           on firecracker.
         '';
       };
+      direct = mkOption {
+        type = types.nullOr types.bool;
+        default = null;
+        description = ''
+          Open the image with `O_DIRECT`, past the host's page cache
+          (microvm.nix's `direct`): QEMU `cache=none`, cloud-hypervisor
+          `direct=on`. `null` keeps the launcher's default and writes
+          nothing into the spec: on for QEMU, off for cloud-hypervisor.
+          firecracker has no such mode (`true` is refused there).
+        '';
+      };
+      discard = mkOption {
+        type = types.nullOr types.bool;
+        default = null;
+        description = ''
+          Let the guest's discards (TRIM) free the image's blocks: QEMU
+          `discard=unmap`, cloud-hypervisor `sparse=on`. `null` keeps each
+          hypervisor's default and writes nothing into the spec: QEMU
+          ignores discards, cloud-hypervisor punches holes. firecracker has
+          no discard (`true` is refused there).
+        '';
+      };
       create = mkOption {
         type = types.nullOr (types.submodule createModule);
         default = null;
@@ -396,6 +418,19 @@
         default = "${pkgs.virtiofsd}/bin/virtiofsd";
         defaultText = literalExpression ''"''${pkgs.virtiofsd}/bin/virtiofsd"'';
         description = "The `virtiofsd` the launcher runs for each virtiofs share.";
+      };
+
+      virtiofsdThreadPoolSize = mkOption {
+        type = types.nullOr (types.either types.ints.unsigned (types.enum ["nproc"]));
+        default = null;
+        example = "nproc";
+        description = ''
+          virtiofsd's `--thread-pool-size` (microvm.nix's
+          `virtiofsd.threadPoolSize`): a thread count (0: no pool), or
+          `"nproc"` for one thread per CPU the launcher may run on. `null`
+          keeps virtiofsd's own default (no pool) and writes nothing into
+          the spec.
+        '';
       };
 
       vsock = {

@@ -493,7 +493,7 @@ volumes.image|microvm.volumes[0].image = "../shared.img": it must resolve to a n
 volumes.size|microvm.volumes[0].size = null: autoCreate needs a size in MiB|G {microvm.volumes = [{image = "var.img"; mountPoint = "/var";}];}
 volumes.serial|microvm.volumes[0].serial = "var,x": a serial is 1 to 20 bytes|G {microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; serial = "var,x";}];}
 volumes.serial firecracker|microvm.volumes[0].serial = "var": firecracker's drives have no serial|G {microvm.hypervisor = "firecracker"; microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; serial = "var";}];}
-volumes.direct|microvm.volumes[0].direct = true: vmwarden's cloud-hypervisor drives do not use O_DIRECT|G {microvm.hypervisor = "cloud-hypervisor"; microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; direct = true;}];}
+volumes.direct firecracker|microvm.volumes[0].direct = true: firecracker's drives have no O_DIRECT mode|G {microvm.hypervisor = "firecracker"; microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; direct = true;}];}
 interfaces.type user|microvm.interfaces[0].type = "user": SLIRP user networking needs IP sockets|G {microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";}];}
 interfaces.type macvtap|microvm.interfaces[0].type = "macvtap": a macvtap needs root|G {microvm.interfaces = [{type = "macvtap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; macvtap = {link = "eth0"; mode = "bridge";};}];}
 interfaces.id|microvm.interfaces[0].id = "vm-web": vmwarden's taps are named ^vmw-|G {microvm.interfaces = [{type = "tap"; id = "vm-web"; mac = "02:00:00:01:01:01";}];}
@@ -508,7 +508,7 @@ shares.cache|microvm.shares[0].cache = "always": vmwarden runs virtiofsd with it
 shares.posixAcl|microvm.shares[0].posixAcl = false: it only exists for virtiofsd's --translate-uid|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; proto = "virtiofs"; posixAcl = false;}];}
 shares.extraArgs|microvm.shares[0].extraArgs = ["--sandbox=none"]: virtiofsd's arguments are vmwarden's|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; proto = "virtiofs"; extraArgs = ["--sandbox=none"];}];}
 virtiofsd.inodeFileHandles|microvm.virtiofsd.inodeFileHandles = "mandatory": file handles need CAP_DAC_READ_SEARCH|G {microvm.virtiofsd.inodeFileHandles = "mandatory";}
-virtiofsd.threadPoolSize|microvm.virtiofsd.threadPoolSize = 4: vmwarden picks virtiofsd's thread pool|G {microvm.virtiofsd.threadPoolSize = 4;}
+virtiofsd.threadPoolSize|microvm.virtiofsd.threadPoolSize = "many": vmwarden takes a thread count or|G {microvm.virtiofsd.threadPoolSize = "many";}
 virtiofsd.extraArgs|microvm.virtiofsd.extraArgs = ["--announce-submounts"]: virtiofsd's arguments are vmwarden's|G {microvm.virtiofsd.extraArgs = ["--announce-submounts"];}
 credentialFiles firecracker|microvm.credentialFiles = ["token"]: firecracker has no channel|G {microvm.hypervisor = "firecracker"; microvm.credentialFiles.token = "/run/secrets/token";}
 vsock.cid low|microvm.vsock.cid = 2: CIDs 0, 1 and 2 are the hypervisor, loopback and the host|G {microvm.vsock.cid = 2;}

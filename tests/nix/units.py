@@ -76,6 +76,10 @@ CONTRACT = {
 OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock"}
 
 
+def type_name(t):
+    return " or ".join(x.__name__ for x in t) if isinstance(t, tuple) else t.__name__
+
+
 def cmd_spec(path):
     spec = json.load(open(path))
     errs = []
@@ -92,7 +96,7 @@ def cmd_spec(path):
             errs.append(f"{where}: missing fields: {sorted(missing)}")
         for k, t in fields.items():
             if k in obj and not (isinstance(obj[k], t) and not (t is int and isinstance(obj[k], bool))):
-                errs.append(f"{where}.{k}: {obj[k]!r} is not {t.__name__}")
+                errs.append(f"{where}.{k}: {obj[k]!r} is not {type_name(t)}")
 
     want(spec, "spec", CONTRACT, OPTIONAL)
     if spec.get("version") != 1:
@@ -104,14 +108,15 @@ def cmd_spec(path):
         want(c, f"credentials[{i}]", {"name": str, "source": dict})
         want(c.get("source"), f"credentials[{i}].source", {"systemd": str})
     for i, d in enumerate(spec.get("disks", [])):
-        want(d, f"disks[{i}]", {"path": str, "read_only": bool, "format": str, "serial": str, "create": dict},
-             ("format", "serial", "create"))
+        want(d, f"disks[{i}]", {"path": str, "read_only": bool, "format": str, "serial": str, "create": dict,
+                                "direct": bool, "discard": bool},
+             ("format", "serial", "create", "direct", "discard"))
         if "create" in d:
             want(d["create"], f"disks[{i}].create", {"size_mib": int, "fs_type": str}, ("fs_type",))
     for i, s in enumerate(spec.get("shares", [])):
         want(s, f"shares[{i}]", {"tag": str, "source": str, "proto": str, "read_only": bool})
     if "virtiofsd" in spec:
-        want(spec["virtiofsd"], "virtiofsd", {"binary": str})
+        want(spec["virtiofsd"], "virtiofsd", {"binary": str, "thread_pool_size": (int, str)}, ("thread_pool_size",))
     if "vsock" in spec:
         want(spec["vsock"], "vsock", {"cid": int, "backend": str, "binary": str}, ("binary",))
     for i, a in enumerate(spec.get("hypervisor", {}).get("extra_args", [])):

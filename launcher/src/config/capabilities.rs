@@ -9,7 +9,8 @@
 //! they differ).
 //!
 //! In short: firecracker has no TCG, no credentials, no qcow2, no disk
-//! serial, no shares (neither 9p nor virtiofs) and no vhost vsock;
+//! serial, no O_DIRECT or discard on its drives, no shares (neither 9p nor
+//! virtiofs) and no vhost vsock;
 //! cloud-hypervisor has no TCG, no 9p and no vhost vsock; QEMU has them all.
 
 use crate::config::spec::HypervisorKind;
@@ -31,6 +32,10 @@ pub enum Feature {
     NinePShares,
     /// `vsock.backend = "vhost"` (the kernel's vhost-vsock device).
     VhostVsock,
+    /// `disks[].direct = true` (O_DIRECT, past the host's page cache).
+    DirectIo,
+    /// `disks[].discard = true` (the guest's TRIM frees the image's blocks).
+    Discard,
 }
 
 impl Feature {
@@ -44,6 +49,8 @@ impl Feature {
             Feature::Shares => "shares (9p and virtiofs)",
             Feature::NinePShares => "9p shares",
             Feature::VhostVsock => "vhost vsock",
+            Feature::DirectIo => "O_DIRECT disks",
+            Feature::Discard => "discard",
         }
     }
 }
@@ -102,6 +109,18 @@ pub const REFUSALS: &[Refusal] = &[
         feature: Feature::DiskSerial,
         field: "disks[i].serial",
         reason: "is not supported with firecracker: its drives have no serial",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::DirectIo,
+        field: "disks[i].direct",
+        reason: "is true, but firecracker's drives have no O_DIRECT mode (they go through the host's page cache); set it to false or drop it",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::Discard,
+        field: "disks[i].discard",
+        reason: "is true, but firecracker's drives have no discard; set it to false or drop it",
     },
     Refusal {
         kind: HypervisorKind::Firecracker,

@@ -131,6 +131,65 @@ pub struct ShareSpec {
 #[serde(deny_unknown_fields)]
 pub struct VirtiofsdSpec {
     pub binary: PathBuf,
+    /// virtiofsd's `--thread-pool-size`: a count, or `"nproc"` for the
+    /// host's CPUs at launch (microvm.nix's default). Absent: virtiofsd's
+    /// own default, no pool (requests are served on the queue's thread).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_pool_size: Option<ThreadPoolSize>,
+}
+
+/// `virtiofsd.thread_pool_size`: a count, or `"nproc"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadPoolSize {
+    Count(u32),
+    /// As many threads as the launcher may run on (`sched_getaffinity`).
+    Nproc,
+}
+
+impl Serialize for ThreadPoolSize {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ThreadPoolSize::Count(n) => s.serialize_u32(*n),
+            ThreadPoolSize::Nproc => s.serialize_str("nproc"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ThreadPoolSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ThreadPoolSize;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a thread count or \"nproc\" (virtiofsd.thread_pool_size)")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<ThreadPoolSize, E> {
+                u32::try_from(n)
+                    .map(ThreadPoolSize::Count)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(n), &self))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<ThreadPoolSize, E> {
+                match s {
+                    "nproc" => Ok(ThreadPoolSize::Nproc),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(s), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Most virtiofsd pool threads a spec may ask for.
+pub const MAX_THREAD_POOL: u32 = 1024;
+
+impl ThreadPoolSize {
+    /// The count passed to virtiofsd; `cpus` is the host's, for `"nproc"`.
+    pub fn resolve(self, cpus: usize) -> u32 {
+        match self {
+            ThreadPoolSize::Count(n) => n,
+            ThreadPoolSize::Nproc => u32::try_from(cpus.max(1)).unwrap_or(MAX_THREAD_POOL),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -341,11 +400,37 @@ pub struct DiskSpec {
     pub serial: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub create: Option<CreateSpec>,
+    /// O_DIRECT, bypassing the host's page cache (microvm.nix's `direct`):
+    /// QEMU `cache=none`, cloud-hypervisor `direct=on`. Absent: as before
+    /// the field existed ([`DiskSpec::direct`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct: Option<bool>,
+    /// The guest's discard (TRIM) frees the image's blocks: QEMU
+    /// `discard=unmap`, cloud-hypervisor `sparse=on`. Absent: as before
+    /// the field existed ([`DiskSpec::discard`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discard: Option<bool>,
 }
 
 impl DiskSpec {
     pub fn format(&self) -> DiskFormat {
         self.format.unwrap_or_default()
+    }
+
+    /// Whether `kind` opens the image with O_DIRECT. Absent, each
+    /// hypervisor keeps what it did before the field existed: QEMU yes
+    /// (`cache=none`), cloud-hypervisor no, firecracker no (it has no
+    /// such mode).
+    pub fn direct(&self, kind: HypervisorKind) -> bool {
+        self.direct.unwrap_or(kind == HypervisorKind::Qemu)
+    }
+
+    /// Whether the guest's discards free blocks of the image. Absent, each
+    /// hypervisor keeps its own default: QEMU ignores them, cloud-hypervisor
+    /// punches holes (`sparse=on`), firecracker has no discard.
+    pub fn discard(&self, kind: HypervisorKind) -> bool {
+        self.discard
+            .unwrap_or(kind == HypervisorKind::CloudHypervisor)
     }
 }
 

@@ -11,9 +11,9 @@ use crate::config::extra_args;
 use crate::config::names::{check_abs_normalised, VmName};
 use crate::config::spec::{
     tag_byte, Accel, CredentialSource, DiskFormat, FsTypeField, HypervisorKind, ShareProto, Spec,
-    SpecError, VsockBackend, DISK_SERIAL_MAX, FW_CFG_CREDENTIAL_PREFIX, FW_CFG_NAME_MAX,
-    MAX_CMDLINE_BYTES, MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB, NIX_STORE, SHARE_TAG_MAX,
-    VSOCK_CID_MAX, VSOCK_CID_MIN,
+    SpecError, ThreadPoolSize, VsockBackend, DISK_SERIAL_MAX, FW_CFG_CREDENTIAL_PREFIX,
+    FW_CFG_NAME_MAX, MAX_CMDLINE_BYTES, MAX_MEMORY_MIB, MAX_THREAD_POOL, MAX_VCPUS, MIN_MEMORY_MIB,
+    NIX_STORE, SHARE_TAG_MAX, VSOCK_CID_MAX, VSOCK_CID_MIN,
 };
 
 impl Spec {
@@ -240,6 +240,14 @@ impl Spec {
                     return Err(bad(r.field_at(i), r.reason.into()));
                 }
             }
+            for (on, feature) in [
+                (d.direct == Some(true), Feature::DirectIo),
+                (d.discard == Some(true), Feature::Discard),
+            ] {
+                if let Some(r) = capabilities::refusal(kind, feature).filter(|_| on) {
+                    return Err(bad(r.field_at(i), r.reason.into()));
+                }
+            }
             if let Some(c) = &d.create {
                 if c.size_mib == 0 {
                     return Err(bad(
@@ -345,6 +353,14 @@ impl Spec {
         if let Some(v) = &self.virtiofsd {
             check_abs_normalised(&v.binary)
                 .map_err(|r| bad("virtiofsd.binary".into(), r.to_string()))?;
+            if let Some(ThreadPoolSize::Count(n)) = v.thread_pool_size {
+                if n > MAX_THREAD_POOL {
+                    return Err(bad(
+                        "virtiofsd.thread_pool_size".into(),
+                        format!("is {n}; at most {MAX_THREAD_POOL} threads (0 for no pool, \"nproc\" for one per CPU)"),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -684,6 +700,12 @@ mod tests {
                     v["shares"] = json!([{ "tag": "t", "source": "/srv/t", "proto": "9p" }])
                 }
                 Feature::VhostVsock => v["vsock"] = json!({ "cid": 3, "backend": "vhost" }),
+                Feature::DirectIo => {
+                    v["disks"] = json!([{ "path": "/var/lib/vmwarden/web/a.img", "direct": true }])
+                }
+                Feature::Discard => {
+                    v["disks"] = json!([{ "path": "/var/lib/vmwarden/web/a.img", "discard": true }])
+                }
             }
             v
         };
@@ -703,6 +725,8 @@ mod tests {
             Feature::DiskSerial,
             Feature::Shares,
             Feature::VhostVsock,
+            Feature::DirectIo,
+            Feature::Discard,
         ] {
             let spec = check(with(HypervisorKind::Qemu, feature));
             assert!(spec.is_ok(), "qemu {feature:?}: {spec:?}");

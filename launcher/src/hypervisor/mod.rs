@@ -68,6 +68,24 @@ fn qemu_escape(p: &Path) -> String {
     p.to_string_lossy().replace(',', ",,")
 }
 
+/// QEMU's cache, aio and discard options of a disk. O_DIRECT
+/// (`cache=none`) when the disk asks for it; the host's page cache
+/// (QEMU's default, writeback) otherwise. aio is always `threads`: the
+/// launcher's seccomp filter refuses io_uring (see `launch::seccomp`), and
+/// QEMU would refuse to start with `aio=io_uring`. `discard=unmap` passes
+/// the guest's discards on to the image.
+pub fn qemu_drive_io(d: &crate::config::spec::DiskSpec) -> String {
+    let mut o = String::new();
+    if d.direct(HypervisorKind::Qemu) {
+        o.push_str(",cache=none");
+    }
+    o.push_str(",aio=threads");
+    if d.discard(HypervisorKind::Qemu) {
+        o.push_str(",discard=unmap");
+    }
+    o
+}
+
 /// The QEMU argv (argv[0] is the binary). `seccomp` says whether to add
 /// `-sandbox` (the binary was built with seccomp support).
 pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
@@ -129,9 +147,10 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
         push(&[
             "-drive",
             &format!(
-                "file={},format={},if=none,id=disk{i},cache=none,aio=threads{ro}",
+                "file={},format={},if=none,id=disk{i}{}{ro}",
                 qemu_escape(&d.path),
-                d.format().as_str()
+                d.format().as_str(),
+                qemu_drive_io(d)
             ),
         ]);
         let serial = d
@@ -257,7 +276,19 @@ pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
                 .as_ref()
                 .map(|s| format!(",serial={s}"))
                 .unwrap_or_default();
-            push(&[&format!("path={}{ro}{serial}", d.path.to_string_lossy())]);
+            let kind = HypervisorKind::CloudHypervisor;
+            let direct = if d.direct(kind) { ",direct=on" } else { "" };
+            // Its own default is sparse=on (discards punch holes): said
+            // only when the spec says.
+            let sparse = match d.discard {
+                None => "",
+                Some(_) if d.discard(kind) => ",sparse=on",
+                Some(_) => ",sparse=off",
+            };
+            push(&[&format!(
+                "path={}{ro}{serial}{direct}{sparse}",
+                d.path.to_string_lossy()
+            )]);
         }
     }
     // Only virtiofs shares reach here (the spec refuses 9p on cloud-hypervisor).
@@ -552,5 +583,7 @@ pub fn run_as_principal(
     }
 }
 
+#[cfg(test)]
+mod io_tests;
 #[cfg(test)]
 mod tests;

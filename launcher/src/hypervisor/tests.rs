@@ -398,6 +398,7 @@ fn renders_golden_cloud_hypervisor_argv_with_fs_vsock_and_extra_args() {
     }];
     s.virtiofsd = Some(VirtiofsdSpec {
         binary: "/usr/libexec/virtiofsd".into(),
+        thread_pool_size: None,
     });
     s.vsock = Some(VsockSpec {
         cid: 5,

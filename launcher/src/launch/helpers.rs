@@ -93,6 +93,9 @@ pub struct Helper {
     pub share: Option<(usize, PathBuf, bool)>,
     /// The guest's CID (vhost-device-vsock).
     pub cid: Option<u64>,
+    /// virtiofsd's `--thread-pool-size` (`virtiofsd.thread_pool_size`,
+    /// `"nproc"` resolved); none: virtiofsd's default, no pool.
+    pub thread_pool: Option<u32>,
 }
 
 impl Helper {
@@ -120,8 +123,13 @@ impl Helper {
                 a.push("--sandbox=none".into());
                 a.push("--xattr".into());
                 a.push("--posix-acl".into());
-                // File handles need CAP_DAC_READ_SEARCH, which it never has.
+                // File handles need CAP_DAC_READ_SEARCH (open_by_handle_at),
+                // which it never has: `prefer` would try once, warn and
+                // fall back to this.
                 a.push("--inode-file-handles=never".into());
+                if let Some(n) = self.thread_pool {
+                    a.push(format!("--thread-pool-size={n}"));
+                }
                 if *read_only {
                     a.push("--readonly".into());
                 }
@@ -174,6 +182,7 @@ pub fn plan(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
                 host_socket: None,
                 share: Some((i, sh.source.clone(), sh.read_only)),
                 cid: None,
+                thread_pool: v.thread_pool_size.map(|t| t.resolve(cpus_available())),
             });
         }
     }
@@ -190,10 +199,24 @@ pub fn plan(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
                 host_socket: Some(control_dir.join(VSOCK_SOCKET)),
                 share: None,
                 cid: Some(v.cid),
+                thread_pool: None,
             });
         }
     }
     out
+}
+
+/// The CPUs this process may run on (`sched_getaffinity`), for a pool of
+/// `"nproc"` threads; 1 when the kernel does not say.
+fn cpus_available() -> usize {
+    nix::sched::sched_getaffinity(Pid::from_raw(0))
+        .map(|set| {
+            (0..nix::sched::CpuSet::count())
+                .filter(|&c| set.is_set(c).unwrap_or(false))
+                .count()
+        })
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// A helper that could not be started.
