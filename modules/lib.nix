@@ -628,6 +628,11 @@ in rec {
           CapabilityBoundingSet = "CAP_NET_ADMIN";
           RestrictAddressFamilies = "AF_NETLINK";
         }
+        # Firecracker's taps live in a network namespace of its own, which
+        # the launcher makes. Merges with the template's "mnt ipc".
+        // lib.optionalAttrs (vm.interfaces != [] && vm.hypervisor == "firecracker") {
+          RestrictNamespaces = "net";
+        }
         # vsock with the kernel backend: the launcher (root, in this unit)
         # opens /dev/vhost-vsock and hands QEMU the fd. Merges with the
         # template's DeviceAllow=; the principal itself needs no access.

@@ -20,6 +20,8 @@
 #                    build dependencies of virtiofsd (below)
 #   gcc, libc6-dev   cc -static of the shares guest's vsock endpoint
 #                    (tests/assets/vsock-echo.c)
+#   xfsprogs         mkfs.xfs: adopt's reflinks are tested on a loop-mounted
+#                    XFS (launcher/tests/adopt.rs)
 #
 # Then the two vhost-user daemons of shares and vsock, which Debian 12 does not
 # package, built with `cargo install --locked` at pinned versions into
@@ -50,7 +52,7 @@ command -v dpkg-query >/dev/null 2>&1 || die "not a Debian-based system (no dpkg
 # package -> a command it must provide (checked as well, so a half-removed
 # package is repaired)
 PKGS=(qemu-system-x86 busybox-static acl e2fsprogs debootstrap kmod python3 zsh fish groff-base
-      libseccomp-dev libcap-ng-dev pkg-config gcc libc6-dev)
+      libseccomp-dev libcap-ng-dev pkg-config gcc libc6-dev xfsprogs)
 declare -A CMD_OF=(
   [qemu-system-x86]=qemu-system-x86_64
   [busybox-static]=busybox
@@ -67,6 +69,7 @@ declare -A CMD_OF=(
   [pkg-config]=pkg-config
   [gcc]=cc
   [libc6-dev]=true
+  [xfsprogs]=mkfs.xfs
   [qemu-utils]=qemu-img
 )
 export PATH="$PATH:/usr/sbin:/sbin"

@@ -94,13 +94,31 @@ pub fn filter_targets(filter: &str) -> Targets {
         .unwrap_or_else(|_| Targets::new().with_default(LevelFilter::INFO))
 }
 
+/// stderr with every control character but the line break escaped
+/// ([`config::text::escape_lines`]): a log line quotes paths and values a
+/// VM, or a state dir's old owner, chose (tracing's own escaping leaves CR
+/// and most C0 characters raw). One formatted event is one write.
+struct EscapedStderr;
+
+impl std::io::Write for EscapedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        std::io::stderr().write_all(config::text::escape_lines(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 /// Set up `tracing` to stderr (the journal, under systemd) with `filter`
 /// (see [`log_filter`]; an unparsable filter falls back to `info`). A bare
 /// level (the usual case: `info`) needs no directive parser, which every
 /// start of every binary would otherwise run.
 pub fn init_logging(filter: &str) {
     let fmt = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| EscapedStderr)
         .with_target(false)
         .without_time();
     let _ = match filter.trim().parse::<LevelFilter>() {

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::names::VmName;
 use crate::config::paths::{Roots, DEFAULT_CONFIG_DIR};
-use crate::config::spec::{CredentialSource, Spec, SpecError, VsockBackend};
+use crate::config::spec::{CredentialSource, HypervisorKind, Spec, SpecError, VsockBackend};
 
 /// Default directory of the three binaries on hosts without Nix.
 pub const DEFAULT_BIN_DIR: &str = "/usr/local/bin";
@@ -473,6 +473,11 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
     }
     if taps {
         out.push(e("Service", "RestrictAddressFamilies", "AF_NETLINK"));
+    }
+    // Firecracker's taps live in a network namespace of its own, which the
+    // launcher makes (launch::netns). Merges with the template's "mnt ipc".
+    if taps && spec.hypervisor.kind == HypervisorKind::Firecracker {
+        out.push(e("Service", "RestrictNamespaces", "net"));
     }
     // vsock with the kernel backend: the launcher (root, in this unit)
     // opens /dev/vhost-vsock and hands QEMU the fd; the template no longer

@@ -129,16 +129,59 @@ fn assert_refused(o: &Output, want: &[&str]) {
     assert!(err.contains("nothing changed"), "{}", text(o));
 }
 
+/// Make everything of `l` root's alone (owner root, nothing for group or
+/// others): such items are moved, the same inodes, not copied.
+fn make_root_only(l: &Legacy) {
+    fn go(p: &Path) {
+        let md = std::fs::symlink_metadata(p).unwrap();
+        if md.file_type().is_symlink() {
+            std::os::unix::fs::lchown(p, Some(0), Some(0)).unwrap();
+            return;
+        }
+        std::os::unix::fs::chown(p, Some(0), Some(0)).unwrap();
+        let mode = if md.is_dir() { 0o700 } else { 0o600 };
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+        if md.is_dir() {
+            for e in std::fs::read_dir(p).unwrap().flatten() {
+                go(&e.path());
+            }
+        }
+    }
+    go(&l.dir.join("var.img"));
+    go(&l.dir.join("home"));
+}
+
+/// How the items were adopted: `Moved` (root's alone: the same inodes) or
+/// `Copied` (new inodes; the old owner's handles reach only the old ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Adopted {
+    Moved,
+    Copied,
+}
+
 /// The end state of a finished adoption, checked on the host.
 #[track_caller]
-fn assert_adopted(env: &Env, l: &Legacy, u: u32, img_ino: u64, img_blocks: u64) {
+fn assert_adopted(env: &Env, l: &Legacy, u: u32, img_ino: u64, img_blocks: u64, how: Adopted) {
     let img = env.state.join("web/var.img");
     let md = std::fs::symlink_metadata(&img).unwrap();
     assert!(md.file_type().is_file());
     assert_eq!((md.uid(), md.gid(), md.mode() & 0o7777), (u, u, 0o600));
-    // Moved, not copied: the same inode, the same (few) blocks.
-    assert_eq!(md.ino(), img_ino, "the image was copied, not moved");
-    assert_eq!(md.blocks(), img_blocks, "the image's allocation changed");
+    match how {
+        // Moved: the same inode, the same (few) blocks.
+        Adopted::Moved => {
+            assert_eq!(md.ino(), img_ino, "the image was copied, not moved");
+            assert_eq!(md.blocks(), img_blocks, "the image's allocation changed");
+        }
+        // Copied: a new inode, as sparse as the old one.
+        Adopted::Copied => {
+            assert_ne!(md.ino(), img_ino, "the old owner's inode was kept");
+            assert!(
+                md.blocks() <= img_blocks + 8,
+                "the copy allocates {} blocks, the original {img_blocks}",
+                md.blocks()
+            );
+        }
+    }
     assert_eq!(md.len(), GIB);
     assert!(
         md.blocks() * 512 < GIB / 100,
@@ -189,76 +232,110 @@ fn assert_adopted(env: &Env, l: &Legacy, u: u32, img_ino: u64, img_blocks: u64) 
     );
 }
 
+/// The dry run, then `--apply`, for a microvm.nix state dir as it is (its
+/// items its service user's: copied to new inodes) and for one whose items
+/// are root's alone (moved, the same inodes).
 #[test]
 fn dry_run_changes_nothing_and_apply_moves_reowns_and_leaves_the_rest() {
-    let env = Env::new();
-    let u = uid(81);
-    let l = legacy(&env);
-    env.write_spec("web", &adopt_spec(&env, u));
-    let before = (
-        tree(&l.dir),
-        tree(&env.state),
-        tree(&env.run),
-        tree(&l.outside),
-    );
-    let img = std::fs::symlink_metadata(l.dir.join("var.img")).unwrap();
+    for how in [Adopted::Copied, Adopted::Moved] {
+        let env = Env::new();
+        let u = uid(81);
+        let l = legacy(&env);
+        if how == Adopted::Moved {
+            make_root_only(&l);
+        }
+        env.write_spec("web", &adopt_spec(&env, u));
+        // The state dir exists (the principal's), and holds a symlink out
+        // at the temporary name of the first copy: it is removed, never
+        // followed.
+        let sd = env.state.join("web");
+        std::fs::create_dir_all(&sd).unwrap();
+        std::os::unix::fs::chown(&sd, Some(u), Some(u)).unwrap();
+        std::os::unix::fs::symlink(&l.outside, sd.join(".vmwarden-adopt-0")).unwrap();
+        let before = (
+            tree(&l.dir),
+            tree(&env.state),
+            tree(&env.run),
+            tree(&l.outside),
+        );
+        let img = std::fs::symlink_metadata(l.dir.join("var.img")).unwrap();
 
-    let o = adopt(&env, &l.dir, &[]);
-    assert!(o.status.success(), "{}", text(&o));
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    eprintln!("dry run:\n{out}");
-    for want in [
-        format!("adopt web from {}", l.dir.display()),
-        format!(
-            "move   {} -> {}",
-            l.dir.join("var.img").display(),
-            env.state.join("web/var.img").display()
-        ),
-        format!("disks[0].path: disk image, {GIB} bytes"),
-        format!(
-            "move   {} -> {}",
-            l.dir.join("home").display(),
-            env.state.join("web/home").display()
-        ),
-        "shares[0].source: share source, 4 entries".into(),
-        format!(
-            "leave  {}  (symlink, not named by the spec)",
-            l.dir.join("current").display()
-        ),
-        format!(
-            "leave  {}  (socket, not named by the spec)",
-            l.dir.join("web.sock").display()
-        ),
-        format!(
-            "leave  {}  (regular file, not named by the spec)",
-            l.dir.join("notify.vsock").display()
-        ),
-        "adopt: 2 to move, 5 to leave (dry run: nothing changed; --apply to move)".into(),
-    ] {
-        assert!(out.contains(&want), "dry run lacks {want:?}:\n{out}");
+        let o = adopt(&env, &l.dir, &[]);
+        assert!(o.status.success(), "{}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        eprintln!("dry run ({how:?}):\n{out}");
+        let (verb, counts, done) = match how {
+            Adopted::Copied => ("copy  ", "0 to move, 2 to copy", "0 moved, 2 copied"),
+            Adopted::Moved => ("move  ", "2 to move, 0 to copy", "2 moved, 0 copied"),
+        };
+        for want in [
+            format!("adopt web from {}", l.dir.display()),
+            format!(
+                "{verb} {} -> {}",
+                l.dir.join("var.img").display(),
+                env.state.join("web/var.img").display()
+            ),
+            format!("disks[0].path: disk image, {GIB} bytes"),
+            format!(
+                "{verb} {} -> {}",
+                l.dir.join("home").display(),
+                env.state.join("web/home").display()
+            ),
+            "shares[0].source: share source, 4 entries".into(),
+            format!(
+                "leave  {}  (symlink, not named by the spec)",
+                l.dir.join("current").display()
+            ),
+            format!(
+                "leave  {}  (socket, not named by the spec)",
+                l.dir.join("web.sock").display()
+            ),
+            format!(
+                "leave  {}  (regular file, not named by the spec)",
+                l.dir.join("notify.vsock").display()
+            ),
+            format!("adopt: {counts}, 5 to leave (dry run: nothing changed; --apply to adopt)"),
+        ] {
+            assert!(out.contains(&want), "dry run lacks {want:?}:\n{out}");
+        }
+        let after = (
+            tree(&l.dir),
+            tree(&env.state),
+            tree(&env.run),
+            tree(&l.outside),
+        );
+        assert_eq!(before, after, "the dry run changed something");
+
+        let o = adopt(&env, &l.dir, &["--apply"]);
+        assert!(o.status.success(), "{}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains(&format!("adopt: done: {done}, 5 left")),
+            "{out}"
+        );
+        assert_adopted(&env, &l, u, img.ino(), img.blocks(), how);
+        if how == Adopted::Copied {
+            assert!(
+                !sd.join(".vmwarden-adopt-0").exists()
+                    && std::fs::symlink_metadata(sd.join(".vmwarden-adopt-0")).is_err(),
+                "the temporary name is left"
+            );
+        } else {
+            std::fs::remove_file(sd.join(".vmwarden-adopt-0")).unwrap();
+        }
+        assert_eq!(std::fs::read(&l.outside).unwrap(), b"root's\n");
+        let now = std::fs::symlink_metadata(env.state.join("web/var.img")).unwrap();
+        eprintln!(
+            "measured: 1 GiB sparse image {how:?} with {} bytes allocated before, {} after",
+            img.blocks() * 512,
+            now.blocks() * 512
+        );
+        let v = env.verify_clean(&["web"]);
+        assert!(v.status.success(), "{}", text(&v));
+        // A second run finds the targets there and refuses.
+        let o = adopt(&env, &l.dir, &[]);
+        assert_refused(&o, &["var.img", "exists", "already there"]);
     }
-    let after = (
-        tree(&l.dir),
-        tree(&env.state),
-        tree(&env.run),
-        tree(&l.outside),
-    );
-    assert_eq!(before, after, "the dry run changed something");
-
-    let o = adopt(&env, &l.dir, &["--apply"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("adopt: done: 2 moved, 5 left"), "{out}");
-    assert_adopted(&env, &l, u, img.ino(), img.blocks());
-    eprintln!(
-        "measured: 1 GiB sparse image moved with {} bytes allocated before and after",
-        img.blocks() * 512
-    );
-    let v = env.verify_clean(&["web"]);
-    assert!(v.status.success(), "{}", text(&v));
-    // A second run finds the targets there and refuses.
-    let o = adopt(&env, &l.dir, &[]);
-    assert_refused(&o, &["var.img", "exists", "already there"]);
 }
 
 #[test]
@@ -445,72 +522,100 @@ fn a_kill_after_every_step_is_finished_by_running_it_again() {
     let env = Env::new();
     let u = uid(84);
     env.write_spec("web", &adopt_spec(&env, u));
-    let steps = [
-        "record",
-        "move:var.img",
-        "own:var.img",
-        "move:home",
-        "own:home",
-        "done",
+    // Copied (the items microvm.nix's service user owns), then moved (the
+    // items root's alone).
+    let runs = [
+        (
+            Adopted::Copied,
+            [
+                "record",
+                "copy:var.img",
+                "remove:var.img",
+                "copy:home",
+                "remove:home",
+                "done",
+            ],
+            // From here on both targets are the principal's.
+            &["copy:home", "remove:home"][..],
+        ),
+        (
+            Adopted::Moved,
+            [
+                "record",
+                "move:var.img",
+                "own:var.img",
+                "move:home",
+                "own:home",
+                "done",
+            ],
+            &["own:home"][..],
+        ),
     ];
-    for step in steps {
-        let l = legacy(&env);
-        let img = std::fs::symlink_metadata(l.dir.join("var.img")).unwrap();
-        let o = env
-            .vmwarden_cmd()
-            .args(["adopt", "web", "--from", l.dir.to_str().unwrap(), "--apply"])
-            .env("VMWARDEN_FAULT_AFTER", step)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert_eq!(
-            o.status.signal(),
-            Some(9),
-            "step {step}: adopt should SIGKILL itself: {}",
-            text(&o)
-        );
-        // The record is there (but for `done`, after which it is gone),
-        // and a launch meanwhile is refused by the launcher's own checks
-        // while an item is missing or not yet the principal's; the cleanup
-        // after it keeps the record.
-        let record = env.state.join(".adopt-web.json");
-        assert_eq!(record.exists(), step != "done", "step {step}");
-        if step != "done" {
-            // After the last item is re-owned only the record is left:
-            // that state is complete and a launch may run.
-            let complete = step == "own:home";
-            let p = env.probe("web", &["/bin/true"]);
+    for (how, steps, complete_after) in runs {
+        for step in steps {
+            let l = legacy(&env);
+            if how == Adopted::Moved {
+                make_root_only(&l);
+            }
+            let img = std::fs::symlink_metadata(l.dir.join("var.img")).unwrap();
+            let o = env
+                .vmwarden_cmd()
+                .args(["adopt", "web", "--from", l.dir.to_str().unwrap(), "--apply"])
+                .env("VMWARDEN_FAULT_AFTER", step)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
             assert_eq!(
-                p.status.code(),
-                Some(if complete { 0 } else { 78 }),
-                "step {step}: a launch of the half-adopted VM: {}",
-                text(&p)
+                o.status.signal(),
+                Some(9),
+                "step {step}: adopt should SIGKILL itself: {}",
+                text(&o)
             );
-            env.cleanup_clean("web");
-            assert!(
-                record.exists(),
-                "step {step}: the cleanup removed the record"
-            );
+            // The record is there (but for `done`, after which it is gone),
+            // and a launch meanwhile is refused by the launcher's own checks
+            // while an item is missing or not yet the principal's; the cleanup
+            // after it keeps the record.
+            let record = env.state.join(".adopt-web.json");
+            assert_eq!(record.exists(), step != "done", "step {step}");
+            if step != "done" {
+                // After the last item is the principal's only the record (and
+                // the old inodes of a copy) is left: that state is complete and
+                // a launch may run.
+                let complete = complete_after.contains(&step);
+                let p = env.probe("web", &["/bin/true"]);
+                assert_eq!(
+                    p.status.code(),
+                    Some(if complete { 0 } else { 78 }),
+                    "step {step}: a launch of the half-adopted VM: {}",
+                    text(&p)
+                );
+                env.cleanup_clean("web");
+                assert!(
+                    record.exists(),
+                    "step {step}: the cleanup removed the record"
+                );
+            }
+            let dry = adopt(&env, &l.dir, &[]);
+            if step == "done" {
+                // Everything was done before the kill: a re-run finds the
+                // targets there and refuses, changing nothing.
+                assert_refused(&dry, &["var.img", "already there"]);
+            } else {
+                assert!(dry.status.success(), "step {step}: {}", text(&dry));
+                assert!(
+                    String::from_utf8_lossy(&dry.stdout)
+                        .contains("finishing an interrupted --apply"),
+                    "step {step}: {}",
+                    text(&dry)
+                );
+                let o = adopt(&env, &l.dir, &["--apply"]);
+                assert!(o.status.success(), "step {step}: {}", text(&o));
+            }
+            assert_adopted(&env, &l, u, img.ino(), img.blocks(), how);
+            std::fs::remove_dir_all(env.path("microvms")).unwrap();
+            std::fs::remove_dir_all(env.state.join("web")).unwrap();
+            let _ = std::fs::remove_file(env.path("outside-secret"));
         }
-        let dry = adopt(&env, &l.dir, &[]);
-        if step == "done" {
-            // Everything was done before the kill: a re-run finds the
-            // targets there and refuses, changing nothing.
-            assert_refused(&dry, &["var.img", "already there"]);
-        } else {
-            assert!(dry.status.success(), "step {step}: {}", text(&dry));
-            assert!(
-                String::from_utf8_lossy(&dry.stdout).contains("finishing an interrupted --apply"),
-                "step {step}: {}",
-                text(&dry)
-            );
-            let o = adopt(&env, &l.dir, &["--apply"]);
-            assert!(o.status.success(), "step {step}: {}", text(&o));
-        }
-        assert_adopted(&env, &l, u, img.ino(), img.blocks());
-        std::fs::remove_dir_all(env.path("microvms")).unwrap();
-        std::fs::remove_dir_all(env.state.join("web")).unwrap();
-        let _ = std::fs::remove_file(env.path("outside-secret"));
     }
 }
 
@@ -601,7 +706,7 @@ fn bad_input_is_refused_with_a_clear_message_and_the_host_unchanged() {
     std::fs::create_dir(other.join("home")).unwrap();
     let s3 = (snap(), tree(&other));
     let o = env.vmwarden(&["adopt", "web", "--from", other.to_str().unwrap(), "--apply"]);
-    assert_refused(&o, &["another file system", "never copies"]);
+    assert_refused(&o, &["another file system", "within one file system"]);
     assert_eq!((snap(), tree(&other)), s3);
 }
 
@@ -659,4 +764,406 @@ sync; umount /home
     // 4. The stop is proven clean; microvm.nix's leftovers are still in DIR.
     env.assert_clean("web");
     std::fs::symlink_metadata(l.dir.join("current")).unwrap();
+}
+
+/// The old owner's process (microvm.nix's service user, or its
+/// compromised QEMU) before the adoption: maps the image `MAP_SHARED`,
+/// opens the image, a file of the share (read-write) and a directory of
+/// it, passes the three descriptors into a unix socket it keeps (in
+/// flight: no scan of `/proc` sees them) and closes its own. After
+/// `adopt --apply` it writes through all of them, then reads what the
+/// principal wrote afterwards.
+const OLD_OWNER: &str = r#"
+import ctypes, os, socket, sys
+img, hello, sub = sys.argv[1:4]
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+fd = os.open(img, os.O_RDWR)
+# mmap(2) itself: Python's mmap module would keep a descriptor of its own.
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+addr = libc.mmap(None, 4096, 3, 1, fd, 0)  # PROT_READ|PROT_WRITE, MAP_SHARED
+assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+m = (ctypes.c_char * 4096).from_address(addr)
+fds = [fd, os.open(hello, os.O_RDWR), os.open(sub, os.O_RDONLY | os.O_DIRECTORY)]
+socket.send_fds(a, [b"x"], fds)
+for f in fds:
+    os.close(f)
+a.close()
+os.chdir("/")
+print("HOLDING", flush=True)
+sys.stdin.readline()
+_, (img_fd, hello_fd, sub_fd), _, _ = socket.recv_fds(b, 16, 3)
+m[1024:1028] = b"EVIL"
+libc.msync(ctypes.c_void_p(addr), ctypes.c_size_t(4096), 4)  # MS_SYNC
+os.pwrite(img_fd, b"EVIL-FD", 2048)
+os.pwrite(hello_fd, b"EVIL-HELLO", 0)
+for what, name, flags in [("PLANTED", "planted", os.O_WRONLY | os.O_CREAT), ("DEEP", "deep", os.O_RDWR)]:
+    try:
+        f = os.open(name, flags, 0o644, dir_fd=sub_fd)
+        os.pwrite(f, b"EVIL-" + what.encode(), 0)
+        print(what, "written", flush=True)
+    except OSError as e:
+        print(what, "refused", e.errno, flush=True)
+print("WROTE", flush=True)
+sys.stdin.readline()
+print("READ-MAP", bytes(m[3072:3088]).hex(), flush=True)
+print("READ-FD", os.pread(img_fd, 16, 3072).hex(), flush=True)
+print("READ-HELLO", os.pread(hello_fd, 16, 100).hex(), flush=True)
+print("DONE", flush=True)
+"#;
+
+/// A line-by-line view of a child's stdout, each wait bounded.
+struct Lines(std::sync::mpsc::Receiver<String>);
+
+impl Lines {
+    fn of(out: std::process::ChildStdout) -> Lines {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines(rx)
+    }
+
+    /// Every line up to and including the one that starts with `marker`.
+    fn until(&self, marker: &str) -> Vec<String> {
+        let mut seen = Vec::new();
+        loop {
+            let l = self
+                .0
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("no {marker} from the old owner ({e}); saw {seen:?}"));
+            let done = l.starts_with(marker);
+            seen.push(l);
+            if done {
+                return seen;
+            }
+        }
+    }
+}
+
+/// `adopt` takes the files away from their old owner for good. chown
+/// revokes nothing already open: a `MAP_SHARED` mapping of the disk image
+/// and descriptors passed in a unix socket before `adopt --apply` kept the
+/// old owner's read-write access to the adopted image and share (0600 and
+/// 0700 the principal's). Now such items get new inodes and the old ones
+/// are removed from DIR: after the adoption, writes through those handles
+/// do not reach the adopted data, and reads through them do not see what
+/// the principal writes afterwards.
+#[test]
+fn adopt_takes_the_files_away_from_their_old_owner_for_good() {
+    let env = Env::new();
+    let (u, old) = (uid(305), uid(90));
+    let l = legacy(&env);
+    // What the guest wrote into its share is the service user's.
+    std::os::unix::fs::chown(l.dir.join("home/hello"), Some(old), Some(old)).unwrap();
+    env.write_spec("web", &adopt_spec(&env, u));
+    let script = env.path("old-owner.py");
+    std::fs::write(&script, OLD_OWNER).unwrap();
+    let mut holder = Command::new("setpriv")
+        .arg(format!("--reuid={old}"))
+        .arg(format!("--regid={old}"))
+        .arg("--clear-groups")
+        .arg("/usr/bin/python3")
+        .arg(&script)
+        .arg(l.dir.join("var.img"))
+        .arg(l.dir.join("home/hello"))
+        .arg(l.dir.join("home/sub"))
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let lines = Lines::of(holder.stdout.take().unwrap());
+    let mut to_holder = holder.stdin.take().unwrap();
+    lines.until("HOLDING");
+
+    let o = adopt(&env, &l.dir, &["--apply"]);
+    assert!(o.status.success(), "{}", text(&o));
+    eprintln!("{}", String::from_utf8_lossy(&o.stdout));
+
+    // The old owner writes through everything it kept.
+    std::io::Write::write_all(&mut to_holder, b"go\n").unwrap();
+    let wrote = lines.until("WROTE");
+    eprintln!("the old owner after the adoption: {wrote:?}");
+    let img = env.state.join("web/var.img");
+    let data = std::fs::read(&img).map(|b| b[..4096].to_vec()).unwrap();
+    let hello = std::fs::read(env.state.join("web/home/hello")).unwrap();
+    let deep = std::fs::read(env.state.join("web/home/sub/deep")).unwrap();
+    assert!(
+        &data[1024..1028] != b"EVIL" && &data[2048..2055] != b"EVIL-FD",
+        "the old owner's mapping or descriptor wrote into the adopted image: {:?} / {:?}",
+        String::from_utf8_lossy(&data[1024..1028]),
+        String::from_utf8_lossy(&data[2048..2055])
+    );
+    assert_eq!(&data[..MARK.len()], MARK);
+    assert_eq!(
+        hello, b"share-data-written-under-microvm-nix\n",
+        "the old owner's descriptor wrote into the adopted share"
+    );
+    assert_eq!(
+        deep, b"deep\n",
+        "the old owner's directory reached the adopted share"
+    );
+    assert!(
+        !env.state.join("web/home/sub/planted").exists(),
+        "the old owner's directory planted a file in the adopted share"
+    );
+
+    // The principal writes; the old owner reads through what it kept.
+    let later = b"PRINCIPAL-LATER!";
+    for (p, at) in [(&img, 3072), (&env.state.join("web/home/hello"), 100)] {
+        let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, later, at).unwrap();
+        f.sync_all().unwrap();
+    }
+    std::io::Write::write_all(&mut to_holder, b"go\n").unwrap();
+    let read = lines.until("DONE");
+    let later_hex: String = later.iter().map(|b| format!("{b:02x}")).collect();
+    for l in &read {
+        assert!(
+            !l.contains(&later_hex),
+            "the old owner read the principal's later writes: {l} ({read:?})"
+        );
+    }
+    eprintln!("the old owner's reads after the principal wrote: {read:?}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let v = env.verify_clean(&["web"]);
+    assert!(v.status.success(), "{}", text(&v));
+}
+
+/// The copies need room: an adoption whose copies do not fit on the state
+/// root's file system is refused before anything changes, saying how much
+/// is needed and free; with room, the 1 GiB sparse image is copied with
+/// its holes (it would not fit otherwise).
+#[test]
+fn a_copy_that_does_not_fit_is_refused_before_anything_changes() {
+    let env = Env::new();
+    let u = uid(306);
+    // A small file system holding DIR and the state root.
+    let small = env.path("small");
+    std::fs::create_dir(&small).unwrap();
+    nix::mount::mount(
+        Some("adopt-room"),
+        &small,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=64m,mode=0755"),
+    )
+    .unwrap();
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+    let _unmount = Unmount(small.clone());
+    let dir = small.join("microvms/web");
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("var.img");
+    let f = std::fs::File::create(&img).unwrap();
+    f.set_len(GIB).unwrap();
+    // 40 MiB of data in a 1 GiB image: a copy needs 40 MiB more of the 64.
+    let chunk = vec![0xa5u8; 1 << 20];
+    for i in 0..40u64 {
+        std::os::unix::fs::FileExt::write_all_at(&f, &chunk, i * 16 * (1 << 20)).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    std::os::unix::fs::chown(&img, Some(uid(90)), Some(uid(90))).unwrap();
+    let state = small.join("state");
+    let mut spec = env.spec("web", u);
+    spec["disks"] = json!([{ "path": state.join("web/var.img"), "serial": "var" }]);
+    env.write_spec("web", &spec);
+    let adopt_small = |extra: &[&str]| {
+        Command::new(VMWARDEN)
+            .arg("--config-dir")
+            .arg(&env.config)
+            .arg("--runtime-root")
+            .arg(&env.run)
+            .arg("--state-root")
+            .arg(&state)
+            .args(["adopt", "web", "--from", dir.to_str().unwrap()])
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let before = (tree(&small), tree(&env.run));
+    for extra in [&[][..], &["--apply"]] {
+        let o = adopt_small(extra);
+        eprintln!("{}", stderr(&o).trim());
+        assert_refused(
+            &o,
+            &[
+                "the new copies need",
+                "bytes free",
+                "var.img",
+                "free that much room there",
+            ],
+        );
+        assert_eq!((tree(&small), tree(&env.run)), before, "the host changed");
+    }
+    // With room, the copy keeps the holes (a 1 GiB image in 128 MiB).
+    nix::mount::mount(
+        None::<&str>,
+        &small,
+        None::<&str>,
+        nix::mount::MsFlags::MS_REMOUNT,
+        Some("size=128m"),
+    )
+    .unwrap();
+    let o = adopt_small(&["--apply"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let md = std::fs::symlink_metadata(state.join("web/var.img")).unwrap();
+    assert_eq!((md.len(), md.uid()), (GIB, u));
+    assert!(
+        md.blocks() * 512 <= 41 << 20,
+        "the copy allocated {} bytes for 40 MiB of data",
+        md.blocks() * 512
+    );
+    assert!(!img.exists(), "the old image is left in DIR");
+    eprintln!(
+        "measured: 1 GiB image with 40 MiB of data copied on tmpfs: {} bytes allocated",
+        md.blocks() * 512
+    );
+}
+
+/// Free bytes (`f_bavail`) on the file system of `p`.
+fn free_bytes(p: &Path) -> u64 {
+    let v = nix::sys::statvfs::statvfs(p).unwrap();
+    v.blocks_available() * v.fragment_size()
+}
+
+/// Where the file system makes reflinks (XFS here, loop-mounted), the new
+/// inodes share the old ones' blocks: the plan counts no room for the data
+/// and says so, an image whose plain copy would not fit is adopted, and
+/// between the copy and the removal of the old inode (a kill after
+/// `copy:var.img`, fault injection) both exist with the blocks of one.
+#[test]
+fn a_copy_shares_blocks_where_the_file_system_makes_reflinks() {
+    require_fault_injection();
+    let env = Env::new();
+    let u = uid(307);
+    assert!(
+        Path::new("/usr/sbin/mkfs.xfs").exists() || Path::new("/sbin/mkfs.xfs").exists(),
+        "this test needs mkfs.xfs (xfsprogs): run tests/setup-host.sh"
+    );
+    let img_file = env.path("xfs.img");
+    std::fs::File::create(&img_file)
+        .unwrap()
+        .set_len(300 << 20)
+        .unwrap();
+    let out = Command::new("mkfs.xfs")
+        .arg("-q")
+        .arg(&img_file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let fs = env.path("xfs");
+    std::fs::create_dir(&fs).unwrap();
+    let out = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&img_file)
+        .arg(&fs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mount -o loop: {}", text(&out));
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            // A loop mount detaches its device when unmounted.
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(fs.clone());
+    std::fs::set_permissions(&fs, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let dir = fs.join("microvms/web");
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("var.img");
+    let f = std::fs::File::create(&img).unwrap();
+    f.set_len(GIB).unwrap();
+    // 160 MiB of data: a plain copy needs 160 MiB more than the ~70 free.
+    let mut chunk = vec![0u8; 1 << 20];
+    for i in 0..160u64 {
+        chunk
+            .iter_mut()
+            .enumerate()
+            .for_each(|(j, b)| *b = (i as u8) ^ (j as u8));
+        std::os::unix::fs::FileExt::write_all_at(&f, &chunk, i * 4 * (1 << 20)).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    std::os::unix::fs::chown(&img, Some(uid(90)), Some(uid(90))).unwrap();
+    let state = fs.join("state");
+    let mut spec = env.spec("web", u);
+    spec["disks"] = json!([{ "path": state.join("web/var.img"), "serial": "var" }]);
+    env.write_spec("web", &spec);
+    let adopt_xfs = |extra: &[&str], fault: Option<&str>| {
+        let mut c = Command::new(VMWARDEN);
+        c.arg("--config-dir")
+            .arg(&env.config)
+            .arg("--runtime-root")
+            .arg(&env.run)
+            .arg("--state-root")
+            .arg(&state)
+            .args(["adopt", "web", "--from", dir.to_str().unwrap()])
+            .args(extra)
+            .stdin(Stdio::null());
+        if let Some(step) = fault {
+            c.env("VMWARDEN_FAULT_AFTER", step);
+        }
+        c.output().unwrap()
+    };
+    let free_before = free_bytes(&fs);
+    assert!(
+        free_before < 160 << 20,
+        "{free_before} bytes free: the test needs less than a copy"
+    );
+    let dry = adopt_xfs(&[], None);
+    assert!(dry.status.success(), "{}", text(&dry));
+    let plan = String::from_utf8_lossy(&dry.stdout).into_owned();
+    assert!(
+        plan.contains("copy   ") && plan.contains("(reflinks)"),
+        "{plan}"
+    );
+    let o = adopt_xfs(&["--apply"], Some("copy:var.img"));
+    assert_eq!(o.status.signal(), Some(9), "{}", text(&o));
+    let (old, new) = (
+        std::fs::symlink_metadata(&img).unwrap(),
+        std::fs::symlink_metadata(state.join("web/var.img")).unwrap(),
+    );
+    assert_ne!(old.ino(), new.ino());
+    let used = free_before.saturating_sub(free_bytes(&fs));
+    assert!(
+        used < 8 << 20,
+        "the copy took {used} bytes: its blocks are not shared with the original"
+    );
+    eprintln!(
+        "measured: 160 MiB of data reflinked on XFS: {used} bytes used by the copy, {} bytes allocated to it",
+        new.blocks() * 512
+    );
+    let o = adopt_xfs(&["--apply"], None);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!img.exists());
+    let md = std::fs::symlink_metadata(state.join("web/var.img")).unwrap();
+    assert_eq!((md.len(), md.uid(), md.mode() & 0o7777), (GIB, u, 0o600));
+    let got = std::fs::File::open(state.join("web/var.img")).unwrap();
+    for i in [0u64, 77, 159] {
+        let mut b = vec![0u8; 1 << 20];
+        std::os::unix::fs::FileExt::read_exact_at(&got, &mut b, i * 4 * (1 << 20)).unwrap();
+        assert!(
+            b.iter()
+                .enumerate()
+                .all(|(j, x)| *x == (i as u8) ^ (j as u8)),
+            "chunk {i} differs"
+        );
+    }
 }

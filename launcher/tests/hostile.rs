@@ -15,6 +15,7 @@ use vmwarden::host::leftovers;
 use vmwarden::host::mountinfo;
 use vmwarden::host::procs::processes_of_uid;
 use vmwarden::hypervisor::qmp::Qmp;
+use vmwarden::instance::intent::Intent;
 use vmwarden::instance::lease;
 
 const BOOT: Duration = Duration::from_secs(90);
@@ -591,7 +592,8 @@ fn hex(b: &[u8]) -> String {
 
 /// Property 3: names that are not UTF-8 — made by the VM (a socket in its
 /// control dir, files in its state dir) or found in its runtime dir — are
-/// deleted by their bytes and reported losslessly, or reported as failed;
+/// deleted (or, in the runtime root, kept) by their bytes and reported
+/// losslessly, or reported as failed;
 /// never reported deleted while they survive (purge did that, then
 /// retired the uid).
 #[test]
@@ -689,17 +691,22 @@ print("PLANTED", flush=True)
     assert!(ok && p.contains("retired principal uid"), "{p}");
     assert_eq!(std::fs::read_dir(&sd).unwrap().count(), 0, "{p}");
 
-    // Reap: an unknown non-UTF-8 entry in the runtime root goes by its bytes.
+    // Reap: an unknown non-UTF-8 entry in the runtime root carries none of
+    // vmwarden's marks: it is kept, and reported by its bytes.
     let odd = env.run.join(raw(b"\xf8"));
     std::fs::write(&odd, b"o").unwrap();
     let r = env.vmwarden(&["reap", "--apply", "--json"]);
     assert!(r.status.success(), "{}", text(&r));
-    assert!(!odd.exists());
+    assert!(odd.exists());
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert!(
-        String::from_utf8_lossy(&r.stdout).contains(&hex(odd.as_os_str().as_bytes())),
+        v["kept"]
+            .to_string()
+            .contains(&hex(odd.as_os_str().as_bytes())),
         "{}",
         text(&r)
     );
+    std::fs::remove_file(&odd).unwrap();
 }
 
 /// A system account for the test, removed on drop.
@@ -1246,4 +1253,327 @@ fn one_trust_walk_refuses_a_share_writable_through_an_acl() {
     let out = env.probe("acl", &["/bin/true"]);
     assert!(out.status.success(), "{}", text(&out));
     env.assert_clean("acl");
+}
+
+// ---------------------------------------------------------------------------
+// Hardening, round five (adopt, the roots, the terminal, the own unit): one
+// regression test per property, each re-running the attack against the
+// real binaries.
+
+/// Owner, mode, inode and contents of every path below `p` (not following
+/// links): what must not change when a tool refuses.
+fn tree_of(p: &std::path::Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    fn go(p: &std::path::Path, out: &mut Vec<String>) {
+        let Ok(md) = std::fs::symlink_metadata(p) else {
+            return;
+        };
+        let body = if md.is_file() {
+            String::from_utf8_lossy(&std::fs::read(p).unwrap()).into_owned()
+        } else {
+            String::new()
+        };
+        out.push(format!(
+            "{} {:o} {}:{} ino={} {body:?}",
+            p.display(),
+            md.mode(),
+            md.uid(),
+            md.gid(),
+            md.ino()
+        ));
+        if md.is_dir() {
+            let mut names: Vec<_> = std::fs::read_dir(p)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            names.sort();
+            for n in names {
+                go(&n, out);
+            }
+        }
+    }
+    go(p, &mut out);
+    out
+}
+
+/// vmwarden never takes over a directory it does not own. A world-writable
+/// sticky directory (what `/tmp`, `/var/tmp` and `/dev/shm` are) holding
+/// other users' files, given as the runtime or the state root, was made
+/// root's 0755 by the launch, and `reap --apply` then deleted those files.
+/// Every binary that takes the roots now refuses it before it reads or
+/// changes anything, naming the directory, why and what to do. And in
+/// vmwarden's own runtime root, reap deletes only runtime dirs that carry
+/// vmwarden's marks (root's, holding its lease file and intent record);
+/// everything else is kept and reported with the reason.
+#[test]
+fn vmwarden_never_takes_over_a_directory_it_does_not_own() {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    let env = Env::new();
+    let (u, other) = (uid(301), uid(302));
+    env.write_spec("web", &env.spec("web", u));
+    // A directory like /tmp, with other users' files in it: a file, and a
+    // directory named like a VM holding files named like vmwarden's.
+    let shared = env.path("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::write(shared.join("notes"), b"another user's notes").unwrap();
+    std::fs::create_dir(shared.join("db")).unwrap();
+    for f in ["instance.lock", "instance.json", "thesis.tex"] {
+        std::fs::write(shared.join("db").join(f), b"another user's work").unwrap();
+        chown(shared.join("db").join(f), Some(other), Some(other)).unwrap();
+    }
+    chown(shared.join("notes"), Some(other), Some(other)).unwrap();
+    chown(shared.join("db"), Some(other), Some(other)).unwrap();
+    let before = tree_of(&shared);
+
+    let from = env.path("from");
+    std::fs::create_dir(&from).unwrap();
+    for flag in ["--runtime-root", "--state-root"] {
+        let roots = |c: &mut Command| {
+            c.arg("--config-dir").arg(&env.config);
+            for (f, p) in [("--runtime-root", &env.run), ("--state-root", &env.state)] {
+                c.arg(f).arg(if f == flag { &shared } else { p });
+            }
+            c.stdin(Stdio::null());
+        };
+        let mut runs: Vec<(String, Command, i32)> = Vec::new();
+        let mut launch = Command::new(LAUNCH);
+        launch.arg("web");
+        roots(&mut launch);
+        launch.args(["--probe", "--", "/bin/true"]);
+        runs.push(("vmwarden-launch web".into(), launch, 78));
+        let mut cleanup = Command::new(CLEANUP);
+        cleanup.arg("web");
+        roots(&mut cleanup);
+        runs.push(("vmwarden-cleanup web".into(), cleanup, 1));
+        for args in [
+            &["reap", "--apply", "--kill"][..],
+            &["reap"],
+            &["status", "--all"],
+            &["status", "web"],
+            &["stop", "web", "--timeout", "1"],
+            &["wait-ready", "web", "--timeout", "1"],
+            &["purge", "web"],
+            &["verify-clean", "web"],
+            &["adopt", "web", "--from", from.to_str().unwrap(), "--apply"],
+        ] {
+            let mut c = Command::new(VMWARDEN);
+            roots(&mut c);
+            c.args(args);
+            runs.push((format!("vmwarden {}", args.join(" ")), c, 1));
+        }
+        for (what, mut c, code) in runs {
+            let o = c.output().unwrap();
+            assert_eq!(
+                tree_of(&shared),
+                before,
+                "`{what}` with {flag} {} changed it (another user's files and the directory's mode 1777 must stay): {}",
+                shared.display(),
+                text(&o)
+            );
+            assert_eq!(
+                o.status.code(),
+                Some(code),
+                "`{what}` with {flag}: {}",
+                text(&o)
+            );
+            let e = stderr(&o);
+            for want in [
+                &shared.display().to_string()[..],
+                flag,
+                "world-writable and sticky, like /tmp",
+                "never takes over a directory it does not own",
+                "install -d -m 0755 -o root -g root",
+            ] {
+                assert!(
+                    e.contains(want),
+                    "`{what}` with {flag}: lacks {want:?}: {}",
+                    text(&o)
+                );
+            }
+            assert!(!env.run.join("web").exists() && !env.state.join("web").exists());
+        }
+        eprintln!("{flag} {}: every binary refused it", shared.display());
+    }
+
+    // vmwarden's own runtime root: reap deletes only what carries its marks.
+    assert!(env.probe("web", &["/bin/true"]).status.success());
+    env.write_spec("gone", &env.spec("gone", uid(303)));
+    assert!(env.probe("gone", &["/bin/true"]).status.success());
+    std::fs::remove_file(env.config.join("gone.json")).unwrap();
+    let plant = |name: &str, owner: u32, mode: u32, files: &[(&str, u32)]| {
+        let d = env.run.join(name);
+        std::fs::create_dir(&d).unwrap();
+        for (f, o) in files {
+            std::fs::write(d.join(f), b"someone's").unwrap();
+            chown(d.join(f), Some(*o), Some(*o)).unwrap();
+        }
+        chown(&d, Some(owner), Some(owner)).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    plant(
+        "db",
+        other,
+        0o755,
+        &[("instance.lock", other), ("data", other)],
+    );
+    plant("cache", 0, 0o755, &[("data", 0)]);
+    plant("half", 0, 0o755, &[("instance.lock", 0), ("data", 0)]);
+    plant(
+        "forged",
+        0,
+        0o755,
+        &[("instance.lock", other), ("instance.json", 0)],
+    );
+    plant(
+        "open",
+        0,
+        0o777,
+        &[("instance.lock", 0), ("instance.json", 0)],
+    );
+    std::fs::write(env.run.join("notes.txt"), b"someone's").unwrap();
+    let planted = ["db", "cache", "half", "forged", "open", "notes.txt"];
+    let snap = |n: &str| tree_of(&env.run.join(n));
+    let before: Vec<_> = planted.iter().map(|n| snap(n)).collect();
+    let o = env.vmwarden(&["reap", "--apply", "--json"]);
+    let after: Vec<_> = planted.iter().map(|n| snap(n)).collect();
+    assert_eq!(
+        before,
+        after,
+        "reap --apply deleted what does not carry vmwarden's marks: {}",
+        text(&o)
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let kept = r["kept"].as_array().unwrap();
+    for (n, why) in [
+        ("db", format!("is owned by uid {other}, not root")),
+        (
+            "cache",
+            "holds files but no lease file instance.lock".into(),
+        ),
+        ("half", "no intent record instance.json".into()),
+        ("forged", "its instance.lock is owned by uid".into()),
+        ("open", "has mode 0777: others may write in it".into()),
+        ("notes.txt", "not a VM's runtime dir".into()),
+    ] {
+        let path = env.run.join(n).display().to_string();
+        let k = kept
+            .iter()
+            .find(|k| k["path"] == json!(path))
+            .unwrap_or_else(|| panic!("{n} is not reported kept: {r:#}"));
+        let reason = k["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("not vmwarden's") && reason.contains(&why),
+            "{n}: {reason}"
+        );
+    }
+    // What carries the marks is reaped as before: the unconfigured VM's
+    // runtime dir goes, the configured one's leftovers go.
+    assert!(!env.run.join("gone").exists(), "{r:#}");
+    let left: Vec<_> = std::fs::read_dir(env.run.join("web"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["instance.lock"], "{r:#}");
+    for n in planted {
+        let p = env.run.join(n);
+        if p.is_dir() {
+            std::fs::remove_dir_all(&p).unwrap();
+        } else {
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+    env.assert_clean("web");
+}
+
+/// Only the VM's own unit counts as its unit. The own-unit rule took any
+/// cgroup named `PREFIX@NAME.service` for the VM's unit: a VM called
+/// `tty1` launched from a shell in `getty@tty1.service` (a console login
+/// without pam_systemd stays in getty's cgroup) recorded getty's cgroup,
+/// so `stop tty1` SIGKILLed getty with the VM, and liveness counted getty
+/// as the VM. Now such a cgroup counts only when it is the unit that
+/// started this launch: systemd executed the launcher itself
+/// (`$SYSTEMD_EXEC_PID`) with the `$INVOCATION_ID` the cgroup carries as
+/// `trusted.invocation_id`. Re-run from a shell in getty's cgroup without
+/// systemd's variables, and with getty's variables inherited (as a shell
+/// started under getty has them). The unit's own launch still records its
+/// cgroup (liveness.rs `a_launch_records_its_units_cgroup_beside_the_units_other_processes`).
+#[test]
+fn only_the_vms_own_unit_counts_as_its_unit() {
+    use common::cgroup::TestCgroup;
+    let env = Env::new();
+    let u = uid(304);
+    env.write_spec("tty1", &env.spec("tty1", u));
+    let id = "6b1f2a9c0d3e4f5a8b7c6d5e4f3a2b1c";
+    let getty = TestCgroup::unit(
+        &format!("getty-vmwt{}@tty1.service", std::process::id()),
+        id,
+    );
+    // agetty: the process systemd executed for getty@tty1.
+    let mut agetty = Command::new("/bin/sleep");
+    agetty.arg("600");
+    let mut agetty = getty
+        .as_unit_process(&agetty, id)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let agetty_pid = agetty.id();
+    let agetty_pid_s = agetty_pid.to_string();
+    for (how, vars) in [
+        ("from a shell in getty's cgroup", vec![]),
+        (
+            "with getty's $INVOCATION_ID and $SYSTEMD_EXEC_PID inherited",
+            vec![
+                ("INVOCATION_ID", id),
+                ("SYSTEMD_EXEC_PID", agetty_pid_s.as_str()),
+            ],
+        ),
+    ] {
+        let mut c = env.launch_cmd("tty1");
+        c.args([
+            "--probe",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo STARTED; exec sleep 600",
+        ])
+        .env_remove("INVOCATION_ID")
+        .env_remove("SYSTEMD_EXEC_PID");
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        getty.enter(&mut c);
+        let mut g = spawn_logged(c, env.path("tty1.log"));
+        g.wait_for("STARTED", Duration::from_secs(30));
+        let d = dirs::open_dir(&env.run.join("tty1")).unwrap();
+        let rec = Intent::read(&d).unwrap().expect("an intent record").cgroup;
+        let stop = env.vmwarden(&["stop", "tty1", "--timeout", "1"]);
+        let alive = agetty.try_wait().unwrap().is_none();
+        assert!(
+            alive && getty.procs().contains(&agetty_pid),
+            "launched {how}: `vmwarden stop tty1` killed getty ({agetty_pid}); the launch recorded the cgroup {rec:?}: {}",
+            text(&stop)
+        );
+        assert!(
+            rec.is_none(),
+            "launched {how}: the launch took getty's cgroup for the VM's unit: {rec:?}"
+        );
+        assert!(
+            stop.status.success() && String::from_utf8_lossy(&stop.stdout).contains("stopped by"),
+            "{}",
+            text(&stop)
+        );
+        assert!(
+            g.wait_exit(Duration::from_secs(10)).is_some(),
+            "the VM survived stop"
+        );
+        env.assert_clean("tty1");
+        assert!(agetty.try_wait().unwrap().is_none(), "cleanup killed getty");
+        eprintln!("launched {how}: no cgroup recorded; stop and cleanup left getty ({agetty_pid}) running");
+    }
+    let _ = agetty.kill();
+    let _ = agetty.wait();
 }

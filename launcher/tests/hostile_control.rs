@@ -14,7 +14,7 @@ mod common;
 
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -338,16 +338,63 @@ fn raw_controls(b: &[u8]) -> Vec<char> {
         .collect()
 }
 
-/// Nothing a VM controls reaches root's terminal raw: a QMP run state made
-/// of terminal escapes (a VM made its row read "stopped") in `status` and
-/// `wait-ready`, and file names with ESC, CR and BEL in `purge`'s plan and
-/// in `status --all`, are shown escaped.
+/// Nothing reaches root's terminal raw, adopt included. Every subcommand's
+/// text output — `status` (table, `--json`, `--all`), `wait-ready`,
+/// `stop`, `reap`, `purge`, `adopt` (plan and `--json`), `verify-clean`,
+/// and cleanup's report (JSON on stdout, failures on stderr) — is fed
+/// control characters (ESC, OSC, CR, BEL, a C1 CSI) through what a VM or
+/// a state dir's old owner controls: its hypervisor's QMP run state (a VM
+/// made its row read "stopped"), file names in its state, runtime and
+/// control dirs, the names in microvm.nix's state dir that `adopt` lists
+/// (they reached the terminal raw); and through the roots themselves,
+/// whose path every report names (a directory named with escapes). Each
+/// must show them escaped, on stdout and on stderr (logs included), and
+/// show that it got some.
 #[test]
-fn nothing_a_vm_controls_reaches_roots_terminal_raw() {
-    let env = Env::new();
+fn nothing_reaches_roots_terminal_raw_adopt_included() {
+    require_fault_injection();
+    let base = Env::new();
+    let mut env = base.sibling();
+    // The roots under a directory named with escapes (OSC title, CR, C1).
+    let weird = env.path("r\x1b]0;x\x07\r\u{9b}");
+    std::fs::create_dir(&weird).unwrap();
+    std::fs::set_permissions(&weird, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = weird.join("config");
+    std::fs::rename(&env.config, &config).unwrap();
+    env.config = config;
+    env.run = weird.join("run");
+    env.state = weird.join("state");
     let u = uid(216);
-    let mut g = fake_hypervisor(&env, "esc", u, "escapes");
     let limit = generous(wait_ready_documented());
+    // Each run: nothing raw on stdout or stderr, and escapes were shown.
+    let check = |what: &str, m: &Measured| {
+        assert_eq!(raw_controls(&m.raw), vec![], "{what}: stdout\n{}", m.text());
+        assert_eq!(
+            raw_controls(m.stderr.as_bytes()),
+            vec![],
+            "{what}: stderr\n{}",
+            m.text()
+        );
+        let all = format!("{}{}", m.stdout, m.stderr);
+        assert!(
+            ["\\x1b", "\\u001b", "\\x0d", "\\u{9b}", "\\u009b"]
+                .iter()
+                .any(|e| all.contains(e)),
+            "{what}: no control character was fed through\n{}",
+            m.text()
+        );
+    };
+    let run = |args: &[&str]| {
+        let m = measured(&env, args, limit)
+            .unwrap_or_else(|| panic!("`vmwarden {}` did not finish", args.join(" ")));
+        check(&format!("vmwarden {}", args.join(" ")), &m);
+        m
+    };
+
+    // The VM's hypervisor answers a run state of escapes; the VM names a
+    // file in its control dir with them.
+    let mut g = fake_hypervisor(&env, "esc", u, "escapes");
+    std::fs::write(env.run.join("esc/control/\x1b]0;owned\x07"), b"x").unwrap();
     // The table's CONTROL column is lower case.
     for (args, shown) in [
         (
@@ -363,9 +410,8 @@ fn nothing_a_vm_controls_reaches_roots_terminal_raw() {
             "\\u001b[2K\\rstopped\\u0007\\u009b31m",
         ),
     ] {
-        let m = measured(&env, args, limit).expect("did not finish");
+        let m = run(args);
         assert!(m.status.success(), "{}", m.text());
-        assert_eq!(raw_controls(&m.raw), vec![], "{}", m.text());
         assert!(
             m.stdout.contains(shown),
             "`vmwarden {}` does not show the escaped state\n{}",
@@ -373,9 +419,54 @@ fn nothing_a_vm_controls_reaches_roots_terminal_raw() {
             m.text()
         );
     }
+    let stop = run(&["stop", "esc", "--timeout", "2"]);
+    assert!(stop.status.success(), "{}", stop.text());
     g.kill();
-    let (o, rep) = env.cleanup("esc");
-    assert!(o.status.success(), "{rep}");
+
+    // cleanup's report: JSON on stdout; a deletion that did not happen
+    // (fault injection) is a failure line on stderr naming it.
+    let mut cleanup = env.cleanup_cmd();
+    cleanup
+        .arg("esc")
+        .env("VMWARDEN_TEST_SKIP_DELETE", "control");
+    let check_cleanup = |c: &mut Command, ok: bool| {
+        let o = c.output().unwrap();
+        let m = Measured {
+            status: o.status,
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+            raw: o.stdout.clone(),
+            took: Duration::ZERO,
+            max_rss_kib: 0,
+            parent_hwm_kib: 0,
+        };
+        check("vmwarden-cleanup esc", &m);
+        assert_eq!(o.status.success(), ok, "{}", m.text());
+        serde_json::from_slice::<serde_json::Value>(&o.stdout)
+            .unwrap_or_else(|e| panic!("cleanup's report is not JSON ({e}): {}", m.text()));
+    };
+    check_cleanup(&mut cleanup, false);
+    // verify-clean names what is left (the control dir), escaped.
+    let v = run(&["verify-clean", "esc"]);
+    assert!(!v.status.success(), "{}", v.text());
+    let v = run(&["verify-clean", "esc", "--json"]);
+    assert!(!v.status.success(), "{}", v.text());
+    let mut cleanup = env.cleanup_cmd();
+    cleanup.arg("esc");
+    check_cleanup(&mut cleanup, true);
+
+    // reap lists (and keeps) an entry of the runtime root without
+    // vmwarden's marks, named with escapes.
+    std::fs::write(env.run.join("a\rb\x1b[8m"), b"x").unwrap();
+    for args in [&["reap"][..], &["reap", "--apply"], &["reap", "--json"]] {
+        let m = run(args);
+        assert!(m.status.success(), "{}", m.text());
+        assert!(
+            m.stdout.contains("a\\x0db\\x1b[8m") || m.stdout.contains("a\\rb\\u001b[8m"),
+            "{}",
+            m.text()
+        );
+    }
 
     // The VM's state dir holds names with escapes; the VM is no longer
     // configured, so `status --all` describes what it left and `purge`
@@ -384,23 +475,55 @@ fn nothing_a_vm_controls_reaches_roots_terminal_raw() {
     for n in ["\x1b]0;owned\x07", "a\rb", "c\x1b[8md"] {
         std::fs::write(sd.join(n), b"x").unwrap();
     }
-    std::fs::remove_file(env.config.join("esc.json")).unwrap();
-    let all = measured(&env, &["status", "--all"], limit).expect("status --all");
-    assert_eq!(raw_controls(&all.raw), vec![], "{}", all.text());
+    std::fs::rename(env.config.join("esc.json"), env.path("esc.json")).unwrap();
+    let all = run(&["status", "--all"]);
     assert!(all.stdout.contains("\\x1b]0;owned\\x07"), "{}", all.text());
-    let purge = measured(&env, &["purge", "esc"], limit).expect("purge");
+    let purge = run(&["purge", "esc"]);
     assert!(!purge.status.success(), "{}", purge.text());
-    assert_eq!(raw_controls(&purge.raw), vec![], "{}", purge.text());
     assert!(
         purge.stdout.contains("a\\x0db") && purge.stdout.contains("c\\x1b[8md"),
         "{}",
         purge.text()
     );
-    assert_eq!(
-        raw_controls(purge.stderr.as_bytes()),
-        vec![],
+
+    // adopt: microvm.nix's state dir (its old owner's) names files with
+    // escapes; the plan lists them, in text and in JSON.
+    std::fs::rename(env.path("esc.json"), env.config.join("esc.json")).unwrap();
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.config.join("esc.json")).unwrap()).unwrap();
+    spec["disks"] = json!([{ "path": env.state.join("esc/var.img"), "serial": "var" }]);
+    env.write_spec("esc", &spec);
+    let from = weird.join("microvms/esc");
+    std::fs::create_dir_all(&from).unwrap();
+    std::fs::write(from.join("var.img"), b"image").unwrap();
+    for n in ["\x1b]0;owned\x07", "a\rb", "\u{9b}2J"] {
+        std::fs::write(from.join(n), b"x").unwrap();
+    }
+    for n in ["\x1b]0;owned\x07", "a\rb", "c\x1b[8md"] {
+        std::fs::remove_file(sd.join(n)).unwrap();
+    }
+    let from_s = from.to_str().unwrap();
+    for args in [
+        &["adopt", "esc", "--from", from_s][..],
+        &["adopt", "esc", "--from", from_s, "--json"],
+        &["adopt", "esc", "--from", from_s, "--apply"],
+    ] {
+        let m = run(args);
+        assert!(m.status.success(), "{}", m.text());
+        assert!(
+            m.stdout.contains("\\x1b]0;owned\\x07") || m.stdout.contains("\\u001b]0;owned\\u0007"),
+            "{}",
+            m.text()
+        );
+    }
+    // A refusal quotes the old owner's names escaped too.
+    std::fs::remove_file(env.state.join("esc/var.img")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", from.join("var.img")).unwrap();
+    let m = run(&["adopt", "esc", "--from", from_s]);
+    assert!(
+        !m.status.success() && m.stderr.contains("is a symlink"),
         "{}",
-        purge.text()
+        m.text()
     );
 }
 

@@ -14,96 +14,19 @@
 
 mod common;
 
-use std::ffi::CStr;
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::cgroup::TestCgroup;
 use common::*;
-use nix::fcntl::OFlag;
-use nix::sys::stat::Mode;
 use serde_json::json;
 use vmwarden::config::names::VmName;
 use vmwarden::config::paths::Roots;
-use vmwarden::host::procs::{self, processes_of_uid};
-use vmwarden::host::{cgroup, dirs};
+use vmwarden::host::dirs;
+use vmwarden::host::procs::processes_of_uid;
 use vmwarden::instance::intent::Intent;
 use vmwarden::instance::lease::{self, LeaseState};
 use vmwarden::instance::liveness::{recorded_cgroup, Probe, Verdict, Via};
-
-/// A cgroup made for one test, standing in for a unit's. Whatever is left
-/// in it when dropped (only processes this test started) is killed by pid.
-struct TestCgroup {
-    path: PathBuf,
-}
-
-impl TestCgroup {
-    fn new(tag: &str) -> TestCgroup {
-        let mount = cgroup::mount_point().expect(
-            "this test needs a cgroup v2 hierarchy (/sys/fs/cgroup or /sys/fs/cgroup/unified)",
-        );
-        let path = mount.join(format!("vmwarden-test.{}.{tag}", std::process::id()));
-        std::fs::create_dir(&path).unwrap();
-        TestCgroup { path }
-    }
-
-    /// A cgroup named `name` (a unit's: `PREFIX@NAME.service`).
-    fn named(name: &str) -> TestCgroup {
-        let mount = cgroup::mount_point().expect(
-            "this test needs a cgroup v2 hierarchy (/sys/fs/cgroup or /sys/fs/cgroup/unified)",
-        );
-        let path = mount.join(name);
-        std::fs::create_dir(&path).unwrap();
-        TestCgroup { path }
-    }
-
-    fn procs(&self) -> Vec<u32> {
-        std::fs::read_to_string(self.path.join("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
-    }
-
-    fn id(&self) -> u64 {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(&self.path).unwrap().ino()
-    }
-
-    /// Make `c`'s child join this cgroup before it `execve`s.
-    fn enter(&self, c: &mut Command) {
-        let procs = std::ffi::CString::new(
-            self.path
-                .join("cgroup.procs")
-                .into_os_string()
-                .into_encoded_bytes(),
-        )
-        .unwrap();
-        // SAFETY: the hook runs between fork and exec and only makes the
-        // open/write/close system calls (no allocation: the path is a CStr).
-        unsafe { c.pre_exec(move || join_cgroup(&procs)) };
-    }
-}
-
-/// Move the calling process into the cgroup whose `cgroup.procs` is `procs`.
-fn join_cgroup(procs: &CStr) -> std::io::Result<()> {
-    let fd = nix::fcntl::open(procs, OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty())?;
-    nix::unistd::write(&fd, b"0")?;
-    Ok(())
-}
-
-impl Drop for TestCgroup {
-    fn drop(&mut self) {
-        for pid in self.procs() {
-            let _ = procs::sigkill(pid);
-        }
-        let end = Instant::now() + Duration::from_secs(10);
-        while std::fs::remove_dir(&self.path).is_err() && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
 
 /// A Python program run as VM `name`'s principal in its sandbox, in
 /// `cg` when given; waits for `marker` on its output.
@@ -125,13 +48,13 @@ fn python_vm(
     let mut c = env.launch_cmd(name);
     c.arg("--probe")
         .arg("--")
-        .args(["/usr/bin/python3", script.to_str().unwrap()])
-        .stdin(Stdio::null())
+        .args(["/usr/bin/python3", script.to_str().unwrap()]);
+    if let Some(cg) = cg {
+        c = cg.start_in(c);
+    }
+    c.stdin(Stdio::null())
         .stdout(f.try_clone().unwrap())
         .stderr(f);
-    if let Some(cg) = cg {
-        cg.enter(&mut c);
-    }
     let mut g = Guest {
         child: c.spawn().unwrap(),
         log,
@@ -253,9 +176,11 @@ fn in_its_own_cgroup_a_vm_that_releases_its_lease_is_found_there_and_stopped() {
 }
 
 /// Under systemd, the unit's `ExecStartPost=` (`wait-ready`) runs in the
-/// unit's cgroup beside the launcher: a cgroup named after the VM's unit
-/// (`PREFIX@NAME.service`) is the unit's whatever else of it runs there,
-/// so the launch records it; the same other process in a cgroup of
+/// unit's cgroup beside the launcher: the cgroup of the unit that started
+/// the launch (named after the VM's unit, `PREFIX@NAME.service`, its
+/// `trusted.invocation_id` the launcher's `$INVOCATION_ID`, and systemd
+/// executed the launcher itself) is the unit's whatever else of it runs
+/// there, so the launch records it; the same other process in a cgroup of
 /// another name makes it shared, and the launch records none.
 #[test]
 fn a_launch_records_its_units_cgroup_beside_the_units_other_processes() {
@@ -263,7 +188,10 @@ fn a_launch_records_its_units_cgroup_beside_the_units_other_processes() {
     let u = uid(145);
     for (cg, recorded) in [
         (
-            TestCgroup::named(&format!("vmwarden-test-{}@web.service", std::process::id())),
+            TestCgroup::unit(
+                &format!("vmwarden-test-{}@web.service", std::process::id()),
+                "4f1b0c6a9d2e4b7a8c3d5e6f7a8b9c0d",
+            ),
             true,
         ),
         (TestCgroup::new("shared"), false),

@@ -26,7 +26,10 @@
 #   VMWARDEN_SYSTEMD_TIMEOUT       overall guest timeout in s (default 2400)
 #   VMWARDEN_SYSTEMD_EXTRA_ENV     "K=V K2=V2": Environment= drop-in for microvm@.service
 #                                  in the guest (e.g. VMWARDEN_TEST_SKIP_DELETE=control)
-#   VMWARDEN_SYSTEMD_ONLY          run only these scenarios (space separated names)
+#   VMWARDEN_SYSTEMD_ONLY          run only these scenarios (space separated names), in one
+#                                  L2 guest
+#   VMWARDEN_SYSTEMD_SHARDS        1: the default run in one L2 guest instead of the
+#                                  SHARD_LISTS' guests side by side (see step 3)
 #   VMWARDEN_SYSTEMD_SOAK_CYCLES   cycles of the soak scenario (default 50 when
 #                                  VMWARDEN_SYSTEMD_ONLY is set, 5 in the default run)
 #   VMWARDEN_SYSTEMD_L3_ACCEL      kvm (default) | tcg: accel of the nested guests
@@ -76,7 +79,7 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b - a}'; }
 [ "$(id -u)" -eq 0 ] || die "must run as root"
 T_ALL=$(now)
 mkdir -p "$OUTDIR"
-rm -f "$OUTDIR"/{serial.log,results.txt,scenarios.log,journal.txt,timings.txt,qemu.out}
+rm -rf "$OUTDIR"/{serial.log,results.txt,scenarios.log,journal.txt,timings.txt,qemu.out,shard-*}
 TIMINGS=$OUTDIR/timings.txt
 timing() { echo "$1=$2" >>"$TIMINGS"; log "time $1: $2 s"; }
 
@@ -143,8 +146,9 @@ fi
 QPID=""
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/vmwarden-systemd.XXXXXX")
 finish() {
-  if [ -n "$QPID" ] && kill -0 "$QPID" 2>/dev/null; then
-    kill "$QPID" 2>/dev/null; sleep 2; kill -9 "$QPID" 2>/dev/null || true
+  if [ -n "$QPID" ]; then
+    # shellcheck disable=SC2086
+    kill $QPID 2>/dev/null && { sleep 2; kill -9 $QPID 2>/dev/null || true; }
   fi
   if [ "$KEEP" = 1 ]; then log "kept work dir $WORK"; else rm -rf --one-file-system "$WORK"; fi
 }
@@ -490,8 +494,35 @@ mkfs.ext4 -q -F -L vmw-results "$RES_IMG" || die "mkfs.ext4 (results) failed"
 timing image_build "$(since "$t")"
 
 # ---------------------------------------------------------------- 3. boot L2
-SERIAL=$OUTDIR/serial.log
-: >"$SERIAL"
+# The default run boots SHARDS copies of the image side by side, each running
+# its own list of scenarios (the kernel command line's vmwarden.only=, read by
+# scenarios.sh): each L2 guest has one TCG vCPU, so on a machine with two
+# cores two guests take about half the time of one. Every scenario of
+# scenarios.sh is in exactly one list (all_clean in each: it audits what its
+# own guest ran); run.sh refuses to start otherwise. With
+# VMWARDEN_SYSTEMD_ONLY (or VMWARDEN_SYSTEMD_SHARDS=1) one guest runs the
+# scenarios in scenarios.sh's order. The lists are balanced by the
+# scenarios' times in timings.txt; keep scenarios that share VMs (a, b: from
+# start_ab to target_stop) in one list.
+SHARD_LISTS=(
+  "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume vhost_vsock virtiofs_vsock all_clean"
+  "cloud_hypervisor firecracker hv_bench coexist soak all_clean"
+)
+ALL_SCENARIOS=$(sed -n '/^  run_scenario unit_verify /,/^fi$/s/^  run_scenario \([a-z0-9_]*\) .*/\1/p' "$HERE/scenarios.sh")
+[ -n "$ALL_SCENARIOS" ] || die "no scenario list found in scenarios.sh"
+if [ "$MODE" = smoke ] || [ -n "$ONLY" ] || [ "${VMWARDEN_SYSTEMD_SHARDS:-2}" = 1 ]; then
+  SHARD_LISTS=("$ONLY")
+else
+  for n in $ALL_SCENARIOS; do
+    c=0; for l in "${SHARD_LISTS[@]}"; do printf ' %s ' "$l" | grep -q " $n " && c=$((c + 1)); done
+    want=1; [ "$n" = all_clean ] && want=${#SHARD_LISTS[@]}
+    [ "$c" = "$want" ] || die "scenario $n is in $c of run.sh's SHARD_LISTS (want $want): add it to one list"
+  done
+  for l in "${SHARD_LISTS[@]}"; do for n in $l; do
+    printf ' %s ' $ALL_SCENARIOS | grep -q " $n " || die "SHARD_LISTS names $n, which scenarios.sh does not run"
+  done; done
+fi
+NSHARDS=${#SHARD_LISTS[@]}
 APPEND="console=ttyS0 panic=-1 quiet mitigations=off"
 case "$MACHINE" in
   microvm) BLK=virtio-blk-device
@@ -512,65 +543,102 @@ L2_CPU=${VMWARDEN_SYSTEMD_CPU:-max,-cx16}
 # nested guests do not reach READY within 300 s.
 L2_TCG=${VMWARDEN_SYSTEMD_TCG:-tcg,thread=multi}
 L2_SMP=${VMWARDEN_SYSTEMD_SMP:-1}
-QEMU=(qemu-system-x86_64 -accel "$L2_TCG" -cpu "$L2_CPU" -machine "$MACHINE" -smp "$L2_SMP" -m "$MEM"
-      -display none -monitor none -serial "file:$SERIAL" -no-reboot
-      -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initrd.img" -append "$APPEND"
-      -drive "file=$ROOT_IMG,format=raw,if=none,id=root,cache=unsafe" -device "$BLK,drive=root"
-      -drive "file=$RES_IMG,format=raw,if=none,id=res" -device "$BLK,drive=res")
-echo "+ ${QEMU[*]}" >"$OUTDIR/qemu.out"
+# Shard i's files: serial.log etc. directly in OUTDIR with one shard,
+# OUTDIR/shard-i/ with several (OUTDIR's results.txt, scenarios.log and
+# journal.txt are then the shards' put together).
+shard_dir() { if [ "$NSHARDS" = 1 ]; then echo "$OUTDIR"; else echo "$OUTDIR/shard-$1"; fi; }
+QPIDS=()
 T_BOOT=$(now)
-"${QEMU[@]}" >>"$OUTDIR/qemu.out" 2>&1 &
-QPID=$!
-log "L2 guest booting (pid $QPID, timeout ${TIMEOUT}s, serial $SERIAL)"
-# progress lines as they come
-tail -n +1 -F --pid="$QPID" "$SERIAL" 2>/dev/null \
-  | grep --line-buffered -aoE '(SCENARIO|SOAK|VMWARDEN-L2).*' | sed -u 's/\r$//; s/^/systemd: guest: /' &
-DEADLINE=$(( $(date +%s) + TIMEOUT )); L2_UP="" TIMED_OUT=0
-while kill -0 "$QPID" 2>/dev/null; do
-  if [ -z "$L2_UP" ] && grep -aq 'VMWARDEN-L2-UP' "$SERIAL"; then
-    L2_UP=$(since "$T_BOOT"); timing l2_boot_to_scenarios "$L2_UP"
+for i in $(seq 1 "$NSHARDS"); do
+  d=$(shard_dir "$i"); mkdir -p "$d"
+  rm -f "$d"/{serial.log,results.txt,scenarios.log,journal.txt,qemu.out}
+  img=$ROOT_IMG res=$RES_IMG
+  if [ "$i" -gt 1 ]; then
+    img=$WORK/root-$i.ext4 res=$WORK/results-$i.ext4
+    cp --sparse=always "$ROOT_IMG" "$img" && cp --sparse=always "$RES_IMG" "$res" || die "cannot copy the image for shard $i"
   fi
+  only=${SHARD_LISTS[$((i - 1))]}
+  shard_append=$APPEND
+  [ -n "$only" ] && shard_append="$shard_append vmwarden.only=$(printf '%s' "$only" | tr ' ' ',')"
+  : >"$d/serial.log"
+  QEMU=(qemu-system-x86_64 -accel "$L2_TCG" -cpu "$L2_CPU" -machine "$MACHINE" -smp "$L2_SMP" -m "$MEM"
+        -display none -monitor none -serial "file:$d/serial.log" -no-reboot
+        -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initrd.img" -append "$shard_append"
+        -drive "file=$img,format=raw,if=none,id=root,cache=unsafe" -device "$BLK,drive=root"
+        -drive "file=$res,format=raw,if=none,id=res" -device "$BLK,drive=res")
+  echo "+ ${QEMU[*]}" >"$d/qemu.out"
+  "${QEMU[@]}" >>"$d/qemu.out" 2>&1 &
+  QPIDS+=("$!"); QPID="${QPIDS[*]}"
+  eval "RES_IMG_$i=\$res"
+  label=""; [ "$NSHARDS" = 1 ] || label="[$i] "
+  log "L2 guest ${label}booting (pid $!, timeout ${TIMEOUT}s, serial $d/serial.log${only:+, scenarios: $only})"
+  # progress lines as they come
+  tail -n +1 -F --pid="$!" "$d/serial.log" 2>/dev/null \
+    | grep --line-buffered -aoE '(SCENARIO|SOAK|VMWARDEN-L2).*' | sed -u "s/\r\$//; s/^/systemd: guest: $label/" &
+done
+DEADLINE=$(( $(date +%s) + TIMEOUT )); TIMED_OUT=0
+declare -A L2_UP=()
+alive() { local p; for p in "${QPIDS[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+while alive; do
+  for i in $(seq 1 "$NSHARDS"); do
+    if [ -z "${L2_UP[$i]:-}" ] && grep -aq 'VMWARDEN-L2-UP' "$(shard_dir "$i")/serial.log"; then
+      L2_UP[$i]=$(since "$T_BOOT"); timing "l2_boot_to_scenarios${label:+_$i}" "${L2_UP[$i]}"
+    fi
+  done
   if [ "$(date +%s)" -ge "$DEADLINE" ]; then
-    TIMED_OUT=1; log "TIMEOUT after ${TIMEOUT}s: stopping the L2 guest"
-    kill "$QPID" 2>/dev/null; sleep 3; kill -9 "$QPID" 2>/dev/null || true
+    TIMED_OUT=1; log "TIMEOUT after ${TIMEOUT}s: stopping the L2 guests"
+    kill "${QPIDS[@]}" 2>/dev/null; sleep 3; kill -9 "${QPIDS[@]}" 2>/dev/null || true
     break
   fi
   sleep 1
 done
-wait "$QPID" 2>/dev/null || true
+for p in "${QPIDS[@]}"; do wait "$p" 2>/dev/null || true; done
 QPID=""
 timing l2_total "$(since "$T_BOOT")"
-[ -n "$L2_UP" ] || { grep -aq 'VMWARDEN-L2-UP' "$SERIAL" && L2_UP=late; } || true
 
 # ---------------------------------------------------------------- 4. results
-for f in results.txt scenarios.log journal.txt status-a.json status-b.json; do
-  debugfs -R "dump /$f $OUTDIR/$f" "$RES_IMG" >/dev/null 2>&1 || true
-  [ -s "$OUTDIR/$f" ] || rm -f "$OUTDIR/$f"
-done
 RESULTS=$OUTDIR/results.txt
-if ! grep -q '^SCENARIOS ' "$RESULTS" 2>/dev/null; then
-  log "no final line on the results disk; using the serial console"
-  tr -d '\r' <"$SERIAL" | grep -aoE '(VMWARDEN-L2-UP|SCENARIO |SOAK |SCENARIOS ).*' | awk '!seen[$0]++' >"$RESULTS" || true
-fi
+rc=0 passed=0 failed=0
+[ "$NSHARDS" = 1 ] || : >"$RESULTS"
+for i in $(seq 1 "$NSHARDS"); do
+  d=$(shard_dir "$i"); res_img=RES_IMG_$i; label=""; [ "$NSHARDS" = 1 ] || label="shard $i: "
+  for f in results.txt scenarios.log journal.txt status-a.json status-b.json; do
+    debugfs -R "dump /$f $d/$f" "${!res_img}" >/dev/null 2>&1 || true
+    [ -s "$d/$f" ] || rm -f "$d/$f"
+  done
+  r=$d/results.txt
+  if ! grep -q '^SCENARIOS ' "$r" 2>/dev/null; then
+    log "${label}no final line on the results disk; using the serial console"
+    tr -d '\r' <"$d/serial.log" | grep -aoE '(VMWARDEN-L2-UP|SCENARIO |SOAK |SCENARIOS ).*' | awk '!seen[$0]++' >"$r" || true
+  fi
+  p=$(grep -c '^SCENARIO name=.* result=pass' "$r" 2>/dev/null || true)
+  f=$(grep -c '^SCENARIO name=.* result=fail' "$r" 2>/dev/null || true)
+  final=$(grep '^SCENARIOS ' "$r" 2>/dev/null | tail -1 || true)
+  grep -aq 'VMWARDEN-L2-UP' "$d/serial.log" 2>/dev/null \
+    || { log "FAIL: ${label}the L2 guest never reached the scenario runner (see $d/serial.log)"; rc=1; }
+  if [ -z "$final" ]; then
+    log "FAIL: ${label}no final 'SCENARIOS passed=N failed=M' line"; rc=1; [ "$f" -gt 0 ] || f=1
+  elif [ "$final" != "SCENARIOS passed=$p failed=$(grep -c '^SCENARIO name=.* result=fail' "$r")" ]; then
+    log "FAIL: ${label}final line '$final' does not match the scenario lines"; rc=1
+  fi
+  passed=$((passed + p)); failed=$((failed + f))
+  if [ "$NSHARDS" != 1 ]; then
+    grep -v '^SCENARIOS ' "$r" >>"$RESULTS" 2>/dev/null || true
+    for f in scenarios.log journal.txt; do
+      [ -s "$d/$f" ] && { echo "===== shard $i"; cat "$d/$f"; } >>"$OUTDIR/$f"
+    done
+  fi
+done
+[ "$NSHARDS" = 1 ] || echo "SCENARIOS passed=$passed failed=$failed" >>"$RESULTS"
 echo "--- results ($RESULTS)"; cat "$RESULTS" 2>/dev/null || true; echo "---"
 while read -r name secs; do timing "scenario_$name" "$secs"; done < <(
   sed -n 's/^SCENARIO name=\([^ ]*\) result=[a-z]* time_s=\([0-9.]*\).*/\1 \2/p' "$RESULTS" 2>/dev/null)
 timing total "$(since "$T_ALL")"
 
-passed=$(grep -c '^SCENARIO name=.* result=pass' "$RESULTS" 2>/dev/null || true)
-failed=$(grep -c '^SCENARIO name=.* result=fail' "$RESULTS" 2>/dev/null || true)
-final=$(grep '^SCENARIOS ' "$RESULTS" 2>/dev/null | tail -1 || true)
-rc=0
 if [ "$TIMED_OUT" = 1 ]; then log "FAIL: overall timeout (${TIMEOUT}s)"; failed=$((failed + 1)); rc=1; fi
-if [ -z "$L2_UP" ]; then log "FAIL: the L2 guest never reached the scenario runner (see $SERIAL)"; rc=1; fi
-if [ -z "$final" ]; then
-  log "FAIL: no final 'SCENARIOS passed=N failed=M' line"; rc=1; [ "$failed" -gt 0 ] || failed=1
-elif [ "$final" != "SCENARIOS passed=$passed failed=$(grep -c '^SCENARIO name=.* result=fail' "$RESULTS")" ]; then
-  log "FAIL: final line '$final' does not match the scenario lines"; rc=1
-fi
 [ "$failed" -eq 0 ] || rc=1
 [ "$passed" -gt 0 ] || rc=1
 grep '^SCENARIO name=.* result=fail' "$RESULTS" 2>/dev/null | sed 's/^/systemd: FAILED: /' || true
-log "artifacts in $OUTDIR (serial.log, results.txt, scenarios.log, journal.txt, timings.txt)"
+log "artifacts in $OUTDIR (serial.log, results.txt, scenarios.log, journal.txt, timings.txt$([ "$NSHARDS" = 1 ] || echo '; each guest'"'"'s in shard-N/'))"
 echo "systemd: $passed passed, $failed failed"
 exit $rc

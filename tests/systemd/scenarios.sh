@@ -19,6 +19,11 @@ T=/opt/vmwarden-test
 MODE=full READY_TIMEOUT=300 POWEROFF=1 ONLY=""
 # shellcheck source=/dev/null
 . "$T/run.env"
+# run.sh boots several guests from one image in the default run: each one's
+# scenarios come on its kernel command line (vmwarden.only=a,b,c)
+for w in $(cat /proc/cmdline); do
+  case "$w" in vmwarden.only=*) ONLY=$(printf '%s' "${w#vmwarden.only=}" | tr ',' ' ') ;; esac
+done
 VMW=/usr/local/bin/vmwarden
 RUNTIME_ROOT=/run/vmwarden
 STATE_ROOT=/var/lib/vmwarden
@@ -651,6 +656,16 @@ hv_checks() { # VM CURSOR RUN(1|2)
     rx=$(cat "/sys/class/net/$tap/statistics/rx_packets"); tx=$(cat "/sys/class/net/$tap/statistics/tx_packets")
     [ "$rx" -gt 0 ] && [ "$tx" -gt 0 ] || { fail "$vm: $tap rx=$rx tx=$tx packets"; return 1; }
     note "$vm tap $tap on $HV_BRIDGE: L2 pings $ip (rx=$rx tx=$tx)"
+    # firecracker (opens its taps by name): a network namespace of its own
+    # holding only its taps; on L2, $tap is the host end of its link.
+    if [ "$vm" = fc ]; then
+      local fpid; fpid=$(mainpid "$u")
+      [ "$(readlink "/proc/$fpid/ns/net")" != "$(readlink /proc/1/ns/net)" ] \
+        || { fail "fc: firecracker $fpid shares L2's network namespace"; return 1; }
+      [ ! -e "/sys/class/net/$tap/tun_flags" ] \
+        || { fail "fc: $tap on L2 is a tap, not the host end of the link into firecracker's namespace"; return 1; }
+      note "fc: own network namespace; $tap on $HV_BRIDGE is the host end of its link"
+    fi
   fi
   if hv_has "$vm" vsock; then
     wait_journal "$u" "$2" '^VSOCK-ECHO listening port=1234' 60 || { fail "$vm: the guest's vsock echo is not listening"; return 1; }
@@ -974,7 +989,7 @@ mvn_stopped() { # CURSOR -> stopped through its own ExecStop, nothing of it left
   [ -z "$p" ] || { fail "$MVN_U: processes of microvm left: $p"; return 1; }
 }
 coexist_run() {
-  local cur cur2 pc pm pm2 cgc cgm out rc before after names rec
+  local cur cur2 pc pm pm2 cgc cgm out rc before after names rec why
   # the names are apart: vmwarden@cx is vmwarden's, microvm@mnix the stand-in's
   systemctl show -p ExecStart --value "$CX_U" | grep -q vmwarden-launch \
     && systemctl show -p ExecStart --value "$MVN_U" | grep -q "$MVN_DIR/current/bin/microvm-run" \
@@ -991,9 +1006,13 @@ coexist_run() {
   case "$cgc" in */vmwarden@cx.service) ;; *) fail "cx: the hypervisor's cgroup is $cgc"; return 1 ;; esac
   # The intent record names the unit's cgroup (where ExecStartPost's
   # wait-ready runs beside the launcher): liveness asks it, not /proc.
+  # It counts as the VM's own only as the unit that started the launch
+  # (systemd executed the launcher with the $INVOCATION_ID the cgroup
+  # carries as trusted.invocation_id): the launcher's log says which rule.
   rec=$(jq -r '.cgroup.path // "none"' "$RUNTIME_ROOT/cx/instance.json")
-  case "$rec" in "/sys/fs/cgroup$cgc") ;; *) fail "cx: the intent record's cgroup is $rec, not the unit's $cgc"; return 1 ;; esac
-  note "both active: $MVN_U QEMU $pm as microvm in $cgm, QMP running; $CX_U QEMU $pc as vm-cx in $cgc (intent record's cgroup: $rec)"
+  case "$rec" in "/sys/fs/cgroup$cgc") ;; *) fail "cx: the intent record's cgroup is $rec, not the unit's $cgc: $(jlog "$CX_U" "$cur" | grep -o 'cgroup=.*' | head -1)"; return 1 ;; esac
+  why=$(jlog "$CX_U" "$cur" | grep 'intent recorded' | grep -o '([^)]*)' | tail -1)
+  note "both active: $MVN_U QEMU $pm as microvm in $cgm, QMP running; $CX_U QEMU $pc as vm-cx in $cgc (intent record's cgroup: $rec, $why; InvocationID $(systemctl show -p InvocationID --value "$CX_U"))"
   # vmwarden's status: cx running with the unit's MainPID, mnix unknown to it
   "$VMW" status --json >"$RES/status-coexist.json" 2>>"$LOG" || { fail "vmwarden status --json failed"; return 1; }
   names=$(jq -r '[.[] | select(.state == "running") | "\(.name):\(.pid)"] | join(" ")' "$RES/status-coexist.json")

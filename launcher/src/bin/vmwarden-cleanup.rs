@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use vmwarden::config::rawpath::show;
 use vmwarden::config::text::{self, escape};
+use vmwarden::host::dirs;
 use vmwarden::teardown::cleanup::{cleanup, ServiceResult};
 
 #[path = "cli/cleanup.rs"]
@@ -26,6 +27,17 @@ fn main() -> ExitCode {
     if let Err(e) = roots.validate() {
         vmwarden::report_error("vmwarden-cleanup", &e);
         return ExitCode::FAILURE;
+    }
+    // A root others may write (`/tmp`) is not vmwarden's: nothing in it is
+    // deleted.
+    for (path, flag) in [
+        (&roots.runtime_root, "--runtime-root"),
+        (&roots.state_root, "--state-root"),
+    ] {
+        if let Err(e) = dirs::check_root(path, flag) {
+            vmwarden::report_error("vmwarden-cleanup", &e);
+            return ExitCode::FAILURE;
+        }
     }
     let report = cleanup(&roots, &args.name, ServiceResult::from_env());
     println!("{}", text::json(&report.to_json()));

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use vmwarden::host::cgroup::Invocation;
 use vmwarden::launch::{self, LaunchError, Options, StepError, STEPS};
 use vmwarden::profile;
 use vmwarden::Error;
@@ -30,6 +31,7 @@ fn main() -> ExitCode {
     let fault_after = std::env::var("VMWARDEN_FAULT_AFTER").ok();
     let helper_openat2_enosys =
         std::env::var_os("VMWARDEN_TEST_HELPER_OPENAT2_ENOSYS").is_some_and(|v| v == "1");
+    let invocation = Invocation::from_env(|k| std::env::var(k).ok());
     // clap reads the VMWARDEN_*_ROOT variables and logging VMWARDEN_LOG
     // and RUST_LOG, so both come before the environment is cleared.
     // A bad name is refused in the first step, as a configuration error
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
         credentials_directory,
         fault_after,
         helper_openat2_enosys,
+        invocation,
     };
     match launch::launch(opts) {
         Ok(never) => match never {},

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use vmwarden::config::rawpath::show;
 use vmwarden::config::text::{self, escape};
+use vmwarden::host::dirs;
 use vmwarden::teardown::{adopt, purge, reap, verify};
 use vmwarden::unit;
 use vmwarden::{control, Error};
@@ -70,6 +71,11 @@ fn status(roots: &Roots, names: &[VmName], all: bool, as_json: bool) -> Result<E
 fn run(cli: Cli) -> Result<ExitCode, Error> {
     let roots = cli.roots.roots();
     roots.validate()?;
+    // Every command that reads or changes the roots refuses one that is
+    // not vmwarden's alone (`/tmp` given as a root) before it starts.
+    if !matches!(cli.cmd, Cmd::RenderUnit(_) | Cmd::Generate { .. }) {
+        check_roots(&roots)?;
+    }
     match cli.cmd {
         Cmd::Status {
             names,
@@ -106,6 +112,13 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         }
         Cmd::Generate { out } => generate(&out),
     }
+}
+
+/// Both roots, when they exist, are root's and writable by nobody else.
+fn check_roots(roots: &Roots) -> Result<(), Error> {
+    dirs::check_root(&roots.runtime_root, "--runtime-root")?;
+    dirs::check_root(&roots.state_root, "--state-root")?;
+    Ok(())
 }
 
 fn ok_or_failure(ok: bool) -> ExitCode {

@@ -112,6 +112,129 @@ fn parse_pids(bytes: &[u8]) -> Vec<u32> {
     out
 }
 
+/// What systemd tells a process it started for a unit, read from the
+/// launcher's environment before it is cleared: the unit's invocation id
+/// (`$INVOCATION_ID`, 32 hex digits, new for every start of the unit; the
+/// same id is the `trusted.invocation_id` attribute of the unit's cgroup)
+/// and the pid systemd executed (`$SYSTEMD_EXEC_PID`, systemd 248 and
+/// later: equal to the caller's own pid only in the process systemd
+/// started, not in anything that process forked). Both are inherited by
+/// children, and `trusted.*` attributes only a process with
+/// `CAP_SYS_ADMIN` can set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Invocation {
+    pub id: Option<String>,
+    pub exec_pid: Option<u32>,
+}
+
+impl Invocation {
+    /// From the environment variables as `get` reads them.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Invocation {
+        Invocation {
+            id: get("INVOCATION_ID"),
+            exec_pid: get("SYSTEMD_EXEC_PID").and_then(|p| p.trim().parse().ok()),
+        }
+    }
+}
+
+/// The extended attribute systemd sets on a unit's cgroup.
+const INVOCATION_XATTR: &std::ffi::CStr = c"trusted.invocation_id";
+
+/// Why a cgroup named after the VM's unit is not taken as the unit that
+/// started this launch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotTheUnit {
+    /// No `$INVOCATION_ID` (not started by systemd), or not 32 hex digits.
+    NoInvocationId,
+    /// `$SYSTEMD_EXEC_PID` is not the launcher's pid: a process the unit
+    /// started forked it (a shell in a unit's cgroup, say), or systemd did
+    /// not say.
+    NotExecutedBySystemd(Option<u32>),
+    /// The cgroup has no `trusted.invocation_id`, or another one.
+    OtherInvocation(Option<String>),
+}
+
+impl std::fmt::Display for NotTheUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotTheUnit::NoInvocationId => {
+                write!(f, "the launcher has no $INVOCATION_ID of systemd's")
+            }
+            NotTheUnit::NotExecutedBySystemd(p) => write!(
+                f,
+                "systemd did not start the launcher itself ($SYSTEMD_EXEC_PID {})",
+                p.map_or_else(|| "unset".to_string(), |p| p.to_string())
+            ),
+            NotTheUnit::OtherInvocation(x) => write!(
+                f,
+                "the cgroup's trusted.invocation_id is {}, not the launcher's $INVOCATION_ID",
+                x.as_deref().unwrap_or("unset")
+            ),
+        }
+    }
+}
+
+/// 32 hex digits (systemd's `sd_id128_to_string`), lower case.
+fn invocation_id(s: &str) -> Option<String> {
+    let s = s.trim();
+    (s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit())).then(|| s.to_ascii_lowercase())
+}
+
+/// The cgroup directory `dir`'s `trusted.invocation_id`, if it has one.
+fn cgroup_invocation_id(dir: &OwnedFd) -> Option<String> {
+    let mut buf = [0u8; 64];
+    // SAFETY: fgetxattr(2) on an fd we own, a NUL-terminated name, and a
+    // buffer of the length given; it writes at most that many bytes.
+    let n = unsafe {
+        libc::fgetxattr(
+            dir.as_raw_fd(),
+            INVOCATION_XATTR.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    let n = usize::try_from(n).ok()?;
+    std::str::from_utf8(buf.get(..n)?)
+        .ok()
+        .and_then(invocation_id)
+}
+
+/// Whether the unit that started this launch is the one whose cgroup
+/// `dir` is: systemd executed the launcher itself (`$SYSTEMD_EXEC_PID` is
+/// its pid) with the invocation id the cgroup carries.
+fn started_by_unit_of(dir: &OwnedFd, inv: &Invocation, me: u32) -> Result<(), NotTheUnit> {
+    let id = inv
+        .id
+        .as_deref()
+        .and_then(invocation_id)
+        .ok_or(NotTheUnit::NoInvocationId)?;
+    if inv.exec_pid != Some(me) {
+        return Err(NotTheUnit::NotExecutedBySystemd(inv.exec_pid));
+    }
+    match cgroup_invocation_id(dir) {
+        Some(on_cgroup) if on_cgroup == id => Ok(()),
+        other => Err(NotTheUnit::OtherInvocation(other)),
+    }
+}
+
+/// Why the caller's cgroup stands for one VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dedicated {
+    /// It holds the caller and nobody else.
+    Alone,
+    /// It is the cgroup of the unit that started the caller.
+    StartedByItsUnit,
+}
+
+impl std::fmt::Display for Dedicated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Dedicated::Alone => "it held only the launcher",
+            Dedicated::StartedByItsUnit => "the unit that started this launch",
+        })
+    }
+}
+
 /// Why the caller's cgroup cannot stand for one VM.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotDedicated {
@@ -122,6 +245,10 @@ pub enum NotDedicated {
     /// The cgroup holds other processes too (a login session, a shell's
     /// scope): it cannot tell the VM's processes from theirs.
     Shared(Vec<u32>),
+    /// The cgroup is named after the VM's unit and holds other processes,
+    /// but it is not the unit that started this launch (`getty@tty1.service`
+    /// for a VM named `tty1`).
+    OtherUnit(Vec<u32>, NotTheUnit),
     /// The cgroup directory could not be opened or read.
     Unreadable(PathBuf, Errno),
 }
@@ -134,6 +261,10 @@ impl std::fmt::Display for NotDedicated {
             NotDedicated::Shared(p) => {
                 write!(f, "the launcher's cgroup also holds pids {p:?}")
             }
+            NotDedicated::OtherUnit(p, why) => write!(
+                f,
+                "the launcher's cgroup also holds pids {p:?} and is named after the VM's unit, but {why}"
+            ),
             NotDedicated::Unreadable(p, e) => write!(f, "{}: {e}", p.display()),
         }
     }
@@ -141,12 +272,19 @@ impl std::fmt::Display for NotDedicated {
 
 /// The caller's cgroup, when it stands for the VM named `unit_instance`
 /// that the caller is about to become, so that everything in it later is
-/// the VM's: it holds the caller and nobody else, or it is the VM's own
-/// unit's cgroup (its name `PREFIX@NAME.service`, as every vmwarden unit
-/// template names it), where systemd puts nothing but that unit's
+/// the VM's: it holds the caller and nobody else, or it is the cgroup of
+/// the VM's own unit, where systemd puts nothing but that unit's
 /// processes — at `ExecStart=` the unit's `ExecStartPost=` (`wait-ready`)
-/// already runs beside the launcher.
-pub fn own_dedicated(unit_instance: &str) -> Result<Cgroup, NotDedicated> {
+/// may already run beside the launcher. The VM's own unit is the one that
+/// started this launch: its cgroup is named `PREFIX@NAME.service` (as
+/// every vmwarden unit template names it), systemd executed the launcher
+/// itself, and the cgroup's `trusted.invocation_id` is the launcher's
+/// `$INVOCATION_ID` ([`Invocation`]). A name alone is not enough:
+/// `getty@tty1.service` is named like the unit of a VM called `tty1`.
+pub fn own_dedicated(
+    unit_instance: &str,
+    inv: &Invocation,
+) -> Result<(Cgroup, Dedicated), NotDedicated> {
     let mount = mount_point().ok_or(NotDedicated::NoHierarchy)?;
     let rel = own_path().ok_or(NotDedicated::NoHierarchy)?;
     let rel = rel.trim_start_matches('/');
@@ -161,12 +299,15 @@ pub fn own_dedicated(unit_instance: &str) -> Result<Cgroup, NotDedicated> {
     read_at(&dir, "cgroup.procs", &mut buf).map_err(unreadable)?;
     let me = std::process::id();
     let pids = parse_pids(&buf);
-    if pids != [me] && !is_unit_cgroup_of(&path, unit_instance) {
-        return Err(NotDedicated::Shared(
-            pids.into_iter().filter(|p| *p != me).collect(),
-        ));
+    if pids == [me] {
+        return Ok((Cgroup { path, id }, Dedicated::Alone));
     }
-    Ok(Cgroup { path, id })
+    let others: Vec<u32> = pids.into_iter().filter(|p| *p != me).collect();
+    if !is_unit_cgroup_of(&path, unit_instance) {
+        return Err(NotDedicated::Shared(others));
+    }
+    started_by_unit_of(&dir, inv, me).map_err(|why| NotDedicated::OtherUnit(others, why))?;
+    Ok((Cgroup { path, id }, Dedicated::StartedByItsUnit))
 }
 
 /// Whether the cgroup directory `path` is a templated unit's for the
@@ -329,6 +470,51 @@ mod tests {
             "/sys/fs/cgroup/system.slice/vmwarden@web.scope",
             "web"
         ));
+    }
+
+    #[test]
+    fn the_invocation_is_read_from_systemds_variables() {
+        let vars = |k: &str| match k {
+            "INVOCATION_ID" => Some("6B1F2A9C0D3E4F5A8B7C6D5E4F3A2B1C".to_string()),
+            "SYSTEMD_EXEC_PID" => Some("4242".to_string()),
+            _ => None,
+        };
+        let inv = Invocation::from_env(vars);
+        assert_eq!(inv.exec_pid, Some(4242));
+        assert_eq!(
+            inv.id.as_deref().and_then(invocation_id).as_deref(),
+            Some("6b1f2a9c0d3e4f5a8b7c6d5e4f3a2b1c")
+        );
+        assert_eq!(Invocation::from_env(|_| None), Invocation::default());
+        for bad in [
+            "",
+            "6b1f",
+            "6b1f2a9c0d3e4f5a8b7c6d5e4f3a2b1z",
+            "6b1f2a9c-0d3e-4f5a-8b7c-6d5e4f3a2b1c",
+        ] {
+            assert_eq!(invocation_id(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_unit_named_cgroup_without_the_launchs_invocation_is_not_its_unit() {
+        // A directory that is no cgroup carries no trusted.invocation_id.
+        let dir = openat(AT_FDCWD, "/", DIR_FLAGS, Mode::empty()).unwrap();
+        let me = std::process::id();
+        let id = Some("6b1f2a9c0d3e4f5a8b7c6d5e4f3a2b1c".to_string());
+        let inv = |id: Option<String>, exec_pid| Invocation { id, exec_pid };
+        assert_eq!(
+            started_by_unit_of(&dir, &inv(None, Some(me)), me),
+            Err(NotTheUnit::NoInvocationId)
+        );
+        assert_eq!(
+            started_by_unit_of(&dir, &inv(id.clone(), Some(1)), me),
+            Err(NotTheUnit::NotExecutedBySystemd(Some(1)))
+        );
+        assert_eq!(
+            started_by_unit_of(&dir, &inv(id, Some(me)), me),
+            Err(NotTheUnit::OtherInvocation(None))
+        );
     }
 
     #[test]

@@ -28,6 +28,14 @@ pub enum Refusal {
     ForeignOwner { found: u32, expected: u32 },
     #[error("has mode {mode:04o}, looser than {wanted:04o}; its contents cannot be trusted, fix or remove it by hand")]
     LooseMode { mode: u32, wanted: u32 },
+    /// A runtime or state root that others may write (`/tmp`, `/var/tmp`,
+    /// `/dev/shm`): named by its flag, never tightened.
+    #[error("{flag}: is {what} (mode {mode:04o}): other users may have put files in it, and vmwarden never takes over a directory it does not own (it would make it root's 0755, and reap would count their files as its own); give {flag} a directory of vmwarden's own (the default, or one made with `install -d -m 0755 -o root -g root DIR`)")]
+    SharedRoot {
+        flag: &'static str,
+        what: &'static str,
+        mode: u32,
+    },
     #[error("vanished while it was being created")]
     Vanished,
     #[error("has no parent directory")]
@@ -88,6 +96,50 @@ pub enum Loose {
     Refuse,
     /// Tighten to the wanted mode (the directory's contents are checked elsewhere).
     Tighten,
+    /// A runtime or state root, named by its flag (`--runtime-root`):
+    /// refused when group or others may write it or it is sticky (a
+    /// directory others may have put files in is not vmwarden's to take
+    /// over); other loose bits are tightened.
+    Root(&'static str),
+}
+
+/// The bits that make a directory others' too: group or other write, sticky.
+const SHARED_BITS: u32 = 0o1022;
+
+/// Why a directory with `mode` is shared, in words; `None` when it is not.
+fn shared(mode: u32) -> Option<&'static str> {
+    let sticky = mode & 0o1000 != 0;
+    Some(match (mode & 0o002 != 0, mode & 0o020 != 0, sticky) {
+        (true, _, true) => "world-writable and sticky, like /tmp",
+        (true, _, false) => "world-writable",
+        (false, true, true) => "group-writable and sticky",
+        (false, true, false) => "group-writable",
+        (false, false, true) => "sticky (a directory meant for other users' files)",
+        (false, false, false) => return None,
+    })
+}
+
+/// The owner and mode of a runtime or state root: root's, 0755; shared
+/// bits refused, naming `flag`.
+pub fn root_want(flag: &'static str) -> Want {
+    Want {
+        uid: 0,
+        gid: 0,
+        mode: 0o755,
+        loose: Loose::Root(flag),
+    }
+}
+
+/// Refuse a runtime or state root that exists and is not vmwarden's alone:
+/// another owner, or writable by others or sticky ([`Loose::Root`]).
+/// Every binary calls this for both roots before it reads or changes
+/// anything under them; a root that does not exist yet passes (it is made
+/// root's 0755).
+pub fn check_root(path: &Path, flag: &'static str) -> Result<()> {
+    match open_dir_if_exists(path)? {
+        Some(dir) => check(&dir, &root_want(flag)).map(drop),
+        None => Ok(()),
+    }
 }
 
 /// The owner and mode a directory must have.
@@ -205,6 +257,14 @@ fn check(dir: &Dir, want: &Want) -> Result<FileStat> {
         ));
     }
     let mode = st.st_mode & 0o7777;
+    if let Loose::Root(flag) = want.loose {
+        if let Some(what) = shared(mode & SHARED_BITS) {
+            return Err(DirError::refused(
+                &dir.path,
+                Refusal::SharedRoot { flag, what, mode },
+            ));
+        }
+    }
     if mode & !want.mode != 0 && want.loose == Loose::Refuse {
         return Err(DirError::refused(
             &dir.path,
@@ -217,8 +277,15 @@ fn check(dir: &Dir, want: &Want) -> Result<FileStat> {
     Ok(st)
 }
 
+/// [`check`], for a directory the caller opened: refuses what `want` does,
+/// changes nothing.
+pub fn check_dir(dir: &Dir, want: &Want) -> Result<()> {
+    check(dir, want).map(drop)
+}
+
 /// Check `dir` against `want`: refuse a foreign owner, refuse or tighten
-/// loose bits, fix the group and any missing owner bits.
+/// loose bits (a root's shared bits are always refused), fix the group and
+/// any missing owner bits.
 pub fn enforce(dir: &Dir, want: &Want) -> Result<()> {
     let st = check(dir, want)?;
     if st.st_gid != want.gid {
@@ -306,8 +373,9 @@ pub fn split_parent_if_exists(path: &Path) -> Result<(Option<Dir>, String)> {
 
 /// A root directory (the runtime or state root): `opened` when the caller
 /// has it open already (its pre-flight), checked against `want` again
-/// (loose bits tightened, as [`ensure`] would); otherwise created in its
-/// parent if missing, as [`ensure`] does.
+/// (as [`ensure`] would: with [`root_want`], shared bits refused and other
+/// loose bits tightened); otherwise created in its parent if missing, as
+/// [`ensure`] does.
 pub fn ensure_root(path: &Path, opened: Option<Dir>, want: &Want) -> Result<Dir> {
     if let Some(dir) = opened {
         enforce(&dir, want)?;
@@ -429,4 +497,26 @@ pub fn read_small(dir: &Dir, name: &str, max: u64) -> Result<Option<Vec<u8>>> {
     let mut bytes = Vec::with_capacity(usize::try_from(md.len()).unwrap_or(0).saturating_add(1));
     f.take(max).read_to_end(&mut bytes).io("read", path)?;
     Ok(Some(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shared;
+
+    #[test]
+    fn a_root_others_may_write_or_a_sticky_one_is_shared() {
+        assert_eq!(
+            shared(0o1777 & SHARED),
+            Some("world-writable and sticky, like /tmp")
+        );
+        assert_eq!(shared(0o777 & SHARED), Some("world-writable"));
+        assert_eq!(shared(0o775 & SHARED), Some("group-writable"));
+        assert_eq!(shared(0o3775 & SHARED), Some("group-writable and sticky"));
+        assert!(shared(0o1755 & SHARED).is_some_and(|w| w.starts_with("sticky")));
+        for mine in [0o755, 0o700, 0o2755, 0o4755, 0o711] {
+            assert_eq!(shared(mine & SHARED), None, "{mine:o}");
+        }
+    }
+
+    const SHARED: u32 = super::SHARED_BITS;
 }

@@ -8,10 +8,14 @@
 //! as long as some process holds that fd: when the hypervisor dies, whatever
 //! killed it, the kernel deletes the tap.
 //!
-//! Firecracker cannot take an fd: it opens its tap by name. For it the tap
-//! is made persistent and owned by the VM's principal ([`persist_for`]), so
-//! only that uid can attach to it; it outlives the hypervisor, and cleanup
-//! deletes it as a resource of the VM (it is in the intent record).
+//! Firecracker cannot take an fd: it opens its tap by name. The kernel lets
+//! a process without CAP_NET_ADMIN attach by name to a tap its uid owns
+//! *and to any tap that has neither owner nor group* (`tun_not_capable` in
+//! drivers/net/tun.c), which a VPN's tun or an `ip tuntap add` without
+//! `user` is. So firecracker runs in a network namespace of its own that
+//! holds nothing but its taps (made persistent and the principal's there,
+//! [`persist_for`]), each joined to the host by a veth pair and tc
+//! redirects ([`ns_link`]); `launch::netns` builds it.
 //!
 //! Netlink is spoken synchronously on one `NETLINK_ROUTE` socket
 //! (`netlink-sys`'s blocking `Socket`, messages from `netlink-packet-route`):
@@ -32,6 +36,8 @@ use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
 use crate::config::names::{TapName, TAP_PREFIX};
 use crate::host::sys::{IoContext, IoError, SysContext, SysError};
+
+pub mod ns_link;
 
 pub const TUN_DEVICE: &str = "/dev/net/tun";
 pub const SYS_CLASS_NET: &str = "/sys/class/net";
@@ -120,6 +126,9 @@ pub struct Link {
     pub index: u32,
     pub kind: Option<InfoKind>,
     pub controller: Option<u32>,
+    /// `IFLA_LINK_NETNSID`: the link's peer (a veth's other end) is in
+    /// another network namespace.
+    pub peer_elsewhere: bool,
 }
 
 impl Rtnl {
@@ -201,6 +210,7 @@ impl Rtnl {
                 };
                 let mut kind = None;
                 let mut controller = None;
+                let mut peer_elsewhere = false;
                 for a in &l.attributes {
                     match a {
                         LinkAttribute::LinkInfo(infos) => {
@@ -211,6 +221,7 @@ impl Rtnl {
                             }
                         }
                         LinkAttribute::Controller(c) => controller = Some(*c),
+                        LinkAttribute::LinkNetNsId(_) => peer_elsewhere = true,
                         _ => {}
                     }
                 }
@@ -218,6 +229,7 @@ impl Rtnl {
                     index: l.header.index,
                     kind,
                     controller,
+                    peer_elsewhere,
                 }))
             }
             Err(e) if matches!(e.link_errno(), Some(libc::ENODEV | libc::ENOENT)) => Ok(None),

@@ -1,9 +1,12 @@
-//! The shared libraries an ELF executable names (`DT_NEEDED`), read from
-//! its headers without running it: how the launcher tells, in microseconds,
-//! that a QEMU was built with seccomp (it links libseccomp) instead of
-//! starting it (tens of milliseconds). 64-bit little-endian ELF only
-//! (x86_64, aarch64, riscv64); anything else answers `None` and the caller
-//! asks the binary itself.
+//! What an ELF executable says about its build, read without running it:
+//! the shared libraries it names (`DT_NEEDED`: a QEMU built with seccomp
+//! links libseccomp) and whether its loaded, read-only data holds a string
+//! (a cloud-hypervisor built with the `fw_cfg` feature holds its option's
+//! name). The launcher tells a feature this way in well under a
+//! millisecond, without starting a binary root is about to hand a VM.
+//! 64-bit little-endian ELF only (x86_64, aarch64, riscv64); anything else
+//! answers `None` and the caller asks the binary itself, in the sandbox
+//! (`launch::probe`).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -11,6 +14,8 @@ use std::path::Path;
 
 const PT_LOAD: u32 = 1;
 const PT_DYNAMIC: u32 = 2;
+/// `p_flags`: the segment is writable (no string constant lives there).
+const PF_W: u32 = 2;
 const DT_NULL: u64 = 0;
 const DT_NEEDED: u64 = 1;
 const DT_STRTAB: u64 = 5;
@@ -23,6 +28,11 @@ const MAX_STRSZ: u64 = 1 << 20;
 const MAX_NAME: u64 = 256;
 /// Largest span of the string table read in one go for the names.
 const MAX_WINDOW: u64 = 64 * 1024;
+/// Bytes of read-only segments searched by [`contains`] (a
+/// cloud-hypervisor's are 6 MiB; the string is found in its first).
+const MAX_SCAN: u64 = 256 << 20;
+/// [`contains`] reads this much at a time.
+const SCAN_CHUNK: usize = 1 << 20;
 
 fn u16_at(b: &[u8], o: usize) -> Option<u16> {
     Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?))
@@ -40,12 +50,20 @@ fn read_at(f: &File, off: u64, len: usize) -> Option<Vec<u8>> {
     Some(b)
 }
 
-/// `DT_NEEDED` names of the ELF file at `path`; `None` when it is not a
-/// 64-bit little-endian dynamically linked ELF file (a script, a static
-/// binary, another format) or cannot be read.
-pub fn needed(path: &Path) -> Option<Vec<String>> {
-    let f = File::open(path).ok()?;
-    let eh = read_at(&f, 0, 64)?;
+/// One program header: type, flags, file offset, virtual address, size in
+/// the file.
+struct Segment {
+    ty: u32,
+    flags: u32,
+    off: u64,
+    vaddr: u64,
+    filesz: u64,
+}
+
+/// The program headers of the 64-bit little-endian ELF file `f`; `None`
+/// when it is not one (a script, another format) or cannot be read.
+fn segments(f: &File) -> Option<Vec<Segment>> {
+    let eh = read_at(f, 0, 64)?;
     if &eh[..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
         return None;
     }
@@ -55,16 +73,73 @@ pub fn needed(path: &Path) -> Option<Vec<String>> {
     if phentsize < 56 || phnum == 0 || phnum > MAX_PHNUM {
         return None;
     }
-    let ph = read_at(&f, phoff, phentsize * phnum)?;
+    let ph = read_at(f, phoff, phentsize * phnum)?;
+    (0..phnum)
+        .map(|i| {
+            let p = &ph[i * phentsize..];
+            Some(Segment {
+                ty: u32_at(p, 0)?,
+                flags: u32_at(p, 4)?,
+                off: u64_at(p, 8)?,
+                vaddr: u64_at(p, 16)?,
+                filesz: u64_at(p, 32)?,
+            })
+        })
+        .collect()
+}
+
+/// Does the ELF file at `path` hold the bytes `needle` in a loaded segment
+/// that is not writable (where a program's string constants are)? `None`
+/// when it is not a 64-bit little-endian ELF file or cannot be read. Reads
+/// the segments in file order, a chunk at a time, and stops at the first
+/// match (at most [`MAX_SCAN`] bytes).
+pub fn contains(path: &Path, needle: &[u8]) -> Option<bool> {
+    if needle.is_empty() || needle.len() > SCAN_CHUNK {
+        return None;
+    }
+    let f = File::open(path).ok()?;
+    let mut read_only: Vec<Segment> = segments(&f)?
+        .into_iter()
+        .filter(|s| s.ty == PT_LOAD && s.flags & PF_W == 0)
+        .collect();
+    read_only.sort_by_key(|s| s.off);
+    let finder = memchr::memmem::Finder::new(needle);
+    let overlap = needle.len() - 1;
+    let mut budget = MAX_SCAN;
+    let mut buf = vec![0u8; SCAN_CHUNK + overlap];
+    for s in read_only {
+        let end = s.off.checked_add(s.filesz)?;
+        let mut at = s.off;
+        // Bytes carried over from the previous chunk, so that a match
+        // across the boundary is found.
+        let mut kept = 0usize;
+        while at < end && budget > 0 {
+            let want = usize::try_from((end - at).min(budget).min(SCAN_CHUNK as u64)).ok()?;
+            f.read_exact_at(&mut buf[kept..kept + want], at).ok()?;
+            if finder.find(&buf[..kept + want]).is_some() {
+                return Some(true);
+            }
+            let have = kept + want;
+            kept = overlap.min(have);
+            buf.copy_within(have - kept..have, 0);
+            at += want as u64;
+            budget -= want as u64;
+        }
+    }
+    Some(false)
+}
+
+/// `DT_NEEDED` names of the ELF file at `path`; `None` when it is not a
+/// 64-bit little-endian dynamically linked ELF file (a script, a static
+/// binary, another format) or cannot be read.
+pub fn needed(path: &Path) -> Option<Vec<String>> {
+    let f = File::open(path).ok()?;
     let mut loads = Vec::new();
     let mut dynamic = None;
-    for i in 0..phnum {
-        let p = &ph[i * phentsize..];
-        let (ty, off, vaddr, filesz) =
-            (u32_at(p, 0)?, u64_at(p, 8)?, u64_at(p, 16)?, u64_at(p, 32)?);
-        match ty {
-            PT_LOAD => loads.push((vaddr, off, filesz)),
-            PT_DYNAMIC => dynamic = Some((off, filesz)),
+    for s in segments(&f)? {
+        match s.ty {
+            PT_LOAD => loads.push((s.vaddr, s.off, s.filesz)),
+            PT_DYNAMIC => dynamic = Some((s.off, s.filesz)),
             _ => {}
         }
     }
@@ -135,6 +210,18 @@ mod tests {
         assert_eq!(links_libseccomp(&me), Some(false));
     }
 
+    /// A string constant of this test, as the compiled binary holds it.
+    const MARKER: &str = "vmwarden-elf-contains-marker-7f3a";
+
+    #[test]
+    fn finds_a_string_constant_of_this_test_binary_and_not_an_absent_one() {
+        let me = std::env::current_exe().unwrap();
+        assert_eq!(contains(&me, MARKER.as_bytes()), Some(true));
+        // Built at run time: the bytes are in no segment of the file.
+        let absent: String = MARKER.chars().rev().collect::<String>() + "-absent";
+        assert_eq!(contains(&me, absent.as_bytes()), Some(false));
+    }
+
     #[test]
     fn a_script_is_not_judged() {
         let d = tempfile::tempdir().unwrap();
@@ -142,5 +229,6 @@ mod tests {
         std::fs::write(&p, "#!/bin/sh\nexit 0\n").unwrap();
         assert_eq!(needed(&p), None);
         assert_eq!(links_libseccomp(&p), None);
+        assert_eq!(contains(&p, b"exit"), None);
     }
 }

@@ -359,8 +359,9 @@ pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
 }
 
 /// firecracker's `--config-file` contents: no secrets. Its taps are named
-/// (firecracker opens them itself; the launcher made them persistent and
-/// the principal's), its hybrid vsock is a unix socket in `control_dir`.
+/// (firecracker opens them itself; the launcher made them, persistent and
+/// the principal's, in the network namespace firecracker runs in, which
+/// holds no other tap), its hybrid vsock is a unix socket in `control_dir`.
 pub fn firecracker_config(spec: &Spec, control_dir: &Path) -> String {
     let mut boot = json!({
         "kernel_image_path": spec.kernel,
@@ -450,30 +451,20 @@ pub enum SandboxProbe {
     Unsupported(String),
 }
 
-/// Does this QEMU accept `-sandbox QEMU_SANDBOX`? `-help` is no answer:
-/// QEMU lists `-sandbox` there whether or not it was built with seccomp.
-/// QEMU parses options in order and exits on an unsupported `-sandbox`
-/// before it reaches `-version`, which prints and exits before anything is
-/// set up. See [`run_as_principal`] for how it runs. `Err`: it could not
-/// be run or did not exit by itself.
-pub fn qemu_sandbox_probe(
-    binary: &Path,
-    uid: u32,
-    gid: u32,
-    timeout: std::time::Duration,
-) -> Result<SandboxProbe, String> {
-    let (status, _, err) = run_as_principal(
-        binary,
-        &["-sandbox", QEMU_SANDBOX, "-version"],
-        uid,
-        gid,
-        timeout,
-    )?;
-    match status {
-        0 => Ok(SandboxProbe::Supported),
-        _ => Ok(SandboxProbe::Unsupported(
-            err.lines().next().unwrap_or("").trim().to_string(),
-        )),
+/// The arguments that ask a QEMU whether it accepts `-sandbox
+/// QEMU_SANDBOX`. `-help` is no answer: QEMU lists `-sandbox` there whether
+/// or not it was built with seccomp. QEMU parses options in order and exits
+/// on an unsupported `-sandbox` before it reaches `-version`, which prints
+/// and exits before anything is set up. Asked only when the ELF cannot
+/// tell ([`elf::links_libseccomp`]), in the sandbox (`launch::probe`).
+pub const QEMU_SANDBOX_PROBE: [&str; 3] = ["-sandbox", QEMU_SANDBOX, "-version"];
+
+/// [`QEMU_SANDBOX_PROBE`]'s answer from the exit code and stderr of a QEMU
+/// that exited by itself.
+pub fn qemu_sandbox_verdict(code: i32, stderr: &str) -> SandboxProbe {
+    match code {
+        0 => SandboxProbe::Supported,
+        _ => SandboxProbe::Unsupported(first_line(stderr)),
     }
 }
 
@@ -481,106 +472,45 @@ pub fn qemu_sandbox_probe(
 /// `fw_cfg` feature (credentials need it).
 pub const CH_FW_CFG_OPTION: &str = "--fw-cfg-config";
 
-/// Does this cloud-hypervisor have the `fw_cfg` feature? Its `--help`
+/// Does this cloud-hypervisor binary hold its `fw_cfg` option's name in its
+/// read-only data? Every place cloud-hypervisor's sources spell
+/// `fw-cfg-config` (the clap argument, its parser and its errors) is
+/// compiled only with the `fw_cfg` feature, and the option cannot exist
+/// without the name: `true` answers for the build without running it
+/// (well under a millisecond). `false` (not found, or not an ELF file this
+/// reader knows, e.g. a wrapper script): ask the binary
+/// ([`CH_FW_CFG_PROBE`], in the sandbox).
+pub fn cloud_hypervisor_fw_cfg_in_elf(binary: &Path) -> bool {
+    let name = CH_FW_CFG_OPTION.trim_start_matches('-');
+    elf::contains(binary, name.as_bytes()) == Some(true)
+}
+
+/// The arguments that ask a cloud-hypervisor for its options: its `--help`
 /// lists every option the build has (clap renders the help from the
-/// options compiled in, and `--fw-cfg-config` is compiled only with the
-/// feature); a few milliseconds, nothing set up. `Err`: it could not be
-/// run, did not exit by itself, or `--help` failed.
-pub fn cloud_hypervisor_has_fw_cfg(
-    binary: &Path,
-    uid: u32,
-    gid: u32,
-    timeout: std::time::Duration,
+/// options compiled in).
+pub const CH_FW_CFG_PROBE: [&str; 1] = ["--help"];
+
+/// [`CH_FW_CFG_PROBE`]'s answer from a cloud-hypervisor that exited by
+/// itself: does its help list [`CH_FW_CFG_OPTION`]? `Err` when `--help`
+/// failed.
+pub fn cloud_hypervisor_help_has_fw_cfg(
+    code: i32,
+    stdout: &str,
+    stderr: &str,
 ) -> Result<bool, String> {
-    let (status, out, err) = run_as_principal(binary, &["--help"], uid, gid, timeout)?;
-    if status != 0 {
+    if code != 0 {
         return Err(format!(
-            "`--help` exited with status {status}: {}",
-            err.lines().next().unwrap_or("").trim()
+            "`--help` exited with status {code}: {}",
+            first_line(stderr)
         ));
     }
-    Ok(out
+    Ok(stdout
         .lines()
         .any(|l| l.split_whitespace().next() == Some(CH_FW_CFG_OPTION)))
 }
 
-/// Most bytes read from a probe's stdout and stderr each.
-const PROBE_OUTPUT_MAX: u64 = 256 * 1024;
-
-/// Runs `binary ARGS` (already vetted as root-only writable) as `uid`/`gid`
-/// with no supplementary groups, `no_new_privs`, an empty environment and
-/// `/` as its working directory, bounded by `timeout`. Returns its exit
-/// code and the start of its stdout and stderr. `Err`: it could not be
-/// run, did not exit within `timeout`, or was killed by a signal.
-pub fn run_as_principal(
-    binary: &Path,
-    args: &[&str],
-    uid: u32,
-    gid: u32,
-    timeout: std::time::Duration,
-) -> Result<(i32, String, String), String> {
-    use std::io::Read;
-    use std::os::unix::process::{CommandExt, ExitStatusExt};
-    let mut cmd = std::process::Command::new(binary);
-    cmd.args(args)
-        .env_clear()
-        .current_dir("/")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let drop_to_principal = move || -> std::io::Result<()> {
-        let check = |rc: libc::c_int| {
-            if rc == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        };
-        // SAFETY: setgroups with a zero count reads no memory.
-        check(unsafe { libc::setgroups(0, std::ptr::null()) })?;
-        // SAFETY: setresgid takes plain integers.
-        check(unsafe { libc::setresgid(gid, gid, gid) })?;
-        // SAFETY: setresuid takes plain integers.
-        check(unsafe { libc::setresuid(uid, uid, uid) })?;
-        // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments only.
-        check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })
-    };
-    // SAFETY: the closure runs in the forked child before exec and only
-    // makes async-signal-safe system calls (setgroups, setresgid,
-    // setresuid, prctl), checking each; it allocates nothing.
-    unsafe {
-        cmd.pre_exec(drop_to_principal);
-    }
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run it: {e}"))?;
-    let shown = args.join(" ");
-    let end = std::time::Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break st,
-            Ok(None) if std::time::Instant::now() < end => {
-                std::thread::sleep(std::time::Duration::from_millis(2))
-            }
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("`{shown}` did not exit within {timeout:?}"));
-            }
-            Err(e) => return Err(format!("waiting for it: {e}")),
-        }
-    };
-    fn read_start(r: Option<impl Read>) -> String {
-        let mut s = Vec::new();
-        if let Some(r) = r {
-            let _ = r.take(PROBE_OUTPUT_MAX).read_to_end(&mut s);
-        }
-        String::from_utf8_lossy(&s).into_owned()
-    }
-    let out = read_start(child.stdout.take());
-    let err = read_start(child.stderr.take());
-    match (status.code(), status.signal()) {
-        (Some(code), _) => Ok((code, out, err)),
-        (None, sig) => Err(format!("`{shown}` was killed by signal {sig:?}")),
-    }
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").trim().to_string()
 }
 
 #[cfg(test)]

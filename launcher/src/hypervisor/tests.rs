@@ -248,7 +248,7 @@ fn spec_refuses_what_these_hypervisors_cannot_do_safely() {
         e.contains("`hypervisor.accel`") && e.contains("only on KVM"),
         "{e}"
     );
-    // Interfaces on firecracker pass (persistent taps of the principal).
+    // Interfaces on firecracker pass (taps of its own network namespace).
     let mut s = ch_spec();
     s.hypervisor.kind = HypervisorKind::Firecracker;
     s.validate(p, web).unwrap();

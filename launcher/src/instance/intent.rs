@@ -95,17 +95,42 @@ pub enum Resource {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         bridge: Option<String>,
     },
+    /// The hypervisor's own network namespace (firecracker with
+    /// interfaces: it opens its taps by name, so it runs where no other tap
+    /// exists; see `launch::netns`). Anonymous: it is held only by the
+    /// processes in it and ends with the last of them, taking everything
+    /// inside with it. Nothing to delete; its links are listed as
+    /// `ns-link`s.
+    NetNamespace {},
+    /// An interface of a VM in its own network namespace: the tap `name`
+    /// inside it (persistent, the principal's), and the veth pair joining
+    /// it to the host, `name` on the host's side (on `bridge`, like a tap
+    /// of the other hypervisors) and `peer` inside, with every frame
+    /// redirected between `peer` and the tap. The host's side dies with its
+    /// peer, which dies with the namespace; cleanup deletes a host side
+    /// that outlives the instance (the kernel tears a namespace down
+    /// asynchronously), verify-clean checks it is gone, `reap --apply`
+    /// deletes one whose VMs are all dead.
+    NsLink {
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bridge: Option<String>,
+        peer: String,
+    },
     /// A helper daemon the launcher forks for the hypervisor, run as the
-    /// principal (see launch::helpers): `virtiofsd` for share `tag`, or
-    /// `vhost-device-vsock`. `socket` is its vhost-user socket in
-    /// `control/` (removed by cleanup with the control dir). It dies with
-    /// the hypervisor (parent-death signal) and holds the lease meanwhile;
-    /// cleanup and verify-clean prove no process of the principal is left.
+    /// principal (see launch::helpers; `helper` is its entry's name):
+    /// `virtiofsd` for share `tag`, or `vhost-device-vsock`. `socket` is
+    /// the socket in `control/` the hypervisor connects to (removed by
+    /// cleanup with the control dir), absent for a helper reached
+    /// otherwise. It dies with the hypervisor (parent-death signal) and
+    /// holds the lease meanwhile; cleanup and verify-clean prove no process
+    /// of the principal is left.
     Helper {
         helper: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tag: Option<String>,
-        socket: PathBuf,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        socket: Option<PathBuf>,
     },
 }
 
@@ -143,13 +168,29 @@ impl Intent {
         })
     }
 
-    /// Tap names this record lists (a name that is not a tap name, which
-    /// the launcher never writes, is not one of vmwarden's taps).
+    /// The names of the VM's interfaces in the host's network namespace
+    /// this record lists: its taps and the host sides of its namespace's
+    /// links (a name that is not a tap name, which the launcher never
+    /// writes, is not one of vmwarden's).
     pub fn taps(&self) -> Vec<TapName> {
         self.resources
             .iter()
             .filter_map(|r| match r {
-                Resource::Tap { name, .. } => TapName::parse(name).ok(),
+                Resource::Tap { name, .. } | Resource::NsLink { name, .. } => {
+                    TapName::parse(name).ok()
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The host sides of the links of the VM's own network namespace this
+    /// record lists (`ns-link`).
+    pub fn ns_links(&self) -> Vec<TapName> {
+        self.resources
+            .iter()
+            .filter_map(|r| match r {
+                Resource::NsLink { name, .. } => TapName::parse(name).ok(),
                 _ => None,
             })
             .collect()

@@ -1,11 +1,13 @@
 //! The runtime-dir protocol that launch and teardown share: the flock lease,
-//! the intent record written before any resource exists, and the one
-//! liveness probe every tool believes.
+//! the intent record written before any resource exists, the one
+//! liveness probe every tool believes, and the marks that tell a runtime
+//! dir vmwarden made from one it did not.
 
 pub mod intent;
 pub mod launched;
 pub mod lease;
 pub mod liveness;
+pub mod marks;
 
 use crate::config::names::VmName;
 use crate::config::paths::Roots;

@@ -64,6 +64,15 @@ pub enum StepError {
     Net(#[from] NetError),
     #[error("network interface {tap}: RTM_GETLINK: the tap vanished right after TUNSETIFF")]
     TapVanished { tap: String },
+    /// A link of a firecracker VM's network namespace (`launch::netns`)
+    /// was gone, or of another kind, right after it was made.
+    #[error("network interface {link}: RTM_GETLINK: the {kind:?} link just made is {found}")]
+    LinkVanished {
+        link: String,
+        kind: InfoKind,
+        /// "gone", or what holds the name now.
+        found: String,
+    },
     /// `field` is the spec field naming the bridge (`interfaces[0].bridge`).
     #[error("network interface {field} {bridge:?}: RTM_GETLINK: the bridge disappeared during the launch")]
     BridgeGone { field: String, bridge: String },
@@ -156,6 +165,7 @@ impl StepError {
             StepError::AlreadyRunning { .. }
             | StepError::Ambiguous { .. }
             | StepError::TapVanished { .. }
+            | StepError::LinkVanished { .. }
             | StepError::BridgeGone { .. }
             | StepError::NoLongerABridge { .. }
             | StepError::Landlock(_)

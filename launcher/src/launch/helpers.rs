@@ -1,7 +1,9 @@
 //! The helper daemons: one `virtiofsd` per virtiofs share and
 //! `vhost-device-vsock` for QEMU's user vsock backend, each forked by the
 //! launcher inside the VM's mount namespace (after the credential tmpfs,
-//! before the launcher's own drop) and run as the VM's principal.
+//! before the launcher's own drop) and run as the VM's principal. What
+//! differs between them is data, one entry per kind in [`shape::TABLE`];
+//! this file starts any entry the same way.
 //!
 //! The child, before it `execve`s the daemon: drops to the principal with
 //! no supplementary group ([`sandbox::drop_privileges`], so every
@@ -15,14 +17,13 @@
 //! same process, so the death signal follows the hypervisor; the inherited
 //! lease keeps the VM "live" for as long as any helper somehow survives.
 //!
-//! Each virtiofsd is confined to a mount namespace rooted at its share
-//! (see `share_root`).
+//! A helper whose [`Root`] is its share (each virtiofsd) is confined to a
+//! mount namespace rooted at it (see `share_root`).
 //!
-//! virtiofsd gets its listening socket from root (`--fd`): given a path it
-//! would also create `<socket>.pid`, a regular file, and the helper's
-//! domain allows no regular file in `control/`. vhost-device-vsock has no
-//! such option: it makes its two sockets itself and the launcher waits for
-//! them.
+//! A [`Channel::Listener`] helper (virtiofsd) gets its listening socket
+//! from root as an fd; a [`Channel::OwnSockets`] helper
+//! (vhost-device-vsock) makes its sockets itself and the launcher waits
+//! for them.
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -40,8 +41,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{ForkResult, Gid, Pid, Uid};
 use seccompiler::BpfProgram;
 
-use crate::config::paths::{virtiofs_socket_name, VSOCK_SOCKET, VSOCK_VHOST_USER_SOCKET};
-use crate::config::spec::{HypervisorKind, LandlockMode, ShareProto, Spec, VsockBackend};
+use crate::config::spec::LandlockMode;
 use crate::host::dirs::Dir;
 use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal::Principal;
@@ -49,8 +49,12 @@ use crate::instance::lease::Lease;
 use crate::launch::syscall::Syscall;
 use crate::launch::{landlock, sandbox, seccomp, EXEC_PATH};
 
+mod shape;
 mod share_root;
 
+pub use shape::{
+    need_proc_sys, plan, Arg, Channel, Filter, Helper, HelperKind, Root, Shape, Share, TABLE,
+};
 use share_root::{confine_to_share, share_namespace};
 
 /// How long a helper may take to exec and (vhost-device-vsock) to make its
@@ -58,166 +62,6 @@ use share_root::{confine_to_share, share_namespace};
 /// ~10 ms; the bound only turns a hang into an error naming the helper.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(2);
-
-/// Which daemon a helper runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HelperKind {
-    Virtiofsd,
-    VhostDeviceVsock,
-}
-
-impl HelperKind {
-    /// The name the intent record and the log use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HelperKind::Virtiofsd => "virtiofsd",
-            HelperKind::VhostDeviceVsock => "vhost-device-vsock",
-        }
-    }
-}
-
-/// One helper the launch starts.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Helper {
-    pub kind: HelperKind,
-    /// The share's tag (virtiofsd).
-    pub tag: Option<String>,
-    /// The spec field naming the binary (`virtiofsd.binary`, `vsock.binary`).
-    pub binary_field: &'static str,
-    pub binary: PathBuf,
-    /// The vhost-user socket the hypervisor connects to, in `control/`.
-    pub socket: PathBuf,
-    /// vhost-device-vsock's host side (hybrid vsock), in `control/`.
-    pub host_socket: Option<PathBuf>,
-    /// The share (virtiofsd): its index in `shares`, source, read-only.
-    pub share: Option<(usize, PathBuf, bool)>,
-    /// The guest's CID (vhost-device-vsock).
-    pub cid: Option<u64>,
-    /// virtiofsd's `--thread-pool-size` (`virtiofsd.thread_pool_size`,
-    /// `"nproc"` resolved); none: virtiofsd's default, no pool.
-    pub thread_pool: Option<u32>,
-}
-
-impl Helper {
-    /// "virtiofsd for share `data`", "vhost-device-vsock": what errors name.
-    pub fn name(&self) -> String {
-        match &self.tag {
-            Some(t) => format!("{} for share `{t}`", self.kind.as_str()),
-            None => self.kind.as_str().to_string(),
-        }
-    }
-
-    /// The daemon's argv; `fd` is virtiofsd's listening socket.
-    pub fn argv(&self, fd: Option<RawFd>) -> Vec<String> {
-        let mut a = vec![self.binary.to_string_lossy().into_owned()];
-        match self.kind {
-            HelperKind::Virtiofsd => {
-                let (_, source, read_only) = self.share.as_ref().expect("virtiofsd has a share");
-                a.push(format!("--fd={}", fd.unwrap_or(-1)));
-                // Its root is the share (see the module docs); until then
-                // it touches nothing under this path.
-                let _ = source;
-                a.push("--shared-dir=/".into());
-                // The launcher's sandbox replaces virtiofsd's own (which
-                // needs a user namespace or CAP_SYS_ADMIN).
-                a.push("--sandbox=none".into());
-                a.push("--xattr".into());
-                a.push("--posix-acl".into());
-                // File handles need CAP_DAC_READ_SEARCH (open_by_handle_at),
-                // which it never has: `prefer` would try once, warn and
-                // fall back to this.
-                a.push("--inode-file-handles=never".into());
-                if let Some(n) = self.thread_pool {
-                    a.push(format!("--thread-pool-size={n}"));
-                }
-                if *read_only {
-                    a.push("--readonly".into());
-                }
-            }
-            HelperKind::VhostDeviceVsock => {
-                a.push(format!("--guest-cid={}", self.cid.unwrap_or(0)));
-                a.push(format!("--socket={}", self.socket.display()));
-                if let Some(h) = &self.host_socket {
-                    a.push(format!("--uds-path={}", h.display()));
-                }
-            }
-        }
-        a
-    }
-
-    /// The helper's own Landlock domain.
-    pub fn policy(&self, control_dir: &Path, vm_trees: &[PathBuf]) -> landlock::Policy {
-        let share = self
-            .share
-            .as_ref()
-            .map(|(i, p, ro)| (p.as_path(), *ro, format!("shares[{i}].source")));
-        let control = (self.kind == HelperKind::VhostDeviceVsock).then_some(control_dir);
-        landlock::helper_policy(&self.binary, self.binary_field, share, control, vm_trees)
-    }
-}
-
-/// Whether the VM's private `/proc` must keep its global files: virtiofsd
-/// reads `/proc/sys/fs/nr_open` at start (and exits without it), which a
-/// `subset=pid` procfs does not have.
-pub fn need_proc_sys(helpers: &[Helper]) -> bool {
-    helpers.iter().any(|h| h.kind == HelperKind::Virtiofsd)
-}
-
-/// The helpers `spec` needs, in start order: a virtiofsd per virtiofs share
-/// (QEMU and cloud-hypervisor alike), then vhost-device-vsock for QEMU's
-/// user backend (cloud-hypervisor serves its hybrid vsock itself).
-pub fn plan(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
-    let mut out = Vec::new();
-    if let Some(v) = &spec.virtiofsd {
-        for (i, sh) in spec.shares.iter().enumerate() {
-            if sh.proto != ShareProto::Virtiofs {
-                continue;
-            }
-            out.push(Helper {
-                kind: HelperKind::Virtiofsd,
-                tag: Some(sh.tag.clone()),
-                binary_field: "virtiofsd.binary",
-                binary: v.binary.clone(),
-                socket: control_dir.join(virtiofs_socket_name(&sh.tag)),
-                host_socket: None,
-                share: Some((i, sh.source.clone(), sh.read_only)),
-                cid: None,
-                thread_pool: v.thread_pool_size.map(|t| t.resolve(cpus_available())),
-            });
-        }
-    }
-    if let Some(v) = &spec.vsock {
-        if let (HypervisorKind::Qemu, VsockBackend::User, Some(b)) =
-            (spec.hypervisor.kind, v.backend, &v.binary)
-        {
-            out.push(Helper {
-                kind: HelperKind::VhostDeviceVsock,
-                tag: None,
-                binary_field: "vsock.binary",
-                binary: b.clone(),
-                socket: control_dir.join(VSOCK_VHOST_USER_SOCKET),
-                host_socket: Some(control_dir.join(VSOCK_SOCKET)),
-                share: None,
-                cid: Some(v.cid),
-                thread_pool: None,
-            });
-        }
-    }
-    out
-}
-
-/// The CPUs this process may run on (`sched_getaffinity`), for a pool of
-/// `"nproc"` threads; 1 when the kernel does not say.
-fn cpus_available() -> usize {
-    nix::sched::sched_getaffinity(Pid::from_raw(0))
-        .map(|set| {
-            (0..nix::sched::CpuSet::count())
-                .filter(|&c| set.is_set(c).unwrap_or(false))
-                .count()
-        })
-        .unwrap_or(1)
-        .max(1)
-}
 
 /// A helper that could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -275,6 +119,15 @@ pub struct Context<'a> {
     pub seccomp: &'a [BpfProgram],
 }
 
+impl Context<'_> {
+    /// The programs of seccomp filter `f`, in installation order.
+    fn programs(&self, f: Filter) -> &[BpfProgram] {
+        match f {
+            Filter::Launcher => self.seccomp,
+        }
+    }
+}
+
 impl std::fmt::Debug for Context<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
@@ -306,15 +159,16 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
         helper: h.name(),
         source,
     };
+    let shape = h.shape();
     // Stale sockets of a dead instance (cleanup normally removed them).
-    for p in std::iter::once(&h.socket).chain(h.host_socket.as_ref()) {
+    for p in &h.sockets {
         remove_stale(ctx.control, p).map_err(sys)?;
     }
-    let listener = match h.kind {
-        HelperKind::Virtiofsd => {
-            Some(bind_listener(ctx.control, &h.socket, ctx.principal).map_err(sys)?)
+    let listener = match (shape.channel, h.socket()) {
+        (Channel::Listener, Some(socket)) => {
+            Some(bind_listener(ctx.control, socket, ctx.principal).map_err(sys)?)
         }
-        HelperKind::VhostDeviceVsock => None,
+        _ => None,
     };
     let fd = listener.as_ref().map(AsRawFd::as_raw_fd);
     let argv = h.argv(fd);
@@ -357,9 +211,21 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
     {
         ForkResult::Child => {
             drop(status_r);
-            let share = h.share.as_ref().map(|(_, p, ro)| (p.as_path(), *ro));
+            let share = match shape.root {
+                Root::Share => h.share.as_ref().map(|s| (s.source.as_path(), s.read_only)),
+                Root::Vm => None,
+            };
             let err = child(
-                &principal, parent, &policy, ctx, fd, share, &c_prog, &c_argv, &c_env,
+                &principal,
+                parent,
+                &policy,
+                ctx,
+                ctx.programs(shape.filter),
+                fd,
+                share,
+                &c_prog,
+                &c_argv,
+                &c_env,
             );
             let msg = err.to_string();
             let _ = nix::unistd::write(&status_w, msg.as_bytes());
@@ -369,18 +235,18 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
         }
         ForkResult::Parent { child } => {
             drop(status_w);
-            // The hypervisor must not hold virtiofsd's listening socket.
+            // The hypervisor must not hold a helper's listening socket.
             drop(listener);
             wait_started(h, child, status_r, t0)?;
-            if let Some((_, share, _)) = &h.share {
-                if let Err(e) = confine_to_share(h, child, share, t0) {
+            if let (Root::Share, Some(share)) = (shape.root, &h.share) {
+                if let Err(e) = confine_to_share(h, child, &share.source, t0) {
                     let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
                     let _ = waitpid(child, None);
                     return Err(e);
                 }
             }
-            if h.kind == HelperKind::VhostDeviceVsock {
-                for s in std::iter::once(&h.socket).chain(h.host_socket.as_ref()) {
+            if shape.channel == Channel::OwnSockets {
+                for s in &h.sockets {
                     wait_socket(h, child, ctx.control, s, t0)?;
                 }
             }
@@ -399,6 +265,7 @@ fn child(
     parent: Pid,
     policy: &landlock::Policy,
     ctx: &Context<'_>,
+    filter: &[BpfProgram],
     listener: Option<RawFd>,
     share: Option<(&Path, bool)>,
     prog: &CString,
@@ -423,7 +290,7 @@ fn child(
         ctx.sys
             .landlock_restrict(policy, ctx.landlock)
             .map_err(|e| e.to_string())?;
-        seccomp::apply(ctx.sys, ctx.seccomp).map_err(|e| e.to_string())?;
+        seccomp::apply(ctx.sys, filter).map_err(|e| e.to_string())?;
         let mut keep = vec![ctx.lease.inherit_across_exec().map_err(|e| e.to_string())?];
         if let Some(fd) = listener {
             // SAFETY: `fd` is the listening socket the parent bound; it

@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use netlink_packet_route::link::InfoKind;
 use nix::errno::Errno;
 
-use crate::config::spec::{Spec, VsockSpec};
+use crate::config::spec::{InterfaceSpec, Spec, VsockSpec};
 use crate::host::net;
-use crate::identity::principal::Principal;
 use crate::launch::StepError;
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
@@ -49,10 +48,10 @@ pub fn open_vhost_vsock(vsock: Option<&VsockSpec>) -> Result<Option<std::os::fd:
     }
 }
 
-/// Create, address, attach and raise every tap of the spec.
-/// Firecracker's taps (it opens them by name) are then made persistent and
-/// owned by the principal (`owner`); their fds are not handed on.
-pub fn create_taps(spec: &Spec, owner: Option<&Principal>) -> Result<Vec<net::Tap>> {
+/// Create, address, attach and raise every tap of the spec, as fds for a
+/// hypervisor that takes them so (QEMU, cloud-hypervisor). Firecracker's
+/// interfaces are `launch::netns`'s.
+pub fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
     if spec.interfaces.is_empty() {
         return Ok(Vec::new());
     }
@@ -65,37 +64,33 @@ pub fn create_taps(spec: &Spec, owner: Option<&Principal>) -> Result<Vec<net::Ta
             .ok_or_else(|| StepError::TapVanished {
                 tap: n.tap.to_string(),
             })?;
-        // Re-checked here (the pre-flight ran before the lease): whatever
-        // holds the name now must still be a bridge.
-        let controller = match &n.bridge {
-            Some(b) => {
-                let field = format!("interfaces[{i}].bridge");
-                match rtnl.link(b.as_str())? {
-                    None => {
-                        return Err(StepError::BridgeGone {
-                            field,
-                            bridge: b.to_string(),
-                        })
-                    }
-                    Some(l) if l.kind != Some(InfoKind::Bridge) => {
-                        return Err(StepError::NoLongerABridge {
-                            field,
-                            bridge: b.to_string(),
-                            kind: l.kind,
-                        })
-                    }
-                    Some(l) => Some(l.index),
-                }
-            }
-            None => None,
-        };
+        let controller = bridge_index(&mut rtnl, i, n)?;
         let mac = spec.guest_mac(i).host_side();
         rtnl.configure(n.tap.as_str(), link.index, &mac.octets(), controller)?;
-        if let Some(p) = owner {
-            net::persist_for(&tap, p.uid, p.gid)?;
-        }
-        tracing::info!(step = %"taps", tap = %n.tap, bridge = ?n.bridge, persistent = owner.is_some(), "tap created");
+        tracing::info!(step = %"taps", tap = %n.tap, bridge = ?n.bridge, "tap created");
         taps.push(tap);
     }
     Ok(taps)
+}
+
+/// The ifindex of interface `i`'s bridge (`n`), if it names one.
+/// Re-checked here (the pre-flight ran before the lease): whatever holds
+/// the name now must still be a bridge.
+pub fn bridge_index(rtnl: &mut net::Rtnl, i: usize, n: &InterfaceSpec) -> Result<Option<u32>> {
+    let Some(b) = &n.bridge else {
+        return Ok(None);
+    };
+    let field = format!("interfaces[{i}].bridge");
+    match rtnl.link(b.as_str())? {
+        None => Err(StepError::BridgeGone {
+            field,
+            bridge: b.to_string(),
+        }),
+        Some(l) if l.kind != Some(InfoKind::Bridge) => Err(StepError::NoLongerABridge {
+            field,
+            bridge: b.to_string(),
+            kind: l.kind,
+        }),
+        Some(l) => Ok(Some(l.index)),
+    }
 }

@@ -102,8 +102,12 @@ pub const SYSTEM_READ: &[&str] = &[
 /// interfaces gets [`TUN_DEVICE`] too, see [`policy`]).
 pub const DEVICES_RW: &[&str] = &["/dev/null", "/dev/kvm"];
 
-/// The tun device firecracker opens to attach to its taps by name (the
-/// kernel lets it attach only to taps owned by its uid and gid).
+/// The tun device firecracker opens to attach to its taps by name. The
+/// kernel looks the name up in the caller's network namespace and lets a
+/// process without CAP_NET_ADMIN attach to a tap its uid and gid own *or to
+/// one with neither owner nor group*: granting the device is safe only
+/// because firecracker runs in a network namespace that holds nothing but
+/// its own taps (`launch::netns`).
 pub const TUN_DEVICE: &str = "/dev/net/tun";
 
 /// What a rule grants beneath its path.

@@ -4,7 +4,9 @@
 //! group to a file: [`preflight`] (the checks and trust walks before
 //! anything is created), [`interfaces`] (taps and the vhost-vsock device),
 //! [`control_files`] (what the control dir holds before the hypervisor
-//! starts), [`volumes`], [`helpers`], [`creds`], [`sandbox`] (with
+//! starts), [`netns`] (firecracker's network namespace, which holds only
+//! its taps), [`probe`] (asking a hypervisor binary about its build, in its
+//! confinement), [`volumes`], [`helpers`], [`creds`], [`sandbox`] (with
 //! [`landlock`] and [`seccomp`]; its errors in [`sandbox_error`], the
 //! privilege drop's self-check in [`drop_check`], every privileged call
 //! through [`syscall`]) and [`exec`]; [`resources`] is what the intent
@@ -18,7 +20,9 @@ pub mod exec;
 pub mod helpers;
 pub mod interfaces;
 pub mod landlock;
+pub mod netns;
 pub mod preflight;
+pub mod probe;
 pub mod resources;
 pub mod sandbox;
 pub mod sandbox_error;
@@ -137,6 +141,9 @@ pub struct Options {
     /// `RestrictSUIDSGID=` does, so the tests can show a share holds
     /// without virtiofsd's own `openat2` guard.
     pub helper_openat2_enosys: bool,
+    /// `$INVOCATION_ID` and `$SYSTEMD_EXEC_PID`, captured likewise: which
+    /// unit started this launch ([`cgroup::Invocation`]).
+    pub invocation: cgroup::Invocation,
 }
 
 /// The launch's way through [`STEPS`]: the step it is in (what an error is
@@ -207,6 +214,9 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // 2. Spec: every field, and the files it names. Nothing is created yet.
     let roots = &opts.roots;
     roots.validate()?;
+    // A runtime root others may write (`/tmp`) is refused before anything
+    // in it is read (its pre-flight in step 3 checks it again).
+    dirs::check_root(&roots.runtime_root, "--runtime-root")?;
     // A running VM is reported as running before anything else is judged
     // (its taps exist, its credentials may be unavailable to a second caller).
     if let Ok(d) = dirs::open_dir(&roots.runtime_dir(&opts.name)) {
@@ -261,6 +271,11 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // exist) for the registry check and the pre-flight below, and kept for
     // the steps that create what is in them.
     let state_root = dirs::open_dir_if_exists(&roots.state_root)?;
+    // Neither root may be a directory others can write (`/tmp`): it is
+    // refused, never taken over (the runtime root's pre-flight is below).
+    if let Some(d) = &state_root {
+        dirs::check_dir(d, &dirs::root_want("--state-root"))?;
+    }
     registry::check_launch(roots, state_root.as_ref(), &spec.name, &principal)?;
     // Pre-flight the directories that already exist, so a refusal leaves
     // nothing behind (no runtime dir, lease or intent record yet).
@@ -275,7 +290,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let runtime_root = dirs::preflight_in(
         rt_parent.as_ref(),
         &rt_name,
-        &root_want(0o755, Loose::Tighten),
+        &dirs::root_want("--runtime-root"),
     )?;
     drop(rt_parent);
     dirs::preflight_in(
@@ -297,7 +312,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let runtime_root = dirs::ensure_root(
         &roots.runtime_root,
         runtime_root,
-        &root_want(0o755, Loose::Tighten),
+        &dirs::root_want("--runtime-root"),
     )?;
     let (rundir, _) = dirs::ensure(
         &runtime_root,
@@ -319,14 +334,20 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // instance's (they all run as the uid), or anything else's — refuses
     // the launch. (The credentials of each process, from a pidfd; kernel
     // threads and other users' processes are skipped unread.) The launcher's own cgroup, when
-    // it holds nobody else or is this VM's unit's (`PREFIX@NAME.service`,
+    // it holds nobody else or is the cgroup of the unit that started this
+    // launch (`PREFIX@NAME.service` with the launcher's invocation id,
     // where `ExecStartPost=`'s wait-ready runs beside it), will hold this
     // instance and everything it starts: the intent record names it, and
     // stop, status, cleanup and reap ask it instead of /proc.
-    let own_cgroup = cgroup::own_dedicated(spec.name.as_str());
-    if let Err(why) = &own_cgroup {
-        tracing::debug!(%why, "no dedicated cgroup: liveness will scan /proc");
-    }
+    // What the log says of it: the cgroup and why, or why none.
+    let (own_cgroup, cgroup_said) =
+        match cgroup::own_dedicated(spec.name.as_str(), &opts.invocation) {
+            Ok((cg, why)) => {
+                let said = format!("{} ({why})", cg.path.display());
+                (Some(cg), said)
+            }
+            Err(why) => (None, format!("none ({why}; liveness scans /proc)")),
+        };
     let verdict = Probe::single().via(Via::Procs).with_lease_held(
         roots,
         &spec.name,
@@ -361,7 +382,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             user: principal.user.clone(),
         },
         hypervisor: Some(kind),
-        cgroup: own_cgroup.ok(),
+        cgroup: own_cgroup,
         resources,
     };
     record.write(&rundir)?;
@@ -369,6 +390,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         step = %"intent-written",
         instance = %record.instance_id,
         uid = principal.uid,
+        cgroup = %cgroup_said,
         "intent recorded"
     );
     steps.after("intent-written");
@@ -384,7 +406,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let state_root = dirs::ensure_root(
         &roots.state_root,
         state_root,
-        &root_want(0o755, Loose::Tighten),
+        &dirs::root_want("--state-root"),
     )?;
     registry::register(&state_root, &spec.name, &principal)?;
     let (state_dir, _) = dirs::ensure(&state_root, spec.name.as_str(), &vm_want(0o700))?;
@@ -405,14 +427,17 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     //    Taps: created here as non-persistent fds (close-on-exec until the
     //    exec below), MAC set, attached to their bridge, up. From now on the
     //    kernel deletes each tap when its last fd holder dies.
-    //    Firecracker's are persistent and the principal's: their fds close
-    //    here, firecracker attaches by name; cleanup deletes them (intent
-    //    record).
-    let by_name = kind == HypervisorKind::Firecracker;
-    let mut taps = interfaces::create_taps(&spec, by_name.then_some(&principal))?;
-    if by_name {
-        taps.clear();
-    }
+    //    Firecracker attaches to its taps by name, which in the host's
+    //    namespace would reach every tap without an owner: this process
+    //    moves into a network namespace of its own, which holds only the
+    //    VM's taps, each joined to its bridge by a veth pair; all of it dies
+    //    with the hypervisor (launch::netns).
+    let taps = if kind == HypervisorKind::Firecracker {
+        netns::firecracker_network(&spec, &principal)?;
+        Vec::new()
+    } else {
+        interfaces::create_taps(&spec)?
+    };
     steps.after("taps");
 
     //    The control dir holds only what this instance's hypervisor makes:

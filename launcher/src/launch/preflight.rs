@@ -8,7 +8,7 @@
 //! changes anything on the host.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::Instant;
 
 use netlink_packet_route::link::InfoKind;
 
@@ -19,7 +19,7 @@ use crate::host::net;
 use crate::host::trust::{self, Policy};
 use crate::hypervisor::{self, SandboxProbe};
 use crate::identity::principal::{self, Principal};
-use crate::launch::{volumes, StepError};
+use crate::launch::{probe, volumes, StepError};
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
 
@@ -60,7 +60,7 @@ pub fn check_with_principal(
     preflight_interfaces(spec, spec_path, roots)?;
     check_trusted_files(spec, spec_path, spec_walk, roots, &mut walker)?;
     drop(walker);
-    let qemu_sandbox = qemu_sandbox(spec, spec_path, principal)?;
+    let qemu_sandbox = qemu_sandbox(spec, spec_path, principal, roots)?;
     cloud_hypervisor_credentials(spec, spec_path, principal, roots)?;
     check_principal(spec, spec_path, principal)?;
     volumes::preflight(spec, spec_path, principal, &roots.state_dir(&spec.name))?;
@@ -357,13 +357,43 @@ fn check_trusted_files(
     Ok(())
 }
 
-/// How long the `-sandbox` probe of a QEMU binary may take.
-const SANDBOX_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Ask the hypervisor binary with `args`, as the principal in the
+/// hypervisor's own confinement, under [`probe::PROBE_TIMEOUT`]
+/// (`launch::probe`).
+fn ask(
+    spec: &Spec,
+    principal: &Principal,
+    roots: &Roots,
+    args: &[&str],
+) -> std::result::Result<probe::Answer, String> {
+    let t0 = Instant::now();
+    let got = probe::run(&probe::Probe {
+        binary: &spec.hypervisor.binary,
+        args,
+        principal,
+        roots,
+        landlock: spec.landlock.mode,
+        timeout: probe::PROBE_TIMEOUT,
+    });
+    tracing::debug!(
+        binary = %spec.hypervisor.binary.display(),
+        ?args,
+        ms = t0.elapsed().as_secs_f64() * 1000.0,
+        ok = got.is_ok(),
+        "asked the hypervisor binary in its sandbox"
+    );
+    got
+}
 
 /// Whether QEMU gets `-sandbox`: probed once, before anything is created,
 /// so a QEMU without seccomp is refused with the host untouched unless the
 /// spec says `hypervisor.seccomp = "best-effort"`.
-fn qemu_sandbox(spec: &Spec, spec_path: &Path, principal: &Principal) -> Result<bool> {
+fn qemu_sandbox(
+    spec: &Spec,
+    spec_path: &Path,
+    principal: &Principal,
+    roots: &Roots,
+) -> Result<bool> {
     if spec.hypervisor.kind != HypervisorKind::Qemu {
         return Ok(false);
     }
@@ -371,12 +401,15 @@ fn qemu_sandbox(spec: &Spec, spec_path: &Path, principal: &Principal) -> Result<
     // A QEMU that links libseccomp was built with -sandbox (QEMU links it
     // only then): read from its ELF headers in microseconds. Anything else
     // (a static build, a wrapper script) is asked, which means starting it
-    // (~40 ms). QEMU older than 3.1 with seccomp lacks `resourcecontrol`
-    // and would then fail at its own start, naming the option.
+    // (~40 ms), in its sandbox. QEMU older than 3.1 with seccomp lacks
+    // `resourcecontrol` and would then fail at its own start, naming the
+    // option.
     if hypervisor::elf::links_libseccomp(bin) == Some(true) {
         return Ok(true);
     }
-    match hypervisor::qemu_sandbox_probe(bin, principal.uid, principal.gid, SANDBOX_PROBE_TIMEOUT) {
+    let answer = ask(spec, principal, roots, &hypervisor::QEMU_SANDBOX_PROBE)
+        .map(|a| hypervisor::qemu_sandbox_verdict(a.code, &a.stderr));
+    match answer {
         Ok(SandboxProbe::Supported) => Ok(true),
         Ok(SandboxProbe::Unsupported(why)) => match spec.hypervisor.seccomp {
             SandboxMode::Required => Err(StepError::Spec(SpecError::Invalid {
@@ -436,12 +469,15 @@ fn cloud_hypervisor_credentials(
         }));
     }
     let bin = &spec.hypervisor.binary;
-    match hypervisor::cloud_hypervisor_has_fw_cfg(
-        bin,
-        principal.uid,
-        principal.gid,
-        SANDBOX_PROBE_TIMEOUT,
-    ) {
+    // Read from the binary's read-only data, without running it; a binary
+    // this cannot judge (not found there, a wrapper script) is asked for
+    // its --help, in its sandbox.
+    if hypervisor::cloud_hypervisor_fw_cfg_in_elf(bin) {
+        return Ok(());
+    }
+    let answer = ask(spec, principal, roots, &hypervisor::CH_FW_CFG_PROBE)
+        .and_then(|a| hypervisor::cloud_hypervisor_help_has_fw_cfg(a.code, &a.stdout, &a.stderr));
+    match answer {
         Ok(true) => Ok(()),
         Ok(false) => Err(StepError::Spec(SpecError::Invalid {
             path: spec_path.to_path_buf(),

@@ -8,12 +8,13 @@ use crate::config::paths::{
 };
 use crate::config::spec::{HypervisorKind, Spec};
 use crate::instance::intent::Resource;
-use crate::launch::{helpers, volumes};
+use crate::launch::{helpers, netns, volumes};
 
 /// Every resource this launch will create, in creation order: what the
 /// intent record names before any of it exists (the launched spec copy,
 /// the state dir, the control dir and its socket — and firecracker's config
-/// file —, the credential mount point and its private tmpfs, each tap).
+/// file —, the credential mount point and its private tmpfs, each tap, or
+/// for firecracker its network namespace and each link into it).
 /// Pure: cleanup and reap trust this list, so it is unit-tested.
 pub fn planned_resources(
     spec: &Spec,
@@ -42,15 +43,16 @@ pub fn planned_resources(
             },
         },
     ];
+    // Each helper by its entry's name, with the socket the hypervisor
+    // connects to; its other sockets are runtime files.
     for h in helpers::plan(spec, &control) {
+        let mut sockets = h.sockets.into_iter();
         resources.push(Resource::Helper {
             helper: h.kind.as_str().to_string(),
-            tag: h.tag.clone(),
-            socket: h.socket.clone(),
+            tag: h.tag,
+            socket: sockets.next(),
         });
-        if let Some(path) = h.host_socket {
-            resources.push(Resource::RuntimeFile { path });
-        }
+        resources.extend(sockets.map(|path| Resource::RuntimeFile { path }));
     }
     match kind {
         HypervisorKind::Firecracker => resources.push(Resource::RuntimeFile {
@@ -83,6 +85,22 @@ pub fn planned_resources(
                 })
             }),
     );
+    // Firecracker's interfaces live in a network namespace of its own
+    // (launch::netns): the namespace, then each link (its tap inside).
+    if kind == HypervisorKind::Firecracker && !spec.interfaces.is_empty() {
+        resources.push(Resource::NetNamespace {});
+        resources.extend(
+            spec.interfaces
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Resource::NsLink {
+                    name: n.tap.to_string(),
+                    bridge: n.bridge.as_ref().map(|b| b.to_string()),
+                    peer: netns::uplink_name(i),
+                }),
+        );
+        return resources;
+    }
     resources.extend(spec.interfaces.iter().map(|n| Resource::Tap {
         name: n.tap.to_string(),
         bridge: n.bridge.as_ref().map(|b| b.to_string()),
@@ -166,6 +184,39 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn firecracker_records_its_network_namespace_and_each_link_into_it() {
+        let mut v = base_spec("firecracker");
+        v["interfaces"] = serde_json::json!([
+            { "tap": "vmw-web0", "bridge": "br0" },
+            { "tap": "vmw-web1" }
+        ]);
+        let got = planned_resources(
+            &spec_of(v),
+            Path::new("/etc/vmwarden/vms/web.json"),
+            Path::new("/run/vmwarden/web"),
+            Path::new("/var/lib/vmwarden/web"),
+        );
+        let n = got.len();
+        assert_eq!(
+            got[n - 3..],
+            [
+                Resource::NetNamespace {},
+                Resource::NsLink {
+                    name: "vmw-web0".into(),
+                    bridge: Some("br0".into()),
+                    peer: "uplink0".into(),
+                },
+                Resource::NsLink {
+                    name: "vmw-web1".into(),
+                    bridge: None,
+                    peer: "uplink1".into(),
+                },
+            ]
+        );
+        assert!(!got.iter().any(|r| matches!(r, Resource::Tap { .. })));
     }
 
     /// The runtime files the intent record names for a `kind` spec.

@@ -10,7 +10,11 @@
 //!   (a tap claiming the router's MAC takes a bridge's traffic). The ioctls
 //!   a hypervisor uses on a tap (TUNGETIFF, TUNSETOFFLOAD, …) stay allowed,
 //!   and so does TUNSETIFF for firecracker with interfaces ([`Taps::ByName`]:
-//!   it attaches to the persistent taps the launcher made for its uid).
+//!   it attaches to its taps by name). That alone would let it attach to
+//!   any tap without owner or group of the namespace it runs in; it runs
+//!   in a network namespace of its own that holds only its taps
+//!   (`launch::netns`), and that namespace, not this filter, keeps every
+//!   other tap out of its reach.
 //!   With inherited tap fds, `TUNSETIFF` answers EEXIST, as the kernel does
 //!   on a tun fd that is already attached (every fd such a hypervisor
 //!   gets is): cloud-hypervisor calls it on each inherited tap fd and goes
@@ -175,6 +179,15 @@ pub fn enosys(nr: i64) -> Result<BpfProgram> {
     build(map, ENOSYS)
 }
 
+/// A filter that answers each of the system calls `nrs` with EPERM and
+/// allows the rest (a probe's: `setsid` and `setpgid`, so that nothing a
+/// probed binary starts leaves the process group the launcher kills; see
+/// `launch::probe`).
+pub fn eperm(nrs: &[i64]) -> Result<BpfProgram> {
+    let map: BTreeMap<i64, Vec<SeccompRule>> = nrs.iter().map(|nr| (*nr, Vec::new())).collect();
+    build(map, EPERM)
+}
+
 /// On x86_64: every syscall number with the x32 bit answers ENOSYS.
 #[cfg(target_arch = "x86_64")]
 fn x32_filter() -> BpfProgram {
@@ -216,8 +229,11 @@ pub enum Taps {
     Inherited,
     /// By name (firecracker): `TUNSETIFF` stays allowed so it can attach to
     /// the persistent taps the launcher made for it. Without CAP_NET_ADMIN
-    /// the kernel lets it attach only to a tap whose owner and group are
-    /// its own, and never create one.
+    /// the kernel never lets it create a tap, but lets it attach to one
+    /// whose owner and group are its own *or unset* (`tun_not_capable` in
+    /// drivers/net/tun.c): a tap with neither owner nor group is anyone's.
+    /// What keeps such taps of the host out of reach is that firecracker
+    /// runs in a network namespace holding only its own (`launch::netns`).
     ByName,
 }
 

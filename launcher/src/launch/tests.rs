@@ -34,6 +34,7 @@ fn options(dir: &Path, name: &str) -> Options {
         credentials_directory: None,
         fault_after: None,
         helper_openat2_enosys: false,
+        invocation: Default::default(),
     }
 }
 

@@ -8,54 +8,63 @@
 //! else in DIR (microvm.nix's `current`, `booted`, `toplevel`, sockets) is
 //! listed and left. Every walk is `openat`-style from DIR's descriptor with
 //! `O_NOFOLLOW`; a symlink is never followed (one the spec names is
-//! refused; one inside a share source is re-owned itself, with
-//! `AT_SYMLINK_NOFOLLOW`); a regular file with more than one link is
-//! refused (re-owning it would re-own the other name too); a device node or
-//! another file system inside a share source is refused. The move is one
-//! `renameat2(RENAME_NOREPLACE)` per item within one file system: an item
-//! on another file system is refused, never copied, so a sparse image stays
-//! the same inode with the same blocks.
+//! refused; one inside a share source is made anew or re-owned itself,
+//! with `AT_SYMLINK_NOFOLLOW`); a regular file with more than one link is
+//! refused (the other name would keep the data); a device node, another
+//! file system, or nesting deeper than 64 directories inside a share source
+//! is refused. DIR and the state root must be on one file system.
+//!
+//! The old owner loses the data for good. `chown` revokes nothing already
+//! open (a `MAP_SHARED` mapping, a descriptor passed over a unix socket,
+//! which no scan of `/proc` sees while it is in flight), so an item is
+//! only moved (`renameat2(RENAME_NOREPLACE)`, then re-owned) when every
+//! inode in it is root's alone (owned by root, nothing for group or
+//! others); any other item gets new inodes that only root has held — a
+//! reflink where the file system has one, else a copy that keeps holes
+//! ([`copy`]) — and its old inodes are removed from DIR. The copies need
+//! room: the plan counts it, and an adoption it does not fit in is refused
+//! before anything changes.
 //!
 //! `--apply` holds the VM's lease (no launch starts meanwhile), records
 //! what it is about to do in `STATE_ROOT/.adopt-NAME.json` (durably, like
-//! the launch's intent record) and then, item by item, moves and re-owns.
-//! A launch between a kill and the re-run is refused by the launcher's own
-//! checks while an image or share source is missing or not yet the
-//! principal's (a share's own directory is re-owned last); after the last
-//! re-own the state is complete and only the record is left. A run
-//! killed at any step is finished by running the same command again: an
-//! item already in the state dir and gone from DIR is one the record names
-//! as moved, and re-owning is idempotent. The record is removed last.
+//! the launch's intent record) and then, item by item, moves and re-owns,
+//! or copies and removes ([`apply`]). A launch between a kill and the
+//! re-run is refused by the launcher's own checks while an image or share
+//! source is missing or not yet the principal's (a moved share's own
+//! directory is re-owned last; a copy appears under its name only when
+//! complete and the principal's); after the last item the state is
+//! complete and only the record is left. A run killed at any step is
+//! finished by running the same command again: an item already in the
+//! state dir and gone from DIR is one the record names as done, one in
+//! both is a finished copy whose old inodes are still to be removed, a
+//! half-made copy (under a temporary name) is made again, and re-owning is
+//! idempotent. The record is removed last.
 
-use std::ffi::OsStr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, renameat2, AtFlags, OFlag, RenameFlags};
-use nix::sys::stat::{fchmod, FileStat, Mode, SFlag};
-use nix::unistd::{fchownat, Gid, Uid};
 use serde::{Deserialize, Serialize};
 
 use crate::config::names::{check_abs_normalised, VmName};
 use crate::config::paths::Roots;
+use crate::config::rawpath;
 use crate::config::spec::{Spec, SpecError};
-use crate::host::dirs::{self, Dir, DirError, Loose, Want};
+use crate::host::dirs::{self, Dir, DirError};
 use crate::host::ownership;
 use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal::{self, PrincipalError};
 use crate::instance::lease::LeaseError;
 use crate::instance::liveness::{self, Verdict};
-use crate::teardown::lease_as_a_launch;
 
+mod apply;
+mod copy;
 mod render;
 mod walk;
 
+use apply::apply;
 pub use render::render;
-use walk::{
-    check_entry, describe, holders, inodes_of, inspect_source, kind_of, lstat_at, open_parent,
-    walk_share, DIR_FLAGS, NOFOLLOW,
-};
+use walk::{describe, holders, inodes_of, inspect_source, lstat_at, open_parent};
 
 /// The record of an adoption in progress: `STATE_ROOT/.adopt-NAME.json`
 /// (root, 0600). In the state root, not the runtime dir: it must outlive a
@@ -67,7 +76,8 @@ pub fn record_name(name: &VmName) -> String {
 const MAX_RECORD_BYTES: u64 = 256 * 1024;
 
 /// Steps `VMWARDEN_FAULT_AFTER` can name (builds with the `fault-injection`
-/// feature): the record, then `move:X` and `own:X` per item, then `done`.
+/// feature): the record, then per item `move:X` and `own:X` (moved) or
+/// `copy:X` and `remove:X` (new inodes), then `done`.
 pub const RECORD_STEP: &str = "record";
 
 /// Why an adoption was refused or failed. Every refusal changes nothing.
@@ -92,6 +102,24 @@ pub enum AdoptError {
         "adopt {name}: refused: VM {name} started meanwhile (its lease is held); nothing changed"
     )]
     StartedMeanwhile { name: String },
+    #[error("adopt {name}: {from}: refused: the new copies need {needed} bytes ({why}), and the file system of {state_root} has {available} bytes free; free that much room there, or make the items root's alone (owner root, mode 0600/0700: they are then moved, not copied); nothing changed")]
+    NoRoom {
+        name: String,
+        from: PathBuf,
+        state_root: PathBuf,
+        needed: u64,
+        available: u64,
+        why: String,
+    },
+    #[error("{path}: the file system ran out of room while the copy was made; the partial copy is removed and the old files are as they were: free room and run the same command again")]
+    RanOutOfRoom { path: PathBuf },
+    #[error("adopt {name}: the new copy {to} is in place and the principal's, but its old inodes were not all removed: {path}: {reason}; run the same command again, or remove them by hand")]
+    NotRemoved {
+        name: String,
+        path: PathBuf,
+        to: PathBuf,
+        reason: String,
+    },
     #[error(transparent)]
     Spec(#[from] SpecError),
     #[error(transparent)]
@@ -114,11 +142,15 @@ impl AdoptError {
             | AdoptError::Running { .. }
             | AdoptError::HeldOpen { .. }
             | AdoptError::StartedMeanwhile { .. }
+            | AdoptError::NoRoom { .. }
             | AdoptError::Spec(_)
             | AdoptError::Principal(_) => true,
             AdoptError::Dir(e) => e.is_refusal(),
             AdoptError::Lease(e) => e.is_refusal(),
-            AdoptError::Sys(_) | AdoptError::Record { .. } => false,
+            AdoptError::Sys(_)
+            | AdoptError::Record { .. }
+            | AdoptError::RanOutOfRoom { .. }
+            | AdoptError::NotRemoved { .. } => false,
         }
     }
 }
@@ -144,6 +176,30 @@ pub enum Kind {
     Share,
 }
 
+/// How an item becomes the principal's.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum How {
+    /// Every inode in it is root's alone: renamed into the state dir and
+    /// re-owned, the same inodes (a record without `how` is from before
+    /// copies, when every item moved).
+    #[default]
+    Move,
+    /// Its old owner (or group, or others) could hold it open: new inodes
+    /// made by root, the old ones removed from DIR.
+    Copy,
+}
+
+impl How {
+    fn of(root_only: bool) -> How {
+        if root_only {
+            How::Move
+        } else {
+            How::Copy
+        }
+    }
+}
+
 /// One thing the spec names under the state dir.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -151,8 +207,11 @@ pub struct Item {
     /// The spec field that names it (`disks[0].path`).
     pub field: String,
     /// Its path relative to DIR and to the state dir.
+    #[serde(serialize_with = "rawpath::path")]
     pub rel: PathBuf,
     pub kind: Kind,
+    #[serde(default)]
+    pub how: How,
 }
 
 /// Where an item is now.
@@ -169,6 +228,9 @@ pub enum Place {
     },
     /// Already in the state dir and gone from DIR (a resumed adoption).
     Moved,
+    /// Already in the state dir as new inodes, the old ones still in DIR,
+    /// to be removed (a resumed adoption).
+    Copied,
     /// In neither, and the spec creates it at launch (`disks[].create`).
     CreatedAtLaunch,
 }
@@ -179,28 +241,47 @@ pub struct Planned {
     #[serde(flatten)]
     pub item: Item,
     pub place: Place,
+    #[serde(serialize_with = "rawpath::path")]
     pub from: PathBuf,
+    #[serde(serialize_with = "rawpath::path")]
     pub to: PathBuf,
 }
 
 /// An entry of DIR the spec does not name: listed, left where it is.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Left {
+    #[serde(serialize_with = "rawpath::path")]
     pub path: PathBuf,
     pub what: &'static str,
+}
+
+/// The room the new copies need, and what the file system has.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Room {
+    /// Bytes the copies still to make need: the blocks their data takes
+    /// (a sparse image's holes take none) and 4 KiB per entry; with
+    /// reflinks only the 4 KiB per entry.
+    pub needed: u64,
+    /// Bytes free for them on the state root's file system (`f_bavail`).
+    pub available: u64,
+    /// The file system makes reflinks (copies share blocks until written).
+    pub reflink: bool,
 }
 
 /// What `adopt` does (dry run) or did (`--apply`).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Plan {
     pub name: String,
+    #[serde(serialize_with = "rawpath::path")]
     pub from: PathBuf,
+    #[serde(serialize_with = "rawpath::path")]
     pub state_dir: PathBuf,
     pub uid: u32,
     pub gid: u32,
     pub user: Option<String>,
     pub items: Vec<Planned>,
     pub left: Vec<Left>,
+    pub room: Room,
     /// An earlier `--apply` was interrupted: this one finishes it.
     pub resuming: bool,
     pub applied: bool,
@@ -243,6 +324,7 @@ pub fn items(spec: &Spec, state_dir: &Path) -> Vec<(Item, bool)> {
                     field,
                     rel: rel.to_path_buf(),
                     kind,
+                    how: How::Move,
                 },
                 created,
             ));
@@ -340,39 +422,42 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
             ));
         }
     }
+    // How the record says an item is adopted, when it names it.
     let recorded = |rel: &Path| {
         record
             .as_ref()
-            .is_some_and(|r| r.items.iter().any(|i| i.rel == rel))
+            .and_then(|r| r.items.iter().find(|i| i.rel == rel))
+            .map(|i| i.how)
     };
 
-    // The state root must be on DIR's file system (a move, not a copy).
-    let root_st = match dirs::open_dir_if_exists(&roots.state_root)? {
-        Some(d) => d.stat()?,
+    // The state root must be on DIR's file system: items are renamed into
+    // it (a move, or a copy made beside its target).
+    let root_dir = match dirs::open_dir_if_exists(&roots.state_root)? {
+        Some(d) => d,
         None => {
             let parent = roots
                 .state_root
                 .parent()
                 .ok_or_else(|| refuse(&roots.state_root, "has no parent".into()))?;
-            dirs::open_dir(parent)?.stat()?
+            dirs::open_dir(parent)?
         }
     };
-    if root_st.st_dev != from_st.st_dev {
+    if root_dir.stat()?.st_dev != from_st.st_dev {
         return Err(refuse(
             from,
             format!(
-                "is on another file system than {}; adopt moves, never copies: copy the images yourself (cp --sparse=always) or put DIR on the same file system",
+                "is on another file system than {}; adopt works within one file system: copy the images yourself (cp --sparse=always) or put DIR on the same file system",
                 roots.state_root.display()
             ),
         ));
     }
     let state_dir = dirs::open_dir_if_exists(&state_path)?;
 
-    // Every item: in DIR (to move), already moved (a resumed run), or to be
-    // created at launch. A target that exists is refused unless the record
-    // says this adoption moved it.
+    // Every item: in DIR (to move or copy), already done or copied (a
+    // resumed run), or to be created at launch. A target that exists is
+    // refused unless the record says this adoption made it.
     let mut planned = Vec::new();
-    for (item, created) in items(&spec, &state_path) {
+    for (mut item, created) in items(&spec, &state_path) {
         let from_path = from.join(&item.rel);
         let to_path = state_path.join(&item.rel);
         let src = match open_parent(&from_dir, &item.rel) {
@@ -395,7 +480,13 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
             },
             None => None,
         };
+        let was = recorded(&item.rel);
         let place = match (src, target) {
+            // A copy the interrupted run finished: its old inodes go.
+            (Some(_), Some(_)) if was == Some(How::Copy) => {
+                item.how = How::Copy;
+                Place::Copied
+            }
             (Some(_), Some(_)) => {
                 return Err(refuse(
                     &to_path,
@@ -405,8 +496,15 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
                     ),
                 ))
             }
-            (Some(p), None) => p,
-            (None, Some(_)) if recorded(&item.rel) => Place::Moved,
+            // Copied when either this run or the record says so.
+            (Some((p, how)), None) => {
+                item.how = if was == Some(How::Copy) { How::Copy } else { how };
+                p
+            }
+            (None, Some(_)) if was.is_some() => {
+                item.how = was.unwrap_or_default();
+                Place::Moved
+            }
             (None, Some(_)) => {
                 return Err(refuse(
                     &to_path,
@@ -467,13 +565,39 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
         });
     }
 
-    // microvm.nix's side: a process holding DIR, an image or a share open.
+    // microvm.nix's side: a process holding DIR, an image or a share open
+    // (a running VM; what no scan can see is dealt with by the copies).
     if let Some((pid, what)) = holders(from_st.st_dev, &inodes_of(&from_dir, &planned)?) {
         return Err(AdoptError::HeldOpen {
             name: name.to_string(),
             from: from.to_path_buf(),
             pid,
             what,
+        });
+    }
+
+    // The room the copies need, refused before anything changes.
+    let room = room(&root_dir, &planned)?;
+    if room.needed > room.available {
+        let why = planned
+            .iter()
+            .filter(|p| p.item.how == How::Copy)
+            .filter_map(|p| match p.place {
+                Place::From { allocated, .. } => Some(format!(
+                    "{} {allocated} bytes allocated",
+                    rawpath::show(&p.item.rel)
+                )),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(AdoptError::NoRoom {
+            name: name.to_string(),
+            from: from.to_path_buf(),
+            state_root: roots.state_root.clone(),
+            needed: room.needed,
+            available: room.available,
+            why: format!("new inodes for what its old owner could hold open: {why}"),
         });
     }
 
@@ -486,6 +610,7 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
         user: principal.user.clone(),
         items: planned,
         left,
+        room,
         resuming: record.is_some(),
         applied: false,
     };
@@ -510,211 +635,51 @@ fn fault(opts: &Options, step: &str) {
 pub fn steps(items: &[Item]) -> Vec<String> {
     let mut out = vec![RECORD_STEP.to_string()];
     for i in items {
-        out.push(format!("move:{}", i.rel.display()));
-        out.push(format!("own:{}", i.rel.display()));
+        let (a, b) = match i.how {
+            How::Move => ("move", "own"),
+            How::Copy => ("copy", "remove"),
+        };
+        out.push(format!("{a}:{}", i.rel.display()));
+        out.push(format!("{b}:{}", i.rel.display()));
     }
     out.push("done".to_string());
     out
 }
 
-fn apply(
-    roots: &Roots,
-    name: &VmName,
-    from_dir: &Dir,
-    from_st: &FileStat,
-    plan: &mut Plan,
-    opts: &Options,
-) -> Result<()> {
-    let root_want = |mode| Want {
-        uid: 0,
-        gid: 0,
-        mode,
-        loose: Loose::Refuse,
-    };
-    let vm_want = |mode| Want {
-        uid: plan.uid,
-        gid: plan.gid,
-        mode,
-        loose: Loose::Tighten,
-    };
-    // The lease, as a launch takes it: no launch starts until the record is
-    // gone.
-    let Some(_lease) = lease_as_a_launch::<AdoptError>(roots, name)? else {
-        return Err(AdoptError::StartedMeanwhile {
-            name: name.to_string(),
-        });
-    };
-    let verdict = liveness::probe_with_lease_held(roots, name, plan.uid, None);
-    if !verdict.is_dead() {
-        return Err(AdoptError::Running {
-            name: name.to_string(),
-            verdict,
-        });
-    }
-    let items: Vec<Item> = plan.items.iter().map(|p| p.item.clone()).collect();
-    let record = Record {
-        version: 1,
-        name: name.to_string(),
-        from: plan.from.clone(),
-        from_dev: from_st.st_dev,
-        from_ino: from_st.st_ino,
-        uid: plan.uid,
-        gid: plan.gid,
-        items: items.clone(),
-    };
-    let (state_parent, state_name) = dirs::split_parent(&roots.state_root)?;
-    let (state_root, _) = dirs::ensure(
-        &state_parent,
-        &state_name,
-        &Want {
-            loose: Loose::Tighten,
-            ..root_want(0o755)
-        },
-    )?;
-    let record_file = record_name(name);
-    let mut bytes = serde_json::to_vec_pretty(&record).map_err(|e| AdoptError::Record {
-        path: state_root.path.join(&record_file),
-        reason: e.to_string(),
-    })?;
-    bytes.push(b'\n');
-    dirs::durable_write(&state_root, &record_file, &bytes, 0o600)?;
-    fault(opts, RECORD_STEP);
-
-    let (state_dir, _) = dirs::ensure(&state_root, name.as_str(), &vm_want(0o700))?;
-    let (uid, gid) = (plan.uid, plan.gid);
-    for p in &plan.items {
-        let rel = &p.item.rel;
-        // Directories between the state dir and the item: the principal's.
-        let mut parent = Dir {
-            fd: nix::unistd::dup(state_dir.fd.as_fd()).sys("dup", &state_dir.path)?,
-            path: state_dir.path.clone(),
-        };
-        let comps: Vec<&OsStr> = rel.iter().collect();
-        let (last, mids) = comps.split_last().expect("items are not empty");
-        for c in mids {
-            let c = c.to_str().ok_or_else(|| AdoptError::Refused {
-                name: name.to_string(),
-                path: parent.path.join(c),
-                why: "is not UTF-8".into(),
-            })?;
-            parent = dirs::ensure(&parent, c, &vm_want(0o700))?.0;
-        }
-        if let Place::From { .. } = p.place {
-            let (src_parent, src_name) =
-                open_parent(from_dir, rel)?.ok_or_else(|| AdoptError::Refused {
-                    name: name.to_string(),
-                    path: p.from.clone(),
-                    why: "vanished".into(),
-                })?;
-            match renameat2(
-                src_parent.fd.as_fd(),
-                src_name.as_os_str(),
-                parent.fd.as_fd(),
-                *last,
-                RenameFlags::RENAME_NOREPLACE,
-            ) {
-                Ok(()) => {}
-                // Moved by the run this one resumes.
-                Err(Errno::ENOENT) if lstat_at(&parent, last)?.is_some() => {}
-                Err(Errno::EXDEV) => {
-                    return Err(AdoptError::Refused {
-                        name: name.to_string(),
-                        path: p.from.clone(),
-                        why: format!(
-                            "cannot be renamed to {} (another file system); adopt never copies",
-                            p.to.display()
-                        ),
-                    })
-                }
-                Err(e) => return Err(sys_err(e, "renameat2", &p.from)),
+/// The room the copies still to make need on `dir`'s file system (the
+/// state root's, DIR's), and what it has free.
+fn room(dir: &Dir, planned: &[Planned]) -> Result<Room> {
+    let vfs = nix::sys::statvfs::fstatvfs(dir.fd.as_fd()).sys("fstatvfs", &dir.path)?;
+    let available = vfs.blocks_available().saturating_mul(vfs.fragment_size());
+    let to_copy: Vec<(u64, u64)> = planned
+        .iter()
+        .filter(|p| p.item.how == How::Copy)
+        .filter_map(|p| match p.place {
+            Place::From {
+                allocated, entries, ..
+            } => Some((allocated, entries + 1)),
+            _ => None,
+        })
+        .collect();
+    // Only asked when there is something to copy (it makes two unnamed
+    // files, gone when closed).
+    let reflink = !to_copy.is_empty() && copy::reflinks(dir);
+    let needed = to_copy
+        .iter()
+        .map(|(allocated, entries)| {
+            let meta = entries.saturating_mul(copy::PER_ENTRY);
+            if reflink {
+                meta
+            } else {
+                meta.saturating_add(*allocated)
             }
-        }
-        fault(opts, &format!("move:{}", rel.display()));
-        // Re-own at the target, never following a link: the item itself by
-        // an O_NOFOLLOW descriptor, a share's entries with
-        // AT_SYMLINK_NOFOLLOW from their parent's descriptor.
-        if lstat_at(&parent, last)?.is_some() {
-            let to = parent.path.join(last);
-            match p.item.kind {
-                Kind::Image => {
-                    // O_NONBLOCK: a fifo swapped in meanwhile must not
-                    // hang the open; its type is refused below.
-                    let fd: OwnedFd = openat(
-                        parent.fd.as_fd(),
-                        *last,
-                        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | NOFOLLOW,
-                        Mode::empty(),
-                    )
-                    .sys("openat", &to)?;
-                    let st = nix::sys::stat::fstat(fd.as_fd()).sys("fstat", &to)?;
-                    if kind_of(&st) != SFlag::S_IFREG {
-                        return Err(AdoptError::Refused {
-                            name: name.to_string(),
-                            path: to,
-                            why: format!(
-                                "became a {} during the move; left as it is",
-                                describe(&st)
-                            ),
-                        });
-                    }
-                    check_entry(&to, &st, from_st.st_dev)?;
-                    nix::unistd::fchown(
-                        fd.as_fd(),
-                        Some(Uid::from_raw(uid)),
-                        Some(Gid::from_raw(gid)),
-                    )
-                    .sys("fchown", &to)?;
-                    fchmod(fd.as_fd(), Mode::from_bits_truncate(0o600)).sys("fchmod", &to)?;
-                }
-                Kind::Share => {
-                    let fd = openat(parent.fd.as_fd(), *last, DIR_FLAGS, Mode::empty())
-                        .sys("openat", &to)?;
-                    let dir = Dir {
-                        fd,
-                        path: to.clone(),
-                    };
-                    walk_share(&dir, from_st.st_dev, &mut |d, n, _| {
-                        fchownat(
-                            d.fd.as_fd(),
-                            n,
-                            Some(Uid::from_raw(uid)),
-                            Some(Gid::from_raw(gid)),
-                            AtFlags::AT_SYMLINK_NOFOLLOW,
-                        )
-                        .sys("fchownat", d.path.join(n))?;
-                        Ok(())
-                    })?;
-                    nix::unistd::fchown(
-                        dir.fd.as_fd(),
-                        Some(Uid::from_raw(uid)),
-                        Some(Gid::from_raw(gid)),
-                    )
-                    .sys("fchown", &to)?;
-                    // Writable by the principal only (the launcher refuses
-                    // a share source others may write).
-                    let st = dir.stat()?;
-                    fchmod(
-                        dir.fd.as_fd(),
-                        Mode::from_bits_truncate(st.st_mode & 0o7755 & !0o022),
-                    )
-                    .sys("fchmod", &to)?;
-                }
-            }
-        }
-        fault(opts, &format!("own:{}", rel.display()));
-    }
-    nix::unistd::fsync(state_dir.fd.as_fd()).sys("fsync", &state_dir.path)?;
-    nix::unistd::fsync(from_dir.fd.as_fd()).sys("fsync", &from_dir.path)?;
-    nix::unistd::unlinkat(
-        state_root.fd.as_fd(),
-        record_file.as_str(),
-        nix::unistd::UnlinkatFlags::NoRemoveDir,
-    )
-    .sys("unlinkat", state_root.path.join(&record_file))?;
-    nix::unistd::fsync(state_root.fd.as_fd()).sys("fsync", &state_root.path)?;
-    fault(opts, "done");
-    plan.applied = true;
-    Ok(())
+        })
+        .fold(0u64, u64::saturating_add);
+    Ok(Room {
+        needed,
+        available,
+        reflink,
+    })
 }
 
 #[cfg(test)]
@@ -722,17 +687,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn steps_are_record_then_move_and_own_per_item_then_done() {
+    fn steps_are_record_then_move_and_own_or_copy_and_remove_per_item_then_done() {
         let items = vec![
             Item {
                 field: "disks[0].path".into(),
                 rel: "var.img".into(),
                 kind: Kind::Image,
+                how: How::Move,
             },
             Item {
                 field: "shares[0].source".into(),
                 rel: "home".into(),
                 kind: Kind::Share,
+                how: How::Copy,
             },
         ];
         assert_eq!(
@@ -741,11 +708,17 @@ mod tests {
                 "record",
                 "move:var.img",
                 "own:var.img",
-                "move:home",
-                "own:home",
+                "copy:home",
+                "remove:home",
                 "done"
             ]
         );
+    }
+
+    #[test]
+    fn a_record_from_before_copies_moves_every_item() {
+        let old = r#"{"field":"disks[0].path","rel":"var.img","kind":"image"}"#;
+        assert_eq!(serde_json::from_str::<Item>(old).unwrap().how, How::Move);
     }
 
     #[test]

@@ -175,9 +175,13 @@ fn cleanup_dir(roots: &Roots, name: &VmName, rundir: &dirs::Dir, mut report: Rep
     keep_recorded_outside(intent.as_ref(), rundir, &mut report);
     // ...except what a launch killed while making an image leaves.
     remove_image_temps(roots, name, intent.as_ref(), &mut report);
-    // Firecracker's taps are persistent (it opens them by name): they go
-    // here, the instance being dead, before the survivors are counted.
+    // Firecracker's taps (it opens them by name) were persistent in the
+    // host's namespace before they moved into a namespace of its own; a
+    // record written then names them, and they go here, the instance
+    // being dead, before the survivors are counted. So do the host sides
+    // of the links into its namespace that the kernel has not yet removed.
     delete_persistent_taps(intent.as_ref(), &mut report);
+    delete_ns_link_ends(intent.as_ref(), &mut report);
     let vm_taps = taps::vm_taps_with(intent.as_ref(), spec.as_ref());
     let Some((keep, taps_left)) = delete_runtime_entries(rundir, &vm_taps, &mut report) else {
         return report;
@@ -469,7 +473,9 @@ pub fn setid_in_state_dir(roots: &Roots, name: &VmName) -> Vec<Failed> {
 
 /// Delete the persistent taps the intent record names that are owned by
 /// its principal: what a launch for a hypervisor that opens its taps by
-/// name (firecracker) made, recorded before they existed. Only called with
+/// name (firecracker) made in the host's namespace before it got one of
+/// its own, recorded before they existed (an instance started by an older
+/// vmwarden, cleaned up by this one). Only called with
 /// the instance dead and the lease held. A tap with another owner, or not
 /// persistent (someone holds it open), is left to the survivor check.
 fn delete_persistent_taps(intent: Option<&Intent>, report: &mut Report) {
@@ -508,6 +514,47 @@ fn delete_persistent_taps(intent: Option<&Intent>, report: &mut Report) {
             Err(e) => report.failed.push(Failed {
                 path,
                 reason: e.to_string(),
+            }),
+        }
+    }
+}
+
+/// Delete the host sides of the links into the VM's own network namespace
+/// (`ns-link` in the intent record) that are still here: the kernel
+/// removes them with the namespace once the hypervisor is gone, but does so
+/// asynchronously, and a namespace something else still holds would keep
+/// its link to the bridge. Each is vetted (a veth whose other end is in
+/// another namespace) and deleted by its index. Only called with the
+/// instance dead and the lease held.
+fn delete_ns_link_ends(intent: Option<&Intent>, report: &mut Report) {
+    let Some(names) = intent.map(Intent::ns_links).filter(|n| !n.is_empty()) else {
+        return;
+    };
+    let path = |name: &TapName| PathBuf::from(SYS_CLASS_NET).join(name.as_str());
+    let mut rtnl = match Rtnl::open() {
+        Ok(r) => r,
+        Err(e) => {
+            report.failed.extend(names.iter().map(|n| Failed {
+                path: path(n),
+                reason: e.to_string(),
+            }));
+            return;
+        }
+    };
+    for name in &names {
+        let outcome = match rtnl.link(name.as_str()) {
+            // Gone, or not such a link: the survivor check judges it.
+            Ok(None) => continue,
+            Ok(Some(l)) if !taps::is_ns_link_end(&l) => continue,
+            Ok(Some(l)) => taps::delete_vetted(&mut rtnl, name.as_str(), l.index),
+            Err(e) => Err(e.to_string()),
+        };
+        match outcome {
+            Ok(true) => report.deleted.push(path(name)),
+            Ok(false) => {}
+            Err(reason) => report.failed.push(Failed {
+                path: path(name),
+                reason,
             }),
         }
     }

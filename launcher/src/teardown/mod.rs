@@ -14,8 +14,8 @@ use crate::config::paths::Roots;
 use crate::host::dirs::{self, DirError, Loose, Want};
 use crate::instance::lease::{Lease, LeaseError};
 
-/// The VM's lease, taken as a launch takes it: the runtime root (root's,
-/// loose bits tightened) and the VM's runtime dir (root's, 0755) made if
+/// The VM's lease, taken as a launch takes it: the runtime root (root's;
+/// refused when others may write it) and the VM's runtime dir (root's, 0755) made if
 /// missing, then the lease file locked. `None`: something holds it (a
 /// launch started meanwhile). The destructive tools (purge, adopt) hold it
 /// for their whole change, so no launch starts in between.
@@ -23,14 +23,14 @@ pub(crate) fn lease_as_a_launch<E>(roots: &Roots, name: &VmName) -> Result<Optio
 where
     E: From<DirError> + From<LeaseError>,
 {
-    let want = |loose| Want {
+    let want = Want {
         uid: 0,
         gid: 0,
         mode: 0o755,
-        loose,
+        loose: Loose::Refuse,
     };
     let (rt_parent, rt_name) = dirs::split_parent(&roots.runtime_root)?;
-    let (runtime_root, _) = dirs::ensure(&rt_parent, &rt_name, &want(Loose::Tighten))?;
-    let (rundir, _) = dirs::ensure(&runtime_root, name.as_str(), &want(Loose::Refuse))?;
+    let (runtime_root, _) = dirs::ensure(&rt_parent, &rt_name, &dirs::root_want("--runtime-root"))?;
+    let (rundir, _) = dirs::ensure(&runtime_root, name.as_str(), &want)?;
     Ok(Lease::acquire(&rundir)?)
 }

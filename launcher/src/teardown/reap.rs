@@ -2,7 +2,9 @@
 //! runtime dirs, runtime dirs of VMs no longer configured, stray credential
 //! mounts, processes of vmwarden principals without a live instance — and,
 //! with `--apply` (and `--kill`), remove it with the same liveness probe and
-//! cleanup code the unit uses. Never looks inside state dirs.
+//! cleanup code the unit uses. Deletes in the runtime root only the
+//! runtime dirs that carry vmwarden's marks ([`marks`]); anything else
+//! there is listed and kept. Never looks inside state dirs.
 
 use std::collections::BTreeSet;
 use std::os::fd::AsFd;
@@ -30,6 +32,7 @@ use crate::instance::intent::Intent;
 use crate::instance::known_vms;
 use crate::instance::lease::{self, Lease, LeaseError, LeaseState};
 use crate::instance::liveness::{Probe, Verdict};
+use crate::instance::marks;
 use crate::teardown::cleanup::{self, ServiceResult};
 use crate::teardown::taps;
 
@@ -173,7 +176,7 @@ fn lease_for_kill(
                 mode,
                 loose,
             };
-            let (root, _) = dirs::ensure(&parent, &name, &want(0o755, dirs::Loose::Tighten))?;
+            let (root, _) = dirs::ensure(&parent, &name, &dirs::root_want("--runtime-root"))?;
             dirs::ensure(&root, vm.as_str(), &want(0o755, dirs::Loose::Refuse))?.0
         }
         Err(e) => return Err(e.into()),
@@ -265,7 +268,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
     //     (before the runtime dirs: their cleanup checks for these taps).
     reap_taps(roots, &probe, &mut r);
 
-    // 3. Runtime root: every entry is vmwarden's.
+    // 3. Runtime root: the runtime dirs that carry vmwarden's marks.
     reap_runtime_root(roots, &configured, &probe, &mut r);
 
     r
@@ -403,9 +406,13 @@ fn reap_runtime_root(roots: &Roots, configured: &BTreeSet<VmName>, probe: &Probe
     }
 }
 
-/// One entry of the runtime root: an unknown entry goes; a VM's runtime dir
-/// is probed, kept when live or ambiguous, else cleaned up (and deleted
-/// whole when the VM is no longer configured).
+/// The first words of the reason reap keeps an entry without its marks.
+const NOT_OURS: &str = "not vmwarden's (reap deletes only runtime dirs that carry its marks); left alone, remove it by hand if it is not needed";
+
+/// One entry of the runtime root: an entry without vmwarden's marks
+/// ([`marks::runtime_dir`]) is kept; a VM's runtime dir is probed, kept
+/// when live or ambiguous, else cleaned up (and deleted whole when the VM
+/// is no longer configured).
 fn reap_runtime_entry(
     roots: &Roots,
     configured: &BTreeSet<VmName>,
@@ -429,26 +436,34 @@ fn reap_runtime_entry(
         .to_str()
         .and_then(|n| VmName::parse(n).ok())
         .filter(|_| is_dir);
+    // Only what carries vmwarden's marks is deleted; anything else in the
+    // root is listed and kept (ambiguity keeps).
     let Some(n) = vm_dir else {
-        r.orphans.push(Item {
+        r.kept.push(Item {
             kind: Kind::UnknownEntry,
             path: path.clone(),
             vm: None,
             pid: None,
-            reason: "not a VM runtime dir, in vmwarden's runtime root".into(),
+            reason: format!(
+                "{NOT_OURS}: not a VM's runtime dir (not a directory with a VM's name)"
+            ),
         });
-        if apply {
-            let out = ownership::delete_entries(root, std::slice::from_ref(&raw), None);
-            r.deleted.extend(out.deleted);
-            r.failed.extend(out.failed);
-        }
         return;
     };
-    let vm_dir = dirs::open_existing(root, n.as_str());
-    let verdict = match &vm_dir {
-        Ok(d) => probe.probe_dir(roots, &n, d.as_ref()),
-        Err(e) => Verdict::Ambiguous(format!("cannot open its runtime dir: {e}")),
+    let vm_dir = match marks::runtime_dir(root, raw.as_os_str()) {
+        Ok(d) => d,
+        Err(why) => {
+            r.kept.push(Item {
+                kind: Kind::UnknownEntry,
+                path: path.clone(),
+                vm: Some(n.clone()),
+                pid: None,
+                reason: format!("{NOT_OURS}: it {why}"),
+            });
+            return;
+        }
     };
+    let verdict = probe.probe_dir(roots, &n, Some(&vm_dir));
     let is_configured = configured.contains(&n);
     match verdict {
         Verdict::Live(reason) => {
@@ -473,10 +488,8 @@ fn reap_runtime_entry(
         }
         Verdict::Dead => {}
     }
-    let leftovers = vm_dir
+    let leftovers = ownership::entries(&vm_dir)
         .ok()
-        .flatten()
-        .and_then(|d| ownership::entries(&d).ok())
         .map(|e| ownership::deletion_set(&e, RUNTIME_KEEP, None))
         .unwrap_or_default();
     if is_configured && leftovers.is_empty() {
@@ -555,17 +568,34 @@ fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
                 reason,
             })
         };
-        let Some((index, persistent)) = net::tun_info(&tap) else {
-            keep("named vmw-* but not a tun/tap device; not vmwarden's".into());
-            continue;
+        // A persistent tap, or the host side of a link into a VM's own
+        // network namespace (firecracker's: `ns-link`), which lives as long
+        // as that namespace: both are vmwarden's when a VM claims them.
+        let (index, what) = match net::tun_info(&tap) {
+            Some((index, true)) => (index, "persistent tap"),
+            Some((_, false)) => {
+                keep(
+                    "non-persistent tap: something holds it open (it goes when that process exits)"
+                        .into(),
+                );
+                continue;
+            }
+            None => match ns_link_end(&mut rtnl, &tap) {
+                Ok(Some(index)) if owner.is_some() => (index, "link into a VM's network namespace"),
+                Ok(Some(_)) => {
+                    keep("a veth into another network namespace that no VM's intent record or spec names; not vmwarden's".into());
+                    continue;
+                }
+                Ok(None) => {
+                    keep("named vmw-* but neither a tun/tap device nor a link into a VM's network namespace; not vmwarden's".into());
+                    continue;
+                }
+                Err(e) => {
+                    keep(format!("cannot tell what it is: {e}"));
+                    continue;
+                }
+            },
         };
-        if !persistent {
-            keep(
-                "non-persistent tap: something holds it open (it goes when that process exits)"
-                    .into(),
-            );
-            continue;
-        }
         // Any claimant that is not dead keeps it (ambiguity keeps).
         let not_dead: Vec<String> = claims
             .iter()
@@ -583,10 +613,10 @@ fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
         }
         let reason = match &owner {
             Some(_) => format!(
-                "persistent tap of {}, none of which has a live instance",
+                "{what} of {}, none of which has a live instance",
                 claims.join(", ")
             ),
-            None => "persistent vmw-* tap that no VM's intent record or spec names".into(),
+            None => format!("{what} named vmw-* that no VM's intent record or spec names"),
         };
         r.orphans.push(Item {
             kind: Kind::Tap,
@@ -610,17 +640,24 @@ fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
             }
             let Some(n) = rtnl.as_mut() else { continue };
             // Delete the vetted device by its index, not whatever holds the name now.
-            match n.delete_index(&tap, index) {
-                Ok(_) if net::tun_info(&tap).map(|(i, _)| i) != Some(index) => r.deleted.push(path),
-                Ok(_) => r.failed.push(ownership::Failed {
-                    path,
-                    reason: "RTM_DELLINK succeeded but the tap still exists".into(),
-                }),
-                Err(e) => r.failed.push(ownership::Failed {
-                    path,
-                    reason: e.to_string(),
-                }),
+            match taps::delete_vetted(n, &tap, index) {
+                Ok(true) => r.deleted.push(path),
+                Ok(false) => {}
+                Err(reason) => r.failed.push(ownership::Failed { path, reason }),
             }
         }
     }
+}
+
+/// The index of `name` when it is the host side of a link into a VM's own
+/// network namespace (a veth whose other end is in another namespace);
+/// opens `rtnl` the first time it is needed.
+fn ns_link_end(rtnl: &mut Option<Rtnl>, name: &str) -> Result<Option<u32>, net::NetError> {
+    if rtnl.is_none() {
+        *rtnl = Some(Rtnl::open()?);
+    }
+    let Some(n) = rtnl.as_mut() else {
+        return Ok(None);
+    };
+    Ok(n.link(name)?.filter(taps::is_ns_link_end).map(|l| l.index))
 }

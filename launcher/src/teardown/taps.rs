@@ -1,10 +1,13 @@
-//! Which taps belong to a VM and which of them still exist: the teardown
-//! side of `host::net`, which itself knows nothing of specs or instances.
+//! Which taps belong to a VM and which of them still exist, and the host
+//! sides of the links into a VM's own network namespace: the teardown side
+//! of `host::net`, which itself knows nothing of specs or instances.
+
+use netlink_packet_route::link::InfoKind;
 
 use crate::config::names::{TapName, VmName};
 use crate::config::paths::Roots;
 use crate::config::spec::Spec;
-use crate::host::net::link_exists;
+use crate::host::net::{link_exists, Link, Rtnl};
 use crate::instance::intent::Intent;
 use crate::instance::launched::effective_spec;
 
@@ -36,4 +39,25 @@ pub fn surviving(taps: &[TapName]) -> Vec<(TapName, String)> {
             Err(e) => Some((t.clone(), format!("cannot tell: {e}"))),
         })
         .collect()
+}
+
+/// Is `link` the host side of a link into a VM's own network namespace
+/// (`launch::netns`): a veth whose other end is in another namespace?
+pub fn is_ns_link_end(link: &Link) -> bool {
+    link.kind == Some(InfoKind::Veth) && link.peer_elsewhere
+}
+
+/// Delete link `name`, vetted by the caller as the device with `index`, by
+/// that index (never whatever holds the name by now), and check it is
+/// gone. `Ok(true)`: deleted here; `Ok(false)`: it was already gone (the
+/// kernel removes a namespace's links with it, asynchronously).
+pub fn delete_vetted(rtnl: &mut Rtnl, name: &str, index: u32) -> Result<bool, String> {
+    let deleted = rtnl.delete_index(name, index).map_err(|e| e.to_string())?;
+    match rtnl.link(name) {
+        Ok(Some(l)) if l.index == index => {
+            Err("RTM_DELLINK succeeded but the link still exists".into())
+        }
+        Ok(_) => Ok(deleted),
+        Err(e) => Err(format!("deleted, but cannot check it is gone: {e}")),
+    }
 }

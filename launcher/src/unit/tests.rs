@@ -327,6 +327,24 @@ fn dropin_grants_net_admin_and_netlink_only_to_vms_with_interfaces() {
     let u = parse(&render_unit(&dropin_args("web", f.path())).expect("render"));
     assert_eq!(u["Service"]["CapabilityBoundingSet"], ["CAP_NET_ADMIN"]);
     assert_eq!(u["Service"]["RestrictAddressFamilies"], ["AF_NETLINK"]);
+    assert!(!u["Service"].contains_key("RestrictNamespaces"));
+}
+
+#[test]
+fn dropin_lets_firecracker_with_interfaces_make_its_network_namespace() {
+    let fc = |extra: serde_json::Value| {
+        let mut v: serde_json::Value = serde_json::from_str(&spec_json(extra)).unwrap();
+        v["hypervisor"] = serde_json::json!({
+            "kind": "firecracker", "binary": "/usr/bin/firecracker", "accel": "kvm"
+        });
+        let f = spec_file(&v.to_string());
+        parse(&render_unit(&dropin_args("web", f.path())).expect("render"))
+    };
+    let u = fc(serde_json::json!({"interfaces": [{"tap": "vmw-web0", "bridge": "br0"}]}));
+    assert_eq!(u["Service"]["RestrictNamespaces"], ["net"]);
+    let u = fc(serde_json::json!({}));
+    let svc = u.get("Service").cloned().unwrap_or_default();
+    assert!(!svc.contains_key("RestrictNamespaces"));
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! paths). They fail loudly without it; run them as the README says.
 #![allow(dead_code)]
 
+pub mod cgroup;
 pub mod golden;
 
 use std::collections::BTreeSet;

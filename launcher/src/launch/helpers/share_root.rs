@@ -111,7 +111,7 @@ pub(super) fn confine_to_share(
                 return Err(HelperError::Exited {
                     helper: h.name(),
                     binary: h.binary.clone(),
-                    socket: h.socket.clone(),
+                    socket: h.socket().map(Path::to_path_buf).unwrap_or_default(),
                     status: format!("{status:?}"),
                 })
             }

@@ -1,6 +1,7 @@
 //! Unit tests of `launch/helpers.rs`.
 
 use super::*;
+use crate::config::spec::Spec;
 
 fn spec(v: serde_json::Value) -> Spec {
     Spec::parse(
@@ -92,6 +93,17 @@ fn one_virtiofsd_per_virtiofs_share_and_the_vsock_daemon_for_qemu_only() {
     let got = plan(&spec(v), control);
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].kind, HelperKind::Virtiofsd);
+}
+
+#[test]
+fn the_table_is_in_the_kinds_order_with_one_entry_each() {
+    for (i, s) in TABLE.iter().enumerate() {
+        assert_eq!(s.kind as usize, i, "{}", s.name);
+        assert!(std::ptr::eq(s.kind.shape(), s));
+    }
+    let mut names: Vec<_> = TABLE.iter().map(|s| s.name).collect();
+    names.dedup();
+    assert_eq!(names.len(), TABLE.len());
 }
 
 // virtiofsd.thread_pool_size: the pool virtiofsd is given.

@@ -15,7 +15,7 @@ use crate::host::dirs::Dir;
 use crate::host::ownership;
 use crate::host::sys::SysContext;
 
-use super::{sys_err, AdoptError, Item, Kind, Place, Planned, Result};
+use super::{sys_err, AdoptError, How, Item, Kind, Place, Planned, Result};
 
 pub(super) const NOFOLLOW: OFlag = OFlag::O_NOFOLLOW.union(OFlag::O_CLOEXEC);
 pub(super) const DIR_FLAGS: OFlag = OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(NOFOLLOW);
@@ -98,11 +98,22 @@ pub(super) fn lstat_at(dir: &Dir, name: &OsStr) -> Result<Option<FileStat>> {
 
 /// Walk a share source (opened, O_NOFOLLOW) and call `f` on every entry
 /// below it with its parent and stat, depth first; refuses devices, other
-/// file systems and regular files with more than one link.
+/// file systems, regular files with more than one link, and nesting deeper
+/// than [`ownership::MAX_DEPTH`] (what the removal of the old inodes
+/// descends into).
 pub(super) fn walk_share(
     dir: &Dir,
     dev: u64,
     f: &mut dyn FnMut(&Dir, &OsStr, &FileStat) -> Result<()>,
+) -> Result<()> {
+    walk_share_at(dir, dev, f, 1)
+}
+
+fn walk_share_at(
+    dir: &Dir,
+    dev: u64,
+    f: &mut dyn FnMut(&Dir, &OsStr, &FileStat) -> Result<()>,
+    depth: usize,
 ) -> Result<()> {
     let names = ownership::entries(dir).sys("readdir", &dir.path)?;
     for n in names {
@@ -112,13 +123,37 @@ pub(super) fn walk_share(
         };
         check_entry(&path, &st, dev)?;
         if kind_of(&st) == SFlag::S_IFDIR {
+            if depth >= ownership::MAX_DEPTH {
+                return Err(too_deep(&path));
+            }
             let fd = openat(dir.fd.as_fd(), n.as_os_str(), DIR_FLAGS, Mode::empty())
                 .sys("openat", &path)?;
-            walk_share(&Dir { fd, path }, dev, f)?;
+            walk_share_at(&Dir { fd, path }, dev, f, depth + 1)?;
         }
         f(dir, &n, &st)?;
     }
     Ok(())
+}
+
+/// A share source nested deeper than adopt descends.
+pub(super) fn too_deep(path: &Path) -> AdoptError {
+    AdoptError::Refused {
+        name: String::new(),
+        path: path.to_path_buf(),
+        why: format!(
+            "is nested deeper than {} directories below its share source; adopt does not descend that far: move the share yourself",
+            ownership::MAX_DEPTH
+        ),
+    }
+}
+
+/// Whether `st` is root's alone: owned by root, with no permission for
+/// group or others (an ACL's entries are bounded by the group bits, its
+/// mask). Only such an inode can be given to the principal as it is: any
+/// other owner, group or user may hold it open (`adopt.rs`, "new inodes").
+/// A symlink's mode means nothing (it cannot be opened for its data).
+pub(super) fn root_only(st: &FileStat) -> bool {
+    st.st_uid == 0 && (kind_of(st) == SFlag::S_IFLNK || st.st_mode & 0o077 == 0)
 }
 
 /// What may be re-owned inside a share source.
@@ -146,13 +181,15 @@ pub(super) fn check_entry(path: &Path, st: &FileStat, dev: u64) -> Result<()> {
     }
 }
 
-/// Check one item at DIR (`src_parent`/`name`) and describe where it is.
+/// Check one item at DIR (`src_parent`/`name`) and describe where it is,
+/// and how it is adopted: moved when every inode in it is root's alone,
+/// else copied to new inodes ([`root_only`]).
 pub(super) fn inspect_source(
     parent: &Dir,
     name: &OsStr,
     item: &Item,
     dev: u64,
-) -> Result<Option<Place>> {
+) -> Result<Option<(Place, How)>> {
     let path = parent.path.join(name);
     let Some(st) = lstat_at(parent, name)? else {
         return Ok(None);
@@ -172,17 +209,21 @@ pub(super) fn inspect_source(
         ))),
         (Kind::Image, SFlag::S_IFREG) => {
             check_entry(&path, &st, dev)?;
-            Ok(Some(Place::From {
-                bytes: size_of(&st),
-                allocated: allocated_of(&st),
-                entries: 0,
-                owner: (st.st_uid, st.st_gid),
-            }))
+            Ok(Some((
+                Place::From {
+                    bytes: size_of(&st),
+                    allocated: allocated_of(&st),
+                    entries: 0,
+                    owner: (st.st_uid, st.st_gid),
+                },
+                How::of(root_only(&st)),
+            )))
         }
         (Kind::Share, SFlag::S_IFDIR) => {
             let fd =
                 openat(parent.fd.as_fd(), name, DIR_FLAGS, Mode::empty()).sys("openat", &path)?;
             let (mut entries, mut bytes, mut allocated) = (0u64, 0u64, 0u64);
+            let mut private = root_only(&st);
             walk_share(
                 &Dir {
                     fd,
@@ -193,15 +234,19 @@ pub(super) fn inspect_source(
                     entries += 1;
                     bytes += size_of(st);
                     allocated += allocated_of(st);
+                    private &= root_only(st);
                     Ok(())
                 },
             )?;
-            Ok(Some(Place::From {
-                bytes,
-                allocated,
-                entries,
-                owner: (st.st_uid, st.st_gid),
-            }))
+            Ok(Some((
+                Place::From {
+                    bytes,
+                    allocated,
+                    entries,
+                    owner: (st.st_uid, st.st_gid),
+                },
+                How::of(private),
+            )))
         }
         (Kind::Image, _) => Err(refuse(format!(
             "is a {}, but {} is a disk image (a regular file)",
@@ -258,7 +303,7 @@ pub(super) fn inodes_of(from: &Dir, planned: &[Planned]) -> Result<Vec<(u64, u64
     let st = from.stat()?;
     let mut out = vec![(st.st_dev, st.st_ino)];
     for p in planned {
-        if !matches!(p.place, Place::From { .. }) {
+        if !matches!(p.place, Place::From { .. } | Place::Copied) {
             continue;
         }
         let Some((parent, name)) = open_parent(from, &p.item.rel)? else {

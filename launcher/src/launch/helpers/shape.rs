@@ -1,0 +1,311 @@
+//! The helper daemons' one shape. Every kind of helper is one entry of
+//! [`TABLE`]: its name, the spec field of its binary, how the hypervisor
+//! reaches it ([`Channel`]), where its file system is rooted ([`Root`]),
+//! which seccomp filter it gets ([`Filter`]), whether it needs `/proc/sys`,
+//! and the function that reads its instances (with their arguments) from
+//! the spec. Every consumer reads the entry — the plan, the argv, the
+//! Landlock domain, the start and its wait (`launch::helpers`), the intent
+//! record (`launch::resources`) — and none matches on the kind, so a new
+//! helper is a new entry here, not new code there.
+
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+
+use crate::config::paths::{virtiofs_socket_name, VSOCK_SOCKET, VSOCK_VHOST_USER_SOCKET};
+use crate::config::spec::{HypervisorKind, ShareProto, Spec, VsockBackend};
+use crate::launch::landlock;
+
+/// Which daemon a helper runs (an index into [`TABLE`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HelperKind {
+    Virtiofsd,
+    VhostDeviceVsock,
+}
+
+impl HelperKind {
+    /// Its entry in [`TABLE`].
+    pub fn shape(self) -> &'static Shape {
+        // The table is in the enum's order (a unit test checks it).
+        &TABLE[self as usize]
+    }
+
+    /// The name the intent record and the log use.
+    pub fn as_str(self) -> &'static str {
+        self.shape().name
+    }
+}
+
+/// How the hypervisor reaches a helper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    /// Root binds a listening socket at the helper's first socket path in
+    /// `control/` (the principal's, 0600) and hands it over as an fd
+    /// ([`Arg::Fd`]); the hypervisor connects to the path. The daemon
+    /// makes nothing in `control/`.
+    Listener,
+    /// The daemon makes its sockets in `control/` itself: its Landlock
+    /// domain may make sockets there, and the launcher waits until each
+    /// of its socket paths is a socket.
+    OwnSockets,
+}
+
+/// Where a helper's file system is rooted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Root {
+    /// A mount namespace of its own whose root is its share
+    /// (`launch::helpers::share_root`); the launcher checks its root once
+    /// it has started.
+    Share,
+    /// The VM's mount namespace, working directory `/`.
+    Vm,
+}
+
+/// The seccomp filter a helper runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filter {
+    /// The launcher's own, the hypervisor's (`launch::seccomp`).
+    Launcher,
+}
+
+/// One kind of helper: everything the launch, the sandbox and the intent
+/// record need to know about it.
+#[derive(Debug)]
+pub struct Shape {
+    pub kind: HelperKind,
+    /// The name the intent record and the log use.
+    pub name: &'static str,
+    /// What an instance's tag names in messages ("share": "virtiofsd for
+    /// share `data`"); `None` for a kind with one instance.
+    pub tag_noun: Option<&'static str>,
+    /// The spec field naming its binary.
+    pub binary_field: &'static str,
+    pub channel: Channel,
+    pub root: Root,
+    pub filter: Filter,
+    /// It reads the VM's `/proc/sys` (virtiofsd reads
+    /// `/proc/sys/fs/nr_open` at start and exits without it), which a
+    /// `subset=pid` procfs does not have.
+    pub proc_sys: bool,
+    /// Its instances for a spec, in start order (`control` is the VM's
+    /// control dir).
+    pub plan: fn(spec: &Spec, control: &Path) -> Vec<Helper>,
+}
+
+/// Every kind of helper, in start order (and in [`HelperKind`]'s order).
+pub static TABLE: &[Shape] = &[
+    Shape {
+        kind: HelperKind::Virtiofsd,
+        name: "virtiofsd",
+        tag_noun: Some("share"),
+        binary_field: "virtiofsd.binary",
+        // virtiofsd gets its listening socket from root (`--fd`): given a
+        // path it would also create `<socket>.pid`, a regular file, and
+        // the helper's domain allows no regular file in `control/`.
+        channel: Channel::Listener,
+        root: Root::Share,
+        filter: Filter::Launcher,
+        proc_sys: true,
+        plan: plan_virtiofsd,
+    },
+    Shape {
+        kind: HelperKind::VhostDeviceVsock,
+        name: "vhost-device-vsock",
+        tag_noun: None,
+        binary_field: "vsock.binary",
+        // It has no fd option: it makes its two sockets itself.
+        channel: Channel::OwnSockets,
+        root: Root::Vm,
+        filter: Filter::Launcher,
+        proc_sys: false,
+        plan: plan_vhost_device_vsock,
+    },
+];
+
+/// One argument of a helper's command line after its binary.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arg {
+    Lit(String),
+    /// The fd root hands over ([`Channel::Listener`]), after this prefix.
+    Fd(&'static str),
+}
+
+/// The share a helper serves ([`Root::Share`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Share {
+    /// Its index in `shares` (what errors and Landlock rules name).
+    pub index: usize,
+    pub source: PathBuf,
+    pub read_only: bool,
+}
+
+/// One helper the launch starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Helper {
+    pub kind: HelperKind,
+    /// Which instance: the share's tag (virtiofsd).
+    pub tag: Option<String>,
+    pub binary: PathBuf,
+    /// Its sockets in `control/`. The first is the one the hypervisor
+    /// connects to (the intent record names it); for
+    /// [`Channel::Listener`] it is the one root binds.
+    pub sockets: Vec<PathBuf>,
+    pub share: Option<Share>,
+    /// Its arguments after the binary.
+    pub args: Vec<Arg>,
+}
+
+impl Helper {
+    pub fn shape(&self) -> &'static Shape {
+        self.kind.shape()
+    }
+
+    /// "virtiofsd for share `data`", "vhost-device-vsock": what errors name.
+    pub fn name(&self) -> String {
+        let shape = self.shape();
+        match (&self.tag, shape.tag_noun) {
+            (Some(t), Some(noun)) => format!("{} for {noun} `{t}`", shape.name),
+            _ => shape.name.to_string(),
+        }
+    }
+
+    /// The spec field naming its binary.
+    pub fn binary_field(&self) -> &'static str {
+        self.shape().binary_field
+    }
+
+    /// The socket the hypervisor connects to, if the helper has one.
+    pub fn socket(&self) -> Option<&Path> {
+        self.sockets.first().map(PathBuf::as_path)
+    }
+
+    /// The daemon's argv; `fd` is the fd root hands over.
+    pub fn argv(&self, fd: Option<RawFd>) -> Vec<String> {
+        std::iter::once(self.binary.to_string_lossy().into_owned())
+            .chain(self.args.iter().map(|a| match a {
+                Arg::Lit(s) => s.clone(),
+                Arg::Fd(prefix) => format!("{prefix}{}", fd.unwrap_or(-1)),
+            }))
+            .collect()
+    }
+
+    /// The helper's own Landlock domain: its binary and the system's
+    /// trees, its share, and the control dir when it makes its own sockets.
+    pub fn policy(&self, control_dir: &Path, vm_trees: &[PathBuf]) -> landlock::Policy {
+        let shape = self.shape();
+        let share = self.share.as_ref().map(|s| {
+            (
+                s.source.as_path(),
+                s.read_only,
+                format!("shares[{}].source", s.index),
+            )
+        });
+        let control = (shape.channel == Channel::OwnSockets).then_some(control_dir);
+        landlock::helper_policy(&self.binary, shape.binary_field, share, control, vm_trees)
+    }
+}
+
+/// The helpers `spec` needs, in start order: every entry of [`TABLE`]'s
+/// instances, entry by entry.
+pub fn plan(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
+    TABLE
+        .iter()
+        .flat_map(|s| (s.plan)(spec, control_dir))
+        .collect()
+}
+
+/// Whether the VM's private `/proc` must keep its global files (see
+/// [`Shape::proc_sys`]).
+pub fn need_proc_sys(helpers: &[Helper]) -> bool {
+    helpers.iter().any(|h| h.shape().proc_sys)
+}
+
+/// A virtiofsd per virtiofs share (QEMU and cloud-hypervisor alike).
+fn plan_virtiofsd(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
+    let Some(v) = &spec.virtiofsd else {
+        return Vec::new();
+    };
+    let lit = |s: &str| Arg::Lit(s.to_string());
+    spec.shares
+        .iter()
+        .enumerate()
+        .filter(|(_, sh)| sh.proto == ShareProto::Virtiofs)
+        .map(|(i, sh)| {
+            let mut args = vec![
+                Arg::Fd("--fd="),
+                // Its root is the share (see share_root); it touches
+                // nothing under the share's host path.
+                lit("--shared-dir=/"),
+                // The launcher's sandbox replaces virtiofsd's own (which
+                // needs a user namespace or CAP_SYS_ADMIN).
+                lit("--sandbox=none"),
+                lit("--xattr"),
+                lit("--posix-acl"),
+                // File handles need CAP_DAC_READ_SEARCH (open_by_handle_at),
+                // which it never has: `prefer` would try once, warn and
+                // fall back to this.
+                lit("--inode-file-handles=never"),
+            ];
+            if let Some(t) = v.thread_pool_size {
+                args.push(Arg::Lit(format!(
+                    "--thread-pool-size={}",
+                    t.resolve(cpus_available())
+                )));
+            }
+            if sh.read_only {
+                args.push(lit("--readonly"));
+            }
+            Helper {
+                kind: HelperKind::Virtiofsd,
+                tag: Some(sh.tag.clone()),
+                binary: v.binary.clone(),
+                sockets: vec![control_dir.join(virtiofs_socket_name(&sh.tag))],
+                share: Some(Share {
+                    index: i,
+                    source: sh.source.clone(),
+                    read_only: sh.read_only,
+                }),
+                args,
+            }
+        })
+        .collect()
+}
+
+/// The CPUs this process may run on (`sched_getaffinity`), for a pool of
+/// `"nproc"` threads; 1 when the kernel does not say.
+fn cpus_available() -> usize {
+    nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .map(|set| {
+            (0..nix::sched::CpuSet::count())
+                .filter(|&c| set.is_set(c).unwrap_or(false))
+                .count()
+        })
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// vhost-device-vsock for QEMU's user vsock backend (cloud-hypervisor
+/// serves its hybrid vsock itself).
+fn plan_vhost_device_vsock(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
+    let Some(v) = &spec.vsock else {
+        return Vec::new();
+    };
+    let (HypervisorKind::Qemu, VsockBackend::User, Some(b)) =
+        (spec.hypervisor.kind, v.backend, &v.binary)
+    else {
+        return Vec::new();
+    };
+    let socket = control_dir.join(VSOCK_VHOST_USER_SOCKET);
+    let host = control_dir.join(VSOCK_SOCKET);
+    vec![Helper {
+        kind: HelperKind::VhostDeviceVsock,
+        tag: None,
+        binary: b.clone(),
+        args: vec![
+            Arg::Lit(format!("--guest-cid={}", v.cid)),
+            Arg::Lit(format!("--socket={}", socket.display())),
+            Arg::Lit(format!("--uds-path={}", host.display())),
+        ],
+        sockets: vec![socket, host],
+        share: None,
+    }]
+}

@@ -1,0 +1,304 @@
+//! `adopt --apply`: under the VM's lease, the record first, then item by
+//! item: a root-only item moved and re-owned (`move:X`, `own:X`), any other
+//! made anew for the principal and the old inodes removed from DIR
+//! (`copy:X`, `remove:X`; [`super::copy`]).
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat2, AtFlags, OFlag, RenameFlags};
+use nix::sys::stat::{fchmod, FileStat, Mode, SFlag};
+use nix::unistd::{fchownat, Gid, Uid};
+
+use crate::config::names::VmName;
+use crate::config::paths::Roots;
+use crate::host::dirs::{self, Dir, Loose, Want};
+use crate::host::ownership;
+use crate::host::sys::SysContext;
+use crate::instance::liveness;
+use crate::teardown::lease_as_a_launch;
+
+use super::copy::{self, Owner};
+use super::walk::{
+    check_entry, describe, kind_of, lstat_at, open_parent, walk_share, DIR_FLAGS, NOFOLLOW,
+};
+use super::{
+    fault, record_name, sys_err, AdoptError, How, Item, Kind, Options, Place, Plan, Planned,
+    Record, Result, RECORD_STEP,
+};
+
+pub(super) fn apply(
+    roots: &Roots,
+    name: &VmName,
+    from_dir: &Dir,
+    from_st: &FileStat,
+    plan: &mut Plan,
+    opts: &Options,
+) -> Result<()> {
+    let vm_want = |mode| Want {
+        uid: plan.uid,
+        gid: plan.gid,
+        mode,
+        loose: Loose::Tighten,
+    };
+    // The lease, as a launch takes it: no launch starts until the record is
+    // gone.
+    let Some(_lease) = lease_as_a_launch::<AdoptError>(roots, name)? else {
+        return Err(AdoptError::StartedMeanwhile {
+            name: name.to_string(),
+        });
+    };
+    let verdict = liveness::probe_with_lease_held(roots, name, plan.uid, None);
+    if !verdict.is_dead() {
+        return Err(AdoptError::Running {
+            name: name.to_string(),
+            verdict,
+        });
+    }
+    let items: Vec<Item> = plan.items.iter().map(|p| p.item.clone()).collect();
+    let record = Record {
+        version: 1,
+        name: name.to_string(),
+        from: plan.from.clone(),
+        from_dev: from_st.st_dev,
+        from_ino: from_st.st_ino,
+        uid: plan.uid,
+        gid: plan.gid,
+        items,
+    };
+    let (state_parent, state_name) = dirs::split_parent(&roots.state_root)?;
+    let (state_root, _) =
+        dirs::ensure(&state_parent, &state_name, &dirs::root_want("--state-root"))?;
+    let record_file = record_name(name);
+    let mut bytes = serde_json::to_vec_pretty(&record).map_err(|e| AdoptError::Record {
+        path: state_root.path.join(&record_file),
+        reason: e.to_string(),
+    })?;
+    bytes.push(b'\n');
+    dirs::durable_write(&state_root, &record_file, &bytes, 0o600)?;
+    fault(opts, RECORD_STEP);
+
+    let (state_dir, _) = dirs::ensure(&state_root, name.as_str(), &vm_want(0o700))?;
+    let owner = Owner {
+        uid: plan.uid,
+        gid: plan.gid,
+    };
+    for (index, p) in plan.items.iter().enumerate() {
+        let rel = &p.item.rel;
+        // Directories between the state dir and the item: the principal's.
+        let mut parent = Dir {
+            fd: nix::unistd::dup(state_dir.fd.as_fd()).sys("dup", &state_dir.path)?,
+            path: state_dir.path.clone(),
+        };
+        let comps: Vec<&OsStr> = rel.iter().collect();
+        let (last, mids) = comps.split_last().expect("items are not empty");
+        for c in mids {
+            let c = c.to_str().ok_or_else(|| AdoptError::Refused {
+                name: name.to_string(),
+                path: parent.path.join(c),
+                why: "is not UTF-8".into(),
+            })?;
+            parent = dirs::ensure(&parent, c, &vm_want(0o700))?.0;
+        }
+        let item = Step {
+            name,
+            from_dir,
+            dev: from_st.st_dev,
+            planned: p,
+            parent: &parent,
+            last,
+            owner,
+            opts,
+        };
+        match p.item.how {
+            How::Move => item.move_and_own()?,
+            How::Copy => item.copy_and_remove(index)?,
+        }
+    }
+    nix::unistd::fsync(state_dir.fd.as_fd()).sys("fsync", &state_dir.path)?;
+    nix::unistd::fsync(from_dir.fd.as_fd()).sys("fsync", &from_dir.path)?;
+    nix::unistd::unlinkat(
+        state_root.fd.as_fd(),
+        record_file.as_str(),
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    )
+    .sys("unlinkat", state_root.path.join(&record_file))?;
+    nix::unistd::fsync(state_root.fd.as_fd()).sys("fsync", &state_root.path)?;
+    fault(opts, "done");
+    plan.applied = true;
+    Ok(())
+}
+
+/// One item's steps.
+struct Step<'a> {
+    name: &'a VmName,
+    from_dir: &'a Dir,
+    /// DIR's file system.
+    dev: u64,
+    planned: &'a Planned,
+    /// The target's directory in the state dir, and its last component.
+    parent: &'a Dir,
+    last: &'a OsStr,
+    owner: Owner,
+    opts: &'a Options,
+}
+
+impl Step<'_> {
+    fn refused(&self, path: &Path, why: String) -> AdoptError {
+        AdoptError::Refused {
+            name: self.name.to_string(),
+            path: path.to_path_buf(),
+            why,
+        }
+    }
+
+    fn rel(&self) -> String {
+        self.planned.item.rel.display().to_string()
+    }
+
+    /// The item in DIR, opened by its parent: `None` once it is gone.
+    fn source(&self) -> Result<Option<(Dir, std::ffi::OsString)>> {
+        let Some((parent, name)) = open_parent(self.from_dir, &self.planned.item.rel)? else {
+            return Ok(None);
+        };
+        Ok(lstat_at(&parent, &name)?.map(|_| (parent, name)))
+    }
+
+    /// A new-inode adoption: the copy in place (`copy:X`), then the old
+    /// inodes removed from DIR (`remove:X`).
+    fn copy_and_remove(&self, index: usize) -> Result<()> {
+        let p = self.planned;
+        if let Place::From { .. } = p.place {
+            let (src_parent, src_name) = self
+                .source()?
+                .ok_or_else(|| self.refused(&p.from, "vanished".into()))?;
+            copy::copy_item(
+                p.item.kind,
+                &src_parent,
+                &src_name,
+                self.parent,
+                self.last,
+                &copy::temp_name(index),
+                self.owner,
+                self.dev,
+            )?;
+        }
+        fault(self.opts, &format!("copy:{}", self.rel()));
+        if matches!(p.place, Place::From { .. } | Place::Copied) {
+            if let Some((src_parent, src_name)) = self.source()? {
+                let out = ownership::delete_entries(&src_parent, &[src_name], None);
+                if let Some(f) = out.failed.first() {
+                    return Err(AdoptError::NotRemoved {
+                        name: self.name.to_string(),
+                        path: f.path.clone(),
+                        to: p.to.clone(),
+                        reason: f.reason.clone(),
+                    });
+                }
+                nix::unistd::fsync(src_parent.fd.as_fd()).sys("fsync", &src_parent.path)?;
+            }
+        }
+        fault(self.opts, &format!("remove:{}", self.rel()));
+        Ok(())
+    }
+
+    /// A root-only item: renamed into the state dir (`move:X`), then
+    /// re-owned (`own:X`), never following a link.
+    fn move_and_own(&self) -> Result<()> {
+        let p = self.planned;
+        if let Place::From { .. } = p.place {
+            let (src_parent, src_name) = open_parent(self.from_dir, &p.item.rel)?
+                .ok_or_else(|| self.refused(&p.from, "vanished".into()))?;
+            match renameat2(
+                src_parent.fd.as_fd(),
+                src_name.as_os_str(),
+                self.parent.fd.as_fd(),
+                self.last,
+                RenameFlags::RENAME_NOREPLACE,
+            ) {
+                Ok(()) => {}
+                // Moved by the run this one resumes.
+                Err(Errno::ENOENT) if lstat_at(self.parent, self.last)?.is_some() => {}
+                Err(Errno::EXDEV) => {
+                    return Err(self.refused(
+                        &p.from,
+                        format!(
+                            "cannot be renamed to {} (another file system); adopt never copies across file systems",
+                            p.to.display()
+                        ),
+                    ))
+                }
+                Err(e) => return Err(sys_err(e, "renameat2", &p.from)),
+            }
+        }
+        fault(self.opts, &format!("move:{}", self.rel()));
+        if lstat_at(self.parent, self.last)?.is_some() {
+            self.own()?;
+        }
+        fault(self.opts, &format!("own:{}", self.rel()));
+        Ok(())
+    }
+
+    /// Re-own at the target: the item itself by an O_NOFOLLOW descriptor,
+    /// a share's entries with AT_SYMLINK_NOFOLLOW from their parent's
+    /// descriptor.
+    fn own(&self) -> Result<()> {
+        let (parent, last) = (self.parent, self.last);
+        let to = parent.path.join(last);
+        let (uid, gid) = (Uid::from_raw(self.owner.uid), Gid::from_raw(self.owner.gid));
+        match self.planned.item.kind {
+            Kind::Image => {
+                // O_NONBLOCK: a fifo swapped in meanwhile must not hang
+                // the open; its type is refused below.
+                let fd: OwnedFd = openat(
+                    parent.fd.as_fd(),
+                    last,
+                    OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | NOFOLLOW,
+                    Mode::empty(),
+                )
+                .sys("openat", &to)?;
+                let st = nix::sys::stat::fstat(fd.as_fd()).sys("fstat", &to)?;
+                if kind_of(&st) != SFlag::S_IFREG {
+                    return Err(self.refused(
+                        &to,
+                        format!("became a {} during the move; left as it is", describe(&st)),
+                    ));
+                }
+                check_entry(&to, &st, self.dev)?;
+                nix::unistd::fchown(fd.as_fd(), Some(uid), Some(gid)).sys("fchown", &to)?;
+                fchmod(fd.as_fd(), Mode::from_bits_truncate(0o600)).sys("fchmod", &to)?;
+            }
+            Kind::Share => {
+                let fd =
+                    openat(parent.fd.as_fd(), last, DIR_FLAGS, Mode::empty()).sys("openat", &to)?;
+                let dir = Dir {
+                    fd,
+                    path: to.clone(),
+                };
+                walk_share(&dir, self.dev, &mut |d, n, _| {
+                    fchownat(
+                        d.fd.as_fd(),
+                        n,
+                        Some(uid),
+                        Some(gid),
+                        AtFlags::AT_SYMLINK_NOFOLLOW,
+                    )
+                    .sys("fchownat", d.path.join(n))?;
+                    Ok(())
+                })?;
+                nix::unistd::fchown(dir.fd.as_fd(), Some(uid), Some(gid)).sys("fchown", &to)?;
+                // Writable by the principal only (the launcher refuses a
+                // share source others may write).
+                let st = dir.stat()?;
+                fchmod(
+                    dir.fd.as_fd(),
+                    Mode::from_bits_truncate(st.st_mode & 0o7755 & !0o022),
+                )
+                .sys("fchmod", &to)?;
+            }
+        }
+        Ok(())
+    }
+}
