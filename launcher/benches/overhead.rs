@@ -932,6 +932,8 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
         api_socket: d.join("api.sock"),
         firecracker_config: d.join("firecracker.json"),
         tap_fds: vec![],
+        tap_queue_fds: vec![],
+        vhost_net_fds: vec![],
         control_dir: d.to_path_buf(),
         vhost_vsock_fd: None,
     };
@@ -968,6 +970,7 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
     // A step-profile build prints its marks to stderr: kept, to split each
     // start into the launcher's part (spawn to its execve) and QEMU's.
     let errfile = r.dir.path().join("launch.err");
+    let steps: std::cell::RefCell<Vec<(String, f64, f64)>> = Default::default();
     let via_once = |split: &mut Vec<(Duration, Duration)>| {
         let mut c = Command::new(&launch);
         r.args(c.arg("qmpb"))
@@ -987,6 +990,25 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
         if let Some(exec_at) = profile_mark_at(&errfile, "seccomp") {
             let to_exec = Duration::from_nanos(exec_at.saturating_sub(m0));
             split.push((to_exec, d.saturating_sub(to_exec)));
+            if let Some(main_at) = profile_mark_at(&errfile, "exec-to-main") {
+                steps.borrow_mut().push((
+                    "spawn → main()".to_string(),
+                    0.0,
+                    main_at.saturating_sub(m0) as f64 / 1e3,
+                ));
+            }
+            for l in std::fs::read_to_string(&errfile)
+                .unwrap_or_default()
+                .lines()
+            {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                if w.len() == 5 && w[0] == "vmwarden-profile" {
+                    let (c, wl) = (w[2].parse().unwrap_or(0.0), w[3].parse().unwrap_or(0.0));
+                    steps
+                        .borrow_mut()
+                        .push((w[1].to_string(), c / 1e3, wl / 1e3));
+                }
+            }
         }
         d
     };
@@ -1022,6 +1044,27 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
             // The first pair warms the caches.
             bare.push(d_bare);
             via.push(d_via);
+        }
+    }
+    let steps = steps.into_inner();
+    if !steps.is_empty() {
+        let mut order: Vec<&str> = Vec::new();
+        for (n, _, _) in &steps {
+            if !order.contains(&n.as_str()) {
+                order.push(n);
+            }
+        }
+        println!("  per step through the launcher (median µs, CPU / wall):");
+        for n in order {
+            let mut c: Vec<f64> = steps.iter().filter(|x| x.0 == n).map(|x| x.1).collect();
+            let mut w: Vec<f64> = steps.iter().filter(|x| x.0 == n).map(|x| x.2).collect();
+            c.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            w.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            println!(
+                "    {n:<24} {:>8.0} {:>8.0}",
+                c[c.len() / 2],
+                w[w.len() / 2]
+            );
         }
     }
     if split.len() > 1 {

@@ -442,6 +442,28 @@ pub struct InterfaceSpec {
     pub bridge: Option<BridgeName>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<Mac>,
+    /// The kernel's vhost-net (QEMU): root opens `/dev/vhost-net` once per
+    /// queue and hands QEMU the fds. Absent: off (docs/networking.md says
+    /// why it is not the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vhost: Option<bool>,
+    /// Queue pairs, one tap fd each, all opened by root (microvm.nix:
+    /// the VM's vCPUs). Absent: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<u32>,
+}
+
+/// Most queue pairs an interface may ask for (one per vCPU at most).
+pub const MAX_QUEUES: u32 = MAX_VCPUS;
+
+impl InterfaceSpec {
+    pub fn vhost(&self) -> bool {
+        self.vhost == Some(true)
+    }
+
+    pub fn queues(&self) -> u32 {
+        self.queues.unwrap_or(1)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]

@@ -12,8 +12,8 @@ use crate::config::names::{check_abs_normalised, VmName};
 use crate::config::spec::{
     tag_byte, Accel, CredentialSource, DiskFormat, FsTypeField, HypervisorKind, ShareProto, Spec,
     SpecError, ThreadPoolSize, VsockBackend, DISK_SERIAL_MAX, FW_CFG_CREDENTIAL_PREFIX,
-    FW_CFG_NAME_MAX, MAX_CMDLINE_BYTES, MAX_MEMORY_MIB, MAX_THREAD_POOL, MAX_VCPUS, MIN_MEMORY_MIB,
-    NIX_STORE, SHARE_TAG_MAX, VSOCK_CID_MAX, VSOCK_CID_MIN,
+    FW_CFG_NAME_MAX, MAX_CMDLINE_BYTES, MAX_MEMORY_MIB, MAX_QUEUES, MAX_THREAD_POOL, MAX_VCPUS,
+    MIN_MEMORY_MIB, NIX_STORE, SHARE_TAG_MAX, VSOCK_CID_MAX, VSOCK_CID_MIN,
 };
 
 impl Spec {
@@ -433,12 +433,25 @@ impl Spec {
             reason,
         };
         let mut seen = std::collections::BTreeSet::new();
+        let kind = self.hypervisor.kind;
         for (i, n) in self.interfaces.iter().enumerate() {
             if !seen.insert(n.tap.clone()) {
                 return Err(bad(
                     format!("interfaces[{i}].tap"),
                     format!("{:?} appears twice", n.tap),
                 ));
+            }
+            let q = n.queues();
+            if !(1..=MAX_QUEUES).contains(&q) {
+                return Err(bad(
+                    format!("interfaces[{i}].queues"),
+                    format!("is {q}; give 1 to {MAX_QUEUES} (microvm.nix uses one per vCPU)"),
+                ));
+            }
+            for (on, feature) in [(n.vhost(), Feature::VhostNet), (q > 1, Feature::Multiqueue)] {
+                if let Some(r) = capabilities::refusal(kind, feature).filter(|_| on) {
+                    return Err(bad(r.field_at(i), r.reason.into()));
+                }
             }
         }
         Ok(())
@@ -706,6 +719,8 @@ mod tests {
                 Feature::Discard => {
                     v["disks"] = json!([{ "path": "/var/lib/vmwarden/web/a.img", "discard": true }])
                 }
+                Feature::VhostNet => v["interfaces"] = json!([{ "tap": "vmw-a", "vhost": true }]),
+                Feature::Multiqueue => v["interfaces"] = json!([{ "tap": "vmw-a", "queues": 2 }]),
             }
             v
         };
@@ -727,6 +742,8 @@ mod tests {
             Feature::VhostVsock,
             Feature::DirectIo,
             Feature::Discard,
+            Feature::VhostNet,
+            Feature::Multiqueue,
         ] {
             let spec = check(with(HypervisorKind::Qemu, feature));
             assert!(spec.is_ok(), "qemu {feature:?}: {spec:?}");
