@@ -433,7 +433,9 @@ in rec {
       interfaces = map (i:
         {inherit (i) tap;}
         // lib.optionalAttrs (i.bridge != null) {inherit (i) bridge;}
-        // lib.optionalAttrs (i.mac != null) {inherit (i) mac;})
+        // lib.optionalAttrs (i.mac != null) {inherit (i) mac;}
+        // lib.optionalAttrs (i.vhost != null) {inherit (i) vhost;}
+        // lib.optionalAttrs (i.queues != null) {inherit (i) queues;})
       vm.interfaces;
       landlock = {
         inherit (vm.landlock) mode read write;

@@ -286,7 +286,7 @@ in rec {
         ++ lib.optionals typeOk (
           refuse (builtins.match vlib.tapNameRegex n.id == null) "${at}.id" n.id "vmwarden's taps are named ^${vlib.tapNameRegex}$ (cleanup, reap and verify-clean touch only those); rename it, e.g. \"vmw-${builtins.substring 0 11 name}${toString i}\" (the guest never sees the host-side name)"
           ++ refuse (builtins.match vlib.macRegex n.mac == null) "${at}.mac" n.mac "a MAC is six hex pairs separated by ':'"
-          ++ refuse (n.tap.vhost or false) "${at}.tap.vhost" true "vmwarden hands QEMU its tap as a file descriptor with vhost=off; set it to false"
+          ++ refuse (!qemu && (n.tap.vhost or false)) "${at}.tap.vhost" true "${hv}'s network devices run in ${hv} itself, not in the kernel's vhost-net (microvm.nix ignores it there); set it to false"
           ++ refuse (bridge != null && !vlib.validBridgeName bridge) "${at}.bridge" bridge "not a bridge name the launcher accepts"
         );
       value =
@@ -294,7 +294,12 @@ in rec {
           tap = n.id;
           inherit (n) mac;
         }
-        // optionalAttrs (bridge != null) {inherit bridge;};
+        // optionalAttrs (bridge != null) {inherit bridge;}
+        # microvm.nix's runners: vhost=on with tap.vhost (QEMU); as many
+        # queue pairs as vCPUs when there is more than one (QEMU, and
+        # cloud-hypervisor's num_queues), none of it on firecracker.
+        // optionalAttrs (qemu && (n.tap.vhost or false)) {vhost = true;}
+        // optionalAttrs (!fc && n.type == "tap" && g.vcpu > 1 && g.vcpu <= 255) {queues = g.vcpu;};
     };
     ifaces = lib.imap0 iface g.interfaces;
 

@@ -75,6 +75,30 @@
           tap gets the same address with the first octet `fe`.
         '';
       };
+      vhost = mkOption {
+        type = types.nullOr types.bool;
+        default = null;
+        description = ''
+          Run the NIC's queues in the kernel's vhost-net (microvm.nix's
+          `tap.vhost`; QEMU only): the launcher opens {file}`/dev/vhost-net`
+          as root, once per queue, and hands QEMU the descriptors. `null`
+          (off) writes nothing into the spec. Off by default: vhost-net
+          moves the virtqueues the guest drives into the host kernel,
+          outside the VM's sandbox (docs/networking.md).
+        '';
+      };
+      queues = mkOption {
+        type = types.nullOr (types.ints.between 1 255);
+        default = null;
+        example = 4;
+        description = ''
+          Queue pairs of the tap, one file descriptor each, all opened by
+          the launcher (microvm.nix: the VM's vCPUs when it has more than
+          one). QEMU gets them with `mq=on` on a PCI machine,
+          cloud-hypervisor as `num_queues`; not on firecracker. `null` (one)
+          writes nothing into the spec.
+        '';
+      };
     };
   };
 

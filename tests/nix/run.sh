@@ -304,7 +304,7 @@ else
   # an existing configuration (two-vms: its specs must not change), one
   # using the shares, disks and vsock fields directly, and microvm.nix-shaped guests
   # (tests/nix/guests/) mapped onto specs.
-  GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest guest-ch-creds guest-fc-networked"
+  GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest guest-ch-creds guest-fc-networked guest-fast-io"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -355,6 +355,7 @@ aarch64-host|ok
 guest-store-share|ok
 guest-store-disk|ok
 guest-networked|ok
+guest-fast-io|ok
 guest-creds-vsock|ok
 guest-nixostest|ok
 guest-foreign|the guest is built for aarch64-linux (its pkgs.stdenv.hostPlatform.system), this host is x86_64-linux
@@ -498,7 +499,7 @@ interfaces.type user|microvm.interfaces[0].type = "user": SLIRP user networking 
 interfaces.type macvtap|microvm.interfaces[0].type = "macvtap": a macvtap needs root|G {microvm.interfaces = [{type = "macvtap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; macvtap = {link = "eth0"; mode = "bridge";};}];}
 interfaces.id|microvm.interfaces[0].id = "vm-web": vmwarden's taps are named ^vmw-|G {microvm.interfaces = [{type = "tap"; id = "vm-web"; mac = "02:00:00:01:01:01";}];}
 interfaces.mac|microvm.interfaces[0].mac = "02-00-00-01-01-01": a MAC is six hex pairs|G {microvm.interfaces = [{type = "tap"; id = "vmw-web0"; mac = "02-00-00-01-01-01";}];}
-interfaces.tap.vhost|microvm.interfaces[0].tap.vhost = true: vmwarden hands QEMU its tap as a file descriptor with vhost=off|G {microvm.interfaces = [{type = "tap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; tap.vhost = true;}];}
+interfaces.tap.vhost cloud-hypervisor|microvm.interfaces[0].tap.vhost = true: cloud-hypervisor's network devices run in cloud-hypervisor itself|G {microvm.hypervisor = "cloud-hypervisor"; microvm.interfaces = [{type = "tap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; tap.vhost = true;}];}
 shares firecracker|microvm.shares = ["ro-store","home"]: firecracker has no shared file systems|G {microvm.hypervisor = "firecracker";}
 shares.proto 9p cloud-hypervisor|microvm.shares[0].proto = "9p": cloud-hypervisor has no 9p|G {microvm.hypervisor = "cloud-hypervisor"; microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data";}];}
 shares.tag|microvm.shares[0].tag = "a-tag-that-is-far-too-long-for-9p": a tag is 1 to 31 bytes|G {microvm.shares = [{tag = "a-tag-that-is-far-too-long-for-9p"; source = "data"; mountPoint = "/data";}];}

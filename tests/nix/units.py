@@ -123,7 +123,8 @@ def cmd_spec(path):
         if not isinstance(a, str):
             errs.append(f"hypervisor.extra_args[{i}]: {a!r} is not str")
     for i, n in enumerate(spec.get("interfaces", [])):
-        want(n, f"interfaces[{i}]", {"tap": str, "bridge": str, "mac": str}, ("bridge", "mac"))
+        want(n, f"interfaces[{i}]", {"tap": str, "bridge": str, "mac": str, "vhost": bool, "queues": int},
+             ("bridge", "mac", "vhost", "queues"))
     for e in errs:
         print(f"FAIL {path}: {e}")
     if errs:
