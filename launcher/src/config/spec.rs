@@ -10,6 +10,7 @@ use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
 use nix::sys::stat::FileStat;
+use serde::de::{Error as DeError, Unexpected, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::config::files::{open_probed_at, open_regular_at, OpenError};
@@ -158,20 +159,20 @@ impl Serialize for ThreadPoolSize {
 impl<'de> Deserialize<'de> for ThreadPoolSize {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
-        impl serde::de::Visitor<'_> for V {
+        impl Visitor<'_> for V {
             type Value = ThreadPoolSize;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a thread count or \"nproc\" (virtiofsd.thread_pool_size)")
             }
-            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<ThreadPoolSize, E> {
+            fn visit_u64<E: DeError>(self, n: u64) -> Result<ThreadPoolSize, E> {
                 u32::try_from(n)
                     .map(ThreadPoolSize::Count)
-                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(n), &self))
+                    .map_err(|_| E::invalid_value(Unexpected::Unsigned(n), &self))
             }
-            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<ThreadPoolSize, E> {
+            fn visit_str<E: DeError>(self, s: &str) -> Result<ThreadPoolSize, E> {
                 match s {
                     "nproc" => Ok(ThreadPoolSize::Nproc),
-                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(s), &self)),
+                    _ => Err(E::invalid_value(Unexpected::Str(s), &self)),
                 }
             }
         }

@@ -14,7 +14,8 @@ use serde_json::json;
 
 use crate::config::paths::{virtiofs_socket_name, VSOCK_SOCKET, VSOCK_VHOST_USER_SOCKET};
 use crate::config::spec::{
-    Accel, HypervisorKind, Machine, ShareProto, Spec, VsockBackend, FW_CFG_CREDENTIAL_PREFIX,
+    Accel, DiskSpec, HypervisorKind, Machine, ShareProto, Spec, VsockBackend,
+    FW_CFG_CREDENTIAL_PREFIX,
 };
 
 /// libvirt's default `seccomp_sandbox = 1` set: QEMU's own seccomp filter.
@@ -81,7 +82,7 @@ fn qemu_escape(p: &Path) -> String {
 /// launcher's seccomp filter refuses io_uring (see `launch::seccomp`), and
 /// QEMU would refuse to start with `aio=io_uring`. `discard=unmap` passes
 /// the guest's discards on to the image.
-pub fn qemu_drive_io(d: &crate::config::spec::DiskSpec) -> String {
+pub fn qemu_drive_io(d: &DiskSpec) -> String {
     let mut o = String::new();
     if d.direct(HypervisorKind::Qemu) {
         o.push_str(",cache=none");

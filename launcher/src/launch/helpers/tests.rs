@@ -1,7 +1,7 @@
 //! Unit tests of `launch/helpers.rs`.
 
 use super::*;
-use crate::config::spec::Spec;
+use crate::config::spec::{Spec, SpecError, ThreadPoolSize, MAX_THREAD_POOL};
 
 fn spec(v: serde_json::Value) -> Spec {
     Spec::parse(
@@ -107,7 +107,7 @@ fn the_table_is_in_the_kinds_order_with_one_entry_each() {
 }
 
 // virtiofsd.thread_pool_size: the pool virtiofsd is given.
-fn shares_spec(pool: serde_json::Value) -> Result<Spec, crate::config::spec::SpecError> {
+fn shares_spec(pool: serde_json::Value) -> Result<Spec, SpecError> {
     let v = serde_json::json!({
         "version": 1, "name": "web",
         "principal": { "user": "vm-web", "group": "vm-web" },
@@ -145,7 +145,7 @@ fn virtiofsd_gets_the_pool_size_a_count_or_one_per_cpu() {
         serde_json::to_value(&s).unwrap()["virtiofsd"]["thread_pool_size"],
         "nproc"
     );
-    assert_eq!(crate::config::spec::ThreadPoolSize::Nproc.resolve(0), 1);
+    assert_eq!(ThreadPoolSize::Nproc.resolve(0), 1);
     // Absent: virtiofsd's own default, and the spec writes nothing.
     let mut v = serde_json::to_value(shares_spec(serde_json::json!(0)).unwrap()).unwrap();
     v["virtiofsd"]
@@ -171,7 +171,7 @@ fn a_bad_pool_size_is_refused_and_says_what_to_give() {
         .to_string();
     assert_eq!(
         e,
-        format!("spec /etc/vmwarden/vms/web.json: field `virtiofsd.thread_pool_size` is 5000; at most {} threads (0 for no pool, \"nproc\" for one per CPU)", crate::config::spec::MAX_THREAD_POOL)
+        format!("spec /etc/vmwarden/vms/web.json: field `virtiofsd.thread_pool_size` is 5000; at most {} threads (0 for no pool, \"nproc\" for one per CPU)", MAX_THREAD_POOL)
     );
-    assert!(shares_spec(serde_json::json!(-1)).is_err());
+    shares_spec(serde_json::json!(-1)).unwrap_err();
 }
