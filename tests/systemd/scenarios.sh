@@ -430,6 +430,47 @@ vsk_checks() { # CURSOR
   note "vsk vhostfd held by QEMU (uid vm-vsk), guest virtio vsock device present"
 }
 
+# vnq: vhost-net and a two-queue tap through the real unit, where the
+# kernel has vhost-net (L2's does; the host this suite runs on may not).
+# QEMU gets root's tap and /dev/vhost-net fds (two of each) and never the
+# node; the principal cannot open it; the tap is multi-queue on the bridge;
+# vhost-net runs (QEMU has vhost worker threads); the guest runs two queue
+# pairs and L2 reaches it over them. Graceful stop, clean, the tap gone.
+s_vhost_net() {
+  modprobe vhost_net || { fail "modprobe vhost_net failed"; return 1; }
+  [ -c /dev/vhost-net ] || { fail "no /dev/vhost-net after modprobe"; return 1; }
+  hv_bridge || return 1
+  start_check_stop vnq vnq_checks || return 1
+  [ ! -e /sys/class/net/vmw-vnq0 ] || { fail "vnq: tap vmw-vnq0 survives the stop"; return 1; }
+}
+vnq_checks() { # CURSOR
+  local u=microvm@vnq.service pid j argv n l
+  pid=$(mainpid $u)
+  argv=$(tr '\0' ' ' <"/proc/$pid/cmdline")
+  printf '%s' "$argv" | grep -qE 'tap,id=net0,fds=[0-9]+:[0-9]+,vhost=on,vhostfds=[0-9]+:[0-9]+' \
+    && printf '%s' "$argv" | grep -qE 'virtio-net-pci,netdev=net0,mac=[0-9a-f:]+,mq=on,vectors=6' \
+    || { fail "vnq: QEMU's netdev/device: $(printf '%s' "$argv" | grep -oE '(tap,id|virtio-net)[^ ]*' | tr '\n' ' ')"; return 1; }
+  ls -l "/proc/$pid/fd" >>"$LOG" 2>&1
+  # /dev is the unit's own mount: the fds read "/vhost-net" from here
+  n=$(find "/proc/$pid/fd" -lname '*vhost-net*' 2>/dev/null | wc -l)
+  [ "$n" = 2 ] || { fail "vnq: QEMU holds $n fds of /dev/vhost-net, not 2"; return 1; }
+  n=$(grep -l '^iff:[[:space:]]*vmw-vnq0' /proc/"$pid"/fdinfo/* 2>/dev/null | wc -l)
+  [ "$n" = 2 ] || { fail "vnq: QEMU holds $n fds of tap vmw-vnq0, not 2"; return 1; }
+  if setpriv --reuid=vm-vnq --regid=vm-vnq --clear-groups sh -c 'exec 3<>/dev/vhost-net' 2>/dev/null; then
+    fail "vnq: the principal can open /dev/vhost-net itself"; return 1
+  fi
+  l=$($BB ip -d link show vmw-vnq0 2>&1)
+  printf '%s' "$l" | grep -q multi_queue && printf '%s' "$l" | grep -q 'master vmwbr0' \
+    || { fail "vnq: vmw-vnq0 is not a multi-queue tap on vmwbr0: $l"; return 1; }
+  n=$(cat /proc/"$pid"/task/*/comm 2>/dev/null | grep -c '^vhost-')
+  [ "$n" -ge 1 ] || { fail "vnq: no vhost worker among QEMU's threads: vhost-net is not running the queues"; return 1; }
+  j=$(jlog $u "$1")
+  printf '%s\n' "$j" | grep -q '^T-QUEUES rx-0 rx-1 tx-0 tx-1' \
+    || { fail "vnq: the guest's queues: $(printf '%s\n' "$j" | grep '^T-QUEUES')"; return 1; }
+  $BB ping -c 3 -W 5 10.77.0.4 >>"$LOG" 2>&1 || { fail "vnq: L2 cannot ping the guest over vmw-vnq0"; return 1; }
+  note "vnq: QEMU has 2 tap and 2 vhost-net fds from root, $n vhost worker(s), the guest 2 queue pairs, ping ok"
+}
+
 # vfs: the helper daemons through the real unit and its hardening: a
 # virtiofsd per virtiofs share (one read-only, one writable) and
 # vhost-device-vsock for the user vsock backend. The guest reads the
@@ -903,7 +944,7 @@ s_all_clean() {
   [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
   p=$(pgrep -a 'qemu-system|cloud-hyperviso|firecracker' 2>/dev/null)
   [ -z "$p" ] || { fail "hypervisors still running: $p"; return 1; }
-  for v in a b c vol vsk vfs ch fc chb fcb cx; do independent_clean $v || return 1; done
+  for v in a b c vol vsk vfs ch fc chb fcb cx vnq; do independent_clean $v || return 1; done
   p=$(pgrep -u microvm 2>/dev/null | tr '\n' ' ')
   [ -z "$p" ] || { fail "processes of microvm (the coexist scenario's foreign VM) left: $p"; return 1; }
   note "verify-clean (all VMs) clean, no hypervisor left"
@@ -1223,6 +1264,7 @@ else
   run_scenario broken_spec s_broken_spec
   run_scenario share_volume s_share_volume
   run_scenario vhost_vsock s_vhost_vsock
+  run_scenario vhost_net s_vhost_net
   run_scenario virtiofs_vsock s_virtiofs_vsock
   run_scenario cloud_hypervisor s_cloud_hypervisor
   run_scenario firecracker s_firecracker
