@@ -139,7 +139,7 @@ guest_script() { # WORKLOADS
 ip link set lo up; ip addr add $GUEST_IP/24 dev eth0; ip link set eth0 up
 mkdir -p /mnt; mount -t virtiofs data /mnt || echo GIO-ERROR virtiofs
 for w in $1; do
-  for k in $(seq 1 $REPEAT); do
+  for k in \$(seq 1 $REPEAT); do
     case \$w in
       net) r=\$(guest-io-tool send $HOST_IP $PORT $NET_MIB) ;;
       blk-read) r=\$(guest-io-tool read /dev/vda $BLK_MIB direct) ;;
