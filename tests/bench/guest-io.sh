@@ -123,12 +123,12 @@ chmod 0600 "$W/disk.img" "$W/share/big"
 
 # ------------------------------------------------------------ the network
 ip netns add "$NS"
-nsx() { nsenter --net="/run/netns/$NS" "$@"; }
 ip -n "$NS" link set lo up
 ip -n "$NS" link add "$BR" type bridge
 ip -n "$NS" addr add "$HOST_IP/24" dev "$BR"
 ip -n "$NS" link set "$BR" up
-nsx "$W/guest-io-tool" sink "$HOST_IP" "$PORT" &
+# nsenter itself in the background (it execs the sink), so $! is the sink
+nsenter --net="/run/netns/$NS" "$W/guest-io-tool" sink "$HOST_IP" "$PORT" &
 PIDS+=($!)
 
 # ------------------------------------------------------------ accelerator
