@@ -35,8 +35,8 @@
 # each R the median over the rounds of vmw's throughput ÷ mvn's in the
 # same round.
 #
-# Each workload runs VMWARDEN_GUEST_IO_REPEAT (2) times per boot and the
-# faster run counts (the one the machine's other load disturbed least; the
+# Each workload runs VMWARDEN_GUEST_IO_REPEAT (3) times per boot and the
+# fastest run counts (the one the machine's other load disturbed least; the
 # guest drops its page cache before each fs-read, so both read through
 # virtiofs).
 #
@@ -55,7 +55,7 @@ ACCEL=${VMWARDEN_GUEST_IO_ACCEL:-auto}
 NET_MIB=${VMWARDEN_GUEST_IO_NET_MIB:-256}
 BLK_MIB=${VMWARDEN_GUEST_IO_BLK_MIB:-512}
 FS_MIB=${VMWARDEN_GUEST_IO_FS_MIB:-128}
-REPEAT=${VMWARDEN_GUEST_IO_REPEAT:-2}
+REPEAT=${VMWARDEN_GUEST_IO_REPEAT:-3}
 BIN_DIR=${VMWARDEN_BIN_DIR:-$REPO/target/release}
 VIRTIOFSD=${VMWARDEN_TEST_CARGO_ROOT:-/var/cache/vmwarden-test/cargo}/bin/virtiofsd
 QEMU=/usr/bin/qemu-system-x86_64
@@ -230,7 +230,9 @@ run_mvn() { # OUT VHOST QUEUES AIO WORKLOADS
     >"$out.virtiofsd" 2>&1 &
   vpid=$!
   PIDS+=("$vpid")
-  for _ in $(seq 1 200); do [ -S "$sock" ] && break; sleep 0.05; done
+  # ready once it listens (it says so after listen(2); the socket file
+  # exists from bind(2) on)
+  for _ in $(seq 1 400); do grep -q 'Waiting for vhost-user socket connection' "$out.virtiofsd" 2>/dev/null && break; sleep 0.05; done
   local tap=$TAP_MVN1
   [ "$queues" -gt 1 ] && tap=$TAP_MVN
   netdev="tap,id=$tap,ifname=$tap,script=no,downscript=no"
