@@ -459,9 +459,10 @@ vnq_checks() { # CURSOR
   if setpriv --reuid=vm-vnq --regid=vm-vnq --clear-groups sh -c 'exec 3<>/dev/vhost-net' 2>/dev/null; then
     fail "vnq: the principal can open /dev/vhost-net itself"; return 1
   fi
-  l=$($BB ip -d link show vmw-vnq0 2>&1)
-  printf '%s' "$l" | grep -q multi_queue && printf '%s' "$l" | grep -q 'master vmwbr0' \
-    || { fail "vnq: vmw-vnq0 is not a multi-queue tap on vmwbr0: $l"; return 1; }
+  # IFF_MULTI_QUEUE is 0x100 in the tap's flags
+  l=$(cat /sys/class/net/vmw-vnq0/tun_flags 2>&1)
+  [ $(( l & 0x100 )) != 0 ] && [ "$(basename "$(readlink /sys/class/net/vmw-vnq0/master)")" = vmwbr0 ] \
+    || { fail "vnq: vmw-vnq0 is not a multi-queue tap on vmwbr0: tun_flags $l, master $(readlink /sys/class/net/vmw-vnq0/master)"; return 1; }
   n=$(cat /proc/"$pid"/task/*/comm 2>/dev/null | grep -c '^vhost-')
   [ "$n" -ge 1 ] || { fail "vnq: no vhost worker among QEMU's threads: vhost-net is not running the queues"; return 1; }
   j=$(jlog $u "$1")
