@@ -412,7 +412,7 @@ in rec {
           source.systemd = c;
         })
         (builtins.attrNames vm.credentials);
-      # format, serial and create only when set: the spec of a VM that
+      # format, serial, direct, discard and create only when set: the spec of a VM that
       # uses none of them stays byte for byte what it was before they
       # existed (tests/nix/golden), so a rebuild restarts nothing.
       disks = map (d:
@@ -422,6 +422,8 @@ in rec {
         }
         // lib.optionalAttrs (d.format != null) {inherit (d) format;}
         // lib.optionalAttrs (d.serial != null) {inherit (d) serial;}
+        // lib.optionalAttrs (d.direct != null) {inherit (d) direct;}
+        // lib.optionalAttrs (d.discard != null) {inherit (d) discard;}
         // lib.optionalAttrs (d.create != null) {
           create =
             {size_mib = d.create.sizeMiB;}
@@ -431,7 +433,9 @@ in rec {
       interfaces = map (i:
         {inherit (i) tap;}
         // lib.optionalAttrs (i.bridge != null) {inherit (i) bridge;}
-        // lib.optionalAttrs (i.mac != null) {inherit (i) mac;})
+        // lib.optionalAttrs (i.mac != null) {inherit (i) mac;}
+        // lib.optionalAttrs (i.vhost != null) {inherit (i) vhost;}
+        // lib.optionalAttrs (i.queues != null) {inherit (i) queues;})
       vm.interfaces;
       landlock = {
         inherit (vm.landlock) mode read write;
@@ -447,7 +451,11 @@ in rec {
         })
         vm.shares;
     }
-    // lib.optionalAttrs (usesVirtiofsd vm) {virtiofsd.binary = vm.virtiofsdBinary;}
+    // lib.optionalAttrs (usesVirtiofsd vm) {
+      virtiofsd =
+        {binary = vm.virtiofsdBinary;}
+        // lib.optionalAttrs (vm.virtiofsdThreadPoolSize != null) {thread_pool_size = vm.virtiofsdThreadPoolSize;};
+    }
     // lib.optionalAttrs (vm.vsock.cid != null) {
       vsock =
         {inherit (vm.vsock) cid backend;}

@@ -198,7 +198,7 @@ in rec {
         ++ refuse (elem v.imageType ["vhd" "vhdx"]) "${at}.imageType" v.imageType "vmwarden's disk formats are raw and qcow2; convert the image (qemu-img convert)"
         ++ refuse (v.serial != null && !vlib.validSerial v.serial) "${at}.serial" v.serial "a serial is 1 to 20 bytes of ${vlib.serialRegex} (virtio-blk keeps 20; ',' would split QEMU's -drive)"
         ++ refuse (fc && v.serial != null) "${at}.serial" v.serial "firecracker's drives have no serial; remove it (microvm.nix drops it there with a warning)"
-        ++ refuse (!qemu && v.direct) "${at}.direct" v.direct "vmwarden's ${hv} drives do not use O_DIRECT; remove it"
+        ++ refuse (fc && v.direct) "${at}.direct" v.direct "firecracker's drives have no O_DIRECT mode (microvm.nix ignores it there with a warning); remove it"
         ++ lib.optionals v.autoCreate (
           refuse (!own) "${at}.autoCreate" true "vmwarden creates images only inside the VM's state directory (${stateDir}/); make the image path relative, or create the image yourself (owned by the VM's principal, mode 0600) and set autoCreate = false"
           ++ refuse (v.label != null) "${at}.label" v.label "vmwarden's create makes no file system label; create and label the image once yourself (mkfs -L), give it to the VM's principal and set autoCreate = false"
@@ -219,6 +219,13 @@ in rec {
             then null
             else v.imageType;
         }
+        # microvm.nix's runners: QEMU cache=none only when direct and
+        # discard=unmap always; cloud-hypervisor direct=on|off and its own
+        # sparse=on. Written only where they differ from the launcher's
+        # defaults (QEMU direct, no discard; cloud-hypervisor neither
+        # direct nor a sparse=off).
+        // optionalAttrs (qemu && !v.direct || ch && v.direct) {inherit (v) direct;}
+        // optionalAttrs qemu {discard = true;}
         // optionalAttrs v.autoCreate {
           create = {
             sizeMiB = size.value;
@@ -227,10 +234,12 @@ in rec {
         };
     };
     volumes = lib.imap0 volume g.volumes;
-    storeDisk = optional g.storeOnDisk {
-      path = "${g.storeDisk}";
-      readOnly = true;
-    };
+    storeDisk = optional g.storeOnDisk ({
+        path = "${g.storeDisk}";
+        readOnly = true;
+      }
+      # microvm.nix reads its store disk through the host's page cache
+      // optionalAttrs qemu {direct = false;});
 
     # ------------------------------------------------------------ shares
     share = i: s: let
@@ -257,9 +266,11 @@ in rec {
       };
     };
     shares = lib.imap0 share g.shares;
+    pool = g.virtiofsd.threadPoolSize;
+    poolOk = builtins.isInt pool || pool == "`nproc`";
     virtiofsProblems =
       refuse (g.virtiofsd.inodeFileHandles == "mandatory") "virtiofsd.inodeFileHandles" "mandatory" "file handles need CAP_DAC_READ_SEARCH on the host, and vmwarden's virtiofsd has no capability there; use \"prefer\" (the default) or \"never\""
-      ++ refuseSet "virtiofsd.threadPoolSize" "`nproc`" "vmwarden picks virtiofsd's thread pool; remove it"
+      ++ refuse (!poolOk) "virtiofsd.threadPoolSize" g.virtiofsd.threadPoolSize "vmwarden takes a thread count or \"`nproc`\" (one thread per CPU, microvm.nix's default); use one of them"
       ++ refuseSet "virtiofsd.extraArgs" [] "virtiofsd's arguments are vmwarden's; remove them";
 
     # ------------------------------------------------------------ interfaces
@@ -279,7 +290,7 @@ in rec {
         ++ lib.optionals typeOk (
           refuse (builtins.match vlib.tapNameRegex n.id == null) "${at}.id" n.id "vmwarden's taps are named ^${vlib.tapNameRegex}$ (cleanup, reap and verify-clean touch only those); rename it, e.g. \"vmw-${builtins.substring 0 11 name}${toString i}\" (the guest never sees the host-side name)"
           ++ refuse (builtins.match vlib.macRegex n.mac == null) "${at}.mac" n.mac "a MAC is six hex pairs separated by ':'"
-          ++ refuse (n.tap.vhost or false) "${at}.tap.vhost" true "vmwarden hands QEMU its tap as a file descriptor with vhost=off; set it to false"
+          ++ refuse (!qemu && (n.tap.vhost or false)) "${at}.tap.vhost" true "${hv}'s network devices run in ${hv} itself, not in the kernel's vhost-net (microvm.nix ignores it there); set it to false"
           ++ refuse (bridge != null && !vlib.validBridgeName bridge) "${at}.bridge" bridge "not a bridge name the launcher accepts"
         );
       value =
@@ -287,7 +298,12 @@ in rec {
           tap = n.id;
           inherit (n) mac;
         }
-        // optionalAttrs (bridge != null) {inherit bridge;};
+        // optionalAttrs (bridge != null) {inherit bridge;}
+        # microvm.nix's runners: vhost=on with tap.vhost (QEMU); as many
+        # queue pairs as vCPUs when there is more than one (QEMU, and
+        # cloud-hypervisor's num_queues), none of it on firecracker.
+        // optionalAttrs (qemu && (n.tap.vhost or false)) {vhost = true;}
+        // optionalAttrs (!fc && n.type == "tap" && g.vcpu > 1 && g.vcpu <= 255) {queues = g.vcpu;};
     };
     ifaces = filter (x: x.isTap) (lib.imap0 iface g.interfaces);
 
@@ -397,6 +413,12 @@ in rec {
         // optionalAttrs (qemu && machineOk) {machine = machine.value;}
         // optionalAttrs (hypervisorBinary != null) {inherit hypervisorBinary;}
         // optionalAttrs (setByGuest ["virtiofsd" "package"]) {virtiofsdBinary = "${g.virtiofsd.package}/bin/virtiofsd";}
+        // optionalAttrs poolOk {
+          virtiofsdThreadPoolSize =
+            if builtins.isInt pool
+            then pool
+            else "nproc";
+        }
         // optionalAttrs (cid != null && vsockProblems == []) {
           vsock =
             {inherit cid;}
@@ -438,6 +460,7 @@ in rec {
     "initialBalloonMem"
     "deflateOnOOM"
     "registerWithMachined"
+    "virtiofsdThreadPoolSize"
   ];
 
   # The values as definitions of vmwarden.vms.<name>, each lib.mkDefault,

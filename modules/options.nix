@@ -120,6 +120,30 @@
           tap gets the same address with the first octet `fe`.
         '';
       };
+      vhost = mkOption {
+        type = types.nullOr types.bool;
+        default = null;
+        description = ''
+          Run the NIC's queues in the kernel's vhost-net (microvm.nix's
+          `tap.vhost`; QEMU only): the launcher opens {file}`/dev/vhost-net`
+          as root, once per queue, and hands QEMU the descriptors. `null`
+          (off) writes nothing into the spec. Off by default: vhost-net
+          moves the virtqueues the guest drives into the host kernel,
+          outside the VM's sandbox (docs/networking.md).
+        '';
+      };
+      queues = mkOption {
+        type = types.nullOr (types.ints.between 1 255);
+        default = null;
+        example = 4;
+        description = ''
+          Queue pairs of the tap, one file descriptor each, all opened by
+          the launcher (microvm.nix: the VM's vCPUs when it has more than
+          one). QEMU gets them with `mq=on` on a PCI machine,
+          cloud-hypervisor as `num_queues`; not on firecracker. `null` (one)
+          writes nothing into the spec.
+        '';
+      };
     };
   };
 
@@ -160,6 +184,28 @@
           Serial number the guest sees (`/dev/disk/by-id/virtio-<serial>`):
           1 to 20 bytes (virtio-blk keeps 20) of `${vlib.serialRegex}`. Not
           on firecracker.
+        '';
+      };
+      direct = mkOption {
+        type = types.nullOr types.bool;
+        default = null;
+        description = ''
+          Open the image with `O_DIRECT`, past the host's page cache
+          (microvm.nix's `direct`): QEMU `cache=none`, cloud-hypervisor
+          `direct=on`. `null` keeps the launcher's default and writes
+          nothing into the spec: on for QEMU, off for cloud-hypervisor.
+          firecracker has no such mode (`true` is refused there).
+        '';
+      };
+      discard = mkOption {
+        type = types.nullOr types.bool;
+        default = null;
+        description = ''
+          Let the guest's discards (TRIM) free the image's blocks: QEMU
+          `discard=unmap`, cloud-hypervisor `sparse=on`. `null` keeps each
+          hypervisor's default and writes nothing into the spec: QEMU
+          ignores discards, cloud-hypervisor punches holes. firecracker has
+          no discard (`true` is refused there).
         '';
       };
       create = mkOption {
@@ -441,6 +487,19 @@
         default = "${pkgs.virtiofsd}/bin/virtiofsd";
         defaultText = literalExpression ''"''${pkgs.virtiofsd}/bin/virtiofsd"'';
         description = "The `virtiofsd` the launcher runs for each virtiofs share.";
+      };
+
+      virtiofsdThreadPoolSize = mkOption {
+        type = types.nullOr (types.either types.ints.unsigned (types.enum ["nproc"]));
+        default = null;
+        example = "nproc";
+        description = ''
+          virtiofsd's `--thread-pool-size` (microvm.nix's
+          `virtiofsd.threadPoolSize`): a thread count (0: no pool), or
+          `"nproc"` for one thread per CPU the launcher may run on. `null`
+          keeps virtiofsd's own default (no pool) and writes nothing into
+          the spec.
+        '';
       };
 
       vsock = {

@@ -309,6 +309,7 @@ else
   GOLDEN_CASES="$GOLDEN_CASES guest-vsock-ssh"
   # microvm.nix's own guest shapes: the flake template, the FAQ's journal share.
   GOLDEN_CASES="$GOLDEN_CASES guest-flake-template guest-journal-share"
+  GOLDEN_CASES="$GOLDEN_CASES guest-fast-io"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -360,6 +361,7 @@ guest-store-share|ok
 guest-store-disk|ok
 guest-networked|ok
 guest-user-net|ok
+guest-fast-io|ok
 guest-creds-vsock|ok
 guest-nixostest|ok
 guest-host-tools|ok
@@ -514,14 +516,14 @@ volumes.image|microvm.volumes[0].image = "../shared.img": it must resolve to a n
 volumes.size|microvm.volumes[0].size = null: autoCreate needs a size in MiB|G {microvm.volumes = [{image = "var.img"; mountPoint = "/var";}];}
 volumes.serial|microvm.volumes[0].serial = "var,x": a serial is 1 to 20 bytes|G {microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; serial = "var,x";}];}
 volumes.serial firecracker|microvm.volumes[0].serial = "var": firecracker's drives have no serial|G {microvm.hypervisor = "firecracker"; microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; serial = "var";}];}
-volumes.direct|microvm.volumes[0].direct = true: vmwarden's cloud-hypervisor drives do not use O_DIRECT|G {microvm.hypervisor = "cloud-hypervisor"; microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; direct = true;}];}
+volumes.direct firecracker|microvm.volumes[0].direct = true: firecracker's drives have no O_DIRECT mode|G {microvm.hypervisor = "firecracker"; microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; direct = true;}];}
 interfaces.type user on cloud-hypervisor|microvm.interfaces[0].type = "user": cloud-hypervisor has no user networking in vmwarden|G {microvm.hypervisor = "cloud-hypervisor"; microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";}];}
 interfaces.type user twice|microvm.interfaces[1].type = "user": vmwarden gives a VM one user-networking interface|G {microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";} {type = "user"; id = "qemu2"; mac = "02:00:00:01:01:02";}];}
 interfaces.type user id|microvm.interfaces[0].id = "net0": a user interface's id|G {microvm.interfaces = [{type = "user"; id = "net0"; mac = "02:00:00:01:01:01";}];}
 interfaces.type macvtap|microvm.interfaces[0].type = "macvtap": a macvtap needs root|G {microvm.interfaces = [{type = "macvtap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; macvtap = {link = "eth0"; mode = "bridge";};}];}
 interfaces.id|microvm.interfaces[0].id = "vm-web": vmwarden's taps are named ^vmw-|G {microvm.interfaces = [{type = "tap"; id = "vm-web"; mac = "02:00:00:01:01:01";}];}
 interfaces.mac|microvm.interfaces[0].mac = "02-00-00-01-01-01": a MAC is six hex pairs|G {microvm.interfaces = [{type = "tap"; id = "vmw-web0"; mac = "02-00-00-01-01-01";}];}
-interfaces.tap.vhost|microvm.interfaces[0].tap.vhost = true: vmwarden hands QEMU its tap as a file descriptor with vhost=off|G {microvm.interfaces = [{type = "tap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; tap.vhost = true;}];}
+interfaces.tap.vhost cloud-hypervisor|microvm.interfaces[0].tap.vhost = true: cloud-hypervisor's network devices run in cloud-hypervisor itself|G {microvm.hypervisor = "cloud-hypervisor"; microvm.interfaces = [{type = "tap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; tap.vhost = true;}];}
 shares firecracker|microvm.shares = ["ro-store","home"]: firecracker has no shared file systems|G {microvm.hypervisor = "firecracker";}
 shares.proto 9p cloud-hypervisor|microvm.shares[0].proto = "9p": cloud-hypervisor has no 9p|G {microvm.hypervisor = "cloud-hypervisor"; microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data";}];}
 shares.tag|microvm.shares[0].tag = "a-tag-that-is-far-too-long-for-9p": a tag is 1 to 31 bytes|G {microvm.shares = [{tag = "a-tag-that-is-far-too-long-for-9p"; source = "data"; mountPoint = "/data";}];}
@@ -531,7 +533,7 @@ shares.cache|microvm.shares[0].cache = "always": vmwarden runs virtiofsd with it
 shares.posixAcl|microvm.shares[0].posixAcl = false: it only exists for virtiofsd's --translate-uid|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; proto = "virtiofs"; posixAcl = false;}];}
 shares.extraArgs|microvm.shares[0].extraArgs = ["--sandbox=none"]: virtiofsd's arguments are vmwarden's|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; proto = "virtiofs"; extraArgs = ["--sandbox=none"];}];}
 virtiofsd.inodeFileHandles|microvm.virtiofsd.inodeFileHandles = "mandatory": file handles need CAP_DAC_READ_SEARCH|G {microvm.virtiofsd.inodeFileHandles = "mandatory";}
-virtiofsd.threadPoolSize|microvm.virtiofsd.threadPoolSize = 4: vmwarden picks virtiofsd's thread pool|G {microvm.virtiofsd.threadPoolSize = 4;}
+virtiofsd.threadPoolSize|microvm.virtiofsd.threadPoolSize = "many": vmwarden takes a thread count or|G {microvm.virtiofsd.threadPoolSize = "many";}
 virtiofsd.extraArgs|microvm.virtiofsd.extraArgs = ["--announce-submounts"]: virtiofsd's arguments are vmwarden's|G {microvm.virtiofsd.extraArgs = ["--announce-submounts"];}
 credentialFiles firecracker|microvm.credentialFiles = ["token"]: firecracker has no channel|G {microvm.hypervisor = "firecracker"; microvm.credentialFiles.token = "/run/secrets/token";}
 vsock.cid low|microvm.vsock.cid = 2: CIDs 0, 1 and 2 are the hypervisor, loopback and the host|G {microvm.vsock.cid = 2;}

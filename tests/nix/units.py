@@ -78,6 +78,10 @@ CONTRACT = {
 OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock", "user_network", "balloon", "console", "register_with_machined"}
 
 
+def type_name(t):
+    return " or ".join(x.__name__ for x in t) if isinstance(t, tuple) else t.__name__
+
+
 def cmd_spec(path):
     spec = json.load(open(path))
     errs = []
@@ -94,7 +98,7 @@ def cmd_spec(path):
             errs.append(f"{where}: missing fields: {sorted(missing)}")
         for k, t in fields.items():
             if k in obj and not (isinstance(obj[k], t) and not (t is int and isinstance(obj[k], bool))):
-                errs.append(f"{where}.{k}: {obj[k]!r} is not {t.__name__}")
+                errs.append(f"{where}.{k}: {obj[k]!r} is not {type_name(t)}")
 
     want(spec, "spec", CONTRACT, OPTIONAL)
     if spec.get("version") != 1:
@@ -106,8 +110,9 @@ def cmd_spec(path):
         want(c, f"credentials[{i}]", {"name": str, "source": dict})
         want(c.get("source"), f"credentials[{i}].source", {"systemd": str})
     for i, d in enumerate(spec.get("disks", [])):
-        want(d, f"disks[{i}]", {"path": str, "read_only": bool, "format": str, "serial": str, "create": dict},
-             ("format", "serial", "create"))
+        want(d, f"disks[{i}]", {"path": str, "read_only": bool, "format": str, "serial": str, "create": dict,
+                                "direct": bool, "discard": bool},
+             ("format", "serial", "create", "direct", "discard"))
         if "create" in d:
             want(d["create"], f"disks[{i}].create", {"size_mib": int, "fs_type": str}, ("fs_type",))
     for i, s in enumerate(spec.get("shares", [])):
@@ -118,7 +123,7 @@ def cmd_spec(path):
         if spec.get(k) is False:
             errs.append(f"{k}: written as false (the module leaves it out when off)")
     if "virtiofsd" in spec:
-        want(spec["virtiofsd"], "virtiofsd", {"binary": str})
+        want(spec["virtiofsd"], "virtiofsd", {"binary": str, "thread_pool_size": (int, str)}, ("thread_pool_size",))
     if "vsock" in spec:
         want(spec["vsock"], "vsock", {"cid": int, "backend": str, "binary": str}, ("binary",))
     if "user_network" in spec:
@@ -132,7 +137,8 @@ def cmd_spec(path):
         if not isinstance(a, str):
             errs.append(f"hypervisor.extra_args[{i}]: {a!r} is not str")
     for i, n in enumerate(spec.get("interfaces", [])):
-        want(n, f"interfaces[{i}]", {"tap": str, "bridge": str, "mac": str}, ("bridge", "mac"))
+        want(n, f"interfaces[{i}]", {"tap": str, "bridge": str, "mac": str, "vhost": bool, "queues": int},
+             ("bridge", "mac", "vhost", "queues"))
     for e in errs:
         print(f"FAIL {path}: {e}")
     if errs:

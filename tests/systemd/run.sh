@@ -173,7 +173,7 @@ unshare() { # DEST...: break the hard link to the cache before a tool edits the 
 # VM principals (an operator does this once per VM on a non-Nix host)
 unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
 systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
-  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv st own; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
+  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
       useradd --system --gid kvm --no-create-home --home-dir /var/lib/microvms --shell /usr/sbin/nologin microvm' \
   || die "cannot create the VM principals"
 grep -q '^vm-c:' "$ROOT/etc/passwd" && grep -q '^microvm:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
@@ -185,12 +185,12 @@ put "$KERNEL" /opt/vmwarden-test/assets/vmlinuz 0644
 put "$INITRD" /opt/vmwarden-test/assets/initramfs.img 0644
 put "$SH_KERNEL" /opt/vmwarden-test/assets-shares/vmlinuz 0644
 put "$SH_INITRD" /opt/vmwarden-test/assets-shares/initramfs.img 0644
+# busybox for L2's bridge and ping (cloud_hypervisor, firecracker, vhost_net)
+put "$(command -v busybox)" /opt/vmwarden-test/bin/busybox 0755
 if [ "$HV_SCENARIOS" = 1 ]; then
   "$REPO/tests/assets/extract-vmlinux.sh" "$SH_KERNEL" "$WORK/vmlinux" || die "extract-vmlinux.sh $SH_KERNEL failed"
   put "$WORK/vmlinux" /opt/vmwarden-test/assets-shares/vmlinux 0644
   rm -f "$WORK/vmlinux"
-  # busybox for L2's bridge and ping (the minbase tree has no iproute2)
-  put "$(command -v busybox)" /opt/vmwarden-test/bin/busybox 0755
   # the bench's start-to-running timer (L2 has no compiler)
   cc -static -Os -o "$WORK/api-running" "$HERE/guest/api-running.c" || die "cc -static guest/api-running.c failed"
   put "$WORK/api-running" /opt/vmwarden-test/bin/api-running 0755
@@ -302,6 +302,10 @@ chmod 0700 "$ROOT/root/.ssh"
 put "$HERE/guest/vsock-ssh-proxy" /opt/vmwarden-test/bin/vsock-ssh-proxy 0755
 VSK_SCRIPT="$VSK_SCRIPT
 $SSH_SCRIPT"
+# vnq: a tap on L2's bridge with the kernel's vhost-net and two queues, on
+# a PCI machine with two vCPUs (so the guest runs both queue pairs).
+VNQ_SCRIPT='ip addr add 10.77.0.7/24 dev eth0 && ip link set eth0 up && echo T-NET-UP
+echo "T-QUEUES $(ls /sys/class/net/eth0/queues | tr "\n" " ")"'
 # vfs: two virtiofs shares (the 9p share's directory read-only, a writable
 # one of the principal's) and the user vsock backend: every helper daemon.
 # The guest reads and writes, then leaves a vsock echo listening on port 1234.
@@ -359,6 +363,8 @@ shares_spec rbq "$RBQ_SCRIPT" '"shares": [
   "vsock": { "cid": 9, "backend": "user", "binary": "/usr/local/bin/vhost-device-vsock" }' \
   | jq '.credentials = [ { "name": "token", "source": { "systemd": "token" } } ]' \
   | putc /etc/vmwarden/vms/rbq.json 0644
+shares_spec vnq "$VNQ_SCRIPT" '"interfaces": [ { "tap": "vmw-vnq0", "bridge": "vmwbr0", "vhost": true, "queues": 2 } ]' \
+  | jq '.vcpus = 2 | .hypervisor.machine = "pc"' | putc /etc/vmwarden/vms/vnq.json 0644
 shares_spec vfs "$VFS_SCRIPT" '"shares": [
     { "tag": "vro", "source": "/opt/vmwarden-test/share", "proto": "virtiofs", "read_only": true },
     { "tag": "vrw", "source": "/var/lib/vmwarden-test/vfs-rw", "proto": "virtiofs", "read_only": false } ],
@@ -507,7 +513,7 @@ if [ "$MODE" = full ]; then
   cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
   # per-VM credential drop-ins (what an operator installs per VM)
   HV_VMS=""; [ "$HV_SCENARIOS" = 1 ] && HV_VMS="ch fc chb fcb rbc rbf rbv"
-  for v in a b vol vsk vfs ops rbq st own $HV_VMS; do
+  for v in a b vol vsk vfs ops rbq st own vnq $HV_VMS; do
     "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
       --credentials-dir "$CREDDIR" >"$WORK/dropin-$v.conf" \
       || die "vmwarden render-unit --dropin $v failed"
@@ -581,6 +587,7 @@ if [ -n "$ONLY" ]; then SOAK_DEFAULT=50; else SOAK_DEFAULT=5; fi
   printf 'CREDS_rbq=%q\n' "token:$CREDDIR/rbq/token"
   printf 'CREDS_un=\n'
   printf 'CREDS_st=\nCREDS_own=\nSTORE_FILE=%q\n' "$STORE_FILE"
+  printf 'CREDS_vnq=\n'
   printf 'HV_BRIDGE=%q\n%s' "$HV_BRIDGE" "$HV_ENV"; } | putc /opt/vmwarden-test/run.env 0644
 
 ROOT_IMG=$WORK/root.ext4 RES_IMG=$WORK/results.ext4

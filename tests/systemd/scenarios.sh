@@ -433,6 +433,48 @@ vsk_checks() { # CURSOR
   note "vsk vhostfd held by QEMU (uid vm-vsk), guest virtio vsock device present"
 }
 
+# vnq: vhost-net and a two-queue tap through the real unit, where the
+# kernel has vhost-net (L2's does; the host this suite runs on may not).
+# QEMU gets root's tap and /dev/vhost-net fds (two of each) and never the
+# node; the principal cannot open it; the tap is multi-queue on the bridge;
+# vhost-net runs (QEMU has vhost worker threads); the guest runs two queue
+# pairs and L2 reaches it over them. Graceful stop, clean, the tap gone.
+s_vhost_net() {
+  modprobe vhost_net || { fail "modprobe vhost_net failed"; return 1; }
+  [ -c /dev/vhost-net ] || { fail "no /dev/vhost-net after modprobe"; return 1; }
+  hv_bridge || return 1
+  start_check_stop vnq vnq_checks || return 1
+  [ ! -e /sys/class/net/vmw-vnq0 ] || { fail "vnq: tap vmw-vnq0 survives the stop"; return 1; }
+}
+vnq_checks() { # CURSOR
+  local u=microvm@vnq.service pid j argv n l
+  pid=$(mainpid $u)
+  argv=$(tr '\0' ' ' <"/proc/$pid/cmdline")
+  printf '%s' "$argv" | grep -qE 'tap,id=net0,fds=[0-9]+:[0-9]+,vhost=on,vhostfds=[0-9]+:[0-9]+' \
+    && printf '%s' "$argv" | grep -qE 'virtio-net-pci,netdev=net0,mac=[0-9a-f:]+,mq=on,vectors=6' \
+    || { fail "vnq: QEMU's netdev/device: $(printf '%s' "$argv" | grep -oE '(tap,id|virtio-net)[^ ]*' | tr '\n' ' ')"; return 1; }
+  ls -l "/proc/$pid/fd" >>"$LOG" 2>&1
+  # /dev is the unit's own mount: the fds read "/vhost-net" from here
+  n=$(find "/proc/$pid/fd" -lname '*vhost-net*' 2>/dev/null | wc -l)
+  [ "$n" = 2 ] || { fail "vnq: QEMU holds $n fds of /dev/vhost-net, not 2"; return 1; }
+  n=$(grep -l '^iff:[[:space:]]*vmw-vnq0' /proc/"$pid"/fdinfo/* 2>/dev/null | wc -l)
+  [ "$n" = 2 ] || { fail "vnq: QEMU holds $n fds of tap vmw-vnq0, not 2"; return 1; }
+  if setpriv --reuid=vm-vnq --regid=vm-vnq --clear-groups sh -c 'exec 3<>/dev/vhost-net' 2>/dev/null; then
+    fail "vnq: the principal can open /dev/vhost-net itself"; return 1
+  fi
+  # IFF_MULTI_QUEUE is 0x100 in the tap's flags
+  l=$(cat /sys/class/net/vmw-vnq0/tun_flags 2>&1)
+  [ $(( l & 0x100 )) != 0 ] && [ "$(basename "$(readlink /sys/class/net/vmw-vnq0/master)")" = vmwbr0 ] \
+    || { fail "vnq: vmw-vnq0 is not a multi-queue tap on vmwbr0: tun_flags $l, master $(readlink /sys/class/net/vmw-vnq0/master)"; return 1; }
+  n=$(cat /proc/"$pid"/task/*/comm 2>/dev/null | grep -c '^vhost-')
+  [ "$n" -ge 1 ] || { fail "vnq: no vhost worker among QEMU's threads: vhost-net is not running the queues"; return 1; }
+  j=$(jlog $u "$1")
+  printf '%s\n' "$j" | grep -q '^T-QUEUES rx-0 rx-1 tx-0 tx-1' \
+    || { fail "vnq: the guest's queues: $(printf '%s\n' "$j" | grep '^T-QUEUES')"; return 1; }
+  $BB ping -c 3 -W 5 10.77.0.7 >>"$LOG" 2>&1 || { fail "vnq: L2 cannot ping the guest over vmw-vnq0"; return 1; }
+  note "vnq: QEMU has 2 tap and 2 vhost-net fds from root, $n vhost worker(s), the guest 2 queue pairs, ping ok"
+}
+
 # vfs: the helper daemons through the real unit and its hardening: a
 # virtiofsd per virtiofs share (one read-only, one writable) and
 # vhost-device-vsock for the user vsock backend. The guest reads the
@@ -762,21 +804,56 @@ s_cloud_hypervisor() { s_hv ch; }
 s_firecracker() { s_hv fc; }
 
 # The bench row measured where these hypervisors boot: start to "running"
-# (the API's VM state) through the launcher, `systemctl start --no-block
-# microvm@NAME` (so systemd's unit setup is in it too), against the bare
-# binary started by root with the same argv (cloud-hypervisor: the launched
-# one's, with another API socket; firecracker: the same config file), in
-# pairs, on VMs chb and fcb (the same guest, no devices). Both are killed
-# once running. Prints the medians and their ratio; asserts only that both
-# ran and the launched ones were cleaned up.
-BENCH_PAIRS=5
-bench_launcher() { # VM URI OUT -> "MS PID" once running
-  local u=microvm@$1.service out=$3 pid
+# (the API's VM state), interleaved round by round, on VMs chb and fcb (the
+# same guest, no devices), four ways:
+#   unit   vmwarden through its unit, `systemctl start --no-block
+#          microvm@NAME` (systemd's unit setup is in it);
+#   alone  the launcher alone: `vmwarden-launch NAME` run by root from this
+#          script, no unit;
+#   bare   the bare binary started by root with the same argv
+#          (cloud-hypervisor: the launched one's, with another API socket;
+#          firecracker: the same config file);
+#   floor  that bare argv as ExecStart of a unit with microvm@.service's
+#          hardening and nothing of vmwarden's (floor_unit), started the way
+#          the unit is: what systemd's own sandbox setup costs a hypervisor.
+# Each is killed once running (the launched ones cleaned up as ExecStopPost
+# would). Prints the medians, their ratios to bare, and where the time goes
+# (the journal's monotonic clock): up to the launcher's main(), in the
+# launcher (main() to its execve) and in the hypervisor to Running; a
+# launcher built with the `step-profile` feature gives its marks, else its
+# first and last log lines stand in (the launcher alone then has none).
+# Asserts only that all reached Running and were cleaned up.
+# 3 rounds in the default run, 5 when the scenario is picked by name
+BENCH_PAIRS=3; [ -z "$ONLY" ] || BENCH_PAIRS=5
+# ms between two monotonic times in seconds
+ms_between() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a == "" || b == "") print "-"; else printf "%.0f", (b - a) * 1000 }'; }
+# A launch's lines on stdin (the unit's short-monotonic journal, or the
+# launcher's own stderr) -> "MAIN EXEC" in monotonic seconds: the
+# step-profile marks exec-to-main and seccomp, else (journal only) the times
+# of the launcher's first line and of its "landlock applied"; "-" unknown
+launcher_marks() {
+  awk '
+    /vmwarden-profile exec-to-main / { for (i = 1; i <= NF; i++) if ($i == "vmwarden-profile") main = $(i + 4) / 1e9 }
+    /vmwarden-profile seccomp / { for (i = 1; i <= NF; i++) if ($i == "vmwarden-profile") ex = $(i + 4) / 1e9 }
+    /^\[ *[0-9.]+\] .*vmwarden-launch|^\[ *[0-9.]+\] .*launch\{vm=/ {
+      t = $0; sub(/^\[ */, "", t); sub(/\].*/, "", t)
+      if (first == "") first = t
+      if ($0 ~ /landlock applied/) last = t
+    }
+    END { if (main == "") main = first; if (ex == "") ex = last; print (main == "" ? "-" : main), (ex == "" ? "-" : ex) }'
+}
+bench_launcher() { # VM URI OUT -> "MS PID TO_MAIN LAUNCHER HYPERVISOR" once running
+  local u=microvm@$1.service out=$3 pid cur t0 t1 m
   systemctl reset-failed "$u" 2>/dev/null
+  cur=$(mark)
   "$T/bin/api-running" "$RUNTIME_ROOT/$1/control/api.sock" "$2" 120 -- /usr/bin/systemctl start --no-block "$u" >"$out" 2>&1 \
     || { fail "$1: the launched VM never said Running: $(tail -3 "$out" | tr '\n' ' ')"; return 1; }
   pid=$(mainpid "$u")
-  echo "$(sed -n 's/^API-RUNNING ms=\([0-9.]*\).*/\1/p' "$out") $pid"
+  t0=$(sed -n 's/^API-RUNNING .* t0=\([0-9.]*\).*/\1/p' "$out"); t1=$(sed -n 's/^API-RUNNING .* t1=\([0-9.]*\).*/\1/p' "$out")
+  journalctl -q --no-pager -o short-monotonic -u "$u" --after-cursor="$cur" >"$out.journal" 2>/dev/null
+  m=$(launcher_marks <"$out.journal")
+  { echo "bench $1 unit: t0=$t0 t1=$t1 launcher main/exec=$m; journal:"; grep -v 'vmwarden-profile' "$out.journal" | head -20; grep 'vmwarden-profile' "$out.journal"; } >>"$LOG"
+  echo "$(sed -n 's/^API-RUNNING ms=\([0-9.]*\).*/\1/p' "$out") $pid $(ms_between "$t0" "${m% *}") $(ms_between "${m% *}" "${m#* }") $(ms_between "${m#* }" "$t1")"
 }
 bench_kill_launched() { # VM PID
   local u=microvm@$1.service keep=$DETAIL
@@ -785,6 +862,23 @@ bench_kill_launched() { # VM PID
   DETAIL=$keep
   timeout 300 systemctl stop "$u"
   systemctl reset-failed "$u" 2>/dev/null || true
+}
+# the launcher alone: root runs vmwarden-launch (no unit), then kills the
+# hypervisor and runs vmwarden-cleanup as ExecStopPost would
+bench_alone() { # VM URI OUT -> "MS TO_MAIN LAUNCHER HYPERVISOR"
+  local vm=$1 out=$3 pid t0 t1 m rep
+  "$T/bin/api-running" "$RUNTIME_ROOT/$vm/control/api.sock" "$2" 120 -- /usr/local/bin/vmwarden-launch "$vm" >"$out" 2>&1 \
+    || { fail "$vm: the launcher alone never said Running: $(tail -3 "$out" | tr '\n' ' ')"; return 1; }
+  pid=$(sed -n 's/^API-RUNNING .*pid=//p' "$out")
+  t0=$(sed -n 's/^API-RUNNING .* t0=\([0-9.]*\).*/\1/p' "$out"); t1=$(sed -n 's/^API-RUNNING .* t1=\([0-9.]*\).*/\1/p' "$out")
+  kill -9 "$pid" 2>/dev/null
+  for _ in $(seq 1 100); do [ -e "/proc/$pid" ] || break; sleep 0.05; done
+  rep=$(/usr/local/bin/vmwarden-cleanup "$vm" 2>>"$LOG")
+  printf '%s' "$rep" | jq -e '.clean == true' >/dev/null 2>&1 \
+    || { fail "$vm: cleanup after the launcher alone not clean: $(printf '%s' "$rep" | head -c 300)"; return 1; }
+  m=$(launcher_marks <"$out")
+  { echo "bench $vm alone: t0=$t0 t1=$t1 launcher main/exec=$m"; grep 'vmwarden-profile' "$out"; } >>"$LOG"
+  echo "$(sed -n 's/^API-RUNNING ms=\([0-9.]*\).*/\1/p' "$out") $(ms_between "$t0" "${m% *}") $(ms_between "${m% *}" "${m#* }") $(ms_between "${m#* }" "$t1")"
 }
 bench_bare() { # VM URI OUT ARGV... -> MS
   local vm=$1 uri=$2 out=$3 ms pid; shift 3
@@ -796,13 +890,16 @@ bench_bare() { # VM URI OUT ARGV... -> MS
   for _ in $(seq 1 100); do [ -e "/proc/$pid" ] || break; sleep 0.05; done
   echo "$ms"
 }
-median() { sort -n | awk '{v[NR]=$1} END {if (NR % 2) print v[(NR+1)/2]; else printf "%.1f\n", (v[NR/2]+v[NR/2+1])/2}'; }
+median() { sort -n | awk '{ if ($1 != "-") v[++n] = $1 } END {if (n == 0) print "-"; else if (n % 2) print v[(n+1)/2]; else printf "%.1f\n", (v[n/2]+v[n/2+1])/2}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
 bench_one() { # VM URI
-  local vm=$1 uri=$2 d=/run/vmwarden-bench/$1 i r ms pid argv L="" B="" ml mb
+  local vm=$1 uri=$2 d=/run/vmwarden-bench/$1 i r ms pid argv L="" A="" B="" F="" ml ma mb mf
+  local LM="" LL="" LH="" AM="" AL="" AH=""
   mkdir -p "$d"
   for i in $(seq 1 "$BENCH_PAIRS"); do
     r=$(bench_launcher "$vm" "$uri" "$d/launch.out") || return 1
-    ms=${r% *}; pid=${r#* }
+    set -- $r
+    ms=$1; pid=$2; LM="$LM $3"; LL="$LL $4"; LH="$LH $5"
     if [ "$i" = 1 ]; then
       mapfile -d '' argv <"/proc/$pid/cmdline"
       case "$vm" in
@@ -816,11 +913,47 @@ bench_one() { # VM URI
     L="$L $ms"
     ms=$(bench_bare "$vm" "$uri" "$d/bare.out" "${argv[@]}") || return 1
     B="$B $ms"
+    [ "$i" = 1 ] && floor_unit "$vm" "${argv[@]}"
+    ms=$(bench_floor "$vm" "$uri" "$d/floor.out") || return 1
+    F="$F $ms"
+    r=$(bench_alone "$vm" "$uri" "$d/alone.out") || return 1
+    set -- $r
+    A="$A $1"; AM="$AM $2"; AL="$AL $3"; AH="$AH $4"
   done
+  rm -f "/run/systemd/system/vmwarden-bench-floor-$vm.service"; systemctl daemon-reload
   check_clean "$vm" || return 1
-  ml=$(printf '%s\n' $L | median); mb=$(printf '%s\n' $B | median)
-  log "bench $vm launcher ms:$L bare ms:$B"
-  note "$vm start->running launcher ${ml} ms / bare ${mb} ms = $(awk -v a="$ml" -v b="$mb" 'BEGIN{printf "%.2f", a/b}') (medians of $BENCH_PAIRS pairs)"
+  ml=$(printf '%s\n' $L | median); ma=$(printf '%s\n' $A | median); mb=$(printf '%s\n' $B | median); mf=$(printf '%s\n' $F | median)
+  log "bench $vm unit ms:$L alone ms:$A bare ms:$B bare under the hardened unit ms:$F"
+  log "bench $vm unit phases (to main, launcher, hypervisor) ms: [$LM] [$LL] [$LH]; alone: [$AM] [$AL] [$AH]"
+  note "$vm start->running: unit ${ml} ms / bare ${mb} ms = $(ratio "$ml" "$mb"), launcher alone ${ma} ms = $(ratio "$ma" "$mb"), the bare hypervisor under the template's hardening (no vmwarden) ${mf} ms = $(ratio "$mf" "$mb") (unit ÷ that $(ratio "$ml" "$mf")) (medians of $BENCH_PAIRS rounds); unit: to main() $(printf '%s\n' $LM | median), launcher $(printf '%s\n' $LL | median), hypervisor $(printf '%s\n' $LH | median) ms; alone: to main() $(printf '%s\n' $AM | median), launcher $(printf '%s\n' $AL | median), hypervisor $(printf '%s\n' $AH | median) ms"
+}
+# The floor under the unit: a unit with microvm@.service's [Service]
+# hardening (no RuntimeDirectory/StateDirectory, no ExecStartPost, nothing of
+# vmwarden's) whose ExecStart is the bare hypervisor's argv, started the same
+# way (`systemctl start --no-block`): what systemd's own unit setup costs a
+# hypervisor. Written once per VM, after the first round gave the argv.
+floor_unit() { # VM ARGV... -> installs vmwarden-bench-floor-VM.service
+  local vm=$1 u=/run/systemd/system/vmwarden-bench-floor-$1.service a q=""; shift
+  for a in "$@"; do q="$q \"$a\""; done
+  { echo "[Service]"; echo "Type=exec"; echo "ExecStart=$q"
+    sed -n '/^\[Service\]/,/^\[/p' /etc/systemd/system/microvm@.service \
+      | grep -E '^[A-Z][A-Za-z]+=' \
+      | grep -Ev '^(Exec|Restart|RuntimeDirectory|StateDirectory|Type=|Timeout|SyslogIdentifier)'
+    echo "ReadWritePaths=/run/vmwarden-bench"; } >"$u"
+  systemctl daemon-reload
+  log "bench $vm floor unit: $(tr '\n' ' ' <"$u" | head -c 600)"
+}
+bench_floor() { # VM URI OUT -> MS
+  local vm=$1 out=$3 ms u=vmwarden-bench-floor-$1.service
+  rm -f "/run/vmwarden-bench/$vm/api.sock"
+  systemctl reset-failed "$u" 2>/dev/null
+  "$T/bin/api-running" "/run/vmwarden-bench/$vm/api.sock" "$2" 120 -- /usr/bin/systemctl start --no-block "$u" >"$out" 2>&1 \
+    || { fail "$vm: the bare hypervisor under the hardened unit never said Running: $(tail -3 "$out" | tr '\n' ' ') $(journalctl -q -n 5 -u "$u" | tr '\n' ' ')"; systemctl kill -s KILL "$u" 2>/dev/null; return 1; }
+  ms=$(sed -n 's/^API-RUNNING ms=\([0-9.]*\).*/\1/p' "$out")
+  systemctl kill -s KILL "$u" 2>/dev/null
+  for _ in $(seq 1 100); do case "$(state "$u")" in active|deactivating|activating) sleep 0.05 ;; *) break ;; esac; done
+  systemctl reset-failed "$u" 2>/dev/null
+  echo "$ms"
 }
 s_hv_bench() {
   bench_one chb /api/v1/vm.info && bench_one fcb /
@@ -1062,7 +1195,7 @@ s_all_clean() {
   [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
   p=$(pgrep -a 'qemu-system|cloud-hyperviso|firecracker' 2>/dev/null)
   [ -z "$p" ] || { fail "hypervisors still running: $p"; return 1; }
-  for v in a b c vol vsk vfs un ch fc chb fcb cx ops rbq rbc rbf rbv st own; do independent_clean $v || return 1; done
+  for v in a b c vol vsk vfs un ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq; do independent_clean $v || return 1; done
   p=$(pgrep -u microvm 2>/dev/null | tr '\n' ' ')
   [ -z "$p" ] || { fail "processes of microvm (the coexist scenario's foreign VM) left: $p"; return 1; }
   note "verify-clean (all VMs) clean, no hypervisor left"
@@ -1728,6 +1861,7 @@ else
   run_scenario share_volume s_share_volume
   run_scenario vhost_vsock s_vhost_vsock
   run_scenario vsock_ssh s_vsock_ssh
+  run_scenario vhost_net s_vhost_net
   run_scenario virtiofs_vsock s_virtiofs_vsock
   run_scenario user_net s_user_net
   run_scenario store_share s_store_share

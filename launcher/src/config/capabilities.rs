@@ -9,10 +9,10 @@
 //! they differ).
 //!
 //! In short: firecracker has no TCG, no credentials, no qcow2, no disk
-//! serial, no shares (neither 9p nor virtiofs), no vhost vsock and no user
-//! networking;
-//! cloud-hypervisor has no TCG, no 9p, no vhost vsock and no user
-//! networking; QEMU has them all.
+//! serial, no O_DIRECT or discard on its drives, no vhost-net or
+//! multi-queue taps, no shares (neither 9p nor virtiofs), no vhost vsock
+//! and no user networking; cloud-hypervisor has no TCG, no 9p, no
+//! vhost-net, no vhost vsock and no user networking; QEMU has them all.
 
 use crate::config::spec::HypervisorKind;
 
@@ -39,6 +39,14 @@ pub enum Feature {
     Console,
     /// `user_network`: an interface served by passt.
     UserNetwork,
+    /// `disks[].direct = true` (O_DIRECT, past the host's page cache).
+    DirectIo,
+    /// `disks[].discard = true` (the guest's TRIM frees the image's blocks).
+    Discard,
+    /// `interfaces[].vhost = true` (the kernel's vhost-net).
+    VhostNet,
+    /// `interfaces[].queues` above 1 (a multi-queue tap).
+    Multiqueue,
 }
 
 impl Feature {
@@ -55,6 +63,10 @@ impl Feature {
             Feature::Balloon => "memory balloon",
             Feature::Console => "a console to attach to",
             Feature::UserNetwork => "user networking (passt)",
+            Feature::DirectIo => "O_DIRECT disks",
+            Feature::Discard => "discard",
+            Feature::VhostNet => "vhost-net",
+            Feature::Multiqueue => "multi-queue taps",
         }
     }
 }
@@ -116,6 +128,30 @@ pub const REFUSALS: &[Refusal] = &[
     },
     Refusal {
         kind: HypervisorKind::Firecracker,
+        feature: Feature::DirectIo,
+        field: "disks[i].direct",
+        reason: "is true, but firecracker's drives have no O_DIRECT mode (they go through the host's page cache); set it to false or drop it",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::Discard,
+        field: "disks[i].discard",
+        reason: "is true, but firecracker's drives have no discard; set it to false or drop it",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::VhostNet,
+        field: "interfaces[i].vhost",
+        reason: "is true, but firecracker's network devices run in firecracker itself, not in the kernel's vhost-net; set it to false or drop it",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::Multiqueue,
+        field: "interfaces[i].queues",
+        reason: "is above 1, but firecracker's network devices have one queue pair; set it to 1 or drop it",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
         feature: Feature::Shares,
         field: "shares",
         reason: "is not supported with firecracker: it has neither virtio-fs nor 9p; give the guest a disk, or use qemu or cloud-hypervisor",
@@ -158,6 +194,12 @@ pub const REFUSALS: &[Refusal] = &[
         feature: Feature::NinePShares,
         field: "shares[i].proto",
         reason: "is 9p, which cloud-hypervisor does not have; use \"virtiofs\"",
+    },
+    Refusal {
+        kind: HypervisorKind::CloudHypervisor,
+        feature: Feature::VhostNet,
+        field: "interfaces[i].vhost",
+        reason: "is true, but cloud-hypervisor's network devices run in cloud-hypervisor itself, not in the kernel's vhost-net (its queues come from interfaces[].queues); set it to false or drop it",
     },
     Refusal {
         kind: HypervisorKind::CloudHypervisor,

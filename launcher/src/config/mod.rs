@@ -9,6 +9,7 @@ pub mod names;
 pub mod paths;
 pub mod rawpath;
 pub mod rules;
+pub mod shares;
 pub mod spec;
 pub mod text;
 pub mod user_net;

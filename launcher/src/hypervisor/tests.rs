@@ -22,6 +22,8 @@ fn layout() -> Layout {
         api_socket: "/run/vmwarden/web/control/api.sock".into(),
         firecracker_config: "/run/vmwarden/web/control/firecracker.json".into(),
         tap_fds: vec![],
+        tap_queue_fds: vec![],
+        vhost_net_fds: vec![],
         control_dir: "/run/vmwarden/web/control".into(),
         vhost_vsock_fd: None,
         user_net_fd: None,
@@ -34,11 +36,15 @@ fn with_nics(mut s: Spec) -> Spec {
             tap: "vmw-web0".parse().unwrap(),
             bridge: Some("br0".parse().unwrap()),
             mac: Some("02:00:00:00:00:01".parse().unwrap()),
+            vhost: None,
+            queues: None,
         },
         InterfaceSpec {
             tap: "vmw-web1".parse().unwrap(),
             bridge: None,
             mac: None,
+            vhost: None,
+            queues: None,
         },
     ];
     s
@@ -428,6 +434,7 @@ fn renders_golden_cloud_hypervisor_argv_with_fs_vsock_and_extra_args() {
     }];
     s.virtiofsd = Some(VirtiofsdSpec {
         binary: "/usr/libexec/virtiofsd".into(),
+        thread_pool_size: None,
     });
     s.vsock = Some(VsockSpec {
         cid: 5,

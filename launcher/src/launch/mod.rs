@@ -310,6 +310,8 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // (a host without it refuses here and changes nothing); its fd goes to
     // QEMU like a tap's, the principal never opens the node.
     let vhost_vsock = interfaces::open_vhost_vsock(spec.vsock.as_ref())?;
+    // The same for vhost-net, one fd per queue of each interface asking.
+    let vhost_net = interfaces::open_vhost_net(&spec)?;
     steps.after("principal-resolved");
 
     // 4. Runtime root and this VM's runtime dir, then the lease.
@@ -452,7 +454,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         netns::firecracker_network(&spec, &principal)?;
         Vec::new()
     } else {
-        interfaces::create_taps(&spec)?
+        interfaces::create_taps(&spec, vhost_net)?
     };
     steps.after("taps");
 
@@ -751,6 +753,14 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
                     api_socket: api_path.clone(),
                     firecracker_config: fc_config_path.clone(),
                     tap_fds: taps.iter().map(|t| t.fd.as_raw_fd()).collect(),
+                    tap_queue_fds: taps
+                        .iter()
+                        .map(|t| t.queues.iter().map(AsRawFd::as_raw_fd).collect())
+                        .collect(),
+                    vhost_net_fds: taps
+                        .iter()
+                        .map(|t| t.vhost.iter().map(AsRawFd::as_raw_fd).collect())
+                        .collect(),
                     control_dir: control_path.clone(),
                     vhost_vsock_fd: vhost_vsock.map(AsRawFd::as_raw_fd),
                     user_net_fd,

@@ -39,7 +39,9 @@
 //!   this denies what non-dumpable would deny to a process of the same uid.
 //! * Use io_uring (EPERM): its operations bypass seccomp's per-syscall view
 //!   (an `IORING_OP_SOCKET` is a socket this filter never sees). QEMU falls
-//!   back to ppoll/threads when io_uring is unavailable.
+//!   back to ppoll/threads when io_uring is unavailable, and its disks are
+//!   given `aio=threads` (microvm.nix gives `aio=io_uring`): what that costs
+//!   a guest's disk is the guest-io bench's io_uring/threads rows (README).
 //! * Give a file a set-user-ID or set-group-ID mode (EPERM): `chmod`,
 //!   `fchmod`, `fchmodat` and `fchmodat2` with `S_ISUID` or `S_ISGID` in
 //!   their mode argument. A set-id copy of a binary the principal owns,

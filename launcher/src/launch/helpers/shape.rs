@@ -299,9 +299,17 @@ fn plan_virtiofsd(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
                 lit("--sandbox=none"),
                 lit("--xattr"),
                 lit("--posix-acl"),
-                // File handles need CAP_DAC_READ_SEARCH, which it never has.
+                // File handles need CAP_DAC_READ_SEARCH (open_by_handle_at),
+                // which it never has: `prefer` would try once, warn and
+                // fall back to this.
                 lit("--inode-file-handles=never"),
             ];
+            if let Some(t) = v.thread_pool_size {
+                args.push(Arg::Lit(format!(
+                    "--thread-pool-size={}",
+                    t.resolve(cpus_available())
+                )));
+            }
             if sh.read_only {
                 args.push(lit("--readonly"));
             } else {
@@ -324,6 +332,19 @@ fn plan_virtiofsd(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
             }
         })
         .collect()
+}
+
+/// The CPUs this process may run on (`sched_getaffinity`), for a pool of
+/// `"nproc"` threads; 1 when the kernel does not say.
+fn cpus_available() -> usize {
+    nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .map(|set| {
+            (0..nix::sched::CpuSet::count())
+                .filter(|&c| set.is_set(c).unwrap_or(false))
+                .count()
+        })
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// vhost-device-vsock for QEMU's user vsock backend (cloud-hypervisor
