@@ -397,6 +397,50 @@ grep -q '^vm-un:' "$ROOT/etc/passwd" \
 shares_spec un "$UN_SCRIPT" '"user_network": { "binary": "/usr/bin/passt", "id": "qemu", "mac": "02:00:00:01:01:01",
     "forward_ports": [ { "host": { "port": 2222 }, "guest": { "port": 22 } } ] }' \
   | putc /etc/vmwarden/vms/un.json 0644
+# st, own: the guests microvm.nix users run (the store_share and owned_share
+# scenarios). st is microvm.nix's flake template: the host's /nix/store,
+# made here exactly as Nix makes it (root:nixbld 1775, a file in it), over
+# 9p and read-only (writable in the template; the module makes it so), a
+# created var.img volume, and the store over virtiofs too. own has a
+# writable virtiofs share that its guest owns, used as journald uses
+# /var/log/journal: chown, chgrp, a setgid directory.
+NIXBLD_GID=$(awk -F: '$1 == "nixbld" {print $3}' "$ROOT/etc/group")
+[ -n "$NIXBLD_GID" ] || die "group nixbld missing after sysusers"
+install -d -m 0755 "$ROOT/nix"
+install -d -m 1775 -o 0 -g "$NIXBLD_GID" "$ROOT/nix/store"
+STORE_FILE=/nix/store/0vmwarden0test0store0file0000000-hello
+echo "from the L2 store" | putc "$STORE_FILE" 0444
+ST_SCRIPT="mkdir -p /p9 /vfs /var2
+mount -t 9p -o trans=virtio,version=9p2000.L,ro ro-store /p9 || echo T-MOUNT-P9-FAILED
+mount -t virtiofs -o ro vstore /vfs || echo T-MOUNT-VFS-FAILED
+for m in p9 vfs; do
+  echo \"T-READ-\$m \$(cat /\$m/${STORE_FILE##*/})\"
+  echo \"T-STAT-\$m \$(stat -c '%u %g %a' /\$m)\"
+  if touch /\$m/evil 2>/dev/null; then echo T-WRITE-\$m-SUCCEEDED; else echo T-WRITE-\$m-REFUSED; fi
+done
+if mount -t ext4 /dev/vda /var2; then echo T-VAR-EXT4; echo mark >/var2/mark && echo T-VAR-WROTE; umount /var2; else echo T-VAR-MOUNT-FAILED; fi
+umount /p9; umount /vfs"
+shares_spec st "$ST_SCRIPT" '"disks": [ { "path": "/var/lib/vmwarden/st/var.img",
+              "create": { "size_mib": 32, "fs_type": "ext4" } } ],
+  "shares": [ { "tag": "ro-store", "source": "/nix/store", "proto": "9p", "read_only": true },
+              { "tag": "vstore", "source": "/nix/store", "proto": "virtiofs", "read_only": true } ],
+  "virtiofsd": { "binary": "/usr/local/bin/virtiofsd" },
+  "keep_on_purge": [ "identity", "var.img" ]' | putc /etc/vmwarden/vms/st.json 0644
+OWN_UID=$(awk -F: '$1 == "vm-own" {print $3 ":" $4}' "$ROOT/etc/passwd")
+[ -n "$OWN_UID" ] || die "principal vm-own missing after sysusers"
+install -d -m 0700 -o "${OWN_UID%:*}" -g "${OWN_UID#*:}" "$ROOT/var/lib/vmwarden-test/own-rw"
+OWN_SCRIPT='mkdir -p /j && mount -t virtiofs journal /j || echo T-MOUNT-FAILED
+cd /j
+mkdir log && chown 0:190 log && chmod 2755 log && echo T-SETGID-DIR-OK
+mkdir log/m && echo x >log/m/system.journal && echo T-MADE-IN-IT
+echo data >f && chown 1000:100 f && chgrp 190 f && chmod 640 f && echo T-OWN-OK
+if chmod 2755 f 2>/dev/null; then echo T-SGID-FILE-SET; else echo T-SGID-FILE-REFUSED; fi
+if chmod 4755 f 2>/dev/null; then echo T-SUID-FILE-SET; else echo T-SUID-FILE-REFUSED; fi
+if chown 70000 f 2>/dev/null; then echo T-BEYOND-SET; else echo T-BEYOND-REFUSED; fi
+echo "T-SEE f=$(stat -c %u:%g:%a f) log=$(stat -c %u:%g:%a log) m=$(stat -c %g:%a log/m) journal=$(stat -c %g log/m/system.journal)"
+cd /; sync; umount /j'
+shares_spec own "$OWN_SCRIPT" '"shares": [ { "tag": "journal", "source": "/var/lib/vmwarden-test/own-rw", "proto": "virtiofs" } ],
+  "virtiofsd": { "binary": "/usr/local/bin/virtiofsd" }' | putc /etc/vmwarden/vms/own.json 0644
 
 # ch, fc: the shares guest booted by cloud-hypervisor and firecracker (the
 # cloud_hypervisor and firecracker scenarios). Each feature the scenario can
