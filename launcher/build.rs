@@ -198,6 +198,90 @@ fn main() {
         &format!("&{shared:?}"),
     );
 
+    for (key, name, doc) in [
+        (
+            "guest_address",
+            "USER_NET_GUEST_ADDRESS",
+            "The guest's address on the user network.",
+        ),
+        (
+            "gateway",
+            "USER_NET_GATEWAY",
+            "The user network's gateway: the host's loopback.",
+        ),
+        (
+            "dns",
+            "USER_NET_DNS",
+            "The DNS server the user network's guest is told.",
+        ),
+        (
+            "default_bind",
+            "USER_NET_DEFAULT_BIND",
+            "What a `from = \"host\"` forward binds when host.address is empty.",
+        ),
+        (
+            "host_loopback",
+            "USER_NET_HOST_LOOPBACK",
+            "What a `from = \"guest\"` forward reaches.",
+        ),
+    ] {
+        let a = r.string("user_network", key);
+        let octets: Vec<u8> = a.split('.').filter_map(|o| o.parse().ok()).collect();
+        assert!(
+            octets.len() == 4 && a.split('.').count() == 4,
+            "units/rules.toml: [user_network] {key} = {a:?}: want an IPv4 address"
+        );
+        konst(
+            &mut out,
+            doc,
+            name,
+            "std::net::Ipv4Addr",
+            &format!(
+                "std::net::Ipv4Addr::new({}, {}, {}, {})",
+                octets[0], octets[1], octets[2], octets[3]
+            ),
+        );
+    }
+    let prefix_len = r.uint("user_network", "prefix_len", 1, 30);
+    konst(
+        &mut out,
+        "The user network's prefix length.",
+        "USER_NET_PREFIX_LEN",
+        "u8",
+        &prefix_len.to_string(),
+    );
+    let gw_mac = r.string("user_network", "gateway_mac");
+    assert!(
+        gw_mac.len() == 17
+            && gw_mac
+                .split(':')
+                .all(|o| o.len() == 2 && o.bytes().all(|b| b.is_ascii_hexdigit())),
+        "units/rules.toml: [user_network] gateway_mac = {gw_mac:?}: want six hex pairs"
+    );
+    konst(
+        &mut out,
+        "The user network gateway's MAC address.",
+        "USER_NET_GATEWAY_MAC",
+        "&str",
+        &format!("{gw_mac:?}"),
+    );
+    let port_start = r.uint("user_network", "unprivileged_port_start", 0, 65535);
+    konst(
+        &mut out,
+        "The kernel's default net.ipv4.ip_unprivileged_port_start.",
+        "UNPRIVILEGED_PORT_START",
+        "u32",
+        &port_start.to_string(),
+    );
+    let id_max = r.uint("user_network", "id_max", 1, 255);
+    konst(
+        &mut out,
+        "Longest user-network interface id.",
+        "USER_NET_ID_MAX",
+        "usize",
+        &id_max.to_string(),
+    );
+
     r.no_unknown_keys();
     let dest = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR")).join("rules.rs");
     std::fs::write(&dest, out).unwrap_or_else(|e| panic!("cannot write {}: {e}", dest.display()));

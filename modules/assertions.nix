@@ -186,6 +186,52 @@
         message = "${at}.extraArgs: ${why}.";
       }) (vlib.extraArgsProblems vm.hypervisor name vm.extraArgs);
 
+    # User networking (passt): the launcher's checks of user_network, and
+    # what depends on this host: a forwarded port passt, as the principal,
+    # may bind (boot.kernel.sysctl's net.ipv4.ip_unprivileged_port_start;
+    # the launcher checks the running value again), and user namespaces,
+    # which passt's own sandbox is made of.
+    un = vm.userNetwork;
+    unAt = "${at}.userNetwork";
+    fromGuest = lib.optionalString (vm.guest != null) " (the guest's microvm.forwardPorts)";
+    portStart = let
+      v = lib.attrByPath ["boot" "kernel" "sysctl" "net.ipv4.ip_unprivileged_port_start"] null config;
+    in
+      if v == null
+      then vlib.userNet.unprivileged_port_start
+      else if builtins.isInt v
+      then v
+      else lib.toInt (toString v);
+    userNetChecks = lib.optionals un.enable (
+      [
+        {
+          assertion = vm.hypervisor == "qemu";
+          message = "${unAt}.enable: ${vm.hypervisor} has no user networking in vmwarden (passt serves a guest over QEMU's stream socket); use interfaces (a tap) or hypervisor = \"qemu\".";
+        }
+        {
+          assertion = vlib.validUserNetId un.id;
+          message = "${unAt}.id = \"${un.id}\": an id is a letter, then letters, digits, '-', '.' or '_', at most ${toString vlib.userNet.id_max} bytes (a QEMU netdev id), and not net0, net1, ... (the taps'); rename it.";
+        }
+        {
+          assertion = un.mac == null || vlib.unicastMac un.mac;
+          message = "${unAt}.mac = \"${toString un.mac}\" is not a unicast address (the first octet must be even, and not all zero).";
+        }
+        {
+          assertion = config.security.allowUserNamespaces or true;
+          message = "${unAt}.enable: passt's own sandbox is a user namespace, but security.allowUserNamespaces = false; allow them, or give the VM a tap instead.";
+        }
+      ]
+      ++ map (m: {
+        assertion = false;
+        message = "${m}${fromGuest}.";
+      }) (vlib.forwardPortProblems "${unAt}.forwardPorts" un.forwardPorts)
+      ++ lib.imap0 (i: f: {
+        assertion = f.from != "host" || f.host.port == 0 || f.host.port >= portStart;
+        message = "${unAt}.forwardPorts[${toString i}].host.port = ${toString f.host.port}${fromGuest}: it is below net.ipv4.ip_unprivileged_port_start (${toString portStart}), and passt binds it as the VM's principal, without CAP_NET_BIND_SERVICE; use a port of ${toString portStart} or above, or lower boot.kernel.sysctl.\"net.ipv4.ip_unprivileged_port_start\".";
+      })
+      un.forwardPorts
+    );
+
     # A microvm.nix guest: what vmwarden cannot honour, named after the
     # guest's option. Until that is fixed, the VM's other checks wait: the
     # refused values were left out of the VM, so they would only add noise.
@@ -254,6 +300,7 @@
         }
       ]
       ++ credChecks
+      ++ userNetChecks
       ++ pathChecks
       ++ shareChecks
       ++ toolChecks

@@ -416,7 +416,7 @@ in rec {
           source.systemd = c;
         })
         (builtins.attrNames vm.credentials);
-      # format, serial and create only when set: the spec of a VM that
+      # format, serial, direct, discard and create only when set: the spec of a VM that
       # uses none of them stays byte for byte what it was before they
       # existed (tests/nix/golden), so a rebuild restarts nothing.
       disks = map (d:
@@ -426,6 +426,8 @@ in rec {
         }
         // lib.optionalAttrs (d.format != null) {inherit (d) format;}
         // lib.optionalAttrs (d.serial != null) {inherit (d) serial;}
+        // lib.optionalAttrs (d.direct != null) {inherit (d) direct;}
+        // lib.optionalAttrs (d.discard != null) {inherit (d) discard;}
         // lib.optionalAttrs (d.create != null) {
           create =
             {size_mib = d.create.sizeMiB;}
@@ -435,7 +437,9 @@ in rec {
       interfaces = map (i:
         {inherit (i) tap;}
         // lib.optionalAttrs (i.bridge != null) {inherit (i) bridge;}
-        // lib.optionalAttrs (i.mac != null) {inherit (i) mac;})
+        // lib.optionalAttrs (i.mac != null) {inherit (i) mac;}
+        // lib.optionalAttrs (i.vhost != null) {inherit (i) vhost;}
+        // lib.optionalAttrs (i.queues != null) {inherit (i) queues;})
       vm.interfaces;
       landlock = {
         inherit (vm.landlock) mode read write;
@@ -451,7 +455,11 @@ in rec {
         })
         vm.shares;
     }
-    // lib.optionalAttrs (usesVirtiofsd vm) {virtiofsd.binary = vm.virtiofsdBinary;}
+    // lib.optionalAttrs (usesVirtiofsd vm) {
+      virtiofsd =
+        {binary = vm.virtiofsdBinary;}
+        // lib.optionalAttrs (vm.virtiofsdThreadPoolSize != null) {thread_pool_size = vm.virtiofsdThreadPoolSize;};
+    }
     // lib.optionalAttrs (vm.vsock.cid != null) {
       vsock =
         {inherit (vm.vsock) cid backend;}
@@ -470,7 +478,8 @@ in rec {
       };
     }
     // lib.optionalAttrs vm.console {console = true;}
-    // lib.optionalAttrs vm.registerWithMachined {register_with_machined = true;};
+    // lib.optionalAttrs vm.registerWithMachined {register_with_machined = true;}
+    // lib.optionalAttrs vm.userNetwork.enable {user_network = userNetworkSpec vm.userNetwork;};
 
   # One virtiofsd per virtiofs share (QEMU and cloud-hypervisor alike).
   usesVirtiofsd = vm: builtins.any (s: s.proto == "virtiofs") vm.shares;
@@ -487,6 +496,57 @@ in rec {
     then vmmNotifyPort
     else vm.vsock.notifyPort
   )}";
+
+  # ---------------------------------------------------------------- user network
+  # passt's network (units/rules.toml [user_network], which the launcher
+  # compiles in) and the launcher's checks of `user_network`, for the
+  # module's assertions and the microvm.nix guest derivation.
+  userNet = rules.user_network;
+  userNetIdRegex = "[A-Za-z][A-Za-z0-9._-]{0,${toString (userNet.id_max - 1)}}";
+  # A QEMU id that is none of the taps' netdev ids (net0, net1, ...).
+  validUserNetId = id: builtins.match userNetIdRegex id != null && builtins.match "net[0-9]+" id == null;
+  # A dotted IPv4 address as the launcher parses it (no leading zeros).
+  ipv4Octet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+  validIPv4 = a: builtins.match "${ipv4Octet}(\\.${ipv4Octet}){3}" a != null;
+  # The launcher's checks of forward_ports, each message naming
+  # `${at}[i].<field>` (at: the option holding the list).
+  forwardPortProblems = at: forwardPorts:
+    lib.concatLists (lib.imap0 (i: f: let
+      here = "${at}[${toString i}]";
+      how = "passt forwards from the guest only to the host's loopback, as the gateway ${userNet.gateway} with the same port: set guest.address = \"${userNet.gateway}\", host.address = \"${userNet.host_loopback}\" and host.port = guest.port (the guest then reaches the host's service at ${userNet.gateway}), or use a tap interface";
+      bound = f2: f2.from == "host" && f2.proto == f.proto && f2.host.port == f.host.port && (f2.host.address == f.host.address || builtins.elem "" [f2.host.address f.host.address] || builtins.elem userNet.default_bind [f2.host.address f.host.address]);
+      earlier = lib.take i forwardPorts;
+    in
+      optional (f.host.port == 0) "${here}.host.port = 0: give a port from 1 to 65535"
+      ++ optional (f.guest.port == 0) "${here}.guest.port = 0: give a port from 1 to 65535"
+      ++ optional (f.host.address != "" && !validIPv4 f.host.address) "${here}.host.address = \"${f.host.address}\": give an IPv4 address (a.b.c.d) or leave it empty"
+      ++ optional (f.guest.address != "" && !validIPv4 f.guest.address) "${here}.guest.address = \"${f.guest.address}\": give an IPv4 address (a.b.c.d) or leave it empty"
+      ++ lib.optionals (f.from == "host") (
+        optional (!builtins.elem f.guest.address ["" userNet.guest_address]) "${here}.guest.address = \"${f.guest.address}\": the guest's only address on the user network is ${userNet.guest_address}, where passt forwards to; leave it empty"
+        ++ optional (builtins.any bound earlier) "${here}.host.port = ${toString f.host.port}: ${f.proto} port ${toString f.host.port} is forwarded twice on the same host address; passt can bind it once"
+      )
+      ++ lib.optionals (f.from == "guest") (
+        optional (f.guest.address != userNet.gateway) "${here}.guest.address = \"${f.guest.address}\": ${how}"
+        ++ optional (f.guest.address == userNet.gateway && f.host.address != userNet.host_loopback) "${here}.host.address = \"${f.host.address}\": ${how}"
+        ++ optional (f.guest.address == userNet.gateway && f.host.address == userNet.host_loopback && f.host.port != f.guest.port) "${here}.host.port = ${toString f.host.port} (guest.port is ${toString f.guest.port}): ${how}"
+      ))
+    forwardPorts);
+
+  # The spec's user_network (docs/launch-spec.md).
+  userNetworkSpec = u:
+    {
+      inherit (u) binary id;
+    }
+    // lib.optionalAttrs (u.mac != null) {inherit (u) mac;}
+    // lib.optionalAttrs (u.forwardPorts != []) {
+      forward_ports =
+        map (f: {
+          inherit (f) from proto;
+          host = {inherit (f.host) address port;};
+          guest = {inherit (f.guest) address port;};
+        })
+        u.forwardPorts;
+    };
 
   # ---------------------------------------------------------------- units
   # The keys of microvm@.service, vmwarden-reap-report.service and
@@ -676,8 +736,45 @@ in rec {
         # runs on (docs/design/systemd-units.md).
         // lib.optionalAttrs (vm.hypervisor == "firecracker") {
           RestartForceExitStatus = "0";
-        };
+        }
+        // userNetworkDropin vm
+        // ownedShareDropin vm;
     };
+
+  # User networking: passt runs in the unit's cgroup and under its
+  # seccomp filters. It is the guest's network, so it opens IPv4 and IPv6
+  # sockets and reads routes over NETLINK_ROUTE (RestrictAddressFamilies=
+  # merges with the template's AF_UNIX; AF_NETLINK covers taps too), its
+  # sockets need IP traffic the template's IPAddressDeny=any refuses
+  # (IPAddressAllow=any wins over it; loopback included, which the gateway
+  # reaches), and its own sandbox is a user namespace with mount, IPC, UTS
+  # and PID namespaces in it (RestrictNamespaces= merges with the
+  # template's "mnt ipc"). The launcher's own seccomp filter still keeps the
+  # hypervisor to AF_UNIX and no namespaces, and passt off network, cgroup
+  # and time namespaces (docs/networking.md); launcher/src/unit.rs renders
+  # the same drop-in.
+  userNetworkDropin = vm:
+    lib.optionalAttrs vm.userNetwork.enable {
+      IPAddressAllow = "any";
+      RestrictAddressFamilies = "AF_INET AF_INET6 AF_NETLINK";
+      RestrictNamespaces = "user uts pid";
+    };
+
+  # A writable virtiofs share, which the guest owns: its virtiofsd unshares
+  # a user namespace of its own, and its broker reads the virtiofsd's memory
+  # and fds and makes directories set-group-ID (launch/helpers/owned.rs,
+  # broker.rs). The launcher's own filters confine both and every other
+  # process of the VM as before; these merge with the template's
+  # (`owned_share_entries` in launcher/src/unit.rs).
+  ownedShareDropin = vm:
+    lib.optionalAttrs (lib.any (s: s.proto == "virtiofs" && !s.readOnly) vm.shares) (
+      # A VM with user networking has "user" already, with passt's others.
+      lib.optionalAttrs (!vm.userNetwork.enable) {RestrictNamespaces = "user";}
+      // {
+        RestrictSUIDSGID = false;
+        SystemCallFilter = "process_vm_readv pidfd_getfd";
+      }
+    );
 
   # ReadWritePaths=: writable disks, writable share sources (virtiofsd and
   # QEMU's 9p write there as the principal) and landlock.write.

@@ -99,7 +99,6 @@ in rec {
       ++ refuseSet "hotpluggedMem" 0 "as hotplugMem: size microvm.mem for the guest instead"
       ++ refuse (fc && g.balloon) "balloon" true "vmwarden drives no firecracker balloon (microvm.nix has none either); use qemu or cloud-hypervisor, or size microvm.mem"
       ++ refuse (g.initialBalloonMem != 0 && !g.balloon) "initialBalloonMem" g.initialBalloonMem "it sizes the balloon, which needs microvm.balloon = true"
-      ++ refuseSet "forwardPorts" [] "it needs SLIRP user networking, which vmwarden does not run; give the VM a tap (microvm.interfaces type = \"tap\") and forward on the host"
       ++ refuseSet "devices" [] "PCI and USB passthrough hand a host device to the VM that cleanup cannot prove returned; vmwarden has no passthrough"
       ++ refuseSet "graphics.enable" false "a display needs a desktop session or GPU devices outside the sandbox; use the serial console (in the journal) and SSH"
       ++ (
@@ -199,7 +198,7 @@ in rec {
         ++ refuse (elem v.imageType ["vhd" "vhdx"]) "${at}.imageType" v.imageType "vmwarden's disk formats are raw and qcow2; convert the image (qemu-img convert)"
         ++ refuse (v.serial != null && !vlib.validSerial v.serial) "${at}.serial" v.serial "a serial is 1 to 20 bytes of ${vlib.serialRegex} (virtio-blk keeps 20; ',' would split QEMU's -drive)"
         ++ refuse (fc && v.serial != null) "${at}.serial" v.serial "firecracker's drives have no serial; remove it (microvm.nix drops it there with a warning)"
-        ++ refuse (!qemu && v.direct) "${at}.direct" v.direct "vmwarden's ${hv} drives do not use O_DIRECT; remove it"
+        ++ refuse (fc && v.direct) "${at}.direct" v.direct "firecracker's drives have no O_DIRECT mode (microvm.nix ignores it there with a warning); remove it"
         ++ lib.optionals v.autoCreate (
           refuse (!own) "${at}.autoCreate" true "vmwarden creates images only inside the VM's state directory (${stateDir}/); make the image path relative, or create the image yourself (owned by the VM's principal, mode 0600) and set autoCreate = false"
           ++ refuse (v.label != null) "${at}.label" v.label "vmwarden's create makes no file system label; create and label the image once yourself (mkfs -L), give it to the VM's principal and set autoCreate = false"
@@ -220,6 +219,13 @@ in rec {
             then null
             else v.imageType;
         }
+        # microvm.nix's runners: QEMU cache=none only when direct and
+        # discard=unmap always; cloud-hypervisor direct=on|off and its own
+        # sparse=on. Written only where they differ from the launcher's
+        # defaults (QEMU direct, no discard; cloud-hypervisor neither
+        # direct nor a sparse=off).
+        // optionalAttrs (qemu && !v.direct || ch && v.direct) {inherit (v) direct;}
+        // optionalAttrs qemu {discard = true;}
         // optionalAttrs v.autoCreate {
           create = {
             sizeMiB = size.value;
@@ -228,10 +234,12 @@ in rec {
         };
     };
     volumes = lib.imap0 volume g.volumes;
-    storeDisk = optional g.storeOnDisk {
-      path = "${g.storeDisk}";
-      readOnly = true;
-    };
+    storeDisk = optional g.storeOnDisk ({
+        path = "${g.storeDisk}";
+        readOnly = true;
+      }
+      # microvm.nix reads its store disk through the host's page cache
+      // optionalAttrs qemu {direct = false;});
 
     # ------------------------------------------------------------ shares
     share = i: s: let
@@ -243,9 +251,11 @@ in rec {
         ++ refuse (ch && s.proto == "9p") "${at}.proto" s.proto "cloud-hypervisor has no 9p; use proto = \"virtiofs\""
         ++ refuse (!vlib.validShareTag s.tag) "${at}.tag" s.tag "a tag is 1 to ${toString vlib.shareTagMax} bytes of ${vlib.shareTagRegex}; rename it (and the guest's mount with it)"
         ++ refuse (!diskPathOk source) "${at}.source" s.source "it must resolve to a normalised absolute path without ',' (relative sources are taken from ${stateDir}/)"
-        ++ refuse (s.securityModel != "none") "${at}.securityModel" s.securityModel "vmwarden chooses the 9p security model itself (no device nodes or setuid files on the host); remove it"
+        # vmwarden's 9p model is QEMU's mapped-xattr, which microvm.nix calls
+        # "mapped": a share written with it keeps its owners and modes.
+        ++ refuse (s.proto == "9p" && !elem s.securityModel ["none" "mapped"]) "${at}.securityModel" s.securityModel "vmwarden's 9p security model is QEMU's mapped-xattr (\"mapped\"), which keeps the guest's owners and modes in extended attributes and puts no device node or setuid file on the host; a share written with ${s.securityModel} shows its files differently there: use \"mapped\" or remove it"
         ++ refuse (s.cache != "auto") "${at}.cache" s.cache "vmwarden runs virtiofsd with its default cache policy; remove it"
-        ++ refuse (!s.posixAcl) "${at}.posixAcl" s.posixAcl "it only exists for virtiofsd's --translate-uid/--translate-gid, which vmwarden does not pass; remove it"
+        ++ refuse (!s.posixAcl) "${at}.posixAcl" s.posixAcl "it only exists for virtiofsd's --translate-uid/--translate-gid, which vmwarden does not pass (a writable share's guest ids are mapped by its virtiofsd's user namespace); remove it"
         ++ refuse (s.extraArgs != []) "${at}.extraArgs" s.extraArgs "virtiofsd's arguments are vmwarden's (its socket, shared directory and sandbox); remove them";
       value = {
         inherit (s) tag proto;
@@ -256,12 +266,16 @@ in rec {
       };
     };
     shares = lib.imap0 share g.shares;
+    pool = g.virtiofsd.threadPoolSize;
+    poolOk = builtins.isInt pool || pool == "`nproc`";
     virtiofsProblems =
-      refuse (g.virtiofsd.inodeFileHandles == "mandatory") "virtiofsd.inodeFileHandles" "mandatory" "file handles need CAP_DAC_READ_SEARCH, and vmwarden's virtiofsd runs without capabilities; use \"prefer\" (the default) or \"never\""
-      ++ refuseSet "virtiofsd.threadPoolSize" "`nproc`" "vmwarden picks virtiofsd's thread pool; remove it"
+      refuse (g.virtiofsd.inodeFileHandles == "mandatory") "virtiofsd.inodeFileHandles" "mandatory" "file handles need CAP_DAC_READ_SEARCH on the host, and vmwarden's virtiofsd has no capability there; use \"prefer\" (the default) or \"never\""
+      ++ refuse (!poolOk) "virtiofsd.threadPoolSize" g.virtiofsd.threadPoolSize "vmwarden takes a thread count or \"`nproc`\" (one thread per CPU, microvm.nix's default); use one of them"
       ++ refuseSet "virtiofsd.extraArgs" [] "virtiofsd's arguments are vmwarden's; remove them";
 
     # ------------------------------------------------------------ interfaces
+    # Taps and bridges: vmwarden's interfaces (a tap each); type = "user":
+    # vmwarden's userNetwork (passt), below.
     iface = i: n: let
       at = "interfaces[${toString i}]";
       typeOk = elem n.type ["tap" "bridge"];
@@ -270,13 +284,13 @@ in rec {
         then n.bridge
         else tapBridges.${n.id} or null;
     in {
+      isTap = n.type != "user";
       problems =
-        refuse (n.type == "user") "${at}.type" n.type "SLIRP user networking needs IP sockets, which the VM's sandbox forbids; use type = \"tap\" (with vmwarden.vms.${name}.tapBridges) and forward ports on the host"
-        ++ refuse (n.type == "macvtap") "${at}.type" n.type "a macvtap needs root to open /dev/tapN for the hypervisor and is no tap cleanup can account for; use type = \"tap\" on a bridge"
+        refuse (n.type == "macvtap") "${at}.type" n.type "a macvtap needs root to open /dev/tapN for the hypervisor and is no tap cleanup can account for; use type = \"tap\" on a bridge"
         ++ lib.optionals typeOk (
           refuse (builtins.match vlib.tapNameRegex n.id == null) "${at}.id" n.id "vmwarden's taps are named ^${vlib.tapNameRegex}$ (cleanup, reap and verify-clean touch only those); rename it, e.g. \"vmw-${builtins.substring 0 11 name}${toString i}\" (the guest never sees the host-side name)"
           ++ refuse (builtins.match vlib.macRegex n.mac == null) "${at}.mac" n.mac "a MAC is six hex pairs separated by ':'"
-          ++ refuse (n.tap.vhost or false) "${at}.tap.vhost" true "vmwarden hands QEMU its tap as a file descriptor with vhost=off; set it to false"
+          ++ refuse (!qemu && (n.tap.vhost or false)) "${at}.tap.vhost" true "${hv}'s network devices run in ${hv} itself, not in the kernel's vhost-net (microvm.nix ignores it there); set it to false"
           ++ refuse (bridge != null && !vlib.validBridgeName bridge) "${at}.bridge" bridge "not a bridge name the launcher accepts"
         );
       value =
@@ -284,9 +298,41 @@ in rec {
           tap = n.id;
           inherit (n) mac;
         }
-        // optionalAttrs (bridge != null) {inherit bridge;};
+        // optionalAttrs (bridge != null) {inherit bridge;}
+        # microvm.nix's runners: vhost=on with tap.vhost (QEMU); as many
+        # queue pairs as vCPUs when there is more than one (QEMU, and
+        # cloud-hypervisor's num_queues), none of it on firecracker.
+        // optionalAttrs (qemu && (n.tap.vhost or false)) {vhost = true;}
+        // optionalAttrs (!fc && n.type == "tap" && g.vcpu > 1 && g.vcpu <= 255) {queues = g.vcpu;};
     };
-    ifaces = lib.imap0 iface g.interfaces;
+    ifaces = filter (x: x.isTap) (lib.imap0 iface g.interfaces);
+
+    # ------------------------------------------------------------ user network
+    # microvm.nix's type = "user" interface (QEMU's SLIRP) and forwardPorts
+    # become vmwarden's userNetwork, served by passt (QEMU only). The
+    # forwards are checked as the launcher checks them, named after the
+    # guest's options; the host's port floor is checked on the host.
+    userIfaces = filter (x: x.n.type == "user") (lib.imap0 (i: n: {inherit i n;}) g.interfaces);
+    userIface = lib.findFirst (_: true) null userIfaces;
+    userNetProblems =
+      concatLists (map ({
+        i,
+        n,
+      }: let
+        at = "interfaces[${toString i}]";
+      in
+        refuse (!qemu) "${at}.type" n.type "${hv} has no user networking in vmwarden (passt serves a guest over QEMU's stream socket); use type = \"tap\" (with vmwarden.vms.${name}.tapBridges) or hypervisor = \"qemu\""
+        ++ refuse (userIface != null && i != userIface.i) "${at}.type" n.type "vmwarden gives a VM one user-networking interface (one passt; microvm.nix's forwardPorts serve one too); remove it, or make it a tap"
+        ++ refuse (!vlib.validUserNetId n.id) "${at}.id" n.id "a user interface's id is a letter, then letters, digits, '-', '.' or '_', at most ${toString vlib.userNet.id_max} bytes (QEMU's netdev id), and not net0, net1, ... (the taps'); rename it"
+        ++ refuse (builtins.match vlib.macRegex n.mac == null || !vlib.unicastMac n.mac) "${at}.mac" n.mac "a MAC is six hex pairs separated by ':', unicast (the first octet even) and not all zero")
+      userIfaces)
+      ++ refuse (g.forwardPorts != [] && userIface == null) "forwardPorts" g.forwardPorts "it forwards to an interface of type = \"user\", which this guest does not have (microvm.nix ignores it then, with a warning); add one, or forward on the host to a tap"
+      ++ map (m: "microvm.${m}") (vlib.forwardPortProblems "forwardPorts" g.forwardPorts);
+    userNetwork = optionalAttrs (qemu && userIface != null) {
+      enable = true;
+      inherit (userIface.n) id mac;
+      inherit (g) forwardPorts;
+    };
 
     # ------------------------------------------------------------ credentials
     cred = c: path: let
@@ -339,6 +385,7 @@ in rec {
           ++ problemsOf shares
           ++ virtiofsProblems
           ++ problemsOf ifaces
+          ++ userNetProblems
           ++ concatLists (lib.mapAttrsToList (_: x: x.problems) creds)
           ++ credProblems
           ++ vsockProblems
@@ -366,6 +413,12 @@ in rec {
         // optionalAttrs (qemu && machineOk) {machine = machine.value;}
         // optionalAttrs (hypervisorBinary != null) {inherit hypervisorBinary;}
         // optionalAttrs (setByGuest ["virtiofsd" "package"]) {virtiofsdBinary = "${g.virtiofsd.package}/bin/virtiofsd";}
+        // optionalAttrs poolOk {
+          virtiofsdThreadPoolSize =
+            if builtins.isInt pool
+            then pool
+            else "nproc";
+        }
         // optionalAttrs (cid != null && vsockProblems == []) {
           vsock =
             {inherit cid;}
@@ -376,7 +429,8 @@ in rec {
           balloon = true;
           inherit (g) initialBalloonMem deflateOnOOM;
         }
-        // optionalAttrs g.registerWithMachined {registerWithMachined = true;};
+        // optionalAttrs g.registerWithMachined {registerWithMachined = true;}
+        // optionalAttrs (userNetwork != {} && userNetProblems == []) {inherit userNetwork;};
 
     tapIds =
       if noGuest != []
@@ -406,6 +460,7 @@ in rec {
     "initialBalloonMem"
     "deflateOnOOM"
     "registerWithMachined"
+    "virtiofsdThreadPoolSize"
   ];
 
   # The values as definitions of vmwarden.vms.<name>, each lib.mkDefault,
@@ -423,5 +478,10 @@ in rec {
         cid = lib.mkIf (values ? vsock) (lib.mkDefault values.vsock.cid);
         backend = lib.mkIf (values ? vsock && values.vsock ? backend) (lib.mkDefault values.vsock.backend);
       };
+      # Option by option: the module system reads a definition of a set of
+      # options (mkIf or not) for its attribute names.
+      userNetwork =
+        lib.genAttrs ["enable" "id" "mac" "forwardPorts"] (k:
+          lib.mkIf (values ? userNetwork) (lib.mkDefault values.userNetwork.${k}));
     };
 }

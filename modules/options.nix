@@ -42,6 +42,51 @@
     merge = lib.mergeEqualOption;
   };
 
+  # microvm.nix's forwardPorts entries, with its names and defaults.
+  forwardPortModule = let
+    end = what: {
+      address = mkOption {
+        type = types.str;
+        default = "";
+        example = "127.0.0.1";
+        description = ''
+          The ${what}'s IPv4 address; `""` means ${
+            if what == "host"
+            then "every IPv4 address of the host (as QEMU's `hostfwd` binds it under microvm.nix)"
+            else "the guest's address, ${vlib.userNet.guest_address}"
+          }.
+        '';
+      };
+      port = mkOption {
+        type = types.port;
+        description = "The ${what}'s port (1 to 65535).";
+      };
+    };
+  in {
+    options = {
+      from = mkOption {
+        type = types.enum ["host" "guest"];
+        default = "host";
+        description = ''
+          `"host"`: connections to the host's port go to the guest's port
+          (passt listens on the host, as the VM's principal). `"guest"`:
+          the guest's connections to `guest.address:guest.port` go to the
+          host's port; passt can do this only for the host's loopback,
+          which the guest reaches as the gateway ${vlib.userNet.gateway}, port for port
+          (so `guest.address = "${vlib.userNet.gateway}"`,
+          `host.address = "${vlib.userNet.host_loopback}"`, `host.port = guest.port`).
+        '';
+      };
+      proto = mkOption {
+        type = types.enum ["tcp" "udp"];
+        default = "tcp";
+        description = "The protocol to forward.";
+      };
+      host = end "host";
+      guest = end "guest";
+    };
+  };
+
   interfaceModule = {
     options = {
       tap = mkOption {
@@ -73,6 +118,30 @@
           Guest MAC address (unicast). `null` derives a stable locally
           administered one from the VM and tap names. The host side of the
           tap gets the same address with the first octet `fe`.
+        '';
+      };
+      vhost = mkOption {
+        type = types.nullOr types.bool;
+        default = null;
+        description = ''
+          Run the NIC's queues in the kernel's vhost-net (microvm.nix's
+          `tap.vhost`; QEMU only): the launcher opens {file}`/dev/vhost-net`
+          as root, once per queue, and hands QEMU the descriptors. `null`
+          (off) writes nothing into the spec. Off by default: vhost-net
+          moves the virtqueues the guest drives into the host kernel,
+          outside the VM's sandbox (docs/networking.md).
+        '';
+      };
+      queues = mkOption {
+        type = types.nullOr (types.ints.between 1 255);
+        default = null;
+        example = 4;
+        description = ''
+          Queue pairs of the tap, one file descriptor each, all opened by
+          the launcher (microvm.nix: the VM's vCPUs when it has more than
+          one). QEMU gets them with `mq=on` on a PCI machine,
+          cloud-hypervisor as `num_queues`; not on firecracker. `null` (one)
+          writes nothing into the spec.
         '';
       };
     };
@@ -115,6 +184,28 @@
           Serial number the guest sees (`/dev/disk/by-id/virtio-<serial>`):
           1 to 20 bytes (virtio-blk keeps 20) of `${vlib.serialRegex}`. Not
           on firecracker.
+        '';
+      };
+      direct = mkOption {
+        type = types.nullOr types.bool;
+        default = null;
+        description = ''
+          Open the image with `O_DIRECT`, past the host's page cache
+          (microvm.nix's `direct`): QEMU `cache=none`, cloud-hypervisor
+          `direct=on`. `null` keeps the launcher's default and writes
+          nothing into the spec: on for QEMU, off for cloud-hypervisor.
+          firecracker has no such mode (`true` is refused there).
+        '';
+      };
+      discard = mkOption {
+        type = types.nullOr types.bool;
+        default = null;
+        description = ''
+          Let the guest's discards (TRIM) free the image's blocks: QEMU
+          `discard=unmap`, cloud-hypervisor `sparse=on`. `null` keeps each
+          hypervisor's default and writes nothing into the spec: QEMU
+          ignores discards, cloud-hypervisor punches holes. firecracker has
+          no discard (`true` is refused there).
         '';
       };
       create = mkOption {
@@ -398,6 +489,19 @@
         description = "The `virtiofsd` the launcher runs for each virtiofs share.";
       };
 
+      virtiofsdThreadPoolSize = mkOption {
+        type = types.nullOr (types.either types.ints.unsigned (types.enum ["nproc"]));
+        default = null;
+        example = "nproc";
+        description = ''
+          virtiofsd's `--thread-pool-size` (microvm.nix's
+          `virtiofsd.threadPoolSize`): a thread count (0: no pool), or
+          `"nproc"` for one thread per CPU the launcher may run on. `null`
+          keeps virtiofsd's own default (no pool) and writes nothing into
+          the spec.
+        '';
+      };
+
       vsock = {
         cid = mkOption {
           type = types.nullOr types.ints.unsigned;
@@ -452,6 +556,53 @@
           default = null;
           example = 9999;
           description = "The host vsock port of the guest's notify socket ({option}`vsock.notify`); `null`: ${toString vlib.vmmNotifyPort}, the port microvm.nix's cloud-hypervisor runner uses.";
+        };
+      };
+
+      userNetwork = {
+        enable = mkEnableOption ''
+          an interface on a user network (QEMU only), as microvm.nix's
+          `interfaces = [ { type = "user"; … } ]` gives one: passt, run by
+          the launcher as the VM's principal in a sandbox of its own, turns
+          the guest's traffic into the principal's own sockets on the host.
+          The guest sees QEMU SLIRP's network: its address
+          ${vlib.userNet.guest_address}/${toString vlib.userNet.prefix_len} by DHCP, the gateway ${vlib.userNet.gateway}, which reaches the
+          host's loopback, and the DNS server ${vlib.userNet.dns}, which forwards to the
+          host's resolver. The VM's unit then allows IP sockets and the
+          user, UTS and PID namespaces passt's own sandbox needs
+          (docs/networking.md)'';
+        id = mkOption {
+          type = types.str;
+          default = "user0";
+          example = "qemu";
+          description = ''
+            The interface's id (QEMU's netdev id, microvm.nix's
+            `interfaces.*.id`): a letter, then letters, digits, `-`, `.` or
+            `_`, at most ${toString vlib.userNet.id_max} bytes; not `net0`, `net1`, ... (the taps').
+          '';
+        };
+        mac = mkOption {
+          type = types.nullOr (types.strMatching vlib.macRegex);
+          default = null;
+          example = "02:00:00:01:01:01";
+          description = "Guest MAC address (unicast); `null` leaves QEMU's default.";
+        };
+        binary = mkOption {
+          type = absolutePath;
+          default = "${pkgs.passt}/bin/passt";
+          defaultText = literalExpression ''"''${pkgs.passt}/bin/passt"'';
+          description = "The `passt` the launcher runs for the interface.";
+        };
+        forwardPorts = mkOption {
+          type = types.listOf (types.submodule forwardPortModule);
+          default = [];
+          example = literalExpression ''[ { host.port = 2222; guest.port = 22; } ]'';
+          description = ''
+            microvm.nix's `forwardPorts`, served by passt. A host port
+            below the host's `net.ipv4.ip_unprivileged_port_start`
+            ({option}`boot.kernel.sysctl`, 1024 by default) is refused:
+            passt binds it as the VM's principal.
+          '';
         };
       };
 

@@ -26,6 +26,10 @@
 #                    listener; binaries only, no service on this host) and its
 #                    host key (dropbearkey), for `ssh vsock/<cid>`
 #   openssh-client   ssh-keygen: the systemd suite's per-run client key
+#   passt            user networking for QEMU guests (interfaces of type "user"),
+#                    one per VM, run as its principal
+#   iproute2         ip: the user-networking tests make a network namespace with a
+#                    template interface (a bridge) of their own
 #
 # Then the two vhost-user daemons of shares and vsock, which Debian 12 does not
 # package, built with `cargo install --locked` at pinned versions into
@@ -56,7 +60,7 @@ command -v dpkg-query >/dev/null 2>&1 || die "not a Debian-based system (no dpkg
 # package -> a command it must provide (checked as well, so a half-removed
 # package is repaired)
 PKGS=(qemu-system-x86 busybox-static acl e2fsprogs debootstrap kmod python3 zsh fish groff-base
-      libseccomp-dev libcap-ng-dev pkg-config gcc libc6-dev xfsprogs dropbear-bin openssh-client)
+      libseccomp-dev libcap-ng-dev pkg-config gcc libc6-dev xfsprogs dropbear-bin openssh-client passt iproute2)
 declare -A CMD_OF=(
   [qemu-system-x86]=qemu-system-x86_64
   [busybox-static]=busybox
@@ -76,6 +80,8 @@ declare -A CMD_OF=(
   [xfsprogs]=mkfs.xfs
   [dropbear-bin]=dropbearkey
   [openssh-client]=ssh-keygen
+  [passt]=passt
+  [iproute2]=ip
   [qemu-utils]=qemu-img
 )
 export PATH="$PATH:/usr/sbin:/sbin"

@@ -932,8 +932,11 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
         api_socket: d.join("api.sock"),
         firecracker_config: d.join("firecracker.json"),
         tap_fds: vec![],
+        tap_queue_fds: vec![],
+        vhost_net_fds: vec![],
         control_dir: d.to_path_buf(),
         vhost_vsock_fd: None,
+        user_net_fd: None,
     };
     // What the launcher decides for this binary: it links libseccomp.
     let seccomp = hypervisor::elf::links_libseccomp(qemu).unwrap_or(false);
@@ -965,30 +968,59 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
     };
     let launch = bin("vmwarden-launch");
     let cleanup = bin("vmwarden-cleanup");
-    let via_once = || {
+    // A step-profile build prints its marks to stderr: kept, to split each
+    // start into the launcher's part (spawn to its execve) and QEMU's.
+    let errfile = r.dir.path().join("launch.err");
+    let steps: std::cell::RefCell<Vec<(String, f64, f64)>> = Default::default();
+    let via_once = |split: &mut Vec<(Duration, Duration)>| {
         let mut c = Command::new(&launch);
         r.args(c.arg("qmpb"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(std::fs::File::create(&errfile).unwrap());
         if let Some(cg) = cg {
             cg.enter(&mut c);
         }
         let t0 = Instant::now();
+        let m0 = monotonic_ns();
         let mut child = c.spawn().unwrap();
         let d = wait_running(&r.run.join("qmpb/control/qmp.sock"), t0);
         let _ = child.kill();
         let _ = child.wait();
         run(r.args(Command::new(&cleanup).arg("qmpb")));
+        if let Some(exec_at) = profile_mark_at(&errfile, "seccomp") {
+            let to_exec = Duration::from_nanos(exec_at.saturating_sub(m0));
+            split.push((to_exec, d.saturating_sub(to_exec)));
+            if let Some(main_at) = profile_mark_at(&errfile, "exec-to-main") {
+                steps.borrow_mut().push((
+                    "spawn → main()".to_string(),
+                    0.0,
+                    main_at.saturating_sub(m0) as f64 / 1e3,
+                ));
+            }
+            for l in std::fs::read_to_string(&errfile)
+                .unwrap_or_default()
+                .lines()
+            {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                if w.len() == 5 && w[0] == "vmwarden-profile" {
+                    let (c, wl) = (w[2].parse().unwrap_or(0.0), w[3].parse().unwrap_or(0.0));
+                    steps
+                        .borrow_mut()
+                        .push((w[1].to_string(), c / 1e3, wl / 1e3));
+                }
+            }
+        }
         d
     };
     let (mut bare, mut via) = (Vec::new(), Vec::new());
+    let mut split = Vec::new();
     for i in 0..n + 1 {
         // Alternate which of the pair starts first.
         let bare_first = i % 2 == 0;
         let mut d_via = Duration::ZERO;
         if !bare_first {
-            d_via = via_once();
+            d_via = via_once(&mut split);
         }
         let _ = std::fs::remove_file(bare_dir.join("qmp.sock"));
         let qmp = std::os::unix::net::UnixListener::bind(bare_dir.join("qmp.sock")).unwrap();
@@ -1007,7 +1039,7 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
         let _ = child.wait();
 
         if bare_first {
-            d_via = via_once();
+            d_via = via_once(&mut split);
         }
         if i > 0 {
             // The first pair warms the caches.
@@ -1015,7 +1047,62 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
             via.push(d_via);
         }
     }
+    let steps = steps.into_inner();
+    if !steps.is_empty() {
+        let mut order: Vec<&str> = Vec::new();
+        for (n, _, _) in &steps {
+            if !order.contains(&n.as_str()) {
+                order.push(n);
+            }
+        }
+        println!("  per step through the launcher (median µs, CPU / wall):");
+        for n in order {
+            let mut c: Vec<f64> = steps.iter().filter(|x| x.0 == n).map(|x| x.1).collect();
+            let mut w: Vec<f64> = steps.iter().filter(|x| x.0 == n).map(|x| x.2).collect();
+            c.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            w.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            println!(
+                "    {n:<24} {:>8.0} {:>8.0}",
+                c[c.len() / 2],
+                w[w.len() / 2]
+            );
+        }
+    }
+    if split.len() > 1 {
+        split.remove(0);
+        let (a, b): (Vec<_>, Vec<_>) = split.into_iter().unzip();
+        println!(
+            "  through the launcher, p50: spawn → the launcher's execve {:.2} ms, its execve → QMP running {:.2} ms (step-profile marks)",
+            ms(pct(&a, 0.5)),
+            ms(pct(&b, 0.5))
+        );
+    }
     Some((bare, via))
+}
+
+/// `CLOCK_MONOTONIC` in ns (the clock of the step-profile marks).
+fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the kernel to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut t) };
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+}
+
+/// The `CLOCK_MONOTONIC` time of step `step` in a step-profile build's
+/// stderr (`vmwarden-profile STEP CPU_NS WALL_NS AT_NS`).
+fn profile_mark_at(errfile: &Path, step: &str) -> Option<u64> {
+    std::fs::read_to_string(errfile)
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() == 5 && w[0] == "vmwarden-profile" && w[1] == step)
+                .then(|| w[4].parse().ok())
+                .flatten()
+        })
 }
 
 /// Syscalls of one launch, from its own `execve` up to the `execve` of the
@@ -1121,6 +1208,7 @@ fn steps_main(n: usize) {
     let cleanup = bin("vmwarden-cleanup");
     let mut order: Vec<String> = Vec::new();
     let mut cpu: std::collections::HashMap<String, Vec<f64>> = Default::default();
+    let mut wall: std::collections::HashMap<String, Vec<f64>> = Default::default();
     let (mut base, mut fl) = (Samples::default(), Samples::default());
     for i in 0..n + 3 {
         let t = run(&mut Command::new("/bin/true"));
@@ -1161,6 +1249,9 @@ fn steps_main(n: usize) {
                 order.push(step.to_string());
             }
             cpu.entry(step.to_string()).or_default().push(ns / 1e3);
+            if let Some(wns) = w.next().and_then(|x| x.parse::<f64>().ok()) {
+                wall.entry(step.to_string()).or_default().push(wns / 1e3);
+            }
             sum += ns / 1e3;
         }
         assert!(
@@ -1172,16 +1263,23 @@ fn steps_main(n: usize) {
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
         v[v.len() / 2]
     };
-    println!("== CPU time per launch step ({n} launches from the bench's cgroup, median µs)");
-    println!("  {:<24} {:>8}", "step (ends at)", "µs");
-    let mut sum = 0.0;
+    println!(
+        "== CPU and wall time per launch step ({n} launches from the bench's cgroup, median µs)"
+    );
+    println!(
+        "  {:<24} {:>8} {:>8}",
+        "step (ends at)", "CPU µs", "wall µs"
+    );
+    let (mut sum, mut wsum) = (0.0, 0.0);
     for s in &order {
         let m = med(cpu.get_mut(s).unwrap());
+        let w = wall.get_mut(s).map_or(0.0, med);
         sum += m;
-        println!("  {s:<24} {m:>8.0}");
+        wsum += w;
+        println!("  {s:<24} {m:>8.0} {w:>8.0}");
     }
     println!(
-        "  {:<24} {sum:>8.0}  (sum of the medians; then the execve of the probe)",
+        "  {:<24} {sum:>8.0} {wsum:>8.0}  (sums of the medians; then the execve of the probe; the first step's wall time is not known)",
         "total"
     );
     println!(
@@ -1208,7 +1306,27 @@ fn compare_main(a_dir: &Path, n: usize) {
     let floor_dir = r.run.join("floor");
     std::fs::create_dir_all(&floor_dir).unwrap();
     let b_dir = bin("vmwarden-launch").parent().unwrap().to_path_buf();
-    let builds = [a_dir.to_path_buf(), b_dir];
+    // Both builds run from copies made here, side by side: a binary the
+    // linker has just written (B in target/release) starts ~0.1 ms of CPU
+    // slower than a byte-identical copy of it (`--list-steps`, 400
+    // interleaved runs on the test machine), which counted against
+    // whichever build was the one just built.
+    let copy = |from: &Path, name: &str| {
+        let to = r.dir.path().join(name);
+        std::fs::create_dir_all(&to).unwrap();
+        for b in [
+            "vmwarden-launch",
+            "vmwarden-cleanup",
+            "vmwarden",
+            "vmwarden-machined",
+        ] {
+            if from.join(b).is_file() {
+                std::fs::copy(from.join(b), to.join(b)).unwrap();
+            }
+        }
+        to
+    };
+    let builds = [copy(a_dir, "build-a"), copy(&b_dir, "build-b")];
     // Launch, cleanup, verify-clean: each build's three in a row, as a
     // VM's life goes.
     let three = |d: &Path| {
@@ -1255,9 +1373,9 @@ fn compare_main(a_dir: &Path, n: usize) {
         }
     }
     println!(
-        "== A = {}, B = {} ({n} rounds, interleaved, bench's cgroup)",
-        builds[0].display(),
-        builds[1].display()
+        "== A = {}, B = {} (copies of each side by side; {n} rounds, interleaved, bench's cgroup)",
+        a_dir.display(),
+        b_dir.display()
     );
     println!(
         "  /bin/true {:.2} ms wall, {:.2} ms CPU (p50)",
@@ -1289,6 +1407,107 @@ fn compare_main(a_dir: &Path, n: usize) {
     }
 }
 
+/// Start → QMP running, `n` pairs, printed; the median of pair ratios.
+fn print_qmp(n: usize, cg: Option<&UnitCgroup>) -> Option<f64> {
+    let (bare, via) = qmp_running(n, cg)?;
+    println!(
+        "\n== start → QMP `running` ({} pairs; QEMU TCG, spawned into the unit-like cgroup)",
+        bare.len()
+    );
+    row("bare QEMU, same argv, as root", &bare, None);
+    row("through vmwarden-launch", &via, Some(&bare));
+    let mut ratios: Vec<f64> = bare
+        .iter()
+        .zip(&via)
+        .map(|(b, v)| ms(*v) / ms(*b))
+        .collect();
+    ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let med = ratios[ratios.len() / 2];
+    println!(
+        "  median of pair ratios {med:.3}; median of pair differences {:+.2} ms",
+        median_diff_ms(&via, &bare)
+    );
+    Some(med)
+}
+
+/// `--launch RUNS ROUNDS`: the launch rounds (launch, cleanup, verify-clean,
+/// the floor program and the jailer, interleaved) RUNS times, each run's
+/// launch ÷ jailer and ÷ floor ratios, and their medians over the runs (the
+/// jailer's own overhead moves by several ms from one run to the next).
+fn launch_main(runs: usize, rounds: usize) {
+    let cg = UnitCgroup::new();
+    let r = Roots::new();
+    r.spec("bench", 61900);
+    let floor = build_floor(r.dir.path());
+    let jail = Jailer::find(r.run.join("jail"));
+    let mut got: Vec<Ratios> = Vec::new();
+    for k in 0..runs {
+        let lr = launch_rounds(&r, cg.as_ref(), floor.as_deref(), jail.as_ref(), rounds);
+        let x = print_launch(
+            &lr,
+            &format!("run {} of {runs}: {rounds} rounds, interleaved", k + 1),
+        );
+        got.push(x);
+    }
+    let med = |f: &dyn Fn(&Ratios) -> Option<f64>| {
+        let mut v: Vec<f64> = got.iter().filter_map(f).collect();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let list = |f: &dyn Fn(&Ratios) -> Option<f64>| {
+        got.iter()
+            .filter_map(f)
+            .map(|x| format!("{x:.2}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!("\n== {runs} runs of {rounds} rounds: ratios per run, then their median");
+    type Pick = Box<dyn Fn(&Ratios) -> Option<f64>>;
+    let rows: Vec<(&str, Pick)> = vec![
+        (
+            "launch ÷ jailer (/proc), wall",
+            Box::new(|x: &Ratios| x.jailer.map(|j| x.launch.wall / j.wall)),
+        ),
+        (
+            "launch ÷ jailer (/proc), CPU",
+            Box::new(|x: &Ratios| x.jailer.map(|j| x.launch.cpu / j.cpu)),
+        ),
+        (
+            "launch ÷ jailer (own cgroup), wall",
+            Box::new(|x: &Ratios| Some(x.launch_unit?.wall / x.jailer?.wall)),
+        ),
+        (
+            "launch ÷ jailer (own cgroup), CPU",
+            Box::new(|x: &Ratios| Some(x.launch_unit?.cpu / x.jailer?.cpu)),
+        ),
+        (
+            "launch ÷ floor (/proc), CPU",
+            Box::new(|x: &Ratios| x.floor.map(|f| x.launch.cpu / f.cpu)),
+        ),
+        (
+            "jailer overhead, wall ms",
+            Box::new(|x: &Ratios| x.jailer.map(|j| j.wall)),
+        ),
+        (
+            "launch overhead (/proc), wall ms",
+            Box::new(|x: &Ratios| Some(x.launch.wall)),
+        ),
+    ];
+    for (what, f) in &rows {
+        println!(
+            "  {what:<40} {:<36} median {:.2}",
+            list(f.as_ref()),
+            med(f.as_ref())
+        );
+    }
+}
+
+/// `--qmp N`: only start → QMP running, N pairs.
+fn qmp_main(n: usize) {
+    let cg = UnitCgroup::new();
+    print_qmp(n, cg.as_ref());
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--sleeper") {
@@ -1308,6 +1527,19 @@ fn main() {
     }
     if args.iter().any(|a| a == "--steps") {
         steps_main(if quick { 50 } else { 300 });
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--launch") {
+        // Only the launch rounds with their yardsticks, RUNS times.
+        let runs = args.get(i + 1).and_then(|x| x.parse().ok()).unwrap_or(5);
+        let rounds = args.get(i + 2).and_then(|x| x.parse().ok()).unwrap_or(60);
+        launch_main(runs, rounds);
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--qmp") {
+        // Only start → QMP running, with N pairs (default 60).
+        let n = args.get(i + 1).and_then(|x| x.parse().ok()).unwrap_or(60);
+        qmp_main(n);
         return;
     }
     let mut sum = Summary::default();
@@ -1486,21 +1718,7 @@ fn main() {
     }
 
     // 5. start → QMP running.
-    if let Some((bare, via)) = qmp_running(if quick { 8 } else { 30 }, cg.as_ref()) {
-        println!(
-            "\n== start → QMP `running` ({} pairs; QEMU TCG, spawned into the unit-like cgroup)",
-            bare.len()
-        );
-        row("bare QEMU, same argv, as root", &bare, None);
-        row("through vmwarden-launch", &via, Some(&bare));
-        let mut ratios: Vec<f64> = bare
-            .iter()
-            .zip(&via)
-            .map(|(b, v)| ms(*v) / ms(*b))
-            .collect();
-        ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        let med = ratios[ratios.len() / 2];
-        println!("  median of pair ratios {med:.3}");
+    if let Some(med) = print_qmp(if quick { 8 } else { 30 }, cg.as_ref()) {
         sum.add(
             "start → QMP running, launcher / bare",
             format!("{med:.3}"),

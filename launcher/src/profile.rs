@@ -5,9 +5,11 @@
 //! since the `fork` that made it, so the first mark includes the `execve`,
 //! the dynamic loader and Rust's start-up) and the monotonic clock at the
 //! end of a step; [`report`] writes one line per mark to stderr:
-//! `vmwarden-profile STEP CPU_NS WALL_NS`, each the time since the mark
-//! before (the first mark's CPU time is since the process started; its
-//! wall time is not known, 0). `cargo bench --bench
+//! `vmwarden-profile STEP CPU_NS WALL_NS AT_NS`, each the time since the
+//! mark before (the first mark's CPU time is since the process started; its
+//! wall time is not known, 0), and `AT_NS` the mark's `CLOCK_MONOTONIC`
+//! (the journal's monotonic clock: the systemd suite lines a launch's
+//! steps up with its unit's start and the hypervisor's). `cargo bench --bench
 //! overhead -- --steps`, against a build with the feature, gathers them
 //! over many launches into the per-step table (CPU time: on a machine whose
 //! host steals time, wall clock says more about the neighbours).
@@ -16,8 +18,9 @@
 mod imp {
     use std::sync::Mutex;
 
-    /// (step, process CPU ns, monotonic ns): a few dozen per launch.
-    static MARKS: Mutex<Vec<(&'static str, u64, u64)>> = Mutex::new(Vec::new());
+    /// (step, process CPU ns, boot-time ns, monotonic ns): a few dozen
+    /// per launch.
+    static MARKS: Mutex<Vec<(&'static str, u64, u64, u64)>> = Mutex::new(Vec::new());
 
     fn now(clock: libc::clockid_t) -> u64 {
         let mut t = libc::timespec {
@@ -32,8 +35,9 @@ mod imp {
     pub fn mark(step: &'static str) {
         let cpu = now(libc::CLOCK_PROCESS_CPUTIME_ID);
         let wall = now(libc::CLOCK_BOOTTIME);
+        let at = now(libc::CLOCK_MONOTONIC);
         if let Ok(mut m) = MARKS.lock() {
-            m.push((step, cpu, wall));
+            m.push((step, cpu, wall, at));
         }
     }
 
@@ -42,9 +46,9 @@ mod imp {
         let mut cpu0 = 0;
         let mut wall0 = m.first().map_or(0, |f| f.2);
         let mut out = String::new();
-        for (step, cpu, wall) in m.iter() {
+        for (step, cpu, wall, at) in m.iter() {
             out.push_str(&format!(
-                "vmwarden-profile {step} {} {}\n",
+                "vmwarden-profile {step} {} {} {at}\n",
                 cpu.saturating_sub(cpu0),
                 wall.saturating_sub(wall0)
             ));

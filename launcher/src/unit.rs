@@ -25,7 +25,9 @@ use std::path::{Path, PathBuf};
 
 use crate::config::names::VmName;
 use crate::config::paths::{Roots, DEFAULT_CONFIG_DIR};
-use crate::config::spec::{CredentialSource, HypervisorKind, Spec, SpecError, VsockBackend};
+use crate::config::spec::{
+    CredentialSource, HypervisorKind, ShareSpec, Spec, SpecError, VsockBackend,
+};
 
 /// Default directory of the three binaries on hosts without Nix.
 pub const DEFAULT_BIN_DIR: &str = "/usr/local/bin";
@@ -479,7 +481,7 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
         // namespace setup failure.
         out.push(e("Service", "ReadWritePaths", format!("-{s}")));
     }
-    if taps {
+    if taps && spec.user_network.is_none() {
         out.push(e("Service", "RestrictAddressFamilies", "AF_NETLINK"));
     }
     // Firecracker's taps live in a network namespace of its own, which the
@@ -511,12 +513,66 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
             FIRECRACKER_RESTART_FORCE,
         ));
     }
+    out.extend(user_network_dropin(spec));
+    out.extend(owned_share_entries(spec));
     Ok(out)
 }
 
 /// `RestartForceExitStatus=` of a firecracker VM's drop-in: firecracker's
 /// own exit (a reboot or poweroff inside the guest) restarts the VM.
 pub const FIRECRACKER_RESTART_FORCE: &str = "0";
+
+/// User networking (`userNetworkDropin` in modules/lib.nix): passt runs in
+/// the unit's cgroup and under its seccomp filters. It is the guest's
+/// network, so it opens IPv4 and IPv6 sockets and reads routes over
+/// NETLINK_ROUTE (merged with the template's AF_UNIX; AF_NETLINK covers
+/// taps too), its sockets need the IP traffic the template's
+/// `IPAddressDeny=any` refuses (`IPAddressAllow=any` wins over it, the
+/// loopback the gateway reaches included), and its own sandbox is a user
+/// namespace with mount, IPC, UTS and PID namespaces in it (merged with
+/// the template's "mnt ipc"). The launcher's own seccomp filter still keeps
+/// the hypervisor to AF_UNIX and no namespaces, and passt off network,
+/// cgroup and time namespaces.
+fn user_network_dropin(spec: &Spec) -> Vec<Entry> {
+    if spec.user_network.is_none() {
+        return Vec::new();
+    }
+    vec![
+        e("Service", "IPAddressAllow", "any"),
+        e(
+            "Service",
+            "RestrictAddressFamilies",
+            "AF_INET AF_INET6 AF_NETLINK",
+        ),
+        e("Service", "RestrictNamespaces", "user uts pid"),
+    ]
+}
+
+/// A writable virtiofs share, which the guest owns: its virtiofsd unshares
+/// a user namespace of its own, and its broker reads the virtiofsd's
+/// memory and fds and makes directories set-group-ID
+/// (launch/helpers/owned.rs, broker.rs). The launcher's own filters
+/// confine both and every other process of the VM as before; these lines
+/// merge with the template's (`ownedShareDropin` in modules/lib.nix).
+fn owned_share_entries(spec: &Spec) -> Vec<Entry> {
+    if !spec.shares.iter().any(ShareSpec::guest_owned) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    // A VM with user networking has "user" already, with passt's others.
+    if spec.user_network.is_none() {
+        out.push(e("Service", "RestrictNamespaces", "user"));
+    }
+    out.extend([
+        e("Service", "RestrictSUIDSGID", "false"),
+        e(
+            "Service",
+            "SystemCallFilter",
+            "process_vm_readv pidfd_getfd",
+        ),
+    ]);
+    out
+}
 
 /// `# comment` header, then the sections in the order [Unit], [Service],
 /// [Install], each followed by a blank line, like NixOS's unit text.

@@ -356,7 +356,25 @@ fn shares_disks_vsock_cases() -> Vec<Case> {
                 share(s, "store", Path::new("/nix/store"), "virtiofs", false);
             }),
             env: None,
-            expect: &["`shares[0].read_only`", "/nix/store"],
+            expect: &[
+                "`shares[0].read_only`",
+                "/nix/store, which a guest may only read",
+                "set read_only = true",
+            ],
+        },
+        Case {
+            name: "sticky share its group may write, not the store",
+            setup: with_spec(|env, s| {
+                // Made exactly as Nix makes its store, somewhere else.
+                let p = share_dir(env, "not-the-store", 0, uid(9), 0o1775);
+                share(s, "store", &p, "9p", true);
+            }),
+            env: None,
+            expect: &[
+                "`shares[0].source`",
+                "has mode 1775: its group can change it",
+                "only as the Nix store itself, /nix/store, shared read-only",
+            ],
         },
         Case {
             name: "shares on firecracker",
@@ -1528,7 +1546,104 @@ fn cases() -> Vec<Case> {
     .chain(shares_disks_vsock_cases())
     .chain(volume_cases())
     .chain(trust_walk_cases())
+    .chain(user_network_cases())
     .collect()
+}
+
+/// `user_network` (passt): refused before anything exists, naming the
+/// field. Nothing here starts a passt.
+fn user_network_cases() -> Vec<Case> {
+    fn user_net(f: impl Fn(&mut Value) + 'static) -> Box<dyn Fn(&Env) -> String> {
+        with_spec(move |_, s| {
+            s["user_network"] = json!({
+                "binary": "/usr/bin/passt", "id": "qemu",
+                "forward_ports": [{ "host": { "port": 2222 }, "guest": { "port": 22 } }]
+            });
+            f(s);
+        })
+    }
+    let mut cases = vec![
+        Case {
+            name: "user network on cloud-hypervisor",
+            setup: user_net(|s| {
+                s["hypervisor"]["kind"] = json!("cloud-hypervisor");
+                s["hypervisor"]["accel"] = json!("kvm");
+            }),
+            env: None,
+            expect: &["`user_network`", "not supported with cloud-hypervisor"],
+        },
+        Case {
+            name: "user network on firecracker",
+            setup: user_net(|s| {
+                s["hypervisor"]["kind"] = json!("firecracker");
+                s["hypervisor"]["accel"] = json!("kvm");
+            }),
+            env: None,
+            expect: &["`user_network`", "not supported with firecracker"],
+        },
+        Case {
+            name: "user network: a guest forward to an address passt cannot serve",
+            setup: user_net(|s| {
+                s["user_network"]["forward_ports"] = json!([{ "from": "guest",
+                    "host": { "address": "127.0.0.1", "port": 8080 },
+                    "guest": { "address": "10.0.2.100", "port": 8080 } }]);
+            }),
+            env: None,
+            expect: &[
+                "`user_network.forward_ports[0].guest.address`",
+                "\"10.0.2.100\"",
+                "only to the host's loopback",
+            ],
+        },
+        Case {
+            name: "user network: the netdev id of a tap",
+            setup: user_net(|s| s["user_network"]["id"] = json!("net0")),
+            env: None,
+            expect: &["`user_network.id`", "tap interface's netdev"],
+        },
+        Case {
+            name: "user network: passt missing",
+            setup: user_net(|s| s["user_network"]["binary"] = json!("/nonexistent/passt")),
+            env: None,
+            expect: &["`user_network.binary`", "/nonexistent/passt"],
+        },
+        Case {
+            name: "user network: passt writable by its group",
+            setup: with_spec(|env, s| {
+                let p = env.path("passt");
+                std::fs::copy("/bin/true", &p).unwrap();
+                std::os::unix::fs::chown(&p, Some(0), Some(uid(9))).unwrap();
+                std::fs::set_permissions(&p, PermissionsExt::from_mode(0o775)).unwrap();
+                s["user_network"] = json!({ "binary": p, "id": "qemu" });
+            }),
+            env: None,
+            expect: &["`user_network.binary`", "passt"],
+        },
+    ];
+    // A forwarded port below the host's unprivileged start (1024 unless the
+    // host lowered it): passt, as the principal, could not bind it.
+    let start: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1024);
+    if start > 1 {
+        cases.push(Case {
+            name: "user network: a forwarded port below the unprivileged start",
+            setup: with_spec(move |_, s| {
+                s["user_network"] = json!({
+                    "binary": "/usr/bin/passt", "id": "qemu",
+                    "forward_ports": [{ "host": { "port": start - 1 }, "guest": { "port": 80 } }]
+                });
+            }),
+            env: None,
+            expect: &[
+                "`user_network.forward_ports[0].host.port`",
+                "net.ipv4.ip_unprivileged_port_start",
+                "CAP_NET_BIND_SERVICE",
+            ],
+        });
+    }
+    cases
 }
 
 /// The VM's own state dir, made as a previous launch would have (the

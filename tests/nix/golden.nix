@@ -7,7 +7,7 @@
 {modules}: let
   h = import ./harness/eval.nix {
     inherit modules;
-    extraPkgNames = ["vmwarden" "virtiofsd" "vhost-device-vsock"];
+    extraPkgNames = ["vmwarden" "virtiofsd" "vhost-device-vsock" "passt"];
   };
   inherit (h.checked) vmwarden;
   names = builtins.attrNames vmwarden.vms;

@@ -298,17 +298,20 @@ else
     local attr=$1
     shift
     nix-instantiate --eval --strict --json "$H" --arg modules "$(modules "$@")" \
-      --arg extraPkgNames '["vmwarden" "virtiofsd" "vhost-device-vsock"]' -A "$attr"
+      --arg extraPkgNames '["vmwarden" "virtiofsd" "vhost-device-vsock" "passt"]' -A "$attr"
   }
   # Cases whose specs and drop-ins are compared with tests/nix/golden/CASE/:
   # an existing configuration (two-vms: its specs must not change), one
   # using the shares, disks and vsock fields directly, and microvm.nix-shaped guests
   # (tests/nix/guests/) mapped onto specs.
-  GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest guest-ch-creds guest-fc-networked guest-host-tools"
+  GOLDEN_CASES="two-vms shares-vsock guest-store-share guest-store-disk guest-networked guest-creds-vsock guest-nixostest guest-ch-creds guest-fc-networked guest-host-tools guest-user-net"
   # microvm.vsock.ssh.enable (`ssh vsock/<cid>`): the backend each guest gets
   GOLDEN_CASES="$GOLDEN_CASES guest-vsock-ssh"
   # the guest's notify socket on firecracker: default, another port, off
   GOLDEN_CASES="$GOLDEN_CASES fc-notify"
+  # microvm.nix's own guest shapes: the flake template, the FAQ's journal share.
+  GOLDEN_CASES="$GOLDEN_CASES guest-flake-template guest-journal-share"
+  GOLDEN_CASES="$GOLDEN_CASES guest-fast-io"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -359,6 +362,8 @@ aarch64-host|ok
 guest-store-share|ok
 guest-store-disk|ok
 guest-networked|ok
+guest-user-net|ok
+guest-fast-io|ok
 guest-creds-vsock|ok
 guest-nixostest|ok
 guest-host-tools|ok
@@ -367,6 +372,8 @@ guest-not-microvm|vmwarden.vms.web.guest: it has no config.microvm
 guest-cid-twice|vmwarden: vsock CID 7 is used by several VMs (edge, other)
 guest-vsock-ssh|ok
 fc-notify|ok
+guest-flake-template|ok
+guest-journal-share|ok
 CASES
 
   # Inline cases, one refusal each: LABEL|expected message|a module (Nix
@@ -460,6 +467,12 @@ qemu -qmp path twice|"-qmp" "unix:/run/vmwarden/web/control/q.sock,path=/srv/q.s
 qemu -serial mon:unix|"-serial" "mon:unix:/srv/s.sock,server=on" is refused: a socket outside|{B: vmwarden.vms.web.extraArgs = ["-serial" "mon:unix:/srv/s.sock,server=on"];}
 qemu -fw_cfg name last|"-fw_cfg" "string=y,name=opt/io.systemd.credentials/x" is refused: names under|{B: vmwarden.vms.web.extraArgs = ["-fw_cfg" "string=y,name=opt/io.systemd.credentials/x"];}
 qemu -netdev stream|"-netdev" "id=n,type=stream,addr.type=unix,addr.path=/srv/n.sock" is refused: QEMU would put the VM's network on a host socket|{B: vmwarden.vms.web.extraArgs = ["-netdev" "id=n,type=stream,addr.type=unix,addr.path=/srv/n.sock"];}
+user-network firecracker|vmwarden.vms.web.userNetwork.enable: firecracker has no user networking in vmwarden|{B: vmwarden.vms.web = {hypervisor = "firecracker"; userNetwork.enable = true;};}
+user-network port below the sysctl|vmwarden.vms.web.userNetwork.forwardPorts[0].host.port = 1000: it is below net.ipv4.ip_unprivileged_port_start (1024)|{B: vmwarden.vms.web.userNetwork = {enable = true; forwardPorts = [{host.port = 1000; guest.port = 80;}];};}
+user-network port above a lowered sysctl|vmwarden.vms.web.userNetwork.forwardPorts[0].host.port = 80: it is below net.ipv4.ip_unprivileged_port_start (443)|{B: boot.kernel.sysctl."net.ipv4.ip_unprivileged_port_start" = 443; vmwarden.vms.web.userNetwork = {enable = true; forwardPorts = [{host.port = 80; guest.port = 80;} {host.port = 443; guest.port = 443;}];};}
+user-network without user namespaces|vmwarden.vms.web.userNetwork.enable: passt's own sandbox is a user namespace, but security.allowUserNamespaces = false|{B: security.allowUserNamespaces = false; vmwarden.vms.web.userNetwork.enable = true;}
+user-network netdev id of a tap|vmwarden.vms.web.userNetwork.id = "net1": an id is a letter|{B: vmwarden.vms.web.userNetwork = {enable = true; id = "net1";};}
+user-network bad address|vmwarden.vms.web.userNetwork.forwardPorts[0].host.address = "localhost": give an IPv4 address|{B: vmwarden.vms.web.userNetwork = {enable = true; forwardPorts = [{host = {address = "localhost"; port = 2222;}; guest.port = 22;}];};}
 cloud-hypervisor --api-socket|"--api-socket=/srv/api.sock" is refused: the API socket is vmwarden's control socket|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--api-socket=/srv/api.sock"];};}
 cloud-hypervisor --seccomp|"--seccomp" is refused: cloud-hypervisor's own seccomp filter|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--seccomp" "false"];};}
 cloud-hypervisor --net|"--net" is refused: cloud-hypervisor would open a tap by name|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--net" "tap=vm-web"];};}
@@ -480,7 +493,11 @@ hotpluggedMem|microvm.hotpluggedMem = 256: as hotplugMem|G {microvm.hotpluggedMe
 balloon firecracker|microvm.balloon = true: vmwarden drives no firecracker balloon|G {microvm.hypervisor = "firecracker"; microvm.balloon = true;}
 initialBalloonMem without balloon|microvm.initialBalloonMem = 128: it sizes the balloon, which needs microvm.balloon = true|G {microvm.initialBalloonMem = 128;}
 hotplugMem with balloon|microvm.hotplugMem = 512: virtio-mem|G {microvm.balloon = true; microvm.hotplugMem = 512;}
-forwardPorts|microvm.forwardPorts = [{"from":"host","guest":{"address":"","port":22},"host":{"address":"","port":2222},"proto":"tcp"}]: it needs SLIRP user networking|G {microvm.forwardPorts = [{host.port = 2222; guest.port = 22;}];}
+forwardPorts without a user interface|microvm.forwardPorts = [{"from":"host","guest":{"address":"","port":22},"host":{"address":"","port":2222},"proto":"tcp"}]: it forwards to an interface of type = "user"|G {microvm.forwardPorts = [{host.port = 2222; guest.port = 22;}];}
+forwardPorts from the guest to another address|microvm.forwardPorts[0].guest.address = "10.0.2.100": passt forwards from the guest only to the host's loopback|G {microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";}]; microvm.forwardPorts = [{from = "guest"; host = {address = "127.0.0.1"; port = 8080;}; guest = {address = "10.0.2.100"; port = 8080;};}];}
+forwardPorts to another guest address|microvm.forwardPorts[0].guest.address = "10.0.2.16": the guest's only address on the user network is 10.0.2.15|G {microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";}]; microvm.forwardPorts = [{host.port = 2222; guest = {address = "10.0.2.16"; port = 22;};}];}
+forwardPorts twice|microvm.forwardPorts[1].host.port = 2222: tcp port 2222 is forwarded twice|G {microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";}]; microvm.forwardPorts = [{host.port = 2222; guest.port = 22;} {host = {address = "127.0.0.1"; port = 2222;}; guest.port = 23;}];}
+forwardPorts below 1024|vmwarden.vms.web.userNetwork.forwardPorts[0].host.port = 80 (the guest's microvm.forwardPorts): it is below net.ipv4.ip_unprivileged_port_start (1024)|G {microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";}]; microvm.forwardPorts = [{host.port = 80; guest.port = 80;}];}
 devices|microvm.devices = [{"bus":"pci","path":"0000:01:00.0","qemu":{"bus":null,"deviceExtraArgs":null,"id":null}}]: PCI and USB passthrough|G {microvm.devices = [{bus = "pci"; path = "0000:01:00.0";}];}
 graphics.enable|microvm.graphics.enable = true: a display needs a desktop session|G {microvm.graphics.enable = true;}
 binScripts|microvm.binScripts = ["backup"]: vmwarden never builds or runs microvm.nix's runner|G {microvm.binScripts.backup = "echo";}
@@ -507,22 +524,24 @@ volumes.image|microvm.volumes[0].image = "../shared.img": it must resolve to a n
 volumes.size|microvm.volumes[0].size = null: autoCreate needs a size in MiB|G {microvm.volumes = [{image = "var.img"; mountPoint = "/var";}];}
 volumes.serial|microvm.volumes[0].serial = "var,x": a serial is 1 to 20 bytes|G {microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; serial = "var,x";}];}
 volumes.serial firecracker|microvm.volumes[0].serial = "var": firecracker's drives have no serial|G {microvm.hypervisor = "firecracker"; microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; serial = "var";}];}
-volumes.direct|microvm.volumes[0].direct = true: vmwarden's cloud-hypervisor drives do not use O_DIRECT|G {microvm.hypervisor = "cloud-hypervisor"; microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; direct = true;}];}
-interfaces.type user|microvm.interfaces[0].type = "user": SLIRP user networking needs IP sockets|G {microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";}];}
+volumes.direct firecracker|microvm.volumes[0].direct = true: firecracker's drives have no O_DIRECT mode|G {microvm.hypervisor = "firecracker"; microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; direct = true;}];}
+interfaces.type user on cloud-hypervisor|microvm.interfaces[0].type = "user": cloud-hypervisor has no user networking in vmwarden|G {microvm.hypervisor = "cloud-hypervisor"; microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";}];}
+interfaces.type user twice|microvm.interfaces[1].type = "user": vmwarden gives a VM one user-networking interface|G {microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";} {type = "user"; id = "qemu2"; mac = "02:00:00:01:01:02";}];}
+interfaces.type user id|microvm.interfaces[0].id = "net0": a user interface's id|G {microvm.interfaces = [{type = "user"; id = "net0"; mac = "02:00:00:01:01:01";}];}
 interfaces.type macvtap|microvm.interfaces[0].type = "macvtap": a macvtap needs root|G {microvm.interfaces = [{type = "macvtap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; macvtap = {link = "eth0"; mode = "bridge";};}];}
 interfaces.id|microvm.interfaces[0].id = "vm-web": vmwarden's taps are named ^vmw-|G {microvm.interfaces = [{type = "tap"; id = "vm-web"; mac = "02:00:00:01:01:01";}];}
 interfaces.mac|microvm.interfaces[0].mac = "02-00-00-01-01-01": a MAC is six hex pairs|G {microvm.interfaces = [{type = "tap"; id = "vmw-web0"; mac = "02-00-00-01-01-01";}];}
-interfaces.tap.vhost|microvm.interfaces[0].tap.vhost = true: vmwarden hands QEMU its tap as a file descriptor with vhost=off|G {microvm.interfaces = [{type = "tap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; tap.vhost = true;}];}
+interfaces.tap.vhost cloud-hypervisor|microvm.interfaces[0].tap.vhost = true: cloud-hypervisor's network devices run in cloud-hypervisor itself|G {microvm.hypervisor = "cloud-hypervisor"; microvm.interfaces = [{type = "tap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; tap.vhost = true;}];}
 shares firecracker|microvm.shares = ["ro-store","home"]: firecracker has no shared file systems|G {microvm.hypervisor = "firecracker";}
 shares.proto 9p cloud-hypervisor|microvm.shares[0].proto = "9p": cloud-hypervisor has no 9p|G {microvm.hypervisor = "cloud-hypervisor"; microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data";}];}
 shares.tag|microvm.shares[0].tag = "a-tag-that-is-far-too-long-for-9p": a tag is 1 to 31 bytes|G {microvm.shares = [{tag = "a-tag-that-is-far-too-long-for-9p"; source = "data"; mountPoint = "/data";}];}
 shares.source|microvm.shares[0].source = "../db/data": it must resolve to a normalised absolute path|G {microvm.shares = [{tag = "data"; source = "../db/data"; mountPoint = "/data";}];}
-shares.securityModel|microvm.shares[0].securityModel = "mapped": vmwarden chooses the 9p security model itself|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; securityModel = "mapped";}];}
+shares.securityModel|microvm.shares[0].securityModel = "mapped-file": vmwarden's 9p security model is QEMU's mapped-xattr|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; securityModel = "mapped-file";}];}
 shares.cache|microvm.shares[0].cache = "always": vmwarden runs virtiofsd with its default cache policy|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; proto = "virtiofs"; cache = "always";}];}
 shares.posixAcl|microvm.shares[0].posixAcl = false: it only exists for virtiofsd's --translate-uid|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; proto = "virtiofs"; posixAcl = false;}];}
 shares.extraArgs|microvm.shares[0].extraArgs = ["--sandbox=none"]: virtiofsd's arguments are vmwarden's|G {microvm.shares = [{tag = "data"; source = "data"; mountPoint = "/data"; proto = "virtiofs"; extraArgs = ["--sandbox=none"];}];}
 virtiofsd.inodeFileHandles|microvm.virtiofsd.inodeFileHandles = "mandatory": file handles need CAP_DAC_READ_SEARCH|G {microvm.virtiofsd.inodeFileHandles = "mandatory";}
-virtiofsd.threadPoolSize|microvm.virtiofsd.threadPoolSize = 4: vmwarden picks virtiofsd's thread pool|G {microvm.virtiofsd.threadPoolSize = 4;}
+virtiofsd.threadPoolSize|microvm.virtiofsd.threadPoolSize = "many": vmwarden takes a thread count or|G {microvm.virtiofsd.threadPoolSize = "many";}
 virtiofsd.extraArgs|microvm.virtiofsd.extraArgs = ["--announce-submounts"]: virtiofsd's arguments are vmwarden's|G {microvm.virtiofsd.extraArgs = ["--announce-submounts"];}
 credentialFiles firecracker|microvm.credentialFiles = ["token"]: firecracker has no channel|G {microvm.hypervisor = "firecracker"; microvm.credentialFiles.token = "/run/secrets/token";}
 vsock.cid low|microvm.vsock.cid = 2: CIDs 0, 1 and 2 are the hypervisor, loopback and the host|G {microvm.vsock.cid = 2;}

@@ -70,12 +70,16 @@ CONTRACT = {
     "vcpus": int, "memory_mib": int, "kernel": str, "initrd": str,
     "cmdline": str, "credentials": list, "disks": list, "interfaces": list,
     "landlock": dict, "keep_on_purge": list,
-    # shares, disks, vsock (the module writes them only when used)
-    "shares": list, "virtiofsd": dict, "vsock": dict,
+    # shares, disks, vsock, user networking (the module writes them only when used)
+    "shares": list, "virtiofsd": dict, "vsock": dict, "user_network": dict,
     # the host's own tools (written only when on)
     "balloon": dict, "console": bool, "register_with_machined": bool,
 }
-OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock", "balloon", "console", "register_with_machined"}
+OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock", "user_network", "balloon", "console", "register_with_machined"}
+
+
+def type_name(t):
+    return " or ".join(x.__name__ for x in t) if isinstance(t, tuple) else t.__name__
 
 
 def cmd_spec(path):
@@ -94,7 +98,7 @@ def cmd_spec(path):
             errs.append(f"{where}: missing fields: {sorted(missing)}")
         for k, t in fields.items():
             if k in obj and not (isinstance(obj[k], t) and not (t is int and isinstance(obj[k], bool))):
-                errs.append(f"{where}.{k}: {obj[k]!r} is not {t.__name__}")
+                errs.append(f"{where}.{k}: {obj[k]!r} is not {type_name(t)}")
 
     want(spec, "spec", CONTRACT, OPTIONAL)
     if spec.get("version") != 1:
@@ -106,8 +110,9 @@ def cmd_spec(path):
         want(c, f"credentials[{i}]", {"name": str, "source": dict})
         want(c.get("source"), f"credentials[{i}].source", {"systemd": str})
     for i, d in enumerate(spec.get("disks", [])):
-        want(d, f"disks[{i}]", {"path": str, "read_only": bool, "format": str, "serial": str, "create": dict},
-             ("format", "serial", "create"))
+        want(d, f"disks[{i}]", {"path": str, "read_only": bool, "format": str, "serial": str, "create": dict,
+                                "direct": bool, "discard": bool},
+             ("format", "serial", "create", "direct", "discard"))
         if "create" in d:
             want(d["create"], f"disks[{i}].create", {"size_mib": int, "fs_type": str}, ("fs_type",))
     for i, s in enumerate(spec.get("shares", [])):
@@ -118,14 +123,23 @@ def cmd_spec(path):
         if spec.get(k) is False:
             errs.append(f"{k}: written as false (the module leaves it out when off)")
     if "virtiofsd" in spec:
-        want(spec["virtiofsd"], "virtiofsd", {"binary": str})
+        want(spec["virtiofsd"], "virtiofsd", {"binary": str, "thread_pool_size": (int, str)}, ("thread_pool_size",))
     if "vsock" in spec:
-        want(spec["vsock"], "vsock", {"cid": int, "backend": str, "binary": str}, ("binary",))
+        want(spec["vsock"], "vsock", {"cid": int, "backend": str, "binary": str, "notify": bool, "notify_port": int},
+             ("binary", "notify", "notify_port"))
+    if "user_network" in spec:
+        u = spec["user_network"]
+        want(u, "user_network", {"binary": str, "id": str, "mac": str, "forward_ports": list}, ("mac", "forward_ports"))
+        for i, f in enumerate(u.get("forward_ports", []) if isinstance(u, dict) else []):
+            want(f, f"user_network.forward_ports[{i}]", {"from": str, "proto": str, "host": dict, "guest": dict})
+            for end in ("host", "guest"):
+                want(f.get(end), f"user_network.forward_ports[{i}].{end}", {"address": str, "port": int})
     for i, a in enumerate(spec.get("hypervisor", {}).get("extra_args", [])):
         if not isinstance(a, str):
             errs.append(f"hypervisor.extra_args[{i}]: {a!r} is not str")
     for i, n in enumerate(spec.get("interfaces", [])):
-        want(n, f"interfaces[{i}]", {"tap": str, "bridge": str, "mac": str}, ("bridge", "mac"))
+        want(n, f"interfaces[{i}]", {"tap": str, "bridge": str, "mac": str, "vhost": bool, "queues": int},
+             ("bridge", "mac", "vhost", "queues"))
     for e in errs:
         print(f"FAIL {path}: {e}")
     if errs:

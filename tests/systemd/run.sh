@@ -173,7 +173,7 @@ unshare() { # DEST...: break the hard link to the cache before a tool edits the 
 # VM principals (an operator does this once per VM on a non-Nix host)
 unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
 systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
-  || chroot "$ROOT" /bin/sh -c 'for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
+  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
       useradd --system --gid kvm --no-create-home --home-dir /var/lib/microvms --shell /usr/sbin/nologin microvm' \
   || die "cannot create the VM principals"
 grep -q '^vm-c:' "$ROOT/etc/passwd" && grep -q '^microvm:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
@@ -185,12 +185,12 @@ put "$KERNEL" /opt/vmwarden-test/assets/vmlinuz 0644
 put "$INITRD" /opt/vmwarden-test/assets/initramfs.img 0644
 put "$SH_KERNEL" /opt/vmwarden-test/assets-shares/vmlinuz 0644
 put "$SH_INITRD" /opt/vmwarden-test/assets-shares/initramfs.img 0644
+# busybox for L2's bridge and ping (cloud_hypervisor, firecracker, vhost_net)
+put "$(command -v busybox)" /opt/vmwarden-test/bin/busybox 0755
 if [ "$HV_SCENARIOS" = 1 ]; then
   "$REPO/tests/assets/extract-vmlinux.sh" "$SH_KERNEL" "$WORK/vmlinux" || die "extract-vmlinux.sh $SH_KERNEL failed"
   put "$WORK/vmlinux" /opt/vmwarden-test/assets-shares/vmlinux 0644
   rm -f "$WORK/vmlinux"
-  # busybox for L2's bridge and ping (the minbase tree has no iproute2)
-  put "$(command -v busybox)" /opt/vmwarden-test/bin/busybox 0755
   # the bench's start-to-running timer (L2 has no compiler)
   cc -static -Os -o "$WORK/api-running" "$HERE/guest/api-running.c" || die "cc -static guest/api-running.c failed"
   put "$WORK/api-running" /opt/vmwarden-test/bin/api-running 0755
@@ -302,6 +302,10 @@ chmod 0700 "$ROOT/root/.ssh"
 put "$HERE/guest/vsock-ssh-proxy" /opt/vmwarden-test/bin/vsock-ssh-proxy 0755
 VSK_SCRIPT="$VSK_SCRIPT
 $SSH_SCRIPT"
+# vnq: a tap on L2's bridge with the kernel's vhost-net and two queues, on
+# a PCI machine with two vCPUs (so the guest runs both queue pairs).
+VNQ_SCRIPT='ip addr add 10.77.0.7/24 dev eth0 && ip link set eth0 up && echo T-NET-UP
+echo "T-QUEUES $(ls /sys/class/net/eth0/queues | tr "\n" " ")"'
 # vfs: two virtiofs shares (the 9p share's directory read-only, a writable
 # one of the principal's) and the user vsock backend: every helper daemon.
 # The guest reads and writes, then leaves a vsock echo listening on port 1234.
@@ -359,12 +363,84 @@ shares_spec rbq "$RBQ_SCRIPT" '"shares": [
   "vsock": { "cid": 9, "backend": "user", "binary": "/usr/local/bin/vhost-device-vsock" }' \
   | jq '.credentials = [ { "name": "token", "source": { "systemd": "token" } } ]' \
   | putc /etc/vmwarden/vms/rbq.json 0644
+shares_spec vnq "$VNQ_SCRIPT" '"interfaces": [ { "tap": "vmw-vnq0", "bridge": "vmwbr0", "vhost": true, "queues": 2 } ]' \
+  | jq '.vcpus = 2 | .hypervisor.machine = "pc"' | putc /etc/vmwarden/vms/vnq.json 0644
 shares_spec vfs "$VFS_SCRIPT" '"shares": [
     { "tag": "vro", "source": "/opt/vmwarden-test/share", "proto": "virtiofs", "read_only": true },
     { "tag": "vrw", "source": "/var/lib/vmwarden-test/vfs-rw", "proto": "virtiofs", "read_only": false } ],
   "virtiofsd": { "binary": "/usr/local/bin/virtiofsd" },
   "vsock": { "cid": 6, "backend": "user", "binary": "/usr/local/bin/vhost-device-vsock" }' \
   | putc /etc/vmwarden/vms/vfs.json 0644
+
+# un: user networking through passt (the user_net scenario). The guest takes
+# its address by DHCP from passt, fetches from a server on L2's loopback
+# through the gateway 10.0.2.2, then serves port 22, which passt forwards from
+# L2's port 2222 (every IPv4 address of L2, microvm.nix's default; the
+# scenario connects on 127.0.0.1). L2 has no network interface but loopback
+# (and the cloud_hypervisor scenario's bridge): nothing leaves it.
+UN_SCRIPT='ip link set lo up; ip link set eth0 up
+cat >/tmp/dhcp.sh <<EOS
+#!/bin/sh
+[ "\$1" = bound ] || exit 0
+ip addr add "\$ip/\$mask" dev "\$interface"
+ip route add default via "\$router"
+echo "T-DHCP ip=\$ip mask=\$mask router=\$router dns=\$dns"
+EOS
+chmod +x /tmp/dhcp.sh
+udhcpc -i eth0 -s /tmp/dhcp.sh -q -n -t 10 -T 2 2>/dev/null || echo T-DHCP-FAILED
+echo "T-FETCH $(timeout 30 nc 10.0.2.2 8080 </dev/null 2>&1)"
+(while :; do echo T-GUEST-SERVED | nc -l -p 22; done) >/dev/null 2>&1 &
+echo T-LISTENING'
+grep -q '^vm-un:' "$ROOT/etc/passwd" \
+  || chroot "$ROOT" useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-un \
+  || die "cannot create the principal vm-un"
+shares_spec un "$UN_SCRIPT" '"user_network": { "binary": "/usr/bin/passt", "id": "qemu", "mac": "02:00:00:01:01:01",
+    "forward_ports": [ { "host": { "port": 2222 }, "guest": { "port": 22 } } ] }' \
+  | putc /etc/vmwarden/vms/un.json 0644
+# st, own: the guests microvm.nix users run (the store_share and owned_share
+# scenarios). st is microvm.nix's flake template: the host's /nix/store,
+# made here exactly as Nix makes it (root:nixbld 1775, a file in it), over
+# 9p and read-only (writable in the template; the module makes it so), a
+# created var.img volume, and the store over virtiofs too. own has a
+# writable virtiofs share that its guest owns, used as journald uses
+# /var/log/journal: chown, chgrp, a setgid directory.
+NIXBLD_GID=$(awk -F: '$1 == "nixbld" {print $3}' "$ROOT/etc/group")
+[ -n "$NIXBLD_GID" ] || die "group nixbld missing after sysusers"
+install -d -m 0755 "$ROOT/nix"
+install -d -m 1775 -o 0 -g "$NIXBLD_GID" "$ROOT/nix/store"
+STORE_FILE=/nix/store/0vmwarden0test0store0file0000000-hello
+echo "from the L2 store" | putc "$STORE_FILE" 0444
+ST_SCRIPT="mkdir -p /p9 /vfs /var2
+mount -t 9p -o trans=virtio,version=9p2000.L,ro ro-store /p9 || echo T-MOUNT-P9-FAILED
+mount -t virtiofs -o ro vstore /vfs || echo T-MOUNT-VFS-FAILED
+for m in p9 vfs; do
+  echo \"T-READ-\$m \$(cat /\$m/${STORE_FILE##*/})\"
+  echo \"T-STAT-\$m \$(stat -c '%u %g %a' /\$m)\"
+  if touch /\$m/evil 2>/dev/null; then echo T-WRITE-\$m-SUCCEEDED; else echo T-WRITE-\$m-REFUSED; fi
+done
+if mount -t ext4 /dev/vda /var2; then echo T-VAR-EXT4; echo mark >/var2/mark && echo T-VAR-WROTE; umount /var2; else echo T-VAR-MOUNT-FAILED; fi
+umount /p9; umount /vfs"
+shares_spec st "$ST_SCRIPT" '"disks": [ { "path": "/var/lib/vmwarden/st/var.img",
+              "create": { "size_mib": 32, "fs_type": "ext4" } } ],
+  "shares": [ { "tag": "ro-store", "source": "/nix/store", "proto": "9p", "read_only": true },
+              { "tag": "vstore", "source": "/nix/store", "proto": "virtiofs", "read_only": true } ],
+  "virtiofsd": { "binary": "/usr/local/bin/virtiofsd" },
+  "keep_on_purge": [ "identity", "var.img" ]' | putc /etc/vmwarden/vms/st.json 0644
+OWN_UID=$(awk -F: '$1 == "vm-own" {print $3 ":" $4}' "$ROOT/etc/passwd")
+[ -n "$OWN_UID" ] || die "principal vm-own missing after sysusers"
+install -d -m 0700 -o "${OWN_UID%:*}" -g "${OWN_UID#*:}" "$ROOT/var/lib/vmwarden-test/own-rw"
+OWN_SCRIPT='mkdir -p /j && mount -t virtiofs journal /j || echo T-MOUNT-FAILED
+cd /j
+mkdir log && chown 0:190 log && chmod 2755 log && echo T-SETGID-DIR-OK
+mkdir log/m && echo x >log/m/system.journal && echo T-MADE-IN-IT
+echo data >f && chown 1000:100 f && chgrp 190 f && chmod 640 f && echo T-OWN-OK
+if chmod 2755 f 2>/dev/null; then echo T-SGID-FILE-SET; else echo T-SGID-FILE-REFUSED; fi
+if chmod 4755 f 2>/dev/null; then echo T-SUID-FILE-SET; else echo T-SUID-FILE-REFUSED; fi
+if chown 70000 f 2>/dev/null; then echo T-BEYOND-SET; else echo T-BEYOND-REFUSED; fi
+echo "T-SEE f=$(stat -c %u:%g:%a f) log=$(stat -c %u:%g:%a log) m=$(stat -c %g:%a log/m) journal=$(stat -c %g log/m/system.journal)"
+cd /; sync; umount /j'
+shares_spec own "$OWN_SCRIPT" '"shares": [ { "tag": "journal", "source": "/var/lib/vmwarden-test/own-rw", "proto": "virtiofs" } ],
+  "virtiofsd": { "binary": "/usr/local/bin/virtiofsd" }' | putc /etc/vmwarden/vms/own.json 0644
 
 # ch, fc: the shares guest booted by cloud-hypervisor and firecracker (the
 # cloud_hypervisor and firecracker scenarios). Each feature the scenario can
@@ -481,7 +557,7 @@ if [ "$MODE" = full ]; then
   cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
   # per-VM credential drop-ins (what an operator installs per VM)
   HV_VMS=""; [ "$HV_SCENARIOS" = 1 ] && HV_VMS="ch fc chb fcb rbc rbf rbv"
-  for v in a b vol vsk vfs ops rbq $HV_VMS; do
+  for v in a b vol vsk vfs ops rbq st own vnq $HV_VMS; do
     "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
       --credentials-dir "$CREDDIR" >"$WORK/dropin-$v.conf" \
       || die "vmwarden render-unit --dropin $v failed"
@@ -492,6 +568,12 @@ if [ "$MODE" = full ]; then
     mkdir -p "$ROOT$UNITDIR/microvms.target.wants"
     ln -sfn "$UNITDIR/microvm@.service" "$ROOT$UNITDIR/microvms.target.wants/microvm@$v.service"
   done
+  # un's drop-in: what user networking adds to the unit (IP sockets, passt's
+  # namespaces), as render-unit gives it; not in microvms.target.
+  "$VMW" render-unit --dropin un --spec "$ROOT/etc/vmwarden/vms/un.json" \
+    --credentials-dir "$CREDDIR" >"$WORK/dropin-un.conf" || die "vmwarden render-unit --dropin un failed"
+  put "$WORK/dropin-un.conf" "$UNITDIR/microvm@un.service.d/vmwarden.conf" 0644
+  cp "$WORK/dropin-un.conf" "$OUTDIR/microvm@un.vmwarden.conf"
   # The coexist scenario: vmwarden's units with the prefix `vmwarden`
   # (vmwarden@.service, vmwarden-vms.target), as a host that also runs
   # microvm.nix's host module installs them, and VM cx's drop-in under that
@@ -547,6 +629,9 @@ if [ -n "$ONLY" ]; then SOAK_DEFAULT=50; else SOAK_DEFAULT=5; fi
     "$MODE" "${VMWARDEN_SYSTEMD_READY_TIMEOUT:-300}" "$ONLY" "$L3_ACCEL" "${VMWARDEN_SYSTEMD_SOAK_CYCLES:-$SOAK_DEFAULT}"
   printf 'CREDS_a=%q\nCREDS_b=%q\nCREDS_cx=%q\nCREDS_vol=\nCREDS_vsk=\nCREDS_vfs=\nCREDS_ops=\n' "$CREDS_a" "$CREDS_b" "$CREDS_cx"
   printf 'CREDS_rbq=%q\n' "token:$CREDDIR/rbq/token"
+  printf 'CREDS_un=\n'
+  printf 'CREDS_st=\nCREDS_own=\nSTORE_FILE=%q\n' "$STORE_FILE"
+  printf 'CREDS_vnq=\n'
   printf 'HV_BRIDGE=%q\n%s' "$HV_BRIDGE" "$HV_ENV"; } | putc /opt/vmwarden-test/run.env 0644
 
 ROOT_IMG=$WORK/root.ext4 RES_IMG=$WORK/results.ext4
@@ -570,7 +655,7 @@ timing image_build "$(since "$t")"
 # start_ab to target_stop) in one list.
 SHARD_LISTS=(
   "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume vhost_vsock vsock_ssh virtiofs_vsock guest_reboot all_clean"
-  "cloud_hypervisor firecracker hv_bench console balloon machined coexist soak all_clean"
+  "user_net store_share owned_share vhost_net cloud_hypervisor firecracker hv_bench console balloon machined coexist soak all_clean"
 )
 ALL_SCENARIOS=$(sed -n '/^  run_scenario unit_verify /,/^fi$/s/^  run_scenario \([a-z0-9_]*\) .*/\1/p' "$HERE/scenarios.sh")
 [ -n "$ALL_SCENARIOS" ] || die "no scenario list found in scenarios.sh"

@@ -229,7 +229,7 @@ vmw_fc_unit() { [ -d /etc/systemd/system/microvm@fc.service.d ] && echo /etc/sys
 s_unit_verify() {
   local f out all=""
   for f in /etc/systemd/system/microvm@.service /etc/systemd/system/microvm@a.service \
-           /etc/systemd/system/microvm@b.service /etc/systemd/system/microvm@vfs.service \
+           /etc/systemd/system/microvm@b.service /etc/systemd/system/microvm@vfs.service /etc/systemd/system/microvm@un.service \
            /etc/systemd/system/microvms.target /etc/systemd/system/vmwarden@.service \
            /etc/systemd/system/vmwarden@cx.service /etc/systemd/system/vmwarden-vms.target \
            /etc/systemd/system/microvm@vsk.service $(vmw_fc_unit); do
@@ -238,7 +238,7 @@ s_unit_verify() {
     [ -z "$out" ] || all="$all $f: $(printf '%s' "$out" | head -2 | tr '\n' ' ')"
   done
   [ -z "$all" ] || { fail "systemd-analyze verify printed:$all"; return 1; }
-  note "no output for microvm@.service, microvm@a/b/vfs/vsk${HV_FEATURES_fc+/fc} (with drop-ins), microvms.target, vmwarden@.service, vmwarden@cx (with its drop-in), vmwarden-vms.target"
+  note "no output for microvm@.service, microvm@a/b/vfs/vsk/un${HV_FEATURES_fc+/fc} (with drop-ins), microvms.target, vmwarden@.service, vmwarden@cx (with its drop-in), vmwarden-vms.target"
 }
 
 s_start_ab() {
@@ -433,6 +433,48 @@ vsk_checks() { # CURSOR
   note "vsk vhostfd held by QEMU (uid vm-vsk), guest virtio vsock device present"
 }
 
+# vnq: vhost-net and a two-queue tap through the real unit, where the
+# kernel has vhost-net (L2's does; the host this suite runs on may not).
+# QEMU gets root's tap and /dev/vhost-net fds (two of each) and never the
+# node; the principal cannot open it; the tap is multi-queue on the bridge;
+# vhost-net runs (QEMU has vhost worker threads); the guest runs two queue
+# pairs and L2 reaches it over them. Graceful stop, clean, the tap gone.
+s_vhost_net() {
+  modprobe vhost_net || { fail "modprobe vhost_net failed"; return 1; }
+  [ -c /dev/vhost-net ] || { fail "no /dev/vhost-net after modprobe"; return 1; }
+  hv_bridge || return 1
+  start_check_stop vnq vnq_checks || return 1
+  [ ! -e /sys/class/net/vmw-vnq0 ] || { fail "vnq: tap vmw-vnq0 survives the stop"; return 1; }
+}
+vnq_checks() { # CURSOR
+  local u=microvm@vnq.service pid j argv n l
+  pid=$(mainpid $u)
+  argv=$(tr '\0' ' ' <"/proc/$pid/cmdline")
+  printf '%s' "$argv" | grep -qE 'tap,id=net0,fds=[0-9]+:[0-9]+,vhost=on,vhostfds=[0-9]+:[0-9]+' \
+    && printf '%s' "$argv" | grep -qE 'virtio-net-pci,netdev=net0,mac=[0-9a-f:]+,mq=on,vectors=6' \
+    || { fail "vnq: QEMU's netdev/device: $(printf '%s' "$argv" | grep -oE '(tap,id|virtio-net)[^ ]*' | tr '\n' ' ')"; return 1; }
+  ls -l "/proc/$pid/fd" >>"$LOG" 2>&1
+  # /dev is the unit's own mount: the fds read "/vhost-net" from here
+  n=$(find "/proc/$pid/fd" -lname '*vhost-net*' 2>/dev/null | wc -l)
+  [ "$n" = 2 ] || { fail "vnq: QEMU holds $n fds of /dev/vhost-net, not 2"; return 1; }
+  n=$(grep -l '^iff:[[:space:]]*vmw-vnq0' /proc/"$pid"/fdinfo/* 2>/dev/null | wc -l)
+  [ "$n" = 2 ] || { fail "vnq: QEMU holds $n fds of tap vmw-vnq0, not 2"; return 1; }
+  if setpriv --reuid=vm-vnq --regid=vm-vnq --clear-groups sh -c 'exec 3<>/dev/vhost-net' 2>/dev/null; then
+    fail "vnq: the principal can open /dev/vhost-net itself"; return 1
+  fi
+  # IFF_MULTI_QUEUE is 0x100 in the tap's flags
+  l=$(cat /sys/class/net/vmw-vnq0/tun_flags 2>&1)
+  [ $(( l & 0x100 )) != 0 ] && [ "$(basename "$(readlink /sys/class/net/vmw-vnq0/master)")" = vmwbr0 ] \
+    || { fail "vnq: vmw-vnq0 is not a multi-queue tap on vmwbr0: tun_flags $l, master $(readlink /sys/class/net/vmw-vnq0/master)"; return 1; }
+  n=$(cat /proc/"$pid"/task/*/comm 2>/dev/null | grep -c '^vhost-')
+  [ "$n" -ge 1 ] || { fail "vnq: no vhost worker among QEMU's threads: vhost-net is not running the queues"; return 1; }
+  j=$(jlog $u "$1")
+  printf '%s\n' "$j" | grep -q '^T-QUEUES rx-0 rx-1 tx-0 tx-1' \
+    || { fail "vnq: the guest's queues: $(printf '%s\n' "$j" | grep '^T-QUEUES')"; return 1; }
+  $BB ping -c 3 -W 5 10.77.0.7 >>"$LOG" 2>&1 || { fail "vnq: L2 cannot ping the guest over vmw-vnq0"; return 1; }
+  note "vnq: QEMU has 2 tap and 2 vhost-net fds from root, $n vhost worker(s), the guest 2 queue pairs, ping ok"
+}
+
 # vfs: the helper daemons through the real unit and its hardening: a
 # virtiofsd per virtiofs share (one read-only, one writable) and
 # vhost-device-vsock for the user vsock backend. The guest reads the
@@ -461,9 +503,9 @@ check_hybrid_vsock() { # VM CURSOR
   note "$1 vsock CONNECT/OK/echo from L2"
 }
 # the principal's processes other than the hypervisor: "PID COMM" lines
-vfs_helpers() { # HYPERVISOR_PID
+vfs_helpers() { # HYPERVISOR_PID [PRINCIPAL, default vm-vfs]
   local p
-  for p in $(pgrep -u vm-vfs); do
+  for p in $(pgrep -u "${2:-vm-vfs}"); do
     [ "$p" = "$1" ] || echo "$p $(cat "/proc/$p/comm" 2>/dev/null)"
   done
 }
@@ -497,8 +539,9 @@ vfs_checks() { # CURSOR
   hs=$(vfs_helpers "$pid")
   log "vfs helpers (hypervisor $pid): $(printf '%s' "$hs" | tr '\n' ',')"
   names=$(printf '%s\n' "$hs" | awk '{print $2}' | sort | tr '\n' ' ')
-  [ "$names" = "vhost-device-vs virtiofsd virtiofsd " ] \
-    || { fail "vfs: the principal's processes besides QEMU are '$names', not vhost-device-vs virtiofsd virtiofsd"; return 1; }
+  # vrw is writable, so the guest owns it: its virtiofsd and a broker
+  [ "$names" = "vhost-device-vs virtiofsd virtiofsd vmwarden-broker " ] \
+    || { fail "vfs: the principal's processes besides QEMU are '$names', not vhost-device-vs virtiofsd virtiofsd vmwarden-broker"; return 1; }
   uid=$(id -u vm-vfs)
   cg=$(cat "/proc/$pid/cgroup")
   case "$cg" in *"/microvm@vfs.service"*) ;; *) fail "vfs: QEMU's cgroup is $cg"; return 1 ;; esac
@@ -508,9 +551,15 @@ vfs_checks() { # CURSOR
     c=$(cat "/proc/$h/comm")
     [ "$(status_field "$h" Uid)" = "$uid $uid $uid $uid" ] \
       || { fail "vfs: $c $h Uid: $(status_field "$h" Uid)"; return 1; }
-    for want in CapEff CapPrm CapInh CapAmb; do
-      [ "$(status_field "$h" $want)" = 0000000000000000 ] || { fail "vfs: $c $h $want=$(status_field "$h" $want)"; return 1; }
-    done
+    # in a user namespace of its own (the owned share's virtiofsd and its
+    # broker): capabilities there only, none in L2's (owned_share_checks)
+    if [ "$(readlink "/proc/$h/ns/user")" != "$(readlink /proc/self/ns/user)" ]; then
+      owned_ns_checks vfs "$h" || return 1
+    else
+      for want in CapEff CapPrm CapInh CapAmb; do
+        [ "$(status_field "$h" $want)" = 0000000000000000 ] || { fail "vfs: $c $h $want=$(status_field "$h" $want)"; return 1; }
+      done
+    fi
     [ "$(status_field "$h" NoNewPrivs)" = 1 ] && [ "$(status_field "$h" Seccomp)" = 2 ] \
       || { fail "vfs: $c $h NoNewPrivs=$(status_field "$h" NoNewPrivs) Seccomp=$(status_field "$h" Seccomp)"; return 1; }
     [ "$(status_field "$h" PPid)" = "$pid" ] || { fail "vfs: $c $h is not QEMU's child (PPid $(status_field "$h" PPid))"; return 1; }
@@ -518,7 +567,7 @@ vfs_checks() { # CURSOR
     # vhost-device-vsock lives in QEMU's mount namespace; each virtiofsd in
     # one of its own, rooted in its share (neither QEMU's nor L2's).
     hns=$(readlink "/proc/$h/ns/mnt")
-    if [ "$c" = virtiofsd ]; then
+    if [ "$c" = virtiofsd ] || [ "$c" = vmwarden-broker ]; then
       [ "$hns" != "$ns" ] && [ "$hns" != "$(readlink /proc/self/ns/mnt)" ] \
         || { fail "vfs: $c $h is not in a mount namespace of its own ($hns; QEMU $ns)"; return 1; }
       [ ! -e "/proc/$h/root/etc/passwd" ] || { fail "vfs: $c $h sees the host's /etc/passwd: its root is not its share"; return 1; }
@@ -528,7 +577,7 @@ vfs_checks() { # CURSOR
   done
   md=$(stat -c '%U %a' "$RUNTIME_ROOT/vfs/control/virtiofs-vrw.sock" 2>/dev/null)
   [ "$md" = "vm-vfs 600" ] || { fail "vfs: virtiofs-vrw.sock is '$md', not vm-vfs 600"; return 1; }
-  note "helpers vm-vfs CapEff=0 nnp seccomp, QEMU's children in the unit's cgroup"
+  note "helpers vm-vfs nnp seccomp, QEMU's children in the unit's cgroup; CapEff=0 but vrw's virtiofsd and broker (caps in their own user namespace only)"
 }
 # SIGKILL to the hypervisor only (not to the cgroup): its helpers must not
 # outlive it (PR_SET_PDEATHSIG), and the kill's cleanup is clean.
@@ -542,7 +591,7 @@ vfs_kill() {
   check_running vfs "$cur" && wait_guest vfs "$cur" || { timeout 300 systemctl stop $u; return 1; }
   pid=$(mainpid $u)
   hs=$(vfs_helpers "$pid" | awk '{print $1}' | tr '\n' ' ')
-  [ "$(echo $hs | wc -w)" = 3 ] || { fail "vfs: second start has helpers '$hs'"; timeout 300 systemctl stop $u; return 1; }
+  [ "$(echo $hs | wc -w)" = 4 ] || { fail "vfs: second start has helpers '$hs'"; timeout 300 systemctl stop $u; return 1; }
   systemctl kill --kill-who=main -s KILL $u || { fail "systemctl kill --kill-who=main failed"; return 1; }
   # Gone on their own, not through systemd's final SIGKILL of the cgroup,
   # which only comes after ExecStopPost (KillMode=mixed): the cleanup report
@@ -755,21 +804,56 @@ s_cloud_hypervisor() { s_hv ch; }
 s_firecracker() { s_hv fc; }
 
 # The bench row measured where these hypervisors boot: start to "running"
-# (the API's VM state) through the launcher, `systemctl start --no-block
-# microvm@NAME` (so systemd's unit setup is in it too), against the bare
-# binary started by root with the same argv (cloud-hypervisor: the launched
-# one's, with another API socket; firecracker: the same config file), in
-# pairs, on VMs chb and fcb (the same guest, no devices). Both are killed
-# once running. Prints the medians and their ratio; asserts only that both
-# ran and the launched ones were cleaned up.
-BENCH_PAIRS=5
-bench_launcher() { # VM URI OUT -> "MS PID" once running
-  local u=microvm@$1.service out=$3 pid
+# (the API's VM state), interleaved round by round, on VMs chb and fcb (the
+# same guest, no devices), four ways:
+#   unit   vmwarden through its unit, `systemctl start --no-block
+#          microvm@NAME` (systemd's unit setup is in it);
+#   alone  the launcher alone: `vmwarden-launch NAME` run by root from this
+#          script, no unit;
+#   bare   the bare binary started by root with the same argv
+#          (cloud-hypervisor: the launched one's, with another API socket;
+#          firecracker: the same config file);
+#   floor  that bare argv as ExecStart of a unit with microvm@.service's
+#          hardening and nothing of vmwarden's (floor_unit), started the way
+#          the unit is: what systemd's own sandbox setup costs a hypervisor.
+# Each is killed once running (the launched ones cleaned up as ExecStopPost
+# would). Prints the medians, their ratios to bare, and where the time goes
+# (the journal's monotonic clock): up to the launcher's main(), in the
+# launcher (main() to its execve) and in the hypervisor to Running; a
+# launcher built with the `step-profile` feature gives its marks, else its
+# first and last log lines stand in (the launcher alone then has none).
+# Asserts only that all reached Running and were cleaned up.
+# 3 rounds in the default run, 5 when the scenario is picked by name
+BENCH_PAIRS=3; [ -z "$ONLY" ] || BENCH_PAIRS=5
+# ms between two monotonic times in seconds
+ms_between() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a == "" || b == "") print "-"; else printf "%.0f", (b - a) * 1000 }'; }
+# A launch's lines on stdin (the unit's short-monotonic journal, or the
+# launcher's own stderr) -> "MAIN EXEC" in monotonic seconds: the
+# step-profile marks exec-to-main and seccomp, else (journal only) the times
+# of the launcher's first line and of its "landlock applied"; "-" unknown
+launcher_marks() {
+  awk '
+    /vmwarden-profile exec-to-main / { for (i = 1; i <= NF; i++) if ($i == "vmwarden-profile") main = $(i + 4) / 1e9 }
+    /vmwarden-profile seccomp / { for (i = 1; i <= NF; i++) if ($i == "vmwarden-profile") ex = $(i + 4) / 1e9 }
+    /^\[ *[0-9.]+\] .*vmwarden-launch|^\[ *[0-9.]+\] .*launch\{vm=/ {
+      t = $0; sub(/^\[ */, "", t); sub(/\].*/, "", t)
+      if (first == "") first = t
+      if ($0 ~ /landlock applied/) last = t
+    }
+    END { if (main == "") main = first; if (ex == "") ex = last; print (main == "" ? "-" : main), (ex == "" ? "-" : ex) }'
+}
+bench_launcher() { # VM URI OUT -> "MS PID TO_MAIN LAUNCHER HYPERVISOR" once running
+  local u=microvm@$1.service out=$3 pid cur t0 t1 m
   systemctl reset-failed "$u" 2>/dev/null
+  cur=$(mark)
   "$T/bin/api-running" "$RUNTIME_ROOT/$1/control/api.sock" "$2" 120 -- /usr/bin/systemctl start --no-block "$u" >"$out" 2>&1 \
     || { fail "$1: the launched VM never said Running: $(tail -3 "$out" | tr '\n' ' ')"; return 1; }
   pid=$(mainpid "$u")
-  echo "$(sed -n 's/^API-RUNNING ms=\([0-9.]*\).*/\1/p' "$out") $pid"
+  t0=$(sed -n 's/^API-RUNNING .* t0=\([0-9.]*\).*/\1/p' "$out"); t1=$(sed -n 's/^API-RUNNING .* t1=\([0-9.]*\).*/\1/p' "$out")
+  journalctl -q --no-pager -o short-monotonic -u "$u" --after-cursor="$cur" >"$out.journal" 2>/dev/null
+  m=$(launcher_marks <"$out.journal")
+  { echo "bench $1 unit: t0=$t0 t1=$t1 launcher main/exec=$m; journal:"; grep -v 'vmwarden-profile' "$out.journal" | head -20; grep 'vmwarden-profile' "$out.journal"; } >>"$LOG"
+  echo "$(sed -n 's/^API-RUNNING ms=\([0-9.]*\).*/\1/p' "$out") $pid $(ms_between "$t0" "${m% *}") $(ms_between "${m% *}" "${m#* }") $(ms_between "${m#* }" "$t1")"
 }
 bench_kill_launched() { # VM PID
   local u=microvm@$1.service keep=$DETAIL
@@ -778,6 +862,23 @@ bench_kill_launched() { # VM PID
   DETAIL=$keep
   timeout 300 systemctl stop "$u"
   systemctl reset-failed "$u" 2>/dev/null || true
+}
+# the launcher alone: root runs vmwarden-launch (no unit), then kills the
+# hypervisor and runs vmwarden-cleanup as ExecStopPost would
+bench_alone() { # VM URI OUT -> "MS TO_MAIN LAUNCHER HYPERVISOR"
+  local vm=$1 out=$3 pid t0 t1 m rep
+  "$T/bin/api-running" "$RUNTIME_ROOT/$vm/control/api.sock" "$2" 120 -- /usr/local/bin/vmwarden-launch "$vm" >"$out" 2>&1 \
+    || { fail "$vm: the launcher alone never said Running: $(tail -3 "$out" | tr '\n' ' ')"; return 1; }
+  pid=$(sed -n 's/^API-RUNNING .*pid=//p' "$out")
+  t0=$(sed -n 's/^API-RUNNING .* t0=\([0-9.]*\).*/\1/p' "$out"); t1=$(sed -n 's/^API-RUNNING .* t1=\([0-9.]*\).*/\1/p' "$out")
+  kill -9 "$pid" 2>/dev/null
+  for _ in $(seq 1 100); do [ -e "/proc/$pid" ] || break; sleep 0.05; done
+  rep=$(/usr/local/bin/vmwarden-cleanup "$vm" 2>>"$LOG")
+  printf '%s' "$rep" | jq -e '.clean == true' >/dev/null 2>&1 \
+    || { fail "$vm: cleanup after the launcher alone not clean: $(printf '%s' "$rep" | head -c 300)"; return 1; }
+  m=$(launcher_marks <"$out")
+  { echo "bench $vm alone: t0=$t0 t1=$t1 launcher main/exec=$m"; grep 'vmwarden-profile' "$out"; } >>"$LOG"
+  echo "$(sed -n 's/^API-RUNNING ms=\([0-9.]*\).*/\1/p' "$out") $(ms_between "$t0" "${m% *}") $(ms_between "${m% *}" "${m#* }") $(ms_between "${m#* }" "$t1")"
 }
 bench_bare() { # VM URI OUT ARGV... -> MS
   local vm=$1 uri=$2 out=$3 ms pid; shift 3
@@ -789,13 +890,16 @@ bench_bare() { # VM URI OUT ARGV... -> MS
   for _ in $(seq 1 100); do [ -e "/proc/$pid" ] || break; sleep 0.05; done
   echo "$ms"
 }
-median() { sort -n | awk '{v[NR]=$1} END {if (NR % 2) print v[(NR+1)/2]; else printf "%.1f\n", (v[NR/2]+v[NR/2+1])/2}'; }
+median() { sort -n | awk '{ if ($1 != "-") v[++n] = $1 } END {if (n == 0) print "-"; else if (n % 2) print v[(n+1)/2]; else printf "%.1f\n", (v[n/2]+v[n/2+1])/2}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
 bench_one() { # VM URI
-  local vm=$1 uri=$2 d=/run/vmwarden-bench/$1 i r ms pid argv L="" B="" ml mb
+  local vm=$1 uri=$2 d=/run/vmwarden-bench/$1 i r ms pid argv L="" A="" B="" F="" ml ma mb mf
+  local LM="" LL="" LH="" AM="" AL="" AH=""
   mkdir -p "$d"
   for i in $(seq 1 "$BENCH_PAIRS"); do
     r=$(bench_launcher "$vm" "$uri" "$d/launch.out") || return 1
-    ms=${r% *}; pid=${r#* }
+    set -- $r
+    ms=$1; pid=$2; LM="$LM $3"; LL="$LL $4"; LH="$LH $5"
     if [ "$i" = 1 ]; then
       mapfile -d '' argv <"/proc/$pid/cmdline"
       case "$vm" in
@@ -809,11 +913,47 @@ bench_one() { # VM URI
     L="$L $ms"
     ms=$(bench_bare "$vm" "$uri" "$d/bare.out" "${argv[@]}") || return 1
     B="$B $ms"
+    [ "$i" = 1 ] && floor_unit "$vm" "${argv[@]}"
+    ms=$(bench_floor "$vm" "$uri" "$d/floor.out") || return 1
+    F="$F $ms"
+    r=$(bench_alone "$vm" "$uri" "$d/alone.out") || return 1
+    set -- $r
+    A="$A $1"; AM="$AM $2"; AL="$AL $3"; AH="$AH $4"
   done
+  rm -f "/run/systemd/system/vmwarden-bench-floor-$vm.service"; systemctl daemon-reload
   check_clean "$vm" || return 1
-  ml=$(printf '%s\n' $L | median); mb=$(printf '%s\n' $B | median)
-  log "bench $vm launcher ms:$L bare ms:$B"
-  note "$vm start->running launcher ${ml} ms / bare ${mb} ms = $(awk -v a="$ml" -v b="$mb" 'BEGIN{printf "%.2f", a/b}') (medians of $BENCH_PAIRS pairs)"
+  ml=$(printf '%s\n' $L | median); ma=$(printf '%s\n' $A | median); mb=$(printf '%s\n' $B | median); mf=$(printf '%s\n' $F | median)
+  log "bench $vm unit ms:$L alone ms:$A bare ms:$B bare under the hardened unit ms:$F"
+  log "bench $vm unit phases (to main, launcher, hypervisor) ms: [$LM] [$LL] [$LH]; alone: [$AM] [$AL] [$AH]"
+  note "$vm start->running: unit ${ml} ms / bare ${mb} ms = $(ratio "$ml" "$mb"), launcher alone ${ma} ms = $(ratio "$ma" "$mb"), the bare hypervisor under the template's hardening (no vmwarden) ${mf} ms = $(ratio "$mf" "$mb") (unit ÷ that $(ratio "$ml" "$mf")) (medians of $BENCH_PAIRS rounds); unit: to main() $(printf '%s\n' $LM | median), launcher $(printf '%s\n' $LL | median), hypervisor $(printf '%s\n' $LH | median) ms; alone: to main() $(printf '%s\n' $AM | median), launcher $(printf '%s\n' $AL | median), hypervisor $(printf '%s\n' $AH | median) ms"
+}
+# The floor under the unit: a unit with microvm@.service's [Service]
+# hardening (no RuntimeDirectory/StateDirectory, no ExecStartPost, nothing of
+# vmwarden's) whose ExecStart is the bare hypervisor's argv, started the same
+# way (`systemctl start --no-block`): what systemd's own unit setup costs a
+# hypervisor. Written once per VM, after the first round gave the argv.
+floor_unit() { # VM ARGV... -> installs vmwarden-bench-floor-VM.service
+  local vm=$1 u=/run/systemd/system/vmwarden-bench-floor-$1.service a q=""; shift
+  for a in "$@"; do q="$q \"$a\""; done
+  { echo "[Service]"; echo "Type=exec"; echo "ExecStart=$q"
+    sed -n '/^\[Service\]/,/^\[/p' /etc/systemd/system/microvm@.service \
+      | grep -E '^[A-Z][A-Za-z]+=' \
+      | grep -Ev '^(Exec|Restart|RuntimeDirectory|StateDirectory|Type=|Timeout|SyslogIdentifier)'
+    echo "ReadWritePaths=/run/vmwarden-bench"; } >"$u"
+  systemctl daemon-reload
+  log "bench $vm floor unit: $(tr '\n' ' ' <"$u" | head -c 600)"
+}
+bench_floor() { # VM URI OUT -> MS
+  local vm=$1 out=$3 ms u=vmwarden-bench-floor-$1.service
+  rm -f "/run/vmwarden-bench/$vm/api.sock"
+  systemctl reset-failed "$u" 2>/dev/null
+  "$T/bin/api-running" "/run/vmwarden-bench/$vm/api.sock" "$2" 120 -- /usr/bin/systemctl start --no-block "$u" >"$out" 2>&1 \
+    || { fail "$vm: the bare hypervisor under the hardened unit never said Running: $(tail -3 "$out" | tr '\n' ' ') $(journalctl -q -n 5 -u "$u" | tr '\n' ' ')"; systemctl kill -s KILL "$u" 2>/dev/null; return 1; }
+  ms=$(sed -n 's/^API-RUNNING ms=\([0-9.]*\).*/\1/p' "$out")
+  systemctl kill -s KILL "$u" 2>/dev/null
+  for _ in $(seq 1 100); do case "$(state "$u")" in active|deactivating|activating) sleep 0.05 ;; *) break ;; esac; done
+  systemctl reset-failed "$u" 2>/dev/null
+  echo "$ms"
 }
 s_hv_bench() {
   bench_one chb /api/v1/vm.info && bench_one fcb /
@@ -1045,10 +1185,112 @@ s_all_clean() {
   [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
   p=$(pgrep -a 'qemu-system|cloud-hyperviso|firecracker' 2>/dev/null)
   [ -z "$p" ] || { fail "hypervisors still running: $p"; return 1; }
-  for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv; do independent_clean $v || return 1; done
+  for v in a b c vol vsk vfs un ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq; do independent_clean $v || return 1; done
   p=$(pgrep -u microvm 2>/dev/null | tr '\n' ' ')
   [ -z "$p" ] || { fail "processes of microvm (the coexist scenario's foreign VM) left: $p"; return 1; }
   note "verify-clean (all VMs) clean, no hypervisor left"
+}
+
+# ---------------------------------------------------------------- the guests microvm.nix users run
+# store_share: VM st, microvm.nix's flake template. The host's /nix/store
+# (made by run.sh exactly as Nix makes it: root:nixbld 1775, a file in it)
+# over 9p (`ro-store`, read-only) and over virtiofs, and a var.img volume the
+# launcher creates. The guest reads the store's file through both and sees
+# its owner, group and mode, cannot write either, mounts and writes the
+# volume; on L2 the store is as it was, the image the principal's; a
+# graceful stop, clean.
+s_store_share() {
+  local before after
+  before=$(stat -c '%u:%g %a' /nix/store)
+  [ "$before" = "0:$(getent group nixbld | cut -d: -f3) 1775" ] \
+    || { fail "st: precondition: /nix/store is $before, not root:nixbld 1775"; return 1; }
+  start_check_stop st store_checks || return 1
+  after=$(stat -c '%u:%g %a' /nix/store)
+  [ "$after" = "$before" ] && [ ! -e /nix/store/evil ] \
+    && [ "$(cat "$STORE_FILE")" = "from the L2 store" ] \
+    || { fail "st: the store changed: $after, $(ls -A /nix/store | tr '\n' ' ')"; return 1; }
+  note "st store as it was ($after)"
+}
+store_checks() { # CURSOR
+  local u=microvm@st.service j want nixbld img
+  nixbld=$(getent group nixbld | cut -d: -f3)
+  j=$(jlog $u "$1")
+  for want in "T-READ-p9 from the L2 store" "T-READ-vfs from the L2 store" \
+              "T-STAT-p9 0 $nixbld 1775" "T-STAT-vfs 0 $nixbld 1775" \
+              T-WRITE-p9-REFUSED T-WRITE-vfs-REFUSED T-VAR-EXT4 T-VAR-WROTE 'VMWARDEN-RUN-END rc=0'; do
+    printf '%s\n' "$j" | grep -qF -- "$want" \
+      || { fail "st: guest output lacks '$want': $(printf '%s\n' "$j" | grep -E '^(T-|VMWARDEN-RUN)' | tr '\n' ' ' | head -c 500)"; return 1; }
+  done
+  img=$(stat -c '%U:%G %a %s' "$STATE_ROOT/st/var.img" 2>/dev/null)
+  [ "$img" = "vm-st:vm-st 600 33554432" ] || { fail "st: var.img is '$img'"; return 1; }
+  note "st guest read the store over 9p and virtiofs (0:nixbld 1775), writes refused, var.img created and written"
+}
+# owned_share: VM own, a writable virtiofs share its guest owns, used as
+# journald uses /var/log/journal. The guest's chown, chgrp, chmod and setgid
+# directory work, it sees the ids it set; on L2 each file's owner and group
+# is the principal (guest 0) or the VM's own range (base + guest id, from
+# the registry), nothing is root's, no regular file is set-id; the two
+# processes serving it (virtiofsd, vmwarden-broker) are roots of a user
+# namespace of their own with capabilities there only; a graceful stop,
+# clean, no process with an id of the range.
+OWN_RW=/var/lib/vmwarden-test/own-rw
+s_owned_share() {
+  start_check_stop own owned_checks || return 1
+  "$VMW" verify-clean own 2>&1 | grep -q '^no-range-process vm=own check=ok' \
+    || { fail "own: verify-clean has no passing no-range-process: $("$VMW" verify-clean own 2>&1 | tr '\n' ' ' | head -c 300)"; return 1; }
+  note "own no-range-process=ok"
+}
+# The capabilities and id map of a process of a share the guest owns
+# (virtiofsd: its six; its broker: DAC_READ_SEARCH FOWNER FSETID SYS_PTRACE),
+# held in a user namespace whose parent is L2's, with guest 0 the principal.
+owned_ns_checks() { # VM PID
+  local c want uid map
+  c=$(cat "/proc/$2/comm")
+  case "$c" in virtiofsd) want=00000000000000db ;; vmwarden-broker) want=000000000008001c ;;
+    *) fail "$1: $c $2 is in a user namespace of its own"; return 1 ;; esac
+  [ "$(status_field "$2" CapEff)" = $want ] && [ "$(status_field "$2" CapPrm)" = $want ] \
+    && [ "$(status_field "$2" CapInh)" = 0000000000000000 ] && [ "$(status_field "$2" CapAmb)" = 0000000000000000 ] \
+    || { fail "$1: $c $2 CapEff=$(status_field "$2" CapEff) CapPrm=$(status_field "$2" CapPrm) CapInh=$(status_field "$2" CapInh), not $want"; return 1; }
+  uid=$(id -u "vm-$1")
+  map=$(awk '{print $1, $2, $3}' "/proc/$2/uid_map" | tr '\n' ';')
+  case "$map" in "0 $uid 1;1 "*" 65535;") ;; *) fail "$1: $c $2 uid_map is '$map'"; return 1 ;; esac
+  [ "$(readlink "/proc/$2/ns/user")" != "$(readlink /proc/self/ns/user)" ] || { fail "$1: $c $2 in L2's user namespace"; return 1; }
+}
+owned_checks() { # CURSOR
+  local u=microvm@own.service j want pid hs h base uid gid p id bad
+  j=$(jlog $u "$1")
+  for want in T-SETGID-DIR-OK T-MADE-IN-IT T-OWN-OK T-SGID-FILE-REFUSED T-SUID-FILE-REFUSED T-BEYOND-REFUSED \
+              'T-SEE f=1000:190:640 log=0:190:2755 m=190:2755 journal=190' 'VMWARDEN-RUN-END rc=0'; do
+    printf '%s\n' "$j" | grep -qF -- "$want" \
+      || { fail "own: guest output lacks '$want': $(printf '%s\n' "$j" | grep -E '^(T-|VMWARDEN-RUN)' | tr '\n' ' ' | head -c 500)"; return 1; }
+  done
+  base=$(jq -r 'select(.vm == "own" and .state == "active") | .base' "$STATE_ROOT"/.principals/range-*.json 2>/dev/null | head -1)
+  [ -n "$base" ] || { fail "own: no active id range in $STATE_ROOT/.principals"; return 1; }
+  uid=$(id -u vm-own); gid=$(id -g vm-own)
+  [ "$(stat -c '%u:%g %a' "$OWN_RW/f")" = "$((base + 1000)):$((base + 190)) 640" ] \
+    && [ "$(stat -c '%u:%g %a' "$OWN_RW/log")" = "$uid:$((base + 190)) 2755" ] \
+    && [ "$(stat -c '%g' "$OWN_RW/log/m/system.journal")" = "$((base + 190))" ] \
+    || { fail "own: on L2 f=$(stat -c '%u:%g %a' "$OWN_RW/f") log=$(stat -c '%u:%g %a' "$OWN_RW/log") (range base $base)"; return 1; }
+  bad=""
+  while read -r p id; do
+    for x in ${id%:*} ${id#*:}; do
+      [ "$x" = "$uid" ] || [ "$x" = "$gid" ] || { [ "$x" -gt "$base" ] && [ "$x" -lt $((base + 65536)) ]; } || bad="$bad $p($id)"
+    done
+  done < <(find "$OWN_RW" -printf '%p %U:%G\n')
+  [ -z "$bad" ] || { fail "own: files of ids not the VM's:$bad"; return 1; }
+  [ -z "$(find "$OWN_RW" -type f -perm /6000)" ] || { fail "own: set-id files on L2: $(find "$OWN_RW" -type f -perm /6000)"; return 1; }
+  note "own guest ids seen; on L2 principal or range $((base + 1)).. only, setgid dir, no set-id file"
+  pid=$(mainpid $u)
+  hs=$(vfs_helpers "$pid" vm-own)
+  [ "$(printf '%s\n' "$hs" | awk '{print $2}' | sort | tr '\n' ' ')" = "virtiofsd vmwarden-broker " ] \
+    || { fail "own: the principal's processes besides QEMU: $(printf '%s' "$hs" | tr '\n' ',')"; return 1; }
+  for h in $(printf '%s\n' "$hs" | awk '{print $1}'); do
+    owned_ns_checks own "$h" || return 1
+    [ "$(status_field "$h" Uid)" = "$uid $uid $uid $uid" ] && [ "$(status_field "$h" NoNewPrivs)" = 1 ] \
+      && [ "$(status_field "$h" Seccomp)" = 2 ] && [ "$(status_field "$h" PPid)" = "$pid" ] \
+      || { fail "own: $(cat "/proc/$h/comm") $h Uid=$(status_field "$h" Uid) nnp=$(status_field "$h" NoNewPrivs) PPid=$(status_field "$h" PPid)"; return 1; }
+  done
+  note "own virtiofsd and broker: roots of their own user namespace, caps there only, QEMU's children"
 }
 
 # ---------------------------------------------------------------- coexist
@@ -1209,6 +1451,109 @@ coexist_run() {
   mvn_stopped "$cur" || return 1
   check_clean cx || return 1
   note "$MVN_U stopped; cx still clean"
+}
+
+# ---------------------------------------------------------------- user_net
+# un: user networking through passt under the real unit and its drop-in
+# (IPAddressAllow=any, AF_INET/AF_INET6/AF_NETLINK, the user, UTS and PID
+# namespaces passt's sandbox needs). The guest takes 10.0.2.15 from passt by
+# DHCP and fetches from a server on L2's loopback through the gateway
+# 10.0.2.2; L2 reaches the guest's port 22 on 127.0.0.1:2222. passt runs as
+# vm-un, QEMU's child, in the unit's cgroup, with no capability, no_new_privs,
+# seccomp, in a user namespace of its own with an empty root; QEMU holds no IP
+# socket. A graceful stop leaves no passt; then a SIGKILL of QEMU alone:
+# passt is gone on its own and the cleanup is clean. L2 has no interface
+# but loopback here: every address used is L2's own.
+UN_SERVER_PID=""
+s_user_net() {
+  local rc
+  # the server on L2's loopback the guest reaches through the gateway
+  socat TCP-LISTEN:8080,bind=127.0.0.1,reuseaddr,fork SYSTEM:'echo T-L2-LOOPBACK-SAYS-HI' >>"$LOG" 2>&1 &
+  UN_SERVER_PID=$!
+  start_check_stop un un_checks; rc=$?
+  kill "$UN_SERVER_PID" 2>/dev/null; wait "$UN_SERVER_PID" 2>/dev/null
+  [ $rc -eq 0 ] || return 1
+  pgrep -u vm-un >/dev/null && { fail "un: a process of vm-un survives the stop: $(pgrep -a -u vm-un | tr '\n' ' ')"; return 1; }
+  un_kill
+}
+# the principal's processes other than QEMU: passt
+un_passt() { # HYPERVISOR_PID -> "PID COMM" lines
+  local p
+  for p in $(pgrep -u vm-un); do
+    [ "$p" = "$1" ] || echo "$p $(cat "/proc/$p/comm" 2>/dev/null)"
+  done
+}
+un_checks() { # CURSOR
+  local u=microvm@un.service pid j hs h c uid cg out ip q
+  pid=$(mainpid $u)
+  wait_journal $u "$1" '^T-LISTENING' 60 \
+    || { fail "un: the guest never listened: $(jlog $u "$1" | grep -E '^(T-|VMWARDEN-RUN)' | tr '\n' ' ' | head -c 400)"; return 1; }
+  j=$(jlog $u "$1")
+  for want in 'T-DHCP ip=10.0.2.15 mask=24 router=10.0.2.2 dns=10.0.2.3' 'T-FETCH T-L2-LOOPBACK-SAYS-HI'; do
+    printf '%s\n' "$j" | grep -qF -- "$want" \
+      || { fail "un: guest output lacks '$want': $(printf '%s\n' "$j" | grep -E '^T-' | tr '\n' ' ' | head -c 400)"; return 1; }
+  done
+  note "un: DHCP 10.0.2.15 from passt, fetched from L2's loopback through 10.0.2.2"
+  out=$(timeout 30 nc -N -q 2 127.0.0.1 2222 </dev/null 2>&1 | tr -d '\r')
+  [ "$out" = T-GUEST-SERVED ] || { fail "un: L2's 127.0.0.1:2222 gave '$(printf '%s' "$out" | head -c 100)', not the guest's T-GUEST-SERVED"; return 1; }
+  note "L2 reached the guest's port 22 on 127.0.0.1:2222"
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'stream,id=qemu,server=off,addr.type=fd' \
+    || { fail "un: QEMU's command line has no stream netdev on an fd: $(tr '\0' ' ' <"/proc/$pid/cmdline" | grep -o '\-netdev [^ ]*')"; return 1; }
+  hs=$(un_passt "$pid")
+  log "un helpers (hypervisor $pid): $(printf '%s' "$hs" | tr '\n' ',')"
+  [ "$(printf '%s\n' "$hs" | grep -c .)" = 1 ] && printf '%s' "$hs" | awk '{print $2}' | grep -q '^passt' \
+    || { fail "un: the principal's processes besides QEMU are '$(printf '%s' "$hs" | tr '\n' ' ')', not one passt"; return 1; }
+  h=$(printf '%s' "$hs" | awk '{print $1}'); c=$(cat "/proc/$h/comm")
+  uid=$(id -u vm-un); cg=$(cat "/proc/$pid/cgroup")
+  [ "$(status_field "$h" Uid)" = "$uid $uid $uid $uid" ] || { fail "un: $c Uid: $(status_field "$h" Uid)"; return 1; }
+  for want in CapEff CapPrm CapInh CapAmb; do
+    [ "$(status_field "$h" $want)" = 0000000000000000 ] || { fail "un: $c $want=$(status_field "$h" $want)"; return 1; }
+  done
+  [ "$(status_field "$h" NoNewPrivs)" = 1 ] && [ "$(status_field "$h" Seccomp)" = 2 ] \
+    || { fail "un: $c NoNewPrivs=$(status_field "$h" NoNewPrivs) Seccomp=$(status_field "$h" Seccomp)"; return 1; }
+  [ "$(status_field "$h" PPid)" = "$pid" ] || { fail "un: $c is not QEMU's child"; return 1; }
+  [ "$(cat "/proc/$h/cgroup")" = "$cg" ] || { fail "un: $c is in cgroup $(cat "/proc/$h/cgroup"), not the unit's ($cg)"; return 1; }
+  [ "$(readlink "/proc/$h/ns/user")" != "$(readlink /proc/self/ns/user)" ] || { fail "un: $c is in L2's user namespace"; return 1; }
+  [ -z "$(ls -A "/proc/$h/root" 2>&1)" ] || { fail "un: $c's root is not empty: $(ls -A "/proc/$h/root" 2>&1 | head -c 100)"; return 1; }
+  # QEMU has no IP socket: none of its socket inodes is in the IP tables
+  ip=$(awk 'FNR > 1 {print $10}' /proc/net/tcp /proc/net/tcp6 /proc/net/udp /proc/net/udp6 /proc/net/raw /proc/net/raw6 2>/dev/null | sort -u)
+  q=$(find "/proc/$pid/fd" -lname 'socket:*' -printf '%l\n' 2>/dev/null | sed 's/socket:\[\(.*\)\]/\1/' | sort -u)
+  [ -z "$(comm -12 <(printf '%s\n' "$ip") <(printf '%s\n' "$q"))" ] || { fail "un: QEMU holds an IP socket"; return 1; }
+  jq -e '[.resources[] | select(.kind == "helper")] == [{"kind":"helper","helper":"passt","tag":"qemu"}]' \
+    "$RUNTIME_ROOT/un/instance.json" >/dev/null || { fail "un: the intent record does not name passt: $(jq -c '.resources' "$RUNTIME_ROOT/un/instance.json" | head -c 300)"; return 1; }
+  note "passt vm-un CapEff=0 nnp seccomp, own user namespace, empty root, QEMU's child in the unit's cgroup; QEMU no IP socket; passt in the intent record"
+}
+# SIGKILL to QEMU alone: passt is gone on its own (its death signal, and its
+# end of the socket pair closing), and the kill's cleanup is clean.
+un_kill() {
+  local cur rc u=microvm@un.service pid h left st sub end
+  systemctl reset-failed $u 2>/dev/null
+  cur=$(mark)
+  timeout 600 systemctl start $u; rc=$?
+  [ $rc -eq 0 ] || { fail "un second start rc=$rc"; return 1; }
+  check_running un "$cur" || { timeout 300 systemctl stop $u; return 1; }
+  pid=$(mainpid $u)
+  h=$(un_passt "$pid" | awk '{print $1}')
+  [ -n "$h" ] || { fail "un: no passt at the second start"; timeout 300 systemctl stop $u; return 1; }
+  systemctl kill --kill-who=main -s KILL $u || { fail "systemctl kill --kill-who=main failed"; return 1; }
+  for _ in $(seq 1 100); do
+    [ "$(stat -c %U "/proc/$h" 2>/dev/null)" = vm-un ] || break
+    sleep 0.1
+  done
+  [ "$(stat -c %U "/proc/$h" 2>/dev/null)" != vm-un ] || { fail "un: passt $h outlived the killed hypervisor by 10 s"; return 1; }
+  end=$((SECONDS + 120))
+  while :; do
+    st=$(state $u); sub=$(systemctl show -p SubState --value $u)
+    case "$st/$sub" in failed/*|inactive/*|*/auto-restart) break ;; esac
+    [ "$st" = active ] && [ "$(mainpid $u)" != "$pid" ] && break
+    [ $SECONDS -lt $end ] || { fail "un: still $st/$sub 120s after SIGKILL"; return 1; }
+    sleep 0.2
+  done
+  check_cleanup un $u "$cur" first || return 1
+  timeout 300 systemctl stop $u
+  systemctl reset-failed $u 2>/dev/null
+  check_clean un || return 1
+  note "passt gone with the SIGKILLed QEMU; clean"
 }
 
 # ---------------------------------------------------------------- soak
@@ -1506,7 +1851,11 @@ else
   run_scenario share_volume s_share_volume
   run_scenario vhost_vsock s_vhost_vsock
   run_scenario vsock_ssh s_vsock_ssh
+  run_scenario vhost_net s_vhost_net
   run_scenario virtiofs_vsock s_virtiofs_vsock
+  run_scenario user_net s_user_net
+  run_scenario store_share s_store_share
+  run_scenario owned_share s_owned_share
   run_scenario cloud_hypervisor s_cloud_hypervisor
   run_scenario firecracker s_firecracker
   run_scenario hv_bench s_hv_bench

@@ -257,8 +257,11 @@ fn purge_cmd(roots: &Roots, name: &VmName, keep_identity: bool) -> Result<ExitCo
             r.uid, r.generation
         );
     }
-    let ok =
-        rep.outcome.failed.is_empty() && (rep.plan.retire_uid.is_none() || rep.retired.is_some());
+    for r in &rep.retired_ranges {
+        let ids = r.range();
+        println!("retired id range {}..{}", ids.base + 1, ids.end());
+    }
+    let ok = rep.ok();
     println!("purge: {}", if ok { "done" } else { "INCOMPLETE" });
     Ok(ok_or_failure(ok))
 }
@@ -280,6 +283,19 @@ fn print_purge_plan(name: &VmName, plan: &purge::Plan, keep_identity: bool) {
         ),
         None if keep_identity => println!("  keep the principal's registration (--keep-identity)"),
         None => println!("  no principal to retire could be determined"),
+    }
+    if let Some(r) = plan.retire_range {
+        println!(
+            "  retire id range {}..{} (what the guest owned on its virtiofs shares; never handed out again)",
+            r.base + 1,
+            r.end()
+        );
+    }
+    for o in &plan.outside {
+        println!(
+            "  leave  {} (a share the guest owns, outside the state dir: its files keep the range's ids)",
+            show(o)
+        );
     }
 }
 

@@ -9,8 +9,10 @@
 //! they differ).
 //!
 //! In short: firecracker has no TCG, no credentials, no qcow2, no disk
-//! serial, no shares (neither 9p nor virtiofs) and no vhost vsock;
-//! cloud-hypervisor has no TCG, no 9p and no vhost vsock; QEMU has them all.
+//! serial, no O_DIRECT or discard on its drives, no vhost-net or
+//! multi-queue taps, no shares (neither 9p nor virtiofs), no vhost vsock
+//! and no user networking; cloud-hypervisor has no TCG, no 9p, no
+//! vhost-net, no vhost vsock and no user networking; QEMU has them all.
 
 use crate::config::spec::HypervisorKind;
 
@@ -35,6 +37,16 @@ pub enum Feature {
     Balloon,
     /// `console`: a serial console to attach to (`vmwarden console`).
     Console,
+    /// `user_network`: an interface served by passt.
+    UserNetwork,
+    /// `disks[].direct = true` (O_DIRECT, past the host's page cache).
+    DirectIo,
+    /// `disks[].discard = true` (the guest's TRIM frees the image's blocks).
+    Discard,
+    /// `interfaces[].vhost = true` (the kernel's vhost-net).
+    VhostNet,
+    /// `interfaces[].queues` above 1 (a multi-queue tap).
+    Multiqueue,
 }
 
 impl Feature {
@@ -50,6 +62,11 @@ impl Feature {
             Feature::VhostVsock => "vhost vsock",
             Feature::Balloon => "memory balloon",
             Feature::Console => "a console to attach to",
+            Feature::UserNetwork => "user networking (passt)",
+            Feature::DirectIo => "O_DIRECT disks",
+            Feature::Discard => "discard",
+            Feature::VhostNet => "vhost-net",
+            Feature::Multiqueue => "multi-queue taps",
         }
     }
 }
@@ -111,6 +128,30 @@ pub const REFUSALS: &[Refusal] = &[
     },
     Refusal {
         kind: HypervisorKind::Firecracker,
+        feature: Feature::DirectIo,
+        field: "disks[i].direct",
+        reason: "is true, but firecracker's drives have no O_DIRECT mode (they go through the host's page cache); set it to false or drop it",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::Discard,
+        field: "disks[i].discard",
+        reason: "is true, but firecracker's drives have no discard; set it to false or drop it",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::VhostNet,
+        field: "interfaces[i].vhost",
+        reason: "is true, but firecracker's network devices run in firecracker itself, not in the kernel's vhost-net; set it to false or drop it",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::Multiqueue,
+        field: "interfaces[i].queues",
+        reason: "is above 1, but firecracker's network devices have one queue pair; set it to 1 or drop it",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
         feature: Feature::Shares,
         field: "shares",
         reason: "is not supported with firecracker: it has neither virtio-fs nor 9p; give the guest a disk, or use qemu or cloud-hypervisor",
@@ -136,6 +177,13 @@ pub const REFUSALS: &[Refusal] = &[
                  the journal holds; read the console with journalctl, or use qemu or cloud-hypervisor",
     },
     Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::UserNetwork,
+        field: "user_network",
+        reason: "is not supported with firecracker: its only network backend is a tap, and passt serves a guest \
+                 over QEMU's stream socket; use interfaces (a tap), or hypervisor.kind \"qemu\"",
+    },
+    Refusal {
         kind: HypervisorKind::CloudHypervisor,
         feature: Feature::Tcg,
         field: "hypervisor.accel",
@@ -149,9 +197,23 @@ pub const REFUSALS: &[Refusal] = &[
     },
     Refusal {
         kind: HypervisorKind::CloudHypervisor,
+        feature: Feature::VhostNet,
+        field: "interfaces[i].vhost",
+        reason: "is true, but cloud-hypervisor's network devices run in cloud-hypervisor itself, not in the kernel's vhost-net (its queues come from interfaces[].queues); set it to false or drop it",
+    },
+    Refusal {
+        kind: HypervisorKind::CloudHypervisor,
         feature: Feature::VhostVsock,
         field: "vsock.backend",
         reason: "is \"vhost\", but cloud-hypervisor serves vsock itself on a unix socket in control/; use \"user\"",
+    },
+    Refusal {
+        kind: HypervisorKind::CloudHypervisor,
+        feature: Feature::UserNetwork,
+        field: "user_network",
+        reason: "is not supported with cloud-hypervisor: passt serves a guest over QEMU's stream socket, which \
+                 cloud-hypervisor does not speak (and this passt has no vhost-user mode); use interfaces (a tap), \
+                 or hypervisor.kind \"qemu\"",
     },
 ];
 

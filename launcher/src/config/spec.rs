@@ -15,6 +15,10 @@ use serde::{Deserialize, Serialize};
 use crate::config::files::{open_probed_at, open_regular_at, OpenError};
 use crate::config::names::{BridgeName, CredentialName, Mac, NameError, TapName, VmName};
 use crate::config::rules;
+pub use crate::config::shares::{
+    ShareProto, ShareSpec, ThreadPoolSize, VirtiofsdSpec, MAX_THREAD_POOL,
+};
+use crate::config::user_net::UserNetworkSpec;
 
 /// Largest spec file accepted.
 pub const MAX_SPEC_BYTES: u64 = 64 * 1024;
@@ -102,6 +106,10 @@ pub struct Spec {
     /// `registerWithMachined`), class `vm`, leader the hypervisor.
     #[serde(default, skip_serializing_if = "is_false")]
     pub register_with_machined: bool,
+    /// An interface on a user network served by passt (QEMU only; see
+    /// `config::user_net`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_network: Option<UserNetworkSpec>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -142,30 +150,6 @@ pub const NIX_STORE: &str = "/nix/store";
 /// QEMU's and cloud-hypervisor's `key=value,...` arguments.
 pub(crate) fn tag_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-'
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-pub enum ShareProto {
-    #[serde(rename = "virtiofs")]
-    Virtiofs,
-    #[serde(rename = "9p")]
-    NineP,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct ShareSpec {
-    pub tag: String,
-    pub source: PathBuf,
-    pub proto: ShareProto,
-    #[serde(default)]
-    pub read_only: bool,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct VirtiofsdSpec {
-    pub binary: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -384,11 +368,37 @@ pub struct DiskSpec {
     pub serial: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub create: Option<CreateSpec>,
+    /// O_DIRECT, bypassing the host's page cache (microvm.nix's `direct`):
+    /// QEMU `cache=none`, cloud-hypervisor `direct=on`. Absent: as before
+    /// the field existed ([`DiskSpec::direct`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct: Option<bool>,
+    /// The guest's discard (TRIM) frees the image's blocks: QEMU
+    /// `discard=unmap`, cloud-hypervisor `sparse=on`. Absent: as before
+    /// the field existed ([`DiskSpec::discard`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discard: Option<bool>,
 }
 
 impl DiskSpec {
     pub fn format(&self) -> DiskFormat {
         self.format.unwrap_or_default()
+    }
+
+    /// Whether `kind` opens the image with O_DIRECT. Absent, each
+    /// hypervisor keeps what it did before the field existed: QEMU yes
+    /// (`cache=none`), cloud-hypervisor no, firecracker no (it has no
+    /// such mode).
+    pub fn direct(&self, kind: HypervisorKind) -> bool {
+        self.direct.unwrap_or(kind == HypervisorKind::Qemu)
+    }
+
+    /// Whether the guest's discards free blocks of the image. Absent, each
+    /// hypervisor keeps its own default: QEMU ignores them, cloud-hypervisor
+    /// punches holes (`sparse=on`), firecracker has no discard.
+    pub fn discard(&self, kind: HypervisorKind) -> bool {
+        self.discard
+            .unwrap_or(kind == HypervisorKind::CloudHypervisor)
     }
 }
 
@@ -400,6 +410,28 @@ pub struct InterfaceSpec {
     pub bridge: Option<BridgeName>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<Mac>,
+    /// The kernel's vhost-net (QEMU): root opens `/dev/vhost-net` once per
+    /// queue and hands QEMU the fds. Absent: off (docs/networking.md says
+    /// why it is not the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vhost: Option<bool>,
+    /// Queue pairs, one tap fd each, all opened by root (microvm.nix:
+    /// the VM's vCPUs). Absent: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<u32>,
+}
+
+/// Most queue pairs an interface may ask for (one per vCPU at most).
+pub const MAX_QUEUES: u32 = MAX_VCPUS;
+
+impl InterfaceSpec {
+    pub fn vhost(&self) -> bool {
+        self.vhost == Some(true)
+    }
+
+    pub fn queues(&self) -> u32 {
+        self.queues.unwrap_or(1)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
@@ -553,6 +585,7 @@ fn refused_name(bytes: &[u8], err: &serde_json::Error) -> Option<(String, NameEr
         fields.push((format!("interfaces[{i}].bridge"), &n["bridge"], bridge));
         fields.push((format!("interfaces[{i}].mac"), &n["mac"], mac));
     }
+    fields.push(("user_network.mac".into(), &v["user_network"]["mac"], mac));
     let msg = err.to_string();
     fields.into_iter().find_map(|(field, value, check)| {
         let e = check(value.as_str()?)?;

@@ -11,9 +11,9 @@ use crate::config::extra_args;
 use crate::config::names::{check_abs_normalised, VmName};
 use crate::config::spec::{
     tag_byte, Accel, CredentialSource, DiskFormat, FsTypeField, HypervisorKind, ShareProto, Spec,
-    SpecError, VsockBackend, DISK_SERIAL_MAX, FW_CFG_CREDENTIAL_PREFIX, FW_CFG_NAME_MAX,
-    MAX_CMDLINE_BYTES, MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB, NIX_STORE, SHARE_TAG_MAX,
-    VSOCK_CID_MAX, VSOCK_CID_MIN,
+    SpecError, ThreadPoolSize, VsockBackend, DISK_SERIAL_MAX, FW_CFG_CREDENTIAL_PREFIX,
+    FW_CFG_NAME_MAX, MAX_CMDLINE_BYTES, MAX_MEMORY_MIB, MAX_QUEUES, MAX_THREAD_POOL, MAX_VCPUS,
+    MIN_MEMORY_MIB, NIX_STORE, SHARE_TAG_MAX, VSOCK_CID_MAX, VSOCK_CID_MIN,
 };
 
 impl Spec {
@@ -122,6 +122,7 @@ impl Spec {
         self.validate_vmm_notify(path)?;
         self.validate_host_tools(path)?;
         self.validate_interfaces(path)?;
+        self.validate_user_network(path)?;
         for (i, p) in self.landlock.read.iter().enumerate() {
             check_abs_normalised(p)
                 .map_err(|r| bad(&format!("landlock.read[{i}]"), r.to_string()))?;
@@ -242,6 +243,14 @@ impl Spec {
                     return Err(bad(r.field_at(i), r.reason.into()));
                 }
             }
+            for (on, feature) in [
+                (d.direct == Some(true), Feature::DirectIo),
+                (d.discard == Some(true), Feature::Discard),
+            ] {
+                if let Some(r) = capabilities::refusal(kind, feature).filter(|_| on) {
+                    return Err(bad(r.field_at(i), r.reason.into()));
+                }
+            }
             if let Some(c) = &d.create {
                 if c.size_mib == 0 {
                     return Err(bad(
@@ -324,7 +333,7 @@ impl Spec {
                 return Err(bad(
                     format!("shares[{i}].read_only"),
                     format!(
-                        "is false, but {} is under {NIX_STORE}, which a guest may only read",
+                        "is false, but {} is under {NIX_STORE}, which a guest may only read (its build users' group can add paths to it, and everything the host runs comes from it); set read_only = true",
                         sh.source.display()
                     ),
                 ));
@@ -347,6 +356,14 @@ impl Spec {
         if let Some(v) = &self.virtiofsd {
             check_abs_normalised(&v.binary)
                 .map_err(|r| bad("virtiofsd.binary".into(), r.to_string()))?;
+            if let Some(ThreadPoolSize::Count(n)) = v.thread_pool_size {
+                if n > MAX_THREAD_POOL {
+                    return Err(bad(
+                        "virtiofsd.thread_pool_size".into(),
+                        format!("is {n}; at most {MAX_THREAD_POOL} threads (0 for no pool, \"nproc\" for one per CPU)"),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -419,12 +436,25 @@ impl Spec {
             reason,
         };
         let mut seen = std::collections::BTreeSet::new();
+        let kind = self.hypervisor.kind;
         for (i, n) in self.interfaces.iter().enumerate() {
             if !seen.insert(n.tap.clone()) {
                 return Err(bad(
                     format!("interfaces[{i}].tap"),
                     format!("{:?} appears twice", n.tap),
                 ));
+            }
+            let q = n.queues();
+            if !(1..=MAX_QUEUES).contains(&q) {
+                return Err(bad(
+                    format!("interfaces[{i}].queues"),
+                    format!("is {q}; give 1 to {MAX_QUEUES} (microvm.nix uses one per vCPU)"),
+                ));
+            }
+            for (on, feature) in [(n.vhost(), Feature::VhostNet), (q > 1, Feature::Multiqueue)] {
+                if let Some(r) = capabilities::refusal(kind, feature).filter(|_| on) {
+                    return Err(bad(r.field_at(i), r.reason.into()));
+                }
             }
         }
         Ok(())
@@ -499,6 +529,9 @@ impl Spec {
         }
         if let Some(b) = self.vsock.as_ref().and_then(|v| v.binary.as_ref()) {
             regular("vsock.binary", b, true)?;
+        }
+        if let Some(u) = &self.user_network {
+            regular("user_network.binary", &u.binary, true)?;
         }
         for (i, sh) in self.shares.iter().enumerate() {
             let field = format!("shares[{i}].source");
@@ -688,6 +721,17 @@ mod tests {
                 Feature::VhostVsock => v["vsock"] = json!({ "cid": 3, "backend": "vhost" }),
                 Feature::Balloon => v["balloon"] = json!({}),
                 Feature::Console => v["console"] = json!(true),
+                Feature::UserNetwork => {
+                    v["user_network"] = json!({ "binary": "/usr/bin/passt", "id": "qemu" })
+                }
+                Feature::DirectIo => {
+                    v["disks"] = json!([{ "path": "/var/lib/vmwarden/web/a.img", "direct": true }])
+                }
+                Feature::Discard => {
+                    v["disks"] = json!([{ "path": "/var/lib/vmwarden/web/a.img", "discard": true }])
+                }
+                Feature::VhostNet => v["interfaces"] = json!([{ "tap": "vmw-a", "vhost": true }]),
+                Feature::Multiqueue => v["interfaces"] = json!([{ "tap": "vmw-a", "queues": 2 }]),
             }
             v
         };
@@ -709,6 +753,11 @@ mod tests {
             Feature::VhostVsock,
             Feature::Balloon,
             Feature::Console,
+            Feature::UserNetwork,
+            Feature::DirectIo,
+            Feature::Discard,
+            Feature::VhostNet,
+            Feature::Multiqueue,
         ] {
             let spec = check(with(HypervisorKind::Qemu, feature));
             assert!(spec.is_ok(), "qemu {feature:?}: {spec:?}");

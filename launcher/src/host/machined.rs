@@ -178,22 +178,41 @@ fn call(what: &'static str, name: &str, args: &[&str]) -> Result<String, Machine
                     secs: DEADLINE.as_secs(),
                 });
             }
-            let line = String::from_utf8_lossy(&out).trim_end().to_string();
-            if let Some(p) = line.strip_prefix("ok ") {
-                Ok(p.to_string())
-            } else if let Some(d) = line.strip_prefix("absent ") {
-                Err(MachinedError::Unavailable {
-                    detail: d.to_string(),
-                })
-            } else if let Some(d) = line.strip_prefix("err ") {
-                Err(MachinedError::Refused {
+            let line = String::from_utf8_lossy(&out).to_string();
+            match Reply::parse(&line) {
+                Reply::Ok(p) => Ok(p),
+                Reply::Absent(detail) => Err(MachinedError::Unavailable { detail }),
+                Reply::Err(detail) => Err(MachinedError::Refused {
                     what,
                     name: name.to_string(),
-                    detail: d.to_string(),
-                })
-            } else {
-                Err(child_err(format!("{BINARY} reported nothing ({line:?})")))
+                    detail,
+                }),
+                Reply::Garbled => Err(child_err(format!("{BINARY} reported nothing ({line:?})"))),
             }
+        }
+    }
+}
+
+/// The one line `vmwarden-machined` prints, read back: `ok[ PAYLOAD]`
+/// (a call with nothing to say, register or unregister, prints a bare
+/// `ok`), `absent DETAIL`, `err DETAIL`.
+#[derive(Debug, PartialEq, Eq)]
+enum Reply {
+    Ok(String),
+    Absent(String),
+    Err(String),
+    Garbled,
+}
+
+impl Reply {
+    fn parse(line: &str) -> Reply {
+        let line = line.trim_end();
+        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+        match word {
+            "ok" => Reply::Ok(rest.to_string()),
+            "absent" => Reply::Absent(rest.to_string()),
+            "err" => Reply::Err(rest.to_string()),
+            _ => Reply::Garbled,
         }
     }
 }
@@ -240,6 +259,34 @@ pub fn unregister(name: &str) -> Result<(), MachinedError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_line_the_binary_prints_reads_back() {
+        // The replies of register and unregister carry nothing: the line
+        // is a bare `ok` once the newline is trimmed (the systemd suite's
+        // ops VM failed on exactly that).
+        assert_eq!(
+            Reply::parse(&bus::line(Ok(String::new()))),
+            Reply::Ok(String::new())
+        );
+        assert_eq!(Reply::parse("ok\n"), Reply::Ok(String::new()));
+        assert_eq!(
+            Reply::parse(&format!("{}\n", bus::line(Ok("42 vmwarden".into())))),
+            Reply::Ok("42 vmwarden".into())
+        );
+        assert_eq!(Reply::parse("ok none gone"), Reply::Ok("none gone".into()));
+        assert_eq!(
+            Reply::parse("absent no system bus: x"),
+            Reply::Absent("no system bus: x".into())
+        );
+        assert_eq!(Reply::parse("err denied"), Reply::Err("denied".into()));
+        assert_eq!(Reply::parse(""), Reply::Garbled);
+        assert_eq!(
+            Reply::parse("err cannot start vmwarden-machined"),
+            Reply::Err("cannot start vmwarden-machined".into())
+        );
+        assert_eq!(Reply::parse("okay"), Reply::Garbled);
+    }
 
     #[test]
     fn a_host_without_machined_is_told_how_to_fix_it() {

@@ -2,7 +2,8 @@
 //!
 //! The launcher (root, before the privilege drop) opens `/dev/net/tun` once
 //! per interface and creates the tap with `TUNSETIFF` (`IFF_TAP|IFF_NO_PI|
-//! IFF_VNET_HDR|IFF_TUN_EXCL`, never persistent), sets its host-side MAC,
+//! IFF_VNET_HDR|IFF_TUN_EXCL`, never persistent; with `IFF_MULTI_QUEUE` and
+//! one more open per further queue when it has several), sets its host-side MAC,
 //! attaches it to the configured bridge and brings it up over rtnetlink, then
 //! hands the open fd to the hypervisor across `execve`. The tap lives exactly
 //! as long as some process holds that fd: when the hypervisor dies, whatever
@@ -50,6 +51,9 @@ const TUNSETGROUP: libc::Ioctl = 0x4004_54ce;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
+/// One fd per queue pair: the first `TUNSETIFF` makes the device, each
+/// further one on the same name attaches another queue.
+const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
 /// Fail with EBUSY instead of attaching to an existing device of that name.
 const IFF_TUN_EXCL: libc::c_short = -0x8000; // 0x8000 as a c_short
 
@@ -291,11 +295,50 @@ impl Rtnl {
 pub struct Tap {
     pub name: TapName,
     pub fd: OwnedFd,
+    /// A multi-queue tap's other queues (`fd` is the first), in order.
+    pub queues: Vec<OwnedFd>,
+    /// `/dev/vhost-net`, one open per queue, for a hypervisor that runs the
+    /// queues in the kernel's vhost-net (QEMU); empty without it.
+    pub vhost: Vec<OwnedFd>,
+}
+
+impl Tap {
+    /// Every fd the hypervisor inherits for this tap: its queues, then its
+    /// vhost-net fds.
+    pub fn fds(&self) -> impl Iterator<Item = &OwnedFd> {
+        std::iter::once(&self.fd)
+            .chain(&self.queues)
+            .chain(&self.vhost)
+    }
 }
 
 /// Create tap `name` (never persistent; EBUSY if a device of that name
 /// exists) and return its open queue fd (close-on-exec until `execve`).
 pub fn create_tap(tap: &TapName) -> Result<Tap> {
+    create_tap_queues(tap, 1)
+}
+
+/// [`create_tap`] with `queues` queue pairs: a multi-queue tap when more
+/// than one, whose first fd makes the device (`IFF_TUN_EXCL`: never an
+/// existing one) and every further fd attaches one more queue to it. Only
+/// a caller with CAP_NET_ADMIN may attach to a tap without owner (this
+/// one), so between the two no one else can.
+pub fn create_tap_queues(tap: &TapName, queues: u32) -> Result<Tap> {
+    let multi = if queues > 1 { IFF_MULTI_QUEUE } else { 0 };
+    let fd = tun_set_iff(tap, IFF_TUN_EXCL | multi)?;
+    let queues = (1..queues)
+        .map(|_| tun_set_iff(tap, multi))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Tap {
+        name: tap.clone(),
+        fd,
+        queues,
+        vhost: Vec::new(),
+    })
+}
+
+/// Open `/dev/net/tun` and `TUNSETIFF` it as tap `tap` with `extra` flags.
+fn tun_set_iff(tap: &TapName, extra: libc::c_short) -> Result<OwnedFd> {
     let name = tap.as_str();
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -304,7 +347,7 @@ pub fn create_tap(tap: &TapName) -> Result<Tap> {
         .io("open", TUN_DEVICE)?;
     let mut req = IfReq {
         name: [0; 16],
-        flags: IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_TUN_EXCL,
+        flags: IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | extra,
         _pad: [0; 22],
     };
     req.name[..name.len()].copy_from_slice(name.as_bytes());
@@ -322,10 +365,23 @@ pub fn create_tap(tap: &TapName) -> Result<Tap> {
             got: String::from_utf8_lossy(got).into_owned(),
         });
     }
-    Ok(Tap {
-        name: tap.clone(),
-        fd: OwnedFd::from(f),
-    })
+    Ok(OwnedFd::from(f))
+}
+
+/// The kernel's vhost-net device.
+pub const VHOST_NET: &str = "/dev/vhost-net";
+
+/// Open `/dev/vhost-net` read-write, close-on-exec (cleared for the
+/// hypervisor only, in `launch::exec`). Each open is one vhost-net
+/// instance, for one queue pair.
+pub fn open_vhost_net() -> std::result::Result<OwnedFd, nix::errno::Errno> {
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::Mode;
+    open(
+        VHOST_NET,
+        OFlag::O_RDWR | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
+        Mode::empty(),
+    )
 }
 
 /// Make the open tap `tap` persistent and attachable by `uid`/`gid` alone,

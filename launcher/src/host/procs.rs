@@ -196,6 +196,24 @@ impl Scan {
         })
     }
 
+    /// Processes with a uid in `lo..hi` (a scan of every uid only, else
+    /// none), by uid: a VM's own id range (`identity::registry`).
+    pub fn in_range(&self, lo: u32, hi: u32) -> BTreeMap<u32, Vec<u32>> {
+        if self.uids != UidFilter::All {
+            return BTreeMap::new();
+        }
+        self.by_uid
+            .iter()
+            .filter(|(u, _)| (lo..hi).contains(*u))
+            .map(|(u, pids)| (*u, pids.iter().copied().collect()))
+            .collect()
+    }
+
+    /// What could not be read while scanning.
+    pub fn unreadable(&self) -> &Unreadable {
+        &self.unreadable
+    }
+
     /// The mount namespaces, when the scan was asked for them.
     pub fn mount_namespaces(&self) -> Option<&[MountNamespace]> {
         self.mount_namespaces.as_deref()
@@ -463,6 +481,11 @@ pub fn process_runs_as(pid: u32, uid: u32) -> bool {
 pub struct Snapshot(Scan);
 
 impl Snapshot {
+    /// The scan itself.
+    pub fn scan(&self) -> &Scan {
+        &self.0
+    }
+
     pub fn take() -> Snapshot {
         Snapshot(Scan::take(&Wants {
             uids: UidFilter::All,

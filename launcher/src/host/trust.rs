@@ -33,6 +33,14 @@
 //!   writable by a group other than the principal's (except the sticky
 //!   root-owned store, on the way only, as above).
 //!
+//! One walk may end at the sticky store itself: [`walk_store`], which the
+//! launcher calls for exactly one share, `/nix/store` shared read-only
+//! (see `launch/preflight.rs`). It is [`Policy::Principal`]'s walk, and its
+//! final directory may be writable by its group when, and only when, it is
+//! root's, sticky and not writable by everyone (the store as Nix makes it,
+//! `root:nixbld 1775`); its ACL is checked as any other's. Every other
+//! sticky, group-writable directory stays refused at the end of a walk.
+//!
 //! Under every policy the POSIX access ACL counts like the mode bits: a
 //! named user or group entry that grants write (through the mask) is a
 //! writer the mode does not show, and refuses the path unless it is root
@@ -141,11 +149,15 @@ impl Walker {
 
     /// [`walk`], sharing this walker's open directories.
     pub fn walk(&mut self, path: &Path, policy: Policy) -> Result<Walked, Distrust> {
+        self.walk_to(path, policy, End::Any)
+    }
+
+    fn walk_to(&mut self, path: &Path, policy: Policy, end: End) -> Result<Walked, Distrust> {
         check_abs_normalised(path).map_err(|reason| Distrust::BadPath {
             path: path.to_path_buf(),
             reason,
         })?;
-        self.walk_in(path, policy)
+        self.walk_in(path, policy, end)
     }
 
     /// [`regular_file`], sharing this walker's open directories.
@@ -194,7 +206,7 @@ impl Walker {
         }
     }
 
-    fn walk_in(&mut self, path: &Path, policy: Policy) -> Result<Walked, Distrust> {
+    fn walk_in(&mut self, path: &Path, policy: Policy, end: End) -> Result<Walked, Distrust> {
         let owner = self.owner;
         let top = self.top.clone();
         let (root, st, acl) = match self.seen.get(Path::new("/")) {
@@ -239,7 +251,11 @@ impl Walker {
             let p = dir_path.join(&c);
             let on_the_way = !queue.is_empty();
             let (fd, st, acl) = self.entry(&dir, &c, &p, on_the_way)?;
-            if !self.owner_ok(st.st_uid, policy) {
+            // A share the guest owns may itself belong to one of the VM's
+            // own ids (the guest chowned it); nothing on the way may.
+            let owned_end =
+                !on_the_way && Kind::of(st.st_mode) == Kind::Directory && end.owned_by(st.st_uid);
+            if !self.owner_ok(st.st_uid, policy) && !owned_end {
                 return Err(Walker::not_owned(p, st.st_uid, policy));
             }
             // Only root's entries are kept for later walks: what the
@@ -301,7 +317,18 @@ impl Walker {
                         });
                     }
                     match kind {
-                        Kind::Directory => check_dir(&p, &st, &acl, policy, owner, false)?,
+                        // The store, at the end of a [`walk_store`]: its
+                        // directory is judged as on the way (root's and
+                        // sticky, its group may write; never everyone).
+                        Kind::Directory => match end {
+                            End::Owned(ids) if is_principal(policy) => {
+                                check_owned_dir(&p, &st, &acl, policy, owner, &ids)?
+                            }
+                            _ => {
+                                let store = end == End::StickyStore && is_principal(policy);
+                                check_dir(&p, &st, &acl, policy, owner, store)?
+                            }
+                        },
                         Kind::Regular => check_file(&p, &st, &acl, policy, owner)?,
                         // A disk may be a block device: its owner and
                         // everyone's write are checked, not its group's
@@ -334,6 +361,25 @@ impl Walker {
             path: path.to_path_buf(),
             reason: "names a directory, not a file",
         })
+    }
+}
+
+/// What a walk accepts at its end beyond its policy's rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum End {
+    /// Nothing: the final entry is judged as the policy says.
+    Any,
+    /// A directory that is root's, sticky and not writable by everyone,
+    /// whose group may write it: the Nix store ([`walk_store`]).
+    StickyStore,
+    /// A directory the guest owns ([`walk_owned`]): the VM's own ids
+    /// (this range of host ids) count as the principal's.
+    Owned(std::ops::Range<u32>),
+}
+
+impl End {
+    fn owned_by(&self, id: u32) -> bool {
+        matches!(self, End::Owned(ids) if ids.contains(&id))
     }
 }
 
@@ -381,6 +427,53 @@ fn check_dir(
         });
     }
     acl.check(path, policy, owner)
+}
+
+/// The share a guest owns, at the end of a [`walk_owned`]: owned by the
+/// trusted uid, the principal or one of the VM's own ids (checked with
+/// the owner), writable by its group only when that group is the
+/// principal's or one of the VM's own, never by everyone, and its ACL
+/// naming no writer but those.
+fn check_owned_dir(
+    path: &Path,
+    st: &FileStat,
+    acl: &Acl,
+    policy: Policy,
+    owner: u32,
+    ids: &std::ops::Range<u32>,
+) -> Result<(), Distrust> {
+    let mode = st.st_mode & 0o7777;
+    let group = acl.owning_group_writes(mode)
+        && !principals_group(policy, st.st_gid)
+        && !ids.contains(&st.st_gid);
+    let who = match (group, mode & 0o002 != 0) {
+        (true, true) => "its group and everyone",
+        (false, true) => "everyone",
+        (true, false) => "its group",
+        (false, false) => {
+            return Acl {
+                users: acl
+                    .users
+                    .iter()
+                    .copied()
+                    .filter(|u| !ids.contains(u))
+                    .collect(),
+                groups: acl
+                    .groups
+                    .iter()
+                    .copied()
+                    .filter(|g| !ids.contains(g))
+                    .collect(),
+                ..acl.clone()
+            }
+            .check(path, policy, owner)
+        }
+    };
+    Err(Distrust::Writable {
+        path: path.to_path_buf(),
+        mode,
+        who,
+    })
 }
 
 /// A file at the end of the walk: writable by its owner only (or, under
@@ -595,6 +688,28 @@ fn push_front_components(queue: &mut VecDeque<OsString>, target: &Path) {
 /// several.
 pub fn walk(path: &Path, policy: Policy) -> Result<Walked, Distrust> {
     Walker::new().walk(path, policy)
+}
+
+/// [`walk`] under [`Policy::Principal`] to the Nix store, shared read-only:
+/// the final directory may also be writable by its group, if it is root's,
+/// sticky and not writable by everyone (see the module docs). The caller
+/// decides that the share is the store and read-only; nothing else may
+/// call this.
+pub fn walk_store(path: &Path, policy: Policy) -> Result<Walked, Distrust> {
+    Walker::new().walk_to(path, policy, End::StickyStore)
+}
+
+/// [`walk`] under [`Policy::Principal`] to a share the guest owns: its
+/// final directory may also belong to, and be writable by the group of,
+/// one of the VM's own ids (`ids`, host ids), as the guest's `chown` and
+/// `chgrp` through its virtiofsd leave it. Everything above it is
+/// checked as in any walk.
+pub fn walk_owned(
+    path: &Path,
+    policy: Policy,
+    ids: std::ops::Range<u32>,
+) -> Result<Walked, Distrust> {
+    Walker::new().walk_to(path, policy, End::Owned(ids))
 }
 
 /// [`walk`], then require a regular file.

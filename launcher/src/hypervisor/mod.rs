@@ -15,7 +15,8 @@ use serde_json::json;
 
 use crate::config::paths::{virtiofs_socket_name, VSOCK_SOCKET, VSOCK_VHOST_USER_SOCKET};
 use crate::config::spec::{
-    Accel, HypervisorKind, Machine, ShareProto, Spec, VsockBackend, FW_CFG_CREDENTIAL_PREFIX,
+    Accel, DiskSpec, HypervisorKind, Machine, ShareProto, Spec, VsockBackend,
+    FW_CFG_CREDENTIAL_PREFIX,
 };
 
 /// libvirt's default `seccomp_sandbox = 1` set: QEMU's own seccomp filter.
@@ -45,12 +46,22 @@ pub struct Layout {
     pub api_socket: PathBuf,
     /// firecracker's config file (`control/firecracker.json`).
     pub firecracker_config: PathBuf,
-    /// Open tap fds, one per `spec.interfaces` entry, in order.
+    /// Open tap fds, one per `spec.interfaces` entry, in order (a
+    /// multi-queue tap's first queue).
     pub tap_fds: Vec<i32>,
+    /// Each interface's further queues (`interfaces[i].queues` above 1);
+    /// missing or empty: one queue.
+    pub tap_queue_fds: Vec<Vec<i32>>,
+    /// Each interface's `/dev/vhost-net` fds, one per queue, opened by
+    /// root (`interfaces[i].vhost`); missing or empty: no vhost.
+    pub vhost_net_fds: Vec<Vec<i32>>,
     /// The VM's `control/` directory: vhost-user and vsock sockets.
     pub control_dir: PathBuf,
     /// `/dev/vhost-vsock`, opened by root, for `vsock.backend = "vhost"`.
     pub vhost_vsock_fd: Option<i32>,
+    /// QEMU's end of the socket pair whose other end passt serves, for
+    /// `user_network`.
+    pub user_net_fd: Option<i32>,
 }
 
 /// Whether the guest's memory must be shareable with another process
@@ -73,6 +84,53 @@ pub const NINEP_SECURITY_MODEL: &str = "mapped-xattr";
 /// QEMU option values escape ',' by doubling it.
 fn qemu_escape(p: &Path) -> String {
     p.to_string_lossy().replace(',', ",,")
+}
+
+/// QEMU's cache, aio and discard options of a disk. O_DIRECT
+/// (`cache=none`) when the disk asks for it; the host's page cache
+/// (QEMU's default, writeback) otherwise. aio is always `threads`: the
+/// launcher's seccomp filter refuses io_uring (see `launch::seccomp`), and
+/// QEMU would refuse to start with `aio=io_uring`. `discard=unmap` passes
+/// the guest's discards on to the image.
+pub fn qemu_drive_io(d: &DiskSpec) -> String {
+    let mut o = String::new();
+    if d.direct(HypervisorKind::Qemu) {
+        o.push_str(",cache=none");
+    }
+    o.push_str(",aio=threads");
+    if d.discard(HypervisorKind::Qemu) {
+        o.push_str(",discard=unmap");
+    }
+    o
+}
+
+/// Interface `i`'s tap fds, one per queue.
+fn tap_fds_of(layout: &Layout, i: usize) -> Vec<i32> {
+    std::iter::once(layout.tap_fds[i])
+        .chain(layout.tap_queue_fds.get(i).into_iter().flatten().copied())
+        .collect()
+}
+
+fn join_fds(fds: &[i32], sep: &str) -> String {
+    fds.iter().map(i32::to_string).collect::<Vec<_>>().join(sep)
+}
+
+/// QEMU's `-netdev tap` for interface `i`: its fd (`fds=` with several
+/// queues), and either `vhost=off` (the fds are all QEMU gets) or
+/// `vhost=on` with root's `/dev/vhost-net` fds (`vhostfd=`/`vhostfds=`):
+/// QEMU never opens the device itself.
+fn qemu_netdev(layout: &Layout, i: usize) -> String {
+    let fds = tap_fds_of(layout, i);
+    let mut nd = match fds.as_slice() {
+        [fd] => format!("tap,id=net{i},fd={fd}"),
+        _ => format!("tap,id=net{i},fds={}", join_fds(&fds, ":")),
+    };
+    match layout.vhost_net_fds.get(i).map(Vec::as_slice) {
+        None | Some([]) => nd.push_str(",vhost=off"),
+        Some([v]) => nd.push_str(&format!(",vhost=on,vhostfd={v}")),
+        Some(v) => nd.push_str(&format!(",vhost=on,vhostfds={}", join_fds(v, ":"))),
+    }
+    nd
 }
 
 /// The QEMU argv (argv[0] is the binary). `seccomp` says whether to add
@@ -142,9 +200,10 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
         push(&[
             "-drive",
             &format!(
-                "file={},format={},if=none,id=disk{i},cache=none,aio=threads{ro}",
+                "file={},format={},if=none,id=disk{i}{}{ro}",
                 qemu_escape(&d.path),
-                d.format().as_str()
+                d.format().as_str(),
+                qemu_drive_io(d)
             ),
         ]);
         let serial = d
@@ -220,13 +279,36 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
         ]);
     }
     let nic = format!("virtio-net-{bus}");
-    for (i, fd) in layout.tap_fds.iter().enumerate() {
-        // vhost=off: the fd is all QEMU gets; no /dev/vhost-net.
-        push(&["-netdev", &format!("tap,id=net{i},fd={fd},vhost=off")]);
+    for i in 0..layout.tap_fds.len() {
+        push(&["-netdev", &qemu_netdev(layout, i)]);
+        let fds = tap_fds_of(layout, i);
+        // Multi-queue on PCI, as microvm.nix: two vectors per queue pair,
+        // one for config and one for control. (On virtio-mmio the device
+        // uses the first queue.)
+        let mq = if fds.len() > 1 && bus == "pci" {
+            format!(",mq=on,vectors={}", 2 * fds.len() + 2)
+        } else {
+            String::new()
+        };
         push(&[
             "-device",
-            &format!("{nic},netdev=net{i},mac={}", spec.guest_mac(i)),
+            &format!("{nic},netdev=net{i},mac={}{mq}", spec.guest_mac(i)),
         ]);
+    }
+    if let Some(u) = &spec.user_network {
+        // passt's connected socket, an fd: QEMU opens no socket and
+        // connects to nothing for it (`server=off` with an fd address takes
+        // the socket as connected).
+        push(&[
+            "-netdev",
+            &format!(
+                "stream,id={},server=off,addr.type=fd,addr.str={}",
+                u.id,
+                layout.user_net_fd.unwrap_or(-1)
+            ),
+        ]);
+        let mac = u.mac.map(|m| format!(",mac={m}")).unwrap_or_default();
+        push(&["-device", &format!("{nic},netdev={}{mac}", u.id)]);
     }
     // -- The host's own tools: the balloon (microvm.nix's device). --
     if let Some(b) = &spec.balloon {
@@ -282,7 +364,19 @@ pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
                 .as_ref()
                 .map(|s| format!(",serial={s}"))
                 .unwrap_or_default();
-            push(&[&format!("path={}{ro}{serial}", d.path.to_string_lossy())]);
+            let kind = HypervisorKind::CloudHypervisor;
+            let direct = if d.direct(kind) { ",direct=on" } else { "" };
+            // Its own default is sparse=on (discards punch holes): said
+            // only when the spec says.
+            let sparse = match d.discard {
+                None => "",
+                Some(_) if d.discard(kind) => ",sparse=on",
+                Some(_) => ",sparse=off",
+            };
+            push(&[&format!(
+                "path={}{ro}{serial}{direct}{sparse}",
+                d.path.to_string_lossy()
+            )]);
         }
     }
     // Only virtiofs shares reach here (the spec refuses 9p on cloud-hypervisor).
@@ -319,8 +413,19 @@ pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
     }
     if !layout.tap_fds.is_empty() {
         push(&["--net"]);
-        for (i, fd) in layout.tap_fds.iter().enumerate() {
-            push(&[&format!("fd=[{fd}],mac={}", spec.guest_mac(i))]);
+        for i in 0..layout.tap_fds.len() {
+            // cloud-hypervisor counts each queue pair as two queues.
+            let fds = tap_fds_of(layout, i);
+            let queues = if fds.len() > 1 {
+                format!(",num_queues={}", 2 * fds.len())
+            } else {
+                String::new()
+            };
+            push(&[&format!(
+                "fd=[{}],mac={}{queues}",
+                join_fds(&fds, ","),
+                spec.guest_mac(i)
+            )]);
         }
     }
     if !spec.credentials.is_empty() {
@@ -521,5 +626,7 @@ fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").trim().to_string()
 }
 
+#[cfg(test)]
+mod io_tests;
 #[cfg(test)]
 mod tests;

@@ -22,8 +22,11 @@ fn layout() -> Layout {
         api_socket: "/run/vmwarden/web/control/api.sock".into(),
         firecracker_config: "/run/vmwarden/web/control/firecracker.json".into(),
         tap_fds: vec![],
+        tap_queue_fds: vec![],
+        vhost_net_fds: vec![],
         control_dir: "/run/vmwarden/web/control".into(),
         vhost_vsock_fd: None,
+        user_net_fd: None,
     }
 }
 
@@ -33,14 +36,47 @@ fn with_nics(mut s: Spec) -> Spec {
             tap: "vmw-web0".parse().unwrap(),
             bridge: Some("br0".parse().unwrap()),
             mac: Some("02:00:00:00:00:01".parse().unwrap()),
+            vhost: None,
+            queues: None,
         },
         InterfaceSpec {
             tap: "vmw-web1".parse().unwrap(),
             bridge: None,
             mac: None,
+            vhost: None,
+            queues: None,
         },
     ];
     s
+}
+
+#[test]
+fn a_user_network_is_a_stream_netdev_on_passts_socket_pair() {
+    let mut s = spec();
+    s.user_network = serde_json::from_value(serde_json::json!({
+        "binary": "/usr/bin/passt", "id": "qemu", "mac": "02:00:00:01:01:01",
+        "forward_ports": [{ "host": { "port": 2222 }, "guest": { "port": 22 } }]
+    }))
+    .unwrap();
+    let l = Layout {
+        user_net_fd: Some(9),
+        ..layout()
+    };
+    let argv = qemu_argv(&s, &l, false);
+    let at = argv.iter().position(|a| a == "-netdev").unwrap();
+    assert_eq!(
+        argv[at..at + 4],
+        [
+            "-netdev",
+            "stream,id=qemu,server=off,addr.type=fd,addr.str=9",
+            "-device",
+            "virtio-net-device,netdev=qemu,mac=02:00:00:01:01:01"
+        ]
+    );
+    // No socket path, no user (SLIRP) netdev: QEMU opens no IP socket.
+    assert!(!argv
+        .iter()
+        .any(|a| a.contains("user,") || a.contains("passt")));
 }
 
 #[test]
@@ -408,6 +444,7 @@ fn renders_golden_cloud_hypervisor_argv_with_fs_vsock_and_extra_args() {
     }];
     s.virtiofsd = Some(VirtiofsdSpec {
         binary: "/usr/libexec/virtiofsd".into(),
+        thread_pool_size: None,
     });
     s.vsock = Some(VsockSpec {
         cid: 5,

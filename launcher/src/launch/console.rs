@@ -187,6 +187,7 @@ fn confine(
         vm_trees: Vec::new(),
         signals_unscoped: false,
         no_new_privs_set: true,
+        ..Default::default()
     };
     ctx.sys
         .landlock_restrict(&policy, ctx.landlock)

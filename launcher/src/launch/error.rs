@@ -103,6 +103,16 @@ pub enum StepError {
         errno: Errno,
         hint: &'static str,
     },
+    /// `interfaces[i].vhost = true` and the kernel's vhost-net cannot be
+    /// opened.
+    #[error("{path}: cannot open it for `{field}` = true ({errno}){hint}; nothing was created")]
+    VhostNet {
+        field: String,
+        path: PathBuf,
+        #[source]
+        errno: Errno,
+        hint: &'static str,
+    },
     #[error(transparent)]
     Helper(#[from] HelperError),
     #[error(transparent)]
@@ -164,7 +174,7 @@ impl StepError {
             StepError::Net(e) => e.is_refusal(),
             StepError::Sandbox(e) => e.is_refusal(),
             StepError::Volume(e) => e.is_refusal(),
-            StepError::VhostVsock { errno, .. } => {
+            StepError::VhostVsock { errno, .. } | StepError::VhostNet { errno, .. } => {
                 matches!(errno, Errno::ENOENT | Errno::ENODEV | Errno::ENXIO)
             }
             StepError::AlreadyRunning { .. }

@@ -54,8 +54,8 @@ pub fn exec(
     // by path: inside this namespace it is reached through the bind mount.
     sys.chdir(&state_dir.path).sys("chdir", &state_dir.path)?;
     let mut keep = vec![lease.inherit_across_exec()?];
-    for t in taps {
-        keep.push(net::inherit_across_exec(&t.fd)?);
+    for fd in taps.iter().flat_map(net::Tap::fds) {
+        keep.push(net::inherit_across_exec(fd)?);
     }
     for fd in inherit {
         use nix::fcntl::{fcntl, FcntlArg, FdFlag};

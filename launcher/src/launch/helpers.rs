@@ -1,9 +1,10 @@
-//! The helper daemons: one `virtiofsd` per virtiofs share and
-//! `vhost-device-vsock` for QEMU's user vsock backend, each forked by the
-//! launcher inside the VM's mount namespace (after the credential tmpfs,
-//! before the launcher's own drop) and run as the VM's principal. What
-//! differs between them is data, one entry per kind in [`shape::TABLE`];
-//! this file starts any entry the same way.
+//! The helper daemons: one `virtiofsd` per virtiofs share,
+//! `vhost-device-vsock` for QEMU's user vsock backend and `passt` for
+//! QEMU's user network, each forked by the launcher inside the VM's mount
+//! namespace (after the credential tmpfs, before the launcher's own drop)
+//! and run as the VM's principal. What differs between them is data, one
+//! entry per kind in [`shape::TABLE`]; this file starts any entry the same
+//! way.
 //!
 //! The child, before it `execve`s the daemon: drops to the principal with
 //! no supplementary group ([`sandbox::drop_privileges`], so every
@@ -11,19 +12,36 @@
 //! `PR_SET_PDEATHSIG(SIGKILL)` (after the drop: a credential change clears
 //! it) and re-checks `getppid()`, applies a Landlock domain of its own (its
 //! share, read-only or read-write; `control/` for the vsock daemon's
-//! sockets; its binary and the system's libraries), installs the launcher's
-//! seccomp filter, and keeps only the lease fd (and virtiofsd's listening
-//! socket) across `execve`. The launcher then becomes the hypervisor in the
+//! sockets; its binary and the system's libraries; for passt no file
+//! access, which its own sandbox takes away, and TCP bind on its forwarded
+//! ports only), installs its seccomp filter (the launcher's, or for passt
+//! the self-sandboxing one), and keeps only the lease fd (and the socket
+//! it is handed) across `execve`. The launcher then becomes the hypervisor in the
 //! same process, so the death signal follows the hypervisor; the inherited
 //! lease keeps the VM "live" for as long as any helper somehow survives.
 //!
 //! A helper whose [`Root`] is its share (each virtiofsd) is confined to a
 //! mount namespace rooted at it (see `share_root`).
 //!
+//! A share the guest owns ([`guest_owned`]: a writable share of a kind
+//! whose [`Shape::guest_owns_writable`] says so, virtiofsd's) is served
+//! differently: its daemon does not drop to the principal but becomes root
+//! of a user namespace of its own mapping the VM's id range (see `owned`),
+//! under its own filter, beside a broker for its setgid directories (see
+//! `broker`).
+//!
 //! A [`Channel::Listener`] helper (virtiofsd) gets its listening socket
 //! from root as an fd; a [`Channel::OwnSockets`] helper
 //! (vhost-device-vsock) makes its sockets itself and the launcher waits
-//! for them.
+//! for them; a [`Channel::Pair`] helper (passt) gets one end of a
+//! connected socket pair and the hypervisor the other. A
+//! [`Root::OwnSandbox`] helper (passt) makes a sandbox of its own once
+//! started, and the launcher waits until it has (see `own_sandbox`).
+//!
+//! A [`Program::Own`] helper (vmm-notify) runs vmwarden's own code in the
+//! forked child instead of an `execve`: confined the same way, it then
+//! holds nothing but the lease, the descriptors it is handed and, when it
+//! may end the hypervisor, a pidfd of its parent.
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -34,7 +52,7 @@ use nix::errno::Errno;
 use nix::fcntl::{fcntl, AtFlags, FcntlArg, FdFlag, OFlag};
 use nix::sys::signal::{SigHandler, Signal};
 use nix::sys::socket::{
-    bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
+    bind, listen, socket, socketpair, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
 };
 use nix::sys::stat::{fstatat, umask, Mode, SFlag};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
@@ -46,13 +64,19 @@ use crate::host::cgroup;
 use crate::host::dirs::Dir;
 use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal::Principal;
+use crate::identity::registry::IdRange;
 use crate::instance::lease::Lease;
 use crate::launch::syscall::Syscall;
 use crate::launch::{landlock, sandbox, seccomp, EXEC_PATH};
 
+mod broker;
+mod own_sandbox;
+mod owned;
 mod shape;
 mod share_root;
 
+pub use broker::BROKER_CAPS;
+pub use owned::{guest_owned, KEPT_CAPS, NS_CAPS};
 pub use shape::{
     need_proc_sys, plan, Arg, Channel, Filter, Helper, HelperKind, Own, Program, Root, Shape,
     Share, OWN_CODE, TABLE,
@@ -97,6 +121,21 @@ pub enum HelperError {
         share: PathBuf,
         detail: String,
     },
+    /// A helper with no socket to wait for exited while it started.
+    #[error("{helper} ({binary}) exited ({status}) before {what}; its own messages are in the launcher's log")]
+    ExitedBefore {
+        helper: String,
+        binary: PathBuf,
+        what: &'static str,
+        status: String,
+    },
+    /// A [`Root::OwnSandbox`] helper runs, but not in a sandbox of its own.
+    #[error("{helper} ({binary}) has not sandboxed itself: {detail}")]
+    NotSandboxed {
+        helper: String,
+        binary: PathBuf,
+        detail: String,
+    },
     #[error("{helper} ({binary}): {what} within {secs} s")]
     Timeout {
         helper: String,
@@ -118,6 +157,20 @@ pub struct Context<'a> {
     /// paths inside them are opened without following symlinks.
     pub vm_trees: &'a [PathBuf],
     pub landlock: LandlockMode,
+    /// [`Filter::Launcher`]'s programs.
+    pub seccomp: &'a [BpfProgram],
+    /// [`Filter::SelfSandboxing`]'s programs.
+    pub seccomp_self_sandboxing: &'a [BpfProgram],
+    /// What the daemon of each share the guest owns needs (`owned`);
+    /// `None` when the VM has no such share.
+    pub owned: Option<Owned<'a>>,
+}
+
+/// The VM's own id range and the filters of the daemon of a share the
+/// guest owns ([`seccomp::Role::OwnedVirtiofsd`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Owned<'a> {
+    pub ids: IdRange,
     pub seccomp: &'a [BpfProgram],
 }
 
@@ -126,6 +179,7 @@ impl Context<'_> {
     fn programs(&self, f: Filter) -> &[BpfProgram] {
         match f {
             Filter::Launcher => self.seccomp,
+            Filter::SelfSandboxing => self.seccomp_self_sandboxing,
         }
     }
 }
@@ -142,11 +196,14 @@ impl std::fmt::Debug for Context<'_> {
 }
 
 /// A started helper: its pid (the hypervisor's child once the launcher
-/// has exec'd) and how long it took until it was ready.
-#[derive(Debug, Clone, Copy)]
+/// has exec'd), how long it took until it was ready, and for a
+/// [`Channel::Pair`] helper the hypervisor's end of the pair
+/// (close-on-exec until the launcher's `execve` inherits it).
+#[derive(Debug)]
 pub struct Started {
     pub pid: Pid,
     pub took: Duration,
+    pub hypervisor_end: Option<OwnedFd>,
 }
 
 /// Start every helper, in order; each is ready (exec'd, and its sockets
@@ -166,13 +223,26 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
     for p in &h.sockets {
         remove_stale(ctx.control, p).map_err(sys)?;
     }
-    let mut listener = match (shape.channel, h.socket()) {
-        (Channel::Listener, Some(socket)) => {
-            Some(bind_listener(ctx.control, socket, ctx.principal).map_err(sys)?)
+    // What root hands the daemon as an fd, and the hypervisor's end.
+    let (handed, hypervisor_end) = match (shape.channel, h.socket()) {
+        (Channel::Listener, Some(socket)) => (
+            Some(bind_listener(ctx.control, socket, ctx.principal).map_err(sys)?),
+            None,
+        ),
+        (Channel::Pair, _) => {
+            let (daemon, hypervisor) = socketpair(
+                AddressFamily::Unix,
+                SockType::Stream,
+                None,
+                SockFlag::SOCK_CLOEXEC,
+            )
+            .sys("socketpair(AF_UNIX)", &h.binary)
+            .map_err(sys)?;
+            (Some(daemon), Some(hypervisor))
         }
-        _ => None,
+        _ => (None, None),
     };
-    let fd = listener.as_ref().map(AsRawFd::as_raw_fd);
+    let fd = handed.as_ref().map(AsRawFd::as_raw_fd);
     let argv = h.argv(fd);
     let cstr = |s: &str| {
         CString::new(s).map_err(|_| HelperError::Setup {
@@ -197,6 +267,23 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
         .sys("pipe2", &ctx.control.path)
         .map_err(sys)?;
     let parent = nix::unistd::getpid();
+    // A share the guest owns: the launcher writes the child's id map.
+    let owned_ids = match (guest_owned(h), ctx.owned) {
+        (true, Some(o)) => Some(o),
+        (true, None) => {
+            return Err(HelperError::Setup {
+                helper: h.name(),
+                binary: h.binary.clone(),
+                detail: "the guest owns this share, but the VM has no id range".into(),
+            })
+        }
+        (false, _) => None,
+    };
+    let sync = owned_ids
+        .map(|_| owned::Sync::new())
+        .transpose()
+        .sys("pipe2", &ctx.control.path)
+        .map_err(sys)?;
     ctx.sys
         .assert_single_threaded()
         .map_err(|e| HelperError::Setup {
@@ -215,7 +302,7 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
             drop(status_r);
             let share = match shape.root {
                 Root::Share => h.share.as_ref().map(|s| (s.source.as_path(), s.read_only)),
-                Root::Vm => None,
+                Root::Vm | Root::OwnSandbox => None,
             };
             let confined = child(
                 &principal,
@@ -223,8 +310,9 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
                 &policy,
                 ctx,
                 ctx.programs(shape.filter),
-                listener.take(),
+                handed,
                 share,
+                sync.map(owned::Sync::child),
                 Run {
                     program: shape.program,
                     name: shape.name,
@@ -255,15 +343,44 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
         }
         ForkResult::Parent { child } => {
             drop(status_w);
-            // The hypervisor must not hold a helper's listening socket.
-            drop(listener);
-            wait_started(h, child, status_r, t0)?;
-            if let (Root::Share, Some(share)) = (shape.root, &h.share) {
-                if let Err(e) = confine_to_share(h, child, &share.source, t0) {
-                    let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
-                    let _ = waitpid(child, None);
-                    return Err(e);
+            // The hypervisor must not hold a helper's end: its listening
+            // socket, or the daemon's end of a pair.
+            drop(handed);
+            let sync = sync.map(owned::Sync::parent);
+            let fail = |e: HelperError| {
+                let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+                let _ = waitpid(child, None);
+                e
+            };
+            if let (Some(o), Some(sync)) = (owned_ids, &sync) {
+                // false: the child ended first; wait_started says why.
+                if !owned::map_ids(h, child, &o.ids, &principal, sync, t0).map_err(fail)? {
+                    wait_started(h, child, status_r, t0)?;
+                    return Err(fail(HelperError::Exited {
+                        helper: h.name(),
+                        binary: h.binary.clone(),
+                        socket: h.socket().map(Path::to_path_buf).unwrap_or_default(),
+                        status: "before its user namespace was mapped".into(),
+                    }));
                 }
+            }
+            wait_started(h, child, status_r, t0)?;
+            match (shape.root, &h.share) {
+                (Root::Share, Some(share)) => {
+                    confine_to_share(h, child, &share.source, t0).map_err(fail)?;
+                }
+                (Root::OwnSandbox, _) => {
+                    own_sandbox::wait(h, child, ctx.programs(shape.filter).len(), t0)
+                        .map_err(fail)?;
+                }
+                _ => {}
+            }
+            // A share the guest owns: its set-group-ID chmods go to a
+            // broker of their own, started once it is rooted in its share.
+            if let Some(sync) = sync {
+                let listener = owned::listener(h, &sync).map_err(fail)?;
+                let b = broker::start(h, child, listener, ctx, t0).map_err(fail)?;
+                tracing::debug!(helper = %h.name(), broker = b.as_raw(), "broker started");
             }
             if shape.channel == Channel::OwnSockets {
                 for s in &h.sockets {
@@ -273,6 +390,7 @@ fn start(h: &Helper, ctx: &Context<'_>) -> Result<Started, HelperError> {
             Ok(Started {
                 pid: child,
                 took: t0.elapsed(),
+                hypervisor_end,
             })
         }
     }
@@ -303,6 +421,7 @@ fn child(
     filter: &[BpfProgram],
     handed: Option<OwnedFd>,
     share: Option<(&Path, bool)>,
+    owned: Option<owned::ChildSync>,
     run: Run<'_>,
 ) -> Result<Own, String> {
     match share {
@@ -312,7 +431,14 @@ fn child(
         }
         None => nix::unistd::chdir("/").map_err(|e| format!("chdir /: {e}"))?,
     }
-    sandbox::drop_privileges_with(ctx.sys, principal).map_err(|e| e.to_string())?;
+    // A share the guest owns: root of a user namespace of its own.
+    let owned = match owned {
+        Some(sync) => Some(owned::enter(ctx.sys, sync, principal)?),
+        None => {
+            sandbox::drop_privileges_with(ctx.sys, principal).map_err(|e| e.to_string())?;
+            None
+        }
+    };
     // After the drop: changing credentials clears the death signal.
     nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL))
         .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
@@ -336,14 +462,21 @@ fn child(
         .sys
         .landlock_restrict(policy, ctx.landlock)
         .map_err(|e| e.to_string())?;
-    seccomp::apply(ctx.sys, filter).map_err(|e| e.to_string())?;
+    match owned {
+        // Its own role's filters, then the one that hands its
+        // set-group-ID chmods to its broker.
+        Some(o) => o.filters(ctx.sys, ctx.owned.map_or(&[], |x| x.seccomp))?,
+        None => seccomp::apply(ctx.sys, filter).map_err(|e| e.to_string())?,
+    }
     let mut keep = vec![ctx.lease.inherit_across_exec().map_err(|e| e.to_string())?];
     keep.extend(handed.as_ref().map(AsRawFd::as_raw_fd));
     match run.program {
         Program::Exec => {
+            // The socket the parent made for the daemon (a listening
+            // socket, or its end of a pair) stays open across execve.
             if let Some(fd) = &handed {
                 fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))
-                    .map_err(|e| format!("fcntl(F_SETFD) of the listening socket: {e}"))?;
+                    .map_err(|e| format!("fcntl(F_SETFD) of the socket it is handed: {e}"))?;
             }
             sandbox::cloexec_all_but(ctx.sys, &keep).map_err(|e| e.to_string())?;
             let e = ctx.sys.execve(run.prog, run.argv, run.env);

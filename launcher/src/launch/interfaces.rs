@@ -1,6 +1,8 @@
-//! The VM's network interfaces and the kernel's vsock device: each tap
-//! made, attached and raised (checked first by `launch::preflight`), and
-//! `/dev/vhost-vsock` opened by root for the hypervisor.
+//! The VM's network interfaces and the kernel's vhost devices: each tap
+//! made (one fd per queue), attached and raised (checked first by
+//! `launch::preflight`), and `/dev/vhost-net` (per queue, where an
+//! interface asks for it) and `/dev/vhost-vsock` opened by root for the
+//! hypervisor.
 
 use std::path::PathBuf;
 
@@ -48,17 +50,54 @@ pub fn open_vhost_vsock(vsock: Option<&VsockSpec>) -> Result<Option<std::os::fd:
     }
 }
 
+/// `/dev/vhost-net`, opened by root once per queue of every interface that
+/// asks for it (`interfaces[i].vhost`), before anything is created: a host
+/// without the device refuses here and changes nothing. The fds go to
+/// QEMU with the taps (`vhostfd=`/`vhostfds=`); the principal never opens
+/// the node (the unit allows it to the launcher: `DeviceAllow=`).
+pub fn open_vhost_net(spec: &Spec) -> Result<Vec<Vec<std::os::fd::OwnedFd>>> {
+    spec.interfaces
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let count = if n.vhost() { n.queues() } else { 0 };
+            (0..count)
+                .map(|_| {
+                    net::open_vhost_net().map_err(|errno| StepError::VhostNet {
+                        field: format!("interfaces[{i}].vhost"),
+                        path: PathBuf::from(net::VHOST_NET),
+                        errno,
+                        hint: match errno {
+                            Errno::ENOENT | Errno::ENODEV | Errno::ENXIO => {
+                                ": the kernel has no vhost-net here (modprobe vhost_net), or set it to false"
+                            }
+                            Errno::EPERM | Errno::EACCES => {
+                                ": the unit must allow the device (DeviceAllow=/dev/vhost-net rw, which microvm@.service has)"
+                            }
+                            _ => "",
+                        },
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// Create, address, attach and raise every tap of the spec, as fds for a
-/// hypervisor that takes them so (QEMU, cloud-hypervisor). Firecracker's
-/// interfaces are `launch::netns`'s.
-pub fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
+/// hypervisor that takes them so (QEMU, cloud-hypervisor): one per queue
+/// (`interfaces[i].queues`), with interface `i`'s vhost-net fds from
+/// [`open_vhost_net`] (`vhost[i]`). Firecracker's interfaces are
+/// `launch::netns`'s.
+pub fn create_taps(spec: &Spec, vhost: Vec<Vec<std::os::fd::OwnedFd>>) -> Result<Vec<net::Tap>> {
     if spec.interfaces.is_empty() {
         return Ok(Vec::new());
     }
     let mut rtnl = net::Rtnl::open()?;
     let mut taps = Vec::new();
+    let mut vhost = vhost.into_iter();
     for (i, n) in spec.interfaces.iter().enumerate() {
-        let tap = net::create_tap(&n.tap)?;
+        let mut tap = net::create_tap_queues(&n.tap, n.queues())?;
+        tap.vhost = vhost.next().unwrap_or_default();
         let link = rtnl
             .link(n.tap.as_str())?
             .ok_or_else(|| StepError::TapVanished {
@@ -67,7 +106,7 @@ pub fn create_taps(spec: &Spec) -> Result<Vec<net::Tap>> {
         let controller = bridge_index(&mut rtnl, i, n)?;
         let mac = spec.guest_mac(i).host_side();
         rtnl.configure(n.tap.as_str(), link.index, &mac.octets(), controller)?;
-        tracing::info!(step = %"taps", tap = %n.tap, bridge = ?n.bridge, "tap created");
+        tracing::info!(step = %"taps", tap = %n.tap, bridge = ?n.bridge, queues = n.queues(), vhost = n.vhost(), "tap created");
         taps.push(tap);
     }
     Ok(taps)

@@ -21,7 +21,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, Ruleset,
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use nix::errno::Errno;
@@ -143,9 +143,37 @@ pub struct Rule {
     pub field: Option<String>,
 }
 
+/// Whether a domain restricts file system access.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Files {
+    /// Every file system access is handled: allowed beneath the rules only.
+    #[default]
+    ByRules,
+    /// None is handled (and the domain has no file rules). For a helper
+    /// that sandboxes itself (passt): Landlock refuses `mount(2)` and
+    /// `pivot_root(2)` to any process whose domain handles a file system
+    /// access, and passt's own sandbox, in which it serves the guest, is a
+    /// mount namespace whose root is an empty tmpfs. The launcher checks
+    /// that root before it goes on (`launch::helpers`).
+    NotHandled,
+}
+
+/// What a domain restricts of TCP.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Tcp {
+    /// Bind and connect both handled, neither allowed.
+    #[default]
+    Denied,
+    /// Only bind handled: these ports may be bound, no other. Connect is
+    /// left to the process: passt connects wherever the guest does.
+    BindOnly(Vec<u16>),
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Policy {
     pub rules: Vec<Rule>,
+    pub files: Files,
+    pub tcp: Tcp,
     /// Trees the VM's principal can write: rule paths inside them are
     /// opened without following any symlink (the VM could have planted one
     /// pointing at `/`).
@@ -236,8 +264,7 @@ pub fn policy(spec: &Spec, state_dir: &Path, control_dir: &Path, creds_dir: &Pat
     Policy {
         rules,
         vm_trees: vec![state_dir.to_path_buf(), control_dir.to_path_buf()],
-        signals_unscoped: false,
-        no_new_privs_set: false,
+        ..Policy::default()
     }
 }
 
@@ -296,8 +323,7 @@ pub fn helper_policy(
     Policy {
         rules,
         vm_trees: vm_trees.to_vec(),
-        signals_unscoped: false,
-        no_new_privs_set: false,
+        ..Policy::default()
     }
 }
 
@@ -412,15 +438,28 @@ pub fn apply(p: &Policy, mode: LandlockMode) -> Result<Outcome> {
     if p.signals_unscoped {
         scopes.remove(Scope::Signal);
     }
-    let rs = Ruleset::default()
-        .set_compatibility(compat)
-        .handle_access(AccessFs::from_all(abi))?
-        .handle_access(AccessNet::from_all(abi))?
+    let mut attr = Ruleset::default().set_compatibility(compat);
+    if p.files == Files::ByRules {
+        attr = attr.handle_access(AccessFs::from_all(abi))?;
+    }
+    attr = match &p.tcp {
+        Tcp::Denied => attr.handle_access(AccessNet::from_all(abi))?,
+        Tcp::BindOnly(_) => attr.handle_access(AccessNet::BindTcp)?,
+    };
+    let mut rs = attr
         .scope(scopes)?
         .create()?
         .no_new_privs(!p.no_new_privs_set);
-    let mut rs = rs;
-    for (r, a) in merged(&p.rules, abi) {
+    if let Tcp::BindOnly(ports) = &p.tcp {
+        for port in ports {
+            rs = rs.add_rule(NetPort::new(*port, AccessNet::BindTcp))?;
+        }
+    }
+    let rules: &[Rule] = match p.files {
+        Files::ByRules => &p.rules,
+        Files::NotHandled => &[],
+    };
+    for (r, a) in merged(rules, abi) {
         let Some((fd, is_dir)) = open_rule(&r, &p.vm_trees)? else {
             continue;
         };

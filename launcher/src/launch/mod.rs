@@ -47,7 +47,7 @@ use crate::config::paths::{
     Roots, API_SOCKET, CH_API_LOCK, CONSOLE_SOCKET, CONTROL_DIR, CREDENTIALS_DIR,
     FIRECRACKER_CONFIG, LAUNCHED_SPEC_FILE, LEASE_FILE, QMP_SOCKET, VSOCK_SOCKET,
 };
-use crate::config::spec::{HypervisorKind, Spec};
+use crate::config::spec::{HypervisorKind, ShareSpec, Spec};
 use crate::host::cgroup;
 use crate::host::dirs::{self, Dir, Loose, Want};
 use crate::host::machined;
@@ -310,6 +310,8 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // (a host without it refuses here and changes nothing); its fd goes to
     // QEMU like a tap's, the principal never opens the node.
     let vhost_vsock = interfaces::open_vhost_vsock(spec.vsock.as_ref())?;
+    // The same for vhost-net, one fd per queue of each interface asking.
+    let vhost_net = interfaces::open_vhost_net(&spec)?;
     steps.after("principal-resolved");
 
     // 4. Runtime root and this VM's runtime dir, then the lease.
@@ -413,6 +415,18 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         &dirs::root_want("--state-root"),
     )?;
     registry::register(&state_root, &spec.name, &principal)?;
+    // A share the guest owns: the VM's own id range, recorded before
+    // anything can carry its ids (its virtiofsd maps the guest's ids to it).
+    let ids = if spec.shares.iter().any(ShareSpec::guest_owned) {
+        Some(registry::allocate_range(
+            &state_root,
+            roots,
+            &spec.name,
+            &principal,
+        )?)
+    } else {
+        None
+    };
     let (state_dir, _) = dirs::ensure(&state_root, spec.name.as_str(), &vm_want(0o700))?;
     steps.after("state-dir");
     let (control, _) = dirs::ensure(
@@ -440,7 +454,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         netns::firecracker_network(&spec, &principal)?;
         Vec::new()
     } else {
-        interfaces::create_taps(&spec)?
+        interfaces::create_taps(&spec, vhost_net)?
     };
     steps.after("taps");
 
@@ -507,6 +521,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             vhost_vsock: vhost_vsock.as_ref(),
             qmp: qmp.as_ref(),
             qemu_sandbox,
+            ids,
         },
     )
 }
@@ -528,6 +543,9 @@ struct Confine<'a> {
     /// QEMU's QMP socket, bound by root (see the hypervisor-config step).
     qmp: Option<&'a std::os::fd::OwnedFd>,
     qemu_sandbox: bool,
+    /// The VM's own id range (a share the guest owns), allocated at
+    /// `state-dir`.
+    ids: Option<registry::IdRange>,
 }
 
 /// Steps 7 to 11: namespaces, masks, /proc, the credential tmpfs,
@@ -547,6 +565,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
         vhost_vsock,
         qmp,
         qemu_sandbox,
+        ids,
     } = c;
     let roots = &opts.roots;
     let kind = spec.hypervisor.kind;
@@ -618,10 +637,27 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
         let control = dirs::open_dir(&control_path)?;
         let vm_trees = [state_dir_path.clone(), control_path.clone()];
         let mut helper_seccomp = seccomp_progs.clone();
+        // The virtiofsd of a share the guest owns: its own role's filter
+        // (`launch/helpers/owned.rs`).
+        let mut owned_seccomp = match ids {
+            Some(_) => {
+                seccomp::programs_as(seccomp::Taps::Inherited, seccomp::Role::OwnedVirtiofsd)?
+            }
+            None => Vec::new(),
+        };
         if cfg!(feature = "fault-injection") && opts.helper_openat2_enosys {
             tracing::warn!("fault injection: openat2 answers ENOSYS in every helper");
             helper_seccomp.push(seccomp::enosys(libc::SYS_openat2)?);
+            owned_seccomp.push(seccomp::enosys(libc::SYS_openat2)?);
         }
+        let self_sandboxing = if planned
+            .iter()
+            .any(|h| h.shape().filter == helpers::Filter::SelfSandboxing)
+        {
+            seccomp::self_sandboxing_programs()?
+        } else {
+            Vec::new()
+        };
         helpers::start_all(
             &planned,
             &helpers::Context {
@@ -632,6 +668,11 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
                 vm_trees: &vm_trees,
                 landlock: spec.landlock.mode,
                 seccomp: &helper_seccomp,
+                seccomp_self_sandboxing: &self_sandboxing,
+                owned: ids.map(|ids| helpers::Owned {
+                    ids,
+                    seccomp: &owned_seccomp,
+                }),
             },
         )?
     };
@@ -648,6 +689,9 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
                 vm_trees: &[],
                 landlock: spec.landlock.mode,
                 seccomp: &seccomp_progs,
+                // The relay sandboxes nothing itself: the hypervisor's filters.
+                seccomp_self_sandboxing: &seccomp_progs,
+                owned: None,
             },
             &control,
         )?;
@@ -666,6 +710,14 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
         );
     }
     steps.after("helpers-started");
+    // The hypervisor's ends of the helpers' socket pairs: passt's is the
+    // user network interface's backend.
+    let user_net_fd = planned
+        .iter()
+        .zip(&started)
+        .find(|(h, _)| h.kind == helpers::HelperKind::Passt)
+        .and_then(|(_, s)| s.hypervisor_end.as_ref())
+        .map(AsRawFd::as_raw_fd);
 
     // 9. Drop to the principal and prove it.
     sandbox::drop_privileges_with(sys, principal)?;
@@ -701,8 +753,17 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
                     api_socket: api_path.clone(),
                     firecracker_config: fc_config_path.clone(),
                     tap_fds: taps.iter().map(|t| t.fd.as_raw_fd()).collect(),
+                    tap_queue_fds: taps
+                        .iter()
+                        .map(|t| t.queues.iter().map(AsRawFd::as_raw_fd).collect())
+                        .collect(),
+                    vhost_net_fds: taps
+                        .iter()
+                        .map(|t| t.vhost.iter().map(AsRawFd::as_raw_fd).collect())
+                        .collect(),
                     control_dir: control_path.clone(),
                     vhost_vsock_fd: vhost_vsock.map(AsRawFd::as_raw_fd),
+                    user_net_fd,
                 },
                 seccomp,
             )
@@ -722,6 +783,12 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
             }
         }
     }
-    let inherit: Vec<_> = vhost_vsock.into_iter().chain(qmp).collect();
+    // The probe command inherits the helpers' ends too: the helpers live
+    // as long as it does, as they would beside the hypervisor.
+    let inherit: Vec<_> = vhost_vsock
+        .into_iter()
+        .chain(qmp)
+        .chain(started.iter().filter_map(|s| s.hypervisor_end.as_ref()))
+        .collect();
     exec::exec(sys, &argv, lease, taps, &inherit, principal, state_dir)
 }

@@ -14,12 +14,17 @@ use netlink_packet_route::link::InfoKind;
 
 use crate::config::files::{Distrust, Kind};
 use crate::config::paths::Roots;
-use crate::config::spec::{CredentialSource, HypervisorKind, SandboxMode, Spec, SpecError};
+use crate::config::spec::{
+    CredentialSource, HypervisorKind, SandboxMode, ShareSpec, Spec, SpecError, NIX_STORE,
+};
+use crate::config::user_net::{ForwardFrom, UNPRIVILEGED_PORT_START};
 use crate::host::net;
+use crate::host::sys::read_path;
 use crate::host::trust::{self, Policy};
 use crate::hypervisor::{self, SandboxProbe};
 use crate::identity::principal::{self, Principal};
-use crate::launch::{probe, volumes, StepError};
+use crate::identity::registry::{self, IdRange};
+use crate::launch::{helpers, probe, volumes, StepError};
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
 
@@ -42,7 +47,8 @@ pub fn check_against_roots(spec: &Spec, spec_path: &Path, roots: &Roots) -> Resu
 }
 
 /// Step 3, once the principal is known and the directories that exist are
-/// vetted, in order: the interfaces ([`preflight_interfaces`]); what root
+/// vetted, in order: the interfaces ([`preflight_interfaces`]) and the
+/// user network ([`preflight_user_network`]); what root
 /// hands to the hypervisor (binary, kernel, initrd, helpers) root's alone
 /// ([`check_trusted_files`], the last walk of `walker`); the binary asked
 /// about its sandbox ([`qemu_sandbox`]) and, with credentials, its fw_cfg
@@ -58,11 +64,19 @@ pub fn check_with_principal(
     principal: &Principal,
 ) -> Result<bool> {
     preflight_interfaces(spec, spec_path, roots)?;
+    preflight_user_network(spec, spec_path)?;
     check_trusted_files(spec, spec_path, spec_walk, roots, &mut walker)?;
     drop(walker);
     let qemu_sandbox = qemu_sandbox(spec, spec_path, principal, roots)?;
     cloud_hypervisor_credentials(spec, spec_path, principal, roots)?;
-    check_principal(spec, spec_path, principal)?;
+    // The VM's own id range, if it has one yet: what the guest owns on its
+    // writable virtiofs shares belongs to it.
+    let ids = if spec.shares.iter().any(ShareSpec::guest_owned) {
+        registry::range_of(roots, &spec.name)?
+    } else {
+        None
+    };
+    check_principal(spec, spec_path, principal, ids)?;
     volumes::preflight(spec, spec_path, principal, &roots.state_dir(&spec.name))?;
     Ok(qemu_sandbox)
 }
@@ -182,19 +196,46 @@ fn check_cid_unique(
 /// (mode bits and POSIX ACLs alike; see the policy). A writable share is
 /// moreover the principal's own. Images of `disks[].create` are
 /// `volumes::preflight`'s.
-fn check_principal(spec: &Spec, spec_path: &Path, principal: &Principal) -> Result<(), SpecError> {
+fn check_principal(
+    spec: &Spec,
+    spec_path: &Path,
+    principal: &Principal,
+    ids: Option<IdRange>,
+) -> Result<(), SpecError> {
     let policy = Policy::Principal {
         uid: principal.uid,
         gid: principal.gid,
     };
     for (i, sh) in spec.shares.iter().enumerate() {
         let field = format!("shares[{i}].source");
-        let w = trust::walk(&sh.source, policy).map_err(|cause| {
+        // The one exception: the Nix store, read-only, as Nix makes it
+        // (root's, sticky, its build users' group may add paths). Its
+        // group cannot rename, delete or replace a path root owns, and the
+        // guest reads only (`host::trust::walk_store`; the threat model).
+        // `validate_shares` already refused a writable share under it.
+        let store = sh.read_only && sh.source == Path::new(NIX_STORE);
+        // A share the guest owns may belong to the VM's own ids (the
+        // guest's chown and chgrp through its virtiofsd leave it so).
+        let owned = ids.filter(|_| sh.guest_owned());
+        let walked = match (store, owned) {
+            (true, _) => trust::walk_store(&sh.source, policy),
+            (false, Some(r)) => trust::walk_owned(&sh.source, policy, r.base + 1..r.end()),
+            (false, None) => trust::walk(&sh.source, policy),
+        };
+        let w = walked.map_err(|cause| {
+            // A sticky directory its group writes looks like a store: say
+            // which one is accepted.
+            let sticky = matches!(&cause, Distrust::Writable { mode, .. } if mode & 0o1000 != 0);
+            let hint = if sticky && !store {
+                format!(" (a sticky directory its group may write is accepted as a share only as the Nix store itself, {NIX_STORE}, shared read-only)")
+            } else {
+                String::new()
+            };
             bad(
                 spec_path,
                 field.clone(),
                 format!(
-                    "cannot be shared: {cause}; a share (and every directory above it) may be owned and writable only by root and the VM's principal"
+                    "cannot be shared: {cause}; a share (and every directory above it) may be owned and writable only by root and the VM's principal{hint}"
                 ),
             )
         })?;
@@ -205,7 +246,9 @@ fn check_principal(spec: &Spec, spec_path: &Path, principal: &Principal) -> Resu
                 format!("{} is not a directory", sh.source.display()),
             ));
         }
-        if !sh.read_only && w.stat.st_uid != principal.uid {
+        let own =
+            w.stat.st_uid == principal.uid || owned.is_some_and(|r| r.contains(w.stat.st_uid));
+        if !sh.read_only && !own {
             return Err(bad(
                 spec_path,
                 field,
@@ -325,13 +368,13 @@ fn check_trusted_files(
     if let Some(i) = &spec.initrd {
         fields.push(("initrd", i));
     }
-    // The helpers root starts for the VM (virtiofsd, vhost-device-vsock) are trusted like the
-    // hypervisor: root's alone.
-    if let Some(v) = &spec.virtiofsd {
-        fields.push(("virtiofsd.binary", &v.binary));
-    }
-    if let Some(b) = spec.vsock.as_ref().and_then(|v| v.binary.as_ref()) {
-        fields.push(("vsock.binary", b));
+    // The helpers root starts for the VM (each entry of the helper table
+    // whose binary the spec names) are trusted like the hypervisor: root's
+    // alone.
+    for shape in helpers::TABLE {
+        if let Some(b) = (shape.binary)(spec) {
+            fields.push((shape.binary_field, b));
+        }
     }
     for (field, p) in fields {
         let w = walker
@@ -548,6 +591,52 @@ fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<
                 }
                 Some(_) => {}
             }
+        }
+    }
+    Ok(())
+}
+
+/// What passt needs of this host, which the spec cannot say: a user
+/// namespace the principal may make for passt's own sandbox, and for each `from = "host"` forward a
+/// host port the principal may bind (passt has no CAP_NET_BIND_SERVICE), by
+/// this network namespace's `net.ipv4.ip_unprivileged_port_start` (which
+/// governs TCP and UDP alike).
+fn preflight_user_network(spec: &Spec, spec_path: &Path) -> Result<(), SpecError> {
+    let Some(u) = &spec.user_network else {
+        return Ok(());
+    };
+    let sysctl = |p: &str| -> Option<u32> {
+        let b = read_path(Path::new(p), 32, 64).ok()?;
+        String::from_utf8_lossy(&b).trim().parse().ok()
+    };
+    if sysctl("/proc/sys/user/max_user_namespaces") == Some(0) {
+        return Err(bad(
+            spec_path,
+            "user_network".into(),
+            "needs user namespaces (passt's own sandbox is one), but this host's user.max_user_namespaces is 0; allow them (NixOS: security.allowUserNamespaces = true)".into(),
+        ));
+    }
+    // Debian's and Ubuntu's kernels: an unprivileged process (passt, as the
+    // principal) may make one only with this set.
+    if sysctl("/proc/sys/kernel/unprivileged_userns_clone") == Some(0) {
+        return Err(bad(
+            spec_path,
+            "user_network".into(),
+            "needs a user namespace made by the VM's principal (passt's own sandbox is one), but this host's kernel.unprivileged_userns_clone is 0; set it to 1".into(),
+        ));
+    }
+    let start =
+        sysctl("/proc/sys/net/ipv4/ip_unprivileged_port_start").unwrap_or(UNPRIVILEGED_PORT_START);
+    for (i, f) in u.forward_ports.iter().enumerate() {
+        if f.from == ForwardFrom::Host && u32::from(f.host.port) < start {
+            return Err(bad(
+                spec_path,
+                format!("user_network.forward_ports[{i}].host.port"),
+                format!(
+                    "is {}, below this host's net.ipv4.ip_unprivileged_port_start ({start}): passt binds it as the VM's principal, without CAP_NET_BIND_SERVICE; use a port of {start} or above, or lower that sysctl (NixOS: boot.kernel.sysctl.\"net.ipv4.ip_unprivileged_port_start\")",
+                    f.host.port
+                ),
+            ));
         }
     }
     Ok(())

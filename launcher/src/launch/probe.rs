@@ -95,6 +95,7 @@ pub fn run(p: &Probe<'_>) -> Result<Answer, String> {
         signals_unscoped: false,
         // The drop in the child sets it and checks it.
         no_new_privs_set: true,
+        ..Default::default()
     };
     let mut filters = seccomp::programs().map_err(|e| e.to_string())?;
     filters

@@ -226,6 +226,36 @@ mod tests {
         assert!(!got.iter().any(|r| matches!(r, Resource::Tap { .. })));
     }
 
+    #[test]
+    fn passt_is_named_before_it_exists_with_no_socket() {
+        let mut v = base_spec("qemu");
+        v["user_network"] = serde_json::json!({ "binary": "/usr/bin/passt", "id": "qemu" });
+        let got = planned_resources(
+            &spec_of(v),
+            Path::new("/etc/vmwarden/vms/web.json"),
+            Path::new("/run/vmwarden/web"),
+            Path::new("/var/lib/vmwarden/web"),
+        );
+        let helpers: Vec<_> = got
+            .iter()
+            .filter(|r| matches!(r, Resource::Helper { .. }))
+            .collect();
+        assert_eq!(
+            helpers,
+            [&Resource::Helper {
+                helper: "passt".into(),
+                tag: Some("qemu".into()),
+                socket: None,
+            }]
+        );
+        // Before the credential mount, like every helper.
+        let at = |f: &dyn Fn(&Resource) -> bool| got.iter().position(f).unwrap();
+        assert!(
+            at(&|r| matches!(r, Resource::Helper { .. }))
+                < at(&|r| matches!(r, Resource::PrivateMount { .. }))
+        );
+    }
+
     /// The runtime files the intent record names for a `kind` spec.
     fn runtime_files(kind: &str) -> Vec<PathBuf> {
         planned_resources(

@@ -39,7 +39,9 @@
 //!   this denies what non-dumpable would deny to a process of the same uid.
 //! * Use io_uring (EPERM): its operations bypass seccomp's per-syscall view
 //!   (an `IORING_OP_SOCKET` is a socket this filter never sees). QEMU falls
-//!   back to ppoll/threads when io_uring is unavailable.
+//!   back to ppoll/threads when io_uring is unavailable, and its disks are
+//!   given `aio=threads` (microvm.nix gives `aio=io_uring`): what that costs
+//!   a guest's disk is the guest-io bench's io_uring/threads rows (README).
 //! * Give a file a set-user-ID or set-group-ID mode (EPERM): `chmod`,
 //!   `fchmod`, `fchmodat` and `fchmodat2` with `S_ISUID` or `S_ISGID` in
 //!   their mode argument. A set-id copy of a binary the principal owns,
@@ -49,9 +51,27 @@
 //!   filter must hold without a unit. The helpers get this filter too, so
 //!   a guest's FUSE SETATTR with mode 04755 is refused by virtiofsd's
 //!   `fchmod`/`fchmodat`.
+//! * Create a file with a set-id mode (EPERM), as `RestrictSUIDSGID=` also
+//!   refuses: `open` and `openat` with `O_CREAT` or `O_TMPFILE`, `creat`,
+//!   `mknod` and `mknodat`, whose mode argument has `S_ISUID` or
+//!   `S_ISGID` (the kernel keeps `S_ISUID` from a create's mode, and
+//!   `S_ISGID` for a member of the file's group: a guest's FUSE CREATE
+//!   with mode 04755 made a set-uid file of the principal's through
+//!   virtiofsd's `openat`). `openat2` answers ENOSYS, as under
+//!   `RestrictSUIDSGID=`: its mode is in memory seccomp cannot read, and
+//!   its callers (virtiofsd's probe) fall back to `openat`. `mkdir` is not
+//!   filtered: the kernel ignores set-id bits in its mode.
 //! * On x86_64, use the x32 syscall ABI (ENOSYS): x32 numbers carry bit 30
 //!   and would match none of the rules above. (Other architectures' ABIs
 //!   fail seccompiler's architecture check, which kills the process.)
+//!
+//! A helper that sandboxes itself (passt, see `launch::helpers`) gets the
+//! same filter with two differences ([`self_sandboxing_programs`]): its
+//! `unshare` may make the user, mount, IPC, UTS and PID namespaces its own
+//! sandbox is made of (never a network, cgroup or time namespace; `clone`
+//! with any namespace flag and `setns` stay refused), and it may open IPv4,
+//! IPv6 and `NETLINK_ROUTE` sockets besides Unix ones: it is the guest's
+//! network, and reads the network namespace's routes once at start.
 
 use std::collections::BTreeMap;
 
@@ -129,6 +149,21 @@ pub const DENIED_SYSCALLS: &[(&str, i64)] = &[
     ("io_uring_register", libc::SYS_io_uring_register),
 ];
 
+/// What the broker of a share the guest owns may do of [`DENIED_SYSCALLS`].
+pub const BROKER_NEEDS: &[&str] = &["process_vm_readv", "pidfd_getfd"];
+
+/// `CLONE_THREAD` (include/uapi/linux/sched.h).
+pub const CLONE_THREAD: u64 = 0x0001_0000;
+
+/// The system calls that only make processes (x86_64 has them beside
+/// `clone`).
+const NEW_PROCESS_SYSCALLS: &[i64] = &[
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_fork,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_vfork,
+];
+
 /// The set-id mode bits (include/uapi/linux/stat.h).
 pub const S_ISUID: u64 = 0o4000;
 pub const S_ISGID: u64 = 0o2000;
@@ -146,6 +181,25 @@ pub const CHMOD_SYSCALLS: &[(&str, i64, u8)] = &[
 ];
 pub const SYS_FCHMODAT2: i64 = 452;
 
+/// The creating system calls, the index of their flags argument (`None`:
+/// they always create) and of their mode argument: each is refused when
+/// it creates (`O_CREAT` or `O_TMPFILE` in its flags) with [`S_ISUID`] or
+/// [`S_ISGID`] in its mode.
+pub const CREATE_SYSCALLS: &[(&str, i64, Option<u8>, u8)] = &[
+    #[cfg(target_arch = "x86_64")]
+    ("open", libc::SYS_open, Some(1), 2),
+    ("openat", libc::SYS_openat, Some(2), 3),
+    #[cfg(target_arch = "x86_64")]
+    ("creat", libc::SYS_creat, None, 1),
+    #[cfg(target_arch = "x86_64")]
+    ("mknod", libc::SYS_mknod, None, 1),
+    ("mknodat", libc::SYS_mknodat, None, 2),
+];
+/// `O_CREAT` and the bit of `O_TMPFILE` that is not `O_DIRECTORY`
+/// (include/uapi/asm-generic/fcntl.h; x86_64 and aarch64 alike).
+pub const O_CREAT: u64 = 0o100;
+pub const O_TMPFILE_BIT: u64 = 0o20_000_000;
+
 fn arch() -> Result<TargetArch> {
     TargetArch::try_from(std::env::consts::ARCH).map_err(SeccompError::Arch)
 }
@@ -158,6 +212,22 @@ fn masked(arg: u8, bit: u64) -> Result<SeccompRule> {
         bit,
     )?;
     Ok(SeccompRule::new(vec![c])?)
+}
+
+/// `flag` set in argument `flags_arg` and `bit` in argument `mode_arg`.
+fn creating(flags_arg: u8, flag: u64, mode_arg: u8, bit: u64) -> Result<SeccompRule> {
+    let c = |arg, bit| {
+        SeccompCondition::new(
+            arg,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::MaskedEq(bit),
+            bit,
+        )
+    };
+    Ok(SeccompRule::new(vec![
+        c(flags_arg, flag)?,
+        c(mode_arg, bit)?,
+    ])?)
 }
 
 fn build(map: BTreeMap<i64, Vec<SeccompRule>>, errno: u32) -> Result<BpfProgram> {
@@ -239,7 +309,76 @@ pub enum Taps {
 
 /// [`programs`] for a hypervisor that gets its taps as `taps` says.
 pub fn programs_for(taps: Taps) -> Result<Vec<BpfProgram>> {
-    let (progs, judged) = separate_for(taps)?;
+    programs_as(taps, Role::Default)
+}
+
+/// Whose filter: the same rules for every process of the VM, but for the
+/// two processes that serve a share the guest owns
+/// (`launch/helpers/owned.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The hypervisor and every other helper: everything above.
+    Default,
+    /// The virtiofsd of a share the guest owns: a set-group-ID mode in a
+    /// `chmod` is not refused here but handed to its broker by the filter
+    /// of [`notify`] (the broker sets it on directories only; this
+    /// filter's EPERM would win over that filter's notification), and it
+    /// makes no process (`fork`, `vfork`, `clone` without
+    /// `CLONE_THREAD`: EPERM), so no task with the ids it may take in its
+    /// namespace outlives it.
+    OwnedVirtiofsd,
+    /// That virtiofsd's broker: as [`Role::OwnedVirtiofsd`], and it may
+    /// read the virtiofsd's memory and take its fds
+    /// (`process_vm_readv`, `pidfd_getfd`), which is all it is for.
+    Broker,
+}
+
+/// [`programs_for`] of the process that plays `role`.
+pub fn programs_as(taps: Taps, role: Role) -> Result<Vec<BpfProgram>> {
+    let (progs, judged) = separate_for(taps, role, &HYPERVISOR)?;
+    Ok(prefixed(&judged, chain(progs)))
+}
+
+/// What a filter lets through that the rules above refuse.
+struct Allowed {
+    /// Namespace flags `unshare` may take.
+    unshare: &'static [u64],
+    /// Socket families (AF_NETLINK only with [`NETLINK_ROUTE`]).
+    families: &'static [u64],
+}
+
+/// The hypervisor's: nothing more.
+const HYPERVISOR: Allowed = Allowed {
+    unshare: &[],
+    families: ALLOWED_FAMILIES,
+};
+
+/// The namespaces a self-sandboxing helper's `unshare` may make: passt
+/// makes a user namespace, then mount (its root becomes an empty tmpfs),
+/// IPC, UTS and PID namespaces inside it.
+pub const SELF_SANDBOXING_UNSHARE: &[u64] = &[
+    0x1000_0000, // CLONE_NEWUSER
+    0x0002_0000, // CLONE_NEWNS
+    0x0800_0000, // CLONE_NEWIPC
+    0x0400_0000, // CLONE_NEWUTS
+    0x2000_0000, // CLONE_NEWPID
+];
+/// Its socket families: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK.
+pub const SELF_SANDBOXING_FAMILIES: &[u64] = &[1, 2, 10, 16];
+/// The one netlink protocol it may open (reading routes and addresses).
+pub const NETLINK_ROUTE: u64 = 0;
+const AF_NETLINK: u64 = 16;
+
+/// The filter of a helper that sandboxes itself (see the module docs).
+pub fn self_sandboxing_programs() -> Result<Vec<BpfProgram>> {
+    let (progs, judged) = separate_for(
+        Taps::Inherited,
+        Role::Default,
+        &Allowed {
+            unshare: SELF_SANDBOXING_UNSHARE,
+            families: SELF_SANDBOXING_FAMILIES,
+        },
+    )?;
     Ok(prefixed(&judged, chain(progs)))
 }
 
@@ -248,10 +387,10 @@ pub fn programs_for(taps: Taps) -> Result<Vec<BpfProgram>> {
 /// except on another ABI (a foreign architecture, x32).
 #[cfg(test)]
 fn separate() -> Result<(Vec<BpfProgram>, Vec<u32>)> {
-    separate_for(Taps::Inherited)
+    separate_for(Taps::Inherited, Role::Default, &HYPERVISOR)
 }
 
-fn separate_for(taps: Taps) -> Result<(Vec<BpfProgram>, Vec<u32>)> {
+fn separate_for(taps: Taps, role: Role, allowed: &Allowed) -> Result<(Vec<BpfProgram>, Vec<u32>)> {
     // EPERM: tap ioctls, namespaces, keyrings, other processes, io_uring,
     // set-id modes.
     let mut eperm: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
@@ -272,33 +411,79 @@ fn separate_for(taps: Taps) -> Result<(Vec<BpfProgram>, Vec<u32>)> {
     let mut unshare = Vec::new();
     let mut clone = Vec::new();
     for (_, bit) in NAMESPACE_FLAGS {
-        unshare.push(masked(0, *bit)?);
+        if !allowed.unshare.contains(bit) {
+            unshare.push(masked(0, *bit)?);
+        }
         clone.push(masked(0, *bit)?);
     }
     unshare.push(masked(0, CLONE_NEWTIME)?);
+    let owned = role != Role::Default;
+    if owned {
+        // A new process rather than a thread.
+        clone.push(SeccompRule::new(vec![SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(CLONE_THREAD),
+            0,
+        )?])?);
+        for nr in NEW_PROCESS_SYSCALLS {
+            eperm.insert(*nr, Vec::new());
+        }
+    }
     eperm.insert(libc::SYS_unshare, unshare);
     eperm.insert(libc::SYS_clone, clone);
-    for (_, nr) in DENIED_SYSCALLS {
+    for (name, nr) in DENIED_SYSCALLS {
+        if role == Role::Broker && BROKER_NEEDS.contains(name) {
+            continue;
+        }
         eperm.insert(*nr, Vec::new());
     }
     // A mode argument (a `mode_t`, 32 bits) with a set-id bit.
     for (_, nr, arg) in CHMOD_SYSCALLS {
-        eperm.insert(*nr, vec![masked(*arg, S_ISUID)?, masked(*arg, S_ISGID)?]);
+        let mut rules = vec![masked(*arg, S_ISUID)?];
+        if !owned {
+            rules.push(masked(*arg, S_ISGID)?);
+        }
+        eperm.insert(*nr, rules);
+    }
+    // A set-id mode given to a call that creates the file.
+    for (_, nr, flags, mode) in CREATE_SYSCALLS {
+        let mut rules = Vec::new();
+        for bit in [S_ISUID, S_ISGID] {
+            match flags {
+                Some(f) => {
+                    rules.push(creating(*f, O_CREAT, *mode, bit)?);
+                    rules.push(creating(*f, O_TMPFILE_BIT, *mode, bit)?);
+                }
+                None => rules.push(masked(*mode, bit)?),
+            }
+        }
+        eperm.insert(*nr, rules);
     }
 
     // EAFNOSUPPORT: any socket family but the allowed ones.
     let mut sockets: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for nr in [libc::SYS_socket, libc::SYS_socketpair] {
-        let conds = ALLOWED_FAMILIES
+        let conds = allowed
+            .families
             .iter()
             .map(|f| SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *f))
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        sockets.insert(nr, vec![SeccompRule::new(conds)?]);
+        let mut rules = vec![SeccompRule::new(conds)?];
+        if allowed.families.contains(&AF_NETLINK) {
+            rules.push(SeccompRule::new(vec![
+                SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, AF_NETLINK)?,
+                SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, NETLINK_ROUTE)?,
+            ])?);
+        }
+        sockets.insert(nr, rules);
     }
 
-    // ENOSYS: clone3 (glibc then uses clone, whose flags are checked above).
+    // ENOSYS: clone3 (glibc then uses clone, whose flags are checked
+    // above) and openat2 (its callers fall back to openat, whose mode is).
     let mut enosys: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     enosys.insert(libc::SYS_clone3, Vec::new());
+    enosys.insert(libc::SYS_openat2, Vec::new());
 
     let mut judged: Vec<u32> = [&eperm, &eexist, &sockets, &enosys]
         .iter()
@@ -514,178 +699,10 @@ pub fn apply(sys: &dyn Syscall, progs: &[BpfProgram]) -> Result<()> {
     Ok(())
 }
 
+pub mod notify;
+
 #[cfg(test)]
-mod tests {
-    use super::*;
+mod tests;
 
-    #[test]
-    fn the_filters_compile_for_this_architecture() {
-        let p = programs().unwrap();
-        assert_eq!(p.len(), 1);
-        assert!(p.iter().all(|f| !f.is_empty()));
-    }
-
-    /// A classic-BPF interpreter for what the filters use: the answer of
-    /// `prog` for system call `nr` on `arch` with `args`.
-    fn run(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
-        let mut data = Vec::new();
-        data.extend_from_slice(&nr.to_ne_bytes());
-        data.extend_from_slice(&arch.to_ne_bytes());
-        data.extend_from_slice(&0u64.to_ne_bytes());
-        for a in args {
-            data.extend_from_slice(&a.to_ne_bytes());
-        }
-        let (mut a, mut pc) = (0u32, 0usize);
-        loop {
-            let i = &prog[pc];
-            pc += 1;
-            let k = usize::try_from(i.k).unwrap();
-            match i.code {
-                0x20 => a = u32::from_ne_bytes(data[k..k + 4].try_into().unwrap()),
-                0x54 => a &= i.k,
-                0x05 => pc += k,
-                0x06 => return i.k,
-                0x15 | 0x25 | 0x35 | 0x45 => {
-                    let taken = match i.code {
-                        0x15 => a == i.k,
-                        0x25 => a > i.k,
-                        0x35 => a >= i.k,
-                        _ => a & i.k != 0,
-                    };
-                    pc += usize::from(if taken { i.jt } else { i.jf });
-                }
-                c => panic!("instruction {c:#x} not interpreted"),
-            }
-        }
-    }
-
-    #[test]
-    fn a_hypervisor_that_opens_taps_by_name_may_attach_but_not_persist() {
-        let arch = match std::env::consts::ARCH {
-            "x86_64" => 62 | 0x8000_0000 | 0x4000_0000,
-            "aarch64" => 183 | 0x8000_0000 | 0x4000_0000,
-            _ => return,
-        };
-        let nr = libc::SYS_ioctl as u32;
-        let answer = |taps, cmd| {
-            let p = &programs_for(taps).unwrap()[0];
-            run(p, arch, nr, [3, cmd, 0, 0, 0, 0])
-        };
-        let eperm = libc::SECCOMP_RET_ERRNO | EPERM;
-        let eexist = libc::SECCOMP_RET_ERRNO | EEXIST;
-        assert_eq!(answer(Taps::Inherited, 0x4004_54ca), eexist);
-        assert_eq!(answer(Taps::ByName, 0x4004_54ca), libc::SECCOMP_RET_ALLOW);
-        for (name, cmd) in DENIED_IOCTLS.iter().filter(|(n, _)| *n != "TUNSETIFF") {
-            assert_eq!(answer(Taps::ByName, *cmd), eperm, "{name}");
-        }
-    }
-
-    #[test]
-    fn the_chained_filter_answers_as_the_stacked_ones() {
-        let chained = &programs().unwrap()[0];
-        let arch_x86 = 62 | 0x8000_0000 | 0x4000_0000;
-        let arch = match std::env::consts::ARCH {
-            "x86_64" => arch_x86,
-            "aarch64" => 183 | 0x8000_0000 | 0x4000_0000,
-            _ => return,
-        };
-        let stacked = separate().unwrap().0;
-        assert!(stacked.len() >= 3);
-        let mut nrs: Vec<u32> = (0..600).collect();
-        nrs.extend([
-            0x3fff_ffff,
-            0x4000_0000,
-            0x4000_0000 + 41,
-            0x4000_0000 + 272,
-        ]);
-        nrs.extend([0x4000_0000 + 435, 0x7fff_ffff, 0xffff_ffff]);
-        let mut argsets = vec![[0u64; 6], [1, 0, 0, 0, 0, 0], [2, 0, 0, 0, 0, 0]];
-        for (_, bit) in NAMESPACE_FLAGS {
-            argsets.push([*bit | 0x11, 0, 0, 0, 0, 0]);
-        }
-        argsets.push([CLONE_NEWTIME, 0, 0, 0, 0, 0]);
-        for (_, cmd) in DENIED_IOCTLS {
-            argsets.push([3, *cmd, 0, 0, 0, 0]);
-        }
-        argsets.push([3, 0x8004_54d2, 0, 0, 0, 0]); // TUNGETIFF: allowed
-                                                    // Modes in the second and third argument: set-id, sticky, plain.
-        for mode in [0o4755, 0o2755, 0o6700, 0o1777, 0o755, 0o4000_0000] {
-            argsets.push([3, mode, 0, 0, 0, 0]);
-            argsets.push([3, 0, mode, 0, 0, 0]);
-        }
-        for a in [arch, arch ^ 0x4000_0000] {
-            for nr in &nrs {
-                for args in &argsets {
-                    let each: Vec<u32> = stacked.iter().map(|p| run(p, a, *nr, *args)).collect();
-                    let refusals: Vec<u32> = each
-                        .iter()
-                        .copied()
-                        .filter(|r| *r != libc::SECCOMP_RET_ALLOW)
-                        .collect();
-                    assert!(refusals.len() <= 1 || a != arch, "{nr}: {each:?}");
-                    let want = refusals.first().copied().unwrap_or(libc::SECCOMP_RET_ALLOW);
-                    assert_eq!(run(chained, a, *nr, *args), want, "nr {nr} args {args:?}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn set_id_modes_are_refused_and_every_other_mode_is_not() {
-        let prog = &programs().unwrap()[0];
-        let arch = match std::env::consts::ARCH {
-            "x86_64" => 62 | 0x8000_0000 | 0x4000_0000,
-            "aarch64" => 183 | 0x8000_0000 | 0x4000_0000,
-            _ => return,
-        };
-        let eperm = libc::SECCOMP_RET_ERRNO | EPERM;
-        assert!(CHMOD_SYSCALLS.iter().any(|(n, _, _)| *n == "fchmodat2"));
-        for (name, nr, arg) in CHMOD_SYSCALLS {
-            let nr = u32::try_from(*nr).unwrap();
-            let at = usize::from(*arg);
-            for (mode, want) in [
-                (0o4755, eperm),
-                (0o2755, eperm),
-                (0o6755, eperm),
-                (0o4000, eperm),
-                (0o2000, eperm),
-                (0o755, libc::SECCOMP_RET_ALLOW),
-                (0o1777, libc::SECCOMP_RET_ALLOW),
-                (0o777, libc::SECCOMP_RET_ALLOW),
-                (0, libc::SECCOMP_RET_ALLOW),
-            ] {
-                let mut args = [3u64, 0, 0, 0, 0, 0];
-                args[at] = mode;
-                assert_eq!(run(prog, arch, nr, args), want, "{name} mode {mode:o}");
-                // The set-id bits in another argument decide nothing.
-                let mut other = [3u64, 0o4755, 0o4755, 0o4755, 0, 0];
-                other[at] = mode;
-                assert_eq!(run(prog, arch, nr, other), want, "{name} mode {mode:o}");
-            }
-        }
-    }
-
-    #[test]
-    fn the_numbers_are_the_kernels() {
-        let flags = [
-            libc::CLONE_NEWNS,
-            libc::CLONE_NEWCGROUP,
-            libc::CLONE_NEWUTS,
-            libc::CLONE_NEWIPC,
-            libc::CLONE_NEWUSER,
-            libc::CLONE_NEWPID,
-            libc::CLONE_NEWNET,
-        ];
-        for ((name, bit), want) in NAMESPACE_FLAGS.iter().zip(flags) {
-            assert_eq!(Some(*bit), u64::try_from(want).ok(), "{name}");
-        }
-        assert_eq!(ALLOWED_FAMILIES, [u64::try_from(libc::AF_UNIX).unwrap()]);
-        assert_eq!(SYS_FCHMODAT2, libc::SYS_fchmodat2);
-        assert_eq!(S_ISUID, u64::from(libc::S_ISUID));
-        assert_eq!(S_ISGID, u64::from(libc::S_ISGID));
-        assert_eq!(Ok(EPERM), u32::try_from(libc::EPERM));
-        assert_eq!(Ok(EEXIST), u32::try_from(libc::EEXIST));
-        assert_eq!(Ok(ENOSYS), u32::try_from(libc::ENOSYS));
-        assert_eq!(Ok(EAFNOSUPPORT), u32::try_from(libc::EAFNOSUPPORT));
-    }
-}
+#[cfg(test)]
+mod self_sandboxing_tests;

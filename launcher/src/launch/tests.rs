@@ -155,6 +155,7 @@ fn run_tail(sys: &dyn Syscall) -> (std::result::Result<Infallible, StepError>, &
             vhost_vsock: None,
             qmp: None,
             qemu_sandbox: false,
+            ids: None,
         },
     );
     (got, steps.current())

@@ -488,8 +488,7 @@ fn run_mkfs(
         rules,
         vm_trees: vm_tree.into_iter().collect(),
         // mkfs starts nothing that signals it.
-        signals_unscoped: false,
-        no_new_privs_set: false,
+        ..landlock::Policy::default()
     };
     let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2"))?;
     let parent_pid = nix::unistd::getpid();

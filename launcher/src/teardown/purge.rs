@@ -17,7 +17,7 @@ use crate::host::dirs::{self, Dir, DirError};
 use crate::host::ownership::{self, Outcome};
 use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal;
-use crate::identity::registry::{self, Record};
+use crate::identity::registry::{self, IdRange, RangeRecord, Record};
 use crate::instance::launched::effective_spec_of;
 use crate::instance::lease::LeaseError;
 use crate::instance::liveness::{self, Verdict};
@@ -47,6 +47,9 @@ pub enum PurgeError {
     Lease(#[from] LeaseError),
     #[error(transparent)]
     Sys(#[from] SysError),
+    /// The registry (the VM's id range) cannot be read.
+    #[error(transparent)]
+    Registry(#[from] registry::RegistryError),
 }
 
 impl PurgeError {
@@ -59,6 +62,7 @@ impl PurgeError {
             PurgeError::Dir(e) => e.is_refusal(),
             PurgeError::Lease(e) => e.is_refusal(),
             PurgeError::Sys(_) => false,
+            PurgeError::Registry(e) => e.is_refusal(),
         }
     }
 }
@@ -80,6 +84,13 @@ pub struct Plan {
     /// liveness under the lease before anything is deleted).
     pub principal_uid: Option<u32>,
     pub retire_uid: Option<u32>,
+    /// The VM's own id range (what its guest owns on writable virtiofs
+    /// shares), retired with the principal: never handed out again.
+    pub retire_range: Option<IdRange>,
+    /// Share sources the guest owns outside the state dir: purge leaves
+    /// them, and their files keep the range's ids.
+    #[serde(serialize_with = "rawpath::paths")]
+    pub outside: Vec<PathBuf>,
 }
 
 /// The keep set K: nothing, or `identity` plus the spec's `keep_on_purge`.
@@ -168,12 +179,26 @@ pub fn plan(roots: &Roots, name: &VmName, keep_identity: bool) -> Result<Plan> {
     let delete = plan_entries(&state_dir, &keep)?;
     let uid = principal_uid(roots, name, spec_uid, &state_dir);
     let retire_uid = if keep_identity { None } else { uid };
+    // The range belongs to the identity set: kept with it, retired with
+    // the principal otherwise.
+    let range = registry::range_of(roots, name)?;
+    let outside = effective_spec_of(roots, name)
+        .map(|(s, _)| {
+            s.shares
+                .iter()
+                .filter(|sh| sh.guest_owned() && !sh.source.starts_with(&state_dir.path))
+                .map(|sh| sh.source.clone())
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Plan {
         state_dir: state_dir.path.clone(),
         keep,
         delete,
         principal_uid: uid,
         retire_uid,
+        retire_range: if keep_identity { None } else { range },
+        outside: if range.is_some() { outside } else { Vec::new() },
     })
 }
 
@@ -182,8 +207,21 @@ pub struct Report {
     pub plan: Plan,
     pub outcome: Outcome,
     pub retired: Option<Record>,
-    /// Why the principal was not retired when it should have been.
+    /// The id ranges retired (tombstones).
+    pub retired_ranges: Vec<RangeRecord>,
+    /// Why the principal (or its range) was not retired when it should
+    /// have been.
     pub retire_error: Option<String>,
+}
+
+impl Report {
+    /// Everything deleted, and whatever was to be retired retired.
+    pub fn ok(&self) -> bool {
+        self.outcome.failed.is_empty()
+            && self.retire_error.is_none()
+            && (self.plan.retire_uid.is_none() || self.retired.is_some())
+            && (self.plan.retire_range.is_none() || !self.retired_ranges.is_empty())
+    }
 }
 
 /// Carry out `plan` under the VM's lease (no launch can start meanwhile).
@@ -262,7 +300,7 @@ pub fn execute(roots: &Roots, name: &VmName, plan: Plan) -> Result<Report> {
         }),
     }
     // Retirement fails closed, but what was deleted is still reported.
-    let (retired, retire_error) = match (plan.retire_uid, outcome.failed.is_empty()) {
+    let (retired, mut retire_error) = match (plan.retire_uid, outcome.failed.is_empty()) {
         (Some(uid), true) => match registry::retire(roots, name, uid) {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(e.to_string())),
@@ -270,10 +308,23 @@ pub fn execute(roots: &Roots, name: &VmName, plan: Plan) -> Result<Report> {
         (Some(_), false) => (None, Some("not retired: some deletions failed".to_string())),
         (None, _) => (None, None),
     };
+    // The range likewise, and only then: fails closed too.
+    let mut retired_ranges = Vec::new();
+    if plan.retire_range.is_some() {
+        if outcome.failed.is_empty() && retire_error.is_none() {
+            match registry::retire_ranges(roots, name) {
+                Ok(r) => retired_ranges = r,
+                Err(e) => retire_error = Some(format!("id range: {e}")),
+            }
+        } else if retire_error.is_none() {
+            retire_error = Some("id range not retired: some deletions failed".to_string());
+        }
+    }
     Ok(Report {
         plan,
         outcome,
         retired,
+        retired_ranges,
         retire_error,
     })
 }

@@ -16,6 +16,7 @@ use crate::host::mountinfo::{self, Mount};
 use crate::host::net::SYS_CLASS_NET;
 use crate::host::ownership::{self, RUNTIME_KEEP};
 use crate::host::procs;
+use crate::identity::registry;
 use crate::instance::intent::Intent;
 use crate::instance::known_vms;
 use crate::instance::launched::effective_spec;
@@ -148,10 +149,23 @@ pub fn verify(
             .filter_map(|(_, _, _, u, _)| u.as_ref().ok().copied().flatten()),
     ));
     let all_mounts = mountinfo::credential_mounts_in(&scan, Some(&roots.runtime_root), None);
-    for (n, dir, vm_taps, uid, machined) in &vms {
+    // The VMs' own id ranges (a share the guest owns), and one scan of
+    // every uid when there is any: no process may run with one of them.
+    let ranges: Vec<_> = vms
+        .iter()
+        .map(|(n, ..)| registry::range_of(roots, n))
+        .collect();
+    let every_uid = ranges
+        .iter()
+        .any(|r| !matches!(r, Ok(None)))
+        .then(procs::Snapshot::take);
+    for ((n, dir, vm_taps, uid, machined), range) in vms.iter().zip(&ranges) {
         let vm = Some(n.as_str());
         runtime_checks(dir, vm, &mut checks);
         principal_checks(n, uid, &scan, &mut checks);
+        if let Some(c) = range_check(vm, range, every_uid.as_ref()) {
+            checks.push(c);
+        }
         checks.push(tap_check(n, vm_taps));
         checks.push(credential_mount_check(roots, n, &all_mounts));
         checks.push(setid_check(roots, n));
@@ -177,6 +191,43 @@ pub fn verify(
         checks,
         clean,
     }
+}
+
+/// `no-range-process`, for a VM with its own id range: no process runs
+/// with a uid of it (virtiofsd's threads take them only while virtiofsd,
+/// a process of the principal, runs, and it makes no process).
+fn range_check(
+    vm: Option<&str>,
+    range: &Result<Option<registry::IdRange>, registry::RegistryError>,
+    scan: Option<&procs::Snapshot>,
+) -> Option<Check> {
+    let r = match range {
+        Ok(None) => return None,
+        Ok(Some(r)) => *r,
+        Err(e) => {
+            return Some(check(
+                "no-range-process",
+                vm,
+                false,
+                "the VM's id range known",
+                format!("<{e}>"),
+            ))
+        }
+    };
+    let scan = scan?.scan();
+    let found = scan.in_range(r.base + 1, r.end());
+    let unreadable = &scan.unreadable().0;
+    Some(check(
+        "no-range-process",
+        vm,
+        found.is_empty() && unreadable.is_empty(),
+        format!("no pid with a uid in {}..{}", r.base + 1, r.end()),
+        if unreadable.is_empty() {
+            format!("{found:?}")
+        } else {
+            format!("{found:?}, unreadable {unreadable:?}")
+        },
+    ))
 }
 
 /// The VM's runtime dir holds nothing but the keep set, and nobody holds

@@ -382,6 +382,34 @@ fn dropin_restarts_firecracker_after_its_own_exit_and_no_other_hypervisor() {
 }
 
 #[test]
+fn dropin_lets_only_a_user_network_vm_open_ip_sockets_and_passts_namespaces() {
+    let plain = parse(
+        &render_unit(&dropin_args(
+            "web",
+            spec_file(&spec_json(serde_json::json!({}))).path(),
+        ))
+        .expect("render"),
+    );
+    let svc = plain.get("Service").cloned().unwrap_or_default();
+    for key in ["IPAddressAllow", "RestrictNamespaces"] {
+        assert!(!svc.contains_key(key), "{key}");
+    }
+    // With taps too: one RestrictAddressFamilies= that covers both.
+    let f = spec_file(&spec_json(serde_json::json!({
+        "interfaces": [{"tap": "vmw-web0"}],
+        "user_network": {"binary": "/usr/bin/passt", "id": "qemu"}
+    })));
+    let u = parse(&render_unit(&dropin_args("web", f.path())).expect("render"));
+    assert_eq!(u["Service"]["IPAddressAllow"], ["any"]);
+    assert_eq!(
+        u["Service"]["RestrictAddressFamilies"],
+        ["AF_INET AF_INET6 AF_NETLINK"]
+    );
+    assert_eq!(u["Service"]["RestrictNamespaces"], ["user uts pid"]);
+    assert_eq!(u["Service"]["CapabilityBoundingSet"], ["CAP_NET_ADMIN"]);
+}
+
+#[test]
 fn dropin_refuses_what_the_launcher_refuses() {
     let cases: Vec<(String, &str)> = vec![
         ("{".to_string(), "not valid"),

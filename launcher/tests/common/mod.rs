@@ -10,7 +10,7 @@ pub mod golden;
 
 use std::collections::BTreeSet;
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -154,8 +154,7 @@ pub fn test_base() -> &'static Path {
     assert!(md.is_dir(), "{TEST_BASE} is not a directory");
     assert_eq!(md.uid(), 0, "{TEST_BASE} must be owned by root");
     if md.mode() & 0o7777 != 0o755 {
-        std::fs::set_permissions(base, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(base, PermissionsExt::from_mode(0o755)).unwrap();
     }
     base
 }
@@ -193,11 +192,7 @@ impl Env {
             .tempdir_in(test_base())
             .unwrap();
         // Principals must be able to traverse to their own dirs.
-        std::fs::set_permissions(
-            dir.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
+        std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
         let config = dir.path().join("config");
         std::fs::create_dir(&config).unwrap();
         Env {
@@ -257,7 +252,7 @@ impl Env {
     pub fn secret(&self, name: &str, content: &[u8]) -> PathBuf {
         let p = self.path(name);
         std::fs::write(&p, content).unwrap();
-        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        std::fs::set_permissions(&p, PermissionsExt::from_mode(0o600)).unwrap();
         p
     }
 
@@ -760,7 +755,7 @@ pub fn real_binary(env: &Env, var: &str, name: &str) -> Option<PathBuf> {
     }
     let dst = env.path(name);
     std::fs::copy(&src, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", src.display()));
-    std::fs::set_permissions(&dst, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&dst, PermissionsExt::from_mode(0o755)).unwrap();
     Some(dst)
 }
 
@@ -813,5 +808,129 @@ impl Drop for DevAcl {
             vec!["-b".to_string()]
         };
         let _ = Command::new("setfacl").args(args).arg(&self.path).output();
+    }
+}
+
+/// The host's Nix store as Nix makes it (`/nix/store`, `root:nixbld`,
+/// 1775), with one file of the test's in it, for as long as the guard
+/// lives. A store that exists (Debian's nix-bin, NixOS) is used as it is
+/// and must be made that way; where there is none, the guard makes `/nix`,
+/// `/nix/store` and the group `nixbld` as Nix would, and puts back exactly
+/// what was there when dropped (a panicking test included). Test processes
+/// take turns through an exclusive lock on a file of [`TEST_BASE`], so one
+/// never removes the store another is using.
+pub struct NixStore {
+    _lock: std::fs::File,
+    /// The test's file in the store.
+    pub file: PathBuf,
+    /// What this guard made, to be removed in this order (deepest first).
+    made_dirs: Vec<PathBuf>,
+    made_group: bool,
+    /// The store's gid.
+    pub gid: u32,
+}
+
+pub const NIX_STORE: &str = "/nix/store";
+
+/// The gid of group `name` in /etc/group.
+fn group_gid(name: &str) -> Option<u32> {
+    std::fs::read_to_string("/etc/group")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() >= 3 && f[0] == name).then(|| f[2].parse().ok())?
+        })
+}
+
+impl NixStore {
+    pub fn ensure() -> NixStore {
+        require_root();
+        use std::os::fd::AsRawFd;
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(test_base().join("nix-store.lock"))
+            .unwrap();
+        // SAFETY: flock on an fd this function owns; no pointer arguments.
+        let r = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(r, 0, "flock: {}", std::io::Error::last_os_error());
+        let store = Path::new(NIX_STORE);
+        let mut made_dirs = Vec::new();
+        let mut made_group = false;
+        let gid = match std::fs::symlink_metadata(store) {
+            Ok(md) => {
+                // Somebody's real store: used only if made as Nix makes it.
+                assert!(
+                    md.is_dir() && md.uid() == 0 && md.mode() & 0o7777 == 0o1775,
+                    "{NIX_STORE} exists but is not root's, mode 1775 (it is uid {} mode {:o}); \
+                     the store tests need it as Nix makes it",
+                    md.uid(),
+                    md.mode() & 0o7777
+                );
+                md.gid()
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let gid = match group_gid("nixbld") {
+                    Some(g) => g,
+                    None => {
+                        let out = Command::new("groupadd")
+                            .args(["--system", "nixbld"])
+                            .output()
+                            .unwrap();
+                        assert!(out.status.success(), "groupadd nixbld: {}", text(&out));
+                        made_group = true;
+                        group_gid("nixbld").expect("nixbld after groupadd")
+                    }
+                };
+                if std::fs::symlink_metadata("/nix").is_err() {
+                    std::fs::create_dir("/nix").unwrap();
+                    std::fs::set_permissions("/nix", PermissionsExt::from_mode(0o755)).unwrap();
+                    made_dirs.push(PathBuf::from("/nix"));
+                }
+                std::fs::create_dir(store).unwrap();
+                made_dirs.push(store.to_path_buf());
+                std::os::unix::fs::chown(store, Some(0), Some(gid)).unwrap();
+                std::fs::set_permissions(store, PermissionsExt::from_mode(0o1775)).unwrap();
+                gid
+            }
+            Err(e) => panic!("{NIX_STORE}: {e}"),
+        };
+        let file = store.join(format!("vmwarden-test-{}-hello", std::process::id()));
+        std::fs::write(&file, b"from the store\n").unwrap();
+        std::fs::set_permissions(&file, PermissionsExt::from_mode(0o444)).unwrap();
+        made_dirs.reverse();
+        NixStore {
+            _lock: lock,
+            file,
+            made_dirs,
+            made_group,
+            gid,
+        }
+    }
+
+    /// `(uid, gid, mode)` of the store now.
+    pub fn stat() -> (u32, u32, u32) {
+        let md = std::fs::symlink_metadata(NIX_STORE).unwrap();
+        (md.uid(), md.gid(), md.mode() & 0o7777)
+    }
+}
+
+impl Drop for NixStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+        for d in &self.made_dirs {
+            // Only if empty: what another process put there stays.
+            if let Err(e) = std::fs::remove_dir(d) {
+                eprintln!("NixStore: leaving {} ({e})", d.display());
+            }
+        }
+        if self.made_group {
+            let out = Command::new("groupdel").arg("nixbld").output();
+            if !out.as_ref().is_ok_and(|o| o.status.success()) {
+                eprintln!("NixStore: groupdel nixbld failed: {out:?}");
+            }
+        }
     }
 }

@@ -5,8 +5,9 @@
  * --no-block` returns at once) and polls the HTTP API on the unix socket
  * SOCKET with `GET URI` until the JSON body says "state":"Running"
  * (cloud-hypervisor's /api/v1/vm.info, firecracker's /). Prints
- * `API-RUNNING ms=<start to running, milliseconds> pid=<CMD's pid>` and
- * exits 0, or exits 1 after TIMEOUT_S seconds. Built static on the host by
+ * `API-RUNNING ms=<start to running, milliseconds> t0=<start> t1=<running>
+ * pid=<CMD's pid>` (t0, t1: CLOCK_MONOTONIC in seconds, the journal's
+ * monotonic clock) and exits 0, or exits 1 after TIMEOUT_S seconds. Built static on the host by
  * run.sh (L2 has no compiler).
  */
 #include <errno.h>
@@ -77,7 +78,8 @@ int main(int argc, char **argv) {
   }
   while (now() - t0 < limit) {
     if (running(argv[1], argv[2])) {
-      printf("API-RUNNING ms=%.1f pid=%d\n", (now() - t0) * 1e3, (int)pid);
+      double t1 = now();
+      printf("API-RUNNING ms=%.1f t0=%.6f t1=%.6f pid=%d\n", (t1 - t0) * 1e3, t0, t1, (int)pid);
       return 0;
     }
     waitpid(-1, NULL, WNOHANG); /* reap a CMD that returned (systemctl) */

@@ -31,7 +31,7 @@ impl Tree {
     }
     fn walk_as(&self, rel: &str, policy: Policy, owner: u32) -> Result<Walked, Distrust> {
         Walker::with_top(self.t.path(), owner)
-            .walk_in(Path::new(rel), policy)
+            .walk_in(Path::new(rel), policy, End::Any)
             .and_then(require_regular)
     }
 }
@@ -107,8 +107,10 @@ fn a_shared_walker_checks_every_walk_against_its_own_policy() {
     std::fs::create_dir(t.p("etc")).unwrap();
     symlink("/store/pkg/key", t.p("etc/key")).unwrap();
     let mut w = Walker::with_top(t.t.path(), t.me);
-    let walk =
-        |w: &mut Walker, rel: &str, pol| w.walk_in(Path::new(rel), pol).and_then(require_regular);
+    let walk = |w: &mut Walker, rel: &str, pol| {
+        w.walk_in(Path::new(rel), pol, End::Any)
+            .and_then(require_regular)
+    };
     walk(&mut w, "/store/pkg/qemu", Policy::Executable).unwrap();
     // The same (kept) group-writable sticky directory, now for a secret.
     assert!(matches!(
@@ -291,5 +293,146 @@ fn symlinks_are_followed_and_every_directory_they_cross_is_checked() {
     assert!(matches!(
         t.walk("/loop-a", Policy::Executable),
         Err(Distrust::TooManyLinks { .. })
+    ));
+}
+
+/// `walk_store` from the tree's top, trusting `owner`.
+fn walk_store_in(t: &Tree, rel: &str, policy: Policy) -> Result<Walked, Distrust> {
+    Walker::with_top(t.t.path(), t.me).walk_in(Path::new(rel), policy, End::StickyStore)
+}
+
+#[test]
+fn only_a_store_walk_may_end_at_the_sticky_store_and_only_as_nix_makes_it() {
+    let t = Tree::new();
+    // The test's uid stands for root; the principal and its group own
+    // nothing here, so the store's group is somebody else's (nixbld's).
+    let egid = nix::unistd::getegid().as_raw();
+    let pol = Policy::Principal {
+        uid: t.me + 1,
+        gid: egid + 1,
+    };
+    std::fs::create_dir_all(t.p("nix/store")).unwrap();
+    chmod(&t.p("nix/store"), 0o1775);
+    // A plain walk refuses it at its end, naming its group...
+    assert!(matches!(
+        Walker::with_top(t.t.path(), t.me).walk_in(Path::new("/nix/store"), pol, End::Any),
+        Err(Distrust::Writable {
+            who: "its group",
+            mode: 0o1775,
+            ..
+        })
+    ));
+    // ... a store walk takes it, root's, sticky, its group writing.
+    let w = walk_store_in(&t, "/nix/store", pol).unwrap();
+    assert_eq!(w.resolved, Path::new("/nix/store"));
+    assert_eq!(w.stat.st_mode & 0o7777, 0o1775);
+    // Everyone writing it: never, sticky or not.
+    chmod(&t.p("nix/store"), 0o1777);
+    assert!(matches!(
+        walk_store_in(&t, "/nix/store", pol),
+        Err(Distrust::Writable { who, .. }) if who.contains("everyone")
+    ));
+    // Without the sticky bit its group could rename and delete root's
+    // paths: refused.
+    chmod(&t.p("nix/store"), 0o775);
+    assert!(matches!(
+        walk_store_in(&t, "/nix/store", pol),
+        Err(Distrust::Writable {
+            who: "its group",
+            ..
+        })
+    ));
+    // Not root's: a sticky directory of the principal's own (the tree is
+    // the principal's, root owns nothing) is no store.
+    chmod(&t.p("nix/store"), 0o1775);
+    assert!(matches!(
+        Walker::with_top(t.t.path(), t.me + 7).walk_in(
+            Path::new("/nix/store"),
+            Policy::Principal {
+                uid: t.me,
+                gid: egid + 1
+            },
+            End::StickyStore
+        ),
+        Err(Distrust::Writable {
+            who: "its group",
+            ..
+        })
+    ));
+    // The way above it is checked as in every walk.
+    chmod(&t.p("nix"), 0o775);
+    assert!(matches!(
+        walk_store_in(&t, "/nix/store", pol),
+        Err(Distrust::Writable { path, .. }) if path.ends_with("nix")
+    ));
+    chmod(&t.p("nix"), 0o755);
+    walk_store_in(&t, "/nix/store", pol).unwrap();
+    // Under another policy the exception does not exist.
+    assert!(matches!(
+        walk_store_in(&t, "/nix/store", Policy::Secret),
+        Err(Distrust::Writable { .. })
+    ));
+}
+
+#[test]
+fn a_share_the_guest_owns_may_be_the_vms_own_ids_and_nobody_elses() {
+    let t = Tree::new();
+    // The test's uid stands for root; the principal and the range are ids
+    // that own nothing here but the share (chown needs root: the share
+    // keeps the test's uid and the range is made to contain it).
+    let me = t.me;
+    let egid = nix::unistd::getegid().as_raw();
+    let pol = Policy::Principal {
+        uid: me + 1,
+        gid: egid + 1,
+    };
+    std::fs::create_dir_all(t.p("vm/share")).unwrap();
+    chmod(&t.p("vm/share"), 0o2770);
+    let owned = |ids: std::ops::Range<u32>| {
+        Walker::with_top(t.t.path(), me + 7).walk_in(Path::new("/vm/share"), pol, End::Owned(ids))
+    };
+    // Above the share only root and the principal: here the tree is the
+    // test's, which is neither, so the top itself is refused...
+    assert!(matches!(
+        owned(me..me + 1),
+        Err(Distrust::NotOwnersOwn { .. })
+    ));
+    // ... while with the test's uid as root, a share of an id in the
+    // range, its group in the range and writing, is the VM's own.
+    let w = Walker::with_top(t.t.path(), me).walk_in(
+        Path::new("/vm/share"),
+        Policy::Principal {
+            uid: me + 1,
+            gid: egid + 1,
+        },
+        End::Owned(egid..egid + 1),
+    );
+    w.unwrap();
+    // Its group outside the range and writing: refused, as anywhere.
+    assert!(matches!(
+        Walker::with_top(t.t.path(), me).walk_in(
+            Path::new("/vm/share"),
+            pol,
+            End::Owned(egid + 10..egid + 11)
+        ),
+        Err(Distrust::Writable {
+            who: "its group",
+            ..
+        })
+    ));
+    // Everyone writing: never.
+    chmod(&t.p("vm/share"), 0o777);
+    assert!(matches!(
+        Walker::with_top(t.t.path(), me).walk_in(Path::new("/vm/share"), pol, End::Owned(egid..egid + 1)),
+        Err(Distrust::Writable { who, .. }) if who.contains("everyone")
+    ));
+    // A plain walk does not take the range's group.
+    chmod(&t.p("vm/share"), 0o770);
+    assert!(matches!(
+        Walker::with_top(t.t.path(), me).walk_in(Path::new("/vm/share"), pol, End::Any),
+        Err(Distrust::Writable {
+            who: "its group",
+            ..
+        })
     ));
 }

@@ -3,11 +3,12 @@
 //! reaches it ([`Channel`]), where its file system is rooted ([`Root`]),
 //! which seccomp filter it gets ([`Filter`]), whether it needs `/proc/sys`,
 //! what runs ([`Program`]: a binary the spec names, or vmwarden's own code)
-//! and the function that reads its instances (with their arguments) from
-//! the spec. Every consumer reads the entry — the plan, the argv, the
-//! Landlock domain, the start and its wait (`launch::helpers`), the intent
-//! record (`launch::resources`) — and none matches on the kind, so a new
-//! helper is a new entry here, not new code there.
+//! and the functions that read its binary and its instances (with their
+//! arguments) from the spec. Every consumer reads the entry — the plan,
+//! the argv, the Landlock domain, the start and its wait
+//! (`launch::helpers`), the trust walk of its binary (`launch::preflight`),
+//! the intent record (`launch::resources`) — and none matches on the kind,
+//! so a new helper is a new entry here, not new code there.
 
 use std::os::fd::{OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -17,13 +18,14 @@ use crate::config::paths::{
 };
 use crate::config::spec::{HypervisorKind, ShareProto, Spec, VsockBackend};
 use crate::hypervisor::vmm_notify;
-use crate::launch::landlock;
+use crate::launch::landlock::{self, Files, Tcp};
 
 /// Which daemon a helper runs (an index into [`TABLE`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HelperKind {
     Virtiofsd,
     VhostDeviceVsock,
+    Passt,
     VmmNotify,
 }
 
@@ -52,6 +54,11 @@ pub enum Channel {
     /// domain may make sockets there, and the launcher waits until each
     /// of its socket paths is a socket.
     OwnSockets,
+    /// A connected pair of Unix stream sockets, made by root: one end
+    /// handed to the daemon as an fd ([`Arg::Fd`]), the other to the
+    /// hypervisor (inherited across its `execve`). Nothing in `control/`,
+    /// nothing to connect to.
+    Pair,
 }
 
 /// Where a helper's file system is rooted.
@@ -63,6 +70,16 @@ pub enum Root {
     Share,
     /// The VM's mount namespace, working directory `/`.
     Vm,
+    /// The VM's mount namespace at `execve`; the daemon then makes a
+    /// sandbox of its own (passt: user, mount, IPC, UTS and PID
+    /// namespaces, its root an empty read-only tmpfs, then a seccomp
+    /// filter of its own). Its Landlock domain handles no file access
+    /// (Landlock would refuse it the `mount` and `pivot_root` that sandbox
+    /// needs) and its seccomp filter lets it make those namespaces
+    /// ([`Filter::SelfSandboxing`]); the launcher waits until it has a
+    /// filter of its own on top of the launcher's and an empty root that
+    /// is not the VM's, and fails the launch otherwise.
+    OwnSandbox,
 }
 
 /// The seccomp filter a helper runs under.
@@ -70,6 +87,10 @@ pub enum Root {
 pub enum Filter {
     /// The launcher's own, the hypervisor's (`launch::seccomp`).
     Launcher,
+    /// The launcher's, but for the namespaces of the helper's own sandbox
+    /// and IP and `NETLINK_ROUTE` sockets
+    /// (`launch::seccomp::self_sandboxing_programs`).
+    SelfSandboxing,
 }
 
 /// What a helper runs once it is confined.
@@ -135,6 +156,13 @@ pub struct Shape {
     /// `/proc/sys/fs/nr_open` at start and exits without it), which a
     /// `subset=pid` procfs does not have.
     pub proc_sys: bool,
+    /// Its binary, when the spec names one (whether or not this spec
+    /// starts it): root's trust walk checks it like the hypervisor's.
+    pub binary: fn(spec: &Spec) -> Option<&Path>,
+    /// A writable share of it is the guest's to own: its daemon runs as
+    /// root of a user namespace mapping the VM's id range, beside a broker
+    /// (`launch::helpers::owned`, `broker`).
+    pub guest_owns_writable: bool,
     /// Its instances for a spec, in start order (`control` is the VM's
     /// control dir).
     pub plan: fn(spec: &Spec, control: &Path) -> Vec<Helper>,
@@ -155,6 +183,8 @@ pub static TABLE: &[Shape] = &[
         filter: Filter::Launcher,
         program: Program::Exec,
         proc_sys: true,
+        binary: |spec| spec.virtiofsd.as_ref().map(|v| v.binary.as_path()),
+        guest_owns_writable: true,
         plan: plan_virtiofsd,
     },
     Shape {
@@ -168,7 +198,25 @@ pub static TABLE: &[Shape] = &[
         filter: Filter::Launcher,
         program: Program::Exec,
         proc_sys: false,
+        binary: |spec| spec.vsock.as_ref().and_then(|v| v.binary.as_deref()),
+        guest_owns_writable: false,
         plan: plan_vhost_device_vsock,
+    },
+    Shape {
+        kind: HelperKind::Passt,
+        name: "passt",
+        tag_noun: Some("interface"),
+        binary_field: "user_network.binary",
+        // QEMU's `-netdev stream` takes a connected socket as an fd, and
+        // passt one as `--fd`: no socket path for anyone to reach.
+        channel: Channel::Pair,
+        root: Root::OwnSandbox,
+        filter: Filter::SelfSandboxing,
+        program: Program::Exec,
+        proc_sys: false,
+        binary: |spec| spec.user_network.as_ref().map(|u| u.binary.as_path()),
+        guest_owns_writable: false,
+        plan: plan_passt,
     },
     // -- vmm-notify: a firecracker guest's poweroff ends its VM
     //    (config::vmm_notify, hypervisor::vmm_notify). --
@@ -189,6 +237,9 @@ pub static TABLE: &[Shape] = &[
             ends_hypervisor: true,
         },
         proc_sys: false,
+        // No binary: the launcher's own, trusted as the launcher is.
+        binary: |_| None,
+        guest_owns_writable: false,
         plan: plan_vmm_notify,
     },
 ];
@@ -197,7 +248,8 @@ pub static TABLE: &[Shape] = &[
 #[derive(Debug, Clone, PartialEq)]
 pub enum Arg {
     Lit(String),
-    /// The fd root hands over ([`Channel::Listener`]), after this prefix.
+    /// The fd root hands over ([`Channel::Listener`], [`Channel::Pair`]),
+    /// after this prefix.
     Fd(&'static str),
 }
 
@@ -214,7 +266,8 @@ pub struct Share {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Helper {
     pub kind: HelperKind,
-    /// Which instance: the share's tag (virtiofsd).
+    /// Which instance: the share's tag (virtiofsd), the interface's id
+    /// (passt).
     pub tag: Option<String>,
     pub binary: PathBuf,
     /// Its sockets in `control/`. The first is the one the hypervisor
@@ -222,6 +275,9 @@ pub struct Helper {
     /// [`Channel::Listener`] it is the one root binds.
     pub sockets: Vec<PathBuf>,
     pub share: Option<Share>,
+    /// What its Landlock domain lets it do with TCP (passt: bind its
+    /// forwarded ports; every other helper: nothing).
+    pub tcp: Tcp,
     /// Its arguments after the binary.
     pub args: Vec<Arg>,
 }
@@ -271,6 +327,9 @@ impl Helper {
         {
             return landlock::Policy {
                 rules: Vec::new(),
+                // Every file access handled, none allowed; no TCP.
+                files: Files::ByRules,
+                tcp: Tcp::Denied,
                 vm_trees: Vec::new(),
                 signals_unscoped: ends_hypervisor,
                 // Applied right after the drop, which set it.
@@ -285,7 +344,14 @@ impl Helper {
             )
         });
         let control = (shape.channel == Channel::OwnSockets).then_some(control_dir);
-        landlock::helper_policy(&self.binary, shape.binary_field, share, control, vm_trees)
+        let mut policy =
+            landlock::helper_policy(&self.binary, shape.binary_field, share, control, vm_trees);
+        policy.tcp = self.tcp.clone();
+        if shape.root == Root::OwnSandbox {
+            policy.files = Files::NotHandled;
+            policy.rules.clear();
+        }
+        policy
     }
 }
 
@@ -325,11 +391,23 @@ fn plan_virtiofsd(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
                 lit("--sandbox=none"),
                 lit("--xattr"),
                 lit("--posix-acl"),
-                // File handles need CAP_DAC_READ_SEARCH, which it never has.
+                // File handles need CAP_DAC_READ_SEARCH (open_by_handle_at),
+                // which it never has: `prefer` would try once, warn and
+                // fall back to this.
                 lit("--inode-file-handles=never"),
             ];
+            if let Some(t) = v.thread_pool_size {
+                args.push(Arg::Lit(format!(
+                    "--thread-pool-size={}",
+                    t.resolve(cpus_available())
+                )));
+            }
             if sh.read_only {
                 args.push(lit("--readonly"));
+            } else {
+                // A share the guest owns: root of its own user namespace,
+                // with no MKNOD or SETFCAP (see `owned`).
+                args.push(lit(super::owned::MODCAPS));
             }
             Helper {
                 kind: HelperKind::Virtiofsd,
@@ -341,10 +419,24 @@ fn plan_virtiofsd(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
                     source: sh.source.clone(),
                     read_only: sh.read_only,
                 }),
+                tcp: Tcp::Denied,
                 args,
             }
         })
         .collect()
+}
+
+/// The CPUs this process may run on (`sched_getaffinity`), for a pool of
+/// `"nproc"` threads; 1 when the kernel does not say.
+fn cpus_available() -> usize {
+    nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .map(|set| {
+            (0..nix::sched::CpuSet::count())
+                .filter(|&c| set.is_set(c).unwrap_or(false))
+                .count()
+        })
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// vhost-device-vsock for QEMU's user vsock backend (cloud-hypervisor
@@ -371,6 +463,29 @@ fn plan_vhost_device_vsock(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
         ],
         sockets: vec![socket, host],
         share: None,
+        tcp: Tcp::Denied,
+    }]
+}
+
+/// passt for QEMU's user network interface (`config::user_net`); the
+/// spec refuses it for the other hypervisors.
+fn plan_passt(spec: &Spec, _control_dir: &Path) -> Vec<Helper> {
+    let Some(u) = &spec.user_network else {
+        return Vec::new();
+    };
+    if spec.hypervisor.kind != HypervisorKind::Qemu {
+        return Vec::new();
+    }
+    let mut args = vec![Arg::Fd("--fd=")];
+    args.extend(u.passt_args().into_iter().map(Arg::Lit));
+    vec![Helper {
+        kind: HelperKind::Passt,
+        tag: Some(u.id.clone()),
+        binary: u.binary.clone(),
+        sockets: Vec::new(),
+        share: None,
+        tcp: Tcp::BindOnly(u.tcp_host_ports()),
+        args,
     }]
 }
 
@@ -387,6 +502,7 @@ fn plan_vmm_notify(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
         binary: PathBuf::from(OWN_CODE),
         sockets: vec![control_dir.join(hybrid_vsock_port_socket_name(port))],
         share: None,
+        tcp: Tcp::Denied,
         args: Vec::new(),
     }]
 }

@@ -17,6 +17,17 @@
 //! goes on. The guest's first FUSE request comes after that (the
 //! hypervisor does not exist yet). In that namespace nothing but the share
 //! exists: not `control/` (the hypervisor's QMP socket), not the host.
+//!
+//! Nor the VM's procfs, through the one descriptor virtiofsd keeps from
+//! before the switch: `/proc/self/fd`, which it needs to reopen its own
+//! fds. The child binds `/proc/self/fd` onto itself before it execs (the
+//! same process: `self` is virtiofsd), so that descriptor is the root of
+//! a mount of its own; `pivot_root`'s detach of the old root disconnects
+//! that mount with the rest, and `..` at the root of a disconnected mount
+//! stays where it is. Without the bind, `..` from it walked up inside the
+//! procfs mount to `/proc/net/unix` and `/proc/sys` (virtiofsd's own
+//! namespace sandbox makes the same bind for the same reason). The only
+//! entries left behind that descriptor are virtiofsd's own fds.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -75,8 +86,22 @@ pub(super) fn share_namespace(
             _ => Errno::EINVAL,
         },
     })?;
+    // The fd directory virtiofsd opens at start, made the root of a mount
+    // of its own (see the module docs): `..` from it cannot leave it once
+    // the old root is detached.
+    sys.mount(
+        Some(PROC_SELF_FD),
+        Path::new(PROC_SELF_FD),
+        None,
+        MsFlags::MS_BIND,
+        None,
+    )
+    .sys("bind /proc/self/fd onto itself", PROC_SELF_FD)?;
     Ok(())
 }
+
+/// What virtiofsd opens to reopen its own fds (`PassthroughFs::new`).
+const PROC_SELF_FD: &str = "/proc/self/fd";
 
 /// Make the share virtiofsd's root (see the module docs): wait until it
 /// has opened its working directory (the share: by then it holds
