@@ -201,7 +201,7 @@ fn a_guests_poweroff_message_ends_firecracker_with_sigterm_through_its_sandboxed
     let took = t0.elapsed();
     assert!(
         g.log_text()
-            .contains("vmwarden vmm-notify: the guest's systemd said poweroff: ended the hypervisor (SIGTERM)"),
+            .contains("vmwarden vmm-notify: the guest's systemd said poweroff: ending the hypervisor (SIGTERM)"),
         "{}",
         g.log_text()
     );

@@ -1147,7 +1147,7 @@ rb_one() { # VM
     # (the guest's console and the helper's log share the unit's stream:
     # a line may come in pieces)
     jlog "$u" "$cur2" | grep -v 'vmwarden vmm-notify:' | tr -d '\n' | grep -q 'VMM-NOTIFY sent=poweroff port=8888' \
-      && jlog "$u" "$cur2" | grep -q "vmm-notify: the guest's systemd said poweroff: ended the hypervisor (SIGTERM)" \
+      && jlog "$u" "$cur2" | grep -q "vmm-notify: the guest's systemd said poweroff: ending the hypervisor (SIGTERM)" \
       || { fail "$vm: the guest's poweroff did not go through vmm-notify: $(jlog "$u" "$cur2" | grep -E 'VMM-NOTIFY|vmm-notify' | tr '\n' ' ')"; return 1; }
     log "$vm: the guest halted before firecracker ended: $(jlog "$u" "$cur2" | grep -c 'reboot: System halted')"
     note "$vm poweroff: the guest told vmm-notify, which ended firecracker (SIGTERM): inactive, success, not restarted"

@@ -223,22 +223,26 @@ pub fn serve(listener: OwnedFd, hypervisor: OwnedFd) -> i32 {
         // Closed before acting: the guest's systemd may wait for it.
         drop(conn);
         match message.shutdown(ended) {
-            // Said once the guest had its grace, so that the line does not
-            // cut into the guest's last console lines on the same stream.
-            Some(s) if s.ends_vm() => match end_hypervisor(&hypervisor) {
-                Ok(Ended::Signalled) => {
+            Some(s) if s.ends_vm() => {
+                // Said once the guest had its grace, so that the line does
+                // not cut into the guest's last console lines on the same
+                // stream, and before the signal: the hypervisor's end
+                // kills this helper (its death signal) at once, and on one
+                // CPU it may end before this helper runs again.
+                let say_ending = || {
                     say(&format!(
-                        "the guest's systemd said {}: ended the hypervisor (SIGTERM)",
+                        "the guest's systemd said {}: ending the hypervisor (SIGTERM)",
                         s.as_str()
                     ));
-                    return 0;
+                };
+                match end_hypervisor(&hypervisor, say_ending) {
+                    Ok(()) => return 0,
+                    Err(e) => say(&format!(
+                        "the guest's systemd said {}, but the hypervisor cannot be signalled: {e}",
+                        s.as_str()
+                    )),
                 }
-                Ok(Ended::ByItself) => return 0,
-                Err(e) => say(&format!(
-                    "the guest's systemd said {}, but the hypervisor cannot be signalled: {e}",
-                    s.as_str()
-                )),
-            },
+            }
             Some(s) => say(&format!(
                 "the guest's systemd says {}: the hypervisor is left to it",
                 s.as_str()
@@ -248,15 +252,9 @@ pub fn serve(listener: OwnedFd, hypervisor: OwnedFd) -> i32 {
     }
 }
 
-/// How the hypervisor ended.
-enum Ended {
-    ByItself,
-    Signalled,
-}
-
-/// Wait [`GRACE`] for the hypervisor to end by itself, then SIGTERM it.
-/// A hypervisor already gone is not an error.
-fn end_hypervisor(pidfd: &OwnedFd) -> Result<Ended, Errno> {
+/// Wait [`GRACE`] for the hypervisor to end by itself; if it has not,
+/// `announce`, then SIGTERM it. A hypervisor already gone is not an error.
+fn end_hypervisor(pidfd: &OwnedFd, announce: impl FnOnce()) -> Result<(), Errno> {
     let end = Instant::now() + GRACE;
     loop {
         let left = end.saturating_duration_since(Instant::now());
@@ -267,14 +265,14 @@ fn end_hypervisor(pidfd: &OwnedFd) -> Result<Ended, Errno> {
         let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, PollTimeout::from(ms)) {
             // Readable: the process has exited.
-            Ok(n) if n > 0 => return Ok(Ended::ByItself),
+            Ok(n) if n > 0 => return Ok(()),
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => return Err(e),
         }
     }
+    announce();
     match cgroup::pidfd_signal(pidfd.as_raw_fd(), libc::SIGTERM) {
-        Ok(()) => Ok(Ended::Signalled),
-        Err(Errno::ESRCH) => Ok(Ended::ByItself),
+        Ok(()) | Err(Errno::ESRCH) => Ok(()),
         Err(e) => Err(e),
     }
 }
