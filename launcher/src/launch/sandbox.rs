@@ -301,45 +301,49 @@ pub fn drop_privileges_with(sys: &dyn Syscall, p: &Principal) -> Result<()> {
     sys.verify_dropped(p)
 }
 
-/// Mark every fd ≥ 3 except `keep` close-on-exec, as late as possible.
-pub fn cloexec_all_but(sys: &dyn Syscall, keep: &[i32]) -> Result<()> {
+/// The ranges of fds from 3 up that are not in `keep`, in order, as
+/// `close_range(2)` takes them (`last` inclusive; the last range ends at
+/// `u32::MAX`). Fds 0–2 in `keep` change nothing: they are never in a range.
+pub(crate) fn ranges_but(keep: &[RawFd]) -> Vec<(u32, u32)> {
     let mut keep: Vec<u32> = keep
         .iter()
         .filter_map(|k| u32::try_from(*k).ok())
         .filter(|k| *k >= 3)
         .collect();
     keep.sort_unstable();
+    let mut ranges = Vec::new();
     let mut first = 3u32;
     for k in keep.iter().copied().chain(std::iter::once(u32::MAX)) {
         if k > first {
             let last = if k == u32::MAX { u32::MAX } else { k - 1 };
-            sys.cloexec_range(first, last)
-                .sys("close_range(CLOEXEC)", "/proc/self/fd")?;
+            ranges.push((first, last));
         }
-        first = k.saturating_add(1);
+        first = first.max(k.saturating_add(1));
+    }
+    ranges
+}
+
+/// Mark every fd ≥ 3 except `keep` close-on-exec, as late as possible.
+pub fn cloexec_all_but(sys: &dyn Syscall, keep: &[i32]) -> Result<()> {
+    for (first, last) in ranges_but(keep) {
+        sys.cloexec_range(first, last)
+            .sys("close_range(CLOEXEC)", "/proc/self/fd")?;
     }
     Ok(())
 }
 
 /// Close every fd from 3 up but `keep` (stdin, stdout and stderr stay):
 /// what a forked child that runs the launcher's own code keeps (the console
-/// relay, a helper of vmwarden's own code), instead of an `execve`'s
-/// close-on-exec.
+/// relay, the broker, a helper of vmwarden's own code), instead of an
+/// `execve`'s close-on-exec.
 pub fn close_all_but(keep: &[RawFd]) -> Result<(), String> {
-    let mut keep: Vec<u32> = keep.iter().filter_map(|k| u32::try_from(*k).ok()).collect();
-    keep.sort_unstable();
-    let mut first = 3u32;
-    for k in keep.iter().copied().chain(std::iter::once(u32::MAX)) {
-        if k > first {
-            let last = if k == u32::MAX { u32::MAX } else { k - 1 };
-            // SAFETY: close_range(2) takes plain integers and closes fds of
-            // this process only; none in the range is used after this.
-            let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
-            if r != 0 {
-                return Err(format!("close_range({first}, {last}): {}", Errno::last()));
-            }
+    for (first, last) in ranges_but(keep) {
+        // SAFETY: close_range(2) takes plain integers and closes fds of
+        // this process only; none in the range is used after this.
+        let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+        if r != 0 {
+            return Err(format!("close_range({first}, {last}): {}", Errno::last()));
         }
-        first = k.saturating_add(1);
     }
     Ok(())
 }
@@ -357,6 +361,17 @@ pub fn close_inherited_fds() -> Result<()> {
 pub(crate) mod tests {
     use super::*;
     use crate::launch::syscall::RecordingSyscall;
+
+    #[test]
+    fn the_ranges_left_to_close_skip_every_kept_fd_and_never_touch_0_to_2() {
+        assert_eq!(ranges_but(&[]), [(3, u32::MAX)]);
+        assert_eq!(ranges_but(&[5, 3, 9]), [(4, 4), (6, 8), (10, u32::MAX)]);
+        // Fds below 3 (stdin, stdout and stderr always stay) and fds named
+        // twice change nothing: before, `close_all_but` given fd 1 closed
+        // fd 2.
+        assert_eq!(ranges_but(&[1, 7, 7, 2]), [(3, 6), (8, u32::MAX)]);
+        assert_eq!(ranges_but(&[-1, 4]), [(3, 3), (5, u32::MAX)]);
+    }
 
     /// The privilege drop's calls, in the order the kernel must see them
     /// (also the middle of the launch tail's order, `launch::tests`).

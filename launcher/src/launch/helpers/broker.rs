@@ -44,7 +44,7 @@
 //! (ENOSYS), which is the closed way to fail.
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::time::Instant;
 
 use caps::{CapSet, Capability, CapsHashSet};
@@ -69,7 +69,7 @@ pub const BROKER_CAPS: &[Capability] = &[
     Capability::CAP_SYS_PTRACE,
 ];
 use super::{wait_started, Context, Helper, HelperError};
-use crate::launch::seccomp;
+use crate::launch::{sandbox, seccomp};
 
 /// `PATH_MAX`: the longest path a call may name.
 const PATH_MAX: usize = 4096;
@@ -122,7 +122,7 @@ pub(super) fn start(
                     status_w.as_raw_fd(),
                     lease.unwrap_or(-1),
                 ];
-                close_all_but(&keep)
+                sandbox::close_all_but(&keep)
             }) {
                 Ok(()) => {
                     drop(status_w);
@@ -221,28 +221,6 @@ fn child(
     // 16 bytes; the literal is both.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"vmwarden-broker".as_ptr(), 0, 0, 0) };
     seccomp::apply(ctx.sys, progs).map_err(|e| e.to_string())?;
-    Ok(())
-}
-
-/// Close every fd ≥ 3 but `keep` (the broker never `exec`s).
-fn close_all_but(keep: &[RawFd]) -> Result<(), String> {
-    let mut keep: Vec<u32> = keep
-        .iter()
-        .filter_map(|k| u32::try_from(*k).ok())
-        .filter(|k| *k >= 3)
-        .collect();
-    keep.sort_unstable();
-    let mut first = 3u32;
-    for k in keep.iter().copied().chain(std::iter::once(u32::MAX)) {
-        if k > first {
-            let last = if k == u32::MAX { u32::MAX } else { k - 1 };
-            // SAFETY: close_range touches only this process's fd table;
-            // the fds kept are outside the range.
-            let rc = unsafe { libc::close_range(first, last, 0) };
-            Errno::result(rc).map_err(|e| format!("close_range: {e}"))?;
-        }
-        first = k.saturating_add(1);
-    }
     Ok(())
 }
 
