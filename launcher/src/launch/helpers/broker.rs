@@ -47,14 +47,14 @@ use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::time::Instant;
 
-use caps::{CapSet, Capability, CapsHashSet};
+use caps::Capability;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sched::CloneFlags;
 use nix::sys::signal::Signal;
 use nix::sys::stat::Mode;
 use nix::sys::wait::waitpid;
-use nix::unistd::{ForkResult, Gid, Pid, Uid};
+use nix::unistd::{ForkResult, Pid};
 
 /// The broker's capabilities, in virtiofsd's user namespace only: open
 /// any directory there (`DAC_READ_SEARCH`), change the mode of one it does
@@ -68,7 +68,7 @@ pub const BROKER_CAPS: &[Capability] = &[
     Capability::CAP_FSETID,
     Capability::CAP_SYS_PTRACE,
 ];
-use super::{wait_started, Context, Helper, HelperError};
+use super::{owned, wait_started, Context, Helper, HelperError};
 use crate::launch::{sandbox, seccomp};
 
 /// `PATH_MAX`: the longest path a call may name.
@@ -182,36 +182,7 @@ fn child(
     nix::sched::setns(mnt, CloneFlags::CLONE_NEWNS).map_err(|e| format!("setns(mnt): {e}"))?;
     nix::sched::setns(user, CloneFlags::CLONE_NEWUSER).map_err(|e| format!("setns(user): {e}"))?;
     close()?;
-    ctx.sys
-        .setresgid(Gid::from_raw(0))
-        .map_err(|e| format!("setresgid(0): {e}"))?;
-    ctx.sys
-        .setgroups(&[])
-        .map_err(|e| format!("setgroups([]): {e}"))?;
-    ctx.sys
-        .setresuid(Uid::from_raw(0))
-        .map_err(|e| format!("setresuid(0): {e}"))?;
-    let keep: CapsHashSet = BROKER_CAPS.iter().copied().collect();
-    let kept: Vec<u8> = BROKER_CAPS.iter().map(|c| c.index()).collect();
-    for cap in (0..=63u8).filter(|c| !kept.contains(c)) {
-        // SAFETY: prctl(PR_CAPBSET_DROP) takes a capability number and no
-        // pointers; the return value is checked.
-        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
-        match Errno::result(rc) {
-            Ok(_) => {}
-            Err(Errno::EINVAL) if cap > 0 => break,
-            Err(e) => return Err(format!("drop capability {cap}: {e}")),
-        }
-    }
-    ctx.sys
-        .clear_ambient()
-        .map_err(|e| format!("clear ambient: {e}"))?;
-    caps::clear(None, CapSet::Inheritable).map_err(|e| format!("capset: {e}"))?;
-    caps::set(None, CapSet::Effective, &keep).map_err(|e| format!("capset: {e}"))?;
-    caps::set(None, CapSet::Permitted, &keep).map_err(|e| format!("capset: {e}"))?;
-    ctx.sys
-        .set_no_new_privs()
-        .map_err(|e| format!("no_new_privs: {e}"))?;
+    owned::become_root_keeping(ctx.sys, BROKER_CAPS)?;
     nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL))
         .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
     if nix::unistd::getppid() != parent {

@@ -232,18 +232,33 @@ pub(super) fn enter(sys: &dyn Syscall, sync: ChildSync, p: &Principal) -> Result
         Err(e) => return Err(format!("wait for the id map: {e}")),
     }
     drop(sync.mapped);
-    let root_g = Gid::from_raw(0);
-    let root_u = Uid::from_raw(0);
-    sys.setresgid(root_g)
+    let keep = become_root_keeping(sys, NS_CAPS)?;
+    check(p, &keep)?;
+    Ok(Entered {
+        listener: sync.listener,
+    })
+}
+
+/// In a user namespace this process has just entered: become its root
+/// (gid, no supplementary group, uid), keep only `caps` in the bounding,
+/// permitted and effective sets (every other capability the kernel knows,
+/// known to the caps crate or not, leaves the bounding set), none
+/// inheritable or ambient, and set `no_new_privs`. virtiofsd's child and
+/// its broker both start so. Returns the kept set.
+pub(super) fn become_root_keeping(
+    sys: &dyn Syscall,
+    caps: &[Capability],
+) -> Result<CapsHashSet, String> {
+    sys.setresgid(Gid::from_raw(0))
         .map_err(|e| format!("setresgid(0) in the namespace: {e}"))?;
     sys.setgroups(&[])
         .map_err(|e| format!("setgroups([]) in the namespace: {e}"))?;
-    sys.setresuid(root_u)
+    sys.setresuid(Uid::from_raw(0))
         .map_err(|e| format!("setresuid(0) in the namespace: {e}"))?;
-    let keep: CapsHashSet = NS_CAPS.iter().copied().collect();
-    // Every capability the kernel knows but these (numbered from 0; EINVAL
-    // past the last one ends the loop), known to the caps crate or not.
-    let kept: Vec<u8> = NS_CAPS.iter().map(|c| c.index()).collect();
+    let keep: CapsHashSet = caps.iter().copied().collect();
+    // Numbered from 0; EINVAL past the last one the kernel knows ends the
+    // loop.
+    let kept: Vec<u8> = caps.iter().map(|c| c.index()).collect();
     for cap in (0..=63u8).filter(|c| !kept.contains(c)) {
         // SAFETY: prctl(PR_CAPBSET_DROP) takes a capability number and no
         // pointers; the return value is checked.
@@ -261,10 +276,7 @@ pub(super) fn enter(sys: &dyn Syscall, sync: ChildSync, p: &Principal) -> Result
     caps::set(None, CapSet::Permitted, &keep).map_err(|e| format!("capset: {e}"))?;
     sys.set_no_new_privs()
         .map_err(|e| format!("prctl(PR_SET_NO_NEW_PRIVS): {e}"))?;
-    check(p, &keep)?;
-    Ok(Entered {
-        listener: sync.listener,
-    })
+    Ok(keep)
 }
 
 /// The child's own view, read back: root of a namespace whose map is the
