@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
-use vmwarden::host::procs::processes_of_uid;
 use vmwarden::hypervisor::api;
 
 /// The ELF vmlinux firecracker boots, extracted from the test guest's
@@ -42,22 +41,6 @@ fn vmlinux(env: &Env) -> PathBuf {
 fn guest_says(sock: &Path, msg: &[u8]) {
     let mut c = UnixStream::connect(sock).unwrap_or_else(|e| panic!("{}: {e}", sock.display()));
     c.write_all(msg).unwrap();
-}
-
-/// The processes of `u` other than `not`.
-fn others_of(u: u32, not: u32) -> Vec<u32> {
-    processes_of_uid(u)
-        .into_iter()
-        .filter(|p| *p != not)
-        .collect()
-}
-
-fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < end, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The helper runs as the principal with nothing more, as the hypervisor's

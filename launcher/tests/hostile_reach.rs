@@ -9,7 +9,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::json;
@@ -148,14 +148,6 @@ while time.time() < end:
 print('HOST no frame from the VM', flush=True)
 sys.exit(1)
 "#;
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < end, "{what} within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// Firecracker reaches only its own taps, in the identical sandbox
 /// (`--probe`, so it runs wherever the tests run): an ownerless tap is made

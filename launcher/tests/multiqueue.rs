@@ -7,37 +7,12 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::json;
 
 const BOOT: Duration = Duration::from_secs(180);
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < end, "{what} within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The interface each tun fd of `pid` is attached to, per /proc fdinfo.
-fn tun_fds_of(pid: u32) -> Vec<String> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
-        .unwrap()
-        .flatten()
-    {
-        if let Ok(t) = std::fs::read_to_string(e.path()) {
-            if let Some(l) = t.lines().find_map(|l| l.strip_prefix("iff:")) {
-                out.push(l.trim().to_string());
-            }
-        }
-    }
-    out.sort();
-    out
-}
 
 /// How many fds of `pid` are open on `path`.
 fn fds_on(pid: u32, path: &str) -> usize {

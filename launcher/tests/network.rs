@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::json;
@@ -17,31 +17,6 @@ fn nic_spec(env: &Env, name: &str, uid: u32, tap: &str, mac: &str) -> serde_json
     let mut s = env.spec(name, uid);
     s["interfaces"] = json!([{ "tap": tap, "bridge": "br0", "mac": mac }]);
     s
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < end, "{what} within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The interface name a tun fd of `pid` is attached to, per /proc fdinfo.
-fn tun_fds_of(pid: u32) -> Vec<String> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
-        .unwrap()
-        .flatten()
-    {
-        if let Ok(t) = std::fs::read_to_string(e.path()) {
-            if let Some(l) = t.lines().find_map(|l| l.strip_prefix("iff:")) {
-                out.push(l.trim().to_string());
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 #[test]

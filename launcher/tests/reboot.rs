@@ -25,19 +25,6 @@ const BOOT: Duration = Duration::from_secs(180);
 /// The vsock port the guest takes its orders on.
 const ORDERS: u32 = 1300;
 
-/// Where tests/setup-host.sh installs the two vhost-user daemons.
-fn daemon(name: &str) -> PathBuf {
-    let root = std::env::var("VMWARDEN_TEST_CARGO_ROOT")
-        .unwrap_or_else(|_| "/var/cache/vmwarden-test/cargo".into());
-    let p = PathBuf::from(root).join("bin").join(name);
-    assert!(
-        p.is_file(),
-        "{} missing: run tests/setup-host.sh",
-        p.display()
-    );
-    p
-}
-
 /// The guest's script: count this boot on the share, print it with the
 /// kernel's boot id, then obey one order at a time from vsock port
 /// `ORDERS` (`reboot -f` and `poweroff -f` are what any init ends with).
@@ -123,16 +110,6 @@ fn wait_boots(g: &mut Guest, n: usize) -> Vec<(u32, String)> {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// The principal's processes other than `not`, sorted.
-fn others_of(uid: u32, not: u32) -> Vec<u32> {
-    let mut v: Vec<u32> = processes_of_uid(uid)
-        .into_iter()
-        .filter(|p| *p != not)
-        .collect();
-    v.sort_unstable();
-    v
 }
 
 fn status_json(env: &Env) -> serde_json::Value {

@@ -156,19 +156,6 @@ sync; umount /rw; umount /mnt
     assert!(rw.join("out").is_file() && img.is_file());
 }
 
-/// Where tests/setup-host.sh installs the two vhost-user daemons.
-fn daemon(name: &str) -> PathBuf {
-    let root = std::env::var("VMWARDEN_TEST_CARGO_ROOT")
-        .unwrap_or_else(|_| "/var/cache/vmwarden-test/cargo".into());
-    let p = PathBuf::from(root).join("bin").join(name);
-    assert!(
-        p.is_file(),
-        "{} missing: run tests/setup-host.sh",
-        p.display()
-    );
-    p
-}
-
 /// A spec for VM `web` of `u` with one writable virtiofs share, `vrw`.
 fn vrw_spec(env: &Env, u: u32) -> serde_json::Value {
     let rw = dir(env, "rw-src", u, 0o700);
@@ -194,17 +181,6 @@ fn helpers_of(uid: u32, not: u32) -> Vec<(u32, String)> {
             Some((p, comm.trim().to_string()))
         })
         .collect()
-}
-
-fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let end = std::time::Instant::now() + limit;
-    while !f() {
-        assert!(
-            std::time::Instant::now() < end,
-            "{what}: not within {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The one virtiofsd among the helpers of `u` (children of `parent`).
@@ -724,10 +700,6 @@ fn guest_attacks(share: &Path, socket: &Path) {
         assert_eq!(mode & 0o6000, 0, "{:?} has mode {mode:o}", e.path());
     }
     assert!(!share.join("c-suid").exists() && !share.join("m-sgid").exists());
-}
-
-fn seccomp_filters(pid: u32) -> u32 {
-    proc_status(pid, "Seccomp_filters").parse().unwrap()
 }
 
 /// A guest stays inside its virtiofs share: each virtiofsd runs in a mount

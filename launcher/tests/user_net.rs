@@ -224,14 +224,6 @@ fn live_of(uid: u32, not: u32) -> Vec<(u32, String)> {
         .collect()
 }
 
-fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < end, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// passt, the one helper of `u` beside `parent`, once `parent` runs
 /// `comm` (the launcher has exec'd: passt had sandboxed itself by then).
 fn the_passt(u: u32, parent: u32, comm: &str) -> u32 {
@@ -252,10 +244,6 @@ fn the_passt(u: u32, parent: u32, comm: &str) -> u32 {
     let (pid, comm) = &found[0];
     assert!(comm.starts_with("passt"), "{found:?}");
     *pid
-}
-
-fn seccomp_filters(pid: u32) -> u32 {
-    proc_status(pid, "Seccomp_filters").parse().unwrap()
 }
 
 /// passt runs as the principal, the hypervisor's child, with no_new_privs

@@ -526,6 +526,62 @@ pub fn proc_status(pid: u32, key: &str) -> String {
         .to_string()
 }
 
+/// How many seccomp filters `pid` runs under.
+pub fn seccomp_filters(pid: u32) -> u32 {
+    proc_status(pid, "Seccomp_filters").parse().unwrap()
+}
+
+/// Poll `f` every 20 ms until it holds; fail naming `what` after `limit`.
+#[track_caller]
+pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < end, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The processes of `uid` other than `not`, sorted.
+pub fn others_of(uid: u32, not: u32) -> Vec<u32> {
+    let mut v: Vec<u32> = processes_of_uid(uid)
+        .into_iter()
+        .filter(|p| *p != not)
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// A helper daemon `tests/setup-host.sh` installs with `cargo install`
+/// (virtiofsd, vhost-device-vsock).
+pub fn daemon(name: &str) -> PathBuf {
+    let root = std::env::var("VMWARDEN_TEST_CARGO_ROOT")
+        .unwrap_or_else(|_| "/var/cache/vmwarden-test/cargo".into());
+    let p = PathBuf::from(root).join("bin").join(name);
+    assert!(
+        p.is_file(),
+        "{} missing: run tests/setup-host.sh",
+        p.display()
+    );
+    p
+}
+
+/// The interface each tun fd of `pid` is attached to, per /proc fdinfo.
+pub fn tun_fds_of(pid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        if let Ok(t) = std::fs::read_to_string(e.path()) {
+            if let Some(l) = t.lines().find_map(|l| l.strip_prefix("iff:")) {
+                out.push(l.trim().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 pub fn read_proc_bytes(pid: u32, what: &str) -> Vec<u8> {
     let mut v = Vec::new();
     std::fs::File::open(format!("/proc/{pid}/{what}"))
