@@ -378,18 +378,19 @@ fn run_under_journal(
     cmd.output().unwrap()
 }
 
-/// In the child before exec: a private mount namespace where
-/// `/run/systemd/journal` is the test's directory. `p` is `/`, `tmpfs`,
-/// `/run/systemd`, `/run/systemd/journal` and the test's directory.
-fn enter_journal_namespace(p: &[CString; 5]) -> std::io::Result<()> {
-    let [root, tmpfs, run_systemd, journal, src] = p;
-    let check = |r: libc::c_int| {
-        if r != 0 {
-            Err(std::io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
-    };
+/// A raw call's return value as a result (in a child between fork and
+/// exec: no allocation).
+fn check(r: libc::c_int) -> std::io::Result<()> {
+    if r != 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// In the child before exec: a mount namespace of its own, every mount
+/// under `root` (`/`) private to it.
+fn private_mount_namespace(root: &CString) -> std::io::Result<()> {
     // SAFETY: unshare(2) takes a flag.
     check(unsafe { libc::unshare(libc::CLONE_NEWNS) })?;
     // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
@@ -401,8 +402,16 @@ fn enter_journal_namespace(p: &[CString; 5]) -> std::io::Result<()> {
             libc::MS_REC | libc::MS_PRIVATE,
             std::ptr::null(),
         )
-    })?;
-    // SAFETY: as above.
+    })
+}
+
+/// In the child before exec: a private mount namespace where
+/// `/run/systemd/journal` is the test's directory. `p` is `/`, `tmpfs`,
+/// `/run/systemd`, `/run/systemd/journal` and the test's directory.
+fn enter_journal_namespace(p: &[CString; 5]) -> std::io::Result<()> {
+    let [root, tmpfs, run_systemd, journal, src] = p;
+    private_mount_namespace(root)?;
+    // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
     check(unsafe {
         libc::mount(
             tmpfs.as_ptr(),
@@ -414,7 +423,7 @@ fn enter_journal_namespace(p: &[CString; 5]) -> std::io::Result<()> {
     })?;
     // SAFETY: mkdir(2) with a NUL-terminated path.
     check(unsafe { libc::mkdir(journal.as_ptr(), 0o755) })?;
-    // SAFETY: as the mounts above.
+    // SAFETY: as the mount above.
     check(unsafe {
         libc::mount(
             src.as_ptr(),
@@ -613,27 +622,9 @@ fn hide_system_bus(
     dbus: &CString,
     has_dbus_dir: bool,
 ) -> std::io::Result<()> {
-    let check = |r: libc::c_int| {
-        if r != 0 {
-            Err(std::io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
-    };
-    // SAFETY: unshare(2) takes a flag.
-    check(unsafe { libc::unshare(libc::CLONE_NEWNS) })?;
-    // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
-    check(unsafe {
-        libc::mount(
-            std::ptr::null(),
-            root.as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        )
-    })?;
+    private_mount_namespace(root)?;
     if has_dbus_dir {
-        // SAFETY: as above.
+        // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
         check(unsafe {
             libc::mount(
                 tmpfs.as_ptr(),
