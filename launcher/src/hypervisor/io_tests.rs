@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use super::tests::layout;
 use super::*;
 use crate::config::spec::*;
 
@@ -19,21 +20,6 @@ fn spec(kind: &str, disks: serde_json::Value) -> Spec {
     let s = Spec::parse(p, &serde_json::to_vec(&v).unwrap()).unwrap();
     s.validate(p, &"web".parse().unwrap()).unwrap();
     s
-}
-
-fn layout() -> Layout {
-    Layout {
-        qmp_fd: 3,
-        credentials_dir: "/run/vmwarden/web/credentials".into(),
-        api_socket: "/run/vmwarden/web/control/api.sock".into(),
-        firecracker_config: "/run/vmwarden/web/control/firecracker.json".into(),
-        tap_fds: vec![],
-        tap_queue_fds: vec![],
-        vhost_net_fds: vec![],
-        control_dir: "/run/vmwarden/web/control".into(),
-        vhost_vsock_fd: None,
-        user_net_fd: None,
-    }
 }
 
 fn drives(s: &Spec) -> Vec<String> {

@@ -15,7 +15,8 @@ fn spec() -> Spec {
         .unwrap()
 }
 
-fn layout() -> Layout {
+/// A layout of made-up fds and paths (also for `io_tests`).
+pub(super) fn layout() -> Layout {
     Layout {
         qmp_fd: 3,
         credentials_dir: "/run/vmwarden/web/credentials".into(),
