@@ -560,32 +560,61 @@ fn wait_socket(
     t0: Instant,
 ) -> Result<(), HelperError> {
     let name = socket.file_name().unwrap_or_default();
-    loop {
-        if let Ok(st) = fstatat(control.fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFSOCK {
-                return Ok(());
-            }
-        }
-        let status = match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) => None,
-            Ok(status) => Some(format!("{status:?}")),
-            Err(e) => Some(format!("waitpid: {e}")),
-        };
-        if let Some(status) = status {
-            return Err(HelperError::Exited {
-                helper: h.name(),
-                binary: h.binary.clone(),
-                socket: socket.to_path_buf(),
-                status,
-            });
-        }
-        if t0.elapsed() >= START_TIMEOUT {
+    let is_socket = || {
+        fstatat(control.fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok_and(|st| {
+            SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFSOCK
+        })
+    };
+    let exited = |status: String| HelperError::Exited {
+        helper: h.name(),
+        binary: h.binary.clone(),
+        socket: socket.to_path_buf(),
+        status,
+    };
+    match poll_while_alive(child, t0, is_socket) {
+        Ok(()) => Ok(()),
+        Err(Ended::Exited(status)) => Err(exited(format!("{status:?}"))),
+        Err(Ended::WaitFailed(e)) => Err(exited(format!("waitpid: {e}"))),
+        Err(Ended::TimedOut) => {
             let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
             let _ = waitpid(child, None);
-            return Err(timeout(
+            Err(timeout(
                 h,
                 format!("its socket {} did not appear", socket.display()),
-            ));
+            ))
+        }
+    }
+}
+
+/// How a helper's start ended before what its launcher waited for.
+pub(super) enum Ended {
+    /// It exited (or was killed) first.
+    Exited(WaitStatus),
+    /// `waitpid` on it failed.
+    WaitFailed(Errno),
+    /// [`START_TIMEOUT`] from the start passed.
+    TimedOut,
+}
+
+/// Poll, in short sleeps, until `ready()` holds, while helper `child`
+/// (started at `t0`) lives: the one wait of every step that waits for a
+/// helper (its socket, its share opened, its own sandbox).
+pub(super) fn poll_while_alive(
+    child: Pid,
+    t0: Instant,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), Ended> {
+    loop {
+        if ready() {
+            return Ok(());
+        }
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => {}
+            Ok(status) => return Err(Ended::Exited(status)),
+            Err(e) => return Err(Ended::WaitFailed(e)),
+        }
+        if t0.elapsed() >= START_TIMEOUT {
+            return Err(Ended::TimedOut);
         }
         std::thread::sleep(POLL);
     }

@@ -13,12 +13,11 @@
 use std::path::Path;
 use std::time::Instant;
 
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::host::sys::read_path;
 
-use super::{timeout, Helper, HelperError, POLL, START_TIMEOUT};
+use super::{poll_while_alive, timeout, Ended, Helper, HelperError};
 
 /// Wait until `pid` (helper `h`, started under `ours` seccomp programs)
 /// has sandboxed itself, and check that it has.
@@ -32,26 +31,19 @@ pub(super) fn wait(h: &Helper, pid: Pid, ours: usize, t0: Instant) -> Result<(),
         )
     })? + ours;
     let status = format!("/proc/{pid}/status");
-    loop {
-        if filters(Path::new(&status)).is_some_and(|n| n > started) {
-            break;
+    let sandboxed = || filters(Path::new(&status)).is_some_and(|n| n > started);
+    match poll_while_alive(pid, t0, sandboxed) {
+        Ok(()) => {}
+        Err(Ended::Exited(st)) => {
+            return Err(HelperError::ExitedBefore {
+                helper: h.name(),
+                binary: h.binary.clone(),
+                what: "it had sandboxed itself",
+                status: format!("{st:?}"),
+            })
         }
-        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) => {}
-            Ok(st) => {
-                return Err(HelperError::ExitedBefore {
-                    helper: h.name(),
-                    binary: h.binary.clone(),
-                    what: "it had sandboxed itself",
-                    status: format!("{st:?}"),
-                })
-            }
-            Err(e) => return Err(not_sandboxed(h, format!("waitpid: {e}"))),
-        }
-        if t0.elapsed() >= START_TIMEOUT {
-            return Err(timeout(h, "did not sandbox itself".into()));
-        }
-        std::thread::sleep(POLL);
+        Err(Ended::WaitFailed(e)) => return Err(not_sandboxed(h, format!("waitpid: {e}"))),
+        Err(Ended::TimedOut) => return Err(timeout(h, "did not sandbox itself".into())),
     }
     let root = format!("/proc/{pid}/root");
     let id = |p: &str| nix::sys::stat::stat(p).map(|st| (st.st_dev, st.st_ino));

@@ -35,14 +35,14 @@ use std::time::Instant;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{ForkResult, Pid};
 
 use crate::host::sys::{SysContext, SysError};
 use crate::launch::sandbox;
 use crate::launch::syscall::Syscall;
 
-use super::{timeout, Helper, HelperError, POLL, START_TIMEOUT};
+use super::{poll_while_alive, timeout, Ended, Helper, HelperError};
 
 /// The helper child's own mount namespace (as root, before the drop): every
 /// mount a slave (nothing made here reaches the VM's namespace or the
@@ -122,30 +122,24 @@ pub(super) fn confine_to_share(
     let want = nix::sys::stat::stat(share).map_err(|e| fail(format!("stat: {e}")))?;
     let same = |st: &nix::sys::stat::FileStat| (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino);
     let fds = PathBuf::from(format!("/proc/{pid}/fd"));
-    loop {
-        let opened = std::fs::read_dir(&fds).ok().is_some_and(|rd| {
+    let opened = || {
+        std::fs::read_dir(&fds).ok().is_some_and(|rd| {
             rd.flatten()
                 .any(|e| nix::sys::stat::stat(&e.path()).is_ok_and(|st| same(&st)))
-        });
-        if opened {
-            break;
+        })
+    };
+    match poll_while_alive(pid, t0, opened) {
+        Ok(()) => {}
+        Err(Ended::Exited(status)) => {
+            return Err(HelperError::Exited {
+                helper: h.name(),
+                binary: h.binary.clone(),
+                socket: h.socket().map(Path::to_path_buf).unwrap_or_default(),
+                status: format!("{status:?}"),
+            })
         }
-        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) => {}
-            Ok(status) => {
-                return Err(HelperError::Exited {
-                    helper: h.name(),
-                    binary: h.binary.clone(),
-                    socket: h.socket().map(Path::to_path_buf).unwrap_or_default(),
-                    status: format!("{status:?}"),
-                })
-            }
-            Err(e) => return Err(fail(format!("waitpid: {e}"))),
-        }
-        if t0.elapsed() >= START_TIMEOUT {
-            return Err(timeout(h, "did not open its share".into()));
-        }
-        std::thread::sleep(POLL);
+        Err(Ended::WaitFailed(e)) => return Err(fail(format!("waitpid: {e}"))),
+        Err(Ended::TimedOut) => return Err(timeout(h, "did not open its share".into())),
     }
     pivot_in(pid, share).map_err(fail)?;
     let root = nix::sys::stat::stat(&*format!("/proc/{pid}/root"))
