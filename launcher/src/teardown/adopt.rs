@@ -111,7 +111,7 @@ pub enum AdoptError {
         available: u64,
         why: String,
     },
-    #[error("{path}: the file system ran out of room while the copy was made; the partial copy is removed and the old files are as they were: free room and run the same command again")]
+    #[error("{path}: the file system ran out of room while the copy was made (adopt stops before the room reserved for root: the source may have grown since the plan counted it, if its old owner wrote into it); the partial copy is removed and the old files are as they were: free room and run the same command again")]
     RanOutOfRoom { path: PathBuf },
     #[error("adopt {name}: {path}: {why}; it was not adopted (the items before it were): run the same command again, which judges it anew")]
     Changed {
