@@ -333,13 +333,15 @@
   # A QEMU guest whose sshd listens on vsock (microvm.vsock.ssh.enable) on
   # a backend that `ssh vsock/<cid>` cannot reach: the host chose "user".
   # Not refused (the host may mean it), but said, with what reaches it.
+  # And a read-only share the guest mounts without nosuid,nodev.
   vsockSshWarnings = concatLists (map (vm: let
     derived = guestLib.derive {
       inherit (vm) name guest tapBridges;
       hostSystem = pkgs.stdenv.hostPlatform.system or null;
     };
   in
-    lib.optional (vm.guest != null && vlib.validVmName vm.name && derived.problems == [] && derived.sshOverVsock && vm.vsock.backend != "vhost")
+    lib.optionals (vm.guest != null && vlib.validVmName vm.name && derived.problems == []) derived.shareWarnings
+    ++ lib.optional (vm.guest != null && vlib.validVmName vm.name && derived.problems == [] && derived.sshOverVsock && vm.vsock.backend != "vhost")
     "vmwarden.vms.${vm.name}.vsock.backend = \"${vm.vsock.backend}\": the guest enables microvm.vsock.ssh, but `ssh vsock/${toString vm.vsock.cid}` reaches only a guest on the kernel's vhost-vsock (backend = \"vhost\", what such a guest gets unless the host sets another). With \"user\" its sshd is reached as root through the hybrid vsock socket: `ssh vsock-mux${vlib.controlDirOf vm.name}/vsock.sock` (systemd-ssh-proxy, docs/microvm-nix.md). Remove the host's vsock.backend, or microvm.vsock.ssh.enable from the guest.")
   vms);
 in {

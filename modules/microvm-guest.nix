@@ -37,8 +37,10 @@ in rec {
   #     problems;  messages for what vmwarden cannot honour, each naming
   #                the guest option and what to do
   #     tapIds;    the guest's tap interfaces, for tapBridges
-  #     sshOverVsock; }  a QEMU guest whose sshd listens on vsock
+  #     sshOverVsock;  a QEMU guest whose sshd listens on vsock
   #                (microvm.vsock.ssh.enable): it needs the "vhost" backend
+  #     shareWarnings; }  read-only shares the guest mounts without
+  #                nosuid,nodev, each a warning saying how to add them
   # `hostSystem` is the host's "x86_64-linux"-style system, or null.
   derive = {
     name,
@@ -266,6 +268,20 @@ in rec {
       };
     };
     shares = lib.imap0 share g.shares;
+    # A read-only share the guest mounts (its `fileSystems`, as microvm.nix's
+    # mounts.nix declares them) without nosuid and nodev: vmwarden shows the
+    # guest the host's own owners and modes there, so a set-id file any
+    # writer of the source made (a build user, in the store) would be
+    # honoured. vmwarden maps the guest, it does not build it: said, with
+    # the line that fixes it, not refused.
+    guestFileSystems = guest.config.fileSystems or {};
+    unguardedShares = filter (s: let
+      fsOpts = (guestFileSystems.${s.mountPoint} or {}).options or null;
+    in
+      (s.readOnly || vlib.isUnder builtins.storeDir (abs s.source))
+      && fsOpts != null
+      && !(elem "nosuid" fsOpts && elem "nodev" fsOpts)) (g.shares or []);
+    shareWarnings = map (s: "vmwarden.vms.${name}.guest: the guest mounts the read-only share \"${s.tag}\" (${s.source}) at ${s.mountPoint} without nosuid,nodev; the guest sees the host's own owners and modes there, so a set-id file whoever may write ${s.source} made would be honoured in the guest. Add to the guest's configuration: fileSystems.\"${s.mountPoint}\".options = [\"nosuid\" \"nodev\"];") unguardedShares;
     pool = g.virtiofsd.threadPoolSize;
     poolOk = builtins.isInt pool || pool == "`nproc`";
     virtiofsProblems =
@@ -437,7 +453,7 @@ in rec {
       then []
       else map (n: n.id) (filter (n: n.type == "tap") g.interfaces);
   in {
-    inherit values problems tapIds sshOverVsock;
+    inherit values problems tapIds sshOverVsock shareWarnings;
   };
 
   # Options a guest can give values to.

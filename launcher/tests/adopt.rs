@@ -1167,3 +1167,299 @@ fn a_copy_shares_blocks_where_the_file_system_makes_reflinks() {
         );
     }
 }
+
+/// The old owner's swap, in the window between the plan and the move: it
+/// renames root's image out of the way (DIR is its own), puts a file of
+/// its own under the name, maps it `MAP_SHARED` and closes the descriptor
+/// (no scan of `/proc/*/fd` sees a mapping). Later it writes through the
+/// mapping.
+const SWAPPER: &str = r#"
+import ctypes, os, sys
+img = sys.argv[1]
+os.rename(img, img + ".judged")
+fd = os.open(img, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.pwrite(fd, b"THE-OLD-OWNERS-OWN-FILE\n", 0)
+os.ftruncate(fd, 1 << 30)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+addr = libc.mmap(None, 4096, 3, 1, fd, 0)  # PROT_READ|PROT_WRITE, MAP_SHARED
+assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+m = (ctypes.c_char * 4096).from_address(addr)
+os.close(fd)
+os.chdir("/")
+print("SWAPPED", os.stat(img).st_ino, flush=True)
+sys.stdin.readline()
+m[1024:1028] = b"EVIL"
+libc.msync(ctypes.c_void_p(addr), ctypes.c_size_t(4096), 4)  # MS_SYNC
+print("WROTE", flush=True)
+sys.stdin.readline()
+"#;
+
+/// Whether process `pid` is stopped (state `T` in `/proc/PID/stat`).
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with('T')))
+        .unwrap_or(false)
+}
+
+/// adopt judges the inode it moves. The plan judged the items root's alone
+/// ("move them"); between the plan and the rename (here: `adopt --apply`
+/// stopped right after its record, fault injection) the old owner, whose
+/// DIR it is, swaps in a file of its own under the image's name and keeps
+/// a `MAP_SHARED` mapping of it. That file must not become the VM's disk:
+/// the adoption stops at it, and run again it is copied to new inodes,
+/// which the old owner's mapping does not reach.
+#[test]
+fn adopt_judges_the_inode_it_moves() {
+    require_fault_injection();
+    let env = Env::new();
+    let (u, old) = (uid(308), uid(90));
+    let l = legacy(&env);
+    make_root_only(&l);
+    env.write_spec("web", &adopt_spec(&env, u));
+    let plan = adopt(&env, &l.dir, &[]);
+    assert!(
+        String::from_utf8_lossy(&plan.stdout).contains("move "),
+        "the plan does not move root's items: {}",
+        text(&plan)
+    );
+    let mut run = Command::new(VMWARDEN);
+    env.with_roots(&mut run);
+    run.args(["adopt", "web", "--from", l.dir.to_str().unwrap(), "--apply"])
+        .env("VMWARDEN_FAULT_STOP", "record")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = run.spawn().unwrap();
+    let pid = child.id();
+    wait_until(
+        "adopt --apply stopped after its record",
+        Duration::from_secs(30),
+        || stopped(pid),
+    );
+    let script = env.path("swapper.py");
+    std::fs::write(&script, SWAPPER).unwrap();
+    let mut swapper = Command::new("setpriv")
+        .arg(format!("--reuid={old}"))
+        .arg(format!("--regid={old}"))
+        .arg("--clear-groups")
+        .arg("/usr/bin/python3")
+        .arg(&script)
+        .arg(l.dir.join("var.img"))
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let lines = Lines::of(swapper.stdout.take().unwrap());
+    let mut to_swapper = swapper.stdin.take().unwrap();
+    let swapped = lines.until("SWAPPED");
+    let theirs: u64 = swapped
+        .last()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|i| i.parse().ok())
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .unwrap();
+    let o = child.wait_with_output().unwrap();
+    eprintln!("adopt --apply after the swap: {}", text(&o));
+    let img = env.state.join("web/var.img");
+    let now = std::fs::symlink_metadata(&img).ok();
+    assert!(
+        now.as_ref().is_none_or(|m| m.ino() != theirs),
+        "the VM's disk {} is the inode its old owner swapped in and still maps (ino {theirs}, uid {:?}); adopt moved it in as the principal's: {}",
+        img.display(),
+        now.as_ref().map(|m| m.uid()),
+        text(&o)
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("is no longer root's alone")
+            && stderr(&o).contains("run the same command again"),
+        "{}",
+        text(&o)
+    );
+    // The swapped-in file is as its owner left it, in DIR.
+    let md = std::fs::symlink_metadata(l.dir.join("var.img")).unwrap();
+    assert_eq!((md.ino(), md.uid()), (theirs, old));
+
+    // Run again: judged anew, the old owner's file is copied to new inodes.
+    let o = adopt(&env, &l.dir, &["--apply"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let md = std::fs::symlink_metadata(&img).unwrap();
+    assert_ne!(md.ino(), theirs);
+    assert_eq!((md.uid(), md.mode() & 0o7777), (u, 0o600));
+    std::io::Write::write_all(&mut to_swapper, b"go\n").unwrap();
+    lines.until("WROTE");
+    let head = std::fs::read(&img).map(|b| b[..4096].to_vec()).unwrap();
+    assert_ne!(
+        &head[1024..1028],
+        b"EVIL",
+        "the old owner's mapping wrote into the VM's disk"
+    );
+    assert!(head.starts_with(b"THE-OLD-OWNERS-OWN-FILE\n"));
+    drop(to_swapper);
+    let _ = swapper.kill();
+    let _ = swapper.wait();
+}
+
+/// `adopt`, copying a sparse file its old owner keeps filling, cannot use
+/// up the root reserve. The plan counts the copy's room from the image's
+/// allocated size; the old owner then writes into its holes (here between
+/// the plan and the copy: `adopt --apply` stopped after its record, fault
+/// injection), so the copy needs more than users have free, though less
+/// than root may take (ext4 keeps 10% for root here). The copy must stop
+/// short of the reserve and fail cleanly: no partial file, the old image
+/// as its owner left it, the free room as before. (Without the bound, the
+/// copy went on into the reserve: a kill right after it shows the host
+/// with no room left for anyone but root.)
+#[test]
+fn adopt_copying_a_sparse_file_its_old_owner_keeps_filling_cannot_use_up_the_root_reserve() {
+    require_fault_injection();
+    const MIB: u64 = 1 << 20;
+    let env = Env::new();
+    let (u, old) = (uid(309), uid(90));
+    let img_file = env.path("ext4.img");
+    std::fs::File::create(&img_file)
+        .unwrap()
+        .set_len(256 * MIB)
+        .unwrap();
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-m", "10"])
+        .arg(&img_file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mkfs.ext4: {}", text(&out));
+    let fs = env.path("ext4");
+    std::fs::create_dir(&fs).unwrap();
+    let out = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&img_file)
+        .arg(&fs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mount -o loop: {}", text(&out));
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            // A loop mount detaches its device when unmounted.
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(fs.clone());
+    std::fs::set_permissions(&fs, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let dir = fs.join("microvms/web");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(old), Some(old)).unwrap();
+    let img = dir.join("var.img");
+    let f = std::fs::File::create(&img).unwrap();
+    f.set_len(GIB).unwrap();
+    // 8 MiB of data in a 1 GiB image, the old owner's (so it is copied).
+    std::os::unix::fs::FileExt::write_all_at(&f, &vec![0xa5u8; 8 << 20], 0).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    std::os::unix::fs::chown(&img, Some(old), Some(old)).unwrap();
+    let state = fs.join("state");
+    let mut spec = env.spec("web", u);
+    spec["disks"] = json!([{ "path": state.join("web/var.img"), "serial": "var" }]);
+    env.write_spec("web", &spec);
+
+    let mut run = Command::new(VMWARDEN);
+    run.arg("--config-dir")
+        .arg(&env.config)
+        .arg("--runtime-root")
+        .arg(&env.run)
+        .arg("--state-root")
+        .arg(&state)
+        .args(["adopt", "web", "--from", dir.to_str().unwrap(), "--apply"])
+        .env("VMWARDEN_FAULT_STOP", "record")
+        .env("VMWARDEN_FAULT_AFTER", "copy:var.img")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = run.spawn().unwrap();
+    let pid = child.id();
+    wait_until(
+        "adopt --apply stopped after its record",
+        Duration::from_secs(30),
+        || stopped(pid),
+    );
+    // The old owner fills holes: as much as leaves a copy of the image
+    // bigger than what users have free, but within what root may take.
+    let v = nix::sys::statvfs::statvfs(&fs).unwrap();
+    let (avail, bfree) = (
+        v.blocks_available() * v.fragment_size(),
+        v.blocks_free() * v.fragment_size(),
+    );
+    let reserve = bfree - avail;
+    assert!(
+        reserve >= 16 * MIB,
+        "ext4 keeps only {reserve} bytes for root"
+    );
+    let fill = ((avail - 8 * MIB) / 2 + reserve / 4) / MIB;
+    let out = Command::new("setpriv")
+        .arg(format!("--reuid={old}"))
+        .arg(format!("--regid={old}"))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c"])
+        .arg(format!(
+            "import os\nfd = os.open({:?}, os.O_RDWR)\nb = b'\\x5a' * (1 << 20)\nfor i in range({fill}):\n    os.pwrite(fd, b, (64 << 20) + i * (4 << 20))\nos.fsync(fd)\nprint('FILLED')\n",
+            img.to_str().unwrap()
+        ))
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the old owner's writes: {}",
+        text(&out)
+    );
+    let old_ino = std::fs::symlink_metadata(&img).unwrap().ino();
+    let before = (free_bytes(&fs), tree(&dir));
+    eprintln!(
+        "{avail} bytes free to users and {reserve} kept for root at the plan; the old owner then wrote {fill} MiB into the image's holes"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .unwrap();
+    let o = child.wait_with_output().unwrap();
+    eprintln!("adopt --apply: {}", text(&o));
+    let v = nix::sys::statvfs::statvfs(&fs).unwrap();
+    let (avail_now, bfree_now) = (
+        v.blocks_available() * v.fragment_size(),
+        v.blocks_free() * v.fragment_size(),
+    );
+    assert!(
+        bfree_now >= reserve && avail_now > 0,
+        "the copy used the root reserve: {} of its {reserve} bytes taken, {avail_now} bytes left free to users ({})",
+        reserve.saturating_sub(bfree_now),
+        text(&o)
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(stderr(&o).contains("ran out of room"), "{}", text(&o));
+    // No partial copy; the old image as its owner left it; the room back.
+    for p in ["web/var.img", "web/.vmwarden-adopt-0"] {
+        assert!(
+            std::fs::symlink_metadata(state.join(p)).is_err(),
+            "{p} is left"
+        );
+    }
+    assert_eq!(std::fs::symlink_metadata(&img).unwrap().ino(), old_ino);
+    assert_eq!(tree(&dir), before.1, "DIR changed");
+    // A directory block of the state dir may stay allocated.
+    let free_after = free_bytes(&fs);
+    assert!(
+        free_after.abs_diff(before.0) <= 64 << 10,
+        "{} bytes free after the failed copy, {} before: the partial copy is left",
+        free_after,
+        before.0
+    );
+}

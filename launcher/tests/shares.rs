@@ -1273,6 +1273,102 @@ umount /p9; umount /vfs
     assert_eq!(std::fs::read(&store.file).unwrap(), b"from the store\n");
 }
 
+/// A read-only store share shows the guest nothing a build user wrote into
+/// xattrs. The store is `root:nixbld 1775`: any build (a member of
+/// `nixbld`) may add a file to it. Under 9p's `mapped-xattr` QEMU took a
+/// file's owner and mode from its `user.virtfs.*` xattrs, which the file's
+/// owner may set: a plain 0755 file of a build user's, with
+/// `user.virtfs.uid=0` and `user.virtfs.mode=0104755`, was a root set-uid
+/// program in the guest. The guest must see the host's own owner and mode
+/// (the build user's, 0755, no set-id bit).
+#[test]
+fn a_read_only_store_share_shows_the_guest_nothing_a_build_user_wrote_into_xattrs() {
+    let env = Env::new();
+    let store = NixStore::ensure();
+    let (u, builder) = (uid(176), uid(177));
+    let planted = Path::new(NIX_STORE).join(format!("vmwarden-test-{}-suid", std::process::id()));
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _remove = Remove(planted.clone());
+    // The build user plants it: its own plain file, and the xattrs QEMU's
+    // mapped-xattr reads (uid_t and mode_t, native byte order).
+    let plant = format!(
+        "import os, struct\n\
+         p = {planted:?}\n\
+         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)\n\
+         os.write(fd, b'#!/bin/sh\\nid\\n'); os.close(fd); os.chmod(p, 0o755)\n\
+         os.setxattr(p, 'user.virtfs.uid', struct.pack('=I', 0))\n\
+         os.setxattr(p, 'user.virtfs.gid', struct.pack('=I', 0))\n\
+         os.setxattr(p, 'user.virtfs.mode', struct.pack('=I', 0o104755))\n\
+         print('PLANTED')\n"
+    );
+    let out = std::process::Command::new("setpriv")
+        .arg(format!("--reuid={builder}"))
+        .arg(format!("--regid={}", store.gid))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c", &plant])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("PLANTED"),
+        "the build user could not plant its file: {}",
+        text(&out)
+    );
+    let md = std::fs::symlink_metadata(&planted).unwrap();
+    assert_eq!(
+        (md.uid(), md.gid(), md.mode() & 0o7777),
+        (builder, store.gid, 0o755)
+    );
+    let name = planted.file_name().unwrap().to_string_lossy().into_owned();
+    let script = format!(
+        "\
+mkdir -p /p9
+mount -t 9p -o trans=virtio,version=9p2000.L,ro ro-store /p9 || echo T-MOUNT-P9-FAILED
+echo \"T-PLANTED $(stat -c '%u %g %a' /p9/{name})\"
+echo \"T-STORE $(stat -c '%u %g %a' /p9)\"
+umount /p9
+"
+    );
+    let mut spec = env.shares_spec("web", u, "hold", &script);
+    spec["shares"] = json!([
+        { "tag": "ro-store", "source": NIX_STORE, "proto": "9p", "read_only": true }
+    ]);
+    env.write_spec("web", &spec);
+    let mut g = env.start("web");
+    g.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    let log = g.log_text();
+    let seen = log
+        .lines()
+        .find_map(|l| {
+            l.split_once("T-PLANTED ")
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("the guest did not stat the planted file:\n{log}"));
+    assert_eq!(
+        seen,
+        format!("{builder} {} 755", store.gid),
+        "the guest sees the build user's file as uid/gid/mode {seen} (the host has {builder} {} 755): \
+         the xattrs a build user wrote decide what the guest sees",
+        store.gid
+    );
+    assert_guest_said(
+        &log,
+        &[
+            &format!("T-STORE 0 {} 1775", store.gid),
+            "VMWARDEN-RUN-END rc=0",
+        ],
+    );
+    let stop = env.vmwarden(&["stop", "web", "--timeout", "60"]);
+    assert!(stop.status.success(), "{}", text(&stop));
+    assert!(g.wait_exit(Duration::from_secs(10)).is_some());
+    env.assert_clean("web");
+}
+
 /// The fds of process `pid`, each duplicated into this process
 /// (`pidfd_getfd`: root may take them), with their numbers there.
 fn fds_of(pid: u32) -> Vec<(i32, std::os::fd::OwnedFd)> {

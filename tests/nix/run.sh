@@ -621,6 +621,29 @@ PY
     bad "vsock ssh: warnings or boot.kernelModules not as expected"
   fi
 
+  # A read-only share the guest mounts without nosuid,nodev
+  # (guest-ro-share-nosuid): one warning, naming the VM, the share and the
+  # line that fixes it; none for the guest that has the line.
+  if out=$(ev config.warnings "$top/tests/nix/cases/guest-ro-share-nosuid.nix" 2>"$work/e") &&
+    why=$(python3 - "$out" <<'PY'
+import json, sys
+w = json.loads(sys.argv[1])
+bad = []
+if len(w) != 1: bad.append(f"{len(w)} warnings, not 1: {w}")
+elif not (w[0].startswith('vmwarden.vms.plain.guest: the guest mounts the read-only share "ro-store"')
+          and 'fileSystems."/nix/.ro-store".options = ["nosuid" "nodev"];' in w[0]):
+    bad.append(f"the warning does not name the VM, the share and the fix: {w[0]}")
+print("; ".join(bad))
+sys.exit(1 if bad else 0)
+PY
+    ); then
+    ok "read-only share without nosuid,nodev in the guest: one warning, for plain, none for hardened or the writable share"
+  else
+    cat "$work/e"
+    echo "$why"
+    bad "read-only share without nosuid,nodev: warnings not as expected"
+  fi
+
   # The stand-in for microvm.nix's guest module declares the options
   # microvm.nix declares, with its defaults.
   step "microvm.nix comparison"

@@ -383,6 +383,7 @@ fn adopt_cmd(
     let opts = adopt::Options {
         apply,
         fault_after: std::env::var("VMWARDEN_FAULT_AFTER").ok(),
+        fault_stop: std::env::var("VMWARDEN_FAULT_STOP").ok(),
     };
     let plan = adopt::adopt(roots, name, from, &opts)?;
     if as_json {

@@ -73,13 +73,23 @@ pub fn needs_shared_memory(spec: &Spec) -> bool {
         })
 }
 
-/// The 9p security model. `mapped-xattr`: QEMU stores the guest's owner,
-/// mode and file type in `user.virtfs.*` xattrs and creates every host file
-/// as a plain file or directory of the principal's with mode 0600/0700, so
-/// a guest's `mknod` or `chmod u+s` never makes a device node or a setuid
-/// file on the host (`passthrough` and `none` apply the guest's mode bits,
-/// setuid included, to the host file).
+/// The 9p security model of a writable share. `mapped-xattr`: QEMU stores
+/// the guest's owner, mode and file type in `user.virtfs.*` xattrs and
+/// creates every host file as a plain file or directory of the principal's
+/// with mode 0600/0700, so a guest's `mknod` or `chmod u+s` never makes a
+/// device node or a setuid file on the host (`passthrough` and `none` apply
+/// the guest's mode bits, setuid included, to the host file).
 pub const NINEP_SECURITY_MODEL: &str = "mapped-xattr";
+
+/// The 9p security model of a read-only share. `none`: QEMU shows the
+/// host's own owner and mode of every file (what `stat(2)` gives its
+/// process) and reads no `user.virtfs.*` xattr. Under `mapped-xattr`
+/// whoever may write the source (any build user, for the Nix store:
+/// `root:nixbld 1775`) could set `user.virtfs.uid=0` and
+/// `user.virtfs.mode=0104755` on a plain file of theirs and the guest would
+/// see a root set-uid program. `passthrough` needs root; `none` needs
+/// nothing, and a read-only share has no guest writes for it to apply.
+pub const NINEP_READ_ONLY_SECURITY_MODEL: &str = "none";
 
 /// QEMU option values escape ',' by doubling it.
 fn qemu_escape(p: &Path) -> String {
@@ -232,11 +242,15 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
             ShareProto::NineP => {
                 // -fsdev + -device rather than -virtfs: the same backend,
                 // but -virtfs always makes a PCI device, which microvm lacks.
-                let ro = if sh.read_only { ",readonly=on" } else { "" };
+                let (model, ro) = if sh.read_only {
+                    (NINEP_READ_ONLY_SECURITY_MODEL, ",readonly=on")
+                } else {
+                    (NINEP_SECURITY_MODEL, "")
+                };
                 push(&[
                     "-fsdev",
                     &format!(
-                        "local,id=p9fs{i},path={},security_model={NINEP_SECURITY_MODEL}{ro}",
+                        "local,id=p9fs{i},path={},security_model={model}{ro}",
                         qemu_escape(&sh.source)
                     ),
                 ]);

@@ -411,7 +411,7 @@ fn qemu_pci_machines_read_only_9p_and_the_vhost_vsock_fd() {
     assert!(argv.contains("-machine q35,memory-backend=mem "), "{argv}");
     assert!(argv.contains("-device vhost-user-fs-pci,chardev=fs0,tag=ro-store"));
     assert!(argv.contains(
-        "security_model=mapped-xattr,readonly=on -device virtio-9p-pci,fsdev=p9fs1,mount_tag=data"
+        "security_model=none,readonly=on -device virtio-9p-pci,fsdev=p9fs1,mount_tag=data"
     ));
     assert!(
         argv.contains("-device vhost-vsock-pci,guest-cid=7,vhostfd=9"),

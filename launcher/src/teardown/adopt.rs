@@ -111,8 +111,14 @@ pub enum AdoptError {
         available: u64,
         why: String,
     },
-    #[error("{path}: the file system ran out of room while the copy was made; the partial copy is removed and the old files are as they were: free room and run the same command again")]
+    #[error("{path}: the file system ran out of room while the copy was made (adopt stops before the room reserved for root: the source may have grown since the plan counted it, if its old owner wrote into it); the partial copy is removed and the old files are as they were: free room and run the same command again")]
     RanOutOfRoom { path: PathBuf },
+    #[error("adopt {name}: {path}: {why}; it was not adopted (the items before it were): run the same command again, which judges it anew")]
+    Changed {
+        name: String,
+        path: PathBuf,
+        why: String,
+    },
     #[error("adopt {name}: the new copy {to} is in place and the principal's, but its old inodes were not all removed: {path}: {reason}; run the same command again, or remove them by hand")]
     NotRemoved {
         name: String,
@@ -150,6 +156,7 @@ impl AdoptError {
             AdoptError::Sys(_)
             | AdoptError::Record { .. }
             | AdoptError::RanOutOfRoom { .. }
+            | AdoptError::Changed { .. }
             | AdoptError::NotRemoved { .. } => false,
         }
     }
@@ -308,6 +315,10 @@ pub struct Options {
     pub apply: bool,
     /// `$VMWARDEN_FAULT_AFTER` (honoured only with `fault-injection`).
     pub fault_after: Option<String>,
+    /// `$VMWARDEN_FAULT_STOP` (honoured only with `fault-injection`): the
+    /// process stops itself (SIGSTOP) right after that step, until a
+    /// SIGCONT, so a test can act in the window that follows it.
+    pub fault_stop: Option<String>,
 }
 
 /// The items of `spec`: every disk image and share source under
@@ -627,8 +638,13 @@ fn fault(opts: &Options, step: &str) {
         tracing::warn!(step = %step, "fault injection: SIGKILL after step");
         let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
     }
+    #[cfg(feature = "fault-injection")]
+    if opts.fault_stop.as_deref() == Some(step) {
+        tracing::warn!(step = %step, "fault injection: SIGSTOP after step");
+        let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGSTOP);
+    }
     #[cfg(not(feature = "fault-injection"))]
-    let _ = &opts.fault_after;
+    let _ = (&opts.fault_after, &opts.fault_stop);
 }
 
 /// The step names of an adoption of `plan`'s items, in order.

@@ -1,6 +1,6 @@
 # A stand-in for microvm.nix's guest module (microvm.nixosModules.microvm),
 # written for vmwarden's tests from microvm.nix's
-# nixos-modules/microvm/{options,system,store-disk,vsock-ssh}.nix at commit
+# nixos-modules/microvm/{options,system,store-disk,vsock-ssh,mounts}.nix at commit
 # 71beea0076cd46dafcee97a5a2e7d00cbba5bd2f (the version docs/microvm-nix.md
 # was read from; not vendored): every option of `config.microvm` with its
 # name, type and default, and the values the module itself computes
@@ -106,6 +106,14 @@ in {
     networking.hostName = opt types.str "nixos";
     boot.kernelPackages = opt types.raw {kernel = pkgs.linux;};
     boot.kernelParams = opt (types.listOf types.str) [];
+    fileSystems = opt (types.attrsOf (types.submodule {
+      options = {
+        device = req types.str;
+        fsType = req types.str;
+        options = opt (types.listOf types.str) [];
+        neededForBoot = opt types.bool false;
+      };
+    })) {};
     nix.enable = opt types.bool true;
     system.build = opt (types.attrsOf types.raw) {};
     system.boot.loader.initrdFile = opt types.str "initrd";
@@ -220,6 +228,27 @@ in {
         then "virt"
         else "microvm"
       );
+    }
+    # mounts.nix: a file system per share, with microvm.nix's options
+    # (no nosuid or nodev among them)
+    {
+      fileSystems = builtins.listToAttrs (map (s: {
+          name = s.mountPoint;
+          value = {
+            device = s.tag;
+            fsType = s.proto;
+            options =
+              {
+                "virtiofs" = ["defaults" "x-systemd.after=systemd-modules-load.service"];
+                "9p" = ["trans=virtio" "version=9p2000.L" "msize=65536" "x-systemd.after=systemd-modules-load.service"];
+              }
+              .${
+                s.proto
+              };
+            neededForBoot = s.source == "/nix/store";
+          };
+        })
+        cfg.shares);
     }
     # system.nix
     (lib.mkIf cfg.guest.enable {

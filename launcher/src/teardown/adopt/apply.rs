@@ -22,7 +22,8 @@ use crate::teardown::lease_as_a_launch;
 
 use super::copy::{self, Owner};
 use super::walk::{
-    check_entry, describe, kind_of, lstat_at, open_parent, walk_share, DIR_FLAGS, NOFOLLOW,
+    check_entry, describe, kind_of, lstat_at, open_parent, root_only, walk_share, DIR_FLAGS,
+    NOFOLLOW,
 };
 use super::{
     fault, record_name, sys_err, AdoptError, How, Item, Kind, Options, Place, Plan, Planned,
@@ -205,12 +206,25 @@ impl Step<'_> {
     }
 
     /// A root-only item: renamed into the state dir (`move:X`), then
-    /// re-owned (`own:X`), never following a link.
+    /// re-owned (`own:X`), never following a link. The plan's verdict is
+    /// not trusted at the rename: DIR is its old owner's, who may swap in
+    /// a file of its own (mapped, or open) under the planned name
+    /// meanwhile. So the item is opened first, judged root's alone through
+    /// that descriptor ([`Step::judge`]), renamed, and what then sits at
+    /// the target must be the inode judged (device and inode), else it is
+    /// put back and not adopted. It is re-owned through the same
+    /// descriptor.
     fn move_and_own(&self) -> Result<()> {
         let p = self.planned;
+        let mut judged = None;
         if let Place::From { .. } = p.place {
             let (src_parent, src_name) = open_parent(self.from_dir, &p.item.rel)?
                 .ok_or_else(|| self.refused(&p.from, "vanished".into()))?;
+            let fd = match self.open_item(&src_parent, &src_name, &p.from)? {
+                Some(fd) => fd,
+                None => return Err(self.refused(&p.from, "vanished".into())),
+            };
+            let st = self.judge(&fd, &p.from)?;
             match renameat2(
                 src_parent.fd.as_fd(),
                 src_name.as_os_str(),
@@ -219,8 +233,6 @@ impl Step<'_> {
                 RenameFlags::RENAME_NOREPLACE,
             ) {
                 Ok(()) => {}
-                // Moved by the run this one resumes.
-                Err(Errno::ENOENT) if lstat_at(self.parent, self.last)?.is_some() => {}
                 Err(Errno::EXDEV) => {
                     return Err(self.refused(
                         &p.from,
@@ -232,34 +244,135 @@ impl Step<'_> {
                 }
                 Err(e) => return Err(sys_err(e, "renameat2", &p.from)),
             }
+            let now = lstat_at(self.parent, self.last)?;
+            if now.as_ref().map(|n| (n.st_dev, n.st_ino)) != Some((st.st_dev, st.st_ino)) {
+                // Swapped between the judgement and the rename: what was
+                // moved is not the judged inode; back to DIR, untouched.
+                let back = renameat2(
+                    self.parent.fd.as_fd(),
+                    self.last,
+                    src_parent.fd.as_fd(),
+                    src_name.as_os_str(),
+                    RenameFlags::RENAME_NOREPLACE,
+                );
+                return Err(self.changed(
+                    &p.from,
+                    format!(
+                        "was swapped for another inode while it was moved (ino {} judged root's alone, ino {} moved){}",
+                        st.st_ino,
+                        now.map_or(0, |n| n.st_ino),
+                        match back {
+                            Ok(()) => String::from("; the other inode is back in DIR, not re-owned"),
+                            Err(e) => format!(
+                                "; the other inode could not be put back ({e}) and is left, not re-owned, at {}",
+                                p.to.display()
+                            ),
+                        }
+                    ),
+                ));
+            }
+            judged = Some(fd);
         }
         fault(self.opts, &format!("move:{}", self.rel()));
-        if lstat_at(self.parent, self.last)?.is_some() {
-            self.own()?;
+        let fd = match judged {
+            Some(fd) => Some(fd),
+            None => self.open_item(self.parent, self.last, &p.to)?,
+        };
+        if let Some(fd) = fd {
+            self.own(fd)?;
         }
         fault(self.opts, &format!("own:{}", self.rel()));
         Ok(())
     }
 
-    /// Re-own at the target: the item itself by an O_NOFOLLOW descriptor,
-    /// a share's entries with AT_SYMLINK_NOFOLLOW from their parent's
-    /// descriptor.
-    fn own(&self) -> Result<()> {
+    /// Open the item `parent/name` itself, never following a link:
+    /// `None` when it is not there. O_NONBLOCK: a fifo swapped in must not
+    /// hang the open (its type is refused by [`Step::judge`]); a share is
+    /// opened as a directory or refused.
+    fn open_item(&self, parent: &Dir, name: &OsStr, path: &Path) -> Result<Option<OwnedFd>> {
+        let flags = match self.planned.item.kind {
+            Kind::Image => OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | NOFOLLOW,
+            Kind::Share => DIR_FLAGS,
+        };
+        match openat(parent.fd.as_fd(), name, flags, Mode::empty()) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(Errno::ELOOP | Errno::ENOTDIR) => Err(self.changed(
+                path,
+                "became a symlink or a non-directory since the plan; adopt never follows symlinks"
+                    .into(),
+            )),
+            Err(e) => Err(sys_err(e, "openat", path)),
+        }
+    }
+
+    /// The plan's verdict, taken again on the open inode: of the item's
+    /// kind, on DIR's file system, one link, and every inode in it root's
+    /// alone (a share's entries walked from this descriptor). Its stat.
+    fn judge(&self, fd: &OwnedFd, path: &Path) -> Result<FileStat> {
+        let st = nix::sys::stat::fstat(fd.as_fd()).sys("fstat", path)?;
+        let want = match self.planned.item.kind {
+            Kind::Image => SFlag::S_IFREG,
+            Kind::Share => SFlag::S_IFDIR,
+        };
+        if kind_of(&st) != want {
+            return Err(self.changed(path, format!("became a {} since the plan", describe(&st))));
+        }
+        check_entry(path, &st, self.dev)?;
+        let mut alone = root_only(&st);
+        if alone && self.planned.item.kind == Kind::Share {
+            let dir = Dir {
+                fd: nix::unistd::dup(fd.as_fd()).sys("dup", path)?,
+                path: path.to_path_buf(),
+            };
+            walk_share(&dir, self.dev, &mut |_, _, s| {
+                alone &= root_only(s);
+                Ok(())
+            })?;
+        }
+        if !alone {
+            return Err(self.changed(
+                path,
+                format!(
+                    "is no longer root's alone (the plan found it so and would move it; now uid {} mode {:o}, or an entry in it): a file its old owner could hold open would become the VM's",
+                    st.st_uid,
+                    st.st_mode & 0o7777
+                ),
+            ));
+        }
+        Ok(st)
+    }
+
+    fn changed(&self, path: &Path, why: String) -> AdoptError {
+        AdoptError::Changed {
+            name: self.name.to_string(),
+            path: path.to_path_buf(),
+            why,
+        }
+    }
+
+    /// Re-own at the target, through the descriptor of the item itself
+    /// (judged before the move, or opened at the target on a resumed run:
+    /// then it must be root's or already the principal's, with nothing
+    /// for group or others), a share's entries with AT_SYMLINK_NOFOLLOW
+    /// from their parent's descriptor.
+    fn own(&self, fd: OwnedFd) -> Result<()> {
         let (parent, last) = (self.parent, self.last);
         let to = parent.path.join(last);
         let (uid, gid) = (Uid::from_raw(self.owner.uid), Gid::from_raw(self.owner.gid));
+        let st = nix::sys::stat::fstat(fd.as_fd()).sys("fstat", &to)?;
+        if !(st.st_uid == 0 || st.st_uid == self.owner.uid) || st.st_mode & 0o077 != 0 {
+            return Err(self.changed(
+                &to,
+                format!(
+                    "is uid {} mode {:o}, not root's alone nor the principal's; left as it is, not re-owned",
+                    st.st_uid,
+                    st.st_mode & 0o7777
+                ),
+            ));
+        }
         match self.planned.item.kind {
             Kind::Image => {
-                // O_NONBLOCK: a fifo swapped in meanwhile must not hang
-                // the open; its type is refused below.
-                let fd: OwnedFd = openat(
-                    parent.fd.as_fd(),
-                    last,
-                    OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | NOFOLLOW,
-                    Mode::empty(),
-                )
-                .sys("openat", &to)?;
-                let st = nix::sys::stat::fstat(fd.as_fd()).sys("fstat", &to)?;
                 if kind_of(&st) != SFlag::S_IFREG {
                     return Err(self.refused(
                         &to,
@@ -271,8 +384,6 @@ impl Step<'_> {
                 fchmod(fd.as_fd(), Mode::from_bits_truncate(0o600)).sys("fchmod", &to)?;
             }
             Kind::Share => {
-                let fd =
-                    openat(parent.fd.as_fd(), last, DIR_FLAGS, Mode::empty()).sys("openat", &to)?;
                 let dir = Dir {
                     fd,
                     path: to.clone(),

@@ -110,6 +110,31 @@ fn copy_data(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, size: u64, to: &Path) -> 
     nix::unistd::ftruncate(dst, end).map_err(|e| copy_err(e, "ftruncate", to))
 }
 
+/// Free room (`f_bavail`) a copy always leaves beyond each write: what it
+/// writes next may take some metadata blocks besides its data.
+const FLOOR: u64 = 1 << 20;
+
+/// The most a copy writes between two looks at the free room.
+const CHUNK: usize = 64 << 20;
+
+/// Room for `len` more bytes in `dst`'s file system, counted as an
+/// unprivileged writer's (`f_bavail`, plus [`FLOOR`]): root's own writes
+/// could go on into the reserve kept for root (`f_bfree`), which the host's
+/// services need when the disk is full. The plan counted the room from
+/// the sources' allocated size, but an old owner who keeps writing into a
+/// sparse image's holes grows it meanwhile: the copy stops here instead
+/// (the caller removes what it made; the old files are as they were).
+fn ensure_room(dst: BorrowedFd<'_>, len: usize, path: &Path) -> Result<()> {
+    let v = nix::sys::statvfs::fstatvfs(dst).sys("fstatvfs", path)?;
+    let free = v.blocks_available().saturating_mul(v.fragment_size());
+    if free < u64::try_from(len).unwrap_or(u64::MAX).saturating_add(FLOOR) {
+        return Err(AdoptError::RanOutOfRoom {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
 /// Bytes `from..to` of `src` to the same offsets of `dst`.
 fn copy_range(
     src: BorrowedFd<'_>,
@@ -120,7 +145,8 @@ fn copy_range(
 ) -> Result<()> {
     let (mut i, mut o) = (from, from);
     while i < to {
-        let len = usize::try_from(to - i).unwrap_or(usize::MAX).min(1 << 30);
+        let len = usize::try_from(to - i).unwrap_or(usize::MAX).min(CHUNK);
+        ensure_room(dst, len, path)?;
         match nix::fcntl::copy_file_range(src, Some(&mut i), dst, Some(&mut o), len) {
             Ok(0) => break, // the source shrank meanwhile
             Ok(_) => {}
@@ -146,6 +172,7 @@ fn copy_buffered(
     let mut buf = vec![0u8; BUF];
     while at < to {
         let want = usize::try_from(to - at).map_or(BUF, |w| w.min(BUF));
+        ensure_room(dst, want, path)?;
         let n = nix::sys::uio::pread(src, &mut buf[..want], at)
             .map_err(|e| sys_err(e, "pread", path))?;
         if n == 0 {
