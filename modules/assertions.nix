@@ -89,6 +89,22 @@
         }
       ];
 
+    # Guest memory (config/memory.rs refuses the same at launch).
+    memoryChecks = [
+      {
+        assertion = !(vm.hypervisor == "firecracker" && vm.memMerge);
+        message = "${at}.memMerge: firecracker never marks guest memory mergeable (it has no KSM option); set memMerge = false, or use hypervisor = \"qemu\" or \"cloud-hypervisor\".";
+      }
+      {
+        assertion = !(vm.hypervisor == "cloud-hypervisor" && vm.memMerge && builtins.any (s: s.proto == "virtiofs") vm.shares);
+        message = "${at}.memMerge: cloud-hypervisor cannot merge memory it shares with virtiofsd (its mergeable and shared exclude each other); drop the virtiofs shares or set memMerge = false.";
+      }
+      {
+        assertion = !vm.hugepageMem || lib.mod vm.memoryMiB 2 == 0;
+        message = "${at}.memoryMiB = ${toString vm.memoryMiB}: hugepageMem backs the guest with 2 MiB pages; give an even memoryMiB.";
+      }
+    ];
+
     # The host's own tools: balloon, console (capabilities.rs refuses the
     # same for firecracker, and the balloon's size, at launch).
     toolChecks = [
@@ -303,6 +319,7 @@
       ++ userNetChecks
       ++ pathChecks
       ++ shareChecks
+      ++ memoryChecks
       ++ toolChecks
       ++ diskChecks
       ++ otherChecks

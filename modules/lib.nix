@@ -477,6 +477,8 @@ in rec {
         deflate_on_oom = vm.deflateOnOOM;
       };
     }
+    // lib.optionalAttrs vm.memMerge {mem_merge = true;}
+    // lib.optionalAttrs vm.hugepageMem {hugepage_mem = true;}
     // lib.optionalAttrs vm.console {console = true;}
     // lib.optionalAttrs vm.registerWithMachined {register_with_machined = true;}
     // lib.optionalAttrs vm.userNetwork.enable {user_network = userNetworkSpec vm.userNetwork;};

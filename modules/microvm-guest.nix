@@ -96,7 +96,7 @@ in rec {
       ++ refuseSet "preStart" "" "it would run as root in the VM's unit before the sandbox exists; put the commands in a unit of your own ordered before microvm@${name}.service (Type = \"oneshot\", requiredBy and before it)"
       ++ refuseSet "extraArgsScript" null "arguments computed at start escape vmwarden's checks; use the static microvm.qemu.extraArgs (or vmwarden.vms.${name}.extraArgs)"
       ++ refuseSet "user" null "every vmwarden VM runs as its own principal; remove it and set vmwarden.vms.${name}.principal.user (default vm-${name}) on the host"
-      ++ refuseSet "hugepageMem" false "hugepage backing needs a host hugetlbfs pool the VM's sandbox does not grant; remove it"
+      ++ refuse (g.hugepageMem && lib.mod g.mem 2 != 0) "mem" g.mem "hugepageMem backs the guest with 2 MiB pages; give an even microvm.mem"
       ++ refuseSet "hotplugMem" 0 "virtio-mem (memory that grows) is not mapped by vmwarden; size microvm.mem for the most the guest may use, and take memory back with microvm.balloon = true (vmwarden balloon)"
       ++ refuseSet "hotpluggedMem" 0 "as hotplugMem: size microvm.mem for the guest instead"
       ++ refuse (fc && g.balloon) "balloon" true "vmwarden drives no firecracker balloon (microvm.nix has none either); use qemu or cloud-hypervisor, or size microvm.mem"
@@ -136,7 +136,7 @@ in rec {
     hvProblems =
       lib.optionals qemu (
         refuse (!machineOk) "qemu.machine" machine.value "vmwarden's argv knows the machines ${lib.concatStringsSep ", " (builtins.attrNames vlib.machineArch)}; use one of them"
-        ++ refuseSet "qemu.machineOpts" null "vmwarden passes a plain -machine and its own -accel; remove it (one essential property can go into vmwarden.vms.${name}.extraArgs)"
+        ++ refuseSet "qemu.machineOpts" null "vmwarden passes a plain -machine and its own -accel; remove it (mem-merge is vmwarden.vms.${name}.memMerge; one essential property can go into vmwarden.vms.${name}.extraArgs)"
         ++ refuseSet "qemu.pcieRootPorts" [] "root ports serve hot-plug and passthrough, which vmwarden does not offer; for q35 pass -device pcie-root-port,... through vmwarden.vms.${name}.extraArgs"
       )
       ++ lib.optionals ch (
@@ -445,6 +445,7 @@ in rec {
           balloon = true;
           inherit (g) initialBalloonMem deflateOnOOM;
         }
+        // optionalAttrs g.hugepageMem {hugepageMem = true;}
         // optionalAttrs g.registerWithMachined {registerWithMachined = true;}
         // optionalAttrs (userNetwork != {} && userNetProblems == []) {inherit userNetwork;};
 
@@ -477,6 +478,7 @@ in rec {
     "deflateOnOOM"
     "registerWithMachined"
     "virtiofsdThreadPoolSize"
+    "hugepageMem"
   ];
 
   # The values as definitions of vmwarden.vms.<name>, each lib.mkDefault,

@@ -707,6 +707,36 @@
         '';
       };
 
+      # -- Guest memory (docs/operating.md#guest-memory).
+      memMerge = mkOption {
+        type = types.bool;
+        default = false;
+        description = ''
+          Mark the guest's memory mergeable for kernel same-page merging
+          (QEMU's `mem-merge`, cloud-hypervisor's `mergeable`). Off by
+          default, unlike microvm.nix's runners: KSM lets one VM learn, by
+          timing its writes, whether another VM or the host holds a page of
+          the same content. Merging happens only on a host that runs KSM
+          (`hardware.ksm.enable`). Not with firecracker, nor with
+          cloud-hypervisor beside a virtiofs share.
+        '';
+      };
+
+      hugepageMem = mkOption {
+        type = types.bool;
+        default = false;
+        description = ''
+          Back the guest's memory with 2 MiB hugepages from the host's pool
+          (microvm.nix's `hugepageMem`; QEMU, cloud-hypervisor and
+          firecracker). The pool is the host's to declare, e.g.
+          `boot.kernelParams = [ "hugepages=N" ]` with N at least the sum of
+          these VMs' {option}`memoryMiB` / 2; the launch is refused when it
+          has too few free pages. The hypervisor takes the pages through an
+          anonymous hugetlb memfd, so its sandbox is given no hugetlbfs
+          mount. {option}`memoryMiB` must be even.
+        '';
+      };
+
       # -- The host's own tools (docs/operating.md): microvm.nix's names.
       balloon = mkOption {
         type = types.bool;

@@ -312,6 +312,8 @@ else
   # microvm.nix's own guest shapes: the flake template, the FAQ's journal share.
   GOLDEN_CASES="$GOLDEN_CASES guest-flake-template guest-journal-share"
   GOLDEN_CASES="$GOLDEN_CASES guest-fast-io"
+  # guest memory: hugepageMem mapped, memMerge chosen by the host
+  GOLDEN_CASES="$GOLDEN_CASES guest-memory"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -477,6 +479,9 @@ cloud-hypervisor --api-socket|"--api-socket=/srv/api.sock" is refused: the API s
 cloud-hypervisor --seccomp|"--seccomp" is refused: cloud-hypervisor's own seccomp filter|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--seccomp" "false"];};}
 cloud-hypervisor --net|"--net" is refused: cloud-hypervisor would open a tap by name|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; extraArgs = ["--net" "tap=vm-web"];};}
 firecracker console|vmwarden.vms.web.console: firecracker's serial console is only its own stdin and stdout|{B: vmwarden.vms.web = {hypervisor = "firecracker"; console = true;};}
+memMerge firecracker|vmwarden.vms.web.memMerge: firecracker never marks guest memory mergeable|{B: vmwarden.vms.web = {hypervisor = "firecracker"; memMerge = true;};}
+memMerge cloud-hypervisor with virtiofs|vmwarden.vms.web.memMerge: cloud-hypervisor cannot merge memory it shares with virtiofsd|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; memMerge = true; shares = [{tag = "s"; source = "/srv/s"; proto = "virtiofs"; readOnly = true;}];};}
+hugepageMem odd memoryMiB|vmwarden.vms.web.memoryMiB = 1025: hugepageMem backs the guest with 2 MiB pages|{B: vmwarden.vms.web = {hugepageMem = true; memoryMiB = 1025;};}
 initialBalloonMem too large|vmwarden.vms.web.initialBalloonMem = 1020: the guest must keep at least 16 MiB|{B: vmwarden.vms.web = {balloon = true; initialBalloonMem = 1020; memoryMiB = 1024;};}
 firecracker --no-seccomp|"--no-seccomp" is refused: firecracker's own seccomp filter|{B: vmwarden.vms.web = {hypervisor = "firecracker"; extraArgs = ["--no-seccomp"];};}
 firecracker --config-file|"--config-file" is refused: vmwarden writes firecracker's configuration itself|{B: vmwarden.vms.web = {hypervisor = "firecracker"; extraArgs = ["--config-file" "/srv/fc.json"];};}
@@ -487,7 +492,7 @@ hypervisor vfkit|microvm.hypervisor = "vfkit": vmwarden runs qemu, cloud-hypervi
 preStart|vmwarden.vms.web.guest: microvm.preStart = "ip link set vm-web up": it would run as root|G {microvm.preStart = "ip link set vm-web up";}
 extraArgsScript|microvm.extraArgsScript = "/srv/args.sh": arguments computed at start escape vmwarden's checks|G {microvm.extraArgsScript = "/srv/args.sh";}
 user|microvm.user = "microvm": every vmwarden VM runs as its own principal|G {microvm.user = "microvm";}
-hugepageMem|microvm.hugepageMem = true: hugepage backing|G {microvm.hugepageMem = true;}
+hugepageMem odd mem|microvm.mem = 1025: hugepageMem backs the guest with 2 MiB pages; give an even microvm.mem|G ({lib, ...}: {microvm.hugepageMem = true; microvm.mem = lib.mkForce 1025;})
 hotplugMem|microvm.hotplugMem = 1024: virtio-mem|G {microvm.hotplugMem = 1024;}
 hotpluggedMem|microvm.hotpluggedMem = 256: as hotplugMem|G {microvm.hotpluggedMem = 256;}
 balloon firecracker|microvm.balloon = true: vmwarden drives no firecracker balloon|G {microvm.hypervisor = "firecracker"; microvm.balloon = true;}

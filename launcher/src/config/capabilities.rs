@@ -11,7 +11,7 @@
 //! In short: firecracker has no TCG, no credentials, no qcow2, no disk
 //! serial, no O_DIRECT or discard on its drives, no vhost-net or
 //! multi-queue taps, no shares (neither 9p nor virtiofs), no vhost vsock
-//! and no user networking; cloud-hypervisor has no TCG, no 9p, no
+//! no user networking and no same-page merging; cloud-hypervisor has no TCG, no 9p, no
 //! vhost-net, no vhost vsock and no user networking; QEMU has them all.
 
 use crate::config::spec::HypervisorKind;
@@ -47,6 +47,8 @@ pub enum Feature {
     VhostNet,
     /// `interfaces[].queues` above 1 (a multi-queue tap).
     Multiqueue,
+    /// `mem_merge`: kernel same-page merging of the guest's memory.
+    MemMerge,
 }
 
 impl Feature {
@@ -67,6 +69,7 @@ impl Feature {
             Feature::Discard => "discard",
             Feature::VhostNet => "vhost-net",
             Feature::Multiqueue => "multi-queue taps",
+            Feature::MemMerge => "same-page merging (KSM)",
         }
     }
 }
@@ -182,6 +185,12 @@ pub const REFUSALS: &[Refusal] = &[
         field: "user_network",
         reason: "is not supported with firecracker: its only network backend is a tap, and passt serves a guest \
                  over QEMU's stream socket; use interfaces (a tap), or hypervisor.kind \"qemu\"",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::MemMerge,
+        field: "mem_merge",
+        reason: "is true, but firecracker never marks guest memory mergeable (it has no KSM option); set it to false or drop it",
     },
     Refusal {
         kind: HypervisorKind::CloudHypervisor,

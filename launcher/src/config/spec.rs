@@ -110,6 +110,15 @@ pub struct Spec {
     /// `config::user_net`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_network: Option<UserNetworkSpec>,
+    // -- Guest memory (config/memory.rs checks these). --
+    /// Kernel same-page merging of the guest's memory (QEMU's `mem-merge`,
+    /// cloud-hypervisor's `mergeable`); off unless asked for.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub mem_merge: bool,
+    /// Guest memory from the host's pool of 2 MiB hugepages (microvm.nix
+    /// `hugepageMem`), taken through an anonymous hugetlb memfd.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub hugepage_mem: bool,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -121,6 +121,7 @@ impl Spec {
         self.validate_vsock(path)?;
         self.validate_vmm_notify(path)?;
         self.validate_host_tools(path)?;
+        self.validate_memory(path)?;
         self.validate_interfaces(path)?;
         self.validate_user_network(path)?;
         for (i, p) in self.landlock.read.iter().enumerate() {
@@ -732,6 +733,7 @@ mod tests {
                 }
                 Feature::VhostNet => v["interfaces"] = json!([{ "tap": "vmw-a", "vhost": true }]),
                 Feature::Multiqueue => v["interfaces"] = json!([{ "tap": "vmw-a", "queues": 2 }]),
+                Feature::MemMerge => v["mem_merge"] = json!(true),
             }
             v
         };
@@ -758,6 +760,7 @@ mod tests {
             Feature::Discard,
             Feature::VhostNet,
             Feature::Multiqueue,
+            Feature::MemMerge,
         ] {
             let spec = check(with(HypervisorKind::Qemu, feature));
             assert!(spec.is_ok(), "qemu {feature:?}: {spec:?}");

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
+use crate::config::memory::HUGEPAGE_MIB;
 use crate::config::paths::{virtiofs_socket_name, VSOCK_SOCKET, VSOCK_VHOST_USER_SOCKET};
 use crate::config::spec::{
     Accel, DiskSpec, HypervisorKind, Machine, ShareProto, Spec, VsockBackend,
@@ -157,19 +158,27 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
         Machine::Q35 => "q35",
         Machine::Virt => "virt",
     };
+    // Same-page merging only when the spec asks (QEMU's default is on).
+    let merge = if spec.mem_merge { "on" } else { "off" };
     let shared = needs_shared_memory(spec);
-    if shared {
-        // vhost-user daemons map the guest's RAM: a shareable memfd backend.
-        push(&["-machine", &format!("{machine},memory-backend=mem")]);
+    if shared || spec.hugepage_mem {
+        // vhost-user daemons map the guest's RAM: a shareable memfd
+        // backend; hugepages come from the host's pool through the same
+        // memfd (MFD_HUGETLB), so no hugetlbfs path is opened.
         push(&[
-            "-object",
-            &format!(
-                "memory-backend-memfd,id=mem,size={}M,share=on",
-                spec.memory_mib
-            ),
+            "-machine",
+            &format!("{machine},memory-backend=mem,mem-merge={merge}"),
         ]);
+        let mut backend = format!("memory-backend-memfd,id=mem,size={}M", spec.memory_mib);
+        if spec.hugepage_mem {
+            backend.push_str(&format!(",hugetlb=on,hugetlbsize={HUGEPAGE_MIB}M"));
+        }
+        if shared {
+            backend.push_str(",share=on");
+        }
+        push(&["-object", &backend]);
     } else {
-        push(&["-machine", machine]);
+        push(&["-machine", &format!("{machine},mem-merge={merge}")]);
     }
     match spec.hypervisor.accel {
         Accel::Kvm => push(&["-accel", "kvm", "-cpu", "host"]),
@@ -363,12 +372,17 @@ pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
         push(&["--cmdline", &spec.cmdline]);
     }
     push(&["--cpus", &format!("boot={}", spec.vcpus)]);
-    let shared = if needs_shared_memory(spec) {
-        ",shared=on"
-    } else {
-        ""
-    };
-    push(&["--memory", &format!("size={}M{shared}", spec.memory_mib)]);
+    let mut memory = format!("size={}M", spec.memory_mib);
+    if needs_shared_memory(spec) {
+        memory.push_str(",shared=on");
+    }
+    if spec.mem_merge {
+        memory.push_str(",mergeable=on");
+    }
+    if spec.hugepage_mem {
+        memory.push_str(&format!(",hugepages=on,hugepage_size={HUGEPAGE_MIB}M"));
+    }
+    push(&["--memory", &memory]);
     if !spec.disks.is_empty() {
         push(&["--disk"]);
         for d in &spec.disks {
@@ -531,6 +545,9 @@ pub fn firecracker_config(spec: &Spec, control_dir: &Path) -> String {
         },
         "network-interfaces": nics,
     });
+    if spec.hugepage_mem {
+        cfg["machine-config"]["huge_pages"] = json!(format!("{HUGEPAGE_MIB}M"));
+    }
     if let Some(v) = &spec.vsock {
         cfg["vsock"] = json!({
             "guest_cid": v.cid,

@@ -308,7 +308,7 @@ fn renders_golden_argv() {
             "/usr/bin/qemu-system-x86_64",
             "-name", "guest=web,debug-threads=on",
             "-nodefaults", "-no-user-config", "-display", "none",
-            "-machine", "microvm",
+            "-machine", "microvm,mem-merge=off",
             "-accel", "tcg", "-cpu", "max",
             "-smp", "2", "-m", "512M",
             "-kernel", "/k/bzImage", "-initrd", "/k/initrd",
@@ -363,7 +363,7 @@ fn renders_golden_qemu_argv_with_shares_disks_vsock_and_extra_args() {
             "/usr/bin/qemu-system-x86_64",
             "-name", "guest=web,debug-threads=on",
             "-nodefaults", "-no-user-config", "-display", "none",
-            "-machine", "microvm,memory-backend=mem",
+            "-machine", "microvm,memory-backend=mem,mem-merge=off",
             "-object", "memory-backend-memfd,id=mem,size=256M,share=on",
             "-accel", "tcg", "-cpu", "max",
             "-smp", "1", "-m", "256M",
@@ -408,7 +408,10 @@ fn qemu_pci_machines_read_only_9p_and_the_vhost_vsock_fd() {
         ..layout()
     };
     let argv = qemu_argv(&s, &l, false).join(" ");
-    assert!(argv.contains("-machine q35,memory-backend=mem "), "{argv}");
+    assert!(
+        argv.contains("-machine q35,memory-backend=mem,mem-merge=off "),
+        "{argv}"
+    );
     assert!(argv.contains("-device vhost-user-fs-pci,chardev=fs0,tag=ro-store"));
     assert!(argv.contains(
         "security_model=none,readonly=on -device virtio-9p-pci,fsdev=p9fs1,mount_tag=data"
@@ -422,13 +425,19 @@ fn qemu_pci_machines_read_only_9p_and_the_vhost_vsock_fd() {
     // aarch64's virt: PCI devices too.
     s.hypervisor.machine = Machine::Virt;
     let argv = qemu_argv(&s, &l, false).join(" ");
-    assert!(argv.contains("-machine virt,memory-backend=mem "), "{argv}");
+    assert!(
+        argv.contains("-machine virt,memory-backend=mem,mem-merge=off "),
+        "{argv}"
+    );
     assert!(argv.contains("virtio-blk-pci,drive=disk0"));
     // No vhost-user device: no shared memory backend.
     let mut plain = spec();
     plain.hypervisor.machine = Machine::Virt;
     let argv = qemu_argv(&plain, &layout(), false).join(" ");
-    assert!(argv.contains("-machine virt -accel"), "{argv}");
+    assert!(
+        argv.contains("-machine virt,mem-merge=off -accel"),
+        "{argv}"
+    );
     assert!(!argv.contains("memory-backend"));
 }
 
@@ -533,4 +542,53 @@ fn the_balloon_is_rendered_with_microvm_nix_flags_and_the_serial_stays_stdio() {
     // Without a balloon, no device.
     let a = qemu_argv(&spec(), &layout(), false);
     assert!(!a.iter().any(|x| x.contains("balloon")), "{a:?}");
+}
+
+/// `mem_merge` and `hugepage_mem` as each hypervisor spells them: KSM off
+/// unless asked (QEMU's own default is on), hugepages through a hugetlb
+/// memfd (QEMU, cloud-hypervisor) or firecracker's `huge_pages`, never a
+/// hugetlbfs path.
+#[test]
+fn guest_memory_merges_only_when_asked_and_takes_hugepages_without_a_path() {
+    let mut s = spec();
+    s.mem_merge = true;
+    let a = qemu_argv(&s, &layout(), false).join(" ");
+    assert!(a.contains("-machine microvm,mem-merge=on -accel"), "{a}");
+    s.mem_merge = false;
+    s.hugepage_mem = true;
+    let a = qemu_argv(&s, &layout(), false).join(" ");
+    assert!(
+        a.contains(
+            "-machine microvm,memory-backend=mem,mem-merge=off \
+             -object memory-backend-memfd,id=mem,size=512M,hugetlb=on,hugetlbsize=2M -accel"
+        ),
+        "{a}"
+    );
+    assert!(!a.contains("mem-path"), "{a}");
+    let mut c = ch_spec();
+    let a = cloud_hypervisor_argv(&c, &layout());
+    assert!(
+        a.windows(2).any(|w| w == ["--memory", "size=512M"]),
+        "{a:?}"
+    );
+    c.mem_merge = true;
+    c.hugepage_mem = true;
+    let a = cloud_hypervisor_argv(&c, &layout());
+    assert!(
+        a.windows(2).any(|w| w
+            == [
+                "--memory",
+                "size=512M,mergeable=on,hugepages=on,hugepage_size=2M"
+            ]),
+        "{a:?}"
+    );
+    let mut f = spec();
+    f.hypervisor.kind = HypervisorKind::Firecracker;
+    let v: serde_json::Value =
+        serde_json::from_str(&firecracker_config(&f, &layout().control_dir)).unwrap();
+    assert!(v["machine-config"].get("huge_pages").is_none(), "{v}");
+    f.hugepage_mem = true;
+    let v: serde_json::Value =
+        serde_json::from_str(&firecracker_config(&f, &layout().control_dir)).unwrap();
+    assert_eq!(v["machine-config"]["huge_pages"], json!("2M"), "{v}");
 }

@@ -50,7 +50,8 @@ pub fn check_against_roots(spec: &Spec, spec_path: &Path, roots: &Roots) -> Resu
 /// vetted, in order: the interfaces ([`preflight_interfaces`]) and the
 /// user network ([`preflight_user_network`]); what root
 /// hands to the hypervisor (binary, kernel, initrd, helpers) root's alone
-/// ([`check_trusted_files`], the last walk of `walker`); the binary asked
+/// ([`check_trusted_files`], the last walk of `walker`); the host's
+/// hugepage pool and KSM ([`preflight_memory`]); the binary asked
 /// about its sandbox ([`qemu_sandbox`]) and, with credentials, its fw_cfg
 /// ([`cloud_hypervisor_credentials`]); the shares and images the principal
 /// must own ([`check_principal`]); the room for created volumes
@@ -65,6 +66,7 @@ pub fn check_with_principal(
 ) -> Result<bool> {
     preflight_interfaces(spec, spec_path, roots)?;
     preflight_user_network(spec, spec_path)?;
+    preflight_memory(spec, spec_path)?;
     check_trusted_files(spec, spec_path, spec_walk, roots, &mut walker)?;
     drop(walker);
     let qemu_sandbox = qemu_sandbox(spec, spec_path, principal, roots)?;
@@ -638,6 +640,47 @@ fn preflight_user_network(spec: &Spec, spec_path: &Path) -> Result<(), SpecError
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// The host's 2 MiB hugepage pool, as the kernel counts it.
+const HUGEPAGES_FREE: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages";
+/// Whether the kernel's KSM thread merges pages (1) or not.
+const KSM_RUN: &str = "/sys/kernel/mm/ksm/run";
+
+/// `hugepage_mem`: the host's pool has a free page for each 2 MiB of the
+/// guest now (another VM may take them before the hypervisor does; the
+/// hypervisor then fails its start and says so). `mem_merge`: KSM is on
+/// (a warning only: the guest runs either way, unmerged).
+fn preflight_memory(spec: &Spec, spec_path: &Path) -> Result<(), SpecError> {
+    let number = |p: &str| -> Option<u64> {
+        let b = read_path(Path::new(p), 32, 64).ok()?;
+        String::from_utf8_lossy(&b).trim().parse().ok()
+    };
+    let needed = spec.hugepages_needed();
+    if needed > 0 {
+        let free = number(HUGEPAGES_FREE);
+        if !matches!(free, Some(f) if f >= needed) {
+            let have = free.map_or_else(
+                || format!("no 2 MiB hugepage pool ({HUGEPAGES_FREE} cannot be read)"),
+                |f| format!("{f} free 2 MiB hugepages"),
+            );
+            return Err(bad(
+                spec_path,
+                "hugepage_mem".into(),
+                format!(
+                    "is true, so the guest's {} MiB need {needed} free 2 MiB hugepages, but this host has {have}; \
+                     reserve them (vm.nr_hugepages, NixOS: boot.kernelParams = [ \"hugepages=N\" ]) or drop hugepage_mem",
+                    spec.memory_mib
+                ),
+            ));
+        }
+    }
+    if spec.mem_merge && number(KSM_RUN) != Some(1) {
+        tracing::warn!(
+            "mem_merge is set, but this host's KSM is not running ({KSM_RUN} is not 1): the guest's memory is marked mergeable and nothing merges it (NixOS: hardware.ksm.enable)"
+        );
     }
     Ok(())
 }
