@@ -135,6 +135,9 @@ pub struct Link {
     /// `IFLA_LINK_NETNSID`: the link's peer (a veth's other end) is in
     /// another network namespace.
     pub peer_elsewhere: bool,
+    /// `IFLA_IFALIAS`: for the host end of a link into a VM's namespace,
+    /// the mark of the instance that made it (`ns_link::link_mark`).
+    pub alias: Option<String>,
 }
 
 impl Rtnl {
@@ -217,6 +220,7 @@ impl Rtnl {
                 let mut kind = None;
                 let mut controller = None;
                 let mut peer_elsewhere = false;
+                let mut alias = None;
                 for a in &l.attributes {
                     match a {
                         LinkAttribute::LinkInfo(infos) => {
@@ -228,6 +232,7 @@ impl Rtnl {
                         }
                         LinkAttribute::Controller(c) => controller = Some(*c),
                         LinkAttribute::LinkNetNsId(_) => peer_elsewhere = true,
+                        LinkAttribute::IfAlias(a) => alias = Some(a.clone()),
                         _ => {}
                     }
                 }
@@ -236,6 +241,7 @@ impl Rtnl {
                     kind,
                     controller,
                     peer_elsewhere,
+                    alias,
                 }))
             }
             Err(e) if matches!(e.link_errno(), Some(libc::ENODEV | libc::ENOENT)) => Ok(None),
