@@ -297,9 +297,11 @@ fn a_tap_is_its_vms_alone_whatever_its_queue_count_cloud_hypervisor() {
     taps_refuse_other_users(&ns, g.pid(), u, &[("vmw-mqc2", 2), ("vmw-mqc4", 4)]);
     g.child.kill().unwrap();
     g.wait_exit(Duration::from_secs(10)).unwrap();
-    wait_until("the taps gone with cloud-hypervisor", Duration::from_secs(10), || {
-        !ns.has_link("vmw-mqc2") && !ns.has_link("vmw-mqc4")
-    });
+    wait_until(
+        "the taps gone with cloud-hypervisor",
+        Duration::from_secs(10),
+        || !ns.has_link("vmw-mqc2") && !ns.has_link("vmw-mqc4"),
+    );
     let (o, rep) = ns.cleanup(&env, "mqc");
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
     let v = ns.vmwarden(&env, &["verify-clean", "mqc"]);

@@ -628,8 +628,14 @@ fn two_installations_never_delete_each_others_firecracker_link() {
     let ns = Netns::new("fcsib");
     ns.bridge("br0");
     let (ua, ub) = (uid(44), uid(45));
-    a.write_spec("web", &firecracker_nic_spec(&a, "web", ua, &bin, "vmw-sib0"));
-    b.write_spec("web", &firecracker_nic_spec(&b, "web", ub, &bin, "vmw-sib0"));
+    a.write_spec(
+        "web",
+        &firecracker_nic_spec(&a, "web", ua, &bin, "vmw-sib0"),
+    );
+    b.write_spec(
+        "web",
+        &firecracker_nic_spec(&b, "web", ub, &bin, "vmw-sib0"),
+    );
     let _kvm_a = KvmAcl::grant(ua);
     let _kvm_b = KvmAcl::grant(ub);
     // Roots B: its VM ran and is gone; its intent record stays until its
@@ -642,9 +648,11 @@ fn two_installations_never_delete_each_others_firecracker_link() {
     assert!(out.status.success(), "{}", text(&out));
     let intent_b = b.run.join("web/instance.json");
     assert!(intent_b.exists(), "roots B's intent record is gone");
-    wait_until("B's link gone with its namespace", Duration::from_secs(10), || {
-        !ns.has_link("vmw-sib0")
-    });
+    wait_until(
+        "B's link gone with its namespace",
+        Duration::from_secs(10),
+        || !ns.has_link("vmw-sib0"),
+    );
     // Roots A: the real firecracker, its link on the bridge.
     let sock = a.run.join("web/control/api.sock");
     let mut c = ns.cmd(&a, LAUNCH, &["web"]);
