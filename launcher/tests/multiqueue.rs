@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
+use vmwarden::hypervisor::api;
 
 const BOOT: Duration = Duration::from_secs(180);
 
@@ -205,7 +206,7 @@ fn taps_refuse_other_users(ns: &Netns, holder: u32, owner: u32, taps: &[(&str, u
                    attach-queue=errno1 attach-queue-persist=errno77 attach-queue-owner=errno77";
     let mut want: Vec<String> = Vec::new();
     for (tap, queues) in taps {
-        want.extend(std::iter::repeat_n(tap.to_string(), *queues));
+        want.extend((0..*queues).map(|_| tap.to_string()));
     }
     want.sort();
     assert_eq!(tun_fds_of(holder), want);
@@ -288,7 +289,7 @@ fn a_tap_is_its_vms_alone_whatever_its_queue_count_cloud_hypervisor() {
         .arg(format!("path={}", sock.display()));
     let mut g = spawn_logged(c, env.path("mqc.log"));
     wait_until("cloud-hypervisor's API", Duration::from_secs(30), || {
-        vmwarden::hypervisor::api::answers(&sock)
+        api::answers(&sock)
     });
     assert_eq!(
         proc_status(g.pid(), "Uid"),

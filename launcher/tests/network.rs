@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
+use vmwarden::host::procs::processes_of_uid;
 use vmwarden::hypervisor::api;
 
 const BOOT: Duration = Duration::from_secs(120);
@@ -693,7 +694,7 @@ fn two_installations_never_delete_each_others_firecracker_link() {
     // Its helpers (the vsock relay) follow it within moments, and hold the
     // lease until then.
     wait_until("A's instance dead", Duration::from_secs(10), || {
-        vmwarden::host::procs::processes_of_uid(ua).is_empty()
+        processes_of_uid(ua).is_empty()
     });
     let (o, rep) = ns.cleanup(&a, "web");
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
