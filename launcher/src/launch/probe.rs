@@ -325,7 +325,11 @@ fn exited(child: Pid, pidfd: Option<&OwnedFd>) -> bool {
 /// while the first kill went through). Err names the processes left.
 fn await_group_gone(pgid: Pid, limit: Duration) -> Result<(), String> {
     let deadline = Instant::now() + limit;
-    let group = u32::try_from(pgid.as_raw()).unwrap_or(0);
+    let group = match u32::try_from(pgid.as_raw()) {
+        // Group 0 is the kernel's threads': never a probe's.
+        Ok(g) if g > 0 => g,
+        _ => return Err(format!("no process group {pgid} to wait for")),
+    };
     loop {
         let left = procs::live_in_group(group);
         if left.is_empty() {
@@ -372,11 +376,11 @@ fn await_group_gone(pgid: Pid, limit: Duration) -> Result<(), String> {
                 .map(|p| p.revents().is_some_and(|r| !r.is_empty()))
                 .collect();
             drop(polled);
-            let mut i = 0;
-            pidfds.retain(|_| {
-                i += 1;
-                !done[i - 1]
-            });
+            pidfds = pidfds
+                .into_iter()
+                .zip(done)
+                .filter_map(|(fd, gone)| (!gone).then_some(fd))
+                .collect();
         }
     }
 }
