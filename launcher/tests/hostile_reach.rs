@@ -466,3 +466,65 @@ fn probes_run_inside_the_sandbox() {
         assert!(!hypervisor::cloud_hypervisor_fw_cfg_in_elf(&reporter));
     }
 }
+
+/// A "QEMU" whose `-sandbox` probe answers yes (exit 0) and leaves
+/// children behind that are slow to die: each holds 48 MiB of memory it
+/// has written to, in 4 KiB pages (no transparent huge pages), so that
+/// when the probe's process group is SIGKILLed each spends a while in its
+/// exit freeing them, still alive as the principal.
+const SLOW_TO_DIE: &str = r#"#!/usr/bin/python3
+import mmap, os, sys
+CHILDREN, SIZE = 6, 48 << 20
+r, w = os.pipe()
+hold, _ = os.pipe()
+for _ in range(CHILDREN):
+    if os.fork() == 0:
+        m = mmap.mmap(-1, SIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        m.madvise(mmap.MADV_NOHUGEPAGE)
+        page = b'\x01' * 4096
+        for off in range(0, SIZE, 4096):
+            m[off:off + 4096] = page
+        os.write(w, b'.')
+        os.read(hold, 1)  # forever: nobody writes to it
+        os._exit(0)
+got = 0
+while got < CHILDREN:
+    got += len(os.read(r, CHILDREN - got))
+sys.exit(0)
+"#;
+
+/// A probe's children are gone before the launch goes on: the launcher
+/// kills the probe's process group and waits (through pidfds) until none
+/// of it is alive, so children still exiting when the launch takes its
+/// lease do not make it refuse as "ambiguous". Each launch here goes on
+/// to run the probe command as the principal, time after time.
+#[test]
+fn a_probes_children_are_gone_before_the_launch_goes_on() {
+    require_root();
+    let env = Env::new();
+    let slow = script(&env, "slow-qemu", SLOW_TO_DIE);
+    let u = uid(303);
+    let mut s = env.spec("slowprobe", u);
+    s["hypervisor"]["binary"] = json!(slow);
+    env.write_spec("slowprobe", &s);
+    for round in 0..4 {
+        let out = bounded(
+            env.launch_cmd("slowprobe")
+                .args(["--probe", "--", "/bin/sh", "-c", "echo LAUNCHED"]),
+            Duration::from_secs(60),
+        )
+        .unwrap_or_else(|| panic!("round {round}: the launch hung"));
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("LAUNCHED"),
+            "round {round}: {}",
+            text(&out)
+        );
+        assert!(
+            processes_of_uid(u).is_empty(),
+            "round {round}: the principal still runs {:?} after the launch",
+            processes_of_uid(u)
+        );
+        let (o, rep) = env.cleanup("slowprobe");
+        assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    }
+}

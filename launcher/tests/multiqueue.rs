@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
+use vmwarden::hypervisor::api;
 
 const BOOT: Duration = Duration::from_secs(180);
 
@@ -141,4 +142,169 @@ fn vhost_net_is_opened_by_root_per_queue_or_the_launch_is_refused_with_nothing_m
     let _ = probe.wait();
     let (o, rep) = ns.cleanup(&env, "vh");
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+}
+
+/// A local user's attack on a VM's tap by its name, from the namespace
+/// `ns`: `/dev/net/tun` opened first as root (on NixOS the node is 0666,
+/// here 0600), then the uid and gid dropped to `attacker` with no
+/// supplementary group (and so no capability), then `TUNSETIFF` on the
+/// tap's name as one more queue (plain, and with `IFF_ATTACH_QUEUE`), and
+/// on each fd `TUNSETPERSIST` and `TUNSETOWNER`, which would keep the tap
+/// past the VM and make it the attacker's. Prints `label=ok` or
+/// `label=errnoN` for each.
+const TAP_ATTACK: &str = r#"
+import fcntl, os, struct, sys
+name, uid = sys.argv[1], int(sys.argv[2])
+fds = [os.open('/dev/net/tun', os.O_RDWR) for _ in range(2)]
+os.setgroups([])
+os.setresgid(uid, uid, uid)
+os.setresuid(uid, uid, uid)
+TUNSETIFF, TUNSETPERSIST, TUNSETOWNER = 0x400454ca, 0x400454cb, 0x400454cc
+base = 0x0002 | 0x1000 | 0x4000 | 0x0100  # TAP, NO_PI, VNET_HDR, MULTI_QUEUE
+out = []
+def attempt(label, req, arg, fd):
+    try:
+        fcntl.ioctl(fd, req, arg)
+        out.append(label + '=ok')
+    except OSError as e:
+        out.append(label + '=errno%d' % e.errno)
+for fd, label, flags in [(fds[0], 'attach', base), (fds[1], 'attach-queue', base | 0x0200)]:
+    attempt(label, TUNSETIFF, struct.pack('16sH22x', name.encode(), flags), fd)
+    attempt(label + '-persist', TUNSETPERSIST, 1, fd)
+    attempt(label + '-owner', TUNSETOWNER, uid, fd)
+print(' '.join(out))
+"#;
+
+/// Run [`TAP_ATTACK`] on `tap` in `ns` as `attacker`.
+fn attack_tap(ns: &Netns, tap: &str, attacker: u32) -> String {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.name, "python3", "-c", TAP_ATTACK, tap])
+        .arg(attacker.to_string())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `/sys/class/net/TAP/FILE` in `ns`.
+fn tap_sys(ns: &Netns, tap: &str, file: &str) -> String {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.name, "cat"])
+        .arg(format!("/sys/class/net/{tap}/{file}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Every attack on each of `taps` (name, queues) is refused while
+/// `holder` holds all their queues; the taps stay the principal's
+/// (`owner`), not persistent, with their queues and nobody else's.
+fn taps_refuse_other_users(ns: &Netns, holder: u32, owner: u32, taps: &[(&str, usize)]) {
+    let attacker = uid(349);
+    let refused = "attach=errno1 attach-persist=errno77 attach-owner=errno77 \
+                   attach-queue=errno1 attach-queue-persist=errno77 attach-queue-owner=errno77";
+    let mut want: Vec<String> = Vec::new();
+    for (tap, queues) in taps {
+        want.extend((0..*queues).map(|_| tap.to_string()));
+    }
+    want.sort();
+    assert_eq!(tun_fds_of(holder), want);
+    for (tap, _) in taps {
+        // EPERM for the attach (the tap has an owner and a group that are
+        // not the attacker's), EBADFD after it: an fd attached to no tap
+        // can neither persist nor own one.
+        let got = attack_tap(ns, tap, attacker);
+        assert_eq!(got, refused, "{tap}: a local user reached the VM's tap");
+        assert_eq!(tap_sys(ns, tap, "owner"), owner.to_string(), "{tap}");
+        assert_eq!(tap_sys(ns, tap, "group"), owner.to_string(), "{tap}");
+        let flags = u32::from_str_radix(tap_sys(ns, tap, "tun_flags").trim_start_matches("0x"), 16)
+            .unwrap();
+        assert_eq!(flags & 0x0800, 0, "{tap} was made persistent");
+    }
+    // The hypervisor still holds every queue, and no one else got one.
+    assert_eq!(tun_fds_of(holder), want);
+}
+
+/// A tap is its VM's alone, whatever its queue count: the real QEMU's
+/// taps of two and four queues, with the guest up, refuse a local user's
+/// attach of one more queue by name (and so its reading and injecting
+/// frames, and its making the tap persistent and its own); they go with
+/// QEMU, and cleanup and verify-clean find nothing.
+#[test]
+fn a_tap_is_its_vms_alone_whatever_its_queue_count_qemu() {
+    require_root();
+    let env = Env::new();
+    let ns = Netns::new("mqo");
+    ns.bridge("br0");
+    let u = uid(341);
+    let mut spec = env.spec("mqo", u);
+    spec["vcpus"] = json!(2);
+    spec["interfaces"] = json!([
+        { "tap": "vmw-mqo2", "bridge": "br0", "queues": 2 },
+        { "tap": "vmw-mqo4", "bridge": "br0", "queues": 4 }
+    ]);
+    env.write_spec("mqo", &spec);
+    let mut g = ns.start(&env, "mqo");
+    g.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    taps_refuse_other_users(&ns, g.pid(), u, &[("vmw-mqo2", 2), ("vmw-mqo4", 4)]);
+    g.kill();
+    wait_until("the taps gone with QEMU", Duration::from_secs(10), || {
+        !ns.has_link("vmw-mqo2") && !ns.has_link("vmw-mqo4")
+    });
+    let (o, rep) = ns.cleanup(&env, "mqo");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    let v = ns.vmwarden(&env, &["verify-clean", "mqo"]);
+    assert!(v.status.success(), "{}", text(&v));
+}
+
+/// The same with the real cloud-hypervisor (which this host's KVM cannot
+/// boot a guest under): it runs in the VM's full sandbox (`--probe`), idle
+/// on its API socket, holding the taps' queues as it would a guest's.
+#[test]
+fn a_tap_is_its_vms_alone_whatever_its_queue_count_cloud_hypervisor() {
+    require_root();
+    let env = Env::new();
+    let Some(bin) = real_binary(&env, "VMWARDEN_TEST_CLOUD_HYPERVISOR", "cloud-hypervisor") else {
+        return;
+    };
+    let ns = Netns::new("mqc");
+    ns.bridge("br0");
+    let u = uid(342);
+    let mut spec = env.spec("mqc", u);
+    spec["hypervisor"] = json!({ "kind": "cloud-hypervisor", "binary": bin, "accel": "kvm" });
+    spec["vcpus"] = json!(2);
+    spec["interfaces"] = json!([
+        { "tap": "vmw-mqc2", "bridge": "br0", "queues": 2 },
+        { "tap": "vmw-mqc4", "bridge": "br0", "queues": 4 }
+    ]);
+    env.write_spec("mqc", &spec);
+    let _kvm = KvmAcl::grant(u);
+    let sock = env.run.join("mqc/control/api.sock");
+    let mut c = ns.cmd(&env, LAUNCH, &["mqc"]);
+    c.arg("--probe")
+        .arg("--")
+        .arg(&bin)
+        .arg("--api-socket")
+        .arg(format!("path={}", sock.display()));
+    let mut g = spawn_logged(c, env.path("mqc.log"));
+    wait_until("cloud-hypervisor's API", Duration::from_secs(30), || {
+        api::answers(&sock)
+    });
+    assert_eq!(
+        proc_status(g.pid(), "Uid"),
+        format!("{0}\t{0}\t{0}\t{0}", u)
+    );
+    taps_refuse_other_users(&ns, g.pid(), u, &[("vmw-mqc2", 2), ("vmw-mqc4", 4)]);
+    g.child.kill().unwrap();
+    g.wait_exit(Duration::from_secs(10)).unwrap();
+    wait_until(
+        "the taps gone with cloud-hypervisor",
+        Duration::from_secs(10),
+        || !ns.has_link("vmw-mqc2") && !ns.has_link("vmw-mqc4"),
+    );
+    let (o, rep) = ns.cleanup(&env, "mqc");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    let v = ns.vmwarden(&env, &["verify-clean", "mqc"]);
+    assert!(v.status.success(), "{}", text(&v));
 }

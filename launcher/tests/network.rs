@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
+use vmwarden::host::procs::processes_of_uid;
 use vmwarden::hypervisor::api;
 
 const BOOT: Duration = Duration::from_secs(120);
@@ -608,4 +609,98 @@ fn kill_at_every_launch_step_with_a_firecracker_tap_leaves_no_tap_after_cleanup(
         let v = ns.vmwarden(&env, &["verify-clean", "fck"]);
         assert!(v.status.success(), "after {step}: {}", text(&v));
     }
+}
+
+/// Two installations side by side (two sets of roots, as `unitPrefix`
+/// makes them) whose firecracker VMs name the same tap: neither's teardown
+/// deletes the other's host end of its link. Roots B's VM ran (under
+/// `--probe`) and left its intent record, which names the link; roots A's
+/// VM then runs with the same tap name, with the real firecracker. B's
+/// cleanup and B's `reap --apply` leave A's link alone (it carries A's
+/// instance's mark, not B's); A's own cleanup deletes nothing of B's and
+/// leaves nothing.
+#[test]
+fn two_installations_never_delete_each_others_firecracker_link() {
+    let a = Env::new();
+    let Some(bin) = real_binary(&a, "VMWARDEN_TEST_FIRECRACKER", "firecracker") else {
+        return;
+    };
+    let b = a.sibling();
+    let ns = Netns::new("fcsib");
+    ns.bridge("br0");
+    let (ua, ub) = (uid(44), uid(45));
+    a.write_spec(
+        "web",
+        &firecracker_nic_spec(&a, "web", ua, &bin, "vmw-sib0"),
+    );
+    b.write_spec(
+        "web",
+        &firecracker_nic_spec(&b, "web", ub, &bin, "vmw-sib0"),
+    );
+    let _kvm_a = KvmAcl::grant(ua);
+    let _kvm_b = KvmAcl::grant(ub);
+    // Roots B: its VM ran and is gone; its intent record stays until its
+    // cleanup (a killed unit's ExecStopPost, an operator's later run).
+    let out = ns
+        .cmd(&b, LAUNCH, &["web"])
+        .args(["--probe", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let intent_b = b.run.join("web/instance.json");
+    assert!(intent_b.exists(), "roots B's intent record is gone");
+    wait_until(
+        "B's link gone with its namespace",
+        Duration::from_secs(10),
+        || !ns.has_link("vmw-sib0"),
+    );
+    // Roots A: the real firecracker, its link on the bridge.
+    let sock = a.run.join("web/control/api.sock");
+    let mut c = ns.cmd(&a, LAUNCH, &["web"]);
+    c.arg("--probe")
+        .arg("--")
+        .arg(&bin)
+        .arg("--api-sock")
+        .arg(&sock);
+    let mut g = spawn_logged(c, a.path("web.log"));
+    wait_until("A's firecracker API", Duration::from_secs(30), || {
+        api::answers(&sock)
+    });
+    let index = sys_net(&ns, "vmw-sib0", "ifindex").expect("A's link");
+    let mut a_still_there = |when: &str| {
+        assert_eq!(
+            sys_net(&ns, "vmw-sib0", "ifindex").as_deref(),
+            Some(index.as_str()),
+            "{when}: roots B deleted roots A's link vmw-sib0"
+        );
+        assert!(
+            g.child.try_wait().unwrap().is_none(),
+            "{when}: A's firecracker died"
+        );
+    };
+    let (o, rep) = ns.cleanup(&b, "web");
+    assert!(
+        !rep["deleted"].to_string().contains("vmw-sib0"),
+        "{}",
+        text(&o)
+    );
+    a_still_there("after B's cleanup");
+    let r = ns.vmwarden(&b, &["reap", "--apply", "--json"]);
+    a_still_there(&format!("after B's reap --apply ({})", text(&r)));
+    // A's own teardown: the link goes with its namespace, or A's cleanup
+    // deletes it (its mark is A's), and nothing is left.
+    g.child.kill().unwrap();
+    g.wait_exit(Duration::from_secs(10)).unwrap();
+    // Its helpers (the vsock relay) follow it within moments, and hold the
+    // lease until then.
+    wait_until("A's instance dead", Duration::from_secs(10), || {
+        processes_of_uid(ua).is_empty()
+    });
+    let (o, rep) = ns.cleanup(&a, "web");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    assert!(!ns.has_link("vmw-sib0"));
+    let v = ns.vmwarden(&a, &["verify-clean", "web"]);
+    assert!(v.status.success(), "{}", text(&v));
+    let (o, rep) = ns.cleanup(&b, "web");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
 }

@@ -3,7 +3,9 @@
 //! The launcher (root, before the privilege drop) opens `/dev/net/tun` once
 //! per interface and creates the tap with `TUNSETIFF` (`IFF_TAP|IFF_NO_PI|
 //! IFF_VNET_HDR|IFF_TUN_EXCL`, never persistent; with `IFF_MULTI_QUEUE` and
-//! one more open per further queue when it has several), sets its host-side MAC,
+//! one more open per further queue when it has several), gives it the
+//! principal as owner and group (so that no other user can attach a queue
+//! to it by name: [`own_for`]), sets its host-side MAC,
 //! attaches it to the configured bridge and brings it up over rtnetlink, then
 //! hands the open fd to the hypervisor across `execve`. The tap lives exactly
 //! as long as some process holds that fd: when the hypervisor dies, whatever
@@ -133,6 +135,9 @@ pub struct Link {
     /// `IFLA_LINK_NETNSID`: the link's peer (a veth's other end) is in
     /// another network namespace.
     pub peer_elsewhere: bool,
+    /// `IFLA_IFALIAS`: for the host end of a link into a VM's namespace,
+    /// the mark of the instance that made it (`ns_link::link_mark`).
+    pub alias: Option<String>,
 }
 
 impl Rtnl {
@@ -215,6 +220,7 @@ impl Rtnl {
                 let mut kind = None;
                 let mut controller = None;
                 let mut peer_elsewhere = false;
+                let mut alias = None;
                 for a in &l.attributes {
                     match a {
                         LinkAttribute::LinkInfo(infos) => {
@@ -226,6 +232,7 @@ impl Rtnl {
                         }
                         LinkAttribute::Controller(c) => controller = Some(*c),
                         LinkAttribute::LinkNetNsId(_) => peer_elsewhere = true,
+                        LinkAttribute::IfAlias(a) => alias = Some(a.clone()),
                         _ => {}
                     }
                 }
@@ -234,6 +241,7 @@ impl Rtnl {
                     kind,
                     controller,
                     peer_elsewhere,
+                    alias,
                 }))
             }
             Err(e) if matches!(e.link_errno(), Some(libc::ENODEV | libc::ENOENT)) => Ok(None),
@@ -320,9 +328,13 @@ pub fn create_tap(tap: &TapName) -> Result<Tap> {
 
 /// [`create_tap`] with `queues` queue pairs: a multi-queue tap when more
 /// than one, whose first fd makes the device (`IFF_TUN_EXCL`: never an
-/// existing one) and every further fd attaches one more queue to it. Only
-/// a caller with CAP_NET_ADMIN may attach to a tap without owner (this
-/// one), so between the two no one else can.
+/// existing one) and every further fd attaches one more queue to it.
+/// The kernel lets *anyone* attach one more queue to a multi-queue tap
+/// that has neither owner nor group (`tun_not_capable`: only a set owner
+/// or group refuses a caller without CAP_NET_ADMIN), so a caller that
+/// hands the fds on gives the tap an owner and a group first
+/// ([`own_for`]); a single-queue tap refuses a second attach by itself
+/// (EBUSY) while its one queue is held.
 pub fn create_tap_queues(tap: &TapName, queues: u32) -> Result<Tap> {
     let multi = if queues > 1 { IFF_MULTI_QUEUE } else { 0 };
     let fd = tun_set_iff(tap, IFF_TUN_EXCL | multi)?;
@@ -391,11 +403,31 @@ pub fn open_vhost_net() -> std::result::Result<OwnedFd, nix::errno::Errno> {
 /// CAP_NET_ADMIN the kernel lets a process attach to a persistent tap only
 /// when its euid is the owner and the group is among its groups.
 pub fn persist_for(tap: &Tap, uid: u32, gid: u32) -> Result<()> {
-    for (op, req, arg) in [
-        ("TUNSETOWNER", TUNSETOWNER, libc::c_ulong::from(uid)),
-        ("TUNSETGROUP", TUNSETGROUP, libc::c_ulong::from(gid)),
-        ("TUNSETPERSIST", TUNSETPERSIST, 1),
-    ] {
+    own_for(tap, uid, gid)?;
+    tun_ioctls(tap, &[("TUNSETPERSIST", TUNSETPERSIST, 1)])
+}
+
+/// Give the open tap `tap` an owner (`uid`) and a group (`gid`), never
+/// persistence: from then on the kernel refuses to attach a queue to it
+/// (`TUNSETIFF` on its name) for any process without CAP_NET_ADMIN whose
+/// euid is not `uid` or whose groups lack `gid` (`tun_not_capable`), and
+/// so every way to reach the tap but its fds (`TUNSETPERSIST`,
+/// `TUNSETOWNER` need an attached queue). Without an owner and a group a
+/// multi-queue tap takes one more queue from any local user.
+pub fn own_for(tap: &Tap, uid: u32, gid: u32) -> Result<()> {
+    tun_ioctls(
+        tap,
+        &[
+            ("TUNSETOWNER", TUNSETOWNER, libc::c_ulong::from(uid)),
+            ("TUNSETGROUP", TUNSETGROUP, libc::c_ulong::from(gid)),
+        ],
+    )
+}
+
+/// Run tun ioctls that take an integer argument on `tap`'s first queue, in
+/// order, stopping at the first that fails.
+fn tun_ioctls(tap: &Tap, calls: &[(&'static str, libc::Ioctl, libc::c_ulong)]) -> Result<()> {
+    for &(op, req, arg) in calls {
         // SAFETY: these three tun ioctls take their argument by value (an
         // integer, no pointer is dereferenced); the fd is the tap's open
         // /dev/net/tun queue. The return value is checked.

@@ -515,6 +515,43 @@ pub fn ancestors() -> Vec<u32> {
     out
 }
 
+/// Live (not zombie) processes whose process group is `pgid`, from each
+/// `/proc/PID/stat`. A zombie counts as gone: it holds nothing, and this
+/// host's PID 1 may reap an orphan late. A process that cannot be read is
+/// gone (it exited between the listing and the read).
+pub fn live_in_group(pgid: u32) -> Vec<u32> {
+    let Ok(mut p) = Proc::open() else {
+        return Vec::new();
+    };
+    p.ids("")
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|pid| in_group_alive(&mut p, *pid, pgid))
+        .collect()
+}
+
+/// Is `pid` alive, in process group `pgid`? (See [`live_in_group`].)
+pub fn is_alive_in_group(pid: u32, pgid: u32) -> bool {
+    Proc::open().is_ok_and(|mut p| in_group_alive(&mut p, pid, pgid))
+}
+
+fn in_group_alive(p: &mut Proc, pid: u32, pgid: u32) -> bool {
+    p.read(Rel::pid(pid, "stat").c())
+        .ok()
+        .and_then(parse_state_pgrp)
+        .is_some_and(|(state, pgrp)| pgrp == pgid && !matches!(state, b'Z' | b'X'))
+}
+
+/// The state letter and the process group in a `/proc/PID/stat` line
+/// (`pid (comm) S ppid pgrp …`, split after the last `)`).
+fn parse_state_pgrp(stat: &[u8]) -> Option<(u8, u32)> {
+    let close = stat.iter().rposition(|b| *b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    let mut f = rest.split_whitespace();
+    let state = *f.next()?.as_bytes().first()?;
+    Some((state, f.nth(1)?.parse().ok()?))
+}
+
 /// The ppid in a `/proc/PID/stat` line (`pid (comm) S ppid …`; comm may
 /// hold spaces and parentheses, so split after the last `)`).
 fn parse_ppid(stat: &[u8]) -> Option<u32> {
@@ -582,6 +619,20 @@ mod tests {
         let mut odd = STATUS.as_bytes().to_vec();
         odd.splice(6..10, b"\xff\xfe".iter().copied());
         assert_eq!(parse_status(&odd).unwrap().uids, s.uids);
+    }
+
+    #[test]
+    fn state_and_group_survive_a_hostile_comm() {
+        assert_eq!(
+            parse_state_pgrp(b"42 (a) Z 9) D 17 40 42 0"),
+            Some((b'D', 40))
+        );
+        assert_eq!(parse_state_pgrp(b"42 (a) Z 17"), None);
+        let me = std::process::id();
+        let pgid = u32::try_from(nix::unistd::getpgrp().as_raw()).unwrap();
+        assert!(live_in_group(pgid).contains(&me));
+        assert!(is_alive_in_group(me, pgid));
+        assert!(!is_alive_in_group(me, pgid + 1));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use nix::errno::Errno;
 
 use crate::config::spec::{InterfaceSpec, Spec, VsockSpec};
 use crate::host::net;
+use crate::identity::principal::Principal;
 use crate::launch::StepError;
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
@@ -87,8 +88,14 @@ pub fn open_vhost_net(spec: &Spec) -> Result<Vec<Vec<std::os::fd::OwnedFd>>> {
 /// hypervisor that takes them so (QEMU, cloud-hypervisor): one per queue
 /// (`interfaces[i].queues`), with interface `i`'s vhost-net fds from
 /// [`open_vhost_net`] (`vhost[i]`). Firecracker's interfaces are
-/// `launch::netns`'s.
-pub fn create_taps(spec: &Spec, vhost: Vec<Vec<std::os::fd::OwnedFd>>) -> Result<Vec<net::Tap>> {
+/// `launch::netns`'s. Each tap is owned by the principal's uid and
+/// group before anything else happens to it (`net::own_for`): a tap of
+/// several queues would otherwise take one more from any local user.
+pub fn create_taps(
+    spec: &Spec,
+    principal: &Principal,
+    vhost: Vec<Vec<std::os::fd::OwnedFd>>,
+) -> Result<Vec<net::Tap>> {
     if spec.interfaces.is_empty() {
         return Ok(Vec::new());
     }
@@ -97,6 +104,7 @@ pub fn create_taps(spec: &Spec, vhost: Vec<Vec<std::os::fd::OwnedFd>>) -> Result
     let mut vhost = vhost.into_iter();
     for (i, n) in spec.interfaces.iter().enumerate() {
         let mut tap = net::create_tap_queues(&n.tap, n.queues())?;
+        net::own_for(&tap, principal.uid, principal.gid)?;
         tap.vhost = vhost.next().unwrap_or_default();
         let link = rtnl
             .link(n.tap.as_str())?

@@ -451,10 +451,10 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     //    VM's taps, each joined to its bridge by a veth pair; all of it dies
     //    with the hypervisor (launch::netns).
     let taps = if kind == HypervisorKind::Firecracker {
-        netns::firecracker_network(&spec, &principal)?;
+        netns::firecracker_network(&spec, &principal, &record.instance_id)?;
         Vec::new()
     } else {
-        interfaces::create_taps(&spec, vhost_net)?
+        interfaces::create_taps(&spec, &principal, vhost_net)?
     };
     steps.after("taps");
 

@@ -18,6 +18,9 @@
 //!
 //! 1. host: a veth pair, `T` on the host and [`uplink_name`]`(i)` in the
 //!    VM's namespace (one `RTM_NEWLINK`, `NLM_F_EXCL`);
+//!    `T` is marked (its alias) with this instance's id from the intent
+//!    record, the mark teardown checks before it deletes `T`: another set
+//!    of roots may name a tap `T` too;
 //! 2. host: `T` gets the guest MAC's host side, goes on `B` and up, as a
 //!    tap of the other hypervisors does: the operator sees the same name on
 //!    the same bridge;
@@ -60,7 +63,7 @@ pub fn uplink_name(i: usize) -> String {
 /// spec at the `taps` step; a spec without interfaces changes nothing (the
 /// hypervisor then shares the host's namespace, where its seccomp filter
 /// allows no socket but `AF_UNIX`).
-pub fn firecracker_network(spec: &Spec, principal: &Principal) -> Result<()> {
+pub fn firecracker_network(spec: &Spec, principal: &Principal, instance_id: &str) -> Result<()> {
     if spec.interfaces.is_empty() {
         return Ok(());
     }
@@ -84,6 +87,7 @@ pub fn firecracker_network(spec: &Spec, principal: &Principal) -> Result<()> {
         let uplink = uplink_name(i);
         host.create_veth(tap, &uplink, me)?;
         let outside = link_of(&mut host, tap, InfoKind::Veth)?;
+        host.set_alias(tap, outside.index, &net::ns_link::link_mark(instance_id))?;
         let mac = spec.guest_mac(i).host_side();
         host.configure(tap, outside.index, &mac.octets(), bridge)?;
         // /dev/net/tun opened now: the tap is made in this namespace.

@@ -26,7 +26,12 @@
 //! deadline. As soon as the child exits, or the deadline passes, the whole
 //! process group is SIGKILLed: whatever the binary left behind (a
 //! daemonised child, one that holds a pipe open) cannot keep the launch
-//! waiting or outlive it.
+//! waiting or outlive it. Then the launcher waits, through a pidfd on
+//! each, until no process of the group is alive (a zombie is dead), for at
+//! most [`GROUP_EXIT_TIMEOUT`]: a killed process can take a while to exit
+//! (freeing a large address space), and one still exiting when the launch
+//! looks for processes of the principal under the lease would make it
+//! refuse as "ambiguous". One still alive then fails the probe, named.
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -43,7 +48,7 @@ use seccompiler::BpfProgram;
 
 use crate::config::paths::Roots;
 use crate::config::spec::LandlockMode;
-use crate::host::cgroup;
+use crate::host::{cgroup, procs};
 use crate::identity::principal::Principal;
 use crate::launch::syscall::{LinuxSyscall, Syscall};
 use crate::launch::{landlock, sandbox, seccomp, EXEC_PATH};
@@ -51,6 +56,9 @@ use crate::launch::{landlock, sandbox, seccomp, EXEC_PATH};
 /// How long a probe may take, from the fork to its exit (a QEMU answers
 /// `-version` in ~40 ms, cloud-hypervisor `--help` in a few).
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the probe's killed process group may take to die.
+pub const GROUP_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Most bytes kept of a probe's stdout and of its stderr each (the rest is
 /// read and dropped, so the binary never blocks on a full pipe).
@@ -268,6 +276,7 @@ fn wait(
         }
     };
     drain(&fds, &mut bufs, &mut open);
+    await_group_gone(child, GROUP_EXIT_TIMEOUT)?;
     let [out, err, setup] = bufs;
     if !exited {
         return Err(format!(
@@ -307,6 +316,73 @@ fn exited(child: Pid, pidfd: Option<&OwnedFd>) -> bool {
         ),
         Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))
     )
+}
+
+/// Wait until no process of the probe's group (`pgid`, SIGKILLed) is
+/// alive, each waited for through a pidfd opened while it is still listed
+/// in the group (so never another process that took its pid), for at most
+/// `limit`. The group is SIGKILLed again on each round (for a member forked
+/// while the first kill went through). Err names the processes left.
+fn await_group_gone(pgid: Pid, limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    let group = match u32::try_from(pgid.as_raw()) {
+        // Group 0 is the kernel's threads': never a probe's.
+        Ok(g) if g > 0 => g,
+        _ => return Err(format!("no process group {pgid} to wait for")),
+    };
+    loop {
+        let left = procs::live_in_group(group);
+        if left.is_empty() {
+            return Ok(());
+        }
+        let rest = deadline.saturating_duration_since(Instant::now());
+        if rest.is_zero() {
+            return Err(format!(
+                "its process group was killed, but processes {left:?} of it were still alive {limit:?} later"
+            ));
+        }
+        kill_group(pgid);
+        let mut pidfds: Vec<OwnedFd> = left
+            .iter()
+            .filter_map(|pid| {
+                let fd = cgroup::pidfd_open(*pid)?;
+                // Still the group's now that the pidfd pins the process?
+                procs::is_alive_in_group(*pid, group).then_some(fd)
+            })
+            .collect();
+        if pidfds.is_empty() {
+            // Gone meanwhile, or no pidfd (a kernel before 5.3): look
+            // again shortly.
+            std::thread::sleep(Duration::from_millis(5).min(rest));
+            continue;
+        }
+        // Each pidfd turns readable when its process has exited.
+        while !pidfds.is_empty() {
+            let rest = deadline.saturating_duration_since(Instant::now());
+            if rest.is_zero() {
+                break;
+            }
+            let mut polled: Vec<PollFd<'_>> = pidfds
+                .iter()
+                .map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN))
+                .collect();
+            let ms = u16::try_from(rest.as_millis().max(1)).unwrap_or(u16::MAX);
+            match poll(&mut polled, PollTimeout::from(ms)) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => return Err(format!("poll on its process group's pidfds: {e}")),
+            }
+            let done: Vec<bool> = polled
+                .iter()
+                .map(|p| p.revents().is_some_and(|r| !r.is_empty()))
+                .collect();
+            drop(polled);
+            pidfds = pidfds
+                .into_iter()
+                .zip(done)
+                .filter_map(|(fd, gone)| (!gone).then_some(fd))
+                .collect();
+        }
+    }
 }
 
 /// SIGKILL the probe's process group (gone already is fine).

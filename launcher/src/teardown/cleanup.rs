@@ -533,7 +533,8 @@ fn delete_persistent_taps(intent: Option<&Intent>, report: &mut Report) {
 /// removes them with the namespace once the hypervisor is gone, but does so
 /// asynchronously, and a namespace something else still holds would keep
 /// its link to the bridge. Each is vetted (a veth whose other end is in
-/// another namespace) and deleted by its index. Only called with the
+/// another namespace, marked with the record's instance id: another set of
+/// roots may have a link of the same name) and deleted by its index. Only called with the
 /// instance dead and the lease held.
 fn delete_ns_link_ends(intent: Option<&Intent>, report: &mut Report) {
     let Some(names) = intent.map(Intent::ns_links).filter(|n| !n.is_empty()) else {
@@ -550,11 +551,14 @@ fn delete_ns_link_ends(intent: Option<&Intent>, report: &mut Report) {
             return;
         }
     };
+    let Some(intent) = intent else { return };
     for name in &names {
         let outcome = match rtnl.link(name.as_str()) {
-            // Gone, or not such a link: the survivor check judges it.
+            // Gone, not such a link, or not this instance's (another set of
+            // roots' VM may have a tap of the same name): the survivor
+            // check judges it.
             Ok(None) => continue,
-            Ok(Some(l)) if !taps::is_ns_link_end(&l) => continue,
+            Ok(Some(l)) if !taps::is_ns_link_end_of(&l, intent) => continue,
             Ok(Some(l)) => taps::delete_vetted(&mut rtnl, name.as_str(), l.index),
             Err(e) => Err(e.to_string()),
         };

@@ -531,13 +531,30 @@ fn reap_runtime_entry(
 }
 
 /// Every VM that claims each tap: the intent records in the runtime root
-/// and the configured specs (two VMs may name the same tap by mistake).
-fn tap_claimants(roots: &Roots) -> std::collections::BTreeMap<TapName, Vec<VmName>> {
+/// and the configured specs (two VMs may name the same tap by mistake);
+/// and for each host end of a link into a VM's namespace that a record
+/// names, the mark that record's instance put on it
+/// (`ns_link::link_mark`).
+type Claims = (
+    std::collections::BTreeMap<TapName, Vec<VmName>>,
+    std::collections::BTreeMap<TapName, Vec<String>>,
+);
+
+fn tap_claimants(roots: &Roots) -> Claims {
     let mut owners: std::collections::BTreeMap<TapName, Vec<VmName>> = Default::default();
+    let mut marks: std::collections::BTreeMap<TapName, Vec<String>> = Default::default();
     for vm in known_vms(roots) {
         let intent = dirs::open_dir(&roots.runtime_dir(&vm))
             .ok()
             .and_then(|d| Intent::read(&d).ok().flatten());
+        if let Some(i) = &intent {
+            for t in i.ns_links() {
+                marks
+                    .entry(t)
+                    .or_default()
+                    .push(net::ns_link::link_mark(&i.instance_id));
+            }
+        }
         for t in taps::vm_taps(roots, &vm, intent.as_ref()) {
             let v = owners.entry(t).or_default();
             if !v.contains(&vm) {
@@ -545,7 +562,7 @@ fn tap_claimants(roots: &Roots) -> std::collections::BTreeMap<TapName, Vec<VmNam
             }
         }
     }
-    owners
+    (owners, marks)
 }
 
 fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
@@ -553,7 +570,7 @@ fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
     if links.is_empty() {
         return;
     }
-    let claimants = tap_claimants(roots);
+    let (claimants, marks) = tap_claimants(roots);
     let mut rtnl = None;
     for tap in links {
         let path = PathBuf::from(SYS_CLASS_NET).join(&tap);
@@ -581,7 +598,18 @@ fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
                 continue;
             }
             None => match ns_link_end(&mut rtnl, &tap) {
-                Ok(Some(index)) if owner.is_some() => (index, "link into a VM's network namespace"),
+                Ok(Some((index, alias)))
+                    if owner.is_some()
+                        && marks
+                            .get(tap.as_str())
+                            .is_some_and(|m| alias.as_ref().is_some_and(|a| m.contains(a))) =>
+                {
+                    (index, "link into a VM's network namespace")
+                }
+                Ok(Some(_)) if owner.is_some() => {
+                    keep("a veth into another network namespace that no intent record of these roots marked as its own (another set of roots' VM may have a tap of this name); not deleted".into());
+                    continue;
+                }
                 Ok(Some(_)) => {
                     keep("a veth into another network namespace that no VM's intent record or spec names; not vmwarden's".into());
                     continue;
@@ -649,15 +677,20 @@ fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
     }
 }
 
-/// The index of `name` when it is the host side of a link into a VM's own
-/// network namespace (a veth whose other end is in another namespace);
-/// opens `rtnl` the first time it is needed.
-fn ns_link_end(rtnl: &mut Option<Rtnl>, name: &str) -> Result<Option<u32>, net::NetError> {
+/// The index and the mark (alias) of `name` when it is the host side of a
+/// link into a VM's own network namespace (a veth whose other end is in
+/// another namespace); opens `rtnl` the first time it is needed.
+fn ns_link_end(
+    rtnl: &mut Option<Rtnl>,
+    name: &str,
+) -> Result<Option<(u32, Option<String>)>, net::NetError> {
     if rtnl.is_none() {
         *rtnl = Some(Rtnl::open()?);
     }
     let Some(n) = rtnl.as_mut() else {
         return Ok(None);
     };
-    Ok(n.link(name)?.filter(taps::is_ns_link_end).map(|l| l.index))
+    Ok(n.link(name)?
+        .filter(taps::is_ns_link_end)
+        .map(|l| (l.index, l.alias)))
 }

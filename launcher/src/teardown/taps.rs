@@ -7,7 +7,7 @@ use netlink_packet_route::link::InfoKind;
 use crate::config::names::{TapName, VmName};
 use crate::config::paths::Roots;
 use crate::config::spec::Spec;
-use crate::host::net::{link_exists, Link, Rtnl};
+use crate::host::net::{link_exists, ns_link, Link, Rtnl};
 use crate::instance::intent::Intent;
 use crate::instance::launched::effective_spec;
 
@@ -45,6 +45,15 @@ pub fn surviving(taps: &[TapName]) -> Vec<(TapName, String)> {
 /// (`launch::netns`): a veth whose other end is in another namespace?
 pub fn is_ns_link_end(link: &Link) -> bool {
     link.kind == Some(InfoKind::Veth) && link.peer_elsewhere
+}
+
+/// Is `link` the host side of a link into the namespace of the instance
+/// `intent` records: such a link ([`is_ns_link_end`]) carrying that
+/// instance's mark? A link of the same name made by another set of roots'
+/// instance (or by none) is not.
+pub fn is_ns_link_end_of(link: &Link, intent: &Intent) -> bool {
+    is_ns_link_end(link)
+        && link.alias.as_deref() == Some(ns_link::link_mark(&intent.instance_id).as_str())
 }
 
 /// Delete link `name`, vetted by the caller as the device with `index`, by

@@ -34,6 +34,16 @@ const INGRESS_HANDLE: TcHandle = TcHandle {
     minor: 0,
 };
 
+/// The mark (a link's alias) on the host end of a link into a VM's own
+/// network namespace, naming the instance that made it: its intent
+/// record's `instance_id`, 128 random bits. Teardown deletes such a link
+/// only when its mark is that of the record it works from: another set of
+/// roots (another installation, `unitPrefix`) may run a VM whose tap has
+/// the same name.
+pub fn link_mark(instance_id: &str) -> String {
+    format!("vmwarden instance {instance_id}")
+}
+
 impl Rtnl {
     /// A veth pair: `name` in this socket's namespace and `peer` in the
     /// network namespace of process `peer_ns_pid` (the caller itself, in
@@ -56,6 +66,23 @@ impl Rtnl {
             "RTM_NEWLINK (veth)",
             RouteNetlinkMessage::NewLink(m),
             NLM_F_CREATE | NLM_F_EXCL,
+        )
+        .map(|_| ())
+    }
+
+    /// Set link `index`'s alias (`IFLA_IFALIAS`, `/sys/class/net/NAME/ifalias`)
+    /// to `alias`: the mark that says which instance made it ([`link_mark`]).
+    /// The kernel ignores an alias in the `RTM_NEWLINK` that creates a veth,
+    /// so it is set by itself, right after.
+    pub fn set_alias(&mut self, name: &str, index: u32, alias: &str) -> Result<()> {
+        let mut m = LinkMessage::default();
+        m.header.index = index;
+        m.attributes.push(LinkAttribute::IfAlias(alias.to_string()));
+        self.request(
+            name,
+            "RTM_SETLINK (alias)",
+            RouteNetlinkMessage::SetLink(m),
+            0,
         )
         .map(|_| ())
     }
