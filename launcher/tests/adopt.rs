@@ -1463,3 +1463,142 @@ fn adopt_copying_a_sparse_file_its_old_owner_keeps_filling_cannot_use_up_the_roo
         before.0
     );
 }
+
+/// `adopt`, copying a share its old owner keeps growing, cannot use up the
+/// root reserve. The bound on the copy's room must hold for every block
+/// root's copy allocates, not only for file data: a directory (or a long
+/// symlink) takes a block of its own. The plan counts the share's entries
+/// as they were; the old owner then (here: `adopt --apply` stopped after
+/// its record, fault injection) adds a few thousand empty directories to
+/// its share and fills what users have free. Root's `mkdir` of each copy
+/// may take the blocks kept for root (ext4 keeps 10% here), so the copy
+/// must look at the free room before every entry it makes, stop short of
+/// the reserve and fail cleanly: no partial copy, DIR as its owner left
+/// it, the reserve whole. (Without the bound, a kill right after
+/// `copy:home` shows the copy finished inside the reserve.)
+#[test]
+fn adopt_copying_a_share_its_old_owner_keeps_growing_cannot_use_up_the_root_reserve() {
+    require_fault_injection();
+    const MIB: u64 = 1 << 20;
+    let env = Env::new();
+    let (u, old) = (uid(310), uid(90));
+    let img_file = env.path("ext4.img");
+    std::fs::File::create(&img_file)
+        .unwrap()
+        .set_len(256 * MIB)
+        .unwrap();
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-m", "10"])
+        .arg(&img_file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mkfs.ext4: {}", text(&out));
+    let fs = env.path("ext4");
+    std::fs::create_dir(&fs).unwrap();
+    let out = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&img_file)
+        .arg(&fs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mount -o loop: {}", text(&out));
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            // A loop mount detaches its device when unmounted.
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(fs.clone());
+    std::fs::set_permissions(&fs, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let dir = fs.join("microvms/web");
+    let home = dir.join("home");
+    // The share holds directories only: no file data, whose copy the
+    // bound already covers.
+    std::fs::create_dir_all(home.join("sub")).unwrap();
+    for p in [&dir, &home, &home.join("sub")] {
+        std::os::unix::fs::chown(p, Some(old), Some(old)).unwrap();
+    }
+    let state = fs.join("state");
+    let mut spec = env.spec("web", u);
+    spec["shares"] = json!([{ "tag": "home", "source": state.join("web/home"), "proto": "9p" }]);
+    env.write_spec("web", &spec);
+
+    let mut run = Command::new(VMWARDEN);
+    run.arg("--config-dir")
+        .arg(&env.config)
+        .arg("--runtime-root")
+        .arg(&env.run)
+        .arg("--state-root")
+        .arg(&state)
+        .args(["adopt", "web", "--from", dir.to_str().unwrap(), "--apply"])
+        .env("VMWARDEN_FAULT_STOP", "record")
+        .env("VMWARDEN_FAULT_AFTER", "copy:home")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = run.spawn().unwrap();
+    let pid = child.id();
+    wait_until(
+        "adopt --apply stopped after its record",
+        Duration::from_secs(30),
+        || stopped(pid),
+    );
+    let v = nix::sys::statvfs::statvfs(&fs).unwrap();
+    let reserve = (v.blocks_free() - v.blocks_available()) * v.fragment_size();
+    assert!(
+        reserve >= 16 * MIB,
+        "ext4 keeps only {reserve} bytes for root"
+    );
+    // Directories for about half the reserve, then everything users have
+    // free filled (a file in DIR, the old owner's).
+    let dirs = reserve / 2 / v.fragment_size();
+    let out = Command::new("setpriv")
+        .arg(format!("--reuid={old}"))
+        .arg(format!("--regid={old}"))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c"])
+        .arg(format!(
+            "import os, errno\nfor i in range({dirs}):\n    os.mkdir(os.path.join({home:?}, 'd%d' % i))\nfd = os.open({filler:?}, os.O_WRONLY | os.O_CREAT, 0o600)\nfor size in (1 << 20, 4096):\n    while True:\n        try:\n            os.write(fd, b'\\x5a' * size)\n        except OSError as e:\n            if e.errno != errno.ENOSPC:\n                raise\n            break\nos.fsync(fd)\nprint('FILLED')\n",
+            home = home.to_str().unwrap(),
+            filler = dir.join("filler").to_str().unwrap(),
+        ))
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the old owner's writes: {}",
+        text(&out)
+    );
+    let before = tree(&dir);
+    eprintln!(
+        "{reserve} bytes kept for root; the old owner added {dirs} directories to its share after the plan and filled the {} bytes users had free",
+        free_bytes(&fs)
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .unwrap();
+    let o = child.wait_with_output().unwrap();
+    eprintln!("adopt --apply: {}", text(&o));
+    let v = nix::sys::statvfs::statvfs(&fs).unwrap();
+    let bfree_now = v.blocks_free() * v.fragment_size();
+    // The state dir's own directory block may come out of the reserve.
+    assert!(
+        bfree_now + (64 << 10) >= reserve,
+        "the copy used the root reserve: {} of its {reserve} bytes taken ({})",
+        reserve.saturating_sub(bfree_now),
+        text(&o)
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(stderr(&o).contains("ran out of room"), "{}", text(&o));
+    for p in ["web/home", "web/.vmwarden-adopt-0"] {
+        assert!(
+            std::fs::symlink_metadata(state.join(p)).is_err(),
+            "{p} is left"
+        );
+    }
+    assert_eq!(tree(&dir), before, "DIR changed");
+}

@@ -124,10 +124,10 @@ const CHUNK: usize = 64 << 20;
 /// the sources' allocated size, but an old owner who keeps writing into a
 /// sparse image's holes grows it meanwhile: the copy stops here instead
 /// (the caller removes what it made; the old files are as they were).
-fn ensure_room(dst: BorrowedFd<'_>, len: usize, path: &Path) -> Result<()> {
+fn ensure_room(dst: BorrowedFd<'_>, len: u64, path: &Path) -> Result<()> {
     let v = nix::sys::statvfs::fstatvfs(dst).sys("fstatvfs", path)?;
     let free = v.blocks_available().saturating_mul(v.fragment_size());
-    if free < u64::try_from(len).unwrap_or(u64::MAX).saturating_add(FLOOR) {
+    if free < len.saturating_add(FLOOR) {
         return Err(AdoptError::RanOutOfRoom {
             path: path.to_path_buf(),
         });
@@ -146,7 +146,7 @@ fn copy_range(
     let (mut i, mut o) = (from, from);
     while i < to {
         let len = usize::try_from(to - i).unwrap_or(usize::MAX).min(CHUNK);
-        ensure_room(dst, len, path)?;
+        ensure_room(dst, u64::try_from(len).unwrap_or(u64::MAX), path)?;
         match nix::fcntl::copy_file_range(src, Some(&mut i), dst, Some(&mut o), len) {
             Ok(0) => break, // the source shrank meanwhile
             Ok(_) => {}
@@ -172,7 +172,7 @@ fn copy_buffered(
     let mut buf = vec![0u8; BUF];
     while at < to {
         let want = usize::try_from(to - at).map_or(BUF, |w| w.min(BUF));
-        ensure_room(dst, want, path)?;
+        ensure_room(dst, u64::try_from(want).unwrap_or(u64::MAX), path)?;
         let n = nix::sys::uio::pread(src, &mut buf[..want], at)
             .map_err(|e| sys_err(e, "pread", path))?;
         if n == 0 {
@@ -275,6 +275,11 @@ fn copy_tree(src: &Dir, dst: &Dir, dev: u64, owner: Owner, depth: usize) -> Resu
             continue;
         };
         check_entry(&from, &st, dev)?;
+        // Every entry made takes room of its own (a directory's block, a
+        // long symlink's, the parent's growing entries), which the plan
+        // counted for the entries there were then; the old owner may add
+        // more meanwhile.
+        ensure_room(dst.fd.as_fd(), PER_ENTRY, &to)?;
         let mode = st.st_mode & 0o777;
         match kind_of(&st) {
             SFlag::S_IFDIR => {
@@ -403,6 +408,7 @@ pub(super) fn copy_item(
                 };
                 let st = fstat(src.fd.as_fd()).sys("fstat", &from)?;
                 check_entry(&from, &st, dev)?;
+                ensure_room(dst_parent.fd.as_fd(), PER_ENTRY, &tmp_path)?;
                 mkdirat(
                     dst_parent.fd.as_fd(),
                     temp.as_os_str(),
