@@ -5,6 +5,7 @@ pub mod capabilities;
 pub mod extra_args;
 pub mod files;
 pub mod host_tools;
+pub mod macvtap;
 pub mod names;
 pub mod paths;
 pub mod rawpath;

@@ -13,6 +13,7 @@ use nix::sys::stat::FileStat;
 use serde::{Deserialize, Serialize};
 
 use crate::config::files::{open_probed_at, open_regular_at, OpenError};
+pub use crate::config::macvtap::{InterfaceType, MacvtapMode, MacvtapSpec};
 use crate::config::names::{BridgeName, CredentialName, Mac, NameError, TapName, VmName};
 use crate::config::rules;
 pub use crate::config::shares::{
@@ -419,6 +420,12 @@ pub struct InterfaceSpec {
     /// the VM's vCPUs). Absent: 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queues: Option<u32>,
+    /// `"tap"` (absent) or `"macvtap"` (config/macvtap.rs): `tap` is then
+    /// the name of the macvtap root makes on `macvtap.link`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<InterfaceType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub macvtap: Option<MacvtapSpec>,
 }
 
 /// Most queue pairs an interface may ask for (one per vCPU at most).

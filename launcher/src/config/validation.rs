@@ -456,6 +456,7 @@ impl Spec {
                     return Err(bad(r.field_at(i), r.reason.into()));
                 }
             }
+            self.validate_macvtap(path, i)?;
         }
         Ok(())
     }
@@ -732,6 +733,10 @@ mod tests {
                 }
                 Feature::VhostNet => v["interfaces"] = json!([{ "tap": "vmw-a", "vhost": true }]),
                 Feature::Multiqueue => v["interfaces"] = json!([{ "tap": "vmw-a", "queues": 2 }]),
+                Feature::Macvtap => {
+                    v["interfaces"] = json!([{ "tap": "vmw-a", "type": "macvtap",
+                        "macvtap": { "link": "eth0", "mode": "bridge" } }])
+                }
             }
             v
         };
@@ -758,6 +763,7 @@ mod tests {
             Feature::Discard,
             Feature::VhostNet,
             Feature::Multiqueue,
+            Feature::Macvtap,
         ] {
             let spec = check(with(HypervisorKind::Qemu, feature));
             assert!(spec.is_ok(), "qemu {feature:?}: {spec:?}");

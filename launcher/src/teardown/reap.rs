@@ -581,13 +581,15 @@ fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
                 continue;
             }
             None => match ns_link_end(&mut rtnl, &tap) {
-                Ok(Some(index)) if owner.is_some() => (index, "link into a VM's network namespace"),
-                Ok(Some(_)) => {
-                    keep("a veth into another network namespace that no VM's intent record or spec names; not vmwarden's".into());
+                Ok(Some((index, what))) if owner.is_some() => (index, what),
+                Ok(Some((_, what))) => {
+                    keep(format!(
+                        "a {what} that no VM's intent record or spec names; not vmwarden's"
+                    ));
                     continue;
                 }
                 Ok(None) => {
-                    keep("named vmw-* but neither a tun/tap device nor a link into a VM's network namespace; not vmwarden's".into());
+                    keep("named vmw-* but neither a tun/tap device, a link into a VM's network namespace nor a macvtap; not vmwarden's".into());
                     continue;
                 }
                 Err(e) => {
@@ -649,15 +651,24 @@ fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
     }
 }
 
-/// The index of `name` when it is the host side of a link into a VM's own
-/// network namespace (a veth whose other end is in another namespace);
-/// opens `rtnl` the first time it is needed.
-fn ns_link_end(rtnl: &mut Option<Rtnl>, name: &str) -> Result<Option<u32>, net::NetError> {
+/// The index of `name` and what it is when it is the host side of a link
+/// into a VM's own network namespace (a veth whose other end is in another
+/// namespace) or a macvtap; opens `rtnl` the first time it is needed.
+fn ns_link_end(
+    rtnl: &mut Option<Rtnl>,
+    name: &str,
+) -> Result<Option<(u32, &'static str)>, net::NetError> {
     if rtnl.is_none() {
         *rtnl = Some(Rtnl::open()?);
     }
     let Some(n) = rtnl.as_mut() else {
         return Ok(None);
     };
-    Ok(n.link(name)?.filter(taps::is_ns_link_end).map(|l| l.index))
+    Ok(n.link(name)?.and_then(|l| {
+        if taps::is_ns_link_end(&l) {
+            Some((l.index, "link into a VM's network namespace"))
+        } else {
+            taps::is_macvtap(&l).then_some((l.index, "macvtap"))
+        }
+    }))
 }
