@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
+use vmwarden::hypervisor::api;
 
 const BOOT: Duration = Duration::from_secs(240);
 const PARENT: &str = "mvp0";
@@ -403,7 +404,7 @@ fn real_cloud_hypervisor_takes_a_macvtaps_fds_and_cleanup_deletes_the_link() {
                 "cloud-hypervisor exited:\n{}",
                 g.log_text()
             );
-            match vmwarden::hypervisor::api::request(
+            match api::request(
                 &sock,
                 "GET",
                 "/api/v1/vm.info",

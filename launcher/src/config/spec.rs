@@ -439,6 +439,15 @@ impl InterfaceSpec {
     pub fn queues(&self) -> u32 {
         self.queues.unwrap_or(1)
     }
+
+    /// The macvtap of a `type = "macvtap"` interface (validated: present
+    /// exactly then).
+    pub fn macvtap(&self) -> Option<&MacvtapSpec> {
+        match self.kind.unwrap_or_default() {
+            InterfaceType::Macvtap => self.macvtap.as_ref(),
+            InterfaceType::Tap => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]

@@ -6,6 +6,8 @@
 //! the hypervisor exactly as a tap's; the principal never gets the node.
 //! The link outlives its fds: cleanup deletes it (teardown/taps.rs).
 
+use netlink_packet_route::link::InfoKind;
+
 use crate::config::names::TAP_PREFIX;
 use crate::config::spec::{InterfaceSpec, MacvtapSpec, Spec, SpecError};
 use crate::host::net::{self, macvtap, Link, Rtnl};
@@ -70,10 +72,10 @@ pub fn create(
     rtnl.create_macvtap(name, lower.index, m.mode, &mac.octets())?;
     let link = rtnl
         .link(name)?
-        .filter(|l| l.kind == Some(netlink_packet_route::link::InfoKind::MacVtap))
+        .filter(|l| l.kind == Some(InfoKind::MacVtap))
         .ok_or_else(|| StepError::LinkVanished {
             link: name.to_string(),
-            kind: netlink_packet_route::link::InfoKind::MacVtap,
+            kind: InfoKind::MacVtap,
             found: "gone or of another kind".into(),
         })?;
     rtnl.macvtap_up(name, link.index)?;
@@ -82,7 +84,7 @@ pub fn create(
     let Some(fd) = fds.next() else {
         return Err(StepError::LinkVanished {
             link: name.to_string(),
-            kind: netlink_packet_route::link::InfoKind::MacVtap,
+            kind: InfoKind::MacVtap,
             found: "without a queue".into(),
         });
     };
