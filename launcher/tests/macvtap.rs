@@ -351,6 +351,8 @@ fn a_missing_link_or_another_vms_link_is_refused_by_name_with_nothing_made() {
     let mut probe = ns
         .cmd(&env, LAUNCH, &["mvo"])
         .args(["--probe", "--", "/bin/sleep", "60"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     wait_until("the other VM's tap", Duration::from_secs(20), || {
@@ -371,6 +373,55 @@ fn a_missing_link_or_another_vms_link_is_refused_by_name_with_nothing_made() {
     let _ = probe.wait();
     let (o, rep) = ns.cleanup(&env, "mvo");
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+}
+
+#[test]
+fn reap_deletes_a_dead_vms_macvtap_and_keeps_one_no_vm_claims() {
+    require_root();
+    let env = Env::new();
+    let (ns, _peer) = namespaces("mvp");
+    let mut s = env.spec("mvd", uid(407));
+    s["interfaces"] = macvtap("vmw-mvd0", "02:00:00:00:60:01", PARENT);
+    env.write_spec("mvd", &s);
+    // A stopped VM's macvtap that survived (made here by hand), and a
+    // vmw-* macvtap that no VM claims.
+    for name in ["vmw-mvd0", "vmw-mvx0"] {
+        ns.ip(&[
+            "link", "add", "link", PARENT, "name", name, "type", "macvtap", "mode", "bridge",
+        ]);
+    }
+    let v = ns.vmwarden(&env, &["verify-clean", "mvd"]);
+    assert!(
+        !v.status.success()
+            && String::from_utf8_lossy(&v.stdout).contains("no-tap vm=mvd check=FAIL"),
+        "{}",
+        text(&v)
+    );
+    let dry = ns.vmwarden(&env, &["reap", "--json"]);
+    assert!(dry.status.success(), "{}", text(&dry));
+    let rep: serde_json::Value = serde_json::from_slice(&dry.stdout).unwrap();
+    assert!(rep["orphans"].to_string().contains("vmw-mvd0"), "{rep}");
+    assert!(
+        ns.has_link("vmw-mvd0") && ns.has_link("vmw-mvx0"),
+        "a dry run deletes nothing"
+    );
+    let ap = ns.vmwarden(&env, &["reap", "--apply", "--json"]);
+    assert!(ap.status.success(), "{}", text(&ap));
+    let rep: serde_json::Value = serde_json::from_slice(&ap.stdout).unwrap();
+    assert!(!ns.has_link("vmw-mvd0"), "{rep}");
+    assert!(
+        ns.has_link("vmw-mvx0"),
+        "a macvtap no VM claims is not vmwarden's: {rep}"
+    );
+    assert!(
+        rep["kept"]
+            .to_string()
+            .contains("a macvtap that no VM's intent record or spec names"),
+        "{rep}"
+    );
+    ns.ip(&["link", "del", "vmw-mvx0"]);
+    let v = ns.vmwarden(&env, &["verify-clean", "mvd"]);
+    assert!(v.status.success(), "{}", text(&v));
 }
 
 #[test]
