@@ -334,7 +334,27 @@
       ++ map (t: {
         assertion = false;
         message = "${at}.interfaces: tap \"${t}\" appears twice.";
-      }) (vlib.duplicates (map (i: i.tap) vm.interfaces));
+      }) (vlib.duplicates (map (i: i.tap) vm.interfaces))
+      ++ concatLists (map (i: let
+        on = "${at}.interfaces: macvtap \"${i.tap}\"";
+      in [
+        {
+          assertion = i.macvtap.link != null && i.macvtap.mode != null;
+          message = "${on} needs macvtap.link (the host interface it sits on, e.g. \"enp3s0\") and macvtap.mode (e.g. \"bridge\"); set both.";
+        }
+        {
+          assertion = i.macvtap.link == null || vlib.validBridgeName i.macvtap.link;
+          message = "${on}: macvtap.link \"${toString i.macvtap.link}\" is a VM's link (${vlib.tapPrefix}*) or not a usable name; name a host interface (a NIC, a bond, a VLAN or a bridge).";
+        }
+        {
+          assertion = i.bridge == null;
+          message = "${on} sits on its macvtap.link, never on a bridge; remove bridge = \"${toString i.bridge}\" (or use type = \"tap\").";
+        }
+        {
+          assertion = vm.hypervisor != "firecracker";
+          message = "${on}: firecracker opens its network devices by name and cannot take a macvtap's queues as file descriptors; use type = \"tap\" on a bridge, or hypervisor = \"qemu\" or \"cloud-hypervisor\".";
+        }
+      ]) (filter (i: i.type == "macvtap") vm.interfaces));
 
   # uid -> owners, over VMs and every other user with a fixed uid.
   vmUsers = map (vm: vm.principal.user) vms;

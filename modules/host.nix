@@ -54,8 +54,13 @@ in {
 
       # The kernel's vhost-vsock: the launcher opens /dev/vhost-vsock as
       # root for a VM with vsock.backend = "vhost"; load the module at boot
-      # rather than rely on the device node's on-demand loading.
-      boot.kernelModules = lib.optional (lib.any vlib.usesVhostVsock (lib.attrValues vms)) "vhost_vsock";
+      # rather than rely on the device node's on-demand loading. macvtap:
+      # the unit's DeviceAllow=char-macvtap is resolved from /proc/devices
+      # when the unit starts, before the launcher's netlink request would
+      # load the module.
+      boot.kernelModules =
+        lib.optional (lib.any vlib.usesVhostVsock (lib.attrValues vms)) "vhost_vsock"
+        ++ lib.optional (lib.any (vm: lib.any (i: i.type == "macvtap") vm.interfaces) (lib.attrValues vms)) "macvtap";
 
       # Removed VMs, reported at the switch that removes them (and at every
       # boot and switch after, until purged).

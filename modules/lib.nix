@@ -439,7 +439,11 @@ in rec {
         // lib.optionalAttrs (i.bridge != null) {inherit (i) bridge;}
         // lib.optionalAttrs (i.mac != null) {inherit (i) mac;}
         // lib.optionalAttrs (i.vhost != null) {inherit (i) vhost;}
-        // lib.optionalAttrs (i.queues != null) {inherit (i) queues;})
+        // lib.optionalAttrs (i.queues != null) {inherit (i) queues;}
+        // lib.optionalAttrs (i.type == "macvtap") {
+          inherit (i) type;
+          macvtap = {inherit (i.macvtap) link mode;};
+        })
       vm.interfaces;
       landlock = {
         inherit (vm.landlock) mode read write;
@@ -490,6 +494,12 @@ in rec {
   usesVsockDaemon = vm: vm.vsock.cid != null && vm.hypervisor == "qemu" && vm.vsock.backend == "user";
   # The kernel's vhost-vsock: the launcher opens /dev/vhost-vsock as root.
   usesVhostVsock = vm: vm.vsock.cid != null && vm.vsock.backend == "vhost";
+
+  # The devices the launcher opens as root for the hypervisor beyond the
+  # template's (`dropin` in launcher/src/unit.rs, in its order).
+  deviceAllow = vm:
+    lib.optional (usesVhostVsock vm) "/dev/vhost-vsock rw"
+    ++ lib.optional (lib.any (i: i.type == "macvtap") vm.interfaces) "char-macvtap rw";
   # The guest's notify socket (config/vmm_notify.rs): firecracker with a
   # vsock, unless turned off; the launcher adds the kernel parameter.
   usesVmmNotify = vm: vm.vsock.cid != null && vm.hypervisor == "firecracker" && vm.vsock.notify != false;
@@ -724,10 +734,12 @@ in rec {
           RestrictNamespaces = "net";
         }
         # vsock with the kernel backend: the launcher (root, in this unit)
-        # opens /dev/vhost-vsock and hands QEMU the fd. Merges with the
-        # template's DeviceAllow=; the principal itself needs no access.
-        // lib.optionalAttrs (usesVhostVsock vm) {
-          DeviceAllow = "/dev/vhost-vsock rw";
+        # opens /dev/vhost-vsock and hands QEMU the fd; a macvtap: it opens
+        # the macvtap's character device (/dev/tapN, major "macvtap").
+        # Merges with the template's DeviceAllow=; the principal itself
+        # needs no access.
+        // lib.optionalAttrs (deviceAllow vm != []) {
+          DeviceAllow = deviceAllow vm;
         }
         # A reboot inside the guest: QEMU and cloud-hypervisor reset the
         # machine in place; firecracker ends with status 0 (as after `vmwarden

@@ -12,7 +12,7 @@
 
   supportedHypervisors = ["qemu" "cloud-hypervisor" "firecracker"];
   # binScripts microvm.nix's guest module defines itself (replaced by the
-  # launcher's own taps, virtiofsd; macvtap and PCI are refused elsewhere).
+  # launcher's own taps and macvtaps, virtiofsd; PCI is refused elsewhere).
   ownBinScripts = ["tap-up" "tap-down" "macvtap-up" "macvtap-down" "virtiofsd-run" "pci-setup"];
   uuidRegex = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
 
@@ -290,19 +290,24 @@ in rec {
       ++ refuseSet "virtiofsd.extraArgs" [] "virtiofsd's arguments are vmwarden's; remove them";
 
     # ------------------------------------------------------------ interfaces
-    # Taps and bridges: vmwarden's interfaces (a tap each); type = "user":
-    # vmwarden's userNetwork (passt), below.
+    # Taps, bridges and macvtaps: vmwarden's interfaces (a tap each, or a
+    # macvtap root makes on macvtap.link); type = "user": vmwarden's
+    # userNetwork (passt), below.
     iface = i: n: let
       at = "interfaces[${toString i}]";
-      typeOk = elem n.type ["tap" "bridge"];
+      typeOk = elem n.type ["tap" "bridge" "macvtap"];
+      macvtap = n.type == "macvtap";
       bridge =
         if n.type == "bridge"
         then n.bridge
+        else if macvtap
+        then null
         else tapBridges.${n.id} or null;
     in {
       isTap = n.type != "user";
       problems =
-        refuse (n.type == "macvtap") "${at}.type" n.type "a macvtap needs root to open /dev/tapN for the hypervisor and is no tap cleanup can account for; use type = \"tap\" on a bridge"
+        refuse (macvtap && fc) "${at}.type" n.type "firecracker opens its network devices by name and cannot take a macvtap's queues as the fds root opened (microvm.nix has no macvtap there either); use type = \"tap\" on a bridge, or qemu or cloud-hypervisor"
+        ++ refuse (macvtap && !vlib.validBridgeName n.macvtap.link) "${at}.macvtap.link" n.macvtap.link "the host interface the macvtap sits on: 1 to ${toString vlib.ifNameMax} bytes of letters, digits, '_', '.', '-', and never a VM's link (${vlib.tapPrefix}*)"
         ++ lib.optionals typeOk (
           refuse (builtins.match vlib.tapNameRegex n.id == null) "${at}.id" n.id "vmwarden's taps are named ^${vlib.tapNameRegex}$ (cleanup, reap and verify-clean touch only those); rename it, e.g. \"vmw-${builtins.substring 0 11 name}${toString i}\" (the guest never sees the host-side name)"
           ++ refuse (builtins.match vlib.macRegex n.mac == null) "${at}.mac" n.mac "a MAC is six hex pairs separated by ':'"
@@ -315,11 +320,15 @@ in rec {
           inherit (n) mac;
         }
         // optionalAttrs (bridge != null) {inherit bridge;}
+        // optionalAttrs macvtap {
+          type = "macvtap";
+          macvtap = {inherit (n.macvtap) link mode;};
+        }
         # microvm.nix's runners: vhost=on with tap.vhost (QEMU); as many
         # queue pairs as vCPUs when there is more than one (QEMU, and
         # cloud-hypervisor's num_queues), none of it on firecracker.
-        // optionalAttrs (qemu && (n.tap.vhost or false)) {vhost = true;}
-        // optionalAttrs (!fc && n.type == "tap" && g.vcpu > 1 && g.vcpu <= 255) {queues = g.vcpu;};
+        // optionalAttrs (qemu && !macvtap && (n.tap.vhost or false)) {vhost = true;}
+        // optionalAttrs (!fc && elem n.type ["tap" "macvtap"] && g.vcpu > 1 && g.vcpu <= 255) {queues = g.vcpu;};
     };
     ifaces = filter (x: x.isTap) (lib.imap0 iface g.interfaces);
 

@@ -144,6 +144,48 @@
           writes nothing into the spec.
         '';
       };
+      type = mkOption {
+        type = types.enum ["tap" "macvtap"];
+        default = "tap";
+        description = ''
+          What the launcher makes for the interface (microvm.nix's
+          `interfaces.*.type`): `"tap"`, on {option}`bridge` if set; or
+          `"macvtap"` (QEMU and cloud-hypervisor): a macvtap named
+          {option}`tap` on the host interface {option}`macvtap.link`, with
+          the guest's MAC, made by the launcher as root before its
+          privilege drop, its character device opened once per queue and
+          handed to the hypervisor (the VM's principal never gets the
+          node), and deleted by the unit's cleanup after every stop.
+        '';
+      };
+      macvtap = {
+        link = mkOption {
+          type = types.nullOr (types.strMatching vlib.ifNameRegex);
+          default = null;
+          example = "enp3s0";
+          description = ''
+            The host interface a `type = "macvtap"` interface sits on
+            (microvm.nix's `macvtap.link`): a NIC, a bond, a VLAN or a
+            bridge that exists when the VM starts; never a VM's own link
+            (`${vlib.tapPrefix}*`).
+          '';
+        };
+        mode = mkOption {
+          type = types.nullOr (types.enum ["private" "vepa" "bridge" "passthru" "source"]);
+          default = null;
+          example = "bridge";
+          description = ''
+            The macvtap's mode (microvm.nix's `macvtap.mode`, as
+            `ip link … type macvtap mode`): `"bridge"` lets the macvtaps
+            of one link reach each other directly; `"vepa"` sends
+            everything out through the link's switch; `"private"` keeps
+            them apart; `"passthru"` gives the one macvtap of a link
+            every frame it receives; `"source"` receives only frames for
+            its own MAC (the launcher lists no source addresses). The
+            host itself never reaches a guest through its own link.
+          '';
+        };
+      };
     };
   };
 
@@ -459,7 +501,8 @@
         description = ''
           Network interfaces: one virtio NIC per entry, backed by a tap the
           launcher creates, attaches to {option}`bridge` and hands to the
-          hypervisor as an open file descriptor.
+          hypervisor as an open file descriptor, or by a macvtap on a host
+          interface ({option}`type`).
         '';
       };
 

@@ -499,6 +499,12 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
     {
         out.push(e("Service", "DeviceAllow", "/dev/vhost-vsock rw"));
     }
+    // A macvtap: the launcher (root, before its drop) opens its character
+    // device, /dev/tapN, whose major the kernel names "macvtap" in
+    // /proc/devices (launch::macvtap). Merges with the template's.
+    if spec.interfaces.iter().any(|n| n.macvtap().is_some()) {
+        out.push(e("Service", "DeviceAllow", MACVTAP_DEVICE_ALLOW));
+    }
     // A reboot inside the guest: QEMU and cloud-hypervisor reset the machine
     // in place; firecracker ends with status 0 (as after `vmwarden stop`'s
     // Ctrl-Alt-Del, which its guest answers with a reboot), and the unit
@@ -517,6 +523,9 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
     out.extend(owned_share_entries(spec));
     Ok(out)
 }
+
+/// `DeviceAllow=` of a VM with a macvtap: every macvtap character device.
+pub const MACVTAP_DEVICE_ALLOW: &str = "char-macvtap rw";
 
 /// `RestartForceExitStatus=` of a firecracker VM's drop-in: firecracker's
 /// own exit (a reboot or poweroff inside the guest) restarts the VM.

@@ -314,6 +314,8 @@ else
   GOLDEN_CASES="$GOLDEN_CASES guest-fast-io"
   # guest memory: hugepageMem mapped, memMerge chosen by the host
   GOLDEN_CASES="$GOLDEN_CASES guest-memory"
+  # a macvtap in bridge mode (the most common NIC of public microvm.nix hosts)
+  GOLDEN_CASES="$GOLDEN_CASES guest-macvtap"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -365,6 +367,7 @@ guest-store-share|ok
 guest-store-disk|ok
 guest-networked|ok
 guest-user-net|ok
+guest-macvtap|ok
 guest-fast-io|ok
 guest-creds-vsock|ok
 guest-nixostest|ok
@@ -433,6 +436,10 @@ notify-cmdline|vmwarden.vms.web.cmdline sets the vmm.notify_socket credential it
 machine-virt-on-x86_64|vmwarden.vms.web.machine = "virt" is a machine of qemu-system-aarch64, but this VM runs qemu-system-x86_64|{B: vmwarden.vms.web.machine = "virt";}
 machine-q35-on-aarch64|vmwarden.vms.web.machine = "q35" is a machine of qemu-system-x86_64, but this VM runs qemu-system-aarch64; use "virt"|{imports = [./tests/nix/cases/aarch64-host.nix]; vmwarden.vms.web.machine = "q35";}
 cmdline-long|vmwarden.vms.web.cmdline: the kernel command line is at most 4096 bytes|{lib, ...}: {B: vmwarden.vms.web.cmdline = lib.concatStrings (lib.replicate 4097 "x");}
+macvtap-no-link|vmwarden.vms.web.interfaces: macvtap "vmw-web0" needs macvtap.link (the host interface it sits on, e.g. "enp3s0") and macvtap.mode|{B: vmwarden.vms.web.interfaces = [{tap = "vmw-web0"; type = "macvtap";}];}
+macvtap-on-a-bridge|vmwarden.vms.web.interfaces: macvtap "vmw-web0" sits on its macvtap.link, never on a bridge; remove bridge = "br0"|{B: vmwarden.vms.web.interfaces = [{tap = "vmw-web0"; type = "macvtap"; bridge = "br0"; macvtap = {link = "eth0"; mode = "bridge";};}];}
+macvtap-vm-link|vmwarden.vms.web.interfaces: macvtap "vmw-web0": macvtap.link "vmw-db0" is a VM's link|{B: vmwarden.vms.web.interfaces = [{tap = "vmw-web0"; type = "macvtap"; macvtap = {link = "vmw-db0"; mode = "bridge";};}];}
+macvtap-firecracker|vmwarden.vms.web.interfaces: macvtap "vmw-web0": firecracker opens its network devices by name|{B: vmwarden.vms.web = {hypervisor = "firecracker"; interfaces = [{tap = "vmw-web0"; type = "macvtap"; macvtap = {link = "eth0"; mode = "bridge";};}];};}
 tapbridges-without-guest|vmwarden.vms.web.tapBridges."vmw-web0": tapBridges attaches a guest's type = "tap" interfaces|{B: vmwarden.vms.web.tapBridges.vmw-web0 = "br0";}
 tapbridges-typo|vmwarden.vms.edge.tapBridges."vmw-edge9": the guest has no interface of type "tap" with id "vmw-edge9" (its tap interfaces: vmw-edge0)|{imports = [./tests/nix/cases/guest-networked.nix]; vmwarden.vms.edge.tapBridges.vmw-edge9 = "br0";}
 qemu -sandbox|vmwarden.vms.web.extraArgs: "-sandbox" is refused|{B: vmwarden.vms.web.extraArgs = ["-sandbox" "off"];}
@@ -533,7 +540,9 @@ volumes.direct firecracker|microvm.volumes[0].direct = true: firecracker's drive
 interfaces.type user on cloud-hypervisor|microvm.interfaces[0].type = "user": cloud-hypervisor has no user networking in vmwarden|G {microvm.hypervisor = "cloud-hypervisor"; microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";}];}
 interfaces.type user twice|microvm.interfaces[1].type = "user": vmwarden gives a VM one user-networking interface|G {microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";} {type = "user"; id = "qemu2"; mac = "02:00:00:01:01:02";}];}
 interfaces.type user id|microvm.interfaces[0].id = "net0": a user interface's id|G {microvm.interfaces = [{type = "user"; id = "net0"; mac = "02:00:00:01:01:01";}];}
-interfaces.type macvtap|microvm.interfaces[0].type = "macvtap": a macvtap needs root|G {microvm.interfaces = [{type = "macvtap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; macvtap = {link = "eth0"; mode = "bridge";};}];}
+interfaces.type macvtap firecracker|microvm.interfaces[0].type = "macvtap": firecracker opens its network devices by name|G {microvm.hypervisor = "firecracker"; microvm.shares = []; microvm.interfaces = [{type = "macvtap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; macvtap = {link = "eth0"; mode = "bridge";};}];}
+interfaces.macvtap.link of a VM|microvm.interfaces[0].macvtap.link = "vmw-db0": the host interface the macvtap sits on|G {microvm.interfaces = [{type = "macvtap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; macvtap = {link = "vmw-db0"; mode = "bridge";};}];}
+interfaces.id macvtap|microvm.interfaces[0].id = "vm-web": vmwarden's taps are named ^vmw-|G {microvm.interfaces = [{type = "macvtap"; id = "vm-web"; mac = "02:00:00:01:01:01"; macvtap = {link = "eth0"; mode = "bridge";};}];}
 interfaces.id|microvm.interfaces[0].id = "vm-web": vmwarden's taps are named ^vmw-|G {microvm.interfaces = [{type = "tap"; id = "vm-web"; mac = "02:00:00:01:01:01";}];}
 interfaces.mac|microvm.interfaces[0].mac = "02-00-00-01-01-01": a MAC is six hex pairs|G {microvm.interfaces = [{type = "tap"; id = "vmw-web0"; mac = "02-00-00-01-01-01";}];}
 interfaces.tap.vhost cloud-hypervisor|microvm.interfaces[0].tap.vhost = true: cloud-hypervisor's network devices run in cloud-hypervisor itself|G {microvm.hypervisor = "cloud-hypervisor"; microvm.interfaces = [{type = "tap"; id = "vmw-web0"; mac = "02:00:00:01:01:01"; tap.vhost = true;}];}

@@ -138,8 +138,11 @@ def cmd_spec(path):
         if not isinstance(a, str):
             errs.append(f"hypervisor.extra_args[{i}]: {a!r} is not str")
     for i, n in enumerate(spec.get("interfaces", [])):
-        want(n, f"interfaces[{i}]", {"tap": str, "bridge": str, "mac": str, "vhost": bool, "queues": int},
-             ("bridge", "mac", "vhost", "queues"))
+        want(n, f"interfaces[{i}]", {"tap": str, "bridge": str, "mac": str, "vhost": bool, "queues": int,
+                                     "type": str, "macvtap": dict},
+             ("bridge", "mac", "vhost", "queues", "type", "macvtap"))
+        if isinstance(n, dict) and "macvtap" in n:
+            want(n["macvtap"], f"interfaces[{i}].macvtap", {"link": str, "mode": str})
     for e in errs:
         print(f"FAIL {path}: {e}")
     if errs:

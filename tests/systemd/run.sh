@@ -173,7 +173,7 @@ unshare() { # DEST...: break the hard link to the cache before a tool edits the 
 # VM principals (an operator does this once per VM on a non-Nix host)
 unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
 systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
-  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
+  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mvt; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
       useradd --system --gid kvm --no-create-home --home-dir /var/lib/microvms --shell /usr/sbin/nologin microvm' \
   || die "cannot create the VM principals"
 grep -q '^vm-c:' "$ROOT/etc/passwd" && grep -q '^microvm:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
@@ -306,6 +306,10 @@ $SSH_SCRIPT"
 # a PCI machine with two vCPUs (so the guest runs both queue pairs).
 VNQ_SCRIPT='ip addr add 10.77.0.7/24 dev eth0 && ip link set eth0 up && echo T-NET-UP
 echo "T-QUEUES $(ls /sys/class/net/eth0/queues | tr "\n" " ")"'
+# mvt: a macvtap in bridge mode on a veth whose other end is in a peer
+# network namespace of L2 (10.78.0.1); the guest pings it.
+MVT_SCRIPT='ip addr add 10.78.0.2/24 dev eth0 && ip link set eth0 up && echo T-NET-UP
+for i in $(seq 1 30); do ping -c 1 -W 1 10.78.0.1 >/dev/null 2>&1 && echo T-PEER-OK && break; done'
 # vfs: two virtiofs shares (the 9p share's directory read-only, a writable
 # one of the principal's) and the user vsock backend: every helper daemon.
 # The guest reads and writes, then leaves a vsock echo listening on port 1234.
@@ -365,6 +369,8 @@ shares_spec rbq "$RBQ_SCRIPT" '"shares": [
   | putc /etc/vmwarden/vms/rbq.json 0644
 shares_spec vnq "$VNQ_SCRIPT" '"interfaces": [ { "tap": "vmw-vnq0", "bridge": "vmwbr0", "vhost": true, "queues": 2 } ]' \
   | jq '.vcpus = 2 | .hypervisor.machine = "pc"' | putc /etc/vmwarden/vms/vnq.json 0644
+shares_spec mvt "$MVT_SCRIPT" '"interfaces": [ { "tap": "vmw-mvt0", "type": "macvtap", "mac": "02:00:00:00:78:02",
+    "macvtap": { "link": "mvt-up", "mode": "bridge" } } ]' | putc /etc/vmwarden/vms/mvt.json 0644
 shares_spec vfs "$VFS_SCRIPT" '"shares": [
     { "tag": "vro", "source": "/opt/vmwarden-test/share", "proto": "virtiofs", "read_only": true },
     { "tag": "vrw", "source": "/var/lib/vmwarden-test/vfs-rw", "proto": "virtiofs", "read_only": false } ],
@@ -557,7 +563,7 @@ if [ "$MODE" = full ]; then
   cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
   # per-VM credential drop-ins (what an operator installs per VM)
   HV_VMS=""; [ "$HV_SCENARIOS" = 1 ] && HV_VMS="ch fc chb fcb rbc rbf rbv"
-  for v in a b vol vsk vfs ops rbq st own vnq $HV_VMS; do
+  for v in a b vol vsk vfs ops rbq st own vnq mvt $HV_VMS; do
     "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
       --credentials-dir "$CREDDIR" >"$WORK/dropin-$v.conf" \
       || die "vmwarden render-unit --dropin $v failed"
@@ -631,7 +637,7 @@ if [ -n "$ONLY" ]; then SOAK_DEFAULT=50; else SOAK_DEFAULT=5; fi
   printf 'CREDS_rbq=%q\n' "token:$CREDDIR/rbq/token"
   printf 'CREDS_un=\n'
   printf 'CREDS_st=\nCREDS_own=\nSTORE_FILE=%q\n' "$STORE_FILE"
-  printf 'CREDS_vnq=\n'
+  printf 'CREDS_vnq=\nCREDS_mvt=\n'
   printf 'HV_BRIDGE=%q\n%s' "$HV_BRIDGE" "$HV_ENV"; } | putc /opt/vmwarden-test/run.env 0644
 
 ROOT_IMG=$WORK/root.ext4 RES_IMG=$WORK/results.ext4
@@ -654,7 +660,7 @@ timing image_build "$(since "$t")"
 # scenarios' times in timings.txt; keep scenarios that share VMs (a, b: from
 # start_ab to target_stop) in one list.
 SHARD_LISTS=(
-  "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume vhost_vsock vsock_ssh virtiofs_vsock guest_reboot all_clean"
+  "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume vhost_vsock vsock_ssh virtiofs_vsock guest_reboot macvtap all_clean"
   "user_net store_share owned_share vhost_net cloud_hypervisor firecracker hv_bench console balloon machined coexist soak all_clean"
 )
 ALL_SCENARIOS=$(sed -n '/^  run_scenario unit_verify /,/^fi$/s/^  run_scenario \([a-z0-9_]*\) .*/\1/p' "$HERE/scenarios.sh")

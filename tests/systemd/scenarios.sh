@@ -475,6 +475,52 @@ vnq_checks() { # CURSOR
   note "vnq: QEMU has 2 tap and 2 vhost-net fds from root, $n vhost worker(s), the guest 2 queue pairs, ping ok"
 }
 
+# mvt: a macvtap in bridge mode through the real unit (its drop-in's
+# DeviceAllow=char-macvtap). Its link is one end of a veth whose other end,
+# 10.78.0.1, is in a peer network namespace: the guest pings it and it pings
+# the guest. The launcher made the macvtap (the guest's MAC, on mvt-up, named
+# in the intent record) and QEMU holds its character device, which the
+# principal cannot open; a graceful stop, clean, and the link is gone.
+s_macvtap() {
+  modprobe macvtap || { fail "modprobe macvtap failed"; return 1; }
+  ip netns add mvtpeer && ip link add mvt-up type veth peer name mvt-peer netns mvtpeer \
+    && ip link set mvt-up up && ip -n mvtpeer addr add 10.78.0.1/24 dev mvt-peer \
+    && ip -n mvtpeer link set mvt-peer up \
+    || { fail "mvt: cannot make the veth into the peer namespace"; return 1; }
+  local rc=0
+  start_check_stop mvt mvt_checks || rc=1
+  ip netns del mvtpeer; ip link del mvt-up 2>/dev/null
+  [ $rc = 0 ] || return 1
+  [ ! -e /sys/class/net/vmw-mvt0 ] || { fail "mvt: macvtap vmw-mvt0 survives the stop"; return 1; }
+}
+mvt_checks() { # CURSOR
+  local u=microvm@mvt.service pid l idx dev hex n f j
+  pid=$(mainpid $u)
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qE 'tap,id=net0,fd=[0-9]+,vhost=off' \
+    || { fail "mvt: QEMU's netdev: $(tr '\0' ' ' <"/proc/$pid/cmdline" | grep -oE 'tap,id[^ ]*')"; return 1; }
+  l=$(ip -o -d link show dev vmw-mvt0 2>&1)
+  printf '%s' "$l" | grep -q 'vmw-mvt0@mvt-up' && printf '%s' "$l" | grep -q 'macvtap mode bridge' \
+    && printf '%s' "$l" | grep -q 'link/ether 02:00:00:00:78:02' \
+    || { fail "mvt: vmw-mvt0 is not the guest's bridge-mode macvtap on mvt-up: $l"; return 1; }
+  jq -e '.resources[] | select(.kind == "macvtap" and .name == "vmw-mvt0" and .link == "mvt-up" and .mode == "bridge")' \
+    "$RUNTIME_ROOT/mvt/instance.json" >/dev/null || { fail "mvt: the intent record does not name the macvtap"; return 1; }
+  idx=$(cat /sys/class/net/vmw-mvt0/ifindex)
+  dev=$(cat "/sys/class/net/vmw-mvt0/macvtap/tap$idx/dev")
+  hex=$(printf '%x:%x' "${dev%%:*}" "${dev##*:}")
+  n=0
+  for f in /proc/"$pid"/fd/*; do [ "$(stat -L -c '%t:%T' "$f" 2>/dev/null)" = "$hex" ] && n=$((n + 1)); done
+  [ "$n" = 1 ] || { fail "mvt: QEMU holds $n fds of the macvtap's device $dev, not 1"; return 1; }
+  if setpriv --reuid=vm-mvt --regid=vm-mvt --clear-groups sh -c "exec 3<>/dev/tap$idx" 2>/dev/null; then
+    fail "mvt: the principal can open /dev/tap$idx itself"; return 1
+  fi
+  j=$(jlog $u "$1")
+  printf '%s\n' "$j" | grep -q '^T-PEER-OK' \
+    || { fail "mvt: the guest cannot ping the peer namespace: $(printf '%s\n' "$j" | grep '^T-' | tr '\n' ' ')"; return 1; }
+  ip netns exec mvtpeer $BB ping -c 3 -W 5 10.78.0.2 >>"$LOG" 2>&1 \
+    || { fail "mvt: the peer namespace cannot ping the guest"; return 1; }
+  note "mvt: macvtap vmw-mvt0 (bridge, guest MAC) on mvt-up, QEMU holds its device $dev from root, guest <-> peer namespace ping ok"
+}
+
 # vfs: the helper daemons through the real unit and its hardening: a
 # virtiofsd per virtiofs share (one read-only, one writable) and
 # vhost-device-vsock for the user vsock backend. The guest reads the
@@ -1852,6 +1898,7 @@ else
   run_scenario vhost_vsock s_vhost_vsock
   run_scenario vsock_ssh s_vsock_ssh
   run_scenario vhost_net s_vhost_net
+  run_scenario macvtap s_macvtap
   run_scenario virtiofs_vsock s_virtiofs_vsock
   run_scenario user_net s_user_net
   run_scenario store_share s_store_share

@@ -10,7 +10,7 @@
 //!
 //! In short: firecracker has no TCG, no credentials, no qcow2, no disk
 //! serial, no O_DIRECT or discard on its drives, no vhost-net or
-//! multi-queue taps, no shares (neither 9p nor virtiofs), no vhost vsock
+//! multi-queue taps, no macvtap, no shares (neither 9p nor virtiofs), no vhost vsock,
 //! no user networking and no same-page merging; cloud-hypervisor has no TCG, no 9p, no
 //! vhost-net, no vhost vsock and no user networking; QEMU has them all.
 
@@ -49,6 +49,8 @@ pub enum Feature {
     Multiqueue,
     /// `mem_merge`: kernel same-page merging of the guest's memory.
     MemMerge,
+    /// `interfaces[].type = "macvtap"` (config/macvtap.rs).
+    Macvtap,
 }
 
 impl Feature {
@@ -70,6 +72,7 @@ impl Feature {
             Feature::VhostNet => "vhost-net",
             Feature::Multiqueue => "multi-queue taps",
             Feature::MemMerge => "same-page merging (KSM)",
+            Feature::Macvtap => "macvtap interfaces",
         }
     }
 }
@@ -152,6 +155,14 @@ pub const REFUSALS: &[Refusal] = &[
         feature: Feature::Multiqueue,
         field: "interfaces[i].queues",
         reason: "is above 1, but firecracker's network devices have one queue pair; set it to 1 or drop it",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::Macvtap,
+        field: "interfaces[i].type",
+        reason: "is \"macvtap\", but firecracker opens its network devices by name (a tap it attaches to) and \
+                 cannot take a macvtap's queues as the fds root opened; use a tap on a bridge, or qemu or \
+                 cloud-hypervisor",
     },
     Refusal {
         kind: HypervisorKind::Firecracker,

@@ -13,6 +13,7 @@ use nix::sys::stat::FileStat;
 use serde::{Deserialize, Serialize};
 
 use crate::config::files::{open_probed_at, open_regular_at, OpenError};
+pub use crate::config::macvtap::{InterfaceType, MacvtapMode, MacvtapSpec};
 use crate::config::names::{BridgeName, CredentialName, Mac, NameError, TapName, VmName};
 use crate::config::rules;
 pub use crate::config::shares::{
@@ -428,6 +429,12 @@ pub struct InterfaceSpec {
     /// the VM's vCPUs). Absent: 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queues: Option<u32>,
+    /// `"tap"` (absent) or `"macvtap"` (config/macvtap.rs): `tap` is then
+    /// the name of the macvtap root makes on `macvtap.link`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<InterfaceType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub macvtap: Option<MacvtapSpec>,
 }
 
 /// Most queue pairs an interface may ask for (one per vCPU at most).
@@ -440,6 +447,15 @@ impl InterfaceSpec {
 
     pub fn queues(&self) -> u32 {
         self.queues.unwrap_or(1)
+    }
+
+    /// The macvtap of a `type = "macvtap"` interface (validated: present
+    /// exactly then).
+    pub fn macvtap(&self) -> Option<&MacvtapSpec> {
+        match self.kind.unwrap_or_default() {
+            InterfaceType::Macvtap => self.macvtap.as_ref(),
+            InterfaceType::Tap => None,
+        }
     }
 }
 

@@ -457,6 +457,7 @@ impl Spec {
                     return Err(bad(r.field_at(i), r.reason.into()));
                 }
             }
+            self.validate_macvtap(path, i)?;
         }
         Ok(())
     }
@@ -734,6 +735,10 @@ mod tests {
                 Feature::VhostNet => v["interfaces"] = json!([{ "tap": "vmw-a", "vhost": true }]),
                 Feature::Multiqueue => v["interfaces"] = json!([{ "tap": "vmw-a", "queues": 2 }]),
                 Feature::MemMerge => v["mem_merge"] = json!(true),
+                Feature::Macvtap => {
+                    v["interfaces"] = json!([{ "tap": "vmw-a", "type": "macvtap",
+                        "macvtap": { "link": "eth0", "mode": "bridge" } }])
+                }
             }
             v
         };
@@ -761,6 +766,7 @@ mod tests {
             Feature::VhostNet,
             Feature::Multiqueue,
             Feature::MemMerge,
+            Feature::Macvtap,
         ] {
             let spec = check(with(HypervisorKind::Qemu, feature));
             assert!(spec.is_ok(), "qemu {feature:?}: {spec:?}");

@@ -40,6 +40,7 @@ use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use crate::config::names::{TapName, TAP_PREFIX};
 use crate::host::sys::{IoContext, IoError, SysContext, SysError};
 
+pub mod macvtap;
 pub mod ns_link;
 
 pub const TUN_DEVICE: &str = "/dev/net/tun";
@@ -87,6 +88,12 @@ pub enum NetError {
     },
     #[error("network interface {name}: TUNSETIFF: kernel named the tap {got:?}")]
     Renamed { name: String, got: String },
+    #[error("network interface {name}: its character device {path}: {reason}")]
+    MacvtapNode {
+        name: String,
+        path: std::path::PathBuf,
+        reason: String,
+    },
     #[error(transparent)]
     Sys(#[from] SysError),
     #[error(transparent)]

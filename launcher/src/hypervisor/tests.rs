@@ -39,6 +39,8 @@ fn with_nics(mut s: Spec) -> Spec {
             mac: Some("02:00:00:00:00:01".parse().unwrap()),
             vhost: None,
             queues: None,
+            kind: None,
+            macvtap: None,
         },
         InterfaceSpec {
             tap: "vmw-web1".parse().unwrap(),
@@ -46,6 +48,8 @@ fn with_nics(mut s: Spec) -> Spec {
             mac: None,
             vhost: None,
             queues: None,
+            kind: None,
+            macvtap: None,
         },
     ];
     s

@@ -95,6 +95,16 @@ pub enum Resource {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         bridge: Option<String>,
     },
+    /// A macvtap the launcher makes on the host interface `link` (in
+    /// `mode`) at the `taps` step, its queues opened as fds for the
+    /// hypervisor. It outlives them: cleanup deletes it (vetted: a macvtap
+    /// of that name) once the instance is dead, verify-clean checks it is
+    /// gone, `reap --apply` deletes one whose VMs are all dead.
+    Macvtap {
+        name: String,
+        link: String,
+        mode: String,
+    },
     /// The hypervisor's own network namespace (firecracker with
     /// interfaces: it opens its taps by name, so it runs where no other tap
     /// exists; see `launch::netns`). Anonymous: it is held only by the
@@ -178,9 +188,20 @@ impl Intent {
         self.resources
             .iter()
             .filter_map(|r| match r {
-                Resource::Tap { name, .. } | Resource::NsLink { name, .. } => {
-                    TapName::parse(name).ok()
-                }
+                Resource::Tap { name, .. }
+                | Resource::NsLink { name, .. }
+                | Resource::Macvtap { name, .. } => TapName::parse(name).ok(),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The macvtaps this record lists.
+    pub fn macvtaps(&self) -> Vec<TapName> {
+        self.resources
+            .iter()
+            .filter_map(|r| match r {
+                Resource::Macvtap { name, .. } => TapName::parse(name).ok(),
                 _ => None,
             })
             .collect()

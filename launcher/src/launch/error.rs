@@ -77,6 +77,10 @@ pub enum StepError {
         /// "gone", or what holds the name now.
         found: String,
     },
+    /// A macvtap's parent (`field`, `interfaces[i].macvtap.link`) was
+    /// gone at the `taps` step.
+    #[error("network interface {field} {link:?}: RTM_GETLINK: the macvtap's link disappeared during the launch")]
+    MacvtapLinkGone { field: String, link: String },
     /// `field` is the spec field naming the bridge (`interfaces[0].bridge`).
     #[error("network interface {field} {bridge:?}: RTM_GETLINK: the bridge disappeared during the launch")]
     BridgeGone { field: String, bridge: String },
@@ -182,6 +186,7 @@ impl StepError {
             | StepError::TapVanished { .. }
             | StepError::LinkVanished { .. }
             | StepError::BridgeGone { .. }
+            | StepError::MacvtapLinkGone { .. }
             | StepError::NoLongerABridge { .. }
             | StepError::Landlock(_)
             | StepError::Seccomp(_)

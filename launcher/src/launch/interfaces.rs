@@ -12,7 +12,7 @@ use nix::errno::Errno;
 use crate::config::spec::{InterfaceSpec, Spec, VsockSpec};
 use crate::host::net;
 use crate::identity::principal::Principal;
-use crate::launch::StepError;
+use crate::launch::{macvtap, StepError};
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
 
@@ -84,7 +84,8 @@ pub fn open_vhost_net(spec: &Spec) -> Result<Vec<Vec<std::os::fd::OwnedFd>>> {
         .collect()
 }
 
-/// Create, address, attach and raise every tap of the spec, as fds for a
+/// Create, address, attach and raise every tap of the spec (or make its
+/// macvtap, `launch::macvtap`), as fds for a
 /// hypervisor that takes them so (QEMU, cloud-hypervisor): one per queue
 /// (`interfaces[i].queues`), with interface `i`'s vhost-net fds from
 /// [`open_vhost_net`] (`vhost[i]`). Firecracker's interfaces are
@@ -94,6 +95,7 @@ pub fn open_vhost_net(spec: &Spec) -> Result<Vec<Vec<std::os::fd::OwnedFd>>> {
 pub fn create_taps(
     spec: &Spec,
     principal: &Principal,
+    instance_id: &str,
     vhost: Vec<Vec<std::os::fd::OwnedFd>>,
 ) -> Result<Vec<net::Tap>> {
     if spec.interfaces.is_empty() {
@@ -103,6 +105,12 @@ pub fn create_taps(
     let mut taps = Vec::new();
     let mut vhost = vhost.into_iter();
     for (i, n) in spec.interfaces.iter().enumerate() {
+        if let Some(m) = n.macvtap() {
+            let mut tap = macvtap::create(&mut rtnl, spec, instance_id, i, n, m)?;
+            tap.vhost = vhost.next().unwrap_or_default();
+            taps.push(tap);
+            continue;
+        }
         let mut tap = net::create_tap_queues(&n.tap, n.queues())?;
         net::own_for(&tap, principal.uid, principal.gid)?;
         tap.vhost = vhost.next().unwrap_or_default();

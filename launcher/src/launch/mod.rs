@@ -21,6 +21,7 @@ pub mod exec;
 pub mod helpers;
 pub mod interfaces;
 pub mod landlock;
+pub mod macvtap;
 pub mod netns;
 pub mod preflight;
 pub mod probe;
@@ -444,7 +445,9 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
 
     //    Taps: created here as non-persistent fds (close-on-exec until the
     //    exec below), MAC set, attached to their bridge, up. From now on the
-    //    kernel deletes each tap when its last fd holder dies.
+    //    kernel deletes each tap when its last fd holder dies. A macvtap
+    //    (launch::macvtap) is made on its link, up, its queues opened; it
+    //    outlives its fds, and cleanup deletes it.
     //    Firecracker attaches to its taps by name, which in the host's
     //    namespace would reach every tap without an owner: this process
     //    moves into a network namespace of its own, which holds only the
@@ -454,7 +457,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         netns::firecracker_network(&spec, &principal, &record.instance_id)?;
         Vec::new()
     } else {
-        interfaces::create_taps(&spec, &principal, vhost_net)?
+        interfaces::create_taps(&spec, &principal, &record.instance_id, vhost_net)?
     };
     steps.after("taps");
 

@@ -24,7 +24,7 @@ use crate::host::trust::{self, Policy};
 use crate::hypervisor::{self, SandboxProbe};
 use crate::identity::principal::{self, Principal};
 use crate::identity::registry::{self, IdRange};
-use crate::launch::{helpers, probe, volumes, StepError};
+use crate::launch::{helpers, macvtap, probe, volumes, StepError};
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
 
@@ -542,8 +542,8 @@ fn cloud_hypervisor_credentials(
     }
 }
 
-/// Before anything is created: every bridge exists and is a bridge, no tap
-/// name is taken on this host or claimed by another configured VM.
+/// Before anything is created: every bridge exists and is a bridge, every
+/// macvtap's link exists and is the host's, no tap name is taken on this host or claimed by another configured VM.
 fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<()> {
     if spec.interfaces.is_empty() {
         return Ok(());
@@ -576,6 +576,9 @@ fn preflight_interfaces(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<
                     n.tap
                 ),
             ));
+        }
+        if let Some(m) = n.macvtap() {
+            macvtap::preflight(&mut rtnl, spec_path, i, m)?;
         }
         if let Some(b) = &n.bridge {
             match rtnl.link(b.as_str())? {

@@ -13,7 +13,8 @@ use crate::launch::{helpers, netns, volumes};
 /// Every resource this launch will create, in creation order: what the
 /// intent record names before any of it exists (the launched spec copy,
 /// the state dir, the control dir and its socket — and firecracker's config
-/// file —, the credential mount point and its private tmpfs, each tap, or
+/// file —, the credential mount point and its private tmpfs, each tap or
+/// macvtap, or
 /// for firecracker its network namespace and each link into it).
 /// Pure: cleanup and reap trust this list, so it is unit-tested.
 pub fn planned_resources(
@@ -108,9 +109,16 @@ pub fn planned_resources(
         );
         return resources;
     }
-    resources.extend(spec.interfaces.iter().map(|n| Resource::Tap {
-        name: n.tap.to_string(),
-        bridge: n.bridge.as_ref().map(|b| b.to_string()),
+    resources.extend(spec.interfaces.iter().map(|n| match n.macvtap() {
+        Some(m) => Resource::Macvtap {
+            name: n.tap.to_string(),
+            link: m.link.clone(),
+            mode: m.mode.as_str().to_string(),
+        },
+        None => Resource::Tap {
+            name: n.tap.to_string(),
+            bridge: n.bridge.as_ref().map(|b| b.to_string()),
+        },
     }));
     resources
 }
@@ -158,6 +166,36 @@ mod tests {
                 Resource::Tap {
                     name: "vmw-web0".into(),
                     bridge: Some("br0".into())
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_macvtap_is_named_with_its_link_and_mode_before_it_exists() {
+        let mut v = base_spec("qemu");
+        v["interfaces"] = serde_json::json!([
+            { "tap": "vmw-web0", "bridge": "br0" },
+            { "tap": "vmw-web1", "type": "macvtap", "macvtap": { "link": "enp3s0", "mode": "bridge" } }
+        ]);
+        let got = planned_resources(
+            &spec_of(v),
+            Path::new("/etc/vmwarden/vms/web.json"),
+            Path::new("/run/vmwarden/web"),
+            Path::new("/var/lib/vmwarden/web"),
+        );
+        let n = got.len();
+        assert_eq!(
+            got[n - 2..],
+            [
+                Resource::Tap {
+                    name: "vmw-web0".into(),
+                    bridge: Some("br0".into())
+                },
+                Resource::Macvtap {
+                    name: "vmw-web1".into(),
+                    link: "enp3s0".into(),
+                    mode: "bridge".into(),
                 },
             ]
         );

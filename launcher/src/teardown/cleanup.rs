@@ -182,6 +182,12 @@ fn cleanup_dir(roots: &Roots, name: &VmName, rundir: &dirs::Dir, mut report: Rep
     // of the links into its namespace that the kernel has not yet removed.
     delete_persistent_taps(intent.as_ref(), &mut report);
     delete_ns_link_ends(intent.as_ref(), &mut report);
+    // A macvtap outlives its fds: it goes here, the instance being dead.
+    if let Some(i) = intent.as_ref() {
+        let (gone, failed) = taps::delete_macvtaps(i);
+        report.deleted.extend(gone);
+        report.failed.extend(failed);
+    }
     let vm_taps = taps::vm_taps_with(intent.as_ref(), spec.as_ref());
     let Some((keep, taps_left)) = delete_runtime_entries(rundir, &vm_taps, &mut report) else {
         return report;

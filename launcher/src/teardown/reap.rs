@@ -548,7 +548,7 @@ fn tap_claimants(roots: &Roots) -> Claims {
             .ok()
             .and_then(|d| Intent::read(&d).ok().flatten());
         if let Some(i) = &intent {
-            for t in i.ns_links() {
+            for t in i.ns_links().into_iter().chain(i.macvtaps()) {
                 marks
                     .entry(t)
                     .or_default()
@@ -598,24 +598,26 @@ fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
                 continue;
             }
             None => match ns_link_end(&mut rtnl, &tap) {
-                Ok(Some((index, alias)))
+                Ok(Some((index, alias, what)))
                     if owner.is_some()
                         && marks
                             .get(tap.as_str())
                             .is_some_and(|m| alias.as_ref().is_some_and(|a| m.contains(a))) =>
                 {
-                    (index, "link into a VM's network namespace")
+                    (index, what)
                 }
-                Ok(Some(_)) if owner.is_some() => {
-                    keep("a veth into another network namespace that no intent record of these roots marked as its own (another set of roots' VM may have a tap of this name); not deleted".into());
+                Ok(Some((_, _, what))) if owner.is_some() => {
+                    keep(format!("a {what} that no intent record of these roots marked as its own (another set of roots' VM may have a link of this name); not deleted"));
                     continue;
                 }
-                Ok(Some(_)) => {
-                    keep("a veth into another network namespace that no VM's intent record or spec names; not vmwarden's".into());
+                Ok(Some((_, _, what))) => {
+                    keep(format!(
+                        "a {what} that no VM's intent record or spec names; not vmwarden's"
+                    ));
                     continue;
                 }
                 Ok(None) => {
-                    keep("named vmw-* but neither a tun/tap device nor a link into a VM's network namespace; not vmwarden's".into());
+                    keep("named vmw-* but neither a tun/tap device, a link into a VM's network namespace nor a macvtap; not vmwarden's".into());
                     continue;
                 }
                 Err(e) => {
@@ -677,20 +679,27 @@ fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
     }
 }
 
-/// The index and the mark (alias) of `name` when it is the host side of a
-/// link into a VM's own network namespace (a veth whose other end is in
-/// another namespace); opens `rtnl` the first time it is needed.
+/// The index, the mark (alias) and what it is of `name` when it is the
+/// host side of a link into a VM's own network namespace (a veth whose
+/// other end is in another namespace) or a macvtap; opens `rtnl` the first
+/// time it is needed.
 fn ns_link_end(
     rtnl: &mut Option<Rtnl>,
     name: &str,
-) -> Result<Option<(u32, Option<String>)>, net::NetError> {
+) -> Result<Option<(u32, Option<String>, &'static str)>, net::NetError> {
     if rtnl.is_none() {
         *rtnl = Some(Rtnl::open()?);
     }
     let Some(n) = rtnl.as_mut() else {
         return Ok(None);
     };
-    Ok(n.link(name)?
-        .filter(taps::is_ns_link_end)
-        .map(|l| (l.index, l.alias)))
+    Ok(n.link(name)?.and_then(|l| {
+        if taps::is_ns_link_end(&l) {
+            Some((l.index, l.alias, "link into a VM's network namespace"))
+        } else if taps::is_macvtap(&l) {
+            Some((l.index, l.alias, "macvtap"))
+        } else {
+            None
+        }
+    }))
 }

@@ -1,13 +1,15 @@
-//! Which taps belong to a VM and which of them still exist, and the host
-//! sides of the links into a VM's own network namespace: the teardown side
-//! of `host::net`, which itself knows nothing of specs or instances.
+//! Which taps belong to a VM and which of them still exist, the host
+//! sides of the links into a VM's own network namespace, and the VM's
+//! macvtaps: the teardown side of `host::net`, which itself knows nothing
+//! of specs or instances.
 
 use netlink_packet_route::link::InfoKind;
 
 use crate::config::names::{TapName, VmName};
 use crate::config::paths::Roots;
 use crate::config::spec::Spec;
-use crate::host::net::{link_exists, ns_link, Link, Rtnl};
+use crate::host::net::{link_exists, ns_link, Link, Rtnl, SYS_CLASS_NET};
+use crate::host::ownership::Failed;
 use crate::instance::intent::Intent;
 use crate::instance::launched::effective_spec;
 
@@ -69,4 +71,60 @@ pub fn delete_vetted(rtnl: &mut Rtnl, name: &str, index: u32) -> Result<bool, St
         Ok(_) => Ok(deleted),
         Err(e) => Err(format!("deleted, but cannot check it is gone: {e}")),
     }
+}
+
+/// Is `link` a macvtap (what the launcher makes for `type = "macvtap"`)?
+pub fn is_macvtap(link: &Link) -> bool {
+    link.kind == Some(InfoKind::MacVtap)
+}
+
+/// Is `link` a macvtap the instance `intent` records made: one carrying
+/// that instance's mark ([`ns_link::link_mark`])?
+pub fn is_macvtap_of(link: &Link, intent: &Intent) -> bool {
+    is_macvtap(link)
+        && link.alias.as_deref() == Some(ns_link::link_mark(&intent.instance_id).as_str())
+}
+
+/// Delete the macvtaps `names` (an intent record's) that are still here,
+/// each vetted (a macvtap by that name) and deleted by its index. A
+/// macvtap outlives the fds on it, so after the hypervisor, whatever ended
+/// it, this is what removes it. Only called with the instance dead and the
+/// lease held. Returns the paths deleted and the failures; a link of that
+/// name that is not a macvtap of this instance (another set of roots' VM
+/// may have a macvtap of the same name) is left to the survivor check.
+pub fn delete_macvtaps(intent: &Intent) -> (Vec<std::path::PathBuf>, Vec<Failed>) {
+    let names = intent.macvtaps();
+    let (mut deleted, mut failed) = (Vec::new(), Vec::new());
+    if names.is_empty() {
+        return (deleted, failed);
+    }
+    let path = |n: &TapName| std::path::Path::new(SYS_CLASS_NET).join(n.as_str());
+    let mut rtnl = match Rtnl::open() {
+        Ok(r) => r,
+        Err(e) => {
+            failed.extend(names.iter().map(|n| Failed {
+                path: path(n),
+                reason: e.to_string(),
+            }));
+            return (deleted, failed);
+        }
+    };
+    for n in &names {
+        let outcome = match rtnl.link(n.as_str()) {
+            Ok(Some(l)) if is_macvtap_of(&l, intent) => {
+                delete_vetted(&mut rtnl, n.as_str(), l.index)
+            }
+            Ok(_) => continue,
+            Err(e) => Err(e.to_string()),
+        };
+        match outcome {
+            Ok(true) => deleted.push(path(n)),
+            Ok(false) => {}
+            Err(reason) => failed.push(Failed {
+                path: path(n),
+                reason,
+            }),
+        }
+    }
+    (deleted, failed)
 }

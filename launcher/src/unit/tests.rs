@@ -331,6 +331,23 @@ fn dropin_grants_net_admin_and_netlink_only_to_vms_with_interfaces() {
 }
 
 #[test]
+fn dropin_lets_only_a_vm_with_a_macvtap_open_macvtap_devices() {
+    let f = spec_file(&spec_json(serde_json::json!({
+        "interfaces": [{"tap": "vmw-web0", "bridge": "br0"}]
+    })));
+    let u = parse(&render_unit(&dropin_args("web", f.path())).expect("render"));
+    assert!(!u["Service"].contains_key("DeviceAllow"));
+    let f = spec_file(&spec_json(serde_json::json!({
+        "interfaces": [{"tap": "vmw-web0", "type": "macvtap",
+                        "macvtap": {"link": "enp3s0", "mode": "bridge"}}]
+    })));
+    let u = parse(&render_unit(&dropin_args("web", f.path())).expect("render"));
+    assert_eq!(u["Service"]["DeviceAllow"], ["char-macvtap rw"]);
+    assert_eq!(u["Service"]["CapabilityBoundingSet"], ["CAP_NET_ADMIN"]);
+    assert_eq!(u["Service"]["RestrictAddressFamilies"], ["AF_NETLINK"]);
+}
+
+#[test]
 fn dropin_lets_firecracker_with_interfaces_make_its_network_namespace() {
     let fc = |extra: serde_json::Value| {
         let mut v: serde_json::Value = serde_json::from_str(&spec_json(extra)).unwrap();
