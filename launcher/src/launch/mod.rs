@@ -18,6 +18,7 @@ pub mod creds;
 pub mod drop_check;
 pub mod error;
 pub mod exec;
+pub mod guest_output;
 pub mod helpers;
 pub mod interfaces;
 pub mod landlock;
@@ -148,6 +149,9 @@ pub struct Options {
     /// `$INVOCATION_ID` and `$SYSTEMD_EXEC_PID`, captured likewise: which
     /// unit started this launch ([`cgroup::Invocation`]).
     pub invocation: cgroup::Invocation,
+    /// `$JOURNAL_STREAM` named stdout (the guest's serial output goes to a
+    /// stream without level prefixes, [`guest_output`]).
+    pub stdout_journal: bool,
 }
 
 /// The launch's way through [`STEPS`]: the step it is in (what an error is
@@ -575,8 +579,13 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     let api_path = control_path.join(API_SOCKET);
     let fc_config_path = control_path.join(FIRECRACKER_CONFIG);
 
-    // 7. Private mount and IPC namespaces, masks, a private /proc, the
-    //    credential tmpfs.
+    // 7. The guest's serial output (fd 1, also the console relay's): to
+    //    no stream that reads level prefixes, to no terminal. Then private
+    //    mount and IPC namespaces, masks, a private /proc, the credential tmpfs.
+    guest_output::report(&guest_output::guard(
+        spec.name.as_str(),
+        opts.stdout_journal,
+    )?);
     sandbox::enter_private_namespaces(sys)?;
     steps.after("namespace");
     sandbox::mask_root_except(sys, &roots.runtime_root, rundir)?;
