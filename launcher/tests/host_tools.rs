@@ -603,6 +603,9 @@ fn a_host_without_machined_refuses_a_registration_it_was_asked_for() {
     unsafe {
         c.pre_exec(move || hide_system_bus(&root, &tmpfs, &dbus, has_dbus_dir));
     }
+    // In a cgroup of its own, as under its unit: the launch registers.
+    let own = common::cgroup::TestCgroup::new("reg");
+    own.enter(&mut c);
     let o = bounded(&mut c, Duration::from_secs(60)).expect("the launch hung");
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(78), "{e}");
@@ -782,4 +785,70 @@ fn the_guests_bytes_cannot_speak_for_the_journal_or_reach_a_terminal() {
         "{e}"
     );
     env.assert_clean(name);
+}
+
+/// machined does not take a hand-launched VM's login session as the
+/// machine's unit: machined files a machine under the unit of its leader's
+/// cgroup, which `machinectl terminate` stops. A launch by hand from a
+/// login shell runs in the session's scope (a cgroup
+/// `session-N.scope` holding the shell, here a `sleep`): a spec with
+/// `register_with_machined` goes on unregistered, with a warning that says
+/// how to get the registration, and never asks the bus (which is hidden,
+/// so that asking it would refuse the launch with exit 78). The launch is
+/// stopped right after its `machine-registered` step (fault injection),
+/// cleanup leaves the host clean and the session's process runs on. The
+/// registration under the VM's own cgroup is
+/// `a_host_without_machined_refuses_a_registration_it_was_asked_for`'s
+/// and, with a real machined, the systemd suite's `machined`.
+#[test]
+fn machined_does_not_take_a_hand_launched_vms_login_session_as_its_unit() {
+    use common::cgroup::TestCgroup;
+    let env = Env::new();
+    let name = "hand";
+    let mut spec = env.spec(name, uid(336));
+    spec["register_with_machined"] = json!(true);
+    env.write_spec(name, &spec);
+    let session = TestCgroup::named(&format!("session-vmwt{}.scope", std::process::id()));
+    let mut shell = Command::new("/bin/sleep");
+    shell.arg("600").stdin(Stdio::null());
+    session.enter(&mut shell);
+    let mut shell = shell.spawn().unwrap();
+    let shell_pid = shell.id();
+    let mut c = env.launch_cmd(name);
+    c.env("VMWARDEN_FAULT_AFTER", "machine-registered");
+    let dbus = CString::new("/run/dbus").unwrap();
+    let tmpfs = CString::new("tmpfs").unwrap();
+    let root = CString::new("/").unwrap();
+    let has_dbus_dir = std::path::Path::new("/run/dbus").is_dir();
+    // SAFETY: the closure makes only raw syscalls on CStrings made before
+    // the fork: async-signal-safe.
+    unsafe {
+        c.pre_exec(move || hide_system_bus(&root, &tmpfs, &dbus, has_dbus_dir));
+    }
+    session.enter(&mut c);
+    let o = bounded(&mut c, Duration::from_secs(60)).expect("the launch hung");
+    let e = stderr(&o);
+    assert_ne!(
+        o.status.code(),
+        Some(78),
+        "a launch from a login session's cgroup asked systemd-machined to register it (machined would take the session for the machine's unit, and `machinectl terminate` would end the session): {e}"
+    );
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&o.status),
+        Some(libc::SIGKILL),
+        "the launch did not reach the end of its machine-registered step: {e}"
+    );
+    assert!(
+        e.contains("not registered with systemd-machined")
+            && e.contains("systemd-run --scope")
+            && e.contains("session-vmwt"),
+        "{e}"
+    );
+    env.assert_clean(name);
+    assert!(
+        shell.try_wait().unwrap().is_none() && session.procs().contains(&shell_pid),
+        "the session's process did not survive"
+    );
+    let _ = shell.kill();
+    let _ = shell.wait();
 }

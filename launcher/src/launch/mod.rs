@@ -22,6 +22,7 @@ pub mod guest_output;
 pub mod helpers;
 pub mod interfaces;
 pub mod landlock;
+pub mod machine;
 pub mod netns;
 pub mod preflight;
 pub mod probe;
@@ -51,7 +52,6 @@ use crate::config::paths::{
 use crate::config::spec::{HypervisorKind, ShareSpec, Spec};
 use crate::host::cgroup;
 use crate::host::dirs::{self, Dir, Loose, Want};
-use crate::host::machined;
 use crate::host::net;
 use crate::host::sys::SysContext;
 use crate::host::trust::{self, Policy};
@@ -495,17 +495,13 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     steps.after("hypervisor-config");
 
     // -- The host's own tools: systemd-machined. --
-    //    Registered as root, before the drop: class vm, leader this process
-    //    (it becomes the hypervisor by execve, keeping its pid), its unit
-    //    the one this process runs in. machined ends the registration when
-    //    that unit stops; cleanup ends one that outlives the instance (a
-    //    launch by hand, a failed launch) and verifies it is gone. The call
-    //    runs in a forked child (host::machined): this process stays
-    //    single-threaded.
+    //    As root, before the drop: class vm, leader this process (the
+    //    hypervisor-to-be), its unit the VM's own cgroup's, or no
+    //    registration (launch::machine). Cleanup ends one that outlives the
+    //    instance. The call runs in a forked child: still single-threaded.
     if spec.register_with_machined && opts.probe.is_none() {
         LinuxSyscall.assert_single_threaded()?;
-        machined::register(spec.name.as_str(), std::process::id())?;
-        tracing::info!(step = %"machine-registered", class = "vm", "registered with systemd-machined");
+        machine::register(spec.name.as_str(), record.cgroup.is_some(), &cgroup_said)?;
     }
     steps.after("machine-registered");
 
