@@ -604,7 +604,7 @@ fn a_host_without_machined_refuses_a_registration_it_was_asked_for() {
         c.pre_exec(move || hide_system_bus(&root, &tmpfs, &dbus, has_dbus_dir));
     }
     // In a cgroup of its own, as under its unit: the launch registers.
-    let own = common::cgroup::TestCgroup::new("reg");
+    let own = cgroup::TestCgroup::new("reg");
     own.enter(&mut c);
     let o = bounded(&mut c, Duration::from_secs(60)).expect("the launch hung");
     let e = stderr(&o);

@@ -1853,8 +1853,10 @@ s_guest_bytes() {
   script -q -f -c "login -f root" /dev/null <"$WALL_DIR/in" >"$WALL_DIR/out" 2>&1 &
   local login_pid=$!
   exec 7>"$WALL_DIR/in"
-  sleep 3
-  tty=$(who | awk '$1 == "root" && $2 ~ /^pts\// {print $2}' | tail -1)
+  local end=$((SECONDS + 60))
+  until tty=$(who | awk '$1 == "root" && $2 ~ /^pts\// {print $2}' | tail -1); [ -n "$tty" ] || [ $SECONDS -ge $end ]; do
+    sleep 1
+  done
   log "guest_bytes: who: $(who | tr '\n' '|')"
   [ -n "$tty" ] || { fail "guest_bytes: the login on a pty is not in utmp (who: $(who | tr '\n' ' ')): no terminal to watch"; exec 7>&-; kill $login_pid; return 1; }
   con_open

@@ -229,10 +229,7 @@ fn remove_at(parent: &OwnedFd, dev: u64, name: &OsStr, path: &Path) -> Result<()
     let names = names_at(cur.as_fd()).map_err(sys("read directory"))?;
     let mut stack = vec![Frame::new(name, st.st_ino, names)];
     let mut errs: Vec<(PathBuf, RemoveError)> = Vec::new();
-    loop {
-        let Some(frame) = stack.last_mut() else {
-            break;
-        };
+    while let Some(frame) = stack.last_mut() {
         if let Some(n) = frame.left.pop() {
             let failed = match fstatat(cur.as_fd(), n.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Err(Errno::ENOENT) => Some(RemoveError::Vanished),

@@ -32,6 +32,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 
+use crate::host::cgroup;
 use crate::host::sys::{SysContext, SysError};
 
 /// journald's socket for stdout streams.
@@ -84,7 +85,7 @@ pub fn identifier(vm: &str, own_cgroup: Option<&str>) -> String {
 /// set up (the environment is cleared since).
 pub fn guard(vm: &str, stdout_is_journal: bool) -> Result<Routed, SysError> {
     if stdout_is_journal {
-        let identifier = identifier(vm, crate::host::cgroup::own_path().as_deref());
+        let identifier = identifier(vm, cgroup::own_path().as_deref());
         return match journal_stream(&identifier, PRIORITY) {
             Ok(s) => {
                 replace(1, &OwnedFd::from(s))?;

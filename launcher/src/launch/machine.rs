@@ -12,6 +12,7 @@
 //! same judgement the intent record's cgroup is), and otherwise goes on
 //! unregistered with a warning that says how to get the registration.
 
+use crate::host::cgroup;
 use crate::host::machined::{self, MachinedError};
 
 /// Whether this launch registered, or why not.
@@ -33,7 +34,7 @@ pub fn register(
     cgroup_said: &str,
 ) -> Result<Registration, MachinedError> {
     if !own_cgroup {
-        let at = crate::host::cgroup::own_path().unwrap_or_else(|| "unknown".into());
+        let at = cgroup::own_path().unwrap_or_else(|| "unknown".into());
         tracing::warn!(
             step = %"machine-registered",
             cgroup = %cgroup_said,
