@@ -254,6 +254,12 @@ pub fn print_report(line: &str) {
     }
 }
 
+/// Whether stdout was the journal (`$JOURNAL_STREAM` named it) when
+/// logging was set up ([`log_target`]).
+pub fn stdout_is_journal() -> bool {
+    STDOUT_JOURNAL.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Whether log lines go to the journal's native protocol (then the error
 /// reports do too, with the same fields).
 pub fn logging_to_journal() -> bool {

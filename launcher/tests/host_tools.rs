@@ -603,6 +603,9 @@ fn a_host_without_machined_refuses_a_registration_it_was_asked_for() {
     unsafe {
         c.pre_exec(move || hide_system_bus(&root, &tmpfs, &dbus, has_dbus_dir));
     }
+    // In a cgroup of its own, as under its unit: the launch registers.
+    let own = cgroup::TestCgroup::new("reg");
+    own.enter(&mut c);
     let o = bounded(&mut c, Duration::from_secs(60)).expect("the launch hung");
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(78), "{e}");
@@ -636,4 +639,216 @@ fn hide_system_bus(
         })?;
     }
     Ok(())
+}
+
+/// What the guest prints in the tests below: lines starting `<0>` and
+/// `<1>` (an emergency and an alert, to a stream that reads level
+/// prefixes), and one of escape sequences (a colour, a window title, a
+/// screen clear) and BEL.
+const GUEST_BYTES: &str =
+    r"printf '<0>VMWJ-P0\n<1>VMWJ-P1\n\033[31m\033]0;VMWJ\007VMWJ-ESC\007\033[2J\n'";
+
+/// Everything a non-blocking `s` has now (until EOF or EAGAIN).
+fn read_available(s: &mut std::os::unix::net::UnixStream) -> Vec<u8> {
+    s.set_nonblocking(true).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    out
+}
+
+/// The guest's bytes cannot speak for the journal or reach a terminal:
+/// the guest's serial output (the hypervisor's stdout, which the console
+/// relay's copy shares) never goes to a journal stream that reads a
+/// leading `<N>` as the line's priority, whatever the unit says, nor to a
+/// terminal. journald's `stdout` socket is the test's (in a private mount
+/// namespace); the launcher's stdout and stderr are a stream to it whose
+/// header says level prefixes on (`SyslogLevelPrefix=` left on), named by
+/// `$JOURNAL_STREAM`, and the probe prints [`GUEST_BYTES`]: they arrive on
+/// a stream of the launcher's own, whose header says priority 6 and no
+/// level prefix, and none on the unit's. Then stdout (and stdin) a
+/// pseudo-terminal, as at a shell: the terminal receives none of them,
+/// and the launcher says where the console is. The real journald (the
+/// line's PRIORITY, no wall) is the systemd suite's `guest_bytes`.
+#[test]
+fn the_guests_bytes_cannot_speak_for_the_journal_or_reach_a_terminal() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::net::{UnixListener, UnixStream};
+    let env = Env::new();
+    let name = "gb";
+    env.write_spec(name, &env.spec(name, uid(335)));
+    let jdir = env.path("journal");
+    std::fs::create_dir(&jdir).unwrap();
+    let receiver = UnixDatagram::bind(jdir.join("socket")).unwrap();
+    let listener = UnixListener::bind(jdir.join("stdout")).unwrap();
+    for s in ["socket", "stdout"] {
+        std::fs::set_permissions(
+            jdir.join(s),
+            std::os::unix::fs::PermissionsExt::from_mode(0o666),
+        )
+        .unwrap();
+    }
+    // The unit's stream, as systemd opens it for a unit that leaves
+    // SyslogLevelPrefix= on: identifier, unit, priority 6, level prefix 1.
+    let mut unit_stream = UnixStream::connect(jdir.join("stdout")).unwrap();
+    unit_stream
+        .write_all(b"microvm@gb\n\n6\n1\n0\n0\n0\n")
+        .unwrap();
+    let (mut unit_side, _) = listener.accept().unwrap();
+    let md = std::fs::metadata(format!("/proc/self/fd/{}", unit_stream.as_raw_fd())).unwrap();
+    let mut c = env.launch_cmd(name);
+    c.args(["--probe", "--", "/bin/sh", "-c", GUEST_BYTES])
+        .env("JOURNAL_STREAM", format!("{}:{}", md.dev(), md.ino()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(OwnedFd::from(unit_stream.try_clone().unwrap())))
+        .stderr(Stdio::from(OwnedFd::from(unit_stream.try_clone().unwrap())));
+    let paths = [
+        CString::new("/").unwrap(),
+        CString::new("tmpfs").unwrap(),
+        CString::new("/run/systemd").unwrap(),
+        CString::new("/run/systemd/journal").unwrap(),
+        CString::new(jdir.as_os_str().as_encoded_bytes()).unwrap(),
+    ];
+    // SAFETY: the closure makes only raw syscalls (unshare, mount, mkdir)
+    // on CStrings made before the fork: async-signal-safe.
+    unsafe {
+        c.pre_exec(move || enter_journal_namespace(&paths));
+    }
+    let o = c.output().unwrap();
+    drop(unit_stream);
+    let unit_bytes = read_available(&mut unit_side);
+    let unit_text = String::from_utf8_lossy(&unit_bytes);
+    assert!(o.status.success(), "{}\n{unit_text}", text(&o));
+    assert!(
+        !unit_text.contains("VMWJ"),
+        "the guest's bytes went to the unit's stream, whose header says level prefixes on (a leading <0> is an emergency there): {unit_text:?}"
+    );
+    listener.set_nonblocking(true).unwrap();
+    let Ok((mut own, _)) = listener.accept() else {
+        let logged: Vec<String> = drain(&receiver)
+            .iter()
+            .flat_map(|e| field(e, "MESSAGE").into_iter().map(str::to_string))
+            .collect();
+        panic!("the launcher opened no stream of its own to journald; it logged {logged:?}; the unit's stream had {unit_text:?}")
+    };
+    let own_bytes = read_available(&mut own);
+    let own_text = String::from_utf8_lossy(&own_bytes);
+    let header: Vec<&str> = own_text.splitn(8, '\n').take(7).collect();
+    assert_eq!(
+        header,
+        ["gb", "", "6", "0", "0", "0", "0"],
+        "the launcher's stream: identifier, unit, priority 6, no level prefix, no forwarding: {own_text:?}"
+    );
+    for want in ["<0>VMWJ-P0\n", "<1>VMWJ-P1\n", "VMWJ-ESC\x07"] {
+        assert!(own_text.contains(want), "{want:?} not in {own_text:?}");
+    }
+    let _ = drain(&receiver);
+    env.assert_clean(name);
+
+    // stdout and stdin a terminal: the guest's bytes do not reach it.
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let mut c = env.launch_cmd(name);
+    c.args(["--probe", "--", "/bin/sh", "-c", GUEST_BYTES])
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::from(pty.slave.try_clone().unwrap()))
+        .stdout(Stdio::from(pty.slave))
+        .stderr(Stdio::piped());
+    let o = c.output().unwrap();
+    drop(c);
+    let mut master = std::fs::File::from(pty.master);
+    let _ = nix::fcntl::fcntl(
+        master.as_fd(),
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    );
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = master.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let seen = String::from_utf8_lossy(&seen);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        !seen.contains("VMWJ") && !seen.contains('\x1b'),
+        "the guest's bytes reached the terminal: {seen:?}"
+    );
+    let e = stderr(&o);
+    assert!(
+        e.contains("not written to this terminal") && e.contains("vmwarden console"),
+        "{e}"
+    );
+    env.assert_clean(name);
+}
+
+/// machined does not take a hand-launched VM's login session as the
+/// machine's unit: machined files a machine under the unit of its leader's
+/// cgroup, which `machinectl terminate` stops. A launch by hand from a
+/// login shell runs in the session's scope (a cgroup
+/// `session-N.scope` holding the shell, here a `sleep`): a spec with
+/// `register_with_machined` goes on unregistered, with a warning that says
+/// how to get the registration, and never asks the bus (which is hidden,
+/// so that asking it would refuse the launch with exit 78). The launch is
+/// stopped right after its `machine-registered` step (fault injection),
+/// cleanup leaves the host clean and the session's process runs on. The
+/// registration under the VM's own cgroup is
+/// `a_host_without_machined_refuses_a_registration_it_was_asked_for`'s
+/// and, with a real machined, the systemd suite's `machined`.
+#[test]
+fn machined_does_not_take_a_hand_launched_vms_login_session_as_its_unit() {
+    use common::cgroup::TestCgroup;
+    let env = Env::new();
+    let name = "hand";
+    let mut spec = env.spec(name, uid(336));
+    spec["register_with_machined"] = json!(true);
+    env.write_spec(name, &spec);
+    let session = TestCgroup::named(&format!("session-vmwt{}.scope", std::process::id()));
+    let mut shell = Command::new("/bin/sleep");
+    shell.arg("600").stdin(Stdio::null());
+    session.enter(&mut shell);
+    let mut shell = shell.spawn().unwrap();
+    let shell_pid = shell.id();
+    let mut c = env.launch_cmd(name);
+    c.env("VMWARDEN_FAULT_AFTER", "machine-registered");
+    let dbus = CString::new("/run/dbus").unwrap();
+    let tmpfs = CString::new("tmpfs").unwrap();
+    let root = CString::new("/").unwrap();
+    let has_dbus_dir = std::path::Path::new("/run/dbus").is_dir();
+    // SAFETY: the closure makes only raw syscalls on CStrings made before
+    // the fork: async-signal-safe.
+    unsafe {
+        c.pre_exec(move || hide_system_bus(&root, &tmpfs, &dbus, has_dbus_dir));
+    }
+    session.enter(&mut c);
+    let o = bounded(&mut c, Duration::from_secs(60)).expect("the launch hung");
+    let e = stderr(&o);
+    assert_ne!(
+        o.status.code(),
+        Some(78),
+        "a launch from a login session's cgroup asked systemd-machined to register it (machined would take the session for the machine's unit, and `machinectl terminate` would end the session): {e}"
+    );
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&o.status),
+        Some(libc::SIGKILL),
+        "the launch did not reach the end of its machine-registered step: {e}"
+    );
+    assert!(
+        e.contains("not registered with systemd-machined")
+            && e.contains("systemd-run --scope")
+            && e.contains("session-vmwt"),
+        "{e}"
+    );
+    env.assert_clean(name);
+    assert!(
+        shell.try_wait().unwrap().is_none() && session.procs().contains(&shell_pid),
+        "the session's process did not survive"
+    );
+    let _ = shell.kill();
+    let _ = shell.wait();
 }

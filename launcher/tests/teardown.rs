@@ -15,7 +15,6 @@ use common::*;
 use serde_json::json;
 use vmwarden::config::paths::Roots;
 use vmwarden::host::mountinfo;
-use vmwarden::host::ownership::MAX_DEPTH;
 use vmwarden::identity::registry::{self, State};
 use vmwarden::instance::liveness::control_socket_answers;
 
@@ -181,20 +180,18 @@ fn a_deletion_that_leaves_the_path_is_failed_and_exit_is_nonzero() {
     assert!(!o.status.success());
     assert!(rep["failed"].to_string().contains("immutable"), "{rep}");
 
-    // 3. A tree nested deeper than cleanup descends (a compromised VM
-    //    filling its control dir): refused as failed, not a stack overflow.
+    // 3. A tree nested deeper than any fixed limit (a compromised VM
+    //    filling its control dir): removed to its bottom, iteratively (no
+    //    stack to overflow, two descriptors at a time), not refused.
     let mut deep = rundir.join("control");
-    for i in 0..(MAX_DEPTH + 5) {
+    for i in 0..300 {
         deep = deep.join(format!("d{i}"));
     }
     std::fs::create_dir_all(&deep).unwrap();
+    std::fs::write(deep.join("f"), b"x").unwrap();
     let (o, rep) = env.cleanup("web");
-    assert!(!o.status.success());
-    assert!(
-        rep["failed"].to_string().contains("nested deeper than"),
-        "{rep}"
-    );
-    std::fs::remove_dir_all(rundir.join("control")).unwrap();
+    assert!(o.status.success(), "{rep}");
+    assert!(!rundir.join("control").exists(), "{rep}");
 
     // 4. A deletion that reports success but leaves the path (the test
     //    switch skips the unlink and reports it deleted): the verify pass
@@ -473,6 +470,68 @@ fn purge_needs_a_terminal_keeps_identity_and_retires_the_principal() {
         ("other", 2, State::Active)
     );
     env.assert_clean("other");
+}
+
+/// A guest-made directory tree deeper than 64 levels does not stop
+/// `purge`: the principal (a probe in the VM's sandbox, as a guest writes
+/// through a share or the hypervisor through its state dir) makes a chain
+/// of 300 directories with a file and a symlink to `/` at the bottom, and
+/// a wide level half way. `purge` removes all of it (iteratively: no depth
+/// limit, two descriptors at a time), never through the symlink, re-checks,
+/// and retires the principal.
+#[test]
+fn a_guest_made_tree_deeper_than_64_levels_does_not_stop_purge() {
+    let env = Env::new();
+    let u = uid(52);
+    env.write_spec("deep", &env.spec("deep", u));
+    let sd = env.state.join("deep");
+    let make = format!(
+        "cd {} || exit 1; i=0; while [ $i -lt 300 ]; do mkdir d && cd d || exit 1; \
+         if [ $i -eq 150 ]; then for w in 1 2 3 4 5 6 7 8; do mkdir w$w && echo x > w$w/f || exit 1; done; fi; \
+         i=$((i+1)); done; echo leaf > f && ln -s / root && echo MADE",
+        sd.display()
+    );
+    let o = env.probe("deep", &["/bin/sh", "-c", &make]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("MADE"),
+        "{}",
+        text(&o)
+    );
+    let depth = walkdir(&sd)
+        .iter()
+        .map(|p| p.strip_prefix(&sd).unwrap().components().count())
+        .max();
+    assert_eq!(depth, Some(301), "the tree is 300 directories deep");
+    // The set-id scan after every stop reaches the bottom too.
+    let bottom = (0..300).fold(sd.clone(), |p, _| p.join("d"));
+    let planted = bottom.join("planted");
+    std::fs::write(&planted, b"x").unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let (o, rep) = env.cleanup("deep");
+    assert!(
+        !o.status.success() && rep["failed"].to_string().contains("planted is set-user-ID"),
+        "cleanup did not find the set-id file 300 levels down: {rep}"
+    );
+    std::fs::remove_file(&planted).unwrap();
+    env.assert_clean("deep");
+    // Nothing of the host's behind the symlink may go.
+    let probe_file = std::path::Path::new("/etc/hostname");
+    let host_before = std::fs::metadata(probe_file).map(|m| m.ino()).ok();
+
+    let (ok, out) = purge_on_pty(&env, &["deep"], "DELETE-EVERYTHING");
+    assert!(ok, "purge stopped at the deep tree: {out}");
+    assert!(walkdir(&sd).is_empty(), "{out}");
+    assert_eq!(
+        std::fs::metadata(probe_file).map(|m| m.ino()).ok(),
+        host_before
+    );
+    let roots = Roots {
+        config_dir: env.config.clone(),
+        runtime_root: env.run.clone(),
+        state_root: env.state.clone(),
+    };
+    let reg = registry::lookup(&roots, u).unwrap().unwrap();
+    assert_eq!(reg.state, State::Retired, "{out}");
 }
 
 fn walkdir(p: &std::path::Path) -> std::collections::BTreeSet<std::path::PathBuf> {

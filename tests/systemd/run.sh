@@ -661,7 +661,7 @@ timing image_build "$(since "$t")"
 # start_ab to target_stop) in one list.
 SHARD_LISTS=(
   "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume vhost_vsock vsock_ssh virtiofs_vsock guest_reboot macvtap all_clean"
-  "user_net store_share owned_share vhost_net cloud_hypervisor firecracker hv_bench console balloon machined coexist soak all_clean"
+  "user_net store_share owned_share vhost_net cloud_hypervisor firecracker hv_bench console balloon guest_bytes machined coexist soak all_clean"
 )
 ALL_SCENARIOS=$(sed -n '/^  run_scenario unit_verify /,/^fi$/s/^  run_scenario \([a-z0-9_]*\) .*/\1/p' "$HERE/scenarios.sh")
 [ -n "$ALL_SCENARIOS" ] || die "no scenario list found in scenarios.sh"

@@ -1882,6 +1882,66 @@ s_machined() {
   note "machinectl: class vm, leader = MainPID $pid, unit $OPS_U; machinectl shell refused; gone after the stop; clean; journal VMWARDEN_VM=ops has the launcher's and cleanup's lines"
 }
 
+# The guest's bytes cannot speak for the journal or reach a terminal: on
+# ops's serial shell (through the console), the guest prints lines starting
+# <0> and <1>, and one of escape sequences and BEL. Each is in the unit's
+# journal at priority 6 (the unit's SyslogLevel=, SyslogLevelPrefix=no, and
+# the launcher's own stream without level prefixes), its <N> kept as text.
+# No wall went out: a root login (login -f on a pseudo-terminal of
+# script(1), so utmp lists it, which is where journald's ForwardToWall=
+# writes) shows none of them, while an emergency logged on L2 afterwards
+# (systemd-cat -p emerg, the control) does reach it.
+WALL_DIR=/run/vmwarden-test-wall
+s_guest_bytes() {
+  local cur tty j m p bad=""
+  ops_up || return 1
+  rm -rf "$WALL_DIR"; mkdir -p "$WALL_DIR"; mkfifo "$WALL_DIR/in"
+  script -q -f -c "login -f root" /dev/null <"$WALL_DIR/in" >"$WALL_DIR/out" 2>&1 &
+  local login_pid=$!
+  exec 7>"$WALL_DIR/in"
+  local end=$((SECONDS + 60))
+  until tty=$(who | awk '$1 == "root" && $2 ~ /^pts\// {print $2}' | tail -1); [ -n "$tty" ] || [ $SECONDS -ge $end ]; do
+    sleep 1
+  done
+  log "guest_bytes: who: $(who | tr '\n' '|')"
+  [ -n "$tty" ] || { fail "guest_bytes: the login on a pty is not in utmp (who: $(who | tr '\n' ' ')): no terminal to watch"; exec 7>&-; kill $login_pid; return 1; }
+  con_open
+  con_wait "Ctrl-] detaches" 15 && con_sync || { fail "guest_bytes: no serial shell: $(tr -d '\r' <"$CON_DIR/out" | tail -3 | tr '\n' ' ')"; con_close; exec 7>&-; kill $login_pid; return 1; }
+  cur=$(mark)
+  # %s in the typed line: its echo on the serial port does not hold the marks.
+  con_type "M=VMWJ; printf '<0>%s-P0\n<1>%s-P1\n\033[31m\033]0;%s\007%s-ESC\007\033[2J\n' \$M \$M \$M \$M"
+  con_wait "VMWJ-ESC" 30 || { fail "guest_bytes: the guest did not print the lines"; con_close; exec 7>&-; kill $login_pid; return 1; }
+  con_close
+  wait_journal $OPS_U "$cur" 'VMWJ-ESC' 30 || { fail "guest_bytes: the guest's lines are not in the unit's journal"; exec 7>&-; kill $login_pid; return 1; }
+  # Each line as journalctl -o json has it (a message with control
+  # characters is an array of bytes there): PRIORITY and MESSAGE.
+  j=$(journalctl -q --no-pager -u $OPS_U --after-cursor="$cur" -o json \
+      | jq -c '{p: .PRIORITY, m: (if (.MESSAGE|type) == "array" then (.MESSAGE|implode) else .MESSAGE end)} | select(.m | test("VMWJ-(P0|P1|ESC)"))')
+  log "guest_bytes: journal: $j"
+  for m in P0 P1 ESC; do
+    p=$(printf '%s\n' "$j" | jq -r "select(.m | test(\"VMWJ-$m\")) | .p" | head -1)
+    [ "$p" = 6 ] || bad="$bad VMWJ-$m at priority ${p:-none}"
+  done
+  printf '%s\n' "$j" | jq -r .m | grep -q '^<0>VMWJ-P0' || bad="$bad <0> not kept as text"
+  printf '%s\n' "$j" | jq -r .m | grep -q '^<1>VMWJ-P1' || bad="$bad <1> not kept as text"
+  [ -z "$bad" ] || bad="$bad (journal: $(printf '%s' "$j" | tr '\n' ' ' | head -c 400))"
+  # The control: an emergency logged on L2 reaches the watched terminal.
+  systemd-cat -t vmwj-control -p emerg echo VMWJ-WALL-CONTROL
+  local end=$((SECONDS + 20))
+  until grep -q VMWJ-WALL-CONTROL "$WALL_DIR/out"; do
+    [ $SECONDS -lt $end ] || break
+    sleep 0.5
+  done
+  log "guest_bytes: the watched terminal ($tty): $(tr -d '\r' <"$WALL_DIR/out" | tr '\033\007' '^!' | tr '\n' '|' | tail -c 600)"
+  exec 7>&-; kill $login_pid 2>/dev/null; wait $login_pid 2>/dev/null
+  grep -q VMWJ-WALL-CONTROL "$WALL_DIR/out" || bad="$bad; the control emergency never reached $tty: a wall would not have been seen"
+  if grep -q 'VMWJ-P\|VMWJ-ESC' "$WALL_DIR/out"; then
+    bad="$bad; the guest's line reached the terminal $tty by wall: $(tr -d '\r' <"$WALL_DIR/out" | grep -a 'VMWJ-P' | tr -c '[:print:]\n' '?' | tr '\n' ' ' | head -c 200)"
+  fi
+  [ -z "$bad" ] || { fail "guest_bytes:$bad"; return 1; }
+  note "<0>, <1> and an escape/BEL line of the guest at priority 6 with <N> as text; no wall to $tty (utmp), where the control emergency arrived"
+}
+
 # ---------------------------------------------------------------- main
 log "lsm=$lsm kvm=$(ls -l /dev/kvm 2>&1)"
 if [ "$MODE" = smoke ]; then
@@ -1908,6 +1968,7 @@ else
   run_scenario hv_bench s_hv_bench
   run_scenario console s_console
   run_scenario balloon s_balloon
+  run_scenario guest_bytes s_guest_bytes
   run_scenario machined s_machined
   run_scenario guest_reboot s_guest_reboot
   run_scenario coexist s_coexist

@@ -77,6 +77,7 @@ fn main() -> ExitCode {
         fault_after,
         helper_openat2_enosys,
         invocation,
+        stdout_journal: vmwarden::stdout_is_journal(),
     };
     match launch::launch(opts) {
         Ok(never) => match never {},

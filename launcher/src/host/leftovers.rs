@@ -9,7 +9,7 @@
 //! And what a VM can leave in its own state dir that is a danger to the
 //! host: a set-user-ID or set-group-ID program (see [`setid_files`]).
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use nix::dir::Dir;
 use nix::errno::Errno;
 use nix::fcntl::{openat, AtFlags, OFlag, AT_FDCWD};
-use nix::sys::stat::{fstatat, Mode, SFlag};
+use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
 
 use crate::config::rawpath;
 use crate::host::procs::read_proc_file;
@@ -149,16 +149,13 @@ mod tests {
     }
 }
 
-/// How deep [`setid_files`] descends (each level holds one fd).
-pub const SETID_MAX_DEPTH: usize = 64;
-
 /// A set-id program found under a VM's state dir, or a place the scan
 /// could not look.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SetId {
     /// A regular file with `S_ISUID` or `S_ISGID` (`mode`: its 12 low bits).
     File { path: PathBuf, mode: u32, uid: u32 },
-    /// A directory that could not be read (or was too deep to descend).
+    /// A directory that could not be read, or one moved while it was read.
     Unreadable { path: PathBuf, why: String },
 }
 
@@ -204,7 +201,7 @@ pub fn setid_files(dir: &Path) -> Vec<SetId> {
             return out;
         }
     };
-    scan(top, dir.to_path_buf(), 0, &mut out);
+    scan(top, dir, &mut out);
     out
 }
 
@@ -213,23 +210,14 @@ const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_NOFOLLOW)
     .union(OFlag::O_CLOEXEC);
 
-fn scan(fd: OwnedFd, path: PathBuf, depth: usize, out: &mut Vec<SetId>) {
-    let unreadable = |out: &mut Vec<SetId>, path: &Path, why: String| {
-        out.push(SetId::Unreadable {
-            path: path.to_path_buf(),
-            why,
-        })
-    };
-    let mut d = match Dir::from_fd(fd) {
-        Ok(d) => d,
-        Err(e) => return unreadable(out, &path, format!("fdopendir: {e}")),
-    };
+/// The sorted names in the directory `fd` (`.` and `..` excluded).
+fn names_in(fd: &OwnedFd) -> Result<Vec<OsString>, String> {
+    let dup =
+        openat(fd.as_fd(), ".", DIR_FLAGS, Mode::empty()).map_err(|e| format!("open: {e}"))?;
+    let mut d = Dir::from_fd(dup).map_err(|e| format!("fdopendir: {e}"))?;
     let mut names: Vec<OsString> = Vec::new();
     for e in d.iter() {
-        let e = match e {
-            Ok(e) => e,
-            Err(e) => return unreadable(out, &path, format!("readdir: {e}")),
-        };
+        let e = e.map_err(|e| format!("readdir: {e}"))?;
         let name = e.file_name().to_bytes();
         if name != b"." && name != b".." {
             names.push(<OsString as std::os::unix::ffi::OsStringExt>::from_vec(
@@ -237,38 +225,119 @@ fn scan(fd: OwnedFd, path: PathBuf, depth: usize, out: &mut Vec<SetId>) {
             ));
         }
     }
-    let mut subdirs: Vec<OsString> = Vec::new();
-    for name in names {
+    names.sort();
+    Ok(names)
+}
+
+/// A directory being scanned: its name in its parent, its inode (how its
+/// child recognises it again through `..`), the names still to look at
+/// (last first).
+struct Frame {
+    name: OsString,
+    ino: u64,
+    left: Vec<OsString>,
+}
+
+/// Depth first through `top` (the directory `path`), however deep, never
+/// following a symlink: each directory opened under its parent's fd and
+/// checked to be the inode stat'ed, each climb back through `..` checked to
+/// reach the directory it came from (two descriptors open at a time). A
+/// guest-made tree of any depth is scanned to its bottom.
+fn scan(top: OwnedFd, path: &Path, out: &mut Vec<SetId>) {
+    let unreadable = |out: &mut Vec<SetId>, path: PathBuf, why: String| {
+        out.push(SetId::Unreadable { path, why });
+    };
+    let path_of = |stack: &[Frame], name: Option<&OsStr>| {
+        let mut p = path.to_path_buf();
+        for f in stack.iter().skip(1) {
+            p.push(&f.name);
+        }
+        if let Some(n) = name {
+            p.push(n);
+        }
+        p
+    };
+    let top_ino = match fstat(top.as_fd()) {
+        Ok(st) => st.st_ino,
+        Err(e) => return unreadable(out, path.to_path_buf(), format!("fstat: {e}")),
+    };
+    let names = match names_in(&top) {
+        Ok(n) => n,
+        Err(why) => return unreadable(out, path.to_path_buf(), why),
+    };
+    let mut cur = top;
+    let mut stack = vec![Frame {
+        name: OsString::new(),
+        ino: top_ino,
+        left: names.into_iter().rev().collect(),
+    }];
+    loop {
+        let next = match stack.last_mut() {
+            Some(f) => f.left.pop(),
+            None => return,
+        };
+        let Some(name) = next else {
+            // This directory is done: back to its parent through `..`.
+            stack.pop();
+            let Some(up) = stack.last() else {
+                return;
+            };
+            let parent = openat(cur.as_fd(), "..", DIR_FLAGS, Mode::empty())
+                .map_err(|e| format!("open ..: {e}"))
+                .and_then(|fd| match fstat(fd.as_fd()) {
+                    Ok(st) if st.st_ino == up.ino => Ok(fd),
+                    Ok(_) => Err("moved while it was scanned; not climbing through it".into()),
+                    Err(e) => Err(format!("fstat ..: {e}")),
+                });
+            match parent {
+                Ok(fd) => cur = fd,
+                Err(why) => return unreadable(out, path_of(&stack, None), why),
+            }
+            continue;
+        };
         // The entry's type from the directory is a hint only: stat it.
-        let st = match fstatat(d.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+        let st = match fstatat(cur.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => st,
             Err(Errno::ENOENT) => continue,
             Err(e) => {
-                unreadable(out, &path.join(&name), format!("fstatat: {e}"));
+                unreadable(out, path_of(&stack, Some(&name)), format!("fstatat: {e}"));
                 continue;
             }
         };
         let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
         if kind == SFlag::S_IFREG && st.st_mode & 0o6000 != 0 {
             out.push(SetId::File {
-                path: path.join(&name),
+                path: path_of(&stack, Some(&name)),
                 mode: st.st_mode & 0o7777,
                 uid: st.st_uid,
             });
         } else if kind == SFlag::S_IFDIR {
-            subdirs.push(name);
-        }
-    }
-    for name in subdirs {
-        let p = path.join(&name);
-        if depth + 1 >= SETID_MAX_DEPTH {
-            unreadable(out, &p, format!("deeper than {SETID_MAX_DEPTH} levels"));
-            continue;
-        }
-        match openat(d.as_fd(), name.as_os_str(), DIR_FLAGS, Mode::empty()) {
-            Ok(fd) => scan(fd, p, depth + 1, out),
-            Err(Errno::ENOENT) => {}
-            Err(e) => unreadable(out, &p, format!("open: {e}")),
+            let child = match openat(cur.as_fd(), name.as_os_str(), DIR_FLAGS, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(Errno::ENOENT) => continue,
+                Err(e) => {
+                    unreadable(out, path_of(&stack, Some(&name)), format!("open: {e}"));
+                    continue;
+                }
+            };
+            let same =
+                fstat(child.as_fd()).is_ok_and(|c| c.st_ino == st.st_ino && c.st_dev == st.st_dev);
+            let names = if same {
+                names_in(&child)
+            } else {
+                Err("replaced between stat and open; not descending".into())
+            };
+            match names {
+                Ok(names) => {
+                    cur = child;
+                    stack.push(Frame {
+                        name,
+                        ino: st.st_ino,
+                        left: names.into_iter().rev().collect(),
+                    });
+                }
+                Err(why) => unreadable(out, path_of(&stack, Some(&name)), why),
+            }
         }
     }
 }

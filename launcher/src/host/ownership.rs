@@ -12,14 +12,14 @@
 //! there), never a silent success.
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::dir::Dir as NixDir;
 use nix::errno::Errno;
 use nix::fcntl::{openat, AtFlags, OFlag};
-use nix::sys::stat::{fstatat, Mode, SFlag};
+use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use serde::Serialize;
 
@@ -68,8 +68,13 @@ impl Outcome {
 
 /// Names in `dir` as raw bytes, sorted (`.` and `..` excluded).
 pub fn entries(dir: &Dir) -> nix::Result<Vec<OsString>> {
+    names_at(dir.fd.as_fd())
+}
+
+/// Names in the directory `fd` as raw bytes, sorted (`.` and `..` excluded).
+fn names_at(fd: BorrowedFd<'_>) -> nix::Result<Vec<OsString>> {
     let fd = openat(
-        dir.fd.as_fd(),
+        fd,
         ".",
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
@@ -108,9 +113,9 @@ fn is_dir_mode(mode: u32) -> bool {
     SFlag::from_bits_truncate(mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR
 }
 
-/// Deepest directory nesting removal descends into. The control dir is the
-/// principal's to fill: a compromised hypervisor must not be able to make
-/// root's cleanup recurse until its stack overflows.
+/// Deepest directory nesting `adopt` descends into below a share source
+/// (it copies recursively). Removal has no such limit: it walks a tree of
+/// any depth iteratively, holding two descriptors at a time.
 pub const MAX_DEPTH: usize = 64;
 
 /// Why an entry could not be removed (a [`Failed`] entry's reason).
@@ -123,13 +128,15 @@ pub enum RemoveError {
         #[source]
         errno: Errno,
     },
-    #[error("nested deeper than {MAX_DEPTH} directories; not descending")]
-    TooDeep,
     #[error("is a mount point (another file system); not descending")]
     MountPoint,
     /// ENOENT on an entry just enumerated.
     #[error("vanished between enumeration and deletion (ENOENT); not counted as deleted")]
     Vanished,
+    /// The directory opened is not the one just stat'ed, or its `..` is no
+    /// longer the directory it was entered from: something moved the tree.
+    #[error("was replaced or moved while being emptied; not descending or climbing through it")]
+    Moved,
     /// Entries of a directory that could not be removed (so neither could it).
     #[error("{}", children_text(.0))]
     Children(Vec<(PathBuf, RemoveError)>),
@@ -147,60 +154,158 @@ fn sys(op: &'static str) -> impl FnOnce(Errno) -> RemoveError {
     move |errno| RemoveError::Sys { op, errno }
 }
 
-/// Remove `parent/name` recursively on `parent`'s file system only.
-fn remove_at(
-    parent: &std::os::fd::OwnedFd,
-    dev: u64,
+const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
+/// Open the directory `parent/name` that `st` describes: refused unless
+/// the inode opened is that one.
+fn open_same_dir(
+    parent: BorrowedFd<'_>,
     name: &OsStr,
-    path: &Path,
-) -> Result<(), RemoveError> {
-    remove_at_depth(parent, dev, name, path, 0)
+    st: &FileStat,
+) -> Result<OwnedFd, RemoveError> {
+    let fd = openat(parent, name, DIR_FLAGS, Mode::empty()).map_err(sys("open"))?;
+    let now = fstat(fd.as_fd()).map_err(sys("stat"))?;
+    if now.st_dev != st.st_dev || now.st_ino != st.st_ino {
+        return Err(RemoveError::Moved);
+    }
+    Ok(fd)
 }
 
-fn remove_at_depth(
-    parent: &std::os::fd::OwnedFd,
-    dev: u64,
-    name: &OsStr,
-    path: &Path,
-    depth: usize,
-) -> Result<(), RemoveError> {
+/// A directory being emptied: its name in its parent, its inode (how its
+/// child recognises it again through `..`), the names still to remove
+/// (last first) and whether one of them could not be removed.
+struct Frame {
+    name: OsString,
+    ino: u64,
+    left: Vec<OsString>,
+    failed: bool,
+}
+
+impl Frame {
+    fn new(name: &OsStr, ino: u64, mut names: Vec<OsString>) -> Frame {
+        names.reverse();
+        Frame {
+            name: name.to_os_string(),
+            ino,
+            left: names,
+            failed: false,
+        }
+    }
+}
+
+/// The path of `name` inside the innermost directory of `stack`, whose
+/// first directory is `top`.
+fn path_in(top: &Path, stack: &[Frame], name: &OsStr) -> PathBuf {
+    let mut p = top.to_path_buf();
+    for f in stack.iter().skip(1) {
+        p.push(&f.name);
+    }
+    p.push(name);
+    p
+}
+
+/// Remove `parent/name` on `parent`'s file system only, however deep it
+/// is: iteratively, never following a symlink, each directory opened
+/// through its parent's descriptor and checked to be the inode stat'ed,
+/// each climb back through `..` checked to reach the directory it came
+/// from; at most two descriptors open at a time. An entry that cannot be
+/// removed is reported and its directories are left; the rest goes.
+fn remove_at(parent: &OwnedFd, dev: u64, name: &OsStr, path: &Path) -> Result<(), RemoveError> {
     let st = match fstatat(parent.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => st,
         Err(Errno::ENOENT) => return Err(RemoveError::Vanished),
         Err(e) => return Err(sys("stat")(e)),
     };
-    if is_dir_mode(st.st_mode) {
-        if depth >= MAX_DEPTH {
-            return Err(RemoveError::TooDeep);
-        }
-        if st.st_dev != dev {
-            return Err(RemoveError::MountPoint);
-        }
-        let fd = openat(
-            parent.as_fd(),
-            name,
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(sys("open"))?;
-        let child = Dir {
-            fd,
-            path: path.to_path_buf(),
-        };
-        let names = entries(&child).map_err(sys("read directory"))?;
-        let mut errs = Vec::new();
-        for n in names {
-            if let Err(e) = remove_at_depth(&child.fd, dev, &n, &path.join(&n), depth + 1) {
-                errs.push((path.join(&n), e));
-            }
-        }
-        if !errs.is_empty() {
-            return Err(RemoveError::Children(errs));
-        }
-        unlinkat(parent.as_fd(), name, UnlinkatFlags::RemoveDir).map_err(sys("rmdir"))
-    } else {
-        unlinkat(parent.as_fd(), name, UnlinkatFlags::NoRemoveDir).map_err(sys("unlink"))
+    if !is_dir_mode(st.st_mode) {
+        return unlinkat(parent.as_fd(), name, UnlinkatFlags::NoRemoveDir).map_err(sys("unlink"));
     }
+    if st.st_dev != dev {
+        return Err(RemoveError::MountPoint);
+    }
+    let mut cur = open_same_dir(parent.as_fd(), name, &st)?;
+    let names = names_at(cur.as_fd()).map_err(sys("read directory"))?;
+    let mut stack = vec![Frame::new(name, st.st_ino, names)];
+    let mut errs: Vec<(PathBuf, RemoveError)> = Vec::new();
+    while let Some(frame) = stack.last_mut() {
+        if let Some(n) = frame.left.pop() {
+            let failed = match fstatat(cur.as_fd(), n.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Err(Errno::ENOENT) => Some(RemoveError::Vanished),
+                Err(e) => Some(sys("stat")(e)),
+                Ok(cst) if !is_dir_mode(cst.st_mode) => {
+                    unlinkat(cur.as_fd(), n.as_os_str(), UnlinkatFlags::NoRemoveDir)
+                        .map_err(sys("unlink"))
+                        .err()
+                }
+                Ok(cst) if cst.st_dev != dev => Some(RemoveError::MountPoint),
+                Ok(cst) => match open_same_dir(cur.as_fd(), &n, &cst).and_then(|child| {
+                    let names = names_at(child.as_fd()).map_err(sys("read directory"))?;
+                    Ok((child, names))
+                }) {
+                    Ok((child, names)) => {
+                        cur = child;
+                        stack.push(Frame::new(&n, cst.st_ino, names));
+                        None
+                    }
+                    Err(e) => Some(e),
+                },
+            };
+            if let Some(e) = failed {
+                errs.push((path_in(path, &stack, &n), e));
+                if let Some(f) = stack.last_mut() {
+                    f.failed = true;
+                }
+            }
+            continue;
+        }
+        // The innermost directory is empty (or keeps what failed): back to
+        // its parent, then remove it there.
+        let Some(done) = stack.pop() else {
+            break;
+        };
+        let Some(up) = stack.last_mut() else {
+            // The top: its parent is the caller's.
+            if done.failed {
+                return Err(RemoveError::Children(errs));
+            }
+            return unlinkat(
+                parent.as_fd(),
+                done.name.as_os_str(),
+                UnlinkatFlags::RemoveDir,
+            )
+            .map_err(sys("rmdir"));
+        };
+        let parent_fd = openat(cur.as_fd(), "..", DIR_FLAGS, Mode::empty())
+            .map_err(sys("open .."))
+            .and_then(|fd| {
+                let pst = fstat(fd.as_fd()).map_err(sys("stat .."))?;
+                if pst.st_dev == dev && pst.st_ino == up.ino {
+                    Ok(fd)
+                } else {
+                    Err(RemoveError::Moved)
+                }
+            });
+        let parent_fd = match parent_fd {
+            Ok(fd) => fd,
+            Err(e) => {
+                // No safe way back up: report it, leave the rest.
+                errs.push((path_in(path, &stack, &done.name), e));
+                return Err(RemoveError::Children(errs));
+            }
+        };
+        cur = parent_fd;
+        if done.failed {
+            up.failed = true;
+        } else if let Err(e) =
+            unlinkat(cur.as_fd(), done.name.as_os_str(), UnlinkatFlags::RemoveDir)
+        {
+            up.failed = true;
+            errs.push((path_in(path, &stack, &done.name), sys("rmdir")(e)));
+        }
+    }
+    Err(RemoveError::Children(errs))
 }
 
 /// Does `dir/name` still exist (not following symlinks)? Anything but a

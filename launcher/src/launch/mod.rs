@@ -18,9 +18,11 @@ pub mod creds;
 pub mod drop_check;
 pub mod error;
 pub mod exec;
+pub mod guest_output;
 pub mod helpers;
 pub mod interfaces;
 pub mod landlock;
+pub mod machine;
 pub mod macvtap;
 pub mod netns;
 pub mod preflight;
@@ -51,7 +53,6 @@ use crate::config::paths::{
 use crate::config::spec::{HypervisorKind, ShareSpec, Spec};
 use crate::host::cgroup;
 use crate::host::dirs::{self, Dir, Loose, Want};
-use crate::host::machined;
 use crate::host::net;
 use crate::host::sys::SysContext;
 use crate::host::trust::{self, Policy};
@@ -149,6 +150,9 @@ pub struct Options {
     /// `$INVOCATION_ID` and `$SYSTEMD_EXEC_PID`, captured likewise: which
     /// unit started this launch ([`cgroup::Invocation`]).
     pub invocation: cgroup::Invocation,
+    /// `$JOURNAL_STREAM` named stdout (the guest's serial output goes to a
+    /// stream without level prefixes, [`guest_output`]).
+    pub stdout_journal: bool,
 }
 
 /// The launch's way through [`STEPS`]: the step it is in (what an error is
@@ -443,16 +447,12 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         dirs::ensure(&rundir, CREDENTIALS_DIR, &root_want(0o700, Loose::Refuse))?;
     steps.after("credentials-dir");
 
-    //    Taps: created here as non-persistent fds (close-on-exec until the
-    //    exec below), MAC set, attached to their bridge, up. From now on the
-    //    kernel deletes each tap when its last fd holder dies. A macvtap
-    //    (launch::macvtap) is made on its link, up, its queues opened; it
-    //    outlives its fds, and cleanup deletes it.
-    //    Firecracker attaches to its taps by name, which in the host's
-    //    namespace would reach every tap without an owner: this process
-    //    moves into a network namespace of its own, which holds only the
-    //    VM's taps, each joined to its bridge by a veth pair; all of it dies
-    //    with the hypervisor (launch::netns).
+    //    Taps: non-persistent fds (close-on-exec until the exec), MAC set,
+    //    on their bridge, up; gone when their last fd holder dies. A macvtap
+    //    (launch::macvtap) outlives its fds: cleanup deletes it. Firecracker
+    //    attaches by name, which here would reach every tap without an
+    //    owner: it gets a network namespace of its own holding only its
+    //    taps, joined to the bridges by veths (launch::netns).
     let taps = if kind == HypervisorKind::Firecracker {
         netns::firecracker_network(&spec, &principal, &record.instance_id)?;
         Vec::new()
@@ -494,17 +494,13 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     steps.after("hypervisor-config");
 
     // -- The host's own tools: systemd-machined. --
-    //    Registered as root, before the drop: class vm, leader this process
-    //    (it becomes the hypervisor by execve, keeping its pid), its unit
-    //    the one this process runs in. machined ends the registration when
-    //    that unit stops; cleanup ends one that outlives the instance (a
-    //    launch by hand, a failed launch) and verifies it is gone. The call
-    //    runs in a forked child (host::machined): this process stays
-    //    single-threaded.
+    //    As root, before the drop: class vm, leader this process (the
+    //    hypervisor-to-be), its unit the VM's own cgroup's, or no
+    //    registration (launch::machine). Cleanup ends one that outlives the
+    //    instance. The call runs in a forked child: still single-threaded.
     if spec.register_with_machined && opts.probe.is_none() {
         LinuxSyscall.assert_single_threaded()?;
-        machined::register(spec.name.as_str(), std::process::id())?;
-        tracing::info!(step = %"machine-registered", class = "vm", "registered with systemd-machined");
+        machine::register(spec.name.as_str(), record.cgroup.is_some(), &cgroup_said)?;
     }
     steps.after("machine-registered");
 
@@ -578,8 +574,13 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     let api_path = control_path.join(API_SOCKET);
     let fc_config_path = control_path.join(FIRECRACKER_CONFIG);
 
-    // 7. Private mount and IPC namespaces, masks, a private /proc, the
-    //    credential tmpfs.
+    // 7. The guest's serial output (fd 1, also the console relay's): to
+    //    no stream that reads level prefixes, to no terminal. Then private
+    //    mount and IPC namespaces, masks, a private /proc, the credential tmpfs.
+    guest_output::report(&guest_output::guard(
+        spec.name.as_str(),
+        opts.stdout_journal,
+    )?);
     sandbox::enter_private_namespaces(sys)?;
     steps.after("namespace");
     sandbox::mask_root_except(sys, &roots.runtime_root, rundir)?;

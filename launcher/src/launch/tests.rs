@@ -35,6 +35,7 @@ fn options(dir: &Path, name: &str) -> Options {
         fault_after: None,
         helper_openat2_enosys: false,
         invocation: Default::default(),
+        stdout_journal: false,
     }
 }
 

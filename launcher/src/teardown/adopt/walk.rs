@@ -99,8 +99,7 @@ pub(super) fn lstat_at(dir: &Dir, name: &OsStr) -> Result<Option<FileStat>> {
 /// Walk a share source (opened, O_NOFOLLOW) and call `f` on every entry
 /// below it with its parent and stat, depth first; refuses devices, other
 /// file systems, regular files with more than one link, and nesting deeper
-/// than [`ownership::MAX_DEPTH`] (what the removal of the old inodes
-/// descends into).
+/// than [`ownership::MAX_DEPTH`] (the walk and the copy recurse).
 pub(super) fn walk_share(
     dir: &Dir,
     dev: u64,
