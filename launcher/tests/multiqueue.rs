@@ -198,10 +198,14 @@ fn tap_sys(ns: &Netns, tap: &str, file: &str) -> String {
 }
 
 /// Every attack on each of `taps` (name, queues) is refused while
-/// `holder` holds all their queues; the taps stay the principal's
-/// (`owner`), not persistent, with their queues and nobody else's.
+/// `holder` holds all their queues; the taps stay `owner`'s (owner and
+/// group), not persistent, with their queues and nobody else's.
 fn taps_refuse_other_users(ns: &Netns, holder: u32, owner: u32, taps: &[(&str, usize)]) {
-    let attacker = uid(349);
+    taps_refuse(ns, holder, owner, uid(349), taps);
+}
+
+/// [`taps_refuse_other_users`] with `attacker` as the attacker's uid.
+fn taps_refuse(ns: &Netns, holder: u32, owner: u32, attacker: u32, taps: &[(&str, usize)]) {
     let refused = "attach=errno1 attach-persist=errno77 attach-owner=errno77 \
                    attach-queue=errno1 attach-queue-persist=errno77 attach-queue-owner=errno77";
     let mut want: Vec<String> = Vec::new();
@@ -212,7 +216,7 @@ fn taps_refuse_other_users(ns: &Netns, holder: u32, owner: u32, taps: &[(&str, u
     assert_eq!(tun_fds_of(holder), want);
     for (tap, _) in taps {
         // EPERM for the attach (the tap has an owner and a group that are
-        // not the attacker's), EBADFD after it: an fd attached to no tap
+        // not the attacker's: root's), EBADFD after it: an fd attached to no tap
         // can neither persist nor own one.
         let got = attack_tap(ns, tap, attacker);
         assert_eq!(got, refused, "{tap}: a local user reached the VM's tap");
@@ -224,6 +228,48 @@ fn taps_refuse_other_users(ns: &Netns, holder: u32, owner: u32, taps: &[(&str, u
     }
     // The hypervisor still holds every queue, and no one else got one.
     assert_eq!(tun_fds_of(holder), want);
+}
+
+/// A tap is its VM's alone, even against a process of its principal's uid
+/// outside the sandbox (one the seccomp filter does not hold, which the
+/// filter's refusal of `TUNSETPERSIST`, `TUNSETOWNER` and `SIOCSIFHWADDR`
+/// on a tap assumes never has a queue): a tap owned by the principal would
+/// let it attach one more queue by name, then make the tap persistent,
+/// hand it away or set its MAC. Root owns the taps whose fds it hands on
+/// (the hypervisor never attaches by name: its `TUNSETIFF` is refused),
+/// and the probe in the VM's sandbox holds the queues as the hypervisor
+/// would.
+#[test]
+fn a_tap_is_its_vms_alone_even_from_its_principals_uid_unsandboxed() {
+    require_root();
+    let env = Env::new();
+    let ns = Netns::new("mqp");
+    ns.bridge("br0");
+    let u = uid(344);
+    let mut spec = env.spec("mqp", u);
+    spec["vcpus"] = json!(2);
+    spec["interfaces"] = json!([{ "tap": "vmw-mqp2", "bridge": "br0", "queues": 2 }]);
+    env.write_spec("mqp", &spec);
+    let mut c = ns.cmd(&env, LAUNCH, &["mqp"]);
+    c.args(["--probe", "--", "sleep", "600"]);
+    let mut g = spawn_logged(c, env.path("mqp.log"));
+    wait_until(
+        "the probe, the principal, holding the taps",
+        Duration::from_secs(30),
+        || {
+            tun_fds_of(g.pid()).len() == 2
+                && proc_status(g.pid(), "Uid") == format!("{0}\t{0}\t{0}\t{0}", u)
+        },
+    );
+    taps_refuse(&ns, g.pid(), 0, u, &[("vmw-mqp2", 2)]);
+    g.kill();
+    wait_until(
+        "the tap gone with the probe",
+        Duration::from_secs(10),
+        || !ns.has_link("vmw-mqp2"),
+    );
+    let (o, rep) = ns.cleanup(&env, "mqp");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
 }
 
 /// A tap is its VM's alone, whatever its queue count: the real QEMU's
@@ -247,7 +293,7 @@ fn a_tap_is_its_vms_alone_whatever_its_queue_count_qemu() {
     env.write_spec("mqo", &spec);
     let mut g = ns.start(&env, "mqo");
     g.wait_for("VMWARDEN-GUEST-READY", BOOT);
-    taps_refuse_other_users(&ns, g.pid(), u, &[("vmw-mqo2", 2), ("vmw-mqo4", 4)]);
+    taps_refuse_other_users(&ns, g.pid(), 0, &[("vmw-mqo2", 2), ("vmw-mqo4", 4)]);
     g.kill();
     wait_until("the taps gone with QEMU", Duration::from_secs(10), || {
         !ns.has_link("vmw-mqo2") && !ns.has_link("vmw-mqo4")
@@ -295,7 +341,7 @@ fn a_tap_is_its_vms_alone_whatever_its_queue_count_cloud_hypervisor() {
         proc_status(g.pid(), "Uid"),
         format!("{0}\t{0}\t{0}\t{0}", u)
     );
-    taps_refuse_other_users(&ns, g.pid(), u, &[("vmw-mqc2", 2), ("vmw-mqc4", 4)]);
+    taps_refuse_other_users(&ns, g.pid(), 0, &[("vmw-mqc2", 2), ("vmw-mqc4", 4)]);
     g.child.kill().unwrap();
     g.wait_exit(Duration::from_secs(10)).unwrap();
     wait_until(
