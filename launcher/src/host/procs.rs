@@ -517,8 +517,11 @@ pub fn ancestors() -> Vec<u32> {
 
 /// Live (not zombie) processes whose process group is `pgid`, from each
 /// `/proc/PID/stat`. A zombie counts as gone: it holds nothing, and this
-/// host's PID 1 may reap an orphan late. A process that cannot be read is
-/// gone (it exited between the listing and the read).
+/// host's PID 1 may reap an orphan late; but not a zombie leader with a
+/// live thread (`num_threads` above 1: its main thread exited first), which
+/// runs as much as any process (as [`process_runs_as`] counts it). A
+/// process that cannot be read is gone (it exited between the listing and
+/// the read).
 pub fn live_in_group(pgid: u32) -> Vec<u32> {
     let Ok(mut p) = Proc::open() else {
         return Vec::new();
@@ -539,17 +542,23 @@ fn in_group_alive(p: &mut Proc, pid: u32, pgid: u32) -> bool {
     p.read(Rel::pid(pid, "stat").c())
         .ok()
         .and_then(parse_state_pgrp)
-        .is_some_and(|(state, pgrp)| pgrp == pgid && !matches!(state, b'Z' | b'X'))
+        .is_some_and(|(state, pgrp, threads)| {
+            pgrp == pgid && (!matches!(state, b'Z' | b'X') || threads > 1)
+        })
 }
 
-/// The state letter and the process group in a `/proc/PID/stat` line
-/// (`pid (comm) S ppid pgrp …`, split after the last `)`).
-fn parse_state_pgrp(stat: &[u8]) -> Option<(u8, u32)> {
+/// The state letter, the process group and the thread count in a
+/// `/proc/PID/stat` line (`pid (comm) S ppid pgrp … num_threads …`, the
+/// 20th field, split after the last `)`).
+fn parse_state_pgrp(stat: &[u8]) -> Option<(u8, u32, u32)> {
     let close = stat.iter().rposition(|b| *b == b')')?;
     let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
     let mut f = rest.split_whitespace();
     let state = *f.next()?.as_bytes().first()?;
-    Some((state, f.nth(1)?.parse().ok()?))
+    let pgrp = f.nth(1)?.parse().ok()?;
+    // After pgrp: session … nice (14 fields), then num_threads.
+    let threads = f.nth(14)?.parse().ok()?;
+    Some((state, pgrp, threads))
 }
 
 /// The ppid in a `/proc/PID/stat` line (`pid (comm) S ppid …`; comm may
@@ -624,10 +633,13 @@ mod tests {
     #[test]
     fn state_and_group_survive_a_hostile_comm() {
         assert_eq!(
-            parse_state_pgrp(b"42 (a) Z 9) D 17 40 42 0"),
-            Some((b'D', 40))
+            parse_state_pgrp(b"42 (a) Z 9) D 17 40 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 3 0"),
+            Some((b'D', 40, 3))
         );
         assert_eq!(parse_state_pgrp(b"42 (a) Z 17"), None);
+        assert_eq!(parse_state_pgrp(b"42 (a) Z 17 40 42 0"), None);
+        let own = std::fs::read(format!("/proc/{}/stat", std::process::id())).unwrap();
+        assert!(parse_state_pgrp(&own).is_some_and(|(_, _, t)| t >= 1));
         let me = std::process::id();
         let pgid = u32::try_from(nix::unistd::getpgrp().as_raw()).unwrap();
         assert!(live_in_group(pgid).contains(&me));

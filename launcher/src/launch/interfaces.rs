@@ -11,7 +11,6 @@ use nix::errno::Errno;
 
 use crate::config::spec::{InterfaceSpec, Spec, VsockSpec};
 use crate::host::net;
-use crate::identity::principal::Principal;
 use crate::launch::{macvtap, StepError};
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
@@ -84,17 +83,27 @@ pub fn open_vhost_net(spec: &Spec) -> Result<Vec<Vec<std::os::fd::OwnedFd>>> {
         .collect()
 }
 
+/// The owner and group of a tap whose fds the hypervisor inherits: root
+/// (uid and gid 0), never the principal. The hypervisor never attaches to
+/// its tap by name (its `TUNSETIFF` is refused by the seccomp filter) and
+/// re-attaching one of its own queues (`TUNSETQUEUE`) checks no owner, so
+/// it needs none; a tap owned by the principal would let a process of the
+/// principal's uid that the filter does not hold attach a queue by name
+/// and then make the tap persistent, hand it away or set its MAC, the
+/// ioctls the filter refuses the hypervisor.
+pub const TAP_OWNER: u32 = 0;
+
 /// Create, address, attach and raise every tap of the spec (or make its
-/// macvtap, `launch::macvtap`), as fds for a
+/// macvtap, `launch::macvtap`, marked with `instance_id`), as fds for a
 /// hypervisor that takes them so (QEMU, cloud-hypervisor): one per queue
 /// (`interfaces[i].queues`), with interface `i`'s vhost-net fds from
 /// [`open_vhost_net`] (`vhost[i]`). Firecracker's interfaces are
-/// `launch::netns`'s. Each tap is owned by the principal's uid and
-/// group before anything else happens to it (`net::own_for`): a tap of
-/// several queues would otherwise take one more from any local user.
+/// `launch::netns`'s. Each tap gets root as owner and group
+/// ([`TAP_OWNER`]) before anything else happens to it (`net::own_for`):
+/// a tap of several queues would otherwise take one more from any local
+/// user.
 pub fn create_taps(
     spec: &Spec,
-    principal: &Principal,
     instance_id: &str,
     vhost: Vec<Vec<std::os::fd::OwnedFd>>,
 ) -> Result<Vec<net::Tap>> {
@@ -112,7 +121,7 @@ pub fn create_taps(
             continue;
         }
         let mut tap = net::create_tap_queues(&n.tap, n.queues())?;
-        net::own_for(&tap, principal.uid, principal.gid)?;
+        net::own_for(&tap, TAP_OWNER, TAP_OWNER)?;
         tap.vhost = vhost.next().unwrap_or_default();
         let link = rtnl
             .link(n.tap.as_str())?
