@@ -60,7 +60,8 @@ command -v dpkg-query >/dev/null 2>&1 || die "not a Debian-based system (no dpkg
 # package -> a command it must provide (checked as well, so a half-removed
 # package is repaired)
 PKGS=(qemu-system-x86 busybox-static acl e2fsprogs debootstrap kmod python3 zsh fish groff-base
-      libseccomp-dev libcap-ng-dev pkg-config gcc libc6-dev xfsprogs dropbear-bin openssh-client passt iproute2)
+      libseccomp-dev libcap-ng-dev pkg-config gcc libc6-dev xfsprogs dropbear-bin openssh-client passt iproute2
+      libnss-extrausers)
 declare -A CMD_OF=(
   [qemu-system-x86]=qemu-system-x86_64
   [busybox-static]=busybox
@@ -82,6 +83,8 @@ declare -A CMD_OF=(
   [openssh-client]=ssh-keygen
   [passt]=passt
   [iproute2]=ip
+  # an NSS source the id-range tests install accounts through (id_ranges.rs)
+  [libnss-extrausers]=true
   [qemu-utils]=qemu-img
 )
 export PATH="$PATH:/usr/sbin:/sbin"

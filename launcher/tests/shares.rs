@@ -323,23 +323,6 @@ fn caps_mask(caps: &[caps::Capability]) -> u64 {
     caps.iter().map(|c| 1u64 << c.index()).sum()
 }
 
-/// The VM's own id range of VM `vm` (base, count), from `state`'s registry.
-fn id_range_in(state: &Path, vm: &str) -> Option<(u32, u32)> {
-    let dir = state.join(".principals");
-    std::fs::read_dir(dir).ok()?.flatten().find_map(|e| {
-        let n = e.file_name().to_string_lossy().into_owned();
-        if !n.starts_with("range-") {
-            return None;
-        }
-        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok()?;
-        if v["vm"] != vm || v["state"] != "active" {
-            return None;
-        }
-        let id = |k: &str| v[k].as_u64().and_then(|x| u32::try_from(x).ok());
-        Some((id("base")?, id("count")?))
-    })
-}
-
 /// The virtiofsd `pid` of a share the guest owns runs in a user namespace
 /// whose maps are root's: guest 0 is the principal `u`, guest 1 to 65535
 /// the VM's own range; its parent namespace is the host's (so it has no
@@ -1540,7 +1523,7 @@ cd /; sync; umount /own
             "VMWARDEN-RUN-END rc=0",
         ],
     );
-    let (base, count) = id_range_in(&env.state, "web").expect("the VM's id range");
+    let (base, count) = id_range_in(&env, "web").expect("the VM's id range");
     assert_eq!(count, 65_536);
     // On the host: base + guest id, guest 0 the principal.
     assert_eq!(owner_mode(&own.join("f")), (base + 1000, base + 190, 0o640));
@@ -1601,7 +1584,7 @@ fn purge_deletes_what_the_guest_owned_and_retires_its_id_range() {
     };
     state_dir();
     let child = sleeping_probe(&env, u, 2, "the probe, its virtiofsd and broker");
-    let first = id_range_in(&env.state, "web").expect("a range recorded");
+    let first = id_range_in(&env, "web").expect("a range recorded");
     kill_probe(child, u);
     // What a guest leaves: files of its own ids, a setgid directory, a
     // share root it chowned (the next launch accepts it).
@@ -1617,11 +1600,7 @@ fn purge_deletes_what_the_guest_owned_and_retires_its_id_range() {
     }
     std::fs::set_permissions(share.join("j"), PermissionsExt::from_mode(0o2750)).unwrap();
     let child = sleeping_probe(&env, u, 2, "launched again on a share the guest chowned");
-    assert_eq!(
-        id_range_in(&env.state, "web"),
-        Some(first),
-        "the range is kept"
-    );
+    assert_eq!(id_range_in(&env, "web"), Some(first), "the range is kept");
     kill_probe(child, u);
     let rep = env.assert_clean("web");
     assert_eq!(rep["clean"], true);
@@ -1635,7 +1614,7 @@ fn purge_deletes_what_the_guest_owned_and_retires_its_id_range() {
     let (ok, out) = purge_on_pty(&env, &["web", "--keep-identity"], "DELETE-EVERYTHING");
     assert!(ok, "{out}");
     assert!(!out.contains("retire id range"), "{out}");
-    assert_eq!(id_range_in(&env.state, "web"), Some(first));
+    assert_eq!(id_range_in(&env, "web"), Some(first));
     // Without it: the files go, the range is retired.
     let (ok, out) = purge_on_pty(&env, &["web"], "DELETE-EVERYTHING");
     assert!(ok, "{out}");
@@ -1645,16 +1624,15 @@ fn purge_deletes_what_the_guest_owned_and_retires_its_id_range() {
         "{out}"
     );
     assert!(!share.exists(), "{out}");
-    assert_eq!(id_range_in(&env.state, "web"), None);
-    let tomb: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(env.state.join(format!(".principals/range-{b}.json"))).unwrap(),
-    )
-    .unwrap();
+    assert_eq!(id_range_in(&env, "web"), None);
+    let tomb: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.ranges.join(format!("range-{b}.json"))).unwrap())
+            .unwrap();
     assert_eq!(tomb["state"], "retired", "{tomb}");
     // Made again, the VM gets a range never handed out before.
     state_dir();
     let child = sleeping_probe(&env, u, 2, "the VM made again");
-    let second = id_range_in(&env.state, "web").expect("a new range");
+    let second = id_range_in(&env, "web").expect("a new range");
     assert_ne!(second.0, first.0);
     kill_probe(child, u);
     env.assert_clean("web");
@@ -1889,7 +1867,7 @@ cd /; sync; umount /own
         }
     }
     // No id range: nothing on the host carries the guest's ids.
-    assert_eq!(id_range_in(&env.state, "web"), None);
+    assert_eq!(id_range_in(&env, "web"), None);
     let stop = env.vmwarden(&["stop", "web", "--timeout", "60"]);
     assert!(stop.status.success(), "{}", text(&stop));
     assert!(g.wait_exit(Duration::from_secs(10)).is_some());

@@ -1310,8 +1310,9 @@ owned_checks() { # CURSOR
     printf '%s\n' "$j" | grep -qF -- "$want" \
       || { fail "own: guest output lacks '$want': $(printf '%s\n' "$j" | grep -E '^(T-|VMWARDEN-RUN)' | tr '\n' ' ' | head -c 500)"; return 1; }
   done
-  base=$(jq -r 'select(.vm == "own" and .state == "active") | .base' "$STATE_ROOT"/.principals/range-*.json 2>/dev/null | head -1)
-  [ -n "$base" ] || { fail "own: no active id range in $STATE_ROOT/.principals"; return 1; }
+  # The host-wide record of id ranges (one per host, whatever the state root).
+  base=$(jq -r --arg root "$STATE_ROOT" 'select(.vm == "own" and .state == "active" and .state_root == $root) | .base' /var/lib/vmwarden/.ranges/range-*.json 2>/dev/null | head -1)
+  [ -n "$base" ] || { fail "own: no active id range of $STATE_ROOT in /var/lib/vmwarden/.ranges"; return 1; }
   uid=$(id -u vm-own); gid=$(id -g vm-own)
   [ "$(stat -c '%u:%g %a' "$OWN_RW/f")" = "$((base + 1000)):$((base + 190)) 640" ] \
     && [ "$(stat -c '%u:%g %a' "$OWN_RW/log")" = "$uid:$((base + 190)) 2755" ] \

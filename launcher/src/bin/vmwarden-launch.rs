@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use vmwarden::host::cgroup::Invocation;
+use vmwarden::identity::ranges;
 use vmwarden::launch::{self, LaunchError, Options, StepError, STEPS};
 use vmwarden::profile;
 use vmwarden::Error;
@@ -32,6 +33,8 @@ fn main() -> ExitCode {
     let helper_openat2_enosys =
         std::env::var_os("VMWARDEN_TEST_HELPER_OPENAT2_ENOSYS").is_some_and(|v| v == "1");
     let invocation = Invocation::from_env(|k| std::env::var(k).ok());
+    // The host-wide id ranges' directory, fixed before the environment goes.
+    ranges::ranges_dir();
     // clap reads the VMWARDEN_*_ROOT variables and logging VMWARDEN_LOG
     // and RUST_LOG, so both come before the environment is cleared.
     // A bad name is refused in the first step, as a configuration error

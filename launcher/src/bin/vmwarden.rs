@@ -259,7 +259,19 @@ fn purge_cmd(roots: &Roots, name: &VmName, keep_identity: bool) -> Result<ExitCo
     }
     for r in &rep.retired_ranges {
         let ids = r.range();
-        println!("retired id range {}..{}", ids.base + 1, ids.end());
+        if r.recyclable {
+            println!(
+                "retired id range {}..{} (recyclable: no file can carry its ids)",
+                ids.base + 1,
+                ids.end()
+            );
+        } else {
+            println!(
+                "retired id range {}..{} (kept out of use: files outside the state dir may carry its ids)",
+                ids.base + 1,
+                ids.end()
+            );
+        }
     }
     let ok = rep.ok();
     println!("purge: {}", if ok { "done" } else { "INCOMPLETE" });
@@ -286,10 +298,13 @@ fn print_purge_plan(name: &VmName, plan: &purge::Plan, keep_identity: bool) {
     }
     if let Some(r) = plan.retire_range {
         println!(
-            "  retire id range {}..{} (what the guest owned on its virtiofs shares; never handed out again)",
+            "  retire id range {}..{} (what the guest owned on its virtiofs shares; handed out again only if every share it served lay in the state dir)",
             r.base + 1,
             r.end()
         );
+    }
+    if let Some(p) = &plan.range_problem {
+        println!("  leave  a range record that cannot be used: {}", escape(p));
     }
     for o in &plan.outside {
         println!(

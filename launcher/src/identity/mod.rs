@@ -2,5 +2,7 @@
 //! (uid ↔ VM, generations, tombstones).
 
 pub mod accounts;
+pub mod host_ids;
 pub mod principal;
+pub mod ranges;
 pub mod registry;

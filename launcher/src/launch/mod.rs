@@ -58,7 +58,7 @@ use crate::host::sys::SysContext;
 use crate::host::trust::{self, Policy};
 use crate::hypervisor::{self, Layout};
 use crate::identity::principal::{self, Principal};
-use crate::identity::registry;
+use crate::identity::{ranges, registry};
 use crate::instance::intent::{self, Intent, IntentPrincipal};
 use crate::instance::lease::{self, Lease, LeaseState};
 use crate::instance::liveness::{Probe, Via};
@@ -423,12 +423,16 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // A share the guest owns: the VM's own id range, recorded before
     // anything can carry its ids (its virtiofsd maps the guest's ids to it).
     let ids = if spec.shares.iter().any(ShareSpec::guest_owned) {
-        Some(registry::allocate_range(
-            &state_root,
-            roots,
-            &spec.name,
-            &principal,
-        )?)
+        let owned: Vec<_> = spec
+            .shares
+            .iter()
+            .filter(|sh| sh.guest_owned())
+            .map(|sh| sh.source.clone())
+            .collect();
+        Some(
+            ranges::allocate(roots, &spec.name, &principal, &owned)
+                .map_err(registry::RegistryError::from)?,
+        )
     } else {
         None
     };

@@ -23,6 +23,7 @@ use crate::host::sys::read_path;
 use crate::host::trust::{self, Policy};
 use crate::hypervisor::{self, SandboxProbe};
 use crate::identity::principal::{self, Principal};
+use crate::identity::ranges;
 use crate::identity::registry::{self, IdRange};
 use crate::launch::{helpers, macvtap, probe, volumes, StepError};
 
@@ -73,8 +74,15 @@ pub fn check_with_principal(
     cloud_hypervisor_credentials(spec, spec_path, principal, roots)?;
     // The VM's own id range, if it has one yet: what the guest owns on its
     // writable virtiofs shares belongs to it.
+    // Checked again at every launch: an account added since, or one NSS
+    // serves, in the range refuses the launch, named.
     let ids = if spec.shares.iter().any(ShareSpec::guest_owned) {
-        registry::range_of(roots, &spec.name)?
+        let ids = registry::range_of(roots, &spec.name)?;
+        if let Some(r) = ids {
+            ranges::check_again(roots, &spec.name, principal, r)
+                .map_err(registry::RegistryError::from)?;
+        }
+        ids
     } else {
         None
     };

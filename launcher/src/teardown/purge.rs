@@ -16,8 +16,8 @@ use crate::config::rawpath;
 use crate::host::dirs::{self, Dir, DirError};
 use crate::host::ownership::{self, Outcome};
 use crate::host::sys::{SysContext, SysError};
-use crate::identity::principal;
 use crate::identity::registry::{self, IdRange, RangeRecord, Record};
+use crate::identity::{principal, ranges};
 use crate::instance::launched::effective_spec_of;
 use crate::instance::lease::LeaseError;
 use crate::instance::liveness::{self, Verdict};
@@ -91,6 +91,9 @@ pub struct Plan {
     /// them, and their files keep the range's ids.
     #[serde(serialize_with = "rawpath::paths")]
     pub outside: Vec<PathBuf>,
+    /// A range record of this VM that cannot be used, named: purge leaves
+    /// it (its ids stay unusable) and deletes the rest.
+    pub range_problem: Option<String>,
 }
 
 /// The keep set K: nothing, or `identity` plus the spec's `keep_on_purge`.
@@ -181,7 +184,15 @@ pub fn plan(roots: &Roots, name: &VmName, keep_identity: bool) -> Result<Plan> {
     let retire_uid = if keep_identity { None } else { uid };
     // The range belongs to the identity set: kept with it, retired with
     // the principal otherwise.
-    let range = registry::range_of(roots, name)?;
+    // A range record of this VM that cannot be used stays as it is (its
+    // ids unusable), named in the plan; the rest of the purge goes on.
+    let (range, range_problem) = match registry::range_of(roots, name) {
+        Ok(r) => (r, None),
+        Err(e @ registry::RegistryError::Range(ranges::RangeError::BadRecord { .. })) => {
+            (None, Some(e.to_string()))
+        }
+        Err(e) => return Err(e.into()),
+    };
     let outside = effective_spec_of(roots, name)
         .map(|(s, _)| {
             s.shares
@@ -199,6 +210,7 @@ pub fn plan(roots: &Roots, name: &VmName, keep_identity: bool) -> Result<Plan> {
         retire_uid,
         retire_range: if keep_identity { None } else { range },
         outside: if range.is_some() { outside } else { Vec::new() },
+        range_problem,
     })
 }
 
@@ -312,7 +324,7 @@ pub fn execute(roots: &Roots, name: &VmName, plan: Plan) -> Result<Report> {
     let mut retired_ranges = Vec::new();
     if plan.retire_range.is_some() {
         if outcome.failed.is_empty() && retire_error.is_none() {
-            match registry::retire_ranges(roots, name) {
+            match ranges::retire(roots, name, &plan.state_dir) {
                 Ok(r) => retired_ranges = r,
                 Err(e) => retire_error = Some(format!("id range: {e}")),
             }

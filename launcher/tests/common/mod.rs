@@ -170,23 +170,30 @@ pub struct Env {
     pub config: PathBuf,
     pub run: PathBuf,
     pub state: PathBuf,
+    /// The host-wide id ranges' directory this test's binaries use
+    /// (`VMWARDEN_TEST_RANGES_DIR`, honoured by fault-injection builds
+    /// only): private to the test, shared with its siblings.
+    pub ranges: PathBuf,
 }
 
 impl Env {
     pub fn new() -> Env {
         require_root();
         let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        Env::with_guard(Some(serial))
+        Env::with_guard(Some(serial), None)
     }
 
     /// A second, independent set of roots for a test that already holds an
     /// [`Env`] (two operators' roots on one host). It runs under the first
     /// one's lock, so it takes none itself.
     pub fn sibling(&self) -> Env {
-        Env::with_guard(None)
+        Env::with_guard(None, Some(self.ranges.clone()))
     }
 
-    fn with_guard(serial: Option<std::sync::MutexGuard<'static, ()>>) -> Env {
+    fn with_guard(
+        serial: Option<std::sync::MutexGuard<'static, ()>>,
+        ranges: Option<PathBuf>,
+    ) -> Env {
         let dir = tempfile::Builder::new()
             .prefix("vmwarden-test.")
             .tempdir_in(test_base())
@@ -200,6 +207,7 @@ impl Env {
             config,
             run: dir.path().join("run"),
             state: dir.path().join("state"),
+            ranges: ranges.unwrap_or_else(|| dir.path().join("ranges")),
             dir,
         }
     }
@@ -264,7 +272,8 @@ impl Env {
             .arg("--state-root")
             .arg(&self.state)
             .env_remove("CREDENTIALS_DIRECTORY")
-            .env_remove("VMWARDEN_FAULT_AFTER");
+            .env_remove("VMWARDEN_FAULT_AFTER")
+            .env("VMWARDEN_TEST_RANGES_DIR", &self.ranges);
     }
 
     pub fn launch_cmd(&self, name: &str) -> Command {
@@ -989,4 +998,24 @@ impl Drop for NixStore {
             }
         }
     }
+}
+
+/// The active id range (base, count) of VM `vm` of `env`'s state root, from
+/// the ranges' record `env.ranges`.
+pub fn id_range_in(env: &Env, vm: &str) -> Option<(u32, u32)> {
+    std::fs::read_dir(&env.ranges)
+        .ok()?
+        .flatten()
+        .find_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if !n.starts_with("range-") {
+                return None;
+            }
+            let v: Value = serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok()?;
+            if v["vm"] != vm || v["state"] != "active" || v["state_root"] != json!(env.state) {
+                return None;
+            }
+            let id = |k: &str| v[k].as_u64().and_then(|x| u32::try_from(x).ok());
+            Some((id("base")?, id("count")?))
+        })
 }
