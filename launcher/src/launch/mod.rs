@@ -25,6 +25,7 @@ pub mod netns;
 pub mod preflight;
 pub mod probe;
 pub mod resources;
+pub mod root;
 pub mod sandbox;
 pub mod sandbox_error;
 pub mod seccomp;
@@ -81,6 +82,7 @@ pub const STEPS: &[&str] = &[
     "machine-registered",
     "namespace",
     "masked",
+    "rooted",
     "proc",
     "images-made",
     "images-in-place",
@@ -548,10 +550,9 @@ struct Confine<'a> {
     ids: Option<registry::IdRange>,
 }
 
-/// Steps 7 to 11: namespaces, masks, /proc, the credential tmpfs,
-/// rlimits, the privilege drop, Landlock, seccomp, `execve`. Every
-/// privileged call goes through `sys` (see [`syscall`]), so the unit tests
-/// assert their order without root.
+/// Steps 7 to 11: namespaces, masks, the VM's root, /proc, credentials,
+/// rlimits, the drop, Landlock, seccomp, `execve`. Every privileged call
+/// goes through `sys` (see [`syscall`]): the unit tests assert their order.
 fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Result<Infallible> {
     let Confine {
         opts,
@@ -575,17 +576,22 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     let api_path = control_path.join(API_SOCKET);
     let fc_config_path = control_path.join(FIRECRACKER_CONFIG);
 
-    // 7. Private mount and IPC namespaces, masks, a private /proc, the
-    //    credential tmpfs.
+    // 7. Namespaces, masks, the VM's root, /proc, the credential tmpfs.
     sandbox::enter_private_namespaces(sys)?;
     steps.after("namespace");
     sandbox::mask_root_except(sys, &roots.runtime_root, rundir)?;
     sandbox::mask_root_except(sys, &roots.state_root, state_dir)?;
     sandbox::mask_dir(sys, Path::new("/run/credentials"))?;
     steps.after("masked");
+    let planned = helpers::plan(spec, &control_path);
+    let vm_trees = [state_dir_path.clone(), control_path.clone()];
+    let rules = root::rules(spec, &planned, &vm_trees, &creds_path);
+    let journal = root::open_journal();
+    let plan = root::plan(&rules, &vm_trees);
+    root::enter(sys, &roots.runtime_root, &plan, journal.as_ref())?;
+    steps.after("rooted");
     // virtiofsd needs /proc/sys (see helpers::need_proc_sys): with it, QEMU
     // gets hidepid=invisible without subset=pid, like the other kinds.
-    let planned = helpers::plan(spec, &control_path);
     sandbox::mount_private_proc(
         sys,
         kind == HypervisorKind::Qemu && !helpers::need_proc_sys(&planned),
@@ -635,7 +641,6 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
         Vec::new()
     } else {
         let control = dirs::open_dir(&control_path)?;
-        let vm_trees = [state_dir_path.clone(), control_path.clone()];
         let mut helper_seccomp = seccomp_progs.clone();
         // The virtiofsd of a share the guest owns: its own role's filter
         // (`launch/helpers/owned.rs`).
