@@ -32,6 +32,7 @@ fn main() -> ExitCode {
     let helper_openat2_enosys =
         std::env::var_os("VMWARDEN_TEST_HELPER_OPENAT2_ENOSYS").is_some_and(|v| v == "1");
     let invocation = Invocation::from_env(|k| std::env::var(k).ok());
+    launch::reach::capture(std::env::var("VMWARDEN_TEST_REACH").ok());
     // clap reads the VMWARDEN_*_ROOT variables and logging VMWARDEN_LOG
     // and RUST_LOG, so both come before the environment is cleared.
     // A bad name is refused in the first step, as a configuration error

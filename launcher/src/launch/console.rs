@@ -128,6 +128,7 @@ pub fn start(ctx: &Context<'_>, control: &Dir) -> Result<Relay, HelperError> {
             }
             // Confined: the parent's read of the status pipe ends here.
             drop(status_w);
+            crate::launch::reach::try_all("console-relay");
             relay(
                 relay_end.as_fd(),
                 listener.as_fd(),

@@ -504,6 +504,7 @@ fn child(
             // SAFETY: setting SIGPIPE's disposition installs no handler.
             unsafe { nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigIgn) }
                 .map_err(|e| format!("signal(SIGPIPE): {e}"))?;
+            crate::launch::reach::try_all(run.name);
             Ok(Own { handed, hypervisor })
         }
     }

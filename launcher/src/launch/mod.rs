@@ -24,6 +24,7 @@ pub mod landlock;
 pub mod netns;
 pub mod preflight;
 pub mod probe;
+pub mod reach;
 pub mod resources;
 pub mod root;
 pub mod sandbox;
@@ -587,7 +588,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     let vm_trees = [state_dir_path.clone(), control_path.clone()];
     let rules = root::rules(spec, &planned, &vm_trees, &creds_path);
     let journal = root::open_journal();
-    let plan = root::plan(&rules, &vm_trees);
+    let plan = root::plan(&rules, &vm_trees, &[creds_path.clone()]);
     root::enter(sys, &roots.runtime_root, &plan, journal.as_ref())?;
     steps.after("rooted");
     // virtiofsd needs /proc/sys (see helpers::need_proc_sys): with it, QEMU

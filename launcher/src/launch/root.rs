@@ -67,6 +67,9 @@ pub struct Need {
 pub struct Plan {
     pub binds: Vec<Need>,
     pub links: Vec<(PathBuf, PathBuf)>,
+    /// Empty directories, where the launch mounts later (the credential
+    /// tmpfs).
+    pub mount_points: Vec<PathBuf>,
 }
 
 /// Every Landlock rule of the VM: the hypervisor's
@@ -82,17 +85,18 @@ pub fn rules(spec: &Spec, helpers: &[Helper], vm_trees: &[PathBuf; 2], creds: &P
 }
 
 /// The plan for `rules` (every Landlock rule of the hypervisor and its
-/// helpers). `/proc` is not bound (a private procfs is mounted there at
+/// helpers); a rule on one of `mount_points` makes an empty directory
+/// there instead of a bind. `/proc` is not bound (a private procfs is mounted there at
 /// `proc`); a rule path inside one of `own` (the VM's own trees, which the
 /// principal can write and so plant symlinks in) is never resolved: the
 /// tree's own rule binds it whole. A path the host lacks is left out (a
 /// built-in one is optional; a spec path is refused by Landlock, naming
 /// its field).
-pub fn plan(rules: &[Rule], own: &[PathBuf]) -> Plan {
+pub fn plan(rules: &[Rule], own: &[PathBuf], mount_points: &[PathBuf]) -> Plan {
     let mut wanted: Vec<Need> = Vec::new();
     let mut links: Vec<(PathBuf, PathBuf)> = Vec::new();
     for r in rules {
-        if r.path == Path::new("/proc") {
+        if r.path == Path::new("/proc") || mount_points.contains(&r.path) {
             continue;
         }
         let write = matches!(r.grant, Grant::Write | Grant::Socket | Grant::Lock);
@@ -123,7 +127,11 @@ pub fn plan(rules: &[Rule], own: &[PathBuf]) -> Plan {
     links.retain(|(at, _)| !binds.iter().any(|b| at.starts_with(&b.path)));
     links.sort();
     links.dedup();
-    Plan { binds, links }
+    Plan {
+        binds,
+        links,
+        mount_points: mount_points.to_vec(),
+    }
 }
 
 /// Resolve `path` on the host component by component, as the kernel would,
@@ -220,10 +228,11 @@ pub fn enter(
     let io = |e: std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
     // `/proc` for the VM's procfs; `/tmp`, empty and read-only, where
     // passt mounts the empty root of its own sandbox.
-    for d in ["proc", "dev", "tmp"] {
-        std::fs::create_dir_all(at.join(d))
+    let made = ["/proc", "/dev", "/tmp"].map(PathBuf::from);
+    for d in made.iter().chain(&plan.mount_points) {
+        std::fs::create_dir_all(inside(d))
             .map_err(io)
-            .sys("mkdir in the VM's root", at.join(d))?;
+            .sys("mkdir in the VM's root", inside(d))?;
     }
     for (n, (fd, kind)) in plan.binds.iter().zip(sources) {
         let target = inside(&n.path);
@@ -339,6 +348,7 @@ mod tests {
                 rule("/proc", Grant::Exec),
             ],
             &[d.join("state/web")],
+            &[],
         );
         assert_eq!(
             got.binds,
@@ -364,6 +374,7 @@ mod tests {
         let p = |s: &str| d.join(s).to_string_lossy().into_owned();
         let got = plan(
             &[rule(&p("a/b"), Grant::Write), rule(&p("a"), Grant::Read)],
+            &[],
             &[],
         );
         let paths: Vec<(PathBuf, bool)> = got.binds.into_iter().map(|n| (n.path, n.write)).collect();
