@@ -275,7 +275,8 @@ fn no_host_socket_is_within_a_vms_reach() {
     s["landlock"]["read"] = json!([probe]);
     s["shares"] = json!([{ "tag": "ro", "source": share, "proto": "virtiofs", "read_only": true }]);
     s["virtiofsd"] = json!({ "binary": reach_script(&env, "virtiofsd", &targets) });
-    s["vsock"] = json!({ "cid": 3, "backend": "user", "binary": reach_script(&env, "vsock", &targets) });
+    s["vsock"] =
+        json!({ "cid": 3, "backend": "user", "binary": reach_script(&env, "vsock", &targets) });
     s["user_network"] = json!({
         "binary": reach_script(&env, "passt", &targets), "id": "qemu", "mac": "02:00:00:01:01:01"
     });

@@ -196,12 +196,7 @@ pub fn open_journal() -> Option<OwnedFd> {
 /// Build the VM's root on a tmpfs mounted at `at` (the masked runtime
 /// root: any directory of this namespace would do) and `pivot_root` into
 /// it. `journal`: see [`open_journal`].
-pub fn enter(
-    sys: &dyn Syscall,
-    at: &Path,
-    plan: &Plan,
-    journal: Option<&OwnedFd>,
-) -> Result<()> {
+pub fn enter(sys: &dyn Syscall, at: &Path, plan: &Plan, journal: Option<&OwnedFd>) -> Result<()> {
     // Every source opened before the tmpfs hides what is under `at` (the
     // VM's runtime dir is): bound from its descriptor.
     let mut sources = Vec::with_capacity(plan.binds.len());
@@ -283,7 +278,8 @@ pub fn enter(
         }
     }
     sandbox::remount_read_only(sys, at)?;
-    sys.pivot_root(at).sys("pivot_root into the VM's root", at)?;
+    sys.pivot_root(at)
+        .sys("pivot_root into the VM's root", at)?;
     Ok(())
 }
 
@@ -377,7 +373,8 @@ mod tests {
             &[],
             &[],
         );
-        let paths: Vec<(PathBuf, bool)> = got.binds.into_iter().map(|n| (n.path, n.write)).collect();
+        let paths: Vec<(PathBuf, bool)> =
+            got.binds.into_iter().map(|n| (n.path, n.write)).collect();
         assert_eq!(paths, [(d.join("a"), false), (d.join("a/b"), true)]);
     }
 }
