@@ -588,7 +588,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     let vm_trees = [state_dir_path.clone(), control_path.clone()];
     let rules = root::rules(spec, &planned, &vm_trees, &creds_path);
     let journal = root::open_journal();
-    let plan = root::plan(&rules, &vm_trees, &[creds_path.clone()]);
+    let plan = root::plan(&rules, &vm_trees, std::slice::from_ref(&creds_path));
     root::enter(sys, &roots.runtime_root, &plan, journal.as_ref())?;
     steps.after("rooted");
     // virtiofsd needs /proc/sys (see helpers::need_proc_sys): with it, QEMU

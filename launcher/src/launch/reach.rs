@@ -45,7 +45,7 @@ pub fn try_all(name: &str) {
         None,
     )
     .and_then(|s| {
-        let a = UnixAddr::new_abstract(own[1..].as_bytes())?;
+        let a = UnixAddr::new_abstract(&own.as_bytes()[1..])?;
         bind(s.as_raw_fd(), &a)?;
         listen(&s, Backlog::new(8).unwrap_or(Backlog::MAXCONN))?;
         Ok(s)
