@@ -284,10 +284,21 @@ pub fn enter(sys: &dyn Syscall, at: &Path, plan: &Plan, journal: Option<&OwnedFd
 }
 
 /// Read-only (`ro`) or not, `nosuid`, and `nodev` unless the mount is a
-/// device node's, keeping the per-mount flags the kernel states.
+/// device node's, keeping the per-mount flags the kernel states; no call
+/// when the bind has them already (it keeps its source mount's: the VM's
+/// own directories come from the masks' `nosuid,nodev` binds, devices
+/// from a `nosuid` `/dev`). A device node's mount is never made
+/// read-only: that changes nothing of what reads and writes it.
 fn remount(sys: &dyn Syscall, target: &Path, ro: bool, device: bool) -> Result<()> {
     use nix::sys::statvfs::{statvfs, FsFlags};
     let have = statvfs(target).sys("statvfs", target)?.flags();
+    let ro = ro && !device;
+    if have.contains(FsFlags::ST_NOSUID)
+        && (!ro || have.contains(FsFlags::ST_RDONLY))
+        && (device || have.contains(FsFlags::ST_NODEV))
+    {
+        return Ok(());
+    }
     let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID;
     if ro || have.contains(FsFlags::ST_RDONLY) {
         flags |= MsFlags::MS_RDONLY;
