@@ -293,6 +293,10 @@ fn no_host_socket_is_within_a_vms_reach() {
     let mut reached = Vec::new();
     let log = run_reach(&env, "reachq", &s, Some(&probe), &labels, &targets);
     answered(&log, &labels, &targets, &mut reached);
+    assert!(
+        reached.is_empty(),
+        "host sockets within a VM's reach: {reached:#?}"
+    );
 
     // The console relay (vmwarden's own code, started beside a real QEMU
     // only: not under --probe).
@@ -300,6 +304,10 @@ fn no_host_socket_is_within_a_vms_reach() {
     s["console"] = json!(true);
     let log = run_reach(&env, "reachr", &s, None, &["console-relay"], &targets);
     answered(&log, &["console-relay"], &targets, &mut reached);
+    assert!(
+        reached.is_empty(),
+        "host sockets within a VM's reach: {reached:#?}"
+    );
 
     // cloud-hypervisor and firecracker: their binaries are not run under
     // --probe; any trusted executable will do.
