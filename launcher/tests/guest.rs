@@ -112,13 +112,18 @@ fn guest_runs_as_its_principal_with_private_noswap_credentials() {
         proc_mount.has_option("hidepid=invisible") && proc_mount.has_option("subset=pid"),
         "{proc_mount:?}"
     );
-    // Other VMs' roots are masked inside.
+    // Its root is its own (a tmpfs): of the runtime and state roots it
+    // holds this VM's directory alone, no other VM's.
     assert!(vm_mounts
         .iter()
-        .any(|m| m.mount_point == env.run && m.source == "vmwarden-mask"));
-    assert!(vm_mounts
-        .iter()
-        .any(|m| m.mount_point == env.state && m.source == "vmwarden-mask"));
+        .any(|m| m.mount_point == std::path::Path::new("/") && m.source == "vmwarden-mask"));
+    for root in [&env.run, &env.state] {
+        let names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/root{}", root.display()))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["web"], "{}", root.display());
+    }
 
     // No credential byte in argv or the environment.
     let cmdline = read_proc_bytes(pid, "cmdline");

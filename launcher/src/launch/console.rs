@@ -41,7 +41,7 @@ use crate::host::dirs::Dir;
 use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal::Principal;
 use crate::launch::helpers::{self, Context, HelperError};
-use crate::launch::{landlock, sandbox, seccomp};
+use crate::launch::{landlock, reach, sandbox, seccomp};
 
 /// What the relay says to a second console while one is attached.
 pub const BUSY: &[u8] =
@@ -128,6 +128,7 @@ pub fn start(ctx: &Context<'_>, control: &Dir) -> Result<Relay, HelperError> {
             }
             // Confined: the parent's read of the status pipe ends here.
             drop(status_w);
+            reach::try_all("console-relay");
             relay(
                 relay_end.as_fd(),
                 listener.as_fd(),

@@ -67,7 +67,7 @@ use crate::identity::principal::Principal;
 use crate::identity::registry::IdRange;
 use crate::instance::lease::Lease;
 use crate::launch::syscall::Syscall;
-use crate::launch::{landlock, sandbox, seccomp, EXEC_PATH};
+use crate::launch::{landlock, reach, sandbox, seccomp, EXEC_PATH};
 
 mod broker;
 mod own_sandbox;
@@ -504,6 +504,7 @@ fn child(
             // SAFETY: setting SIGPIPE's disposition installs no handler.
             unsafe { nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigIgn) }
                 .map_err(|e| format!("signal(SIGPIPE): {e}"))?;
+            reach::try_all(run.name);
             Ok(Own { handed, hypervisor })
         }
     }

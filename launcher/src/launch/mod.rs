@@ -27,10 +27,13 @@ pub mod macvtap;
 pub mod netns;
 pub mod preflight;
 pub mod probe;
+pub mod reach;
 pub mod resources;
+pub mod root;
 pub mod sandbox;
 pub mod sandbox_error;
 pub mod seccomp;
+mod steps;
 pub mod syscall;
 #[cfg(test)]
 mod tests;
@@ -40,6 +43,7 @@ pub use error::StepError;
 pub use exec::EXEC_PATH;
 pub use interfaces::VHOST_VSOCK;
 pub use resources::planned_resources;
+pub use steps::{LaunchError, EXEC_STEP, STEPS};
 
 use std::convert::Infallible;
 use std::os::fd::{AsFd, AsRawFd};
@@ -62,69 +66,8 @@ use crate::identity::{ranges, registry};
 use crate::instance::intent::{self, Intent, IntentPrincipal};
 use crate::instance::lease::{self, Lease, LeaseState};
 use crate::instance::liveness::{Probe, Via};
+use crate::launch::steps::Steps;
 use crate::launch::syscall::{LinuxSyscall, Syscall};
-use crate::profile;
-
-/// Step names, in order. `VMWARDEN_FAULT_AFTER=<step>` (builds with the
-/// `fault-injection` feature) SIGKILLs the launcher right after that step.
-pub const STEPS: &[&str] = &[
-    "sanitized",
-    "spec-loaded",
-    "principal-resolved",
-    "runtime-dir",
-    "lease-taken",
-    "intent-written",
-    "spec-kept",
-    "state-dir",
-    "control-dir",
-    "credentials-dir",
-    "taps",
-    "hypervisor-config",
-    "machine-registered",
-    "namespace",
-    "masked",
-    "proc",
-    "images-made",
-    "images-in-place",
-    "credentials-mounted",
-    "credentials-installed",
-    "rlimits",
-    "helpers-started",
-    "privileges-dropped",
-    "landlock",
-    "seccomp",
-];
-
-/// What an error after the last of [`STEPS`] is reported at: preparing and
-/// calling `execve`. Not a fault-injection point (after it the launcher is
-/// the hypervisor), so `--list-steps` does not print it.
-pub const EXEC_STEP: &str = "exec";
-
-/// A failed launch: the step it failed in (one of [`STEPS`], or
-/// [`EXEC_STEP`]) and why. The launcher prints it as
-/// `vmwarden-launch: error at step "STEP": …`.
-#[derive(Debug, thiserror::Error)]
-#[error("at step {step:?}: {error}")]
-pub struct LaunchError {
-    pub step: &'static str,
-    #[source]
-    pub error: Box<StepError>,
-}
-
-impl LaunchError {
-    pub fn at(step: &'static str, error: impl Into<StepError>) -> LaunchError {
-        LaunchError {
-            step,
-            error: Box::new(error.into()),
-        }
-    }
-
-    /// A refusal of the spec, the principal, a path, a credential or the
-    /// host (`EX_CONFIG`: starting again will not help).
-    pub fn is_refusal(&self) -> bool {
-        self.error.is_refusal()
-    }
-}
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
 
@@ -153,47 +96,6 @@ pub struct Options {
     /// `$JOURNAL_STREAM` named stdout (the guest's serial output goes to a
     /// stream without level prefixes, [`guest_output`]).
     pub stdout_journal: bool,
-}
-
-/// The launch's way through [`STEPS`]: the step it is in (what an error is
-/// reported at) and, with the `fault-injection` feature, where to SIGKILL.
-struct Steps {
-    /// Index in [`STEPS`] of the step in progress.
-    current: usize,
-    fault_after: Option<String>,
-}
-
-impl Steps {
-    fn new(fault_after: Option<String>) -> Steps {
-        Steps {
-            current: 0,
-            fault_after,
-        }
-    }
-
-    /// The step in progress: the first not yet done, [`EXEC_STEP`] once all are.
-    fn current(&self) -> &'static str {
-        STEPS.get(self.current).copied().unwrap_or(EXEC_STEP)
-    }
-
-    /// `step` is done; the launch moves on to the next one.
-    fn after(&mut self, step: &str) {
-        debug_assert_eq!(self.current(), step, "steps out of order");
-        profile::mark(self.current());
-        self.current += 1;
-        tracing::debug!(step = %step, "launch step done");
-        if self.current == STEPS.len() {
-            profile::report();
-        }
-        #[cfg(feature = "fault-injection")]
-        if self.fault_after.as_deref() == Some(step) {
-            tracing::warn!(step = %step, "fault injection: SIGKILL after step");
-            let _ =
-                nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
-        }
-        #[cfg(not(feature = "fault-injection"))]
-        let _ = &self.fault_after;
-    }
 }
 
 fn root_want(mode: u32, loose: Loose) -> Want {
@@ -551,10 +453,9 @@ struct Confine<'a> {
     ids: Option<registry::IdRange>,
 }
 
-/// Steps 7 to 11: namespaces, masks, /proc, the credential tmpfs,
-/// rlimits, the privilege drop, Landlock, seccomp, `execve`. Every
-/// privileged call goes through `sys` (see [`syscall`]), so the unit tests
-/// assert their order without root.
+/// Steps 7 to 11: namespaces, masks, the VM's root, /proc, credentials,
+/// rlimits, the drop, Landlock, seccomp, `execve`. Every privileged call
+/// goes through `sys` (see [`syscall`]): the unit tests assert their order.
 fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Result<Infallible> {
     let Confine {
         opts,
@@ -579,8 +480,8 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     let fc_config_path = control_path.join(FIRECRACKER_CONFIG);
 
     // 7. The guest's serial output (fd 1, also the console relay's): to
-    //    no stream that reads level prefixes, to no terminal. Then private
-    //    mount and IPC namespaces, masks, a private /proc, the credential tmpfs.
+    //    no stream that reads level prefixes, to no terminal. Then
+    //    namespaces, masks, the VM's root, /proc, the credential tmpfs.
     guest_output::report(&guest_output::guard(
         spec.name.as_str(),
         opts.stdout_journal,
@@ -591,9 +492,15 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     sandbox::mask_root_except(sys, &roots.state_root, state_dir)?;
     sandbox::mask_dir(sys, Path::new("/run/credentials"))?;
     steps.after("masked");
+    let planned = helpers::plan(spec, &control_path);
+    let vm_trees = [state_dir_path.clone(), control_path.clone()];
+    let rules = root::rules(spec, &planned, &vm_trees, &creds_path);
+    let journal = root::open_journal();
+    let plan = root::plan(&rules, &vm_trees, std::slice::from_ref(&creds_path));
+    root::enter(sys, &roots.runtime_root, &plan, journal.as_ref())?;
+    steps.after("rooted");
     // virtiofsd needs /proc/sys (see helpers::need_proc_sys): with it, QEMU
     // gets hidepid=invisible without subset=pid, like the other kinds.
-    let planned = helpers::plan(spec, &control_path);
     sandbox::mount_private_proc(
         sys,
         kind == HypervisorKind::Qemu && !helpers::need_proc_sys(&planned),
@@ -643,7 +550,6 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
         Vec::new()
     } else {
         let control = dirs::open_dir(&control_path)?;
-        let vm_trees = [state_dir_path.clone(), control_path.clone()];
         let mut helper_seccomp = seccomp_progs.clone();
         // The virtiofsd of a share the guest owns: its own role's filter
         // (`launch/helpers/owned.rs`).

@@ -47,6 +47,9 @@ pub trait Syscall {
     /// kernel states it after a mount (`/proc/self/mountinfo`): how a mount
     /// option is confirmed.
     fn own_mount_at(&self, target: &Path) -> std::io::Result<Option<Mount>>;
+    /// `pivot_root(2)` into `new_root` (a mount point): `chdir` there,
+    /// `pivot_root(".", ".")`, the old root detached, `chdir("/")`.
+    fn pivot_root(&self, new_root: &Path) -> Result<(), Errno>;
     /// `setrlimit(2)`.
     fn setrlimit(&self, resource: Resource, soft: u64, hard: u64) -> Result<(), Errno>;
     /// The calls below act per thread: the launcher must have just one.
@@ -134,6 +137,13 @@ impl Syscall for LinuxSyscall {
 
     fn own_mount_at(&self, target: &Path) -> std::io::Result<Option<Mount>> {
         mountinfo::own_mount_at(target)
+    }
+
+    fn pivot_root(&self, new_root: &Path) -> Result<(), Errno> {
+        nix::unistd::chdir(new_root)?;
+        nix::unistd::pivot_root(".", ".")?;
+        nix::mount::umount2(".", nix::mount::MntFlags::MNT_DETACH)?;
+        nix::unistd::chdir("/")
     }
 
     fn setrlimit(&self, resource: Resource, soft: u64, hard: u64) -> Result<(), Errno> {
@@ -358,6 +368,10 @@ mod recording {
                 .rev()
                 .find(|m| m.mount_point == target)
                 .cloned())
+        }
+
+        fn pivot_root(&self, new_root: &Path) -> Result<(), Errno> {
+            self.answer("pivot_root", new_root.display().to_string())
         }
 
         fn setrlimit(&self, resource: Resource, soft: u64, hard: u64) -> Result<(), Errno> {

@@ -123,6 +123,7 @@ fn run_tail(sys: &dyn Syscall) -> (std::result::Result<Infallible, StepError>, &
     let vm_run = dir.path().join("vm-run/web");
     let vm_state = dir.path().join("vm-state/web");
     std::fs::create_dir_all(vm_run.join(CREDENTIALS_DIR)).unwrap();
+    std::fs::create_dir_all(vm_run.join(CONTROL_DIR)).unwrap();
     std::fs::create_dir_all(&vm_state).unwrap();
     opts.probe = Some(vec!["/bin/true".into()]);
     let spec = spec_of(base_spec("qemu"));
@@ -182,7 +183,7 @@ fn phases(sys: &syscall::RecordingSyscall) -> Vec<&'static str> {
 /// Landlock < seccomp < execve: the privilege drop's own order
 /// (`sandbox::tests::DROP_ORDER`) between the namespace and the exec.
 fn tail_order() -> Vec<&'static str> {
-    let mut order = vec!["unshare", "mounts", "setrlimit"];
+    let mut order = vec!["unshare", "mounts", "pivot_root", "mounts", "setrlimit"];
     order.extend_from_slice(sandbox::tests::DROP_ORDER);
     order.extend_from_slice(&[
         "landlock_restrict",
@@ -236,6 +237,7 @@ fn a_failed_privileged_call_ends_the_launch_tail_at_its_step() {
     let step_of = |name: &str| match name {
         "unshare" => "namespace",
         "setrlimit" => "rlimits",
+        "pivot_root" => "rooted",
         "landlock_restrict" => "landlock",
         "seccomp_load" => "seccomp",
         "chdir" | "cloexec_range" | "execve" => EXEC_STEP,

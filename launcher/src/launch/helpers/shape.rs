@@ -163,6 +163,10 @@ pub struct Shape {
     /// root of a user namespace mapping the VM's id range, beside a broker
     /// (`launch::helpers::owned`, `broker`).
     pub guest_owns_writable: bool,
+    /// Host files it reads that no Landlock rule of its names (passt, whose
+    /// domain handles no file access, reads the host's resolvers): the
+    /// VM's root holds them (`launch::root`).
+    pub host_reads: &'static [&'static str],
     /// Its instances for a spec, in start order (`control` is the VM's
     /// control dir).
     pub plan: fn(spec: &Spec, control: &Path) -> Vec<Helper>,
@@ -185,6 +189,7 @@ pub static TABLE: &[Shape] = &[
         proc_sys: true,
         binary: |spec| spec.virtiofsd.as_ref().map(|v| v.binary.as_path()),
         guest_owns_writable: true,
+        host_reads: &[],
         plan: plan_virtiofsd,
     },
     Shape {
@@ -200,6 +205,7 @@ pub static TABLE: &[Shape] = &[
         proc_sys: false,
         binary: |spec| spec.vsock.as_ref().and_then(|v| v.binary.as_deref()),
         guest_owns_writable: false,
+        host_reads: &[],
         plan: plan_vhost_device_vsock,
     },
     Shape {
@@ -216,6 +222,7 @@ pub static TABLE: &[Shape] = &[
         proc_sys: false,
         binary: |spec| spec.user_network.as_ref().map(|u| u.binary.as_path()),
         guest_owns_writable: false,
+        host_reads: &["/etc/resolv.conf"],
         plan: plan_passt,
     },
     // -- vmm-notify: a firecracker guest's poweroff ends its VM
@@ -240,6 +247,7 @@ pub static TABLE: &[Shape] = &[
         // No binary: the launcher's own, trusted as the launcher is.
         binary: |_| None,
         guest_owns_writable: false,
+        host_reads: &[],
         plan: plan_vmm_notify,
     },
 ];
@@ -316,6 +324,38 @@ impl Helper {
             .collect()
     }
 
+    /// What the VM's root must hold for it (`launch::root`): the rules of
+    /// its Landlock domain (a self-sandboxing helper's too: it is
+    /// `execve`d in the VM's root before its own sandbox takes the files
+    /// away) and its [`Shape::host_reads`]; nothing for vmwarden's own code.
+    pub fn root_rules(&self, control_dir: &Path, vm_trees: &[PathBuf]) -> Vec<landlock::Rule> {
+        let shape = self.shape();
+        if let Program::Own { .. } = shape.program {
+            return Vec::new();
+        }
+        let mut rules = self.domain(control_dir, vm_trees).rules;
+        rules.extend(shape.host_reads.iter().map(|p| landlock::Rule {
+            path: PathBuf::from(p),
+            grant: landlock::Grant::Read,
+            field: None,
+        }));
+        rules
+    }
+
+    /// `landlock::helper_policy` for this helper.
+    fn domain(&self, control_dir: &Path, vm_trees: &[PathBuf]) -> landlock::Policy {
+        let shape = self.shape();
+        let share = self.share.as_ref().map(|s| {
+            (
+                s.source.as_path(),
+                s.read_only,
+                format!("shares[{}].source", s.index),
+            )
+        });
+        let control = (shape.channel == Channel::OwnSockets).then_some(control_dir);
+        landlock::helper_policy(&self.binary, shape.binary_field, share, control, vm_trees)
+    }
+
     /// The helper's own Landlock domain: its binary and the system's
     /// trees, its share, and the control dir when it makes its own sockets;
     /// for vmwarden's own code, nothing (see [`Program::Own`]).
@@ -336,16 +376,7 @@ impl Helper {
                 no_new_privs_set: true,
             };
         }
-        let share = self.share.as_ref().map(|s| {
-            (
-                s.source.as_path(),
-                s.read_only,
-                format!("shares[{}].source", s.index),
-            )
-        });
-        let control = (shape.channel == Channel::OwnSockets).then_some(control_dir);
-        let mut policy =
-            landlock::helper_policy(&self.binary, shape.binary_field, share, control, vm_trees);
+        let mut policy = self.domain(control_dir, vm_trees);
         policy.tcp = self.tcp.clone();
         if shape.root == Root::OwnSandbox {
             policy.files = Files::NotHandled;

@@ -1,0 +1,340 @@
+//! No host socket is within a VM's reach. Hardening, round six: a
+//! compromised hypervisor or helper tries every Unix socket the host has
+//! (`/proc/net/unix`: by path and abstract), each from its own sandbox,
+//! and only the VM's own answer. Landlock does not mediate `connect(2)`
+//! to a socket's path: the VM's own root (`launch/root.rs`) holds no host
+//! socket; abstract sockets are scoped by each Landlock domain
+//! (docs/design/threat-model.md). Needs root.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixDatagram, UnixListener};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+/// Sockets of the test's own, world-connectable, as a service's would be:
+/// a stream socket in `/run` and one in `/tmp`, a datagram socket in
+/// `/tmp`, and an abstract one. Removed on drop.
+struct OwnHostSockets {
+    paths: Vec<PathBuf>,
+    _stream: Vec<UnixListener>,
+    _dgram: UnixDatagram,
+}
+
+impl OwnHostSockets {
+    fn new() -> OwnHostSockets {
+        let id = std::process::id();
+        let paths = vec![
+            PathBuf::from(format!("/run/vmwt-reach-{id}.sock")),
+            PathBuf::from(format!("/tmp/vmwt-reach-{id}.sock")),
+            PathBuf::from(format!("/tmp/vmwt-reach-{id}.dgram")),
+        ];
+        for p in &paths {
+            let _ = std::fs::remove_file(p);
+        }
+        let stream: Vec<UnixListener> = paths[..2]
+            .iter()
+            .map(|p| UnixListener::bind(p).unwrap())
+            .chain(std::iter::once(abstract_listener(&format!(
+                "vmwt-reach-{id}"
+            ))))
+            .collect();
+        let dgram = UnixDatagram::bind(&paths[2]).unwrap();
+        for p in &paths {
+            std::fs::set_permissions(p, PermissionsExt::from_mode(0o777)).unwrap();
+        }
+        OwnHostSockets {
+            paths,
+            _stream: stream,
+            _dgram: dgram,
+        }
+    }
+}
+
+impl Drop for OwnHostSockets {
+    fn drop(&mut self) {
+        for p in &self.paths {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn abstract_listener(name: &str) -> UnixListener {
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    UnixListener::bind_addr(&addr).unwrap()
+}
+
+/// Every socket of the host that can be connected to, from its
+/// `/proc/net/unix` (this test runs in the host's network namespace): a
+/// listening stream or seqpacket socket, or a bound datagram socket, by
+/// path (`/…`) or abstract (`@…`), with its type (1 stream, 2 datagram,
+/// 5 seqpacket). Each once.
+fn host_sockets() -> Vec<(String, u32)> {
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+    let mut out: Vec<(String, u32)> = Vec::new();
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 8 {
+            continue;
+        }
+        let flags = u32::from_str_radix(f[3], 16).unwrap_or(0);
+        let kind = u32::from_str_radix(f[4], 16).unwrap_or(0);
+        let path = f[7..].join(" ");
+        let listening = flags & 0x10000 != 0;
+        let reachable = match kind {
+            1 | 5 => listening,
+            2 => true,
+            _ => false,
+        };
+        if reachable && !out.contains(&(path.clone(), kind)) {
+            out.push((path, kind));
+        }
+    }
+    out
+}
+
+/// What every probe runs: try each target, print one line each, then
+/// `REACH-DONE LABEL`. It first binds an abstract socket of its own and
+/// tries it too (the positive control: a socket of its own answers).
+/// `MODE` says what it stands in for: `probe` (the hypervisor's command
+/// under `--probe`), `virtiofsd` (waits until the launcher has rooted it
+/// in its share), `vsock` (makes vhost-device-vsock's two sockets first),
+/// `passt` (makes passt's own sandbox first).
+const REACH: &str = r#"#!/usr/bin/python3
+import base64, ctypes, errno, json, os, socket, sys, time
+MODE = "@MODE@"
+TARGETS = json.loads(base64.b64decode("@TARGETS@"))
+label = sys.argv[1] if MODE == "probe" else MODE
+args = sys.argv[1:]
+libc = ctypes.CDLL(None, use_errno=True)
+def arg(prefix):
+    return [a[len(prefix):] for a in args if a.startswith(prefix)][0]
+if MODE == "virtiofsd":
+    share = os.open(".", os.O_RDONLY)
+    before = os.stat("/")
+    end = time.time() + 20
+    while time.time() < end and (os.stat("/").st_ino, os.stat("/").st_dev) == (before.st_ino, before.st_dev):
+        time.sleep(0.01)
+if MODE == "vsock":
+    keep = []
+    for p in (arg("--socket="), arg("--uds-path=")):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.bind(p); s.listen(1); keep.append(s)
+if MODE == "passt":
+    uid, gid = os.getuid(), os.getgid()
+    libc.unshare(0x10000000)
+    open("/proc/self/uid_map", "w").write("0 %d 1" % uid)
+    open("/proc/self/setgroups", "w").write("deny")
+    open("/proc/self/gid_map", "w").write("0 %d 1" % gid)
+    libc.unshare(0x00020000)
+    libc.mount(b"", b"/", b"", 0x20000 | 0x4000, None)
+    libc.mount(b"", b"/tmp", b"tmpfs", 1 | 2 | 4 | 8, b"nr_inodes=2,nr_blocks=0")
+    os.chdir("/tmp")
+    libc.syscall(155, b".", b".")
+    libc.umount2(b".", 2)
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+    allow = (SockFilter * 1)(SockFilter(0x06, 0, 0, 0x7fff0000))
+    libc.prctl(22, 2, ctypes.byref(SockFprog(1, allow)), 0, 0)
+    time.sleep(0.5)
+def addr(a):
+    return "\0" + a[1:] if a.startswith("@") else a
+own = "@vmwt-reach-own-%d" % os.getpid()
+mine = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+mine.bind(addr(own)); mine.listen(8)
+kinds = {1: socket.SOCK_STREAM, 2: socket.SOCK_DGRAM, 5: socket.SOCK_SEQPACKET}
+for a, t in TARGETS + [[own, 1]]:
+    c = socket.socket(socket.AF_UNIX, kinds[t])
+    c.setblocking(False)
+    try:
+        c.connect(addr(a)); r = "ANSWERED"
+    except BlockingIOError:
+        r = "ANSWERED"
+    except OSError as e:
+        r = "refused " + errno.errorcode.get(e.errno, str(e.errno))
+    c.close()
+    sys.stderr.write("REACH %s %s %s\n" % (label, json.dumps(a), r))
+sys.stderr.write("REACH-DONE %s\n" % label)
+sys.stderr.flush()
+if MODE == "probe":
+    time.sleep(600)
+while True:
+    time.sleep(600)
+"#;
+
+/// The reach script for `mode`, executable, with the targets baked in
+/// (a helper's sandbox lets it read its binary and nothing of the test's).
+fn reach_script(env: &Env, mode: &str, targets: &[(String, u32)]) -> PathBuf {
+    let list = b64(&serde_json::to_string(targets).unwrap());
+    let body = REACH.replace("@MODE@", mode).replace("@TARGETS@", &list);
+    let p = env.path(&format!("reach-{mode}"));
+    std::fs::write(&p, body).unwrap();
+    std::fs::set_permissions(&p, PermissionsExt::from_mode(0o755)).unwrap();
+    p
+}
+
+/// Launch `name` from `spec`, under `--probe` running the reach script
+/// as `labels[0]` when `probe` is given; vmwarden's own helpers are told
+/// the targets (`VMWARDEN_TEST_REACH`). Wait until every one of `labels`
+/// has tried every target, and return the log.
+fn run_reach(
+    env: &Env,
+    name: &str,
+    spec: &Value,
+    probe: Option<&Path>,
+    labels: &[&str],
+    targets: &[(String, u32)],
+) -> String {
+    env.write_spec(name, spec);
+    let mut c = env.launch_cmd(name);
+    let list: String = targets.iter().map(|(a, t)| format!("{t} {a}\n")).collect();
+    c.env("VMWARDEN_TEST_REACH", list);
+    if let Some(p) = probe {
+        c.arg("--probe")
+            .arg("--")
+            .arg("/usr/bin/python3")
+            .arg(p)
+            .arg(labels[0]);
+    }
+    let mut g = spawn_logged(c, env.path(&format!("{name}.log")));
+    for l in labels {
+        g.wait_for(&format!("REACH-DONE {l}"), Duration::from_secs(60));
+    }
+    let log = g.log_text();
+    g.child.kill().unwrap();
+    g.wait_exit(Duration::from_secs(10));
+    // Its helpers die by their death signal, a moment after it: until
+    // then they hold the lease and cleanup says the VM is live.
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (o, rep) = env.cleanup(name);
+        if o.status.success() && rep["clean"] == true {
+            break;
+        }
+        assert!(std::time::Instant::now() < end, "{}", text(&o));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    log
+}
+
+/// For each of `labels`: every target was tried and its own abstract
+/// socket answered (else a panic), and what else answered (`reached`).
+fn answered(log: &str, labels: &[&str], targets: &[(String, u32)], reached: &mut Vec<String>) {
+    for l in labels {
+        let lines: Vec<&str> = log
+            .lines()
+            .filter_map(|x| x.strip_prefix(&format!("REACH {l} ")))
+            .collect();
+        assert_eq!(lines.len(), targets.len() + 1, "{l}: {log}");
+        assert!(
+            lines
+                .iter()
+                .any(|x| x.starts_with("\"@vmwt-reach-own-") && x.ends_with(" ANSWERED")),
+            "{l}: its own socket did not answer: {lines:#?}"
+        );
+        reached.extend(
+            lines
+                .iter()
+                .filter(|x| x.ends_with(" ANSWERED") && !x.starts_with("\"@vmwt-reach-own-"))
+                .map(|x| format!("{l}: {x}")),
+        );
+    }
+}
+
+/// No host socket is within a VM's reach: every socket of the host's
+/// `/proc/net/unix` (with a world-connectable stream socket of the test's
+/// own in `/run` and `/tmp`, a datagram one in `/tmp` and an abstract one)
+/// is tried, by path or abstract name, from the identical sandbox of
+/// QEMU, cloud-hypervisor and firecracker (`--probe`) and from stand-ins
+/// at the configured paths of virtiofsd, vhost-device-vsock and passt,
+/// and from vmwarden's own helpers, vmm-notify and the console relay
+/// (`VMWARDEN_TEST_REACH`, `launch/reach.rs`), each in its own sandbox;
+/// none answers, while a socket each makes itself does. (The broker of a
+/// share the guest owns has no `socket(2)` at all: its allowlist.)
+#[test]
+fn no_host_socket_is_within_a_vms_reach() {
+    let env = Env::new();
+    let _own = OwnHostSockets::new();
+    let targets = host_sockets();
+    let id = std::process::id();
+    for want in [
+        format!("/run/vmwt-reach-{id}.sock"),
+        format!("/tmp/vmwt-reach-{id}.sock"),
+        format!("/tmp/vmwt-reach-{id}.dgram"),
+        format!("@vmwt-reach-{id}"),
+    ] {
+        assert!(
+            targets.iter().any(|(p, _)| *p == want),
+            "{want} not in /proc/net/unix: {targets:?}"
+        );
+    }
+    let probe = reach_script(&env, "probe", &targets);
+
+    // QEMU, with a virtiofs share, vhost-device-vsock and passt.
+    let u = uid(340);
+    let share = env.path("share");
+    std::fs::create_dir(&share).unwrap();
+    let mut s = env.spec("reachq", u);
+    s["landlock"]["read"] = json!([probe]);
+    s["shares"] = json!([{ "tag": "ro", "source": share, "proto": "virtiofs", "read_only": true }]);
+    s["virtiofsd"] = json!({ "binary": reach_script(&env, "virtiofsd", &targets) });
+    s["vsock"] =
+        json!({ "cid": 3, "backend": "user", "binary": reach_script(&env, "vsock", &targets) });
+    s["user_network"] = json!({
+        "binary": reach_script(&env, "passt", &targets), "id": "qemu", "mac": "02:00:00:01:01:01"
+    });
+    let labels = ["qemu", "virtiofsd", "vsock", "passt"];
+    let mut reached = Vec::new();
+    let log = run_reach(&env, "reachq", &s, Some(&probe), &labels, &targets);
+    answered(&log, &labels, &targets, &mut reached);
+    assert!(
+        reached.is_empty(),
+        "host sockets within a VM's reach: {reached:#?}"
+    );
+
+    // The console relay (vmwarden's own code, started beside a real QEMU
+    // only: not under --probe).
+    let mut s = env.spec("reachr", uid(343));
+    s["console"] = json!(true);
+    let log = run_reach(&env, "reachr", &s, None, &["console-relay"], &targets);
+    answered(&log, &["console-relay"], &targets, &mut reached);
+    assert!(
+        reached.is_empty(),
+        "host sockets within a VM's reach: {reached:#?}"
+    );
+
+    // cloud-hypervisor and firecracker: their binaries are not run under
+    // --probe; any trusted executable will do.
+    for (name, kind, n) in [
+        ("reachc", "cloud-hypervisor", 341),
+        ("reachf", "firecracker", 342),
+    ] {
+        let bin = env.path(kind);
+        std::fs::copy("/bin/true", &bin).unwrap();
+        let u = uid(n);
+        let _kvm = KvmAcl::grant(u);
+        let mut s = env.spec(name, u);
+        s["hypervisor"] = json!({ "kind": kind, "binary": bin, "accel": "kvm" });
+        s["cmdline"] = json!("console=ttyS0");
+        s["landlock"]["read"] = json!([probe]);
+        // Firecracker's vsock brings vmm-notify (vmwarden's own code).
+        let labels: &[&str] = if kind == "firecracker" {
+            s["vsock"] = json!({ "cid": 4, "backend": "user" });
+            &[kind, "vmm-notify"]
+        } else {
+            &[kind]
+        };
+        let log = run_reach(&env, name, &s, Some(&probe), labels, &targets);
+        answered(&log, labels, &targets, &mut reached);
+    }
+    assert!(
+        reached.is_empty(),
+        "host sockets within a VM's reach: {reached:#?}"
+    );
+}
