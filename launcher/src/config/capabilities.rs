@@ -10,9 +10,10 @@
 //!
 //! In short: firecracker has no TCG, no credentials, no qcow2, no disk
 //! serial, no O_DIRECT or discard on its drives, no vhost-net or
-//! multi-queue taps, no shares (neither 9p nor virtiofs), no vhost vsock
-//! and no user networking; cloud-hypervisor has no TCG, no 9p, no
-//! vhost-net, no vhost vsock and no user networking; QEMU has them all.
+//! multi-queue taps, no shares (neither 9p nor virtiofs), no vhost vsock,
+//! no user networking and no PCI or USB passthrough; cloud-hypervisor has
+//! no TCG, no 9p, no vhost-net, no vhost vsock, no user networking and no
+//! USB passthrough; QEMU has them all.
 
 use crate::config::spec::HypervisorKind;
 
@@ -47,6 +48,10 @@ pub enum Feature {
     VhostNet,
     /// `interfaces[].queues` above 1 (a multi-queue tap).
     Multiqueue,
+    /// `devices[i].bus = "pci"` (VFIO).
+    PciPassthrough,
+    /// `devices[i].bus = "usb"`.
+    UsbPassthrough,
 }
 
 impl Feature {
@@ -67,6 +72,8 @@ impl Feature {
             Feature::Discard => "discard",
             Feature::VhostNet => "vhost-net",
             Feature::Multiqueue => "multi-queue taps",
+            Feature::PciPassthrough => "PCI passthrough",
+            Feature::UsbPassthrough => "USB passthrough",
         }
     }
 }
@@ -184,6 +191,18 @@ pub const REFUSALS: &[Refusal] = &[
                  over QEMU's stream socket; use interfaces (a tap), or hypervisor.kind \"qemu\"",
     },
     Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::PciPassthrough,
+        field: "devices[i].bus",
+        reason: "is \"pci\", but firecracker has no PCI passthrough (no VFIO devices); use qemu or cloud-hypervisor",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::UsbPassthrough,
+        field: "devices[i].bus",
+        reason: "is \"usb\", but firecracker has no USB controller; use qemu",
+    },
+    Refusal {
         kind: HypervisorKind::CloudHypervisor,
         feature: Feature::Tcg,
         field: "hypervisor.accel",
@@ -214,6 +233,12 @@ pub const REFUSALS: &[Refusal] = &[
         reason: "is not supported with cloud-hypervisor: passt serves a guest over QEMU's stream socket, which \
                  cloud-hypervisor does not speak (and this passt has no vhost-user mode); use interfaces (a tap), \
                  or hypervisor.kind \"qemu\"",
+    },
+    Refusal {
+        kind: HypervisorKind::CloudHypervisor,
+        feature: Feature::UsbPassthrough,
+        field: "devices[i].bus",
+        reason: "is \"usb\", but cloud-hypervisor has no USB controller (microvm.nix passes USB devices to QEMU only); use qemu",
     },
 ];
 

@@ -2,6 +2,7 @@
 //! every path is resolved against. The bottom layer: it imports no other part.
 
 pub mod capabilities;
+pub mod devices;
 pub mod extra_args;
 pub mod files;
 pub mod host_tools;

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use nix::sys::stat::FileStat;
 use serde::{Deserialize, Serialize};
 
+use crate::config::devices::DeviceSpec;
 use crate::config::files::{open_probed_at, open_regular_at, OpenError};
 use crate::config::names::{BridgeName, CredentialName, Mac, NameError, TapName, VmName};
 use crate::config::rules;
@@ -110,6 +111,15 @@ pub struct Spec {
     /// `config::user_net`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_network: Option<UserNetworkSpec>,
+    /// Host PCI and USB devices the VM holds for its life (see
+    /// `config::devices`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceSpec>,
+    /// Hand a PCI device to a VM on a host without interrupt remapping
+    /// (vfio_iommu_type1's `allow_unsafe_interrupts`): the guest can then
+    /// forge interrupts to the host. Refused unless true.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub allow_unsafe_interrupts: bool,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -156,6 +156,7 @@ fn run_tail(sys: &dyn Syscall) -> (std::result::Result<Infallible, StepError>, &
             qmp: None,
             qemu_sandbox: false,
             ids: None,
+            devices: &crate::devices::Plan::default(),
         },
     );
     (got, steps.current())
