@@ -15,5 +15,6 @@ pub mod spec;
 pub mod text;
 pub mod user_net;
 pub mod validation;
+pub mod validation_devices;
 pub mod validation_user_net;
 pub mod vmm_notify;
