@@ -8,6 +8,12 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// What VFIO may pin beyond the guest's RAM, in MiB: its ROM BARs and the
+/// hypervisor's own DMA-mapped buffers (libvirt adds 1 GiB for the same).
+/// The launcher's `RLIMIT_MEMLOCK` and the unit's `LimitMEMLOCK=` are the
+/// guest's RAM plus this.
+pub const MEMLOCK_MARGIN_MIB: u64 = 1024;
+
 /// Most devices one VM may hold.
 pub const MAX_DEVICES: usize = 16;
 

@@ -174,10 +174,17 @@ impl Node {
 
 /// The processes that hold `node` open: every `/proc/PID/fd/*` link to its
 /// path (read with `readlink`, which never touches the file an fd names, so
-/// a hung FUSE file cannot stall the scan; device nodes live on the one
-/// devtmpfs every mount namespace of a VM sees at the same path). Processes whose fds cannot be read are counted as holders
+/// a hung FUSE file cannot stall the scan). Processes whose fds cannot be read are counted as holders
 /// (`None` in the list), so an unreadable one never passes for none.
 pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {
+    // A process in a mount namespace of its own (a unit's private /dev, the
+    // launcher's namespace) shows the node by its path inside that mount
+    // (`/vfio/7`): match the path below /dev, component by component.
+    let tail = node
+        .path
+        .strip_prefix("/dev")
+        .unwrap_or(&node.path)
+        .to_path_buf();
     let mut out = Vec::new();
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return vec![(0, Some("cannot read /proc".into()))];
@@ -198,7 +205,7 @@ pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {
             }
         };
         for fd in fds.filter_map(|e| e.ok()) {
-            if std::fs::read_link(fd.path()).is_ok_and(|t| t == node.path) {
+            if std::fs::read_link(fd.path()).is_ok_and(|t| t.ends_with(&tail)) {
                 out.push((pid, None));
                 break;
             }

@@ -15,9 +15,7 @@ use crate::launch::landlock::{Grant, Policy, Rule};
 use crate::launch::syscall::Syscall;
 use crate::launch::StepError;
 
-/// What VFIO may pin beyond the guest's RAM: its ROM BARs and the
-/// hypervisor's own DMA-mapped buffers (libvirt adds 1 GiB for the same).
-pub const MEMLOCK_MARGIN_MIB: u64 = 1024;
+pub use crate::config::devices::MEMLOCK_MARGIN_MIB;
 
 /// The intent record's entries for `plan`, in the order [`take`] makes
 /// them the VM's.
