@@ -84,7 +84,7 @@ impl PciAddress {
                 .iter()
                 .all(|&i| b[i].is_ascii_hexdigit())
             && (b'0'..=b'7').contains(&b[11]);
-        let slot_ok = u8::from_str_radix(&s.get(8..10).unwrap_or("ff"), 16).is_ok_and(|d| d < 32);
+        let slot_ok = u8::from_str_radix(s.get(8..10).unwrap_or("ff"), 16).is_ok_and(|d| d < 32);
         if !shape || !slot_ok {
             return Err(format!(
                 "is {s:?}; give a PCI address DDDD:BB:DD.F (domain:bus:slot.function, e.g. \"0000:01:00.0\", as lspci -D prints it)"

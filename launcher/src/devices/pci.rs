@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use crate::config::devices::PciAddress;
 use crate::devices::sysfs::{self, Node, SysDir};
 use crate::devices::DeviceError;
+use crate::host::procs::read_proc_file;
+use crate::host::sys::SysError;
 
 pub const PCI_DEVICES: &str = "/sys/bus/pci/devices";
 pub const PCI_DRIVERS: &str = "/sys/bus/pci/drivers";
@@ -101,12 +103,10 @@ pub fn unviable_members(group: u32, listed: &[PciAddress]) -> Result<Vec<String>
 /// drives can write an MSI that the host takes as any interrupt it likes
 /// (what vfio_iommu_type1 refuses unless `allow_unsafe_interrupts`).
 pub fn interrupt_remapping() -> Result<bool, DeviceError> {
-    let bytes = crate::host::procs::read_proc_file("/proc/interrupts").map_err(|errno| {
-        crate::host::sys::SysError {
-            op: "read",
-            path: "/proc/interrupts".into(),
-            errno,
-        }
+    let bytes = read_proc_file("/proc/interrupts").map_err(|errno| SysError {
+        op: "read",
+        path: "/proc/interrupts".into(),
+        errno,
     })?;
     Ok(String::from_utf8_lossy(&bytes)
         .split_whitespace()
@@ -187,7 +187,7 @@ pub fn give_back(addr: &PciAddress, driver: Option<&str>, keep: bool) -> Result<
         Ok(None) => return Ok(()),
         Err(e) => return Err(e.to_string()),
     };
-    let e = |x: crate::host::sys::SysError| x.to_string();
+    let e = |x: SysError| x.to_string();
     let now = sysfs::link_name(&dir, "driver").map_err(e)?;
     if keep {
         return match now.as_deref() {
@@ -207,20 +207,17 @@ pub fn give_back(addr: &PciAddress, driver: Option<&str>, keep: bool) -> Result<
         unbind(addr, VFIO_PCI).map_err(|x| x.to_string())?;
     }
     clear_override(&dir).map_err(e)?;
-    match driver {
-        Some(d) => {
-            let bus = bus_dir().map_err(|x| x.to_string())?;
-            sysfs::write_attr(&bus, DRIVERS_PROBE, addr.as_str()).map_err(e)?;
-            // drivers_probe picks the best match, which is the driver it
-            // had unless another claims it; then bind it by name.
-            if sysfs::link_name(&dir, "driver").map_err(e)?.as_deref() != Some(d) {
-                let drivers = drivers_dir().map_err(|x| x.to_string())?;
-                if let Some(dd) = sysfs::open_sub(&drivers, d).map_err(e)? {
-                    let _ = sysfs::write_attr(&dd, "bind", addr.as_str());
-                }
+    if let Some(d) = driver {
+        let bus = bus_dir().map_err(|x| x.to_string())?;
+        sysfs::write_attr(&bus, DRIVERS_PROBE, addr.as_str()).map_err(e)?;
+        // drivers_probe picks the best match, which is the driver it had
+        // unless another claims it; then bind it by name.
+        if sysfs::link_name(&dir, "driver").map_err(e)?.as_deref() != Some(d) {
+            let drivers = drivers_dir().map_err(|x| x.to_string())?;
+            if let Some(dd) = sysfs::open_sub(&drivers, d).map_err(e)? {
+                let _ = sysfs::write_attr(&dd, "bind", addr.as_str());
             }
         }
-        None => {}
     }
     let after = sysfs::link_name(&dir, "driver").map_err(e)?;
     if after.as_deref() != driver {
@@ -231,7 +228,7 @@ pub fn give_back(addr: &PciAddress, driver: Option<&str>, keep: bool) -> Result<
     Ok(())
 }
 
-fn clear_override(dir: &SysDir) -> Result<(), crate::host::sys::SysError> {
+fn clear_override(dir: &SysDir) -> Result<(), SysError> {
     match sysfs::read_attr(dir, "driver_override")? {
         Some(v) if v != "(null)" && !v.is_empty() => {
             sysfs::write_attr(dir, "driver_override", "\n")

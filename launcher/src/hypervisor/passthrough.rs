@@ -80,9 +80,10 @@ mod tests {
     use super::*;
     use crate::config::devices::DeviceSpec;
     use crate::config::spec::HypervisorKind;
+    use crate::hypervisor::tests::spec;
 
     fn with_devices(kind: HypervisorKind) -> Spec {
-        let mut s = crate::hypervisor::tests::spec();
+        let mut s = spec();
         s.hypervisor.kind = kind;
         let dev = |bus, path: &str| DeviceSpec {
             bus,

@@ -49,6 +49,7 @@ use crate::config::paths::{
     LAUNCHED_SPEC_FILE, LEASE_FILE, QMP_SOCKET,
 };
 use crate::config::spec::{HypervisorKind, ShareSpec, Spec};
+use crate::devices;
 use crate::host::cgroup;
 use crate::host::dirs::{self, Dir, Loose, Want};
 use crate::host::machined;
@@ -314,7 +315,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let vhost_vsock = interfaces::open_vhost_vsock(spec.vsock.as_ref())?;
     // The same for vhost-net, one fd per queue of each interface asking.
     let vhost_net = interfaces::open_vhost_net(&spec)?;
-    let devices = crate::devices::preflight(&spec)?;
+    let devices = devices::preflight(&spec)?;
     steps.after("principal-resolved");
 
     // 4. Runtime root and this VM's runtime dir, then the lease.
@@ -545,7 +546,7 @@ struct Confine<'a> {
     /// `state-dir`.
     ids: Option<registry::IdRange>,
     /// The host devices it holds (`devices`), taken at the `devices` step.
-    devices: &'a crate::devices::Plan,
+    devices: &'a devices::Plan,
 }
 
 /// Steps 7 to 11: namespaces, masks, /proc, the credential tmpfs,
