@@ -403,6 +403,12 @@ in {
         assertion = false;
         message = "vmwarden: tap \"${t}\" is used by several VMs (${concatStringsSep ", " (map (vm: vm.name) (filter (vm: builtins.any (i: i.tap == t) vm.interfaces) vms))}); tap names must be unique.";
       }) (vlib.duplicates (concatLists (map (vm: lib.unique (map (i: i.tap) vm.interfaces)) vms)))
+      # One device, one VM (the launcher refuses a device another running VM
+      # holds, whatever the configuration says).
+      ++ map (p: {
+        assertion = false;
+        message = "vmwarden: device ${p} is in the devices of several VMs (${concatStringsSep ", " (map (vm: vm.name) (filter (vm: builtins.any (d: "${d.bus} ${d.path}" == p) vm.devices) vms))}); a device is one VM's for its life: give it to one of them.";
+      }) (vlib.duplicates (concatLists (map (vm: lib.unique (map (d: "${d.bus} ${d.path}") vm.devices)) vms)))
       ++ [
         {
           assertion = kernelVersion == null || !lib.versionOlder kernelVersion vlib.minKernel;

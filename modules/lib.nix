@@ -485,7 +485,17 @@ in rec {
     // lib.optionalAttrs vm.hugepageMem {hugepage_mem = true;}
     // lib.optionalAttrs vm.console {console = true;}
     // lib.optionalAttrs vm.registerWithMachined {register_with_machined = true;}
-    // lib.optionalAttrs vm.userNetwork.enable {user_network = userNetworkSpec vm.userNetwork;};
+    // lib.optionalAttrs vm.userNetwork.enable {user_network = userNetworkSpec vm.userNetwork;}
+    // lib.optionalAttrs (vm.devices != []) {devices = map deviceSpec vm.devices;}
+    // lib.optionalAttrs vm.allowUnsafeInterrupts {allow_unsafe_interrupts = true;};
+
+  # A device of the spec's `devices` (docs/launch-spec.md).
+  deviceSpec = d:
+    {inherit (d) bus path;}
+    // lib.optionalAttrs (d.id != null) {inherit (d) id;}
+    // lib.optionalAttrs (d.qemuBus != null) {qemu_bus = d.qemuBus;}
+    // lib.optionalAttrs (d.qemuProperties != []) {qemu_properties = d.qemuProperties;}
+    // lib.optionalAttrs d.keepOnVfioPci {keep_on_vfio_pci = true;};
 
   # One virtiofsd per virtiofs share (QEMU and cloud-hypervisor alike).
   usesVirtiofsd = vm: builtins.any (s: s.proto == "virtiofs") vm.shares;
@@ -719,7 +729,7 @@ in rec {
           LoadCredential = map (c: "${c}:${credSource c}") (builtins.attrNames vm.credentials);
           # '-': a missing image is the launcher's error to report, not a
           # namespace setup failure.
-          ReadWritePaths = map (p: "-${p}") (writablePaths vm);
+          ReadWritePaths = map (p: "-${p}") (writablePaths vm) ++ lib.optional (usesPci vm) "/sys/bus/pci /sys/devices";
         }
         # Taps: the launcher (root, before its privilege drop) creates them
         # through /dev/net/tun (already in DeviceAllow) and configures them over
@@ -735,11 +745,12 @@ in rec {
         }
         # vsock with the kernel backend: the launcher (root, in this unit)
         # opens /dev/vhost-vsock and hands QEMU the fd; a macvtap: it opens
-        # the macvtap's character device (/dev/tapN, major "macvtap").
-        # Merges with the template's DeviceAllow=; the principal itself
-        # needs no access.
-        // lib.optionalAttrs (deviceAllow vm != []) {
-          DeviceAllow = deviceAllow vm;
+        # the macvtap's character device (/dev/tapN, major "macvtap"); host
+        # devices: the hypervisor opens their VFIO or USB nodes. Merges with
+        # the template's DeviceAllow=; the principal itself needs no access
+        # to the first two.
+        // lib.optionalAttrs (deviceAllow vm != [] || vm.devices != []) {
+          DeviceAllow = deviceAllow vm ++ devicesAllow vm;
         }
         # A reboot inside the guest: QEMU and cloud-hypervisor reset the
         # machine in place; firecracker ends with status 0 (as after `vmwarden
@@ -752,7 +763,8 @@ in rec {
           RestartForceExitStatus = "0";
         }
         // userNetworkDropin vm
-        // ownedShareDropin vm;
+        // ownedShareDropin vm
+        // devicesDropin vm;
     };
 
   # User networking: passt runs in the unit's cgroup and under its
@@ -767,6 +779,20 @@ in rec {
   # hypervisor to AF_UNIX and no namespaces, and passt off network, cgroup
   # and time namespaces (docs/networking.md); launcher/src/unit.rs renders
   # the same drop-in.
+  # Devices: the launcher (root, before its drop) rebinds each PCI device
+  # through sysfs, read-only under ProtectKernelTunables= but for these
+  # trees; the hypervisor opens the VFIO nodes or the USB node; VFIO pins
+  # the guest's RAM (the launcher sets the same limit). launcher/src/unit.rs
+  # renders the same lines.
+  usesPci = vm: builtins.any (d: d.bus == "pci") vm.devices;
+  devicesAllow = vm:
+    lib.optionals (usesPci vm) ["/dev/vfio/vfio rw" "char-vfio rw"]
+    ++ lib.optional (builtins.any (d: d.bus == "usb") vm.devices) "char-usb_device rw";
+  devicesDropin = vm:
+    lib.optionalAttrs (usesPci vm) {
+      LimitMEMLOCK = toString ((vm.memoryMiB + 1024) * 1024 * 1024);
+    };
+
   userNetworkDropin = vm:
     lib.optionalAttrs vm.userNetwork.enable {
       IPAddressAllow = "any";

@@ -101,7 +101,18 @@ in rec {
       ++ refuseSet "hotpluggedMem" 0 "as hotplugMem: size microvm.mem for the guest instead"
       ++ refuse (fc && g.balloon) "balloon" true "vmwarden drives no firecracker balloon (microvm.nix has none either); use qemu or cloud-hypervisor, or size microvm.mem"
       ++ refuse (g.initialBalloonMem != 0 && !g.balloon) "initialBalloonMem" g.initialBalloonMem "it sizes the balloon, which needs microvm.balloon = true"
-      ++ refuseSet "devices" [] "PCI and USB passthrough hand a host device to the VM that cleanup cannot prove returned; vmwarden has no passthrough"
+      ++ refuse (fc && g.devices != []) "devices" (map (d: d.path) g.devices) "firecracker has no PCI or USB passthrough; use qemu (PCI and USB) or cloud-hypervisor (PCI)"
+      ++ concatLists (lib.imap0 (i: d:
+        refuse (ch && d.bus == "usb") "devices.${toString i}.bus" d.bus "cloud-hypervisor has no USB controller (microvm.nix passes USB devices to QEMU only); use qemu"
+        ++ refuse (!qemu
+          && d.qemu
+          != {
+            id = null;
+            bus = null;
+            deviceExtraArgs = null;
+          }) "devices.${toString i}.qemu"
+        d.qemu "these are QEMU's device options; remove them")
+      g.devices)
       ++ refuseSet "graphics.enable" false "a display needs a desktop session or GPU devices outside the sandbox; use the serial console (in the journal) and SSH"
       ++ (
         let
@@ -435,7 +446,24 @@ in rec {
         }
         // optionalAttrs (g.vcpu <= 255) {vcpus = g.vcpu;}
         // optionalAttrs (g.mem >= 16 && g.mem <= 1048576) {memoryMiB = g.mem;}
-        // optionalAttrs (qemu && machineOk) {machine = machine.value;}
+        # A PCI device needs a PCI bus, which vmwarden's microvm machine has
+        # not (microvm.nix turns on its pcie=on): q35 instead.
+        // optionalAttrs (qemu && machineOk) {
+          machine =
+            if machine.value == "microvm" && g.devices != []
+            then "q35"
+            else machine.value;
+        }
+        // optionalAttrs (g.devices != [] && !fc) {
+          devices =
+            map (d: {
+              inherit (d) bus path;
+              inherit (d.qemu) id;
+              qemuBus = d.qemu.bus;
+              qemuProperties = lib.optionals (d.qemu.deviceExtraArgs != null) (lib.splitString "," d.qemu.deviceExtraArgs);
+            })
+            g.devices;
+        }
         // optionalAttrs (hypervisorBinary != null) {inherit hypervisorBinary;}
         // optionalAttrs (setByGuest ["virtiofsd" "package"]) {virtiofsdBinary = "${g.virtiofsd.package}/bin/virtiofsd";}
         // optionalAttrs poolOk {
@@ -480,6 +508,7 @@ in rec {
     "shares"
     "interfaces"
     "credentials"
+    "devices"
     "extraArgs"
     "virtiofsdBinary"
     "balloon"

@@ -823,6 +823,71 @@
         '';
       };
 
+      devices = mkOption {
+        type = types.listOf (types.submodule {
+          options = {
+            bus = mkOption {
+              type = types.enum ["pci" "usb"];
+              description = "The device's bus (microvm.nix's `devices.*.bus`); `usb` on QEMU only.";
+            };
+            path = mkOption {
+              type = types.str;
+              example = "0000:01:00.0";
+              description = ''
+                PCI: the address `DDDD:BB:DD.F`. USB: `vendorid=0x…,productid=0x…`
+                or `hostbus=…,hostaddr=…` (microvm.nix's `devices.*.path`).
+              '';
+            };
+            id = mkOption {
+              type = types.nullOr types.str;
+              default = null;
+              description = "QEMU's device id (microvm.nix's `qemu.id`).";
+            };
+            qemuBus = mkOption {
+              type = types.nullOr types.str;
+              default = null;
+              description = "QEMU's `bus=` (microvm.nix's `qemu.bus`), e.g. a `pcie-root-port` of {option}`extraArgs`.";
+            };
+            qemuProperties = mkOption {
+              type = types.listOf types.str;
+              default = [];
+              example = ["x-vga=on"];
+              description = ''
+                More `vfio-pci` properties, `key=value` each (microvm.nix's
+                `qemu.deviceExtraArgs`, split at `,`): only how the device
+                looks to the guest (`x-vga`, `rombar`, `multifunction`,
+                `addr`, `x-igd-opregion`, `x-igd-gms`, `display`,
+                `x-no-mmap`), never what QEMU opens.
+              '';
+            };
+            keepOnVfioPci = mkOption {
+              type = types.bool;
+              default = false;
+              description = "PCI: leave the device on `vfio-pci` after the VM stops instead of giving it back to the driver it had.";
+            };
+          };
+        });
+        default = [];
+        description = ''
+          Host PCI and USB devices the VM holds for its life (microvm.nix's
+          `devices`). The launcher checks each before anything is made (a
+          PCI device's IOMMU group viable, interrupts remapped, nobody
+          holding it), records the driver it had, binds it to `vfio-pci`,
+          and cleanup gives it back and proves it (docs/launch-spec.md).
+          A device is one VM's: two VMs naming it are refused here.
+        '';
+      };
+
+      allowUnsafeInterrupts = mkOption {
+        type = types.bool;
+        default = false;
+        description = ''
+          Hand a PCI device over on a host without interrupt remapping
+          (vfio_iommu_type1's `allow_unsafe_interrupts`): the guest can then
+          send the host interrupts. Refused without a PCI device.
+        '';
+      };
+
       registerWithMachined = mkOption {
         type = types.bool;
         default = false;

@@ -9,6 +9,7 @@ use crate::config::paths::RootError;
 use crate::config::spec::SpecError;
 use crate::control::console::ConsoleError;
 use crate::control::ControlError;
+use crate::devices::DeviceError;
 use crate::host::dirs::DirError;
 use crate::host::net::NetError;
 use crate::host::peer::PeerError;
@@ -36,6 +37,8 @@ pub enum Error {
     Dir(#[from] DirError),
     #[error(transparent)]
     Net(#[from] NetError),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
     #[error(transparent)]
     Peer(#[from] PeerError),
     #[error(transparent)]
@@ -85,6 +88,7 @@ impl Error {
             }
             Error::Dir(e) => e.is_refusal(),
             Error::Net(e) => e.is_refusal(),
+            Error::Device(e) => e.is_refusal(),
             Error::Registry(e) => e.is_refusal(),
             Error::Lease(e) => e.is_refusal(),
             Error::Intent(e) => e.is_refusal(),

@@ -16,6 +16,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 
 pub mod config;
 pub mod control;
+pub mod devices;
 pub mod error;
 pub mod host;
 pub mod hypervisor;

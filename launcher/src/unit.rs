@@ -505,6 +505,11 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
     if spec.interfaces.iter().any(|n| n.macvtap().is_some()) {
         out.push(e("Service", "DeviceAllow", MACVTAP_DEVICE_ALLOW));
     }
+    // Host devices: the launcher (root, before its drop) rebinds each PCI
+    // device through sysfs (read-only under ProtectKernelTunables= but for
+    // these trees) and the hypervisor opens the VFIO nodes or the USB node;
+    // VFIO pins the guest's RAM, which the launcher's own limit bounds.
+    out.extend(devices_dropin(spec));
     // A reboot inside the guest: QEMU and cloud-hypervisor reset the machine
     // in place; firecracker ends with status 0 (as after `vmwarden stop`'s
     // Ctrl-Alt-Del, which its guest answers with a reboot), and the unit
@@ -637,3 +642,23 @@ fn unit_safe_dir(option: &'static str, dir: &Path) -> Result<String, UnitError> 
 
 #[cfg(test)]
 mod tests;
+
+/// The drop-in's lines for `devices` (`devicesDropin` in modules/lib.nix).
+fn devices_dropin(spec: &Spec) -> Vec<Entry> {
+    use crate::config::devices::{DeviceBus, MEMLOCK_MARGIN_MIB};
+    let mut out = Vec::new();
+    if spec.devices.iter().any(|d| d.bus == DeviceBus::Pci) {
+        out.push(e("Service", "ReadWritePaths", "/sys/bus/pci /sys/devices"));
+        out.push(e("Service", "DeviceAllow", "/dev/vfio/vfio rw"));
+        out.push(e("Service", "DeviceAllow", "char-vfio rw"));
+        out.push(e(
+            "Service",
+            "LimitMEMLOCK",
+            ((spec.memory_mib + MEMLOCK_MARGIN_MIB) * 1024 * 1024).to_string(),
+        ));
+    }
+    if spec.devices.iter().any(|d| d.bus == DeviceBus::Usb) {
+        out.push(e("Service", "DeviceAllow", "char-usb_device rw"));
+    }
+    out
+}

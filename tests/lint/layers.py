@@ -25,6 +25,7 @@ LAYERS = [
     "profile",     # step timestamps (feature step-profile): imports nothing
     "config",      # spec, names, roots: imports nothing
     "host",        # dirs, ownership, mountinfo, procs, net, peer
+    "devices",     # PCI (VFIO) and USB devices: checked, taken, given back
     "hypervisor",  # argv/config rendering, QMP and HTTP API clients
     "identity",    # principals and the registry
     "instance",    # lease, intent record, liveness

@@ -316,6 +316,8 @@ else
   GOLDEN_CASES="$GOLDEN_CASES guest-memory"
   # a macvtap in bridge mode (the most common NIC of public microvm.nix hosts)
   GOLDEN_CASES="$GOLDEN_CASES guest-macvtap"
+  # devices: a GPU with its audio function (QEMU), a router's NIC (cloud-hypervisor)
+  GOLDEN_CASES="$GOLDEN_CASES guest-gpu guest-router"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -379,6 +381,8 @@ guest-vsock-ssh|ok
 fc-notify|ok
 guest-flake-template|ok
 guest-journal-share|ok
+guest-gpu|ok
+guest-router|ok
 CASES
 
   # Inline cases, one refusal each: LABEL|expected message|a module (Nix
@@ -510,7 +514,6 @@ forwardPorts from the guest to another address|microvm.forwardPorts[0].guest.add
 forwardPorts to another guest address|microvm.forwardPorts[0].guest.address = "10.0.2.16": the guest's only address on the user network is 10.0.2.15|G {microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";}]; microvm.forwardPorts = [{host.port = 2222; guest = {address = "10.0.2.16"; port = 22;};}];}
 forwardPorts twice|microvm.forwardPorts[1].host.port = 2222: tcp port 2222 is forwarded twice|G {microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";}]; microvm.forwardPorts = [{host.port = 2222; guest.port = 22;} {host = {address = "127.0.0.1"; port = 2222;}; guest.port = 23;}];}
 forwardPorts below 1024|vmwarden.vms.web.userNetwork.forwardPorts[0].host.port = 80 (the guest's microvm.forwardPorts): it is below net.ipv4.ip_unprivileged_port_start (1024)|G {microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";}]; microvm.forwardPorts = [{host.port = 80; guest.port = 80;}];}
-devices|microvm.devices = [{"bus":"pci","path":"0000:01:00.0","qemu":{"bus":null,"deviceExtraArgs":null,"id":null}}]: PCI and USB passthrough|G {microvm.devices = [{bus = "pci"; path = "0000:01:00.0";}];}
 graphics.enable|microvm.graphics.enable = true: a display needs a desktop session|G {microvm.graphics.enable = true;}
 binScripts|microvm.binScripts = ["backup"]: vmwarden never builds or runs microvm.nix's runner|G {microvm.binScripts.backup = "echo";}
 vcpu|microvm.vcpu = 300: vmwarden allows 1 to 255 vCPUs|G ({lib, ...}: {microvm.vcpu = lib.mkForce 300;})
@@ -537,6 +540,10 @@ volumes.size|microvm.volumes[0].size = null: autoCreate needs a size in MiB|G {m
 volumes.serial|microvm.volumes[0].serial = "var,x": a serial is 1 to 20 bytes|G {microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; serial = "var,x";}];}
 volumes.serial firecracker|microvm.volumes[0].serial = "var": firecracker's drives have no serial|G {microvm.hypervisor = "firecracker"; microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; serial = "var";}];}
 volumes.direct firecracker|microvm.volumes[0].direct = true: firecracker's drives have no O_DIRECT mode|G {microvm.hypervisor = "firecracker"; microvm.volumes = [{image = "var.img"; mountPoint = "/var"; size = 64; direct = true;}];}
+devices firecracker|microvm.devices = ["0000:01:00.0"]: firecracker has no PCI or USB passthrough|G {microvm.hypervisor = "firecracker"; microvm.devices = [{bus = "pci"; path = "0000:01:00.0";}];}
+devices usb on cloud-hypervisor|microvm.devices.0.bus = "usb": cloud-hypervisor has no USB controller|G {microvm.hypervisor = "cloud-hypervisor"; microvm.devices = [{bus = "usb"; path = "vendorid=0x0627,productid=0x0001";}];}
+devices qemu options on cloud-hypervisor|microvm.devices.0.qemu = { ... }: these are QEMU's device options; remove them|G {microvm.hypervisor = "cloud-hypervisor"; microvm.devices = [{bus = "pci"; path = "0000:03:00.0"; qemu.id = "nic";}];}
+devices in two VMs|vmwarden: device pci 0000:01:00.0 is in the devices of several VMs (gpu, other); a device is one VM's for its life|{imports = [./tests/nix/cases/guest-gpu.nix]; vmwarden.vms.other = {kernel = "/srv/images/vmlinuz"; machine = "q35"; devices = [{bus = "pci"; path = "0000:01:00.0";}];};}
 interfaces.type user on cloud-hypervisor|microvm.interfaces[0].type = "user": cloud-hypervisor has no user networking in vmwarden|G {microvm.hypervisor = "cloud-hypervisor"; microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";}];}
 interfaces.type user twice|microvm.interfaces[1].type = "user": vmwarden gives a VM one user-networking interface|G {microvm.interfaces = [{type = "user"; id = "qemu"; mac = "02:00:00:01:01:01";} {type = "user"; id = "qemu2"; mac = "02:00:00:01:01:02";}];}
 interfaces.type user id|microvm.interfaces[0].id = "net0": a user interface's id|G {microvm.interfaces = [{type = "user"; id = "net0"; mac = "02:00:00:01:01:01";}];}

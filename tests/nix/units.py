@@ -74,8 +74,11 @@ CONTRACT = {
     "shares": list, "virtiofsd": dict, "vsock": dict, "user_network": dict,
     # the host's own tools (written only when on)
     "balloon": dict, "console": bool, "register_with_machined": bool,
+    # host devices (written only when there are any)
+    "devices": list, "allow_unsafe_interrupts": bool,
 }
-OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock", "user_network", "balloon", "console", "register_with_machined"}
+OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock", "user_network", "balloon", "console", "register_with_machined",
+            "devices", "allow_unsafe_interrupts"}
 
 
 def type_name(t):
@@ -117,6 +120,12 @@ def cmd_spec(path):
             want(d["create"], f"disks[{i}].create", {"size_mib": int, "fs_type": str}, ("fs_type",))
     for i, s in enumerate(spec.get("shares", [])):
         want(s, f"shares[{i}]", {"tag": str, "source": str, "proto": str, "read_only": bool})
+    for i, d in enumerate(spec.get("devices", [])):
+        want(d, f"devices[{i}]", {"bus": str, "path": str, "id": str, "qemu_bus": str, "qemu_properties": list,
+                                  "keep_on_vfio_pci": bool},
+             ("id", "qemu_bus", "qemu_properties", "keep_on_vfio_pci"))
+    if spec.get("allow_unsafe_interrupts") is False:
+        errs.append("allow_unsafe_interrupts: written as false (the module leaves it out when off)")
     if "balloon" in spec:
         want(spec["balloon"], "balloon", {"initial_mib": int, "deflate_on_oom": bool})
     for k in ("console", "register_with_machined"):

@@ -521,6 +521,76 @@ mvt_checks() { # CURSOR
   note "mvt: macvtap vmw-mvt0 (bridge, guest MAC) on mvt-up, QEMU holds its device $dev from root, guest <-> peer namespace ping ok"
 }
 
+# pci_passthrough: L2's own PCI device ($PCI_ADDR, behind QEMU's emulated
+# intel-iommu) given to the VM pci through VFIO by the real unit: the guest
+# sees its vendor and device id; meanwhile the device is on vfio-pci, its
+# group's node the principal's, and pc2, asking for the same device, is
+# refused. After the stop, and after a SIGKILL of the hypervisor, cleanup
+# gives it back: the driver it had, the node root's 0600, no holder.
+pci_dev() { echo "/sys/bus/pci/devices/$PCI_ADDR"; }
+pci_driver() { local l; l=$(readlink "$(pci_dev)/driver" 2>/dev/null) && basename "$l" || echo none; }
+pci_given_back() { # DRIVER GROUP WHEN
+  local d st
+  d=$(pci_driver)
+  [ "$d" = "$1" ] || { fail "pci: after $3 the device is on $d, not $1"; return 1; }
+  if [ -e "/dev/vfio/$2" ]; then
+    st=$(stat -c '%u:%g %a' "/dev/vfio/$2")
+    [ "$st" = "0:0 600" ] || { fail "pci: after $3 /dev/vfio/$2 is $st, not 0:0 600"; return 1; }
+  fi
+  [ -z "$(find /proc/[0-9]*/fd -lname '*vfio/'"$2" 2>/dev/null)" ] \
+    || { fail "pci: after $3 a process still holds /dev/vfio/$2"; return 1; }
+  note "after $3: on $d, /dev/vfio/$2 $(stat -c '%u:%g %a' "/dev/vfio/$2" 2>/dev/null || echo gone), no holder"
+}
+s_pci_passthrough() {
+  local g d0 u=microvm@pci.service cur pid end st sub
+  [ -e "$(pci_dev)/iommu_group" ] \
+    || { fail "L2 has no IOMMU group for $PCI_ADDR: $(dmesg | grep -iE 'DMAR|IOMMU|remap' | head -4 | tr '\n' ' ')"; return 1; }
+  g=$(basename "$(readlink "$(pci_dev)/iommu_group")")
+  d0=$(pci_driver)
+  note "L2: $PCI_ADDR $(cat "$(pci_dev)/vendor"):$(cat "$(pci_dev)/device") in group $g on $d0; IR: $(grep -c 'IR-' /proc/interrupts) lines"
+  modprobe vfio-pci || { fail "modprobe vfio-pci failed"; return 1; }
+  PCI_GROUP=$g start_check_stop pci pci_checks || return 1
+  pci_given_back "$d0" "$g" "the stop" || return 1
+  # A SIGKILLed hypervisor: cleanup (ExecStopPost) gives it back.
+  systemctl reset-failed $u 2>/dev/null
+  cur=$(mark)
+  timeout 600 systemctl start $u || { fail "pci: second start failed"; return 1; }
+  wait_guest pci "$cur" || { timeout 300 systemctl stop $u; return 1; }
+  pid=$(mainpid $u)
+  [ "$(pci_driver)" = vfio-pci ] || { fail "pci: second start: device on $(pci_driver)"; timeout 300 systemctl stop $u; return 1; }
+  systemctl kill --kill-who=main -s KILL $u || { fail "systemctl kill failed"; return 1; }
+  end=$((SECONDS + 120))
+  while :; do
+    st=$(state $u); sub=$(systemctl show -p SubState --value $u)
+    case "$st/$sub" in failed/*|inactive/*|*/auto-restart) break ;; esac
+    [ $SECONDS -lt $end ] || { fail "pci: still $st/$sub 120s after SIGKILL"; return 1; }
+    sleep 0.2
+  done
+  # no restart into the middle of the check
+  systemctl stop $u 2>/dev/null; systemctl reset-failed $u 2>/dev/null
+  pci_given_back "$d0" "$g" "SIGKILL and cleanup" || return 1
+  check_clean pci
+}
+pci_checks() { # CURSOR
+  local u=microvm@pci.service j want st out rc
+  want="T-PCI $(cat "$(pci_dev)/vendor") $(cat "$(pci_dev)/device")"
+  j=$(jlog $u "$1")
+  printf '%s\n' "$j" | grep -qx "$want" \
+    || { fail "pci: the guest does not see '$want': $(printf '%s\n' "$j" | grep '^T-PCI' | tr '\n' ' ')"; return 1; }
+  [ "$(pci_driver)" = vfio-pci ] || { fail "pci: running, the device is on $(pci_driver)"; return 1; }
+  st=$(stat -c '%U %a' "/dev/vfio/$PCI_GROUP" 2>&1)
+  [ "$st" = "vm-pci 600" ] || { fail "pci: running, /dev/vfio/$PCI_GROUP is $st"; return 1; }
+  # One device, one VM: pc2 asks for it and is refused (exit 78, not retried).
+  cur2=$(mark)
+  timeout 120 systemctl start microvm@pc2.service; rc=$?
+  out=$(jlog microvm@pc2.service "$cur2" | grep -E 'vmwarden-launch: error' | tail -1)
+  systemctl stop microvm@pc2.service 2>/dev/null; systemctl reset-failed microvm@pc2.service 2>/dev/null
+  [ $rc -ne 0 ] && printf '%s' "$out" | grep -q "IOMMU group $PCI_GROUP .* is held by" \
+    || { fail "pc2 was not refused the held device: rc=$rc '$out'"; return 1; }
+  [ "$(stat -c '%U' "/dev/vfio/$PCI_GROUP")" = vm-pci ] || { fail "pc2's refusal changed the node"; return 1; }
+  note "guest sees $want; device on vfio-pci, /dev/vfio/$PCI_GROUP vm-pci 600; pc2 refused: ${out#*: }"
+}
+
 # vfs: the helper daemons through the real unit and its hardening: a
 # virtiofsd per virtiofs share (one read-only, one writable) and
 # vhost-device-vsock for the user vsock backend. The guest reads the
@@ -1974,6 +2044,7 @@ else
   run_scenario guest_reboot s_guest_reboot
   run_scenario coexist s_coexist
   run_scenario soak s_soak
+  run_scenario pci_passthrough s_pci_passthrough
   run_scenario all_clean s_all_clean
 fi
 say "SCENARIOS passed=$PASS failed=$FAIL"

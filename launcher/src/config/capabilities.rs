@@ -11,8 +11,9 @@
 //! In short: firecracker has no TCG, no credentials, no qcow2, no disk
 //! serial, no O_DIRECT or discard on its drives, no vhost-net or
 //! multi-queue taps, no macvtap, no shares (neither 9p nor virtiofs), no vhost vsock,
-//! no user networking and no same-page merging; cloud-hypervisor has no TCG, no 9p, no
-//! vhost-net, no vhost vsock and no user networking; QEMU has them all.
+//! no user networking, no same-page merging and no PCI or USB passthrough;
+//! cloud-hypervisor has no TCG, no 9p, no vhost-net, no vhost vsock, no user
+//! networking and no USB passthrough; QEMU has them all.
 
 use crate::config::spec::HypervisorKind;
 
@@ -51,6 +52,10 @@ pub enum Feature {
     MemMerge,
     /// `interfaces[].type = "macvtap"` (config/macvtap.rs).
     Macvtap,
+    /// `devices[i].bus = "pci"` (VFIO).
+    PciPassthrough,
+    /// `devices[i].bus = "usb"`.
+    UsbPassthrough,
 }
 
 impl Feature {
@@ -73,6 +78,8 @@ impl Feature {
             Feature::Multiqueue => "multi-queue taps",
             Feature::MemMerge => "same-page merging (KSM)",
             Feature::Macvtap => "macvtap interfaces",
+            Feature::PciPassthrough => "PCI passthrough",
+            Feature::UsbPassthrough => "USB passthrough",
         }
     }
 }
@@ -204,6 +211,18 @@ pub const REFUSALS: &[Refusal] = &[
         reason: "is true, but firecracker never marks guest memory mergeable (it has no KSM option); set it to false or drop it",
     },
     Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::PciPassthrough,
+        field: "devices[i].bus",
+        reason: "is \"pci\", but firecracker has no PCI passthrough (no VFIO devices); use qemu or cloud-hypervisor",
+    },
+    Refusal {
+        kind: HypervisorKind::Firecracker,
+        feature: Feature::UsbPassthrough,
+        field: "devices[i].bus",
+        reason: "is \"usb\", but firecracker has no USB controller; use qemu",
+    },
+    Refusal {
         kind: HypervisorKind::CloudHypervisor,
         feature: Feature::Tcg,
         field: "hypervisor.accel",
@@ -234,6 +253,12 @@ pub const REFUSALS: &[Refusal] = &[
         reason: "is not supported with cloud-hypervisor: passt serves a guest over QEMU's stream socket, which \
                  cloud-hypervisor does not speak (and this passt has no vhost-user mode); use interfaces (a tap), \
                  or hypervisor.kind \"qemu\"",
+    },
+    Refusal {
+        kind: HypervisorKind::CloudHypervisor,
+        feature: Feature::UsbPassthrough,
+        field: "devices[i].bus",
+        reason: "is \"usb\", but cloud-hypervisor has no USB controller (microvm.nix passes USB devices to QEMU only); use qemu",
     },
 ];
 

@@ -2,6 +2,7 @@
 //! every path is resolved against. The bottom layer: it imports no other part.
 
 pub mod capabilities;
+pub mod devices;
 pub mod extra_args;
 pub mod files;
 pub mod host_tools;
@@ -16,6 +17,7 @@ pub mod spec;
 pub mod text;
 pub mod user_net;
 pub mod validation;
+pub mod validation_devices;
 pub mod validation_macvtap;
 pub mod validation_user_net;
 pub mod vmm_notify;

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use nix::sys::stat::FileStat;
 use serde::{Deserialize, Serialize};
 
+use crate::config::devices::DeviceSpec;
 use crate::config::files::{open_probed_at, open_regular_at, OpenError};
 pub use crate::config::macvtap::{InterfaceType, MacvtapMode, MacvtapSpec};
 use crate::config::names::{BridgeName, CredentialName, Mac, NameError, TapName, VmName};
@@ -120,6 +121,16 @@ pub struct Spec {
     /// `hugepageMem`), taken through an anonymous hugetlb memfd.
     #[serde(default, skip_serializing_if = "is_false")]
     pub hugepage_mem: bool,
+    // -- Host devices (config/devices.rs, config/validation_devices.rs). --
+    /// Host PCI and USB devices the VM holds for its life (see
+    /// `config::devices`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceSpec>,
+    /// Hand a PCI device to a VM on a host without interrupt remapping
+    /// (vfio_iommu_type1's `allow_unsafe_interrupts`): the guest can then
+    /// forge interrupts to the host. Refused unless true.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub allow_unsafe_interrupts: bool,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -124,6 +124,7 @@ impl Spec {
         self.validate_memory(path)?;
         self.validate_interfaces(path)?;
         self.validate_user_network(path)?;
+        self.validate_devices(path)?;
         for (i, p) in self.landlock.read.iter().enumerate() {
             check_abs_normalised(p)
                 .map_err(|r| bad(&format!("landlock.read[{i}]"), r.to_string()))?;
@@ -738,6 +739,20 @@ mod tests {
                 Feature::Macvtap => {
                     v["interfaces"] = json!([{ "tap": "vmw-a", "type": "macvtap",
                         "macvtap": { "link": "eth0", "mode": "bridge" } }])
+                }
+                Feature::PciPassthrough | Feature::UsbPassthrough => {
+                    let bus = if feature == Feature::PciPassthrough {
+                        "pci"
+                    } else {
+                        "usb"
+                    };
+                    let path = if bus == "pci" {
+                        "0000:01:00.0"
+                    } else {
+                        "hostbus=1,hostaddr=2"
+                    };
+                    v["hypervisor"]["machine"] = json!("q35");
+                    v["devices"] = json!([{ "bus": bus, "path": path }])
                 }
             }
             v

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod elf;
+pub mod passthrough;
 pub mod qmp;
 pub mod vmm_notify;
 
@@ -63,6 +64,8 @@ pub struct Layout {
     /// QEMU's end of the socket pair whose other end passt serves, for
     /// `user_network`.
     pub user_net_fd: Option<i32>,
+    /// The nodes of the spec's USB devices, resolved by root, in order.
+    pub usb_nodes: Vec<PathBuf>,
 }
 
 /// Whether the guest's memory must be shareable with another process
@@ -345,6 +348,8 @@ pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
             &format!("virtio-balloon-{bus},id={QEMU_BALLOON_ID},free-page-reporting=on{oom}"),
         ]);
     }
+    let devices = passthrough::qemu_args(spec, &layout.usb_nodes);
+    push(&devices.iter().map(String::as_str).collect::<Vec<_>>());
     if seccomp {
         push(&["-sandbox", QEMU_SANDBOX]);
     }
@@ -439,6 +444,8 @@ pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
             ),
         ]);
     }
+    let devices = passthrough::cloud_hypervisor_args(spec);
+    push(&devices.iter().map(String::as_str).collect::<Vec<_>>());
     if !layout.tap_fds.is_empty() {
         push(&["--net"]);
         for i in 0..layout.tap_fds.len() {

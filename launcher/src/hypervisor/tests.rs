@@ -4,7 +4,7 @@ use super::*;
 use crate::config::names::{Mac, VmName};
 use crate::config::spec::*;
 
-fn spec() -> Spec {
+pub(super) fn spec() -> Spec {
     serde_json::from_str(
             r#"{"version":1,"name":"web","principal":{"user":"vm-web","group":"vm-web"},
             "hypervisor":{"kind":"qemu","binary":"/usr/bin/qemu-system-x86_64","accel":"tcg","machine":"microvm"},
@@ -28,6 +28,7 @@ pub(super) fn layout() -> Layout {
         control_dir: "/run/vmwarden/web/control".into(),
         vhost_vsock_fd: None,
         user_net_fd: None,
+        usb_nodes: vec![],
     }
 }
 

@@ -144,6 +144,32 @@ pub enum Resource {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         socket: Option<PathBuf>,
     },
+    /// A PCI device the VM holds through VFIO, recorded with the driver
+    /// it had (`None`: none) before the launcher changes anything; its
+    /// IOMMU group's node `/dev/vfio/GROUP` is the principal's for the
+    /// VM's life. Cleanup proves no process holds the group, gives the node
+    /// back to root `0600` and the device back to `driver` (or leaves it on
+    /// `vfio-pci` with `keep_on_vfio_pci`); verify-clean reports one still
+    /// held.
+    PciDevice {
+        address: String,
+        group: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        driver: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        keep_on_vfio_pci: bool,
+    },
+    /// A USB device the VM holds: its usbfs `node`, the principal's for the
+    /// VM's life, and the owner and mode it had, which cleanup gives back
+    /// (a node gone because the device was unplugged is reported, not a
+    /// failure).
+    UsbDevice {
+        selector: String,
+        node: PathBuf,
+        uid: u32,
+        gid: u32,
+        mode: u32,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

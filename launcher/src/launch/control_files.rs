@@ -12,6 +12,25 @@ use crate::launch::StepError;
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
 
+/// Remove every file a dead instance's hypervisor may have left in the
+/// control dir: a hypervisor cannot bind over a stale socket.
+pub fn remove_all_stale(dir: &Dir) -> Result<()> {
+    use crate::config::paths::{
+        API_SOCKET, CH_API_LOCK, CONSOLE_SOCKET, FIRECRACKER_CONFIG, QMP_SOCKET, VSOCK_SOCKET,
+    };
+    for stale in [
+        QMP_SOCKET,
+        API_SOCKET,
+        CH_API_LOCK,
+        FIRECRACKER_CONFIG,
+        VSOCK_SOCKET,
+        CONSOLE_SOCKET,
+    ] {
+        remove_stale(dir, stale)?;
+    }
+    Ok(())
+}
+
 /// Remove `dir/name` if it exists (never following a symlink).
 pub fn remove_stale(dir: &Dir, name: &str) -> Result<()> {
     use std::os::fd::AsFd;

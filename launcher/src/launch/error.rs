@@ -10,6 +10,7 @@ use crate::config::files::Distrust;
 use crate::config::names::ArgNameError;
 use crate::config::paths::RootError;
 use crate::config::spec::SpecError;
+use crate::devices::DeviceError;
 use crate::host::dirs::DirError;
 use crate::host::machined::MachinedError;
 use crate::host::net::NetError;
@@ -66,6 +67,9 @@ pub enum StepError {
     Credential(#[from] CredentialError),
     #[error(transparent)]
     Net(#[from] NetError),
+    /// A PCI or USB device of `devices` (`devices::`).
+    #[error(transparent)]
+    Device(#[from] DeviceError),
     #[error("network interface {tap}: RTM_GETLINK: the tap vanished right after TUNSETIFF")]
     TapVanished { tap: String },
     /// A link of a firecracker VM's network namespace (`launch::netns`)
@@ -176,6 +180,7 @@ impl StepError {
             StepError::Intent(e) => e.is_refusal(),
             StepError::Credential(e) => e.is_refusal(),
             StepError::Net(e) => e.is_refusal(),
+            StepError::Device(e) => e.is_refusal(),
             StepError::Sandbox(e) => e.is_refusal(),
             StepError::Volume(e) => e.is_refusal(),
             StepError::VhostVsock { errno, .. } | StepError::VhostNet { errno, .. } => {

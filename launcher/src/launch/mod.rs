@@ -25,6 +25,7 @@ pub mod landlock;
 pub mod machine;
 pub mod macvtap;
 pub mod netns;
+pub mod passthrough;
 pub mod preflight;
 pub mod probe;
 pub mod reach;
@@ -51,10 +52,11 @@ use std::path::{Path, PathBuf};
 
 use crate::config::names::VmName;
 use crate::config::paths::{
-    Roots, API_SOCKET, CH_API_LOCK, CONSOLE_SOCKET, CONTROL_DIR, CREDENTIALS_DIR,
-    FIRECRACKER_CONFIG, LAUNCHED_SPEC_FILE, LEASE_FILE, QMP_SOCKET, VSOCK_SOCKET,
+    Roots, API_SOCKET, CH_API_LOCK, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG,
+    LAUNCHED_SPEC_FILE, LEASE_FILE, QMP_SOCKET,
 };
 use crate::config::spec::{HypervisorKind, ShareSpec, Spec};
+use crate::devices;
 use crate::host::cgroup;
 use crate::host::dirs::{self, Dir, Loose, Want};
 use crate::host::net;
@@ -219,6 +221,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let vhost_vsock = interfaces::open_vhost_vsock(spec.vsock.as_ref())?;
     // The same for vhost-net, one fd per queue of each interface asking.
     let vhost_net = interfaces::open_vhost_net(&spec)?;
+    let devices = devices::preflight(&spec)?;
     steps.after("principal-resolved");
 
     // 4. Runtime root and this VM's runtime dir, then the lease.
@@ -278,7 +281,8 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // 5. Intent record, before any resource exists.
     let state_dir_path = roots.state_dir(&spec.name);
     let kind = spec.hypervisor.kind;
-    let resources = planned_resources(&spec, &spec_path, &rundir.path, &state_dir_path);
+    let mut resources = planned_resources(&spec, &spec_path, &rundir.path, &state_dir_path);
+    resources.extend(passthrough::records(&devices));
     let record = Intent {
         version: 1,
         name: spec.name.to_string(),
@@ -366,20 +370,13 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         interfaces::create_taps(&spec, &record.instance_id, vhost_net)?
     };
     steps.after("taps");
+    passthrough::take(&devices, &principal)?;
+    steps.after("devices");
 
     //    The control dir holds only what this instance's hypervisor makes:
     //    stale sockets of a dead instance go (a hypervisor cannot bind over
     //    them), and firecracker's config file is written for the principal.
-    for stale in [
-        QMP_SOCKET,
-        API_SOCKET,
-        CH_API_LOCK,
-        FIRECRACKER_CONFIG,
-        VSOCK_SOCKET,
-        CONSOLE_SOCKET,
-    ] {
-        control_files::remove_stale(&control, stale)?;
-    }
+    control_files::remove_all_stale(&control)?;
     //    QEMU's QMP socket is bound here, by root: root's, mode 0600, so
     //    that a helper — the principal too, in the same namespace, and
     //    Landlock does not mediate connect(2) — cannot connect to the
@@ -427,6 +424,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             qmp: qmp.as_ref(),
             qemu_sandbox,
             ids,
+            devices: &devices,
         },
     )
 }
@@ -451,6 +449,8 @@ struct Confine<'a> {
     /// The VM's own id range (a share the guest owns), allocated at
     /// `state-dir`.
     ids: Option<registry::IdRange>,
+    /// The host devices it holds (`devices`), taken at the `devices` step.
+    devices: &'a devices::Plan,
 }
 
 /// Steps 7 to 11: namespaces, masks, the VM's root, /proc, credentials,
@@ -470,6 +470,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
         qmp,
         qemu_sandbox,
         ids,
+        devices,
     } = c;
     let roots = &opts.roots;
     let kind = spec.hypervisor.kind;
@@ -530,6 +531,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
 
     // 8. rlimits.
     sandbox::set_rlimits(sys)?;
+    passthrough::set_memlock(sys, devices, spec.memory_mib)?;
     steps.after("rlimits");
 
     // The seccomp filter is compiled while a failure can still be reported
@@ -644,6 +646,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     policy.signals_unscoped = !planned.is_empty() || relay.is_some();
     // The drop just set no_new_privs and its self-check saw it set.
     policy.no_new_privs_set = true;
+    passthrough::extend_policy(&mut policy, devices);
     let outcome = sys.landlock_restrict(&policy, spec.landlock.mode)?;
     tracing::info!(step = %"landlock", ?outcome, "landlock applied");
     steps.after("landlock");
@@ -678,6 +681,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
                     control_dir: control_path.clone(),
                     vhost_vsock_fd: vhost_vsock.map(AsRawFd::as_raw_fd),
                     user_net_fd,
+                    usb_nodes: passthrough::usb_nodes(devices),
                 },
                 seccomp,
             )

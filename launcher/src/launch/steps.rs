@@ -20,6 +20,7 @@ pub const STEPS: &[&str] = &[
     "control-dir",
     "credentials-dir",
     "taps",
+    "devices",
     "hypervisor-config",
     "machine-registered",
     "namespace",

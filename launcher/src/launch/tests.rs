@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::config::names::ArgNameError;
+use crate::devices::Plan;
 
 pub(crate) fn spec_of(v: serde_json::Value) -> Spec {
     Spec::parse(
@@ -158,6 +159,7 @@ fn run_tail(sys: &dyn Syscall) -> (std::result::Result<Infallible, StepError>, &
             qmp: None,
             qemu_sandbox: false,
             ids: None,
+            devices: &Plan::default(),
         },
     );
     (got, steps.current())

@@ -24,7 +24,7 @@ use crate::instance::intent::{Intent, Resource};
 use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, Lease, LeaseState};
 use crate::instance::liveness::{self, Probe, Verdict};
-use crate::teardown::{machine, taps};
+use crate::teardown::{devices, machine, taps};
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
 pub struct ServiceResult {
@@ -61,6 +61,9 @@ pub struct Report {
     pub kept: Vec<Kept>,
     pub failed: Vec<Failed>,
     pub service_result: ServiceResult,
+    /// The devices given back (`devices`), each with its proof.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
     pub clean: bool,
 }
 
@@ -75,6 +78,7 @@ impl Report {
             kept: Vec::new(),
             failed: Vec::new(),
             service_result,
+            devices: Vec::new(),
             clean: false,
         }
     }
@@ -182,6 +186,14 @@ fn cleanup_dir(roots: &Roots, name: &VmName, rundir: &dirs::Dir, mut report: Rep
     // of the links into its namespace that the kernel has not yet removed.
     delete_persistent_taps(intent.as_ref(), &mut report);
     delete_ns_link_ends(intent.as_ref(), &mut report);
+    // The devices it held, given back and proven so before the record that
+    // names them goes: one not given back keeps the record for the next try.
+    let given = devices::give_back(intent.as_ref());
+    report.devices = given.returned;
+    if !given.failed.is_empty() {
+        report.failed.extend(given.failed);
+        return report;
+    }
     // A macvtap outlives its fds: it goes here, the instance being dead.
     if let Some(i) = intent.as_ref() {
         let (gone, failed) = taps::delete_macvtaps(i);

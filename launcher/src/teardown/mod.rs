@@ -4,6 +4,7 @@
 
 pub mod adopt;
 pub mod cleanup;
+pub mod devices;
 pub mod machine;
 pub mod purge;
 pub mod reap;

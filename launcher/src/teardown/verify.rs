@@ -22,7 +22,7 @@ use crate::instance::known_vms;
 use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, LeaseState};
 use crate::instance::liveness;
-use crate::teardown::{machine, taps};
+use crate::teardown::{devices, machine, taps};
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Check {
@@ -138,7 +138,8 @@ pub fn verify(
             let uid = liveness::vm_uid_with(n, intent.as_ref(), spec.as_ref());
             let vm_taps = taps::vm_taps_with(intent.as_ref(), spec.as_ref());
             let machined = spec.as_ref().is_some_and(|s| s.register_with_machined);
-            (n, dir, vm_taps, uid, machined)
+            let held = devices::held_check(intent.as_ref(), spec.as_ref(), &uid);
+            (n, dir, vm_taps, uid, machined, held)
         })
         .collect();
     // One /proc pass for every VM and every check: the processes of their
@@ -146,7 +147,7 @@ pub fn verify(
     // are read once, one mountinfo per namespace.
     let scan = procs::Scan::take(&procs::Wants::uids_and_mounts(
         vms.iter()
-            .filter_map(|(_, _, _, u, _)| u.as_ref().ok().copied().flatten()),
+            .filter_map(|(_, _, _, u, _, _)| u.as_ref().ok().copied().flatten()),
     ));
     let all_mounts = mountinfo::credential_mounts_in(&scan, Some(&roots.runtime_root), None);
     // The VMs' own id ranges (a share the guest owns), and one scan of
@@ -159,7 +160,7 @@ pub fn verify(
         .iter()
         .any(|r| !matches!(r, Ok(None)))
         .then(procs::Snapshot::take);
-    for ((n, dir, vm_taps, uid, machined), range) in vms.iter().zip(&ranges) {
+    for ((n, dir, vm_taps, uid, machined, held), range) in vms.iter().zip(&ranges) {
         let vm = Some(n.as_str());
         runtime_checks(dir, vm, &mut checks);
         principal_checks(n, uid, &scan, &mut checks);
@@ -171,6 +172,15 @@ pub fn verify(
         checks.push(setid_check(roots, n));
         if *machined {
             checks.push(machine_check(n));
+        }
+        if let Some(held) = held {
+            checks.push(check(
+                "no-device-held",
+                vm,
+                held.is_empty(),
+                "none",
+                format!("{held:?}"),
+            ));
         }
     }
     // Asked about every VM: no credential mount of any VM either, also of

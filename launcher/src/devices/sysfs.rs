@@ -1,0 +1,215 @@
+//! sysfs and device nodes the openat way: a directory opened once, each
+//! attribute opened under it by one name (never a path with a `/` from the
+//! spec), each write one `write(2)` as the kernel wants it.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, readlinkat, OFlag, AT_FDCWD};
+use nix::sys::stat::{fstat, FileStat, Mode, SFlag};
+
+use crate::host::sys::{read_fd_to_end, ReadEnd, SysContext, SysError};
+
+/// A sysfs directory, opened (`O_PATH|O_DIRECTORY`), and where it is.
+#[derive(Debug)]
+pub struct SysDir {
+    pub fd: OwnedFd,
+    pub path: PathBuf,
+}
+
+/// Open `path` as a directory (its last component may be a sysfs link).
+/// `Ok(None)`: it does not exist.
+pub fn open_dir(path: &Path) -> Result<Option<SysDir>, SysError> {
+    open_dir_at(None, path)
+}
+
+/// Open `name` under `parent` as a directory (one component).
+pub fn open_sub(parent: &SysDir, name: &str) -> Result<Option<SysDir>, SysError> {
+    open_dir_at(Some(parent), Path::new(name))
+}
+
+fn open_dir_at(parent: Option<&SysDir>, name: &Path) -> Result<Option<SysDir>, SysError> {
+    let path = parent.map_or(name.to_path_buf(), |p| p.path.join(name));
+    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let r = match parent {
+        Some(p) => openat(p.fd.as_fd(), name, flags, Mode::empty()),
+        None => openat(AT_FDCWD, name, flags, Mode::empty()),
+    };
+    match r {
+        Ok(fd) => Ok(Some(SysDir { fd, path })),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(e).sys("open", path),
+    }
+}
+
+/// Read attribute `name` of `dir`, trimmed. `Ok(None)`: no such attribute.
+pub fn read_attr(dir: &SysDir, name: &str) -> Result<Option<String>, SysError> {
+    let path = dir.path.join(name);
+    let fd = match openat(
+        dir.fd.as_fd(),
+        name,
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(None),
+        Err(e) => return Err(e).sys("open", path),
+    };
+    let mut buf = Vec::new();
+    read_fd_to_end(fd.as_fd(), &mut buf, 256, 4096, ReadEnd::Eof).sys("read", &path)?;
+    Ok(Some(String::from_utf8_lossy(&buf).trim().to_string()))
+}
+
+/// Write `value` to attribute `name` of `dir` in one `write(2)`.
+pub fn write_attr(dir: &SysDir, name: &str, value: &str) -> Result<(), SysError> {
+    let path = dir.path.join(name);
+    let fd = openat(
+        dir.fd.as_fd(),
+        name,
+        OFlag::O_WRONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        Mode::empty(),
+    )
+    .sys("open", &path)?;
+    let n = nix::unistd::write(&fd, value.as_bytes()).sys("write", &path)?;
+    if n != value.len() {
+        return Err(Errno::EIO).sys("short write", path);
+    }
+    Ok(())
+}
+
+/// The last component of the link `name` of `dir` (a driver's or an IOMMU
+/// group's name). `Ok(None)`: no such link.
+pub fn link_name(dir: &SysDir, name: &str) -> Result<Option<String>, SysError> {
+    match readlinkat(dir.fd.as_fd(), name) {
+        Ok(target) => Ok(Path::new(&target)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(e).sys("readlink", dir.path.join(name)),
+    }
+}
+
+/// The entries of directory `path` (sysfs: no `.`/`..` kept), sorted.
+pub fn entries(path: &Path) -> Result<Vec<String>, SysError> {
+    let rd = std::fs::read_dir(path).map_err(|e| SysError {
+        op: "readdir",
+        path: path.to_path_buf(),
+        errno: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+    })?;
+    let mut out: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// A device node, opened `O_PATH|O_NOFOLLOW` (opening a VFIO group for
+/// real would claim it), and its status.
+#[derive(Debug)]
+pub struct Node {
+    pub fd: OwnedFd,
+    pub path: PathBuf,
+    pub stat: FileStat,
+}
+
+/// Open the character device `path`. `Ok(None)`: it does not exist; a
+/// file that is not a character device is an error.
+pub fn open_node(path: &Path) -> Result<Option<Node>, SysError> {
+    let fd = match openat(
+        AT_FDCWD,
+        path,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(None),
+        Err(e) => return Err(e).sys("open", path),
+    };
+    let stat = fstat(&fd).sys("fstat", path)?;
+    if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT != SFlag::S_IFCHR {
+        return Err(Errno::ENODEV).sys("not a character device", path);
+    }
+    Ok(Some(Node {
+        fd,
+        path: path.to_path_buf(),
+        stat,
+    }))
+}
+
+impl Node {
+    /// Give the node to `uid:gid` with `mode`, through the open fd (never
+    /// the path again): `fchownat(AT_EMPTY_PATH)`, then `chmod` of the
+    /// fd's `/proc/self/fd` link, which names this inode and no other.
+    pub fn set_owner(&self, uid: u32, gid: u32, mode: u32) -> Result<(), SysError> {
+        nix::unistd::fchownat(
+            self.fd.as_fd(),
+            "",
+            Some(nix::unistd::Uid::from_raw(uid)),
+            Some(nix::unistd::Gid::from_raw(gid)),
+            nix::fcntl::AtFlags::AT_EMPTY_PATH,
+        )
+        .sys("fchownat", &self.path)?;
+        let link = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
+        nix::sys::stat::fchmodat(
+            AT_FDCWD,
+            OsStr::from_bytes(link.as_bytes()),
+            Mode::from_bits_truncate(mode),
+            nix::sys::stat::FchmodatFlags::FollowSymlink,
+        )
+        .sys("chmod", &self.path)
+    }
+
+    pub fn owner(&self) -> (u32, u32, u32) {
+        (
+            self.stat.st_uid,
+            self.stat.st_gid,
+            self.stat.st_mode & 0o7777,
+        )
+    }
+}
+
+/// The processes that hold `node` open: every `/proc/PID/fd/*` link to its
+/// path (read with `readlink`, which never touches the file an fd names, so
+/// a hung FUSE file cannot stall the scan). Processes whose fds cannot be read are counted as holders
+/// (`None` in the list), so an unreadable one never passes for none.
+pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {
+    // A process in a mount namespace of its own (a unit's private /dev, the
+    // launcher's namespace) shows the node by its path inside that mount
+    // (`/vfio/7`): match the path below /dev, component by component.
+    let tail = node
+        .path
+        .strip_prefix("/dev")
+        .unwrap_or(&node.path)
+        .to_path_buf();
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return vec![(0, Some("cannot read /proc".into()))];
+    };
+    for p in procs.filter_map(|e| e.ok()) {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
+            Ok(fds) => fds,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(e) => {
+                out.push((pid, Some(format!("fds unreadable: {e}"))));
+                continue;
+            }
+        };
+        for fd in fds.filter_map(|e| e.ok()) {
+            if std::fs::read_link(fd.path()).is_ok_and(|t| t.ends_with(&tail)) {
+                out.push((pid, None));
+                break;
+            }
+        }
+    }
+    out
+}

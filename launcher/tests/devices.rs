@@ -1,0 +1,151 @@
+//! Host devices (`devices`) on a host without an IOMMU (this one): every
+//! PCI or USB device is refused before anything is created, by name, with
+//! exit 78, and the host — its files, mounts, processes and the device's
+//! driver — left as it was. The give-back itself needs an IOMMU: the
+//! systemd suite's `pci_passthrough` scenario, in an L2 guest with QEMU's
+//! emulated intel-iommu. Needs root.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+const VM: &str = "web";
+
+/// The first PCI device of this host and its driver (the host's own, not
+/// the test's: only read, and checked unchanged).
+fn a_host_pci_device() -> (String, Option<String>) {
+    let mut all: Vec<String> = std::fs::read_dir("/sys/bus/pci/devices")
+        .expect("this test needs a host with a PCI bus")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    all.sort();
+    let addr = all.into_iter().next().expect("a PCI device");
+    (addr.clone(), driver(&addr))
+}
+
+fn driver(addr: &str) -> Option<String> {
+    std::fs::read_link(Path::new("/sys/bus/pci/devices").join(addr).join("driver"))
+        .ok()
+        .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()))
+}
+
+/// Launch `web` with `devices` (and `edit` applied), expect exit 78 and
+/// each of `expect` in the message, and the host unchanged.
+fn refused(devices: Value, edit: impl Fn(&mut Value), expect: &[&str]) {
+    let env = Env::new();
+    let mut s = env.spec(VM, uid(1));
+    s["hypervisor"]["machine"] = json!("q35");
+    s["devices"] = devices;
+    edit(&mut s);
+    env.write_spec(VM, &s);
+    let before = snapshot(&env, &[uid(1)]);
+    let mut cmd = env.launch_cmd(VM);
+    cmd.arg("--probe").arg("--").arg("/bin/true");
+    let out = bounded(&mut cmd, Duration::from_secs(30)).expect("the launch hung");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(78), "not a refusal: {err}");
+    for e in expect {
+        assert!(err.contains(e), "message lacks {e:?}: {err}");
+    }
+    assert_eq!(before, snapshot(&env, &[uid(1)]), "host changed: {err}");
+    assert!(
+        !env.run.join(VM).join("instance.json").exists(),
+        "an intent record was written: {err}"
+    );
+}
+
+#[test]
+fn a_pci_device_that_does_not_exist_is_refused_by_address() {
+    refused(
+        json!([{ "bus": "pci", "path": "0000:ff:1f.7" }]),
+        |_| {},
+        &[
+            "error at step \"principal-resolved\"",
+            "PCI device 0000:ff:1f.7 does not exist",
+        ],
+    );
+}
+
+#[test]
+fn a_pci_device_in_no_iommu_group_is_refused_and_keeps_its_driver() {
+    // This host has no IOMMU: its devices are in no group.
+    let (addr, drv) = a_host_pci_device();
+    assert!(
+        !Path::new("/sys/bus/pci/devices")
+            .join(&addr)
+            .join("iommu_group")
+            .exists(),
+        "this host has an IOMMU: the refusal cannot be shown here"
+    );
+    refused(
+        json!([{ "bus": "pci", "path": addr }]),
+        |_| {},
+        &[
+            &format!("PCI device {addr} is in no IOMMU group"),
+            "intel_iommu=on",
+        ],
+    );
+    assert_eq!(driver(&addr), drv, "the device's driver changed");
+}
+
+#[test]
+fn a_usb_device_that_is_not_plugged_in_is_refused_by_its_selector() {
+    refused(
+        json!([{ "bus": "usb", "path": "vendorid=0x0627,productid=0x0001" }]),
+        |_| {},
+        &["no USB device matches vendorid=0x0627,productid=0x0001"],
+    );
+    refused(
+        json!([{ "bus": "usb", "path": "hostbus=9,hostaddr=99" }]),
+        |_| {},
+        &["no USB device matches hostbus=9,hostaddr=99"],
+    );
+}
+
+#[test]
+fn spec_refusals_name_the_field() {
+    let pci = json!([{ "bus": "pci", "path": "0000:01:00.0" }]);
+    refused(
+        pci.clone(),
+        |s| s["hypervisor"]["machine"] = json!("microvm"),
+        &["field `devices`", "set hypervisor.machine to \"q35\""],
+    );
+    refused(
+        pci.clone(),
+        |s| {
+            s["hypervisor"]["kind"] = json!("firecracker");
+            s["hypervisor"]["accel"] = json!("kvm");
+        },
+        &[
+            "field `devices[0].bus`",
+            "firecracker has no PCI passthrough",
+        ],
+    );
+    refused(
+        json!([{ "bus": "pci", "path": "01:00.0" }]),
+        |_| {},
+        &["field `devices[0].path`", "DDDD:BB:DD.F"],
+    );
+    refused(
+        json!([{ "bus": "pci", "path": "0000:01:00.0", "qemu_properties": ["romfile=/etc/shadow"] }]),
+        |_| {},
+        &[
+            "field `devices[0].qemu_properties[0]`",
+            "\"romfile\" is not a vfio-pci property",
+        ],
+    );
+    refused(
+        json!([{ "bus": "pci", "path": "0000:01:00.0" }, { "bus": "pci", "path": "0000:01:00.0" }]),
+        |_| {},
+        &["field `devices[1].path`", "list each device once"],
+    );
+    refused(
+        json!([]),
+        |s| s["allow_unsafe_interrupts"] = json!(true),
+        &["field `allow_unsafe_interrupts`", "no PCI device"],
+    );
+}
