@@ -615,11 +615,11 @@ in rec {
     isTyped = k: v: unitListOptions ? ${k} || (unitScalarOptions ? ${k} && (k == "Description" || builtins.isInt v));
     typed = lib.filterAttrs isTyped unit;
     unitConfig = lib.filterAttrs (k: v: !isTyped k v) unit;
-    badSections = builtins.attrNames (removeAttrs data ["Unit" "Service" "Install"]);
+    badSections = builtins.attrNames (removeAttrs data ["Unit" "Service" "Timer" "Install"]);
     badInstall = builtins.attrNames (removeAttrs install (builtins.attrNames installOptions));
   in
     if badSections != []
-    then throw "${where}: [${builtins.head badSections}]: the sections are Unit, Service, Install"
+    then throw "${where}: [${builtins.head badSections}]: the sections are Unit, Service, Timer, Install"
     else if badInstall != []
     then throw "${where}: [Install] ${builtins.head badInstall}: the module knows only ${toString (builtins.attrNames installOptions)}"
     else
@@ -630,7 +630,8 @@ in rec {
       typed
       // lib.mapAttrs' (k: v: lib.nameValuePair installOptions.${k} (units k v)) install
       // lib.optionalAttrs (unitConfig != {}) {inherit unitConfig;}
-      // lib.optionalAttrs (data ? Service) {serviceConfig = section "Service";};
+      // lib.optionalAttrs (data ? Service) {serviceConfig = section "Service";}
+      // lib.optionalAttrs (data ? Timer) {timerConfig = section "Timer";};
 
   # What NixOS adds to every service on its own, undone: the launcher builds
   # the whole environment it needs (and clears the rest), so nothing here
@@ -796,6 +797,36 @@ in rec {
     fromUnitData ({"@bin@" = bin;} // names.subst) "vmwarden-reap-report.service.toml"
     // nixosServiceDefaults
     // {restartIfChanged = false;};
+
+  # vmwarden-metrics.service and .timer (vmwarden.metrics.textfile): the
+  # same data `render-unit --metrics-service`/`--metrics-timer` reads, with
+  # the textfile directory and the interval for @textfile@ and @interval@.
+  metricsUnits = names: bin: textfile: let
+    subst = {
+      "@bin@" = bin;
+      "@textfile@" = textfile.directory;
+      "@interval@" = textfile.interval;
+    };
+  in {
+    service = fromUnitData (subst // names.subst) "vmwarden-metrics.service.toml" // nixosServiceDefaults;
+    timer = fromUnitData (subst // names.subst) "vmwarden-metrics.timer.toml";
+  };
+
+  # node-exporter's textfile directory when its flags name one
+  # (services.prometheus.exporters.node.extraFlags), else null.
+  nodeExporterTextfileDir = config: let
+    flags = config.services.prometheus.exporters.node.extraFlags or [];
+    dirs = lib.concatMap (f: let
+      m = builtins.match "--collector[.]textfile[.]directory[= ]([^ ]+)" f;
+    in
+      if m == null
+      then []
+      else m)
+    flags;
+  in
+    if dirs == []
+    then null
+    else lib.last dirs;
 
   # Activation snippet (every boot and every switch, after switch has
   # stopped the VMs it stops): lists the state and runtime directories of

@@ -2,6 +2,7 @@
 # the launch spec has an option here; host.nix turns them into the spec,
 # the users and the units.
 {
+  config,
   lib,
   pkgs,
   ...
@@ -813,6 +814,41 @@ in {
         VMs are reported in the journal
         (`journalctl -u vmwarden-reap-report`).
       '';
+    };
+
+    metrics.textfile = {
+      enable = mkEnableOption ''
+        `vmwarden metrics` written every `interval` into node-exporter's
+        textfile collector directory (`vmwarden.prom`, replaced
+        atomically) by the timer `vmwarden-metrics.timer` and the oneshot
+        `vmwarden-metrics.service`: every VM's state, uptime, starts, CPU,
+        memory, block and network bytes, balloon and last cleanup, scraped
+        with the host's node-exporter. No daemon, no port
+        (docs/operating.md#metrics)'';
+      directory = mkOption {
+        type = types.nullOr absolutePath;
+        default = vlib.nodeExporterTextfileDir config;
+        defaultText = literalExpression ''
+          the directory of `--collector.textfile.directory=` in
+          services.prometheus.exporters.node.extraFlags, else null'';
+        example = "/var/lib/prometheus-node-exporter-text-files";
+        description = ''
+          node-exporter's textfile collector directory. The service writes
+          `vmwarden.prom` there and nothing else (its temporary name is
+          `.vmwarden.prom.tmp`, which the collector's `*.prom` does not
+          match). Needed when node-exporter's own flags do not name one.
+        '';
+      };
+      interval = mkOption {
+        type = types.strMatching "[1-9][0-9]*(s|min|h)";
+        default = "30s";
+        example = "1min";
+        description = ''
+          How often the figures are written: a systemd time span of whole
+          seconds, minutes or hours. Each run reads every VM once, asking
+          its control socket within `vmwarden status`' bounds.
+        '';
+      };
     };
 
     vms = mkOption {
