@@ -286,7 +286,7 @@ pub fn parse_mib(s: &str) -> Result<u64, String> {
     let mib = match unit.trim().to_ascii_uppercase().as_str() {
         "" | "M" | "MB" | "MIB" => Some(n),
         "G" | "GB" | "GIB" => n.checked_mul(1024),
-        "K" | "KB" | "KIB" if n % 1024 == 0 => Some(n / 1024),
+        "K" | "KB" | "KIB" if n.is_multiple_of(1024) => Some(n / 1024),
         "K" | "KB" | "KIB" => return Err(format!("{s:?} is not a whole number of MiB")),
         _ => return Err(format!("{s:?}: unknown unit {unit:?}; use K, M or G")),
     };
