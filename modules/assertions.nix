@@ -25,6 +25,12 @@
     inherit (vm) name;
     p = vm.principal;
     at = "vmwarden.vms.${name}";
+    resourceChecks = [
+      {
+        assertion = vm.resources.memoryHighMiB == null || vm.resources.memoryMaxMiB == null || vm.resources.memoryHighMiB <= vm.resources.memoryMaxMiB;
+        message = "${at}.resources.memoryHighMiB = ${toString vm.resources.memoryHighMiB} is above memoryMaxMiB = ${toString vm.resources.memoryMaxMiB}, so it would never apply: lower it or raise memoryMaxMiB.";
+      }
+    ];
     credChecks = concatLists (mapAttrsToList (c: src: [
         {
           assertion = vlib.validCredName c;
@@ -300,6 +306,7 @@
         }
       ]
       ++ credChecks
+      ++ resourceChecks
       ++ userNetChecks
       ++ pathChecks
       ++ shareChecks

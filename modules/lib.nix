@@ -479,7 +479,35 @@ in rec {
     }
     // lib.optionalAttrs vm.console {console = true;}
     // lib.optionalAttrs vm.registerWithMachined {register_with_machined = true;}
-    // lib.optionalAttrs vm.userNetwork.enable {user_network = userNetworkSpec vm.userNetwork;};
+    // lib.optionalAttrs vm.userNetwork.enable {user_network = userNetworkSpec vm.userNetwork;}
+    // lib.optionalAttrs (resourcesSpec vm != {}) {resources = resourcesSpec vm;};
+
+  # The unit's limits (vmwarden.vms.<name>.resources) as the spec's
+  # `resources` (set ones only); `render-unit --dropin` reads them there and
+  # `dropin` below renders the same lines (launcher/src/config/resources.rs).
+  resourcesSpec = vm:
+    lib.filterAttrs (_: v: v != null) {
+      cpu_quota_percent = vm.resources.cpuQuotaPercent;
+      cpu_weight = vm.resources.cpuWeight;
+      memory_max_mib = vm.resources.memoryMaxMiB;
+      memory_high_mib = vm.resources.memoryHighMiB;
+      io_weight = vm.resources.ioWeight;
+      tasks_max = vm.resources.tasksMax;
+      cpus = vm.resources.cpus;
+    };
+  resourcesUnit = vm: let
+    r = vm.resources;
+    set = k: v: f: lib.optionalAttrs (v != null) {${k} = f v;};
+    id = v: v;
+  in
+    set "AllowedCPUs" r.cpus id
+    // set "CPUAffinity" r.cpus id
+    // set "CPUQuota" r.cpuQuotaPercent (q: "${toString q}%")
+    // set "CPUWeight" r.cpuWeight id
+    // set "IOWeight" r.ioWeight id
+    // set "MemoryHigh" r.memoryHighMiB (m: "${toString m}M")
+    // set "MemoryMax" r.memoryMaxMiB (m: "${toString m}M")
+    // set "TasksMax" r.tasksMax id;
 
   # One virtiofsd per virtiofs share (QEMU and cloud-hypervisor alike).
   usesVirtiofsd = vm: builtins.any (s: s.proto == "virtiofs") vm.shares;
@@ -710,6 +738,8 @@ in rec {
           # namespace setup failure.
           ReadWritePaths = map (p: "-${p}") (writablePaths vm);
         }
+        # The unit's limits (resources), as the spec carries them.
+        // resourcesUnit vm
         # Taps: the launcher (root, before its privilege drop) creates them
         # through /dev/net/tun (already in DeviceAllow) and configures them over
         # rtnetlink. Both settings merge with the template's.

@@ -751,6 +751,51 @@
         '';
       };
 
+      resources = {
+        cpuQuotaPercent = mkOption {
+          type = types.nullOr (types.ints.between 1 102400);
+          default = null;
+          example = 200;
+          description = "The unit's `CPUQuota=`, in percent of one CPU (200: two CPUs' time at most).";
+        };
+        cpuWeight = mkOption {
+          type = types.nullOr (types.ints.between 1 10000);
+          default = null;
+          description = "The unit's `CPUWeight=` (systemd's default 100): its share of contended CPU time.";
+        };
+        memoryMaxMiB = mkOption {
+          type = types.nullOr (types.ints.between 64 1073741824);
+          default = null;
+          description = ''
+            The unit's `MemoryMax=` in MiB: the hypervisor, its helpers and
+            the guest memory they touch. Past it the kernel's OOM killer
+            ends the VM (the unit fails, cleanup runs as after any stop).
+            Leave room above `memoryMiB` for the hypervisor itself.
+          '';
+        };
+        memoryHighMiB = mkOption {
+          type = types.nullOr (types.ints.between 64 1073741824);
+          default = null;
+          description = "The unit's `MemoryHigh=` in MiB: past it the kernel throttles and reclaims. At most `memoryMaxMiB`.";
+        };
+        ioWeight = mkOption {
+          type = types.nullOr (types.ints.between 1 10000);
+          default = null;
+          description = "The unit's `IOWeight=` (systemd's default 100): its share of contended block I/O.";
+        };
+        tasksMax = mkOption {
+          type = types.nullOr (types.ints.between 32 4194304);
+          default = null;
+          description = "The unit's `TasksMax=`: processes and threads of the hypervisor and its helpers.";
+        };
+        cpus = mkOption {
+          type = types.nullOr (types.strMatching "[0-9]{1,4}(-[0-9]{1,4})?(,[0-9]{1,4}(-[0-9]{1,4})?)*");
+          default = null;
+          example = "2-3";
+          description = "The CPUs the VM runs on: the unit's `AllowedCPUs=` (its cgroup's cpuset) and `CPUAffinity=`.";
+        };
+      };
+
       registerWithMachined = mkOption {
         type = types.bool;
         default = false;

@@ -489,6 +489,10 @@ const SECTIONS: [&str; 4] = ["Unit", "Service", "Timer", "Install"];
 /// `spec` has passed `Spec::validate`.
 fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<Entry>, UnitError> {
     let mut out = Vec::new();
+    // The unit's limits (`resources`): systemd puts them on its cgroup.
+    for (key, value) in spec.resources.iter().flat_map(|r| r.unit_lines()) {
+        out.push(e("Service", key, value));
+    }
     // -- The host's own tools: register_with_machined. The launcher
     //    registers the VM on the system bus (AF_UNIX, which the template
     //    allows) before its drop: machined must be up first (as

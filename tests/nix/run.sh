@@ -312,6 +312,8 @@ else
   # microvm.nix's own guest shapes: the flake template, the FAQ's journal share.
   GOLDEN_CASES="$GOLDEN_CASES guest-flake-template guest-journal-share"
   GOLDEN_CASES="$GOLDEN_CASES guest-fast-io"
+  # the unit's limits: in the spec and in the drop-in
+  GOLDEN_CASES="$GOLDEN_CASES resources"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -375,6 +377,7 @@ fc-notify|ok
 guest-flake-template|ok
 guest-journal-share|ok
 metrics|ok
+resources|ok
 CASES
 
   # Inline cases, one refusal each: LABEL|expected message|a module (Nix
@@ -398,6 +401,9 @@ CASES
       bad "eval $label: should fail with \"$want\""
     fi
   done <<'INLINE'
+resources-high-above-max|vmwarden.vms.web.resources.memoryHighMiB = 512 is above memoryMaxMiB = 256|{B: vmwarden.vms.web.resources = {memoryMaxMiB = 256; memoryHighMiB = 512;};}
+resources-cpus|vmwarden.vms.web.resources.cpus' is not of type|{B: vmwarden.vms.web.resources.cpus = "all";}
+resources-tasks|vmwarden.vms.web.resources.tasksMax' is not of type `null or integer between 32|{B: vmwarden.vms.web.resources.tasksMax = 4;}
 metrics-no-directory|vmwarden.metrics.textfile.enable is set, but no textfile directory is known|{B: vmwarden.metrics.textfile.enable = true;}
 metrics-interval|vmwarden.metrics.textfile.interval' is not of type|{B: vmwarden.metrics.textfile = {enable = true; directory = "/srv/textfiles"; interval = "5m";};}
 vm-name-not-a-unit-name|vmwarden.vms."web 1": VM names must match|{B: vmwarden.vms."web 1".kernel = "/srv/images/vmlinuz";}
@@ -868,6 +874,21 @@ open(p, "w").write(s.replace(a + "\n", b + "\n"))' "$ed/units/$1" "$2" "$3"
     else
       cat "$work/e"
       bad "the metrics units do not evaluate or render"
+    fi
+    # The unit's limits (tests/nix/cases/resources.nix) in a VM's drop-in:
+    # it verifies, and the template with it stays within the exposure bound.
+    if ev checked.systemd.units "$top/tests/nix/cases/resources.nix" "$work/stub-package.nix" >"$work/units-resources.json" 2>"$work/e" &&
+      python3 tests/nix/units.py write "$work/units-resources.json" "$work/resources-units" >/dev/null; then
+      verify "(module) microvm@web.service with resources" "$work/resources-units/microvm@web.service"
+      e_l=$(exposure "$work/resources-units/microvm@web.service")
+      if [ -n "$e_l" ] && awk -v e="$e_l" -v m="$MAX_EXPOSURE" 'BEGIN { exit !(e <= m) }'; then
+        ok "microvm@web.service with resources: exposure $e_l <= $MAX_EXPOSURE"
+      else
+        bad "microvm@web.service with resources: exposure ${e_l:-unknown} > $MAX_EXPOSURE"
+      fi
+    else
+      cat "$work/e"
+      bad "the resources case's units do not evaluate"
     fi
     # The per-VM drop-in stays code on both sides (modules/lib.nix `dropin`,
     # launcher/src/unit.rs `dropin`): module vs render-unit, key by key.

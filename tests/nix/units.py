@@ -74,8 +74,11 @@ CONTRACT = {
     "shares": list, "virtiofsd": dict, "vsock": dict, "user_network": dict,
     # the host's own tools (written only when on)
     "balloon": dict, "console": bool, "register_with_machined": bool,
+    # the unit's limits (written only when one is set)
+    "resources": dict,
 }
-OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock", "user_network", "balloon", "console", "register_with_machined"}
+OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock", "user_network", "balloon", "console", "register_with_machined",
+            "resources"}
 
 
 def type_name(t):
@@ -119,6 +122,10 @@ def cmd_spec(path):
         want(s, f"shares[{i}]", {"tag": str, "source": str, "proto": str, "read_only": bool})
     if "balloon" in spec:
         want(spec["balloon"], "balloon", {"initial_mib": int, "deflate_on_oom": bool})
+    if "resources" in spec:
+        rf = {"cpu_quota_percent": int, "cpu_weight": int, "memory_max_mib": int, "memory_high_mib": int,
+              "io_weight": int, "tasks_max": int, "cpus": str}
+        want(spec["resources"], "resources", rf, tuple(rf))
     for k in ("console", "register_with_machined"):
         if spec.get(k) is False:
             errs.append(f"{k}: written as false (the module leaves it out when off)")

@@ -1186,7 +1186,7 @@ s_all_clean() {
   [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
   p=$(pgrep -a 'qemu-system|cloud-hyperviso|firecracker' 2>/dev/null)
   [ -z "$p" ] || { fail "hypervisors still running: $p"; return 1; }
-  for v in a b c vol vsk vfs un ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mtr; do independent_clean $v || return 1; done
+  for v in a b c vol vsk vfs un ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mtr res; do independent_clean $v || return 1; done
   p=$(pgrep -u microvm 2>/dev/null | tr '\n' ' ')
   [ -z "$p" ] || { fail "processes of microvm (the coexist scenario's foreign VM) left: $p"; return 1; }
   note "verify-clean (all VMs) clean, no hypervisor left"
@@ -1244,6 +1244,47 @@ s_metrics() {
     && [ "$(prom_value 'vmwarden_vm_last_cleanup_residue{vm="mtr"}')" = 0 ] \
     || { fail "metrics: after the stop: $(grep 'vm="mtr"' "$PROM" | grep -E 'state=.stopped|starts|last_cleanup_(clean|residue)' | tr '\n' ' ')"; return 1; }
   note "after the stop: stopped, starts_total 1, last cleanup clean with no residue"
+}
+
+# ---------------------------------------------------------------- resources
+# resources: VM res's drop-in (render-unit --dropin from its spec's
+# `resources`) puts every limit on its unit's cgroup; then its guest fills
+# a tmpfs past MemoryMax=256M and the kernel's OOM killer ends the VM in
+# that cgroup; cleanup after it is clean.
+s_resources() {
+  local cur rc u=microvm@res.service cg got want f end result rep
+  cur=$(mark)
+  timeout 600 systemctl start $u; rc=$?
+  [ $rc -eq 0 ] || { fail "systemctl start $u rc=$rc: $(jlog $u "$cur" | tail -4 | tr '\n' ' ')"; return 1; }
+  check_running res "$cur" && wait_guest res "$cur" || { systemctl stop $u; return 1; }
+  cg=/sys/fs/cgroup$(systemctl show -p ControlGroup --value $u)
+  for want in "memory.max 268435456" "cpu.max 150000 100000" "cpu.weight 50" \
+              "io.weight default 20" "pids.max 256" "cpuset.cpus 0"; do
+    f=${want%% *}
+    got=$(head -1 "$cg/$f" 2>/dev/null)
+    log "res $f: $got"
+    [ "$f $got" = "$want" ] || { fail "res: $cg/$f is '$got', not '${want#* }'"; systemctl stop $u; return 1; }
+  done
+  note "res cgroup: memory.max 256M, cpu.max 150000 100000, cpu.weight 50, io.weight 20, pids.max 256, cpuset.cpus 0"
+  # The guest allocates past MemoryMax: the kernel kills the hypervisor.
+  wait_journal $u "$cur" '^T-ALLOCATING' 180 || { fail "res: the guest never started allocating"; systemctl stop $u; return 1; }
+  end=$((SECONDS + 300))
+  until jlog $u "$cur" | grep -qE "Failed with result 'oom-kill'|A process of this unit has been killed by the OOM killer"; do
+    [ $SECONDS -lt $end ] || { fail "res: no OOM kill within 300 s: $(jlog $u "$cur" | tail -4 | tr '\n' ' ')"; systemctl stop $u; return 1; }
+    sleep 1
+  done
+  result=$(journalctl -q -k --since "-10min" 2>/dev/null | grep -E "Memory cgroup out of memory|oom-kill:" | tail -2 | tr '\n' ' ')
+  log "res: kernel: $result"
+  # The unit restarts a failed VM (Restart=on-failure): stop it for good.
+  timeout 300 systemctl stop $u || { fail "res: systemctl stop after the OOM kill failed"; return 1; }
+  rep=$(for _ in $(seq 1 20); do r=$(cleanup_report $u "$cur" first); [ -n "$r" ] && { echo "$r"; break; }; sleep 0.5; done)
+  log "res: the OOM-killed instance's cleanup: $rep"
+  [ "$(printf '%s' "$rep" | jq -r '.clean')" = true ] \
+    || { fail "res: cleanup after the OOM kill not clean: $(printf '%s' "$rep" | jq -c '{clean, failed, service_result}' | head -c 300)"; return 1; }
+  [ "$(printf '%s' "$rep" | jq -r '.service_result.service_result')" = oom-kill ] \
+    || note "res: cleanup saw SERVICE_RESULT=$(printf '%s' "$rep" | jq -r '.service_result.service_result')"
+  check_cleanup res $u "$cur" last && check_clean res || return 1
+  note "res: OOM-killed in its cgroup past MemoryMax; cleanup clean"
 }
 
 # ---------------------------------------------------------------- the guests microvm.nix users run
@@ -1918,6 +1959,7 @@ else
   run_scenario balloon s_balloon
   run_scenario machined s_machined
   run_scenario guest_reboot s_guest_reboot
+  run_scenario resources s_resources
   run_scenario coexist s_coexist
   run_scenario metrics s_metrics
   run_scenario soak s_soak

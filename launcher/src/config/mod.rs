@@ -8,6 +8,7 @@ pub mod host_tools;
 pub mod names;
 pub mod paths;
 pub mod rawpath;
+pub mod resources;
 pub mod rules;
 pub mod shares;
 pub mod spec;

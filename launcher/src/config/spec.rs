@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::files::{open_probed_at, open_regular_at, OpenError};
 use crate::config::names::{BridgeName, CredentialName, Mac, NameError, TapName, VmName};
+use crate::config::resources::ResourcesSpec;
 use crate::config::rules;
 pub use crate::config::shares::{
     ShareProto, ShareSpec, ThreadPoolSize, VirtiofsdSpec, MAX_THREAD_POOL,
@@ -110,6 +111,10 @@ pub struct Spec {
     /// `config::user_net`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_network: Option<UserNetworkSpec>,
+    /// Limits on the VM's unit (`config::resources`), written into its
+    /// drop-in by `render-unit --dropin` and the NixOS module.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourcesSpec>,
 }
 
 fn is_false(b: &bool) -> bool {

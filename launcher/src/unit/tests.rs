@@ -505,3 +505,35 @@ fn the_metrics_units_take_the_textfile_directory_and_the_interval() {
     }
     render_unit(&args(MetricsUnit::Service, "/srv/a b", "30s")).unwrap_err();
 }
+
+#[test]
+fn dropin_puts_the_specs_limits_on_the_unit_and_refuses_bad_ones() {
+    let f = spec_file(&spec_json(serde_json::json!({
+        "resources": {"cpu_quota_percent": 150, "cpu_weight": 50, "memory_max_mib": 768,
+                      "memory_high_mib": 640, "io_weight": 20, "tasks_max": 256, "cpus": "2-3"}
+    })));
+    let u = parse(&render_unit(&dropin_args("web", f.path())).expect("render"));
+    let svc = &u["Service"];
+    for (k, v) in [
+        ("AllowedCPUs", "2-3"),
+        ("CPUAffinity", "2-3"),
+        ("CPUQuota", "150%"),
+        ("CPUWeight", "50"),
+        ("IOWeight", "20"),
+        ("MemoryHigh", "640M"),
+        ("MemoryMax", "768M"),
+        ("TasksMax", "256"),
+    ] {
+        assert_eq!(svc[k], [v], "{k}");
+    }
+    let plain = spec_file(&spec_json(serde_json::json!({})));
+    let u = parse(&render_unit(&dropin_args("web", plain.path())).expect("render"));
+    assert!(!u
+        .get("Service")
+        .is_some_and(|s| s.contains_key("MemoryMax")));
+    let bad = spec_file(&spec_json(serde_json::json!({
+        "resources": {"memory_max_mib": 256, "memory_high_mib": 512}
+    })));
+    let e = render_unit(&dropin_args("web", bad.path())).unwrap_err();
+    assert!(e.to_string().contains("resources.memory_high_mib"), "{e}");
+}
