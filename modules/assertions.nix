@@ -25,6 +25,12 @@
     inherit (vm) name;
     p = vm.principal;
     at = "vmwarden.vms.${name}";
+    resourceChecks = [
+      {
+        assertion = vm.resources.memoryHighMiB == null || vm.resources.memoryMaxMiB == null || vm.resources.memoryHighMiB <= vm.resources.memoryMaxMiB;
+        message = "${at}.resources.memoryHighMiB = ${toString vm.resources.memoryHighMiB} is above memoryMaxMiB = ${toString vm.resources.memoryMaxMiB}, so it would never apply: lower it or raise memoryMaxMiB.";
+      }
+    ];
     credChecks = concatLists (mapAttrsToList (c: src: [
         {
           assertion = vlib.validCredName c;
@@ -316,6 +322,7 @@
         }
       ]
       ++ credChecks
+      ++ resourceChecks
       ++ userNetChecks
       ++ pathChecks
       ++ shareChecks
@@ -417,6 +424,10 @@ in {
         {
           assertion = !(microvmNixHost && vlib.sharesMicrovmNixNames unitNames);
           message = "vmwarden (vmwarden.unitPrefix = \"${cfg.unitPrefix}\") and microvm.nix's host module both define ${unitNames.template} and ${unitNames.target}; set vmwarden.unitPrefix = \"vmwarden\" to run both (vmwarden@.service, vmwarden-vms.target), or remove microvm.nixosModules.host from this host's imports (or set microvm.host.enable = false).";
+        }
+        {
+          assertion = !(cfg.metrics.textfile.enable && cfg.metrics.textfile.directory == null);
+          message = "vmwarden.metrics.textfile.enable is set, but no textfile directory is known: set vmwarden.metrics.textfile.directory to node-exporter's textfile collector directory, or give node-exporter one with services.prometheus.exporters.node.extraFlags = [\"--collector.textfile.directory=/var/lib/prometheus-node-exporter-text-files\"].";
         }
       ]
       ++ map (n: {

@@ -1,7 +1,7 @@
 # What the options become on the host: one system user and group per VM,
 # /etc/vmwarden/vms/<name>.json, the template unit (microvm@ by default,
-# vmwarden.unitPrefix) with one drop-in per VM, its target and the
-# boot-time reap report.
+# vmwarden.unitPrefix) with one drop-in per VM, its target, the
+# boot-time reap report and the metrics timer.
 {
   config,
   lib,
@@ -31,6 +31,11 @@
   # is on and vmwarden would take the same names; assertions.nix then
   # fails the build with a message saying what to change.
   nameClash = vlib.microvmNixHost options config && vlib.sharesMicrovmNixNames names;
+
+  # The metrics timer, once its directory is known (assertions.nix says
+  # how to name one).
+  metricsOn = cfg.metrics.textfile.enable && cfg.metrics.textfile.directory != null;
+  metrics = vlib.metricsUnits names bin cfg.metrics.textfile;
 in {
   config = mkIf cfg.enable (mkMerge [
     {
@@ -91,7 +96,14 @@ in {
         vms
         // optionalAttrs cfg.reapReport.enable {
           vmwarden-reap-report = vlib.reapReport names bin;
+        }
+        // optionalAttrs metricsOn {
+          vmwarden-metrics = metrics.service;
         };
+
+      systemd.timers = optionalAttrs metricsOn {
+        vmwarden-metrics = metrics.timer;
+      };
 
       systemd.targets.${names.targetAttr} =
         vlib.target names

@@ -487,7 +487,8 @@ in rec {
     // lib.optionalAttrs vm.registerWithMachined {register_with_machined = true;}
     // lib.optionalAttrs vm.userNetwork.enable {user_network = userNetworkSpec vm.userNetwork;}
     // lib.optionalAttrs (vm.devices != []) {devices = map deviceSpec vm.devices;}
-    // lib.optionalAttrs vm.allowUnsafeInterrupts {allow_unsafe_interrupts = true;};
+    // lib.optionalAttrs vm.allowUnsafeInterrupts {allow_unsafe_interrupts = true;}
+    // lib.optionalAttrs (resourcesSpec vm != {}) {resources = resourcesSpec vm;};
 
   # A device of the spec's `devices` (docs/launch-spec.md).
   deviceSpec = d:
@@ -496,6 +497,33 @@ in rec {
     // lib.optionalAttrs (d.qemuBus != null) {qemu_bus = d.qemuBus;}
     // lib.optionalAttrs (d.qemuProperties != []) {qemu_properties = d.qemuProperties;}
     // lib.optionalAttrs d.keepOnVfioPci {keep_on_vfio_pci = true;};
+
+  # The unit's limits (vmwarden.vms.<name>.resources) as the spec's
+  # `resources` (set ones only); `render-unit --dropin` reads them there and
+  # `dropin` below renders the same lines (launcher/src/config/resources.rs).
+  resourcesSpec = vm:
+    lib.filterAttrs (_: v: v != null) {
+      cpu_quota_percent = vm.resources.cpuQuotaPercent;
+      cpu_weight = vm.resources.cpuWeight;
+      memory_max_mib = vm.resources.memoryMaxMiB;
+      memory_high_mib = vm.resources.memoryHighMiB;
+      io_weight = vm.resources.ioWeight;
+      tasks_max = vm.resources.tasksMax;
+      cpus = vm.resources.cpus;
+    };
+  resourcesUnit = vm: let
+    r = vm.resources;
+    set = k: v: f: lib.optionalAttrs (v != null) {${k} = f v;};
+    id = v: v;
+  in
+    set "AllowedCPUs" r.cpus id
+    // set "CPUAffinity" r.cpus id
+    // set "CPUQuota" r.cpuQuotaPercent (q: "${toString q}%")
+    // set "CPUWeight" r.cpuWeight id
+    // set "IOWeight" r.ioWeight id
+    // set "MemoryHigh" r.memoryHighMiB (m: "${toString m}M")
+    // set "MemoryMax" r.memoryMaxMiB (m: "${toString m}M")
+    // set "TasksMax" r.tasksMax id;
 
   # One virtiofsd per virtiofs share (QEMU and cloud-hypervisor alike).
   usesVirtiofsd = vm: builtins.any (s: s.proto == "virtiofs") vm.shares;
@@ -637,11 +665,11 @@ in rec {
     isTyped = k: v: unitListOptions ? ${k} || (unitScalarOptions ? ${k} && (k == "Description" || builtins.isInt v));
     typed = lib.filterAttrs isTyped unit;
     unitConfig = lib.filterAttrs (k: v: !isTyped k v) unit;
-    badSections = builtins.attrNames (removeAttrs data ["Unit" "Service" "Install"]);
+    badSections = builtins.attrNames (removeAttrs data ["Unit" "Service" "Timer" "Install"]);
     badInstall = builtins.attrNames (removeAttrs install (builtins.attrNames installOptions));
   in
     if badSections != []
-    then throw "${where}: [${builtins.head badSections}]: the sections are Unit, Service, Install"
+    then throw "${where}: [${builtins.head badSections}]: the sections are Unit, Service, Timer, Install"
     else if badInstall != []
     then throw "${where}: [Install] ${builtins.head badInstall}: the module knows only ${toString (builtins.attrNames installOptions)}"
     else
@@ -652,7 +680,8 @@ in rec {
       typed
       // lib.mapAttrs' (k: v: lib.nameValuePair installOptions.${k} (units k v)) install
       // lib.optionalAttrs (unitConfig != {}) {inherit unitConfig;}
-      // lib.optionalAttrs (data ? Service) {serviceConfig = section "Service";};
+      // lib.optionalAttrs (data ? Service) {serviceConfig = section "Service";}
+      // lib.optionalAttrs (data ? Timer) {timerConfig = section "Timer";};
 
   # What NixOS adds to every service on its own, undone: the launcher builds
   # the whole environment it needs (and clears the rest), so nothing here
@@ -731,6 +760,8 @@ in rec {
           # namespace setup failure.
           ReadWritePaths = map (p: "-${p}") (writablePaths vm) ++ lib.optional (usesPci vm) "/sys/bus/pci /sys/devices";
         }
+        # The unit's limits (resources), as the spec carries them.
+        // resourcesUnit vm
         # Taps: the launcher (root, before its privilege drop) creates them
         # through /dev/net/tun (already in DeviceAllow) and configures them over
         # rtnetlink. Both settings merge with the template's.
@@ -836,6 +867,36 @@ in rec {
     fromUnitData ({"@bin@" = bin;} // names.subst) "vmwarden-reap-report.service.toml"
     // nixosServiceDefaults
     // {restartIfChanged = false;};
+
+  # vmwarden-metrics.service and .timer (vmwarden.metrics.textfile): the
+  # same data `render-unit --metrics-service`/`--metrics-timer` reads, with
+  # the textfile directory and the interval for @textfile@ and @interval@.
+  metricsUnits = names: bin: textfile: let
+    subst = {
+      "@bin@" = bin;
+      "@textfile@" = textfile.directory;
+      "@interval@" = textfile.interval;
+    };
+  in {
+    service = fromUnitData (subst // names.subst) "vmwarden-metrics.service.toml" // nixosServiceDefaults;
+    timer = fromUnitData (subst // names.subst) "vmwarden-metrics.timer.toml";
+  };
+
+  # node-exporter's textfile directory when its flags name one
+  # (services.prometheus.exporters.node.extraFlags), else null.
+  nodeExporterTextfileDir = config: let
+    flags = config.services.prometheus.exporters.node.extraFlags or [];
+    dirs = lib.concatMap (f: let
+      m = builtins.match "--collector[.]textfile[.]directory[= ]([^ ]+)" f;
+    in
+      if m == null
+      then []
+      else m)
+    flags;
+  in
+    if dirs == []
+    then null
+    else lib.last dirs;
 
   # Activation snippet (every boot and every switch, after switch has
   # stopped the VMs it stops): lists the state and runtime directories of

@@ -2,6 +2,7 @@
 # the launch spec has an option here; host.nix turns them into the spec,
 # the users and the units.
 {
+  config,
   lib,
   pkgs,
   ...
@@ -888,6 +889,51 @@
         '';
       };
 
+      resources = {
+        cpuQuotaPercent = mkOption {
+          type = types.nullOr (types.ints.between 1 102400);
+          default = null;
+          example = 200;
+          description = "The unit's `CPUQuota=`, in percent of one CPU (200: two CPUs' time at most).";
+        };
+        cpuWeight = mkOption {
+          type = types.nullOr (types.ints.between 1 10000);
+          default = null;
+          description = "The unit's `CPUWeight=` (systemd's default 100): its share of contended CPU time.";
+        };
+        memoryMaxMiB = mkOption {
+          type = types.nullOr (types.ints.between 64 1073741824);
+          default = null;
+          description = ''
+            The unit's `MemoryMax=` in MiB: the hypervisor, its helpers and
+            the guest memory they touch. Past it the kernel's OOM killer
+            ends the VM (the unit fails, cleanup runs as after any stop).
+            Leave room above `memoryMiB` for the hypervisor itself.
+          '';
+        };
+        memoryHighMiB = mkOption {
+          type = types.nullOr (types.ints.between 64 1073741824);
+          default = null;
+          description = "The unit's `MemoryHigh=` in MiB: past it the kernel throttles and reclaims. At most `memoryMaxMiB`.";
+        };
+        ioWeight = mkOption {
+          type = types.nullOr (types.ints.between 1 10000);
+          default = null;
+          description = "The unit's `IOWeight=` (systemd's default 100): its share of contended block I/O.";
+        };
+        tasksMax = mkOption {
+          type = types.nullOr (types.ints.between 32 4194304);
+          default = null;
+          description = "The unit's `TasksMax=`: processes and threads of the hypervisor and its helpers.";
+        };
+        cpus = mkOption {
+          type = types.nullOr (types.strMatching "[0-9]{1,4}(-[0-9]{1,4})?(,[0-9]{1,4}(-[0-9]{1,4})?)*");
+          default = null;
+          example = "2-3";
+          description = "The CPUs the VM runs on: the unit's `AllowedCPUs=` (its cgroup's cpuset) and `CPUAffinity=`.";
+        };
+      };
+
       registerWithMachined = mkOption {
         type = types.bool;
         default = false;
@@ -951,6 +997,41 @@ in {
         VMs are reported in the journal
         (`journalctl -u vmwarden-reap-report`).
       '';
+    };
+
+    metrics.textfile = {
+      enable = mkEnableOption ''
+        `vmwarden metrics` written every `interval` into node-exporter's
+        textfile collector directory (`vmwarden.prom`, replaced
+        atomically) by the timer `vmwarden-metrics.timer` and the oneshot
+        `vmwarden-metrics.service`: every VM's state, uptime, starts, CPU,
+        memory, block and network bytes, balloon and last cleanup, scraped
+        with the host's node-exporter. No daemon, no port
+        (docs/operating.md#metrics)'';
+      directory = mkOption {
+        type = types.nullOr absolutePath;
+        default = vlib.nodeExporterTextfileDir config;
+        defaultText = literalExpression ''
+          the directory of `--collector.textfile.directory=` in
+          services.prometheus.exporters.node.extraFlags, else null'';
+        example = "/var/lib/prometheus-node-exporter-text-files";
+        description = ''
+          node-exporter's textfile collector directory. The service writes
+          `vmwarden.prom` there and nothing else (its temporary name is
+          `.vmwarden.prom.tmp`, which the collector's `*.prom` does not
+          match). Needed when node-exporter's own flags do not name one.
+        '';
+      };
+      interval = mkOption {
+        type = types.strMatching "[1-9][0-9]*(s|min|h)";
+        default = "30s";
+        example = "1min";
+        description = ''
+          How often the figures are written: a systemd time span of whole
+          seconds, minutes or hours. Each run reads every VM once, asking
+          its control socket within `vmwarden status`' bounds.
+        '';
+      };
     };
 
     vms = mkOption {

@@ -41,7 +41,12 @@ lint() {
   # files of one part, no file of launcher/src over 800 lines, no ticket
   # number anywhere in the tree; tests/lint/doc_links.py: every link in
   # docs/ and README.md resolves inside the repository.
-  python3 tests/lint/layers.py && python3 tests/lint/doc_links.py && cargo fmt --all -- --check && cargo clippy --all-targets --features fault-injection --quiet -- -D warnings \
+  # tests/lint/rust_version.py: the workspace's rust-version covers every
+  # locked dependency and is within the pinned nixpkgs' rustc
+  # (tests/lint/nixpkgs-rustc.toml); test_rust_version.py shows it refuses
+  # a lockfile that needs more.
+  python3 tests/lint/layers.py && python3 tests/lint/doc_links.py \
+    && python3 tests/lint/rust_version.py && python3 tests/lint/test_rust_version.py && cargo fmt --all -- --check && cargo clippy --all-targets --features fault-injection --quiet -- -D warnings \
     && cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check \
     && cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --locked --quiet -- -D warnings \
     && fuzz_short

@@ -139,6 +139,25 @@ qemu-system-x86_64 --version >/dev/null 2>&1 || die "qemu-system-x86_64 --versio
 qemu-img --version >/dev/null 2>&1 || die "qemu-img --version fails"
 busybox cpio --help >/dev/null 2>&1 || die "busybox has no cpio applet"
 
+# ---------------------------------------------------------------- promtool
+# `promtool check metrics` checks `vmwarden metrics`' output. It is in
+# Debian's `prometheus` package, whose install would also start a Prometheus
+# server (a daemon and a port) on a host with systemd: only the promtool
+# binary is taken out of the package, into /usr/local/bin.
+PROMTOOL=/usr/local/bin/promtool
+if ! "$PROMTOOL" --version >/dev/null 2>&1; then
+  echo "setup-host.sh: extracting promtool from Debian's prometheus package"
+  prom_tmp=$(mktemp -d)
+  [ "$updated" -eq 1 ] || "${APT[@]}" update || die "apt-get update failed"
+  updated=1
+  (cd "$prom_tmp" && apt-get download prometheus) || die "apt-get download prometheus failed"
+  dpkg-deb --fsys-tarfile "$prom_tmp"/prometheus_*.deb \
+    | tar -x -C "$prom_tmp" ./usr/bin/promtool || die "promtool not found in the prometheus package"
+  install -m 0755 -o root -g root "$prom_tmp/usr/bin/promtool" "$PROMTOOL"
+  rm -rf "$prom_tmp"
+  "$PROMTOOL" --version >/dev/null 2>&1 || die "$PROMTOOL --version fails"
+fi
+
 # ---------------------------------------------------------------- vhost-user daemons
 CARGO_ROOT=${VMWARDEN_TEST_CARGO_ROOT:-/var/cache/vmwarden-test/cargo}
 # name -> version; bump here (and only here) to rebuild.

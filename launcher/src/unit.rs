@@ -14,6 +14,9 @@
 //!   by the module's `vmwarden.unitPrefix` too), for a host that runs
 //!   microvm.nix's host module beside vmwarden;
 //! * `--reap-report`: `vmwarden-reap-report.service` (boot-time dry-run reap);
+//! * `--metrics-service`, `--metrics-timer`: `vmwarden-metrics.service` and
+//!   its timer, which write `vmwarden metrics` into node-exporter's textfile
+//!   collector directory (`--textfile-dir`) every `--interval`;
 //! * `--dropin NAME`: the per-VM drop-in
 //!   (`/etc/systemd/system/PREFIX@NAME.service.d/vmwarden.conf`) built from
 //!   the VM's launch spec: `LoadCredential=` for every credential whose
@@ -38,6 +41,17 @@ pub const DEFAULT_CREDENTIALS_DIR: &str = "/etc/vmwarden/credentials";
 pub const TEMPLATE_DATA: &str = include_str!("../../units/microvm@.service.toml");
 /// `units/vmwarden-reap-report.service.toml`, compiled in.
 pub const REAP_REPORT_DATA: &str = include_str!("../../units/vmwarden-reap-report.service.toml");
+/// `units/vmwarden-metrics.service.toml`, compiled in.
+pub const METRICS_SERVICE_DATA: &str = include_str!("../../units/vmwarden-metrics.service.toml");
+/// `units/vmwarden-metrics.timer.toml`, compiled in.
+pub const METRICS_TIMER_DATA: &str = include_str!("../../units/vmwarden-metrics.timer.toml");
+/// Where Debian's prometheus-node-exporter reads textfiles from.
+pub const DEFAULT_TEXTFILE_DIR: &str = "/var/lib/prometheus/node-exporter";
+/// How often the metrics timer writes them.
+pub const DEFAULT_METRICS_INTERVAL: &str = "30s";
+/// Stand for the textfile directory and the interval in the metrics units.
+const TEXTFILE_PLACEHOLDER: &str = "@textfile@";
+const INTERVAL_PLACEHOLDER: &str = "@interval@";
 /// `units/microvms.target.toml`, compiled in.
 pub const TARGET_DATA: &str = include_str!("../../units/microvms.target.toml");
 /// `units/unit-names.toml` (the template's and the target's names per unit
@@ -162,6 +176,15 @@ pub struct RenderUnitArgs {
     /// run) instead of the template.
     pub reap_report: bool,
 
+    /// Print vmwarden-metrics.service or vmwarden-metrics.timer instead.
+    pub metrics: Option<MetricsUnit>,
+
+    /// node-exporter's textfile collector directory (the metrics service).
+    pub textfile_dir: PathBuf,
+
+    /// A systemd time span: how often the metrics timer fires.
+    pub interval: String,
+
     /// Print the drop-in of VM NAME (install it as
     /// /etc/systemd/system/PREFIX@NAME.service.d/vmwarden.conf).
     pub dropin: Option<VmName>,
@@ -195,6 +218,9 @@ impl Default for RenderUnitArgs {
             bin_dir: PathBuf::from(DEFAULT_BIN_DIR),
             target: false,
             reap_report: false,
+            metrics: None,
+            textfile_dir: PathBuf::from(DEFAULT_TEXTFILE_DIR),
+            interval: DEFAULT_METRICS_INTERVAL.to_string(),
             dropin: None,
             spec: None,
             credentials_dir: PathBuf::from(DEFAULT_CREDENTIALS_DIR),
@@ -228,8 +254,17 @@ pub enum UnitError {
     /// renderers do not take.
     #[error("unit data {file}: {reason}")]
     Data { file: String, reason: String },
+    #[error("--interval {0:?}: not a systemd time span of whole seconds, minutes or hours (30s, 5min, 1h)")]
+    BadInterval(String),
     #[error("--prefix {prefix:?}: not a unit prefix vmwarden knows (units/unit-names.toml lists {known})")]
     UnknownPrefix { prefix: String, known: String },
+}
+
+/// The metrics units (`render-unit --metrics-service`, `--metrics-timer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsUnit {
+    Service,
+    Timer,
 }
 
 /// Which unit file a `render_unit` call prints.
@@ -237,16 +272,26 @@ enum Which<'a> {
     Template,
     Target,
     ReapReport,
+    Metrics(MetricsUnit),
     Dropin(&'a VmName),
+}
+
+/// A time span systemd reads the same in every version: digits and one of
+/// `s`, `min`, `h` (the module's `interval` option has the same rule).
+pub fn valid_interval(s: &str) -> bool {
+    let unit = s.trim_start_matches(|c: char| c.is_ascii_digit());
+    let digits = &s[..s.len() - unit.len()];
+    !digits.is_empty() && !digits.starts_with('0') && matches!(unit, "s" | "min" | "h")
 }
 
 /// Render the unit selected by `args` as the text of a unit file.
 pub fn render_unit(args: &RenderUnitArgs) -> Result<String, UnitError> {
-    let which = match (&args.dropin, args.target, args.reap_report) {
-        (Some(name), _, _) => Which::Dropin(name),
-        (None, true, _) => Which::Target,
-        (None, false, true) => Which::ReapReport,
-        (None, false, false) => Which::Template,
+    let which = match (&args.dropin, args.target, args.reap_report, args.metrics) {
+        (Some(name), ..) => Which::Dropin(name),
+        (None, true, ..) => Which::Target,
+        (None, false, true, _) => Which::ReapReport,
+        (None, false, false, Some(unit)) => Which::Metrics(unit),
+        (None, false, false, None) => Which::Template,
     };
     let names = UnitNames::for_prefix(&args.prefix)?;
     let (p, t) = (names.prefix(), names.target());
@@ -278,6 +323,32 @@ pub fn render_unit(args: &RenderUnitArgs) -> Result<String, UnitError> {
                     &names,
                 )?,
             ))
+        }
+        Which::Metrics(unit) => {
+            let bin = unit_safe_dir("bin-dir", &args.bin_dir)?;
+            let textfile = unit_safe_dir("textfile-dir", &args.textfile_dir)?;
+            if !valid_interval(&args.interval) {
+                return Err(UnitError::BadInterval(args.interval.clone()));
+            }
+            let (file, compiled_in, what) = match unit {
+                MetricsUnit::Service => (
+                    "vmwarden-metrics.service.toml",
+                    METRICS_SERVICE_DATA,
+                    "vmwarden-metrics.service: `vmwarden metrics` into node-exporter's textfile directory.\n\
+                     # Install as /etc/systemd/system/vmwarden-metrics.service beside its timer.",
+                ),
+                MetricsUnit::Timer => (
+                    "vmwarden-metrics.timer.toml",
+                    METRICS_TIMER_DATA,
+                    "vmwarden-metrics.timer: starts vmwarden-metrics.service every interval.\n\
+                     # Install as /etc/systemd/system/vmwarden-metrics.timer, then\n\
+                     # `systemctl enable --now vmwarden-metrics.timer`.",
+                ),
+            };
+            let data = unit_data(args, file, compiled_in)?
+                .replace(TEXTFILE_PLACEHOLDER, &textfile)
+                .replace(INTERVAL_PLACEHOLDER, &args.interval);
+            Ok(render(what, &entries(file, &data, Some(&bin), &names)?))
         }
         Which::Target => {
             let data = unit_data(args, "microvms.target.toml", TARGET_DATA)?;
@@ -411,13 +482,17 @@ fn entries(
 }
 
 /// The sections unit data may have, in the order they are printed.
-const SECTIONS: [&str; 3] = ["Unit", "Service", "Install"];
+const SECTIONS: [&str; 4] = ["Unit", "Service", "Timer", "Install"];
 
 /// The per-VM drop-in; `dropin` in modules/lib.nix, with credential
 /// sources at `creds/NAME/C` instead of the module's per-credential paths.
 /// `spec` has passed `Spec::validate`.
 fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<Entry>, UnitError> {
     let mut out = Vec::new();
+    // The unit's limits (`resources`): systemd puts them on its cgroup.
+    for (key, value) in spec.resources.iter().flat_map(|r| r.unit_lines()) {
+        out.push(e("Service", key, value));
+    }
     // -- The host's own tools: register_with_machined. The launcher
     //    registers the VM on the system bus (AF_UNIX, which the template
     //    allows) before its drop: machined must be up first (as

@@ -1200,6 +1200,22 @@ fn cases() -> Vec<Case> {
             expect: &["`vcpus`", "is 0"],
         },
         Case {
+            name: "resources: memory high above max",
+            setup: with_spec(|_, s| {
+                s["resources"] = json!({ "memory_max_mib": 256, "memory_high_mib": 512 });
+            }),
+            env: None,
+            expect: &["`resources.memory_high_mib`", "above memory_max_mib 256"],
+        },
+        Case {
+            name: "resources: not a CPU list",
+            setup: with_spec(|_, s| {
+                s["resources"] = json!({ "cpus": "0-" });
+            }),
+            env: None,
+            expect: &["`resources.cpus`", "is not a CPU list"],
+        },
+        Case {
             name: "memory too small",
             setup: with_spec(|_, s| {
                 s["memory_mib"] = json!(1);

@@ -636,11 +636,16 @@ print("PLANTED", flush=True)
         deleted.contains(&hex(top.as_os_str().as_bytes())),
         "the non-UTF-8 entry is not in the report by its bytes: {rep}"
     );
-    let left: Vec<_> = std::fs::read_dir(&rundir)
+    let mut left: Vec<_> = std::fs::read_dir(&rundir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(left, ["instance.lock"], "survivors: {left:?}");
+    left.sort();
+    assert_eq!(
+        left,
+        ["instance.lock", "last-cleanup.json"],
+        "survivors: {left:?}"
+    );
 
     // An entry that cannot be deleted (a mount point) is a failure, named
     // by its exact bytes, and verify-clean shows it escaped.
@@ -1501,11 +1506,13 @@ fn vmwarden_never_takes_over_a_directory_it_does_not_own() {
     // What carries the marks is reaped as before: the unconfigured VM's
     // runtime dir goes, the configured one's leftovers go.
     assert!(!env.run.join("gone").exists(), "{r:#}");
-    let left: Vec<_> = std::fs::read_dir(env.run.join("web"))
+    let mut left: Vec<_> = std::fs::read_dir(env.run.join("web"))
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(left, ["instance.lock"], "{r:#}");
+    left.sort();
+    // The keep set: the lease file and the last cleanup's record.
+    assert_eq!(left, ["instance.lock", "last-cleanup.json"], "{r:#}");
     for n in planted {
         let p = env.run.join(n);
         if p.is_dir() {

@@ -171,7 +171,7 @@ fn measured(env: &Env, args: &[&str], limit: Duration) -> Option<Measured> {
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: `pid` is our child, not yet reaped; both out-pointers
         // point at live locals.
-        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
+        let r = unsafe { libc::wait4(pid, &raw mut status, libc::WNOHANG, &raw mut ru) };
         if r == pid {
             let raw = out.join().unwrap();
             return Some(Measured {

@@ -318,6 +318,8 @@ else
   GOLDEN_CASES="$GOLDEN_CASES guest-macvtap"
   # devices: a GPU with its audio function (QEMU), a router's NIC (cloud-hypervisor)
   GOLDEN_CASES="$GOLDEN_CASES guest-gpu guest-router"
+  # the unit's limits: in the spec and in the drop-in
+  GOLDEN_CASES="$GOLDEN_CASES resources"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -383,6 +385,8 @@ guest-flake-template|ok
 guest-journal-share|ok
 guest-gpu|ok
 guest-router|ok
+metrics|ok
+resources|ok
 CASES
 
   # Inline cases, one refusal each: LABEL|expected message|a module (Nix
@@ -406,6 +410,11 @@ CASES
       bad "eval $label: should fail with \"$want\""
     fi
   done <<'INLINE'
+resources-high-above-max|vmwarden.vms.web.resources.memoryHighMiB = 512 is above memoryMaxMiB = 256|{B: vmwarden.vms.web.resources = {memoryMaxMiB = 256; memoryHighMiB = 512;};}
+resources-cpus|vmwarden.vms.web.resources.cpus' is not of type|{B: vmwarden.vms.web.resources.cpus = "all";}
+resources-tasks|vmwarden.vms.web.resources.tasksMax' is not of type `null or integer between 32|{B: vmwarden.vms.web.resources.tasksMax = 4;}
+metrics-no-directory|vmwarden.metrics.textfile.enable is set, but no textfile directory is known|{B: vmwarden.metrics.textfile.enable = true;}
+metrics-interval|vmwarden.metrics.textfile.interval' is not of type|{B: vmwarden.metrics.textfile = {enable = true; directory = "/srv/textfiles"; interval = "5m";};}
 vm-name-not-a-unit-name|vmwarden.vms."web 1": VM names must match|{B: vmwarden.vms."web 1".kernel = "/srv/images/vmlinuz";}
 principal-too-long|principal.user = "vm-abcdefghijklmnopqrstuvwxyz0123" is not a valid user name|{B: vmwarden.vms.abcdefghijklmnopqrstuvwxyz0123.kernel = "/srv/images/vmlinuz";}
 share-tag-long|vmwarden.vms.web.shares[0] (tag "a-tag-that-is-far-too-long-for-9p"): a tag is 1 to 31 bytes|{B: vmwarden.vms.web.shares = [{tag = "a-tag-that-is-far-too-long-for-9p"; source = "/srv/share";}];}
@@ -879,6 +888,51 @@ open(p, "w").write(s.replace(a + "\n", b + "\n"))' "$ed/units/$1" "$2" "$3"
       bad "parity check misses a changed KillMode="
     else
       ok "parity check catches a changed KillMode="
+    fi
+    # vmwarden.metrics.textfile (tests/nix/cases/metrics.nix: the directory
+    # from node-exporter's flags, interval 1min) and `render-unit
+    # --metrics-service/--metrics-timer` with the same directory and
+    # interval: the same two units, key by key; both verify, and the
+    # service's exposure stays within the template's bound.
+    if ev checked.systemd.units "$top/tests/nix/cases/metrics.nix" "$work/stub-package.nix" >"$work/units-metrics.json" 2>"$work/e" &&
+      python3 tests/nix/units.py write "$work/units-metrics.json" "$work/metrics-units" >/dev/null &&
+      "$vmw" render-unit --metrics-service --textfile-dir /var/lib/node-exporter-textfiles --bin-dir "$stubs/bin" >"$ru/vmwarden-metrics.service" &&
+      "$vmw" render-unit --metrics-timer --interval 1min --bin-dir "$stubs/bin" >"$ru/vmwarden-metrics.timer"; then
+      for u in vmwarden-metrics.service vmwarden-metrics.timer; do
+        text "$u" "$work/units-metrics.json" >"$work/nix-unit"
+        if out=$(python3 tests/nix/units.py parity "$work/nix-unit" "$ru/$u" reap); then
+          ok "parity $u (vmwarden.metrics.textfile): ${out#ok   }"
+        else
+          echo "$out"
+          bad "parity $u: the module and render-unit differ"
+        fi
+        verify "(module) $u" "$work/metrics-units/$u"
+        verify "(render-unit) $u" "$ru/$u"
+      done
+      e_x=$(exposure "$ru/vmwarden-metrics.service")
+      if [ -n "$e_x" ] && awk -v e="$e_x" -v m="$MAX_EXPOSURE" 'BEGIN { exit !(e <= m) }'; then
+        ok "vmwarden-metrics.service exposure $e_x <= $MAX_EXPOSURE"
+      else
+        bad "vmwarden-metrics.service exposure ${e_x:-unknown} > $MAX_EXPOSURE"
+      fi
+    else
+      cat "$work/e"
+      bad "the metrics units do not evaluate or render"
+    fi
+    # The unit's limits (tests/nix/cases/resources.nix) in a VM's drop-in:
+    # it verifies, and the template with it stays within the exposure bound.
+    if ev checked.systemd.units "$top/tests/nix/cases/resources.nix" "$work/stub-package.nix" >"$work/units-resources.json" 2>"$work/e" &&
+      python3 tests/nix/units.py write "$work/units-resources.json" "$work/resources-units" >/dev/null; then
+      verify "(module) microvm@web.service with resources" "$work/resources-units/microvm@web.service"
+      e_l=$(exposure "$work/resources-units/microvm@web.service")
+      if [ -n "$e_l" ] && awk -v e="$e_l" -v m="$MAX_EXPOSURE" 'BEGIN { exit !(e <= m) }'; then
+        ok "microvm@web.service with resources: exposure $e_l <= $MAX_EXPOSURE"
+      else
+        bad "microvm@web.service with resources: exposure ${e_l:-unknown} > $MAX_EXPOSURE"
+      fi
+    else
+      cat "$work/e"
+      bad "the resources case's units do not evaluate"
     fi
     # The per-VM drop-in stays code on both sides (modules/lib.nix `dropin`,
     # launcher/src/unit.rs `dropin`): module vs render-unit, key by key.

@@ -76,9 +76,13 @@ CONTRACT = {
     "balloon": dict, "console": bool, "register_with_machined": bool,
     # host devices (written only when there are any)
     "devices": list, "allow_unsafe_interrupts": bool,
+    # guest memory (written only when on)
+    "mem_merge": bool, "hugepage_mem": bool,
+    # the unit's limits (written only when one is set)
+    "resources": dict,
 }
 OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock", "user_network", "balloon", "console", "register_with_machined",
-            "devices", "allow_unsafe_interrupts"}
+            "devices", "allow_unsafe_interrupts", "mem_merge", "hugepage_mem", "resources"}
 
 
 def type_name(t):
@@ -128,6 +132,10 @@ def cmd_spec(path):
         errs.append("allow_unsafe_interrupts: written as false (the module leaves it out when off)")
     if "balloon" in spec:
         want(spec["balloon"], "balloon", {"initial_mib": int, "deflate_on_oom": bool})
+    if "resources" in spec:
+        rf = {"cpu_quota_percent": int, "cpu_weight": int, "memory_max_mib": int, "memory_high_mib": int,
+              "io_weight": int, "tasks_max": int, "cpus": str}
+        want(spec["resources"], "resources", rf, tuple(rf))
     for k in ("console", "register_with_machined"):
         if spec.get(k) is False:
             errs.append(f"{k}: written as false (the module leaves it out when off)")

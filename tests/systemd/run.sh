@@ -173,7 +173,7 @@ unshare() { # DEST...: break the hard link to the cache before a tool edits the 
 # VM principals (an operator does this once per VM on a non-Nix host)
 unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
 systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
-  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mvt pci pc2; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
+  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mvt pci pc2 mtr res; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
       useradd --system --gid kvm --no-create-home --home-dir /var/lib/microvms --shell /usr/sbin/nologin microvm' \
   || die "cannot create the VM principals"
 grep -q '^vm-c:' "$ROOT/etc/passwd" && grep -q '^microvm:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
@@ -346,6 +346,18 @@ shares_spec vol "$VOL_SCRIPT" '"disks": [ { "path": "/var/lib/vmwarden/vol/data.
               "create": { "size_mib": 32, "fs_type": "ext4" } } ],
   "shares": [ { "tag": "ro", "source": "/opt/vmwarden-test/share", "proto": "9p", "read_only": true } ],
   "keep_on_purge": [ "identity", "data.img" ]' | putc /etc/vmwarden/vms/vol.json 0644
+# mtr: the metrics scenario's guest: it spins its CPU and, a few seconds
+# after READY, writes 8 MiB to its volume, synced (block bytes must grow).
+MTR_SCRIPT='( sleep 5; dd if=/dev/urandom of=/dev/vda bs=64k count=128 conv=fsync 2>/dev/null && echo T-WROTE ) &'
+shares_spec mtr "$MTR_SCRIPT" '"disks": [ { "path": "/var/lib/vmwarden/mtr/data.img",
+              "create": { "size_mib": 16, "fs_type": "ext4" } } ]' | putc /etc/vmwarden/vms/mtr.json 0644
+# res: the resources scenario's guest, with every limit on its unit; some
+# 20 s after READY it fills a 300 MiB tmpfs, past its MemoryMax=256M, and
+# the kernel's OOM killer ends the VM.
+RES_SCRIPT='( sleep 20; mkdir -p /big && mount -t tmpfs -o size=300m tmpfs /big && echo T-ALLOCATING && dd if=/dev/zero of=/big/f bs=1M count=300 2>/dev/null; echo T-ALLOCATED ) &'
+shares_spec res "$RES_SCRIPT" '"resources": { "cpu_quota_percent": 150, "cpu_weight": 50, "memory_max_mib": 256,
+                 "io_weight": 20, "tasks_max": 256, "cpus": "0" }' \
+  | jq '.memory_mib = 384' | putc /etc/vmwarden/vms/res.json 0644
 shares_spec vsk "$VSK_SCRIPT" '"vsock": { "cid": 5, "backend": "vhost" }' \
   | putc /etc/vmwarden/vms/vsk.json 0644
 # pci and pc2: the L2 machine's own emulated PCI device ($PCI_ADDR, behind
@@ -571,11 +583,20 @@ if [ "$MODE" = full ]; then
     || die "vmwarden render-unit --bin-dir /usr/local/bin failed"
   "$VMW" render-unit --target >"$WORK/microvms.target" || die "vmwarden render-unit --target failed"
   put "$WORK/microvm@.service" "$UNITDIR/microvm@.service" 0644
+  # The metrics timer and its service, into node-exporter's textfile
+  # directory as Debian's prometheus-node-exporter has it (not enabled: the
+  # metrics scenario starts the service itself).
+  "$VMW" render-unit --metrics-service --bin-dir /usr/local/bin >"$WORK/vmwarden-metrics.service" \
+    && "$VMW" render-unit --metrics-timer >"$WORK/vmwarden-metrics.timer" || die "vmwarden render-unit --metrics-* failed"
+  put "$WORK/vmwarden-metrics.service" "$UNITDIR/vmwarden-metrics.service" 0644
+  put "$WORK/vmwarden-metrics.timer" "$UNITDIR/vmwarden-metrics.timer" 0644
+  cp "$WORK/vmwarden-metrics.service" "$WORK/vmwarden-metrics.timer" "$OUTDIR/"
+  mkdir -p "$ROOT/var/lib/prometheus/node-exporter"
   put "$WORK/microvms.target" "$UNITDIR/microvms.target" 0644
   cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
   # per-VM credential drop-ins (what an operator installs per VM)
   HV_VMS=""; [ "$HV_SCENARIOS" = 1 ] && HV_VMS="ch fc chb fcb rbc rbf rbv"
-  for v in a b vol vsk vfs ops rbq st own vnq mvt pci pc2 $HV_VMS; do
+  for v in a b vol vsk vfs ops rbq st own vnq mvt pci pc2 mtr res $HV_VMS; do
     "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
       --credentials-dir "$CREDDIR" >"$WORK/dropin-$v.conf" \
       || die "vmwarden render-unit --dropin $v failed"
@@ -649,7 +670,7 @@ if [ -n "$ONLY" ]; then SOAK_DEFAULT=50; else SOAK_DEFAULT=5; fi
   printf 'CREDS_rbq=%q\n' "token:$CREDDIR/rbq/token"
   printf 'CREDS_un=\n'
   printf 'CREDS_st=\nCREDS_own=\nSTORE_FILE=%q\n' "$STORE_FILE"
-  printf 'CREDS_vnq=\nCREDS_mvt=\nCREDS_pci=\nCREDS_pc2=\nPCI_ADDR=%q\n' "$PCI_ADDR"
+  printf 'CREDS_vnq=\nCREDS_mvt=\nCREDS_mtr=\nCREDS_res=\nCREDS_pci=\nCREDS_pc2=\nPCI_ADDR=%q\n' "$PCI_ADDR"
   printf 'HV_BRIDGE=%q\n%s' "$HV_BRIDGE" "$HV_ENV"; } | putc /opt/vmwarden-test/run.env 0644
 
 ROOT_IMG=$WORK/root.ext4 RES_IMG=$WORK/results.ext4
@@ -672,8 +693,8 @@ timing image_build "$(since "$t")"
 # scenarios' times in timings.txt; keep scenarios that share VMs (a, b: from
 # start_ab to target_stop) in one list.
 SHARD_LISTS=(
-  "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume vhost_vsock vsock_ssh virtiofs_vsock guest_reboot macvtap all_clean"
-  "user_net store_share owned_share vhost_net cloud_hypervisor firecracker hv_bench console balloon guest_bytes machined coexist soak all_clean"
+  "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume vhost_vsock vsock_ssh virtiofs_vsock guest_reboot macvtap resources all_clean"
+  "user_net store_share owned_share vhost_net cloud_hypervisor firecracker hv_bench console balloon guest_bytes machined coexist metrics soak all_clean"
   "pci_passthrough all_clean"
 )
 ALL_SCENARIOS=$(sed -n '/^  run_scenario unit_verify /,/^fi$/s/^  run_scenario \([a-z0-9_]*\) .*/\1/p' "$HERE/scenarios.sh")

@@ -157,7 +157,8 @@ independent_clean() { # VM
     fail "$vm: a credential tmpfs for $vm survives in some mount namespace"; return 1
   fi
   if [ -d "$RUNTIME_ROOT/$vm" ]; then
-    left=$(find "$RUNTIME_ROOT/$vm" -mindepth 1 -maxdepth 1 ! -name instance.lock -printf '%f ' 2>/dev/null)
+    # the keep set: the lease file and the last cleanup's record
+    left=$(find "$RUNTIME_ROOT/$vm" -mindepth 1 -maxdepth 1 ! -name instance.lock ! -name last-cleanup.json -printf '%f ' 2>/dev/null)
     [ -z "$left" ] || { fail "$vm: left in $RUNTIME_ROOT/$vm: $left"; return 1; }
   fi
 }
@@ -1301,10 +1302,105 @@ s_all_clean() {
   [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
   p=$(pgrep -a 'qemu-system|cloud-hyperviso|firecracker' 2>/dev/null)
   [ -z "$p" ] || { fail "hypervisors still running: $p"; return 1; }
-  for v in a b c vol vsk vfs un ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq; do independent_clean $v || return 1; done
+  for v in a b c vol vsk vfs un ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mtr res; do independent_clean $v || return 1; done
   p=$(pgrep -u microvm 2>/dev/null | tr '\n' ' ')
   [ -z "$p" ] || { fail "processes of microvm (the coexist scenario's foreign VM) left: $p"; return 1; }
   note "verify-clean (all VMs) clean, no hypervisor left"
+}
+
+# ---------------------------------------------------------------- metrics
+# metrics: vmwarden-metrics.service (render-unit --metrics-service, started
+# here directly rather than waiting for its timer) writes the textfile
+# node-exporter reads; with VM mtr running, its figures come from the
+# unit's cgroup: CPU seconds grow, and block bytes grow by what the guest
+# writes to its volume after READY; after the stop, the last cleanup's
+# verdict and the start are counted.
+PROM=/var/lib/prometheus/node-exporter/vmwarden.prom
+prom_value() { # SERIES -> its value in $PROM
+  awk -v s="$1" 'index($0, s " ") == 1 { print $2; exit }' "$PROM" 2>/dev/null
+}
+metrics_write() {
+  systemctl start vmwarden-metrics.service \
+    || { fail "metrics: systemctl start vmwarden-metrics.service failed: $(journalctl -q -u vmwarden-metrics.service -n 3 | tr '\n' ' ')"; return 1; }
+  cp "$PROM" "$RES/vmwarden-$1.prom" 2>/dev/null
+}
+mtr_checks() { # CURSOR
+  local cpu0 cpu1 w0 w1 mem st left
+  metrics_write running0 || return 1
+  st=$(stat -c '%U %a' "$PROM")
+  [ "$st" = "root 644" ] || { fail "metrics: $PROM is $st, not root 644"; return 1; }
+  left=$(find "${PROM%/*}" -mindepth 1 ! -name vmwarden.prom -printf '%f ')
+  [ -z "$left" ] || { fail "metrics: left beside the textfile: $left"; return 1; }
+  [ "$(prom_value 'vmwarden_vm_state{vm="mtr",state="running"}')" = 1 ] \
+    || { fail "metrics: mtr not running in $PROM: $(grep 'vm="mtr"' "$PROM" | head -5 | tr '\n' ' ')"; return 1; }
+  cpu0=$(prom_value 'vmwarden_vm_cpu_seconds_total{vm="mtr"}')
+  w0=$(prom_value 'vmwarden_vm_block_written_bytes_total{vm="mtr"}')
+  mem=$(prom_value 'vmwarden_vm_memory_bytes{vm="mtr"}')
+  [ -n "$cpu0" ] && [ -n "$w0" ] && [ -n "$mem" ] && [ "$mem" -gt 0 ] \
+    || { fail "metrics: no CPU, block or memory figures for mtr (cpu=$cpu0 written=$w0 memory=$mem)"; return 1; }
+  wait_journal microvm@mtr.service "$1" '^T-WROTE' 120 || { fail "metrics: the guest did not write its volume"; return 1; }
+  metrics_write running1 || return 1
+  cpu1=$(prom_value 'vmwarden_vm_cpu_seconds_total{vm="mtr"}')
+  w1=$(prom_value 'vmwarden_vm_block_written_bytes_total{vm="mtr"}')
+  awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { exit !(b > a) }' || { fail "metrics: CPU seconds $cpu0 then $cpu1"; return 1; }
+  [ $((w1 - w0)) -ge $((8 * 1024 * 1024)) ] || { fail "metrics: block bytes written $w0 then $w1, not 8 MiB more"; return 1; }
+  note "mtr cpu_seconds $cpu0 -> $cpu1, block written $w0 -> $w1, memory $mem"
+}
+s_metrics() {
+  local f out
+  for f in /etc/systemd/system/vmwarden-metrics.service /etc/systemd/system/vmwarden-metrics.timer; do
+    out=$(systemd-analyze verify "$f" 2>&1)
+    [ -z "$out" ] || { fail "metrics: systemd-analyze verify $f: $out"; return 1; }
+  done
+  start_check_stop mtr mtr_checks || return 1
+  metrics_write stopped || return 1
+  [ "$(prom_value 'vmwarden_vm_state{vm="mtr",state="stopped"}')" = 1 ] \
+    && [ "$(prom_value 'vmwarden_vm_starts_total{vm="mtr"}')" = 1 ] \
+    && [ "$(prom_value 'vmwarden_vm_last_cleanup_clean{vm="mtr"}')" = 1 ] \
+    && [ "$(prom_value 'vmwarden_vm_last_cleanup_residue{vm="mtr"}')" = 0 ] \
+    || { fail "metrics: after the stop: $(grep 'vm="mtr"' "$PROM" | grep -E 'state=.stopped|starts|last_cleanup_(clean|residue)' | tr '\n' ' ')"; return 1; }
+  note "after the stop: stopped, starts_total 1, last cleanup clean with no residue"
+}
+
+# ---------------------------------------------------------------- resources
+# resources: VM res's drop-in (render-unit --dropin from its spec's
+# `resources`) puts every limit on its unit's cgroup; then its guest fills
+# a tmpfs past MemoryMax=256M and the kernel's OOM killer ends the VM in
+# that cgroup; cleanup after it is clean.
+s_resources() {
+  local cur rc u=microvm@res.service cg got want f end result rep
+  cur=$(mark)
+  timeout 600 systemctl start $u; rc=$?
+  [ $rc -eq 0 ] || { fail "systemctl start $u rc=$rc: $(jlog $u "$cur" | tail -4 | tr '\n' ' ')"; return 1; }
+  check_running res "$cur" && wait_guest res "$cur" || { systemctl stop $u; return 1; }
+  cg=/sys/fs/cgroup$(systemctl show -p ControlGroup --value $u)
+  for want in "memory.max 268435456" "cpu.max 150000 100000" "cpu.weight 50" \
+              "io.weight default 20" "pids.max 256" "cpuset.cpus 0"; do
+    f=${want%% *}
+    got=$(head -1 "$cg/$f" 2>/dev/null)
+    log "res $f: $got"
+    [ "$f $got" = "$want" ] || { fail "res: $cg/$f is '$got', not '${want#* }'"; systemctl stop $u; return 1; }
+  done
+  note "res cgroup: memory.max 256M, cpu.max 150000 100000, cpu.weight 50, io.weight 20, pids.max 256, cpuset.cpus 0"
+  # The guest allocates past MemoryMax: the kernel kills the hypervisor.
+  wait_journal $u "$cur" '^T-ALLOCATING' 180 || { fail "res: the guest never started allocating"; systemctl stop $u; return 1; }
+  end=$((SECONDS + 300))
+  until jlog $u "$cur" | grep -qE "Failed with result 'oom-kill'|A process of this unit has been killed by the OOM killer"; do
+    [ $SECONDS -lt $end ] || { fail "res: no OOM kill within 300 s: $(jlog $u "$cur" | tail -4 | tr '\n' ' ')"; systemctl stop $u; return 1; }
+    sleep 1
+  done
+  result=$(journalctl -q -k --since "-10min" 2>/dev/null | grep -E "Memory cgroup out of memory|oom-kill:" | tail -2 | tr '\n' ' ')
+  log "res: kernel: $result"
+  # The unit restarts a failed VM (Restart=on-failure): stop it for good.
+  timeout 300 systemctl stop $u || { fail "res: systemctl stop after the OOM kill failed"; return 1; }
+  rep=$(for _ in $(seq 1 20); do r=$(cleanup_report $u "$cur" first); [ -n "$r" ] && { echo "$r"; break; }; sleep 0.5; done)
+  log "res: the OOM-killed instance's cleanup: $rep"
+  [ "$(printf '%s' "$rep" | jq -r '.clean')" = true ] \
+    || { fail "res: cleanup after the OOM kill not clean: $(printf '%s' "$rep" | jq -c '{clean, failed, service_result}' | head -c 300)"; return 1; }
+  [ "$(printf '%s' "$rep" | jq -r '.service_result.service_result')" = oom-kill ] \
+    || note "res: cleanup saw SERVICE_RESULT=$(printf '%s' "$rep" | jq -r '.service_result.service_result')"
+  check_cleanup res $u "$cur" last && check_clean res || return 1
+  note "res: OOM-killed in its cgroup past MemoryMax; cleanup clean"
 }
 
 # ---------------------------------------------------------------- the guests microvm.nix users run
@@ -2042,7 +2138,9 @@ else
   run_scenario guest_bytes s_guest_bytes
   run_scenario machined s_machined
   run_scenario guest_reboot s_guest_reboot
+  run_scenario resources s_resources
   run_scenario coexist s_coexist
+  run_scenario metrics s_metrics
   run_scenario soak s_soak
   run_scenario pci_passthrough s_pci_passthrough
   run_scenario all_clean s_all_clean

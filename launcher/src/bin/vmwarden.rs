@@ -19,6 +19,7 @@ use cli::vmwarden::{Cli, Cmd};
 use vmwarden::config::names::VmName;
 use vmwarden::config::paths::Roots;
 use vmwarden::status::gather::gather;
+use vmwarden::status::metrics;
 use vmwarden::status::render;
 
 /// `status NAME` for a NAME vmwarden does not know, like `systemctl
@@ -103,6 +104,14 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             all,
             json: as_json,
         } => status(&roots, &names, all, as_json),
+        Cmd::Metrics { output } => {
+            let text = metrics::render(&metrics::collect(&roots));
+            match output {
+                Some(path) => metrics::write_textfile(&path, &text)?,
+                None => print!("{text}"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::WaitReady { name, timeout } => wait_ready(&roots, &name, timeout),
         Cmd::Stop { name, timeout } => stop(&roots, &name, timeout),
         Cmd::Balloon { name, size } => {

@@ -16,6 +16,11 @@ pub const DEFAULT_STATE_ROOT: &str = "/var/lib/vmwarden";
 /// Entry names inside one VM's runtime directory.
 pub const LEASE_FILE: &str = "instance.lock";
 pub const INTENT_FILE: &str = "instance.json";
+/// The last cleanup's verdict, its residue count and how many instances it
+/// has torn down since the runtime root was made (root's, 0644; written by
+/// `vmwarden-cleanup` under the lease, read by `vmwarden metrics`). In the
+/// keep set with the lease file: it outlives the instances it counts.
+pub const LAST_CLEANUP_FILE: &str = "last-cleanup.json";
 /// The exact bytes of the spec the running instance was launched from
 /// (root 0600): `status` compares it with the configured spec, and the
 /// teardown tools read it while the intent record exists.

@@ -16,6 +16,7 @@ use crate::config::devices::DeviceSpec;
 use crate::config::files::{open_probed_at, open_regular_at, OpenError};
 pub use crate::config::macvtap::{InterfaceType, MacvtapMode, MacvtapSpec};
 use crate::config::names::{BridgeName, CredentialName, Mac, NameError, TapName, VmName};
+use crate::config::resources::ResourcesSpec;
 use crate::config::rules;
 pub use crate::config::shares::{
     ShareProto, ShareSpec, ThreadPoolSize, VirtiofsdSpec, MAX_THREAD_POOL,
@@ -131,6 +132,11 @@ pub struct Spec {
     /// forge interrupts to the host. Refused unless true.
     #[serde(default, skip_serializing_if = "is_false")]
     pub allow_unsafe_interrupts: bool,
+    // -- The unit's limits (config/resources.rs). --
+    /// Limits on the VM's unit (`config::resources`), written into its
+    /// drop-in by `render-unit --dropin` and the NixOS module.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourcesSpec>,
 }
 
 fn is_false(b: &bool) -> bool {

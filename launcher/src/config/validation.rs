@@ -70,6 +70,10 @@ impl Spec {
         }
         self.validate_principal(path)?;
         self.validate_hypervisor(path)?;
+        if let Some(r) = &self.resources {
+            r.validate()
+                .map_err(|e| bad(&format!("resources.{}", e.field), e.reason))?;
+        }
         if self.vcpus == 0 || self.vcpus > MAX_VCPUS {
             return Err(bad(
                 "vcpus",

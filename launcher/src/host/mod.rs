@@ -4,6 +4,7 @@
 
 pub mod cgroup;
 pub mod dirs;
+pub mod figures;
 pub mod leftovers;
 pub mod machined;
 pub mod mountinfo;

@@ -335,7 +335,7 @@ pub fn mnt_ns(pid: &str) -> Option<String> {
 /// Is `m` a vmwarden credential tmpfs (of VM `name`, or of any VM) under
 /// `runtime_root`? See [`credential_mount_vm`].
 pub fn is_credential_mount(m: &Mount, runtime_root: Option<&Path>, name: Option<&VmName>) -> bool {
-    credential_mount_vm(m, runtime_root).is_some_and(|vm| name.map_or(true, |n| n == &vm))
+    credential_mount_vm(m, runtime_root).is_some_and(|vm| name.is_none_or(|n| n == &vm))
 }
 
 /// The VM whose credential tmpfs `m` is, if it is one. The source string

@@ -23,13 +23,14 @@ use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use serde::Serialize;
 
-use crate::config::paths::{INTENT_FILE, LEASE_FILE};
+use crate::config::paths::{INTENT_FILE, LAST_CLEANUP_FILE, LEASE_FILE};
 use crate::config::rawpath;
 use crate::host::dirs::Dir;
 
 /// Entries of a VM's runtime dir that teardown keeps: the lease file, so a
-/// concurrent launch always locks the same inode.
-pub const RUNTIME_KEEP: &[&str] = &[LEASE_FILE];
+/// concurrent launch always locks the same inode, and the last cleanup's
+/// record (`instance::last_cleanup`), which counts the instances torn down.
+pub const RUNTIME_KEEP: &[&str] = &[LEASE_FILE, LAST_CLEANUP_FILE];
 
 /// The runtime dir entry deleted last: while it exists, a teardown killed
 /// mid-way can still be completed from it.

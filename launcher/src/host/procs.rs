@@ -260,7 +260,7 @@ impl Scan {
     ) -> Option<Option<u64>> {
         // Only kthreadd's children can be kernel threads: any other
         // process skips that test (and its status is read).
-        let maybe_kthread = kthreads.map_or(true, |k| k.binary_search(&pid).is_ok());
+        let maybe_kthread = kthreads.is_none_or(|k| k.binary_search(&pid).is_ok());
         let test_kthread = match &self.uids {
             UidFilter::None => return Some(None),
             UidFilter::All => maybe_kthread,

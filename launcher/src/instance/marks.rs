@@ -8,7 +8,9 @@
 //! teardown, killed or not, the directory is root's and not writable by
 //! others, and it is empty, or holds the lease file (and the record's
 //! temporary name while the record is written), or holds both the lease
-//! file and the record. A directory that is not so is not one vmwarden
+//! file and the record. Beside the lease file it may also hold the last
+//! cleanup's record (`instance::last_cleanup`, and its temporary name),
+//! which cleanup writes under the lease and keeps. A directory that is not so is not one vmwarden
 //! left: reap keeps it and says why (ambiguity keeps).
 
 use std::ffi::OsStr;
@@ -18,9 +20,10 @@ use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::sys::stat::{fstatat, FileStat, SFlag};
 
-use crate::config::paths::{INTENT_FILE, LEASE_FILE};
+use crate::config::paths::{INTENT_FILE, LAST_CLEANUP_FILE, LEASE_FILE};
 use crate::host::dirs::{self, Dir, DirError};
 use crate::host::ownership;
+use crate::instance::last_cleanup;
 
 /// The temporary name the intent record is written under before its
 /// rename (`dirs::durable_write`).
@@ -88,11 +91,43 @@ pub fn runtime_dir(root: &Dir, name: &OsStr) -> Result<Dir, Unmarked> {
     if !roots_file(&dir, LEASE_FILE)? {
         return Err(Unmarked::NoLease);
     }
-    let beyond_lease = entries.iter().any(|n| {
-        n.as_os_str() != OsStr::new(LEASE_FILE) && n.as_os_str() != OsStr::new(INTENT_TEMP)
-    });
+    let beside_lease = [
+        LEASE_FILE,
+        INTENT_TEMP,
+        LAST_CLEANUP_FILE,
+        last_cleanup::TEMP_NAME,
+    ];
+    let beyond_lease = entries
+        .iter()
+        .any(|n| !beside_lease.iter().any(|k| n.as_os_str() == OsStr::new(k)));
     if beyond_lease && !roots_file(&dir, INTENT_FILE)? {
         return Err(Unmarked::NoIntent);
     }
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A runtime dir as cleanup leaves it (the lease file and the last
+    /// cleanup's record) carries the marks; anything else beside the lease
+    /// without an intent record does not. Needs root (the files must be
+    /// root's).
+    #[test]
+    fn the_last_cleanups_record_is_one_of_the_marks() {
+        assert!(nix::unistd::geteuid().is_root(), "this test needs root");
+        let t = tempfile::tempdir().unwrap();
+        let vm = t.path().join("web");
+        std::fs::create_dir(&vm).unwrap();
+        std::fs::write(vm.join(LEASE_FILE), b"").unwrap();
+        std::fs::write(vm.join(LAST_CLEANUP_FILE), b"{}").unwrap();
+        let root = dirs::open_dir(t.path()).unwrap();
+        runtime_dir(&root, OsStr::new("web")).unwrap();
+        std::fs::write(vm.join("data"), b"").unwrap();
+        assert!(matches!(
+            runtime_dir(&root, OsStr::new("web")),
+            Err(Unmarked::NoIntent)
+        ));
+    }
 }

@@ -4,6 +4,7 @@
 //! dir vmwarden made from one it did not.
 
 pub mod intent;
+pub mod last_cleanup;
 pub mod launched;
 pub mod lease;
 pub mod liveness;

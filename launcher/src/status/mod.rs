@@ -11,6 +11,7 @@
 //!   unit-tested with fixed records.
 
 pub mod gather;
+pub mod metrics;
 pub mod render;
 
 use std::path::PathBuf;

@@ -21,6 +21,7 @@ use crate::host::net::{self, Rtnl, SYS_CLASS_NET};
 use crate::host::ownership::{self, Failed, Kept, Outcome, DELETE_LAST, RUNTIME_KEEP};
 use crate::host::procs::{Scanner, Wants};
 use crate::instance::intent::{Intent, Resource};
+use crate::instance::last_cleanup::LastCleanup;
 use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, Lease, LeaseState};
 use crate::instance::liveness::{self, Probe, Verdict};
@@ -220,7 +221,28 @@ fn cleanup_dir(roots: &Roots, name: &VmName, rundir: &dirs::Dir, mut report: Rep
     // the user's; reported, so the teardown is not clean until it is gone).
     report.failed.extend(setid_in_state_dir(roots, name));
     report.clean = report.failed.is_empty();
+    record_verdict(rundir, &report);
     report
+}
+
+/// Keep this cleanup's verdict in the runtime dir for `vmwarden metrics`
+/// (`instance::last_cleanup`), still under the lease. A record that cannot
+/// be written is logged, not a residue: the teardown itself is as clean as
+/// its report says.
+fn record_verdict(rundir: &dirs::Dir, report: &Report) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let rec = LastCleanup::next(
+        LastCleanup::read(rundir).as_ref(),
+        report.instance_id.as_deref(),
+        report.clean,
+        report.failed.len() as u64,
+        now,
+    );
+    if let Err(e) = rec.write(rundir) {
+        tracing::warn!("cannot keep the last cleanup's verdict: {e}");
+    }
 }
 
 /// The lease, taken as the launcher takes it; held by someone else (or
@@ -323,8 +345,12 @@ fn delete_runtime_entries(
         if names.iter().any(|n| n.as_os_str() == OsStr::new(k)) {
             report.kept.push(Kept {
                 path: rundir.path.join(k),
-                reason: "keep set: the lease file stays so every launch locks the same inode"
-                    .into(),
+                reason: if *k == LEASE_FILE {
+                    "keep set: the lease file stays so every launch locks the same inode"
+                } else {
+                    "keep set: the last cleanup's record stays: it counts the instances torn down"
+                }
+                .into(),
             });
         }
     }

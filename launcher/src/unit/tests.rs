@@ -93,9 +93,11 @@ fn template_has_the_launcher_commands_and_hardening() {
 }
 
 /// The compiled-in unit data, by file name.
-const DATA: [(&str, &str); 3] = [
+const DATA: [(&str, &str); 5] = [
     ("microvm@.service.toml", TEMPLATE_DATA),
     ("vmwarden-reap-report.service.toml", REAP_REPORT_DATA),
+    ("vmwarden-metrics.service.toml", METRICS_SERVICE_DATA),
+    ("vmwarden-metrics.timer.toml", METRICS_TIMER_DATA),
     ("microvms.target.toml", TARGET_DATA),
 ];
 
@@ -154,7 +156,7 @@ fn data_of_the_wrong_shape_is_refused() {
         ("[Unit]\nA = 1.5\n", "A: float"),
         ("[Unit]\nA = [[1]]\n", "A: array"),
         ("[Unit]\nA = {b = 1}\n", "A: table"),
-        ("[Timer]\nA = 1\n", "[Timer]"),
+        ("[Socket]\nA = 1\n", "[Socket]"),
         ("A = 1\n", "[A]"),
         ("[Service]\nExecStart = \"@bin@/x\"\n", "@bin@ has no value"),
         ("[Unit\n", "f.toml"),
@@ -490,4 +492,65 @@ fn unit_safe_paths() {
     ] {
         assert!(!unit_safe_path(bad), "{bad}");
     }
+}
+
+#[test]
+fn the_metrics_units_take_the_textfile_directory_and_the_interval() {
+    let args = |metrics, dir: &str, interval: &str| RenderUnitArgs {
+        metrics: Some(metrics),
+        textfile_dir: dir.into(),
+        interval: interval.into(),
+        bin_dir: "/opt/vmwarden/bin".into(),
+        ..RenderUnitArgs::default()
+    };
+    let service = render_unit(&args(MetricsUnit::Service, "/srv/textfiles", "1min")).unwrap();
+    assert!(
+        service.contains(
+            "ExecStart=/opt/vmwarden/bin/vmwarden metrics --output /srv/textfiles/vmwarden.prom\n"
+        ) && service.contains("ReadWritePaths=/srv/textfiles\n"),
+        "{service}"
+    );
+    let timer = render_unit(&args(MetricsUnit::Timer, "/srv/textfiles", "1min")).unwrap();
+    assert!(
+        timer
+            .contains("[Timer]\nAccuracySec=1s\nOnBootSec=1min\nOnUnitActiveSec=1min\n\n[Install]"),
+        "{timer}"
+    );
+    for bad in ["", "0s", "30", "1 min", "5m", "%s"] {
+        assert!(!valid_interval(bad), "{bad:?}");
+        render_unit(&args(MetricsUnit::Timer, "/srv", bad)).unwrap_err();
+    }
+    render_unit(&args(MetricsUnit::Service, "/srv/a b", "30s")).unwrap_err();
+}
+
+#[test]
+fn dropin_puts_the_specs_limits_on_the_unit_and_refuses_bad_ones() {
+    let f = spec_file(&spec_json(serde_json::json!({
+        "resources": {"cpu_quota_percent": 150, "cpu_weight": 50, "memory_max_mib": 768,
+                      "memory_high_mib": 640, "io_weight": 20, "tasks_max": 256, "cpus": "2-3"}
+    })));
+    let u = parse(&render_unit(&dropin_args("web", f.path())).expect("render"));
+    let svc = &u["Service"];
+    for (k, v) in [
+        ("AllowedCPUs", "2-3"),
+        ("CPUAffinity", "2-3"),
+        ("CPUQuota", "150%"),
+        ("CPUWeight", "50"),
+        ("IOWeight", "20"),
+        ("MemoryHigh", "640M"),
+        ("MemoryMax", "768M"),
+        ("TasksMax", "256"),
+    ] {
+        assert_eq!(svc[k], [v], "{k}");
+    }
+    let plain = spec_file(&spec_json(serde_json::json!({})));
+    let u = parse(&render_unit(&dropin_args("web", plain.path())).expect("render"));
+    assert!(!u
+        .get("Service")
+        .is_some_and(|s| s.contains_key("MemoryMax")));
+    let bad = spec_file(&spec_json(serde_json::json!({
+        "resources": {"memory_max_mib": 256, "memory_high_mib": 512}
+    })));
+    let e = render_unit(&dropin_args("web", bad.path())).unwrap_err();
+    assert!(e.to_string().contains("resources.memory_high_mib"), "{e}");
 }

@@ -122,6 +122,45 @@ impl Golden {
         assert_eq!(want_rest, got_rest, "{}", ctx());
     }
 
+    /// Compare `actual` (Prometheus' text format) with golden `name`, line
+    /// by line. A sample whose golden value is `{n}` may have any
+    /// non-negative number; one whose value is `{n?}` is a figure not every
+    /// host's kernel offers for the cgroup (memory and I/O when those
+    /// controllers are not enabled for cgroup v2 there): absent, or any
+    /// non-negative number.
+    pub fn assert_prom(&self, name: &str, actual: &str) {
+        let want = self.text(name);
+        let ctx = || format!("golden {name}:\n--- want\n{want}--- got\n{actual}---");
+        let mut got = actual.lines().peekable();
+        for w in want.lines() {
+            let (series, value) = w.rsplit_once(' ').unwrap_or((w, ""));
+            let number = |g: &str| {
+                g.strip_prefix(series)
+                    .and_then(|v| v.strip_prefix(' '))
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .is_some_and(|v| v >= 0.0)
+            };
+            match value {
+                "{n?}" if w.starts_with('#') => panic!("{{n?}} in a comment; {}", ctx()),
+                "{n?}" => {
+                    if got
+                        .peek()
+                        .is_some_and(|g| g.starts_with(&format!("{series} ")))
+                    {
+                        let g = got.next().unwrap_or_default();
+                        assert!(number(g), "{g:?} is not {w:?}; {}", ctx());
+                    }
+                }
+                "{n}" => {
+                    let g = got.next().unwrap_or_default();
+                    assert!(number(g), "{g:?} is not {w:?}; {}", ctx());
+                }
+                _ => assert_eq!(got.next(), Some(w), "{}", ctx()),
+            }
+        }
+        assert_eq!(got.next(), None, "lines beyond the golden; {}", ctx());
+    }
+
     /// Compare `actual` (stdout of a `--json` command) with golden `name`.
     pub fn assert_json(&self, name: &str, actual: &str) {
         let want_text = self.text(name);

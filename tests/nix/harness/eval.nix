@@ -58,6 +58,7 @@
           (checked.systemd)
           services
           targets
+          timers
           tmpfiles
           globalEnvironment
           ;

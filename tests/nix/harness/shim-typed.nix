@@ -94,6 +94,10 @@ in {
         type = types.attrsOf (types.submodule sd.targetModule);
         default = {};
       };
+      timers = mkOption {
+        type = types.attrsOf (types.submodule sd.timerModule);
+        default = {};
+      };
       globalEnvironment = mkOption {
         type = with types;
           attrsOf (
@@ -194,6 +198,7 @@ in {
 
     systemd.units =
       lib.mapAttrs' (_: s: lib.nameValuePair s.name (sd.toUnit (sd.serviceText config.systemd.globalEnvironment s) s)) config.systemd.services
-      // lib.mapAttrs' (_: t: lib.nameValuePair t.name (sd.toUnit (sd.targetText t) t)) config.systemd.targets;
+      // lib.mapAttrs' (_: t: lib.nameValuePair t.name (sd.toUnit (sd.targetText t) t)) config.systemd.targets
+      // lib.mapAttrs' (_: t: lib.nameValuePair t.name (sd.toUnit (sd.timerText t) t)) config.systemd.timers;
   };
 }

@@ -301,6 +301,24 @@
     config.unitConfig = derivedUnitConfig name config;
   };
 
+  # systemd.timers.<name>: the common options and [Timer] (timerConfig).
+  timerModule = {
+    name,
+    config,
+    ...
+  }: {
+    options =
+      commonOptions
+      // {
+        name = mkOption {
+          type = types.str;
+          default = "${name}.timer";
+        };
+        timerConfig = section;
+      };
+    config.unitConfig = derivedUnitConfig name config;
+  };
+
   toOption = x:
     if x == true
     then "true"
@@ -341,6 +359,8 @@
 
   targetText = def: "[Unit]\n${attrsToSection def.unitConfig}\n";
 
+  timerText = def: commonUnitText def "[Timer]\n${attrsToSection def.timerConfig}";
+
   # Where NixOS would put the file inside /etc/systemd/system.
   unitFile = def:
     if def.overrideStrategy == "asDropin"
@@ -367,8 +387,10 @@ in {
     unitNameType
     serviceModule
     targetModule
+    timerModule
     serviceText
     targetText
+    timerText
     attrsToSection
     toUnit
     jobScript

@@ -4,7 +4,10 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use vmwarden::config::names::VmName;
-use vmwarden::unit::{RenderUnitArgs, DEFAULT_BIN_DIR, DEFAULT_CREDENTIALS_DIR};
+use vmwarden::unit::{
+    MetricsUnit, RenderUnitArgs, DEFAULT_BIN_DIR, DEFAULT_CREDENTIALS_DIR,
+    DEFAULT_METRICS_INTERVAL, DEFAULT_TEXTFILE_DIR,
+};
 
 use super::common::{LogArgs, RootArgs};
 
@@ -49,6 +52,21 @@ a VM vmwarden knows."
         /// Print JSON (a list of records; fields in docs/operating.md).
         #[arg(long)]
         json: bool,
+    },
+    /// Print every VM's figures in Prometheus' text format (state, uptime,
+    /// starts, CPU, memory, block and network bytes, balloon, last cleanup).
+    #[command(
+        long_about = "Print the figures of every VM `vmwarden status` shows in Prometheus' text \
+exposition format: state and uptime, starts and restarts, CPU seconds, memory, block read and \
+written bytes (from the running instance's cgroup), network bytes per interface, the balloon, \
+the last cleanup's verdict and residue, and the helpers running. Never waits on a VM beyond \
+`status`' bounds. With --output FILE, the text replaces FILE atomically (a temporary name in \
+the same directory, then a rename), as node-exporter's textfile collector wants it."
+    )]
+    Metrics {
+        /// Write to FILE (atomically) instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
     },
     /// Return once the VM's control socket answers (ExecStartPost).
     WaitReady {
@@ -185,6 +203,25 @@ pub struct RenderUnitCli {
     #[arg(long, conflicts_with_all = ["dropin", "target"])]
     pub reap_report: bool,
 
+    /// Print vmwarden-metrics.service (`vmwarden metrics --output` into
+    /// node-exporter's textfile directory) instead of the template.
+    #[arg(long, conflicts_with_all = ["dropin", "target", "reap_report", "metrics_timer"])]
+    pub metrics_service: bool,
+
+    /// Print vmwarden-metrics.timer (starts the metrics service every
+    /// --interval) instead of the template.
+    #[arg(long, conflicts_with_all = ["dropin", "target", "reap_report"])]
+    pub metrics_timer: bool,
+
+    /// node-exporter's textfile collector directory, for --metrics-service.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_TEXTFILE_DIR)]
+    pub textfile_dir: PathBuf,
+
+    /// How often the timer writes the metrics (30s, 5min, 1h), for
+    /// --metrics-timer.
+    #[arg(long, value_name = "SPAN", default_value = DEFAULT_METRICS_INTERVAL)]
+    pub interval: String,
+
     /// Print the drop-in of VM NAME (install it as
     /// /etc/systemd/system/PREFIX@NAME.service.d/vmwarden.conf).
     #[arg(long, value_name = "NAME")]
@@ -221,6 +258,13 @@ impl RenderUnitCli {
             bin_dir: self.bin_dir,
             target: self.target,
             reap_report: self.reap_report,
+            metrics: match (self.metrics_service, self.metrics_timer) {
+                (true, _) => Some(MetricsUnit::Service),
+                (false, true) => Some(MetricsUnit::Timer),
+                (false, false) => None,
+            },
+            textfile_dir: self.textfile_dir,
+            interval: self.interval,
             dropin: self.dropin,
             spec: self.spec,
             credentials_dir: self.credentials_dir,
@@ -242,7 +286,7 @@ pub fn parse_mib(s: &str) -> Result<u64, String> {
     let mib = match unit.trim().to_ascii_uppercase().as_str() {
         "" | "M" | "MB" | "MIB" => Some(n),
         "G" | "GB" | "GIB" => n.checked_mul(1024),
-        "K" | "KB" | "KIB" if n % 1024 == 0 => Some(n / 1024),
+        "K" | "KB" | "KIB" if n.is_multiple_of(1024) => Some(n / 1024),
         "K" | "KB" | "KIB" => return Err(format!("{s:?} is not a whole number of MiB")),
         _ => return Err(format!("{s:?}: unknown unit {unit:?}; use K, M or G")),
     };
