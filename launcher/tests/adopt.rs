@@ -62,9 +62,13 @@ fn legacy(env: &Env) -> Legacy {
     }
     drop(std::os::unix::net::UnixListener::bind(dir.join("web.sock")).unwrap());
     std::fs::write(dir.join("notify.vsock"), b"").unwrap();
-    // microvm.nix's owner: microvm:kvm; any non-root owner stands for it.
+    // microvm.nix's owner: microvm:kvm; any non-root owner stands for it
+    // (its QEMU writes a 9p share's files as itself).
     for p in [&dir, &img, &home] {
         std::os::unix::fs::chown(p, Some(uid(90)), Some(uid(90))).unwrap();
+    }
+    for p in ["hello", "sub", "sub/deep", "escape"] {
+        std::os::unix::fs::lchown(home.join(p), Some(uid(90)), Some(uid(90))).unwrap();
     }
     Legacy { dir, outside }
 }
@@ -1601,4 +1605,122 @@ fn adopt_copying_a_share_its_old_owner_keeps_growing_cannot_use_up_the_root_rese
         );
     }
     assert_eq!(tree(&dir), before, "DIR changed");
+}
+
+/// The old owner's swap: its own directory `victim`, holding a root-only
+/// subtree (`rootdata/`, 0700, with `secret`) that it can neither read nor
+/// delete itself, renamed onto DIR/home (the real `home` renamed away).
+fn swap_in_roots_subtree(env: &Env, l: &Legacy, old: u32) -> PathBuf {
+    let victim = env.path("microvms/db");
+    std::fs::create_dir_all(victim.join("rootdata")).unwrap();
+    std::fs::write(victim.join("rootdata/secret"), b"root's data\n").unwrap();
+    std::fs::set_permissions(
+        victim.join("rootdata"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&victim, Some(old), Some(old)).unwrap();
+    std::os::unix::fs::chown(victim.parent().unwrap(), Some(old), Some(old)).unwrap();
+    let out = Command::new("setpriv")
+        .arg(format!("--reuid={old}"))
+        .arg(format!("--regid={old}"))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c"])
+        .arg(format!(
+            "import os, shutil\nd, v = {:?}, {:?}\ntry:\n    shutil.rmtree(v + '/rootdata')\n    print('OLD OWNER DELETED IT ITSELF')\nexcept OSError as e:\n    print('old owner cannot delete it:', e)\ntry:\n    open(v + '/rootdata/secret').read()\n    print('OLD OWNER READ IT ITSELF')\nexcept OSError as e:\n    print('old owner cannot read it:', e)\nos.rename(d + '/home', d + '/home.mine')\nos.rename(v, d + '/home')\nprint('SWAPPED')\n",
+            l.dir.to_str().unwrap(),
+            victim.to_str().unwrap()
+        ))
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("SWAPPED") && !said.contains("ITSELF"),
+        "{}",
+        text(&out)
+    );
+    l.dir.join("home/rootdata/secret")
+}
+
+/// adopt reads and removes only what the old owner could. DIR is its old
+/// owner's, who may rename anything in it at any time: it renames onto
+/// the share's name a directory of its own holding a subtree of root's
+/// that it can neither read nor delete itself, (1) before the run, (2)
+/// after the record (`VMWARDEN_FAULT_STOP=record`; in life, any time
+/// before the copy reaches it), (3) after the copy, before the old inodes
+/// are removed (`copy:home`; in life, the copy's whole duration, or any
+/// time before a re-run of an interrupted adoption). Root, reading and
+/// removing with DIR's owner's file-system ids, must neither give root's
+/// file to the VM nor delete it.
+#[test]
+fn adopt_reads_and_removes_only_what_the_old_owner_could() {
+    require_fault_injection();
+    let old = uid(90);
+    for (i, stop) in [None, Some("record"), Some("copy:home")]
+        .into_iter()
+        .enumerate()
+    {
+        let env = Env::new();
+        let u = uid(312 + u32::try_from(i).unwrap());
+        let l = legacy(&env);
+        env.write_spec("web", &adopt_spec(&env, u));
+        let leaked = env.state.join("web/home/rootdata/secret");
+        let o = match stop {
+            None => {
+                let secret = swap_in_roots_subtree(&env, &l, old);
+                let before = (tree(&l.dir), tree(&env.state));
+                let o = adopt(&env, &l.dir, &["--apply"]);
+                assert_refused(&o, &["home/rootdata", "cannot", "DIR's owner"]);
+                assert_eq!(
+                    (tree(&l.dir), tree(&env.state)),
+                    before,
+                    "a refusal changed the host"
+                );
+                assert!(secret.exists());
+                o
+            }
+            Some(step) => {
+                let mut run = Command::new(VMWARDEN);
+                env.with_roots(&mut run);
+                run.args(["adopt", "web", "--from", l.dir.to_str().unwrap(), "--apply"])
+                    .env("VMWARDEN_FAULT_STOP", step)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                let child = run.spawn().unwrap();
+                let pid = child.id();
+                wait_until(
+                    &format!("adopt --apply stopped after {step}"),
+                    Duration::from_secs(60),
+                    || stopped(pid),
+                );
+                let secret = swap_in_roots_subtree(&env, &l, old);
+                nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+                    nix::sys::signal::Signal::SIGCONT,
+                )
+                .unwrap();
+                let o = child.wait_with_output().unwrap();
+                assert!(
+                    secret.exists(),
+                    "root deleted a subtree its old owner swapped in under the copied item's name (and could not delete itself), stopped after {step}: {}",
+                    text(&o)
+                );
+                assert!(!o.status.success(), "{}", text(&o));
+                o
+            }
+        };
+        eprintln!("{stop:?}: {}", text(&o));
+        assert!(
+            std::fs::symlink_metadata(&leaked).is_err(),
+            "root copied into the VM's state a file its old owner could not read, swapped in {}: {}",
+            stop.map_or("before the run".to_string(), |s| format!("after {s}")),
+            text(&o)
+        );
+        assert_eq!(
+            std::fs::read(l.dir.join("home/rootdata/secret")).unwrap(),
+            b"root's data\n"
+        );
+    }
 }

@@ -59,10 +59,12 @@ use crate::instance::liveness::{self, Verdict};
 
 mod apply;
 mod copy;
+mod old_owner;
 mod render;
 mod walk;
 
 use apply::apply;
+use old_owner::OldOwner;
 pub use render::render;
 use walk::{describe, holders, inodes_of, inspect_source, lstat_at, open_parent};
 
@@ -402,6 +404,11 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
     })?;
     let from_st = from_dir.stat()?;
 
+    // DIR's owner's file-system ids are taken for every look into DIR
+    // (`setfsuid` is the calling thread's): one thread.
+    crate::launch::drop_check::assert_single_threaded()
+        .map_err(|e| refuse(from, format!("adopt must run on one thread: {e}")))?;
+
     // The vmwarden side: the launcher's own liveness verdict.
     let verdict = liveness::probe(roots, name);
     if !verdict.is_dead() {
@@ -539,6 +546,22 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
                 ))
             }
         };
+        // What is copied is read, and what is removed is removed, with
+        // DIR's owner's rights ([`old_owner`]): checked now, nothing
+        // changed yet.
+        if item.how == How::Copy && matches!(place, Place::From { .. } | Place::Copied) {
+            let read = matches!(place, Place::From { .. });
+            OldOwner::of(&from_st)
+                .check_item(&from_dir, &item.rel, item.kind, from_st.st_dev, read)
+                .map_err(|e| match e {
+                    AdoptError::Refused { path, why, .. } => AdoptError::Refused {
+                        name: name.to_string(),
+                        path,
+                        why,
+                    },
+                    e => e,
+                })?;
+        }
         planned.push(Planned {
             item,
             place,
