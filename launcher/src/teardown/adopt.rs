@@ -25,6 +25,12 @@
 //! room: the plan counts it, and an adoption it does not fit in is refused
 //! before anything changes.
 //!
+//! DIR's names are its owner's to change at any time, so what root reads
+//! from DIR to copy, and the old inodes it removes, it reads and removes
+//! with DIR's owner's file-system ids ([`old_owner`]): root never gives the
+//! VM, nor deletes, what that owner could not read or delete itself. The
+//! plan refuses an item its old owner could not read or remove.
+//!
 //! `--apply` holds the VM's lease (no launch starts meanwhile), records
 //! what it is about to do in `STATE_ROOT/.adopt-NAME.json` (durably, like
 //! the launch's intent record) and then, item by item, moves and re-owns,
@@ -56,6 +62,7 @@ use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal::{self, PrincipalError};
 use crate::instance::lease::LeaseError;
 use crate::instance::liveness::{self, Verdict};
+use crate::launch::drop_check::assert_single_threaded;
 
 mod apply;
 mod copy;
@@ -121,7 +128,7 @@ pub enum AdoptError {
         path: PathBuf,
         why: String,
     },
-    #[error("adopt {name}: the new copy {to} is in place and the principal's, but its old inodes were not all removed: {path}: {reason}; run the same command again, or remove them by hand")]
+    #[error("adopt {name}: the new copy {to} is in place and the principal's, but its old inodes were not all removed: {path}: {reason}; run the same command again, or remove them by hand once you have checked they are the item's old inodes (DIR's owner can rename anything in DIR)")]
     NotRemoved {
         name: String,
         path: PathBuf,
@@ -406,7 +413,7 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
 
     // DIR's owner's file-system ids are taken for every look into DIR
     // (`setfsuid` is the calling thread's): one thread.
-    crate::launch::drop_check::assert_single_threaded()
+    assert_single_threaded()
         .map_err(|e| refuse(from, format!("adopt must run on one thread: {e}")))?;
 
     // The vmwarden side: the launcher's own liveness verdict.

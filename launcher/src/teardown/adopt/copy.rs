@@ -14,7 +14,10 @@
 //! target's directory (root's, 0700 or 0600, until it is complete), then
 //! given to the principal, synced, and renamed into place; only then are
 //! the old inodes removed from DIR. What the old owner still holds reaches
-//! only those old inodes, which are nobody's data any more.
+//! only those old inodes, which are nobody's data any more. Every look
+//! into DIR (a lookup, an open, a `readlinkat`) is made with DIR's owner's
+//! file-system ids ([`super::old_owner`]), every change in the state dir
+//! with root's.
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
