@@ -19,9 +19,11 @@
 //! which no scan of `/proc` sees while it is in flight), so an item is
 //! only moved (`renameat2(RENAME_NOREPLACE)`, then re-owned) when every
 //! inode in it is root's alone (owned by root, nothing for group or
-//! others); any other item gets new inodes that only root has held — a
-//! reflink where the file system has one, else a copy that keeps holes
-//! ([`copy`]) — and its old inodes are removed from DIR. The copies need
+//! others) and DIR is root's (in another's DIR, a root-only inode may be
+//! anyone's, renamed onto the item's name by DIR's owner); any other
+//! item gets new inodes that only root has held — a reflink where the
+//! file system has one, else a copy that keeps holes ([`copy`]) — and its
+//! old inodes are removed from DIR. The copies need
 //! room: the plan counts it, and an adoption it does not fit in is refused
 //! before anything changes.
 //!
@@ -477,6 +479,7 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
         ));
     }
     let state_dir = dirs::open_dir_if_exists(&state_path)?;
+    let old = OldOwner::of(&from_st);
 
     // Every item: in DIR (to move or copy), already done or copied (a
     // resumed run), or to be created at launch. A target that exists is
@@ -523,7 +526,15 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
             }
             // Copied when either this run or the record says so.
             (Some((p, how)), None) => {
-                item.how = if was == Some(How::Copy) { How::Copy } else { how };
+                // Moved only from a DIR that is root's: in another's, a
+                // root-only inode may be anyone's, renamed onto the item's
+                // name by DIR's owner; copied, it is read as that owner,
+                // who cannot ([`old_owner`]).
+                item.how = if was == Some(How::Copy) || !old.is_root() {
+                    How::Copy
+                } else {
+                    how
+                };
                 p
             }
             (None, Some(_)) if was.is_some() => {
@@ -556,10 +567,9 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
         // What is copied is read, and what is removed is removed, with
         // DIR's owner's rights ([`old_owner`]): checked now, nothing
         // changed yet.
-        if item.how == How::Copy && matches!(place, Place::From { .. } | Place::Copied) {
-            let read = matches!(place, Place::From { .. });
-            OldOwner::of(&from_st)
-                .check_item(&from_dir, &item.rel, item.kind, from_st.st_dev, read)
+        if matches!(place, Place::From { .. } | Place::Copied) {
+            let read = item.how == How::Copy && matches!(place, Place::From { .. });
+            old.check_item(&from_dir, &item.rel, item.kind, from_st.st_dev, read)
                 .map_err(|e| match e {
                     AdoptError::Refused { path, why, .. } => AdoptError::Refused {
                         name: name.to_string(),

@@ -73,8 +73,8 @@ impl OldOwner {
 }
 
 impl OldOwner {
-    /// The plan's check of an item to be copied (`read`) or whose old
-    /// inodes are still to be removed: made with the old owner's ids, it
+    /// The plan's check of an item to be copied (`read`), moved, or whose
+    /// old inodes are still to be removed: made with the old owner's ids, it
     /// must be able to look up the item, read every inode in it, and remove
     /// them all (every directory of it, and the item's own parent,
     /// searchable and writable by it; a sticky one holding only what it
