@@ -1198,7 +1198,10 @@ fn stopped(pid: u32) -> bool {
 /// owner, which cannot read them: refused, nothing changed, nothing of
 /// root's given to the VM. (3) In a DIR that is root's, a directory in an
 /// item another user may write (it could rename in it what root, the old
-/// owner then, reads and removes) is refused too.
+/// owner then, reads and removes) is refused too, and so is (4) a root's
+/// DIR in a directory another user may write (microvm.nix's state root is
+/// `microvm:kvm` 0775), which could rename a directory of root's onto
+/// DIR's name.
 #[test]
 fn adopt_moves_only_what_no_one_but_root_could_have_named() {
     let old = uid(90);
@@ -1206,6 +1209,7 @@ fn adopt_moves_only_what_no_one_but_root_could_have_named() {
         "renamed onto the name",
         "made root's by hand",
         "another's directory in root's DIR",
+        "root's DIR in another's directory",
     ] {
         let env = Env::new();
         let u = uid(308);
@@ -1237,9 +1241,12 @@ fn adopt_moves_only_what_no_one_but_root_could_have_named() {
             make_root_only(&l);
             // The old owner's DIR, as microvm.nix leaves it.
             std::os::unix::fs::chown(&l.dir, Some(old), Some(old)).unwrap();
-        } else {
+        } else if case == "another's directory in root's DIR" {
             make_root_only(&l);
             std::os::unix::fs::chown(l.dir.join("home/sub"), Some(old), Some(old)).unwrap();
+        } else {
+            make_root_only(&l);
+            std::os::unix::fs::chown(l.dir.parent().unwrap(), Some(old), Some(old)).unwrap();
         }
         let before = (tree(&l.dir), tree(&env.state));
         let o = adopt(&env, &l.dir, &["--apply"]);
@@ -1251,6 +1258,8 @@ fn adopt_moves_only_what_no_one_but_root_could_have_named() {
         );
         if case == "another's directory in root's DIR" {
             assert_refused(&o, &["home/sub", "in a DIR that is root's"]);
+        } else if case == "root's DIR in another's directory" {
+            assert_refused(&o, &["microvms", "onto DIR's name"]);
         } else {
             assert_refused(&o, &["var.img", "cannot read it", "DIR's owner"]);
         }

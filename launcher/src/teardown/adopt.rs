@@ -480,6 +480,10 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
     }
     let state_dir = dirs::open_dir_if_exists(&state_path)?;
     let old = OldOwner::of(&from_st);
+    old.check_above(from).map_err(|e| match e {
+        AdoptError::Refused { path, why, .. } => refuse(&path, why),
+        e => e,
+    })?;
 
     // Every item: in DIR (to move or copy), already done or copied (a
     // resumed run), or to be created at launch. A target that exists is

@@ -56,6 +56,35 @@ impl OldOwner {
         self.uid == 0
     }
 
+    /// When DIR is root's, no directory above it may be another user's to
+    /// write (owned by another, or writable by group or others without
+    /// the sticky bit): that user could have renamed a directory of
+    /// root's onto DIR's name, and adopt would act in it with root's
+    /// rights. Checked on the path after DIR is open: any rename that put
+    /// another directory there needed write on a directory still on it.
+    pub(super) fn check_above(self, from: &Path) -> Result<()> {
+        if !self.is_root() {
+            return Ok(());
+        }
+        for up in from.ancestors().skip(1) {
+            let st = nix::sys::stat::lstat(up).sys("lstat", up)?;
+            let others_write = st.st_mode & 0o022 != 0 && st.st_mode & 0o1000 == 0;
+            if st.st_uid != 0 || others_write {
+                return Err(AdoptError::Refused {
+                    name: String::new(),
+                    path: up.to_path_buf(),
+                    why: format!(
+                        "is uid {}'s, mode {:o}, above {}, which is root's: that user could have renamed a directory of root's onto DIR's name, and adopt acts in a root-owned DIR with root's rights; give DIR to its old owner (chown) so that adopt acts with that owner's",
+                        st.st_uid,
+                        st.st_mode & 0o7777,
+                        from.display()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Run `f` with the old owner's file-system uid and gid and no
     /// supplementary groups, then root's back (a guard restores them on
     /// unwinding too). The process has one thread (checked by the caller
