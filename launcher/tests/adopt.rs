@@ -62,9 +62,13 @@ fn legacy(env: &Env) -> Legacy {
     }
     drop(std::os::unix::net::UnixListener::bind(dir.join("web.sock")).unwrap());
     std::fs::write(dir.join("notify.vsock"), b"").unwrap();
-    // microvm.nix's owner: microvm:kvm; any non-root owner stands for it.
+    // microvm.nix's owner: microvm:kvm; any non-root owner stands for it
+    // (its QEMU writes a 9p share's files as itself).
     for p in [&dir, &img, &home] {
         std::os::unix::fs::chown(p, Some(uid(90)), Some(uid(90))).unwrap();
+    }
+    for p in ["hello", "sub", "sub/deep", "escape"] {
+        std::os::unix::fs::lchown(home.join(p), Some(uid(90)), Some(uid(90))).unwrap();
     }
     Legacy { dir, outside }
 }
@@ -130,7 +134,8 @@ fn assert_refused(o: &Output, want: &[&str]) {
 }
 
 /// Make everything of `l` root's alone (owner root, nothing for group or
-/// others): such items are moved, the same inodes, not copied.
+/// others), and DIR root's (no one else may rename in it): such items are
+/// moved, the same inodes, not copied.
 fn make_root_only(l: &Legacy) {
     fn go(p: &Path) {
         let md = std::fs::symlink_metadata(p).unwrap();
@@ -149,6 +154,8 @@ fn make_root_only(l: &Legacy) {
     }
     go(&l.dir.join("var.img"));
     go(&l.dir.join("home"));
+    std::os::unix::fs::chown(&l.dir, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&l.dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
 }
 
 /// How the items were adopted: `Moved` (root's alone: the same inodes) or
@@ -1173,29 +1180,6 @@ fn a_copy_shares_blocks_where_the_file_system_makes_reflinks() {
 /// its own under the name, maps it `MAP_SHARED` and closes the descriptor
 /// (no scan of `/proc/*/fd` sees a mapping). Later it writes through the
 /// mapping.
-const SWAPPER: &str = r#"
-import ctypes, os, sys
-img = sys.argv[1]
-os.rename(img, img + ".judged")
-fd = os.open(img, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-os.pwrite(fd, b"THE-OLD-OWNERS-OWN-FILE\n", 0)
-os.ftruncate(fd, 1 << 30)
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mmap.restype = ctypes.c_void_p
-libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-addr = libc.mmap(None, 4096, 3, 1, fd, 0)  # PROT_READ|PROT_WRITE, MAP_SHARED
-assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
-m = (ctypes.c_char * 4096).from_address(addr)
-os.close(fd)
-os.chdir("/")
-print("SWAPPED", os.stat(img).st_ino, flush=True)
-sys.stdin.readline()
-m[1024:1028] = b"EVIL"
-libc.msync(ctypes.c_void_p(addr), ctypes.c_size_t(4096), 4)  # MS_SYNC
-print("WROTE", flush=True)
-sys.stdin.readline()
-"#;
-
 /// Whether process `pid` is stopped (state `T` in `/proc/PID/stat`).
 fn stopped(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -1204,109 +1188,87 @@ fn stopped(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// adopt judges the inode it moves. The plan judged the items root's alone
-/// ("move them"); between the plan and the rename (here: `adopt --apply`
-/// stopped right after its record, fault injection) the old owner, whose
-/// DIR it is, swaps in a file of its own under the image's name and keeps
-/// a `MAP_SHARED` mapping of it. That file must not become the VM's disk:
-/// the adoption stops at it, and run again it is copied to new inodes,
-/// which the old owner's mapping does not reach.
+/// adopt moves only what no one but root could have named. A root-only
+/// item is moved (the same inode, given to the VM) only from a DIR that
+/// is root's: in the old owner's DIR, the old owner chooses what each
+/// name points at, and (1) renames onto the image's name a root-only file
+/// of someone else's (here another root-only file in DIR, which it cannot
+/// read), or (2) the items were made root's alone by hand, with whatever
+/// handles the old owner took before. Either way adopt copies as the old
+/// owner, which cannot read them: refused, nothing changed, nothing of
+/// root's given to the VM. (3) In a DIR that is root's, a directory in an
+/// item another user may write (it could rename in it what root, the old
+/// owner then, reads and removes) is refused too, and so is (4) a root's
+/// DIR in a directory another user may write (microvm.nix's state root is
+/// `microvm:kvm` 0775), which could rename a directory of root's onto
+/// DIR's name.
 #[test]
-fn adopt_judges_the_inode_it_moves() {
-    require_fault_injection();
-    let env = Env::new();
-    let (u, old) = (uid(308), uid(90));
-    let l = legacy(&env);
-    make_root_only(&l);
-    env.write_spec("web", &adopt_spec(&env, u));
-    let plan = adopt(&env, &l.dir, &[]);
-    assert!(
-        String::from_utf8_lossy(&plan.stdout).contains("move "),
-        "the plan does not move root's items: {}",
-        text(&plan)
-    );
-    let mut run = Command::new(VMWARDEN);
-    env.with_roots(&mut run);
-    run.args(["adopt", "web", "--from", l.dir.to_str().unwrap(), "--apply"])
-        .env("VMWARDEN_FAULT_STOP", "record")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = run.spawn().unwrap();
-    let pid = child.id();
-    wait_until(
-        "adopt --apply stopped after its record",
-        Duration::from_secs(30),
-        || stopped(pid),
-    );
-    let script = env.path("swapper.py");
-    std::fs::write(&script, SWAPPER).unwrap();
-    let mut swapper = Command::new("setpriv")
-        .arg(format!("--reuid={old}"))
-        .arg(format!("--regid={old}"))
-        .arg("--clear-groups")
-        .arg("/usr/bin/python3")
-        .arg(&script)
-        .arg(l.dir.join("var.img"))
-        .current_dir("/")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let lines = Lines::of(swapper.stdout.take().unwrap());
-    let mut to_swapper = swapper.stdin.take().unwrap();
-    let swapped = lines.until("SWAPPED");
-    let theirs: u64 = swapped
-        .last()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|i| i.parse().ok())
-        .unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
-        nix::sys::signal::Signal::SIGCONT,
-    )
-    .unwrap();
-    let o = child.wait_with_output().unwrap();
-    eprintln!("adopt --apply after the swap: {}", text(&o));
-    let img = env.state.join("web/var.img");
-    let now = std::fs::symlink_metadata(&img).ok();
-    assert!(
-        now.as_ref().is_none_or(|m| m.ino() != theirs),
-        "the VM's disk {} is the inode its old owner swapped in and still maps (ino {theirs}, uid {:?}); adopt moved it in as the principal's: {}",
-        img.display(),
-        now.as_ref().map(|m| m.uid()),
-        text(&o)
-    );
-    assert!(!o.status.success(), "{}", text(&o));
-    assert!(
-        stderr(&o).contains("is no longer root's alone")
-            && stderr(&o).contains("run the same command again"),
-        "{}",
-        text(&o)
-    );
-    // The swapped-in file is as its owner left it, in DIR.
-    let md = std::fs::symlink_metadata(l.dir.join("var.img")).unwrap();
-    assert_eq!((md.ino(), md.uid()), (theirs, old));
-
-    // Run again: judged anew, the old owner's file is copied to new inodes.
-    let o = adopt(&env, &l.dir, &["--apply"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let md = std::fs::symlink_metadata(&img).unwrap();
-    assert_ne!(md.ino(), theirs);
-    assert_eq!((md.uid(), md.mode() & 0o7777), (u, 0o600));
-    std::io::Write::write_all(&mut to_swapper, b"go\n").unwrap();
-    lines.until("WROTE");
-    let head = std::fs::read(&img).map(|b| b[..4096].to_vec()).unwrap();
-    assert_ne!(
-        &head[1024..1028],
-        b"EVIL",
-        "the old owner's mapping wrote into the VM's disk"
-    );
-    assert!(head.starts_with(b"THE-OLD-OWNERS-OWN-FILE\n"));
-    drop(to_swapper);
-    let _ = swapper.kill();
-    let _ = swapper.wait();
+fn adopt_moves_only_what_no_one_but_root_could_have_named() {
+    let old = uid(90);
+    for case in [
+        "renamed onto the name",
+        "made root's by hand",
+        "another's directory in root's DIR",
+        "root's DIR in another's directory",
+    ] {
+        let env = Env::new();
+        let u = uid(308);
+        let l = legacy(&env);
+        env.write_spec("web", &adopt_spec(&env, u));
+        if case == "renamed onto the name" {
+            let other = l.dir.join("other.img");
+            std::fs::write(&other, b"ROOT-ONLY-NOT-THIS-VMS\n").unwrap();
+            std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap();
+            let out = Command::new("setpriv")
+                .arg(format!("--reuid={old}"))
+                .arg(format!("--regid={old}"))
+                .arg("--clear-groups")
+                .args(["/usr/bin/python3", "-c"])
+                .arg(format!(
+                    "import os\nd = {:?}\nos.rename(d + '/var.img', d + '/var.img.mine')\nos.rename(d + '/other.img', d + '/var.img')\nprint('RENAMED')\n",
+                    l.dir.to_str().unwrap()
+                ))
+                .current_dir("/")
+                .output()
+                .unwrap();
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains("RENAMED"),
+                "{}",
+                text(&out)
+            );
+        } else if case == "made root's by hand" {
+            make_root_only(&l);
+            // The old owner's DIR, as microvm.nix leaves it.
+            std::os::unix::fs::chown(&l.dir, Some(old), Some(old)).unwrap();
+        } else if case == "another's directory in root's DIR" {
+            make_root_only(&l);
+            std::os::unix::fs::chown(l.dir.join("home/sub"), Some(old), Some(old)).unwrap();
+        } else {
+            make_root_only(&l);
+            std::os::unix::fs::chown(l.dir.parent().unwrap(), Some(old), Some(old)).unwrap();
+        }
+        let before = (tree(&l.dir), tree(&env.state));
+        let o = adopt(&env, &l.dir, &["--apply"]);
+        eprintln!("{case}: {}", text(&o));
+        assert!(
+            std::fs::symlink_metadata(env.state.join("web/var.img")).is_err(),
+            "{case}: a root-only file in its old owner's DIR became the VM's disk: {}",
+            text(&o)
+        );
+        if case == "another's directory in root's DIR" {
+            assert_refused(&o, &["home/sub", "in a DIR that is root's"]);
+        } else if case == "root's DIR in another's directory" {
+            assert_refused(&o, &["microvms", "onto DIR's name"]);
+        } else {
+            assert_refused(&o, &["var.img", "cannot read it", "DIR's owner"]);
+        }
+        assert_eq!(
+            (tree(&l.dir), tree(&env.state)),
+            before,
+            "{case}: a refusal changed the host"
+        );
+    }
 }
 
 /// `adopt`, copying a sparse file its old owner keeps filling, cannot use
@@ -1601,4 +1563,122 @@ fn adopt_copying_a_share_its_old_owner_keeps_growing_cannot_use_up_the_root_rese
         );
     }
     assert_eq!(tree(&dir), before, "DIR changed");
+}
+
+/// The old owner's swap: its own directory `victim`, holding a root-only
+/// subtree (`rootdata/`, 0700, with `secret`) that it can neither read nor
+/// delete itself, renamed onto DIR/home (the real `home` renamed away).
+fn swap_in_roots_subtree(env: &Env, l: &Legacy, old: u32) -> PathBuf {
+    let victim = env.path("microvms/db");
+    std::fs::create_dir_all(victim.join("rootdata")).unwrap();
+    std::fs::write(victim.join("rootdata/secret"), b"root's data\n").unwrap();
+    std::fs::set_permissions(
+        victim.join("rootdata"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&victim, Some(old), Some(old)).unwrap();
+    std::os::unix::fs::chown(victim.parent().unwrap(), Some(old), Some(old)).unwrap();
+    let out = Command::new("setpriv")
+        .arg(format!("--reuid={old}"))
+        .arg(format!("--regid={old}"))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c"])
+        .arg(format!(
+            "import os, shutil\nd, v = {:?}, {:?}\ntry:\n    shutil.rmtree(v + '/rootdata')\n    print('OLD OWNER DELETED IT ITSELF')\nexcept OSError as e:\n    print('old owner cannot delete it:', e)\ntry:\n    open(v + '/rootdata/secret').read()\n    print('OLD OWNER READ IT ITSELF')\nexcept OSError as e:\n    print('old owner cannot read it:', e)\nos.rename(d + '/home', d + '/home.mine')\nos.rename(v, d + '/home')\nprint('SWAPPED')\n",
+            l.dir.to_str().unwrap(),
+            victim.to_str().unwrap()
+        ))
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("SWAPPED") && !said.contains("ITSELF"),
+        "{}",
+        text(&out)
+    );
+    l.dir.join("home/rootdata/secret")
+}
+
+/// adopt reads and removes only what the old owner could. DIR is its old
+/// owner's, who may rename anything in it at any time: it renames onto
+/// the share's name a directory of its own holding a subtree of root's
+/// that it can neither read nor delete itself, (1) before the run, (2)
+/// after the record (`VMWARDEN_FAULT_STOP=record`; in life, any time
+/// before the copy reaches it), (3) after the copy, before the old inodes
+/// are removed (`copy:home`; in life, the copy's whole duration, or any
+/// time before a re-run of an interrupted adoption). Root, reading and
+/// removing with DIR's owner's file-system ids, must neither give root's
+/// file to the VM nor delete it.
+#[test]
+fn adopt_reads_and_removes_only_what_the_old_owner_could() {
+    require_fault_injection();
+    let old = uid(90);
+    for (i, stop) in [None, Some("record"), Some("copy:home")]
+        .into_iter()
+        .enumerate()
+    {
+        let env = Env::new();
+        let u = uid(312 + u32::try_from(i).unwrap());
+        let l = legacy(&env);
+        env.write_spec("web", &adopt_spec(&env, u));
+        let leaked = env.state.join("web/home/rootdata/secret");
+        let o = match stop {
+            None => {
+                let secret = swap_in_roots_subtree(&env, &l, old);
+                let before = (tree(&l.dir), tree(&env.state));
+                let o = adopt(&env, &l.dir, &["--apply"]);
+                assert_refused(&o, &["home/rootdata", "cannot", "DIR's owner"]);
+                assert_eq!(
+                    (tree(&l.dir), tree(&env.state)),
+                    before,
+                    "a refusal changed the host"
+                );
+                assert!(secret.exists());
+                o
+            }
+            Some(step) => {
+                let mut run = Command::new(VMWARDEN);
+                env.with_roots(&mut run);
+                run.args(["adopt", "web", "--from", l.dir.to_str().unwrap(), "--apply"])
+                    .env("VMWARDEN_FAULT_STOP", step)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                let child = run.spawn().unwrap();
+                let pid = child.id();
+                wait_until(
+                    &format!("adopt --apply stopped after {step}"),
+                    Duration::from_secs(60),
+                    || stopped(pid),
+                );
+                let secret = swap_in_roots_subtree(&env, &l, old);
+                nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+                    nix::sys::signal::Signal::SIGCONT,
+                )
+                .unwrap();
+                let o = child.wait_with_output().unwrap();
+                assert!(
+                    secret.exists(),
+                    "root deleted a subtree its old owner swapped in under the copied item's name (and could not delete itself), stopped after {step}: {}",
+                    text(&o)
+                );
+                assert!(!o.status.success(), "{}", text(&o));
+                o
+            }
+        };
+        eprintln!("{stop:?}: {}", text(&o));
+        assert!(
+            std::fs::symlink_metadata(&leaked).is_err(),
+            "root copied into the VM's state a file its old owner could not read, swapped in {}: {}",
+            stop.map_or("before the run".to_string(), |s| format!("after {s}")),
+            text(&o)
+        );
+        assert_eq!(
+            std::fs::read(l.dir.join("home/rootdata/secret")).unwrap(),
+            b"root's data\n"
+        );
+    }
 }

@@ -19,11 +19,19 @@
 //! which no scan of `/proc` sees while it is in flight), so an item is
 //! only moved (`renameat2(RENAME_NOREPLACE)`, then re-owned) when every
 //! inode in it is root's alone (owned by root, nothing for group or
-//! others); any other item gets new inodes that only root has held — a
-//! reflink where the file system has one, else a copy that keeps holes
-//! ([`copy`]) — and its old inodes are removed from DIR. The copies need
+//! others) and DIR is root's (in another's DIR, a root-only inode may be
+//! anyone's, renamed onto the item's name by DIR's owner); any other
+//! item gets new inodes that only root has held — a reflink where the
+//! file system has one, else a copy that keeps holes ([`copy`]) — and its
+//! old inodes are removed from DIR. The copies need
 //! room: the plan counts it, and an adoption it does not fit in is refused
 //! before anything changes.
+//!
+//! DIR's names are its owner's to change at any time, so what root reads
+//! from DIR to copy, and the old inodes it removes, it reads and removes
+//! with DIR's owner's file-system ids ([`old_owner`]): root never gives the
+//! VM, nor deletes, what that owner could not read or delete itself. The
+//! plan refuses an item its old owner could not read or remove.
 //!
 //! `--apply` holds the VM's lease (no launch starts meanwhile), records
 //! what it is about to do in `STATE_ROOT/.adopt-NAME.json` (durably, like
@@ -56,13 +64,16 @@ use crate::host::sys::{SysContext, SysError};
 use crate::identity::principal::{self, PrincipalError};
 use crate::instance::lease::LeaseError;
 use crate::instance::liveness::{self, Verdict};
+use crate::launch::drop_check::assert_single_threaded;
 
 mod apply;
 mod copy;
+mod old_owner;
 mod render;
 mod walk;
 
 use apply::apply;
+use old_owner::OldOwner;
 pub use render::render;
 use walk::{describe, holders, inodes_of, inspect_source, lstat_at, open_parent};
 
@@ -119,7 +130,7 @@ pub enum AdoptError {
         path: PathBuf,
         why: String,
     },
-    #[error("adopt {name}: the new copy {to} is in place and the principal's, but its old inodes were not all removed: {path}: {reason}; run the same command again, or remove them by hand")]
+    #[error("adopt {name}: the new copy {to} is in place and the principal's, but its old inodes were not all removed: {path}: {reason}; run the same command again, or remove them by hand once you have checked they are the item's old inodes (DIR's owner can rename anything in DIR)")]
     NotRemoved {
         name: String,
         path: PathBuf,
@@ -402,6 +413,11 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
     })?;
     let from_st = from_dir.stat()?;
 
+    // DIR's owner's file-system ids are taken for every look into DIR
+    // (`setfsuid` is the calling thread's): one thread.
+    assert_single_threaded()
+        .map_err(|e| refuse(from, format!("adopt must run on one thread: {e}")))?;
+
     // The vmwarden side: the launcher's own liveness verdict.
     let verdict = liveness::probe(roots, name);
     if !verdict.is_dead() {
@@ -463,6 +479,11 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
         ));
     }
     let state_dir = dirs::open_dir_if_exists(&state_path)?;
+    let old = OldOwner::of(&from_st);
+    old.check_above(from).map_err(|e| match e {
+        AdoptError::Refused { path, why, .. } => refuse(&path, why),
+        e => e,
+    })?;
 
     // Every item: in DIR (to move or copy), already done or copied (a
     // resumed run), or to be created at launch. A target that exists is
@@ -509,7 +530,15 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
             }
             // Copied when either this run or the record says so.
             (Some((p, how)), None) => {
-                item.how = if was == Some(How::Copy) { How::Copy } else { how };
+                // Moved only from a DIR that is root's: in another's, a
+                // root-only inode may be anyone's, renamed onto the item's
+                // name by DIR's owner; copied, it is read as that owner,
+                // who cannot ([`old_owner`]).
+                item.how = if was == Some(How::Copy) || !old.is_root() {
+                    How::Copy
+                } else {
+                    how
+                };
                 p
             }
             (None, Some(_)) if was.is_some() => {
@@ -539,6 +568,21 @@ pub fn adopt(roots: &Roots, name: &VmName, from: &Path, opts: &Options) -> Resul
                 ))
             }
         };
+        // What is copied is read, and what is removed is removed, with
+        // DIR's owner's rights ([`old_owner`]): checked now, nothing
+        // changed yet.
+        if matches!(place, Place::From { .. } | Place::Copied) {
+            let read = item.how == How::Copy && matches!(place, Place::From { .. });
+            old.check_item(&from_dir, &item.rel, item.kind, from_st.st_dev, read)
+                .map_err(|e| match e {
+                    AdoptError::Refused { path, why, .. } => AdoptError::Refused {
+                        name: name.to_string(),
+                        path,
+                        why,
+                    },
+                    e => e,
+                })?;
+        }
         planned.push(Planned {
             item,
             place,

@@ -21,6 +21,7 @@ use crate::instance::liveness;
 use crate::teardown::lease_as_a_launch;
 
 use super::copy::{self, Owner};
+use super::old_owner::{self as old_owner, OldOwner};
 use super::walk::{
     check_entry, describe, kind_of, lstat_at, open_parent, root_only, walk_share, DIR_FLAGS,
     NOFOLLOW,
@@ -111,6 +112,7 @@ pub(super) fn apply(
             parent: &parent,
             last,
             owner,
+            old: OldOwner::of(from_st),
             opts,
         };
         match p.item.how {
@@ -143,6 +145,8 @@ struct Step<'a> {
     parent: &'a Dir,
     last: &'a OsStr,
     owner: Owner,
+    /// DIR's owner: the copy reads and the removal unlinks with its ids.
+    old: OldOwner,
     opts: &'a Options,
 }
 
@@ -160,11 +164,28 @@ impl Step<'_> {
     }
 
     /// The item in DIR, opened by its parent: `None` once it is gone.
+    /// Looked up with the old owner's ids (a copied item's).
     fn source(&self) -> Result<Option<(Dir, std::ffi::OsString)>> {
-        let Some((parent, name)) = open_parent(self.from_dir, &self.planned.item.rel)? else {
-            return Ok(None);
-        };
-        Ok(lstat_at(&parent, &name)?.map(|_| (parent, name)))
+        self.old.with(|| {
+            let Some((parent, name)) = open_parent(self.from_dir, &self.planned.item.rel)? else {
+                return Ok(None);
+            };
+            Ok(lstat_at(&parent, &name)?.map(|_| (parent, name)))
+        })?
+    }
+
+    /// The kernel refused the old owner's ids something in DIR: said so.
+    fn as_old_owner(&self, e: AdoptError) -> AdoptError {
+        if !old_owner::is_denied(&e) {
+            return e;
+        }
+        self.changed(
+            &self.planned.from,
+            format!(
+                "{e}: its old owner (DIR's owner uid {} gid {}) could not read or look it up itself since the plan (an entry renamed in?); adopt reads and removes in DIR only what DIR's owner could",
+                self.old.uid, self.old.gid
+            ),
+        )
     }
 
     /// A new-inode adoption: the copy in place (`copy:X`), then the old
@@ -173,7 +194,8 @@ impl Step<'_> {
         let p = self.planned;
         if let Place::From { .. } = p.place {
             let (src_parent, src_name) = self
-                .source()?
+                .source()
+                .map_err(|e| self.as_old_owner(e))?
                 .ok_or_else(|| self.refused(&p.from, "vanished".into()))?;
             copy::copy_item(
                 p.item.kind,
@@ -183,19 +205,28 @@ impl Step<'_> {
                 self.last,
                 &copy::temp_name(index),
                 self.owner,
+                self.old,
                 self.dev,
-            )?;
+            )
+            .map_err(|e| self.as_old_owner(e))?;
         }
         fault(self.opts, &format!("copy:{}", self.rel()));
         if matches!(p.place, Place::From { .. } | Place::Copied) {
-            if let Some((src_parent, src_name)) = self.source()? {
-                let out = ownership::delete_entries(&src_parent, &[src_name], None);
+            if let Some((src_parent, src_name)) = self.source().map_err(|e| self.as_old_owner(e))? {
+                // With the old owner's ids: what it swapped in under the
+                // name and could not remove itself stays.
+                let out = self
+                    .old
+                    .with(|| ownership::delete_entries(&src_parent, &[src_name], None))?;
                 if let Some(f) = out.failed.first() {
                     return Err(AdoptError::NotRemoved {
                         name: self.name.to_string(),
                         path: f.path.clone(),
                         to: p.to.clone(),
-                        reason: f.reason.clone(),
+                        reason: format!(
+                            "{} (removed with its old owner's ids, DIR's owner uid {} gid {}: what it could not remove itself is left)",
+                            f.reason, self.old.uid, self.old.gid
+                        ),
                     });
                 }
                 nix::unistd::fsync(src_parent.fd.as_fd()).sys("fsync", &src_parent.path)?;

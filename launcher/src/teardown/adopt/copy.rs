@@ -14,7 +14,10 @@
 //! target's directory (root's, 0700 or 0600, until it is complete), then
 //! given to the principal, synced, and renamed into place; only then are
 //! the old inodes removed from DIR. What the old owner still holds reaches
-//! only those old inodes, which are nobody's data any more.
+//! only those old inodes, which are nobody's data any more. Every look
+//! into DIR (a lookup, an open, a `readlinkat`) is made with DIR's owner's
+//! file-system ids ([`super::old_owner`]), every change in the state dir
+//! with root's.
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -32,6 +35,7 @@ use crate::host::dirs::Dir;
 use crate::host::ownership;
 use crate::host::sys::SysContext;
 
+use super::old_owner::OldOwner;
 use super::walk::{check_entry, describe, kind_of, lstat_at, too_deep, DIR_FLAGS, NOFOLLOW};
 use super::{sys_err, AdoptError, Kind, Result};
 
@@ -267,11 +271,19 @@ fn new_file(src_fd: &OwnedFd, st: &FileStat, dst: &Dir, name: &OsStr) -> Result<
 
 /// Copy the entries of the share directory `src` into the new, empty
 /// directory `dst`, depth first; `depth` is `dst`'s below the share.
-fn copy_tree(src: &Dir, dst: &Dir, dev: u64, owner: Owner, depth: usize) -> Result<()> {
+/// Every look into `src` is made with the old owner's ids (`old`).
+fn copy_tree(
+    src: &Dir,
+    dst: &Dir,
+    dev: u64,
+    owner: Owner,
+    old: OldOwner,
+    depth: usize,
+) -> Result<()> {
     for n in ownership::entries(src).sys("readdir", &src.path)? {
         let from = src.path.join(&n);
         let to = dst.path.join(&n);
-        let Some(st) = lstat_at(src, &n)? else {
+        let Some(st) = old.with(|| lstat_at(src, &n))?? else {
             continue;
         };
         check_entry(&from, &st, dev)?;
@@ -287,7 +299,8 @@ fn copy_tree(src: &Dir, dst: &Dir, dev: u64, owner: Owner, depth: usize) -> Resu
                     return Err(too_deep(&from));
                 }
                 let s = Dir {
-                    fd: openat(src.fd.as_fd(), n.as_os_str(), DIR_FLAGS, Mode::empty())
+                    fd: old
+                        .with(|| openat(src.fd.as_fd(), n.as_os_str(), DIR_FLAGS, Mode::empty()))?
                         .sys("openat", &from)?,
                     path: from.clone(),
                 };
@@ -303,19 +316,20 @@ fn copy_tree(src: &Dir, dst: &Dir, dev: u64, owner: Owner, depth: usize) -> Resu
                         .sys("openat", &to)?,
                     path: to.clone(),
                 };
-                copy_tree(&s, &d, dev, owner, depth + 1)?;
+                copy_tree(&s, &d, dev, owner, old, depth + 1)?;
                 finish(d.fd.as_fd(), &st, owner, st.st_mode & 0o1777, &to)?;
             }
             SFlag::S_IFREG => {
-                let (src_fd, now) = open_source_file(src, &n, dev)?;
+                let (src_fd, now) = old.with(|| open_source_file(src, &n, dev))??;
                 let fd = new_file(&src_fd, &now, dst, &n)?;
                 finish(fd.as_fd(), &now, owner, mode, &to)?;
             }
             kind => {
                 match kind {
                     SFlag::S_IFLNK => {
-                        let target =
-                            readlinkat(src.fd.as_fd(), n.as_os_str()).sys("readlinkat", &from)?;
+                        let target = old
+                            .with(|| readlinkat(src.fd.as_fd(), n.as_os_str()))?
+                            .sys("readlinkat", &from)?;
                         nix::unistd::symlinkat(target.as_os_str(), dst.fd.as_fd(), n.as_os_str())
                             .map_err(|e| copy_err(e, "symlinkat", &to))?;
                     }
@@ -376,7 +390,9 @@ fn remove_if_there(dir: &Dir, name: &OsStr) -> Result<()> {
 /// Make item `src_parent/src_name` (a disk image or a share source) anew
 /// as `dst_parent/last`, the principal's: under `temp` until complete,
 /// then renamed into place (never over an existing name). The old inodes
-/// stay in DIR (the caller removes them after).
+/// stay in DIR (the caller removes them after). Every look into DIR is
+/// made with the old owner's ids (`old`), every change in the state dir
+/// with root's.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn copy_item(
     kind: Kind,
@@ -386,6 +402,7 @@ pub(super) fn copy_item(
     last: &OsStr,
     temp: &str,
     owner: Owner,
+    old: OldOwner,
     dev: u64,
 ) -> Result<()> {
     let temp = OsString::from(temp);
@@ -394,7 +411,7 @@ pub(super) fn copy_item(
     let made = (|| -> Result<()> {
         match kind {
             Kind::Image => {
-                let (src_fd, st) = open_source_file(src_parent, src_name, dev)?;
+                let (src_fd, st) = old.with(|| open_source_file(src_parent, src_name, dev))??;
                 let fd = new_file(&src_fd, &st, dst_parent, &temp)?;
                 nix::unistd::fsync(fd.as_fd()).sys("fsync", &tmp_path)?;
                 finish(fd.as_fd(), &st, owner, 0o600, &tmp_path)?;
@@ -402,7 +419,8 @@ pub(super) fn copy_item(
             Kind::Share => {
                 let from = src_parent.path.join(src_name);
                 let src = Dir {
-                    fd: openat(src_parent.fd.as_fd(), src_name, DIR_FLAGS, Mode::empty())
+                    fd: old
+                        .with(|| openat(src_parent.fd.as_fd(), src_name, DIR_FLAGS, Mode::empty()))?
                         .sys("openat", &from)?,
                     path: from.clone(),
                 };
@@ -425,7 +443,7 @@ pub(super) fn copy_item(
                     .sys("openat", &tmp_path)?,
                     path: tmp_path.clone(),
                 };
-                copy_tree(&src, &dst, dev, owner, 1)?;
+                copy_tree(&src, &dst, dev, owner, old, 1)?;
                 nix::unistd::syncfs(dst.fd.as_fd()).sys("syncfs", &tmp_path)?;
                 // Writable by the principal only (the launcher refuses a
                 // share source others may write).
