@@ -301,7 +301,7 @@ fn a_vms_id_range_is_its_alone_a_record_is_used_only_as_valid() {
     // Fixed, web gets a range of the pool.
     assert_launched(&launch_once(&env, "web", uw));
     let (wb, _) = id_range_in(&env, "web").unwrap();
-    assert!((POOL_FIRST..POOL_END).contains(&wb) && (wb - POOL_FIRST) % RANGE_SIZE == 0);
+    assert!((POOL_FIRST..POOL_END).contains(&wb) && (wb - POOL_FIRST).is_multiple_of(RANGE_SIZE));
     // An older vmwarden's valid record of db: moved and used.
     let db_base = POOL_FIRST + 100 * RANGE_SIZE;
     let db_old = old.join(format!("range-{db_base}.json"));

@@ -41,7 +41,7 @@ impl Spec {
                 ));
             }
         }
-        if self.hugepage_mem && self.memory_mib % HUGEPAGE_MIB != 0 {
+        if self.hugepage_mem && !self.memory_mib.is_multiple_of(HUGEPAGE_MIB) {
             return Err(bad(
                 "memory_mib",
                 format!(

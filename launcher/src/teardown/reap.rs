@@ -679,14 +679,14 @@ fn reap_taps(roots: &Roots, probe: &Probe, r: &mut Report) {
     }
 }
 
+/// A link reap may delete: its index, its mark (alias) and what it is.
+type LinkEnd = (u32, Option<String>, &'static str);
+
 /// The index, the mark (alias) and what it is of `name` when it is the
 /// host side of a link into a VM's own network namespace (a veth whose
 /// other end is in another namespace) or a macvtap; opens `rtnl` the first
 /// time it is needed.
-fn ns_link_end(
-    rtnl: &mut Option<Rtnl>,
-    name: &str,
-) -> Result<Option<(u32, Option<String>, &'static str)>, net::NetError> {
+fn ns_link_end(rtnl: &mut Option<Rtnl>, name: &str) -> Result<Option<LinkEnd>, net::NetError> {
     if rtnl.is_none() {
         *rtnl = Some(Rtnl::open()?);
     }

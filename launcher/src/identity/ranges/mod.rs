@@ -242,7 +242,7 @@ fn base_of_name(name: &str) -> Option<u32> {
 
 /// Whether `base` starts a range of the pool.
 pub fn in_pool(base: u32) -> bool {
-    (POOL_FIRST..POOL_END).contains(&base) && (base - POOL_FIRST) % RANGE_SIZE == 0
+    (POOL_FIRST..POOL_END).contains(&base) && (base - POOL_FIRST).is_multiple_of(RANGE_SIZE)
 }
 
 /// Check a parsed record against its file name `file`: in the pool, the
