@@ -852,3 +852,72 @@ fn machined_does_not_take_a_hand_launched_vms_login_session_as_its_unit() {
     let _ = shell.kill();
     let _ = shell.wait();
 }
+
+/// The guest's bytes cannot speak for the journal even when the launcher
+/// is not told its stdout is the journal: a unit of someone else's that
+/// leaves level prefixes on and wipes the environment on the way (`sudo`,
+/// `env -i`, `UnsetEnvironment=JOURNAL_STREAM`) gave the launcher a
+/// journal stream and no `$JOURNAL_STREAM`; it left fd 1 as it was and
+/// the guest's `<0>` reached journald as an emergency. Now a stdout
+/// connected to the listener behind journald's `stdout` socket (the same
+/// peer as a new connection there) is the journal's too.
+#[test]
+fn the_guests_bytes_cannot_speak_for_the_journal_without_journal_stream() {
+    use std::os::unix::net::{UnixListener, UnixStream};
+    let env = Env::new();
+    let name = "gbn";
+    env.write_spec(name, &env.spec(name, uid(411)));
+    let jdir = env.path("journal");
+    std::fs::create_dir(&jdir).unwrap();
+    let receiver = UnixDatagram::bind(jdir.join("socket")).unwrap();
+    let listener = UnixListener::bind(jdir.join("stdout")).unwrap();
+    for s in ["socket", "stdout"] {
+        std::fs::set_permissions(
+            jdir.join(s),
+            std::os::unix::fs::PermissionsExt::from_mode(0o666),
+        )
+        .unwrap();
+    }
+    let mut unit_stream = UnixStream::connect(jdir.join("stdout")).unwrap();
+    unit_stream
+        .write_all(b"microvm@gbn\n\n6\n1\n0\n0\n0\n")
+        .unwrap();
+    let (mut unit_side, _) = listener.accept().unwrap();
+    let mut c = env.launch_cmd(name);
+    c.args(["--probe", "--", "/bin/sh", "-c", GUEST_BYTES])
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(OwnedFd::from(unit_stream.try_clone().unwrap())))
+        .stderr(Stdio::piped());
+    let paths = [
+        CString::new("/").unwrap(),
+        CString::new("tmpfs").unwrap(),
+        CString::new("/run/systemd").unwrap(),
+        CString::new("/run/systemd/journal").unwrap(),
+        CString::new(jdir.as_os_str().as_encoded_bytes()).unwrap(),
+    ];
+    // SAFETY: the closure makes only raw syscalls (unshare, mount, mkdir)
+    // on CStrings made before the fork: async-signal-safe.
+    unsafe {
+        c.pre_exec(move || enter_journal_namespace(&paths));
+    }
+    let o = c.output().unwrap();
+    drop(unit_stream);
+    let unit_bytes = read_available(&mut unit_side);
+    let unit_text = String::from_utf8_lossy(&unit_bytes);
+    assert!(o.status.success(), "{}\n{unit_text}", text(&o));
+    assert!(
+        !unit_text.contains("VMWJ"),
+        "the guest's bytes went to the unit's stream, whose header says level prefixes on (a leading <0> is an emergency there): {unit_text:?}"
+    );
+    listener.set_nonblocking(true).unwrap();
+    let (mut own, _) = listener
+        .accept()
+        .expect("the launcher opened no stream of its own to journald");
+    let own_text = String::from_utf8_lossy(&read_available(&mut own)).into_owned();
+    let header: Vec<&str> = own_text.splitn(8, '\n').take(7).collect();
+    assert_eq!(header, ["gbn", "", "6", "0", "0", "0", "0"], "{own_text:?}");
+    assert!(own_text.contains("<0>VMWJ-P0\n"), "{own_text:?}");
+    let _ = drain(&receiver);
+    env.assert_clean(name);
+}

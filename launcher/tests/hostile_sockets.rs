@@ -338,3 +338,62 @@ fn no_host_socket_is_within_a_vms_reach() {
         "host sockets within a VM's reach: {reached:#?}"
     );
 }
+
+/// The VM's root binds only what its principal could reach itself. Root
+/// builds that root, following the symlinks on the way to each path it
+/// binds; a disk path may lie in a directory of the principal's (the trust
+/// walk's principal policy), so the principal decides where a symlink
+/// there leads. Root followed it into a directory the principal cannot
+/// search (root's, mode 0700) and bound the file behind it at its own path
+/// in the VM's root, whose directories are everyone's to search: the
+/// principal read a file the host's permissions had kept from it. Now the
+/// paths are resolved and opened with the principal's file-system ids and
+/// groups, so what it cannot reach on the host is not in its root.
+#[test]
+fn the_vms_root_binds_only_what_its_principal_can_reach() {
+    const SECRET: &str = "VMWT-BEHIND-A-ROOT-ONLY-DIRECTORY";
+    let env = Env::new();
+    let u = uid(410);
+    // Root's directory, searchable by root alone; the file in it is
+    // everyone's to read, as files under such directories often are.
+    let vault = env.path("vault");
+    std::fs::create_dir(&vault).unwrap();
+    std::fs::set_permissions(&vault, PermissionsExt::from_mode(0o700)).unwrap();
+    let secret = vault.join("secret.img");
+    std::fs::write(&secret, format!("{SECRET}\n")).unwrap();
+    std::fs::set_permissions(&secret, PermissionsExt::from_mode(0o644)).unwrap();
+    // The principal's own directory, where its disk is, and the link it
+    // planted there in place of the image.
+    let own = env.path("images");
+    std::fs::create_dir(&own).unwrap();
+    std::os::unix::fs::chown(&own, Some(u), Some(u)).unwrap();
+    let disk = own.join("disk.img");
+    std::os::unix::fs::symlink(&secret, &disk).unwrap();
+    std::os::unix::fs::lchown(&disk, Some(u), Some(u)).unwrap();
+    let mut s = env.spec("vault", u);
+    s["disks"] = json!([{ "path": disk, "serial": "d", "read_only": true }]);
+    env.write_spec("vault", &s);
+    let disk_s = disk.to_string_lossy().into_owned();
+    let secret_s = secret.to_string_lossy().into_owned();
+    let out = env.probe(
+        "vault",
+        &[
+            "/bin/sh",
+            "-c",
+            "/bin/cat \"$0\"; /bin/cat \"$1\"",
+            &disk_s,
+            &secret_s,
+        ],
+    );
+    let said = text(&out);
+    assert!(
+        !said.contains(SECRET),
+        "the principal read, in its own root, a file behind root's 0700 directory: {said}"
+    );
+    // Refused by the field's name: the path is not in the VM's root.
+    assert!(
+        !out.status.success() && said.contains("`disks[0].path`"),
+        "{said}"
+    );
+    env.assert_clean("vault");
+}

@@ -12,7 +12,9 @@
 //! `microvm@.service` sets `SyslogLevelPrefix=no`; this module makes the
 //! same hold without that setting (a unit of someone else's, a drop-in):
 //!
-//! * stdout the journal (`$JOURNAL_STREAM` names it): fd 1 becomes a
+//! * stdout the journal (`$JOURNAL_STREAM` names it, or, with the
+//!   environment wiped on the way, fd 1 is a stream to the listener behind
+//!   journald's `stdout` socket): fd 1 becomes a
 //!   stream of the launcher's own to journald's `stdout` socket, whose
 //!   header (as `sd_journal_stream_fd` writes it) says priority
 //!   [`PRIORITY`] and no level prefix. journald still files the lines
@@ -24,7 +26,7 @@
 //! * anything else (a pipe, a file): left as it is; the caller reads it.
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
@@ -84,9 +86,18 @@ pub fn identifier(vm: &str, own_cgroup: Option<&str>) -> String {
 /// `stdout_is_journal`: `$JOURNAL_STREAM` named stdout when logging was
 /// set up (the environment is cleared since).
 pub fn guard(vm: &str, stdout_is_journal: bool) -> Result<Routed, SysError> {
-    if stdout_is_journal {
+    let behind = if stdout_is_journal {
+        None
+    } else {
+        journal_behind_stdout()
+    };
+    if stdout_is_journal || behind.is_some() {
         let identifier = identifier(vm, cgroup::own_path().as_deref());
-        return match journal_stream(&identifier, PRIORITY) {
+        let stream = match behind {
+            Some(s) => start_stream(s, &identifier, PRIORITY),
+            None => journal_stream(&identifier, PRIORITY),
+        };
+        return match stream {
             Ok(s) => {
                 replace(1, &OwnedFd::from(s))?;
                 Ok(Routed::Journal { identifier })
@@ -130,7 +141,31 @@ pub fn report(r: &Routed) {
 /// A new stream to journald with `identifier` and `priority`, level
 /// prefixes off; write-only, as `sd_journal_stream_fd` leaves it.
 pub fn journal_stream(identifier: &str, priority: u8) -> std::io::Result<UnixStream> {
-    let mut s = UnixStream::connect(Path::new(JOURNAL_STDOUT))?;
+    start_stream(
+        UnixStream::connect(Path::new(JOURNAL_STDOUT))?,
+        identifier,
+        priority,
+    )
+}
+
+/// A new connection to journald's `stdout` socket when fd 1 is already a
+/// stream to the same listener (its peer's credentials, as the listener's
+/// at `listen(2)`, are the new connection's): the journal, though
+/// `$JOURNAL_STREAM` did not say so (a unit's environment wiped on the
+/// way: `sudo`, `env -i`, `UnsetEnvironment=`), whose header may turn
+/// level prefixes on. `None` for anything else: not a socket, no journald.
+fn journal_behind_stdout() -> Option<UnixStream> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let stdout = std::io::stdout();
+    let theirs = getsockopt(&stdout.as_fd(), PeerCredentials).ok()?;
+    let s = UnixStream::connect(Path::new(JOURNAL_STDOUT)).ok()?;
+    let ours = getsockopt(&s, PeerCredentials).ok()?;
+    (theirs.pid() == ours.pid() && theirs.uid() == ours.uid()).then_some(s)
+}
+
+/// Send the stream header on `s`, a new connection to journald's `stdout`
+/// socket.
+fn start_stream(mut s: UnixStream, identifier: &str, priority: u8) -> std::io::Result<UnixStream> {
     s.shutdown(std::net::Shutdown::Read)?;
     s.write_all(&stream_header(identifier, priority))?;
     Ok(s)

@@ -497,8 +497,14 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     let vm_trees = [state_dir_path.clone(), control_path.clone()];
     let rules = root::rules(spec, &planned, &vm_trees, &creds_path);
     let journal = root::open_journal();
-    let plan = root::plan(&rules, &vm_trees, std::slice::from_ref(&creds_path));
-    root::enter(sys, &roots.runtime_root, &plan, journal.as_ref())?;
+    // Resolved and opened as the principal: what it cannot reach on the
+    // host is not bound for it (root::as_principal).
+    let (plan, sources) = root::as_principal(principal, || {
+        let plan = root::plan(&rules, &vm_trees, std::slice::from_ref(&creds_path));
+        let sources = root::open_sources(&plan);
+        (plan, sources)
+    })?;
+    root::enter(sys, &roots.runtime_root, &plan, sources?, journal.as_ref())?;
     steps.after("rooted");
     // virtiofsd needs /proc/sys (see helpers::need_proc_sys): with it, QEMU
     // gets hidepid=invisible without subset=pid, like the other kinds.

@@ -38,6 +38,7 @@ use nix::sys::stat::{Mode, SFlag};
 use crate::config::spec::Spec;
 use crate::host::mountinfo;
 use crate::host::sys::SysContext;
+use crate::identity::principal::Principal;
 use crate::launch::helpers::Helper;
 use crate::launch::landlock::{self, Grant, Rule};
 use crate::launch::sandbox::{self, SandboxError};
@@ -193,12 +194,14 @@ pub fn open_journal() -> Option<OwnedFd> {
     .ok()
 }
 
-/// Build the VM's root on a tmpfs mounted at `at` (the masked runtime
-/// root: any directory of this namespace would do) and `pivot_root` into
-/// it. `journal`: see [`open_journal`].
-pub fn enter(sys: &dyn Syscall, at: &Path, plan: &Plan, journal: Option<&OwnedFd>) -> Result<()> {
-    // Every source opened before the tmpfs hides what is under `at` (the
-    // VM's runtime dir is): bound from its descriptor.
+/// What [`enter`] binds: each of the plan's paths, opened `O_PATH`, and
+/// its file type.
+pub type Sources = Vec<(OwnedFd, SFlag)>;
+
+/// The plan's paths opened to be bound: before the tmpfs hides what is
+/// under the runtime root (the VM's runtime dir is), and with the
+/// principal's file-system ids (see [`as_principal`]).
+pub fn open_sources(plan: &Plan) -> Result<Sources> {
     let mut sources = Vec::with_capacity(plan.binds.len());
     for n in &plan.binds {
         let fd = nix::fcntl::open(
@@ -211,6 +214,60 @@ pub fn enter(sys: &dyn Syscall, at: &Path, plan: &Plan, journal: Option<&OwnedFd
         let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
         sources.push((fd, kind));
     }
+    Ok(sources)
+}
+
+/// Run `f` (the plan and [`open_sources`]) with the principal's
+/// file-system uid and gid and the hypervisor's supplementary groups, then
+/// root's back. Root binds a path at its own place in the VM's root, whose
+/// directories everyone may search: resolved and opened with root's
+/// rights, a path the principal could not reach on the host (a symlink of
+/// its own, in a directory of its own where a disk may be, leading into a
+/// directory only root may search) would be bound for it to open. With the
+/// principal's ids the walk stops where the principal's own would. A
+/// no-op when the launcher already runs as the principal's uid (the unit
+/// tests). One thread: `setfsuid` is the thread's, `setgroups` the
+/// process's.
+pub fn as_principal<T>(p: &Principal, f: impl FnOnce() -> T) -> Result<T> {
+    use nix::unistd::{getgroups, setfsgid, setfsuid, setgroups, Gid, Uid};
+    let at = Path::new("/proc/self/status");
+    if nix::unistd::geteuid().as_raw() == p.uid {
+        return Ok(f());
+    }
+    let (uid, gid) = (Uid::from_raw(p.uid), Gid::from_raw(p.gid));
+    let root_groups = getgroups().sys("getgroups", at)?;
+    let groups: Vec<Gid> = p.groups.iter().map(|g| Gid::from_raw(*g)).collect();
+    setgroups(&groups).sys("setgroups to the principal's", at)?;
+    // setfsgid and setfsuid return the previous id whether or not they
+    // changed it: a second call says what is in force.
+    let root_gid = setfsgid(gid);
+    let root_uid = setfsuid(uid);
+    let switched = setfsgid(gid) == gid && setfsuid(uid) == uid;
+    let out = switched.then(f);
+    setfsuid(root_uid);
+    setfsgid(root_gid);
+    let back = setfsuid(root_uid) == root_uid && setfsgid(root_gid) == root_gid;
+    setgroups(&root_groups).sys("setgroups back to root's", at)?;
+    if !back {
+        return Err(Errno::EPERM).sys("setfsuid back to root's", at)?;
+    }
+    match out {
+        Some(out) => Ok(out),
+        None => Err(Errno::EPERM).sys("setfsuid to the principal's", at)?,
+    }
+}
+
+/// Build the VM's root on a tmpfs mounted at `at` (the masked runtime
+/// root: any directory of this namespace would do) from `sources` (the
+/// plan's paths, [`open_sources`]) and `pivot_root` into it. `journal`:
+/// see [`open_journal`].
+pub fn enter(
+    sys: &dyn Syscall,
+    at: &Path,
+    plan: &Plan,
+    sources: Sources,
+    journal: Option<&OwnedFd>,
+) -> Result<()> {
     sys.mount(
         Some(mountinfo::MASK_SOURCE),
         at,
