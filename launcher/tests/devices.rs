@@ -149,3 +149,87 @@ fn spec_refusals_name_the_field() {
         &["field `allow_unsafe_interrupts`", "no PCI device"],
     );
 }
+
+/// A cleanup that gives a USB node back after its device was unplugged
+/// and another device enumerated at the same bus and address (a device in
+/// DFU mode re-enumerates by itself; usbfs numbers wrap at 127) must not
+/// put the old device's owner and mode on the new device's node: a node
+/// the VM's principal does not own is not the one the launch gave it.
+///
+/// This host has no USB bus, so the usbfs nodes are character devices
+/// made with mknod in a temporary directory (usb_device's major, 189),
+/// standing in for /dev/bus/usb/BBB/DDD; cleanup's give-back runs for real
+/// on them through the intent record, as vmwarden-cleanup calls it.
+#[test]
+fn a_usb_node_replaced_by_another_device_keeps_its_own_mode_at_cleanup() {
+    use nix::sys::stat::{mknod, Mode, SFlag};
+    use std::os::unix::fs::MetadataExt;
+    use vmwarden::instance::intent::{Intent, IntentPrincipal, Resource};
+
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let node = dir.path().join("005");
+    let rdev = nix::sys::stat::makedev(189, 4);
+    let principal = uid(1);
+    // The device the VM was given: udev left it 0666 (a dev board's rule);
+    // the launch recorded root:root 0666 and gave it to the principal.
+    mknod(&node, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), rdev).unwrap();
+    nix::unistd::chown(&node, Some(principal.into()), Some(principal.into())).unwrap();
+    // Unplugged while the VM ran; another device took bus 1 address 5:
+    // devtmpfs made its node root's 0600.
+    std::fs::remove_file(&node).unwrap();
+    mknod(&node, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), rdev).unwrap();
+    let ino = std::fs::metadata(&node).unwrap().ino();
+    // Beside it, a device still plugged in: its node is the principal's
+    // and goes back to what the record says.
+    let kept = dir.path().join("006");
+    mknod(&kept, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), rdev).unwrap();
+    nix::unistd::chown(&kept, Some(principal.into()), Some(principal.into())).unwrap();
+
+    let intent = Intent {
+        version: 1,
+        name: VM.into(),
+        instance_id: "0123456789abcdef0123456789abcdef".into(),
+        pid: 1,
+        boot_id: "boot".into(),
+        created_unix: 0,
+        principal: IntentPrincipal {
+            uid: principal,
+            gid: principal,
+            user: None,
+        },
+        hypervisor: None,
+        cgroup: None,
+        resources: vec![
+            Resource::UsbDevice {
+                selector: "hostbus=1,hostaddr=5".into(),
+                node: node.clone(),
+                uid: 0,
+                gid: 0,
+                mode: 0o666,
+            },
+            Resource::UsbDevice {
+                selector: "hostbus=1,hostaddr=6".into(),
+                node: kept.clone(),
+                uid: 0,
+                gid: 0,
+                mode: 0o664,
+            },
+        ],
+    };
+    let given = vmwarden::teardown::devices::give_back(Some(&intent));
+    let m = std::fs::metadata(&node).unwrap();
+    assert_eq!(m.ino(), ino, "the test's node was replaced");
+    assert_eq!(
+        (m.uid(), m.gid(), m.mode() & 0o7777),
+        (0, 0, 0o600),
+        "cleanup put the unplugged device's mode on another device's node: {given:?}"
+    );
+    assert!(given.failed.is_empty(), "{:?}", given.failed);
+    let k = std::fs::metadata(&kept).unwrap();
+    assert_eq!(
+        (k.uid(), k.gid(), k.mode() & 0o7777),
+        (0, 0, 0o664),
+        "the node still the VM's was not given back: {given:?}"
+    );
+}
