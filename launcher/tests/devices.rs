@@ -15,16 +15,44 @@ use serde_json::{json, Value};
 
 const VM: &str = "web";
 
-/// The first PCI device of this host and its driver (the host's own, not
-/// the test's: only read, and checked unchanged).
+/// The first PCI device of this host that is neither a bridge nor the
+/// root file system's disk, and its driver (the host's own, not the
+/// test's: only read, and checked unchanged).
 fn a_host_pci_device() -> (String, Option<String>) {
+    let root_disk = root_disk_pci();
     let mut all: Vec<String> = std::fs::read_dir("/sys/bus/pci/devices")
         .expect("this test needs a host with a PCI bus")
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|a| !is_bridge(a) && Some(a) != root_disk.as_ref())
         .collect();
     all.sort();
     let addr = all.into_iter().next().expect("a PCI device");
     (addr.clone(), driver(&addr))
+}
+
+fn is_bridge(addr: &str) -> bool {
+    std::fs::read_to_string(Path::new("/sys/bus/pci/devices").join(addr).join("class"))
+        .is_ok_and(|c| c.trim().starts_with("0x06"))
+}
+
+/// The PCI device the host's root file system's block device is below
+/// (read from sysfs as lspci and lsblk would), if it is on PCI.
+fn root_disk_pci() -> Option<String> {
+    let dev = nix::sys::stat::stat("/").unwrap().st_dev;
+    let sys = format!(
+        "/sys/dev/block/{}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev)
+    );
+    let real = std::fs::canonicalize(sys).ok()?;
+    real.components()
+        .filter_map(|c| c.as_os_str().to_str())
+        .filter(|c| {
+            let b = c.as_bytes();
+            b.len() == 12 && b[4] == b':' && b[7] == b':' && b[10] == b'.'
+        })
+        .last()
+        .map(str::to_string)
 }
 
 fn driver(addr: &str) -> Option<String> {
@@ -90,6 +118,60 @@ fn a_pci_device_in_no_iommu_group_is_refused_and_keeps_its_driver() {
         ],
     );
     assert_eq!(driver(&addr), drv, "the device's driver changed");
+}
+
+#[test]
+fn the_host_s_own_disk_controller_is_refused_before_its_driver_is_touched() {
+    // The host's root file system is on this PCI device (this host's
+    // virtio-blk disk): binding it to vfio-pci would take the host's disk
+    // from under it. Refused before the IOMMU is even asked.
+    let addr = root_disk_pci().expect("this test needs a root file system on a PCI disk");
+    let drv = driver(&addr);
+    refused(
+        json!([{ "bus": "pci", "path": addr }]),
+        |_| {},
+        &[
+            &format!("PCI device {addr} carries the host's file system at /"),
+            "would take it from the host",
+        ],
+    );
+    // `/` itself, not only a mount below it.
+    let out = {
+        let env = Env::new();
+        let mut s = env.spec(VM, uid(1));
+        s["hypervisor"]["machine"] = json!("q35");
+        s["devices"] = json!([{ "bus": "pci", "path": addr }]);
+        env.write_spec(VM, &s);
+        let mut cmd = env.launch_cmd(VM);
+        cmd.arg("--probe").arg("--").arg("/bin/true");
+        stderr(&bounded(&mut cmd, Duration::from_secs(30)).expect("the launch hung"))
+    };
+    assert!(
+        out.contains("file system at /,") || out.contains("file system at /:"),
+        "the root file system is not named: {out}"
+    );
+    assert_eq!(driver(&addr), drv, "the disk's driver changed");
+}
+
+#[test]
+fn a_pci_bridge_is_refused_before_its_driver_is_touched() {
+    let mut bridges: Vec<String> = std::fs::read_dir("/sys/bus/pci/devices")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|a| is_bridge(a))
+        .collect();
+    bridges.sort();
+    let addr = bridges
+        .into_iter()
+        .next()
+        .expect("this test needs a host with a PCI bridge (a host bridge: every PC has one)");
+    let drv = driver(&addr);
+    refused(
+        json!([{ "bus": "pci", "path": addr }]),
+        |_| {},
+        &[&format!("PCI device {addr} is a bridge")],
+    );
+    assert_eq!(driver(&addr), drv, "the bridge's driver changed");
 }
 
 #[test]

@@ -10,6 +10,7 @@
 //! [`give_back_pci`]/[`give_back_node`] at cleanup, which prove it returned.
 //! Knows nothing of instances: the caller records and reads the intent.
 
+pub mod host_use;
 pub mod pci;
 pub mod sysfs;
 pub mod usb;
@@ -28,6 +29,10 @@ pub use usb::UsbDevice;
 pub enum DeviceError {
     #[error("devices: PCI device {addr} does not exist (no /sys/bus/pci/devices/{addr}); check the address with lspci -D")]
     NoSuchPci { addr: PciAddress },
+    #[error("devices: PCI device {addr} is a bridge (PCI class 0x06): the host's devices behind it would go with it, and vfio-pci takes no bridge; name the device behind it")]
+    Bridge { addr: PciAddress },
+    #[error("devices: PCI device {addr} carries {}: binding it to vfio-pci would take it from the host; check the address with lspci -D", uses.join(", "))]
+    HostUses { addr: PciAddress, uses: Vec<String> },
     #[error("devices: PCI device {addr} is in no IOMMU group: the host has no IOMMU, or it is off (turn it on: intel_iommu=on or amd_iommu=on on the kernel's command line, and VT-d/AMD-Vi in the firmware); without one the device could reach all of the host's memory")]
     NoIommuGroup { addr: PciAddress },
     #[error("devices: PCI device {addr} shares IOMMU group {group} with {}, which this VM does not list: the VM could reach them through the device; list them in devices too, or unbind them (no driver, vfio-pci or pci-stub)", others.join(", "))]
