@@ -15,16 +15,44 @@ use serde_json::{json, Value};
 
 const VM: &str = "web";
 
-/// The first PCI device of this host and its driver (the host's own, not
-/// the test's: only read, and checked unchanged).
+/// The first PCI device of this host that is neither a bridge nor the
+/// root file system's disk, and its driver (the host's own, not the
+/// test's: only read, and checked unchanged).
 fn a_host_pci_device() -> (String, Option<String>) {
+    let root_disk = root_disk_pci();
     let mut all: Vec<String> = std::fs::read_dir("/sys/bus/pci/devices")
         .expect("this test needs a host with a PCI bus")
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|a| !is_bridge(a) && Some(a) != root_disk.as_ref())
         .collect();
     all.sort();
     let addr = all.into_iter().next().expect("a PCI device");
     (addr.clone(), driver(&addr))
+}
+
+fn is_bridge(addr: &str) -> bool {
+    std::fs::read_to_string(Path::new("/sys/bus/pci/devices").join(addr).join("class"))
+        .is_ok_and(|c| c.trim().starts_with("0x06"))
+}
+
+/// The PCI device the host's root file system's block device is below
+/// (read from sysfs as lspci and lsblk would), if it is on PCI.
+fn root_disk_pci() -> Option<String> {
+    let dev = nix::sys::stat::stat("/").unwrap().st_dev;
+    let sys = format!(
+        "/sys/dev/block/{}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev)
+    );
+    let real = std::fs::canonicalize(sys).ok()?;
+    real.components()
+        .filter_map(|c| c.as_os_str().to_str())
+        .filter(|c| {
+            let b = c.as_bytes();
+            b.len() == 12 && b[4] == b':' && b[7] == b':' && b[10] == b'.'
+        })
+        .last()
+        .map(str::to_string)
 }
 
 fn driver(addr: &str) -> Option<String> {
@@ -93,6 +121,60 @@ fn a_pci_device_in_no_iommu_group_is_refused_and_keeps_its_driver() {
 }
 
 #[test]
+fn the_host_s_own_disk_controller_is_refused_before_its_driver_is_touched() {
+    // The host's root file system is on this PCI device (this host's
+    // virtio-blk disk): binding it to vfio-pci would take the host's disk
+    // from under it. Refused before the IOMMU is even asked.
+    let addr = root_disk_pci().expect("this test needs a root file system on a PCI disk");
+    let drv = driver(&addr);
+    refused(
+        json!([{ "bus": "pci", "path": addr }]),
+        |_| {},
+        &[
+            &format!("PCI device {addr} carries the host's file system at /"),
+            "would take it from the host",
+        ],
+    );
+    // `/` itself, not only a mount below it.
+    let out = {
+        let env = Env::new();
+        let mut s = env.spec(VM, uid(1));
+        s["hypervisor"]["machine"] = json!("q35");
+        s["devices"] = json!([{ "bus": "pci", "path": addr }]);
+        env.write_spec(VM, &s);
+        let mut cmd = env.launch_cmd(VM);
+        cmd.arg("--probe").arg("--").arg("/bin/true");
+        stderr(&bounded(&mut cmd, Duration::from_secs(30)).expect("the launch hung"))
+    };
+    assert!(
+        out.contains("file system at /,") || out.contains("file system at /:"),
+        "the root file system is not named: {out}"
+    );
+    assert_eq!(driver(&addr), drv, "the disk's driver changed");
+}
+
+#[test]
+fn a_pci_bridge_is_refused_before_its_driver_is_touched() {
+    let mut bridges: Vec<String> = std::fs::read_dir("/sys/bus/pci/devices")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|a| is_bridge(a))
+        .collect();
+    bridges.sort();
+    let addr = bridges
+        .into_iter()
+        .next()
+        .expect("this test needs a host with a PCI bridge (a host bridge: every PC has one)");
+    let drv = driver(&addr);
+    refused(
+        json!([{ "bus": "pci", "path": addr }]),
+        |_| {},
+        &[&format!("PCI device {addr} is a bridge")],
+    );
+    assert_eq!(driver(&addr), drv, "the bridge's driver changed");
+}
+
+#[test]
 fn a_usb_device_that_is_not_plugged_in_is_refused_by_its_selector() {
     refused(
         json!([{ "bus": "usb", "path": "vendorid=0x0627,productid=0x0001" }]),
@@ -147,5 +229,89 @@ fn spec_refusals_name_the_field() {
         json!([]),
         |s| s["allow_unsafe_interrupts"] = json!(true),
         &["field `allow_unsafe_interrupts`", "no PCI device"],
+    );
+}
+
+/// A cleanup that gives a USB node back after its device was unplugged
+/// and another device enumerated at the same bus and address (a device in
+/// DFU mode re-enumerates by itself; usbfs numbers wrap at 127) must not
+/// put the old device's owner and mode on the new device's node: a node
+/// the VM's principal does not own is not the one the launch gave it.
+///
+/// This host has no USB bus, so the usbfs nodes are character devices
+/// made with mknod in a temporary directory (usb_device's major, 189),
+/// standing in for /dev/bus/usb/BBB/DDD; cleanup's give-back runs for real
+/// on them through the intent record, as vmwarden-cleanup calls it.
+#[test]
+fn a_usb_node_replaced_by_another_device_keeps_its_own_mode_at_cleanup() {
+    use nix::sys::stat::{mknod, Mode, SFlag};
+    use std::os::unix::fs::MetadataExt;
+    use vmwarden::instance::intent::{Intent, IntentPrincipal, Resource};
+
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let node = dir.path().join("005");
+    let rdev = nix::sys::stat::makedev(189, 4);
+    let principal = uid(1);
+    // The device the VM was given: udev left it 0666 (a dev board's rule);
+    // the launch recorded root:root 0666 and gave it to the principal.
+    mknod(&node, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), rdev).unwrap();
+    nix::unistd::chown(&node, Some(principal.into()), Some(principal.into())).unwrap();
+    // Unplugged while the VM ran; another device took bus 1 address 5:
+    // devtmpfs made its node root's 0600.
+    std::fs::remove_file(&node).unwrap();
+    mknod(&node, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), rdev).unwrap();
+    let ino = std::fs::metadata(&node).unwrap().ino();
+    // Beside it, a device still plugged in: its node is the principal's
+    // and goes back to what the record says.
+    let kept = dir.path().join("006");
+    mknod(&kept, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), rdev).unwrap();
+    nix::unistd::chown(&kept, Some(principal.into()), Some(principal.into())).unwrap();
+
+    let intent = Intent {
+        version: 1,
+        name: VM.into(),
+        instance_id: "0123456789abcdef0123456789abcdef".into(),
+        pid: 1,
+        boot_id: "boot".into(),
+        created_unix: 0,
+        principal: IntentPrincipal {
+            uid: principal,
+            gid: principal,
+            user: None,
+        },
+        hypervisor: None,
+        cgroup: None,
+        resources: vec![
+            Resource::UsbDevice {
+                selector: "hostbus=1,hostaddr=5".into(),
+                node: node.clone(),
+                uid: 0,
+                gid: 0,
+                mode: 0o666,
+            },
+            Resource::UsbDevice {
+                selector: "hostbus=1,hostaddr=6".into(),
+                node: kept.clone(),
+                uid: 0,
+                gid: 0,
+                mode: 0o664,
+            },
+        ],
+    };
+    let given = vmwarden::teardown::devices::give_back(Some(&intent));
+    let m = std::fs::metadata(&node).unwrap();
+    assert_eq!(m.ino(), ino, "the test's node was replaced");
+    assert_eq!(
+        (m.uid(), m.gid(), m.mode() & 0o7777),
+        (0, 0, 0o600),
+        "cleanup put the unplugged device's mode on another device's node: {given:?}"
+    );
+    assert!(given.failed.is_empty(), "{:?}", given.failed);
+    let k = std::fs::metadata(&kept).unwrap();
+    assert_eq!(
+        (k.uid(), k.gid(), k.mode() & 0o7777),
+        (0, 0, 0o664),
+        "the node still the VM's was not given back: {given:?}"
     );
 }

@@ -375,6 +375,46 @@ fn a_missing_link_or_another_vms_link_is_refused_by_name_with_nothing_made() {
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
 }
 
+/// A passthru macvtap makes its parent promiscuous, and a promiscuous
+/// bridge passes every frame it forwards between its ports up to its own
+/// device: a passthru macvtap on a bridge that carries other VMs' taps
+/// would hand the guest all their traffic. Refused by name at pre-flight,
+/// with nothing made.
+#[test]
+fn a_passthru_macvtap_on_a_bridge_is_refused_it_would_hear_every_port() {
+    require_root();
+    let env = Env::new();
+    let (ns, _peer) = namespaces("mvb");
+    ns.bridge("br0");
+    let links_before = ns.ip(&["-o", "link", "show"]);
+    let mut s = env.spec("mvb", uid(406));
+    s["interfaces"] = json!([{ "tap": "vmw-mvb0", "type": "macvtap", "mac": "02:00:00:00:5e:02",
+             "macvtap": { "link": "br0", "mode": "passthru" } }]);
+    env.write_spec("mvb", &s);
+    let out = ns
+        .cmd(&env, LAUNCH, &["mvb"])
+        .args(["--probe", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    let promisc = sys_net(&ns, "br0", "flags");
+    if out.status.success() {
+        let _ = ns.cleanup(&env, "mvb");
+    }
+    assert_eq!(
+        out.status.code(),
+        Some(78),
+        "a passthru macvtap was made on bridge br0 (its flags then {promisc}): {}",
+        text(&out)
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("`interfaces[0].macvtap.link` \"br0\" is a bridge"),
+        "{err}"
+    );
+    assert!(!env.run.join("mvb").exists(), "a runtime dir was made");
+    assert_eq!(ns.ip(&["-o", "link", "show"]), links_before);
+}
+
 #[test]
 fn reap_deletes_a_dead_vms_macvtap_and_keeps_one_no_vm_claims() {
     require_root();

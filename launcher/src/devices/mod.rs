@@ -10,6 +10,7 @@
 //! [`give_back_pci`]/[`give_back_node`] at cleanup, which prove it returned.
 //! Knows nothing of instances: the caller records and reads the intent.
 
+pub mod host_use;
 pub mod pci;
 pub mod sysfs;
 pub mod usb;
@@ -28,6 +29,10 @@ pub use usb::UsbDevice;
 pub enum DeviceError {
     #[error("devices: PCI device {addr} does not exist (no /sys/bus/pci/devices/{addr}); check the address with lspci -D")]
     NoSuchPci { addr: PciAddress },
+    #[error("devices: PCI device {addr} is a bridge (PCI class 0x06): the host's devices behind it would go with it, and vfio-pci takes no bridge; name the device behind it")]
+    Bridge { addr: PciAddress },
+    #[error("devices: PCI device {addr} carries {}: binding it to vfio-pci would take it from the host; check the address with lspci -D", uses.join(", "))]
+    HostUses { addr: PciAddress, uses: Vec<String> },
     #[error("devices: PCI device {addr} is in no IOMMU group: the host has no IOMMU, or it is off (turn it on: intel_iommu=on or amd_iommu=on on the kernel's command line, and VT-d/AMD-Vi in the firmware); without one the device could reach all of the host's memory")]
     NoIommuGroup { addr: PciAddress },
     #[error("devices: PCI device {addr} shares IOMMU group {group} with {}, which this VM does not list: the VM could reach them through the device; list them in devices too, or unbind them (no driver, vfio-pci or pci-stub)", others.join(", "))]
@@ -197,18 +202,30 @@ pub fn take(plan: &Plan, uid: u32, gid: u32) -> Result<(), DeviceError> {
 
 /// Give node `path` back to `uid:gid` `mode` after proving no process holds
 /// it. A node that is gone (a USB device unplugged, a group whose last
-/// device left VFIO) is `Ok(Some(reason))`: reported, not a failure.
+/// device left VFIO) is `Ok(Some(reason))`: reported, not a failure. So is
+/// a node that is neither as it was nor the principal's (`vm_uid`): not
+/// the node the launch gave the VM but another device's that took its
+/// place (a USB device unplugged, another enumerated at the same bus and
+/// address), whose owner and mode are udev's, never the old device's.
 pub fn give_back_node(
     path: &std::path::Path,
     uid: u32,
     gid: u32,
     mode: u32,
+    vm_uid: u32,
 ) -> Result<Option<String>, String> {
     let node = match sysfs::open_node(path) {
         Ok(Some(n)) => n,
         Ok(None) => return Ok(Some("gone (unplugged, or no longer a VFIO group)".into())),
         Err(e) => return Err(e.to_string()),
     };
+    let now = node.owner();
+    if now != (uid, gid, mode) && now.0 != vm_uid {
+        return Ok(Some(format!(
+            "gone: the node is {}:{} {:o}, not the VM's (uid {vm_uid}), another device's now; left as it is",
+            now.0, now.1, now.2
+        )));
+    }
     let h = sysfs::holders(&node);
     if !h.is_empty() {
         return Err(format!("still held by {}", held_by(&h)));

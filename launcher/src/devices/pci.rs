@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::config::devices::PciAddress;
+use crate::devices::host_use;
 use crate::devices::sysfs::{self, Node, SysDir};
 use crate::devices::DeviceError;
 use crate::host::procs::read_proc_file;
@@ -54,9 +55,20 @@ pub fn driver_of(addr: &PciAddress) -> Result<Option<String>, DeviceError> {
 }
 
 /// Read what the VM will hold of `addr`: its group and its driver. Refuses
-/// a device that does not exist or is in no IOMMU group.
+/// a device that does not exist, is a bridge, carries the host's mounted
+/// file systems or swap ([`host_use`]), or is in no IOMMU group.
 pub fn inspect(addr: &PciAddress, keep: bool) -> Result<PciDevice, DeviceError> {
     let dir = device_dir(addr)?.ok_or_else(|| DeviceError::NoSuchPci { addr: addr.clone() })?;
+    if host_use::is_bridge(&dir) {
+        return Err(DeviceError::Bridge { addr: addr.clone() });
+    }
+    let uses = host_use::host_uses(addr);
+    if !uses.is_empty() {
+        return Err(DeviceError::HostUses {
+            addr: addr.clone(),
+            uses,
+        });
+    }
     let group = sysfs::link_name(&dir, "iommu_group")?
         .ok_or_else(|| DeviceError::NoIommuGroup { addr: addr.clone() })?;
     let group = group

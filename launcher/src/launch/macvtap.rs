@@ -9,15 +9,16 @@
 use netlink_packet_route::link::InfoKind;
 
 use crate::config::names::TAP_PREFIX;
-use crate::config::spec::{InterfaceSpec, MacvtapSpec, Spec, SpecError};
+use crate::config::spec::{InterfaceSpec, MacvtapMode, MacvtapSpec, Spec, SpecError};
 use crate::host::net::{self, macvtap, Link, Rtnl};
 use crate::launch::StepError;
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
 
 /// Interface `i`'s parent (`macvtap.link`) exists in this network
-/// namespace and is not one of vmwarden's own links (`vmw-*`: the spec
-/// check refuses the name; this is the host's view). A refusal names
+/// namespace, is not one of vmwarden's own links (`vmw-*`: the spec
+/// check refuses the name; this is the host's view), and is no bridge
+/// when the mode is passthru. A refusal names
 /// `interfaces[i].macvtap.link`.
 pub fn preflight(
     rtnl: &mut Rtnl,
@@ -41,6 +42,15 @@ pub fn preflight(
             "{:?} is a VM's link; a macvtap's link must be a host interface",
             m.link
         ))),
+        // A passthru macvtap makes its parent promiscuous; a promiscuous
+        // bridge hands its own port (here the guest) every frame it
+        // forwards between its other ports: every other VM's on it.
+        Some(l) if m.mode == MacvtapMode::Passthru && l.kind == Some(InfoKind::Bridge) => {
+            Err(bad(format!(
+                "{:?} is a bridge, and a passthru macvtap would make it promiscuous: the guest would receive every frame the bridge forwards between its ports (other VMs' included); use mode \"bridge\" on it, or a tap on the bridge",
+                m.link
+            )))
+        }
         Some(_) => Ok(()),
     }
 }

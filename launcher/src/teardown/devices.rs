@@ -29,12 +29,13 @@ pub fn give_back(intent: Option<&Intent>) -> GivenBack {
     let Some(intent) = intent else {
         return out;
     };
+    let vm_uid = intent.principal.uid;
     let mut groups = BTreeSet::new();
     for r in &intent.resources {
         match r {
             Resource::PciDevice { group, .. } if groups.insert(*group) => {
                 let node = pci::group_node(*group);
-                match devices::give_back_node(&node, 0, 0, 0o600) {
+                match devices::give_back_node(&node, 0, 0, 0o600, vm_uid) {
                     Ok(None) => out.returned.push(format!(
                         "{}: root's, 0600, held by no process",
                         node.display()
@@ -49,7 +50,7 @@ pub fn give_back(intent: Option<&Intent>) -> GivenBack {
                 uid,
                 gid,
                 mode,
-            } => match devices::give_back_node(node, *uid, *gid, *mode) {
+            } => match devices::give_back_node(node, *uid, *gid, *mode, vm_uid) {
                 Ok(None) => out.returned.push(format!(
                     "USB device {selector} ({}): {uid}:{gid} {mode:o} again, held by no process",
                     node.display()
