@@ -475,3 +475,43 @@ fn a_vms_id_range_is_its_alone_one_unreadable_record_blocks_nothing_else() {
     assert_eq!(std::fs::read(&g1).unwrap(), b"{ not json");
     assert_eq!(std::fs::read(&g2).unwrap(), b"\xff\xfe");
 }
+
+/// A range record is read bounded, as the file it is: one that is no
+/// small regular file (a FIFO, a symlink) is reported by its path and
+/// names no VM, and nothing opens it again to find out whose it is (a
+/// FIFO opened to read blocks until a writer comes, under the host-wide
+/// lock at a launch; a symlink would be followed, a huge file read whole).
+#[test]
+fn range_records_are_read_bounded_a_fifo_or_symlink_record_is_never_opened_again() {
+    let env = Env::new();
+    let u = uid(362);
+    owned_vm(&env, "web", u);
+    std::fs::create_dir_all(&env.ranges).unwrap();
+    std::fs::set_permissions(&env.ranges, PermissionsExt::from_mode(0o700)).unwrap();
+    let fifo = env
+        .ranges
+        .join(format!("range-{}.json", POOL_FIRST + 3 * RANGE_SIZE));
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    // A symlink to a file whose bytes claim web's range: followed, it
+    // would make web's range ambiguous.
+    let claim = env.path("claim.json");
+    std::fs::write(
+        &claim,
+        json!({ "vm": "web", "state_root": env.state, "base": 1 }).to_string(),
+    )
+    .unwrap();
+    let link = env
+        .ranges
+        .join(format!("range-{}.json", POOL_FIRST + 5 * RANGE_SIZE));
+    std::os::unix::fs::symlink(&claim, &link).unwrap();
+    let out = env.vmwarden_bounded(&["verify-clean", "web"], Duration::from_secs(60));
+    let out = out.expect("vmwarden verify-clean hung on a FIFO in the ranges' record");
+    assert!(out.status.success(), "{}", text(&out));
+    for p in [&fifo, &link] {
+        assert!(
+            stderr(&out).contains(&p.display().to_string()),
+            "{p:?} not reported:\n{}",
+            text(&out)
+        );
+    }
+}
