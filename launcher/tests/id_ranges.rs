@@ -515,3 +515,29 @@ fn range_records_are_read_bounded_a_fifo_or_symlink_record_is_never_opened_again
         );
     }
 }
+
+/// The ranges' record is root's: a directory another user owns there (who
+/// could then write any record) is refused by whatever reads it, as the
+/// launch that writes it refuses it, never taken for the record.
+#[test]
+fn the_ranges_record_is_roots_a_directory_another_user_owns_is_refused_by_its_readers() {
+    let env = Env::new();
+    let (u, other) = (uid(363), uid(364));
+    owned_vm(&env, "web", u);
+    std::fs::create_dir_all(&env.ranges).unwrap();
+    std::fs::set_permissions(&env.ranges, PermissionsExt::from_mode(0o700)).unwrap();
+    let base = POOL_FIRST + 9 * RANGE_SIZE;
+    let rec = env.ranges.join(format!("range-{base}.json"));
+    std::fs::write(
+        &rec,
+        json!({ "base": base, "count": RANGE_SIZE, "vm": "web", "state_root": env.state, "state": "active" })
+            .to_string(),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&env.ranges, Some(other), Some(other)).unwrap();
+    std::os::unix::fs::chown(&rec, Some(other), Some(other)).unwrap();
+    let v = env.verify_clean(&["web"]);
+    assert!(!v.status.success(), "{}", text(&v));
+    let says = format!("is owned by uid {other}");
+    assert!(text(&v).contains(&says), "lacks {says:?}:\n{}", text(&v));
+}
