@@ -541,3 +541,29 @@ fn the_ranges_record_is_roots_a_directory_another_user_owns_is_refused_by_its_re
     let says = format!("is owned by uid {other}");
     assert!(text(&v).contains(&says), "lacks {says:?}:\n{}", text(&v));
 }
+
+/// The older records' directory, `STATE_ROOT/.principals`, is root's as
+/// well: one another user owns is refused by whatever reads it, never
+/// read, nor moved into the host-wide record.
+#[test]
+fn the_ranges_record_is_roots_an_old_records_directory_another_user_owns_is_refused() {
+    let env = Env::new();
+    let (u, other) = (uid(365), uid(366));
+    owned_vm(&env, "web", u);
+    let old = env.state.join(".principals");
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::set_permissions(&old, PermissionsExt::from_mode(0o700)).unwrap();
+    let base = POOL_FIRST + 11 * RANGE_SIZE;
+    let rec = old.join(format!("range-{base}.json"));
+    std::fs::write(
+        &rec,
+        json!({ "base": base, "count": RANGE_SIZE, "vm": "web", "state": "active" }).to_string(),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&old, Some(other), Some(other)).unwrap();
+    std::os::unix::fs::chown(&rec, Some(other), Some(other)).unwrap();
+    let v = env.verify_clean(&["web"]);
+    assert!(!v.status.success(), "{}", text(&v));
+    let says = format!("is owned by uid {other}");
+    assert!(text(&v).contains(&says), "lacks {says:?}:\n{}", text(&v));
+}

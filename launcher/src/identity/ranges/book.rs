@@ -284,5 +284,20 @@ pub(super) fn legacy_dir(roots: &Roots) -> Result<Option<Dir>, RangeError> {
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    Ok(dirs::open_existing(&state_root, PRINCIPALS_DIR)?)
+    let dir = dirs::open_existing(&state_root, PRINCIPALS_DIR)?;
+    // Root's, as the registry that makes it requires: one another user
+    // owns could hold any record, which a purge would move into the
+    // host-wide record as root's.
+    if let Some(d) = &dir {
+        dirs::check_dir(
+            d,
+            &dirs::Want {
+                uid: 0,
+                gid: 0,
+                mode: 0o700,
+                loose: dirs::Loose::Tighten,
+            },
+        )?;
+    }
+    Ok(dir)
 }
