@@ -1682,3 +1682,63 @@ fn adopt_reads_and_removes_only_what_the_old_owner_could() {
         );
     }
 }
+
+/// adopt reads only what the old owner could, its groups included: DIR's
+/// group is not a group its owner is in (`install -d -o microvm` leaves
+/// DIR `microvm:root`). The old owner renames into the share a file of
+/// root's group (`root:root 0640`) that it cannot read itself; root must
+/// not read it with DIR's group's rights and give it to the VM.
+#[test]
+fn adopt_reads_only_what_the_old_owner_could_its_groups_included() {
+    let env = Env::new();
+    // An owner with an account, so that its groups are known: `nobody`
+    // (65534, primary group 65534, in no other).
+    let (old, u) = (65_534, uid(316));
+    let l = legacy(&env);
+    let walk = Command::new("chown")
+        .args(["-R", "-h", &format!("{old}:{old}")])
+        .arg(&l.dir)
+        .status()
+        .unwrap();
+    assert!(walk.success());
+    // DIR's group: root's, which the old owner is not in.
+    std::os::unix::fs::chown(&l.dir, Some(old), Some(0)).unwrap();
+    env.write_spec("web", &adopt_spec(&env, u));
+    let victim = env.path("microvms/db");
+    std::fs::create_dir_all(&victim).unwrap();
+    let secret = victim.join("gsecret");
+    std::fs::write(&secret, b"root's group's data\n").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+    std::os::unix::fs::chown(&victim, Some(old), Some(old)).unwrap();
+    let out = Command::new("setpriv")
+        .arg(format!("--reuid={old}"))
+        .arg(format!("--regid={old}"))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c"])
+        .arg(format!(
+            "import os\ns, d = {:?}, {:?}\ntry:\n    open(s).read()\n    print('OLD OWNER READ IT ITSELF')\nexcept OSError as e:\n    print('old owner cannot read it:', e)\nos.rename(s, d)\nprint('SWAPPED')\n",
+            secret.to_str().unwrap(),
+            l.dir.join("home/gsecret").to_str().unwrap()
+        ))
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("SWAPPED") && !said.contains("ITSELF"),
+        "{}",
+        text(&out)
+    );
+    let o = adopt(&env, &l.dir, &["--apply"]);
+    let leaked = env.state.join("web/home/gsecret");
+    assert!(
+        std::fs::symlink_metadata(&leaked).is_err(),
+        "root copied into the VM's state a file of DIR's group that its old owner, not in that group, could not read: {}",
+        text(&o)
+    );
+    assert_refused(&o, &["home/gsecret", "cannot read it"]);
+    assert_eq!(
+        std::fs::read(l.dir.join("home/gsecret")).unwrap(),
+        b"root's group's data\n"
+    );
+}

@@ -475,3 +475,95 @@ fn a_vms_id_range_is_its_alone_one_unreadable_record_blocks_nothing_else() {
     assert_eq!(std::fs::read(&g1).unwrap(), b"{ not json");
     assert_eq!(std::fs::read(&g2).unwrap(), b"\xff\xfe");
 }
+
+/// A range record is read bounded, as the file it is: one that is no
+/// small regular file (a FIFO, a symlink) is reported by its path and
+/// names no VM, and nothing opens it again to find out whose it is (a
+/// FIFO opened to read blocks until a writer comes, under the host-wide
+/// lock at a launch; a symlink would be followed, a huge file read whole).
+#[test]
+fn range_records_are_read_bounded_a_fifo_or_symlink_record_is_never_opened_again() {
+    let env = Env::new();
+    let u = uid(362);
+    owned_vm(&env, "web", u);
+    std::fs::create_dir_all(&env.ranges).unwrap();
+    std::fs::set_permissions(&env.ranges, PermissionsExt::from_mode(0o700)).unwrap();
+    let fifo = env
+        .ranges
+        .join(format!("range-{}.json", POOL_FIRST + 3 * RANGE_SIZE));
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    // A symlink to a file whose bytes claim web's range: followed, it
+    // would make web's range ambiguous.
+    let claim = env.path("claim.json");
+    std::fs::write(
+        &claim,
+        json!({ "vm": "web", "state_root": env.state, "base": 1 }).to_string(),
+    )
+    .unwrap();
+    let link = env
+        .ranges
+        .join(format!("range-{}.json", POOL_FIRST + 5 * RANGE_SIZE));
+    std::os::unix::fs::symlink(&claim, &link).unwrap();
+    let out = env.vmwarden_bounded(&["verify-clean", "web"], Duration::from_secs(60));
+    let out = out.expect("vmwarden verify-clean hung on a FIFO in the ranges' record");
+    assert!(out.status.success(), "{}", text(&out));
+    for p in [&fifo, &link] {
+        assert!(
+            stderr(&out).contains(&p.display().to_string()),
+            "{p:?} not reported:\n{}",
+            text(&out)
+        );
+    }
+}
+
+/// The ranges' record is root's: a directory another user owns there (who
+/// could then write any record) is refused by whatever reads it, as the
+/// launch that writes it refuses it, never taken for the record.
+#[test]
+fn the_ranges_record_is_roots_a_directory_another_user_owns_is_refused_by_its_readers() {
+    let env = Env::new();
+    let (u, other) = (uid(363), uid(364));
+    owned_vm(&env, "web", u);
+    std::fs::create_dir_all(&env.ranges).unwrap();
+    std::fs::set_permissions(&env.ranges, PermissionsExt::from_mode(0o700)).unwrap();
+    let base = POOL_FIRST + 9 * RANGE_SIZE;
+    let rec = env.ranges.join(format!("range-{base}.json"));
+    std::fs::write(
+        &rec,
+        json!({ "base": base, "count": RANGE_SIZE, "vm": "web", "state_root": env.state, "state": "active" })
+            .to_string(),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&env.ranges, Some(other), Some(other)).unwrap();
+    std::os::unix::fs::chown(&rec, Some(other), Some(other)).unwrap();
+    let v = env.verify_clean(&["web"]);
+    assert!(!v.status.success(), "{}", text(&v));
+    let says = format!("is owned by uid {other}");
+    assert!(text(&v).contains(&says), "lacks {says:?}:\n{}", text(&v));
+}
+
+/// The older records' directory, `STATE_ROOT/.principals`, is root's as
+/// well: one another user owns is refused by whatever reads it, never
+/// read, nor moved into the host-wide record.
+#[test]
+fn the_ranges_record_is_roots_an_old_records_directory_another_user_owns_is_refused() {
+    let env = Env::new();
+    let (u, other) = (uid(365), uid(366));
+    owned_vm(&env, "web", u);
+    let old = env.state.join(".principals");
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::set_permissions(&old, PermissionsExt::from_mode(0o700)).unwrap();
+    let base = POOL_FIRST + 11 * RANGE_SIZE;
+    let rec = old.join(format!("range-{base}.json"));
+    std::fs::write(
+        &rec,
+        json!({ "base": base, "count": RANGE_SIZE, "vm": "web", "state": "active" }).to_string(),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&old, Some(other), Some(other)).unwrap();
+    std::os::unix::fs::chown(&rec, Some(other), Some(other)).unwrap();
+    let v = env.verify_clean(&["web"]);
+    assert!(!v.status.success(), "{}", text(&v));
+    let says = format!("is owned by uid {other}");
+    assert!(text(&v).contains(&says), "lacks {says:?}:\n{}", text(&v));
+}

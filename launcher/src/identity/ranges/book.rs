@@ -182,11 +182,18 @@ impl Book {
 /// the old ones of its state root.
 pub(super) fn read_all(host: Option<&Dir>, roots: Option<&Roots>) -> Result<Book, RangeError> {
     let mut entries: Vec<Read> = Vec::new();
+    // The bytes of the records that did not parse, as read (bounded, not
+    // followed): whose such a record is comes from these, never from
+    // opening its path again (a FIFO would block, a symlink be followed, a
+    // huge file be read whole).
+    let mut unparsed: Vec<(PathBuf, Vec<u8>)> = Vec::new();
     if let Some(dir) = host {
         for (path, bytes) in read_dir_records(dir)? {
             let r = bytes.and_then(|b| {
-                serde_json::from_slice::<RangeRecord>(&b)
-                    .map_err(|e| (format!("cannot be parsed ({e})"), Vec::new()))
+                serde_json::from_slice::<RangeRecord>(&b).map_err(|e| {
+                    unparsed.push((path.clone(), b));
+                    (format!("cannot be parsed ({e})"), Vec::new())
+                })
             });
             entries.push((path, r));
         }
@@ -197,7 +204,10 @@ pub(super) fn read_all(host: Option<&Dir>, roots: Option<&Roots>) -> Result<Book
                 let r = bytes.and_then(|b| {
                     serde_json::from_slice::<LegacyRecord>(&b)
                         .map(|l| from_legacy(l, roots))
-                        .map_err(|e| (format!("cannot be parsed ({e})"), Vec::new()))
+                        .map_err(|e| {
+                            unparsed.push((path.clone(), b));
+                            (format!("cannot be parsed ({e})"), Vec::new())
+                        })
                 });
                 entries.push((path, r));
             }
@@ -209,8 +219,8 @@ pub(super) fn read_all(host: Option<&Dir>, roots: Option<&Roots>) -> Result<Book
         if b.claims.is_some() {
             continue;
         }
-        if let Ok(bytes) = std::fs::read(&b.path) {
-            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+        if let Some((_, bytes)) = unparsed.iter().find(|(p, _)| p == &b.path) {
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(bytes) {
                 let vm = v["vm"].as_str().and_then(|s| VmName::parse(s).ok());
                 let root = v["state_root"].as_str().map(PathBuf::from).or_else(|| {
                     roots
@@ -274,5 +284,20 @@ pub(super) fn legacy_dir(roots: &Roots) -> Result<Option<Dir>, RangeError> {
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    Ok(dirs::open_existing(&state_root, PRINCIPALS_DIR)?)
+    let dir = dirs::open_existing(&state_root, PRINCIPALS_DIR)?;
+    // Root's, as the registry that makes it requires: one another user
+    // owns could hold any record, which a purge would move into the
+    // host-wide record as root's.
+    if let Some(d) = &dir {
+        dirs::check_dir(
+            d,
+            &dirs::Want {
+                uid: 0,
+                gid: 0,
+                mode: 0o700,
+                loose: dirs::Loose::Tighten,
+            },
+        )?;
+    }
+    Ok(dir)
 }

@@ -26,9 +26,15 @@ fn want() -> Want {
     }
 }
 
-/// The host-wide directory if it exists (readers never create it).
+/// The host-wide directory if it exists (readers never create it), root's
+/// as the writers require ([`open_host_locked`]): one another user owns
+/// could hold any record, and is refused here too, never read.
 fn open_host() -> Result<Option<Dir>, RangeError> {
-    Ok(dirs::open_dir_if_exists(ranges_dir())?)
+    let dir = dirs::open_dir_if_exists(ranges_dir())?;
+    if let Some(d) = &dir {
+        dirs::check_dir(d, &want())?;
+    }
+    Ok(dir)
 }
 
 /// The host-wide directory, made if missing (root's 0700, in a root-owned

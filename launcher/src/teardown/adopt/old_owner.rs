@@ -42,11 +42,18 @@ pub(super) struct OldOwner {
 }
 
 impl OldOwner {
-    /// DIR's owner (`st`: DIR's stat).
+    /// DIR's owner (`st`: DIR's stat), with the group its reads are made
+    /// with: DIR's group only when the owner's account is in it (its
+    /// primary group, or one `getgrouplist` names), else the account's
+    /// primary group. DIR's group alone proves nothing (`install -d -o
+    /// microvm` leaves it root's): with it root would read a file of that
+    /// group the owner renamed in and could not read itself, and give it
+    /// to the VM. An owner no account names keeps DIR's group (nothing
+    /// says which groups it has).
     pub(super) fn of(st: &FileStat) -> OldOwner {
         OldOwner {
             uid: st.st_uid,
-            gid: st.st_gid,
+            gid: group_of(st.st_uid, st.st_gid),
         }
     }
 
@@ -255,6 +262,26 @@ impl OldOwner {
                 .map_err(|_| denied(&path, "read it"))?;
         }
         Ok(())
+    }
+}
+
+/// The group the old owner `uid` reads DIR with (see [`OldOwner::of`]).
+fn group_of(uid: u32, dir_gid: u32) -> u32 {
+    let Ok(Some(user)) = nix::unistd::User::from_uid(Uid::from_raw(uid)) else {
+        return dir_gid;
+    };
+    let primary = user.gid.as_raw();
+    if primary == dir_gid {
+        return dir_gid;
+    }
+    let member = std::ffi::CString::new(user.name.as_bytes())
+        .ok()
+        .and_then(|name| nix::unistd::getgrouplist(&name, user.gid).ok())
+        .is_some_and(|groups| groups.iter().any(|g| g.as_raw() == dir_gid));
+    if member {
+        dir_gid
+    } else {
+        primary
     }
 }
 
