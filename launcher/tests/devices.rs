@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
+use vmwarden::teardown::devices::give_back;
 
 const VM: &str = "web";
 
@@ -47,11 +48,10 @@ fn root_disk_pci() -> Option<String> {
     let real = std::fs::canonicalize(sys).ok()?;
     real.components()
         .filter_map(|c| c.as_os_str().to_str())
-        .filter(|c| {
+        .rfind(|c| {
             let b = c.as_bytes();
             b.len() == 12 && b[4] == b':' && b[7] == b':' && b[10] == b'.'
         })
-        .last()
         .map(str::to_string)
 }
 
@@ -299,7 +299,7 @@ fn a_usb_node_replaced_by_another_device_keeps_its_own_mode_at_cleanup() {
             },
         ],
     };
-    let given = vmwarden::teardown::devices::give_back(Some(&intent));
+    let given = give_back(Some(&intent));
     let m = std::fs::metadata(&node).unwrap();
     assert_eq!(m.ino(), ino, "the test's node was replaced");
     assert_eq!(
