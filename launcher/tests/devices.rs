@@ -46,12 +46,12 @@ fn root_disk_pci() -> Option<String> {
     );
     let real = std::fs::canonicalize(sys).ok()?;
     real.components()
+        .rev()
         .filter_map(|c| c.as_os_str().to_str())
-        .filter(|c| {
+        .find(|c| {
             let b = c.as_bytes();
             b.len() == 12 && b[4] == b':' && b[7] == b':' && b[10] == b'.'
         })
-        .last()
         .map(str::to_string)
 }
 
@@ -247,6 +247,7 @@ fn a_usb_node_replaced_by_another_device_keeps_its_own_mode_at_cleanup() {
     use nix::sys::stat::{mknod, Mode, SFlag};
     use std::os::unix::fs::MetadataExt;
     use vmwarden::instance::intent::{Intent, IntentPrincipal, Resource};
+    use vmwarden::teardown::devices::give_back;
 
     require_root();
     let dir = tempfile::tempdir().unwrap();
@@ -299,7 +300,7 @@ fn a_usb_node_replaced_by_another_device_keeps_its_own_mode_at_cleanup() {
             },
         ],
     };
-    let given = vmwarden::teardown::devices::give_back(Some(&intent));
+    let given = give_back(Some(&intent));
     let m = std::fs::metadata(&node).unwrap();
     assert_eq!(m.ino(), ino, "the test's node was replaced");
     assert_eq!(
