@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
-use vmwarden::teardown::devices::give_back;
 
 const VM: &str = "web";
 
@@ -47,8 +46,9 @@ fn root_disk_pci() -> Option<String> {
     );
     let real = std::fs::canonicalize(sys).ok()?;
     real.components()
+        .rev()
         .filter_map(|c| c.as_os_str().to_str())
-        .rfind(|c| {
+        .find(|c| {
             let b = c.as_bytes();
             b.len() == 12 && b[4] == b':' && b[7] == b':' && b[10] == b'.'
         })
@@ -247,6 +247,7 @@ fn a_usb_node_replaced_by_another_device_keeps_its_own_mode_at_cleanup() {
     use nix::sys::stat::{mknod, Mode, SFlag};
     use std::os::unix::fs::MetadataExt;
     use vmwarden::instance::intent::{Intent, IntentPrincipal, Resource};
+    use vmwarden::teardown::devices::give_back;
 
     require_root();
     let dir = tempfile::tempdir().unwrap();
@@ -267,6 +268,17 @@ fn a_usb_node_replaced_by_another_device_keeps_its_own_mode_at_cleanup() {
     let kept = dir.path().join("006");
     mknod(&kept, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), rdev).unwrap();
     nix::unistd::chown(&kept, Some(principal.into()), Some(principal.into())).unwrap();
+    // And one another VM took (its principal owns the node now): that VM's
+    // to give back, never this cleanup's.
+    let taken = dir.path().join("007");
+    mknod(
+        &taken,
+        SFlag::S_IFCHR,
+        Mode::from_bits_truncate(0o600),
+        rdev,
+    )
+    .unwrap();
+    nix::unistd::chown(&taken, Some(uid(2).into()), Some(uid(2).into())).unwrap();
 
     let intent = Intent {
         version: 1,
@@ -297,6 +309,13 @@ fn a_usb_node_replaced_by_another_device_keeps_its_own_mode_at_cleanup() {
                 gid: 0,
                 mode: 0o664,
             },
+            Resource::UsbDevice {
+                selector: "hostbus=1,hostaddr=7".into(),
+                node: taken.clone(),
+                uid: 0,
+                gid: 0,
+                mode: 0o664,
+            },
         ],
     };
     let given = give_back(Some(&intent));
@@ -307,7 +326,18 @@ fn a_usb_node_replaced_by_another_device_keeps_its_own_mode_at_cleanup() {
         (0, 0, 0o600),
         "cleanup put the unplugged device's mode on another device's node: {given:?}"
     );
-    assert!(given.failed.is_empty(), "{:?}", given.failed);
+    assert_eq!(given.failed.len(), 1, "{:?}", given.failed);
+    assert!(
+        given.failed[0].path == taken && given.failed[0].reason.contains("another VM's now"),
+        "{:?}",
+        given.failed
+    );
+    let t = std::fs::metadata(&taken).unwrap();
+    assert_eq!(
+        (t.uid(), t.mode() & 0o7777),
+        (uid(2), 0o600),
+        "cleanup took another VM's node"
+    );
     let k = std::fs::metadata(&kept).unwrap();
     assert_eq!(
         (k.uid(), k.gid(), k.mode() & 0o7777),

@@ -203,10 +203,12 @@ pub fn take(plan: &Plan, uid: u32, gid: u32) -> Result<(), DeviceError> {
 /// Give node `path` back to `uid:gid` `mode` after proving no process holds
 /// it. A node that is gone (a USB device unplugged, a group whose last
 /// device left VFIO) is `Ok(Some(reason))`: reported, not a failure. So is
-/// a node that is neither as it was nor the principal's (`vm_uid`): not
-/// the node the launch gave the VM but another device's that took its
+/// a root's node that is neither as it was nor the principal's (`vm_uid`):
+/// not the node the launch gave the VM but another device's that took its
 /// place (a USB device unplugged, another enumerated at the same bus and
-/// address), whose owner and mode are udev's, never the old device's.
+/// address), whose owner and mode are udev's, never the old device's. A
+/// node another principal owns is an error (another VM's: a PCI device is
+/// then not taken off `vfio-pci` under it).
 pub fn give_back_node(
     path: &std::path::Path,
     uid: u32,
@@ -219,18 +221,26 @@ pub fn give_back_node(
         Ok(None) => return Ok(Some("gone (unplugged, or no longer a VFIO group)".into())),
         Err(e) => return Err(e.to_string()),
     };
+    let h = sysfs::holders(&node);
+    if !h.is_empty() {
+        return Err(format!("still held by {}", held_by(&h)));
+    }
     let now = node.owner();
     if now != (uid, gid, mode) && now.0 != vm_uid {
+        if now.0 != 0 {
+            // Another principal's: another VM took it (or its successor
+            // device); it is that VM's cleanup's to give back.
+            return Err(format!(
+                "is uid {}'s, not the VM's (uid {vm_uid}): another VM's now; left as it is",
+                now.0
+            ));
+        }
         return Ok(Some(format!(
             "gone: the node is {}:{} {:o}, not the VM's (uid {vm_uid}), another device's now; left as it is",
             now.0, now.1, now.2
         )));
     }
-    let h = sysfs::holders(&node);
-    if !h.is_empty() {
-        return Err(format!("still held by {}", held_by(&h)));
-    }
-    if node.owner() != (uid, gid, mode) {
+    if now != (uid, gid, mode) {
         node.set_owner(uid, gid, mode).map_err(|e| e.to_string())?;
     }
     match sysfs::open_node(path) {
