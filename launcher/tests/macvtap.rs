@@ -420,16 +420,25 @@ fn reap_deletes_a_dead_vms_macvtap_and_keeps_one_no_vm_claims() {
     require_root();
     let env = Env::new();
     let (ns, _peer) = namespaces("mvp");
+    require_fault_injection();
     let mut s = env.spec("mvd", uid(407));
     s["interfaces"] = macvtap("vmw-mvd0", "02:00:00:00:60:01", PARENT);
     env.write_spec("mvd", &s);
-    // A stopped VM's macvtap that survived (made here by hand), and a
-    // vmw-* macvtap that no VM claims.
-    for name in ["vmw-mvd0", "vmw-mvx0"] {
-        ns.ip(&[
-            "link", "add", "link", PARENT, "name", name, "type", "macvtap", "mode", "bridge",
-        ]);
-    }
+    // A dead VM's macvtap that survived: its launch killed right after the
+    // `taps` step (the link made and marked with the instance its intent
+    // record names, no cleanup run); and a vmw-* macvtap that no VM claims,
+    // made here by hand.
+    let out = ns
+        .cmd(&env, LAUNCH, &["mvd"])
+        .env("VMWARDEN_FAULT_AFTER", "taps")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(9), "{}", text(&out));
+    assert!(ns.has_link("vmw-mvd0"), "the killed launch left no macvtap");
+    ns.ip(&[
+        "link", "add", "link", PARENT, "name", "vmw-mvx0", "type", "macvtap", "mode", "bridge",
+    ]);
     let v = ns.vmwarden(&env, &["verify-clean", "mvd"]);
     assert!(
         !v.status.success()
@@ -460,6 +469,8 @@ fn reap_deletes_a_dead_vms_macvtap_and_keeps_one_no_vm_claims() {
         "{rep}"
     );
     ns.ip(&["link", "del", "vmw-mvx0"]);
+    let (o, c) = ns.cleanup(&env, "mvd");
+    assert!(o.status.success() && c["clean"] == true, "{}", text(&o));
     let v = ns.vmwarden(&env, &["verify-clean", "mvd"]);
     assert!(v.status.success(), "{}", text(&v));
 }
@@ -529,4 +540,61 @@ fn real_cloud_hypervisor_takes_a_macvtaps_fds_and_cleanup_deletes_the_link() {
     let (o, rep) = ns.cleanup(&env, "mvc");
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
     assert!(!ns.has_link("vmw-mvc0"));
+}
+
+/// Two installations (two sets of roots) whose VMs name the same macvtap
+/// never delete each other's: each macvtap carries its instance's mark, and
+/// cleanup and reap delete only one whose mark is their own record's.
+#[test]
+fn two_installations_never_delete_each_others_macvtap() {
+    require_root();
+    require_fault_injection();
+    use std::os::unix::process::ExitStatusExt;
+    let a = Env::new();
+    let b = a.sibling();
+    let (ns, _peer) = namespaces("mvs");
+    for (env, u) in [(&a, 408), (&b, 409)] {
+        let mut s = env.spec("mvs", uid(u));
+        s["interfaces"] = macvtap("vmw-mvs0", "02:00:00:00:62:01", PARENT);
+        env.write_spec("mvs", &s);
+    }
+    let killed = |env: &Env, step: &str| {
+        let out = ns
+            .cmd(env, LAUNCH, &["mvs"])
+            .env("VMWARDEN_FAULT_AFTER", step)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.signal(), Some(9), "{step}: {}", text(&out));
+    };
+    // B's instance recorded the macvtap and died before making it; A's
+    // made it and died.
+    killed(&b, "intent-written");
+    assert!(!ns.has_link("vmw-mvs0"));
+    killed(&a, "taps");
+    let index = sys_net(&ns, "vmw-mvs0", "ifindex");
+    let (o, _) = ns.cleanup(&b, "mvs");
+    assert_eq!(
+        sys_net(&ns, "vmw-mvs0", "ifindex"),
+        index,
+        "B's cleanup deleted A's macvtap: {}",
+        text(&o)
+    );
+    // B's reap keeps the link, naming why (it exits 1: B's runtime dir's
+    // cleanup sees a link of its tap's name survive, which is A's).
+    let r = ns.vmwarden(&b, &["reap", "--apply", "--json"]);
+    assert!(
+        String::from_utf8_lossy(&r.stdout)
+            .contains("a macvtap that no intent record of these roots marked as its own"),
+        "{}",
+        text(&r)
+    );
+    assert_eq!(
+        sys_net(&ns, "vmw-mvs0", "ifindex"),
+        index,
+        "B's reap deleted A's macvtap: {}",
+        text(&r)
+    );
+    let (o, rep) = ns.cleanup(&a, "mvs");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    assert!(!ns.has_link("vmw-mvs0"), "A's cleanup left its macvtap");
 }
