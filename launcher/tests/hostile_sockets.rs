@@ -397,3 +397,37 @@ fn the_vms_root_binds_only_what_its_principal_can_reach() {
     );
     env.assert_clean("vault");
 }
+
+/// The VM's root is the same whatever umask the launcher inherits: the
+/// unit's `UMask=0077` made every directory the launcher made there
+/// root's 0700, so the principal reached nothing below one (`/usr`,
+/// `/nix`): every launch under systemd failed at `landlock` (EACCES on a
+/// system path). Run under that umask, a probe in the identical sandbox
+/// must start and read the system's files.
+#[test]
+fn the_vms_root_is_the_same_whatever_umask_the_launcher_inherits() {
+    use std::os::unix::process::CommandExt;
+    let env = Env::new();
+    env.write_spec("web", &env.spec("web", uid(90)));
+    let mut cmd = env.launch_cmd("web");
+    cmd.args([
+        "--probe",
+        "--",
+        "/bin/sh",
+        "-c",
+        "ls /usr/bin >/dev/null && echo VMWT-UMASK-OK",
+    ]);
+    // SAFETY: umask(2) is async-signal-safe and touches only this child.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+            Ok(())
+        });
+    }
+    let out = bounded(&mut cmd, Duration::from_secs(60)).expect("the probe returns");
+    assert!(
+        out.status.success() && text(&out).contains("VMWT-UMASK-OK"),
+        "a launch under umask 0077: {}",
+        text(&out)
+    );
+}

@@ -257,6 +257,21 @@ pub fn as_principal<T>(p: &Principal, f: impl FnOnce() -> T) -> Result<T> {
     }
 }
 
+/// The process's umask for as long as it lives, then the one before.
+struct UmaskGuard(Mode);
+
+impl UmaskGuard {
+    fn set(mask: Mode) -> UmaskGuard {
+        UmaskGuard(nix::sys::stat::umask(mask))
+    }
+}
+
+impl Drop for UmaskGuard {
+    fn drop(&mut self) {
+        nix::sys::stat::umask(self.0);
+    }
+}
+
 /// Build the VM's root on a tmpfs mounted at `at` (the masked runtime
 /// root: any directory of this namespace would do) from `sources` (the
 /// plan's paths, [`open_sources`]) and `pivot_root` into it. `journal`:
@@ -276,6 +291,11 @@ pub fn enter(
         Some("mode=0755,size=256k,nr_inodes=1024"),
     )
     .sys("mount the VM's root tmpfs", at)?;
+    // Every directory made here must be searchable by the principal (the
+    // bound trees keep their own modes), whatever umask the launcher
+    // inherited: the unit's `UMask=0077` made them root's 0700, so the
+    // principal reached nothing below a made directory (`/nix`, `/usr`).
+    let _umask = UmaskGuard::set(Mode::from_bits_truncate(0o022));
     let inside = |p: &Path| at.join(p.strip_prefix("/").unwrap_or(p));
     let io = |e: std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
     // `/proc` for the VM's procfs; `/tmp`, empty and read-only, where
