@@ -64,12 +64,21 @@ fn report(msg: String, err: &dyn std::error::Error) {
         }
         src = s.source();
     }
-    if logging_to_journal() {
+    if logging_to_journal() && journal_reachable() {
         // One entry, with the VM's field, at error priority.
         tracing::error!("{msg}");
     } else {
         eprintln!("{msg}");
     }
+}
+
+/// Whether this process can still send to journald's native socket. In
+/// the VM's own root that path leads through `/proc/self/fd`, which a
+/// process past its privilege drop (no longer dumpable) cannot follow:
+/// an error of a late launch step would then be lost, so it goes to
+/// stderr (the unit's journal stream) instead.
+fn journal_reachable() -> bool {
+    nix::unistd::access(launch::root::JOURNAL_SOCKET, nix::unistd::AccessFlags::W_OK).is_ok()
 }
 
 /// The log filter: `--quiet` (warnings and errors only) wins; otherwise

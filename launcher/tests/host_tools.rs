@@ -921,3 +921,45 @@ fn the_guests_bytes_cannot_speak_for_the_journal_without_journal_stream() {
     let _ = drain(&receiver);
     env.assert_clean(name);
 }
+
+/// An error of a launch step after the privilege drop reaches the journal:
+/// in the VM's own root journald's socket is a link through
+/// `/proc/self/fd`, which the dropped launcher cannot follow, so such an
+/// error went nowhere (every VM that failed at `landlock` under systemd
+/// failed silently). It now goes to stderr, the unit's journal stream.
+#[test]
+fn an_error_after_the_drop_reaches_the_journal() {
+    let env = Env::new();
+    let name = "je";
+    let hidden = env.path("root-only");
+    std::fs::create_dir(&hidden).unwrap();
+    std::fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::write(hidden.join("file"), b"x").unwrap();
+    let mut spec = env.spec(name, uid(334));
+    spec["landlock"]["read"] = json!([hidden.join("file")]);
+    env.write_spec(name, &spec);
+    let jdir = env.path("journal");
+    std::fs::create_dir(&jdir).unwrap();
+    let receiver = UnixDatagram::bind(jdir.join("socket")).unwrap();
+    std::fs::set_permissions(
+        jdir.join("socket"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o666),
+    )
+    .unwrap();
+    let stderr = env.path("stderr");
+    let mut launch = env.launch_cmd(name);
+    launch.args(["--probe", "--", "/bin/true"]);
+    let out = run_under_journal(launch, &jdir, &stderr, true);
+    assert!(!out.status.success(), "the launch went on");
+    let entries = drain(&receiver);
+    let in_journal = entries.iter().any(|e| {
+        field(e, "MESSAGE")
+            .iter()
+            .any(|m| m.contains("error at step"))
+    });
+    let err = std::fs::read_to_string(&stderr).unwrap();
+    assert!(
+        in_journal || err.contains("error at step"),
+        "the launch's error went nowhere: stderr {err:?}, journal {entries:?}"
+    );
+}
