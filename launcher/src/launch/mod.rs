@@ -495,7 +495,8 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     steps.after("masked");
     let planned = helpers::plan(spec, &control_path);
     let vm_trees = [state_dir_path.clone(), control_path.clone()];
-    let rules = root::rules(spec, &planned, &vm_trees, &creds_path);
+    let mut rules = root::rules(spec, &planned, &vm_trees, &creds_path);
+    rules.extend(passthrough::landlock_rules(devices));
     let journal = root::open_journal();
     // Resolved and opened as the principal: what it cannot reach on the
     // host is not bound for it (root::as_principal).
