@@ -20,8 +20,7 @@ use std::path::{Path, PathBuf};
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::link::{
-    AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InfoData, InfoKind, InfoMacVtap, LinkAttribute,
-    LinkFlags, LinkInfo, LinkMessage, MacVtapMode,
+    InfoData, InfoKind, InfoMacVtap, LinkAttribute, LinkFlags, LinkInfo, LinkMessage, MacVtapMode,
 };
 use netlink_packet_route::RouteNetlinkMessage;
 use nix::fcntl::{open, OFlag};
@@ -80,29 +79,7 @@ impl Rtnl {
     /// to the guest. Two requests: the address mode must hold before the
     /// link goes up.
     pub fn macvtap_up(&mut self, name: &str, index: u32) -> Result<()> {
-        let mut m = LinkMessage::default();
-        m.header.index = index;
-        m.attributes
-            .push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet6(
-                vec![AfSpecInet6::AddrGenMode(In6AddrGenMode::None)],
-            )]));
-        self.request(
-            name,
-            "RTM_SETLINK (addrgenmode none)",
-            RouteNetlinkMessage::SetLink(m),
-            0,
-        )?;
-        let mut m = LinkMessage::default();
-        m.header.index = index;
-        m.header.flags = LinkFlags::Up | LinkFlags::Allmulti;
-        m.header.change_mask = LinkFlags::Up | LinkFlags::Allmulti;
-        self.request(
-            name,
-            "RTM_SETLINK (up, allmulticast)",
-            RouteNetlinkMessage::SetLink(m),
-            0,
-        )
-        .map(|_| ())
+        self.up_without_address(name, index, LinkFlags::Allmulti)
     }
 }
 

@@ -93,6 +93,17 @@ impl Rtnl {
     /// listener report). Two requests: the mode must hold before the link
     /// goes up, when the kernel would make the address.
     pub fn up_silent(&mut self, name: &str, index: u32) -> Result<()> {
+        self.up_without_address(name, index, LinkFlags::empty())
+    }
+
+    /// [`Rtnl::up_silent`] with `extra` link flags set together with
+    /// `IFF_UP` (a macvtap's `IFF_ALLMULTI`).
+    pub(crate) fn up_without_address(
+        &mut self,
+        name: &str,
+        index: u32,
+        extra: LinkFlags,
+    ) -> Result<()> {
         let mut m = LinkMessage::default();
         m.header.index = index;
         m.attributes
@@ -107,8 +118,8 @@ impl Rtnl {
         )?;
         let mut m = LinkMessage::default();
         m.header.index = index;
-        m.header.flags = LinkFlags::Up;
-        m.header.change_mask = LinkFlags::Up;
+        m.header.flags = LinkFlags::Up | extra;
+        m.header.change_mask = LinkFlags::Up | extra;
         self.request(name, "RTM_SETLINK (up)", RouteNetlinkMessage::SetLink(m), 0)
             .map(|_| ())
     }
