@@ -438,12 +438,14 @@ int main(int argc, char **argv) {
 /// A tap is its VM's alone from the moment it is made: a local user that
 /// spins on `TUNSETIFF` of the tap's name (the spec names it) while the
 /// launcher makes a four-queue tap never gets a queue of it, in any of
-/// several launches. Owner and group set only after the tap and its queues
-/// exist (`own_for` after `create_tap_queues`) leave a window in which
-/// the tap has neither, and the kernel then lets anyone attach one more
-/// queue; an attached (or detached) queue keeps every tun ioctl after the
-/// owner is set (`TUNSETPERSIST`, `TUNSETOWNER`, a re-attach by
-/// `TUNSETQUEUE`, which checks no owner).
+/// several launches. Owner and group set after the tap and its queues
+/// exist in the host's namespace would leave a window in which the tap has
+/// neither, and the kernel then lets anyone attach one more queue; an
+/// attached (or detached) queue keeps every tun ioctl after the owner is
+/// set (`TUNSETPERSIST`, `TUNSETOWNER`, a re-attach by `TUNSETQUEUE`,
+/// which checks no owner). The launcher makes and owns the tap in a
+/// network namespace of its own and moves it out only then
+/// (`host::net::apart`).
 #[test]
 fn a_tap_is_its_vms_alone_from_the_moment_it_is_made() {
     require_root();
