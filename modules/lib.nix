@@ -769,11 +769,6 @@ in rec {
           CapabilityBoundingSet = "CAP_NET_ADMIN";
           RestrictAddressFamilies = "AF_NETLINK";
         }
-        # Firecracker's taps live in a network namespace of its own, which
-        # the launcher makes. Merges with the template's "mnt ipc".
-        // lib.optionalAttrs (vm.interfaces != [] && vm.hypervisor == "firecracker") {
-          RestrictNamespaces = "net";
-        }
         # vsock with the kernel backend: the launcher (root, in this unit)
         # opens /dev/vhost-vsock and hands QEMU the fd; a macvtap: it opens
         # the macvtap's character device (/dev/tapN, major "macvtap"); host
@@ -795,8 +790,25 @@ in rec {
         }
         // userNetworkDropin vm
         // ownedShareDropin vm
-        // devicesDropin vm;
+        // devicesDropin vm
+        # Every part's RestrictNamespaces=, each its own line (`//` above
+        # keeps only the last part's).
+        // namespacesOf [(netNamespaceDropin vm) (userNetworkDropin vm) (ownedShareDropin vm)];
     };
+
+  # Firecracker's taps live in a network namespace of its own, which the
+  # launcher makes; a multi-queue tap is made in one of the launcher's own
+  # and moved into the host's once it refuses every other user
+  # (host::net::apart). Merges with the template's "mnt ipc".
+  tapMadeApart = i: i.type != "macvtap" && i.queues != null && i.queues > 1;
+  netNamespaceDropin = vm:
+    lib.optionalAttrs (vm.interfaces != [] && (vm.hypervisor == "firecracker" || lib.any tapMadeApart vm.interfaces)) {
+      RestrictNamespaces = "net";
+    };
+  namespacesOf = parts: let
+    all = lib.concatMap (p: lib.toList (p.RestrictNamespaces or [])) parts;
+  in
+    lib.optionalAttrs (all != []) {RestrictNamespaces = all;};
 
   # User networking: passt runs in the unit's cgroup and under its
   # seccomp filters. It is the guest's network, so it opens IPv4 and IPv6

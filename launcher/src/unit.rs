@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use crate::config::names::VmName;
 use crate::config::paths::{Roots, DEFAULT_CONFIG_DIR};
 use crate::config::spec::{
-    CredentialSource, HypervisorKind, ShareSpec, Spec, SpecError, VsockBackend,
+    CredentialSource, HypervisorKind, InterfaceSpec, ShareSpec, Spec, SpecError, VsockBackend,
 };
 
 /// Default directory of the three binaries on hosts without Nix.
@@ -560,8 +560,13 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
         out.push(e("Service", "RestrictAddressFamilies", "AF_NETLINK"));
     }
     // Firecracker's taps live in a network namespace of its own, which the
-    // launcher makes (launch::netns). Merges with the template's "mnt ipc".
-    if taps && spec.hypervisor.kind == HypervisorKind::Firecracker {
+    // launcher makes (launch::netns); a multi-queue tap is made in one of
+    // the launcher's own and moved out (host::net::apart). Merges with the
+    // template's "mnt ipc".
+    if taps
+        && (spec.hypervisor.kind == HypervisorKind::Firecracker
+            || spec.interfaces.iter().any(InterfaceSpec::tap_made_apart))
+    {
         out.push(e("Service", "RestrictNamespaces", "net"));
     }
     // vsock with the kernel backend: the launcher (root, in this unit)

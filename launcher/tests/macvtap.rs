@@ -598,3 +598,60 @@ fn two_installations_never_delete_each_others_macvtap() {
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
     assert!(!ns.has_link("vmw-mvs0"), "A's cleanup left its macvtap");
 }
+
+/// A local user cannot keep a VM's macvtap from starting by holding the
+/// `/dev/tapN` nodes of the ifindexes the launcher's namespace hands out
+/// next. devtmpfs has one `/dev/tapN` for all namespaces, and any user
+/// may make a user and network namespace with macvtaps in it at ifindexes
+/// of its choosing: the kernel then makes no node for the VM's macvtap,
+/// and the only `/dev/tapN` is that user's. The launcher chooses its
+/// macvtap's ifindex at random, out of that user's reach, with no node.
+#[test]
+fn a_local_users_macvtap_nodes_do_not_stop_a_vms_macvtap() {
+    require_root();
+    let env = Env::new();
+    let (ns, _peer) = namespaces("mvq");
+    // The namespace's last ifindex: a veth pair made and deleted (the
+    // kernel hands out the ones after it next).
+    ns.ip(&[
+        "link", "add", "mvqx", "type", "veth", "peer", "name", "mvqy",
+    ]);
+    let last: u32 = sys_net(&ns, "mvqy", "ifindex").parse().unwrap();
+    ns.ip(&["link", "del", "mvqx"]);
+    let attacker = uid(409).to_string();
+    let hold = format!(
+        "ip link add va type veth peer name vb && \
+         for i in $(seq {} {}); do ip link add link va name m$i index $i type macvtap mode bridge || exit 1; done && \
+         echo HELD && exec sleep 600",
+        last + 1,
+        last + 32
+    );
+    let mut c = std::process::Command::new("setpriv");
+    c.args(["--reuid", &attacker, "--regid", &attacker, "--clear-groups"])
+        .args(["unshare", "-Urn", "sh", "-c", &hold]);
+    let mut squat = spawn_logged(c, env.path("mvq-squat.log"));
+    // Fails here if this host allows no unprivileged user namespace.
+    squat.wait_for("HELD", Duration::from_secs(30));
+    let next = format!("/dev/tap{}", last + 1);
+    assert!(std::path::Path::new(&next).exists(), "{next}");
+
+    let mut s = env.spec("mvq", uid(408));
+    s["interfaces"] = macvtap("vmw-mvq0", "02:00:00:00:5e:01", PARENT);
+    env.write_spec("mvq", &s);
+    let mut c = ns.cmd(&env, LAUNCH, &["mvq"]);
+    c.args(["--probe", "--", "sleep", "600"]);
+    let mut g = spawn_logged(c, env.path("mvq.log"));
+    wait_until(
+        "the probe holding the macvtap, or the launch's error",
+        Duration::from_secs(30),
+        || macvtap_fds_of(g.pid()).len() == 1 || g.log_text().contains("error at step"),
+    );
+    let log = g.log_text();
+    assert!(!log.contains("error at step"), "{log}");
+    assert_eq!(macvtap_fds_of(g.pid()), [char_dev_of(&ns, "vmw-mvq0")]);
+    g.kill();
+    squat.kill();
+    let (o, rep) = ns.cleanup(&env, "mvq");
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+    assert!(!ns.has_link("vmw-mvq0"));
+}

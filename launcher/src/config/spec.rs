@@ -466,6 +466,12 @@ impl InterfaceSpec {
         self.queues.unwrap_or(1)
     }
 
+    /// A tap of several queues (not a macvtap): made in a network namespace
+    /// of the launcher's own, then moved (`host::net::apart`).
+    pub fn tap_made_apart(&self) -> bool {
+        self.macvtap().is_none() && self.queues() > 1
+    }
+
     /// The macvtap of a `type = "macvtap"` interface (validated: present
     /// exactly then).
     pub fn macvtap(&self) -> Option<&MacvtapSpec> {

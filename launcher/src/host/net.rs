@@ -5,7 +5,9 @@
 //! IFF_VNET_HDR|IFF_TUN_EXCL`, never persistent; with `IFF_MULTI_QUEUE` and
 //! one more open per further queue when it has several), gives it root
 //! as owner and group (so that no other user, the principal included, can
-//! attach a queue to it by name: [`own_for`]), sets its host-side MAC,
+//! attach a queue to it by name: [`own_for`]; a multi-queue tap is made and
+//! owned in a network namespace of the launcher's own and only then moved
+//! into the host's, [`apart`]), sets its host-side MAC,
 //! attaches it to the configured bridge and brings it up over rtnetlink, then
 //! hands the open fd to the hypervisor across `execve`. The tap lives exactly
 //! as long as some process holds that fd: when the hypervisor dies, whatever
@@ -40,6 +42,7 @@ use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use crate::config::names::{TapName, TAP_PREFIX};
 use crate::host::sys::{IoContext, IoError, SysContext, SysError};
 
+pub mod apart;
 pub mod macvtap;
 pub mod ns_link;
 
@@ -85,6 +88,13 @@ pub enum NetError {
         op: &'static str,
         #[source]
         source: DecodeError,
+    },
+    #[error("network interface {name}: {op}: {errno}{hint}")]
+    Namespace {
+        name: String,
+        op: &'static str,
+        errno: nix::errno::Errno,
+        hint: &'static str,
     },
     #[error("network interface {name}: TUNSETIFF: kernel named the tap {got:?}")]
     Renamed { name: String, got: String },
@@ -339,9 +349,10 @@ pub fn create_tap(tap: &TapName) -> Result<Tap> {
 /// The kernel lets *anyone* attach one more queue to a multi-queue tap
 /// that has neither owner nor group (`tun_not_capable`: only a set owner
 /// or group refuses a caller without CAP_NET_ADMIN), so a caller that
-/// hands the fds on gives the tap an owner and a group first
-/// ([`own_for`]); a single-queue tap refuses a second attach by itself
-/// (EBUSY) while its one queue is held.
+/// hands the fds on makes a multi-queue tap where no one else can name it
+/// and gives it an owner and a group there ([`apart::create_apart`]); a
+/// single-queue tap refuses a second attach by itself (EBUSY) while its
+/// one queue is held, from the moment it exists.
 pub fn create_tap_queues(tap: &TapName, queues: u32) -> Result<Tap> {
     let multi = if queues > 1 { IFF_MULTI_QUEUE } else { 0 };
     let fd = tun_set_iff(tap, IFF_TUN_EXCL | multi)?;

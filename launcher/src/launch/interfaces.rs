@@ -11,6 +11,7 @@ use nix::errno::Errno;
 
 use crate::config::spec::{InterfaceSpec, Spec, VsockSpec};
 use crate::host::net;
+use crate::launch::steps::Steps;
 use crate::launch::{macvtap, StepError};
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
@@ -101,11 +102,14 @@ pub const TAP_OWNER: u32 = 0;
 /// `launch::netns`'s. Each tap gets root as owner and group
 /// ([`TAP_OWNER`]) before anything else happens to it (`net::own_for`):
 /// a tap of several queues would otherwise take one more from any local
-/// user.
-pub fn create_taps(
+/// user, so it is made and owned where no one else can name it, a network
+/// namespace of the launcher's own, and only then moved into the host's
+/// (`net::apart`; kill points `taps:TAP:apart` and `taps:TAP:moved`).
+pub(crate) fn create_taps(
     spec: &Spec,
     instance_id: &str,
     vhost: Vec<Vec<std::os::fd::OwnedFd>>,
+    steps: &Steps,
 ) -> Result<Vec<net::Tap>> {
     if spec.interfaces.is_empty() {
         return Ok(Vec::new());
@@ -120,8 +124,14 @@ pub fn create_taps(
             taps.push(tap);
             continue;
         }
-        let mut tap = net::create_tap_queues(&n.tap, n.queues())?;
-        net::own_for(&tap, TAP_OWNER, TAP_OWNER)?;
+        let mut tap = if n.tap_made_apart() {
+            let mut at = |at: &'static str| steps.within(&format!("{}:{at}", n.tap));
+            net::apart::create_apart(&n.tap, n.queues(), TAP_OWNER, TAP_OWNER, &mut at)?
+        } else {
+            let tap = net::create_tap_queues(&n.tap, n.queues())?;
+            net::own_for(&tap, TAP_OWNER, TAP_OWNER)?;
+            tap
+        };
         tap.vhost = vhost.next().unwrap_or_default();
         let link = rtnl
             .link(n.tap.as_str())?

@@ -80,7 +80,10 @@ pub fn create(
     // The guest's own MAC: in bridge, VEPA and private mode the parent
     // delivers a frame to the macvtap whose address it is for.
     let mac = spec.guest_mac(i);
-    rtnl.create_macvtap(name, lower.index, m.mode, &mac.octets())?;
+    // Its ifindex chosen: the kernel's next one may have its /dev/tapN
+    // held by another user's macvtap (host/net/macvtap.rs).
+    let index = macvtap::unclaimed_index(name)?;
+    rtnl.create_macvtap(name, lower.index, m.mode, &mac.octets(), index)?;
     let link = rtnl
         .link(name)?
         .filter(|l| l.kind == Some(InfoKind::MacVtap))

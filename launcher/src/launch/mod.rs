@@ -367,7 +367,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         netns::firecracker_network(&spec, &principal, &record.instance_id)?;
         Vec::new()
     } else {
-        interfaces::create_taps(&spec, &record.instance_id, vhost_net)?
+        interfaces::create_taps(&spec, &record.instance_id, vhost_net, steps)?
     };
     steps.after("taps");
     passthrough::take(&devices, &principal)?;

@@ -90,6 +90,27 @@ impl Steps {
         STEPS.get(self.current).copied().unwrap_or(EXEC_STEP)
     }
 
+    /// A kill point inside the step in progress: with the `fault-injection`
+    /// feature the launcher SIGKILLs itself here when
+    /// `VMWARDEN_FAULT_AFTER` is `STEP:WHERE` (e.g. `taps:vmw-web0:apart`).
+    /// Not in `--list-steps`: the step that has them names them.
+    pub(crate) fn within(&self, at: &str) {
+        #[cfg(feature = "fault-injection")]
+        if self
+            .fault_after
+            .as_deref()
+            .and_then(|f| f.strip_prefix(self.current()))
+            .and_then(|f| f.strip_prefix(':'))
+            == Some(at)
+        {
+            tracing::warn!(step = %self.current(), at = %at, "fault injection: SIGKILL inside the step");
+            let _ =
+                nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
+        }
+        #[cfg(not(feature = "fault-injection"))]
+        let _ = at;
+    }
+
     /// `step` is done; the launch moves on to the next one.
     pub(crate) fn after(&mut self, step: &str) {
         debug_assert_eq!(self.current(), step, "steps out of order");

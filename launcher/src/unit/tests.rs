@@ -367,6 +367,34 @@ fn dropin_lets_firecracker_with_interfaces_make_its_network_namespace() {
 }
 
 #[test]
+fn dropin_lets_a_vm_with_a_multi_queue_tap_make_it_apart_in_a_network_namespace() {
+    let dropin = |v: serde_json::Value| {
+        let f = spec_file(&spec_json(v));
+        parse(&render_unit(&dropin_args("web", f.path())).expect("render"))
+    };
+    // One queue, or a macvtap of several: no namespace.
+    for ifs in [
+        serde_json::json!([{"tap": "vmw-web0", "bridge": "br0", "queues": 1}]),
+        serde_json::json!([{"tap": "vmw-web0", "type": "macvtap", "queues": 2,
+                            "macvtap": {"link": "enp3s0", "mode": "bridge"}}]),
+    ] {
+        let u = dropin(serde_json::json!({"vcpus": 2, "interfaces": ifs}));
+        assert!(!u["Service"].contains_key("RestrictNamespaces"), "{u:?}");
+    }
+    let u = dropin(serde_json::json!({"vcpus": 2, "interfaces": [
+        {"tap": "vmw-web0", "bridge": "br0"},
+        {"tap": "vmw-web1", "bridge": "br0", "queues": 2}
+    ]}));
+    assert_eq!(u["Service"]["RestrictNamespaces"], ["net"]);
+    // With passt's namespaces too: both lines (modules/lib.nix keeps both).
+    let u = dropin(serde_json::json!({"vcpus": 2,
+        "interfaces": [{"tap": "vmw-web0", "queues": 2}],
+        "user_network": {"binary": "/usr/bin/passt", "id": "qemu"}
+    }));
+    assert_eq!(u["Service"]["RestrictNamespaces"], ["net", "user uts pid"]);
+}
+
+#[test]
 fn dropin_restarts_firecracker_after_its_own_exit_and_no_other_hypervisor() {
     // QEMU and cloud-hypervisor reset the machine in place on a guest
     // reboot, and end only on a poweroff, which must leave the VM off.

@@ -8,12 +8,23 @@
 //! first (the launcher, in the intent record) and cleanup deletes it.
 //!
 //! The character device: the kernel names it `tapN` (N the link's ifindex)
-//! and devtmpfs makes `/dev/tapN`, root's and 0600. The ifindex is per
-//! network namespace, so `/dev/tapN` may be another namespace's macvtap:
-//! the node is opened `O_PATH` and checked against the device number sysfs
-//! gives for this link (`/sys/class/net/NAME/macvtap/tapN/dev`) before it
-//! is reopened (through `/proc/self/fd`) for each queue. No node is made or
-//! changed, and none is given to anyone: the fds are.
+//! and devtmpfs makes `/dev/tapN`, root's and 0600, before the
+//! `RTM_NEWLINK` returns. The ifindex is per network namespace, so
+//! `/dev/tapN` may be another namespace's macvtap: the node is opened
+//! `O_PATH` and checked against the device number sysfs gives for this
+//! link (`/sys/class/net/NAME/macvtap/tapN/dev`) before it is reopened
+//! (through `/proc/self/fd`) for each queue. No node is made or changed,
+//! and none is given to anyone: the fds are.
+//!
+//! devtmpfs has one `/dev/tapN` for every namespace: when a node of that
+//! name is there, the kernel makes none for the new macvtap. Any local
+//! user may make a user and network namespace, a macvtap in it, and choose
+//! its ifindex (`ip link add … index N`), and so hold `/dev/tapN` for the
+//! ifindex the host's next link gets (the host's are sequential and in
+//! sight): the launcher would then find only that user's node and refuse
+//! every launch. So the launcher chooses its macvtap's ifindex
+//! ([`unclaimed_index`]): drawn at random from a range the host's own links
+//! never reach, and one whose node does not exist.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -28,7 +39,7 @@ use nix::sys::stat::{fstat, major, minor, Mode, SFlag};
 
 use super::{NetError, Result, Rtnl, SYS_CLASS_NET};
 use crate::config::spec::MacvtapMode;
-use crate::host::sys::read_path;
+use crate::host::sys::{read_path, IoContext};
 
 /// Where devtmpfs puts a macvtap's character device.
 pub const DEV_DIR: &str = "/dev";
@@ -47,15 +58,18 @@ impl Rtnl {
     /// A macvtap `name` on link `parent` (an ifindex) in `mode`, with MAC
     /// `mac` from its creation (a passthru macvtap takes its parent's
     /// instead: the kernel never changes the parent's for it here).
-    /// `NLM_F_EXCL`: an existing `name` is an error, never reused.
+    /// `NLM_F_EXCL`: an existing `name` is an error, never reused. Its
+    /// ifindex is `index` ([`unclaimed_index`]; EEXIST if a link has it).
     pub fn create_macvtap(
         &mut self,
         name: &str,
         parent: u32,
         mode: MacvtapMode,
         mac: &[u8; 6],
+        index: u32,
     ) -> Result<()> {
         let mut m = LinkMessage::default();
+        m.header.index = index;
         m.attributes.push(LinkAttribute::IfName(name.to_string()));
         m.attributes.push(LinkAttribute::Link(parent));
         m.attributes.push(LinkAttribute::Address(mac.to_vec()));
@@ -89,6 +103,36 @@ fn node_err(name: &str, path: &Path, reason: String) -> NetError {
         path: path.to_path_buf(),
         reason,
     }
+}
+
+/// The lowest ifindex [`unclaimed_index`] draws: far above what a host's
+/// sequential ifindexes reach.
+pub const FIRST_DRAWN_INDEX: u32 = 1 << 24;
+/// How many draws [`unclaimed_index`] makes before it gives up.
+const DRAWS: usize = 16;
+
+/// An ifindex for macvtap `name`: drawn at random (the kernel's
+/// `/dev/urandom`) from [`FIRST_DRAWN_INDEX`] to `i32::MAX`, with no
+/// `/dev/tapN` node (another namespace's macvtap) there now. Another user
+/// who would hold that node first must guess it among about 2^31.
+pub fn unclaimed_index(name: &str) -> Result<u32> {
+    let span = i32::MAX.unsigned_abs() - FIRST_DRAWN_INDEX + 1;
+    let urandom = Path::new("/dev/urandom");
+    let mut f = std::fs::File::open(urandom).io("open", urandom)?;
+    for _ in 0..DRAWS {
+        let mut b = [0u8; 4];
+        std::io::Read::read_exact(&mut f, &mut b).io("read", urandom)?;
+        let index = FIRST_DRAWN_INDEX + u32::from_ne_bytes(b) % span;
+        let node = Path::new(DEV_DIR).join(format!("tap{index}"));
+        if std::fs::symlink_metadata(&node).is_err() {
+            return Ok(index);
+        }
+    }
+    Err(node_err(
+        name,
+        Path::new(DEV_DIR),
+        format!("each of {DRAWS} ifindexes drawn at random has its /dev/tapN already (macvtaps of other network namespaces)"),
+    ))
 }
 
 /// The character device of macvtap `name` (ifindex `index`), as sysfs of
