@@ -611,3 +611,42 @@ fn twenty_start_stop_cycles_of_two_vms_stay_clean() {
         "{out}"
     );
 }
+
+/// One principal record that cannot be parsed hides no other from reap: the
+/// process of a VM only the registry still knows (its spec is gone) is
+/// found, and the bad record is reported, kept, naming its path.
+#[test]
+fn one_unreadable_principal_record_hides_no_other_from_reap() {
+    let env = Env::new();
+    spec_with_cred(&env, "gone", uid(44));
+    assert!(env.probe("gone", &["/bin/true"]).status.success());
+    std::fs::remove_file(env.config.join("gone.json")).unwrap();
+    let bad = env
+        .state
+        .join(".principals")
+        .join(format!("uid-{}.json", uid(45)));
+    std::fs::write(&bad, b"{ not json").unwrap();
+    let mut proc_ = orphan_process(uid(44));
+
+    let dry = env.vmwarden(&["reap", "--json"]);
+    let _ = proc_.kill();
+    let _ = proc_.wait();
+    assert!(dry.status.success(), "{}", text(&dry));
+    let r: serde_json::Value = serde_json::from_slice(&dry.stdout).unwrap();
+    let kept = r["kept"].as_array().cloned().unwrap_or_default();
+    assert!(
+        kept.iter()
+            .any(|i| i["kind"] == "process" && i["pid"] == proc_.id() && i["vm"] == "gone"),
+        "the process of a registered principal was not found beside an unreadable record: {r:#}"
+    );
+    assert!(
+        kept.iter().any(|i| i["kind"] == "principal-record"
+            && i["reason"]
+                .as_str()
+                .is_some_and(|s| s.contains(&bad.display().to_string()))),
+        "the unreadable record is not reported by its path: {r:#}"
+    );
+    assert!(bad.exists(), "reap's dry run removed the bad record");
+    std::fs::remove_file(&bad).unwrap();
+    env.assert_clean("gone");
+}

@@ -135,12 +135,22 @@ fn lookup_in(dir: &Dir, uid: u32) -> Result<Option<Record>> {
         })
 }
 
-/// Every record in the registry (unparsable ones are reported as errors).
-pub fn all(roots: &Roots) -> Result<Vec<Record>> {
+/// The registry as read: every record that could be read, and each one
+/// that could not, with why (one bad record hides no other).
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub records: Vec<Record>,
+    pub unreadable: Vec<RegistryError>,
+}
+
+/// Every record in the registry. A registry that cannot be opened or listed
+/// is an error; a record that cannot be read or parsed is listed in
+/// [`Listing::unreadable`] and the others are still returned.
+pub fn all(roots: &Roots) -> Result<Listing> {
     let Some(dir) = open_registry(roots)? else {
-        return Ok(Vec::new());
+        return Ok(Listing::default());
     };
-    let mut out = Vec::new();
+    let mut out = Listing::default();
     let rd = std::fs::read_dir(&dir.path).map_err(|source| IoError {
         op: "read_dir",
         path: dir.path.clone(),
@@ -156,11 +166,13 @@ pub fn all(roots: &Roots) -> Result<Vec<Record>> {
         else {
             continue;
         };
-        if let Some(r) = lookup(roots, uid)? {
-            out.push(r);
+        match lookup_in(&dir, uid) {
+            Ok(Some(r)) => out.records.push(r),
+            Ok(None) => {}
+            Err(e) => out.unreadable.push(e),
         }
     }
-    out.sort_by_key(|r| r.uid);
+    out.records.sort_by_key(|r| r.uid);
     Ok(out)
 }
 

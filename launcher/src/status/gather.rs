@@ -315,7 +315,7 @@ pub struct Gathered {
 /// with `all` every VM that left anything); with `all`, each with what it
 /// left and what reap and purge would do.
 pub fn gather(roots: &Roots, names: &[VmName], all: bool) -> Gathered {
-    let reg = registry::all(roots).unwrap_or_default();
+    let reg = registry::all(roots).map(|l| l.records).unwrap_or_default();
     let (names, unknown): (Vec<VmName>, Vec<VmName>) = if names.is_empty() {
         let n = if all {
             all_names(roots, &reg)

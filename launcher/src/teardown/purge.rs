@@ -160,6 +160,7 @@ fn principal_uid(
         .or_else(|| {
             registry::all(roots)
                 .ok()?
+                .records
                 .into_iter()
                 .find(|r| &r.vm == name)
                 .map(|r| r.uid)

@@ -20,7 +20,7 @@ use nix::sys::wait::WaitStatus;
 
 use crate::config::files::Kind as FileKind;
 use crate::config::names::{TapName, VmName};
-use crate::config::paths::{Roots, LEASE_FILE};
+use crate::config::paths::{Roots, LEASE_FILE, PRINCIPALS_DIR};
 use crate::config::rawpath;
 use crate::host::dirs::{self, DirError};
 use crate::host::mountinfo;
@@ -68,6 +68,7 @@ pub enum Kind {
     CredentialMount,
     Tap,
     Process,
+    PrincipalRecord,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -103,12 +104,21 @@ impl Report {
 }
 
 /// uids that belong to vmwarden principals: the registry and every spec.
-fn principal_uids(roots: &Roots) -> Vec<(u32, VmName)> {
-    let mut out: Vec<(u32, VmName)> = registry::all(roots)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|r| (r.uid, r.vm))
-        .collect();
+/// A registry record that cannot be read is kept and reported in `r` (its
+/// uid's processes cannot be told apart from anyone's until it is fixed);
+/// the other records are still used.
+fn principal_uids(roots: &Roots, r: &mut Report) -> Vec<(u32, VmName)> {
+    let listing = match registry::all(roots) {
+        Ok(l) => l,
+        Err(e) => {
+            r.kept.push(unreadable_registry(roots, &e));
+            registry::Listing::default()
+        }
+    };
+    for e in &listing.unreadable {
+        r.kept.push(unreadable_registry(roots, e));
+    }
+    let mut out: Vec<(u32, VmName)> = listing.records.into_iter().map(|r| (r.uid, r.vm)).collect();
     for (name, _, spec) in principal::configured_specs(roots) {
         if let Some(spec) = spec {
             if let Ok(uid) = principal::uid_of(&spec) {
@@ -119,6 +129,18 @@ fn principal_uids(roots: &Roots) -> Vec<(u32, VmName)> {
     out.sort();
     out.dedup_by_key(|x| x.0);
     out
+}
+
+fn unreadable_registry(roots: &Roots, e: &registry::RegistryError) -> Item {
+    Item {
+        kind: Kind::PrincipalRecord,
+        path: roots.state_root.join(PRINCIPALS_DIR),
+        vm: None,
+        pid: None,
+        reason: format!(
+            "{e}; the processes of the uid it names are not looked for until it is fixed or removed"
+        ),
+    }
 }
 
 fn lease_held(roots: &Roots, name: &VmName) -> bool {
@@ -278,7 +300,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
 /// (listed; killed with `--apply --kill`).
 fn reap_processes(roots: &Roots, configured: &BTreeSet<VmName>, probe: &Probe, r: &mut Report) {
     let (apply, kill) = (r.apply, r.kill);
-    for (uid, vm) in principal_uids(roots) {
+    for (uid, vm) in principal_uids(roots, r) {
         if probe.tasks_of(uid).pids.is_empty() {
             continue;
         }
