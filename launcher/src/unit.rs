@@ -599,6 +599,17 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
             FIRECRACKER_RESTART_FORCE,
         ));
     }
+    // cloud-hypervisor with a virtiofs share cannot reboot in place (its
+    // virtiofsd serves one connection): the launcher's reboot-watch ends it
+    // with this signal, a clean exit, which the unit starts again
+    // (config::reboot).
+    if spec.reboot_restarts_cloud_hypervisor() {
+        out.push(e(
+            "Service",
+            "RestartForceExitStatus",
+            crate::config::reboot::REBOOT_SIGNAL,
+        ));
+    }
     out.extend(user_network_dropin(spec));
     out.extend(owned_share_entries(spec));
     Ok(out)

@@ -78,3 +78,17 @@ pub fn exec(
         errno,
     })
 }
+
+/// reboot-watch's signal (`hypervisor::ch_reboot::SIGNAL`) at its default
+/// disposition and unblocked in this thread, so that the hypervisor
+/// inherits it so across `execve` and ends by it (`config::reboot`).
+pub fn default_reboot_signal() -> nix::Result<()> {
+    use nix::sys::signal::{SigHandler, SigSet, Signal};
+    let sig = Signal::try_from(crate::hypervisor::ch_reboot::SIGNAL)?;
+    // SAFETY: SIG_DFL installs no handler; the launcher has none of its own
+    // for this signal, and nothing in this process relies on ignoring it.
+    unsafe { nix::sys::signal::signal(sig, SigHandler::SigDfl) }?;
+    let mut set = SigSet::empty();
+    set.add(sig);
+    set.thread_unblock()
+}
