@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::names::VmName;
 use crate::config::paths::{Roots, DEFAULT_CONFIG_DIR};
+use crate::config::reboot::REBOOT_SIGNAL;
 use crate::config::spec::{
     CredentialSource, HypervisorKind, ShareSpec, Spec, SpecError, VsockBackend,
 };
@@ -604,11 +605,7 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
     // with this signal, a clean exit, which the unit starts again
     // (config::reboot).
     if spec.reboot_restarts_cloud_hypervisor() {
-        out.push(e(
-            "Service",
-            "RestartForceExitStatus",
-            crate::config::reboot::REBOOT_SIGNAL,
-        ));
+        out.push(e("Service", "RestartForceExitStatus", REBOOT_SIGNAL));
     }
     out.extend(user_network_dropin(spec));
     out.extend(owned_share_entries(spec));

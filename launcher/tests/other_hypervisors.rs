@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
+use vmwarden::host::procs::processes_of_uid;
 use vmwarden::hypervisor::api;
 
 const BOOT: Duration = Duration::from_secs(120);
@@ -499,7 +500,7 @@ fn kill_at_every_launch_step_of_a_cloud_hypervisor_leaves_nothing_after_cleanup(
 /// The processes of `u` other than `hv`, by `comm`, sorted; each must be
 /// `hv`'s child.
 fn children_of(u: u32, hv: u32) -> Vec<(String, u32)> {
-    let mut v: Vec<(String, u32)> = vmwarden::host::procs::processes_of_uid(u)
+    let mut v: Vec<(String, u32)> = processes_of_uid(u)
         .into_iter()
         .filter(|p| *p != hv)
         .filter_map(|p| {
@@ -607,7 +608,7 @@ fn a_cloud_hypervisor_reboot_with_a_virtiofs_share_ends_it_by_sighup_and_it_star
         );
         // Its helpers die by their death signal, a moment after it.
         wait_until("its helpers are gone", Duration::from_secs(20), || {
-            vmwarden::host::procs::processes_of_uid(u).is_empty()
+            processes_of_uid(u).is_empty()
         });
         env.assert_clean_after(name, "a reboot");
     }

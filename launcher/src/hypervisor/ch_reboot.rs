@@ -130,6 +130,7 @@ pub fn serve(events: OwnedFd, hypervisor: OwnedFd) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::reboot::REBOOT_SIGNAL;
     use std::io::Write;
     use std::os::unix::process::ExitStatusExt;
 
@@ -140,7 +141,7 @@ mod tests {
     #[test]
     fn the_signal_is_the_one_the_unit_names() {
         let s = nix::sys::signal::Signal::try_from(SIGNAL).unwrap();
-        assert_eq!(s.as_str(), crate::config::reboot::REBOOT_SIGNAL);
+        assert_eq!(s.as_str(), REBOOT_SIGNAL);
     }
 
     #[test]
