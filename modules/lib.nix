@@ -788,6 +788,12 @@ in rec {
         // lib.optionalAttrs (vm.hypervisor == "firecracker") {
           RestartForceExitStatus = "0";
         }
+        # cloud-hypervisor with a virtiofs share cannot reboot in place (its
+        # virtiofsd serves one connection): the launcher's reboot-watch ends
+        # it with SIGHUP, a clean exit, which the unit starts again.
+        // lib.optionalAttrs (vm.hypervisor == "cloud-hypervisor" && usesVirtiofsd vm) {
+          RestartForceExitStatus = "SIGHUP";
+        }
         // userNetworkDropin vm
         // ownedShareDropin vm
         // devicesDropin vm

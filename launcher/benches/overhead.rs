@@ -937,6 +937,7 @@ fn qmp_running(n: usize, cg: Option<&UnitCgroup>) -> Option<(Vec<Duration>, Vec<
         control_dir: d.to_path_buf(),
         vhost_vsock_fd: None,
         user_net_fd: None,
+        event_monitor_fd: None,
         usb_nodes: vec![],
     };
     // What the launcher decides for this binary: it links libseccomp.

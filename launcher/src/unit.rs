@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::names::VmName;
 use crate::config::paths::{Roots, DEFAULT_CONFIG_DIR};
+use crate::config::reboot::REBOOT_SIGNAL;
 use crate::config::spec::{
     CredentialSource, HypervisorKind, InterfaceSpec, ShareSpec, Spec, SpecError, VsockBackend,
 };
@@ -603,6 +604,13 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
             "RestartForceExitStatus",
             FIRECRACKER_RESTART_FORCE,
         ));
+    }
+    // cloud-hypervisor with a virtiofs share cannot reboot in place (its
+    // virtiofsd serves one connection): the launcher's reboot-watch ends it
+    // with this signal, a clean exit, which the unit starts again
+    // (config::reboot).
+    if spec.reboot_restarts_cloud_hypervisor() {
+        out.push(e("Service", "RestartForceExitStatus", REBOOT_SIGNAL));
     }
     out.extend(user_network_dropin(spec));
     out.extend(owned_share_entries(spec));

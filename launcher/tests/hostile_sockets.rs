@@ -253,7 +253,7 @@ fn answered(log: &str, labels: &[&str], targets: &[(String, u32)], reached: &mut
 /// is tried, by path or abstract name, from the identical sandbox of
 /// QEMU, cloud-hypervisor and firecracker (`--probe`) and from stand-ins
 /// at the configured paths of virtiofsd, vhost-device-vsock and passt,
-/// and from vmwarden's own helpers, vmm-notify and the console relay
+/// and from vmwarden's own helpers, vmm-notify, reboot-watch and the console relay
 /// (`VMWARDEN_TEST_REACH`, `launch/reach.rs`), each in its own sandbox;
 /// none answers, while a socket each makes itself does. (The broker of a
 /// share the guest owns has no `socket(2)` at all: its allowlist.)
@@ -323,12 +323,16 @@ fn no_host_socket_is_within_a_vms_reach() {
         s["hypervisor"] = json!({ "kind": kind, "binary": bin, "accel": "kvm" });
         s["cmdline"] = json!("console=ttyS0");
         s["landlock"]["read"] = json!([probe]);
-        // Firecracker's vsock brings vmm-notify (vmwarden's own code).
+        // Firecracker's vsock brings vmm-notify, cloud-hypervisor's
+        // virtiofs share reboot-watch (vmwarden's own code, both).
         let labels: &[&str] = if kind == "firecracker" {
             s["vsock"] = json!({ "cid": 4, "backend": "user" });
             &[kind, "vmm-notify"]
         } else {
-            &[kind]
+            s["shares"] =
+                json!([{ "tag": "ro", "source": share, "proto": "virtiofs", "read_only": true }]);
+            s["virtiofsd"] = json!({ "binary": reach_script(&env, "virtiofsd", &targets) });
+            &[kind, "virtiofsd", "reboot-watch"]
         };
         let log = run_reach(&env, name, &s, Some(&probe), labels, &targets);
         answered(&log, labels, &targets, &mut reached);

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
+use vmwarden::host::procs::processes_of_uid;
 use vmwarden::hypervisor::api;
 
 const BOOT: Duration = Duration::from_secs(120);
@@ -494,4 +495,121 @@ fn kill_at_every_launch_step_of_a_cloud_hypervisor_leaves_nothing_after_cleanup(
         );
     }
     assert!(locked > 0, "no killed launch got as far as the lock file");
+}
+
+/// The processes of `u` other than `hv`, by `comm`, sorted; each must be
+/// `hv`'s child.
+fn children_of(u: u32, hv: u32) -> Vec<(String, u32)> {
+    let mut v: Vec<(String, u32)> = processes_of_uid(u)
+        .into_iter()
+        .filter(|p| *p != hv)
+        .filter_map(|p| {
+            let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).ok()?;
+            Some((comm.trim().to_string(), p))
+        })
+        .collect();
+    v.sort();
+    for (comm, p) in &v {
+        assert_eq!(proc_status(*p, "PPid"), hv.to_string(), "{comm} {p}");
+        assert_eq!(proc_status(*p, "NoNewPrivs"), "1", "{comm} {p}");
+        assert_eq!(proc_status(*p, "CapEff").len(), 16, "{comm} {p}");
+    }
+    v
+}
+
+/// A cloud-hypervisor VM with a writable virtiofs share reboots (here
+/// through its API's `vm.reboot`, the code path of a guest's reset: this
+/// host's KVM runs no guest far enough to reset itself; the systemd suite's
+/// `guest_reboot` reboots a real guest): its virtiofsd serves one
+/// connection, so the launcher's reboot-watch ends cloud-hypervisor with
+/// SIGHUP at its `rebooting` event (before: the new virtio-fs device
+/// retried the ended virtiofsd for a minute and cloud-hypervisor exited 1).
+/// Cleanup is clean after it, and the next launch (the unit's restart)
+/// gets a fresh virtiofsd, broker and reboot-watch in the same sandbox,
+/// which the new VM's virtio-fs device connects to. Needs root.
+#[test]
+fn a_cloud_hypervisor_reboot_with_a_virtiofs_share_ends_it_by_sighup_and_it_starts_again_clean() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::ExitStatusExt;
+    let env = Env::new();
+    let Some(bin) = real_binary(&env, "VMWARDEN_TEST_CLOUD_HYPERVISOR", "cloud-hypervisor") else {
+        return;
+    };
+    let name = "chboot";
+    let u = uid(367);
+    let share = env.path("chboot-share");
+    std::fs::create_dir(&share).unwrap();
+    std::os::unix::fs::chown(&share, Some(u), Some(u)).unwrap();
+    std::fs::set_permissions(&share, PermissionsExt::from_mode(0o700)).unwrap();
+    let mut s = spec_for(&env, name, u, "cloud-hypervisor", &bin);
+    s["cmdline"] = json!("console=ttyS0");
+    s["shares"] = json!([{ "tag": "vrw", "source": share, "proto": "virtiofs" }]);
+    s["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
+    env.write_spec(name, &s);
+    let _acl = KvmAcl::grant(u);
+    let sock = env.run.join(name).join("control/api.sock");
+    let mut daemons = Vec::new();
+    for boot in 0..2 {
+        let log = env.path(&format!("{name}.{boot}.log"));
+        let mut g = spawn_logged(env.launch_cmd(name), log);
+        // Booted: its virtio-fs device connected to this launch's virtiofsd.
+        wait_until("the VM is running", Duration::from_secs(60), || {
+            if let Ok(Some(st)) = g.child.try_wait() {
+                panic!("cloud-hypervisor exited ({st}):\n{}", g.log_text());
+            }
+            api::request(
+                &sock,
+                "GET",
+                "/api/v1/vm.info",
+                None,
+                Duration::from_secs(2),
+            )
+            .is_ok_and(|r| r.ok() && r.body.contains("\"state\":\"Running\""))
+        });
+        let hs = children_of(u, g.pid());
+        let comms: Vec<&str> = hs.iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(comms, ["reboot-watch", "virtiofsd", "vmwarden-broker"]);
+        daemons.push(hs[1].1);
+        let intent = std::fs::read_to_string(env.run.join(name).join("instance.json")).unwrap();
+        assert!(intent.contains("\"reboot-watch\""), "{intent}");
+        if boot == 1 {
+            assert_ne!(daemons[0], daemons[1], "the same virtiofsd");
+            let stop = env.vmwarden(&["stop", name, "--timeout", "10"]);
+            assert!(stop.status.success(), "{}", text(&stop));
+            let st = g.wait_exit(Duration::from_secs(20)).expect("stopped");
+            assert_eq!(st.code(), Some(0), "{}", g.log_text());
+            env.assert_clean(name);
+            break;
+        }
+        // Killed mid-reboot: the answer may never come.
+        let _ = api::request(
+            &sock,
+            "PUT",
+            "/api/v1/vm.reboot",
+            None,
+            Duration::from_secs(5),
+        );
+        let st = g.wait_exit(Duration::from_secs(30)).unwrap_or_else(|| {
+            panic!(
+                "cloud-hypervisor still runs 30 s after its reboot (its new virtio-fs device retries the ended virtiofsd):\n{}",
+                g.log_text()
+            )
+        });
+        assert_eq!(
+            st.signal(),
+            Some(libc::SIGHUP),
+            "{st}, not by reboot-watch's SIGHUP:\n{}",
+            g.log_text()
+        );
+        let log = g.log_text();
+        assert!(
+            log.contains("vmwarden reboot-watch: cloud-hypervisor reboots the VM"),
+            "{log}"
+        );
+        // Its helpers die by their death signal, a moment after it.
+        wait_until("its helpers are gone", Duration::from_secs(20), || {
+            processes_of_uid(u).is_empty()
+        });
+        env.assert_clean_after(name, "a reboot");
+    }
 }

@@ -559,8 +559,18 @@ fn cloud_hypervisor_gets_a_virtiofsd_per_share_and_serves_its_vsock_itself() {
     spec["vsock"] = json!({ "cid": 11, "backend": "user" });
     env.write_spec("web", &spec);
     // The probe stands in for cloud-hypervisor (none is installed here).
-    let child = sleeping_probe(&env, u, 2, "the probe, its virtiofsd and broker");
-    assert_sandboxed_helpers(u, child.id(), &["virtiofsd", "vmwarden-broker"]);
+    // reboot-watch reads its event monitor (config::reboot).
+    let child = sleeping_probe(
+        &env,
+        u,
+        3,
+        "the probe, its virtiofsd, broker and reboot-watch",
+    );
+    assert_sandboxed_helpers(
+        u,
+        child.id(),
+        &["reboot-watch", "virtiofsd", "vmwarden-broker"],
+    );
     assert!(env.run.join("web/control/virtiofs-vrw.sock").exists());
     assert!(!env.run.join("web/control/vsock-vhost-user.sock").exists());
     kill_probe(child, u);

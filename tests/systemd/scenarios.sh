@@ -1135,11 +1135,12 @@ vsock_ssh_checks() { # CURSOR
 #        refused (the unit would restart it); a poweroff halts the guest
 #        (firecracker has no ACPI power-off) and vmm-notify ends firecracker
 #        with SIGTERM: off, Result=success, not restarted.
-#   rbv  (only when guest_reboot is named in VMWARDEN_SYSTEMD_ONLY: it
-#        costs a minute) cloud-hypervisor with a virtiofs share: its
-#        in-place reboot cannot reconnect to virtiofsd (which ends when its
-#        client goes), cloud-hypervisor gives up after a minute and exits 1,
-#        and the unit restarts it (Restart=on-failure). Poweroff: off.
+#   rbv  cloud-hypervisor with a virtiofs share: its in-place reboot
+#        could not reconnect to virtiofsd (which ends when its client
+#        goes), so the launcher's helper reboot-watch ends cloud-hypervisor
+#        with SIGHUP at its `rebooting` event (a clean exit), and the unit
+#        restarts it (RestartForceExitStatus=SIGHUP) with a fresh virtiofsd.
+#        Poweroff: off.
 # In place: the same hypervisor process and instance, no cleanup, the unit
 # active throughout. Restarted: a new process and instance, NRestarts one
 # up, the run's cleanup report clean (with the exit systemd saw), wait-ready
@@ -1149,7 +1150,7 @@ vsock_ssh_checks() { # CURSOR
 # report saying the hypervisor exited 0 (firecracker: ended by SIGTERM,
 # which systemd counts as clean), no restart, verify-clean clean.
 RB_REBOOT_rbq=in-place RB_REBOOT_rbc=in-place RB_REBOOT_rbf=restart RB_REBOOT_rbv=restart
-RB_EXIT_rbf='"success","exited","0"' RB_EXIT_rbv='"exit-code","exited","1"'
+RB_EXIT_rbf='"success","exited","0"' RB_EXIT_rbv='"success","killed","HUP"'
 RB_OFF_rbf='"success","killed","TERM"'
 rb_ssh() { # VM COMMAND: run COMMAND in VM's guest over its hybrid vsock socket
   timeout 90 ssh "vsock-mux$RUNTIME_ROOT/$1/control/vsock.sock" "$2" 2>>"$LOG"
@@ -1219,6 +1220,12 @@ rb_one() { # VM
           || { fail "$vm: the guest's reboot message did not reach vmm-notify: $(jlog "$u" "$cur1" | grep -E 'VMM-NOTIFY|vmm-notify' | tr '\n' ' ')"; return 1; }
         note "$vm reboot: X_SYSTEMD_SHUTDOWN=reboot reached vmm-notify, which left firecracker to its own exit"
       fi
+      if [ "$kind" = cloud-hypervisor ]; then
+        jlog "$u" "$cur1" | grep -q 'vmwarden reboot-watch: cloud-hypervisor reboots the VM' \
+          && [ "$(rb_prop "$u" Result)" = success ] \
+          || { fail "$vm: the reboot did not go through reboot-watch: Result=$(rb_prop "$u" Result) $(jlog "$u" "$cur1" | grep -E 'reboot-watch|virtiofsd' | tail -3 | tr '\n' ' ')"; return 1; }
+        note "$vm reboot: reboot-watch ended cloud-hypervisor (SIGHUP) at its rebooting event, a fresh virtiofsd served the new boot"
+      fi
       ;;
     *)
       [ "$pid2" = "$pid1" ] && [ "$n2" = "$n1" ] && [ "$inst2" = "$inst1" ] \
@@ -1277,9 +1284,7 @@ rb_one() { # VM
   fi
 }
 s_guest_reboot() {
-  local vm vms="rbq rbc rbf" rc=0 bad="" t0
-  # rbv's reboot costs cloud-hypervisor's minute of reconnect attempts
-  if [ -n "$ONLY" ]; then vms="$vms rbv"; fi
+  local vm vms="rbq rbc rbf rbv" rc=0 bad="" t0
   hv_bridge || return 1
   for vm in $vms; do
     t0=$SECONDS

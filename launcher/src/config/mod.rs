@@ -11,6 +11,7 @@ pub mod memory;
 pub mod names;
 pub mod paths;
 pub mod rawpath;
+pub mod reboot;
 pub mod resources;
 pub mod rules;
 pub mod shares;

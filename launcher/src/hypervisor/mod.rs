@@ -5,6 +5,7 @@
 //! and cloud-hypervisor as inherited fd numbers.
 
 pub mod api;
+pub mod ch_reboot;
 pub mod elf;
 pub mod passthrough;
 pub mod qmp;
@@ -64,6 +65,9 @@ pub struct Layout {
     /// QEMU's end of the socket pair whose other end passt serves, for
     /// `user_network`.
     pub user_net_fd: Option<i32>,
+    /// cloud-hypervisor's end of the socket pair whose other end
+    /// reboot-watch reads (`--event-monitor`, `config::reboot`).
+    pub event_monitor_fd: Option<i32>,
     /// The nodes of the spec's USB devices, resolved by root, in order.
     pub usb_nodes: Vec<PathBuf>,
 }
@@ -497,6 +501,9 @@ pub fn cloud_hypervisor_argv(spec: &Spec, layout: &Layout) -> Vec<String> {
             "--balloon",
             &format!("size={}M,free_page_reporting=on{oom}", b.initial_mib),
         ]);
+    }
+    if let Some(fd) = layout.event_monitor_fd {
+        push(&["--event-monitor", &format!("fd={fd}")]);
     }
     push(&["--serial", "tty", "--console", "off"]);
     push(&["--seccomp", "true"]);

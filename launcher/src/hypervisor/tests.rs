@@ -28,6 +28,7 @@ pub(super) fn layout() -> Layout {
         control_dir: "/run/vmwarden/web/control".into(),
         vhost_vsock_fd: None,
         user_net_fd: None,
+        event_monitor_fd: None,
         usb_nodes: vec![],
     }
 }
@@ -66,6 +67,7 @@ fn a_user_network_is_a_stream_netdev_on_passts_socket_pair() {
     .unwrap();
     let l = Layout {
         user_net_fd: Some(9),
+        event_monitor_fd: None,
         ..layout()
     };
     let argv = qemu_argv(&s, &l, false);
@@ -488,6 +490,17 @@ fn renders_golden_cloud_hypervisor_argv_with_fs_vsock_and_extra_args() {
             "--rng", "src=/dev/urandom",
         ];
     assert_eq!(argv(&s, &layout(), true), want);
+    // With reboot-watch's end of the pair: the event monitor, before the
+    // serial (config::reboot).
+    assert!(s.reboot_restarts_cloud_hypervisor());
+    let l = Layout {
+        event_monitor_fd: Some(11),
+        ..layout()
+    };
+    let a = argv(&s, &l, true);
+    let at = a.iter().position(|x| x == "--event-monitor").unwrap();
+    assert_eq!(a[at + 1], "fd=11");
+    assert_eq!(a[at + 2], "--serial");
 }
 
 #[test]

@@ -130,8 +130,8 @@ pub enum Resource {
     /// A helper daemon the launcher forks for the hypervisor, run as the
     /// principal (see launch::helpers; `helper` is its entry's name):
     /// `virtiofsd` for share `tag`, `vhost-device-vsock`, `passt` for
-    /// the user network interface `tag`, or `vmm-notify` (vmwarden's own
-    /// code, forked without `execve`). `socket` is
+    /// the user network interface `tag`, `vmm-notify` or `reboot-watch`
+    /// (vmwarden's own code, forked without `execve`). `socket` is
     /// the socket in `control/` the hypervisor connects to (removed by
     /// cleanup with the control dir), absent for a helper reached
     /// otherwise. It dies with the hypervisor (parent-death signal) and

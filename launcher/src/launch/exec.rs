@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::host::dirs::Dir;
 use crate::host::net;
 use crate::host::sys::SysContext;
+use crate::hypervisor::ch_reboot;
 use crate::identity::principal::Principal;
 use crate::instance::lease::Lease;
 use crate::launch::syscall::Syscall;
@@ -77,4 +78,18 @@ pub fn exec(
         path: program,
         errno,
     })
+}
+
+/// reboot-watch's signal (`hypervisor::ch_reboot::SIGNAL`) at its default
+/// disposition and unblocked in this thread, so that the hypervisor
+/// inherits it so across `execve` and ends by it (`config::reboot`).
+pub fn default_reboot_signal() -> nix::Result<()> {
+    use nix::sys::signal::{SigHandler, SigSet, Signal};
+    let sig = Signal::try_from(ch_reboot::SIGNAL)?;
+    // SAFETY: SIG_DFL installs no handler; the launcher has none of its own
+    // for this signal, and nothing in this process relies on ignoring it.
+    unsafe { nix::sys::signal::signal(sig, SigHandler::SigDfl) }?;
+    let mut set = SigSet::empty();
+    set.add(sig);
+    set.thread_unblock()
 }

@@ -641,6 +641,19 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
         .find(|(h, _)| h.kind == helpers::HelperKind::Passt)
         .and_then(|(_, s)| s.hypervisor_end.as_ref())
         .map(AsRawFd::as_raw_fd);
+    // cloud-hypervisor's event monitor, which reboot-watch reads.
+    let event_monitor_fd = planned
+        .iter()
+        .zip(&started)
+        .find(|(h, _)| h.kind == helpers::HelperKind::RebootWatch)
+        .and_then(|(_, s)| s.hypervisor_end.as_ref())
+        .map(AsRawFd::as_raw_fd);
+    if event_monitor_fd.is_some() {
+        // reboot-watch ends cloud-hypervisor with this signal, by its
+        // default action: neither an ignored disposition (`nohup`) nor a
+        // blocked one may cross the `execve` (config::reboot).
+        exec::default_reboot_signal().sys("sigaction(SIGHUP)", &control_path)?;
+    }
 
     // 9. Drop to the principal and prove it.
     sandbox::drop_privileges_with(sys, principal)?;
@@ -688,6 +701,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
                     control_dir: control_path.clone(),
                     vhost_vsock_fd: vhost_vsock.map(AsRawFd::as_raw_fd),
                     user_net_fd,
+                    event_monitor_fd,
                     usb_nodes: passthrough::usb_nodes(devices),
                 },
                 seccomp,

@@ -395,7 +395,7 @@ fn dropin_lets_a_vm_with_a_multi_queue_tap_make_it_apart_in_a_network_namespace(
 }
 
 #[test]
-fn dropin_restarts_firecracker_after_its_own_exit_and_no_other_hypervisor() {
+fn dropin_restarts_firecracker_and_cloud_hypervisor_with_virtiofs_after_their_own_exit_only() {
     // QEMU and cloud-hypervisor reset the machine in place on a guest
     // reboot, and end only on a poweroff, which must leave the VM off.
     for kind in ["qemu", "cloud-hypervisor"] {
@@ -420,6 +420,15 @@ fn dropin_restarts_firecracker_after_its_own_exit_and_no_other_hypervisor() {
     })));
     let u = parse(&render_unit(&dropin_args("web", f.path())).expect("render"));
     assert_eq!(u["Service"]["RestartForceExitStatus"], ["0"]);
+    // cloud-hypervisor with a virtiofs share cannot reboot in place: its
+    // reboot-watch's SIGHUP (a clean exit) restarts it.
+    let f = spec_file(&spec_json(serde_json::json!({
+        "hypervisor": {"kind": "cloud-hypervisor", "binary": "/usr/bin/hv"},
+        "shares": [{"tag": "store", "source": "/nix/store", "proto": "virtiofs", "read_only": true}],
+        "virtiofsd": {"binary": "/usr/libexec/virtiofsd"}
+    })));
+    let u = parse(&render_unit(&dropin_args("web", f.path())).expect("render"));
+    assert_eq!(u["Service"]["RestartForceExitStatus"], ["SIGHUP"]);
     // The template's own policy is unchanged: a crash restarts, a refused
     // spec does not, a clean exit does not.
     let t = parse(&render_unit(&RenderUnitArgs::default()).expect("render"));

@@ -17,7 +17,7 @@ use crate::config::paths::{
     hybrid_vsock_port_socket_name, virtiofs_socket_name, VSOCK_SOCKET, VSOCK_VHOST_USER_SOCKET,
 };
 use crate::config::spec::{HypervisorKind, ShareProto, Spec, VsockBackend};
-use crate::hypervisor::vmm_notify;
+use crate::hypervisor::{ch_reboot, vmm_notify};
 use crate::launch::landlock::{self, Files, Tcp};
 
 /// Which daemon a helper runs (an index into [`TABLE`]).
@@ -27,6 +27,7 @@ pub enum HelperKind {
     VhostDeviceVsock,
     Passt,
     VmmNotify,
+    RebootWatch,
 }
 
 impl HelperKind {
@@ -106,8 +107,8 @@ pub enum Program {
     /// access at all (checked before `main` runs: it cannot open `/`); it
     /// reaches what it serves only through its descriptors. Its exit
     /// status is `main`'s. The launcher's memory it starts with is a copy
-    /// of what the launcher held: a VM with credentials never gets such a
-    /// helper (see the entries).
+    /// of what the launcher held, so each entry says why that holds no
+    /// secret its uid lacks.
     Own {
         main: fn(Own) -> i32,
         /// It may end the hypervisor: it gets a pidfd of the process that
@@ -249,6 +250,34 @@ pub static TABLE: &[Shape] = &[
         guest_owns_writable: false,
         host_reads: &[],
         plan: plan_vmm_notify,
+    },
+    // -- reboot-watch: a cloud-hypervisor guest with a virtiofs share that
+    //    reboots is restarted clean (config::reboot, hypervisor::ch_reboot). --
+    Shape {
+        kind: HelperKind::RebootWatch,
+        name: "reboot-watch",
+        tag_noun: None,
+        // The field whose virtiofs share brings it.
+        binary_field: "shares",
+        // cloud-hypervisor's `--event-monitor fd=N` is the hypervisor's end
+        // of the pair: nothing in `control/`, nothing to connect to.
+        channel: Channel::Pair,
+        root: Root::Vm,
+        filter: Filter::Launcher,
+        // Forked after the launcher dropped the credentials it read (they
+        // are on the VM's tmpfs by then, which the hypervisor reads as the
+        // same principal): whatever of them a copy of the launcher's
+        // memory still holds is nothing this uid cannot read anyway.
+        program: Program::Own {
+            main: reboot_watch_main,
+            ends_hypervisor: true,
+        },
+        proc_sys: false,
+        // No binary: the launcher's own, trusted as the launcher is.
+        binary: |_| None,
+        guest_owns_writable: false,
+        host_reads: &[],
+        plan: plan_reboot_watch,
     },
 ];
 
@@ -536,6 +565,33 @@ fn plan_vmm_notify(spec: &Spec, control_dir: &Path) -> Vec<Helper> {
         tcp: Tcp::Denied,
         args: Vec::new(),
     }]
+}
+
+/// `reboot-watch`, for a cloud-hypervisor VM with a virtiofs share
+/// (`Spec::reboot_restarts_cloud_hypervisor`): vmwarden's own code reading
+/// cloud-hypervisor's event monitor.
+fn plan_reboot_watch(spec: &Spec, _control_dir: &Path) -> Vec<Helper> {
+    if !spec.reboot_restarts_cloud_hypervisor() {
+        return Vec::new();
+    }
+    vec![Helper {
+        kind: HelperKind::RebootWatch,
+        tag: None,
+        binary: PathBuf::from(OWN_CODE),
+        sockets: Vec::new(),
+        share: None,
+        tcp: Tcp::Denied,
+        args: Vec::new(),
+    }]
+}
+
+/// reboot-watch's `main`: read the event monitor until the VM reboots,
+/// then end the hypervisor.
+fn reboot_watch_main(own: Own) -> i32 {
+    match (own.handed, own.hypervisor) {
+        (Some(events), Some(hypervisor)) => ch_reboot::serve(events, hypervisor),
+        _ => 1,
+    }
 }
 
 /// vmm-notify's `main`: serve the listening socket until the guest powers

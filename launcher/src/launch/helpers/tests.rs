@@ -85,14 +85,15 @@ fn one_virtiofsd_per_virtiofs_share_and_the_vsock_daemon_for_qemu_only() {
         .any(|r| r.path == control && r.grant == landlock::Grant::Socket));
     assert!(!p.rules.iter().any(|r| r.path.starts_with("/srv")));
 
-    // cloud-hypervisor serves its hybrid vsock itself.
+    // cloud-hypervisor serves its hybrid vsock itself (its other helper,
+    // reboot-watch, is for the share's reboots).
     v["hypervisor"]["kind"] = serde_json::json!("cloud-hypervisor");
     v["hypervisor"]["accel"] = serde_json::json!("kvm");
     v["shares"] = serde_json::json!([{ "tag": "rw", "source": "/srv/rw", "proto": "virtiofs" }]);
     v["vsock"] = serde_json::json!({ "cid": 5, "backend": "user" });
     let got = plan(&spec(v), control);
-    assert_eq!(got.len(), 1);
-    assert_eq!(got[0].kind, HelperKind::Virtiofsd);
+    let kinds: Vec<_> = got.iter().map(|h| h.kind).collect();
+    assert_eq!(kinds, [HelperKind::Virtiofsd, HelperKind::RebootWatch]);
 }
 
 #[test]
@@ -284,4 +285,47 @@ fn exec_d_helpers_stay_signal_scoped() {
     for h in got {
         assert!(!h.policy(control, &[]).signals_unscoped, "{}", h.name());
     }
+}
+
+#[test]
+fn a_cloud_hypervisor_vm_with_a_virtiofs_share_gets_reboot_watch_on_a_pair() {
+    let mut v = serde_json::json!({
+        "version": 1, "name": "web",
+        "principal": { "uid": 61001, "gid": 61001 },
+        "hypervisor": { "kind": "cloud-hypervisor", "binary": "/usr/bin/cloud-hypervisor", "accel": "kvm" },
+        "vcpus": 1, "memory_mib": 256, "kernel": "/boot/vmlinux",
+        "shares": [ { "tag": "rw", "source": "/srv/rw", "proto": "virtiofs" } ],
+        "virtiofsd": { "binary": "/usr/libexec/virtiofsd" }
+    });
+    let control = Path::new("/run/vmwarden/web/control");
+    let got = plan(&spec(v.clone()), control);
+    let kinds: Vec<_> = got.iter().map(|h| h.kind).collect();
+    // After the virtiofsd it watches for.
+    assert_eq!(kinds, [HelperKind::Virtiofsd, HelperKind::RebootWatch]);
+    let h = &got[1];
+    assert_eq!(h.name(), "reboot-watch");
+    assert_eq!(h.socket(), None);
+    assert_eq!(h.shape().channel, Channel::Pair);
+    assert!(matches!(
+        h.shape().program,
+        Program::Own {
+            ends_hypervisor: true,
+            ..
+        }
+    ));
+    let p = h.policy(control, &[control.to_path_buf()]);
+    assert!(p.rules.is_empty() && p.vm_trees.is_empty());
+    assert_eq!(p.files, landlock::Files::ByRules);
+    assert_eq!(p.tcp, landlock::Tcp::Denied);
+    assert!(p.signals_unscoped && p.no_new_privs_set);
+    // QEMU keeps its virtiofsd across a reset in place; no share, no
+    // virtiofsd to lose: no helper.
+    v["hypervisor"]["kind"] = serde_json::json!("qemu");
+    assert!(plan(&spec(v.clone()), control)
+        .iter()
+        .all(|h| h.kind != HelperKind::RebootWatch));
+    v["hypervisor"]["kind"] = serde_json::json!("cloud-hypervisor");
+    v.as_object_mut().unwrap().remove("shares");
+    v.as_object_mut().unwrap().remove("virtiofsd");
+    assert!(plan(&spec(v), control).is_empty());
 }
