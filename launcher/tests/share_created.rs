@@ -241,10 +241,12 @@ fn kill_after_every_step_leaves_every_made_source_accounted_for() {
         .unwrap();
     assert_eq!(steps[made + 1], "share-sources-recorded", "{steps:?}");
     for (i, step) in steps.iter().enumerate() {
-        // Each kill meets a missing source.
+        // Each kill meets a missing source, never recorded (an inode
+        // number is reused: a stale entry could name the new directory).
         if src.exists() {
             std::fs::remove_dir(&src).unwrap();
         }
+        let _ = std::fs::remove_file(env.state.join(".made-sources-web.json"));
         env.launch_killed_after("web", step);
         let intent: serde_json::Value = std::fs::read(env.run.join("web/instance.json"))
             .map(|b| serde_json::from_slice(&b).unwrap())
