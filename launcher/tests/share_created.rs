@@ -128,6 +128,22 @@ sync; umount /m9; umount /mv; umount /b
     assert_eq!((ino(&made9), ino(&madev)), inodes);
     env.assert_clean("web");
 
+    // status --all --json shows what purge would do with each, and why.
+    let st = env.vmwarden(&["status", "--all", "--json", "web"]);
+    assert!(st.status.success(), "{}", text(&st));
+    let j = serde_json::from_slice::<serde_json::Value>(&st.stdout)
+        .unwrap()
+        .to_string();
+    for (p, action, why) in [
+        (&made9, "delete", "share source made by vmwarden"),
+        (&before, "keep", "not made by vmwarden"),
+    ] {
+        let want = format!(
+            "{{\"action\":\"{action}\",\"path\":\"{}\",\"reason\":\"{why}",
+            p.display()
+        );
+        assert!(j.contains(&want), "lacks {want}: {j}");
+    }
     // purge: what vmwarden made goes, what existed before stays; both said.
     let (ok, p) = purge_on_pty(&env, &["web", "--keep-identity"], "DELETE-EVERYTHING");
     assert!(ok, "{p}");
