@@ -264,7 +264,9 @@ spec cx 256 '[ { "name": "token", "source": { "systemd": "token" } } ]' \
 # c: memory_mib below the minimum; the scenario copies it into /etc/vmwarden/vms
 spec c 4 '[]' | putc /opt/vmwarden-test/specs/c.json 0644
 # vol: a read-only 9p share and a volume the launcher creates (ext4); its
-# guest mounts both, reads the share, writes a mark on the volume.
+# guest mounts both, reads the share, writes a mark on the volume; and a
+# writable 9p share whose source the launcher makes (share_created), where
+# the guest counts its boots.
 # vsk: the kernel's vhost-vsock backend; its guest lists its virtio devices.
 VOL_SCRIPT='mount -t 9p -o trans=virtio,version=9p2000.L,ro ro /mnt && echo "T-SHARE $(cat /mnt/hello)" || echo T-SHARE-FAILED
 mkdir -p /vol && if mount -t ext4 /dev/vda /vol; then echo T-FS-EXT4; else echo T-VOL-MOUNT-FAILED; fi
