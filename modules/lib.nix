@@ -866,11 +866,14 @@ in rec {
     );
 
   # ReadWritePaths=: writable disks, writable share sources (virtiofsd and
-  # QEMU's 9p write there as the principal) and landlock.write.
+  # QEMU's 9p write there as the principal) and landlock.write; and each
+  # writable source's parent (but /), where the launcher makes a missing
+  # source when that parent is root's alone (launch/share_sources.rs).
   writablePaths = vm:
     map (d: d.path) (filter (d: !d.readOnly) vm.disks)
     ++ vm.landlock.write
-    ++ map (s: s.source) (filter (s: !s.readOnly) vm.shares);
+    ++ map (s: s.source) (filter (s: !s.readOnly) vm.shares)
+    ++ filter (p: p != "/") (map (s: dirOf s.source) (filter (s: !s.readOnly) vm.shares));
 
   # The target (microvms.target by default): the autostart VMs (wants) come
   # from the module.

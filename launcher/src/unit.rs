@@ -526,13 +526,13 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
         .iter()
         .enumerate()
         .filter(|(_, d)| !d.read_only)
-        .map(|(i, d)| (format!("disks[{i}].path"), &d.path))
+        .map(|(i, d)| (format!("disks[{i}].path"), d.path.as_path()))
         .chain(
             spec.landlock
                 .write
                 .iter()
                 .enumerate()
-                .map(|(i, p)| (format!("landlock.write[{i}]"), p)),
+                .map(|(i, p)| (format!("landlock.write[{i}]"), p.as_path())),
         )
         // Writable share sources: virtiofsd and QEMU's 9p write there as
         // the principal.
@@ -541,7 +541,17 @@ fn dropin(name: &VmName, path: &Path, spec: &Spec, creds: &str) -> Result<Vec<En
                 .iter()
                 .enumerate()
                 .filter(|(_, s)| !s.read_only)
-                .map(|(i, s)| (format!("shares[{i}].source"), &s.source)),
+                .map(|(i, s)| (format!("shares[{i}].source"), s.source.as_path())),
+        )
+        // ...and their parents: the launcher makes a missing source there,
+        // only in a parent of root's alone (launch::share_sources).
+        .chain(
+            spec.shares
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| !s.read_only)
+                .filter_map(|(i, s)| Some((format!("shares[{i}].source"), s.source.parent()?)))
+                .filter(|(_, p)| p.parent().is_some()),
         );
     for (field, p) in writable {
         let unsafe_err = || UnitError::UnitUnsafe {

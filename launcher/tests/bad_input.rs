@@ -338,7 +338,19 @@ fn shares_disks_vsock_cases() -> Vec<Case> {
                 share(s, "data", &p, "9p", true);
             }),
             env: None,
-            expect: &["`shares[0].source`", "No such file"],
+            expect: &[
+                "`shares[0].source`",
+                "does not exist; the source of a read-only share (tag \"data\") must exist",
+            ],
+        },
+        Case {
+            name: "writable share source missing, its parent writable by everyone",
+            setup: with_spec(|env, s| {
+                let p = share_dir(env, "loose", 0, 0, 0o777);
+                share(s, "data", &p.join("data"), "9p", false);
+            }),
+            env: None,
+            expect: &["`shares[0].source`", "is not made for share", "everyone"],
         },
         Case {
             name: "share source is a file",

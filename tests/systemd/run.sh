@@ -264,13 +264,16 @@ spec cx 256 '[ { "name": "token", "source": { "systemd": "token" } } ]' \
 # c: memory_mib below the minimum; the scenario copies it into /etc/vmwarden/vms
 spec c 4 '[]' | putc /opt/vmwarden-test/specs/c.json 0644
 # vol: a read-only 9p share and a volume the launcher creates (ext4); its
-# guest mounts both, reads the share, writes a mark on the volume.
+# guest mounts both, reads the share, writes a mark on the volume; and a
+# writable 9p share whose source the launcher makes (share_created), where
+# the guest counts its boots.
 # vsk: the kernel's vhost-vsock backend; its guest lists its virtio devices.
 VOL_SCRIPT='mount -t 9p -o trans=virtio,version=9p2000.L,ro ro /mnt && echo "T-SHARE $(cat /mnt/hello)" || echo T-SHARE-FAILED
 mkdir -p /vol && if mount -t ext4 /dev/vda /vol; then echo T-FS-EXT4; else echo T-VOL-MOUNT-FAILED; fi
 echo "T-BEFORE $(cat /vol/mark 2>/dev/null || echo none)"
 echo persisted >/vol/mark && echo T-WROTE
-sync; umount /vol; umount /mnt'
+sync; umount /vol; umount /mnt
+mkdir -p /made && if mount -t 9p -o trans=virtio,version=9p2000.L made /made; then echo boot >>/made/boots; echo "T-MADE boots=$(wc -l </made/boots) root=$(stat -c %u:%a /made)"; sync; umount /made; else echo T-MADE-MOUNT-FAILED; fi'
 VSK_SCRIPT='for d in /sys/bus/virtio/devices/*; do echo "T-VIRTIO $(cat "$d/device")"; done'
 # ssh over vsock (the vsock_ssh and guest_reboot scenarios): a per-run client
 # key; the guest's lines (its boot id, then dropbear behind vsock port 22 with
@@ -344,7 +347,8 @@ EOF
 }
 shares_spec vol "$VOL_SCRIPT" '"disks": [ { "path": "/var/lib/vmwarden/vol/data.img", "serial": "vol-1",
               "create": { "size_mib": 32, "fs_type": "ext4" } } ],
-  "shares": [ { "tag": "ro", "source": "/opt/vmwarden-test/share", "proto": "9p", "read_only": true } ],
+  "shares": [ { "tag": "ro", "source": "/opt/vmwarden-test/share", "proto": "9p", "read_only": true },
+              { "tag": "made", "source": "/var/lib/vmwarden-test/vol-made", "proto": "9p" } ],
   "keep_on_purge": [ "identity", "data.img" ]' | putc /etc/vmwarden/vms/vol.json 0644
 # mtr: the metrics scenario's guest: it spins its CPU and, a few seconds
 # after READY, writes 8 MiB to its volume, synced (block bytes must grow).
@@ -693,7 +697,7 @@ timing image_build "$(since "$t")"
 # scenarios' times in timings.txt; keep scenarios that share VMs (a, b: from
 # start_ab to target_stop) in one list.
 SHARD_LISTS=(
-  "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume vhost_vsock vsock_ssh virtiofs_vsock guest_reboot macvtap resources all_clean"
+  "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume share_created vhost_vsock vsock_ssh virtiofs_vsock guest_reboot macvtap resources all_clean"
   "user_net store_share owned_share vhost_net cloud_hypervisor firecracker hv_bench console balloon guest_bytes machined coexist metrics soak all_clean"
   "pci_passthrough all_clean"
 )

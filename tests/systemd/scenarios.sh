@@ -391,6 +391,58 @@ s_share_volume() {
   note "vol image survives stop, guest write persisted"
 }
 
+# share_created: vol's writable 9p share "made" names a source that does not
+# exist, /var/lib/vmwarden-test/vol-made (its parent root's 0755). The
+# launcher makes it, vm-vol's, 0700, and records it; the guest writes in it;
+# a restart keeps it (same inode, the guest's file); `vmwarden purge
+# --keep-identity` says it deletes it (made by vmwarden) and does. In the
+# default run share_volume's start made it: this scenario adds one start.
+s_share_created() {
+  local src=/var/lib/vmwarden-test/vol-made u=microvm@vol.service cur rc j st ino="" run first=1 out
+  # share_volume (before it in the same list) started vol once: the launcher
+  # made the source then and its guest wrote once; only the restart is left.
+  if [ -e "$src" ]; then
+    st=$(stat -c '%U:%G %a %i' "$src"); log "share_created: made at share_volume's start: $src is $st"
+    [ "${st% *}" = "vm-vol:vm-vol 700" ] && [ "$(wc -l <"$src/boots" 2>/dev/null)" = 1 ] \
+      || { fail "share_created: $src made at share_volume's start is ${st% *} with $(wc -l <"$src/boots" 2>/dev/null) boots, not vm-vol:vm-vol 700 with 1"; return 1; }
+    ino=${st##* }; first=2
+  fi
+  for run in $(seq $first 2); do
+    cur=$(mark)
+    timeout 600 systemctl start $u; rc=$?
+    [ $rc -eq 0 ] || { fail "share_created: systemctl start $u rc=$rc: $(jlog $u "$cur" | tail -4 | tr '\n' ' ')"; return 1; }
+    check_running vol "$cur" && wait_guest vol "$cur" || { systemctl stop $u; return 1; }
+    j=$(jlog $u "$cur")
+    printf '%s\n' "$j" | grep -qF "T-MADE boots=$run root=" \
+      || { systemctl stop $u; fail "share_created: start $run: the guest did not write in the made share: $(printf '%s\n' "$j" | grep -E '^T-' | tr '\n' ' ' | head -c 300)"; return 1; }
+    st=$(stat -c '%U:%G %a %i' "$src") || { systemctl stop $u; fail "share_created: no $src"; return 1; }
+    log "share_created: start $run: $src is $st"
+    [ "${st% *}" = "vm-vol:vm-vol 700" ] || { systemctl stop $u; fail "share_created: $src is ${st% *}, not vm-vol:vm-vol 700"; return 1; }
+    [ -z "$ino" ] || [ "$ino" = "${st##* }" ] || { systemctl stop $u; fail "share_created: the restart made $src again (inode $ino -> ${st##* })"; return 1; }
+    ino=${st##* }
+    cur=$(mark)
+    timeout 300 systemctl stop $u; rc=$?
+    [ $rc -eq 0 ] || { fail "share_created: systemctl stop $u rc=$rc"; return 1; }
+    check_cleanup vol $u "$cur" && check_clean vol || return 1
+    # the start that made it names it: its cleanup keeps it, saying why
+    [ $run = 2 ] || cleanup_report $u "$cur" | jq -e --arg p "$src" '.kept[] | select(.path == $p and (.reason | test("made by vmwarden")))' >/dev/null \
+      || { fail "share_created: cleanup does not report $src kept as made by vmwarden"; return 1; }
+    [ "$(wc -l <"$src/boots")" = $run ] || { fail "share_created: $src/boots has $(wc -l <"$src/boots") lines after start $run"; return 1; }
+  done
+  jq -e --arg p "$src" --argjson i "$ino" '.sources[] | select(.path == $p and .ino == $i)' "$STATE_ROOT/.made-sources-vol.json" >/dev/null \
+    || { fail "share_created: $STATE_ROOT/.made-sources-vol.json does not name $src (inode $ino)"; return 1; }
+  note "$src made vm-vol 0700, used by the guest, kept by a restart (inode $ino)"
+  # purge on a terminal (script(1)), typing the phrase once the plan is out
+  out=$({ sleep 3; printf 'DELETE-EVERYTHING\r'; sleep 10; } | script -q -e -c "$VMW purge vol --keep-identity" /dev/null 2>&1 | tr -d '\r')
+  log "share_created: purge: $out"
+  printf '%s\n' "$out" | grep -qF "delete $src (share source: share source made by vmwarden" \
+    || { fail "share_created: purge's plan does not say it deletes $src: $(printf '%s' "$out" | tr '\n' ' ' | head -c 400)"; return 1; }
+  printf '%s\n' "$out" | grep -qxF "deleted $src" && printf '%s\n' "$out" | grep -qxF 'purge: done' \
+    || { fail "share_created: purge did not delete $src: $(printf '%s' "$out" | tr '\n' ' ' | head -c 400)"; return 1; }
+  [ ! -e "$src" ] && [ ! -e "$STATE_ROOT/.made-sources-vol.json" ] || { fail "share_created: $src or its record left after purge"; return 1; }
+  note "purge said and deleted what vmwarden made"
+}
+
 # vsk: the kernel's vhost-vsock backend. The launcher (root) opens
 # /dev/vhost-vsock and hands QEMU the fd; QEMU runs as vm-vsk, which cannot
 # open the device itself; the guest sees a virtio vsock device (id 0x0013).
@@ -2127,6 +2179,7 @@ else
   run_scenario target_stop s_target_stop
   run_scenario broken_spec s_broken_spec
   run_scenario share_volume s_share_volume
+  run_scenario share_created s_share_created
   run_scenario vhost_vsock s_vhost_vsock
   run_scenario vsock_ssh s_vsock_ssh
   run_scenario vhost_net s_vhost_net

@@ -315,6 +315,14 @@ fn print_purge_plan(name: &VmName, plan: &purge::Plan, keep_identity: bool) {
     if let Some(p) = &plan.range_problem {
         println!("  leave  a range record that cannot be used: {}", escape(p));
     }
+    for f in &plan.share_sources {
+        println!(
+            "  {:<6} {} (share source: {})",
+            f.action,
+            show(&f.path),
+            escape(&f.reason)
+        );
+    }
     for o in &plan.outside {
         println!(
             "  leave  {} (a share the guest owns, outside the state dir: its files keep the range's ids)",

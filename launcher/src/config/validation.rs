@@ -542,8 +542,14 @@ impl Spec {
         }
         for (i, sh) in self.shares.iter().enumerate() {
             let field = format!("shares[{i}].source");
-            let md = std::fs::metadata(&sh.source)
-                .map_err(|e| bad(&field, &sh.source, e.to_string()))?;
+            let md = match std::fs::metadata(&sh.source) {
+                // Made at launch, or refused by name (`launch::share_sources`).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !sh.read_only => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(bad(&field, &sh.source, format!("does not exist; the source of a read-only share (tag {:?}) must exist (vmwarden makes only a writable share's missing source)", sh.tag)))
+                }
+                r => r.map_err(|e| bad(&field, &sh.source, e.to_string()))?,
+            };
             if !md.is_dir() {
                 return Err(bad(&field, &sh.source, "is not a directory".to_string()));
             }

@@ -87,6 +87,14 @@ pub enum Resource {
     /// what a launch killed while making the image leaves: cleanup removes
     /// it, and the next launch would replace it.
     CreatedImage { path: PathBuf, temp: PathBuf },
+    /// A writable share's source that did not exist, made by the launcher
+    /// (the principal's, 0700) at `share-sources-made`
+    /// (`launch::share_sources`). Persistent and the VM's data: once the
+    /// launch has recorded its identity in the state root
+    /// (`instance::made_sources`) cleanup keeps it and only `purge`
+    /// deletes it; one that record does not name (a launch killed right
+    /// after the `mkdir`) cleanup removes while it is empty.
+    ShareSource { path: PathBuf },
     /// A tap the launcher creates as a non-persistent fd for the
     /// hypervisor: the kernel deletes it when the last holder dies. Cleanup
     /// and verify-clean check it is gone; `reap --apply` deletes a survivor.

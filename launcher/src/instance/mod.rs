@@ -8,6 +8,7 @@ pub mod last_cleanup;
 pub mod launched;
 pub mod lease;
 pub mod liveness;
+pub mod made_sources;
 pub mod marks;
 
 use crate::config::names::VmName;

@@ -25,6 +25,7 @@ use crate::launch::helpers::HelperError;
 use crate::launch::landlock::LandlockError;
 use crate::launch::sandbox::SandboxError;
 use crate::launch::seccomp::SeccompError;
+use crate::launch::share_sources::MakeError;
 use crate::launch::volumes::VolumeError;
 
 /// Why a launch step failed: the error of the part the step called, or one
@@ -123,6 +124,9 @@ pub enum StepError {
     },
     #[error(transparent)]
     Helper(#[from] HelperError),
+    /// A missing writable share source could not be made or recorded.
+    #[error(transparent)]
+    ShareSource(#[from] MakeError),
     #[error(transparent)]
     Sys(#[from] SysError),
     #[error(transparent)]
@@ -196,6 +200,7 @@ impl StepError {
             | StepError::Landlock(_)
             | StepError::Seccomp(_)
             | StepError::Helper(_)
+            | StepError::ShareSource(_)
             | StepError::HypervisorProbe { .. }
             | StepError::Sys(_)
             | StepError::Io(_)

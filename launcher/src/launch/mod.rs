@@ -34,6 +34,7 @@ pub mod root;
 pub mod sandbox;
 pub mod sandbox_error;
 pub mod seccomp;
+pub mod share_sources;
 mod steps;
 pub mod syscall;
 #[cfg(test)]
@@ -213,8 +214,11 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     )?;
     // The interfaces, what root hands to the hypervisor, the hypervisor
     // binary's sandbox and fw_cfg, and what the principal must own.
-    let qemu_sandbox =
-        preflight::check_with_principal(&spec, &spec_path, spec_walk, roots, walker, &principal)?;
+    // A writable share's missing source, made at `share-sources-made`.
+    let to_make = share_sources::preflight(&spec, &spec_path)?;
+    let qemu_sandbox = preflight::check_with_principal(
+        &spec, &spec_path, spec_walk, roots, walker, &principal, &to_make,
+    )?;
     // The kernel's vsock device, opened by root before anything is made
     // (a host without it refuses here and changes nothing); its fd goes to
     // QEMU like a tap's, the principal never opens the node.
@@ -283,6 +287,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let kind = spec.hypervisor.kind;
     let mut resources = planned_resources(&spec, &spec_path, &rundir.path, &state_dir_path);
     resources.extend(passthrough::records(&devices));
+    resources.extend(share_sources::records(&to_make));
     let record = Intent {
         version: 1,
         name: spec.name.to_string(),
@@ -344,6 +349,10 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     };
     let (state_dir, _) = dirs::ensure(&state_root, spec.name.as_str(), &vm_want(0o700))?;
     steps.after("state-dir");
+    let made = share_sources::make(&to_make, &principal)?;
+    steps.after("share-sources-made");
+    share_sources::record(&state_root, &spec.name, made)?;
+    steps.after("share-sources-recorded");
     let (control, _) = dirs::ensure(
         &rundir,
         CONTROL_DIR,

@@ -25,7 +25,7 @@ use crate::hypervisor::{self, SandboxProbe};
 use crate::identity::principal::{self, Principal};
 use crate::identity::ranges;
 use crate::identity::registry::{self, IdRange};
-use crate::launch::{helpers, macvtap, probe, volumes, StepError};
+use crate::launch::{helpers, macvtap, probe, share_sources, volumes, StepError};
 
 type Result<T, E = StepError> = std::result::Result<T, E>;
 
@@ -64,6 +64,7 @@ pub fn check_with_principal(
     roots: &Roots,
     mut walker: trust::Walker,
     principal: &Principal,
+    to_make: &share_sources::Plan,
 ) -> Result<bool> {
     preflight_interfaces(spec, spec_path, roots)?;
     preflight_user_network(spec, spec_path)?;
@@ -86,7 +87,7 @@ pub fn check_with_principal(
     } else {
         None
     };
-    check_principal(spec, spec_path, principal, ids)?;
+    check_principal(spec, spec_path, principal, ids, to_make)?;
     volumes::preflight(spec, spec_path, principal, &roots.state_dir(&spec.name))?;
     Ok(qemu_sandbox)
 }
@@ -211,12 +212,17 @@ fn check_principal(
     spec_path: &Path,
     principal: &Principal,
     ids: Option<IdRange>,
+    to_make: &share_sources::Plan,
 ) -> Result<(), SpecError> {
     let policy = Policy::Principal {
         uid: principal.uid,
         gid: principal.gid,
     };
     for (i, sh) in spec.shares.iter().enumerate() {
+        // Missing, and made by this launch in a parent of root's alone.
+        if to_make.makes(i) {
+            continue;
+        }
         let field = format!("shares[{i}].source");
         // The one exception: the Nix store, read-only, as Nix makes it
         // (root's, sticky, its build users' group may add paths). Its

@@ -17,6 +17,8 @@ pub const STEPS: &[&str] = &[
     "intent-written",
     "spec-kept",
     "state-dir",
+    "share-sources-made",
+    "share-sources-recorded",
     "control-dir",
     "credentials-dir",
     "taps",

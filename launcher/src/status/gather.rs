@@ -25,8 +25,8 @@ use crate::instance::{known_vms, launched};
 use crate::teardown::{purge, reap};
 
 use super::{
-    Leftovers, PrincipalInfo, PurgeInfo, ReapItem, Registration, SpecState, State, StateDirInfo,
-    VmStatus,
+    Leftovers, PrincipalInfo, PurgeInfo, ReapItem, Registration, ShareSourceFate, SpecState, State,
+    StateDirInfo, VmStatus,
 };
 
 /// The configured spec as `status` sees it.
@@ -283,18 +283,29 @@ fn leftovers(roots: &Roots, name: &VmName, reaped: &reap::Report) -> Leftovers {
                 "there is no state dir {}",
                 show(&roots.state_dir(name))
             )),
+            share_sources: Vec::new(),
         },
         (Some(_), Ok(plan)) => PurgeInfo {
             command,
             delete: plan.delete,
             retire_uid: plan.retire_uid,
             refused: None,
+            share_sources: plan
+                .share_sources
+                .iter()
+                .map(|f| ShareSourceFate {
+                    path: f.path.clone(),
+                    action: f.action.to_string(),
+                    reason: f.reason.clone(),
+                })
+                .collect(),
         },
         (Some(_), Err(e)) => PurgeInfo {
             command,
             delete: Vec::new(),
             retire_uid: None,
             refused: Some(e.to_string()),
+            share_sources: Vec::new(),
         },
     };
     Leftovers {

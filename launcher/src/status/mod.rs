@@ -138,6 +138,20 @@ pub struct PurgeInfo {
     pub retire_uid: Option<u32>,
     /// Why purge would refuse (the VM might be running, no state dir).
     pub refused: Option<String>,
+    /// Share sources outside the state dir and what purge does with each:
+    /// `delete` one vmwarden made, `keep` any other, with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub share_sources: Vec<ShareSourceFate>,
+}
+
+/// A share source in purge's plan ([`PurgeInfo::share_sources`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ShareSourceFate {
+    #[serde(serialize_with = "rawpath::path")]
+    pub path: PathBuf,
+    /// `delete` or `keep`.
+    pub action: String,
+    pub reason: String,
 }
 
 /// With `--all`: what the VM left behind, and what reap and purge would do.

@@ -372,6 +372,7 @@ cache  running    99     vm-cache   5s      current     running  -
                 ],
                 retire_uid: Some(61005),
                 refused: None,
+                share_sources: Vec::new(),
             },
         });
         let mut gone = rec("gone", State::Stopped, SpecState::None);
@@ -389,6 +390,7 @@ cache  running    99     vm-cache   5s      current     running  -
                 delete: vec![],
                 retire_uid: None,
                 refused: Some("/var/lib/vmwarden/gone: open: ENOENT".into()),
+                share_sources: Vec::new(),
             },
         });
         let recs = vec![gone, old];
@@ -466,6 +468,7 @@ old: not configured; state dir /var/lib/vmwarden/old holds 2 entries; principal 
                 delete: vec![odd],
                 retire_uid: None,
                 refused: None,
+                share_sources: Vec::new(),
             },
         });
         let j = json(std::slice::from_ref(&old));

@@ -25,7 +25,7 @@ use crate::instance::last_cleanup::LastCleanup;
 use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, Lease, LeaseState};
 use crate::instance::liveness::{self, Probe, Verdict};
-use crate::teardown::{devices, machine, taps};
+use crate::teardown::{devices, machine, made_sources, taps};
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
 pub struct ServiceResult {
@@ -180,6 +180,11 @@ fn cleanup_dir(roots: &Roots, name: &VmName, rundir: &dirs::Dir, mut report: Rep
     keep_recorded_outside(intent.as_ref(), rundir, &mut report);
     // ...except what a launch killed while making an image leaves.
     remove_image_temps(roots, name, intent.as_ref(), &mut report);
+    // ...and a share source it made but did not record (kept once recorded).
+    let made = made_sources::cleanup(roots, name, intent.as_ref());
+    report.deleted.extend(made.deleted);
+    report.kept.extend(made.kept);
+    report.failed.extend(made.failed);
     // Firecracker's taps (it opens them by name) were persistent in the
     // host's namespace before they moved into a namespace of its own; a
     // record written then names them, and they go here, the instance

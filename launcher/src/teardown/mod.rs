@@ -6,6 +6,7 @@ pub mod adopt;
 pub mod cleanup;
 pub mod devices;
 pub mod machine;
+pub mod made_sources;
 pub mod purge;
 pub mod reap;
 pub mod taps;

@@ -22,6 +22,7 @@ use crate::instance::launched::effective_spec_of;
 use crate::instance::lease::LeaseError;
 use crate::instance::liveness::{self, Verdict};
 use crate::teardown::lease_as_a_launch;
+use crate::teardown::made_sources::{self, SourceFate};
 
 /// A purge refused (the VM is not dead), or one that cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +95,9 @@ pub struct Plan {
     /// A range record of this VM that cannot be used, named: purge leaves
     /// it (its ids stay unusable) and deletes the rest.
     pub range_problem: Option<String>,
+    /// Share sources outside the state dir: deleted when vmwarden made
+    /// them (`teardown::made_sources`), kept otherwise, each with why.
+    pub share_sources: Vec<SourceFate>,
 }
 
 /// The keep set K: nothing, or `identity` plus the spec's `keep_on_purge`.
@@ -194,12 +198,20 @@ pub fn plan(roots: &Roots, name: &VmName, keep_identity: bool) -> Result<Plan> {
         }
         Err(e) => return Err(e.into()),
     };
-    let outside = effective_spec_of(roots, name)
-        .map(|(s, _)| {
+    let spec = effective_spec_of(roots, name).map(|(s, _)| s);
+    let share_sources = made_sources::plan(roots, name, spec.as_ref(), uid, range);
+    let deleted = |p: &PathBuf| {
+        share_sources
+            .iter()
+            .any(|f| &f.path == p && f.action == "delete")
+    };
+    let outside = spec
+        .map(|s| {
             s.shares
                 .iter()
                 .filter(|sh| sh.guest_owned() && !sh.source.starts_with(&state_dir.path))
                 .map(|sh| sh.source.clone())
+                .filter(|p| !deleted(p))
                 .collect()
         })
         .unwrap_or_default();
@@ -212,6 +224,7 @@ pub fn plan(roots: &Roots, name: &VmName, keep_identity: bool) -> Result<Plan> {
         retire_range: if keep_identity { None } else { range },
         outside: if range.is_some() { outside } else { Vec::new() },
         range_problem,
+        share_sources,
     })
 }
 
@@ -312,6 +325,8 @@ pub fn execute(roots: &Roots, name: &VmName, plan: Plan) -> Result<Report> {
             reason: format!("cannot re-enumerate after deleting: {e}"),
         }),
     }
+    // The share sources vmwarden made, each checked again.
+    outcome.merge(made_sources::execute(roots, name, &plan.share_sources));
     // Retirement fails closed, but what was deleted is still reported.
     let (retired, mut retire_error) = match (plan.retire_uid, outcome.failed.is_empty()) {
         (Some(uid), true) => match registry::retire(roots, name, uid) {
