@@ -156,7 +156,9 @@ pub fn all(roots: &Roots) -> Result<Vec<Record>> {
         else {
             continue;
         };
-        if let Some(r) = lookup(roots, uid)? {
+        // Through the directory already open: one open per record, not
+        // the state root, the registry and the record again each time.
+        if let Some(r) = lookup_in(&dir, uid)? {
             out.push(r);
         }
     }
