@@ -375,7 +375,7 @@ VQ=$(pss_kib "$QPID"); VH=0
 MEMROWS=()
 for p in "${helpers[@]}"; do
   k=$(pss_kib "$p"); VH=$((VH + k))
-  MEMROWS+=("$(printf '  vmwarden    %-30s uid %-8s %8s KiB' "$(basename "$(readlink "/proc/$p/exe")")" "$(stat -c %u "/proc/$p")" "$k")")
+  MEMROWS+=("$(printf '  vmwarden    %-30s uid %-8s %8s KiB' "$(cat "/proc/$p/comm")" "$(stat -c %u "/proc/$p")" "$k")")
 done
 QARGV=$DIR/logs/mem.argv
 tr '\0' '\n' <"/proc/$QPID/cmdline" >"$QARGV"
