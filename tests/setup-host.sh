@@ -30,6 +30,8 @@
 #                    one per VM, run as its principal
 #   iproute2         ip: the user-networking tests make a network namespace with a
 #                    template interface (a bridge) of their own
+#   supervisor       supervisord: what microvm.nix's runner starts its virtiofsds
+#                    under; tests/bench/scale.sh counts its memory beside them
 #
 # Then the two vhost-user daemons of shares and vsock, which Debian 12 does not
 # package, built with `cargo install --locked` at pinned versions into
@@ -61,7 +63,7 @@ command -v dpkg-query >/dev/null 2>&1 || die "not a Debian-based system (no dpkg
 # package is repaired)
 PKGS=(qemu-system-x86 busybox-static acl e2fsprogs debootstrap kmod python3 zsh fish groff-base
       libseccomp-dev libcap-ng-dev pkg-config gcc libc6-dev xfsprogs dropbear-bin openssh-client passt iproute2
-      libnss-extrausers)
+      libnss-extrausers supervisor)
 declare -A CMD_OF=(
   [qemu-system-x86]=qemu-system-x86_64
   [busybox-static]=busybox
@@ -86,6 +88,7 @@ declare -A CMD_OF=(
   # an NSS source the id-range tests install accounts through (id_ranges.rs)
   [libnss-extrausers]=true
   [qemu-utils]=qemu-img
+  [supervisor]=supervisord
 )
 export PATH="$PATH:/usr/sbin:/sbin"
 [ "$MODE" = demo ] && PKGS=(qemu-system-x86 busybox-static kmod)

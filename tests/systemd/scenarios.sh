@@ -994,8 +994,10 @@ s_firecracker() { s_hv fc; }
 # Asserts only that all reached Running and were cleaned up.
 # 3 rounds in the default run, 5 when the scenario is picked by name
 BENCH_PAIRS=3; [ -z "$ONLY" ] || BENCH_PAIRS=5
-# ms between two monotonic times in seconds
-ms_between() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a == "" || b == "") print "-"; else printf "%.0f", (b - a) * 1000 }'; }
+# ms between two monotonic times in seconds; "-" (or nothing) for either
+# is unknown, and so is the result (awk would read "-" as 0: a time since
+# boot, not a phase)
+ms_between() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a == "" || b == "" || a == "-" || b == "-") print "-"; else printf "%.0f", (b - a) * 1000 }'; }
 # A launch's lines on stdin (the unit's short-monotonic journal, or the
 # launcher's own stderr) -> "MAIN EXEC" in monotonic seconds: the
 # step-profile marks exec-to-main and seccomp, else (journal only) the times
@@ -1033,10 +1035,14 @@ bench_kill_launched() { # VM PID
   systemctl reset-failed "$u" 2>/dev/null || true
 }
 # the launcher alone: root runs vmwarden-launch (no unit), then kills the
-# hypervisor and runs vmwarden-cleanup as ExecStopPost would
+# hypervisor and runs vmwarden-cleanup as ExecStopPost would. Its output
+# goes to the journal through systemd-cat (which execs it: no process
+# between): the launcher's stderr lines carry no time of their own, the
+# journal's monotonic stamps give its phases as they do the unit's.
 bench_alone() { # VM URI OUT -> "MS TO_MAIN LAUNCHER HYPERVISOR"
-  local vm=$1 out=$3 pid t0 t1 m rep
-  "$T/bin/api-running" "$RUNTIME_ROOT/$vm/control/api.sock" "$2" 120 -- /usr/local/bin/vmwarden-launch "$vm" >"$out" 2>&1 \
+  local vm=$1 out=$3 pid t0 t1 m rep cur
+  cur=$(mark)
+  "$T/bin/api-running" "$RUNTIME_ROOT/$vm/control/api.sock" "$2" 120 -- /usr/bin/systemd-cat -t vmwarden-launch /usr/local/bin/vmwarden-launch "$vm" >"$out" 2>&1 \
     || { fail "$vm: the launcher alone never said Running: $(tail -3 "$out" | tr '\n' ' ')"; return 1; }
   pid=$(sed -n 's/^API-RUNNING .*pid=//p' "$out")
   t0=$(sed -n 's/^API-RUNNING .* t0=\([0-9.]*\).*/\1/p' "$out"); t1=$(sed -n 's/^API-RUNNING .* t1=\([0-9.]*\).*/\1/p' "$out")
@@ -1045,8 +1051,9 @@ bench_alone() { # VM URI OUT -> "MS TO_MAIN LAUNCHER HYPERVISOR"
   rep=$(/usr/local/bin/vmwarden-cleanup "$vm" 2>>"$LOG")
   printf '%s' "$rep" | jq -e '.clean == true' >/dev/null 2>&1 \
     || { fail "$vm: cleanup after the launcher alone not clean: $(printf '%s' "$rep" | head -c 300)"; return 1; }
-  m=$(launcher_marks <"$out")
-  { echo "bench $vm alone: t0=$t0 t1=$t1 launcher main/exec=$m"; grep 'vmwarden-profile' "$out"; } >>"$LOG"
+  journalctl -q --no-pager -o short-monotonic _PID="$pid" --after-cursor="$cur" >"$out.journal" 2>/dev/null
+  m=$(launcher_marks <"$out.journal")
+  { echo "bench $vm alone: t0=$t0 t1=$t1 launcher main/exec=$m; journal:"; grep -v 'vmwarden-profile' "$out.journal" | head -20; grep 'vmwarden-profile' "$out.journal"; } >>"$LOG"
   echo "$(sed -n 's/^API-RUNNING ms=\([0-9.]*\).*/\1/p' "$out") $(ms_between "$t0" "${m% *}") $(ms_between "${m% *}" "${m#* }") $(ms_between "${m#* }" "$t1")"
 }
 bench_bare() { # VM URI OUT ARGV... -> MS

@@ -166,6 +166,8 @@ pub fn all(roots: &Roots) -> Result<Listing> {
         else {
             continue;
         };
+        // Through the directory already open: one open per record, not
+        // the state root, the registry and the record again each time.
         match lookup_in(&dir, uid) {
             Ok(Some(r)) => out.records.push(r),
             Ok(None) => {}
