@@ -338,3 +338,41 @@ fn purge_keeps_a_made_source_that_is_no_longer_the_directory_it_made() {
     // No longer vmwarden's: the record forgets it.
     assert_eq!(made_record(&env), serde_json::Value::Null, "{p}");
 }
+
+/// A source inside the VM's own state directory (microvm.nix's relative
+/// sources) is made there, each missing component the principal's 0700,
+/// named in no record of its own (the state directory is the VM's); a
+/// symlink the principal left on the way is refused by name, and nothing
+/// is made where it points.
+#[test]
+fn a_missing_source_inside_the_vms_state_dir_is_made_the_principals() {
+    let env = Env::new();
+    let u = uid(366);
+    let sd = env.state.join("web");
+    let src = sd.join("home/alice");
+    write_share_spec(&env, u, &src, false);
+    let ok = env.probe("web", &["/bin/true"]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    assert_eq!(owner_mode(&sd.join("home")), (u, u, 0o700));
+    assert_eq!(owner_mode(&src), (u, u, 0o700));
+    assert_eq!(made_record(&env), serde_json::Value::Null);
+    env.assert_clean("web");
+
+    // A symlink at a component, pointing at a directory of root's alone.
+    let real = dir(&env, "real", 0, 0o755);
+    std::fs::remove_dir(&src).unwrap();
+    std::fs::remove_dir(sd.join("home")).unwrap();
+    std::os::unix::fs::symlink(&real, sd.join("home")).unwrap();
+    assert_refused(
+        &env,
+        u,
+        &[
+            "shares[0].source",
+            &sd.join("home").display().to_string(),
+            "symlink",
+        ],
+    );
+    assert!(!real.join("alice").exists());
+    std::fs::remove_file(sd.join("home")).unwrap();
+    env.assert_clean("web");
+}

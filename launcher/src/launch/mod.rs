@@ -215,7 +215,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // The interfaces, what root hands to the hypervisor, the hypervisor
     // binary's sandbox and fw_cfg, and what the principal must own.
     // A writable share's missing source, made at `share-sources-made`.
-    let to_make = share_sources::preflight(&spec, &spec_path)?;
+    let to_make = share_sources::preflight(&spec, &spec_path, &roots.state_dir(&spec.name))?;
     let qemu_sandbox = preflight::check_with_principal(
         &spec, &spec_path, spec_walk, roots, walker, &principal, &to_make,
     )?;
@@ -349,7 +349,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     };
     let (state_dir, _) = dirs::ensure(&state_root, spec.name.as_str(), &vm_want(0o700))?;
     steps.after("state-dir");
-    let made = share_sources::make(&to_make, &principal)?;
+    let made = share_sources::make(&to_make, &principal, &state_dir)?;
     steps.after("share-sources-made");
     share_sources::record(&state_root, &spec.name, made)?;
     steps.after("share-sources-recorded");

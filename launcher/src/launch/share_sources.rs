@@ -22,9 +22,18 @@
 //! `instance::made_sources`), where cleanup and `purge` find it. A launch
 //! killed between the two leaves a directory the record does not name:
 //! cleanup removes it while it is empty (`teardown::made_sources`).
+//!
+//! A source inside the VM's own state directory (microvm.nix's relative
+//! sources, `home` for `/var/lib/microvms/NAME/home`) is the VM's data
+//! like the rest of that directory, which is the principal's: it is made
+//! there, each missing component the principal's 0700, through
+//! descriptors that never follow a link, at a moment no process of the
+//! principal runs (the lease is held and the uid probed). It needs no
+//! record of its own: cleanup keeps the state directory, purge deletes
+//! everything under it.
 
-use std::ffi::OsString;
-use std::os::fd::AsFd;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -47,9 +56,16 @@ pub struct ToMake {
     /// Its index in `shares`.
     pub index: usize,
     pub path: PathBuf,
-    /// Its parent, opened at the pre-flight (root's alone).
-    parent: Dir,
-    name: OsString,
+    place: Place,
+}
+
+/// Where a source is made.
+#[derive(Debug)]
+enum Place {
+    /// In a parent of root's alone, opened at the pre-flight.
+    Root { parent: Dir, name: OsString },
+    /// Inside the VM's state directory: these components below it.
+    StateDir { below: PathBuf },
 }
 
 /// The share sources this launch makes.
@@ -66,7 +82,7 @@ impl Plan {
 /// Each share whose source does not exist: a read-only one is refused; a
 /// writable one is made if its parent allows it, and refused otherwise,
 /// the path and the reason named. Nothing is created here.
-pub fn preflight(spec: &Spec, spec_path: &Path) -> Result<Plan, SpecError> {
+pub fn preflight(spec: &Spec, spec_path: &Path, state_dir: &Path) -> Result<Plan, SpecError> {
     let mut plan = Plan::default();
     for (i, sh) in spec.shares.iter().enumerate() {
         if sh.source == Path::new(NIX_STORE) {
@@ -87,6 +103,20 @@ pub fn preflight(spec: &Spec, spec_path: &Path) -> Result<Plan, SpecError> {
             continue;
         }
         let path = show(&sh.source);
+        if let Some(below) = below_state_dir(&sh.source, state_dir) {
+            in_state_dir_ok(state_dir, &below).map_err(|why| {
+                bad(format!(
+                    "{path} does not exist, and is not made for share {:?}: {why}",
+                    sh.tag
+                ))
+            })?;
+            plan.0.push(ToMake {
+                index: i,
+                path: sh.source.clone(),
+                place: Place::StateDir { below },
+            });
+            continue;
+        }
         let (parent, name) = made_sources::open_parent(&sh.source).map_err(|e| {
             bad(format!(
                 "{path} does not exist, and is not made for share {:?}: {e}",
@@ -99,17 +129,47 @@ pub fn preflight(spec: &Spec, spec_path: &Path) -> Result<Plan, SpecError> {
         plan.0.push(ToMake {
             index: i,
             path: sh.source.clone(),
-            parent,
-            name,
+            place: Place::Root { parent, name },
         });
     }
     Ok(plan)
 }
 
+/// `source`'s components below `state_dir`, when it lies strictly inside.
+fn below_state_dir(source: &Path, state_dir: &Path) -> Option<PathBuf> {
+    let below = source.strip_prefix(state_dir).ok()?;
+    (!below.as_os_str().is_empty()).then(|| below.to_path_buf())
+}
+
+/// Each component of `below` that exists under `state_dir` is a directory
+/// (a symlink is refused: the principal may have put it there). Read
+/// without following anything; [`make`] checks again by descriptor.
+fn in_state_dir_ok(state_dir: &Path, below: &Path) -> Result<(), String> {
+    let mut at = state_dir.to_path_buf();
+    for c in below.components() {
+        at.push(c);
+        match std::fs::symlink_metadata(&at) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("{}: {e}", show(&at))),
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(format!(
+                    "{} is a symlink inside the VM's state directory",
+                    show(&at)
+                ))
+            }
+            Ok(m) if !m.is_dir() => return Err(format!("{} is not a directory", show(&at))),
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// What the intent record names before any of it exists.
+/// (A source inside the state directory is part of it: not named.)
 pub fn records(plan: &Plan) -> Vec<Resource> {
     plan.0
         .iter()
+        .filter(|t| matches!(t.place, Place::Root { .. }))
         .map(|t| Resource::ShareSource {
             path: t.path.clone(),
         })
@@ -132,36 +192,26 @@ pub enum MakeError {
 /// Make each source: `mkdirat` in its parent (never over an existing
 /// name), then the new directory opened without following a link, given
 /// to the principal and set to 0700 by its descriptor, the parent synced.
-pub fn make(plan: &Plan, principal: &Principal) -> Result<Vec<MadeSource>, MakeError> {
+pub fn make(
+    plan: &Plan,
+    principal: &Principal,
+    state_dir: &Dir,
+) -> Result<Vec<MadeSource>, MakeError> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let mut made = Vec::new();
     for t in &plan.0 {
-        match mkdirat(
-            t.parent.fd.as_fd(),
-            t.name.as_os_str(),
-            Mode::from_bits_truncate(0o700),
-        ) {
-            Err(Errno::EEXIST) => return Err(MakeError::Appeared(t.path.clone())),
-            r => r.sys("mkdir", &t.path)?,
-        }
-        let fd = openat(
-            t.parent.fd.as_fd(),
-            t.name.as_os_str(),
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .sys("open", &t.path)?;
-        fchown(
-            fd.as_fd(),
-            Some(Uid::from_raw(principal.uid)),
-            Some(Gid::from_raw(principal.gid)),
-        )
-        .sys("fchown", &t.path)?;
-        fchmod(fd.as_fd(), Mode::from_bits_truncate(0o700)).sys("fchmod", &t.path)?;
+        let (parent, name) = match &t.place {
+            Place::Root { parent, name } => (parent, name),
+            Place::StateDir { below } => {
+                make_in_state_dir(state_dir, below, &t.path, principal)?;
+                continue;
+            }
+        };
+        let fd = make_one(parent.fd.as_fd(), name, &t.path, principal)?;
         let st = fstat(fd.as_fd()).sys("fstat", &t.path)?;
-        nix::unistd::fsync(t.parent.fd.as_fd()).sys("fsync", &t.parent.path)?;
+        nix::unistd::fsync(parent.fd.as_fd()).sys("fsync", &parent.path)?;
         tracing::info!(step = %"share-sources-made", source = %show(&t.path), uid = principal.uid, "share source made (mode 0700)");
         made.push(MadeSource {
             path: t.path.clone(),
@@ -172,6 +222,70 @@ pub fn make(plan: &Plan, principal: &Principal) -> Result<Vec<MadeSource>, MakeE
         });
     }
     Ok(made)
+}
+
+/// `mkdirat` `name` in `parent` (never over an existing name), then the
+/// new directory opened without following a link, given to the principal
+/// and set to 0700 by its descriptor.
+fn make_one(
+    parent: BorrowedFd<'_>,
+    name: &OsStr,
+    path: &Path,
+    principal: &Principal,
+) -> Result<OwnedFd, MakeError> {
+    match mkdirat(parent, name, Mode::from_bits_truncate(0o700)) {
+        Err(Errno::EEXIST) => return Err(MakeError::Appeared(path.to_path_buf())),
+        r => r.sys("mkdir", path)?,
+    }
+    let fd = open_below(parent, name, path)?;
+    fchown(
+        fd.as_fd(),
+        Some(Uid::from_raw(principal.uid)),
+        Some(Gid::from_raw(principal.gid)),
+    )
+    .sys("fchown", path)?;
+    fchmod(fd.as_fd(), Mode::from_bits_truncate(0o700)).sys("fchmod", path)?;
+    Ok(fd)
+}
+
+fn open_below(parent: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<OwnedFd, MakeError> {
+    Ok(openat(
+        parent,
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .sys("open", path)?)
+}
+
+/// A source inside the state directory: each component opened from the
+/// state directory's descriptor without following a link (a symlink or a
+/// file on the way fails the open), each missing one made the
+/// principal's 0700.
+fn make_in_state_dir(
+    state_dir: &Dir,
+    below: &Path,
+    path: &Path,
+    principal: &Principal,
+) -> Result<(), MakeError> {
+    let mut at: Option<OwnedFd> = None;
+    let mut shown = state_dir.path.clone();
+    for c in below.components() {
+        let name = c.as_os_str();
+        shown.push(name);
+        let parent = at.as_ref().map_or(state_dir.fd.as_fd(), |f| f.as_fd());
+        let fd = match open_below(parent, name, &shown) {
+            Err(MakeError::Sys(e)) if e.errno == Errno::ENOENT => {
+                let fd = make_one(parent, name, &shown, principal)?;
+                nix::unistd::fsync(parent).sys("fsync", shown.parent().unwrap_or(&shown))?;
+                fd
+            }
+            r => r?,
+        };
+        at = Some(fd);
+    }
+    tracing::info!(step = %"share-sources-made", source = %show(path), uid = principal.uid, "share source made in the VM's state directory (mode 0700)");
+    Ok(())
 }
 
 /// Keep what [`make`] made in the VM's record of made sources, durably.
