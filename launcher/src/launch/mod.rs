@@ -276,6 +276,11 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             verdict,
         });
     }
+    // The host-wide device claim (devices::claim), held until the
+    // `devices` step has made them the principal's: under it the devices
+    // are checked free again, so of two launches racing for one device
+    // the second is refused here, before its intent record names it.
+    let device_claim = devices::claim::claim(&runtime_root, &devices)?;
     steps.after("lease-taken");
 
     // 5. Intent record, before any resource exists.
@@ -370,7 +375,8 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         interfaces::create_taps(&spec, &record.instance_id, vhost_net)?
     };
     steps.after("taps");
-    passthrough::take(&devices, &principal)?;
+    passthrough::take(device_claim.as_ref(), &devices, &principal)?;
+    drop(device_claim);
     steps.after("devices");
 
     //    The control dir holds only what this instance's hypervisor makes:

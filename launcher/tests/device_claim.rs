@@ -1,0 +1,195 @@
+//! Taking a host device, on this host's kernel: the host-wide claim makes
+//! the check that a device is free and the take one step (of two launches
+//! at once for one device, exactly one wins and the other is refused by
+//! name, changing nothing), and a node's holders are the processes whose
+//! fds reach its device, whatever path they opened it by.
+//!
+//! This host has no USB bus and no IOMMU, so the nodes are character
+//! devices made with mknod in temporary directories, standing in for
+//! /dev/bus/usb/BBB/DDD; the lock, the checks, the chown and the /proc
+//! scan are the launcher's own, for real. (A real device, a real launch:
+//! the systemd suite's usb_passthrough scenario.) Needs root.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+use vmwarden::config::devices::UsbSelector;
+use vmwarden::devices::{self, claim, sysfs, Plan, UsbDevice};
+use vmwarden::host::dirs;
+
+fn usb_plan(node: &Path) -> Plan {
+    Plan {
+        pci: Vec::new(),
+        usb: vec![UsbDevice {
+            selector: UsbSelector::Port { bus: 1, addr: 9 },
+            node: node.to_path_buf(),
+            uid: 0,
+            gid: 0,
+            mode: 0o664,
+        }],
+    }
+}
+
+fn owner(p: &Path) -> (u32, u32, u32) {
+    let m = std::fs::metadata(p).unwrap();
+    (m.uid(), m.gid(), m.mode() & 0o7777)
+}
+
+/// Two launches for one USB device at once, each with its own lock fd (as
+/// two launcher processes have): the first claims it and, before it takes
+/// it, the second asks. The second waits for the first's claim to end,
+/// then finds the node the first VM's and is refused by name; the node is
+/// the winner's, nothing of the loser's anywhere. Without the host-wide
+/// lock both find the node free and both take it.
+#[test]
+fn two_launches_for_one_device_at_once_one_wins_the_other_is_refused_by_name() {
+    require_root();
+    let runtime = tempfile::tempdir().unwrap();
+    let devdir = tempfile::tempdir().unwrap();
+    let node = devdir.path().join("009");
+    mknod(
+        &node,
+        SFlag::S_IFCHR,
+        Mode::from_bits_truncate(0o664),
+        makedev(189, 8),
+    )
+    .unwrap();
+    nix::sys::stat::fchmodat(
+        nix::fcntl::AT_FDCWD,
+        &node,
+        Mode::from_bits_truncate(0o664),
+        nix::sys::stat::FchmodatFlags::FollowSymlink,
+    )
+    .unwrap();
+    let plan = usb_plan(&node);
+    let (a_uid, b_uid) = (uid(11), uid(12));
+    let (claimed_tx, claimed_rx) = mpsc::channel();
+
+    let first = {
+        let (root, plan) = (runtime.path().to_path_buf(), plan.clone());
+        std::thread::spawn(move || {
+            let dir = dirs::open_dir(&root).unwrap();
+            let c = claim::claim(&dir, &plan)
+                .expect("the first launch's claim")
+                .expect("a plan with a device is claimed");
+            claimed_tx.send(()).unwrap();
+            // The launch between its claim and its take: intent record,
+            // taps, ... (the second launch asks meanwhile).
+            std::thread::sleep(Duration::from_millis(700));
+            devices::take(&c, &plan, a_uid, a_uid)
+        })
+    };
+    claimed_rx.recv().unwrap();
+    let second = {
+        let (root, plan) = (runtime.path().to_path_buf(), plan.clone());
+        std::thread::spawn(move || {
+            let dir = dirs::open_dir(&root).unwrap();
+            match claim::claim(&dir, &plan) {
+                Err(e) => Err(e.to_string()),
+                Ok(c) => {
+                    let c = c.expect("a plan with a device is claimed");
+                    devices::take(&c, &plan, b_uid, b_uid)
+                        .map_err(|e| format!("claimed too, then: {e}"))
+                }
+            }
+        })
+    };
+    let a = first.join().unwrap();
+    let b = second.join().unwrap();
+    assert!(a.is_ok(), "the launch that claimed first lost: {a:?}");
+    let why = b.expect_err("both launches took the device (no host-wide claim)");
+    assert!(
+        why.contains("USB device hostbus=1,hostaddr=9")
+            && why.contains(&format!("is held by uid {a_uid}")),
+        "the second launch was not refused by name before it took anything: {why}"
+    );
+    assert_eq!(
+        owner(&node),
+        (a_uid, a_uid, 0o600),
+        "the node is not the winner's"
+    );
+    // Nothing of the loser's: the runtime root holds the lock file only.
+    let left: Vec<String> = std::fs::read_dir(runtime.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, [claim::LOCK_FILE], "left in the runtime root");
+    let lock = std::fs::metadata(runtime.path().join(claim::LOCK_FILE)).unwrap();
+    assert_eq!((lock.uid(), lock.mode() & 0o7777), (0, 0o600));
+}
+
+fn hold(path: &Path) -> Child {
+    Command::new("sleep")
+        .arg("60")
+        .stdin(Stdio::from(std::fs::File::open(path).unwrap()))
+        .spawn()
+        .unwrap()
+}
+
+struct Kill(Vec<Child>, PathBuf);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+/// A node's holders are judged by the device its fds reach (a character
+/// device's numbers), not by the path they were opened by: a process that
+/// holds the device through another node of it (here /dev/full's, the
+/// node at test is a second node of /dev/full's numbers, as an unplugged
+/// USB device's deleted node or a container's own /dev would be) is a
+/// holder; a process holding a plain file whose path ends as the node's
+/// does (anybody can make `/tmp/…/vfio/7`) is none.
+#[test]
+fn a_device_is_held_by_what_its_fds_reach_not_by_their_path() {
+    require_root();
+    // Under /dev, as a real node is: the path below /dev is what a process
+    // in a mount namespace of its own shows.
+    let base = PathBuf::from(format!("/dev/shm/vmw-holders-{}", std::process::id()));
+    let node = base.join("bus/usb/001/002");
+    std::fs::create_dir_all(node.parent().unwrap()).unwrap();
+    let full = std::fs::metadata("/dev/full").unwrap().rdev();
+    mknod(&node, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), full).unwrap();
+    let decoy_dir = tempfile::tempdir().unwrap();
+    let decoy = decoy_dir.path().join(node.strip_prefix("/dev").unwrap());
+    std::fs::create_dir_all(decoy.parent().unwrap()).unwrap();
+    std::fs::write(&decoy, b"not a device").unwrap();
+
+    let mut guard = Kill(Vec::new(), base.clone());
+    guard.0.push(hold(&decoy));
+    guard.0.push(hold(Path::new("/dev/full")));
+    let (decoy_pid, real_pid) = (guard.0[0].id(), guard.0[1].id());
+    // Their fds are open once /proc shows them.
+    for pid in [decoy_pid, real_pid] {
+        for _ in 0..100 {
+            if std::fs::read_link(format!("/proc/{pid}/fd/0"))
+                .is_ok_and(|t| !t.starts_with("pipe:"))
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let n = sysfs::open_node(&node).unwrap().expect("the node");
+    let h: Vec<u32> = sysfs::holders(&n).into_iter().map(|(p, _)| p).collect();
+    assert!(
+        h.contains(&real_pid),
+        "process {real_pid} holds the device (through /dev/full) and was missed: holders {h:?}"
+    );
+    assert!(
+        !h.contains(&decoy_pid),
+        "process {decoy_pid} holds a plain file at {} and was taken for a holder: holders {h:?}",
+        decoy.display()
+    );
+}
