@@ -549,13 +549,19 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
 
     // The seccomp filter is compiled while a failure can still be reported
     // cleanly, and installed after Landlock (the helpers get it too).
-    let seccomp_progs = seccomp::programs_for(
-        if kind == HypervisorKind::Firecracker && !spec.interfaces.is_empty() {
-            seccomp::Taps::ByName
-        } else {
-            seccomp::Taps::Inherited
-        },
-    )?;
+    let taps_kind = if kind == HypervisorKind::Firecracker && !spec.interfaces.is_empty() {
+        seccomp::Taps::ByName
+    } else {
+        seccomp::Taps::Inherited
+    };
+    let seccomp_progs = seccomp::programs_for(taps_kind)?;
+    // A USB device's QEMU: also the uevent socket libusb cannot start
+    // without (seccomp::programs_for_usb); its helpers keep the rest's.
+    let hypervisor_seccomp = if devices.usb.is_empty() {
+        None
+    } else {
+        Some(seccomp::programs_for_usb(taps_kind)?)
+    };
 
     // 8b. Helpers: forked here, in this namespace, each dropping
     //     to the principal in its own sandbox; recorded in the intent
@@ -667,7 +673,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     // 10b. seccomp: no namespace, no socket but AF_UNIX, no keyring, no
     //      other process's memory, no io_uring, no tap fd made persistent,
     //      re-owned or re-MACed (see launch::seccomp).
-    seccomp::apply(sys, &seccomp_progs)?;
+    seccomp::apply(sys, hypervisor_seccomp.as_ref().unwrap_or(&seccomp_progs))?;
     steps.after("seccomp");
 
     // 11. execve: the lease fd is inherited, everything else is closed.
