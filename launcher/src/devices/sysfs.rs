@@ -231,7 +231,7 @@ fn char_device_of(link: &Path) -> Option<libc::dev_t> {
             path.as_ptr(),
             libc::AT_STATX_DONT_SYNC,
             libc::STATX_TYPE,
-            &mut stx,
+            std::ptr::addr_of_mut!(stx),
         )
     };
     if r != 0 || u32::from(stx.stx_mode) & libc::S_IFMT != libc::S_IFCHR {
