@@ -150,7 +150,9 @@ impl Drop for Kill {
 /// node at test is a second node of /dev/full's numbers, as an unplugged
 /// USB device's deleted node or a container's own /dev would be) is a
 /// holder; a process holding a plain file whose path ends as the node's
-/// does (anybody can make `/tmp/…/vfio/7`) is none.
+/// does (anybody can make `/tmp/…/vfio/7`) is none, and so is one with an
+/// `O_PATH` fd of the node (another launch checking it: two launches at
+/// once each took the other for a holder, and both were refused).
 #[test]
 fn a_device_is_held_by_what_its_fds_reach_not_by_their_path() {
     require_root();
@@ -169,23 +171,48 @@ fn a_device_is_held_by_what_its_fds_reach_not_by_their_path() {
     let mut guard = Kill(Vec::new(), base.clone());
     guard.0.push(hold(&decoy));
     guard.0.push(hold(Path::new("/dev/full")));
-    let (decoy_pid, real_pid) = (guard.0[0].id(), guard.0[1].id());
+    // And one with an O_PATH fd of the node itself, as another launch
+    // looking at the node has: it reaches no device.
+    guard.0.push(
+        Command::new("python3")
+            .args([
+                "-c",
+                "import os, sys, time; fd = os.open(sys.argv[1], os.O_PATH); os.dup2(fd, 0); time.sleep(60)",
+            ])
+            .arg(&node)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let (decoy_pid, real_pid, look_pid) = (guard.0[0].id(), guard.0[1].id(), guard.0[2].id());
     // Their fds are open once /proc shows them.
-    for pid in [decoy_pid, real_pid] {
-        for _ in 0..100 {
-            if std::fs::read_link(format!("/proc/{pid}/fd/0"))
-                .is_ok_and(|t| !t.starts_with("pipe:"))
-            {
+    for (pid, want) in [
+        (decoy_pid, decoy.clone()),
+        (real_pid, PathBuf::from("/dev/full")),
+        (look_pid, node.clone()),
+    ] {
+        let link = format!("/proc/{pid}/fd/0");
+        for _ in 0..250 {
+            if std::fs::read_link(&link).is_ok_and(|t| t == want) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        assert_eq!(
+            std::fs::read_link(&link).ok(),
+            Some(want),
+            "process {pid}'s fd 0"
+        );
     }
     let n = sysfs::open_node(&node).unwrap().expect("the node");
     let h: Vec<u32> = sysfs::holders(&n).into_iter().map(|(p, _)| p).collect();
     assert!(
         h.contains(&real_pid),
         "process {real_pid} holds the device (through /dev/full) and was missed: holders {h:?}"
+    );
+    assert!(
+        !h.contains(&look_pid),
+        "process {look_pid} has an O_PATH fd of the node (no access to the device) and was taken for a holder: holders {h:?}"
     );
     assert!(
         !h.contains(&decoy_pid),

@@ -182,7 +182,8 @@ impl Node {
 /// with `statx(AT_STATX_DONT_SYNC)` through its `/proc` link, which never
 /// opens the file and takes a FUSE or NFS file's attributes from the
 /// kernel's cache without asking its server, so a hung one cannot stall
-/// the scan. Processes whose fds cannot be read are counted as holders
+/// the scan. An `O_PATH` fd reaches no device and holds nothing
+/// ([`path_only`]). Processes whose fds cannot be read are counted as holders
 /// (`None` in the list), so an unreadable one never passes for none.
 pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {
     let rdev = node.stat.st_rdev;
@@ -206,7 +207,7 @@ pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {
             }
         };
         for fd in fds.filter_map(|e| e.ok()) {
-            if char_device_of(&fd.path()) == Some(rdev) {
+            if char_device_of(&fd.path()) == Some(rdev) && !path_only(pid, &fd.file_name()) {
                 out.push((pid, None));
                 break;
             }
@@ -214,6 +215,24 @@ pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {
     }
     out
 }
+
+/// Whether fd `fd` of process `pid` is an `O_PATH` one (its fdinfo's
+/// `flags:`): it names the node but reaches no device (no read, write or
+/// ioctl), as a launcher's own look at the node does; another launch
+/// checking the device meanwhile must not take it for a holder.
+fn path_only(pid: u32, fd: &OsStr) -> bool {
+    let Ok(info) = std::fs::read_to_string(Path::new(&format!("/proc/{pid}/fdinfo")).join(fd))
+    else {
+        return false;
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u64::from_str_radix(f.trim(), 8).ok())
+        .is_some_and(|f| f & O_PATH_FLAG != 0)
+}
+
+/// `O_PATH` as fdinfo's `flags:` shows it (x86_64, aarch64: 010000000).
+const O_PATH_FLAG: u64 = 0o10_000_000;
 
 /// The device numbers of the character device that the fd link `link`
 /// (`/proc/PID/fd/N`) names, from the kernel's cached attributes; `None`
