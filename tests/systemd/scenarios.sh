@@ -598,9 +598,12 @@ pci_checks() { # CURSOR
 # once: exactly one wins, the other is refused by name and leaves nothing;
 # the winner's guest sees the device, its node is the principal's 0600,
 # the loser asking again is refused; after the stop the node is as it
-# was. The loser then runs with it, and the device is unplugged under it
-# (its port disabled in L2's sysfs): cleanup reports it and does not fail.
-# hub, asking for the root hub, is refused by name.
+# was. The loser then runs with it by its own form, and gives it back the
+# same way. hub, asking for the root hub, is refused by name. (An unplug
+# under a running VM is not driven here: disabling the device's port in
+# L2's sysfs while QEMU in L3 held it hung L2's kernel, the writer and the
+# hub's worker blocked for good; tests/device_claim.rs covers cleanup's
+# side of it on the host.)
 usb_dev() { local d; for d in /sys/bus/usb/devices/*; do
   [ "$(cat "$d/idVendor" 2>/dev/null):$(cat "$d/idProduct" 2>/dev/null)" = "$USB_IDS" ] && { echo "$d"; return 0; }
 done; return 1; }
@@ -618,7 +621,7 @@ usb_refused() { # VM WHAT REGEX CURSOR -> the unit failed with a launcher error 
   note "$1 refused: ${out#*: }"
 }
 s_usb_passthrough() {
-  local d bus addr node st0 st cur p1 p2 r1 r2 win lose j port i hubst
+  local d bus addr node st0 st cur p1 p2 r1 r2 win lose hubst
   modprobe xhci_pci 2>/dev/null
   for _ in $(seq 1 60); do d=$(usb_dev) && break; sleep 0.5; done
   [ -n "$d" ] || { fail "L2 has no USB device $USB_IDS: $(ls /sys/bus/usb/devices 2>&1 | tr '\n' ' ')"; return 1; }
@@ -653,31 +656,16 @@ s_usb_passthrough() {
   [ -z "$(usb_holders "$node")" ] || { fail "after the stop $node is held by $(usb_holders "$node")"; return 1; }
   check_clean $win || return 1
   note "after the stop: $node $st, no holder"
-  # the loser, by its own form, now free; then the device unplugged under it
+  # the loser, by its own form, now free
   cur=$(mark)
   timeout 600 systemctl start microvm@$lose.service || { fail "$lose: start after $win stopped failed: $(jlog microvm@$lose.service "$cur" | tail -4 | tr '\n' ' ')"; return 1; }
   wait_guest $lose "$cur" && usb_checks $lose "$node" "$cur" || { systemctl stop microvm@$lose.service; return 1; }
-  port=${d##*/}; port=${port##*[-.]}
-  if [ -w "/sys/bus/usb/devices/$bus-0:1.0/usb$bus-port$port/disable" ]; then
-    echo 1 >"/sys/bus/usb/devices/$bus-0:1.0/usb$bus-port$port/disable"
-  else
-    echo 1 >"$d/remove"
-  fi
-  for _ in $(seq 1 40); do [ -e "$node" ] || break; sleep 0.5; done
-  [ ! -e "$node" ] || { fail "$node still there after the unplug"; systemctl stop microvm@$lose.service; return 1; }
-  sleep 2
-  [ "$(state microvm@$lose.service)" = active ] || { fail "$lose: the unit went $(state microvm@$lose.service) when the device was unplugged"; return 1; }
   cur=$(mark)
   timeout 300 systemctl stop microvm@$lose.service || { fail "systemctl stop $lose failed"; return 1; }
-  check_cleanup $lose microvm@$lose.service "$cur" || return 1
-  j=$(cleanup_report microvm@$lose.service "$cur" last)
-  printf '%s' "$j" | grep -q 'unplugged while the VM ran' \
-    || { fail "$lose: the cleanup report does not say the device was unplugged: $(printf '%s' "$j" | head -c 600)"; return 1; }
-  check_clean $lose || return 1
-  note "unplugged under $lose: reported, cleanup clean"
-  # plug it back (a new address) for whatever runs next
-  [ -w "/sys/bus/usb/devices/$bus-0:1.0/usb$bus-port$port/disable" ] && echo 0 >"/sys/bus/usb/devices/$bus-0:1.0/usb$bus-port$port/disable"
-  return 0
+  check_graceful_stop $lose "$cur" && check_cleanup $lose microvm@$lose.service "$cur" || return 1
+  st=$(stat -c '%u:%g %a' "$node")
+  [ "$st" = "$st0" ] || { fail "after $lose's stop $node is $st, not $st0"; return 1; }
+  check_clean $lose
 }
 usb_checks() { # VM NODE CURSOR
   local vm=$1 u=microvm@$1.service j want st other cur2
