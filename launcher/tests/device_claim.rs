@@ -220,3 +220,81 @@ fn a_device_is_held_by_what_its_fds_reach_not_by_their_path() {
         decoy.display()
     );
 }
+
+/// A USB device unplugged while its VM ran: its node is gone when cleanup
+/// runs (vmwarden-cleanup's give-back, through the intent record, as the
+/// unit's ExecStopPost calls it). Cleanup reports it, does not fail on it,
+/// and gives the device still plugged in beside it back; verify-clean
+/// finds neither held. (The systemd suite cannot drive the unplug: in its
+/// L2 guest, disabling the port under QEMU hung the kernel.)
+#[test]
+fn a_usb_device_unplugged_while_the_vm_ran_is_reported_and_cleanup_does_not_fail() {
+    use vmwarden::instance::intent::{Intent, IntentPrincipal, Resource};
+    use vmwarden::teardown::devices::{give_back, still_held};
+
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let principal = uid(21);
+    let gone = dir.path().join("004");
+    let kept = dir.path().join("005");
+    for n in [&gone, &kept] {
+        mknod(
+            n,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o600),
+            makedev(189, 3),
+        )
+        .unwrap();
+        nix::unistd::chown(n, Some(principal.into()), Some(principal.into())).unwrap();
+    }
+    // Unplugged: devtmpfs removes the node.
+    std::fs::remove_file(&gone).unwrap();
+    let usb = |node: &Path, addr: u32| Resource::UsbDevice {
+        selector: format!("hostbus=1,hostaddr={addr}"),
+        node: node.to_path_buf(),
+        uid: 0,
+        gid: 0,
+        mode: 0o664,
+    };
+    let intent = Intent {
+        version: 1,
+        name: "web".into(),
+        instance_id: "0123456789abcdef0123456789abcdef".into(),
+        pid: 1,
+        boot_id: "boot".into(),
+        created_unix: 0,
+        principal: IntentPrincipal {
+            uid: principal,
+            gid: principal,
+            user: None,
+        },
+        hypervisor: None,
+        cgroup: None,
+        resources: vec![usb(&gone, 4), usb(&kept, 5)],
+    };
+    let given = give_back(Some(&intent));
+    assert!(
+        given.failed.is_empty(),
+        "cleanup failed on the unplugged device: {:?}",
+        given.failed
+    );
+    assert!(
+        given
+            .returned
+            .iter()
+            .any(|r| r.contains("hostbus=1,hostaddr=4") && r.contains("unplugged while the VM ran")),
+        "the unplug was not reported: {:?}",
+        given.returned
+    );
+    assert_eq!(
+        owner(&kept),
+        (0, 0, 0o664),
+        "the device still plugged in was not given back"
+    );
+    assert!(
+        !gone.exists(),
+        "cleanup made a node for the unplugged device"
+    );
+    let held = still_held(Some(&intent), None, Some(principal));
+    assert!(held.is_empty(), "verify-clean: {held:?}");
+}
