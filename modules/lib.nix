@@ -840,6 +840,11 @@ in rec {
   devicesDropin = vm:
     lib.optionalAttrs (usesPci vm) {
       LimitMEMLOCK = toString ((vm.memoryMiB + 1024) * 1024 * 1024);
+    }
+    # libusb's hotplug monitor (a uevent socket), without which QEMU's
+    # usb-host does not start; taps and user networking already add it.
+    // lib.optionalAttrs (builtins.any (d: d.bus == "usb") vm.devices && vm.interfaces == [] && !vm.userNetwork.enable) {
+      RestrictAddressFamilies = "AF_NETLINK";
     };
 
   userNetworkDropin = vm:

@@ -757,6 +757,12 @@ fn devices_dropin(spec: &Spec) -> Vec<Entry> {
     }
     if spec.devices.iter().any(|d| d.bus == DeviceBus::Usb) {
         out.push(e("Service", "DeviceAllow", "char-usb_device rw"));
+        // libusb's hotplug monitor, a uevent socket, without which QEMU's
+        // usb-host does not start (launch::seccomp allows that protocol
+        // only); taps and user networking already add the family.
+        if spec.interfaces.is_empty() && spec.user_network.is_none() {
+            out.push(e("Service", "RestrictAddressFamilies", "AF_NETLINK"));
+        }
     }
     out
 }

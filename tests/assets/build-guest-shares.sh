@@ -7,7 +7,8 @@
 #                           cloud kernel has virtiofs, fuse and vsock but no 9p
 #   $ASSETS/initramfs.img   gzip'd newc cpio: static busybox, the virtio, 9p,
 #                           virtiofs, vsock, virtio_balloon, ext4 and crc32c (ext4 metadata_csum,
-#                           mke2fs's default) .ko files, /init,
+#                           mke2fs's default), usbcore and xhci_pci (a usb-host
+#                           device in /sys/bus/usb/devices) .ko files, /init,
 #                           /bin/vsock-echo (vsock-echo.c, built static: busybox
 #                           has no vsock applet), /bin/vsock-serve (vsock-serve.c,
 #                           an inetd for one vsock port), /bin/vmm-notify
@@ -71,7 +72,7 @@ guest_modules \
   virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci \
   virtio_mmio virtio_blk virtio_net qemu_fw_cfg button evdev \
   9pnet_virtio 9p virtiofs vmw_vsock_virtio_transport ext4 \
-  crc32c_generic virtio_balloon
+  crc32c_generic virtio_balloon usbcore xhci_pci
 guest_initramfs_base
 cc -static -Os -o "$R/bin/vsock-echo" "$VSOCK_ECHO_SRC" || die "cc -static $VSOCK_ECHO_SRC failed (needs gcc and libc6-dev)"
 cc -static -Os -o "$R/bin/vsock-serve" "$VSOCK_SERVE_SRC" || die "cc -static $VSOCK_SERVE_SRC failed (needs gcc and libc6-dev)"

@@ -15,7 +15,10 @@
 #                modules with depmod run)
 #   vmlinuz      the same cloud kernel, for qemu -kernel
 #   initrd.img   busybox initramfs: insmod virtio, mount LABEL=vmw-l2root, switch_root
-#   info.env     KVER=, build timings
+#   vmlinuz-generic, initrd-generic.img   the same for Debian's generic kernel
+#                (bookworm-backports, the cloud one's release): USB host support,
+#                which the cloud kernel lacks; the passthrough shard boots it
+#   info.env     KVER=, KVER_GENERIC=, build timings
 #
 # Only machine-level things live here. Everything that belongs to one test run
 # (vmwarden binaries, units, specs, credentials, the scenario runner) is added by
@@ -107,21 +110,37 @@ chroot "$R" /bin/sh -ec '
   [ -n "$KPKG" ]
   rm -f linux-image-cloud-amd64_*.deb
   apt-get -q download "$KPKG/bookworm-backports"
+  # the generic kernel of the same release line: the cloud one has no USB
+  # (CONFIG_USB_SUPPORT unset); the passthrough shard boots this one
+  mkdir -p /tmp/kdeb-generic && cd /tmp/kdeb-generic
+  apt-get -q download linux-image-amd64/bookworm-backports
+  GPKG=$(dpkg-deb -f linux-image-amd64_*.deb Depends | tr "," "\n" | sed -n "s/^ *\(linux-image-[0-9][^ ]*-amd64\).*/\1/p" | head -1)
+  [ -n "$GPKG" ]
+  rm -f linux-image-amd64_*.deb
+  apt-get -q download "$GPKG/bookworm-backports"
   apt-get clean
   rm -rf /var/lib/apt/lists/*
 ' >"$WORK/chroot-apt.log" 2>&1 \
   || { tail -30 "$WORK/chroot-apt.log" >&2; die "chroot apt failed (log: $WORK/chroot-apt.log)"; }
 # Unpack beside the tree, not over it: the .deb has a real ./lib, and tar would
 # replace the merged-/usr symlink /lib -> usr/lib with it.
-dpkg-deb -x "$R"/tmp/kdeb/linux-image-*.deb "$WORK/kernel"
-rm -rf "$R/tmp/kdeb"
 mkdir -p "$R/usr/lib/modules" "$R/boot"
-cp -a "$WORK/kernel/lib/modules/." "$R/usr/lib/modules/"
-cp -a "$WORK/kernel/boot/." "$R/boot/"
-rm -rf "$WORK/kernel"
-KVER=$(ls "$R/lib/modules" | head -1)
-[ -n "$KVER" ] && [ -f "$R/boot/vmlinuz-$KVER" ] || die "kernel not unpacked"
+for k in kdeb kdeb-generic; do
+  dpkg-deb -x "$R"/tmp/$k/linux-image-*.deb "$WORK/kernel"
+  # the generic kernel's drivers no L2 machine has (graphics, media, sound,
+  # wireless, InfiniBand, staging): some 200 MiB the image would carry
+  [ "$k" = kdeb ] || rm -rf "$WORK"/kernel/lib/modules/*/kernel/{drivers/gpu,drivers/media,sound,drivers/net/wireless,net/wireless,net/mac80211,drivers/infiniband,drivers/staging,drivers/bluetooth,net/bluetooth}
+  cp -a "$WORK/kernel/lib/modules/." "$R/usr/lib/modules/"
+  cp -a "$WORK/kernel/boot/." "$R/boot/"
+  rm -rf "$WORK/kernel"
+done
+rm -rf "$R/tmp/kdeb" "$R/tmp/kdeb-generic"
+KVER=$(ls "$R/lib/modules" | grep -- '-cloud-amd64$' | head -1)
+KVER_GENERIC=$(ls "$R/lib/modules" | grep -v -- '-cloud-amd64$' | head -1)
+[ -n "$KVER" ] && [ -f "$R/boot/vmlinuz-$KVER" ] || die "cloud kernel not unpacked"
+[ -n "$KVER_GENERIC" ] && [ -f "$R/boot/vmlinuz-$KVER_GENERIC" ] || die "generic kernel not unpacked"
 chroot "$R" depmod -a "$KVER"
+chroot "$R" depmod -a "$KVER_GENERIC"
 rm -f "$R/usr/sbin/policy-rc.d" "$R/etc/resolv.conf"
 cleanup_mounts
 t2=$(date +%s)
@@ -148,8 +167,10 @@ rm -rf "$R"/usr/share/{doc,man,info,locale}/* "$R/var/cache/debconf"/*-old \
        "$R/var/log"/*.log "$R/var/log/apt"/*
 
 # --- kernel + boot initramfs for L2 ---
-cp "$R/boot/vmlinuz-$KVER" "$WORK/vmlinuz"
+boot_files() { # KVER SUFFIX: $WORK/vmlinuz$SUFFIX and $WORK/initrd$SUFFIX.img
+cp "$R/boot/vmlinuz-$1" "$WORK/vmlinuz$2"
 STAGE=$WORK/initramfs
+rm -rf "$STAGE"
 mkdir -p "$STAGE"/{bin,dev,proc,sys,newroot,lib/modules}
 cp "$(command -v busybox)" "$STAGE/bin/busybox"
 busybox --list | grep -qx switch_root || die "host busybox lacks switch_root"
@@ -158,12 +179,12 @@ mknod -m 666 "$STAGE/dev/null" c 1 3
 # load order from modules.dep (modprobe --show-depends prints insmod lines in order)
 : > "$STAGE/lib/modules/order"
 for m in virtio_pci virtio_mmio virtio_blk ext4; do
-  chroot "$R" modprobe -S "$KVER" --show-depends "$m" 2>/dev/null | awk '$1=="insmod"{print $2}'
+  chroot "$R" modprobe -S "$1" --show-depends "$m" 2>/dev/null | awk '$1=="insmod"{print $2}'
 done | awk '!seen[$0]++' | while read -r ko; do
   cp "$R$ko" "$STAGE/lib/modules/"
   basename "$ko" >> "$STAGE/lib/modules/order"
 done
-grep -q '^virtio_blk' "$STAGE/lib/modules/order" || die "virtio_blk not found in $KVER"
+grep -q '^virtio_blk' "$STAGE/lib/modules/order" || die "virtio_blk not found in $1"
 cat > "$STAGE/init" <<'EOF'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -186,12 +207,16 @@ mount --move /dev /newroot/dev 2>/dev/null || umount /dev
 exec switch_root /newroot /sbin/init
 EOF
 chmod 755 "$STAGE/init"
-(cd "$STAGE" && find . | busybox cpio -o -H newc -R 0:0 2>/dev/null | gzip -6) > "$WORK/initrd.img"
+(cd "$STAGE" && find . | busybox cpio -o -H newc -R 0:0 2>/dev/null | gzip -6) > "$WORK/initrd$2.img"
 rm -rf "$STAGE"
+}
+boot_files "$KVER" ""
+boot_files "$KVER_GENERIC" -generic
 t3=$(date +%s)
 
 cat > "$WORK/info.env" <<EOF
 KVER=$KVER
+KVER_GENERIC=$KVER_GENERIC
 DEBOOTSTRAP_S=$((t1 - t0))
 CHROOT_APT_S=$((t2 - t1))
 CONFIG_S=$((t3 - t2))

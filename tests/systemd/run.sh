@@ -173,7 +173,7 @@ unshare() { # DEST...: break the hard link to the cache before a tool edits the 
 # VM principals (an operator does this once per VM on a non-Nix host)
 unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
 systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
-  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mvt pci pc2 mtr res; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
+  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mvt pci pc2 usb us2 hub mtr res; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
       useradd --system --gid kvm --no-create-home --home-dir /var/lib/microvms --shell /usr/sbin/nologin microvm' \
   || die "cannot create the VM principals"
 grep -q '^vm-c:' "$ROOT/etc/passwd" && grep -q '^microvm:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
@@ -372,6 +372,19 @@ PCI_SCRIPT='for d in /sys/bus/pci/devices/*; do echo "T-PCI $(cat $d/vendor) $(c
 for v in pci pc2; do
   shares_spec $v "$PCI_SCRIPT" '"devices": [ { "bus": "pci", "path": "'$PCI_ADDR'" } ]' \
     | jq '.hypervisor.machine = "q35"' | putc /etc/vmwarden/vms/$v.json 0644
+done
+# usb, us2 and hub: the L2 machine's own emulated USB keyboard (QEMU's
+# usb-kbd, 0627:0001, the first device on its xHCI's USB 2 bus: bus 1,
+# address 2) asked for by ids (usb) and by bus and address (us2); hub asks
+# for that bus's root hub. The guest waits for the device and prints every
+# USB device it sees (vendor, product).
+USB_IDS=0627:0001 USB_BUS=1 USB_ADDR=2
+USB_SCRIPT='for i in $(seq 1 60); do grep -qx '${USB_IDS%:*}' /sys/bus/usb/devices/*/idVendor 2>/dev/null && break; sleep 0.5; done
+for d in /sys/bus/usb/devices/*; do [ -r $d/idVendor ] && echo "T-USB $(cat $d/idVendor) $(cat $d/idProduct)"; done'
+for v in usb:"vendorid=0x${USB_IDS%:*},productid=0x${USB_IDS#*:}" us2:"hostbus=$USB_BUS,hostaddr=$USB_ADDR" \
+         hub:"hostbus=$USB_BUS,hostaddr=1"; do
+  shares_spec "${v%%:*}" "$USB_SCRIPT" '"devices": [ { "bus": "usb", "path": "'"${v#*:}"'" } ]' \
+    | jq '.hypervisor.machine = "q35"' | putc "/etc/vmwarden/vms/${v%%:*}.json" 0644
 done
 # -- The host's own tools (the machined, console and balloon scenarios): the
 # shares guest (virtio_balloon) with a shell on its serial port a moment
@@ -600,7 +613,7 @@ if [ "$MODE" = full ]; then
   cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
   # per-VM credential drop-ins (what an operator installs per VM)
   HV_VMS=""; [ "$HV_SCENARIOS" = 1 ] && HV_VMS="ch fc chb fcb rbc rbf rbv"
-  for v in a b vol vsk vfs ops rbq st own vnq mvt pci pc2 mtr res $HV_VMS; do
+  for v in a b vol vsk vfs ops rbq st own vnq mvt pci pc2 usb us2 hub mtr res $HV_VMS; do
     "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
       --credentials-dir "$CREDDIR" >"$WORK/dropin-$v.conf" \
       || die "vmwarden render-unit --dropin $v failed"
@@ -675,6 +688,7 @@ if [ -n "$ONLY" ]; then SOAK_DEFAULT=50; else SOAK_DEFAULT=5; fi
   printf 'CREDS_un=\n'
   printf 'CREDS_st=\nCREDS_own=\nSTORE_FILE=%q\n' "$STORE_FILE"
   printf 'CREDS_vnq=\nCREDS_mvt=\nCREDS_mtr=\nCREDS_res=\nCREDS_pci=\nCREDS_pc2=\nPCI_ADDR=%q\n' "$PCI_ADDR"
+  printf 'CREDS_usb=\nCREDS_us2=\nCREDS_hub=\nUSB_IDS=%q\nUSB_BUS=%q\nUSB_ADDR=%q\n' "$USB_IDS" "$USB_BUS" "$USB_ADDR"
   printf 'HV_BRIDGE=%q\n%s' "$HV_BRIDGE" "$HV_ENV"; } | putc /opt/vmwarden-test/run.env 0644
 
 ROOT_IMG=$WORK/root.ext4 RES_IMG=$WORK/results.ext4
@@ -699,7 +713,7 @@ timing image_build "$(since "$t")"
 SHARD_LISTS=(
   "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume share_created vhost_vsock vsock_ssh virtiofs_vsock guest_reboot macvtap resources all_clean"
   "user_net store_share owned_share vhost_net cloud_hypervisor firecracker hv_bench console balloon guest_bytes machined coexist metrics soak all_clean"
-  "pci_passthrough all_clean"
+  "pci_passthrough usb_passthrough all_clean"
 )
 ALL_SCENARIOS=$(sed -n '/^  run_scenario unit_verify /,/^fi$/s/^  run_scenario \([a-z0-9_]*\) .*/\1/p' "$HERE/scenarios.sh")
 [ -n "$ALL_SCENARIOS" ] || die "no scenario list found in scenarios.sh"
@@ -753,12 +767,17 @@ for i in $(seq 1 "$NSHARDS"); do
   only=${SHARD_LISTS[$((i - 1))]}
   shard_append=$APPEND shard_machine=(-machine "$MACHINE") shard_blk=$BLK
   [ -n "$only" ] && shard_append="$shard_append vmwarden.only=$(printf '%s' "$only" | tr ' ' ',')"
-  # pci_passthrough: q35 with QEMU's emulated IOMMU (interrupt remapping
-  # needs the split irqchip) and a PCI device of L2's own, at $PCI_ADDR,
-  # whose DMA goes through that IOMMU (iommu_platform)
-  if printf ' %s ' "$only" | grep -q ' pci_passthrough '; then
+  # pci_passthrough and usb_passthrough (either alone, or both): q35 with
+  # QEMU's emulated IOMMU (interrupt remapping needs the split irqchip), a
+  # PCI device of L2's own, at $PCI_ADDR, whose DMA goes through that IOMMU
+  # (iommu_platform), and an xHCI with a USB keyboard ($USB_IDS)
+  shard_kernel=$CACHE/vmlinuz shard_initrd=$CACHE/initrd.img
+  if printf ' %s ' "$only" | grep -qE ' (pci|usb)_passthrough '; then
     shard_machine=(-machine q35,kernel-irqchip=split -device intel-iommu,caching-mode=on,intremap=on
-                   -device virtio-rng-pci,disable-legacy=on,iommu_platform=on,addr=0x9)
+                   -device virtio-rng-pci,disable-legacy=on,iommu_platform=on,addr=0x9
+                   -device qemu-xhci,id=l2xhci -device usb-kbd,bus=l2xhci.0)
+    # usb_passthrough: Debian's generic kernel (the cloud one has no USB)
+    shard_kernel=$CACHE/vmlinuz-generic shard_initrd=$CACHE/initrd-generic.img
     # no_timer_check: under TCG on a loaded host the kernel's check of the
     # timer through the remapped IO-APIC can time out and panic ("timer
     # doesn't work through Interrupt-remapped IO-APIC", seen once in two boots)
@@ -767,7 +786,7 @@ for i in $(seq 1 "$NSHARDS"); do
   : >"$d/serial.log"
   QEMU=(qemu-system-x86_64 -accel "$L2_TCG" -cpu "$L2_CPU" "${shard_machine[@]}" -smp "$L2_SMP" -m "$MEM"
         -display none -monitor none -serial "file:$d/serial.log" -no-reboot
-        -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initrd.img" -append "$shard_append"
+        -kernel "$shard_kernel" -initrd "$shard_initrd" -append "$shard_append"
         -drive "file=$img,format=raw,if=none,id=root,cache=unsafe" -device "$shard_blk,drive=root"
         -drive "file=$res,format=raw,if=none,id=res" -device "$shard_blk,drive=res")
   echo "+ ${QEMU[*]}" >"$d/qemu.out"

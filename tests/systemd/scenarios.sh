@@ -644,6 +644,98 @@ pci_checks() { # CURSOR
   note "guest sees $want; device on vfio-pci, /dev/vfio/$PCI_GROUP vm-pci 600; pc2 refused: ${out#*: }"
 }
 
+# usb_passthrough: L2's own USB keyboard ($USB_IDS, QEMU's usb-kbd on an
+# emulated xHCI; L2 runs Debian's generic kernel) given to a VM by the real
+# unit: usb asks for it by ids, us2 by bus and address, both started at
+# once: exactly one wins, the other is refused by name and leaves nothing;
+# the winner's guest sees the device, its node is the principal's 0600,
+# the loser asking again is refused; after the stop the node is as it
+# was. The loser then runs with it by its own form, and gives it back the
+# same way. hub, asking for the root hub, is refused by name. (An unplug
+# under a running VM is not driven here: disabling the device's port in
+# L2's sysfs while QEMU in L3 held it hung L2's kernel, the writer and the
+# hub's worker blocked for good; tests/device_claim.rs covers cleanup's
+# side of it on the host.)
+usb_dev() { local d; for d in /sys/bus/usb/devices/*; do
+  [ "$(cat "$d/idVendor" 2>/dev/null):$(cat "$d/idProduct" 2>/dev/null)" = "$USB_IDS" ] && { echo "$d"; return 0; }
+done; return 1; }
+usb_holders() { # NODE -> pids whose fds are that character device (by its numbers)
+  local want f; want=$(stat -c '%t:%T' "$1" 2>/dev/null) || return 0
+  for f in /proc/[0-9]*/fd/*; do
+    [ "$(stat -L -c '%F %t:%T' "$f" 2>/dev/null)" = "character special file $want" ] && echo "${f%%/fd/*}"
+  done | sort -u | tr '\n' ' '
+}
+usb_refused() { # VM WHAT REGEX CURSOR -> the unit failed with a launcher error matching REGEX
+  local u=microvm@$1.service out
+  out=$(jlog $u "$4" | grep -E 'vmwarden-launch: error' | tail -1)
+  systemctl stop $u 2>/dev/null; systemctl reset-failed $u 2>/dev/null
+  printf '%s' "$out" | grep -qE "$3" || { fail "$1 ($2) was not refused by name: '$out'"; return 1; }
+  note "$1 refused: ${out#*: }"
+}
+s_usb_passthrough() {
+  local d bus addr node st0 st cur p1 p2 r1 r2 win lose hubst
+  modprobe xhci_pci 2>/dev/null
+  for _ in $(seq 1 60); do d=$(usb_dev) && break; sleep 0.5; done
+  [ -n "$d" ] || { fail "L2 has no USB device $USB_IDS: $(ls /sys/bus/usb/devices 2>&1 | tr '\n' ' ')"; return 1; }
+  bus=$(cat "$d/busnum") addr=$(cat "$d/devnum")
+  [ "$bus/$addr" = "$USB_BUS/$USB_ADDR" ] || { fail "$USB_IDS is at bus $bus address $addr, not the $USB_BUS/$USB_ADDR that us2 names"; return 1; }
+  node=/dev/bus/usb/$(printf '%03d/%03d' "$bus" "$addr")
+  st0=$(stat -c '%u:%g %a' "$node") || { fail "no node $node"; return 1; }
+  note "L2: $USB_IDS at ${d##*/} ($node $st0)"
+  # a hub hands over every device behind it: refused by name, its node untouched
+  hubst=$(stat -c '%u:%g %a' "/dev/bus/usb/$(printf '%03d/001' "$bus")")
+  cur=$(mark)
+  timeout 120 systemctl start microvm@hub.service && { fail "hub: the root hub was taken"; systemctl stop microvm@hub.service; return 1; }
+  usb_refused hub "the root hub" "is a USB hub .*class 0x09" "$cur" || return 1
+  [ "$(stat -c '%u:%g %a' "/dev/bus/usb/$(printf '%03d/001' "$bus")")" = "$hubst" ] || { fail "hub's refusal changed the root hub's node"; return 1; }
+  # two launches at once for one device: exactly one wins
+  cur=$(mark)
+  timeout 600 systemctl start microvm@usb.service & p1=$!
+  timeout 600 systemctl start microvm@us2.service & p2=$!
+  wait $p1; r1=$?; wait $p2; r2=$?
+  if [ $r1 -eq 0 ] && [ $r2 -ne 0 ]; then win=usb lose=us2
+  elif [ $r2 -eq 0 ] && [ $r1 -ne 0 ]; then win=us2 lose=usb
+  else fail "usb and us2 started at once: rc $r1 and $r2, not exactly one winner"; systemctl stop microvm@usb.service microvm@us2.service; return 1; fi
+  usb_refused $lose "started beside $win" "USB device .* is (held by|owned by)|is held by" "$cur" \
+    || { systemctl stop microvm@$win.service; return 1; }
+  independent_clean $lose || { systemctl stop microvm@$win.service; return 1; }
+  check_running $win "$cur" && wait_guest $win "$cur" && usb_checks $win "$node" "$cur" || { systemctl stop microvm@$win.service; return 1; }
+  cur=$(mark)
+  timeout 300 systemctl stop microvm@$win.service || { fail "systemctl stop $win failed"; return 1; }
+  check_graceful_stop $win "$cur" && check_cleanup $win microvm@$win.service "$cur" || return 1
+  st=$(stat -c '%u:%g %a' "$node")
+  [ "$st" = "$st0" ] || { fail "after the stop $node is $st, not $st0"; return 1; }
+  [ -z "$(usb_holders "$node")" ] || { fail "after the stop $node is held by $(usb_holders "$node")"; return 1; }
+  check_clean $win || return 1
+  note "after the stop: $node $st, no holder"
+  # the loser, by its own form, now free
+  cur=$(mark)
+  timeout 600 systemctl start microvm@$lose.service || { fail "$lose: start after $win stopped failed: $(jlog microvm@$lose.service "$cur" | tail -4 | tr '\n' ' ')"; return 1; }
+  wait_guest $lose "$cur" && usb_checks $lose "$node" "$cur" || { systemctl stop microvm@$lose.service; return 1; }
+  cur=$(mark)
+  timeout 300 systemctl stop microvm@$lose.service || { fail "systemctl stop $lose failed"; return 1; }
+  check_graceful_stop $lose "$cur" && check_cleanup $lose microvm@$lose.service "$cur" || return 1
+  st=$(stat -c '%u:%g %a' "$node")
+  [ "$st" = "$st0" ] || { fail "after $lose's stop $node is $st, not $st0"; return 1; }
+  check_clean $lose
+}
+usb_checks() { # VM NODE CURSOR
+  local vm=$1 u=microvm@$1.service j want st other cur2
+  want="T-USB ${USB_IDS%:*} ${USB_IDS#*:}"
+  j=$(jlog $u "$3")
+  printf '%s\n' "$j" | grep -qx "$want" \
+    || { fail "$vm: the guest does not see '$want': $(printf '%s\n' "$j" | grep '^T-USB' | tr '\n' ' ')"; return 1; }
+  st=$(stat -c '%U %a' "$2" 2>&1)
+  [ "$st" = "vm-$vm 600" ] || { fail "$vm: running, $2 is $st"; return 1; }
+  # one device, one VM: the other asks for it again and is refused
+  if [ "$vm" = usb ]; then other=us2; else other=usb; fi
+  cur2=$(mark)
+  timeout 120 systemctl start microvm@$other.service && { fail "$other was given the device $vm holds"; return 1; }
+  usb_refused $other "while $vm runs" "USB device .* is held by" "$cur2" || return 1
+  [ "$(stat -c '%U' "$2")" = "vm-$vm" ] || { fail "$other's refusal changed $2"; return 1; }
+  note "$vm's guest sees $want; $2 vm-$vm 600"
+}
+
 # vfs: the helper daemons through the real unit and its hardening: a
 # virtiofsd per virtiofs share (one read-only, one writable) and
 # vhost-device-vsock for the user vsock backend. The guest reads the
@@ -2208,6 +2300,7 @@ else
   run_scenario metrics s_metrics
   run_scenario soak s_soak
   run_scenario pci_passthrough s_pci_passthrough
+  run_scenario usb_passthrough s_usb_passthrough
   run_scenario all_clean s_all_clean
 fi
 say "SCENARIOS passed=$PASS failed=$FAIL"

@@ -10,6 +10,7 @@
 //! [`give_back_pci`]/[`give_back_node`] at cleanup, which prove it returned.
 //! Knows nothing of instances: the caller records and reads the intent.
 
+pub mod claim;
 pub mod host_use;
 pub mod pci;
 pub mod sysfs;
@@ -56,6 +57,8 @@ pub enum DeviceError {
         selector: String,
         matches: Vec<String>,
     },
+    #[error("devices: {selector} is a USB hub ({name}, device class 0x09): handing it over would hand the VM every device plugged in behind it; name the device behind it")]
+    UsbHub { selector: String, name: String },
     #[error("devices: PCI device {addr} is on {got:?} after binding it to {want}")]
     Bind {
         addr: PciAddress,
@@ -111,7 +114,7 @@ fn held_by(holders: &[(u32, Option<String>)]) -> String {
 }
 
 /// Refuse a node that a principal owns (another VM's) or a process holds.
-fn check_free(node: &sysfs::Node, what: &str) -> Result<(), DeviceError> {
+pub(crate) fn check_free(node: &sysfs::Node, what: &str) -> Result<(), DeviceError> {
     let (uid, _, _) = node.owner();
     if uid != 0 {
         return Err(DeviceError::Held {
@@ -178,10 +181,10 @@ pub fn preflight(spec: &Spec) -> Result<Plan, DeviceError> {
     Ok(plan)
 }
 
-/// After the intent record names them: each PCI device on `vfio-pci`, each
-/// group's node and each USB node the principal's (`0600`), checked free
-/// once more right before.
-pub fn take(plan: &Plan, uid: u32, gid: u32) -> Result<(), DeviceError> {
+/// After the intent record names them, under the host-wide [`claim::Claim`]:
+/// each PCI device on `vfio-pci`, each group's node and each USB node the
+/// principal's (`0600`), checked free once more right before.
+pub fn take(_claim: &claim::Claim, plan: &Plan, uid: u32, gid: u32) -> Result<(), DeviceError> {
     for dev in &plan.pci {
         pci::bind_vfio(dev)?;
     }

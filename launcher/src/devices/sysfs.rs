@@ -172,19 +172,21 @@ impl Node {
     }
 }
 
-/// The processes that hold `node` open: every `/proc/PID/fd/*` link to its
-/// path (read with `readlink`, which never touches the file an fd names, so
-/// a hung FUSE file cannot stall the scan). Processes whose fds cannot be read are counted as holders
+/// The processes that hold `node`'s device open: every `/proc/PID/fd/*`
+/// that is a character device with the node's device numbers, whatever
+/// path it was opened by. A path says nothing of what an fd reaches: a
+/// second node made with mknod, a bind mount under another name, the
+/// node of an unplugged USB device (`… (deleted)`) reach the same device
+/// by other paths, and a file anybody makes at `/tmp/…/vfio/7` has the
+/// same tail as a group's node but reaches nothing. The fd is looked at
+/// with `statx(AT_STATX_DONT_SYNC)` through its `/proc` link, which never
+/// opens the file and takes a FUSE or NFS file's attributes from the
+/// kernel's cache without asking its server, so a hung one cannot stall
+/// the scan. An `O_PATH` fd reaches no device and holds nothing
+/// ([`path_only`]). Processes whose fds cannot be read are counted as holders
 /// (`None` in the list), so an unreadable one never passes for none.
 pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {
-    // A process in a mount namespace of its own (a unit's private /dev, the
-    // launcher's namespace) shows the node by its path inside that mount
-    // (`/vfio/7`): match the path below /dev, component by component.
-    let tail = node
-        .path
-        .strip_prefix("/dev")
-        .unwrap_or(&node.path)
-        .to_path_buf();
+    let rdev = node.stat.st_rdev;
     let mut out = Vec::new();
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return vec![(0, Some("cannot read /proc".into()))];
@@ -205,11 +207,54 @@ pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {
             }
         };
         for fd in fds.filter_map(|e| e.ok()) {
-            if std::fs::read_link(fd.path()).is_ok_and(|t| t.ends_with(&tail)) {
+            if char_device_of(&fd.path()) == Some(rdev) && !path_only(pid, &fd.file_name()) {
                 out.push((pid, None));
                 break;
             }
         }
     }
     out
+}
+
+/// Whether fd `fd` of process `pid` is an `O_PATH` one (its fdinfo's
+/// `flags:`): it names the node but reaches no device (no read, write or
+/// ioctl), as a launcher's own look at the node does; another launch
+/// checking the device meanwhile must not take it for a holder.
+fn path_only(pid: u32, fd: &OsStr) -> bool {
+    let Ok(info) = std::fs::read_to_string(Path::new(&format!("/proc/{pid}/fdinfo")).join(fd))
+    else {
+        return false;
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u64::from_str_radix(f.trim(), 8).ok())
+        .is_some_and(|f| f & O_PATH_FLAG != 0)
+}
+
+/// `O_PATH` as fdinfo's `flags:` shows it (x86_64, aarch64: 010000000).
+const O_PATH_FLAG: u64 = 0o10_000_000;
+
+/// The device numbers of the character device that the fd link `link`
+/// (`/proc/PID/fd/N`) names, from the kernel's cached attributes; `None`
+/// for anything else, or an fd closed meanwhile.
+fn char_device_of(link: &Path) -> Option<libc::dev_t> {
+    let path = std::ffi::CString::new(link.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero `statx` is a valid value of this plain C struct.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated string that outlives the call and
+    // `stx` is a live, writable `statx` the kernel fills; no flag makes
+    // the kernel keep either pointer.
+    let r = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_STATX_DONT_SYNC,
+            libc::STATX_TYPE,
+            std::ptr::addr_of_mut!(stx),
+        )
+    };
+    if r != 0 || u32::from(stx.stx_mode) & libc::S_IFMT != libc::S_IFCHR {
+        return None;
+    }
+    Some(libc::makedev(stx.stx_rdev_major, stx.stx_rdev_minor))
 }

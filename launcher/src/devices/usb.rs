@@ -68,6 +68,22 @@ pub fn matches(sel: &UsbSelector) -> Result<Vec<(String, PathBuf)>, DeviceError>
     Ok(out)
 }
 
+/// USB device class 0x09: a hub (a root hub too).
+const HUB_CLASS: u16 = 0x09;
+
+/// Whether the device `name` of /sys/bus/usb/devices is a hub: handing
+/// one to a VM hands it every device behind it (the host's keyboard,
+/// its disks), which no selector named.
+fn is_hub(name: &str) -> Result<bool, DeviceError> {
+    let Some(root) = sysfs::open_dir(Path::new(USB_DEVICES))? else {
+        return Ok(false);
+    };
+    let Some(dir) = sysfs::open_sub(&root, name)? else {
+        return Ok(false);
+    };
+    Ok(hex(sysfs::read_attr(&dir, "bDeviceClass")?) == Some(HUB_CLASS))
+}
+
 /// Resolve `sel` to its one device's node, and read the node's owner.
 pub fn resolve(sel: &UsbSelector) -> Result<UsbDevice, DeviceError> {
     let found = matches(sel)?;
@@ -77,7 +93,15 @@ pub fn resolve(sel: &UsbSelector) -> Result<UsbDevice, DeviceError> {
                 selector: sel.to_string(),
             })
         }
-        [(_, node)] => node.clone(),
+        [(name, node)] => {
+            if is_hub(name)? {
+                return Err(DeviceError::UsbHub {
+                    selector: sel.to_string(),
+                    name: name.clone(),
+                });
+            }
+            node.clone()
+        }
         many => {
             return Err(DeviceError::UsbAmbiguous {
                 selector: sel.to_string(),

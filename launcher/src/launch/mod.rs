@@ -280,6 +280,11 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             verdict,
         });
     }
+    // The host-wide device claim (devices::claim), held until the
+    // `devices` step has made them the principal's: under it the devices
+    // are checked free again, so of two launches racing for one device
+    // the second is refused here, before its intent record names it.
+    let device_claim = devices::claim::claim(&runtime_root, &devices)?;
     steps.after("lease-taken");
 
     // 5. Intent record, before any resource exists.
@@ -379,7 +384,8 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         interfaces::create_taps(&spec, &record.instance_id, vhost_net, steps)?
     };
     steps.after("taps");
-    passthrough::take(&devices, &principal)?;
+    passthrough::take(device_claim.as_ref(), &devices, &principal)?;
+    drop(device_claim);
     steps.after("devices");
 
     //    The control dir holds only what this instance's hypervisor makes:
@@ -552,13 +558,19 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
 
     // The seccomp filter is compiled while a failure can still be reported
     // cleanly, and installed after Landlock (the helpers get it too).
-    let seccomp_progs = seccomp::programs_for(
-        if kind == HypervisorKind::Firecracker && !spec.interfaces.is_empty() {
-            seccomp::Taps::ByName
-        } else {
-            seccomp::Taps::Inherited
-        },
-    )?;
+    let taps_kind = if kind == HypervisorKind::Firecracker && !spec.interfaces.is_empty() {
+        seccomp::Taps::ByName
+    } else {
+        seccomp::Taps::Inherited
+    };
+    let seccomp_progs = seccomp::programs_for(taps_kind)?;
+    // A USB device's QEMU: also the uevent socket libusb cannot start
+    // without (seccomp::programs_for_usb); its helpers keep the rest's.
+    let hypervisor_seccomp = if devices.usb.is_empty() {
+        None
+    } else {
+        Some(seccomp::programs_for_usb(taps_kind)?)
+    };
 
     // 8b. Helpers: forked here, in this namespace, each dropping
     //     to the principal in its own sandbox; recorded in the intent
@@ -683,7 +695,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     // 10b. seccomp: no namespace, no socket but AF_UNIX, no keyring, no
     //      other process's memory, no io_uring, no tap fd made persistent,
     //      re-owned or re-MACed (see launch::seccomp).
-    seccomp::apply(sys, &seccomp_progs)?;
+    seccomp::apply(sys, hypervisor_seccomp.as_ref().unwrap_or(&seccomp_progs))?;
     steps.after("seccomp");
 
     // 11. execve: the lease fd is inherited, everything else is closed.

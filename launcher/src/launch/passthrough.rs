@@ -38,11 +38,15 @@ pub fn records(plan: &Plan) -> Vec<Resource> {
 
 /// The `devices` step: each PCI device on `vfio-pci`, its group's node and
 /// each USB node the principal's.
-pub fn take(plan: &Plan, principal: &Principal) -> Result<(), StepError> {
-    if plan.is_empty() {
+pub fn take(
+    claim: Option<&devices::claim::Claim>,
+    plan: &Plan,
+    principal: &Principal,
+) -> Result<(), StepError> {
+    let Some(claim) = claim else {
         return Ok(());
-    }
-    devices::take(plan, principal.uid, principal.gid)?;
+    };
+    devices::take(claim, plan, principal.uid, principal.gid)?;
     tracing::info!(
         step = %"devices",
         pci = plan.pci.len(),

@@ -343,15 +343,41 @@ pub fn programs_as(taps: Taps, role: Role) -> Result<Vec<BpfProgram>> {
 struct Allowed {
     /// Namespace flags `unshare` may take.
     unshare: &'static [u64],
-    /// Socket families (AF_NETLINK only with [`NETLINK_ROUTE`]).
+    /// Socket families (AF_NETLINK only with protocol `netlink`).
     families: &'static [u64],
+    /// The one netlink protocol, when `families` has AF_NETLINK.
+    netlink: u64,
 }
 
 /// The hypervisor's: nothing more.
 const HYPERVISOR: Allowed = Allowed {
     unshare: &[],
     families: ALLOWED_FAMILIES,
+    netlink: NETLINK_ROUTE,
 };
+
+/// The netlink protocol of the kernel's uevents.
+pub const NETLINK_KOBJECT_UEVENT: u64 = 15;
+
+/// A QEMU given a USB device: also a `NETLINK_KOBJECT_UEVENT` socket.
+/// QEMU's `usb-host` starts libusb, whose `libusb_init` fails unless it
+/// can open its hotplug monitor (libudev's uevent socket), even for the
+/// one device QEMU opens by its node. Such a socket receives the host's
+/// device events (what is added and removed, their sysfs paths and
+/// properties) and can send nothing: the kernel takes uevents only from
+/// CAP_SYS_ADMIN. No other netlink protocol, no IP.
+const HYPERVISOR_USB: Allowed = Allowed {
+    unshare: &[],
+    families: &[1, AF_NETLINK],
+    netlink: NETLINK_KOBJECT_UEVENT,
+};
+
+/// [`programs_for`] of a hypervisor given a USB device (see
+/// `HYPERVISOR_USB`); its helpers keep [`programs_for`]'s.
+pub fn programs_for_usb(taps: Taps) -> Result<Vec<BpfProgram>> {
+    let (progs, judged) = separate_for(taps, Role::Default, &HYPERVISOR_USB)?;
+    Ok(prefixed(&judged, chain(progs)))
+}
 
 /// The namespaces a self-sandboxing helper's `unshare` may make: passt
 /// makes a user namespace, then mount (its root becomes an empty tmpfs),
@@ -377,6 +403,7 @@ pub fn self_sandboxing_programs() -> Result<Vec<BpfProgram>> {
         &Allowed {
             unshare: SELF_SANDBOXING_UNSHARE,
             families: SELF_SANDBOXING_FAMILIES,
+            netlink: NETLINK_ROUTE,
         },
     )?;
     Ok(prefixed(&judged, chain(progs)))
@@ -473,7 +500,12 @@ fn separate_for(taps: Taps, role: Role, allowed: &Allowed) -> Result<(Vec<BpfPro
         if allowed.families.contains(&AF_NETLINK) {
             rules.push(SeccompRule::new(vec![
                 SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, AF_NETLINK)?,
-                SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, NETLINK_ROUTE)?,
+                SeccompCondition::new(
+                    2,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::Ne,
+                    allowed.netlink,
+                )?,
             ])?);
         }
         sockets.insert(nr, rules);

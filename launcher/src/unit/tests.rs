@@ -350,6 +350,24 @@ fn dropin_lets_only_a_vm_with_a_macvtap_open_macvtap_devices() {
 }
 
 #[test]
+fn dropin_gives_a_usb_device_s_vm_its_node_and_libusb_s_uevent_socket() {
+    let usb = serde_json::json!([{ "bus": "usb", "path": "vendorid=0x0627,productid=0x0001" }]);
+    let mut v: serde_json::Value =
+        serde_json::from_str(&spec_json(serde_json::json!({ "devices": usb }))).unwrap();
+    v["hypervisor"]["machine"] = serde_json::json!("q35");
+    let f = spec_file(&v.to_string());
+    let u = parse(&render_unit(&dropin_args("web", f.path())).expect("render"));
+    assert_eq!(u["Service"]["DeviceAllow"], ["char-usb_device rw"]);
+    assert_eq!(u["Service"]["RestrictAddressFamilies"], ["AF_NETLINK"]);
+    assert!(!u["Service"].contains_key("CapabilityBoundingSet"));
+    // With a tap too: one RestrictAddressFamilies=AF_NETLINK.
+    v["interfaces"] = serde_json::json!([{"tap": "vmw-web0", "bridge": "br0"}]);
+    let f = spec_file(&v.to_string());
+    let u = parse(&render_unit(&dropin_args("web", f.path())).expect("render"));
+    assert_eq!(u["Service"]["RestrictAddressFamilies"], ["AF_NETLINK"]);
+}
+
+#[test]
 fn dropin_lets_firecracker_with_interfaces_make_its_network_namespace() {
     let fc = |extra: serde_json::Value| {
         let mut v: serde_json::Value = serde_json::from_str(&spec_json(extra)).unwrap();

@@ -133,3 +133,39 @@ fn a_self_sandboxing_helper_may_make_its_own_sandbox_and_ip_sockets_only() {
     );
     assert_eq!(u64::try_from(libc::NETLINK_ROUTE).unwrap(), NETLINK_ROUTE);
 }
+
+/// A QEMU given a USB device may open the uevent socket libusb starts
+/// with, and no other netlink or IP socket; without a USB device, none.
+#[test]
+fn a_usb_device_s_hypervisor_may_open_a_uevent_socket_only() {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => 62 | 0x8000_0000 | 0x4000_0000,
+        "aarch64" => 183 | 0x8000_0000 | 0x4000_0000,
+        _ => return,
+    };
+    let usb = &programs_for_usb(Taps::Inherited).unwrap()[0];
+    let hv = &programs().unwrap()[0];
+    let (allow, eafns) = (
+        libc::SECCOMP_RET_ALLOW,
+        libc::SECCOMP_RET_ERRNO | EAFNOSUPPORT,
+    );
+    let socket = u32::try_from(libc::SYS_socket).unwrap();
+    let uevent = u64::try_from(libc::NETLINK_KOBJECT_UEVENT).unwrap();
+    assert_eq!(uevent, NETLINK_KOBJECT_UEVENT);
+    for (what, args, want_usb, want_hv) in [
+        ("socket(netlink, uevent)", [16, 3, uevent], allow, eafns),
+        ("socket(netlink, route)", [16, 3, 0], eafns, eafns),
+        ("socket(inet, tcp)", [2, 1, 0], eafns, eafns),
+        ("socket(unix)", [1, 1, 0], allow, allow),
+    ] {
+        let args = [args[0], args[1], args[2], 0, 0, 0];
+        assert_eq!(run(usb, arch, socket, args), want_usb, "usb: {what}");
+        assert_eq!(run(hv, arch, socket, args), want_hv, "hypervisor: {what}");
+    }
+    // The rest is the hypervisor's filter.
+    let ptrace = u32::try_from(libc::SYS_ptrace).unwrap();
+    assert_eq!(
+        run(usb, arch, ptrace, [0; 6]),
+        libc::SECCOMP_RET_ERRNO | EPERM
+    );
+}
