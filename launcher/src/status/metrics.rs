@@ -269,7 +269,7 @@ pub fn render(vms: &[VmFigures]) -> String {
     let mut helpers = Family::new(
         "vmwarden_vm_helpers_started",
         Gauge,
-        "Helper daemons (virtiofsd, vhost-device-vsock, passt, vmm-notify) the running instance started.",
+        "Helper daemons (virtiofsd, vhost-device-vsock, passt, vmm-notify, reboot-watch) the running instance started.",
     );
     let mut helpers_running = Family::new(
         "vmwarden_vm_helpers_running",
