@@ -22,6 +22,10 @@
 #
 # Environment:
 #   VMWARDEN_BIN_DIR               vmwarden binaries (default <repo>/target/release)
+#   VMWARDEN_FAULT_LAUNCH          a vmwarden-launch of the fault-injection build
+#                                  (default <repo>/target/debug/vmwarden-launch, which
+#                                  `cargo test --features fault-injection` builds):
+#                                  pci_passthrough kills it after every launch step
 #   VMWARDEN_SYSTEMD_OUT           artifacts dir (default <repo>/target/systemd-test)
 #   VMWARDEN_SYSTEMD_TIMEOUT       overall guest timeout in s (default 2400)
 #   VMWARDEN_SYSTEMD_EXTRA_ENV     "K=V K2=V2": Environment= drop-in for microvm@.service
@@ -61,6 +65,7 @@ case "${1:-}" in
 esac
 
 BIN_DIR=${VMWARDEN_BIN_DIR:-$REPO/target/release}
+FAULT_LAUNCH=${VMWARDEN_FAULT_LAUNCH:-$REPO/target/debug/vmwarden-launch}
 HELPER_DIR=${VMWARDEN_TEST_CARGO_ROOT:-/var/cache/vmwarden-test/cargo}/bin
 OUTDIR=${VMWARDEN_SYSTEMD_OUT:-$REPO/target/systemd-test}
 TIMEOUT=${VMWARDEN_SYSTEMD_TIMEOUT:-2400}
@@ -589,6 +594,14 @@ fi
 UNITDIR=/etc/systemd/system
 if [ "$MODE" = full ]; then
   for b in vmwarden vmwarden-launch vmwarden-cleanup vmwarden-machined; do put "$BIN_DIR/$b" /usr/local/bin/$b 0755; done
+  # pci_passthrough's kill after every launch step: the fault-injection
+  # build's launcher (debug info stripped), when it is one (killed by its
+  # own SIGKILL after `sanitized`); the scenario fails loudly without it
+  rc=0; [ -x "$FAULT_LAUNCH" ] && { VMWARDEN_FAULT_AFTER=sanitized "$FAULT_LAUNCH" x >/dev/null 2>&1 || rc=$?; }
+  if [ "$rc" = 137 ]; then
+    strip -o "$WORK/vmwarden-launch-faults" "$FAULT_LAUNCH" \
+      && put "$WORK/vmwarden-launch-faults" /usr/local/libexec/vmwarden-launch-faults 0755
+  fi
   # root-owned, not writable by others, like every parent: the launcher
   # refuses helper binaries a non-root user could replace
   for b in virtiofsd vhost-device-vsock; do put "$HELPER_DIR/$b" /usr/local/bin/$b 0755; done
