@@ -1,6 +1,8 @@
 # QEMU with microvm.nix's I/O options set: two vCPUs (so a tap gets two
-# queue pairs), tap.vhost, a volume with direct, one without, a virtiofs
-# share with a pool size of 4.
+# queue pairs), tap.vhost, a volume with direct, one without, virtiofs
+# shares with a pool size of 4, one of them writable (the guest owns it:
+# its drop-in then has two RestrictNamespaces= parts, the two-queue tap's
+# and the owned share's).
 {
   networking.hostName = "fast";
   microvm = {
@@ -33,6 +35,13 @@
         source = "/nix/store";
         mountPoint = "/nix/.ro-store";
         proto = "virtiofs";
+      }
+      {
+        tag = "srv";
+        source = "/var/lib/microvms/fast/srv";
+        mountPoint = "/srv";
+        proto = "virtiofs";
+        socket = "srv.sock";
       }
     ];
     virtiofsd.threadPoolSize = 4;
