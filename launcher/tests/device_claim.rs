@@ -221,6 +221,70 @@ fn a_device_is_held_by_what_its_fds_reach_not_by_their_path() {
     );
 }
 
+/// A thread with an fd table of its own (`unshare(CLONE_FILES)`, as any
+/// process may do; so is a `clone` without `CLONE_FILES`, or threads
+/// living on under an exited leader) holds the device through an fd that
+/// `/proc/PID/fd`, the leader's table, does not show: it is a holder all
+/// the same (`/proc/PID/task/TID/fd`). Missed, a host process holding a
+/// USB device passes the launch's check, and keeps talking to the device
+/// the VM was given.
+#[test]
+fn a_device_held_by_a_thread_with_an_fd_table_of_its_own_is_held() {
+    use std::io::BufRead;
+    require_root();
+    let base = PathBuf::from(format!("/dev/shm/vmw-thread-holder-{}", std::process::id()));
+    let node = base.join("bus/usb/001/003");
+    std::fs::create_dir_all(node.parent().unwrap()).unwrap();
+    let full = std::fs::metadata("/dev/full").unwrap().rdev();
+    mknod(&node, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), full).unwrap();
+    let mut guard = Kill(Vec::new(), base.clone());
+    guard.0.push(
+        Command::new("python3")
+            .args([
+                "-c",
+                "import ctypes, os, sys, threading, time\n\
+                 libc = ctypes.CDLL(None, use_errno=True)\n\
+                 def hold():\n\
+                 \x20   if libc.unshare(0x400) != 0: os._exit(3)\n\
+                 \x20   fd = os.open('/dev/full', os.O_RDONLY)\n\
+                 \x20   print(threading.get_native_id(), fd, flush=True)\n\
+                 \x20   time.sleep(60)\n\
+                 threading.Thread(target=hold, daemon=True).start()\n\
+                 time.sleep(60)\n",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = guard.0[0].id();
+    let mut line = String::new();
+    std::io::BufReader::new(guard.0[0].stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let (tid, fd) = line
+        .trim()
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("the holder said {line:?}"));
+    // The thread's table has the fd; the leader's does not.
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/task/{tid}/fd/{fd}")).ok(),
+        Some(PathBuf::from("/dev/full")),
+        "the thread's fd"
+    );
+    assert_ne!(
+        std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok(),
+        Some(PathBuf::from("/dev/full")),
+        "the leader shares the thread's table: the test shows nothing"
+    );
+    let n = sysfs::open_node(&node).unwrap().expect("the node");
+    let h: Vec<u32> = sysfs::holders(&n).into_iter().map(|(p, _)| p).collect();
+    assert!(
+        h.contains(&pid),
+        "process {pid} holds the device in thread {tid}'s own fd table and was missed: holders {h:?}"
+    );
+}
+
 /// A USB device unplugged while its VM ran: its node is gone when cleanup
 /// runs (vmwarden-cleanup's give-back, through the intent record, as the
 /// unit's ExecStopPost calls it). Cleanup reports it, does not fail on it,
