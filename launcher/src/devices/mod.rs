@@ -57,7 +57,7 @@ pub enum DeviceError {
         selector: String,
         matches: Vec<String>,
     },
-    #[error("devices: {selector} is a USB hub ({name}, device class 0x09): handing it over would hand the VM every device plugged in behind it; name the device behind it")]
+    #[error("devices: {selector} is a USB hub ({name}: device or interface class 0x09, or ports): handing it over would hand the VM every device plugged in behind it; name the device behind it")]
     UsbHub { selector: String, name: String },
     #[error("devices: PCI device {addr} is on {got:?} after binding it to {want}")]
     Bind {
