@@ -69,6 +69,8 @@ pub enum DeviceError {
     NoGroupNode { path: PathBuf },
     #[error("devices: {0}")]
     Sys(#[from] SysError),
+    #[error("devices: {0}")]
+    Dir(#[from] crate::host::dirs::DirError),
 }
 
 impl DeviceError {
@@ -76,7 +78,10 @@ impl DeviceError {
     pub fn is_refusal(&self) -> bool {
         !matches!(
             self,
-            DeviceError::Bind { .. } | DeviceError::NoGroupNode { .. } | DeviceError::Sys(_)
+            DeviceError::Bind { .. }
+                | DeviceError::NoGroupNode { .. }
+                | DeviceError::Sys(_)
+                | DeviceError::Dir(_)
         )
     }
 }
