@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use vmwarden::devices::claim;
 use vmwarden::host::cgroup::Invocation;
 use vmwarden::identity::ranges;
 use vmwarden::launch::{self, LaunchError, Options, StepError, STEPS};
@@ -36,7 +37,7 @@ fn main() -> ExitCode {
     // The host-wide id ranges' directory, fixed before the environment goes.
     ranges::ranges_dir();
     // And the host-wide device lock's.
-    vmwarden::devices::claim::lock_dir();
+    claim::lock_dir();
     launch::reach::capture(std::env::var("VMWARDEN_TEST_REACH").ok());
     // clap reads the VMWARDEN_*_ROOT variables and logging VMWARDEN_LOG
     // and RUST_LOG, so both come before the environment is cleared.

@@ -20,6 +20,7 @@ use std::path::PathBuf;
 
 use crate::config::devices::{DeviceBus, PciAddress};
 use crate::config::spec::Spec;
+use crate::host::dirs::DirError;
 use crate::host::sys::SysError;
 
 pub use pci::PciDevice;
@@ -70,7 +71,7 @@ pub enum DeviceError {
     #[error("devices: {0}")]
     Sys(#[from] SysError),
     #[error("devices: {0}")]
-    Dir(#[from] crate::host::dirs::DirError),
+    Dir(#[from] DirError),
 }
 
 impl DeviceError {
