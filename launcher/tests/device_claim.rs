@@ -22,7 +22,6 @@ use common::*;
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 use vmwarden::config::devices::UsbSelector;
 use vmwarden::devices::{self, claim, sysfs, Plan, UsbDevice};
-use vmwarden::host::dirs;
 
 fn usb_plan(node: &Path) -> Plan {
     Plan {
@@ -43,15 +42,19 @@ fn owner(p: &Path) -> (u32, u32, u32) {
 }
 
 /// Two launches for one USB device at once, each with its own lock fd (as
-/// two launcher processes have): the first claims it and, before it takes
-/// it, the second asks. The second waits for the first's claim to end,
-/// then finds the node the first VM's and is refused by name; the node is
-/// the winner's, nothing of the loser's anywhere. Without the host-wide
-/// lock both find the node free and both take it.
+/// two launcher processes have) and each with a runtime root of its own
+/// (two installations: the lock is the host's, not a runtime root's): the
+/// first claims it and, before it takes it, the second asks. The second
+/// waits for the first's claim to end, then finds the node the first VM's
+/// and is refused by name; the node is the winner's, nothing of the
+/// loser's anywhere. Without the host-wide lock both find the node free
+/// and both take it (with a lock per runtime root, the second took it and
+/// the first, which claimed first, was refused).
 #[test]
 fn two_launches_for_one_device_at_once_one_wins_the_other_is_refused_by_name() {
     require_root();
-    let runtime = tempfile::tempdir().unwrap();
+    let host = tempfile::tempdir().unwrap();
+    let lock_dir = host.path().join("var-lib-vmwarden");
     let devdir = tempfile::tempdir().unwrap();
     let node = devdir.path().join("009");
     mknod(
@@ -73,9 +76,8 @@ fn two_launches_for_one_device_at_once_one_wins_the_other_is_refused_by_name() {
     let (claimed_tx, claimed_rx) = mpsc::channel();
 
     let first = {
-        let (root, plan) = (runtime.path().to_path_buf(), plan.clone());
+        let (dir, plan) = (lock_dir.clone(), plan.clone());
         std::thread::spawn(move || {
-            let dir = dirs::open_dir(&root).unwrap();
             let c = claim::claim(&dir, &plan)
                 .expect("the first launch's claim")
                 .expect("a plan with a device is claimed");
@@ -88,16 +90,13 @@ fn two_launches_for_one_device_at_once_one_wins_the_other_is_refused_by_name() {
     };
     claimed_rx.recv().unwrap();
     let second = {
-        let (root, plan) = (runtime.path().to_path_buf(), plan.clone());
-        std::thread::spawn(move || {
-            let dir = dirs::open_dir(&root).unwrap();
-            match claim::claim(&dir, &plan) {
-                Err(e) => Err(e.to_string()),
-                Ok(c) => {
-                    let c = c.expect("a plan with a device is claimed");
-                    devices::take(&c, &plan, b_uid, b_uid)
-                        .map_err(|e| format!("claimed too, then: {e}"))
-                }
+        let (dir, plan) = (lock_dir.clone(), plan.clone());
+        std::thread::spawn(move || match claim::claim(&dir, &plan) {
+            Err(e) => Err(e.to_string()),
+            Ok(c) => {
+                let c = c.expect("a plan with a device is claimed");
+                devices::take(&c, &plan, b_uid, b_uid)
+                    .map_err(|e| format!("claimed too, then: {e}"))
             }
         })
     };
@@ -115,14 +114,20 @@ fn two_launches_for_one_device_at_once_one_wins_the_other_is_refused_by_name() {
         (a_uid, a_uid, 0o600),
         "the node is not the winner's"
     );
-    // Nothing of the loser's: the runtime root holds the lock file only.
-    let left: Vec<String> = std::fs::read_dir(runtime.path())
+    // Nothing of the loser's: the host-wide directory holds the lock file only.
+    let left: Vec<String> = std::fs::read_dir(&lock_dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(left, [claim::LOCK_FILE], "left in the runtime root");
-    let lock = std::fs::metadata(runtime.path().join(claim::LOCK_FILE)).unwrap();
+    assert_eq!(left, [claim::LOCK_FILE], "left in the lock's directory");
+    let lock = std::fs::metadata(lock_dir.join(claim::LOCK_FILE)).unwrap();
     assert_eq!((lock.uid(), lock.mode() & 0o7777), (0, 0o600));
+    // A launch is not told where: the lock is the host's.
+    assert_eq!(
+        claim::lock_dir(),
+        Path::new(claim::DEFAULT_LOCK_DIR),
+        "the launcher's lock directory"
+    );
 }
 
 fn hold(path: &Path) -> Child {
@@ -218,6 +223,70 @@ fn a_device_is_held_by_what_its_fds_reach_not_by_their_path() {
         !h.contains(&decoy_pid),
         "process {decoy_pid} holds a plain file at {} and was taken for a holder: holders {h:?}",
         decoy.display()
+    );
+}
+
+/// A thread with an fd table of its own (`unshare(CLONE_FILES)`, as any
+/// process may do; so is a `clone` without `CLONE_FILES`, or threads
+/// living on under an exited leader) holds the device through an fd that
+/// `/proc/PID/fd`, the leader's table, does not show: it is a holder all
+/// the same (`/proc/PID/task/TID/fd`). Missed, a host process holding a
+/// USB device passes the launch's check, and keeps talking to the device
+/// the VM was given.
+#[test]
+fn a_device_held_by_a_thread_with_an_fd_table_of_its_own_is_held() {
+    use std::io::BufRead;
+    require_root();
+    let base = PathBuf::from(format!("/dev/shm/vmw-thread-holder-{}", std::process::id()));
+    let node = base.join("bus/usb/001/003");
+    std::fs::create_dir_all(node.parent().unwrap()).unwrap();
+    let full = std::fs::metadata("/dev/full").unwrap().rdev();
+    mknod(&node, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), full).unwrap();
+    let mut guard = Kill(Vec::new(), base.clone());
+    guard.0.push(
+        Command::new("python3")
+            .args([
+                "-c",
+                "import ctypes, os, sys, threading, time\n\
+                 libc = ctypes.CDLL(None, use_errno=True)\n\
+                 def hold():\n\
+                 \x20   if libc.unshare(0x400) != 0: os._exit(3)\n\
+                 \x20   fd = os.open('/dev/full', os.O_RDONLY)\n\
+                 \x20   print(threading.get_native_id(), fd, flush=True)\n\
+                 \x20   time.sleep(60)\n\
+                 threading.Thread(target=hold, daemon=True).start()\n\
+                 time.sleep(60)\n",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = guard.0[0].id();
+    let mut line = String::new();
+    std::io::BufReader::new(guard.0[0].stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let (tid, fd) = line
+        .trim()
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("the holder said {line:?}"));
+    // The thread's table has the fd; the leader's does not.
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/task/{tid}/fd/{fd}")).ok(),
+        Some(PathBuf::from("/dev/full")),
+        "the thread's fd"
+    );
+    assert_ne!(
+        std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok(),
+        Some(PathBuf::from("/dev/full")),
+        "the leader shares the thread's table: the test shows nothing"
+    );
+    let n = sysfs::open_node(&node).unwrap().expect("the node");
+    let h: Vec<u32> = sysfs::holders(&n).into_iter().map(|(p, _)| p).collect();
+    assert!(
+        h.contains(&pid),
+        "process {pid} holds the device in thread {tid}'s own fd table and was missed: holders {h:?}"
     );
 }
 

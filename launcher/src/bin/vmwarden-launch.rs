@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use vmwarden::devices::claim;
 use vmwarden::host::cgroup::Invocation;
 use vmwarden::identity::ranges;
 use vmwarden::launch::{self, LaunchError, Options, StepError, STEPS};
@@ -35,6 +36,8 @@ fn main() -> ExitCode {
     let invocation = Invocation::from_env(|k| std::env::var(k).ok());
     // The host-wide id ranges' directory, fixed before the environment goes.
     ranges::ranges_dir();
+    // And the host-wide device lock's.
+    claim::lock_dir();
     launch::reach::capture(std::env::var("VMWARDEN_TEST_REACH").ok());
     // clap reads the VMWARDEN_*_ROOT variables and logging VMWARDEN_LOG
     // and RUST_LOG, so both come before the environment is cleared.

@@ -4,9 +4,14 @@
 //! node's owner and its holders before either launch has changed them)
 //! and both take it.
 //!
-//! The claim is `flock(LOCK_EX)` on `.devices.lock` in the runtime root
-//! (root's `0600`, made once and kept, as the id ranges' host-wide
-//! directory is), taken after the launch's lease and before its intent
+//! The claim is `flock(LOCK_EX)` on `.devices.lock` in `/var/lib/vmwarden`
+//! ([`lock_dir`]; root's `0600`, made once and kept, beside the id ranges'
+//! host-wide directory), one for the host whatever runtime and state roots
+//! a launch is given: a device is the host's one, and two launchers with
+//! two runtime roots each holding a lock of its own could both check a
+//! node free, then both give it away (the second's chown after the
+//! first's hypervisor opened it). No one but root can open the file, so
+//! no one else can hold the lock. Taken after the launch's lease and before its intent
 //! record, and held until [`super::take`] has given every node to the
 //! principal. Under it each node is checked free again ([`claim`]): the
 //! launch that comes second waits, then finds the node the first one's
@@ -14,17 +19,40 @@
 //! device, so a refused launch leaves nothing for cleanup to give back.
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, Flock, FlockArg, OFlag};
 use nix::sys::stat::{fstat, Mode};
 
 use crate::devices::{check_free, pci, sysfs, DeviceError, Plan};
-use crate::host::dirs::Dir;
+use crate::host::dirs;
 use crate::host::sys::SysContext;
 
-/// The lock file's name in the runtime root.
+/// The lock file's name in [`lock_dir`].
 pub const LOCK_FILE: &str = ".devices.lock";
+
+/// The host-wide directory of the lock (the parent of the id ranges'
+/// directory, writable in the unit through its `StateDirectory=`).
+pub const DEFAULT_LOCK_DIR: &str = "/var/lib/vmwarden";
+/// Builds with the `fault-injection` feature (the test suite) take the
+/// directory from this variable; release builds have no way to move it.
+pub const TEST_LOCK_DIR_ENV: &str = "VMWARDEN_TEST_DEVICES_LOCK_DIR";
+
+static LOCK_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+/// The host-wide directory of the lock. The launcher calls this before it
+/// clears its environment, which fixes it for the process.
+pub fn lock_dir() -> &'static Path {
+    LOCK_DIR.get_or_init(|| {
+        #[cfg(feature = "fault-injection")]
+        if let Some(p) = std::env::var_os(TEST_LOCK_DIR_ENV) {
+            return PathBuf::from(p);
+        }
+        PathBuf::from(DEFAULT_LOCK_DIR)
+    })
+}
 
 /// Proof that the host-wide device lock is held (released when dropped).
 #[derive(Debug)]
@@ -32,13 +60,15 @@ pub struct Claim {
     _lock: Flock<OwnedFd>,
 }
 
-/// Open (make if missing) `.devices.lock` in `runtime_root` and lock it
-/// exclusively, waiting for another launch's claim to end. A file there
-/// that is not root's regular `0600` file is refused.
-fn lock(runtime_root: &Dir) -> Result<Flock<OwnedFd>, DeviceError> {
-    let path = runtime_root.path.join(LOCK_FILE);
+/// Open (make if missing, as `dir` too: root's, no one else may write
+/// it) `.devices.lock` in `dir` and lock it exclusively, waiting for
+/// another launch's claim to end. A file there that is not root's
+/// regular `0600` file is refused.
+fn lock(dir: &Path) -> Result<Flock<OwnedFd>, DeviceError> {
+    let dir = dirs::ensure_root(dir, None, &dirs::root_want("the devices lock's directory"))?;
+    let path = dir.path.join(LOCK_FILE);
     let fd = openat(
-        runtime_root.fd.as_fd(),
+        dir.fd.as_fd(),
         LOCK_FILE,
         OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::from_bits_truncate(0o600),
@@ -54,15 +84,16 @@ fn lock(runtime_root: &Dir) -> Result<Flock<OwnedFd>, DeviceError> {
         .sys("flock", &path)?)
 }
 
-/// Take the host-wide device lock (when `plan` has a device; `None`
-/// otherwise), then check every node of `plan` free again: root's, held
-/// by no process. The lock is held as long as the [`Claim`] lives.
-pub fn claim(runtime_root: &Dir, plan: &Plan) -> Result<Option<Claim>, DeviceError> {
+/// Take the host-wide device lock in `lock_dir` ([`lock_dir`] for a
+/// launch; when `plan` has a device; `None` otherwise), then check every
+/// node of `plan` free again: root's, held by no process. The lock is
+/// held as long as the [`Claim`] lives.
+pub fn claim(lock_dir: &Path, plan: &Plan) -> Result<Option<Claim>, DeviceError> {
     if plan.is_empty() {
         return Ok(None);
     }
     let claim = Claim {
-        _lock: lock(runtime_root)?,
+        _lock: lock(lock_dir)?,
     };
     for g in plan.groups() {
         if let Some(node) = sysfs::open_node(&pci::group_node(g))? {

@@ -20,6 +20,7 @@ use std::path::PathBuf;
 
 use crate::config::devices::{DeviceBus, PciAddress};
 use crate::config::spec::Spec;
+use crate::host::dirs::DirError;
 use crate::host::sys::SysError;
 
 pub use pci::PciDevice;
@@ -57,7 +58,7 @@ pub enum DeviceError {
         selector: String,
         matches: Vec<String>,
     },
-    #[error("devices: {selector} is a USB hub ({name}, device class 0x09): handing it over would hand the VM every device plugged in behind it; name the device behind it")]
+    #[error("devices: {selector} is a USB hub ({name}: device or interface class 0x09, or ports): handing it over would hand the VM every device plugged in behind it; name the device behind it")]
     UsbHub { selector: String, name: String },
     #[error("devices: PCI device {addr} is on {got:?} after binding it to {want}")]
     Bind {
@@ -69,6 +70,8 @@ pub enum DeviceError {
     NoGroupNode { path: PathBuf },
     #[error("devices: {0}")]
     Sys(#[from] SysError),
+    #[error("devices: {0}")]
+    Dir(#[from] DirError),
 }
 
 impl DeviceError {
@@ -76,7 +79,10 @@ impl DeviceError {
     pub fn is_refusal(&self) -> bool {
         !matches!(
             self,
-            DeviceError::Bind { .. } | DeviceError::NoGroupNode { .. } | DeviceError::Sys(_)
+            DeviceError::Bind { .. }
+                | DeviceError::NoGroupNode { .. }
+                | DeviceError::Sys(_)
+                | DeviceError::Dir(_)
         )
     }
 }

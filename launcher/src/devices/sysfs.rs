@@ -183,8 +183,12 @@ impl Node {
 /// opens the file and takes a FUSE or NFS file's attributes from the
 /// kernel's cache without asking its server, so a hung one cannot stall
 /// the scan. An `O_PATH` fd reaches no device and holds nothing
-/// ([`path_only`]). Processes whose fds cannot be read are counted as holders
-/// (`None` in the list), so an unreadable one never passes for none.
+/// ([`path_only`]). `/proc/PID/fd` is the thread-group leader's fd table
+/// only: a thread with a table of its own (`unshare(CLONE_FILES)`, a
+/// `clone` without `CLONE_FILES`, or live threads under an exited leader)
+/// is looked at through `/proc/PID/task/TID/fd` ([`own_tables`]).
+/// Processes whose fds cannot be read are counted as holders (`None` in
+/// the list), so an unreadable one never passes for none.
 pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {
     let rdev = node.stat.st_rdev;
     let mut out = Vec::new();
@@ -198,31 +202,89 @@ pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {
         if pid == std::process::id() {
             continue;
         }
-        let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
-            Ok(fds) => fds,
+        let leader = Path::new("/proc").join(pid.to_string());
+        let mut tables = vec![leader.clone()];
+        match own_tables(pid, &leader) {
+            Ok(more) => tables.extend(more),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
             Err(e) => {
-                out.push((pid, Some(format!("fds unreadable: {e}"))));
+                out.push((pid, Some(format!("threads unreadable: {e}"))));
                 continue;
             }
-        };
-        for fd in fds.filter_map(|e| e.ok()) {
-            if char_device_of(&fd.path()) == Some(rdev) && !path_only(pid, &fd.file_name()) {
-                out.push((pid, None));
-                break;
+        }
+        for task in &tables {
+            match holds(task, rdev) {
+                Ok(false) => continue,
+                Ok(true) => out.push((pid, None)),
+                // Gone meanwhile (the process, or one of its threads).
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(e) => out.push((pid, Some(format!("fds unreadable: {e}")))),
             }
+            break;
         }
     }
     out
 }
 
-/// Whether fd `fd` of process `pid` is an `O_PATH` one (its fdinfo's
-/// `flags:`): it names the node but reaches no device (no read, write or
-/// ioctl), as a launcher's own look at the node does; another launch
-/// checking the device meanwhile must not take it for a holder.
-fn path_only(pid: u32, fd: &OsStr) -> bool {
-    let Ok(info) = std::fs::read_to_string(Path::new(&format!("/proc/{pid}/fdinfo")).join(fd))
-    else {
+/// Whether the fd table of `task` (`/proc/PID` or `/proc/PID/task/TID`)
+/// has a non-`O_PATH` fd on a character device numbered `rdev`.
+fn holds(task: &Path, rdev: libc::dev_t) -> std::io::Result<bool> {
+    for fd in std::fs::read_dir(task.join("fd"))?.filter_map(|e| e.ok()) {
+        if char_device_of(&fd.path()) == Some(rdev)
+            && !path_only(&task.join("fdinfo").join(fd.file_name()))
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The threads of process `pid` (`leader`: `/proc/PID`) whose fd table is
+/// not the leader's, as their `/proc/PID/task/TID` directories: each
+/// thread is compared with the leader by `kcmp(KCMP_FILES)`, and one that
+/// cannot be compared is looked at too.
+fn own_tables(pid: u32, leader: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(leader.join("task"))?.filter_map(|e| e.ok()) {
+        let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if tid != pid && !same_files(pid, tid) {
+            out.push(t.path());
+        }
+    }
+    Ok(out)
+}
+
+/// `KCMP_FILES` (include/uapi/linux/kcmp.h).
+const KCMP_FILES: libc::c_long = 2;
+
+/// Whether tasks `a` and `b` share one fd table (`kcmp(KCMP_FILES)` is 0;
+/// any error, a task gone or no kcmp in this kernel, is "not known the
+/// same", so the caller looks).
+fn same_files(a: u32, b: u32) -> bool {
+    // SAFETY: kcmp takes two pids, a type and two integers; no pointer
+    // is passed and nothing of this process is written.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            libc::c_long::from(a),
+            libc::c_long::from(b),
+            KCMP_FILES,
+            libc::c_long::from(0u8),
+            libc::c_long::from(0u8),
+        )
+    };
+    r == 0
+}
+
+/// Whether the fd whose fdinfo is `info` (`/proc/…/fdinfo/N`) is an
+/// `O_PATH` one (its `flags:`): it names the node but reaches no device
+/// (no read, write or ioctl), as a launcher's own look at the node does;
+/// another launch checking the device meanwhile must not take it for a
+/// holder.
+fn path_only(info: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string(info) else {
         return false;
     };
     info.lines()

@@ -68,7 +68,7 @@ pub fn matches(sel: &UsbSelector) -> Result<Vec<(String, PathBuf)>, DeviceError>
     Ok(out)
 }
 
-/// USB device class 0x09: a hub (a root hub too).
+/// USB class 0x09: a hub (a root hub too), as a device or an interface class.
 const HUB_CLASS: u16 = 0x09;
 
 /// Whether the device `name` of /sys/bus/usb/devices is a hub: handing
@@ -78,10 +78,37 @@ fn is_hub(name: &str) -> Result<bool, DeviceError> {
     let Some(root) = sysfs::open_dir(Path::new(USB_DEVICES))? else {
         return Ok(false);
     };
-    let Some(dir) = sysfs::open_sub(&root, name)? else {
+    is_hub_in(&root, name)
+}
+
+/// [`is_hub`] of device `name` in the directory `root`. A hub by its
+/// device class, and also one whose class says nothing (0x00: "see the
+/// interfaces", or 0xEF, a composite device) but that has an interface
+/// of the hub class (the kernel's hub driver binds to that interface and
+/// enumerates the devices behind it), or ports the hub driver counted
+/// (`maxchild`).
+fn is_hub_in(root: &sysfs::SysDir, name: &str) -> Result<bool, DeviceError> {
+    let Some(dir) = sysfs::open_sub(root, name)? else {
         return Ok(false);
     };
-    Ok(hex(sysfs::read_attr(&dir, "bDeviceClass")?) == Some(HUB_CLASS))
+    if hex(sysfs::read_attr(&dir, "bDeviceClass")?) == Some(HUB_CLASS)
+        || dec(sysfs::read_attr(&dir, "maxchild")?).is_some_and(|n| n > 0)
+    {
+        return Ok(true);
+    }
+    let prefix = format!("{name}:");
+    for iface in sysfs::entries(&root.path)? {
+        if !iface.starts_with(&prefix) {
+            continue;
+        }
+        let Some(idir) = sysfs::open_sub(root, &iface)? else {
+            continue;
+        };
+        if hex(sysfs::read_attr(&idir, "bInterfaceClass")?) == Some(HUB_CLASS) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Resolve `sel` to its one device's node, and read the node's owner.
@@ -120,4 +147,50 @@ pub fn resolve(sel: &UsbSelector) -> Result<UsbDevice, DeviceError> {
         gid,
         mode,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory laid out as /sys/bus/usb/devices is: each device's and
+    /// each interface's attributes (plain files here).
+    fn devices(files: &[(&str, &str, &str)]) -> (tempfile::TempDir, sysfs::SysDir) {
+        let t = tempfile::tempdir().unwrap();
+        for (dir, attr, value) in files {
+            std::fs::create_dir_all(t.path().join(dir)).unwrap();
+            std::fs::write(t.path().join(dir).join(attr), format!("{value}\n")).unwrap();
+        }
+        let root = sysfs::open_dir(t.path()).unwrap().unwrap();
+        (t, root)
+    }
+
+    /// A hub is refused by its device class, and so is a composite device
+    /// (class 0x00 or 0xEF) with a hub interface or ports: the devices
+    /// behind it are the host's just the same. A keyboard is no hub.
+    #[test]
+    fn a_hub_is_a_hub_by_its_class_its_interfaces_or_its_ports() {
+        let (_t, root) = devices(&[
+            ("1-1", "bDeviceClass", "09"),
+            ("1-2", "bDeviceClass", "00"),
+            ("1-2:1.0", "bInterfaceClass", "03"),
+            ("1-2:1.1", "bInterfaceClass", "09"),
+            ("1-3", "bDeviceClass", "ef"),
+            ("1-3", "maxchild", "4"),
+            ("1-4", "bDeviceClass", "00"),
+            ("1-4", "maxchild", "0"),
+            ("1-4:1.0", "bInterfaceClass", "03"),
+            ("1-4.1", "bDeviceClass", "00"),
+            ("1-4.1:1.0", "bInterfaceClass", "09"),
+        ]);
+        for (name, want) in [
+            ("1-1", true),
+            ("1-2", true),
+            ("1-3", true),
+            ("1-4", false),
+            ("1-4.1", true),
+        ] {
+            assert_eq!(is_hub_in(&root, name).unwrap(), want, "device {name}");
+        }
+    }
 }

@@ -284,7 +284,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // `devices` step has made them the principal's: under it the devices
     // are checked free again, so of two launches racing for one device
     // the second is refused here, before its intent record names it.
-    let device_claim = devices::claim::claim(&runtime_root, &devices)?;
+    let device_claim = devices::claim::claim(devices::claim::lock_dir(), &devices)?;
     steps.after("lease-taken");
 
     // 5. Intent record, before any resource exists.

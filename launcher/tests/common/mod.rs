@@ -273,7 +273,11 @@ impl Env {
             .arg(&self.state)
             .env_remove("CREDENTIALS_DIRECTORY")
             .env_remove("VMWARDEN_FAULT_AFTER")
-            .env("VMWARDEN_TEST_RANGES_DIR", &self.ranges);
+            .env("VMWARDEN_TEST_RANGES_DIR", &self.ranges)
+            .env(
+                "VMWARDEN_TEST_DEVICES_LOCK_DIR",
+                self.dir.path().join("devices-lock"),
+            );
     }
 
     pub fn launch_cmd(&self, name: &str) -> Command {
