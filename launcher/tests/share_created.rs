@@ -376,3 +376,64 @@ fn a_missing_source_inside_the_vms_state_dir_is_made_the_principals() {
     std::fs::remove_file(sd.join("home")).unwrap();
     env.assert_clean("web");
 }
+
+/// One missing source named by two shares is refused by name before
+/// anything is made (it used to be made for the first, then fail the
+/// second as "appeared since the pre-flight", at every start).
+#[test]
+fn a_missing_source_named_by_two_shares_is_refused_before_anything_is_made() {
+    let env = Env::new();
+    let u = uid(368);
+    let src = dir(&env, "srv", 0, 0o755).join("data");
+    let mut spec = env.spec("web", u);
+    spec["shares"] = json!([
+        { "tag": "a", "source": src, "proto": "9p" },
+        { "tag": "b", "source": src, "proto": "9p" },
+    ]);
+    env.write_spec("web", &spec);
+    assert_refused(
+        &env,
+        u,
+        &[
+            "shares[1].source",
+            &src.display().to_string(),
+            "also shares[0].source",
+        ],
+    );
+    assert!(!src.exists());
+    env.assert_clean("web");
+}
+
+/// Inside the VM's state directory, a source is made only below
+/// directories the principal (or root) keeps from everyone else: one of
+/// another owner's, or one everyone may write (where someone holding a
+/// descriptor to it chooses what a name holds), is refused by name before
+/// anything is made, and nothing is given to the principal in it.
+#[test]
+fn a_missing_source_inside_the_state_dir_is_not_made_below_another_users_directory() {
+    let env = Env::new();
+    let u = uid(370);
+    let other = uid(371);
+    let sd = env.state.join("web");
+    let src = sd.join("home/alice");
+    write_share_spec(&env, u, &src, false);
+    let ok = env.probe("web", &["/bin/true"]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    std::fs::remove_dir(&src).unwrap();
+    let home = sd.join("home");
+    for (owner, mode, why) in [
+        (other, 0o755, format!("owned by uid {other}")),
+        (u, 0o777, "everyone can change it".to_string()),
+    ] {
+        std::os::unix::fs::chown(&home, Some(owner), Some(owner)).unwrap();
+        std::fs::set_permissions(&home, PermissionsExt::from_mode(mode)).unwrap();
+        assert_refused(
+            &env,
+            u,
+            &["shares[0].source", &home.display().to_string(), &why],
+        );
+        assert!(!src.exists());
+    }
+    std::fs::remove_dir(&home).unwrap();
+    env.assert_clean("web");
+}
