@@ -437,3 +437,50 @@ fn a_missing_source_inside_the_state_dir_is_not_made_below_another_users_directo
     std::fs::remove_dir(&home).unwrap();
     env.assert_clean("web");
 }
+
+/// A bind mount (root's, of the same file system) inside a made source:
+/// `mount --bind` of a host directory over a subdirectory of the VM's
+/// data. Purge deletes the made source but never descends into the mount:
+/// what is mounted there stays whole, and the mount point is named.
+#[test]
+fn purge_of_a_made_source_does_not_descend_into_a_bind_mount_inside_it() {
+    let env = Env::new();
+    let u = uid(372);
+    let src = dir(&env, "srv", 0, 0o755).join("data");
+    write_share_spec(&env, u, &src, false);
+    let ok = env.probe("web", &["/bin/true"]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    env.assert_clean("web");
+    // The host's files, on the same file system as the made source.
+    let host = dir(&env, "host-files", 0, 0o755);
+    std::fs::write(host.join("precious"), b"x").unwrap();
+    let sub = dir(&env, "srv/data/sub", u, 0o700);
+    let mount = BindMount::new(&host, &sub);
+    let (_, p) = purge_on_pty(&env, &["web", "--keep-identity"], "DELETE-EVERYTHING");
+    assert!(host.join("precious").is_file(), "{p}");
+    assert!(p.contains("mount point"), "{p}");
+    drop(mount);
+}
+
+/// `mount --bind from to`, undone (lazily) when dropped.
+struct BindMount(PathBuf);
+
+impl BindMount {
+    fn new(from: &Path, to: &Path) -> BindMount {
+        nix::mount::mount(
+            Some(from),
+            to,
+            None::<&str>,
+            nix::mount::MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .unwrap();
+        BindMount(to.to_path_buf())
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
