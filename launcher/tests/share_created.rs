@@ -484,3 +484,27 @@ impl Drop for BindMount {
         let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
     }
 }
+
+/// A launch killed after naming a source and before making it; then an
+/// empty directory of root's (0755) made there by hand. Cleanup keeps it,
+/// named: only a private one of root's or the principal's can be what a
+/// killed launch's `mkdirat` left.
+#[test]
+fn cleanup_keeps_a_directory_made_by_hand_where_a_killed_launch_named_a_source() {
+    require_fault_injection();
+    let env = Env::new();
+    let u = uid(374);
+    let src = dir(&env, "srv", 0, 0o755).join("data");
+    write_share_spec(&env, u, &src, false);
+    env.launch_killed_after("web", "state-dir");
+    assert!(!src.exists());
+    let _ = dir(&env, "srv/data", 0, 0o755);
+    let (o, rep) = env.cleanup("web");
+    assert!(src.is_dir(), "{rep} {}", text(&o));
+    assert!(
+        rep["kept"].to_string().contains("not made by vmwarden"),
+        "{rep}"
+    );
+    std::fs::remove_dir(&src).unwrap();
+    env.assert_clean("web");
+}

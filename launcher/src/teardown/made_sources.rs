@@ -4,7 +4,7 @@
 //! * cleanup keeps one the record names (the VM's data), and removes one
 //!   the intent record names but the made-sources record does not — a
 //!   launch killed between its `mkdir` and its record — while it is an
-//!   empty directory of the principal's or root's (never followed, reached
+//!   empty private (0700) directory of the principal's or root's (never followed, reached
 //!   through a parent of root's alone); anything else there is kept, named.
 //! * purge deletes one the record names when it is still that very
 //!   directory (same `st_dev` and `st_ino`) and still the principal's (or
@@ -89,11 +89,15 @@ pub fn cleanup(roots: &Roots, name: &VmName, intent: Option<&Intent>) -> Outcome
             ));
             continue;
         }
+        // As the launch leaves it at each moment: root's (before its
+        // `fchown`) or the principal's, private (`mkdirat` 0700). Root's
+        // 0755 there is someone's by hand since the kill: not taken.
         let owner_ok = st.st_uid == intent.principal.uid || st.st_uid == 0;
-        if !is_dir(st.st_mode) || !owner_ok {
+        if !is_dir(st.st_mode) || !owner_ok || st.st_mode & 0o077 != 0 {
             out.kept.push(keep(format!(
-                "share source: not made by vmwarden (owner uid {}); left",
-                st.st_uid
+                "share source: not made by vmwarden (owner uid {}, mode {:o}); left",
+                st.st_uid,
+                st.st_mode & 0o7777
             )));
             continue;
         }
