@@ -508,3 +508,23 @@ fn cleanup_keeps_a_directory_made_by_hand_where_a_killed_launch_named_a_source()
     std::fs::remove_dir(&src).unwrap();
     env.assert_clean("web");
 }
+
+/// The VM's state directory itself as a writable share's source, on the
+/// first start (it does not exist yet): the `state-dir` step makes it, the
+/// principal's 0700, and the start goes on (it used to be planned as a
+/// source of its own in the state root: refused while the state root did
+/// not exist, else found made by then, "appeared since the pre-flight":
+/// every first start failed).
+#[test]
+fn the_state_dir_itself_as_a_missing_source_is_made_once_by_the_state_dir_step() {
+    let env = Env::new();
+    let u = uid(376);
+    let sd = env.state.join("web");
+    assert!(!sd.exists());
+    write_share_spec(&env, u, &sd, false);
+    let ok = env.probe("web", &["/bin/true"]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    assert_eq!(owner_mode(&sd), (u, u, 0o700));
+    assert_eq!(made_record(&env), serde_json::Value::Null);
+    env.assert_clean("web");
+}

@@ -148,10 +148,11 @@ pub fn preflight(
     Ok(plan)
 }
 
-/// `source`'s components below `state_dir`, when it lies strictly inside.
+/// `source`'s components below `state_dir`, when it lies inside (none
+/// when it is the state directory itself: the `state-dir` step makes that
+/// one, the principal's 0700, before [`make`]).
 fn below_state_dir(source: &Path, state_dir: &Path) -> Option<PathBuf> {
-    let below = source.strip_prefix(state_dir).ok()?;
-    (!below.as_os_str().is_empty()).then(|| below.to_path_buf())
+    Some(source.strip_prefix(state_dir).ok()?.to_path_buf())
 }
 
 /// Each component of `below` that exists under `state_dir` is a directory
