@@ -321,10 +321,12 @@ fn purge_keeps_a_made_source_that_is_no_longer_the_directory_it_made() {
     let ok = env.probe("web", &["/bin/true"]);
     assert!(ok.status.success(), "{}", text(&ok));
     env.assert_clean("web");
-    // Replaced by another directory of the same name (another inode).
+    // Replaced by another directory of the same name (another inode: made
+    // while the first still exists, or ext4 may give the same number back).
+    let new = dir(&env, "srv/data.new", u, 0o700);
+    std::fs::write(new.join("theirs"), b"x").unwrap();
     std::fs::remove_dir(&src).unwrap();
-    let _ = dir(&env, "srv/data", u, 0o700);
-    std::fs::write(src.join("theirs"), b"x").unwrap();
+    std::fs::rename(&new, &src).unwrap();
     let (ok, p) = purge_on_pty(&env, &["web", "--keep-identity"], "DELETE-EVERYTHING");
     assert!(ok, "{p}");
     assert!(
