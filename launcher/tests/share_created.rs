@@ -530,3 +530,37 @@ fn the_state_dir_itself_as_a_missing_source_is_made_once_by_the_state_dir_step()
     assert_eq!(made_record(&env), serde_json::Value::Null);
     env.assert_clean("web");
 }
+
+/// A made source replaced by a directory that got the same inode number
+/// (ext4 gives a removed directory's number back): the record's inode set
+/// to the replacement's, as that reuse would, its birth time still the
+/// made one's. Purge keeps the replacement, named.
+#[test]
+fn purge_keeps_a_replacement_that_got_the_made_sources_inode_number() {
+    let env = Env::new();
+    let u = uid(378);
+    let src = dir(&env, "srv", 0, 0o755).join("data");
+    write_share_spec(&env, u, &src, false);
+    let ok = env.probe("web", &["/bin/true"]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    env.assert_clean("web");
+    let mut rec = made_record(&env);
+    assert!(rec["sources"][0]["btime"].is_array(), "{rec}");
+    std::thread::sleep(Duration::from_millis(20));
+    let new = dir(&env, "srv/data.new", u, 0o700);
+    std::fs::write(new.join("theirs"), b"x").unwrap();
+    std::fs::remove_dir(&src).unwrap();
+    std::fs::rename(&new, &src).unwrap();
+    let md = std::fs::symlink_metadata(&src).unwrap();
+    rec["sources"][0]["ino"] = json!(md.ino());
+    rec["sources"][0]["dev"] = json!(md.dev());
+    std::fs::write(
+        env.state.join(".made-sources-web.json"),
+        serde_json::to_vec(&rec).unwrap(),
+    )
+    .unwrap();
+    let (ok, p) = purge_on_pty(&env, &["web", "--keep-identity"], "DELETE-EVERYTHING");
+    assert!(ok, "{p}");
+    assert!(src.join("theirs").is_file(), "{p}");
+    assert!(p.contains("born since"), "{p}");
+}

@@ -259,6 +259,7 @@ pub fn make(
             ino: st.st_ino,
             uid: principal.uid,
             made_unix: now,
+            btime: made_sources::btime(fd.as_fd(), OsStr::new("")),
         });
     }
     Ok(made)
