@@ -4,7 +4,7 @@
 //! durably). In the state root, not the VM's state dir, which the
 //! principal may write: nobody but root can make vmwarden believe it made
 //! a directory. Each entry names the directory by path and identity
-//! (`st_dev`, `st_ino`), so `purge` deletes only the very directory the
+//! (`st_dev`, `st_ino`, and its birth time), so `purge` deletes only the very directory the
 //! launcher made, and says "kept: not made by vmwarden" of any other.
 //!
 //! The parent of such a source is root's, writable by root only, and
