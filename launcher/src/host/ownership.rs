@@ -129,7 +129,7 @@ pub enum RemoveError {
         #[source]
         errno: Errno,
     },
-    #[error("is a mount point (another file system); not descending")]
+    #[error("is a mount point (another file system, or a bind mount); not descending")]
     MountPoint,
     /// ENOENT on an entry just enumerated.
     #[error("vanished between enumeration and deletion (ENOENT); not counted as deleted")]
@@ -172,7 +172,38 @@ fn open_same_dir(
     if now.st_dev != st.st_dev || now.st_ino != st.st_ino {
         return Err(RemoveError::Moved);
     }
+    // A bind mount of the same file system has the same `st_dev`: only
+    // the mount id tells it (a host directory bound inside, emptied
+    // through it, would be the host's files deleted).
+    if mount_id(parent).map_err(sys("statx"))? != mount_id(fd.as_fd()).map_err(sys("statx"))? {
+        return Err(RemoveError::MountPoint);
+    }
     Ok(fd)
+}
+
+/// The id of the mount `fd` is on (`STATX_MNT_ID`, Linux 5.8).
+fn mount_id(fd: BorrowedFd<'_>) -> Result<u64, Errno> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero statx is a valid value for the kernel to fill.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: the path is a NUL-terminated empty string (AT_EMPTY_PATH:
+    // `fd` itself), `stx` is valid for writing.
+    let rc = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID,
+            &raw mut stx,
+        )
+    };
+    if rc != 0 {
+        return Err(Errno::last());
+    }
+    if stx.stx_mask & libc::STATX_MNT_ID == 0 {
+        return Err(Errno::ENOSYS);
+    }
+    Ok(stx.stx_mnt_id)
 }
 
 /// A directory being emptied: its name in its parent, its inode (how its

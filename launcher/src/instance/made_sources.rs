@@ -4,7 +4,7 @@
 //! durably). In the state root, not the VM's state dir, which the
 //! principal may write: nobody but root can make vmwarden believe it made
 //! a directory. Each entry names the directory by path and identity
-//! (`st_dev`, `st_ino`), so `purge` deletes only the very directory the
+//! (`st_dev`, `st_ino`, and its birth time), so `purge` deletes only the very directory the
 //! launcher made, and says "kept: not made by vmwarden" of any other.
 //!
 //! The parent of such a source is root's, writable by root only, and
@@ -96,13 +96,43 @@ pub struct MadeSource {
     /// The principal it was made for (its owner, mode 0700).
     pub uid: u32,
     pub made_unix: u64,
+    /// Its birth time (`statx` `STATX_BTIME`: seconds, nanoseconds), where
+    /// the file system keeps one: an inode number is reused (ext4 gives a
+    /// removed directory's back to the next one), a birth time is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub btime: Option<(i64, u32)>,
 }
 
 impl MadeSource {
-    /// `st` is this very directory.
-    pub fn is(&self, st: &FileStat) -> bool {
-        st.st_dev == self.dev && st.st_ino == self.ino
+    /// `st`, born at `btime`, is this very directory: the same device and
+    /// inode, and the same birth time when both are known.
+    pub fn is(&self, st: &FileStat, btime: Option<(i64, u32)>) -> bool {
+        st.st_dev == self.dev
+            && st.st_ino == self.ino
+            && !matches!((self.btime, btime), (Some(a), Some(b)) if a != b)
     }
+}
+
+/// The birth time of `fd`, or of `name` in it (not followed), when its
+/// file system keeps one.
+pub fn btime(fd: std::os::fd::BorrowedFd<'_>, name: &std::ffi::OsStr) -> Option<(i64, u32)> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(name.as_bytes()).ok()?;
+    // SAFETY: an all-zero statx is a valid value for the kernel to fill.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated, `stx` is valid for writing.
+    let rc = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH,
+            libc::STATX_BTIME,
+            &raw mut stx,
+        )
+    };
+    (rc == 0 && stx.stx_mask & libc::STATX_BTIME != 0)
+        .then_some((stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec))
 }
 
 /// Every share source vmwarden made for one VM and has not deleted.
@@ -246,6 +276,7 @@ mod tests {
             ino,
             uid: 5,
             made_unix: 0,
+            btime: None,
         };
         m.put(e(10));
         m.put(e(11));

@@ -215,7 +215,12 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // The interfaces, what root hands to the hypervisor, the hypervisor
     // binary's sandbox and fw_cfg, and what the principal must own.
     // A writable share's missing source, made at `share-sources-made`.
-    let to_make = share_sources::preflight(&spec, &spec_path, &roots.state_dir(&spec.name))?;
+    let to_make = share_sources::preflight(
+        &spec,
+        &spec_path,
+        &roots.state_dir(&spec.name),
+        principal.uid,
+    )?;
     let qemu_sandbox = preflight::check_with_principal(
         &spec, &spec_path, spec_walk, roots, walker, &principal, &to_make,
     )?;

@@ -82,7 +82,12 @@ impl Plan {
 /// Each share whose source does not exist: a read-only one is refused; a
 /// writable one is made if its parent allows it, and refused otherwise,
 /// the path and the reason named. Nothing is created here.
-pub fn preflight(spec: &Spec, spec_path: &Path, state_dir: &Path) -> Result<Plan, SpecError> {
+pub fn preflight(
+    spec: &Spec,
+    spec_path: &Path,
+    state_dir: &Path,
+    principal_uid: u32,
+) -> Result<Plan, SpecError> {
     let mut plan = Plan::default();
     for (i, sh) in spec.shares.iter().enumerate() {
         if sh.source == Path::new(NIX_STORE) {
@@ -103,8 +108,16 @@ pub fn preflight(spec: &Spec, spec_path: &Path, state_dir: &Path) -> Result<Plan
             continue;
         }
         let path = show(&sh.source);
+        // One missing directory is made once, for one share: a second
+        // share of it would find it made by the first ("appeared since the
+        // pre-flight") and fail every start after making it.
+        if let Some(j) = spec.shares[..i].iter().position(|o| o.source == sh.source) {
+            return Err(bad(format!(
+                "{path} does not exist, and is also shares[{j}].source: vmwarden makes a missing source for one share; give each share its own source, or make it yourself (the principal's)"
+            )));
+        }
         if let Some(below) = below_state_dir(&sh.source, state_dir) {
-            in_state_dir_ok(state_dir, &below).map_err(|why| {
+            in_state_dir_ok(state_dir, &below, principal_uid).map_err(|why| {
                 bad(format!(
                     "{path} does not exist, and is not made for share {:?}: {why}",
                     sh.tag
@@ -135,16 +148,18 @@ pub fn preflight(spec: &Spec, spec_path: &Path, state_dir: &Path) -> Result<Plan
     Ok(plan)
 }
 
-/// `source`'s components below `state_dir`, when it lies strictly inside.
+/// `source`'s components below `state_dir`, when it lies inside (none
+/// when it is the state directory itself: the `state-dir` step makes that
+/// one, the principal's 0700, before [`make`]).
 fn below_state_dir(source: &Path, state_dir: &Path) -> Option<PathBuf> {
-    let below = source.strip_prefix(state_dir).ok()?;
-    (!below.as_os_str().is_empty()).then(|| below.to_path_buf())
+    Some(source.strip_prefix(state_dir).ok()?.to_path_buf())
 }
 
 /// Each component of `below` that exists under `state_dir` is a directory
-/// (a symlink is refused: the principal may have put it there). Read
-/// without following anything; [`make`] checks again by descriptor.
-fn in_state_dir_ok(state_dir: &Path, below: &Path) -> Result<(), String> {
+/// (a symlink is refused: the principal may have put it there) that
+/// nobody but the principal and root may change ([`kept`]). Read without
+/// following anything; [`make`] checks again by descriptor.
+fn in_state_dir_ok(state_dir: &Path, below: &Path, uid: u32) -> Result<(), String> {
     let mut at = state_dir.to_path_buf();
     for c in below.components() {
         at.push(c);
@@ -158,8 +173,29 @@ fn in_state_dir_ok(state_dir: &Path, below: &Path) -> Result<(), String> {
                 ))
             }
             Ok(m) if !m.is_dir() => return Err(format!("{} is not a directory", show(&at))),
-            Ok(_) => {}
+            Ok(m) => {
+                use std::os::unix::fs::MetadataExt;
+                kept(m.uid(), m.mode(), uid).map_err(|why| format!("{} {why}", show(&at)))?;
+            }
         }
+    }
+    Ok(())
+}
+
+/// A directory on the way to a source inside the state directory is one
+/// the principal (or root) keeps from everyone else: in one another user
+/// owns or may write, they choose what each name holds between the open
+/// and the `mkdirat` (through a descriptor opened while they could reach
+/// it), and the principal would be given what they put there.
+fn kept(owner: u32, mode: u32, principal_uid: u32) -> Result<(), String> {
+    if owner != principal_uid && owner != 0 {
+        return Err(format!("is owned by uid {owner}, not the VM's principal ({principal_uid}) or root, inside the VM's state directory; fix its owner, or make the source yourself"));
+    }
+    if mode & 0o002 != 0 {
+        return Err(format!(
+            "has mode {:o}: everyone can change it, inside the VM's state directory; chmod o-w it, or make the source yourself",
+            mode & 0o7777
+        ));
     }
     Ok(())
 }
@@ -187,6 +223,10 @@ pub enum MakeError {
     Appeared(PathBuf),
     #[error(transparent)]
     Record(#[from] made_sources::MadeError),
+    /// A directory on the way inside the state directory changed since
+    /// the pre-flight to one someone else may change ([`kept`]).
+    #[error("{0}")]
+    NotKept(String),
 }
 
 /// Make each source: `mkdirat` in its parent (never over an existing
@@ -219,6 +259,7 @@ pub fn make(
             ino: st.st_ino,
             uid: principal.uid,
             made_unix: now,
+            btime: made_sources::btime(fd.as_fd(), OsStr::new("")),
         });
     }
     Ok(made)
@@ -238,6 +279,12 @@ fn make_one(
         r => r.sys("mkdir", path)?,
     }
     let fd = open_below(parent, name, path)?;
+    // Still the directory just made (root's 0700, as `mkdirat` left it),
+    // not one swapped in at the name since: never given away.
+    let st = fstat(fd.as_fd()).sys("fstat", path)?;
+    if st.st_uid != 0 || st.st_mode & 0o077 != 0 {
+        return Err(MakeError::Appeared(path.to_path_buf()));
+    }
     fchown(
         fd.as_fd(),
         Some(Uid::from_raw(principal.uid)),
@@ -280,7 +327,14 @@ fn make_in_state_dir(
                 nix::unistd::fsync(parent).sys("fsync", shown.parent().unwrap_or(&shown))?;
                 fd
             }
-            r => r?,
+            r => {
+                let fd = r?;
+                let st = fstat(fd.as_fd()).sys("fstat", &shown)?;
+                if let Err(why) = kept(st.st_uid, st.st_mode, principal.uid) {
+                    return Err(MakeError::NotKept(format!("{} {why}", show(&shown))));
+                }
+                fd
+            }
         };
         at = Some(fd);
     }

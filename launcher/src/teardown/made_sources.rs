@@ -4,7 +4,7 @@
 //! * cleanup keeps one the record names (the VM's data), and removes one
 //!   the intent record names but the made-sources record does not — a
 //!   launch killed between its `mkdir` and its record — while it is an
-//!   empty directory of the principal's or root's (never followed, reached
+//!   empty private (0700) directory of the principal's or root's (never followed, reached
 //!   through a parent of root's alone); anything else there is kept, named.
 //! * purge deletes one the record names when it is still that very
 //!   directory (same `st_dev` and `st_ino`) and still the principal's (or
@@ -14,6 +14,7 @@
 //!   another file system, each deletion re-checked), and says "kept: not
 //!   made by vmwarden" of a writable share's source that existed before.
 
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -26,7 +27,7 @@ use crate::host::dirs;
 use crate::host::ownership::{self, Failed, Kept, Outcome};
 use crate::identity::registry::IdRange;
 use crate::instance::intent::{Intent, Resource};
-use crate::instance::made_sources::{open_parent, stat_at, MadeSource, MadeSources};
+use crate::instance::made_sources::{btime, open_parent, stat_at, MadeSource, MadeSources};
 
 fn is_dir(mode: u32) -> bool {
     mode & libc::S_IFMT == libc::S_IFDIR
@@ -82,25 +83,30 @@ pub fn cleanup(roots: &Roots, name: &VmName, intent: Option<&Intent>) -> Outcome
                 continue;
             }
         };
-        if record.find(path).is_some_and(|m| m.is(&st)) {
+        let born = btime(parent.fd.as_fd(), &file);
+        if record.find(path).is_some_and(|m| m.is(&st, born)) {
             out.kept.push(keep(
                 "share source made by vmwarden: the VM's data; only `vmwarden purge` deletes it"
                     .into(),
             ));
             continue;
         }
+        // As the launch leaves it at each moment: root's (before its
+        // `fchown`) or the principal's, private (`mkdirat` 0700). Root's
+        // 0755 there is someone's by hand since the kill: not taken.
         let owner_ok = st.st_uid == intent.principal.uid || st.st_uid == 0;
-        if !is_dir(st.st_mode) || !owner_ok {
+        if !is_dir(st.st_mode) || !owner_ok || st.st_mode & 0o077 != 0 {
             out.kept.push(keep(format!(
-                "share source: not made by vmwarden (owner uid {}); left",
-                st.st_uid
+                "share source: not made by vmwarden (owner uid {}, mode {:o}); left",
+                st.st_uid,
+                st.st_mode & 0o7777
             )));
             continue;
         }
         // Made by a launch killed before it recorded it: empty, it goes
         // (the next launch makes it again).
         match nix::unistd::unlinkat(
-            std::os::fd::AsFd::as_fd(&parent.fd),
+            parent.fd.as_fd(),
             file.as_os_str(),
             nix::unistd::UnlinkatFlags::RemoveDir,
         ) {
@@ -167,21 +173,31 @@ pub fn plan(
     let mut out = Vec::new();
     for m in &record.sources {
         let st = match open_parent(&m.path) {
-            Ok((parent, file)) => stat_at(&parent, &file).map_err(|e| format!("stat: {e}")),
+            Ok((parent, file)) => stat_at(&parent, &file)
+                .map(|st| st.map(|st| (st, btime(parent.fd.as_fd(), &file))))
+                .map_err(|e| format!("stat: {e}")),
             Err(e) => Err(e.to_string()),
         };
         let ours = |u: u32| Some(u) == uid || u == m.uid || range.is_some_and(|r| r.contains(u));
         let (action, reason) = match st {
             Err(e) => ("keep", format!("made by vmwarden, but not reached: {e}")),
             Ok(None) => ("keep", "made by vmwarden, and gone already".to_string()),
-            Ok(Some(st)) if !m.is(&st) => (
+            Ok(Some((st, born))) if !m.is(&st, born) => (
                 "keep",
                 format!(
-                    "not the directory vmwarden made (inode {}:{} now, {}:{} made): not made by vmwarden",
-                    st.st_dev, st.st_ino, m.dev, m.ino
+                    "not the directory vmwarden made (inode {}:{} now, {}:{} made{}): not made by vmwarden",
+                    st.st_dev,
+                    st.st_ino,
+                    m.dev,
+                    m.ino,
+                    if st.st_dev == m.dev && st.st_ino == m.ino {
+                        ", the number given again to a directory born since"
+                    } else {
+                        ""
+                    }
                 ),
             ),
-            Ok(Some(st)) if !ours(st.st_uid) => (
+            Ok(Some((st, _))) if !ours(st.st_uid) => (
                 "keep",
                 format!(
                     "made by vmwarden, but now owned by uid {}, not the VM's",
@@ -224,7 +240,7 @@ pub fn execute(roots: &Roots, name: &VmName, fates: &[SourceFate]) -> Outcome {
         };
         match open_parent(&m.path) {
             Ok((parent, file)) => match stat_at(&parent, &file) {
-                Ok(Some(st)) if m.is(&st) => {
+                Ok(Some(st)) if m.is(&st, btime(parent.fd.as_fd(), &file)) => {
                     out.merge(ownership::delete_entries(&parent, &[file], None))
                 }
                 Ok(_) => out.kept.push(Kept {
@@ -253,8 +269,11 @@ pub fn execute(roots: &Roots, name: &VmName, fates: &[SourceFate]) -> Outcome {
         rec.sources.retain(|m| {
             open_parent(&m.path)
                 .ok()
-                .and_then(|(p, f)| stat_at(&p, &f).ok().flatten())
-                .is_some_and(|st| m.is(&st))
+                .and_then(|(p, f)| {
+                    let st = stat_at(&p, &f).ok().flatten()?;
+                    Some(m.is(&st, btime(p.fd.as_fd(), &f)))
+                })
+                .unwrap_or(false)
         });
         rec.write(&state_root, name)
     });
