@@ -277,6 +277,11 @@ fn a_hand_run_stop_beside_the_unit_of_a_vm_that_reboot_watch_restarts_is_refused
         "the refused stop ended the VM: {said}"
     );
     g.kill();
+    // Its helpers die by their death signal, a moment after it.
+    let end = Instant::now() + Duration::from_secs(10);
+    while !processes_of_uid(u).is_empty() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let (o, rep) = env.cleanup(name);
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
 }
