@@ -9,15 +9,17 @@ use serde::Serialize;
 
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
+use crate::config::reboot::REBOOT_SIGNAL;
 use crate::config::spec::HypervisorKind;
 use crate::host::procs;
 use crate::host::{cgroup, dirs};
 use crate::hypervisor::api::{self, ApiError};
 use crate::hypervisor::qmp::{Qmp, QmpError};
-use crate::instance::intent::Intent;
+use crate::instance::intent::{Intent, Resource};
 use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, LeaseState};
 use crate::instance::liveness::{self, Probe, Verdict};
+use crate::launch::helpers::HelperKind;
 
 // -- The host's own tools: `vmwarden balloon` and `vmwarden console`. --
 pub mod balloon;
@@ -85,6 +87,17 @@ pub enum ControlError {
     /// such an exit (it cannot tell it from a reboot inside the guest).
     #[error("VM {name} runs under {unit}, which starts a firecracker VM again when firecracker ends by itself, and firecracker ends when its guest answers the stop's Ctrl-Alt-Del with a reboot: stop it with `systemctl stop {unit}` (its ExecStop= runs `vmwarden stop {name}` inside the unit, which systemd does not restart); nothing was sent to the VM")]
     UnderUnit { name: String, unit: String },
+    /// `stop` run by hand for a cloud-hypervisor VM with a virtiofs share
+    /// that a systemd unit runs: a guest that answers the power button
+    /// with a reboot has its hypervisor ended by reboot-watch's signal,
+    /// which the unit's `RestartForceExitStatus=` starts again
+    /// (`config::reboot`).
+    #[error("VM {name} runs under {unit}, which starts this cloud-hypervisor VM again when it reboots (its reboot-watch ends cloud-hypervisor with {signal}, which the unit restarts), and its guest may answer the stop's power button with a reboot: stop it with `systemctl stop {unit}` (its ExecStop= runs `vmwarden stop {name}` inside the unit, which systemd does not restart); nothing was sent to the VM")]
+    RebootsUnderUnit {
+        name: String,
+        unit: String,
+        signal: &'static str,
+    },
 }
 
 impl ControlError {
@@ -273,6 +286,7 @@ fn kill_instance(intent: Option<&Intent>, uid: Option<u32>) -> Vec<u32> {
 ///   guest reboots, which ends firecracker), then nothing but SIGKILL.
 ///   Refused ([`ControlError::UnderUnit`]) when a systemd unit runs the VM
 ///   and this is not that unit's `ExecStop=`: the unit would restart it.
+///   So is cloud-hypervisor with reboot-watch ([`ControlError::RebootsUnderUnit`]).
 pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy> {
     let probe = Probe::single();
     let verdict = probe.probe(roots, name);
@@ -289,17 +303,26 @@ pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy
         .as_ref()
         .and_then(|i| i.hypervisor)
         .unwrap_or_else(|| kind_of(roots, name));
-    // firecracker under a unit, asked by hand (not from the unit's
-    // ExecStop=): the unit would start the VM again (see UnderUnit).
-    if kind == HypervisorKind::Firecracker {
+    // firecracker, or cloud-hypervisor with reboot-watch, under a unit,
+    // asked by hand (not from the unit's ExecStop=): the unit would start
+    // the VM again (see UnderUnit, RebootsUnderUnit).
+    let watched =
+        kind == HypervisorKind::CloudHypervisor && intent.as_ref().is_some_and(has_reboot_watch);
+    if kind == HypervisorKind::Firecracker || watched {
         let unit = intent
             .as_ref()
             .and_then(liveness::recorded_cgroup)
             .and_then(|cg| cgroup::managing_unit_elsewhere(cg, name.as_str()));
         if let Some(unit) = unit {
-            return Err(ControlError::UnderUnit {
-                name: name.to_string(),
-                unit,
+            let name = name.to_string();
+            return Err(if watched {
+                ControlError::RebootsUnderUnit {
+                    name,
+                    unit,
+                    signal: REBOOT_SIGNAL,
+                }
+            } else {
+                ControlError::UnderUnit { name, unit }
             });
         }
     }
@@ -345,6 +368,15 @@ pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy
         name: name.to_string(),
         verdict: probe.probe(roots, name),
     })
+}
+
+/// Whether the instance `intent` records runs reboot-watch, which ends
+/// its hypervisor when the guest reboots (`config::reboot`).
+fn has_reboot_watch(intent: &Intent) -> bool {
+    intent
+        .resources
+        .iter()
+        .any(|r| matches!(r, Resource::Helper { helper, .. } if helper == HelperKind::RebootWatch.as_str()))
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

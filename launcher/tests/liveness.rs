@@ -217,6 +217,75 @@ fn a_launch_records_its_units_cgroup_beside_the_units_other_processes() {
     }
 }
 
+/// A cloud-hypervisor VM with a virtiofs share runs reboot-watch, which
+/// ends cloud-hypervisor when the guest reboots, and its unit starts it
+/// again (`RestartForceExitStatus=`): `vmwarden stop` run by hand beside
+/// that unit presses the power button, a guest that answers it with a
+/// reboot has the unit start the VM again, and stop had reported it
+/// stopped. Refused, as for firecracker, pointing to `systemctl stop`,
+/// with nothing sent to the VM (it still runs); `--probe` stands in for
+/// cloud-hypervisor, with its real helpers.
+#[test]
+fn a_hand_run_stop_beside_the_unit_of_a_vm_that_reboot_watch_restarts_is_refused() {
+    let env = Env::new();
+    let u = uid(146);
+    let name = "chunit";
+    let unit = format!("vmwarden-test-{}@{name}.service", std::process::id());
+    let cg = TestCgroup::unit(&unit, "5a2c1d7b0e3f4a8b9c6d7e8f9a0b1c2d");
+    let _kvm = KvmAcl::grant(u);
+    let bin = env.path("cloud-hypervisor");
+    std::fs::copy("/bin/true", &bin).unwrap();
+    let script = env.path(&format!("{name}.py"));
+    std::fs::write(&script, HOLD).unwrap();
+    let share = env.path("chunit-share");
+    std::fs::create_dir(&share).unwrap();
+    let mut s = env.spec(name, u);
+    s["hypervisor"] = json!({ "kind": "cloud-hypervisor", "binary": bin, "accel": "kvm" });
+    s["cmdline"] = json!("console=ttyS0");
+    s["landlock"]["read"] = json!([script]);
+    s["shares"] = json!([{ "tag": "ro", "source": share, "proto": "virtiofs", "read_only": true }]);
+    s["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
+    env.write_spec(name, &s);
+    let log = env.path(&format!("{name}.serial.log"));
+    let f = std::fs::File::create(&log).unwrap();
+    let mut c = env.launch_cmd(name);
+    c.arg("--probe")
+        .arg("--")
+        .args(["/usr/bin/python3", script.to_str().unwrap()]);
+    let mut c = cg.start_in(c);
+    c.stdin(Stdio::null())
+        .stdout(f.try_clone().unwrap())
+        .stderr(f);
+    let mut g = Guest {
+        child: c.spawn().unwrap(),
+        log,
+    };
+    g.wait_for("HOLDING", Duration::from_secs(30));
+    let rec = intent(&env, name);
+    assert!(
+        rec.cgroup.is_some() && format!("{rec:?}").contains("reboot-watch"),
+        "{rec:?}"
+    );
+    let out = env.vmwarden(&["stop", name, "--timeout", "2"]);
+    let said = text(&out);
+    assert!(
+        !out.status.success() && said.contains(&format!("systemctl stop {unit}")),
+        "a hand-run stop beside the unit that restarts the VM on reboot: {said}"
+    );
+    assert!(
+        g.child.try_wait().unwrap().is_none(),
+        "the refused stop ended the VM: {said}"
+    );
+    g.kill();
+    // Its helpers die by their death signal, a moment after it.
+    let end = Instant::now() + Duration::from_secs(10);
+    while !processes_of_uid(u).is_empty() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (o, rep) = env.cleanup(name);
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+}
+
 /// The verdict's kind, for comparing the two paths (reasons differ).
 fn kind(v: &Verdict) -> &'static str {
     match v {

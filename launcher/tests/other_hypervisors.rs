@@ -470,24 +470,40 @@ fn real_cloud_hypervisor_takes_credentials_as_fw_cfg_files_from_the_private_tmpf
 #[test]
 fn kill_at_every_launch_step_of_a_cloud_hypervisor_leaves_nothing_after_cleanup() {
     // cloud-hypervisor's launch makes one thing QEMU's does not: the empty
-    // control/api.sock.lock it locks. A launch killed after any step leaves
-    // nothing cleanup does not remove.
+    // control/api.sock.lock it locks; with a virtiofs share, one helper
+    // more, reboot-watch (config::reboot). A launch killed after any step
+    // leaves nothing cleanup does not remove.
     require_fault_injection();
     let env = Env::new();
     let Some(bin) = real_binary(&env, CH.var, CH.kind) else {
         return;
     };
-    let mut s = env.spec("chkill", uid(41));
+    let u = uid(41);
+    let share = env.path("chkill-share");
+    std::fs::create_dir(&share).unwrap();
+    let mut s = env.spec("chkill", u);
     s["hypervisor"] = json!({ "kind": "cloud-hypervisor", "binary": bin, "accel": "kvm" });
     s["cmdline"] = json!("console=ttyS0");
+    s["shares"] = json!([{ "tag": "ro", "source": share, "proto": "virtiofs", "read_only": true }]);
+    s["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
     env.write_spec("chkill", &s);
     let lock = env.run.join("chkill/control/api.sock.lock");
-    let mut locked = 0;
+    let intent = env.run.join("chkill/instance.json");
+    let (mut locked, mut watched) = (0, 0);
     for step in launch_steps() {
         env.launch_killed_after("chkill", &step);
         if lock.exists() {
             locked += 1;
         }
+        if std::fs::read_to_string(&intent).is_ok_and(|i| i.contains("\"reboot-watch\"")) {
+            watched += 1;
+        }
+        // The helpers' death signal is delivered as the launcher exits.
+        wait_until(
+            &format!("no process of the principal after {step}"),
+            Duration::from_secs(10),
+            || processes_of_uid(u).is_empty(),
+        );
         env.assert_clean_after("chkill", &step);
         assert!(
             !lock.exists(),
@@ -495,6 +511,7 @@ fn kill_at_every_launch_step_of_a_cloud_hypervisor_leaves_nothing_after_cleanup(
         );
     }
     assert!(locked > 0, "no killed launch got as far as the lock file");
+    assert!(watched > 0, "no killed launch recorded reboot-watch");
 }
 
 /// The processes of `u` other than `hv`, by `comm`, sorted; each must be

@@ -1307,7 +1307,8 @@ vsock_ssh_checks() { # CURSOR
 #        could not reconnect to virtiofsd (which ends when its client
 #        goes), so the launcher's helper reboot-watch ends cloud-hypervisor
 #        with SIGHUP at its `rebooting` event (a clean exit), and the unit
-#        restarts it (RestartForceExitStatus=SIGHUP) with a fresh virtiofsd.
+#        restarts it (RestartForceExitStatus=SIGHUP) with a fresh virtiofsd;
+#        `vmwarden stop` by hand is refused (the unit would restart it).
 #        Poweroff: off.
 # In place: the same hypervisor process and instance, no cleanup, the unit
 # active throughout. Restarted: a new process and instance, NRestarts one
@@ -1413,7 +1414,9 @@ rb_one() { # VM
     $BB ping -c 2 -W 5 "$ip" >>"$LOG" 2>&1 || { fail "$vm: L2 cannot ping the guest at $ip after its reboot"; return 1; }
     note "$vm tap: ping $ip again"
   fi
-  if [ "$kind" = firecracker ]; then
+  # Restarted by its unit (firecracker; cloud-hypervisor with a virtiofs
+  # share, whose guest may answer the power button with a reboot).
+  if [ "${!how}" = restart ]; then
     out=$("$VMW" stop "$vm" --timeout 5 2>&1); rc=$?
     log "$vm: vmwarden stop by hand: rc=$rc $out"
     [ $rc -eq 1 ] && printf '%s' "$out" | grep -q "systemctl stop $u" \
