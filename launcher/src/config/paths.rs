@@ -65,6 +65,13 @@ pub fn virtiofs_socket_name(tag: &str) -> String {
 /// Inside the state root: the principal registry (root 0700).
 pub const PRINCIPALS_DIR: &str = ".principals";
 
+/// The record of an adoption in progress, in the state root
+/// (`teardown::adopt`): while it names items still to move, the launch
+/// makes none of them itself.
+pub fn adopt_record_name(name: &VmName) -> String {
+    format!(".adopt-{name}.json")
+}
+
 /// A root flag that cannot be used (`EX_CONFIG`).
 #[derive(Debug, thiserror::Error)]
 #[error("{flag} {path}: {reason}")]

@@ -42,6 +42,7 @@ use nix::sys::stat::{fchmod, fstat, mkdirat, Mode};
 use nix::unistd::{fchown, Gid, Uid};
 
 use crate::config::names::VmName;
+use crate::config::paths::adopt_record_name;
 use crate::config::rawpath::show;
 use crate::config::spec::{Spec, SpecError, NIX_STORE};
 use crate::host::dirs::Dir;
@@ -117,6 +118,20 @@ pub fn preflight(
             )));
         }
         if let Some(below) = below_state_dir(&sh.source, state_dir) {
+            // An adoption of this VM is unfinished: what it has yet to move
+            // in is not made empty in its place (`vmwarden adopt` brings it).
+            let adopting = state_dir
+                .parent()
+                .map(|r| r.join(adopt_record_name(&spec.name)))
+                .filter(|r| r.symlink_metadata().is_ok());
+            if let Some(record) = adopting {
+                return Err(bad(format!(
+                    "{path} does not exist, and is not made for share {:?}: the adoption of {} is unfinished ({}); run `vmwarden adopt` again to bring it",
+                    sh.tag,
+                    spec.name,
+                    show(&record)
+                )));
+            }
             in_state_dir_ok(state_dir, &below, principal_uid).map_err(|why| {
                 bad(format!(
                     "{path} does not exist, and is not made for share {:?}: {why}",
