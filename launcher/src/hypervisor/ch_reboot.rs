@@ -175,13 +175,33 @@ mod tests {
         assert!(e.push(REBOOTING));
     }
 
+    /// A child process that stands for the hypervisor: `sleep`, with
+    /// SIGHUP's default action whatever the test inherited (under `nohup`
+    /// it is ignored, as the launcher resets it before the hypervisor's
+    /// exec: `launch::exec`).
+    fn stand_in() -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("30");
+        // SAFETY: between fork and exec the child only calls sigaction
+        // (through `signal`), which is async-signal-safe; no lock, no
+        // allocation.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::signal::signal(
+                    nix::sys::signal::Signal::SIGHUP,
+                    nix::sys::signal::SigHandler::SigDfl,
+                )
+                .map(|_| ())
+                .map_err(std::io::Error::from)
+            });
+        }
+        cmd.spawn().unwrap()
+    }
+
     #[test]
     fn the_helper_ends_its_parent_on_rebooting_and_not_before() {
-        // A child process stands for the hypervisor.
-        let mut hv = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
+        let mut hv = stand_in();
         let pidfd = cgroup::pidfd_open(hv.id()).unwrap();
         let (mut ours, theirs) = UnixStream::pair().unwrap();
         let server = std::thread::spawn(move || serve(OwnedFd::from(theirs), pidfd));
@@ -196,10 +216,7 @@ mod tests {
 
     #[test]
     fn the_helper_ends_quietly_with_the_stream() {
-        let mut hv = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
+        let mut hv = stand_in();
         let pidfd = cgroup::pidfd_open(hv.id()).unwrap();
         let (mut ours, theirs) = UnixStream::pair().unwrap();
         ours.write_all(BOOTED).unwrap();
