@@ -183,18 +183,23 @@ mod tests {
         use std::os::unix::process::CommandExt;
         let mut cmd = std::process::Command::new("sleep");
         cmd.arg("30");
-        // SAFETY: between fork and exec the child only calls sigaction
-        // (through `signal`), which is async-signal-safe; no lock, no
-        // allocation.
-        unsafe {
-            cmd.pre_exec(|| {
+        let hup_default = || {
+            // SAFETY: SIG_DFL installs no handler, so no handler can run
+            // in an unexpected context.
+            unsafe {
                 nix::sys::signal::signal(
                     nix::sys::signal::Signal::SIGHUP,
                     nix::sys::signal::SigHandler::SigDfl,
                 )
-                .map(|_| ())
-                .map_err(std::io::Error::from)
-            });
+            }
+            .map(|_| ())
+            .map_err(std::io::Error::from)
+        };
+        // SAFETY: between fork and exec the child only calls sigaction
+        // (`hup_default`), which is async-signal-safe: no lock, no
+        // allocation.
+        unsafe {
+            cmd.pre_exec(hup_default);
         }
         cmd.spawn().unwrap()
     }

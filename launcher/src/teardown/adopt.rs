@@ -55,7 +55,7 @@ use nix::errno::Errno;
 use serde::{Deserialize, Serialize};
 
 use crate::config::names::{check_abs_normalised, VmName};
-use crate::config::paths::Roots;
+use crate::config::paths::{adopt_record_name, Roots};
 use crate::config::rawpath;
 use crate::config::spec::{Spec, SpecError};
 use crate::host::dirs::{self, Dir, DirError};
@@ -82,7 +82,7 @@ use walk::{describe, holders, inodes_of, inspect_source, lstat_at, open_parent};
 /// reboot and `vmwarden-cleanup` (which empties the runtime dir), and a
 /// dot name is no VM's (status and the registry read VM names only).
 pub fn record_name(name: &VmName) -> String {
-    crate::config::paths::adopt_record_name(name)
+    adopt_record_name(name)
 }
 const MAX_RECORD_BYTES: u64 = 256 * 1024;
 
