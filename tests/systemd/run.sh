@@ -27,7 +27,7 @@
 #                                  `cargo test --features fault-injection` builds):
 #                                  pci_passthrough kills it after every launch step
 #   VMWARDEN_SYSTEMD_OUT           artifacts dir (default <repo>/target/systemd-test)
-#   VMWARDEN_SYSTEMD_TIMEOUT       overall guest timeout in s (default 2400)
+#   VMWARDEN_SYSTEMD_TIMEOUT       overall guest timeout in s (default 3300)
 #   VMWARDEN_SYSTEMD_EXTRA_ENV     "K=V K2=V2": Environment= drop-in for microvm@.service
 #                                  in the guest (e.g. VMWARDEN_TEST_SKIP_DELETE=control)
 #   VMWARDEN_SYSTEMD_ONLY          run only these scenarios (space separated names), in one
@@ -68,7 +68,7 @@ BIN_DIR=${VMWARDEN_BIN_DIR:-$REPO/target/release}
 FAULT_LAUNCH=${VMWARDEN_FAULT_LAUNCH:-$REPO/target/debug/vmwarden-launch}
 HELPER_DIR=${VMWARDEN_TEST_CARGO_ROOT:-/var/cache/vmwarden-test/cargo}/bin
 OUTDIR=${VMWARDEN_SYSTEMD_OUT:-$REPO/target/systemd-test}
-TIMEOUT=${VMWARDEN_SYSTEMD_TIMEOUT:-2400}
+TIMEOUT=${VMWARDEN_SYSTEMD_TIMEOUT:-3300}
 EXTRA_ENV=${VMWARDEN_SYSTEMD_EXTRA_ENV:-}
 ONLY=${VMWARDEN_SYSTEMD_ONLY:-}
 L3_ACCEL=${VMWARDEN_SYSTEMD_L3_ACCEL:-kvm}

@@ -1429,7 +1429,9 @@ rb_one() { # VM
   cur2=$(mark)
   rb_ssh "$vm" '(sleep 1; kill -USR1 1) </dev/null >/dev/null 2>&1 &' || { fail "$vm: ssh for the poweroff failed"; return 1; }
   off=${!offv:-'"success","exited","0"'}
-  wait_settled "$u" 120 || { fail "$vm: $u still $(state "$u") 120 s after the guest's poweroff: $(jlog "$u" "$cur2" | tail -4 | tr '\n' ' ')"; return 1; }
+  # (a bound on liveness, not a speed: in a fresh-clone run the guest's
+  # shutdown began 125 s after the ssh under three L2 machines' load)
+  wait_settled "$u" 360 || { fail "$vm: $u still $(state "$u") 360 s after the guest's poweroff: $(jlog "$u" "$cur2" | tail -4 | tr '\n' ' ')"; return 1; }
   check_cleanup "$vm" "$u" "$cur2" || return 1
   out=$(rb_exit_seen "$u" "$cur2")
   # longer than RestartSec=5s: a restart would have begun by now
@@ -1559,7 +1561,7 @@ s_resources() {
   done
   note "res cgroup: memory.max 256M, cpu.max 150000 100000, cpu.weight 50, io.weight 20, pids.max 256, cpuset.cpus 0"
   # The guest allocates past MemoryMax: the kernel kills the hypervisor.
-  wait_journal $u "$cur" '^T-ALLOCATING' 180 || { fail "res: the guest never started allocating"; systemctl stop $u; return 1; }
+  wait_journal $u "$cur" '^T-ALLOCATING' 480 || { fail "res: the guest never started allocating (480 s)"; systemctl stop $u; return 1; }
   end=$((SECONDS + 300))
   until jlog $u "$cur" | grep -qE "Failed with result 'oom-kill'|A process of this unit has been killed by the OOM killer"; do
     [ $SECONDS -lt $end ] || { fail "res: no OOM kill within 300 s: $(jlog $u "$cur" | tail -4 | tr '\n' ' ')"; systemctl stop $u; return 1; }
