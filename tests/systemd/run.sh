@@ -597,7 +597,7 @@ if [ "$MODE" = full ]; then
   # pci_passthrough's kill after every launch step: the fault-injection
   # build's launcher (debug info stripped), when it is one (killed by its
   # own SIGKILL after `sanitized`); the scenario fails loudly without it
-  rc=0; [ -x "$FAULT_LAUNCH" ] && { VMWARDEN_FAULT_AFTER=sanitized "$FAULT_LAUNCH" x >/dev/null 2>&1 || rc=$?; }
+  rc=0; [ -x "$FAULT_LAUNCH" ] && { { VMWARDEN_FAULT_AFTER=sanitized "$FAULT_LAUNCH" x >/dev/null 2>&1; } 2>/dev/null || rc=$?; }
   if [ "$rc" = 137 ]; then
     strip -o "$WORK/vmwarden-launch-faults" "$FAULT_LAUNCH" \
       && put "$WORK/vmwarden-launch-faults" /usr/local/libexec/vmwarden-launch-faults 0755
