@@ -298,7 +298,7 @@ fn a_device_held_by_a_thread_with_an_fd_table_of_its_own_is_held() {
 /// L2 guest, disabling the port under QEMU hung the kernel.)
 #[test]
 fn a_usb_device_unplugged_while_the_vm_ran_is_reported_and_cleanup_does_not_fail() {
-    use vmwarden::instance::intent::{Intent, IntentPrincipal, Resource};
+    use vmwarden::instance::intent::Resource;
     use vmwarden::teardown::devices::{give_back, still_held};
 
     require_root();
@@ -325,22 +325,7 @@ fn a_usb_device_unplugged_while_the_vm_ran_is_reported_and_cleanup_does_not_fail
         gid: 0,
         mode: 0o664,
     };
-    let intent = Intent {
-        version: 1,
-        name: "web".into(),
-        instance_id: "0123456789abcdef0123456789abcdef".into(),
-        pid: 1,
-        boot_id: "boot".into(),
-        created_unix: 0,
-        principal: IntentPrincipal {
-            uid: principal,
-            gid: principal,
-            user: None,
-        },
-        hypervisor: None,
-        cgroup: None,
-        resources: vec![usb(&gone, 4), usb(&kept, 5)],
-    };
+    let intent = intent_of("web", principal, vec![usb(&gone, 4), usb(&kept, 5)]);
     let given = give_back(Some(&intent));
     assert!(
         given.failed.is_empty(),

@@ -246,7 +246,7 @@ fn spec_refusals_name_the_field() {
 fn a_usb_node_replaced_by_another_device_keeps_its_own_mode_at_cleanup() {
     use nix::sys::stat::{mknod, Mode, SFlag};
     use std::os::unix::fs::MetadataExt;
-    use vmwarden::instance::intent::{Intent, IntentPrincipal, Resource};
+    use vmwarden::instance::intent::Resource;
     use vmwarden::teardown::devices::give_back;
 
     require_root();
@@ -280,21 +280,10 @@ fn a_usb_node_replaced_by_another_device_keeps_its_own_mode_at_cleanup() {
     .unwrap();
     nix::unistd::chown(&taken, Some(uid(2).into()), Some(uid(2).into())).unwrap();
 
-    let intent = Intent {
-        version: 1,
-        name: VM.into(),
-        instance_id: "0123456789abcdef0123456789abcdef".into(),
-        pid: 1,
-        boot_id: "boot".into(),
-        created_unix: 0,
-        principal: IntentPrincipal {
-            uid: principal,
-            gid: principal,
-            user: None,
-        },
-        hypervisor: None,
-        cgroup: None,
-        resources: vec![
+    let intent = intent_of(
+        VM,
+        principal,
+        vec![
             Resource::UsbDevice {
                 selector: "hostbus=1,hostaddr=5".into(),
                 node: node.clone(),
@@ -317,7 +306,7 @@ fn a_usb_node_replaced_by_another_device_keeps_its_own_mode_at_cleanup() {
                 mode: 0o664,
             },
         ],
-    };
+    );
     let given = give_back(Some(&intent));
     let m = std::fs::metadata(&node).unwrap();
     assert_eq!(m.ino(), ino, "the test's node was replaced");

@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use vmwarden::host::mountinfo;
 use vmwarden::host::net::vmwarden_links;
 use vmwarden::host::procs::processes_of_uid;
+use vmwarden::instance::intent::{Intent, IntentPrincipal, Resource};
 
 pub const LAUNCH: &str = env!("CARGO_BIN_EXE_vmwarden-launch");
 pub const CLEANUP: &str = env!("CARGO_BIN_EXE_vmwarden-cleanup");
@@ -1022,4 +1023,26 @@ pub fn id_range_in(env: &Env, vm: &str) -> Option<(u32, u32)> {
             let id = |k: &str| v[k].as_u64().and_then(|x| u32::try_from(x).ok());
             Some((id("base")?, id("count")?))
         })
+}
+
+/// An intent record of VM `name` run by `principal` (uid and gid) holding
+/// `resources`, as a launch writes it: for tests that hand cleanup's parts
+/// a record of their own.
+pub fn intent_of(name: &str, principal: u32, resources: Vec<Resource>) -> Intent {
+    Intent {
+        version: 1,
+        name: name.into(),
+        instance_id: "0123456789abcdef0123456789abcdef".into(),
+        pid: 1,
+        boot_id: "boot".into(),
+        created_unix: 0,
+        principal: IntentPrincipal {
+            uid: principal,
+            gid: principal,
+            user: None,
+        },
+        hypervisor: None,
+        cgroup: None,
+        resources,
+    }
 }
