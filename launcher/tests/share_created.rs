@@ -53,17 +53,6 @@ fn recorded(env: &Env, p: &Path) -> bool {
     })
 }
 
-/// Boot the oneshot guest and return its console output.
-fn boot_once(env: &Env, tag: &str) -> String {
-    let mut g = spawn_logged(env.launch_cmd("web"), env.path(&format!("web.{tag}.log")));
-    g.wait_for("VMWARDEN-GUEST-READY", BOOT);
-    let status = g
-        .wait_exit(Duration::from_secs(60))
-        .expect("the oneshot guest powers off");
-    assert!(status.success(), "QEMU: {status:?}\n{}", g.log_text());
-    g.log_text()
-}
-
 #[test]
 fn missing_writable_sources_are_made_for_the_principal_used_kept_by_a_restart_and_purged() {
     let env = Env::new();
@@ -92,7 +81,7 @@ sync; umount /m9; umount /mv; umount /b
     spec["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
     env.write_spec("web", &spec);
 
-    let out = boot_once(&env, "first");
+    let out = boot_once_within(&env, "first", BOOT);
     for want in [
         // 9p: the principal's own directory; virtiofs: the guest's root
         // (guest id 0 is the principal) on its own share.
@@ -123,7 +112,7 @@ sync; umount /m9; umount /mv; umount /b
     );
 
     // A restart finds them, with what the guest wrote, not made again.
-    let out = boot_once(&env, "second");
+    let out = boot_once_within(&env, "second", BOOT);
     assert!(out.contains("T-BEFORE kept kept"), "{out}");
     assert_eq!((ino(&made9), ino(&madev)), inodes);
     env.assert_clean("web");

@@ -33,18 +33,6 @@ fn write_created_image_spec(env: &Env, u: u32) {
     env.write_spec("web", &spec);
 }
 
-/// Boot the guest once (oneshot: it powers off after its script) and
-/// return its console output.
-fn boot_once(env: &Env, tag: &str) -> String {
-    let mut g = spawn_logged(env.launch_cmd("web"), env.path(&format!("web.{tag}.log")));
-    g.wait_for("VMWARDEN-GUEST-READY", BOOT);
-    let status = g
-        .wait_exit(Duration::from_secs(60))
-        .expect("the oneshot guest powers off");
-    assert!(status.success(), "QEMU: {status:?}\n{}", g.log_text());
-    g.log_text()
-}
-
 #[test]
 fn a_created_volume_is_the_principals_sparse_ext4_and_survives_cleanup_restart_and_a_keeping_purge()
 {
@@ -63,7 +51,7 @@ sync; umount /mnt
     env.write_spec("web", &spec);
 
     assert!(!image(&env).exists());
-    let out = boot_once(&env, "first");
+    let out = boot_once_within(&env, "first", BOOT);
     let bytes = SIZE_MIB * 1024 * 1024;
     for want in [
         format!("VMWARDEN-DISK name=vda bytes={bytes} serial=vol-1"),
@@ -99,7 +87,7 @@ sync; umount /mnt
     assert_eq!(std::fs::metadata(image(&env)).unwrap().ino(), ino);
 
     // A restart finds it (not re-made) with what the guest wrote.
-    let out = boot_once(&env, "second");
+    let out = boot_once_within(&env, "second", BOOT);
     assert!(out.contains("T-BEFORE persisted"), "{out}");
     assert!(out.contains("T-FS-EXT4"), "{out}");
     assert_eq!(std::fs::metadata(image(&env)).unwrap().ino(), ino);

@@ -1046,3 +1046,16 @@ pub fn intent_of(name: &str, principal: u32, resources: Vec<Resource>) -> Intent
         resources,
     }
 }
+
+/// Boot VM `web`'s oneshot guest once (it powers off after its script;
+/// `boot` bounds its readiness) and return its console output, logged to
+/// `web.TAG.log`.
+pub fn boot_once_within(env: &Env, tag: &str, boot: Duration) -> String {
+    let mut g = spawn_logged(env.launch_cmd("web"), env.path(&format!("web.{tag}.log")));
+    g.wait_for("VMWARDEN-GUEST-READY", boot);
+    let status = g
+        .wait_exit(Duration::from_secs(60))
+        .expect("the oneshot guest powers off");
+    assert!(status.success(), "QEMU: {status:?}\n{}", g.log_text());
+    g.log_text()
+}
