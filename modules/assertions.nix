@@ -97,6 +97,11 @@
 
     # Guest memory (config/memory.rs refuses the same at launch).
     memoryChecks = [
+      # config/hibernate.rs refuses the same at launch.
+      {
+        assertion = !(vm.hibernate.allowed && vm.hypervisor != "qemu");
+        message = "${at}.hibernate.allowed: this vmwarden hibernates QEMU VMs only; set hibernate.allowed = false, or use hypervisor = \"qemu\".";
+      }
       {
         assertion = !(vm.hypervisor == "firecracker" && vm.memMerge);
         message = "${at}.memMerge: firecracker never marks guest memory mergeable (it has no KSM option); set memMerge = false, or use hypervisor = \"qemu\" or \"cloud-hypervisor\".";

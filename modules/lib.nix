@@ -485,6 +485,12 @@ in rec {
     // lib.optionalAttrs vm.hugepageMem {hugepage_mem = true;}
     // lib.optionalAttrs vm.console {console = true;}
     // lib.optionalAttrs vm.registerWithMachined {register_with_machined = true;}
+    // lib.optionalAttrs vm.hibernate.allowed {
+      hibernate = {
+        allowed = true;
+        on_mismatch = vm.hibernate.onMismatch;
+      };
+    }
     // lib.optionalAttrs vm.userNetwork.enable {user_network = userNetworkSpec vm.userNetwork;}
     // lib.optionalAttrs (vm.devices != []) {devices = map deviceSpec vm.devices;}
     // lib.optionalAttrs vm.allowUnsafeInterrupts {allow_unsafe_interrupts = true;}

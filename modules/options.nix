@@ -934,6 +934,32 @@
         };
       };
 
+      # -- Hibernate and restore (docs/operating.md#hibernate).
+      hibernate = {
+        allowed = mkOption {
+          type = types.bool;
+          default = false;
+          description = ''
+            Let `vmwarden hibernate NAME` write the guest's memory to its
+            state directory and the next start restore it. Off by default:
+            the snapshot holds everything the guest had in memory, its
+            credentials included, on persistent disk (the credentials'
+            tmpfs is `noswap`). QEMU only; not with virtiofs or 9p shares,
+            a `vsock.backend = "user"` or passed-through devices.
+          '';
+        };
+        onMismatch = mkOption {
+          type = types.enum ["refuse" "cold-boot"];
+          default = "refuse";
+          description = ''
+            What a start does when the snapshot no longer matches what the
+            VM would run (its spec, hypervisor, kernel, initrd or disks
+            changed): `"refuse"` (exit 78, naming what differs; the
+            snapshot is kept) or `"cold-boot"` (boot, logged).
+          '';
+        };
+      };
+
       registerWithMachined = mkOption {
         type = types.bool;
         default = false;

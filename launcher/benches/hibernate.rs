@@ -45,7 +45,10 @@ fn main() {
     let (mut cold, mut restore) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let t = Instant::now();
-        let mut g = spawn_logged(env.launch_cmd("bench"), env.path(&format!("cold.{round}.log")));
+        let mut g = spawn_logged(
+            env.launch_cmd("bench"),
+            env.path(&format!("cold.{round}.log")),
+        );
         cold.push(until(&mut g, "VMWARDEN-GUEST-READY", t));
         let r = env.vmwarden(&["wait-ready", "bench", "--timeout", "60"]);
         assert!(r.status.success(), "{}", text(&r));
@@ -53,15 +56,21 @@ fn main() {
         let h = env.vmwarden(&["hibernate", "bench", "--timeout", "120"]);
         assert!(h.status.success(), "{}", text(&h));
         g.wait_exit(Duration::from_secs(15));
-        env.cleanup(&"bench");
+        env.cleanup("bench");
         let t = Instant::now();
-        let mut g = spawn_logged(env.launch_cmd("bench"), env.path(&format!("restore.{round}.log")));
+        let mut g = spawn_logged(
+            env.launch_cmd("bench"),
+            env.path(&format!("restore.{round}.log")),
+        );
         let r = env.vmwarden(&["wait-ready", "bench", "--timeout", "120"]);
         assert!(r.status.success(), "{}", text(&r));
         restore.push(until(&mut g, "VMWARDEN-TICK", t));
-        assert!(!g.log_text().contains("VMWARDEN-GUEST-READY"), "booted, not restored");
+        assert!(
+            !g.log_text().contains("VMWARDEN-GUEST-READY"),
+            "booted, not restored"
+        );
         g.kill();
-        env.cleanup(&"bench");
+        env.cleanup("bench");
         eprintln!(
             "round {round}: cold {} ms, restore {} ms",
             cold[round].as_millis(),

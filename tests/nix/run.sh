@@ -320,6 +320,8 @@ else
   GOLDEN_CASES="$GOLDEN_CASES guest-gpu guest-router"
   # the unit's limits: in the spec and in the drop-in
   GOLDEN_CASES="$GOLDEN_CASES resources"
+  # hibernate and restore: in the spec only when allowed
+  GOLDEN_CASES="$GOLDEN_CASES hibernate"
   # case | expectation ("ok" or a fixed string the error must contain)
   while IFS='|' read -r case want; do
     [ -n "$case" ] || continue
@@ -387,6 +389,7 @@ guest-gpu|ok
 guest-router|ok
 metrics|ok
 resources|ok
+hibernate|ok
 CASES
 
   # Inline cases, one refusal each: LABEL|expected message|a module (Nix
@@ -412,6 +415,7 @@ CASES
   done <<'INLINE'
 resources-high-above-max|vmwarden.vms.web.resources.memoryHighMiB = 512 is above memoryMaxMiB = 256|{B: vmwarden.vms.web.resources = {memoryMaxMiB = 256; memoryHighMiB = 512;};}
 resources-cpus|vmwarden.vms.web.resources.cpus' is not of type|{B: vmwarden.vms.web.resources.cpus = "all";}
+hibernate-not-qemu|hibernate.allowed: this vmwarden hibernates QEMU VMs only|{B: vmwarden.vms.web.hypervisor = "cloud-hypervisor"; vmwarden.vms.web.hibernate.allowed = true;}
 resources-tasks|vmwarden.vms.web.resources.tasksMax' is not of type `null or integer between 32|{B: vmwarden.vms.web.resources.tasksMax = 4;}
 metrics-no-directory|vmwarden.metrics.textfile.enable is set, but no textfile directory is known|{B: vmwarden.metrics.textfile.enable = true;}
 metrics-interval|vmwarden.metrics.textfile.interval' is not of type|{B: vmwarden.metrics.textfile = {enable = true; directory = "/srv/textfiles"; interval = "5m";};}

@@ -80,9 +80,11 @@ CONTRACT = {
     "mem_merge": bool, "hugepage_mem": bool,
     # the unit's limits (written only when one is set)
     "resources": dict,
+    # hibernate and restore (written only when allowed)
+    "hibernate": dict,
 }
 OPTIONAL = {"initrd", "shares", "virtiofsd", "vsock", "user_network", "balloon", "console", "register_with_machined",
-            "devices", "allow_unsafe_interrupts", "mem_merge", "hugepage_mem", "resources"}
+            "devices", "allow_unsafe_interrupts", "mem_merge", "hugepage_mem", "resources", "hibernate"}
 
 
 def type_name(t):
@@ -122,6 +124,8 @@ def cmd_spec(path):
              ("format", "serial", "create", "direct", "discard"))
         if "create" in d:
             want(d["create"], f"disks[{i}].create", {"size_mib": int, "fs_type": str}, ("fs_type",))
+    if "hibernate" in spec:
+        want(spec["hibernate"], "hibernate", {"allowed": bool, "on_mismatch": str})
     for i, s in enumerate(spec.get("shares", [])):
         want(s, f"shares[{i}]", {"tag": str, "source": str, "proto": str, "read_only": bool})
     for i, d in enumerate(spec.get("devices", [])):

@@ -93,13 +93,13 @@ pub fn check(spec: &Spec, path: &Path) -> Result<(), SpecError> {
     if let Some(why) = unsupported(spec.hypervisor.kind) {
         return Err(bad("hibernate.allowed".into(), why.into()));
     }
-    for b in blockers(spec) {
-        return Err(bad(
+    match blockers(spec).into_iter().next() {
+        Some(b) => Err(bad(
             b.field,
             format!("{}; hibernate.allowed needs a VM QEMU can migrate", b.why),
-        ));
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// A device of the spec QEMU refuses to migrate (a migration blocker).
@@ -139,4 +139,70 @@ pub fn blockers(spec: &Spec) -> Vec<Blocker> {
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(extra: serde_json::Value) -> Spec {
+        let mut v = json!({
+            "version": 1, "name": "web",
+            "principal": { "uid": 61000, "gid": 61000 },
+            "hypervisor": { "kind": "qemu", "binary": "/usr/bin/qemu-system-x86_64" },
+            "vcpus": 1, "memory_mib": 256, "kernel": "/k",
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn refusal(extra: serde_json::Value) -> Option<String> {
+        check(&spec(extra), Path::new("/s.json"))
+            .err()
+            .map(|e| e.to_string())
+    }
+
+    #[test]
+    fn hibernation_is_refused_by_field_where_qemu_cannot_migrate_or_the_kind_cannot() {
+        let on = json!({ "allowed": true });
+        assert!(refusal(json!({})).is_none());
+        assert!(refusal(json!({ "hibernate": on })).is_none());
+        // Not allowed: nothing to refuse.
+        assert!(refusal(
+            json!({ "shares": [{ "tag": "a", "source": "/a", "proto": "virtiofs" }] })
+        )
+        .is_none());
+        let e = refusal(json!({ "hibernate": on, "shares": [{ "tag": "a", "source": "/a", "proto": "virtiofs" }] })).unwrap();
+        assert!(e.contains("`shares[0].proto`"), "{e}");
+        let e = refusal(
+            json!({ "hibernate": on, "shares": [{ "tag": "a", "source": "/a", "proto": "9p" }] }),
+        )
+        .unwrap();
+        assert!(e.contains("`shares[0].proto`"), "{e}");
+        let e =
+            refusal(json!({ "hibernate": on, "vsock": { "cid": 3, "backend": "user" } })).unwrap();
+        assert!(e.contains("`vsock.backend`"), "{e}");
+        assert!(
+            refusal(json!({ "hibernate": on, "vsock": { "cid": 3, "backend": "vhost" } }))
+                .is_none()
+        );
+        let e = refusal(
+            json!({ "hibernate": on, "hypervisor": { "kind": "firecracker", "binary": "/f" } }),
+        )
+        .unwrap();
+        assert!(e.contains("`hibernate.allowed`"), "{e}");
+    }
+
+    #[test]
+    fn absent_means_not_allowed_and_refuse_is_the_default() {
+        assert!(!allowed(&spec(json!({}))));
+        let s = spec(json!({ "hibernate": { "allowed": true } }));
+        assert!(allowed(&s));
+        assert_eq!(s.hibernate.unwrap().on_mismatch, OnMismatch::Refuse);
+        let s = spec(json!({ "hibernate": { "allowed": true, "on_mismatch": "cold-boot" } }));
+        assert_eq!(s.hibernate.unwrap().on_mismatch, OnMismatch::ColdBoot);
+    }
 }

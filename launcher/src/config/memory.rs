@@ -51,7 +51,8 @@ impl Spec {
                 ),
             ));
         }
-        Ok(())
+        // Hibernation puts the guest's memory on disk (config/hibernate.rs).
+        super::hibernate::check(self, path)
     }
 
     /// The host's hugepages the guest takes: `memory_mib` in

@@ -132,15 +132,11 @@ pub struct Spec {
     /// forge interrupts to the host. Refused unless true.
     #[serde(default, skip_serializing_if = "is_false")]
     pub allow_unsafe_interrupts: bool,
-    // -- The unit's limits (config/resources.rs). --
-    /// Limits on the VM's unit (`config::resources`), written into its
-    /// drop-in by `render-unit --dropin` and the NixOS module.
+    // -- The unit's limits (config/resources.rs), in its drop-in; hibernation. --
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourcesSpec>,
-    /// `vmwarden hibernate` and restore on the next start
-    /// (`config::hibernate`); absent = not allowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hibernate: Option<crate::config::hibernate::HibernateSpec>,
+    pub hibernate: Option<super::hibernate::HibernateSpec>,
 }
 
 fn is_false(b: &bool) -> bool {

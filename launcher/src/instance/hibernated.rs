@@ -26,6 +26,7 @@ use crate::config::hibernate::SNAPSHOT_DIR;
 use crate::config::names::VmName;
 use crate::config::spec::{HypervisorKind, Spec};
 use crate::host::dirs::{self, Dir, DirError};
+use crate::host::ownership;
 use crate::host::sys::SysError;
 
 /// The most bytes a record may have.
@@ -269,7 +270,7 @@ pub fn snapshot_now(state_dir: &Dir, name: &str, uid: u32) -> Option<(SnapshotId
         return None;
     }
     let mut files = Vec::new();
-    for n in crate::host::ownership::entries(&d).ok()? {
+    for n in ownership::entries(&d).ok()? {
         let s = fstatat(d.fd.as_fd(), n.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
         if s.st_mode & libc::S_IFMT != libc::S_IFREG
             || s.st_uid != uid
@@ -347,5 +348,91 @@ pub fn remove(state_root: &Dir, name: &VmName) -> Result<(), SysError> {
             path: state_root.path.join(&file),
             errno,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(path: &str, ino: u64, ctime: i64) -> Option<FileId> {
+        Some(FileId {
+            path: path.into(),
+            dev: 1,
+            ino,
+            size: 10,
+            mtime: (5, 0),
+            ctime: (ctime, 0),
+        })
+    }
+
+    fn ids() -> Identities {
+        Identities {
+            spec: "{}".into(),
+            hypervisor_binary: id("/q", 1, 1),
+            kernel: id("/k", 2, 1),
+            initrd: id("/i", 3, 1),
+            disks: vec![id("/d", 4, 1)],
+            boot_id: None,
+        }
+    }
+
+    fn snap() -> SnapshotId {
+        SnapshotId {
+            dev: 1,
+            ino: 9,
+            files: vec![SnapshotFile {
+                name: "memory".into(),
+                ino: 10,
+                size: 100,
+            }],
+        }
+    }
+
+    fn manifest() -> Manifest {
+        Manifest {
+            version: 1,
+            vm: "web".into(),
+            hypervisor: HypervisorKind::Qemu,
+            uid: 61000,
+            identities: ids(),
+            snapshot: snap(),
+            created_unix: 1,
+            keep_after_restore: false,
+        }
+    }
+
+    #[test]
+    fn a_snapshot_matches_only_what_it_was_captured_with() {
+        let m = manifest();
+        assert!(m.mismatches(&ids(), Some(&snap())).is_empty());
+        let mut spec = ids();
+        spec.spec = "{ }".into();
+        assert!(m.mismatches(&spec, Some(&snap()))[0].starts_with("spec:"));
+        // A disk written since (its ctime moved) is another disk.
+        let mut disk = ids();
+        disk.disks[0] = id("/d", 4, 2);
+        assert!(m.mismatches(&disk, Some(&snap()))[0].starts_with("disks[0]:"));
+        let mut kernel = ids();
+        kernel.kernel = id("/k", 7, 1);
+        assert!(m.mismatches(&kernel, Some(&snap()))[0].starts_with("kernel:"));
+        let mut binary = ids();
+        binary.hypervisor_binary = None;
+        assert!(m.mismatches(&binary, Some(&snap()))[0].starts_with("hypervisor.binary:"));
+        let mut boot = ids();
+        boot.boot_id = Some("other".into());
+        assert!(m.mismatches(&boot, Some(&snap()))[0].starts_with("boot:"));
+        // A replaced memory file, or none at all.
+        let mut other = snap();
+        other.files[0].ino = 11;
+        assert!(m.mismatches(&ids(), Some(&other))[0].contains("not the files captured"));
+        assert!(m.mismatches(&ids(), None)[0].contains("missing"));
+    }
+
+    #[test]
+    fn only_hypervisors_with_host_state_in_their_snapshot_need_this_boot() {
+        assert!(!needs_boot_id(HypervisorKind::Qemu));
+        assert!(needs_boot_id(HypervisorKind::CloudHypervisor));
+        assert!(needs_boot_id(HypervisorKind::Firecracker));
     }
 }

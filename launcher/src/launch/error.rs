@@ -1,6 +1,7 @@
 //! Why a launch step failed: the error of the part the step called, or one
 //! of the launch's own refusals (`LaunchError` adds the step).
 
+use crate::launch::restore::RestoreError;
 use std::path::PathBuf;
 
 use netlink_packet_route::link::InfoKind;
@@ -128,7 +129,7 @@ pub enum StepError {
     #[error(transparent)]
     ShareSource(#[from] MakeError),
     #[error(transparent)]
-    Restore(#[from] crate::launch::restore::RestoreError),
+    Restore(#[from] RestoreError),
     #[error(transparent)]
     Sys(#[from] SysError),
     #[error(transparent)]

@@ -22,11 +22,11 @@ use crate::identity::registry::{self, Record};
 use crate::instance::intent::Intent;
 use crate::instance::liveness::Probe;
 use crate::instance::{known_vms, launched};
-use crate::teardown::{purge, reap};
+use crate::teardown::{hibernate, purge, reap};
 
 use super::{
-    Leftovers, PrincipalInfo, PurgeInfo, ReapItem, Registration, ShareSourceFate, SpecState, State,
-    StateDirInfo, VmStatus,
+    HibernatedInfo, Leftovers, PrincipalInfo, PurgeInfo, ReapItem, Registration, ShareSourceFate,
+    SpecState, State, StateDirInfo, VmStatus,
 };
 
 /// The configured spec as `status` sees it.
@@ -175,12 +175,10 @@ fn one_with(probe: &Probe, roots: &Roots, name: &VmName, reg: &[Record], now: u6
         ) => State::Retired,
         (_, s) => s,
     };
-    let hibernated = crate::teardown::hibernate::hibernated(roots, name).map(|(bytes, t)| {
-        super::HibernatedInfo {
-            bytes,
-            created_unix: t,
-            age_seconds: now.saturating_sub(t),
-        }
+    let hibernated = hibernate::hibernated(roots, name).map(|(bytes, t)| HibernatedInfo {
+        bytes,
+        created_unix: t,
+        age_seconds: now.saturating_sub(t),
     });
     let state = match (state, &hibernated) {
         (State::Stopped, Some(_)) => State::Hibernated,
