@@ -47,7 +47,7 @@ pub const EXIT_STATUSES: &[ExitStatus] = &[
     row(
         "vmwarden-launch",
         "78",
-        "`EX_CONFIG`: the configuration, or the host state it points at, is wrong and starting again will not help: an invalid spec or a file it names, a bad root flag or VM name, `--probe` without a command, a refused principal, a refused path (symlink, foreign owner, loose mode), an unreadable credential, a kernel without tmpfs `noswap`, `register_with_machined` on a host without systemd-machined. The unit does not retry it (`RestartPreventExitStatus=78`).",
+        "`EX_CONFIG`: the configuration, or the host state it points at, is wrong and starting again will not help: an invalid spec or a file it names, a bad root flag or VM name, `--probe` without a command, a refused principal, a refused path (symlink, foreign owner, loose mode), an unreadable credential, a kernel without tmpfs `noswap`, `register_with_machined` on a host without systemd-machined, a hibernation snapshot that no longer matches what would run (`hibernate.on_mismatch` refuse). The unit does not retry it (`RestartPreventExitStatus=78`).",
     ),
     row(
         "vmwarden-cleanup",
@@ -67,12 +67,12 @@ pub const EXIT_STATUSES: &[ExitStatus] = &[
     row(
         "vmwarden",
         "0",
-        "Success: `status` whatever state the VMs are in, a dry-run `reap` whatever it finds, `verify-clean` clean, `purge` done, `stop` stopped (or it was not running), `wait-ready` answered, `balloon` target set, `console` detached (or its VM's console closed), `metrics` printed or written, `render-unit` printed, `adopt` planned (dry run) or done (also `--help`, `--version`).",
+        "Success: `status` whatever state the VMs are in, a dry-run `reap` whatever it finds, `verify-clean` clean, `purge` done, `stop` stopped (or it was not running), `hibernate` captured and stopped, `wait-ready` answered (a restored guest running, its snapshot consumed), `balloon` target set, `console` detached (or its VM's console closed), `metrics` printed or written, `render-unit` printed, `adopt` planned (dry run) or done (also `--help`, `--version`).",
     ),
     row(
         "vmwarden",
         "1",
-        "An error or a refusal: a bad VM name or root, a VM that might be running, an unreadable record; `verify-clean` dirty; `reap --apply` with a failure; `purge` without a terminal, not confirmed, refused or incomplete; `wait-ready` timed out or the VM died; `stop` could not stop it; `balloon` on a VM not running, without a balloon or past its bound, or a control socket that did not answer; `console` on a VM not running or without a console; `metrics --output` could not write its file; `render-unit` refused the spec or a bad `--interval`/`--textfile-dir`; `adopt` refused (either side's VM might be running, a target exists, a symlink, hard link, device node or other file system, a bad `--from` or spec; nothing changed) or failed (run it again to finish).",
+        "An error or a refusal: a bad VM name or root, a VM that might be running, an unreadable record; `verify-clean` dirty; `reap --apply` with a failure; `purge` without a terminal, not confirmed, refused or incomplete; `wait-ready` timed out or the VM died; `stop` could not stop it; `hibernate` refused (`hibernate.allowed` not true, not running, a capture in progress) or failed (the VM resumed, the partial snapshot deleted); `balloon` on a VM not running, without a balloon or past its bound, or a control socket that did not answer; `console` on a VM not running or without a console; `metrics --output` could not write its file; `render-unit` refused the spec or a bad `--interval`/`--textfile-dir`; `adopt` refused (either side's VM might be running, a target exists, a symlink, hard link, device node or other file system, a bad `--from` or spec; nothing changed) or failed (run it again to finish).",
     ),
     row(
         "vmwarden",
