@@ -319,3 +319,41 @@ fn a_kill_at_every_capture_kill_point_then_stop_and_cleanup_is_clean() {
         assert!(!snap(&env, "kill").exists() && !record(&env, "kill").exists());
     }
 }
+
+#[test]
+fn a_kill_after_every_launch_step_of_a_restore_keeps_the_snapshot_and_cleanup_is_clean() {
+    require_root();
+    require_fault_injection();
+    let env = Env::new();
+    spec(&env, "rk", 35);
+    let (mut g, (up1, marker)) = boot(&env, "rk", "rk.1.log");
+    let h = hibernate(&env, "rk");
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    g.wait_exit(Duration::from_secs(15));
+    env.assert_clean("rk");
+    let steps = launch_steps();
+    assert!(steps.iter().any(|s| s == "restore-checked"), "{steps:?}");
+    for step in &steps {
+        env.launch_killed_after("rk", step);
+        env.assert_clean_after("rk", step);
+        // Only wait-ready consumes it: a killed restore leaves it as it was.
+        assert!(
+            snap(&env, "rk").is_dir(),
+            "after {step}: the snapshot is gone"
+        );
+        assert!(
+            record(&env, "rk").is_file(),
+            "after {step}: the record is gone"
+        );
+        assert!(!partial(&env, "rk").exists());
+    }
+    // And it still restores the same guest.
+    let mut g2 = spawn_logged(env.launch_cmd("rk"), env.path("rk.2.log"));
+    let r = env.vmwarden(&["wait-ready", "rk", "--timeout", "120"]);
+    assert!(r.status.success(), "{}\n{}", text(&r), g2.log_text());
+    let (up2, marker2) = tick_after(&mut g2, 0, Duration::from_secs(30));
+    assert_eq!(marker2, marker);
+    assert!(up2 >= up1);
+    g2.kill();
+    env.assert_clean("rk");
+}
