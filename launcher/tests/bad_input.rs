@@ -1575,7 +1575,43 @@ fn cases() -> Vec<Case> {
     .chain(volume_cases())
     .chain(trust_walk_cases())
     .chain(user_network_cases())
+    .chain(hibernate_cases())
     .collect()
+}
+
+/// `hibernate.allowed` where a snapshot cannot be taken: refused naming
+/// the field, before anything exists.
+fn hibernate_cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "hibernate with a 9p share",
+            setup: with_spec(|env, s| {
+                s["hibernate"] = json!({ "allowed": true });
+                let src = share_dir(env, "share", 0, 0, 0o755);
+                share(s, "data", &src, "9p", true);
+            }),
+            env: None,
+            expect: &["`shares[0].proto`", "QEMU can migrate"],
+        },
+        Case {
+            name: "hibernate with vsock.backend user",
+            setup: with_spec(|_, s| {
+                s["hibernate"] = json!({ "allowed": true });
+                s["vsock"] =
+                    json!({ "cid": 5, "backend": "user", "binary": "/usr/bin/vhost-device-vsock" });
+            }),
+            env: None,
+            expect: &["`vsock.backend`", "vhost-user-vsock"],
+        },
+        Case {
+            name: "hibernate.on_mismatch not a choice",
+            setup: with_spec(|_, s| {
+                s["hibernate"] = json!({ "allowed": true, "on_mismatch": "resume-anyway" });
+            }),
+            env: None,
+            expect: &["unknown variant `resume-anyway`", "`cold-boot`"],
+        },
+    ]
 }
 
 /// `user_network` (passt): refused before anything exists, naming the
