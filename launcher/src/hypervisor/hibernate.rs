@@ -184,7 +184,24 @@ impl Hibernator for QemuHibernator {
 
     fn restored(&self, control: &Path, timeout: Duration) -> Result<bool, CaptureError> {
         let mut q = Qmp::connect(control, timeout)?;
-        let status = q.status()?;
-        Ok(status == "running")
+        match q.status()?.as_str() {
+            "running" => Ok(true),
+            // The capture paused the guest first, and QEMU keeps the
+            // source's run state: once the stream is loaded, run it.
+            "paused" => {
+                let v = q.execute("query-migrate", None)?;
+                match v.get("status").and_then(Value::as_str) {
+                    Some("completed") => {
+                        q.execute("cont", None)?;
+                        Ok(true)
+                    }
+                    Some("failed") => Err(CaptureError::Failed(
+                        "QEMU could not load the snapshot".into(),
+                    )),
+                    _ => Ok(false),
+                }
+            }
+            _ => Ok(false),
+        }
     }
 }

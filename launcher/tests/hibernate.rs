@@ -1,0 +1,318 @@
+//! Hibernate and restore with a real QEMU guest (TCG): `vmwarden
+//! hibernate` writes the snapshot as the principal, the next start
+//! restores the very guest (its uptime and an in-memory marker go on) in
+//! the full sandbox and consumes the snapshot; a changed spec refuses by
+//! name; a failed capture resumes the guest; a kill at every capture kill
+//! point leaves nothing cleanup does not take; purge takes the snapshot.
+//! Needs root.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+use vmwarden::control::hibernate::KILL_POINTS;
+
+const BOOT: Duration = Duration::from_secs(120);
+const CAPTURE: &str = "120";
+
+/// A guest that, before READY, keeps a random marker in its memory (the
+/// initramfs is RAM) and prints it with its uptime every half second.
+const TICKER: &str = "cat /proc/sys/kernel/random/uuid >/marker\n\
+(while :; do read -r up _ </proc/uptime; echo \"VMWARDEN-TICK up=$up marker=$(cat /marker)\"; sleep 0.5; done) </dev/null &\n";
+
+fn spec(env: &Env, name: &str, n: u32) -> Value {
+    let mut s = env.shares_spec(name, uid(n), "hold", TICKER);
+    s["hibernate"] = json!({ "allowed": true });
+    env.write_spec(name, &s);
+    s
+}
+
+/// The last tick in `log` after byte `from`: (uptime, marker).
+fn last_tick(log: &str, from: usize) -> Option<(f64, String)> {
+    log.get(from..)?.lines().rev().find_map(|l| {
+        let l = l.strip_prefix("VMWARDEN-TICK up=")?;
+        let (up, marker) = l.split_once(" marker=")?;
+        Some((up.parse().ok()?, marker.trim().to_string()))
+    })
+}
+
+/// Wait for a tick past byte `from` of the guest's log.
+fn tick_after(g: &mut Guest, from: usize, limit: Duration) -> (f64, String) {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(t) = last_tick(&g.log_text(), from) {
+            return t;
+        }
+        assert!(Instant::now() < end, "no tick; log:\n{}", g.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn snap(env: &Env, name: &str) -> PathBuf {
+    env.state.join(name).join(".vmwarden-hibernate")
+}
+
+fn partial(env: &Env, name: &str) -> PathBuf {
+    env.state.join(name).join(".vmwarden-hibernate.new")
+}
+
+fn record(env: &Env, name: &str) -> PathBuf {
+    env.state.join(format!(".hibernated-{name}.json"))
+}
+
+/// Boot `name`, wait for READY, wait-ready and a first tick.
+fn boot(env: &Env, name: &str, log: &str) -> (Guest, (f64, String)) {
+    let mut g = spawn_logged(env.launch_cmd(name), env.path(log));
+    g.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    let r = env.vmwarden(&["wait-ready", name, "--timeout", "30"]);
+    assert!(r.status.success(), "{}", text(&r));
+    let t = tick_after(&mut g, 0, Duration::from_secs(30));
+    (g, t)
+}
+
+fn hibernate(env: &Env, name: &str) -> std::process::Output {
+    env.vmwarden(&["hibernate", name, "--timeout", CAPTURE])
+}
+
+#[test]
+fn hibernate_then_start_restores_the_guest_in_its_sandbox_and_consumes_the_snapshot() {
+    require_root();
+    let env = Env::new();
+    spec(&env, "hib", 31);
+    let (mut g, (up1, marker)) = boot(&env, "hib", "hib.1.log");
+    let h = hibernate(&env, "hib");
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    assert!(
+        g.wait_exit(Duration::from_secs(15)).is_some(),
+        "QEMU still runs after hibernate"
+    );
+
+    // The snapshot: the principal's 0700 directory, its file the
+    // principal's 0600 (written by QEMU, never root); root's record 0600.
+    let d = std::fs::symlink_metadata(snap(&env, "hib")).unwrap();
+    assert!(d.is_dir());
+    assert_eq!((d.uid(), d.mode() & 0o7777), (uid(31), 0o700));
+    let m = std::fs::symlink_metadata(snap(&env, "hib").join("memory")).unwrap();
+    assert_eq!((m.uid(), m.mode() & 0o7777), (uid(31), 0o600));
+    assert!(m.len() > 1024 * 1024, "memory is {} bytes", m.len());
+    let r = std::fs::symlink_metadata(record(&env, "hib")).unwrap();
+    assert_eq!((r.uid(), r.mode() & 0o7777), (0, 0o600));
+    assert!(!partial(&env, "hib").exists());
+
+    // status says hibernated, with size and age.
+    let st = env.vmwarden(&["status", "hib", "--json"]);
+    let v: Value = serde_json::from_slice(&st.stdout).unwrap();
+    let v = if v.is_array() { v[0].clone() } else { v };
+    assert_eq!(v["state"], "hibernated", "{v}");
+    assert_eq!(v["hibernated"]["bytes"], json!(m.len()), "{v}");
+    let table = env.vmwarden(&["status", "hib"]);
+    assert!(
+        String::from_utf8_lossy(&table.stdout).contains("hibernated:"),
+        "{}",
+        text(&table)
+    );
+    // Cleanup (the unit's ExecStopPost) keeps the complete snapshot.
+    let rep = env.assert_clean("hib");
+    assert!(
+        rep["kept"].to_string().contains(".vmwarden-hibernate"),
+        "{rep}"
+    );
+    assert!(snap(&env, "hib").is_dir());
+
+    // The next start restores: no boot (no READY), the same marker, the
+    // uptime going on from where it was.
+    let mut g2 = spawn_logged(env.launch_cmd("hib"), env.path("hib.2.log"));
+    // wait-ready (the unit's ExecStartPost) runs the loaded guest and
+    // consumes the snapshot.
+    let r = env.vmwarden(&["wait-ready", "hib", "--timeout", "120"]);
+    assert!(r.status.success(), "{}\n{}", text(&r), g2.log_text());
+    let (up2, marker2) = tick_after(&mut g2, 0, Duration::from_secs(30));
+    assert_eq!(marker2, marker, "the in-memory marker did not survive");
+    assert!(up2 >= up1, "uptime went back: {up1} then {up2}");
+    assert!(
+        !g2.log_text().contains("VMWARDEN-GUEST-READY"),
+        "the guest booted instead of resuming:\n{}",
+        g2.log_text()
+    );
+    // The restore consumed the snapshot and its record.
+    assert!(!snap(&env, "hib").exists(), "snapshot left after restore");
+    assert!(!record(&env, "hib").exists(), "record left after restore");
+
+    // In the same sandbox as a booted guest.
+    let pid = g2.pid();
+    assert_eq!(
+        proc_status(pid, "Uid"),
+        format!("{0}\t{0}\t{0}\t{0}", uid(31))
+    );
+    for set in ["CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(proc_status(pid, set), "0000000000000000", "{set}");
+    }
+    assert_eq!(proc_status(pid, "NoNewPrivs"), "1");
+    assert_eq!(proc_status(pid, "Seccomp"), "2");
+    assert!(seccomp_filters(pid) >= 2);
+    let vm_mounts = vmwarden::host::mountinfo::read(&pid.to_string()).unwrap();
+    let creds = vm_mounts
+        .iter()
+        .find(|m| m.mount_point == env.run.join("hib/credentials"))
+        .expect("the credential tmpfs, rebuilt at restore");
+    assert!(creds.has_option("noswap"));
+    assert_ne!(
+        std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap(),
+        std::fs::read_link("/proc/self/ns/mnt").unwrap()
+    );
+    // The guest goes on ticking.
+    let len = g2.log_text().len();
+    let (up3, _) = tick_after(&mut g2, len, Duration::from_secs(30));
+    assert!(up3 > up2);
+
+    let s = env.vmwarden(&["stop", "hib", "--timeout", "30"]);
+    assert!(s.status.success(), "{}", text(&s));
+    g2.wait_exit(Duration::from_secs(15));
+    env.assert_clean("hib");
+    // Consumed: the next start boots.
+    let mut g3 = spawn_logged(env.launch_cmd("hib"), env.path("hib.3.log"));
+    g3.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    g3.kill();
+    env.assert_clean("hib");
+}
+
+#[test]
+fn a_changed_spec_refuses_the_restore_by_name_and_purge_takes_the_snapshot() {
+    require_root();
+    let env = Env::new();
+    let mut s = spec(&env, "chg", 32);
+    let (mut g, _) = boot(&env, "chg", "chg.1.log");
+    let h = hibernate(&env, "chg");
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    g.wait_exit(Duration::from_secs(15));
+    env.assert_clean("chg");
+
+    // The spec changed since the capture: refused, exit 78, by name, the
+    // snapshot kept and nothing made.
+    s["memory_mib"] = json!(320);
+    env.write_spec("chg", &s);
+    let out = env.launch_cmd("chg").output().unwrap();
+    assert_eq!(out.status.code(), Some(78), "{}", text(&out));
+    let e = stderr(&out);
+    assert!(
+        e.contains("does not match") && e.contains("spec:") && e.contains("hibernate.on_mismatch"),
+        "{e}"
+    );
+    assert!(snap(&env, "chg").is_dir() && record(&env, "chg").is_file());
+    assert!(!env.run.join("chg/instance.json").exists());
+
+    // So is another kernel (the binary, initrd and disks likewise).
+    // on_mismatch = cold-boot: booted cold, logged, the snapshot kept.
+    s["hibernate"]["on_mismatch"] = json!("cold-boot");
+    env.write_spec("chg", &s);
+    let mut g2 = spawn_logged(env.launch_cmd("chg"), env.path("chg.2.log"));
+    g2.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    assert!(g2.log_text().contains("booting cold"), "{}", g2.log_text());
+    g2.kill();
+    env.assert_clean("chg");
+    assert!(snap(&env, "chg").is_dir());
+
+    // purge deletes it (state dir minus the keep set) and its record;
+    // verify-clean is clean.
+    let (ok, out) = purge_on_pty(&env, &["chg"], "chg");
+    assert!(ok, "purge: {out}");
+    assert!(!snap(&env, "chg").exists(), "purge left the snapshot");
+    assert!(!record(&env, "chg").exists(), "purge left the record");
+    let v = env.verify_clean(&["chg"]);
+    assert!(v.status.success(), "{}", text(&v));
+}
+
+#[test]
+fn a_failed_capture_resumes_the_guest_and_keeps_nothing() {
+    require_root();
+    let env = Env::new();
+    spec(&env, "fail", 33);
+    // The state dir on a 4 MiB tmpfs of the principal's: QEMU's write of
+    // 256 MiB of RAM fails for real (ENOSPC).
+    let dir = env.state.join("fail");
+    std::fs::create_dir_all(&env.state).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    let opts = format!("size=4m,mode=0700,uid={0},gid={0}", uid(33));
+    nix::mount::mount(
+        Some("vmwarden-test-small"),
+        &dir,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some(opts.as_str()),
+    )
+    .unwrap();
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+    let _u = Unmount(dir.clone());
+    let (mut g, (up1, marker)) = boot(&env, "fail", "fail.log");
+    let h = hibernate(&env, "fail");
+    assert!(!h.status.success(), "hibernate should fail: {}", text(&h));
+    let e = stderr(&h);
+    assert!(e.contains("capture failed") && e.contains("resumed"), "{e}");
+    // Resumed: it ticks on, the same guest.
+    let len = g.log_text().len();
+    let (up2, marker2) = tick_after(&mut g, len, Duration::from_secs(30));
+    assert_eq!(marker2, marker);
+    assert!(up2 > up1);
+    let mut q = vmwarden::hypervisor::qmp::Qmp::connect(
+        &env.run.join("fail/control/qmp.sock"),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert_eq!(q.status().unwrap(), "running");
+    drop(q);
+    // Nothing half written is kept, and no record.
+    assert!(!partial(&env, "fail").exists());
+    assert!(!snap(&env, "fail").exists());
+    assert!(!record(&env, "fail").exists());
+    let s = env.vmwarden(&["stop", "fail", "--timeout", "30"]);
+    assert!(s.status.success(), "{}", text(&s));
+    g.wait_exit(Duration::from_secs(15));
+    env.assert_clean("fail");
+}
+
+#[test]
+fn a_kill_at_every_capture_kill_point_then_stop_and_cleanup_is_clean() {
+    require_root();
+    require_fault_injection();
+    let env = Env::new();
+    spec(&env, "kill", 34);
+    for at in KILL_POINTS {
+        let (mut g, _) = boot(&env, "kill", &format!("kill.{at}.log"));
+        let h = env
+            .vmwarden_cmd()
+            .args(["hibernate", "kill", "--timeout", CAPTURE])
+            .env("VMWARDEN_FAULT_AFTER", format!("hibernate:{at}"))
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(h.status.signal(), Some(9), "{at}: {}", text(&h));
+        // The operator stops what is left (a paused guest) and the unit's
+        // cleanup runs: clean, nothing half written left.
+        let s = env.vmwarden(&["stop", "kill", "--timeout", "5"]);
+        assert!(s.status.success(), "{at}: {}", text(&s));
+        g.wait_exit(Duration::from_secs(15));
+        env.assert_clean_after("kill", &format!("hibernate:{at}"));
+        assert!(
+            !partial(&env, "kill").exists(),
+            "{at}: the partial snapshot is left"
+        );
+        // Only a recorded snapshot is kept (the user's, restorable).
+        assert_eq!(
+            snap(&env, "kill").exists(),
+            record(&env, "kill").exists(),
+            "{at}: a snapshot without its record, or a record without it"
+        );
+        let (ok, out) = purge_on_pty(&env, &["kill", "--keep-identity"], "kill");
+        assert!(ok, "{at}: purge: {out}");
+        assert!(!snap(&env, "kill").exists() && !record(&env, "kill").exists());
+    }
+}
