@@ -218,7 +218,7 @@ fn a_changed_spec_refuses_the_restore_by_name_and_purge_takes_the_snapshot() {
 
     // purge deletes it (state dir minus the keep set) and its record;
     // verify-clean is clean.
-    let (ok, out) = purge_on_pty(&env, &["chg"], "chg");
+    let (ok, out) = purge_on_pty(&env, &["chg"], vmwarden::teardown::purge::CONFIRM_PHRASE);
     assert!(ok, "purge: {out}");
     assert!(!snap(&env, "chg").exists(), "purge left the snapshot");
     assert!(!record(&env, "chg").exists(), "purge left the record");
@@ -311,7 +311,11 @@ fn a_kill_at_every_capture_kill_point_then_stop_and_cleanup_is_clean() {
             record(&env, "kill").exists(),
             "{at}: a snapshot without its record, or a record without it"
         );
-        let (ok, out) = purge_on_pty(&env, &["kill", "--keep-identity"], "kill");
+        let (ok, out) = purge_on_pty(
+            &env,
+            &["kill", "--keep-identity"],
+            vmwarden::teardown::purge::CONFIRM_PHRASE,
+        );
         assert!(ok, "{at}: purge: {out}");
         assert!(!snap(&env, "kill").exists() && !record(&env, "kill").exists());
     }
