@@ -2331,7 +2331,7 @@ hib_down() { # VM CURSOR: after the capture: unit down for good, snapshot comple
   note "$vm hibernated: $(du -sm "$snap" | cut -f1) MiB, unit inactive"
 }
 hib_back() { # VM CURSOR "UP MARKER" (before): restored, not booted
-  local vm=$1 u=microvm@$1.service before=$3 t up0=${3%% *} m0=${3#* } up1 m1
+  local vm=$1 u=microvm@$1.service before=$3 t up0=${3%% *} m0=${3#* } up1 m1 t0=$SECONDS
   t=$(hib_wait_tick "$u" "$2" 180) || { fail "$vm: no tick within 180 s of the restoring start: $(jlog "$u" "$2" | tail -4 | tr '\n' ' ')"; return 1; }
   up1=${t%% *} m1=${t#* }
   [ "$m1" = "$m0" ] || { fail "$vm: the marker changed ($m0 -> $m1): booted, not restored"; return 1; }
@@ -2340,7 +2340,7 @@ hib_back() { # VM CURSOR "UP MARKER" (before): restored, not booted
   hv_running "$vm" "$2" || return 1
   [ ! -e "$STATE_ROOT/$vm/.vmwarden-hibernate" ] && [ ! -e "$STATE_ROOT/.hibernated-$vm.json" ] \
     || { fail "$vm: the snapshot was not consumed by the restore"; return 1; }
-  note "$vm restored: marker kept, uptime $up0 -> $up1, no second boot, snapshot consumed (before: $before)"
+  note "$vm restored: marker kept, uptime $up0 -> $up1, no second boot, snapshot consumed (before: $before); restore_s<=$((SECONDS - t0)) after the start returned"
 }
 hib_stop() { # VM CURSOR
   local u=microvm@$1.service
