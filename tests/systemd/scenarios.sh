@@ -2360,8 +2360,9 @@ s_hib() { # VM
   out=$("$VMW" hibernate "$vm" --timeout 240 2>&1) || { fail "$vm: vmwarden hibernate failed: $(printf '%s' "$out" | tr '\n' ' ' | head -c 400)"; return 1; }
   log "$vm: $out"
   hib_down "$vm" "$c2" || return 1
-  c1=$(mark)
+  c1=$(mark); local ts=$SECONDS
   systemctl start "$u" || { fail "$vm: the restoring start failed: $(jlog "$u" "$c1" | tail -4 | tr '\n' ' ')"; return 1; }
+  note "$vm restoring start (to active, after wait-ready) $((SECONDS - ts)) s"
   hib_back "$vm" "$c1" "$t" || return 1
   hib_stop "$vm" "$c1"
 }
