@@ -1480,7 +1480,7 @@ s_all_clean() {
   [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
   p=$(pgrep -a 'qemu-system|cloud-hyperviso|firecracker' 2>/dev/null)
   [ -z "$p" ] || { fail "hypervisors still running: $p"; return 1; }
-  for v in a b c vol vsk vfs un ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mtr res hbq hbc hbf; do independent_clean $v || return 1; done
+  for v in a b c vol vsk vfs un ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mtr res hbq; do independent_clean $v || return 1; done
   p=$(pgrep -u microvm 2>/dev/null | tr '\n' ' ')
   [ -z "$p" ] || { fail "processes of microvm (the coexist scenario's foreign VM) left: $p"; return 1; }
   note "verify-clean (all VMs) clean, no hypervisor left"
@@ -2288,8 +2288,7 @@ s_guest_bytes() {
 }
 
 # ---------------------------------------------------------------- hibernate
-# hibernate_qemu, hibernate_cloud_hypervisor, hibernate_firecracker: a VM
-# (hbq, hbc, hbf: a guest that keeps a random marker in memory and prints it
+# hibernate_qemu: a VM (hbq: a guest that keeps a random marker in memory and prints it
 # with its uptime every second) started by its unit, put down to disk with
 # `vmwarden hibernate`, its unit then inactive (not failed, not restarted),
 # its snapshot the principal's and complete, `status` saying hibernated and
@@ -2367,8 +2366,6 @@ s_hib() { # VM
   hib_stop "$vm" "$c1"
 }
 s_hibernate_qemu() { s_hib hbq; }
-s_hibernate_cloud_hypervisor() { s_hib hbc; }
-s_hibernate_firecracker() { s_hib hbf; }
 s_host_shutdown_restore() {
   local vm=hbq u=microvm@hbq.service h=vmwarden-hibernate-on-shutdown.service c1 c2 t rec=$STATE_ROOT/.hibernated-at-shutdown.json
   systemctl start "$h" || { fail "$h: the boot-time start failed: $(journalctl -q -u "$h" -n 4 | tr '\n' ' ')"; return 1; }
@@ -2436,8 +2433,6 @@ else
   run_scenario usb_passthrough s_usb_passthrough
   run_scenario hibernate_qemu s_hibernate_qemu
   run_scenario host_shutdown_restore s_host_shutdown_restore
-  run_scenario hibernate_cloud_hypervisor s_hibernate_cloud_hypervisor
-  run_scenario hibernate_firecracker s_hibernate_firecracker
   run_scenario all_clean s_all_clean
 fi
 say "SCENARIOS passed=$PASS failed=$FAIL"
