@@ -1,7 +1,7 @@
 # What the options become on the host: one system user and group per VM,
 # /etc/vmwarden/vms/<name>.json, the template unit (microvm@ by default,
 # vmwarden.unitPrefix) with one drop-in per VM, its target, the
-# boot-time reap report and the metrics timer.
+# boot-time reap report, the metrics timer and the shutdown's hibernation.
 {
   config,
   lib,
@@ -99,6 +99,9 @@ in {
         }
         // optionalAttrs metricsOn {
           vmwarden-metrics = metrics.service;
+        }
+        // optionalAttrs cfg.hibernateOnShutdown.enable {
+          vmwarden-hibernate-on-shutdown = vlib.hibernateOnShutdown names bin cfg.hibernateOnShutdown.timeout (builtins.attrNames vms);
         };
 
       systemd.timers = optionalAttrs metricsOn {

@@ -900,6 +900,22 @@ in rec {
     // nixosServiceDefaults
     // {restartIfChanged = false;};
 
+  # vmwarden-hibernate-on-shutdown.service (vmwarden.hibernateOnShutdown):
+  # the same data `render-unit --hibernate-on-shutdown` reads, with the
+  # deadline per VM; stopped before every declared VM (`vmNames`), not only
+  # the target's, so VMs started by hand are put down too. A switch that
+  # changes it must not stop it: its stop hibernates every VM
+  # (X-RestartIfChanged=false; X-StopOnRemoval=false is in the data).
+  hibernateOnShutdown = names: bin: timeout: vmNames: let
+    unit = fromUnitData ({"@bin@" = bin;} // names.subst // {"@timeout@" = toString timeout;}) "vmwarden-hibernate-on-shutdown.service.toml";
+  in
+    unit
+    // nixosServiceDefaults
+    // {
+      after = unit.after ++ map names.instance vmNames;
+      restartIfChanged = false;
+    };
+
   # vmwarden-metrics.service and .timer (vmwarden.metrics.textfile): the
   # same data `render-unit --metrics-service`/`--metrics-timer` reads, with
   # the textfile directory and the interval for @textfile@ and @interval@.

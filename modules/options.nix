@@ -1025,6 +1025,31 @@ in {
       '';
     };
 
+    hibernateOnShutdown = {
+      enable = mkEnableOption ''
+        hibernation of the running VMs at the host's shutdown and their
+        restore at the next boot, like libvirt-guests with managed save: at
+        shutdown, `vmwarden-hibernate-on-shutdown.service` hibernates every
+        running VM whose `hibernate.allowed` is true, one after another
+        (`vmwarden hibernate-all`); at boot it starts the units of those
+        VMs again, and each restores from its snapshot (`vmwarden
+        start-hibernated`). VMs that do not allow hibernation stop as
+        usual. Stopping the service by hand hibernates them at once
+        (docs/operating.md#hibernate)'';
+      timeout = mkOption {
+        type = types.ints.positive;
+        default = 300;
+        example = 60;
+        description = ''
+          Seconds each VM's capture may take at shutdown. A VM not
+          hibernated within it (or whose capture fails) is stopped
+          normally, and the journal says so. The VMs are put down one after
+          another, so a shutdown may wait up to this times the number of
+          VMs that allow hibernation, plus their normal stops.
+        '';
+      };
+    };
+
     metrics.textfile = {
       enable = mkEnableOption ''
         `vmwarden metrics` written every `interval` into node-exporter's

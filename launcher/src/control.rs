@@ -22,6 +22,7 @@ use crate::instance::liveness::{self, Probe, Verdict};
 use crate::launch::helpers::HelperKind;
 
 // -- The host's own tools: `vmwarden balloon` and `vmwarden console`. --
+pub mod at_shutdown;
 pub mod balloon;
 pub mod console;
 pub mod hibernate;
@@ -46,6 +47,8 @@ pub enum ControlError {
     Qmp(#[from] QmpError),
     #[error(transparent)]
     Hibernate(#[from] Box<hibernate::HibernateError>),
+    #[error(transparent)]
+    AtShutdown(#[from] Box<at_shutdown::AtShutdownError>),
     #[error(transparent)]
     Api(#[from] ApiError),
     /// `last` is the last attempt's error (none when there was no attempt).

@@ -17,6 +17,9 @@
 //! * `--metrics-service`, `--metrics-timer`: `vmwarden-metrics.service` and
 //!   its timer, which write `vmwarden metrics` into node-exporter's textfile
 //!   collector directory (`--textfile-dir`) every `--interval`;
+//! * `--hibernate-on-shutdown`: `vmwarden-hibernate-on-shutdown.service`,
+//!   which hibernates the VMs that allow it at shutdown (each within
+//!   `--hibernate-timeout` seconds) and starts them again at boot;
 //! * `--dropin NAME`: the per-VM drop-in
 //!   (`/etc/systemd/system/PREFIX@NAME.service.d/vmwarden.conf`) built from
 //!   the VM's launch spec: `LoadCredential=` for every credential whose
@@ -46,6 +49,7 @@ pub const REAP_REPORT_DATA: &str = include_str!("../../units/vmwarden-reap-repor
 pub const METRICS_SERVICE_DATA: &str = include_str!("../../units/vmwarden-metrics.service.toml");
 /// `units/vmwarden-metrics.timer.toml`, compiled in.
 pub const METRICS_TIMER_DATA: &str = include_str!("../../units/vmwarden-metrics.timer.toml");
+pub use shutdown::{DEFAULT_HIBERNATE_TIMEOUT, HIBERNATE_ON_SHUTDOWN_DATA};
 /// Where Debian's prometheus-node-exporter reads textfiles from.
 pub const DEFAULT_TEXTFILE_DIR: &str = "/var/lib/prometheus/node-exporter";
 /// How often the metrics timer writes them.
@@ -186,6 +190,12 @@ pub struct RenderUnitArgs {
     /// A systemd time span: how often the metrics timer fires.
     pub interval: String,
 
+    /// Print vmwarden-hibernate-on-shutdown.service instead.
+    pub hibernate_on_shutdown: bool,
+
+    /// Seconds each VM's capture may take at shutdown.
+    pub hibernate_timeout: u32,
+
     /// Print the drop-in of VM NAME (install it as
     /// /etc/systemd/system/PREFIX@NAME.service.d/vmwarden.conf).
     pub dropin: Option<VmName>,
@@ -222,6 +232,8 @@ impl Default for RenderUnitArgs {
             metrics: None,
             textfile_dir: PathBuf::from(DEFAULT_TEXTFILE_DIR),
             interval: DEFAULT_METRICS_INTERVAL.to_string(),
+            hibernate_on_shutdown: false,
+            hibernate_timeout: DEFAULT_HIBERNATE_TIMEOUT,
             dropin: None,
             spec: None,
             credentials_dir: PathBuf::from(DEFAULT_CREDENTIALS_DIR),
@@ -274,6 +286,7 @@ enum Which<'a> {
     Target,
     ReapReport,
     Metrics(MetricsUnit),
+    HibernateOnShutdown,
     Dropin(&'a VmName),
 }
 
@@ -292,6 +305,7 @@ pub fn render_unit(args: &RenderUnitArgs) -> Result<String, UnitError> {
         (None, true, ..) => Which::Target,
         (None, false, true, _) => Which::ReapReport,
         (None, false, false, Some(unit)) => Which::Metrics(unit),
+        (None, false, false, None) if args.hibernate_on_shutdown => Which::HibernateOnShutdown,
         (None, false, false, None) => Which::Template,
     };
     let names = UnitNames::for_prefix(&args.prefix)?;
@@ -351,6 +365,7 @@ pub fn render_unit(args: &RenderUnitArgs) -> Result<String, UnitError> {
                 .replace(INTERVAL_PLACEHOLDER, &args.interval);
             Ok(render(what, &entries(file, &data, Some(&bin), &names)?))
         }
+        Which::HibernateOnShutdown => shutdown::render_unit(args, &names),
         Which::Target => {
             let data = unit_data(args, "microvms.target.toml", TARGET_DATA)?;
             Ok(render(
@@ -738,6 +753,7 @@ fn unit_safe_dir(option: &'static str, dir: &Path) -> Result<String, UnitError> 
     Ok(s.trim_end_matches('/').to_string())
 }
 
+mod shutdown;
 #[cfg(test)]
 mod tests;
 

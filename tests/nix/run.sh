@@ -390,6 +390,7 @@ guest-router|ok
 metrics|ok
 resources|ok
 hibernate|ok
+hibernate-on-shutdown|ok
 CASES
 
   # Inline cases, one refusal each: LABEL|expected message|a module (Nix
@@ -922,6 +923,37 @@ open(p, "w").write(s.replace(a + "\n", b + "\n"))' "$ed/units/$1" "$2" "$3"
     else
       cat "$work/e"
       bad "the metrics units do not evaluate or render"
+    fi
+    # vmwarden.hibernateOnShutdown (tests/nix/cases/hibernate-on-shutdown.nix:
+    # 60 s per VM, two VMs, one not autostarted) and `render-unit
+    # --hibernate-on-shutdown --hibernate-timeout 60`: the same unit key by
+    # key but for the module's After= on each declared VM; the module's
+    # names both VMs; both verify; a switch neither restarts nor, on
+    # removal, stops it (that stop would hibernate every VM).
+    if ev checked.systemd.units "$top/tests/nix/cases/hibernate-on-shutdown.nix" "$work/stub-package.nix" >"$work/units-hib.json" 2>"$work/e" &&
+      python3 tests/nix/units.py write "$work/units-hib.json" "$work/hib-units" >/dev/null &&
+      "$vmw" render-unit --hibernate-on-shutdown --hibernate-timeout 60 --bin-dir "$stubs/bin" >"$ru/vmwarden-hibernate-on-shutdown.service"; then
+      u=vmwarden-hibernate-on-shutdown.service
+      text "$u" "$work/units-hib.json" >"$work/nix-unit"
+      if out=$(python3 tests/nix/units.py parity "$work/nix-unit" "$ru/$u" shutdown); then
+        ok "parity $u (vmwarden.hibernateOnShutdown): ${out#ok   }"
+      else
+        echo "$out"
+        bad "parity $u: the module and render-unit differ"
+      fi
+      if grep -q '^After=.*microvm@batch.service' "$work/nix-unit" && grep -q '^After=.*microvm@web.service' "$work/nix-unit" &&
+        grep -q '^X-RestartIfChanged=false' "$work/nix-unit" && grep -q '^X-StopOnRemoval=false' "$work/nix-unit" &&
+        grep -q '^ExecStop=.*vmwarden hibernate-all --timeout 60$' "$work/nix-unit"; then
+        ok "$u: after every declared VM, not restarted or stopped by a switch, 60 s per VM"
+      else
+        cat "$work/nix-unit"
+        bad "$u: After= of each VM, X-RestartIfChanged/X-StopOnRemoval=false or the deadline missing"
+      fi
+      verify "(module) $u" "$work/hib-units/$u"
+      verify "(render-unit) $u" "$ru/$u"
+    else
+      cat "$work/e"
+      bad "the hibernate-on-shutdown unit does not evaluate or render"
     fi
     # The unit's limits (tests/nix/cases/resources.nix) in a VM's drop-in:
     # it verifies, and the template with it stays within the exposure bound.

@@ -13,13 +13,15 @@
               [--cred-dir D --vm NAME]
       Compare a unit rendered by the module with `vmwarden render-unit`'s,
       key by key: same sections, same keys, same values in the same order.
-      KIND: template | reap | target | dropin. NixOS-only keys (X-*) are
+      KIND: template | reap | target | dropin | shutdown. NixOS-only keys (X-*) are
       ignored; for `target`, NixOS's Wants= (the autostart VMs) and the
       [Install] section (NixOS makes symlinks instead) are compared as
       documented differences; for `dropin`, LoadCredential= sources differ
       by design (the module points at the configured file, render-unit at
       D/NAME/CRED), so only the credential names are compared for equality
-      and render-unit's sources must be D/NAME/CRED.
+      and render-unit's sources must be D/NAME/CRED; for `shutdown`, the
+      module's After= adds every declared VM's unit (render-unit's host adds
+      them with `systemctl edit`), compared as a documented difference.
 
   units.py onekey NIX_ORIG RUST_ORIG NIX_EDIT RUST_EDIT KIND SECTION KEY VALUE
       One key of a unit's data (units/*.toml) was changed to VALUE in a copy:
@@ -184,6 +186,14 @@ def cmd_parity(nix_file, rust_file, kind, opts, quiet=False):
         if rust.get("Install") != {"WantedBy": ["multi-user.target"]}:
             return [f"target [Install] is {rust.get('Install')}, want WantedBy=multi-user.target"]
         rust.pop("Install")
+    if kind == "shutdown":
+        after = nix.get("Unit", {}).get("After", [])
+        vms = [u for line in after for u in line.split() if "@" in u and u.endswith(".service")]
+        nix["Unit"]["After"] = [" ".join(u for u in line.split() if u not in vms) for line in after]
+        notes.append(f"NixOS After= also {vms} (every declared VM)")
+        # X-StopOnRemoval=false is in the data (NixOS's switch reads it;
+        # systemd ignores X- keys): both print it, and it is checked apart.
+        rust = drop_nixos_only(rust)
     if kind == "dropin":
         vm, cred_dir = opts["--vm"], opts["--cred-dir"]
         n = nix.get("Service", {}).pop("LoadCredential", [])

@@ -178,7 +178,7 @@ unshare() { # DEST...: break the hard link to the cache before a tool edits the 
 # VM principals (an operator does this once per VM on a non-Nix host)
 unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
 systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
-  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mvt pci pc2 usb us2 hub mtr res; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
+  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mvt pci pc2 usb us2 hub mtr res hbq; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
       useradd --system --gid kvm --no-create-home --home-dir /var/lib/microvms --shell /usr/sbin/nologin microvm' \
   || die "cannot create the VM principals"
 grep -q '^vm-c:' "$ROOT/etc/passwd" && grep -q '^microvm:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
@@ -413,6 +413,13 @@ shares_spec rbq "$RBQ_SCRIPT" '"shares": [
   "vsock": { "cid": 9, "backend": "user", "binary": "/usr/local/bin/vhost-device-vsock" }' \
   | jq '.credentials = [ { "name": "token", "source": { "systemd": "token" } } ]' \
   | putc /etc/vmwarden/vms/rbq.json 0644
+# hbq: the hibernate_qemu and host_shutdown_restore scenarios' VM: before
+# READY its guest keeps a random marker in its memory (the initramfs is
+# RAM) and prints it with its uptime every second; a restore must go on
+# with the same marker and a later uptime, without a second READY.
+HIB_SCRIPT='cat /proc/sys/kernel/random/uuid >/marker
+(while :; do read -r up _ </proc/uptime; echo "VMWARDEN-TICK up=$up marker=$(cat /marker)"; sleep 1; done) </dev/null >/dev/ttyS0 2>&1 &'
+shares_spec hbq "$HIB_SCRIPT" '"hibernate": { "allowed": true }' | putc /etc/vmwarden/vms/hbq.json 0644
 shares_spec vnq "$VNQ_SCRIPT" '"interfaces": [ { "tap": "vmw-vnq0", "bridge": "vmwbr0", "vhost": true, "queues": 2 } ]' \
   | jq '.vcpus = 2 | .hypervisor.machine = "pc"' | putc /etc/vmwarden/vms/vnq.json 0644
 shares_spec mvt "$MVT_SCRIPT" '"interfaces": [ { "tap": "vmw-mvt0", "type": "macvtap", "mac": "02:00:00:00:78:02",
@@ -622,11 +629,17 @@ if [ "$MODE" = full ]; then
   put "$WORK/vmwarden-metrics.timer" "$UNITDIR/vmwarden-metrics.timer" 0644
   cp "$WORK/vmwarden-metrics.service" "$WORK/vmwarden-metrics.timer" "$OUTDIR/"
   mkdir -p "$ROOT/var/lib/prometheus/node-exporter"
+  # The shutdown's hibernation (host_shutdown_restore): installed, not
+  # enabled; the scenario starts and stops it as boot and shutdown do.
+  "$VMW" render-unit --hibernate-on-shutdown --hibernate-timeout 240 --bin-dir /usr/local/bin \
+    >"$WORK/vmwarden-hibernate-on-shutdown.service" || die "vmwarden render-unit --hibernate-on-shutdown failed"
+  put "$WORK/vmwarden-hibernate-on-shutdown.service" "$UNITDIR/vmwarden-hibernate-on-shutdown.service" 0644
+  cp "$WORK/vmwarden-hibernate-on-shutdown.service" "$OUTDIR/"
   put "$WORK/microvms.target" "$UNITDIR/microvms.target" 0644
   cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
   # per-VM credential drop-ins (what an operator installs per VM)
   HV_VMS=""; [ "$HV_SCENARIOS" = 1 ] && HV_VMS="ch fc chb fcb rbc rbf rbv"
-  for v in a b vol vsk vfs ops rbq st own vnq mvt pci pc2 usb us2 hub mtr res $HV_VMS; do
+  for v in a b vol vsk vfs ops rbq st own vnq mvt pci pc2 usb us2 hub mtr res hbq $HV_VMS; do
     "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
       --credentials-dir "$CREDDIR" >"$WORK/dropin-$v.conf" \
       || die "vmwarden render-unit --dropin $v failed"
@@ -701,6 +714,7 @@ if [ -n "$ONLY" ]; then SOAK_DEFAULT=50; else SOAK_DEFAULT=5; fi
   printf 'CREDS_un=\n'
   printf 'CREDS_st=\nCREDS_own=\nSTORE_FILE=%q\n' "$STORE_FILE"
   printf 'CREDS_vnq=\nCREDS_mvt=\nCREDS_mtr=\nCREDS_res=\nCREDS_pci=\nCREDS_pc2=\nPCI_ADDR=%q\n' "$PCI_ADDR"
+  printf 'CREDS_hbq=\n'
   printf 'CREDS_usb=\nCREDS_us2=\nCREDS_hub=\nUSB_IDS=%q\nUSB_BUS=%q\nUSB_ADDR=%q\n' "$USB_IDS" "$USB_BUS" "$USB_ADDR"
   printf 'HV_BRIDGE=%q\n%s' "$HV_BRIDGE" "$HV_ENV"; } | putc /opt/vmwarden-test/run.env 0644
 
@@ -726,7 +740,7 @@ timing image_build "$(since "$t")"
 SHARD_LISTS=(
   "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume share_created vhost_vsock vsock_ssh virtiofs_vsock guest_reboot macvtap resources all_clean"
   "user_net store_share owned_share vhost_net cloud_hypervisor firecracker hv_bench console balloon guest_bytes machined coexist metrics soak all_clean"
-  "pci_passthrough usb_passthrough all_clean"
+  "pci_passthrough usb_passthrough hibernate_qemu host_shutdown_restore all_clean"
 )
 ALL_SCENARIOS=$(sed -n '/^  run_scenario unit_verify /,/^fi$/s/^  run_scenario \([a-z0-9_]*\) .*/\1/p' "$HERE/scenarios.sh")
 [ -n "$ALL_SCENARIOS" ] || die "no scenario list found in scenarios.sh"

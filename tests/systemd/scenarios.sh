@@ -1480,7 +1480,7 @@ s_all_clean() {
   [ $rc -eq 0 ] || { fail "vmwarden verify-clean (all) rc=$rc: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
   p=$(pgrep -a 'qemu-system|cloud-hyperviso|firecracker' 2>/dev/null)
   [ -z "$p" ] || { fail "hypervisors still running: $p"; return 1; }
-  for v in a b c vol vsk vfs un ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mtr res; do independent_clean $v || return 1; done
+  for v in a b c vol vsk vfs un ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mtr res hbq; do independent_clean $v || return 1; done
   p=$(pgrep -u microvm 2>/dev/null | tr '\n' ' ')
   [ -z "$p" ] || { fail "processes of microvm (the coexist scenario's foreign VM) left: $p"; return 1; }
   note "verify-clean (all VMs) clean, no hypervisor left"
@@ -2287,6 +2287,114 @@ s_guest_bytes() {
   note "<0>, <1> and an escape/BEL line of the guest at priority 6 with <N> as text; no wall to $tty (utmp), where the control emergency arrived"
 }
 
+# ---------------------------------------------------------------- hibernate
+# hibernate_qemu: a VM (hbq: a guest that keeps a random marker in memory and prints it
+# with its uptime every second) started by its unit, put down to disk with
+# `vmwarden hibernate`, its unit then inactive (not failed, not restarted),
+# its snapshot the principal's and complete, `status` saying hibernated and
+# verify-clean clean; started again by its unit, it is restored: no second
+# READY, the same marker, a later uptime, the hypervisor in the full sandbox
+# as its principal, the snapshot consumed; then a clean stop.
+# host_shutdown_restore: the same for hbq through
+# vmwarden-hibernate-on-shutdown.service (render-unit
+# --hibernate-on-shutdown): its stop (what a shutdown does) hibernates hbq,
+# its start (what the next boot does) starts microvm@hbq over D-Bus, which
+# restores it.
+hib_tick() { # UNIT CURSOR -> "UP MARKER" of the newest tick after CURSOR
+  jlog "$1" "$2" | sed -n 's/^VMWARDEN-TICK up=\([0-9.]*\) marker=\([0-9a-f-]*\).*$/\1 \2/p' | tail -1
+}
+hib_wait_tick() { # UNIT CURSOR TIMEOUT_S -> "UP MARKER"
+  local end=$((SECONDS + $3)) t
+  while :; do
+    t=$(hib_tick "$1" "$2")
+    [ -n "$t" ] && { echo "$t"; return 0; }
+    [ $SECONDS -ge $end ] && return 1
+    sleep 1
+  done
+}
+hib_down() { # VM CURSOR: after the capture: unit down for good, snapshot complete
+  local vm=$1 u=microvm@$1.service snap=$STATE_ROOT/$1/.vmwarden-hibernate rec=$STATE_ROOT/.hibernated-$1.json out
+  wait_settled "$u" 120 || { fail "$vm: $u still $(state "$u") 120 s after the capture"; return 1; }
+  # RestartSec=5s: a unit that took the capture's end for a crash would be back by now
+  sleep 8
+  [ "$(state "$u")" = inactive ] \
+    || { fail "$vm: $u is $(state "$u") after the hibernation (want inactive: not failed, not restarted): $(jlog "$u" "$2" | tail -4 | tr '\n' ' ')"; return 1; }
+  [ -d "$snap" ] && [ ! -e "$snap.new" ] || { fail "$vm: snapshot $snap missing or $snap.new left: $(ls -la "$STATE_ROOT/$vm" | tr '\n' ' ')"; return 1; }
+  [ "$(stat -c '%U %a' "$snap")" = "vm-$vm 700" ] || { fail "$vm: $snap is $(stat -c '%U %a' "$snap"), want vm-$vm 700"; return 1; }
+  out=$(find "$snap" -mindepth 1 \( ! -user "vm-$vm" -o -perm /077 \) -printf '%p %u %m; ')
+  [ -z "$out" ] || { fail "$vm: snapshot files not the principal's 0600: $out"; return 1; }
+  [ "$(stat -c '%U %a' "$rec")" = "root 600" ] || { fail "$vm: record $rec is $(stat -c '%U %a' "$rec" 2>&1), want root 600"; return 1; }
+  out=$("$VMW" status "$vm" 2>&1)
+  printf '%s\n' "$out" | grep -q hibernated || { fail "$vm: vmwarden status does not say hibernated: $(printf '%s' "$out" | tr '\n' ' ' | head -c 300)"; return 1; }
+  check_clean "$vm" || return 1
+  note "$vm hibernated: $(du -sm "$snap" | cut -f1) MiB, unit inactive"
+}
+hib_back() { # VM CURSOR "UP MARKER" (before): restored, not booted
+  local vm=$1 u=microvm@$1.service before=$3 t up0=${3%% *} m0=${3#* } up1 m1 t0=$SECONDS
+  t=$(hib_wait_tick "$u" "$2" 180) || { fail "$vm: no tick within 180 s of the restoring start: $(jlog "$u" "$2" | tail -4 | tr '\n' ' ')"; return 1; }
+  up1=${t%% *} m1=${t#* }
+  [ "$m1" = "$m0" ] || { fail "$vm: the marker changed ($m0 -> $m1): booted, not restored"; return 1; }
+  awk -v a="$up0" -v b="$up1" 'BEGIN { exit !(b >= a) }' || { fail "$vm: uptime went back ($up0 -> $up1)"; return 1; }
+  ! jlog "$u" "$2" | grep -q '^VMWARDEN-GUEST-READY' || { fail "$vm: the guest booted again (a second READY)"; return 1; }
+  hv_running "$vm" "$2" || return 1
+  [ ! -e "$STATE_ROOT/$vm/.vmwarden-hibernate" ] && [ ! -e "$STATE_ROOT/.hibernated-$vm.json" ] \
+    || { fail "$vm: the snapshot was not consumed by the restore"; return 1; }
+  note "$vm restored: marker kept, uptime $up0 -> $up1, no second boot, snapshot consumed (before: $before); restore_s<=$((SECONDS - t0)) after the start returned"
+}
+hib_stop() { # VM CURSOR
+  local u=microvm@$1.service
+  systemctl stop "$u"
+  wait_settled "$u" 120 || { fail "$1: $u still $(state "$u") after stop"; return 1; }
+  check_cleanup "$1" "$u" "$2" && check_clean "$1"
+}
+s_hib() { # VM
+  local vm=$1 u=microvm@$1.service c1 c2 t out
+  [ -f "/etc/vmwarden/vms/$vm.json" ] || { fail "$vm: no spec (hypervisor binaries not installed in this run?)"; return 1; }
+  c1=$(mark)
+  systemctl start "$u" || { fail "$vm: start failed: $(jlog "$u" "$c1" | tail -4 | tr '\n' ' ')"; return 1; }
+  wait_guest "$vm" "$c1" || return 1
+  t=$(hib_wait_tick "$u" "$c1" 60) || { fail "$vm: no tick from the guest"; return 1; }
+  sleep 2; t=$(hib_tick "$u" "$c1")
+  c2=$(mark)
+  out=$("$VMW" hibernate "$vm" --timeout 240 2>&1) || { fail "$vm: vmwarden hibernate failed: $(printf '%s' "$out" | tr '\n' ' ' | head -c 400)"; return 1; }
+  log "$vm: $out"
+  hib_down "$vm" "$c2" || return 1
+  c1=$(mark); local ts=$SECONDS
+  systemctl start "$u" || { fail "$vm: the restoring start failed: $(jlog "$u" "$c1" | tail -4 | tr '\n' ' ')"; return 1; }
+  note "$vm restoring start (to active, after wait-ready) $((SECONDS - ts)) s"
+  hib_back "$vm" "$c1" "$t" || return 1
+  hib_stop "$vm" "$c1"
+}
+s_hibernate_qemu() { s_hib hbq; }
+s_host_shutdown_restore() {
+  local vm=hbq u=microvm@hbq.service h=vmwarden-hibernate-on-shutdown.service c1 c2 t rec=$STATE_ROOT/.hibernated-at-shutdown.json
+  systemctl start "$h" || { fail "$h: the boot-time start failed: $(journalctl -q -u "$h" -n 4 | tr '\n' ' ')"; return 1; }
+  c1=$(mark)
+  systemctl start "$u" || { fail "$vm: start failed"; return 1; }
+  wait_guest "$vm" "$c1" || return 1
+  t=$(hib_wait_tick "$u" "$c1" 60) || { fail "$vm: no tick from the guest"; return 1; }
+  sleep 2; t=$(hib_tick "$u" "$c1")
+  # the shutdown: systemd stops the unit, whose ExecStop= hibernates hbq
+  c2=$(mark)
+  systemctl stop "$h" || { fail "$h: stop (the shutdown's hibernation) failed: $(jlog "$h" "$c2" | tail -4 | tr '\n' ' ')"; return 1; }
+  jlog "$h" "$c2" | grep -q "hbq: hibernated" || { fail "$h: no 'hbq: hibernated' in its journal: $(jlog "$h" "$c2" | tail -4 | tr '\n' ' ')"; return 1; }
+  [ "$(jq -c .vms "$rec" 2>/dev/null)" = '["hbq"]' ] || { fail "$rec does not name hbq: $(cat "$rec" 2>&1)"; return 1; }
+  hib_down "$vm" "$c2" || return 1
+  # the next boot: the unit starts, and starts microvm@hbq, which restores
+  c1=$(mark)
+  systemctl start "$h" || { fail "$h: the boot-time start failed: $(jlog "$h" "$c1" | tail -4 | tr '\n' ' ')"; return 1; }
+  local end=$((SECONDS + 180))
+  until [ "$(state "$u")" = active ]; do
+    [ $SECONDS -lt $end ] || { fail "$vm: $u not started by $h within 180 s ($(state "$u")): $(jlog "$h" "$c1" | tail -3 | tr '\n' ' ')"; return 1; }
+    sleep 1
+  done
+  [ ! -e "$rec" ] || { fail "$rec left after the boot-time start"; return 1; }
+  hib_back "$vm" "$c1" "$t" || return 1
+  # hbq first: the unit's stop would hibernate it again
+  hib_stop "$vm" "$c1" || return 1
+  systemctl stop "$h"
+}
+
 # ---------------------------------------------------------------- main
 log "lsm=$lsm kvm=$(ls -l /dev/kvm 2>&1)"
 if [ "$MODE" = smoke ]; then
@@ -2323,6 +2431,8 @@ else
   run_scenario soak s_soak
   run_scenario pci_passthrough s_pci_passthrough
   run_scenario usb_passthrough s_usb_passthrough
+  run_scenario hibernate_qemu s_hibernate_qemu
+  run_scenario host_shutdown_restore s_host_shutdown_restore
   run_scenario all_clean s_all_clean
 fi
 say "SCENARIOS passed=$PASS failed=$FAIL"

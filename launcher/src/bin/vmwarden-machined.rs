@@ -1,5 +1,6 @@
 //! `vmwarden-machined`: the systemd-machined calls of the launcher,
-//! cleanup and verify-clean, in a binary of their own so that only it
+//! cleanup and verify-clean (and the one systemd call of `vmwarden
+//! start-hibernated`: starting a VM's unit), in a binary of their own so that only it
 //! links zbus (see `vmwarden::host::machined`). Not for operators: its
 //! callers find it beside their own executable, run it with an empty
 //! environment and read the one line it prints (`ok …`, `absent …`,
@@ -11,6 +12,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use vmwarden::config::names::VmName;
 use vmwarden::host::machined::bus;
+use vmwarden::unit::UnitNames;
 
 /// systemd-machined calls for vmwarden's own binaries (internal).
 #[derive(Debug, Parser)]
@@ -22,6 +24,9 @@ enum Call {
     Machine { name: VmName },
     /// UnregisterMachine.
     Unregister { name: VmName },
+    /// systemd's StartUnit(PREFIX@NAME.service, "replace"): `ok JOB`.
+    /// PREFIX is one units/unit-names.toml lists.
+    StartVmUnit { prefix: String, name: VmName },
 }
 
 fn main() -> ExitCode {
@@ -29,6 +34,13 @@ fn main() -> ExitCode {
         Call::Register { name, leader } => bus::register(name.as_str(), leader),
         Call::Machine { name } => bus::machine(name.as_str()),
         Call::Unregister { name } => bus::unregister(name.as_str()),
+        Call::StartVmUnit { prefix, name } => match UnitNames::for_prefix(&prefix) {
+            Ok(names) => bus::start_unit(&names.instance(&name)),
+            Err(e) => {
+                println!("err {e}");
+                return ExitCode::SUCCESS;
+            }
+        },
     };
     println!("{}", bus::line(r));
     ExitCode::SUCCESS

@@ -134,6 +134,8 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             ));
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::HibernateAll { timeout } => hibernate_all(&roots, timeout),
+        Cmd::StartHibernated { prefix } => start_hibernated(&roots, &prefix),
         Cmd::Balloon { name, size } => {
             control::balloon::set_balloon(&roots, &name, size)?;
             vmwarden::print_report(&format!(
@@ -210,6 +212,69 @@ fn stop(roots: &Roots, name: &VmName, timeout: f64) -> Result<ExitCode, Error> {
             .unwrap_or_default()
     ));
     Ok(ExitCode::SUCCESS)
+}
+
+/// `hibernate-all [--timeout S]`: one line per VM; non-zero when a VM
+/// was neither hibernated nor stopped.
+fn hibernate_all(roots: &Roots, timeout: f64) -> Result<ExitCode, Error> {
+    use control::at_shutdown::Outcome;
+    let names = vmwarden::status::gather::default_names(roots);
+    let done = control::at_shutdown::hibernate_all(roots, &names, Duration::from_secs_f64(timeout))
+        .map_err(|e| control::ControlError::from(Box::new(e)))?;
+    let mut failed = false;
+    for (name, o) in done {
+        let line = match o {
+            Outcome::Hibernated { bytes, ms } => {
+                format!("{name}: hibernated ({bytes} bytes, {ms} ms)")
+            }
+            Outcome::NotRunning => continue,
+            Outcome::NotAllowed => {
+                format!("{name}: left to its unit (hibernate.allowed is not set)")
+            }
+            Outcome::Stopped { why, by } => format!(
+                "{name}: stopped ({}) after: {why}",
+                serde_json::to_value(by)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            ),
+            Outcome::Failed { why, stop } => {
+                failed = true;
+                format!("{name}: NOT hibernated ({why}) and not stopped ({stop})")
+            }
+        };
+        vmwarden::print_report(&line);
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `start-hibernated [--prefix P]`: one line per VM; non-zero when a unit
+/// could not be started.
+fn start_hibernated(roots: &Roots, prefix: &str) -> Result<ExitCode, Error> {
+    unit::UnitNames::for_prefix(prefix)?;
+    let done = control::at_shutdown::start_hibernated(roots, prefix)
+        .map_err(|e| control::ControlError::from(Box::new(e)))?;
+    let mut failed = false;
+    for (name, r) in done {
+        let line = match r {
+            None => format!("{name}: not started (its snapshot is no longer recorded)"),
+            Some(Ok(job)) => format!("{name}: its unit is starting ({job})"),
+            Some(Err(e)) => {
+                failed = true;
+                format!("{name}: its unit could not be started: {e}")
+            }
+        };
+        vmwarden::print_report(&line);
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// `reap [--apply] [--kill] [--json]`: a dry run unless `--apply`.

@@ -30,6 +30,7 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::waitpid;
 use nix::unistd::ForkResult;
 
+use crate::config::names::VmName;
 use crate::host::trust::{self, Policy};
 
 /// `close_range`'s flags argument is an int (libc declares the flag, 1 << 2,
@@ -254,6 +255,18 @@ pub fn machine(name: &str) -> Result<Option<Machine>, MachinedError> {
 /// machine that is already gone is not an error.
 pub fn unregister(name: &str) -> Result<(), MachinedError> {
     call("unregister", name, &["unregister", name]).map(drop)
+}
+
+/// Ask systemd to start `PREFIX@NAME.service` (no wait for the job: the
+/// unit's own `ExecStartPost=` waits for the VM). `prefix` is one
+/// `units/unit-names.toml` knows; the unit name is built here, from parts
+/// that are already checked, never taken whole from a caller.
+pub fn start_vm_unit(prefix: &str, name: &VmName) -> Result<String, MachinedError> {
+    call(
+        "start the unit of",
+        name.as_str(),
+        &["start-vm-unit", prefix, name.as_str()],
+    )
 }
 
 #[cfg(test)]

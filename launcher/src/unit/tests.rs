@@ -93,12 +93,16 @@ fn template_has_the_launcher_commands_and_hardening() {
 }
 
 /// The compiled-in unit data, by file name.
-const DATA: [(&str, &str); 5] = [
+const DATA: [(&str, &str); 6] = [
     ("microvm@.service.toml", TEMPLATE_DATA),
     ("vmwarden-reap-report.service.toml", REAP_REPORT_DATA),
     ("vmwarden-metrics.service.toml", METRICS_SERVICE_DATA),
     ("vmwarden-metrics.timer.toml", METRICS_TIMER_DATA),
     ("microvms.target.toml", TARGET_DATA),
+    (
+        "vmwarden-hibernate-on-shutdown.service.toml",
+        HIBERNATE_ON_SHUTDOWN_DATA,
+    ),
 ];
 
 #[test]
@@ -608,4 +612,34 @@ fn dropin_puts_the_specs_limits_on_the_unit_and_refuses_bad_ones() {
     })));
     let e = render_unit(&dropin_args("web", bad.path())).unwrap_err();
     assert!(e.to_string().contains("resources.memory_high_mib"), "{e}");
+}
+
+#[test]
+fn the_shutdown_unit_hibernates_at_stop_and_starts_at_boot() {
+    let text = render_unit(&RenderUnitArgs {
+        hibernate_on_shutdown: true,
+        hibernate_timeout: 120,
+        prefix: "vmwarden".into(),
+        ..RenderUnitArgs::default()
+    })
+    .expect("renders");
+    for line in [
+        "ExecStop=/usr/local/bin/vmwarden hibernate-all --timeout 120",
+        "ExecStart=/usr/local/bin/vmwarden start-hibernated --prefix vmwarden",
+        "After=local-fs.target dbus.service vmwarden-vms.target",
+        "X-StopOnRemoval=false",
+        "RemainAfterExit=true",
+        "WantedBy=multi-user.target",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing in:\n{text}"
+        );
+    }
+    for placeholder in ["@timeout@", "@bin@", "@prefix@", "@target@"] {
+        assert!(
+            !text.contains(placeholder),
+            "{placeholder} left in:\n{text}"
+        );
+    }
 }

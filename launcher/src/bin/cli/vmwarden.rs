@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use vmwarden::config::names::VmName;
 use vmwarden::unit::{
     MetricsUnit, RenderUnitArgs, DEFAULT_BIN_DIR, DEFAULT_CREDENTIALS_DIR,
-    DEFAULT_METRICS_INTERVAL, DEFAULT_TEXTFILE_DIR,
+    DEFAULT_HIBERNATE_TIMEOUT, DEFAULT_METRICS_INTERVAL, DEFAULT_TEXTFILE_DIR,
 };
 
 use super::common::{LogArgs, RootArgs};
@@ -104,6 +104,34 @@ matches, and the restore consumes it (unless --keep-after-restore)."
         /// is still refused once the guest has written to a disk).
         #[arg(long)]
         keep_after_restore: bool,
+    },
+    /// Hibernate every running VM whose spec allows it, one after
+    /// another (vmwarden-hibernate-on-shutdown.service's ExecStop=).
+    #[command(
+        long_about = "At the host's shutdown: hibernate every running VM whose spec has \
+hibernate.allowed, one after another, each within --timeout; a VM that cannot be hibernated \
+in time is stopped normally, and that is logged. VMs whose spec does not allow hibernation are \
+left to their units. The VMs put down are recorded in STATE/.hibernated-at-shutdown.json, for \
+`vmwarden start-hibernated` at the next boot. Exits non-zero when a VM was neither hibernated \
+nor stopped."
+    )]
+    HibernateAll {
+        /// Seconds each VM's capture may take.
+        #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
+        timeout: f64,
+    },
+    /// Start the units of the VMs `hibernate-all` put down
+    /// (vmwarden-hibernate-on-shutdown.service's ExecStart=, at boot).
+    #[command(
+        long_about = "At boot: ask systemd to start PREFIX@NAME.service for each VM that \
+`vmwarden hibernate-all` put down at the last shutdown and whose snapshot is still recorded \
+(the unit restores it), then remove STATE/.hibernated-at-shutdown.json. Does not wait for the \
+VMs: each unit's own ExecStartPost= does."
+    )]
+    StartHibernated {
+        /// Unit prefix (units/unit-names.toml: microvm, vmwarden).
+        #[arg(long, default_value = "microvm", value_name = "PREFIX")]
+        prefix: String,
     },
     /// Set a running VM's memory balloon: SIZE (MiB, or with a K/M/G
     /// suffix) is the memory taken from the guest.
@@ -243,6 +271,17 @@ pub struct RenderUnitCli {
     #[arg(long, value_name = "SPAN", default_value = DEFAULT_METRICS_INTERVAL)]
     pub interval: String,
 
+    /// Print vmwarden-hibernate-on-shutdown.service (hibernate the VMs
+    /// that allow it at shutdown, restore them at boot) instead.
+    #[arg(long, conflicts_with_all = ["dropin", "target", "reap_report", "metrics_service", "metrics_timer"])]
+    pub hibernate_on_shutdown: bool,
+
+    /// Seconds each VM's capture may take at shutdown, for
+    /// --hibernate-on-shutdown; a VM past it is stopped normally.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_HIBERNATE_TIMEOUT,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub hibernate_timeout: u32,
+
     /// Print the drop-in of VM NAME (install it as
     /// /etc/systemd/system/PREFIX@NAME.service.d/vmwarden.conf).
     #[arg(long, value_name = "NAME")]
@@ -286,6 +325,8 @@ impl RenderUnitCli {
             },
             textfile_dir: self.textfile_dir,
             interval: self.interval,
+            hibernate_on_shutdown: self.hibernate_on_shutdown,
+            hibernate_timeout: self.hibernate_timeout,
             dropin: self.dropin,
             spec: self.spec,
             credentials_dir: self.credentials_dir,

@@ -91,3 +91,25 @@ pub fn unregister(name: &str) -> Result<String, CallError> {
     )?;
     Ok(String::new())
 }
+
+/// systemd's manager on the bus (for `start_unit`).
+const SYSTEMD_DEST: &str = "org.freedesktop.systemd1";
+const SYSTEMD_PATH: &str = "/org/freedesktop/systemd1";
+const SYSTEMD_MANAGER: &str = "org.freedesktop.systemd1.Manager";
+
+/// `StartUnit(unit, "replace")` on systemd's manager: the start job is
+/// queued and this returns at once with the job's path (what `systemctl
+/// start --no-block UNIT` does). The caller builds `unit` from a prefix
+/// `units/unit-names.toml` knows and a [`VmName`](crate::config::names::VmName).
+pub fn start_unit(unit: &str) -> Result<String, CallError> {
+    let c = system_bus()?;
+    let m = c.call_method(
+        Some(SYSTEMD_DEST),
+        SYSTEMD_PATH,
+        Some(SYSTEMD_MANAGER),
+        "StartUnit",
+        &(unit, "replace"),
+    )?;
+    let job: OwnedObjectPath = m.body().deserialize()?;
+    Ok(job.as_str().to_string())
+}

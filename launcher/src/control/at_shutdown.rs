@@ -1,0 +1,208 @@
+//! The host's shutdown and its next boot, as `libvirt-guests` does it with
+//! managed save: `vmwarden hibernate --all` (the `ExecStop=` of
+//! `vmwarden-hibernate-on-shutdown.service`) hibernates every running VM
+//! whose spec allows it, one after another, each within its deadline, and
+//! stops normally the one it could not hibernate; `vmwarden
+//! start-hibernated` (that unit's `ExecStart=`, at boot) starts the units
+//! of the VMs it put down, which restore them.
+//!
+//! The VMs put down are named in `STATE_ROOT/.hibernated-at-shutdown.json`
+//! (root 0600, written durably after each VM): a VM hibernated by hand
+//! stays down until it is started, as it would without the option. The
+//! boot reads the record once and removes it; a name whose snapshot is
+//! gone by then (purged, restored by hand) is skipped.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::names::VmName;
+use crate::config::paths::Roots;
+use crate::host::dirs::{self, DirError};
+use crate::host::machined;
+use crate::host::sys::SysError;
+use crate::instance::hibernated::{Manifest, ManifestError};
+use crate::instance::liveness::Probe;
+
+use super::hibernate::{hibernate, HibernateError};
+use super::{stop, ControlError, StoppedBy};
+
+/// The record's name in the state root (a dot name is no VM's).
+pub const RECORD: &str = ".hibernated-at-shutdown.json";
+
+/// The most bytes the record may have (a few thousand VM names).
+const MAX_RECORD_BYTES: u64 = 256 * 1024;
+
+/// How long the normal stop of a VM that could not be hibernated may take
+/// (the template's `vmwarden stop` default).
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The VMs `hibernate --all` put down, for the next boot.
+#[derive(Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AtShutdown {
+    pub vms: Vec<VmName>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AtShutdownError {
+    #[error(transparent)]
+    Dir(#[from] DirError),
+    #[error("{path}: cannot be parsed: {source}")]
+    Parse {
+        path: std::path::PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+}
+
+/// What became of one VM at the host's shutdown.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Put down to disk; named in the record.
+    Hibernated { bytes: u64, ms: u128 },
+    /// Not running: nothing to do.
+    NotRunning,
+    /// Its spec does not allow hibernation: left to its unit's stop.
+    NotAllowed,
+    /// Hibernation failed or passed the deadline (`why`); stopped normally.
+    Stopped { why: String, by: StoppedBy },
+    /// Hibernation failed (`why`) and so did the normal stop (`stop`): its
+    /// own unit's stop, which follows at a shutdown, is what is left.
+    Failed { why: String, stop: String },
+}
+
+impl AtShutdown {
+    /// The record, or an empty one when there is none.
+    pub fn read(roots: &Roots) -> Result<AtShutdown, AtShutdownError> {
+        let Some(root) = dirs::open_dir_if_exists(&roots.state_root)? else {
+            return Ok(AtShutdown::default());
+        };
+        match dirs::read_small(&root, RECORD, MAX_RECORD_BYTES)? {
+            None => Ok(AtShutdown::default()),
+            Some(b) => serde_json::from_slice(&b).map_err(|source| AtShutdownError::Parse {
+                path: root.path.join(RECORD),
+                source,
+            }),
+        }
+    }
+
+    fn write(&self, roots: &Roots) -> Result<(), AtShutdownError> {
+        let root = dirs::open_dir(&roots.state_root)?;
+        let mut bytes = serde_json::to_vec_pretty(self).expect("a list of names encodes");
+        bytes.push(b'\n');
+        Ok(dirs::durable_write(&root, RECORD, &bytes, 0o600)?)
+    }
+
+    fn remove(roots: &Roots) -> Result<(), AtShutdownError> {
+        let Some(root) = dirs::open_dir_if_exists(&roots.state_root)? else {
+            return Ok(());
+        };
+        match nix::unistd::unlinkat(
+            std::os::fd::AsFd::as_fd(&root.fd),
+            RECORD,
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        ) {
+            Ok(()) | Err(nix::errno::Errno::ENOENT) => Ok(()),
+            Err(errno) => Err(AtShutdownError::Dir(DirError::Sys(SysError {
+                op: "unlink",
+                path: root.path.join(RECORD),
+                errno,
+            }))),
+        }
+    }
+}
+
+/// Hibernate every VM of `names` that runs and whose spec allows it, one
+/// after another, each within `deadline`; stop normally each that fails or
+/// passes it (logged). The VMs put down are added to the record durably,
+/// one by one, so a shutdown cut short keeps what was done.
+pub fn hibernate_all(
+    roots: &Roots,
+    names: &[VmName],
+    deadline: Duration,
+) -> Result<Vec<(VmName, Outcome)>, AtShutdownError> {
+    let mut record = AtShutdown::read(roots)?;
+    let mut out = Vec::new();
+    let probe = Probe::single();
+    for name in names {
+        if probe.probe(roots, name).is_dead() {
+            out.push((name.clone(), Outcome::NotRunning));
+            continue;
+        }
+        let t0 = Instant::now();
+        let outcome = match hibernate(roots, name, deadline, false) {
+            Ok(h) => {
+                if !record.vms.contains(name) {
+                    record.vms.push(name.clone());
+                }
+                record.write(roots)?;
+                tracing::info!(vm = %name, bytes = h.bytes, "hibernated for the host's shutdown");
+                Outcome::Hibernated {
+                    bytes: h.bytes,
+                    ms: t0.elapsed().as_millis(),
+                }
+            }
+            Err(HibernateError::NotAllowed { .. }) => Outcome::NotAllowed,
+            Err(HibernateError::NotRunning(_)) => Outcome::NotRunning,
+            Err(e) => {
+                let why = e.to_string();
+                tracing::warn!(vm = %name, error = %why, "not hibernated within {} s; stopping it normally", deadline.as_secs());
+                match stop(roots, name, STOP_TIMEOUT) {
+                    Ok(by) => Outcome::Stopped { why, by },
+                    Err(e) => {
+                        let stop = match &e {
+                            ControlError::UnderUnit { .. }
+                            | ControlError::RebootsUnderUnit { .. } => {
+                                format!("{e}; its own unit stops it")
+                            }
+                            _ => e.to_string(),
+                        };
+                        tracing::warn!(vm = %name, error = %stop, "the normal stop failed too");
+                        Outcome::Failed { why, stop }
+                    }
+                }
+            }
+        };
+        out.push((name.clone(), outcome));
+    }
+    Ok(out)
+}
+
+/// At boot: ask systemd to start `PREFIX@NAME.service` for each VM the
+/// record names whose snapshot is still recorded, then remove the record.
+/// Each VM: `Ok(job)`, `Err(why)`, or skipped (`None`: no snapshot left).
+#[allow(clippy::type_complexity)]
+pub fn start_hibernated(
+    roots: &Roots,
+    prefix: &str,
+) -> Result<Vec<(VmName, Option<Result<String, String>>)>, AtShutdownError> {
+    let record = AtShutdown::read(roots)?;
+    let mut out = Vec::new();
+    if record.vms.is_empty() {
+        AtShutdown::remove(roots)?;
+        return Ok(out);
+    }
+    let root = dirs::open_dir(&roots.state_root)?;
+    for name in record.vms {
+        if Manifest::read(&root, &name)?.is_none() {
+            tracing::info!(vm = %name, "hibernated at the last shutdown, but its snapshot is no longer recorded; not started");
+            out.push((name, None));
+            continue;
+        }
+        let r = machined::start_vm_unit(prefix, &name).map_err(|e| e.to_string());
+        match &r {
+            Ok(job) => {
+                tracing::info!(vm = %name, job = %job, "hibernated at the last shutdown: its unit is started, and restores it")
+            }
+            Err(e) => {
+                tracing::warn!(vm = %name, error = %e, "hibernated at the last shutdown: its unit could not be started")
+            }
+        }
+        out.push((name, Some(r)));
+    }
+    AtShutdown::remove(roots)?;
+    Ok(out)
+}
