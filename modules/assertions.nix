@@ -395,7 +395,11 @@
   vms);
 in {
   config = mkIf cfg.enable {
-    warnings = vsockSshWarnings;
+    warnings =
+      vsockSshWarnings
+      # The shutdown's hibernation with no VM that allows it does nothing.
+      ++ lib.optional (cfg.hibernateOnShutdown.enable && !(lib.any (vm: vm.hibernate.allowed) vms))
+      "vmwarden.hibernateOnShutdown.enable is set, but no VM has hibernate.allowed = true: every VM stops normally at shutdown. Set vmwarden.vms.<name>.hibernate.allowed = true on the VMs to put down to disk.";
     assertions =
       concatLists (map perVm vms)
       ++ map (uid: {

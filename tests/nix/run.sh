@@ -679,6 +679,19 @@ PY
     bad "read-only share without nosuid,nodev: warnings not as expected"
   fi
 
+  # The shutdown's hibernation with no VM allowing hibernation: one warning
+  # saying what to set; none once a VM allows it.
+  if out=$(ev config.warnings "$top/tests/nix/cases/hibernate-on-shutdown.nix" 2>"$work/e") &&
+    out2=$(ev config.warnings "$top/tests/nix/cases/hibernate-on-shutdown-allowed.nix" 2>>"$work/e") &&
+    [ "$out2" = "[]" ] &&
+    python3 -c 'import json, sys; w = json.loads(sys.argv[1]); sys.exit(not (len(w) == 1 and w[0].startswith("vmwarden.hibernateOnShutdown.enable is set, but no VM has hibernate.allowed = true")))' "$out"; then
+    ok "hibernateOnShutdown without a VM that allows hibernation: one warning naming the option to set; none with one"
+  else
+    cat "$work/e"
+    echo "$out / $out2"
+    bad "hibernateOnShutdown: warnings not as expected"
+  fi
+
   # The stand-in for microvm.nix's guest module declares the options
   # microvm.nix declares, with its defaults.
   step "microvm.nix comparison"
