@@ -146,7 +146,9 @@ pub fn hibernate_all(
                     ms: t0.elapsed().as_millis(),
                 }
             }
-            Err(HibernateError::NotAllowed { .. }) => Outcome::NotAllowed,
+            Err(HibernateError::NotAllowed { .. } | HibernateError::ConfiguredForbids { .. }) => {
+                Outcome::NotAllowed
+            }
             Err(HibernateError::NotRunning(_)) => Outcome::NotRunning,
             Err(e) => {
                 let why = e.to_string();

@@ -42,12 +42,18 @@ use crate::instance::liveness::Probe;
 /// once complete, once renamed, once recorded.
 pub const KILL_POINTS: &[&str] = &["made", "started", "captured", "renamed", "recorded"];
 
+/// Where `VMWARDEN_FAULT_AFTER=hibernate:running` kills `wait-ready` of a
+/// restored VM: once its guest runs again.
+pub const RESTORE_KILL_POINT: &str = "running";
+
 #[derive(Debug, thiserror::Error)]
 pub enum HibernateError {
     #[error("VM {0} is not running; nothing to hibernate")]
     NotRunning(String),
     #[error("VM {name}: field `hibernate.allowed` of the spec it runs is not true; a snapshot puts the guest's memory, credentials included, on disk, so hibernation is refused unless the spec allows it")]
     NotAllowed { name: String },
+    #[error("VM {name}: field `hibernate.allowed` of its configured spec is not true (the running instance was launched when it was): hibernation is refused; restart the VM to run the spec as configured")]
+    ConfiguredForbids { name: String },
     #[error("VM {name}: {path} exists: a capture is in progress or was killed; stop the VM (cleanup deletes it) before hibernating again")]
     InProgress { name: String, path: PathBuf },
     #[error("VM {name}: the capture failed ({cause}); the VM was resumed and the partial snapshot {partial} deleted")]
@@ -152,6 +158,18 @@ fn delete(state_dir: &Dir, entry: &str) -> ownership::Outcome {
     ownership::delete_entries(state_dir, &[OsString::from(entry)], None)
 }
 
+/// Whether the spec configured for `name` now exists and does not allow
+/// hibernation (or cannot be read: refusing is the safe side). No
+/// configured spec (a VM launched from another path) leaves the decision
+/// to the spec it runs.
+fn configured_forbids(roots: &Roots, name: &VmName) -> bool {
+    let path = roots.spec_path(name);
+    if std::fs::symlink_metadata(&path).is_err() {
+        return false;
+    }
+    !crate::config::spec::Spec::read(&path).is_ok_and(|s| hibernate::allowed(&s))
+}
+
 /// Hibernate VM `name` within `timeout` (the capture's).
 pub fn hibernate(
     roots: &Roots,
@@ -179,6 +197,13 @@ pub fn hibernate(
     // launch), or a kill mid-capture would leave what nobody looks for.
     if !hibernate::allowed(&spec) || intent.snapshot().is_none() {
         return Err(HibernateError::NotAllowed { name: n });
+    }
+    // The spec as configured now must allow it too: an operator who set
+    // `hibernate.allowed = false` since the launch (a rebuild that did not
+    // restart the VM) does not want its memory written to disk, by hand
+    // or by `hibernate-all` at the host's shutdown.
+    if configured_forbids(roots, name) {
+        return Err(HibernateError::ConfiguredForbids { name: n });
     }
     let h = for_kind(spec.hypervisor.kind).map_err(|cause| HibernateError::Hypervisor {
         name: n.clone(),
@@ -322,7 +347,7 @@ pub fn consume_if_restored(
     let control = crate::control::control_socket(roots, name, kind);
     let end = Instant::now() + timeout;
     loop {
-        match h.restored(&control, Duration::from_secs(5)) {
+        match h.loaded(&control, Duration::from_secs(5)) {
             Ok(true) => break,
             Ok(false) if Instant::now() < end => std::thread::sleep(Duration::from_millis(50)),
             Ok(false) => {
@@ -348,5 +373,14 @@ pub fn consume_if_restored(
         }
         tracing::info!(vm = %name, "restored; the snapshot is consumed");
     }
+    // Only now does the guest run: a kill before this line leaves it
+    // paused (the next wait-ready runs it), never a snapshot of a guest
+    // that ran, which the next start would restore a second time.
+    h.run_loaded(&control, Duration::from_secs(5))
+        .map_err(|cause| HibernateError::Hypervisor {
+            name: n.clone(),
+            cause,
+        })?;
+    fault(RESTORE_KILL_POINT);
     Ok(true)
 }

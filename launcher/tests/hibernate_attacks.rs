@@ -1,0 +1,157 @@
+//! Hibernation under attack and under a confused operator, with a real
+//! QEMU guest (TCG): a running VM whose configured spec no longer allows
+//! hibernation is not put down (by hand or at the host's shutdown), and a
+//! `wait-ready` killed once the restored guest runs never leaves its
+//! snapshot to be restored a second time. Needs root.
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+use vmwarden::control::hibernate::RESTORE_KILL_POINT;
+
+const BOOT: Duration = Duration::from_secs(120);
+
+/// A guest that keeps a random marker in its memory and prints it with
+/// its uptime every half second (as in tests/hibernate.rs).
+const TICKER: &str = "cat /proc/sys/kernel/random/uuid >/marker\n\
+(while :; do read -r up _ </proc/uptime; echo \"VMWARDEN-TICK up=$up marker=$(cat /marker)\"; sleep 0.5; done) </dev/null &\n";
+
+fn spec(env: &Env, name: &str, n: u32) -> Value {
+    let mut s = env.shares_spec(name, uid(n), "hold", TICKER);
+    s["hibernate"] = json!({ "allowed": true });
+    env.write_spec(name, &s);
+    s
+}
+
+fn last_tick(log: &str, from: usize) -> Option<(f64, String)> {
+    log.get(from..)?.lines().rev().find_map(|l| {
+        let l = l.strip_prefix("VMWARDEN-TICK up=")?;
+        let (up, marker) = l.split_once(" marker=")?;
+        Some((up.parse().ok()?, marker.trim().to_string()))
+    })
+}
+
+fn tick_after(g: &mut Guest, from: usize, limit: Duration) -> (f64, String) {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(t) = last_tick(&g.log_text(), from) {
+            return t;
+        }
+        assert!(Instant::now() < end, "no tick; log:\n{}", g.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn snap(env: &Env, name: &str) -> PathBuf {
+    env.state.join(name).join(".vmwarden-hibernate")
+}
+
+fn partial(env: &Env, name: &str) -> PathBuf {
+    env.state.join(name).join(".vmwarden-hibernate.new")
+}
+
+fn record(env: &Env, name: &str) -> PathBuf {
+    env.state.join(format!(".hibernated-{name}.json"))
+}
+
+fn boot(env: &Env, name: &str, log: &str) -> (Guest, (f64, String)) {
+    let mut g = spawn_logged(env.launch_cmd(name), env.path(log));
+    g.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    let r = env.vmwarden(&["wait-ready", name, "--timeout", "30"]);
+    assert!(r.status.success(), "{}", text(&r));
+    let t = tick_after(&mut g, 0, Duration::from_secs(30));
+    (g, t)
+}
+
+#[test]
+fn a_vm_whose_configured_spec_no_longer_allows_it_is_not_hibernated() {
+    require_root();
+    let env = Env::new();
+    let mut s = spec(&env, "cfg", 41);
+    let (mut g, (up1, marker)) = boot(&env, "cfg", "cfg.log");
+    // The operator forbids hibernation (a rebuild that did not restart
+    // the VM): the running instance was launched allowing it.
+    s["hibernate"] = json!({ "allowed": false });
+    env.write_spec("cfg", &s);
+
+    let h = env.vmwarden(&["hibernate", "cfg", "--timeout", "120"]);
+    assert!(!h.status.success(), "hibernated anyway: {}", text(&h));
+    let e = stderr(&h);
+    assert!(
+        e.contains("hibernate.allowed") && e.contains("configured spec"),
+        "{e}"
+    );
+    // Nor at the host's shutdown: left to its unit, still running.
+    let all = env.vmwarden(&["hibernate-all", "--timeout", "120"]);
+    assert!(all.status.success(), "{}", text(&all));
+    assert!(
+        String::from_utf8_lossy(&all.stdout).contains("cfg: left to its unit"),
+        "{}",
+        text(&all)
+    );
+    assert!(!env.state.join(".hibernated-at-shutdown.json").exists());
+    // No memory on disk, nothing recorded, the guest untouched.
+    assert!(!partial(&env, "cfg").exists());
+    assert!(!snap(&env, "cfg").exists());
+    assert!(!record(&env, "cfg").exists());
+    let len = g.log_text().len();
+    let (up2, marker2) = tick_after(&mut g, len, Duration::from_secs(30));
+    assert_eq!(marker2, marker);
+    assert!(up2 > up1);
+
+    let st = env.vmwarden(&["stop", "cfg", "--timeout", "30"]);
+    assert!(st.status.success(), "{}", text(&st));
+    g.wait_exit(Duration::from_secs(15));
+    env.assert_clean("cfg");
+}
+
+#[test]
+fn a_wait_ready_killed_once_the_restored_guest_runs_leaves_no_snapshot_to_restore_twice() {
+    require_root();
+    require_fault_injection();
+    let env = Env::new();
+    spec(&env, "twice", 42);
+    let (mut g, (up1, marker)) = boot(&env, "twice", "twice.1.log");
+    let h = env.vmwarden(&["hibernate", "twice", "--timeout", "120"]);
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("twice");
+
+    // Restore; wait-ready (the unit's ExecStartPost) is killed the moment
+    // the restored guest runs again.
+    let mut g2 = spawn_logged(env.launch_cmd("twice"), env.path("twice.2.log"));
+    let w = env
+        .vmwarden_cmd()
+        .args(["wait-ready", "twice", "--timeout", "120"])
+        .env(
+            "VMWARDEN_FAULT_AFTER",
+            format!("hibernate:{RESTORE_KILL_POINT}"),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(w.status.signal(), Some(9), "{}", text(&w));
+    let (up2, marker2) = tick_after(&mut g2, 0, Duration::from_secs(60));
+    assert_eq!(marker2, marker, "not the restored guest");
+    assert!(up2 >= up1);
+    // The guest ran: its snapshot must be gone already.
+    assert!(
+        !record(&env, "twice").exists(),
+        "the record of a snapshot whose guest already ran is left"
+    );
+    assert!(!snap(&env, "twice").exists(), "the snapshot is left");
+
+    let st = env.vmwarden(&["stop", "twice", "--timeout", "30"]);
+    assert!(st.status.success(), "{}", text(&st));
+    g2.wait_exit(Duration::from_secs(15));
+    env.assert_clean("twice");
+    // The next start boots cold: the snapshot is not restored twice.
+    let mut g3 = spawn_logged(env.launch_cmd("twice"), env.path("twice.3.log"));
+    g3.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    g3.kill();
+    env.assert_clean("twice");
+}
