@@ -2,7 +2,9 @@
 //! QEMU guest (TCG): a running VM whose configured spec no longer allows
 //! hibernation is not put down (by hand or at the host's shutdown), and a
 //! `wait-ready` killed once the restored guest runs never leaves its
-//! snapshot to be restored a second time. Needs root.
+//! snapshot to be restored a second time, and a snapshot kept for more
+//! restores that is rewritten in place (same inode, same size) is refused.
+//! Needs root.
 
 mod common;
 
@@ -154,4 +156,78 @@ fn a_wait_ready_killed_once_the_restored_guest_runs_leaves_no_snapshot_to_restor
     g3.wait_for("VMWARDEN-GUEST-READY", BOOT);
     g3.kill();
     env.assert_clean("twice");
+}
+
+#[test]
+fn a_kept_snapshot_rewritten_in_place_by_a_later_run_is_refused_by_name() {
+    require_root();
+    let env = Env::new();
+    spec(&env, "gold", 43);
+    let (mut g, (_, marker)) = boot(&env, "gold", "gold.1.log");
+    let h = env.vmwarden(&[
+        "hibernate",
+        "gold",
+        "--timeout",
+        "120",
+        "--keep-after-restore",
+    ]);
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("gold");
+
+    // A first restore: kept, as asked.
+    let mut g2 = spawn_logged(env.launch_cmd("gold"), env.path("gold.2.log"));
+    let r = env.vmwarden(&["wait-ready", "gold", "--timeout", "120"]);
+    assert!(r.status.success(), "{}\n{}", text(&r), g2.log_text());
+    assert_eq!(tick_after(&mut g2, 0, Duration::from_secs(30)).1, marker);
+    assert!(snap(&env, "gold").is_dir() && record(&env, "gold").exists());
+    // While it runs, its hypervisor (the principal, who owns the kept
+    // snapshot in the state dir it may write) rewrites the memory file in
+    // place: same inode, same size, other guest memory.
+    let mem = snap(&env, "gold").join("memory");
+    let before = std::fs::symlink_metadata(&mem).unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&mem).unwrap();
+        f.write_all_at(b"planted by the principal", before.len() / 2)
+            .unwrap();
+    }
+    let after = std::fs::symlink_metadata(&mem).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((after.ino(), after.len()), (before.ino(), before.len()));
+    let st = env.vmwarden(&["stop", "gold", "--timeout", "30"]);
+    assert!(st.status.success(), "{}", text(&st));
+    g2.wait_exit(Duration::from_secs(15));
+    env.assert_clean("gold");
+
+    // The next start refuses it by name (exit 78) instead of loading it.
+    let mut c = env.launch_cmd("gold");
+    let log = env.path("gold.3.log");
+    c.stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(env.path("gold.3.err")).unwrap());
+    let mut child = c.spawn().unwrap();
+    let end = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let err = std::fs::read_to_string(env.path("gold.3.err")).unwrap_or_default();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(78),
+        "the rewritten snapshot was not refused: {err}"
+    );
+    assert!(
+        err.contains(".vmwarden-hibernate: not the files captured"),
+        "{err}"
+    );
+    assert!(snap(&env, "gold").is_dir(), "the refused snapshot is kept");
+    env.assert_clean("gold");
 }
