@@ -146,6 +146,14 @@ fn a_wait_ready_killed_once_the_restored_guest_runs_leaves_no_snapshot_to_restor
         "the record of a snapshot whose guest already ran is left"
     );
     assert!(!snap(&env, "twice").exists(), "the snapshot is left");
+    // wait-ready again (an operator's, a health check's): the VM is ready,
+    // its snapshot long consumed.
+    let again = env.vmwarden(&["wait-ready", "twice", "--timeout", "30"]);
+    assert!(
+        again.status.success(),
+        "second wait-ready: {}",
+        text(&again)
+    );
 
     let st = env.vmwarden(&["stop", "twice", "--timeout", "30"]);
     assert!(st.status.success(), "{}", text(&st));
@@ -230,4 +238,50 @@ fn a_kept_snapshot_rewritten_in_place_by_a_later_run_is_refused_by_name() {
     );
     assert!(snap(&env, "gold").is_dir(), "the refused snapshot is kept");
     env.assert_clean("gold");
+}
+
+#[test]
+fn a_failed_capture_of_a_restored_guest_never_resumes_it_with_its_snapshot_still_there() {
+    require_root();
+    let env = Env::new();
+    spec(&env, "again", 44);
+    let (mut g, (_, marker)) = boot(&env, "again", "again.1.log");
+    let h = env.vmwarden(&["hibernate", "again", "--timeout", "120"]);
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("again");
+
+    // Restored by hand, no wait-ready: loaded and held paused.
+    let mut g2 = spawn_logged(env.launch_cmd("again"), env.path("again.2.log"));
+    let qmp = env.run.join("again/control/qmp.sock");
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let loaded = vmwarden::hypervisor::qmp::Qmp::connect(&qmp, Duration::from_secs(5))
+            .ok()
+            .and_then(|mut q| q.execute("query-migrate", None).ok())
+            .is_some_and(|v| v["status"] == "completed");
+        if loaded {
+            break;
+        }
+        assert!(Instant::now() < end, "never loaded: {}", g2.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A capture that cannot finish in time: it fails, and the guest is
+    // resumed (it ran before the hibernate, as far as the operator knows).
+    let h = env.vmwarden(&["hibernate", "again", "--timeout", "0.005"]);
+    assert!(!h.status.success(), "{}", text(&h));
+    let (_, marker2) = tick_after(&mut g2, 0, Duration::from_secs(30));
+    assert_eq!(marker2, marker);
+    // The guest runs: the snapshot it was restored from must be gone.
+    assert!(
+        !record(&env, "again").exists(),
+        "a resumed guest's snapshot is still recorded: {}",
+        text(&h)
+    );
+    assert!(!snap(&env, "again").exists() && !partial(&env, "again").exists());
+
+    let st = env.vmwarden(&["stop", "again", "--timeout", "30"]);
+    assert!(st.status.success(), "{}", text(&st));
+    g2.wait_exit(Duration::from_secs(15));
+    env.assert_clean("again");
 }

@@ -223,6 +223,11 @@ pub fn hibernate(
             path: new_path,
         });
     }
+    // An instance started from a snapshot that no wait-ready has consumed
+    // yet: consume it first (as wait-ready does), since a capture that
+    // fails resumes the guest, which must never run while its snapshot is
+    // still there to be restored again.
+    consume_if_restored(roots, name, &intent, timeout)?;
     let control = crate::control::control_socket(roots, name, spec.hypervisor.kind);
     let files = make_new(&state_dir, &principal, h)?;
     fault("made");
@@ -364,10 +369,15 @@ pub fn consume_if_restored(
     if !keep {
         hibernated::remove(&root, name)?;
         let state_dir = dirs::open_dir(&roots.state_dir(name))?;
-        if let Some(f) = delete(&state_dir, SNAPSHOT_DIR).failed.first() {
+        // Already consumed by an earlier wait-ready: nothing to delete.
+        let there = ownership::exists_at(&state_dir, OsStr::new(SNAPSHOT_DIR));
+        if let Some(f) = there
+            .then(|| delete(&state_dir, SNAPSHOT_DIR))
+            .and_then(|o| o.failed.into_iter().next())
+        {
             return Err(HibernateError::Sys(SysError {
                 op: "delete the restored snapshot",
-                path: f.path.clone(),
+                path: f.path,
                 errno: Errno::EIO,
             }));
         }
