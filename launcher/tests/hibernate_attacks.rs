@@ -285,3 +285,40 @@ fn a_failed_capture_of_a_restored_guest_never_resumes_it_with_its_snapshot_still
     g2.wait_exit(Duration::from_secs(15));
     env.assert_clean("again");
 }
+
+#[test]
+fn a_vm_restored_by_hand_then_hibernated_by_hand_is_not_started_at_the_next_boot() {
+    require_root();
+    let env = Env::new();
+    spec(&env, "shut", 45);
+    let (mut g, _) = boot(&env, "shut", "shut.1.log");
+    // The host's shutdown puts it down (the unit stopped by hand, so its
+    // start at boot has not consumed the record yet).
+    let all = env.vmwarden(&["hibernate-all", "--timeout", "120"]);
+    assert!(all.status.success(), "{}", text(&all));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    let at_shutdown = env.state.join(".hibernated-at-shutdown.json");
+    let listed = || {
+        std::fs::read(&at_shutdown)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|v| v["vms"].to_string().contains("\"shut\""))
+    };
+    assert!(listed(), "hibernate-all did not record it");
+    env.assert_clean("shut");
+
+    // The operator restores it by hand, then hibernates it by hand: it
+    // must stay down until started, not be started at the next boot.
+    let mut g2 = spawn_logged(env.launch_cmd("shut"), env.path("shut.2.log"));
+    let r = env.vmwarden(&["wait-ready", "shut", "--timeout", "120"]);
+    assert!(r.status.success(), "{}\n{}", text(&r), g2.log_text());
+    let h = env.vmwarden(&["hibernate", "shut", "--timeout", "120"]);
+    assert!(h.status.success(), "{}", text(&h));
+    assert!(g2.wait_exit(Duration::from_secs(15)).is_some());
+    assert!(
+        !listed(),
+        "the next boot's start-hibernated would start a VM hibernated by hand"
+    );
+    assert!(record(&env, "shut").exists());
+    env.assert_clean("shut");
+}

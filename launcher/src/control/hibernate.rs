@@ -74,6 +74,8 @@ pub enum HibernateError {
     Dir(#[from] DirError),
     #[error("as the principal: {0}")]
     Principal(String),
+    #[error(transparent)]
+    AtShutdown(Box<super::at_shutdown::AtShutdownError>),
     #[error("{0}")]
     Sys(#[from] SysError),
     #[error(transparent)]
@@ -381,6 +383,9 @@ pub fn consume_if_restored(
                 errno: Errno::EIO,
             }));
         }
+        // Restored: no longer one the host's shutdown put down.
+        super::at_shutdown::forget(roots, name)
+            .map_err(|e| HibernateError::AtShutdown(Box::new(e)))?;
         tracing::info!(vm = %name, "restored; the snapshot is consumed");
     }
     // Only now does the guest run: a kill before this line leaves it
