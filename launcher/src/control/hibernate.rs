@@ -54,6 +54,12 @@ pub enum HibernateError {
     NotAllowed { name: String },
     #[error("VM {name}: field `hibernate.allowed` of its configured spec is not true (the running instance was launched when it was): hibernation is refused; restart the VM to run the spec as configured")]
     ConfiguredForbids { name: String },
+    #[error("VM {name}: --keep-after-restore: field `disks[{index}]` ({path}) is a writable block device, whose writes move no identity the launch can check, so a second restore over what the guest wrote since could not be refused; hibernate without --keep-after-restore")]
+    KeepBlind {
+        name: String,
+        index: usize,
+        path: PathBuf,
+    },
     #[error("VM {name}: {path} exists: a capture is in progress or was killed; stop the VM (cleanup deletes it) before hibernating again")]
     InProgress { name: String, path: PathBuf },
     #[error("VM {name}: the capture failed ({cause}); the VM was resumed and the partial snapshot {partial} deleted")]
@@ -172,6 +178,21 @@ fn configured_forbids(roots: &Roots, name: &VmName) -> bool {
     !crate::config::spec::Spec::read(&path).is_ok_and(|s| hibernate::allowed(&s))
 }
 
+/// The writable disks that are block devices (index, path): a write to
+/// one moves neither the node's `mtime` nor its `ctime`, so the disk
+/// identities a restore checks cannot tell that the guest wrote to it.
+pub fn blind_disks(disks: &[crate::config::spec::DiskSpec]) -> Vec<(usize, PathBuf)> {
+    disks
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| !d.read_only)
+        .filter(|(_, d)| {
+            nix::sys::stat::stat(&d.path).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFBLK)
+        })
+        .map(|(i, d)| (i, d.path.clone()))
+        .collect()
+}
+
 /// Hibernate VM `name` within `timeout` (the capture's).
 pub fn hibernate(
     roots: &Roots,
@@ -224,6 +245,15 @@ pub fn hibernate(
             name: n,
             path: new_path,
         });
+    }
+    if keep_after_restore {
+        if let Some((index, path)) = blind_disks(&spec.disks).into_iter().next() {
+            return Err(HibernateError::KeepBlind {
+                name: n,
+                index,
+                path,
+            });
+        }
     }
     // An instance started from a snapshot that no wait-ready has consumed
     // yet: consume it first (as wait-ready does), since a capture that
@@ -398,4 +428,33 @@ pub fn consume_if_restored(
         })?;
     fault(RESTORE_KILL_POINT);
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writable block-device disk is blind to the guest's writes (a
+    /// kept snapshot could be restored again over them); a read-only one
+    /// and a regular file are not.
+    #[test]
+    fn a_writable_block_device_disk_is_blind_to_writes() {
+        assert!(nix::unistd::geteuid().is_root(), "this test needs root");
+        let t = tempfile::tempdir().unwrap();
+        let blk = t.path().join("blk");
+        nix::sys::stat::mknod(
+            &blk,
+            nix::sys::stat::SFlag::S_IFBLK,
+            Mode::from_bits_truncate(0o600),
+            nix::sys::stat::makedev(7, 0),
+        )
+        .unwrap();
+        let file = t.path().join("disk.img");
+        std::fs::write(&file, b"disk").unwrap();
+        let disk = |p: &std::path::Path, ro: bool| -> crate::config::spec::DiskSpec {
+            serde_json::from_value(serde_json::json!({ "path": p, "read_only": ro })).unwrap()
+        };
+        let disks = [disk(&file, false), disk(&blk, true), disk(&blk, false)];
+        assert_eq!(blind_disks(&disks), vec![(2, blk)]);
+    }
 }
