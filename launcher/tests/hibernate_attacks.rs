@@ -322,3 +322,60 @@ fn a_vm_restored_by_hand_then_hibernated_by_hand_is_not_started_at_the_next_boot
     assert!(record(&env, "shut").exists());
     env.assert_clean("shut");
 }
+
+/// What the principal may make in its own state dir: `path` made by root,
+/// then handed to `uid` without following a symlink.
+fn as_principal(path: &std::path::Path, uid: u32) {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
+}
+
+#[test]
+fn links_the_principal_plants_for_the_snapshot_never_reach_beyond_its_state_dir() {
+    require_root();
+    let env = Env::new();
+    spec(&env, "plant", 46);
+    let victim = env.path("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::fs::write(victim.join("secret"), b"root's").unwrap();
+    let intact = || {
+        assert_eq!(std::fs::read(victim.join("secret")).unwrap(), b"root's");
+    };
+    let (mut g, _) = boot(&env, "plant", "plant.1.log");
+    let p = uid(46);
+
+    // A "previous snapshot" the principal planted: a directory of links
+    // to root's files, and a link to root's directory inside it. The
+    // capture replaces it, deleting the links, never their targets.
+    let fake = snap(&env, "plant");
+    std::fs::create_dir(&fake).unwrap();
+    std::os::unix::fs::symlink(victim.join("secret"), fake.join("memory")).unwrap();
+    std::os::unix::fs::symlink(&victim, fake.join("sub")).unwrap();
+    for x in [fake.join("memory"), fake.join("sub"), fake.clone()] {
+        as_principal(&x, p);
+    }
+    let h = env.vmwarden(&["hibernate", "plant", "--timeout", "120"]);
+    assert!(h.status.success(), "{}", text(&h));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    intact();
+    let m = std::fs::symlink_metadata(snap(&env, "plant").join("memory")).unwrap();
+    assert!(m.is_file(), "the planted link is the snapshot");
+
+    // Restored; then a "capture in progress" the principal planted: a
+    // link to root's directory. hibernate refuses, the stop's cleanup
+    // deletes the link, not what it points to.
+    let mut g2 = spawn_logged(env.launch_cmd("plant"), env.path("plant.2.log"));
+    let r = env.vmwarden(&["wait-ready", "plant", "--timeout", "120"]);
+    assert!(r.status.success(), "{}\n{}", text(&r), g2.log_text());
+    std::os::unix::fs::symlink(&victim, partial(&env, "plant")).unwrap();
+    as_principal(&partial(&env, "plant"), p);
+    let h = env.vmwarden(&["hibernate", "plant", "--timeout", "120"]);
+    assert!(!h.status.success(), "{}", text(&h));
+    assert!(stderr(&h).contains("exists"), "{}", text(&h));
+    intact();
+    let st = env.vmwarden(&["stop", "plant", "--timeout", "30"]);
+    assert!(st.status.success(), "{}", text(&st));
+    g2.wait_exit(Duration::from_secs(15));
+    env.assert_clean("plant");
+    intact();
+    assert!(std::fs::symlink_metadata(partial(&env, "plant")).is_err());
+}
