@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{json, Value};
 use vmwarden::control::hibernate::KILL_POINTS;
+use vmwarden::host::mountinfo;
+use vmwarden::hypervisor::qmp::Qmp;
+use vmwarden::teardown::purge::CONFIRM_PHRASE;
 
 const BOOT: Duration = Duration::from_secs(120);
 const CAPTURE: &str = "120";
@@ -154,7 +157,7 @@ fn hibernate_then_start_restores_the_guest_in_its_sandbox_and_consumes_the_snaps
     assert_eq!(proc_status(pid, "NoNewPrivs"), "1");
     assert_eq!(proc_status(pid, "Seccomp"), "2");
     assert!(seccomp_filters(pid) >= 2);
-    let vm_mounts = vmwarden::host::mountinfo::read(&pid.to_string()).unwrap();
+    let vm_mounts = mountinfo::read(&pid.to_string()).unwrap();
     let creds = vm_mounts
         .iter()
         .find(|m| m.mount_point == env.run.join("hib/credentials"))
@@ -218,7 +221,7 @@ fn a_changed_spec_refuses_the_restore_by_name_and_purge_takes_the_snapshot() {
 
     // purge deletes it (state dir minus the keep set) and its record;
     // verify-clean is clean.
-    let (ok, out) = purge_on_pty(&env, &["chg"], vmwarden::teardown::purge::CONFIRM_PHRASE);
+    let (ok, out) = purge_on_pty(&env, &["chg"], CONFIRM_PHRASE);
     assert!(ok, "purge: {out}");
     assert!(!snap(&env, "chg").exists(), "purge left the snapshot");
     assert!(!record(&env, "chg").exists(), "purge left the record");
@@ -262,7 +265,7 @@ fn a_failed_capture_resumes_the_guest_and_keeps_nothing() {
     let (up2, marker2) = tick_after(&mut g, len, Duration::from_secs(30));
     assert_eq!(marker2, marker);
     assert!(up2 > up1);
-    let mut q = vmwarden::hypervisor::qmp::Qmp::connect(
+    let mut q = Qmp::connect(
         &env.run.join("fail/control/qmp.sock"),
         Duration::from_secs(5),
     )
@@ -311,11 +314,7 @@ fn a_kill_at_every_capture_kill_point_then_stop_and_cleanup_is_clean() {
             record(&env, "kill").exists(),
             "{at}: a snapshot without its record, or a record without it"
         );
-        let (ok, out) = purge_on_pty(
-            &env,
-            &["kill", "--keep-identity"],
-            vmwarden::teardown::purge::CONFIRM_PHRASE,
-        );
+        let (ok, out) = purge_on_pty(&env, &["kill", "--keep-identity"], CONFIRM_PHRASE);
         assert!(ok, "{at}: purge: {out}");
         assert!(!snap(&env, "kill").exists() && !record(&env, "kill").exists());
     }

@@ -93,7 +93,7 @@ pub fn check(spec: &Spec, path: &Path) -> Result<(), SpecError> {
     if let Some(why) = unsupported(spec.hypervisor.kind) {
         return Err(bad("hibernate.allowed".into(), why.into()));
     }
-    for b in blockers(spec) {
+    if let Some(b) = blockers(spec).into_iter().next() {
         return Err(bad(
             b.field,
             format!("{}; hibernate.allowed needs a VM QEMU can migrate", b.why),

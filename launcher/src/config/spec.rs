@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use nix::sys::stat::FileStat;
 use serde::{Deserialize, Serialize};
 
-use crate::config::devices::DeviceSpec;
 use crate::config::files::{open_probed_at, open_regular_at, OpenError};
 pub use crate::config::macvtap::{InterfaceType, MacvtapMode, MacvtapSpec};
 use crate::config::names::{BridgeName, CredentialName, Mac, NameError, TapName, VmName};
@@ -22,6 +21,7 @@ pub use crate::config::shares::{
     ShareProto, ShareSpec, ThreadPoolSize, VirtiofsdSpec, MAX_THREAD_POOL,
 };
 use crate::config::user_net::UserNetworkSpec;
+use crate::config::{devices::DeviceSpec, hibernate::HibernateSpec};
 
 /// Largest spec file accepted.
 pub const MAX_SPEC_BYTES: u64 = 64 * 1024;
@@ -140,7 +140,7 @@ pub struct Spec {
     /// `vmwarden hibernate` and restore on the next start
     /// (`config::hibernate`); absent = not allowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hibernate: Option<crate::config::hibernate::HibernateSpec>,
+    pub hibernate: Option<HibernateSpec>,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -7,7 +7,6 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
 
 use crate::config::capabilities::{self, Feature};
-use crate::config::extra_args;
 use crate::config::names::{check_abs_normalised, VmName};
 use crate::config::spec::{
     tag_byte, Accel, CredentialSource, DiskFormat, FsTypeField, HypervisorKind, ShareProto, Spec,
@@ -15,6 +14,7 @@ use crate::config::spec::{
     FW_CFG_NAME_MAX, MAX_CMDLINE_BYTES, MAX_MEMORY_MIB, MAX_QUEUES, MAX_THREAD_POOL, MAX_VCPUS,
     MIN_MEMORY_MIB, NIX_STORE, SHARE_TAG_MAX, VSOCK_CID_MAX, VSOCK_CID_MIN,
 };
+use crate::config::{extra_args, hibernate};
 
 impl Spec {
     /// Read, parse and validate every field, including the files the spec
@@ -129,7 +129,7 @@ impl Spec {
         self.validate_interfaces(path)?;
         self.validate_user_network(path)?;
         self.validate_devices(path)?;
-        crate::config::hibernate::check(self, path)?;
+        hibernate::check(self, path)?;
         for (i, p) in self.landlock.read.iter().enumerate() {
             check_abs_normalised(p)
                 .map_err(|r| bad(&format!("landlock.read[{i}]"), r.to_string()))?;

@@ -20,6 +20,7 @@ use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::host::dirs::{self, DirError};
 use crate::host::machined;
+use crate::host::sys::SysError;
 use crate::instance::hibernated::{Manifest, ManifestError};
 use crate::instance::liveness::Probe;
 
@@ -105,13 +106,11 @@ impl AtShutdown {
             nix::unistd::UnlinkatFlags::NoRemoveDir,
         ) {
             Ok(()) | Err(nix::errno::Errno::ENOENT) => Ok(()),
-            Err(errno) => Err(AtShutdownError::Dir(DirError::Sys(
-                crate::host::sys::SysError {
-                    op: "unlink",
-                    path: root.path.join(RECORD),
-                    errno,
-                },
-            ))),
+            Err(errno) => Err(AtShutdownError::Dir(DirError::Sys(SysError {
+                op: "unlink",
+                path: root.path.join(RECORD),
+                errno,
+            }))),
         }
     }
 }

@@ -27,6 +27,8 @@ use serde::Serialize;
 use crate::config::hibernate::{self, SNAPSHOT_DIR, SNAPSHOT_NEW};
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
+use crate::config::spec::{DiskSpec, HypervisorKind, Spec};
+use crate::control::control_socket;
 use crate::host::dirs::{self, Dir, DirError};
 use crate::host::ownership;
 use crate::host::sys::SysError;
@@ -36,6 +38,7 @@ use crate::instance::hibernated::{self, Identities, Manifest, ManifestError};
 use crate::instance::intent::Intent;
 use crate::instance::launched;
 use crate::instance::liveness::Probe;
+use crate::launch::root::as_principal;
 
 /// Where `VMWARDEN_FAULT_AFTER=hibernate:WHERE` kills `vmwarden
 /// hibernate`: after the directory is made, once the capture started,
@@ -66,16 +69,19 @@ pub enum HibernateError {
     Capture {
         name: String,
         partial: PathBuf,
-        cause: CaptureError,
+        cause: Box<CaptureError>,
     },
     #[error("VM {name}: the capture failed ({cause}), and then: {then}")]
     CaptureThen {
         name: String,
-        cause: CaptureError,
+        cause: Box<CaptureError>,
         then: String,
     },
     #[error("VM {name}: {cause}")]
-    Hypervisor { name: String, cause: CaptureError },
+    Hypervisor {
+        name: String,
+        cause: Box<CaptureError>,
+    },
     #[error(transparent)]
     Dir(#[from] DirError),
     #[error("as the principal: {0}")]
@@ -125,40 +131,39 @@ fn make_new(
     h: &dyn Hibernator,
 ) -> Result<Vec<OwnedFd>, HibernateError> {
     let new_path = state_dir.path.join(SNAPSHOT_NEW);
-    let made =
-        crate::launch::root::as_principal(principal, || -> Result<Vec<OwnedFd>, SysError> {
-            nix::sys::stat::mkdirat(
-                state_dir.fd.as_fd(),
-                SNAPSHOT_NEW,
-                Mode::from_bits_truncate(0o700),
-            )
-            .map_err(sys("mkdir", new_path.clone()))?;
-            let dir = nix::fcntl::openat(
-                state_dir.fd.as_fd(),
-                SNAPSHOT_NEW,
-                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(sys("open", new_path.clone()))?;
-            let mut fds = Vec::new();
-            for f in h.precreated() {
-                fds.push(
-                    nix::fcntl::openat(
-                        dir.as_fd(),
-                        *f,
-                        OFlag::O_WRONLY
-                            | OFlag::O_CREAT
-                            | OFlag::O_EXCL
-                            | OFlag::O_NOFOLLOW
-                            | OFlag::O_CLOEXEC,
-                        Mode::from_bits_truncate(0o600),
-                    )
-                    .map_err(sys("create", new_path.join(f)))?,
-                );
-            }
-            Ok(fds)
-        })
-        .map_err(|e| HibernateError::Principal(e.to_string()))?;
+    let made = as_principal(principal, || -> Result<Vec<OwnedFd>, SysError> {
+        nix::sys::stat::mkdirat(
+            state_dir.fd.as_fd(),
+            SNAPSHOT_NEW,
+            Mode::from_bits_truncate(0o700),
+        )
+        .map_err(sys("mkdir", new_path.clone()))?;
+        let dir = nix::fcntl::openat(
+            state_dir.fd.as_fd(),
+            SNAPSHOT_NEW,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(sys("open", new_path.clone()))?;
+        let mut fds = Vec::new();
+        for f in h.precreated() {
+            fds.push(
+                nix::fcntl::openat(
+                    dir.as_fd(),
+                    *f,
+                    OFlag::O_WRONLY
+                        | OFlag::O_CREAT
+                        | OFlag::O_EXCL
+                        | OFlag::O_NOFOLLOW
+                        | OFlag::O_CLOEXEC,
+                    Mode::from_bits_truncate(0o600),
+                )
+                .map_err(sys("create", new_path.join(f)))?,
+            );
+        }
+        Ok(fds)
+    })
+    .map_err(|e| HibernateError::Principal(e.to_string()))?;
     Ok(made?)
 }
 
@@ -175,13 +180,13 @@ fn configured_forbids(roots: &Roots, name: &VmName) -> bool {
     if std::fs::symlink_metadata(&path).is_err() {
         return false;
     }
-    !crate::config::spec::Spec::read(&path).is_ok_and(|s| hibernate::allowed(&s))
+    !Spec::read(&path).is_ok_and(|s| hibernate::allowed(&s))
 }
 
 /// The writable disks that are block devices (index, path): a write to
 /// one moves neither the node's `mtime` nor its `ctime`, so the disk
 /// identities a restore checks cannot tell that the guest wrote to it.
-pub fn blind_disks(disks: &[crate::config::spec::DiskSpec]) -> Vec<(usize, PathBuf)> {
+pub fn blind_disks(disks: &[DiskSpec]) -> Vec<(usize, PathBuf)> {
     disks
         .iter()
         .enumerate()
@@ -212,7 +217,7 @@ pub fn hibernate(
     let bytes = launched::copy_bytes(&rundir, &intent)?;
     let spec = bytes
         .as_deref()
-        .and_then(|b| crate::config::spec::Spec::parse(&roots.launched_spec_path(name), b).ok());
+        .and_then(|b| Spec::parse(&roots.launched_spec_path(name), b).ok());
     let (Some(spec), Some(bytes)) = (spec, bytes) else {
         return Err(HibernateError::NotAllowed { name: n });
     };
@@ -230,7 +235,7 @@ pub fn hibernate(
     }
     let h = for_kind(spec.hypervisor.kind).map_err(|cause| HibernateError::Hypervisor {
         name: n.clone(),
-        cause,
+        cause: Box::new(cause),
     })?;
     let principal = Principal {
         uid: intent.principal.uid,
@@ -260,7 +265,7 @@ pub fn hibernate(
     // fails resumes the guest, which must never run while its snapshot is
     // still there to be restored again.
     consume_if_restored(roots, name, &intent, timeout)?;
-    let control = crate::control::control_socket(roots, name, spec.hypervisor.kind);
+    let control = control_socket(roots, name, spec.hypervisor.kind);
     let files = make_new(&state_dir, &principal, h)?;
     fault("made");
     let started = Instant::now();
@@ -273,11 +278,11 @@ pub fn hibernate(
             (Ok(()), None) => HibernateError::Capture {
                 name: n,
                 partial: new_path,
-                cause,
+                cause: Box::new(cause),
             },
             (r, f) => HibernateError::CaptureThen {
                 name: n,
-                cause,
+                cause: Box::new(cause),
                 then: format!(
                     "resume: {}; deleting the partial snapshot: {}",
                     r.map_or_else(|e| e.to_string(), |()| "done".into()),
@@ -373,15 +378,13 @@ pub fn consume_if_restored(
     let Some((_, _, true)) = intent.snapshot() else {
         return Ok(false);
     };
-    let kind = intent
-        .hypervisor
-        .unwrap_or(crate::config::spec::HypervisorKind::Qemu);
+    let kind = intent.hypervisor.unwrap_or(HypervisorKind::Qemu);
     let n = name.to_string();
     let h = for_kind(kind).map_err(|cause| HibernateError::Hypervisor {
         name: n.clone(),
-        cause,
+        cause: Box::new(cause),
     })?;
-    let control = crate::control::control_socket(roots, name, kind);
+    let control = control_socket(roots, name, kind);
     let end = Instant::now() + timeout;
     loop {
         match h.loaded(&control, Duration::from_secs(5)) {
@@ -390,10 +393,15 @@ pub fn consume_if_restored(
             Ok(false) => {
                 return Err(HibernateError::Hypervisor {
                     name: n,
-                    cause: CaptureError::Timeout(timeout),
+                    cause: Box::new(CaptureError::Timeout(timeout)),
                 })
             }
-            Err(cause) => return Err(HibernateError::Hypervisor { name: n, cause }),
+            Err(cause) => {
+                return Err(HibernateError::Hypervisor {
+                    name: n,
+                    cause: Box::new(cause),
+                })
+            }
         }
     }
     let root = dirs::open_dir(&roots.state_root)?;
@@ -424,7 +432,7 @@ pub fn consume_if_restored(
     h.run_loaded(&control, Duration::from_secs(5))
         .map_err(|cause| HibernateError::Hypervisor {
             name: n.clone(),
-            cause,
+            cause: Box::new(cause),
         })?;
     fault(RESTORE_KILL_POINT);
     Ok(true)
@@ -451,7 +459,7 @@ mod tests {
         .unwrap();
         let file = t.path().join("disk.img");
         std::fs::write(&file, b"disk").unwrap();
-        let disk = |p: &std::path::Path, ro: bool| -> crate::config::spec::DiskSpec {
+        let disk = |p: &std::path::Path, ro: bool| -> DiskSpec {
             serde_json::from_value(serde_json::json!({ "path": p, "read_only": ro })).unwrap()
         };
         let disks = [disk(&file, false), disk(&blk, true), disk(&blk, false)];

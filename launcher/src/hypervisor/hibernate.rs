@@ -20,6 +20,8 @@ use serde_json::{json, Value};
 
 use crate::config::hibernate::QEMU_MEMORY_FILE;
 use crate::config::spec::HypervisorKind;
+use crate::config::text::excerpt;
+use crate::hypervisor::api::ApiError;
 use crate::hypervisor::qmp::{Qmp, QmpError};
 
 /// Why a capture, a resume or a restore's check failed.
@@ -28,7 +30,7 @@ pub enum CaptureError {
     #[error(transparent)]
     Qmp(#[from] QmpError),
     #[error(transparent)]
-    Api(#[from] crate::hypervisor::api::ApiError),
+    Api(#[from] ApiError),
     /// The hypervisor said the capture failed.
     #[error("the capture failed: {0}")]
     Failed(String),
@@ -145,9 +147,7 @@ impl Hibernator for QemuHibernator {
                         .and_then(Value::as_str)
                         .unwrap_or(s)
                         .to_string();
-                    return Err(CaptureError::Failed(crate::config::text::excerpt(
-                        &why, 200,
-                    )));
+                    return Err(CaptureError::Failed(excerpt(&why, 200)));
                 }
                 _ => {}
             }

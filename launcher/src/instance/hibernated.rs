@@ -26,6 +26,7 @@ use crate::config::hibernate::SNAPSHOT_DIR;
 use crate::config::names::VmName;
 use crate::config::spec::{HypervisorKind, Spec};
 use crate::host::dirs::{self, Dir, DirError};
+use crate::host::ownership::entries;
 use crate::host::sys::SysError;
 
 /// The most bytes a record may have.
@@ -274,7 +275,7 @@ pub fn snapshot_now(state_dir: &Dir, name: &str, uid: u32) -> Option<(SnapshotId
         return None;
     }
     let mut files = Vec::new();
-    for n in crate::host::ownership::entries(&d).ok()? {
+    for n in entries(&d).ok()? {
         let s = fstatat(d.fd.as_fd(), n.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
         if s.st_mode & libc::S_IFMT != libc::S_IFREG
             || s.st_uid != uid
@@ -383,7 +384,7 @@ mod tests {
         let file = SnapshotFile {
             name: "memory".into(),
             ino: md.ino(),
-            size: md.size() as i64,
+            size: i64::try_from(md.size()).unwrap(),
             ctime: (md.ctime(), md.ctime_nsec()),
         };
         let dir = dirs::open_dir(t.path()).unwrap();
@@ -414,11 +415,11 @@ mod tests {
         let uid = nix::unistd::geteuid().as_raw();
         let state = dirs::open_dir(t.path()).unwrap();
         let (captured, d) = snapshot_now(&state, SNAPSHOT_DIR, uid).unwrap();
-        assert!(open_snapshot_file(&d, &captured.files[0], uid).is_ok());
+        open_snapshot_file(&d, &captured.files[0], uid).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         std::fs::write(&mem, b"GUEST memory").unwrap();
         let (now, d) = snapshot_now(&state, SNAPSHOT_DIR, uid).unwrap();
         assert_ne!(now, captured, "an in-place rewrite went unseen");
-        assert!(open_snapshot_file(&d, &captured.files[0], uid).is_err());
+        open_snapshot_file(&d, &captured.files[0], uid).unwrap_err();
     }
 }

@@ -23,6 +23,7 @@ use crate::instance::liveness::Verdict;
 use crate::launch::creds::CredentialError;
 use crate::launch::helpers::HelperError;
 use crate::launch::landlock::LandlockError;
+use crate::launch::restore::RestoreError;
 use crate::launch::sandbox::SandboxError;
 use crate::launch::seccomp::SeccompError;
 use crate::launch::share_sources::MakeError;
@@ -128,7 +129,7 @@ pub enum StepError {
     #[error(transparent)]
     ShareSource(#[from] MakeError),
     #[error(transparent)]
-    Restore(#[from] crate::launch::restore::RestoreError),
+    Restore(#[from] RestoreError),
     #[error(transparent)]
     Sys(#[from] SysError),
     #[error(transparent)]

@@ -17,6 +17,7 @@ use crate::config::paths::Roots;
 use crate::config::spec::Spec;
 use crate::host::dirs;
 use crate::host::sys::SysError;
+use crate::hypervisor::hibernate::for_kind;
 use crate::identity::principal::Principal;
 use crate::instance::hibernated::{self, Identities, Manifest, ManifestError};
 use crate::instance::intent::Resource;
@@ -145,7 +146,7 @@ pub fn argv(
     let (Some(r), false) = (restore, probe) else {
         return argv;
     };
-    let Ok(h) = crate::hypervisor::hibernate::for_kind(spec.hypervisor.kind) else {
+    let Ok(h) = for_kind(spec.hypervisor.kind) else {
         return argv;
     };
     let fds: Vec<(String, i32)> = r

@@ -22,6 +22,7 @@ use crate::identity::registry::{self, Record};
 use crate::instance::intent::Intent;
 use crate::instance::liveness::Probe;
 use crate::instance::{known_vms, launched};
+use crate::teardown::hibernate::hibernated as teardown_hibernated;
 use crate::teardown::{purge, reap};
 
 use super::{
@@ -175,12 +176,10 @@ fn one_with(probe: &Probe, roots: &Roots, name: &VmName, reg: &[Record], now: u6
         ) => State::Retired,
         (_, s) => s,
     };
-    let hibernated = crate::teardown::hibernate::hibernated(roots, name).map(|(bytes, t)| {
-        super::HibernatedInfo {
-            bytes,
-            created_unix: t,
-            age_seconds: now.saturating_sub(t),
-        }
+    let hibernated = teardown_hibernated(roots, name).map(|(bytes, t)| super::HibernatedInfo {
+        bytes,
+        created_unix: t,
+        age_seconds: now.saturating_sub(t),
     });
     let state = match (state, &hibernated) {
         (State::Stopped, Some(_)) => State::Hibernated,

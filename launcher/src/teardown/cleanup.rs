@@ -25,6 +25,7 @@ use crate::instance::last_cleanup::LastCleanup;
 use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, Lease, LeaseState};
 use crate::instance::liveness::{self, Probe, Verdict};
+use crate::teardown::hibernate;
 use crate::teardown::{devices, machine, made_sources, taps};
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
@@ -186,7 +187,7 @@ fn cleanup_dir(roots: &Roots, name: &VmName, rundir: &dirs::Dir, mut report: Rep
     report.kept.extend(made.kept);
     report.failed.extend(made.failed);
     // ...and a half-written hibernation snapshot (the complete one is kept).
-    let snap = crate::teardown::hibernate::cleanup(roots, name, intent.as_ref());
+    let snap = hibernate::cleanup(roots, name, intent.as_ref());
     report.deleted.extend(snap.deleted);
     report.kept.extend(snap.kept);
     report.failed.extend(snap.failed);

@@ -22,6 +22,7 @@ use crate::instance::known_vms;
 use crate::instance::launched::effective_spec;
 use crate::instance::lease::{self, LeaseState};
 use crate::instance::liveness;
+use crate::teardown::hibernate;
 use crate::teardown::{devices, machine, taps};
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -173,7 +174,7 @@ pub fn verify(
         let running = dir
             .as_ref()
             .is_ok_and(|d| matches!(lease::state(d), Ok(LeaseState::Held)));
-        let (ok, actual) = crate::teardown::hibernate::verify_check(roots, n, running);
+        let (ok, actual) = hibernate::verify_check(roots, n, running);
         checks.push(check(
             "no-half-written-snapshot",
             vm,
