@@ -18,7 +18,7 @@ mod cli;
 use cli::vmwarden::{Cli, Cmd};
 use vmwarden::config::names::VmName;
 use vmwarden::config::paths::Roots;
-use vmwarden::status::gather::gather;
+use vmwarden::status::gather::{default_names, gather};
 use vmwarden::status::metrics;
 use vmwarden::status::render;
 
@@ -218,7 +218,7 @@ fn stop(roots: &Roots, name: &VmName, timeout: f64) -> Result<ExitCode, Error> {
 /// was neither hibernated nor stopped.
 fn hibernate_all(roots: &Roots, timeout: f64) -> Result<ExitCode, Error> {
     use control::at_shutdown::Outcome;
-    let names = vmwarden::status::gather::default_names(roots);
+    let names = default_names(roots);
     let done = control::at_shutdown::hibernate_all(roots, &names, Duration::from_secs_f64(timeout))
         .map_err(|e| control::ControlError::from(Box::new(e)))?;
     let mut failed = false;

@@ -115,6 +115,18 @@ impl AtShutdown {
     }
 }
 
+/// Take `name` off the record: its snapshot was consumed by a restore,
+/// so a later hibernation of it (by hand) is not the shutdown's, and the
+/// next boot must not start it.
+pub fn forget(roots: &Roots, name: &VmName) -> Result<(), AtShutdownError> {
+    let mut record = AtShutdown::read(roots)?;
+    if !record.vms.contains(name) {
+        return Ok(());
+    }
+    record.vms.retain(|n| n != name);
+    record.write(roots)
+}
+
 /// Hibernate every VM of `names` that runs and whose spec allows it, one
 /// after another, each within `deadline`; stop normally each that fails or
 /// passes it (logged). The VMs put down are added to the record durably,
@@ -145,7 +157,9 @@ pub fn hibernate_all(
                     ms: t0.elapsed().as_millis(),
                 }
             }
-            Err(HibernateError::NotAllowed { .. }) => Outcome::NotAllowed,
+            Err(HibernateError::NotAllowed { .. } | HibernateError::ConfiguredForbids { .. }) => {
+                Outcome::NotAllowed
+            }
             Err(HibernateError::NotRunning(_)) => Outcome::NotRunning,
             Err(e) => {
                 let why = e.to_string();

@@ -27,7 +27,7 @@ use serde::Serialize;
 use crate::config::hibernate::{self, SNAPSHOT_DIR, SNAPSHOT_NEW};
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
-use crate::config::spec::{HypervisorKind, Spec};
+use crate::config::spec::{DiskSpec, HypervisorKind, Spec};
 use crate::control::control_socket;
 use crate::host::dirs::{self, Dir, DirError};
 use crate::host::ownership;
@@ -45,12 +45,24 @@ use crate::launch::root::as_principal;
 /// once complete, once renamed, once recorded.
 pub const KILL_POINTS: &[&str] = &["made", "started", "captured", "renamed", "recorded"];
 
+/// Where `VMWARDEN_FAULT_AFTER=hibernate:running` kills `wait-ready` of a
+/// restored VM: once its guest runs again.
+pub const RESTORE_KILL_POINT: &str = "running";
+
 #[derive(Debug, thiserror::Error)]
 pub enum HibernateError {
     #[error("VM {0} is not running; nothing to hibernate")]
     NotRunning(String),
     #[error("VM {name}: field `hibernate.allowed` of the spec it runs is not true; a snapshot puts the guest's memory, credentials included, on disk, so hibernation is refused unless the spec allows it")]
     NotAllowed { name: String },
+    #[error("VM {name}: field `hibernate.allowed` of its configured spec is not true (the running instance was launched when it was): hibernation is refused; restart the VM to run the spec as configured")]
+    ConfiguredForbids { name: String },
+    #[error("VM {name}: --keep-after-restore: field `disks[{index}]` ({path}) is a writable block device, whose writes move no identity the launch can check, so a second restore over what the guest wrote since could not be refused; hibernate without --keep-after-restore")]
+    KeepBlind {
+        name: String,
+        index: usize,
+        path: PathBuf,
+    },
     #[error("VM {name}: {path} exists: a capture is in progress or was killed; stop the VM (cleanup deletes it) before hibernating again")]
     InProgress { name: String, path: PathBuf },
     #[error("VM {name}: the capture failed ({cause}); the VM was resumed and the partial snapshot {partial} deleted")]
@@ -74,6 +86,8 @@ pub enum HibernateError {
     Dir(#[from] DirError),
     #[error("as the principal: {0}")]
     Principal(String),
+    #[error(transparent)]
+    AtShutdown(Box<super::at_shutdown::AtShutdownError>),
     #[error("{0}")]
     Sys(#[from] SysError),
     #[error(transparent)]
@@ -157,6 +171,33 @@ fn delete(state_dir: &Dir, entry: &str) -> ownership::Outcome {
     ownership::delete_entries(state_dir, &[OsString::from(entry)], None)
 }
 
+/// Whether the spec configured for `name` now exists and does not allow
+/// hibernation (or cannot be read: refusing is the safe side). No
+/// configured spec (a VM launched from another path) leaves the decision
+/// to the spec it runs.
+fn configured_forbids(roots: &Roots, name: &VmName) -> bool {
+    let path = roots.spec_path(name);
+    if std::fs::symlink_metadata(&path).is_err() {
+        return false;
+    }
+    !Spec::read(&path).is_ok_and(|s| hibernate::allowed(&s))
+}
+
+/// The writable disks that are block devices (index, path): a write to
+/// one moves neither the node's `mtime` nor its `ctime`, so the disk
+/// identities a restore checks cannot tell that the guest wrote to it.
+pub fn blind_disks(disks: &[DiskSpec]) -> Vec<(usize, PathBuf)> {
+    disks
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| !d.read_only)
+        .filter(|(_, d)| {
+            nix::sys::stat::stat(&d.path).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFBLK)
+        })
+        .map(|(i, d)| (i, d.path.clone()))
+        .collect()
+}
+
 /// Hibernate VM `name` within `timeout` (the capture's).
 pub fn hibernate(
     roots: &Roots,
@@ -185,6 +226,13 @@ pub fn hibernate(
     if !hibernate::allowed(&spec) || intent.snapshot().is_none() {
         return Err(HibernateError::NotAllowed { name: n });
     }
+    // The spec as configured now must allow it too: an operator who set
+    // `hibernate.allowed = false` since the launch (a rebuild that did not
+    // restart the VM) does not want its memory written to disk, by hand
+    // or by `hibernate-all` at the host's shutdown.
+    if configured_forbids(roots, name) {
+        return Err(HibernateError::ConfiguredForbids { name: n });
+    }
     let h = for_kind(spec.hypervisor.kind).map_err(|cause| HibernateError::Hypervisor {
         name: n.clone(),
         cause: Box::new(cause),
@@ -203,6 +251,20 @@ pub fn hibernate(
             path: new_path,
         });
     }
+    if keep_after_restore {
+        if let Some((index, path)) = blind_disks(&spec.disks).into_iter().next() {
+            return Err(HibernateError::KeepBlind {
+                name: n,
+                index,
+                path,
+            });
+        }
+    }
+    // An instance started from a snapshot that no wait-ready has consumed
+    // yet: consume it first (as wait-ready does), since a capture that
+    // fails resumes the guest, which must never run while its snapshot is
+    // still there to be restored again.
+    consume_if_restored(roots, name, &intent, timeout)?;
     let control = control_socket(roots, name, spec.hypervisor.kind);
     let files = make_new(&state_dir, &principal, h)?;
     fault("made");
@@ -325,7 +387,7 @@ pub fn consume_if_restored(
     let control = control_socket(roots, name, kind);
     let end = Instant::now() + timeout;
     loop {
-        match h.restored(&control, Duration::from_secs(5)) {
+        match h.loaded(&control, Duration::from_secs(5)) {
             Ok(true) => break,
             Ok(false) if Instant::now() < end => std::thread::sleep(Duration::from_millis(50)),
             Ok(false) => {
@@ -347,14 +409,60 @@ pub fn consume_if_restored(
     if !keep {
         hibernated::remove(&root, name)?;
         let state_dir = dirs::open_dir(&roots.state_dir(name))?;
-        if let Some(f) = delete(&state_dir, SNAPSHOT_DIR).failed.first() {
+        // Already consumed by an earlier wait-ready: nothing to delete.
+        let there = ownership::exists_at(&state_dir, OsStr::new(SNAPSHOT_DIR));
+        if let Some(f) = there
+            .then(|| delete(&state_dir, SNAPSHOT_DIR))
+            .and_then(|o| o.failed.into_iter().next())
+        {
             return Err(HibernateError::Sys(SysError {
                 op: "delete the restored snapshot",
-                path: f.path.clone(),
+                path: f.path,
                 errno: Errno::EIO,
             }));
         }
+        // Restored: no longer one the host's shutdown put down.
+        super::at_shutdown::forget(roots, name)
+            .map_err(|e| HibernateError::AtShutdown(Box::new(e)))?;
         tracing::info!(vm = %name, "restored; the snapshot is consumed");
     }
+    // Only now does the guest run: a kill before this line leaves it
+    // paused (the next wait-ready runs it), never a snapshot of a guest
+    // that ran, which the next start would restore a second time.
+    h.run_loaded(&control, Duration::from_secs(5))
+        .map_err(|cause| HibernateError::Hypervisor {
+            name: n.clone(),
+            cause: Box::new(cause),
+        })?;
+    fault(RESTORE_KILL_POINT);
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writable block-device disk is blind to the guest's writes (a
+    /// kept snapshot could be restored again over them); a read-only one
+    /// and a regular file are not.
+    #[test]
+    fn a_writable_block_device_disk_is_blind_to_writes() {
+        assert!(nix::unistd::geteuid().is_root(), "this test needs root");
+        let t = tempfile::tempdir().unwrap();
+        let blk = t.path().join("blk");
+        nix::sys::stat::mknod(
+            &blk,
+            nix::sys::stat::SFlag::S_IFBLK,
+            Mode::from_bits_truncate(0o600),
+            nix::sys::stat::makedev(7, 0),
+        )
+        .unwrap();
+        let file = t.path().join("disk.img");
+        std::fs::write(&file, b"disk").unwrap();
+        let disk = |p: &std::path::Path, ro: bool| -> DiskSpec {
+            serde_json::from_value(serde_json::json!({ "path": p, "read_only": ro })).unwrap()
+        };
+        let disks = [disk(&file, false), disk(&blk, true), disk(&blk, false)];
+        assert_eq!(blind_disks(&disks), vec![(2, blk)]);
+    }
 }

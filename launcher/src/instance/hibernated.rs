@@ -90,13 +90,18 @@ impl FileId {
     }
 }
 
-/// One regular file of the snapshot directory.
+/// One regular file of the snapshot directory. `ctime` because the file
+/// is the principal's: a hypervisor of a later run (a snapshot kept with
+/// `--keep-after-restore` stays in the state dir it may write) could
+/// rewrite it in place, same inode and size, and every later restore
+/// would load what it wrote; only the kernel sets `ctime`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotFile {
     pub name: String,
     pub ino: u64,
     pub size: i64,
+    pub ctime: (i64, i64),
 }
 
 /// The snapshot directory as captured: its inode and every file in it.
@@ -283,6 +288,7 @@ pub fn snapshot_now(state_dir: &Dir, name: &str, uid: u32) -> Option<(SnapshotId
             name: n.to_str()?.to_string(),
             ino: s.st_ino,
             size: s.st_size,
+            ctime: (s.st_ctime, s.st_ctime_nsec),
         });
     }
     files.sort_by(|a, b| a.name.cmp(&b.name));
@@ -297,7 +303,8 @@ pub fn snapshot_now(state_dir: &Dir, name: &str, uid: u32) -> Option<(SnapshotId
 }
 
 /// Open `file` of the snapshot directory `dir` read-only, not following a
-/// symlink, and check it is still the file captured (inode, owner, mode).
+/// symlink nor waiting on a FIFO, and check it is still the file captured
+/// (inode, `ctime`, size, one link, owner, mode).
 pub fn open_snapshot_file(
     dir: &Dir,
     file: &SnapshotFile,
@@ -307,7 +314,13 @@ pub fn open_snapshot_file(
     let fd = nix::fcntl::openat(
         dir.fd.as_fd(),
         OsStr::new(&file.name),
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
+        // O_NONBLOCK: a FIFO swapped in is refused below, not waited on
+        // (no effect on the regular file handed to the hypervisor).
+        OFlag::O_RDONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_CLOEXEC
+            | OFlag::O_NOCTTY
+            | OFlag::O_NONBLOCK,
         Mode::empty(),
     )
     .map_err(|errno| SysError {
@@ -321,6 +334,9 @@ pub fn open_snapshot_file(
         errno,
     })?;
     if st.st_ino != file.ino
+        || (st.st_ctime, st.st_ctime_nsec) != file.ctime
+        || st.st_size != file.size
+        || st.st_nlink != 1
         || st.st_uid != uid
         || st.st_mode & 0o7777 != 0o600
         || st.st_mode & libc::S_IFMT != libc::S_IFREG
@@ -385,6 +401,7 @@ mod tests {
                 name: "memory".into(),
                 ino: 10,
                 size: 100,
+                ctime: (0, 0),
             }],
         }
     }
@@ -434,5 +451,58 @@ mod tests {
         assert!(!needs_boot_id(HypervisorKind::Qemu));
         assert!(needs_boot_id(HypervisorKind::CloudHypervisor));
         assert!(needs_boot_id(HypervisorKind::Firecracker));
+    }
+
+    use std::os::unix::fs::MetadataExt;
+    use std::time::Duration;
+
+    /// A FIFO swapped in for a snapshot file is refused at once, not
+    /// waited on: the launch would hang before the VM starts.
+    #[test]
+    fn a_fifo_in_place_of_a_snapshot_file_is_refused_without_blocking() {
+        let t = tempfile::tempdir().unwrap();
+        let fifo = t.path().join("memory");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        let md = std::fs::symlink_metadata(&fifo).unwrap();
+        let file = SnapshotFile {
+            name: "memory".into(),
+            ino: md.ino(),
+            size: i64::try_from(md.size()).unwrap(),
+            ctime: (md.ctime(), md.ctime_nsec()),
+        };
+        let dir = dirs::open_dir(t.path()).unwrap();
+        let uid = md.uid();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(open_snapshot_file(&dir, &file, uid).map(drop));
+        });
+        let r = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("opening a FIFO snapshot file blocked");
+        assert!(r.is_err(), "a FIFO was accepted as a snapshot file");
+    }
+
+    /// A snapshot file rewritten in place (same inode, same size) is no
+    /// longer the file captured.
+    #[test]
+    fn a_snapshot_file_rewritten_in_place_is_not_the_one_captured() {
+        let t = tempfile::tempdir().unwrap();
+        let snap = t.path().join(SNAPSHOT_DIR);
+        std::fs::create_dir(&snap).unwrap();
+        std::fs::set_permissions(&snap, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        let mem = snap.join("memory");
+        std::fs::write(&mem, b"guest memory").unwrap();
+        std::fs::set_permissions(&mem, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let uid = nix::unistd::geteuid().as_raw();
+        let state = dirs::open_dir(t.path()).unwrap();
+        let (captured, d) = snapshot_now(&state, SNAPSHOT_DIR, uid).unwrap();
+        open_snapshot_file(&d, &captured.files[0], uid).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&mem, b"GUEST memory").unwrap();
+        let (now, d) = snapshot_now(&state, SNAPSHOT_DIR, uid).unwrap();
+        assert_ne!(now, captured, "an in-place rewrite went unseen");
+        open_snapshot_file(&d, &captured.files[0], uid).unwrap_err();
     }
 }

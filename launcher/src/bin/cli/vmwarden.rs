@@ -101,7 +101,8 @@ matches, and the restore consumes it (unless --keep-after-restore)."
         #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
         timeout: f64,
         /// Keep the snapshot after a successful restore (a second restore
-        /// is still refused once the guest has written to a disk).
+        /// is still refused once the guest has written to a disk image;
+        /// refused for a VM with a writable block-device disk).
         #[arg(long)]
         keep_after_restore: bool,
     },

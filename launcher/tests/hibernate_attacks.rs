@@ -1,0 +1,382 @@
+//! Hibernation under attack and under a confused operator, with a real
+//! QEMU guest (TCG): a running VM whose configured spec no longer allows
+//! hibernation is not put down (by hand or at the host's shutdown), and a
+//! `wait-ready` killed once the restored guest runs never leaves its
+//! snapshot to be restored a second time, and a snapshot kept for more
+//! restores that is rewritten in place (same inode, same size) is refused.
+//! Needs root.
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+use vmwarden::control::hibernate::RESTORE_KILL_POINT;
+use vmwarden::hypervisor::qmp::Qmp;
+
+const BOOT: Duration = Duration::from_secs(120);
+
+/// A guest that keeps a random marker in its memory and prints it with
+/// its uptime every half second (as in tests/hibernate.rs).
+const TICKER: &str = "cat /proc/sys/kernel/random/uuid >/marker\n\
+(while :; do read -r up _ </proc/uptime; echo \"VMWARDEN-TICK up=$up marker=$(cat /marker)\"; sleep 0.5; done) </dev/null &\n";
+
+fn spec(env: &Env, name: &str, n: u32) -> Value {
+    let mut s = env.shares_spec(name, uid(n), "hold", TICKER);
+    s["hibernate"] = json!({ "allowed": true });
+    env.write_spec(name, &s);
+    s
+}
+
+fn last_tick(log: &str, from: usize) -> Option<(f64, String)> {
+    log.get(from..)?.lines().rev().find_map(|l| {
+        let l = l.strip_prefix("VMWARDEN-TICK up=")?;
+        let (up, marker) = l.split_once(" marker=")?;
+        Some((up.parse().ok()?, marker.trim().to_string()))
+    })
+}
+
+fn tick_after(g: &mut Guest, from: usize, limit: Duration) -> (f64, String) {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(t) = last_tick(&g.log_text(), from) {
+            return t;
+        }
+        assert!(Instant::now() < end, "no tick; log:\n{}", g.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn snap(env: &Env, name: &str) -> PathBuf {
+    env.state.join(name).join(".vmwarden-hibernate")
+}
+
+fn partial(env: &Env, name: &str) -> PathBuf {
+    env.state.join(name).join(".vmwarden-hibernate.new")
+}
+
+fn record(env: &Env, name: &str) -> PathBuf {
+    env.state.join(format!(".hibernated-{name}.json"))
+}
+
+fn boot(env: &Env, name: &str, log: &str) -> (Guest, (f64, String)) {
+    let mut g = spawn_logged(env.launch_cmd(name), env.path(log));
+    g.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    let r = env.vmwarden(&["wait-ready", name, "--timeout", "30"]);
+    assert!(r.status.success(), "{}", text(&r));
+    let t = tick_after(&mut g, 0, Duration::from_secs(30));
+    (g, t)
+}
+
+#[test]
+fn a_vm_whose_configured_spec_no_longer_allows_it_is_not_hibernated() {
+    require_root();
+    let env = Env::new();
+    let mut s = spec(&env, "cfg", 41);
+    let (mut g, (up1, marker)) = boot(&env, "cfg", "cfg.log");
+    // The operator forbids hibernation (a rebuild that did not restart
+    // the VM): the running instance was launched allowing it.
+    s["hibernate"] = json!({ "allowed": false });
+    env.write_spec("cfg", &s);
+
+    let h = env.vmwarden(&["hibernate", "cfg", "--timeout", "120"]);
+    assert!(!h.status.success(), "hibernated anyway: {}", text(&h));
+    let e = stderr(&h);
+    assert!(
+        e.contains("hibernate.allowed") && e.contains("configured spec"),
+        "{e}"
+    );
+    // Nor at the host's shutdown: left to its unit, still running.
+    let all = env.vmwarden(&["hibernate-all", "--timeout", "120"]);
+    assert!(all.status.success(), "{}", text(&all));
+    assert!(
+        String::from_utf8_lossy(&all.stdout).contains("cfg: left to its unit"),
+        "{}",
+        text(&all)
+    );
+    assert!(!env.state.join(".hibernated-at-shutdown.json").exists());
+    // No memory on disk, nothing recorded, the guest untouched.
+    assert!(!partial(&env, "cfg").exists());
+    assert!(!snap(&env, "cfg").exists());
+    assert!(!record(&env, "cfg").exists());
+    let len = g.log_text().len();
+    let (up2, marker2) = tick_after(&mut g, len, Duration::from_secs(30));
+    assert_eq!(marker2, marker);
+    assert!(up2 > up1);
+
+    let st = env.vmwarden(&["stop", "cfg", "--timeout", "30"]);
+    assert!(st.status.success(), "{}", text(&st));
+    g.wait_exit(Duration::from_secs(15));
+    env.assert_clean("cfg");
+}
+
+#[test]
+fn a_wait_ready_killed_once_the_restored_guest_runs_leaves_no_snapshot_to_restore_twice() {
+    require_root();
+    require_fault_injection();
+    let env = Env::new();
+    spec(&env, "twice", 42);
+    let (mut g, (up1, marker)) = boot(&env, "twice", "twice.1.log");
+    let h = env.vmwarden(&["hibernate", "twice", "--timeout", "120"]);
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("twice");
+
+    // Restore; wait-ready (the unit's ExecStartPost) is killed the moment
+    // the restored guest runs again.
+    let mut g2 = spawn_logged(env.launch_cmd("twice"), env.path("twice.2.log"));
+    let w = env
+        .vmwarden_cmd()
+        .args(["wait-ready", "twice", "--timeout", "120"])
+        .env(
+            "VMWARDEN_FAULT_AFTER",
+            format!("hibernate:{RESTORE_KILL_POINT}"),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(w.status.signal(), Some(9), "{}", text(&w));
+    let (up2, marker2) = tick_after(&mut g2, 0, Duration::from_secs(60));
+    assert_eq!(marker2, marker, "not the restored guest");
+    assert!(up2 >= up1);
+    // The guest ran: its snapshot must be gone already.
+    assert!(
+        !record(&env, "twice").exists(),
+        "the record of a snapshot whose guest already ran is left"
+    );
+    assert!(!snap(&env, "twice").exists(), "the snapshot is left");
+    // wait-ready again (an operator's, a health check's): the VM is ready,
+    // its snapshot long consumed.
+    let again = env.vmwarden(&["wait-ready", "twice", "--timeout", "30"]);
+    assert!(
+        again.status.success(),
+        "second wait-ready: {}",
+        text(&again)
+    );
+
+    let st = env.vmwarden(&["stop", "twice", "--timeout", "30"]);
+    assert!(st.status.success(), "{}", text(&st));
+    g2.wait_exit(Duration::from_secs(15));
+    env.assert_clean("twice");
+    // The next start boots cold: the snapshot is not restored twice.
+    let mut g3 = spawn_logged(env.launch_cmd("twice"), env.path("twice.3.log"));
+    g3.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    g3.kill();
+    env.assert_clean("twice");
+}
+
+#[test]
+fn a_kept_snapshot_rewritten_in_place_by_a_later_run_is_refused_by_name() {
+    require_root();
+    let env = Env::new();
+    spec(&env, "gold", 43);
+    let (mut g, (_, marker)) = boot(&env, "gold", "gold.1.log");
+    let h = env.vmwarden(&[
+        "hibernate",
+        "gold",
+        "--timeout",
+        "120",
+        "--keep-after-restore",
+    ]);
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("gold");
+
+    // A first restore: kept, as asked.
+    let mut g2 = spawn_logged(env.launch_cmd("gold"), env.path("gold.2.log"));
+    let r = env.vmwarden(&["wait-ready", "gold", "--timeout", "120"]);
+    assert!(r.status.success(), "{}\n{}", text(&r), g2.log_text());
+    assert_eq!(tick_after(&mut g2, 0, Duration::from_secs(30)).1, marker);
+    assert!(snap(&env, "gold").is_dir() && record(&env, "gold").exists());
+    // While it runs, its hypervisor (the principal, who owns the kept
+    // snapshot in the state dir it may write) rewrites the memory file in
+    // place: same inode, same size, other guest memory.
+    let mem = snap(&env, "gold").join("memory");
+    let before = std::fs::symlink_metadata(&mem).unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&mem).unwrap();
+        f.write_all_at(b"planted by the principal", before.len() / 2)
+            .unwrap();
+    }
+    let after = std::fs::symlink_metadata(&mem).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((after.ino(), after.len()), (before.ino(), before.len()));
+    let st = env.vmwarden(&["stop", "gold", "--timeout", "30"]);
+    assert!(st.status.success(), "{}", text(&st));
+    g2.wait_exit(Duration::from_secs(15));
+    env.assert_clean("gold");
+
+    // The next start refuses it by name (exit 78) instead of loading it.
+    let mut c = env.launch_cmd("gold");
+    let log = env.path("gold.3.log");
+    c.stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(env.path("gold.3.err")).unwrap());
+    let mut child = c.spawn().unwrap();
+    let end = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let err = std::fs::read_to_string(env.path("gold.3.err")).unwrap_or_default();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(78),
+        "the rewritten snapshot was not refused: {err}"
+    );
+    assert!(
+        err.contains(".vmwarden-hibernate: not the files captured"),
+        "{err}"
+    );
+    assert!(snap(&env, "gold").is_dir(), "the refused snapshot is kept");
+    env.assert_clean("gold");
+}
+
+#[test]
+fn a_failed_capture_of_a_restored_guest_never_resumes_it_with_its_snapshot_still_there() {
+    require_root();
+    let env = Env::new();
+    spec(&env, "again", 44);
+    let (mut g, (_, marker)) = boot(&env, "again", "again.1.log");
+    let h = env.vmwarden(&["hibernate", "again", "--timeout", "120"]);
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("again");
+
+    // Restored by hand, no wait-ready: loaded and held paused.
+    let mut g2 = spawn_logged(env.launch_cmd("again"), env.path("again.2.log"));
+    let qmp = env.run.join("again/control/qmp.sock");
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let loaded = Qmp::connect(&qmp, Duration::from_secs(5))
+            .ok()
+            .and_then(|mut q| q.execute("query-migrate", None).ok())
+            .is_some_and(|v| v["status"] == "completed");
+        if loaded {
+            break;
+        }
+        assert!(Instant::now() < end, "never loaded: {}", g2.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A capture that cannot finish in time: it fails, and the guest is
+    // resumed (it ran before the hibernate, as far as the operator knows).
+    let h = env.vmwarden(&["hibernate", "again", "--timeout", "0.005"]);
+    assert!(!h.status.success(), "{}", text(&h));
+    let (_, marker2) = tick_after(&mut g2, 0, Duration::from_secs(30));
+    assert_eq!(marker2, marker);
+    // The guest runs: the snapshot it was restored from must be gone.
+    assert!(
+        !record(&env, "again").exists(),
+        "a resumed guest's snapshot is still recorded: {}",
+        text(&h)
+    );
+    assert!(!snap(&env, "again").exists() && !partial(&env, "again").exists());
+
+    let st = env.vmwarden(&["stop", "again", "--timeout", "30"]);
+    assert!(st.status.success(), "{}", text(&st));
+    g2.wait_exit(Duration::from_secs(15));
+    env.assert_clean("again");
+}
+
+#[test]
+fn a_vm_restored_by_hand_then_hibernated_by_hand_is_not_started_at_the_next_boot() {
+    require_root();
+    let env = Env::new();
+    spec(&env, "shut", 45);
+    let (mut g, _) = boot(&env, "shut", "shut.1.log");
+    // The host's shutdown puts it down (the unit stopped by hand, so its
+    // start at boot has not consumed the record yet).
+    let all = env.vmwarden(&["hibernate-all", "--timeout", "120"]);
+    assert!(all.status.success(), "{}", text(&all));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    let at_shutdown = env.state.join(".hibernated-at-shutdown.json");
+    let listed = || {
+        std::fs::read(&at_shutdown)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|v| v["vms"].to_string().contains("\"shut\""))
+    };
+    assert!(listed(), "hibernate-all did not record it");
+    env.assert_clean("shut");
+
+    // The operator restores it by hand, then hibernates it by hand: it
+    // must stay down until started, not be started at the next boot.
+    let mut g2 = spawn_logged(env.launch_cmd("shut"), env.path("shut.2.log"));
+    let r = env.vmwarden(&["wait-ready", "shut", "--timeout", "120"]);
+    assert!(r.status.success(), "{}\n{}", text(&r), g2.log_text());
+    let h = env.vmwarden(&["hibernate", "shut", "--timeout", "120"]);
+    assert!(h.status.success(), "{}", text(&h));
+    assert!(g2.wait_exit(Duration::from_secs(15)).is_some());
+    assert!(
+        !listed(),
+        "the next boot's start-hibernated would start a VM hibernated by hand"
+    );
+    assert!(record(&env, "shut").exists());
+    env.assert_clean("shut");
+}
+
+/// What the principal may make in its own state dir: `path` made by root,
+/// then handed to `uid` without following a symlink.
+fn as_principal(path: &std::path::Path, uid: u32) {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
+}
+
+#[test]
+fn links_the_principal_plants_for_the_snapshot_never_reach_beyond_its_state_dir() {
+    require_root();
+    let env = Env::new();
+    spec(&env, "plant", 46);
+    let victim = env.path("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::fs::write(victim.join("secret"), b"root's").unwrap();
+    let intact = || {
+        assert_eq!(std::fs::read(victim.join("secret")).unwrap(), b"root's");
+    };
+    let (mut g, _) = boot(&env, "plant", "plant.1.log");
+    let p = uid(46);
+
+    // A "previous snapshot" the principal planted: a directory of links
+    // to root's files, and a link to root's directory inside it. The
+    // capture replaces it, deleting the links, never their targets.
+    let fake = snap(&env, "plant");
+    std::fs::create_dir(&fake).unwrap();
+    std::os::unix::fs::symlink(victim.join("secret"), fake.join("memory")).unwrap();
+    std::os::unix::fs::symlink(&victim, fake.join("sub")).unwrap();
+    for x in [fake.join("memory"), fake.join("sub"), fake.clone()] {
+        as_principal(&x, p);
+    }
+    let h = env.vmwarden(&["hibernate", "plant", "--timeout", "120"]);
+    assert!(h.status.success(), "{}", text(&h));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    intact();
+    let m = std::fs::symlink_metadata(snap(&env, "plant").join("memory")).unwrap();
+    assert!(m.is_file(), "the planted link is the snapshot");
+
+    // Restored; then a "capture in progress" the principal planted: a
+    // link to root's directory. hibernate refuses, the stop's cleanup
+    // deletes the link, not what it points to.
+    let mut g2 = spawn_logged(env.launch_cmd("plant"), env.path("plant.2.log"));
+    let r = env.vmwarden(&["wait-ready", "plant", "--timeout", "120"]);
+    assert!(r.status.success(), "{}\n{}", text(&r), g2.log_text());
+    std::os::unix::fs::symlink(&victim, partial(&env, "plant")).unwrap();
+    as_principal(&partial(&env, "plant"), p);
+    let h = env.vmwarden(&["hibernate", "plant", "--timeout", "120"]);
+    assert!(!h.status.success(), "{}", text(&h));
+    assert!(stderr(&h).contains("exists"), "{}", text(&h));
+    intact();
+    let st = env.vmwarden(&["stop", "plant", "--timeout", "30"]);
+    assert!(st.status.success(), "{}", text(&st));
+    g2.wait_exit(Duration::from_secs(15));
+    env.assert_clean("plant");
+    intact();
+    std::fs::symlink_metadata(partial(&env, "plant")).unwrap_err();
+}
