@@ -139,36 +139,26 @@ fn s(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
-/// The device fields [`super::firecracker_config`] gives for `spec` now.
+/// The device fields [`super::firecracker_config`] gives for `spec` now,
+/// each named by its device's id (`drives[disk0].path_on_host`): firecracker
+/// lists a restored VM's drives in no fixed order.
 /// The boot source is not a device: a restored VM does not boot, and
 /// root's match record holds the kernel's and initrd's identities.
 pub fn fields_now(spec: &Spec, control_dir: &Path) -> Vec<Field> {
     let mut f = Vec::new();
     for (i, d) in spec.disks.iter().enumerate() {
+        let name = |k: &str| format!("drives[disk{i}].{k}");
+        f.push(Field::new(name("path_on_host"), Some(s(&d.path))));
         f.push(Field::new(
-            format!("drives[{i}].drive_id"),
-            Some(format!("disk{i}")),
-        ));
-        f.push(Field::new(
-            format!("drives[{i}].path_on_host"),
-            Some(s(&d.path)),
-        ));
-        f.push(Field::new(
-            format!("drives[{i}].is_read_only"),
+            name("is_read_only"),
             Some(d.read_only.to_string()),
         ));
     }
     for (i, n) in spec.interfaces.iter().enumerate() {
+        let name = |k: &str| format!("network-interfaces[net{i}].{k}");
+        f.push(Field::new(name("host_dev_name"), Some(n.tap.as_str())));
         f.push(Field::new(
-            format!("network-interfaces[{i}].iface_id"),
-            Some(format!("net{i}")),
-        ));
-        f.push(Field::new(
-            format!("network-interfaces[{i}].host_dev_name"),
-            Some(n.tap.as_str()),
-        ));
-        f.push(Field::new(
-            format!("network-interfaces[{i}].guest_mac"),
+            name("guest_mac"),
             Some(spec.guest_mac(i).to_string()),
         ));
     }
@@ -186,22 +176,17 @@ pub fn fields_now(spec: &Spec, control_dir: &Path) -> Vec<Field> {
 pub fn fields_of(c: &VmConfig) -> Vec<Field> {
     let mut f = Vec::new();
     for (i, d) in c.drives.iter().enumerate() {
+        let id = d.drive_id.clone().unwrap_or_else(|| format!("#{i}"));
+        let name = |k: &str| format!("drives[{id}].{k}");
+        f.push(Field::new(name("path_on_host"), d.path_on_host.clone()));
         f.push(Field::new(
-            format!("drives[{i}].drive_id"),
-            d.drive_id.clone(),
-        ));
-        f.push(Field::new(
-            format!("drives[{i}].path_on_host"),
-            d.path_on_host.clone(),
-        ));
-        f.push(Field::new(
-            format!("drives[{i}].is_read_only"),
+            name("is_read_only"),
             d.is_read_only.map(|b| b.to_string()),
         ));
     }
     for (i, n) in c.network_interfaces.iter().enumerate() {
-        let name = |k: &str| format!("network-interfaces[{i}].{k}");
-        f.push(Field::new(name("iface_id"), n.iface_id.clone()));
+        let id = n.iface_id.clone().unwrap_or_else(|| format!("#{i}"));
+        let name = |k: &str| format!("network-interfaces[{id}].{k}");
         f.push(Field::new(name("host_dev_name"), n.host_dev_name.clone()));
         f.push(Field::new(name("guest_mac"), n.guest_mac.clone()));
     }

@@ -49,18 +49,35 @@ fn the_same_devices_pass() {
 }
 
 #[test]
+fn drives_are_matched_by_id_not_by_their_place_in_the_list() {
+    // firecracker lists a restored VM's drives in no fixed order.
+    let mut v = vm_config();
+    v["drives"].as_array_mut().unwrap().reverse();
+    check_of(&fc_spec(), &v).unwrap();
+    // Two drives that trade paths are each named.
+    let mut v = vm_config();
+    v["drives"][0]["drive_id"] = json!("disk1");
+    v["drives"][1]["drive_id"] = json!("disk0");
+    let e = check_of(&fc_spec(), &v).unwrap_err().to_string();
+    assert!(
+        e.contains("drives[disk0].path_on_host") && e.contains("drives[disk1].path_on_host"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_drive_tap_or_vsock_that_differs_is_refused_by_field() {
     let mut s = fc_spec();
     s.disks[0].path = "/var/lib/vmwarden/web/other.img".into();
     let e = check_of(&s, &vm_config()).unwrap_err().to_string();
     assert!(
-        e.contains(r#"drives[0].path_on_host: the snapshot has "/var/lib/vmwarden/web/root.img", the spec now gives "/var/lib/vmwarden/web/other.img""#),
+        e.contains(r#"drives[disk0].path_on_host: the snapshot has "/var/lib/vmwarden/web/root.img", the spec now gives "/var/lib/vmwarden/web/other.img""#),
         "{e}"
     );
     let mut v = vm_config();
     v["network-interfaces"][0]["host_dev_name"] = json!("vmw-other0");
     let e = check_of(&fc_spec(), &v).unwrap_err().to_string();
-    assert!(e.contains(r#"network-interfaces[0].host_dev_name: the snapshot has "vmw-other0", the spec now gives "vmw-web0""#), "{e}");
+    assert!(e.contains(r#"network-interfaces[net0].host_dev_name: the snapshot has "vmw-other0", the spec now gives "vmw-web0""#), "{e}");
     let mut v = vm_config();
     v["vsock"] = json!({ "guest_cid": 3, "uds_path": "/run/vmwarden/other/control/vsock.sock" });
     let e = check_of(&fc_spec(), &v).unwrap_err().to_string();
