@@ -24,6 +24,7 @@ use crate::launch::helpers::HelperKind;
 // -- The host's own tools: `vmwarden balloon` and `vmwarden console`. --
 pub mod balloon;
 pub mod console;
+pub mod hibernate;
 
 use balloon::{balloon_mib, balloon_of};
 
@@ -43,6 +44,8 @@ const START_GRACE: Duration = Duration::from_secs(1);
 pub enum ControlError {
     #[error(transparent)]
     Qmp(#[from] QmpError),
+    #[error(transparent)]
+    Hibernate(#[from] Box<hibernate::HibernateError>),
     #[error(transparent)]
     Api(#[from] ApiError),
     /// `last` is the last attempt's error (none when there was no attempt).
@@ -192,6 +195,14 @@ pub fn wait_ready(
         let t = ATTEMPT.min(end.saturating_duration_since(Instant::now()));
         match run_state(roots, name, kind, t) {
             Ok(status) => {
+                // A restored VM: running once loaded; then its snapshot is consumed.
+                if let Some(i) = dirs::open_dir(&roots.runtime_dir(name))
+                    .ok()
+                    .and_then(|d| Intent::read(&d).ok().flatten())
+                {
+                    let left = end.saturating_duration_since(Instant::now());
+                    hibernate::consume_if_restored(roots, name, &i, left).map_err(Box::new)?;
+                }
                 balloon::apply_initial(roots, name, kind)?;
                 return Ok(status);
             }

@@ -114,6 +114,26 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         }
         Cmd::WaitReady { name, timeout } => wait_ready(&roots, &name, timeout),
         Cmd::Stop { name, timeout } => stop(&roots, &name, timeout),
+        Cmd::Hibernate {
+            name,
+            timeout,
+            keep_after_restore,
+        } => {
+            let h = control::hibernate::hibernate(
+                &roots,
+                &name,
+                Duration::from_secs_f64(timeout),
+                keep_after_restore,
+            )
+            .map_err(|e| control::ControlError::from(Box::new(e)))?;
+            vmwarden::print_report(&format!(
+                "{name}: hibernated to {} ({} bytes, captured in {} ms)",
+                h.snapshot.display(),
+                h.bytes,
+                h.capture_ms
+            ));
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Balloon { name, size } => {
             control::balloon::set_balloon(&roots, &name, size)?;
             vmwarden::print_report(&format!(

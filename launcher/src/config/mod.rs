@@ -5,6 +5,7 @@ pub mod capabilities;
 pub mod devices;
 pub mod extra_args;
 pub mod files;
+pub mod hibernate;
 pub mod host_tools;
 pub mod macvtap;
 pub mod memory;

@@ -137,6 +137,10 @@ pub struct Spec {
     /// drop-in by `render-unit --dropin` and the NixOS module.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourcesSpec>,
+    /// `vmwarden hibernate` and restore on the next start
+    /// (`config::hibernate`); absent = not allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hibernate: Option<crate::config::hibernate::HibernateSpec>,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -129,6 +129,7 @@ impl Spec {
         self.validate_interfaces(path)?;
         self.validate_user_network(path)?;
         self.validate_devices(path)?;
+        crate::config::hibernate::check(self, path)?;
         for (i, p) in self.landlock.read.iter().enumerate() {
             check_abs_normalised(p)
                 .map_err(|r| bad(&format!("landlock.read[{i}]"), r.to_string()))?;

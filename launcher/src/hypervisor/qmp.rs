@@ -250,6 +250,11 @@ impl Qmp {
         self.writer
             .write_all(&bytes)
             .map_err(Self::io_err(&self.path, "write"))?;
+        self.answer(cmd, deadline)
+    }
+
+    /// The answer to the command `cmd` just sent.
+    fn answer(&mut self, cmd: &str, deadline: Instant) -> Result<Value> {
         loop {
             match self.read_msg(deadline)? {
                 Message::Event { name, msg } => self.seen(name, msg),
@@ -265,6 +270,40 @@ impl Qmp {
                 Message::Greeting(_) => {}
             }
         }
+    }
+
+    /// `getfd`: hand QEMU `fd` (SCM_RIGHTS with the command's bytes)
+    /// under the name `fdname`, for a later `fd:NAME` (migration).
+    pub fn getfd(&mut self, fdname: &str, fd: std::os::fd::BorrowedFd<'_>) -> Result<Value> {
+        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+        use std::os::fd::AsRawFd;
+        let deadline = Instant::now() + self.timeout;
+        let msg = json!({ "execute": "getfd", "arguments": { "fdname": fdname } });
+        let mut bytes = serde_json::to_vec(&msg).map_err(|source| QmpError::Encode {
+            path: self.path.clone(),
+            source,
+        })?;
+        bytes.extend_from_slice(b"\r\n");
+        let fds = [fd.as_raw_fd()];
+        let iov = [std::io::IoSlice::new(&bytes)];
+        let sent = sendmsg::<()>(
+            self.writer.as_raw_fd(),
+            &iov,
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        )
+        .map_err(|e| QmpError::Io {
+            path: self.path.clone(),
+            op: "sendmsg (getfd)",
+            source: e.into(),
+        })?;
+        if sent != bytes.len() {
+            self.writer
+                .write_all(&bytes[sent..])
+                .map_err(Self::io_err(&self.path, "write"))?;
+        }
+        self.answer("getfd", deadline)
     }
 
     /// [`Qmp::execute`] within `timeout` rather than the connection's.

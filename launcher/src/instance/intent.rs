@@ -87,6 +87,20 @@ pub enum Resource {
     /// what a launch killed while making the image leaves: cleanup removes
     /// it, and the next launch would replace it.
     CreatedImage { path: PathBuf, temp: PathBuf },
+    /// The VM's hibernation snapshot (`config::hibernate`), named in the
+    /// record of every instance whose spec allows it, before any capture
+    /// can start: `path` the complete one (`STATE/NAME/.vmwarden-hibernate`,
+    /// the user's data: cleanup keeps it, a restore consumes it, `purge`
+    /// deletes it), `temp` the one being written
+    /// (`.vmwarden-hibernate.new`), which cleanup deletes once the instance
+    /// is dead and verify-clean reports. `restoring`: this instance was
+    /// started from `path` (wait-ready consumes it once the guest runs).
+    Snapshot {
+        path: PathBuf,
+        temp: PathBuf,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        restoring: bool,
+    },
     /// A writable share's source that did not exist, made by the launcher
     /// (the principal's, 0700) at `share-sources-made`
     /// (`launch::share_sources`). Persistent and the VM's data: once the
@@ -210,6 +224,18 @@ impl Intent {
     pub fn launched_spec(&self) -> Option<(&Path, &Path)> {
         self.resources.iter().find_map(|r| match r {
             Resource::LaunchedSpec { path, source } => Some((path.as_path(), source.as_path())),
+            _ => None,
+        })
+    }
+
+    /// The snapshot this record names: (complete, being written, restoring).
+    pub fn snapshot(&self) -> Option<(&Path, &Path, bool)> {
+        self.resources.iter().find_map(|r| match r {
+            Resource::Snapshot {
+                path,
+                temp,
+                restoring,
+            } => Some((path.as_path(), temp.as_path(), *restoring)),
             _ => None,
         })
     }

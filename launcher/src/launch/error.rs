@@ -128,6 +128,8 @@ pub enum StepError {
     #[error(transparent)]
     ShareSource(#[from] MakeError),
     #[error(transparent)]
+    Restore(#[from] crate::launch::restore::RestoreError),
+    #[error(transparent)]
     Sys(#[from] SysError),
     #[error(transparent)]
     Io(#[from] IoError),
@@ -185,6 +187,7 @@ impl StepError {
             StepError::Credential(e) => e.is_refusal(),
             StepError::Net(e) => e.is_refusal(),
             StepError::Device(e) => e.is_refusal(),
+            StepError::Restore(e) => e.is_refusal(),
             StepError::Sandbox(e) => e.is_refusal(),
             StepError::Volume(e) => e.is_refusal(),
             StepError::VhostVsock { errno, .. } | StepError::VhostNet { errno, .. } => {

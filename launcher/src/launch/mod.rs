@@ -30,6 +30,7 @@ pub mod preflight;
 pub mod probe;
 pub mod reach;
 pub mod resources;
+pub mod restore;
 pub mod root;
 pub mod sandbox;
 pub mod sandbox_error;
@@ -232,6 +233,9 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let vhost_net = interfaces::open_vhost_net(&spec)?;
     let devices = devices::preflight(&spec)?;
     steps.after("principal-resolved");
+    // A hibernated VM restores when its snapshot still matches (launch::restore).
+    let restore = restore::decide(&spec, &spec_bytes, roots, &principal)?;
+    steps.after("restore-checked");
 
     // 4. Runtime root and this VM's runtime dir, then the lease.
     let runtime_root = dirs::ensure_root(
@@ -298,6 +302,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let mut resources = planned_resources(&spec, &spec_path, &rundir.path, &state_dir_path);
     resources.extend(passthrough::records(&devices));
     resources.extend(share_sources::records(&to_make));
+    resources.extend(restore::record(&spec, &state_dir_path, restore.is_some()));
     let record = Intent {
         version: 1,
         name: spec.name.to_string(),
@@ -445,6 +450,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             qemu_sandbox,
             ids,
             devices: &devices,
+            restore: restore.as_ref(),
         },
     )
 }
@@ -471,6 +477,8 @@ struct Confine<'a> {
     ids: Option<registry::IdRange>,
     /// The host devices it holds (`devices`), taken at the `devices` step.
     devices: &'a devices::Plan,
+    /// The snapshot to start from (`restore-checked`).
+    restore: Option<&'a restore::Restore>,
 }
 
 /// Steps 7 to 11: namespaces, masks, the VM's root, /proc, credentials,
@@ -491,6 +499,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
         qemu_sandbox,
         ids,
         devices,
+        restore,
     } = c;
     let roots = &opts.roots;
     let kind = spec.hypervisor.kind;
@@ -734,6 +743,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
             )
         }
     };
+    let argv = restore::argv(spec, argv, restore, opts.probe.is_some(), &state_dir_path);
     // The console relay's end of the serial pair is the hypervisor's
     // stdin and stdout (its serial is stdio); stderr stays the journal.
     if let Some(r) = &relay {
@@ -754,6 +764,7 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
         .into_iter()
         .chain(qmp)
         .chain(started.iter().filter_map(|s| s.hypervisor_end.as_ref()))
+        .chain(restore.iter().flat_map(|r| r.files.iter().map(|(_, f)| f)))
         .collect();
     exec::exec(sys, &argv, lease, taps, &inherit, principal, state_dir)
 }

@@ -12,6 +12,7 @@ pub const STEPS: &[&str] = &[
     "sanitized",
     "spec-loaded",
     "principal-resolved",
+    "restore-checked",
     "runtime-dir",
     "lease-taken",
     "intent-written",

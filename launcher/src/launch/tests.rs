@@ -160,6 +160,7 @@ fn run_tail(sys: &dyn Syscall) -> (std::result::Result<Infallible, StepError>, &
             qemu_sandbox: false,
             ids: None,
             devices: &Plan::default(),
+            restore: None,
         },
     );
     (got, steps.current())

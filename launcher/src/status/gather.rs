@@ -175,6 +175,17 @@ fn one_with(probe: &Probe, roots: &Roots, name: &VmName, reg: &[Record], now: u6
         ) => State::Retired,
         (_, s) => s,
     };
+    let hibernated = crate::teardown::hibernate::hibernated(roots, name).map(|(bytes, t)| {
+        super::HibernatedInfo {
+            bytes,
+            created_unix: t,
+            age_seconds: now.saturating_sub(t),
+        }
+    });
+    let state = match (state, &hibernated) {
+        (State::Stopped, Some(_)) => State::Hibernated,
+        (s, _) => s,
+    };
     let copy = match (&rundir, &intent) {
         (Some(d), Some(i)) => launched::copy_bytes(d, i).ok().flatten(),
         _ => None,
@@ -204,6 +215,7 @@ fn one_with(probe: &Probe, roots: &Roots, name: &VmName, reg: &[Record], now: u6
         balloon_mib: st.balloon_mib.filter(|_| live),
         instance_id: intent.map(|i| i.instance_id),
         leftovers: None,
+        hibernated,
     }
 }
 

@@ -171,11 +171,12 @@ fn seconds(usec: u64) -> String {
 
 const MIB: u64 = 1024 * 1024;
 
-const STATES: [State; 4] = [
+const STATES: [State; 5] = [
     State::Running,
     State::Stopped,
     State::Ambiguous,
     State::Retired,
+    State::Hibernated,
 ];
 
 /// The exposition text for `vms` (sorted as given: `status`' order).
@@ -387,6 +388,7 @@ mod tests {
             balloon_mib: Some(64),
             instance_id: None,
             leftovers: None,
+            hibernated: None,
         }
     }
 

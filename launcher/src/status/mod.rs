@@ -36,6 +36,9 @@ pub enum State {
     Ambiguous,
     /// Dead, and the principal's registration is a tombstone (`purge`).
     Retired,
+    /// Dead, with a complete hibernation snapshot the next start restores
+    /// (`vmwarden hibernate`; [`VmStatus::hibernated`] has its size and age).
+    Hibernated,
 }
 
 impl State {
@@ -45,6 +48,7 @@ impl State {
             State::Stopped => "stopped",
             State::Ambiguous => "ambiguous",
             State::Retired => "retired",
+            State::Hibernated => "hibernated",
         }
     }
 }
@@ -193,4 +197,15 @@ pub struct VmStatus {
     pub instance_id: Option<String>,
     /// Only with `--all`.
     pub leftovers: Option<Leftovers>,
+    /// The complete hibernation snapshot, from root's record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hibernated: Option<HibernatedInfo>,
+}
+
+/// A VM's hibernation snapshot as `status` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HibernatedInfo {
+    pub bytes: u64,
+    pub created_unix: u64,
+    pub age_seconds: u64,
 }

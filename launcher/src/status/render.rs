@@ -66,7 +66,14 @@ fn raw_cells(r: &VmStatus) -> [String; 8] {
     let running = r.state == State::Running;
     [
         r.name.clone(),
-        r.state.as_str().to_string(),
+        match &r.hibernated {
+            Some(h) if r.state == State::Hibernated => format!(
+                "hibernated:{}M/{}",
+                h.bytes.div_ceil(1024 * 1024),
+                uptime(h.age_seconds)
+            ),
+            _ => r.state.as_str().to_string(),
+        },
         r.pid.map(|p| p.to_string()).unwrap_or_else(dash),
         r.principal
             .as_ref()
@@ -268,6 +275,7 @@ mod tests {
             balloon_mib: None,
             instance_id: None,
             leftovers: None,
+            hibernated: None,
         }
     }
 

@@ -185,6 +185,11 @@ fn cleanup_dir(roots: &Roots, name: &VmName, rundir: &dirs::Dir, mut report: Rep
     report.deleted.extend(made.deleted);
     report.kept.extend(made.kept);
     report.failed.extend(made.failed);
+    // ...and a half-written hibernation snapshot (the complete one is kept).
+    let snap = crate::teardown::hibernate::cleanup(roots, name, intent.as_ref());
+    report.deleted.extend(snap.deleted);
+    report.kept.extend(snap.kept);
+    report.failed.extend(snap.failed);
     // Firecracker's taps (it opens them by name) were persistent in the
     // host's namespace before they moved into a namespace of its own; a
     // record written then names them, and they go here, the instance

@@ -5,6 +5,7 @@
 pub mod adopt;
 pub mod cleanup;
 pub mod devices;
+pub mod hibernate;
 pub mod machine;
 pub mod made_sources;
 pub mod purge;

@@ -327,6 +327,10 @@ pub fn execute(roots: &Roots, name: &VmName, plan: Plan) -> Result<Report> {
     }
     // The share sources vmwarden made, each checked again.
     outcome.merge(made_sources::execute(roots, name, &plan.share_sources));
+    // Root's record of a hibernation snapshot goes with the snapshot.
+    outcome.merge(crate::teardown::hibernate::purge_record(
+        roots, name, &plan.keep,
+    ));
     // Retirement fails closed, but what was deleted is still reported.
     let (retired, mut retire_error) = match (plan.retire_uid, outcome.failed.is_empty()) {
         (Some(uid), true) => match registry::retire(roots, name, uid) {

@@ -170,6 +170,17 @@ pub fn verify(
         checks.push(tap_check(n, vm_taps));
         checks.push(credential_mount_check(roots, n, &all_mounts));
         checks.push(setid_check(roots, n));
+        let running = dir
+            .as_ref()
+            .is_ok_and(|d| matches!(lease::state(d), Ok(LeaseState::Held)));
+        let (ok, actual) = crate::teardown::hibernate::verify_check(roots, n, running);
+        checks.push(check(
+            "no-half-written-snapshot",
+            vm,
+            ok,
+            "none (a complete snapshot is the user's and kept)",
+            actual,
+        ));
         if *machined {
             checks.push(machine_check(n));
         }

@@ -84,6 +84,27 @@ the same directory, then a rename), as node-exporter's textfile collector wants 
         #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
         timeout: f64,
     },
+    /// Put a running VM down to disk: pause, capture its memory into its
+    /// state dir, stop it; the next start restores it.
+    #[command(
+        long_about = "Hibernate a running VM whose spec has hibernate.allowed: pause it, let its \
+hypervisor write the snapshot (the principal's, 0600) into STATE/NAME/.vmwarden-hibernate.new, \
+rename it to .vmwarden-hibernate once complete, record what it must match in \
+STATE/.hibernated-NAME.json, and end the hypervisor. If the capture fails, the VM runs again and \
+the partial snapshot is deleted. The next start restores from the snapshot when it still \
+matches, and the restore consumes it (unless --keep-after-restore)."
+    )]
+    Hibernate {
+        /// VM name.
+        name: VmName,
+        /// Seconds the capture may take.
+        #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
+        timeout: f64,
+        /// Keep the snapshot after a successful restore (a second restore
+        /// is still refused once the guest has written to a disk).
+        #[arg(long)]
+        keep_after_restore: bool,
+    },
     /// Set a running VM's memory balloon: SIZE (MiB, or with a K/M/G
     /// suffix) is the memory taken from the guest.
     #[command(
@@ -300,6 +321,7 @@ impl Cmd {
         match self {
             Cmd::WaitReady { name, .. }
             | Cmd::Stop { name, .. }
+            | Cmd::Hibernate { name, .. }
             | Cmd::Balloon { name, .. }
             | Cmd::Console { name }
             | Cmd::Purge { name, .. }

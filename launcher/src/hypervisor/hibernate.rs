@@ -1,0 +1,190 @@
+//! Each hypervisor's own way to capture a paused VM into a snapshot
+//! directory and to start from one: the per-hypervisor part of
+//! hibernation ([`Hibernator`], one value per kind from [`for_kind`]).
+//! Everything around it (the directory, its names, the intent record, the
+//! manifest, the match check, teardown) is the same for every kind and
+//! lives elsewhere (`control::hibernate`, `launch::restore`,
+//! `instance::hibernated`, `teardown::hibernate`).
+//!
+//! Root never writes snapshot data: the directory and any file root hands
+//! over ([`Hibernator::precreated`]) are made by root with the principal's
+//! file-system ids (0700, 0600, `O_EXCL`), and the hypervisor, in its
+//! sandbox, writes the bytes.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::config::hibernate::QEMU_MEMORY_FILE;
+use crate::config::spec::HypervisorKind;
+use crate::hypervisor::qmp::{Qmp, QmpError};
+
+/// Why a capture, a resume or a restore's check failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    #[error(transparent)]
+    Qmp(#[from] QmpError),
+    #[error(transparent)]
+    Api(#[from] crate::hypervisor::api::ApiError),
+    /// The hypervisor said the capture failed.
+    #[error("the capture failed: {0}")]
+    Failed(String),
+    #[error("the capture did not complete within {0:?}")]
+    Timeout(Duration),
+    #[error("{0}")]
+    Unsupported(&'static str),
+}
+
+/// One hypervisor's snapshot mechanism.
+pub trait Hibernator: Sync {
+    /// Files root makes empty (the principal's, 0600) in the directory
+    /// being written and hands to [`Hibernator::capture`] opened for
+    /// writing; empty when the hypervisor makes its own files there.
+    fn precreated(&self) -> &'static [&'static str];
+    /// Pause the VM and write the snapshot into `dir` (the same path
+    /// inside the VM's sandbox, where the state dir is bound at its own
+    /// path); `files` are [`Hibernator::precreated`]'s, in order. Returns
+    /// once the capture is complete. `started` is called once the
+    /// hypervisor is writing (a kill point for the tests).
+    fn capture(
+        &self,
+        control: &Path,
+        dir: &Path,
+        files: &[OwnedFd],
+        timeout: Duration,
+        started: &dyn Fn(),
+    ) -> Result<(), CaptureError>;
+    /// Run the VM again after a failed capture.
+    fn resume(&self, control: &Path, timeout: Duration) -> Result<(), CaptureError>;
+    /// End the hypervisor after a complete capture (the VM stays paused).
+    fn quit(&self, control: &Path, timeout: Duration) -> Result<(), CaptureError>;
+    /// The command line of a start from the snapshot in `dir`: the boot's
+    /// `argv` changed; `fds` are the snapshot's files (by name) opened
+    /// read-only by root and inherited.
+    fn restore_argv(&self, argv: Vec<String>, dir: &Path, fds: &[(String, i32)]) -> Vec<String>;
+    /// After a start from a snapshot: `Ok(true)` once the restored VM
+    /// runs (then the snapshot is consumed), `Ok(false)` while it loads.
+    fn restored(&self, control: &Path, timeout: Duration) -> Result<bool, CaptureError>;
+}
+
+/// The kind's mechanism, or why it has none.
+pub fn for_kind(kind: HypervisorKind) -> Result<&'static dyn Hibernator, CaptureError> {
+    match kind {
+        HypervisorKind::Qemu => Ok(&QemuHibernator),
+        HypervisorKind::CloudHypervisor | HypervisorKind::Firecracker => {
+            Err(CaptureError::Unsupported(
+                "this vmwarden cannot hibernate a cloud-hypervisor or firecracker VM yet",
+            ))
+        }
+    }
+}
+
+/// QEMU: migration to an fd (7.2 has no `file:` URI), `-incoming fd:N`.
+#[derive(Debug)]
+pub struct QemuHibernator;
+
+/// The name QEMU keeps the snapshot's fd under (`getfd`).
+const QEMU_FDNAME: &str = "vmwarden-hibernate";
+const POLL: Duration = Duration::from_millis(50);
+
+impl Hibernator for QemuHibernator {
+    fn precreated(&self) -> &'static [&'static str] {
+        &[QEMU_MEMORY_FILE]
+    }
+
+    fn capture(
+        &self,
+        control: &Path,
+        _dir: &Path,
+        files: &[OwnedFd],
+        timeout: Duration,
+        started: &dyn Fn(),
+    ) -> Result<(), CaptureError> {
+        let end = Instant::now() + timeout;
+        let Some(file) = files.first() else {
+            return Err(CaptureError::Failed(
+                "no file to write the snapshot to".into(),
+            ));
+        };
+        let mut q = Qmp::connect(control, timeout)?;
+        q.execute("stop", None)?;
+        // A stopped VM needs one pass; no bandwidth cap on a local file.
+        q.execute(
+            "migrate-set-parameters",
+            Some(json!({ "max-bandwidth": i64::MAX / 2 })),
+        )?;
+        q.getfd(QEMU_FDNAME, file.as_fd())?;
+        q.execute(
+            "migrate",
+            Some(json!({ "uri": format!("fd:{QEMU_FDNAME}") })),
+        )?;
+        started();
+        loop {
+            let v = q.execute("query-migrate", None)?;
+            match v.get("status").and_then(Value::as_str).unwrap_or("") {
+                "completed" => return Ok(()),
+                s @ ("failed" | "cancelled") => {
+                    let why = v
+                        .get("error-desc")
+                        .and_then(Value::as_str)
+                        .unwrap_or(s)
+                        .to_string();
+                    return Err(CaptureError::Failed(crate::config::text::excerpt(
+                        &why, 200,
+                    )));
+                }
+                _ => {}
+            }
+            if Instant::now() >= end {
+                let _ = q.execute("migrate_cancel", None);
+                return Err(CaptureError::Timeout(timeout));
+            }
+            sleep(POLL);
+        }
+    }
+
+    fn resume(&self, control: &Path, timeout: Duration) -> Result<(), CaptureError> {
+        let mut q = Qmp::connect(control, timeout)?;
+        let _ = q.execute("migrate_cancel", None);
+        // A migration that failed or was cancelled has given the disks
+        // back (QEMU reactivates them before the state leaves
+        // "cancelling"); `cont` runs the guest.
+        let end = Instant::now() + timeout;
+        loop {
+            let v = q.execute("query-migrate", None)?;
+            let s = v.get("status").and_then(Value::as_str).unwrap_or("none");
+            if !matches!(s, "cancelling" | "active" | "setup" | "device") || Instant::now() >= end {
+                break;
+            }
+            sleep(POLL);
+        }
+        q.execute("cont", None)?;
+        Ok(())
+    }
+
+    fn quit(&self, control: &Path, timeout: Duration) -> Result<(), CaptureError> {
+        Qmp::connect(control, timeout)?.execute("quit", None)?;
+        Ok(())
+    }
+
+    fn restore_argv(
+        &self,
+        mut argv: Vec<String>,
+        _dir: &Path,
+        fds: &[(String, i32)],
+    ) -> Vec<String> {
+        if let Some((_, fd)) = fds.iter().find(|(n, _)| n == QEMU_MEMORY_FILE) {
+            argv.extend(["-incoming".to_string(), format!("fd:{fd}")]);
+        }
+        argv
+    }
+
+    fn restored(&self, control: &Path, timeout: Duration) -> Result<bool, CaptureError> {
+        let mut q = Qmp::connect(control, timeout)?;
+        let status = q.status()?;
+        Ok(status == "running")
+    }
+}

@@ -1,0 +1,157 @@
+//! Restore instead of boot (`restore-checked`, right after
+//! `principal-resolved`; nothing is created yet, so a refusal leaves the
+//! host as it was): when root's record `STATE/.hibernated-NAME.json` names
+//! a complete snapshot, every identity it holds is compared with what this
+//! launch would run (`instance::hibernated`). All equal: the snapshot's
+//! files are opened read-only by root (not following a symlink, checked to
+//! be the captured inodes, the principal's 0600) and handed to the
+//! hypervisor as fds ([`Restore`]). A difference: refused naming it (exit
+//! 78), the snapshot kept; or, with `hibernate.on_mismatch = "cold-boot"`,
+//! logged and booted cold.
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use crate::config::hibernate::{self, OnMismatch, SNAPSHOT_DIR, SNAPSHOT_NEW};
+use crate::config::paths::Roots;
+use crate::config::spec::Spec;
+use crate::host::dirs;
+use crate::host::sys::SysError;
+use crate::identity::principal::Principal;
+use crate::instance::hibernated::{self, Identities, Manifest, ManifestError};
+use crate::instance::intent::Resource;
+
+/// Why a restore is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The snapshot does not match what this launch would run.
+    #[error("VM {name}: the hibernation snapshot {snapshot} does not match what would run: {}; field `hibernate.on_mismatch` is \"refuse\": the snapshot is kept (`vmwarden purge {name}` deletes it, or set it to \"cold-boot\")", .differences.join("; "))]
+    Mismatch {
+        name: String,
+        snapshot: std::path::PathBuf,
+        differences: Vec<String>,
+    },
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("{0}")]
+    Open(#[from] SysError),
+}
+
+impl RestoreError {
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            RestoreError::Mismatch { .. } | RestoreError::Manifest(_)
+        )
+    }
+}
+
+/// A snapshot to restore: its record and its files, opened by root, in
+/// the record's order.
+#[derive(Debug)]
+pub struct Restore {
+    pub manifest: Manifest,
+    pub files: Vec<(String, OwnedFd)>,
+}
+
+impl Restore {
+    /// The fd of the snapshot file `name`.
+    pub fn file(&self, name: &str) -> Option<&OwnedFd> {
+        self.files.iter().find(|(n, _)| n == name).map(|(_, f)| f)
+    }
+}
+
+/// Decide: `Ok(Some)` restore, `Ok(None)` boot.
+pub fn decide(
+    spec: &Spec,
+    spec_bytes: &[u8],
+    roots: &Roots,
+    principal: &Principal,
+) -> Result<Option<Restore>, RestoreError> {
+    let Some(manifest) = Manifest::read_at(&roots.state_root, &spec.name)? else {
+        return Ok(None);
+    };
+    let state_dir = roots.state_dir(&spec.name);
+    let snapshot = state_dir.join(SNAPSHOT_DIR);
+    let opened = dirs::open_dir_if_exists(&state_dir)
+        .ok()
+        .flatten()
+        .and_then(|d| hibernated::snapshot_now(&d, SNAPSHOT_DIR, principal.uid));
+    let mut differences = manifest.mismatches(
+        &Identities::now(spec, spec_bytes),
+        opened.as_ref().map(|(id, _)| id),
+    );
+    if !hibernate::allowed(spec) {
+        differences.push("hibernate.allowed: the spec no longer allows hibernation".into());
+    }
+    if manifest.uid != principal.uid {
+        differences.push("principal: the snapshot is another principal's".into());
+    }
+    if !differences.is_empty() {
+        let on = spec.hibernate.map(|h| h.on_mismatch).unwrap_or_default();
+        if on == OnMismatch::ColdBoot {
+            tracing::warn!(
+                snapshot = %snapshot.display(),
+                differences = %differences.join("; "),
+                "hibernate.on_mismatch = \"cold-boot\": booting cold; the snapshot is kept"
+            );
+            return Ok(None);
+        }
+        return Err(RestoreError::Mismatch {
+            name: spec.name.to_string(),
+            snapshot,
+            differences,
+        });
+    }
+    let Some((_, dir)) = opened else {
+        return Ok(None);
+    };
+    let mut files = Vec::new();
+    for f in &manifest.snapshot.files {
+        files.push((
+            f.name.clone(),
+            hibernated::open_snapshot_file(&dir, f, principal.uid)?,
+        ));
+    }
+    tracing::info!(
+        step = %"restore-checked",
+        snapshot = %snapshot.display(),
+        bytes = manifest.snapshot.size(),
+        "restoring from the hibernation snapshot"
+    );
+    Ok(Some(Restore { manifest, files }))
+}
+
+/// The intent record's entry for the snapshot of a VM that may hibernate.
+pub fn record(spec: &Spec, state_dir: &Path, restoring: bool) -> Option<Resource> {
+    hibernate::allowed(spec).then(|| Resource::Snapshot {
+        path: state_dir.join(SNAPSHOT_DIR),
+        temp: state_dir.join(SNAPSHOT_NEW),
+        restoring,
+    })
+}
+
+/// The boot's `argv` changed to start from `restore` (the hypervisor's
+/// [`crate::hypervisor::hibernate::Hibernator::restore_argv`]); unchanged
+/// for a boot or a probe.
+pub fn argv(
+    spec: &Spec,
+    argv: Vec<String>,
+    restore: Option<&Restore>,
+    probe: bool,
+    state_dir: &Path,
+) -> Vec<String> {
+    use std::os::fd::AsRawFd;
+    let (Some(r), false) = (restore, probe) else {
+        return argv;
+    };
+    let Ok(h) = crate::hypervisor::hibernate::for_kind(spec.hypervisor.kind) else {
+        return argv;
+    };
+    let fds: Vec<(String, i32)> = r
+        .files
+        .iter()
+        .map(|(n, f)| (n.clone(), f.as_raw_fd()))
+        .collect();
+    h.restore_argv(argv, &state_dir.join(SNAPSHOT_DIR), &fds)
+}
