@@ -278,6 +278,9 @@ pub fn hibernate(
             path: final_path.clone(),
             cause: e.to_string(),
         })?;
+    if h.kill_after_quit() {
+        super::kill_instance(Some(&intent), Some(principal.uid));
+    }
     let end = Instant::now() + Duration::from_secs(10);
     while !Probe::single().probe(roots, name).is_dead() {
         if Instant::now() >= end {
@@ -308,7 +311,7 @@ pub fn consume_if_restored(
     intent: &Intent,
     timeout: Duration,
 ) -> Result<bool, HibernateError> {
-    let Some((_, _, true)) = intent.snapshot() else {
+    let Some((snapshot, _, true)) = intent.snapshot() else {
         return Ok(false);
     };
     let kind = intent
@@ -322,7 +325,7 @@ pub fn consume_if_restored(
     let control = crate::control::control_socket(roots, name, kind);
     let end = Instant::now() + timeout;
     loop {
-        match h.restored(&control, Duration::from_secs(5)) {
+        match h.restored_from(&control, snapshot, Duration::from_secs(5)) {
             Ok(true) => break,
             Ok(false) if Instant::now() < end => std::thread::sleep(Duration::from_millis(50)),
             Ok(false) => {

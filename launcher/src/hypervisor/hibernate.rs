@@ -68,17 +68,40 @@ pub trait Hibernator: Sync {
     /// After a start from a snapshot: `Ok(true)` once the restored VM
     /// runs (then the snapshot is consumed), `Ok(false)` while it loads.
     fn restored(&self, control: &Path, timeout: Duration) -> Result<bool, CaptureError>;
+    /// [`Hibernator::restored`] given the snapshot's directory too
+    /// (firecracker loads it through its API here).
+    fn restored_from(
+        &self,
+        control: &Path,
+        _snapshot: &Path,
+        timeout: Duration,
+    ) -> Result<bool, CaptureError> {
+        self.restored(control, timeout)
+    }
+    /// What of the snapshot itself differs from what this start would
+    /// run, beyond root's record (the device paths a hypervisor restores
+    /// from its snapshot unchecked), each naming its field.
+    fn mismatches(
+        &self,
+        _spec: &crate::config::spec::Spec,
+        _roots: &crate::config::paths::Roots,
+        _snapshot: &crate::host::dirs::Dir,
+    ) -> Vec<String> {
+        Vec::new()
+    }
+    /// The hypervisor has no way to end itself: `vmwarden hibernate`
+    /// ends the instance after [`Hibernator::quit`].
+    fn kill_after_quit(&self) -> bool {
+        false
+    }
 }
 
 /// The kind's mechanism, or why it has none.
 pub fn for_kind(kind: HypervisorKind) -> Result<&'static dyn Hibernator, CaptureError> {
     match kind {
         HypervisorKind::Qemu => Ok(&QemuHibernator),
-        HypervisorKind::CloudHypervisor | HypervisorKind::Firecracker => {
-            Err(CaptureError::Unsupported(
-                "this vmwarden cannot hibernate a cloud-hypervisor or firecracker VM yet",
-            ))
-        }
+        HypervisorKind::CloudHypervisor => Ok(&super::hibernate_chfc::ChHibernator),
+        HypervisorKind::Firecracker => Ok(&super::hibernate_chfc::FcHibernator),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod api;
 pub mod ch_reboot;
 pub mod elf;
 pub mod hibernate;
+pub mod hibernate_chfc;
 pub mod passthrough;
 pub mod qmp;
 pub mod snapshot_ch;

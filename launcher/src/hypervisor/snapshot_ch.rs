@@ -148,7 +148,7 @@ fn s(p: &Path) -> String {
 
 /// The device fields [`super::cloud_hypervisor_argv`] gives for `spec`
 /// now, named as `config.json` names them.
-pub fn fields_now(spec: &Spec, layout: &Layout) -> Vec<Field> {
+pub fn fields_now(spec: &Spec, control_dir: &Path) -> Vec<Field> {
     let mut f = vec![
         Field::new("payload.kernel", Some(s(&spec.kernel))),
         Field::new("payload.initramfs", spec.initrd.as_deref().map(s)),
@@ -182,14 +182,14 @@ pub fn fields_now(spec: &Spec, layout: &Layout) -> Vec<Field> {
         f.push(Field::new(format!("fs[{i}].tag"), Some(sh.tag.clone())));
         f.push(Field::new(
             format!("fs[{i}].socket"),
-            Some(s(&layout.control_dir.join(virtiofs_socket_name(&sh.tag)))),
+            Some(s(&control_dir.join(virtiofs_socket_name(&sh.tag)))),
         ));
     }
     if let Some(v) = &spec.vsock {
         f.push(Field::new("vsock.cid", Some(v.cid.to_string())));
         f.push(Field::new(
             "vsock.socket",
-            Some(s(&layout.control_dir.join(VSOCK_SOCKET))),
+            Some(s(&control_dir.join(VSOCK_SOCKET))),
         ));
     }
     for (i, a) in spec.devices.iter().filter_map(|d| d.pci()).enumerate() {
@@ -276,6 +276,23 @@ pub fn check(
     file: &str,
     bytes: &[u8],
 ) -> Result<Checked, ConfigError> {
+    check_paths(
+        spec,
+        &layout.control_dir,
+        &layout.credentials_dir,
+        file,
+        bytes,
+    )
+}
+
+/// [`check`] with the VM's `control/` and credentials directories.
+pub fn check_paths(
+    spec: &Spec,
+    control_dir: &Path,
+    credentials_dir: &Path,
+    file: &str,
+    bytes: &[u8],
+) -> Result<Checked, ConfigError> {
     let parse = |source| ConfigError::Parse {
         file: file.to_string(),
         source,
@@ -285,9 +302,9 @@ pub fn check(
     let creds: Vec<String> = spec
         .credentials
         .iter()
-        .map(|c| s(&layout.credentials_dir.join(&c.name)))
+        .map(|c| s(&credentials_dir.join(&c.name)))
         .collect();
-    snapshot_paths::check(&raw, &fields_of(&c), &fields_now(spec, layout), &creds).map_err(
+    snapshot_paths::check(&raw, &fields_of(&c), &fields_now(spec, control_dir), &creds).map_err(
         |source| ConfigError::Mismatch {
             file: file.to_string(),
             source,

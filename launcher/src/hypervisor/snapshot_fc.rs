@@ -28,7 +28,6 @@ use serde::Deserialize;
 
 use super::api::{self, ApiError};
 use super::snapshot_paths::{self, Field, Mismatch};
-use crate::config::paths::VSOCK_SOCKET;
 use crate::config::spec::Spec;
 
 pub const VM: &str = "/vm";
@@ -139,39 +138,6 @@ fn s(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
-/// The device fields [`super::firecracker_config`] gives for `spec` now,
-/// each named by its device's id (`drives[disk0].path_on_host`): firecracker
-/// lists a restored VM's drives in no fixed order.
-/// The boot source is not a device: a restored VM does not boot, and
-/// root's match record holds the kernel's and initrd's identities.
-pub fn fields_now(spec: &Spec, control_dir: &Path) -> Vec<Field> {
-    let mut f = Vec::new();
-    for (i, d) in spec.disks.iter().enumerate() {
-        let name = |k: &str| format!("drives[disk{i}].{k}");
-        f.push(Field::new(name("path_on_host"), Some(s(&d.path))));
-        f.push(Field::new(
-            name("is_read_only"),
-            Some(d.read_only.to_string()),
-        ));
-    }
-    for (i, n) in spec.interfaces.iter().enumerate() {
-        let name = |k: &str| format!("network-interfaces[net{i}].{k}");
-        f.push(Field::new(name("host_dev_name"), Some(n.tap.as_str())));
-        f.push(Field::new(
-            name("guest_mac"),
-            Some(spec.guest_mac(i).to_string()),
-        ));
-    }
-    if let Some(v) = &spec.vsock {
-        f.push(Field::new("vsock.guest_cid", Some(v.cid.to_string())));
-        f.push(Field::new(
-            "vsock.uds_path",
-            Some(s(&control_dir.join(VSOCK_SOCKET))),
-        ));
-    }
-    f
-}
-
 /// The same fields as the restored VM has them.
 pub fn fields_of(c: &VmConfig) -> Vec<Field> {
     let mut f = Vec::new();
@@ -205,17 +171,22 @@ pub fn fields_of(c: &VmConfig) -> Vec<Field> {
 /// boot source's (not opened on restore; root's match record checks
 /// them).
 pub fn check_config(spec: &Spec, control_dir: &Path, body: &str) -> Result<(), RestoreError> {
-    let raw: serde_json::Value =
-        serde_json::from_str(body).map_err(|e| RestoreError::Parse(e.to_string()))?;
-    let c: VmConfig =
-        serde_json::from_value(raw.clone()).map_err(|e| RestoreError::Parse(e.to_string()))?;
-    let mut boot: Vec<String> = [&c.boot_source.kernel_image_path, &c.boot_source.initrd_path]
+    check_against(&super::firecracker_config(spec, control_dir), body)
+}
+
+/// [`check_config`] against `now`, the config file the launcher rendered
+/// for this start (`control/firecracker.json`, same keys).
+pub fn check_against(now: &str, body: &str) -> Result<(), RestoreError> {
+    let parse = |e: serde_json::Error| RestoreError::Parse(e.to_string());
+    let raw: serde_json::Value = serde_json::from_str(body).map_err(parse)?;
+    let c: VmConfig = serde_json::from_value(raw.clone()).map_err(parse)?;
+    let n: VmConfig = serde_json::from_str(now).map_err(parse)?;
+    let boot: Vec<String> = [&n.boot_source.kernel_image_path, &n.boot_source.initrd_path]
         .into_iter()
         .flatten()
         .cloned()
         .collect();
-    boot.retain(|p| *p == s(&spec.kernel) || spec.initrd.as_deref().is_some_and(|i| *p == s(i)));
-    snapshot_paths::check(&raw, &fields_of(&c), &fields_now(spec, control_dir), &boot)
+    snapshot_paths::check(&raw, &fields_of(&c), &fields_of(&n), &boot)
         .map_err(RestoreError::Mismatch)
 }
 
@@ -236,13 +207,28 @@ pub enum RestoreError {
 
 /// The restore, over the API of a firecracker started by
 /// [`restore_argv`]: wait until it answers (up to `timeout`), load the
-/// snapshot paused, check its devices, resume. On `Err` the VM was never
-/// resumed.
+/// snapshot paused, check its devices against `spec`'s, resume. On `Err`
+/// the VM was never resumed.
 pub fn restore(
     sock: &Path,
     dir: &Path,
     spec: &Spec,
     control_dir: &Path,
+    timeout: Duration,
+) -> Result<(), RestoreError> {
+    load_checked(
+        sock,
+        dir,
+        &super::firecracker_config(spec, control_dir),
+        timeout,
+    )
+}
+
+/// [`restore`] against `now`, a rendered firecracker config.
+pub fn load_checked(
+    sock: &Path,
+    dir: &Path,
+    now: &str,
     timeout: Duration,
 ) -> Result<(), RestoreError> {
     let end = std::time::Instant::now() + timeout;
@@ -253,7 +239,7 @@ pub fn restore(
         .map_err(RestoreError::Load)?;
     let cfg =
         api::expect_ok(sock, "GET", VM_CONFIG, None, timeout).map_err(RestoreError::Config)?;
-    check_config(spec, control_dir, &cfg.body)?;
+    check_against(now, &cfg.body)?;
     api::expect_ok(sock, "PATCH", VM, Some(resume_body()), timeout)
         .map_err(RestoreError::Resume)?;
     Ok(())

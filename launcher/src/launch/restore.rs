@@ -17,6 +17,7 @@ use crate::config::paths::Roots;
 use crate::config::spec::Spec;
 use crate::host::dirs;
 use crate::host::sys::SysError;
+use crate::hypervisor::hibernate::for_kind;
 use crate::identity::principal::Principal;
 use crate::instance::hibernated::{self, Identities, Manifest, ManifestError};
 use crate::instance::intent::Resource;
@@ -81,6 +82,9 @@ pub fn decide(
         &Identities::now(spec, spec_bytes),
         opened.as_ref().map(|(id, _)| id),
     );
+    if let (Some((_, dir)), Ok(h)) = (&opened, for_kind(spec.hypervisor.kind)) {
+        differences.extend(h.mismatches(spec, roots, dir));
+    }
     if !hibernate::allowed(spec) {
         differences.push("hibernate.allowed: the spec no longer allows hibernation".into());
     }
@@ -145,7 +149,7 @@ pub fn argv(
     let (Some(r), false) = (restore, probe) else {
         return argv;
     };
-    let Ok(h) = crate::hypervisor::hibernate::for_kind(spec.hypervisor.kind) else {
+    let Ok(h) = for_kind(spec.hypervisor.kind) else {
         return argv;
     };
     let fds: Vec<(String, i32)> = r
