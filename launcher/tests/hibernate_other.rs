@@ -243,3 +243,121 @@ fn cloud_hypervisor_capture_failure_leaves_the_vm_running_and_nothing_written() 
     let (o, rep) = env.cleanup(name);
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
 }
+
+/// A firecracker spec that may hibernate, with two read-only disks.
+fn fc_hibernate_spec(env: &Env, name: &str, u: u32, bin: &Path) -> serde_json::Value {
+    let mut s = env.spec(name, u);
+    s["hypervisor"] = json!({ "kind": "firecracker", "binary": bin, "accel": "kvm" });
+    s["kernel"] = json!(vmlinux(env));
+    s["cmdline"] = json!("console=ttyS0 panic=-1");
+    let (a, b) = (disk(env, "a.img"), disk(env, "b.img"));
+    s["disks"] = json!([{ "path": a, "read_only": true }, { "path": b, "read_only": true }]);
+    s["hibernate"] = json!({ "allowed": true });
+    env.write_spec(name, &s);
+    s
+}
+
+#[test]
+fn firecracker_hibernate_then_start_restores_in_the_sandbox_and_consumes_the_snapshot() {
+    let env = Env::new();
+    let Some(bin) = real_binary(&env, "VMWARDEN_TEST_FIRECRACKER", "firecracker") else {
+        return;
+    };
+    let name = "fcfw";
+    let u = uid(602);
+    let _acl = KvmAcl::grant(u);
+    fc_hibernate_spec(&env, name, u, &bin);
+    let sock = env.run.join(name).join("control/api.sock");
+    let fc = vmwarden::config::spec::HypervisorKind::Firecracker;
+    let snap = env.state.join(name).join(".vmwarden-hibernate");
+    let record = env.state.join(format!(".hibernated-{name}.json"));
+
+    let mut g = env.start(name);
+    wait_state(&sock, fc, "Running", &mut g);
+    let h = env.vmwarden(&["hibernate", name, "--timeout", "60"]);
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    assert!(
+        g.wait_exit(Duration::from_secs(15)).is_some(),
+        "firecracker runs on"
+    );
+    for f in [snapshot_fc::VMSTATE, snapshot_fc::MEMORY] {
+        let m = std::fs::symlink_metadata(snap.join(f)).unwrap();
+        assert_eq!((m.uid(), m.mode() & 0o7777), (u, 0o600), "{f}");
+    }
+    assert!(record.is_file());
+    let rep = env.assert_clean(name);
+    assert!(
+        rep["kept"].to_string().contains(".vmwarden-hibernate"),
+        "{rep}"
+    );
+
+    // The start restores: firecracker without its config file, the
+    // paused load, the device check and the resume by the first
+    // restored poll (wait-ready), in the same sandbox.
+    let mut g2 = spawn_logged(env.launch_cmd(name), env.path("fcfw.2.log"));
+    let t0 = Instant::now();
+    let r = env.vmwarden(&["wait-ready", name, "--timeout", "60"]);
+    assert!(r.status.success(), "{}\n{}", text(&r), g2.log_text());
+    println!(
+        "firecracker: start -> restored and running: {:?}",
+        t0.elapsed()
+    );
+    wait_state(&sock, fc, "Running", &mut g2);
+    let cmd = String::from_utf8_lossy(&read_proc_bytes(g2.pid(), "cmdline")).into_owned();
+    assert!(!cmd.contains("--config-file"), "{cmd}");
+    assert!(
+        g2.log_text().contains("/snapshot/load"),
+        "{}",
+        g2.log_text()
+    );
+    assert_confined(g2.pid(), u);
+    assert!(
+        !snap.exists() && !record.exists(),
+        "the snapshot was not consumed"
+    );
+    g2.kill();
+    env.assert_clean(name);
+}
+
+#[test]
+fn a_kill_at_every_firecracker_capture_kill_point_then_cleanup_is_clean() {
+    require_fault_injection();
+    let env = Env::new();
+    let Some(bin) = real_binary(&env, "VMWARDEN_TEST_FIRECRACKER", "firecracker") else {
+        return;
+    };
+    let name = "fckill";
+    let u = uid(603);
+    let _acl = KvmAcl::grant(u);
+    fc_hibernate_spec(&env, name, u, &bin);
+    let sock = env.run.join(name).join("control/api.sock");
+    let fc = vmwarden::config::spec::HypervisorKind::Firecracker;
+    let snap = env.state.join(name).join(".vmwarden-hibernate");
+    let partial = env.state.join(name).join(".vmwarden-hibernate.new");
+    let record = env.state.join(format!(".hibernated-{name}.json"));
+    for at in vmwarden::control::hibernate::KILL_POINTS {
+        let mut g = spawn_logged(env.launch_cmd(name), env.path(&format!("{name}.{at}.log")));
+        if snap.exists() {
+            // A snapshot kept by an earlier kill point: this start restores it.
+            let r = env.vmwarden(&["wait-ready", name, "--timeout", "60"]);
+            assert!(r.status.success(), "{at}: {}", text(&r));
+        }
+        wait_state(&sock, fc, "Running", &mut g);
+        let h = env
+            .vmwarden_cmd()
+            .args(["hibernate", name, "--timeout", "60"])
+            .env("VMWARDEN_FAULT_AFTER", format!("hibernate:{at}"))
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(h.status.signal(), Some(9), "{at}: {}", text(&h));
+        g.kill();
+        env.assert_clean_after(name, &format!("hibernate:{at}"));
+        assert!(!partial.exists(), "{at}: the partial snapshot is left");
+        assert_eq!(
+            snap.exists(),
+            record.exists(),
+            "{at}: snapshot and record disagree"
+        );
+    }
+}
