@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
-use vmwarden::config::spec::Spec;
-use vmwarden::hypervisor::{api, snapshot_ch, snapshot_fc};
+use vmwarden::config::spec::{HypervisorKind, Spec};
+use vmwarden::control::hibernate::KILL_POINTS;
+use vmwarden::hypervisor::{api, snapshot_ch, snapshot_fc, Layout};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -52,12 +53,7 @@ fn typed(s: &serde_json::Value) -> Spec {
     serde_json::from_value(s.clone()).unwrap()
 }
 
-fn wait_state(
-    sock: &Path,
-    kind: vmwarden::config::spec::HypervisorKind,
-    want: &str,
-    g: &mut Guest,
-) {
+fn wait_state(sock: &Path, kind: HypervisorKind, want: &str, g: &mut Guest) {
     let end = Instant::now() + T;
     loop {
         let st = api::vm_state(sock, kind, Duration::from_secs(2));
@@ -124,7 +120,7 @@ fn firecracker_snapshots_as_the_principal_and_restores_only_a_matching_snapshot(
     let spec = typed(&s);
     let sock = env.run.join(name).join("control/api.sock");
     let control = env.run.join(name).join("control");
-    let fc = vmwarden::config::spec::HypervisorKind::Firecracker;
+    let fc = HypervisorKind::Firecracker;
 
     // -- Capture: the real launch (its --config-file), then pause and a
     //    full snapshot into the state dir. --
@@ -203,7 +199,7 @@ fn cloud_hypervisor_capture_failure_leaves_the_vm_running_and_nothing_written() 
     env.write_spec(name, &s);
     let spec = typed(&s);
     let sock = env.run.join(name).join("control/api.sock");
-    let ch = vmwarden::config::spec::HypervisorKind::CloudHypervisor;
+    let ch = HypervisorKind::CloudHypervisor;
     let mut g = env.start(name);
     wait_state(&sock, ch, "Running", &mut g);
     assert_confined(g.pid(), u);
@@ -222,7 +218,7 @@ fn cloud_hypervisor_capture_failure_leaves_the_vm_running_and_nothing_written() 
         Ok(()) => {
             let layout_dir = env.run.join(name);
             let bytes = std::fs::read(dir.join(snapshot_ch::CONFIG_JSON)).unwrap();
-            let layout = vmwarden::hypervisor::Layout {
+            let layout = Layout {
                 qmp_fd: -1,
                 credentials_dir: layout_dir.join("credentials"),
                 api_socket: sock.clone(),
@@ -268,7 +264,7 @@ fn firecracker_hibernate_then_start_restores_in_the_sandbox_and_consumes_the_sna
     let _acl = KvmAcl::grant(u);
     fc_hibernate_spec(&env, name, u, &bin);
     let sock = env.run.join(name).join("control/api.sock");
-    let fc = vmwarden::config::spec::HypervisorKind::Firecracker;
+    let fc = HypervisorKind::Firecracker;
     let snap = env.state.join(name).join(".vmwarden-hibernate");
     let record = env.state.join(format!(".hibernated-{name}.json"));
 
@@ -331,11 +327,11 @@ fn a_kill_at_every_firecracker_capture_kill_point_then_cleanup_is_clean() {
     let _acl = KvmAcl::grant(u);
     fc_hibernate_spec(&env, name, u, &bin);
     let sock = env.run.join(name).join("control/api.sock");
-    let fc = vmwarden::config::spec::HypervisorKind::Firecracker;
+    let fc = HypervisorKind::Firecracker;
     let snap = env.state.join(name).join(".vmwarden-hibernate");
     let partial = env.state.join(name).join(".vmwarden-hibernate.new");
     let record = env.state.join(format!(".hibernated-{name}.json"));
-    for at in vmwarden::control::hibernate::KILL_POINTS {
+    for at in KILL_POINTS {
         let mut g = spawn_logged(env.launch_cmd(name), env.path(&format!("{name}.{at}.log")));
         if snap.exists() {
             // A snapshot kept by an earlier kill point: this start restores it.

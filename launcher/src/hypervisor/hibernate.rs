@@ -21,6 +21,10 @@ use serde_json::{json, Value};
 use crate::config::hibernate::QEMU_MEMORY_FILE;
 use crate::config::spec::HypervisorKind;
 use crate::hypervisor::qmp::{Qmp, QmpError};
+// The slots cloud-hypervisor and firecracker fill (`hibernate_chfc`).
+use crate::config::paths::Roots;
+use crate::config::spec::Spec;
+use crate::host::dirs::Dir;
 
 /// Why a capture, a resume or a restore's check failed.
 #[derive(Debug, thiserror::Error)]
@@ -81,12 +85,7 @@ pub trait Hibernator: Sync {
     /// What of the snapshot itself differs from what this start would
     /// run, beyond root's record (the device paths a hypervisor restores
     /// from its snapshot unchecked), each naming its field.
-    fn mismatches(
-        &self,
-        _spec: &crate::config::spec::Spec,
-        _roots: &crate::config::paths::Roots,
-        _snapshot: &crate::host::dirs::Dir,
-    ) -> Vec<String> {
+    fn mismatches(&self, _spec: &Spec, _roots: &Roots, _snapshot: &Dir) -> Vec<String> {
         Vec::new()
     }
     /// The hypervisor has no way to end itself: `vmwarden hibernate`

@@ -14,8 +14,9 @@ use super::api;
 use super::hibernate::{CaptureError, Hibernator};
 use super::snapshot_ch::{self, CONFIG_JSON, MAX_CONFIG};
 use super::snapshot_fc;
-use crate::config::paths::Roots;
+use crate::config::paths::{Roots, FIRECRACKER_CONFIG};
 use crate::config::spec::{HypervisorKind, Spec};
+use crate::config::text::excerpt;
 use crate::host::dirs::{self, Dir};
 
 /// cloud-hypervisor: `vm.snapshot` to a `file://` directory, `--restore`.
@@ -27,7 +28,7 @@ pub struct ChHibernator;
 pub struct FcHibernator;
 
 fn failed(e: impl std::fmt::Display) -> CaptureError {
-    CaptureError::Failed(crate::config::text::excerpt(&e.to_string(), 400))
+    CaptureError::Failed(excerpt(&e.to_string(), 400))
 }
 
 /// The value after `flag` in `argv`.
@@ -241,7 +242,7 @@ impl Hibernator for FcHibernator {
         // devices the restored VM must have.
         let control_dir = control.parent().unwrap_or(Path::new("/"));
         let cdir = dirs::open_dir(control_dir).map_err(failed)?;
-        let now = dirs::read_small(&cdir, crate::config::paths::FIRECRACKER_CONFIG, MAX_CONFIG)
+        let now = dirs::read_small(&cdir, FIRECRACKER_CONFIG, MAX_CONFIG)
             .map_err(failed)?
             .ok_or_else(|| failed("the rendered firecracker config is missing"))?;
         snapshot_fc::load_checked(control, snapshot, &String::from_utf8_lossy(&now), timeout)
