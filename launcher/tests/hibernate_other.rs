@@ -357,3 +357,100 @@ fn a_kill_at_every_firecracker_capture_kill_point_then_cleanup_is_clean() {
         );
     }
 }
+
+/// A guest that, before READY, keeps a random marker in its memory (the
+/// initramfs is RAM) and prints it with its uptime every half second:
+/// the restored guest's first tick is its "ready".
+const TICKER: &str = "cat /proc/sys/kernel/random/uuid >/marker\n\
+(while :; do read -r up _ </proc/uptime; echo \"VMWARDEN-TICK up=$up marker=$(cat /marker)\"; sleep 0.5; done) </dev/null &\n";
+
+/// The first tick in `g`'s log after byte `from`: (uptime, marker).
+fn tick_after(g: &mut Guest, from: usize, limit: Duration) -> (f64, String) {
+    let end = Instant::now() + limit;
+    loop {
+        let log = g.log_text();
+        let t = log.get(from..).unwrap_or("").lines().find_map(|l| {
+            let l = l.strip_prefix("VMWARDEN-TICK up=")?;
+            let (up, marker) = l.split_once(" marker=")?;
+            Some((up.parse().ok()?, marker.trim().to_string()))
+        });
+        if let Some(t) = t {
+            return t;
+        }
+        if let Ok(Some(x)) = g.child.try_wait() {
+            panic!("exited ({x}) before a tick:\n{log}");
+        }
+        assert!(Instant::now() < end, "no tick within {limit:?}:\n{log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Cold boot vs restore of the same guest in the same run, for `kind`:
+/// start → the guest's first tick. Prints the README's bench line.
+fn restore_vs_cold_boot(kind: &str, var: &str, n: u32) {
+    let env = Env::new();
+    let Some(bin) = real_binary(&env, var, kind) else {
+        return;
+    };
+    let name = format!("bench{n}");
+    let u = uid(n);
+    let _acl = KvmAcl::grant(u);
+    let (kernel, _) = shares_assets();
+    let vmlinux = env.path("vmlinux");
+    asset_script(
+        "extract-vmlinux.sh",
+        &[
+            &kernel.display().to_string(),
+            &vmlinux.display().to_string(),
+        ],
+    );
+    std::fs::set_permissions(&vmlinux, PermissionsExt::from_mode(0o644)).unwrap();
+    let mut s = env.shares_spec(&name, u, "hold", TICKER);
+    s["hypervisor"] = json!({ "kind": kind, "binary": bin, "accel": "kvm" });
+    s["kernel"] = json!(vmlinux);
+    s["hibernate"] = json!({ "allowed": true });
+    env.write_spec(&name, &s);
+    let boot = Duration::from_secs(300);
+
+    let t0 = Instant::now();
+    let mut g = spawn_logged(env.launch_cmd(&name), env.path(&format!("{name}.1.log")));
+    let (up1, marker) = tick_after(&mut g, 0, boot);
+    let cold = t0.elapsed();
+    let h = env.vmwarden(&["hibernate", &name, "--timeout", "120"]);
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    g.wait_exit(Duration::from_secs(15));
+    env.assert_clean(&name);
+
+    let t1 = Instant::now();
+    let mut g2 = spawn_logged(env.launch_cmd(&name), env.path(&format!("{name}.2.log")));
+    // firecracker loads on the first restored poll: wait-ready, as the
+    // unit's ExecStartPost runs it.
+    let r = env.vmwarden(&["wait-ready", &name, "--timeout", "120"]);
+    assert!(r.status.success(), "{}", text(&r));
+    let (up2, marker2) = tick_after(&mut g2, 0, boot);
+    let restore = t1.elapsed();
+    assert_eq!(marker2, marker, "the in-memory marker did not survive");
+    assert!(up2 >= up1, "uptime went back: {up1} then {up2}");
+    assert!(!g2.log_text().contains("VMWARDEN-GUEST-READY"), "it booted");
+    assert_confined(g2.pid(), u);
+    println!(
+        "{kind} restore: start → guest ready {} ms vs cold boot {} ms (ratio {:.2})",
+        restore.as_millis(),
+        cold.as_millis(),
+        restore.as_secs_f64() / cold.as_secs_f64()
+    );
+    g2.kill();
+    env.assert_clean(&name);
+}
+
+#[test]
+#[ignore = "boots a guest: needs a KVM that runs one (not this host's PVM); run with --ignored where KVM boots guests"]
+fn bench_cloud_hypervisor_restore_vs_cold_boot() {
+    restore_vs_cold_boot("cloud-hypervisor", "VMWARDEN_TEST_CLOUD_HYPERVISOR", 604);
+}
+
+#[test]
+#[ignore = "boots a guest: needs a KVM that runs one (not this host's PVM); run with --ignored where KVM boots guests"]
+fn bench_firecracker_restore_vs_cold_boot() {
+    restore_vs_cold_boot("firecracker", "VMWARDEN_TEST_FIRECRACKER", 605);
+}
