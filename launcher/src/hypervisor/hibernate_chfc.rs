@@ -319,4 +319,44 @@ mod tests {
         assert!(FcHibernator.kill_after_quit() && !ChHibernator.kill_after_quit());
         assert!(FcHibernator.precreated().is_empty() && ChHibernator.precreated().is_empty());
     }
+
+    #[test]
+    fn cloud_hypervisors_mismatches_read_the_snapshots_config_json_and_name_the_field() {
+        // A real directory and root's bounded, no-symlink read of it.
+        let d = tempfile::tempdir().unwrap();
+        let roots = Roots {
+            config_dir: "/etc/vmwarden".into(),
+            runtime_root: "/run/vmwarden".into(),
+            state_root: d.path().into(),
+        };
+        let mut spec = crate::hypervisor::tests::spec();
+        spec.hypervisor.kind = HypervisorKind::CloudHypervisor;
+        spec.credentials.clear();
+        let dir = dirs::open_dir(d.path()).unwrap();
+        let found = ChHibernator.mismatches(&spec, &roots, &dir);
+        assert!(
+            found.len() == 1 && found[0].ends_with("config.json: missing"),
+            "{found:?}"
+        );
+        let config = serde_json::json!({
+            "payload": { "kernel": "/k/bzImage", "initramfs": "/k/initrd" },
+            "disks": [
+                { "path": "/data/a,b.img", "readonly": true },
+                { "path": "/var/lib/vmwarden/web/root.img", "readonly": false }
+            ],
+            "serial": { "mode": "Tty" }, "console": { "mode": "Off" }
+        });
+        std::fs::write(d.path().join(CONFIG_JSON), config.to_string()).unwrap();
+        let found = ChHibernator.mismatches(&spec, &roots, &dir).join("\n");
+        assert!(
+            found.contains(r#"disks[0].path: the snapshot has "/data/a,b.img", the spec now gives "/var/lib/vmwarden/web/root.img""#),
+            "{found}"
+        );
+        // A symlink in its place is not followed.
+        std::fs::remove_file(d.path().join(CONFIG_JSON)).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", d.path().join(CONFIG_JSON)).unwrap();
+        let found = ChHibernator.mismatches(&spec, &roots, &dir);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(!found[0].contains("root:"), "{found:?}");
+    }
 }
