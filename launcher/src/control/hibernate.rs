@@ -278,9 +278,6 @@ pub fn hibernate(
             path: final_path.clone(),
             cause: e.to_string(),
         })?;
-    if h.kill_after_quit() {
-        super::kill_instance(Some(&intent), Some(principal.uid));
-    }
     let end = Instant::now() + Duration::from_secs(10);
     while !Probe::single().probe(roots, name).is_dead() {
         if Instant::now() >= end {

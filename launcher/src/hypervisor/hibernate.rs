@@ -88,11 +88,6 @@ pub trait Hibernator: Sync {
     fn mismatches(&self, _spec: &Spec, _roots: &Roots, _snapshot: &Dir) -> Vec<String> {
         Vec::new()
     }
-    /// The hypervisor has no way to end itself: `vmwarden hibernate`
-    /// ends the instance after [`Hibernator::quit`].
-    fn kill_after_quit(&self) -> bool {
-        false
-    }
 }
 
 /// The kind's mechanism, or why it has none.

@@ -199,14 +199,23 @@ impl Hibernator for FcHibernator {
         Ok(())
     }
 
-    fn quit(&self, _control: &Path, _timeout: Duration) -> Result<(), CaptureError> {
-        // firecracker has no API to end its process: `vmwarden hibernate`
-        // ends the instance (`kill_after_quit`).
+    fn quit(&self, control: &Path, timeout: Duration) -> Result<(), CaptureError> {
+        // firecracker has no API to end its process: SIGTERM, which it
+        // does not handle, through a pidfd of the API socket's peer
+        // (opened while the connection holds it: the pid is firecracker's,
+        // the principal's, not a reused one). Ended by SIGTERM, its unit
+        // counts a clean exit and `Restart=on-failure` does not restore
+        // the snapshot at once (a SIGKILL would).
+        let s = crate::host::peer::connect(control, timeout).map_err(failed)?;
+        let cred = nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
+            .map_err(failed)?;
+        let pid = u32::try_from(cred.pid()).map_err(failed)?;
+        let fd = crate::host::cgroup::pidfd_open(pid)
+            .ok_or_else(|| failed(format!("pidfd_open({pid}) failed")))?;
+        drop(s);
+        crate::host::cgroup::pidfd_signal(std::os::fd::AsRawFd::as_raw_fd(&fd), libc::SIGTERM)
+            .map_err(failed)?;
         Ok(())
-    }
-
-    fn kill_after_quit(&self) -> bool {
-        true
     }
 
     fn restore_argv(&self, argv: Vec<String>, _dir: &Path, _fds: &[(String, i32)]) -> Vec<String> {
@@ -316,7 +325,6 @@ mod tests {
             a,
             v(&["/bin/fc", "--api-sock", "/r/c/api.sock", "--level", "Info"])
         );
-        assert!(FcHibernator.kill_after_quit() && !ChHibernator.kill_after_quit());
         assert!(FcHibernator.precreated().is_empty() && ChHibernator.precreated().is_empty());
     }
 
