@@ -123,7 +123,8 @@ timing guest_assets "$(since "$t")"
 want_scenario() { [ -z "$ONLY" ] || printf ' %s ' "$ONLY" | grep -q " $1 "; }
 HV_SCENARIOS=0
 if [ "$MODE" = full ] && { want_scenario cloud_hypervisor || want_scenario firecracker || want_scenario hv_bench \
-                            || want_scenario guest_reboot; }; then
+                            || want_scenario guest_reboot || want_scenario hibernate_cloud_hypervisor \
+                            || want_scenario hibernate_firecracker; }; then
   HV_SCENARIOS=1
   HV_BIN_DIR=${VMWARDEN_TEST_HYPERVISORS:-$REPO/../shared/hypervisors/bin}
   for b in cloud-hypervisor firecracker; do
@@ -584,6 +585,20 @@ rbc cloud-hypervisor 10.77.0.4 10 console=ttyS0,quiet,reboot=t,panic=-1 net vsoc
 rbv cloud-hypervisor 10.77.0.6 12 console=ttyS0,quiet,reboot=t,panic=-1 vsock virtiofs ssh
 rbf firecracker 10.77.0.5 11 console=ttyS0,quiet,reboot=k,panic=1,pci=off,i8042.noaux,i8042.nomux,i8042.dumbkbd net vsock ssh
 HVEOF
+  # chh, fch: hibernate_cloud_hypervisor, hibernate_firecracker: the same
+  # guest keeping a random marker in its memory and printing it with its
+  # uptime every half second (its first tick is "ready", cold or restored)
+  hib_run=$(printf '%s\n' 'cat /proc/sys/kernel/random/uuid >/marker' \
+    '(while :; do read -r up _ </proc/uptime; echo "VMWARDEN-TICK up=$up marker=$(cat /marker)"; sleep 0.5; done) </dev/null &' | base64 -w0)
+  for name in chh:cloud-hypervisor fch:firecracker; do
+    case "${name#*:}" in
+      firecracker) hib_cl="console=ttyS0 quiet panic=-1 reboot=k pci=off i8042.noaux i8042.nomux i8042.dumbkbd" ;;
+      *) hib_cl="console=ttyS0 quiet panic=-1" ;;
+    esac
+    hv_spec "${name%%:*}" "${name#*:}" "$hib_cl" "" "" \
+      | jq --arg c "$hib_cl vmwarden.run=$hib_run" '.cmdline = $c | .hibernate = { allowed: true }' \
+      | putc "/etc/vmwarden/vms/${name%%:*}.json" 0644
+  done
   # the bench's VMs: the same guest, no devices
   for name in chb:cloud-hypervisor fcb:firecracker; do
     hv_spec_with "${name%%:*}" "${name#*:}" "console=ttyS0 quiet panic=-1" "" "" "" \
@@ -725,7 +740,7 @@ timing image_build "$(since "$t")"
 # start_ab to target_stop) in one list.
 SHARD_LISTS=(
   "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume share_created vhost_vsock vsock_ssh virtiofs_vsock guest_reboot macvtap resources all_clean"
-  "user_net store_share owned_share vhost_net cloud_hypervisor firecracker hv_bench console balloon guest_bytes machined coexist metrics soak all_clean"
+  "user_net store_share owned_share vhost_net cloud_hypervisor firecracker hibernate_cloud_hypervisor hibernate_firecracker hv_bench console balloon guest_bytes machined coexist metrics soak all_clean"
   "pci_passthrough usb_passthrough all_clean"
 )
 ALL_SCENARIOS=$(sed -n '/^  run_scenario unit_verify /,/^fi$/s/^  run_scenario \([a-z0-9_]*\) .*/\1/p' "$HERE/scenarios.sh")
