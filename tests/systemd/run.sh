@@ -598,6 +598,7 @@ HVEOF
     hv_spec "${name%%:*}" "${name#*:}" "$hib_cl" "" "" \
       | jq --arg c "$hib_cl vmwarden.run=$hib_run" '.cmdline = $c | .hibernate = { allowed: true }' \
       | putc "/etc/vmwarden/vms/${name%%:*}.json" 0644
+    HV_ENV="${HV_ENV}CREDS_${name%%:*}="$'\n'
   done
   # the bench's VMs: the same guest, no devices
   for name in chb:cloud-hypervisor fcb:firecracker; do
