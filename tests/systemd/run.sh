@@ -641,7 +641,7 @@ if [ "$MODE" = full ]; then
   put "$WORK/microvms.target" "$UNITDIR/microvms.target" 0644
   cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
   # per-VM credential drop-ins (what an operator installs per VM)
-  HV_VMS=""; [ "$HV_SCENARIOS" = 1 ] && HV_VMS="ch fc chb fcb rbc rbf rbv"
+  HV_VMS=""; [ "$HV_SCENARIOS" = 1 ] && HV_VMS="ch fc chb fcb rbc rbf rbv chh fch"
   for v in a b vol vsk vfs ops rbq st own vnq mvt pci pc2 usb us2 hub mtr res $HV_VMS; do
     "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
       --credentials-dir "$CREDDIR" >"$WORK/dropin-$v.conf" \
