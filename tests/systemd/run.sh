@@ -179,7 +179,7 @@ unshare() { # DEST...: break the hard link to the cache before a tool edits the 
 # VM principals (an operator does this once per VM on a non-Nix host)
 unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
 systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
-  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mvt pci pc2 usb us2 hub mtr res; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
+  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb chh fch cx ops rbq rbc rbf rbv st own vnq mvt pci pc2 usb us2 hub mtr res; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
       useradd --system --gid kvm --no-create-home --home-dir /var/lib/microvms --shell /usr/sbin/nologin microvm' \
   || die "cannot create the VM principals"
 grep -q '^vm-c:' "$ROOT/etc/passwd" && grep -q '^microvm:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
