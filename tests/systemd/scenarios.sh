@@ -1254,7 +1254,7 @@ hib_first_tick() { # UNIT CURSOR TIMEOUT_S -> "UP MARKER" of the first tick afte
     l=$(jlog "$1" "$2" | sed -n 's/^VMWARDEN-TICK up=\([0-9.]*\) marker=\(.*\)$/\1 \2/p' | head -1)
     [ -n "$l" ] && { echo "$l"; return 0; }
     [ $SECONDS -lt $end ] || return 1
-    case "$(state "$1")" in failed|inactive) return 1 ;; esac
+    [ "$(state "$1")" != failed ] || return 1
     sleep 0.1
   done
 }
