@@ -6,7 +6,9 @@
 //! whose `config.json` root reads; the paused load's `GET /vm/config`
 //! for firecracker, whose VM state is binary).
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use std::path::Path;
 use std::time::Duration;
 
@@ -18,6 +20,7 @@ use crate::config::paths::{Roots, FIRECRACKER_CONFIG};
 use crate::config::spec::{HypervisorKind, Spec};
 use crate::config::text::excerpt;
 use crate::host::dirs::{self, Dir};
+use crate::host::{cgroup, peer};
 
 /// cloud-hypervisor: `vm.snapshot` to a `file://` directory, `--restore`.
 #[derive(Debug)]
@@ -63,7 +66,7 @@ fn net_ids_from_fd(fds: &[(String, i32)]) -> Vec<String> {
     let mut buf = vec![0u8; usize::try_from(MAX_CONFIG).unwrap_or(1 << 20)];
     // SAFETY: `fd` is one of the snapshot's files root opened and holds
     // (`launch::restore::Restore`) for as long as this call runs.
-    let file = unsafe { std::os::fd::BorrowedFd::borrow_raw(*fd) };
+    let file = unsafe { BorrowedFd::borrow_raw(*fd) };
     let mut got = 0;
     while got < buf.len() {
         match nix::sys::uio::pread(file, &mut buf[got..], i64::try_from(got).unwrap_or(0)) {
@@ -206,15 +209,13 @@ impl Hibernator for FcHibernator {
         // the principal's, not a reused one). Ended by SIGTERM, its unit
         // counts a clean exit and `Restart=on-failure` does not restore
         // the snapshot at once (a SIGKILL would).
-        let s = crate::host::peer::connect(control, timeout).map_err(failed)?;
-        let cred = nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
-            .map_err(failed)?;
+        let s = peer::connect(control, timeout).map_err(failed)?;
+        let cred = getsockopt(&s, PeerCredentials).map_err(failed)?;
         let pid = u32::try_from(cred.pid()).map_err(failed)?;
-        let fd = crate::host::cgroup::pidfd_open(pid)
-            .ok_or_else(|| failed(format!("pidfd_open({pid}) failed")))?;
+        let fd =
+            cgroup::pidfd_open(pid).ok_or_else(|| failed(format!("pidfd_open({pid}) failed")))?;
         drop(s);
-        crate::host::cgroup::pidfd_signal(std::os::fd::AsRawFd::as_raw_fd(&fd), libc::SIGTERM)
-            .map_err(failed)?;
+        cgroup::pidfd_signal(fd.as_raw_fd(), libc::SIGTERM).map_err(failed)?;
         Ok(())
     }
 
@@ -263,6 +264,7 @@ impl Hibernator for FcHibernator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::symlink;
 
     fn v(xs: &[&str]) -> Vec<String> {
         xs.iter().map(|s| s.to_string()).collect()
@@ -337,7 +339,7 @@ mod tests {
             runtime_root: "/run/vmwarden".into(),
             state_root: d.path().into(),
         };
-        let mut spec = crate::hypervisor::tests::spec();
+        let mut spec = super::super::tests::spec();
         spec.hypervisor.kind = HypervisorKind::CloudHypervisor;
         spec.credentials.clear();
         let dir = dirs::open_dir(d.path()).unwrap();
@@ -362,7 +364,7 @@ mod tests {
         );
         // A symlink in its place is not followed.
         std::fs::remove_file(d.path().join(CONFIG_JSON)).unwrap();
-        std::os::unix::fs::symlink("/etc/passwd", d.path().join(CONFIG_JSON)).unwrap();
+        symlink("/etc/passwd", d.path().join(CONFIG_JSON)).unwrap();
         let found = ChHibernator.mismatches(&spec, &roots, &dir);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(!found[0].contains("root:"), "{found:?}");
