@@ -1259,6 +1259,26 @@ hib_first_tick() { # UNIT CURSOR TIMEOUT_S -> "UP MARKER" of the first tick afte
   done
 }
 hib_ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+# cloud-hypervisor opens the devices its snapshot's config.json names: one
+# byte of its kernel path changed in place (same size, same inode: root's
+# record still matches) is refused by field at the next start (exit 78,
+# the snapshot kept); put back, the snapshot restores.
+hib_tampered_is_refused() { # VM
+  local vm=$1 u=microvm@$1.service f=$STATE_ROOT/$1/.vmwarden-hibernate/config.json off cur
+  off=$(grep -abo 'assets-shares/vmlinux' "$f" | head -1 | cut -d: -f1)
+  [ -n "$off" ] || { fail "$vm: no kernel path in $f"; return 1; }
+  off=$((off + 20))
+  printf y | dd of="$f" bs=1 seek="$off" conv=notrunc status=none
+  cur=$(mark)
+  timeout 300 systemctl start "$u" && { fail "$vm: a snapshot naming another kernel was restored"; timeout 300 systemctl stop "$u"; return 1; }
+  wait_settled "$u" 120
+  jlog "$u" "$cur" | grep -q 'payload.kernel: the snapshot has "/opt/vmwarden-test/assets-shares/vmlinuy"' \
+    || { fail "$vm: the tampered snapshot was not refused by field: $(jlog "$u" "$cur" | grep -i snapshot | tail -2 | tr '\n' ' ' | head -c 400)"; return 1; }
+  [ -d "$STATE_ROOT/$vm/.vmwarden-hibernate" ] || { fail "$vm: the refused snapshot was not kept"; return 1; }
+  printf x | dd of="$f" bs=1 seek="$off" conv=notrunc status=none
+  systemctl reset-failed "$u" 2>/dev/null
+  note "$vm: a config.json naming another kernel refused by field (payload.kernel), the snapshot kept"
+}
 s_hib() { # VM
   local vm=$1 u=microvm@$1.service cur t0 cold rest a b f st snap=$STATE_ROOT/$1/.vmwarden-hibernate
   systemctl reset-failed "$u" 2>/dev/null
@@ -1280,6 +1300,7 @@ s_hib() { # VM
   done
   "$VMW" status "$vm" --json 2>>"$LOG" | grep -q hibernated || { fail "$vm: status does not say hibernated"; return 1; }
   note "$vm hibernated: $(du -sh "$snap" | cut -f1) in $(ls "$snap" | tr '\n' ' ')"
+  if [ "$vm" = chh ]; then hib_tampered_is_refused "$vm" || return 1; fi
   cur=$(mark); t0=$(date +%s%N)
   systemctl start --no-block "$u"
   b=$(hib_first_tick "$u" "$cur" "$READY_TIMEOUT") \
