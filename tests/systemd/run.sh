@@ -123,7 +123,8 @@ timing guest_assets "$(since "$t")"
 want_scenario() { [ -z "$ONLY" ] || printf ' %s ' "$ONLY" | grep -q " $1 "; }
 HV_SCENARIOS=0
 if [ "$MODE" = full ] && { want_scenario cloud_hypervisor || want_scenario firecracker || want_scenario hv_bench \
-                            || want_scenario guest_reboot; }; then
+                            || want_scenario guest_reboot || want_scenario hibernate_cloud_hypervisor \
+                            || want_scenario hibernate_firecracker; }; then
   HV_SCENARIOS=1
   HV_BIN_DIR=${VMWARDEN_TEST_HYPERVISORS:-$REPO/../shared/hypervisors/bin}
   for b in cloud-hypervisor firecracker; do
@@ -178,7 +179,7 @@ unshare() { # DEST...: break the hard link to the cache before a tool edits the 
 # VM principals (an operator does this once per VM on a non-Nix host)
 unshare /etc/passwd /etc/group /etc/shadow /etc/gshadow
 systemd-sysusers --root="$ROOT" "$HERE/guest/sysusers.conf" >/dev/null 2>&1 \
-  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb cx ops rbq rbc rbf rbv st own vnq mvt pci pc2 usb us2 hub mtr res hbq; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
+  || chroot "$ROOT" /bin/sh -c 'groupadd --system nixbld; for v in a b c vol vsk vfs ch fc chb fcb chh fch cx ops rbq rbc rbf rbv st own vnq mvt pci pc2 usb us2 hub mtr res hbq; do useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vm-$v; done
       useradd --system --gid kvm --no-create-home --home-dir /var/lib/microvms --shell /usr/sbin/nologin microvm' \
   || die "cannot create the VM principals"
 grep -q '^vm-c:' "$ROOT/etc/passwd" && grep -q '^microvm:' "$ROOT/etc/passwd" || die "VM principals missing after sysusers"
@@ -591,6 +592,21 @@ rbc cloud-hypervisor 10.77.0.4 10 console=ttyS0,quiet,reboot=t,panic=-1 net vsoc
 rbv cloud-hypervisor 10.77.0.6 12 console=ttyS0,quiet,reboot=t,panic=-1 vsock virtiofs ssh
 rbf firecracker 10.77.0.5 11 console=ttyS0,quiet,reboot=k,panic=1,pci=off,i8042.noaux,i8042.nomux,i8042.dumbkbd net vsock ssh
 HVEOF
+  # chh, fch: hibernate_cloud_hypervisor, hibernate_firecracker: the same
+  # guest keeping a random marker in its memory and printing it with its
+  # uptime every half second (its first tick is "ready", cold or restored)
+  hib_run=$(printf '%s\n' 'cat /proc/sys/kernel/random/uuid >/marker' \
+    '(while :; do read -r up _ </proc/uptime; echo "VMWARDEN-TICK up=$up marker=$(cat /marker)"; sleep 0.5; done) </dev/null &' | base64 -w0)
+  for name in chh:cloud-hypervisor fch:firecracker; do
+    case "${name#*:}" in
+      firecracker) hib_cl="console=ttyS0 quiet panic=-1 reboot=k pci=off i8042.noaux i8042.nomux i8042.dumbkbd" ;;
+      *) hib_cl="console=ttyS0 quiet panic=-1" ;;
+    esac
+    hv_spec "${name%%:*}" "${name#*:}" "$hib_cl" "" "" \
+      | jq --arg c "$hib_cl vmwarden.run=$hib_run" '.cmdline = $c | .hibernate = { allowed: true }' \
+      | putc "/etc/vmwarden/vms/${name%%:*}.json" 0644
+    HV_ENV="${HV_ENV}CREDS_${name%%:*}="$'\n'
+  done
   # the bench's VMs: the same guest, no devices
   for name in chb:cloud-hypervisor fcb:firecracker; do
     hv_spec_with "${name%%:*}" "${name#*:}" "console=ttyS0 quiet panic=-1" "" "" "" \
@@ -638,7 +654,7 @@ if [ "$MODE" = full ]; then
   put "$WORK/microvms.target" "$UNITDIR/microvms.target" 0644
   cp "$WORK/microvm@.service" "$WORK/microvms.target" "$OUTDIR/"
   # per-VM credential drop-ins (what an operator installs per VM)
-  HV_VMS=""; [ "$HV_SCENARIOS" = 1 ] && HV_VMS="ch fc chb fcb rbc rbf rbv"
+  HV_VMS=""; [ "$HV_SCENARIOS" = 1 ] && HV_VMS="ch fc chb fcb rbc rbf rbv chh fch"
   for v in a b vol vsk vfs ops rbq st own vnq mvt pci pc2 usb us2 hub mtr res hbq $HV_VMS; do
     "$VMW" render-unit --dropin "$v" --spec "$ROOT/etc/vmwarden/vms/$v.json" \
       --credentials-dir "$CREDDIR" >"$WORK/dropin-$v.conf" \
@@ -740,7 +756,7 @@ timing image_build "$(since "$t")"
 SHARD_LISTS=(
   "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume share_created vhost_vsock vsock_ssh virtiofs_vsock guest_reboot macvtap resources all_clean"
   "user_net store_share owned_share vhost_net cloud_hypervisor firecracker hv_bench console balloon guest_bytes machined coexist metrics soak all_clean"
-  "pci_passthrough usb_passthrough hibernate_qemu host_shutdown_restore all_clean"
+  "pci_passthrough usb_passthrough hibernate_qemu host_shutdown_restore hibernate_cloud_hypervisor hibernate_firecracker all_clean"
 )
 ALL_SCENARIOS=$(sed -n '/^  run_scenario unit_verify /,/^fi$/s/^  run_scenario \([a-z0-9_]*\) .*/\1/p' "$HERE/scenarios.sh")
 [ -n "$ALL_SCENARIOS" ] || die "no scenario list found in scenarios.sh"

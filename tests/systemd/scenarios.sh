@@ -1240,6 +1240,87 @@ bench_floor() { # VM URI OUT -> MS
   systemctl reset-failed "$u" 2>/dev/null
   echo "$ms"
 }
+# ------------------------------------------------------ hibernate (ch, fc)
+# hibernate_cloud_hypervisor, hibernate_firecracker: chh/fch (run.sh: the
+# shares guest ticking with an in-memory marker, hibernate.allowed). Cold
+# start through the unit, `vmwarden hibernate` (the snapshot the principal's
+# 0600, the unit ends cleanly, not restarted), start again: restored, not
+# booted (no READY; the same marker; the uptime going on), in the same
+# sandbox (hv_running), the snapshot consumed; stop, clean. Prints the
+# bench line: start → the guest's first tick, restore vs cold boot.
+hib_first_tick() { # UNIT CURSOR TIMEOUT_S -> "UP MARKER" of the first tick after the cursor
+  local end=$((SECONDS + $3)) l
+  while :; do
+    l=$(jlog "$1" "$2" | sed -n 's/^VMWARDEN-TICK up=\([0-9.]*\) marker=\(.*\)$/\1 \2/p' | head -1)
+    [ -n "$l" ] && { echo "$l"; return 0; }
+    [ $SECONDS -lt $end ] || return 1
+    [ "$(state "$1")" != failed ] || return 1
+    sleep 0.1
+  done
+}
+hib_ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+# cloud-hypervisor opens the devices its snapshot's config.json names: one
+# byte of its kernel path changed in place (same size, same inode: root's
+# record still matches) is refused by field at the next start (exit 78,
+# the snapshot kept); put back, the snapshot restores.
+hib_tampered_is_refused() { # VM
+  local vm=$1 u=microvm@$1.service f=$STATE_ROOT/$1/.vmwarden-hibernate/config.json off cur
+  off=$(grep -abo 'assets-shares/vmlinux' "$f" | head -1 | cut -d: -f1)
+  [ -n "$off" ] || { fail "$vm: no kernel path in $f"; return 1; }
+  off=$((off + 20))
+  printf y | dd of="$f" bs=1 seek="$off" conv=notrunc status=none
+  cur=$(mark)
+  timeout 300 systemctl start "$u" && { fail "$vm: a snapshot naming another kernel was restored"; timeout 300 systemctl stop "$u"; return 1; }
+  wait_settled "$u" 120
+  jlog "$u" "$cur" | grep -q 'payload.kernel: the snapshot has "/opt/vmwarden-test/assets-shares/vmlinuy"' \
+    || { fail "$vm: the tampered snapshot was not refused by field: $(jlog "$u" "$cur" | grep -i snapshot | tail -2 | tr '\n' ' ' | head -c 400)"; return 1; }
+  [ -d "$STATE_ROOT/$vm/.vmwarden-hibernate" ] || { fail "$vm: the refused snapshot was not kept"; return 1; }
+  printf x | dd of="$f" bs=1 seek="$off" conv=notrunc status=none
+  systemctl reset-failed "$u" 2>/dev/null
+  note "$vm: a config.json naming another kernel refused by field (payload.kernel), the snapshot kept"
+}
+s_hib() { # VM
+  local vm=$1 u=microvm@$1.service cur t0 cold rest a b f st snap=$STATE_ROOT/$1/.vmwarden-hibernate
+  systemctl reset-failed "$u" 2>/dev/null
+  cur=$(mark); t0=$(date +%s%N)
+  systemctl start --no-block "$u"
+  a=$(hib_first_tick "$u" "$cur" "$READY_TIMEOUT") \
+    || { fail "$vm: no tick after the cold start: $(jlog "$u" "$cur" | tail -5 | tr '\n' ' ')"; timeout 300 systemctl stop "$u"; return 1; }
+  cold=$(hib_ms "$t0")
+  wait_journal "$u" "$cur" '^VMWARDEN-GUEST-READY' 120 && sleep 2
+  [ "$(state "$u")" = active ] || { fail "$vm: $u is $(state "$u") after the cold start"; return 1; }
+  out=$(timeout 600 "$VMW" hibernate "$vm" --timeout 300 2>&1) \
+    || { fail "$vm: vmwarden hibernate: $(printf '%s' "$out" | tail -3 | tr '\n' ' ')"; timeout 300 systemctl stop "$u"; return 1; }
+  log "hibernate $vm: $out"
+  wait_settled "$u" 120 || { fail "$vm: $u still $(state "$u") after hibernate"; return 1; }
+  st=$(state "$u")
+  [ "$st" = inactive ] || { fail "$vm: $u is $st after hibernate (not a clean end)"; return 1; }
+  for f in "$snap"/*; do
+    [ "$(stat -c '%U %a' "$f")" = "vm-$vm 600" ] || { fail "$vm: $f is $(stat -c '%U %a' "$f"), not vm-$vm 600"; return 1; }
+  done
+  "$VMW" status "$vm" --json 2>>"$LOG" | grep -q hibernated || { fail "$vm: status does not say hibernated"; return 1; }
+  note "$vm hibernated: $(du -sh "$snap" | cut -f1) in $(ls "$snap" | tr '\n' ' ')"
+  if [ "$vm" = chh ]; then hib_tampered_is_refused "$vm" || return 1; fi
+  cur=$(mark); t0=$(date +%s%N)
+  systemctl start --no-block "$u"
+  b=$(hib_first_tick "$u" "$cur" "$READY_TIMEOUT") \
+    || { fail "$vm: no tick after the restoring start: $(jlog "$u" "$cur" | tail -5 | tr '\n' ' ')"; timeout 300 systemctl stop "$u"; return 1; }
+  rest=$(hib_ms "$t0")
+  [ "${b#* }" = "${a#* }" ] || { fail "$vm: marker ${b#* } after the restore, ${a#* } before"; timeout 300 systemctl stop "$u"; return 1; }
+  awk -v x="${a%% *}" -v y="${b%% *}" 'BEGIN { exit !(y >= x) }' || { fail "$vm: uptime went back: ${a%% *} then ${b%% *}"; timeout 300 systemctl stop "$u"; return 1; }
+  ! jlog "$u" "$cur" | grep -q '^VMWARDEN-GUEST-READY' || { fail "$vm: the guest booted instead of resuming"; timeout 300 systemctl stop "$u"; return 1; }
+  for _ in $(seq 1 120); do [ "$(state "$u")" = active ] && break; sleep 0.5; done
+  hv_running "$vm" "$cur" || { timeout 300 systemctl stop "$u"; return 1; }
+  [ ! -e "$snap" ] || { fail "$vm: the snapshot was not consumed by the restore"; timeout 300 systemctl stop "$u"; return 1; }
+  note "restore: start → guest ready $rest ms vs cold boot $cold ms (ratio $(awk -v r="$rest" -v c="$cold" 'BEGIN { printf "%.2f", r / c }'))"
+  timeout 300 systemctl stop "$u"
+  wait_settled "$u" 120
+  check_clean "$vm" || return 1
+  systemctl reset-failed "$u" 2>/dev/null || true
+}
+s_hibernate_cloud_hypervisor() { s_hib chh; }
+s_hibernate_firecracker() { s_hib fch; }
+
 s_hv_bench() {
   bench_one chb /api/v1/vm.info && bench_one fcb /
 }
@@ -2419,6 +2500,8 @@ else
   run_scenario owned_share s_owned_share
   run_scenario cloud_hypervisor s_cloud_hypervisor
   run_scenario firecracker s_firecracker
+  run_scenario hibernate_cloud_hypervisor s_hibernate_cloud_hypervisor
+  run_scenario hibernate_firecracker s_hibernate_firecracker
   run_scenario hv_bench s_hv_bench
   run_scenario console s_console
   run_scenario balloon s_balloon

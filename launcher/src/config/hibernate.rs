@@ -70,12 +70,7 @@ pub fn allowed(spec: &Spec) -> bool {
 pub fn unsupported(kind: HypervisorKind) -> Option<&'static str> {
     match kind {
         HypervisorKind::Qemu => None,
-        HypervisorKind::CloudHypervisor => {
-            Some("is true, but this vmwarden cannot hibernate a cloud-hypervisor VM yet; use qemu")
-        }
-        HypervisorKind::Firecracker => {
-            Some("is true, but this vmwarden cannot hibernate a firecracker VM yet; use qemu")
-        }
+        HypervisorKind::CloudHypervisor | HypervisorKind::Firecracker => None,
     }
 }
 
@@ -131,6 +126,12 @@ pub fn blockers(spec: &Spec) -> Vec<Blocker> {
                 why: "is \"user\" (vhost-user-vsock), which QEMU cannot migrate".into(),
             });
         }
+    }
+    if spec.hugepage_mem && spec.hypervisor.kind != HypervisorKind::Qemu {
+        out.push(Blocker {
+            field: "hugepage_mem".into(),
+            why: "is true: cloud-hypervisor restores memory by copy and firecracker's file backend takes no hugepages".into(),
+        });
     }
     for (i, _) in spec.devices.iter().enumerate() {
         out.push(Blocker {

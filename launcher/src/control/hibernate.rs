@@ -375,7 +375,7 @@ pub fn consume_if_restored(
     intent: &Intent,
     timeout: Duration,
 ) -> Result<bool, HibernateError> {
-    let Some((_, _, true)) = intent.snapshot() else {
+    let Some((snapshot, _, true)) = intent.snapshot() else {
         return Ok(false);
     };
     let kind = intent.hypervisor.unwrap_or(HypervisorKind::Qemu);
@@ -387,7 +387,7 @@ pub fn consume_if_restored(
     let control = control_socket(roots, name, kind);
     let end = Instant::now() + timeout;
     loop {
-        match h.loaded(&control, Duration::from_secs(5)) {
+        match h.loaded(&control, snapshot, Duration::from_secs(5)) {
             Ok(true) => break,
             Ok(false) if Instant::now() < end => std::thread::sleep(Duration::from_millis(50)),
             Ok(false) => {

@@ -23,6 +23,10 @@ use crate::config::spec::HypervisorKind;
 use crate::config::text::excerpt;
 use crate::hypervisor::api::ApiError;
 use crate::hypervisor::qmp::{Qmp, QmpError};
+// The slots cloud-hypervisor and firecracker fill (`hibernate_chfc`).
+use crate::config::paths::Roots;
+use crate::config::spec::Spec;
+use crate::host::dirs::Dir;
 
 /// Why a capture, a resume or a restore's check failed.
 #[derive(Debug, thiserror::Error)]
@@ -74,14 +78,37 @@ pub trait Hibernator: Sync {
     /// loaded and no longer needed, before the guest runs where the
     /// hypervisor holds it paused, so that the snapshot is consumed before
     /// the guest runs a single instruction: a kill in between never leaves
-    /// a snapshot of a guest that ran. Default: [`Hibernator::restored`].
-    fn loaded(&self, control: &Path, timeout: Duration) -> Result<bool, CaptureError> {
-        self.restored(control, timeout)
+    /// a snapshot of a guest that ran. `snapshot`: its directory (a
+    /// hypervisor that loads it through its API does so here). Default:
+    /// [`Hibernator::restored_from`].
+    fn loaded(
+        &self,
+        control: &Path,
+        snapshot: &Path,
+        timeout: Duration,
+    ) -> Result<bool, CaptureError> {
+        self.restored_from(control, snapshot, timeout)
     }
     /// Run the guest [`Hibernator::loaded`] reported loaded (once its
     /// snapshot is consumed). Default: nothing (`restored` ran it).
     fn run_loaded(&self, _control: &Path, _timeout: Duration) -> Result<(), CaptureError> {
         Ok(())
+    }
+    /// [`Hibernator::restored`] given the snapshot's directory too
+    /// (firecracker loads it through its API here).
+    fn restored_from(
+        &self,
+        control: &Path,
+        _snapshot: &Path,
+        timeout: Duration,
+    ) -> Result<bool, CaptureError> {
+        self.restored(control, timeout)
+    }
+    /// What of the snapshot itself differs from what this start would
+    /// run, beyond root's record (the device paths a hypervisor restores
+    /// from its snapshot unchecked), each naming its field.
+    fn mismatches(&self, _spec: &Spec, _roots: &Roots, _snapshot: &Dir) -> Vec<String> {
+        Vec::new()
     }
 }
 
@@ -89,11 +116,8 @@ pub trait Hibernator: Sync {
 pub fn for_kind(kind: HypervisorKind) -> Result<&'static dyn Hibernator, CaptureError> {
     match kind {
         HypervisorKind::Qemu => Ok(&QemuHibernator),
-        HypervisorKind::CloudHypervisor | HypervisorKind::Firecracker => {
-            Err(CaptureError::Unsupported(
-                "this vmwarden cannot hibernate a cloud-hypervisor or firecracker VM yet",
-            ))
-        }
+        HypervisorKind::CloudHypervisor => Ok(&super::hibernate_chfc::ChHibernator),
+        HypervisorKind::Firecracker => Ok(&super::hibernate_chfc::FcHibernator),
     }
 }
 
@@ -196,14 +220,19 @@ impl Hibernator for QemuHibernator {
     }
 
     fn restored(&self, control: &Path, timeout: Duration) -> Result<bool, CaptureError> {
-        if !self.loaded(control, timeout)? {
+        if !self.loaded(control, Path::new(""), timeout)? {
             return Ok(false);
         }
         self.run_loaded(control, timeout)?;
         Ok(true)
     }
 
-    fn loaded(&self, control: &Path, timeout: Duration) -> Result<bool, CaptureError> {
+    fn loaded(
+        &self,
+        control: &Path,
+        _snapshot: &Path,
+        timeout: Duration,
+    ) -> Result<bool, CaptureError> {
         let mut q = Qmp::connect(control, timeout)?;
         match q.status()?.as_str() {
             "running" => Ok(true),

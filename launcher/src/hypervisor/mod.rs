@@ -8,8 +8,12 @@ pub mod api;
 pub mod ch_reboot;
 pub mod elf;
 pub mod hibernate;
+pub mod hibernate_chfc;
 pub mod passthrough;
 pub mod qmp;
+pub mod snapshot_ch;
+pub mod snapshot_fc;
+pub mod snapshot_paths;
 pub mod vmm_notify;
 
 use std::path::{Path, PathBuf};

@@ -73,6 +73,10 @@ pub fn exec(
         program = %program.display(),
         "exec"
     );
+    // Whatever the hypervisor creates is the principal's alone: a memory
+    // snapshot (`vmwarden hibernate`) holds the guest's RAM, credentials
+    // included, and is 0600 as the hypervisor writes it.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let errno = sys.execve(&c_prog, &c_argv, &c_env);
     Err(StepError::Exec {
         path: program,

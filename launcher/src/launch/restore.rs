@@ -82,6 +82,9 @@ pub fn decide(
         &Identities::now(spec, spec_bytes),
         opened.as_ref().map(|(id, _)| id),
     );
+    if let (Some((_, dir)), Ok(h)) = (&opened, for_kind(spec.hypervisor.kind)) {
+        differences.extend(h.mismatches(spec, roots, dir));
+    }
     if !hibernate::allowed(spec) {
         differences.push("hibernate.allowed: the spec no longer allows hibernation".into());
     }
