@@ -22,6 +22,18 @@
   names = map (vm: vm.name) vms;
 
   perVm = vm: let
+    # What the hypervisor cannot put into a snapshot (config/hibernate.rs
+    # `blockers`, the same order).
+    hibernateBlockers =
+      lib.imap0 (i: sh: "shares[${toString i}] (tag \"${sh.tag}\") is ${sh.proto}, which ${
+        if vm.hypervisor == "qemu"
+        then "QEMU cannot migrate"
+        else "${vm.hypervisor} cannot snapshot"
+      }")
+      vm.shares
+      ++ lib.optional (vm.vsock.cid != null && vm.vsock.backend == "user") "vsock.backend = \"user\" cannot be put into a snapshot"
+      ++ lib.optional (vm.hugepageMem && vm.hypervisor != "qemu") "hugepageMem: ${vm.hypervisor} restores no hugepage-backed memory"
+      ++ lib.imap0 (i: _: "devices[${toString i}] is passed through, whose state no hypervisor can snapshot") vm.devices;
     inherit (vm) name;
     p = vm.principal;
     at = "vmwarden.vms.${name}";
@@ -97,10 +109,11 @@
 
     # Guest memory (config/memory.rs refuses the same at launch).
     memoryChecks = [
-      # config/hibernate.rs refuses the same at launch.
+      # config/hibernate.rs (`blockers`) refuses the same at launch: what
+      # the hypervisor cannot snapshot.
       {
-        assertion = !(vm.hibernate.allowed && vm.hypervisor != "qemu");
-        message = "${at}.hibernate.allowed: this vmwarden hibernates QEMU VMs only; set hibernate.allowed = false, or use hypervisor = \"qemu\".";
+        assertion = !(vm.hibernate.allowed && hibernateBlockers != []);
+        message = "${at}.hibernate.allowed: ${lib.head hibernateBlockers}; set hibernate.allowed = false, or remove it.";
       }
       {
         assertion = !(vm.hypervisor == "firecracker" && vm.memMerge);

@@ -1591,7 +1591,7 @@ fn hibernate_cases() -> Vec<Case> {
                 share(s, "data", &src, "9p", true);
             }),
             env: None,
-            expect: &["`shares[0].proto`", "QEMU can migrate"],
+            expect: &["`shares[0].proto`", "its hypervisor can snapshot"],
         },
         Case {
             name: "hibernate with vsock.backend user",

@@ -416,7 +416,7 @@ CASES
   done <<'INLINE'
 resources-high-above-max|vmwarden.vms.web.resources.memoryHighMiB = 512 is above memoryMaxMiB = 256|{B: vmwarden.vms.web.resources = {memoryMaxMiB = 256; memoryHighMiB = 512;};}
 resources-cpus|vmwarden.vms.web.resources.cpus' is not of type|{B: vmwarden.vms.web.resources.cpus = "all";}
-hibernate-not-qemu|hibernate.allowed: this vmwarden hibernates QEMU VMs only|{B: vmwarden.vms.web.hypervisor = "cloud-hypervisor"; vmwarden.vms.web.hibernate.allowed = true;}
+hibernate-blocked|vmwarden.vms.web.hibernate.allowed: shares[0] (tag "data") is virtiofs, which cloud-hypervisor cannot snapshot|{B: vmwarden.vms.web = {hypervisor = "cloud-hypervisor"; hibernate.allowed = true; shares = [{tag = "data"; source = "/srv/data"; proto = "virtiofs";}];};}
 resources-tasks|vmwarden.vms.web.resources.tasksMax' is not of type `null or integer between 32|{B: vmwarden.vms.web.resources.tasksMax = 4;}
 metrics-no-directory|vmwarden.metrics.textfile.enable is set, but no textfile directory is known|{B: vmwarden.metrics.textfile.enable = true;}
 metrics-interval|vmwarden.metrics.textfile.interval' is not of type|{B: vmwarden.metrics.textfile = {enable = true; directory = "/srv/textfiles"; interval = "5m";};}

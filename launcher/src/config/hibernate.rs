@@ -91,7 +91,7 @@ pub fn check(spec: &Spec, path: &Path) -> Result<(), SpecError> {
     match blockers(spec).into_iter().next() {
         Some(b) => Err(bad(
             b.field,
-            format!("{}; hibernate.allowed needs a VM QEMU can migrate", b.why),
+            format!("{}; hibernate.allowed needs a VM its hypervisor can snapshot", b.why),
         )),
         None => Ok(()),
     }
@@ -123,7 +123,11 @@ pub fn blockers(spec: &Spec) -> Vec<Blocker> {
         if v.backend == VsockBackend::User {
             out.push(Blocker {
                 field: "vsock.backend".into(),
-                why: "is \"user\" (vhost-user-vsock), which QEMU cannot migrate".into(),
+                why: if spec.hypervisor.kind == HypervisorKind::Qemu {
+                    "is \"user\" (vhost-user-vsock), which QEMU cannot migrate".into()
+                } else {
+                    "is \"user\" (the hypervisor's hybrid vsock), whose host side vmwarden does not carry across a restore".into()
+                },
             });
         }
     }
