@@ -636,4 +636,41 @@ mod tests {
             Some(&web())
         ));
     }
+
+    /// Every source any namespace's mountinfo shows is among the kernel's
+    /// answer for that namespace: on this host, its own namespace and
+    /// every other one of this user namespace (each running VM's, whose
+    /// tasks moved to another root, among them).
+    #[test]
+    fn the_kernel_lists_every_source_each_namespace_mountinfo_shows() {
+        let scan = Scan::take(&Wants {
+            uids: UidFilter::None,
+            mount_namespaces: true,
+        });
+        let mut compared = 0;
+        for ns in scan.mount_namespaces().unwrap() {
+            let tid = ns.tasks[0];
+            let (Some(listed), Ok(shown)) =
+                (ns_mounts::sources(tid, &ns.ns), read(&tid.to_string()))
+            else {
+                continue; // exited meanwhile
+            };
+            for m in shown.iter().filter(|m| !m.source.contains('\\')) {
+                assert!(
+                    listed.iter().any(|s| s == m.source.as_bytes()),
+                    "{}: {} at {} is not in {:?}",
+                    ns.ns,
+                    m.source,
+                    m.mount_point.display(),
+                    listed
+                        .iter()
+                        .map(|s| String::from_utf8_lossy(s).into_owned())
+                        .collect::<Vec<_>>()
+                );
+            }
+            assert!(listed.len() >= shown.len(), "{}", ns.ns);
+            compared += 1;
+        }
+        assert!(compared > 0);
+    }
 }
