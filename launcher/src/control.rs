@@ -22,6 +22,7 @@ use crate::instance::liveness::{self, Probe, Verdict};
 use crate::launch::helpers::HelperKind;
 
 // -- The host's own tools: `vmwarden balloon` and `vmwarden console`. --
+pub mod ask_all;
 pub mod at_shutdown;
 pub mod balloon;
 pub mod console;
@@ -424,6 +425,19 @@ pub fn status(roots: &Roots, name: &VmName) -> Status {
 /// [`status`] with a caller's prober: `vmwarden status` of every VM shares
 /// one (one `/proc` scan, when any VM needs one).
 pub fn status_with(probe: &Probe, roots: &Roots, name: &VmName) -> Status {
+    one_status(roots, name, known(probe, roots, name), None)
+}
+
+/// What [`statuses_with`] learns of a VM before asking its control socket.
+struct Known {
+    verdict: Verdict,
+    intent: Option<Intent>,
+    kind: HypervisorKind,
+    /// The launched spec's memory, when it has a balloon.
+    balloon: Option<u64>,
+}
+
+fn known(probe: &Probe, roots: &Roots, name: &VmName) -> Known {
     let verdict = probe.probe(roots, name);
     let intent = dirs::open_dir(&roots.runtime_dir(name))
         .ok()
@@ -432,15 +446,84 @@ pub fn status_with(probe: &Probe, roots: &Roots, name: &VmName) -> Status {
         .as_ref()
         .and_then(|i| i.hypervisor)
         .unwrap_or_else(|| kind_of(roots, name));
-    let run_state = match &verdict {
-        Verdict::Live(_) => run_state(roots, name, kind, STATUS_ATTEMPT).ok(),
+    let balloon = match verdict {
+        Verdict::Live(_) => balloon_of(roots, name, intent.as_ref())
+            .filter(|(_, has, _)| *has)
+            .map(|(mem, _, _)| mem),
         _ => None,
     };
-    let balloon = match (&verdict, &run_state) {
-        (Verdict::Live(_), Some(_)) => balloon_of(roots, name, intent.as_ref())
-            .filter(|(_, has, _)| *has)
-            .and_then(|(mem, _, _)| balloon_mib(roots, name, kind, mem, STATUS_ATTEMPT).ok()),
-        _ => None,
+    Known {
+        verdict,
+        intent,
+        kind,
+        balloon,
+    }
+}
+
+/// [`status_with`] of every VM of `names`, in order: the running QEMUs'
+/// QMP sockets are asked all at once ([`ask_all`], one thread, each under
+/// [`STATUS_ATTEMPT`] as alone); cloud-hypervisor's and firecracker's
+/// APIs one after another.
+pub fn statuses_with(probe: &Probe, roots: &Roots, names: &[VmName]) -> Vec<Status> {
+    let known: Vec<Known> = names.iter().map(|n| known(probe, roots, n)).collect();
+    let qmp: Vec<(usize, ask_all::Ask)> = known
+        .iter()
+        .zip(names)
+        .enumerate()
+        .filter(|(_, (k, _))| {
+            matches!(k.verdict, Verdict::Live(_)) && k.kind == HypervisorKind::Qemu
+        })
+        .map(|(i, (k, name))| {
+            (
+                i,
+                ask_all::Ask {
+                    sock: control_socket(roots, name, k.kind),
+                    balloon: k.balloon.is_some(),
+                },
+            )
+        })
+        .collect();
+    let asks: Vec<ask_all::Ask> = qmp.iter().map(|(_, a)| a.clone()).collect();
+    let mut answers: Vec<Option<ask_all::Answer>> = (0..names.len()).map(|_| None).collect();
+    for ((i, _), a) in qmp.iter().zip(ask_all::ask_all(&asks, STATUS_ATTEMPT)) {
+        answers[*i] = Some(a);
+    }
+    known
+        .into_iter()
+        .zip(names)
+        .zip(answers)
+        .map(|((k, name), answer)| one_status(roots, name, k, answer))
+        .collect()
+}
+
+/// One VM's [`Status`]: QEMU's from its multiplexed `answer`, the API
+/// kinds' asked here.
+fn one_status(roots: &Roots, name: &VmName, k: Known, answer: Option<ask_all::Answer>) -> Status {
+    let Known {
+        verdict,
+        intent,
+        kind,
+        balloon,
+    } = k;
+    let (run_state, balloon) = match (&verdict, answer) {
+        (Verdict::Live(_), Some(a)) => {
+            let b = match (&a.status, balloon, a.actual) {
+                (Some(_), Some(mem), Some(actual)) => {
+                    Some(mem.saturating_sub(actual / balloon::MIB))
+                }
+                _ => None,
+            };
+            (a.status, b)
+        }
+        (Verdict::Live(_), None) => {
+            let run_state = run_state(roots, name, kind, STATUS_ATTEMPT).ok();
+            let b = match (&run_state, balloon) {
+                (Some(_), Some(mem)) => balloon_mib(roots, name, kind, mem, STATUS_ATTEMPT).ok(),
+                _ => None,
+            };
+            (run_state, b)
+        }
+        _ => (None, None),
     };
     let (qmp_status, api_state) = match kind {
         HypervisorKind::Qemu => (run_state, None),

@@ -91,7 +91,10 @@ pub fn check(spec: &Spec, path: &Path) -> Result<(), SpecError> {
     match blockers(spec).into_iter().next() {
         Some(b) => Err(bad(
             b.field,
-            format!("{}; hibernate.allowed needs a VM its hypervisor can snapshot", b.why),
+            format!(
+                "{}; hibernate.allowed needs a VM its hypervisor can snapshot",
+                b.why
+            ),
         )),
         None => Ok(()),
     }

@@ -15,7 +15,7 @@ use crate::instance::intent::Intent;
 use crate::instance::launched::{effective_spec, effective_spec_of};
 use crate::instance::liveness::{Probe, Verdict};
 
-const MIB: u64 = 1024 * 1024;
+pub(super) const MIB: u64 = 1024 * 1024;
 
 /// What the launched spec says of VM `name`'s balloon: its memory and
 /// whether it has one. `None` when no spec can be read.

@@ -9,6 +9,7 @@ pub mod leftovers;
 pub mod machined;
 pub mod mountinfo;
 pub mod net;
+pub mod ns_mounts;
 pub mod ownership;
 pub mod peer;
 pub mod procs;

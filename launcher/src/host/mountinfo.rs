@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::names::VmName;
 use crate::config::paths::CREDENTIALS_DIR;
+use crate::host::ns_mounts;
 use crate::host::procs::{self, MountNamespace, Scan, UidFilter, Wants};
 
 /// Mount source given to a VM's credential tmpfs: identifies it in every
@@ -377,24 +378,69 @@ pub fn credential_mounts_in(
     runtime_root: Option<&Path>,
     name: Option<&VmName>,
 ) -> Vec<(u32, String, Mount)> {
+    match name {
+        Some(n) => credential_mounts_of_vms(scan, runtime_root, std::slice::from_ref(n)),
+        None => credential_mounts_filtered(scan, runtime_root, None),
+    }
+}
+
+/// [`credential_mounts_in`] of the VMs `names` (their mounts, in one pass).
+pub fn credential_mounts_of_vms(
+    scan: &Scan,
+    runtime_root: Option<&Path>,
+    names: &[VmName],
+) -> Vec<(u32, String, Mount)> {
+    credential_mounts_filtered(scan, runtime_root, Some(names))
+}
+
+fn credential_mounts_filtered(
+    scan: &Scan,
+    runtime_root: Option<&Path>,
+    names: Option<&[VmName]>,
+) -> Vec<(u32, String, Mount)> {
     match scan.mount_namespaces() {
         Some(nss) => nss
             .iter()
-            .flat_map(|ns| credential_mounts_of(ns, runtime_root, name))
+            .flat_map(|ns| credential_mounts_of(ns, runtime_root, names))
             .collect(),
-        None => credential_mounts_everywhere(runtime_root, name),
+        None => {
+            let scan = Scan::take(&Wants {
+                uids: UidFilter::None,
+                mount_namespaces: true,
+            });
+            credential_mounts_filtered(&scan, runtime_root, names)
+        }
+    }
+}
+
+/// Could a mount with source `src` be the credential tmpfs of one of
+/// `names` (of any VM when `None`)? What the kernel's filter in front of
+/// the mountinfo read asks ([`ns_mounts::holds_source`]); the mountinfo
+/// then decides as ever.
+fn wanted_source(src: &[u8], names: Option<&[VmName]>) -> bool {
+    let Some(rest) = src.strip_prefix(CREDENTIAL_SOURCE_PREFIX.as_bytes()) else {
+        return false;
+    };
+    match names {
+        None => true,
+        Some(names) => names.iter().any(|n| n.as_str().as_bytes() == rest),
     }
 }
 
 /// The credential mounts in one namespace, read from the mountinfo of the
 /// first of its tasks that can still be read (one task per namespace: the
-/// cost does not grow with the processes or threads sharing it).
+/// cost does not grow with the processes or threads sharing it). A
+/// namespace the kernel says holds no mount with one of the VMs' sources
+/// ([`ns_mounts::holds_source`]) is not read.
 fn credential_mounts_of(
     ns: &MountNamespace,
     runtime_root: Option<&Path>,
-    name: Option<&VmName>,
+    names: Option<&[VmName]>,
 ) -> Vec<(u32, String, Mount)> {
     for tid in &ns.tasks {
+        if ns_mounts::holds_source(*tid, &ns.ns, |src| wanted_source(src, names)) == Some(false) {
+            return Vec::new();
+        }
         let Ok(data) = read_bytes(&format!("/proc/{tid}/mountinfo")) else {
             continue;
         };
@@ -406,7 +452,12 @@ fn credential_mounts_of(
             .split(|b| *b == b'\n')
             .filter(|l| l.windows(needle.len()).any(|w| w == needle))
             .flat_map(parse)
-            .filter(|m| is_credential_mount(m, runtime_root, name))
+            .filter(|m| match names {
+                None => is_credential_mount(m, runtime_root, None),
+                Some(ns) => ns
+                    .iter()
+                    .any(|n| is_credential_mount(m, runtime_root, Some(n))),
+            })
             .map(|m| (*tid, ns.ns.clone(), m))
             .collect();
     }
@@ -584,5 +635,42 @@ mod tests {
             Some(Path::new("/run/vmwarden")),
             Some(&web())
         ));
+    }
+
+    /// Every source any namespace's mountinfo shows is among the kernel's
+    /// answer for that namespace: on this host, its own namespace and
+    /// every other one of this user namespace (each running VM's, whose
+    /// tasks moved to another root, among them).
+    #[test]
+    fn the_kernel_lists_every_source_each_namespace_mountinfo_shows() {
+        let scan = Scan::take(&Wants {
+            uids: UidFilter::None,
+            mount_namespaces: true,
+        });
+        let mut compared = 0;
+        for ns in scan.mount_namespaces().unwrap() {
+            let tid = ns.tasks[0];
+            let (Some(listed), Ok(shown)) =
+                (ns_mounts::sources(tid, &ns.ns), read(&tid.to_string()))
+            else {
+                continue; // exited meanwhile
+            };
+            for m in shown.iter().filter(|m| !m.source.contains('\\')) {
+                assert!(
+                    listed.iter().any(|s| s == m.source.as_bytes()),
+                    "{}: {} at {} is not in {:?}",
+                    ns.ns,
+                    m.source,
+                    m.mount_point.display(),
+                    listed
+                        .iter()
+                        .map(|s| String::from_utf8_lossy(s).into_owned())
+                        .collect::<Vec<_>>()
+                );
+            }
+            assert!(listed.len() >= shown.len(), "{}", ns.ns);
+            compared += 1;
+        }
+        assert!(compared > 0);
     }
 }

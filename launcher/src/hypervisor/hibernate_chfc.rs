@@ -284,8 +284,13 @@ impl Hibernator for FcHibernator {
         let now = dirs::read_small(&cdir, FIRECRACKER_CONFIG, MAX_CONFIG)
             .map_err(failed)?
             .ok_or_else(|| failed("the rendered firecracker config is missing"))?;
-        snapshot_fc::load_paused_checked(control, snapshot, &String::from_utf8_lossy(&now), timeout)
-            .map_err(failed)?;
+        snapshot_fc::load_paused_checked(
+            control,
+            snapshot,
+            &String::from_utf8_lossy(&now),
+            timeout,
+        )
+        .map_err(failed)?;
         Ok(true)
     }
 

@@ -156,6 +156,11 @@ pub fn one(roots: &Roots, name: &VmName, reg: &[Record], now: u64) -> VmStatus {
 /// [`one`] with a caller's prober (many VMs share one `/proc` scan).
 fn one_with(probe: &Probe, roots: &Roots, name: &VmName, reg: &[Record], now: u64) -> VmStatus {
     let st = control::status_with(probe, roots, name);
+    one_of(st, roots, name, reg, now)
+}
+
+/// The record of VM `name` from `st`, its control socket's answers.
+fn one_of(st: control::Status, roots: &Roots, name: &VmName, reg: &[Record], now: u64) -> VmStatus {
     let rundir = dirs::open_dir(&roots.runtime_dir(name)).ok();
     let intent = rundir.as_ref().and_then(|d| Intent::read(d).ok().flatten());
     let state = match st.state {
@@ -353,9 +358,11 @@ pub fn gather(roots: &Roots, names: &[VmName], all: bool) -> Gathered {
     let now = now_unix();
     // One /proc scan for all of them, if any needs one.
     let probe = Probe::shared();
-    let mut records: Vec<VmStatus> = names
-        .iter()
-        .map(|n| one_with(&probe, roots, n, &reg, now))
+    // Every running VM's control socket asked at once.
+    let mut records: Vec<VmStatus> = control::statuses_with(&probe, roots, &names)
+        .into_iter()
+        .zip(&names)
+        .map(|(st, n)| one_of(st, roots, n, &reg, now))
         .collect();
     if all && !records.is_empty() {
         let reaped = reap::reap(roots, false, false);

@@ -149,7 +149,13 @@ pub fn verify(
         vms.iter()
             .filter_map(|(_, _, _, u, _, _)| u.as_ref().ok().copied().flatten()),
     ));
-    let all_mounts = mountinfo::credential_mounts_in(&scan, Some(&roots.runtime_root), None);
+    // Asked about some VMs: only their mounts (a namespace holding none of
+    // their sources is not read); about every VM: any VM's.
+    let all_mounts = if every_vm {
+        mountinfo::credential_mounts_in(&scan, Some(&roots.runtime_root), None)
+    } else {
+        mountinfo::credential_mounts_of_vms(&scan, Some(&roots.runtime_root), &names)
+    };
     // The VMs' own id ranges (a share the guest owns), and one scan of
     // every uid when there is any: no process may run with one of them.
     let ranges: Vec<_> = vms

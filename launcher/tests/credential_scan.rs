@@ -1,0 +1,122 @@
+//! The whole-host search for a VM's credential tmpfs, which cleanup and
+//! `verify-clean` run in every mount namespace, still finds what it must
+//! now that a namespace the kernel says holds none of the VMs' sources is
+//! not read (`host::ns_mounts`): the tmpfs kept alive in a foreign
+//! namespace by a process of another uid, among namespaces that hold
+//! other VMs' credential tmpfs (which are skipped). Needs root.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+
+use common::*;
+use serde_json::json;
+
+fn spec_with_cred(env: &Env, name: &str, u: u32) {
+    let src = env.secret(&format!("{name}.cred"), b"scan-secret");
+    let mut s = env.spec(name, u);
+    s["credentials"] = json!([{ "name": "key", "source": { "path": src } }]);
+    env.write_spec(name, &s);
+}
+
+/// A process of uid `holder` in a private mount namespace of its own
+/// holding a tmpfs named `source` at `mount_point` (made as root before
+/// it dropped to `holder`).
+fn hold(source: &str, mount_point: &std::path::Path, holder: u32) -> Child {
+    std::fs::create_dir_all(mount_point).unwrap();
+    let mut c = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mount -t tmpfs {source} '{}' && echo MOUNTED && exec setpriv --reuid={holder} --regid={holder} --clear-groups sleep 600",
+            mount_point.display()
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(
+        line.trim(),
+        "MOUNTED",
+        "the holder of {source} did not mount it"
+    );
+    c
+}
+
+fn stop(mut c: Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+#[test]
+fn a_credential_tmpfs_in_a_foreign_namespace_is_found_among_other_vms_namespaces() {
+    let env = Env::new();
+    spec_with_cred(&env, "web", uid(80));
+    spec_with_cred(&env, "other", uid(81));
+    for n in ["web", "other"] {
+        let o = env.probe(n, &["/bin/true"]);
+        assert!(o.status.success(), "{n}: {}", text(&o));
+    }
+    // Namespaces holding another VM's credential tmpfs at its own place
+    // (as every running VM's namespace does): the search for web's skips
+    // them unread.
+    let decoys: Vec<Child> = (0..3)
+        .map(|_| {
+            hold(
+                "vmwarden-creds:other",
+                &env.run.join("other/credentials"),
+                uid(81),
+            )
+        })
+        .collect();
+    env.cleanup_clean("web");
+    // web's tmpfs, at web's place, kept alive by a process of neither
+    // web's uid nor root, in a namespace no VM made.
+    let kept = hold(
+        "vmwarden-creds:web",
+        &env.run.join("web/credentials"),
+        65534,
+    );
+    let v = env.verify_clean(&["web"]);
+    assert!(!v.status.success(), "verify-clean web passed: {}", text(&v));
+    assert!(
+        text(&v).contains("no-credential-mount vm=web check=FAIL"),
+        "verify-clean web does not name the mount: {}",
+        text(&v)
+    );
+    // Asked about both: each VM's own tmpfs is found.
+    let v = env.vmwarden(&["verify-clean", "web", "other", "--json"]);
+    let out = String::from_utf8_lossy(&v.stdout).to_string();
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    for n in ["web", "other"] {
+        let c = r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "no-credential-mount" && c["vm"] == n)
+            .unwrap_or_else(|| panic!("no credential check for {n}: {r:#}"));
+        assert_eq!(c["ok"], false, "{n}'s tmpfs not found: {c:#}");
+    }
+    // cleanup finds it there and unmounts it in that namespace.
+    let shown = |c: &Child| {
+        std::fs::read_to_string(format!("/proc/{}/mountinfo", c.id())).unwrap_or_default()
+    };
+    assert!(shown(&kept).contains("vmwarden-creds:web"));
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success(), "{rep:#}");
+    assert!(
+        !shown(&kept).contains("vmwarden-creds:web"),
+        "cleanup of web left its tmpfs in the foreign namespace: {rep:#}"
+    );
+    let v = env.verify_clean(&["web"]);
+    assert!(v.status.success(), "{}", text(&v));
+    stop(kept);
+    for d in decoys {
+        stop(d);
+    }
+    env.cleanup_clean("web");
+    env.cleanup_clean("other");
+}
