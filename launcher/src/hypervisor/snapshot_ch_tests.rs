@@ -114,6 +114,45 @@ fn a_tap_by_name_a_socket_or_a_path_in_an_unknown_field_is_refused() {
 }
 
 #[test]
+fn a_file_the_spec_gives_reused_by_a_device_it_does_not_give_is_refused() {
+    // The VM's own disk as a pmem device too, or as the file behind a
+    // memory zone: every path is one the spec gives, so a plain
+    // "allowed path" check lets the extra device through; the spec gives
+    // each path once.
+    let disk = "/var/lib/vmwarden/web/root.img";
+    for (key, extra) in [
+        ("pmem", json!([{ "file": disk, "discard_writes": false }])),
+        (
+            "memory",
+            json!({ "size": 0, "zones": [{ "id": "z", "file": disk, "shared": true }] }),
+        ),
+        (
+            "landlock_rules",
+            json!([{ "path": "/k/bzImage", "access": "rw" }]),
+        ),
+    ] {
+        let mut v = config();
+        v[key] = extra;
+        let e = check_of(&ch_spec(), &v).unwrap_err().to_string();
+        assert!(
+            e.contains("once more than the spec gives it (a device the spec does not give)"),
+            "{key}: {e}"
+        );
+    }
+    // A relative path is resolved against the state directory (where
+    // the principal can plant a symlink): refused like an absolute one.
+    let mut v = config();
+    v["pmem"] = json!([{ "file": "../other/root.img" }]);
+    let e = check_of(&ch_spec(), &v).unwrap_err().to_string();
+    assert!(
+        e.contains(r#"/pmem/0/file: the snapshot names the host path "../other/root.img""#),
+        "{e}"
+    );
+    // The untouched snapshot still passes.
+    check_of(&ch_spec(), &config()).unwrap();
+}
+
+#[test]
 fn garbage_is_refused_by_file() {
     let e = check(&ch_spec(), &layout(), "/s/config.json", b"\x00not json")
         .unwrap_err()
