@@ -76,12 +76,7 @@ fn net_ids_from_fd(fds: &[(String, i32)]) -> Vec<String> {
     }
     buf.truncate(got);
     let c: snapshot_ch::SnapshotConfig = serde_json::from_slice(&buf).unwrap_or_default();
-    c.net
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, n)| n.id.clone().unwrap_or_else(|| format!("_net{i}")))
-        .collect()
+    snapshot_ch::net_ids(&c)
 }
 
 /// A pidfd of `pid` when that process runs as `owner` (real and
@@ -125,8 +120,11 @@ pub fn ch_restore_argv(argv: &[String], dir: &Path, net_ids: &[String]) -> Vec<S
         .iter()
         .enumerate()
         .map(|(i, fds)| {
+            // Only a plain name goes into the option string (the check
+            // before the start refused any other; this is its backstop).
             let id = net_ids
                 .get(i)
+                .filter(|id| snapshot_ch::plain_id(id))
                 .cloned()
                 .unwrap_or_else(|| format!("_net{i}"));
             let fds: Vec<String> = fds.iter().map(i32::to_string).collect();

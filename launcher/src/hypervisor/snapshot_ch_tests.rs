@@ -153,6 +153,48 @@ fn a_file_the_spec_gives_reused_by_a_device_it_does_not_give_is_refused() {
 }
 
 #[test]
+fn a_net_id_that_would_add_restore_options_is_refused_and_never_passed() {
+    // cloud-hypervisor takes the last `source_url` of `--restore`: a net
+    // id closing the `net_fds` list would restore another directory,
+    // whose config.json nobody checked.
+    let evil = "_net2@[7]],source_url=file:///state/web/evil,net_fds=[_net2";
+    let mut v = config();
+    v["net"][0]["id"] = json!(evil);
+    let e = check_of(&ch_spec(), &v).unwrap_err().to_string();
+    assert!(
+        e.contains("net[0].id") && e.contains("would be read as options of --restore"),
+        "{e}"
+    );
+    let boot: Vec<String> = ["/bin/ch", "--net", "fd=[7],mac=02:00:00:00:00:01"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let a = crate::hypervisor::hibernate_chfc::ch_restore_argv(
+        &boot,
+        Path::new("/state/web/.vmwarden-hibernate"),
+        &[evil.to_string()],
+    );
+    let mut l = layout();
+    l.tap_fds = vec![7];
+    l.tap_queue_fds = vec![vec![]];
+    let checked = Checked {
+        net_ids: vec![evil.to_string()],
+    };
+    let b = restore_argv(
+        &ch_spec(),
+        &l,
+        Path::new("/state/web/.vmwarden-hibernate"),
+        &checked,
+    );
+    for argv in [a, b] {
+        let restore = argv.last().unwrap();
+        assert_eq!(restore.matches("source_url=").count(), 1, "{restore}");
+        assert!(restore.contains("net_fds=[_net0@[7]]"), "{restore}");
+    }
+    assert!(plain_id("_net2") && plain_id("eth-0") && !plain_id("") && !plain_id("a,b"));
+}
+
+#[test]
 fn garbage_is_refused_by_file() {
     let e = check(&ch_spec(), &layout(), "/s/config.json", b"\x00not json")
         .unwrap_err()
