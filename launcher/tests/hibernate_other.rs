@@ -531,3 +531,58 @@ fn firecrackers_quit_signals_no_process_but_the_vms_own_when_the_listeners_pid_i
     assert!(e.contains(&format!("not the VM's uid {u}")), "{e}");
     drop(s);
 }
+
+#[test]
+fn firecrackers_load_cannot_open_a_snapshot_drive_outside_its_sandbox() {
+    // The load opens the drives the VM state names before any check can
+    // run: what confines it is the sandbox, whose root binds only the
+    // current spec's disks. A snapshot naming a disk the spec no longer
+    // gives (here made root's 0600, as another VM's disk would be its
+    // principal's) fails in the load itself and nothing runs.
+    let env = Env::new();
+    let Some(bin) = real_binary(&env, "VMWARDEN_TEST_FIRECRACKER", "firecracker") else {
+        return;
+    };
+    let name = "fcout";
+    let u = uid(603);
+    let _acl = KvmAcl::grant(u);
+    // Driven by hand as in the first test (no `hibernate` field: cleanup
+    // keeps the snapshot directory, which no record names).
+    let mut s = fc_hibernate_spec(&env, name, u, &bin);
+    s.as_object_mut().unwrap().remove("hibernate");
+    env.write_spec(name, &s);
+    let sock = env.run.join(name).join("control/api.sock");
+    let control = env.run.join(name).join("control");
+    let fc = HypervisorKind::Firecracker;
+    let mut g = env.start(name);
+    wait_state(&sock, fc, "Running", &mut g);
+    let dir = snapshot_dir(&env, name, u);
+    snapshot_fc::capture(&sock, &dir, T).unwrap_or_else(|e| panic!("{e}\n{}", g.log_text()));
+    g.kill();
+    let (o, rep) = env.cleanup(name);
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+
+    let b = env.path("b.img");
+    std::fs::set_permissions(&b, PermissionsExt::from_mode(0o600)).unwrap();
+    let c = disk(&env, "c.img");
+    let mut s2 = s.clone();
+    s2["disks"][1] = json!({ "path": c, "read_only": true });
+    env.write_spec(name, &s2);
+    let spec2 = typed(&s2);
+    let mut g = start_unconfigured(&env, name, &spec2, "outside");
+    let e = snapshot_fc::restore(&sock, &dir, &spec2, &control, T).unwrap_err();
+    let e_text = e.to_string();
+    println!("firecracker's load of a drive outside its sandbox: {e_text}");
+    assert!(
+        matches!(e, snapshot_fc::RestoreError::Load(_)),
+        "the load opened a disk outside the sandbox: {e_text}\n{}",
+        g.log_text()
+    );
+    let st = api::vm_state(&sock, fc, T);
+    assert!(st.as_deref().ok() != Some("Running"), "{st:?}: {e_text}");
+    // firecracker ends after a failed load: the guest never ran.
+    assert!(e_text.contains("Block"), "{e_text}");
+    g.kill();
+    let (o, rep) = env.cleanup(name);
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+}
