@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::config::spec::{HypervisorKind, InterfaceSpec};
+use crate::hypervisor::hibernate_chfc::ch_restore_argv;
 use crate::hypervisor::tests::{layout, spec};
 use serde_json::json;
 
@@ -169,7 +170,7 @@ fn a_net_id_that_would_add_restore_options_is_refused_and_never_passed() {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let a = crate::hypervisor::hibernate_chfc::ch_restore_argv(
+    let a = ch_restore_argv(
         &boot,
         Path::new("/state/web/.vmwarden-hibernate"),
         &[evil.to_string()],
