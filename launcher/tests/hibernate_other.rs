@@ -23,6 +23,7 @@ use common::*;
 use serde_json::json;
 use vmwarden::config::spec::{HypervisorKind, Spec};
 use vmwarden::control::hibernate::KILL_POINTS;
+use vmwarden::hypervisor::hibernate::Hibernator;
 use vmwarden::hypervisor::{api, snapshot_ch, snapshot_fc, Layout};
 
 const T: Duration = Duration::from_secs(20);
@@ -456,4 +457,132 @@ fn bench_cloud_hypervisor_restore_vs_cold_boot() {
 #[ignore = "boots a guest: needs a KVM that runs one (not this host's PVM); run with --ignored where KVM boots guests"]
 fn bench_firecracker_restore_vs_cold_boot() {
     restore_vs_cold_boot("firecracker", "VMWARDEN_TEST_FIRECRACKER", 605);
+}
+
+/// A process of root's that takes `pid` (the next pid set through
+/// `ns_last_pid`, retried while other forks on the host win the race).
+fn root_process_at(pid: i32) -> Option<std::process::Child> {
+    for _ in 0..200 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+        let mut c = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        if i32::try_from(c.id()).ok() == Some(pid) {
+            return Some(c);
+        }
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    None
+}
+
+#[test]
+fn firecrackers_quit_signals_no_process_but_the_vms_own_when_the_listeners_pid_is_reused() {
+    // `SO_PEERCRED` names the process that called listen(), as it was
+    // then: a principal that listens in one process and keeps the socket
+    // in another can die and leave its pid to anyone, root's processes
+    // included. The quit must not SIGTERM whoever has the pid now.
+    use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType};
+    use std::os::fd::AsRawFd;
+    let env = Env::new();
+    let u = uid(602);
+    let control = env.path("fcpeer/control");
+    std::fs::create_dir_all(&control).unwrap();
+    std::os::unix::fs::chown(&control, Some(u), Some(u)).unwrap();
+    let sock = control.join("api.sock");
+    let s = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    let addr = nix::sys::socket::UnixAddr::new(&sock).unwrap();
+    // SAFETY: the child calls only async-signal-safe syscalls (setresgid,
+    // setresuid, bind, listen, _exit) on memory prepared before the fork.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        let ok = nix::unistd::setresgid(u.into(), u.into(), u.into()).is_ok()
+            && nix::unistd::setresuid(u.into(), u.into(), u.into()).is_ok()
+            && bind(s.as_raw_fd(), &addr).is_ok()
+            && listen(&s, Backlog::new(8).unwrap()).is_ok();
+        // SAFETY: _exit in the forked child, no destructors run.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    assert!(child > 0, "fork failed");
+    let st = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None).unwrap();
+    assert_eq!(
+        st,
+        nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(child), 0)
+    );
+    // The listener is gone; its socket (held here) still names its pid,
+    // which a root process now has.
+    let mut victim = root_process_at(child).expect("no process got the listener's pid");
+    let e = vmwarden::hypervisor::hibernate_chfc::FcHibernator
+        .quit(&sock, T)
+        .expect_err("signalled the process that now has the listener's pid");
+    std::thread::sleep(Duration::from_millis(300));
+    let alive = victim.try_wait().unwrap().is_none();
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    assert!(alive, "root's process at the reused pid was signalled");
+    let e = e.to_string();
+    assert!(e.contains(&format!("not the VM's uid {u}")), "{e}");
+    drop(s);
+}
+
+#[test]
+fn firecrackers_load_cannot_open_a_snapshot_drive_outside_its_sandbox() {
+    // The load opens the drives the VM state names before any check can
+    // run: what confines it is the sandbox, whose root binds only the
+    // current spec's disks. A snapshot naming a disk the spec no longer
+    // gives (here made root's 0600, as another VM's disk would be its
+    // principal's) fails in the load itself and nothing runs.
+    let env = Env::new();
+    let Some(bin) = real_binary(&env, "VMWARDEN_TEST_FIRECRACKER", "firecracker") else {
+        return;
+    };
+    let name = "fcout";
+    let u = uid(603);
+    let _acl = KvmAcl::grant(u);
+    // Driven by hand as in the first test (no `hibernate` field: cleanup
+    // keeps the snapshot directory, which no record names).
+    let mut s = fc_hibernate_spec(&env, name, u, &bin);
+    s.as_object_mut().unwrap().remove("hibernate");
+    env.write_spec(name, &s);
+    let sock = env.run.join(name).join("control/api.sock");
+    let control = env.run.join(name).join("control");
+    let fc = HypervisorKind::Firecracker;
+    let mut g = env.start(name);
+    wait_state(&sock, fc, "Running", &mut g);
+    let dir = snapshot_dir(&env, name, u);
+    snapshot_fc::capture(&sock, &dir, T).unwrap_or_else(|e| panic!("{e}\n{}", g.log_text()));
+    g.kill();
+    let (o, rep) = env.cleanup(name);
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
+
+    let b = env.path("b.img");
+    std::fs::set_permissions(&b, PermissionsExt::from_mode(0o600)).unwrap();
+    let c = disk(&env, "c.img");
+    let mut s2 = s.clone();
+    s2["disks"][1] = json!({ "path": c, "read_only": true });
+    env.write_spec(name, &s2);
+    let spec2 = typed(&s2);
+    let mut g = start_unconfigured(&env, name, &spec2, "outside");
+    let e = snapshot_fc::restore(&sock, &dir, &spec2, &control, T).unwrap_err();
+    let e_text = e.to_string();
+    println!("firecracker's load of a drive outside its sandbox: {e_text}");
+    assert!(
+        matches!(e, snapshot_fc::RestoreError::Load(_)),
+        "the load opened a disk outside the sandbox: {e_text}\n{}",
+        g.log_text()
+    );
+    let st = api::vm_state(&sock, fc, T);
+    assert!(st.as_deref().ok() != Some("Running"), "{st:?}: {e_text}");
+    // firecracker ends after a failed load: the guest never ran.
+    assert!(e_text.contains("Block"), "{e_text}");
+    g.kill();
+    let (o, rep) = env.cleanup(name);
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
 }

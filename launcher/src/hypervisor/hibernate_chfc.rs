@@ -76,12 +76,35 @@ fn net_ids_from_fd(fds: &[(String, i32)]) -> Vec<String> {
     }
     buf.truncate(got);
     let c: snapshot_ch::SnapshotConfig = serde_json::from_slice(&buf).unwrap_or_default();
-    c.net
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, n)| n.id.clone().unwrap_or_else(|| format!("_net{i}")))
-        .collect()
+    snapshot_ch::net_ids(&c)
+}
+
+/// A pidfd of `pid` when that process runs as `owner` (real and
+/// effective uid) now. `SO_PEERCRED` names the process that called
+/// `listen()`, as it was then: a principal that listened in one process
+/// and kept the socket in another could die and leave its pid to anyone,
+/// root's processes included. The uid is read after the pidfd pins the
+/// process and confirmed alive through it after, so it is that
+/// process's.
+pub fn own_process(pid: u32, owner: u32) -> Result<OwnedFd, CaptureError> {
+    let fd = cgroup::pidfd_open(pid).ok_or_else(|| failed(format!("pidfd_open({pid}) failed")))?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let uids: Vec<u32> = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    cgroup::pidfd_signal(fd.as_raw_fd(), 0).map_err(failed)?;
+    match uids.get(..2) {
+        Some([r, e]) if *r == owner && *e == owner => Ok(fd),
+        _ => Err(failed(format!(
+            "the API socket's listener, pid {pid}, now runs as uid {uids:?}, not the VM's uid {owner}: not signalled (its pid reused?)"
+        ))),
+    }
 }
 
 /// cloud-hypervisor's restore argv from its boot argv: the binary, API
@@ -97,8 +120,11 @@ pub fn ch_restore_argv(argv: &[String], dir: &Path, net_ids: &[String]) -> Vec<S
         .iter()
         .enumerate()
         .map(|(i, fds)| {
+            // Only a plain name goes into the option string (the check
+            // before the start refused any other; this is its backstop).
             let id = net_ids
                 .get(i)
+                .filter(|id| snapshot_ch::plain_id(id))
                 .cloned()
                 .unwrap_or_else(|| format!("_net{i}"));
             let fds: Vec<String> = fds.iter().map(i32::to_string).collect();
@@ -231,17 +257,15 @@ impl Hibernator for FcHibernator {
 
     fn quit(&self, control: &Path, timeout: Duration) -> Result<(), CaptureError> {
         // firecracker has no API to end its process: SIGTERM, which it
-        // does not handle, through a pidfd of the API socket's peer
-        // (opened while the connection holds it: the pid is firecracker's,
-        // the principal's, not a reused one). Ended by SIGTERM, its unit
-        // counts a clean exit and `Restart=on-failure` does not restore
-        // the snapshot at once (a SIGKILL would).
+        // does not handle, through a pidfd of the API socket's peer. Ended
+        // by SIGTERM, its unit counts a clean exit and
+        // `Restart=on-failure` does not restore the snapshot at once (a
+        // SIGKILL would).
         let s = peer::connect(control, timeout).map_err(failed)?;
         let cred = getsockopt(&s, PeerCredentials).map_err(failed)?;
-        let pid = u32::try_from(cred.pid()).map_err(failed)?;
-        let fd =
-            cgroup::pidfd_open(pid).ok_or_else(|| failed(format!("pidfd_open({pid}) failed")))?;
         drop(s);
+        let pid = u32::try_from(cred.pid()).map_err(failed)?;
+        let fd = own_process(pid, cred.uid())?;
         cgroup::pidfd_signal(fd.as_raw_fd(), libc::SIGTERM).map_err(failed)?;
         Ok(())
     }

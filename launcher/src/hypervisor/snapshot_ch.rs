@@ -252,6 +252,16 @@ pub enum ConfigError {
         #[source]
         source: serde_json::Error,
     },
+    /// A net id that is not a plain name: it is written into
+    /// `--restore …,net_fds=[ID@[FDS]]`, where a `,` or `]` would end
+    /// the list and add options (a second `source_url`, which
+    /// cloud-hypervisor takes over the first: a directory never checked).
+    #[error("{file}: net[{index}].id {id:?} is not a plain name (letters, digits, `_`, `-`, at most 64): refused, it would be read as options of --restore")]
+    NetId {
+        file: String,
+        index: usize,
+        id: String,
+    },
     #[error("{file}: {source}")]
     Mismatch {
         file: String,
@@ -310,15 +320,34 @@ pub fn check_paths(
             source,
         },
     )?;
-    Ok(Checked {
-        net_ids: c
-            .net
-            .iter()
-            .flatten()
-            .enumerate()
-            .map(|(i, n)| n.id.clone().unwrap_or_else(|| format!("_net{i}")))
-            .collect(),
-    })
+    let net_ids = net_ids(&c);
+    if let Some((index, id)) = net_ids.iter().enumerate().find(|(_, id)| !plain_id(id)) {
+        return Err(ConfigError::NetId {
+            file: file.to_string(),
+            index,
+            id: id.clone(),
+        });
+    }
+    Ok(Checked { net_ids })
+}
+
+/// The nets' ids of `c`, in order (`_netI` for one without).
+pub fn net_ids(c: &SnapshotConfig) -> Vec<String> {
+    c.net
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, n)| n.id.clone().unwrap_or_else(|| format!("_net{i}")))
+        .collect()
+}
+
+/// An id that can stand in `--restore`'s option string as itself:
+/// letters, digits, `_` and `-`, 1 to 64 of them.
+pub fn plain_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// The restore argv: no VM option (the snapshot holds the VM), the tap
@@ -339,6 +368,7 @@ pub fn restore_argv(spec: &Spec, layout: &Layout, dir: &Path, checked: &Checked)
             let id = checked
                 .net_ids
                 .get(i)
+                .filter(|id| plain_id(id))
                 .cloned()
                 .unwrap_or_else(|| format!("_net{i}"));
             format!("{id}@[{}]", fds.join(","))

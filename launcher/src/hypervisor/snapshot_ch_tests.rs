@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::config::spec::{HypervisorKind, InterfaceSpec};
+use crate::hypervisor::hibernate_chfc::ch_restore_argv;
 use crate::hypervisor::tests::{layout, spec};
 use serde_json::json;
 
@@ -111,6 +112,87 @@ fn a_tap_by_name_a_socket_or_a_path_in_an_unknown_field_is_refused() {
         "{e}"
     );
     assert!(e.contains("/serial/file"), "{e}");
+}
+
+#[test]
+fn a_file_the_spec_gives_reused_by_a_device_it_does_not_give_is_refused() {
+    // The VM's own disk as a pmem device too, or as the file behind a
+    // memory zone: every path is one the spec gives, so a plain
+    // "allowed path" check lets the extra device through; the spec gives
+    // each path once.
+    let disk = "/var/lib/vmwarden/web/root.img";
+    for (key, extra) in [
+        ("pmem", json!([{ "file": disk, "discard_writes": false }])),
+        (
+            "memory",
+            json!({ "size": 0, "zones": [{ "id": "z", "file": disk, "shared": true }] }),
+        ),
+        (
+            "landlock_rules",
+            json!([{ "path": "/k/bzImage", "access": "rw" }]),
+        ),
+    ] {
+        let mut v = config();
+        v[key] = extra;
+        let e = check_of(&ch_spec(), &v).unwrap_err().to_string();
+        assert!(
+            e.contains("once more than the spec gives it (a device the spec does not give)"),
+            "{key}: {e}"
+        );
+    }
+    // A relative path is resolved against the state directory (where
+    // the principal can plant a symlink): refused like an absolute one.
+    let mut v = config();
+    v["pmem"] = json!([{ "file": "../other/root.img" }]);
+    let e = check_of(&ch_spec(), &v).unwrap_err().to_string();
+    assert!(
+        e.contains(r#"/pmem/0/file: the snapshot names the host path "../other/root.img""#),
+        "{e}"
+    );
+    // The untouched snapshot still passes.
+    check_of(&ch_spec(), &config()).unwrap();
+}
+
+#[test]
+fn a_net_id_that_would_add_restore_options_is_refused_and_never_passed() {
+    // cloud-hypervisor takes the last `source_url` of `--restore`: a net
+    // id closing the `net_fds` list would restore another directory,
+    // whose config.json nobody checked.
+    let evil = "_net2@[7]],source_url=file:///state/web/evil,net_fds=[_net2";
+    let mut v = config();
+    v["net"][0]["id"] = json!(evil);
+    let e = check_of(&ch_spec(), &v).unwrap_err().to_string();
+    assert!(
+        e.contains("net[0].id") && e.contains("would be read as options of --restore"),
+        "{e}"
+    );
+    let boot: Vec<String> = ["/bin/ch", "--net", "fd=[7],mac=02:00:00:00:00:01"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let a = ch_restore_argv(
+        &boot,
+        Path::new("/state/web/.vmwarden-hibernate"),
+        &[evil.to_string()],
+    );
+    let mut l = layout();
+    l.tap_fds = vec![7];
+    l.tap_queue_fds = vec![vec![]];
+    let checked = Checked {
+        net_ids: vec![evil.to_string()],
+    };
+    let b = restore_argv(
+        &ch_spec(),
+        &l,
+        Path::new("/state/web/.vmwarden-hibernate"),
+        &checked,
+    );
+    for argv in [a, b] {
+        let restore = argv.last().unwrap();
+        assert_eq!(restore.matches("source_url=").count(), 1, "{restore}");
+        assert!(restore.contains("net_fds=[_net0@[7]]"), "{restore}");
+    }
+    assert!(plain_id("_net2") && plain_id("eth-0") && !plain_id("") && !plain_id("a,b"));
 }
 
 #[test]

@@ -10,7 +10,7 @@
 //! ([`stray_paths`]), so a field this code does not know cannot slip a
 //! path through.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// Paths a hypervisor names in its configuration by itself, not from
@@ -47,6 +47,10 @@ pub enum Difference {
     /// A host path in the snapshot's configuration that nothing in the
     /// spec gives, at this JSON pointer.
     Stray { pointer: String, path: String },
+    /// A host path the spec gives, named once more than the spec names
+    /// it: another device on the same file (a `pmem` or memory zone on
+    /// the VM's own disk, a serial file over a credential).
+    Repeated { pointer: String, path: String },
 }
 
 impl fmt::Display for Difference {
@@ -69,6 +73,10 @@ impl fmt::Display for Difference {
             Difference::Stray { pointer, path } => write!(
                 f,
                 "{pointer}: the snapshot names the host path {path:?}, which the spec does not give"
+            ),
+            Difference::Repeated { pointer, path } => write!(
+                f,
+                "{pointer}: the snapshot names the host path {path:?} once more than the spec gives it (a device the spec does not give)"
             ),
         }
     }
@@ -114,31 +122,72 @@ pub fn compare(snapshot: &[Field], now: &[Field]) -> Vec<Difference> {
     out
 }
 
-/// Every string in `v` that is an absolute path and not in `allowed`,
+/// Keys whose string value either hypervisor opens as a host path (or
+/// resolves against its working directory, the VM's state directory,
+/// when relative): such a value is checked even without a leading `/`.
+pub const PATH_KEYS: &[&str] = &[
+    "path",
+    "file",
+    "socket",
+    "src",
+    "kernel",
+    "initramfs",
+    "firmware",
+    "igvm",
+    "vhost_socket",
+    "path_on_host",
+    "uds_path",
+    "kernel_image_path",
+    "initrd_path",
+    "backend_path",
+    "log_path",
+    "metrics_path",
+];
+
+/// Every host path in `v` (a string that is absolute, or any string
+/// under one of [`PATH_KEYS`]) beyond what `allowed` gives: each allowed
+/// path may occur as many times as it is counted there, so an allowed
+/// file reused by a device the spec does not give is refused too. Each
 /// with its JSON pointer (`/disks/0/path`).
-pub fn stray_paths(v: &serde_json::Value, allowed: &BTreeSet<String>) -> Vec<Difference> {
+pub fn stray_paths(v: &serde_json::Value, allowed: &BTreeMap<String, usize>) -> Vec<Difference> {
     let mut out = Vec::new();
-    walk(v, String::new(), allowed, &mut out);
+    let mut left = allowed.clone();
+    walk(v, String::new(), false, &mut left, &mut out);
     out
 }
 
-fn walk(v: &serde_json::Value, at: String, allowed: &BTreeSet<String>, out: &mut Vec<Difference>) {
+fn walk(
+    v: &serde_json::Value,
+    at: String,
+    path_key: bool,
+    left: &mut BTreeMap<String, usize>,
+    out: &mut Vec<Difference>,
+) {
     match v {
-        serde_json::Value::String(s) if s.starts_with('/') && !allowed.contains(s) => {
-            out.push(Difference::Stray {
-                pointer: if at.is_empty() { "/".into() } else { at },
-                path: s.clone(),
-            });
+        serde_json::Value::String(s) if s.starts_with('/') || path_key => {
+            let pointer = if at.is_empty() { "/".into() } else { at };
+            match left.get_mut(s) {
+                Some(n) if *n > 0 => *n -= 1,
+                Some(_) => out.push(Difference::Repeated {
+                    pointer,
+                    path: s.clone(),
+                }),
+                None => out.push(Difference::Stray {
+                    pointer,
+                    path: s.clone(),
+                }),
+            }
         }
         serde_json::Value::Array(a) => {
             for (i, x) in a.iter().enumerate() {
-                walk(x, format!("{at}/{i}"), allowed, out);
+                walk(x, format!("{at}/{i}"), path_key, left, out);
             }
         }
         serde_json::Value::Object(o) => {
             for (k, x) in o {
+                let is_path = PATH_KEYS.contains(&k.as_str());
                 let k = k.replace('~', "~0").replace('/', "~1");
-                walk(x, format!("{at}/{k}"), allowed, out);
+                walk(x, format!("{at}/{k}"), is_path, left, out);
             }
         }
         _ => {}
@@ -154,9 +203,12 @@ pub fn check(
     now: &[Field],
     also_allowed: &[String],
 ) -> Result<(), Mismatch> {
-    let mut allowed: BTreeSet<String> = now.iter().filter_map(|f| f.value.clone()).collect();
-    allowed.extend(HYPERVISOR_DEFAULTS.iter().map(|s| s.to_string()));
-    allowed.extend(also_allowed.iter().cloned());
+    let mut allowed: BTreeMap<String, usize> = BTreeMap::new();
+    let paths = now.iter().filter_map(|f| f.value.clone());
+    let extra = HYPERVISOR_DEFAULTS.iter().map(|s| s.to_string());
+    for p in paths.chain(extra).chain(also_allowed.iter().cloned()) {
+        *allowed.entry(p).or_default() += 1;
+    }
     let mut d = compare(snapshot, now);
     d.extend(stray_paths(raw, &allowed));
     if d.is_empty() {
