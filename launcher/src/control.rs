@@ -311,6 +311,17 @@ pub fn stop(roots: &Roots, name: &VmName, timeout: Duration) -> Result<StoppedBy
     let intent = dirs::open_dir(&roots.runtime_dir(name))
         .ok()
         .and_then(|d| Intent::read(&d).ok().flatten());
+    // Hibernated (its snapshot complete and recorded): the hypervisor is
+    // ended at once; its guest is paused and would never power off.
+    if let Some(i) = intent.as_ref() {
+        match hibernate::end_hibernated(roots, name, i, Duration::from_secs(10)) {
+            Ok(true) if wait_gone(&probe, roots, name, timeout) => return Ok(StoppedBy::Quit),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(vm = %name, error = %e, "ending the hibernated VM failed; stopping it as usual")
+            }
+        }
+    }
     let uid = liveness::vm_uid(roots, name, intent.as_ref())
         .ok()
         .flatten();

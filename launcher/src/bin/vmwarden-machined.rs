@@ -27,20 +27,27 @@ enum Call {
     /// systemd's StartUnit(PREFIX@NAME.service, "replace"): `ok JOB`.
     /// PREFIX is one units/unit-names.toml lists.
     StartVmUnit { prefix: String, name: VmName },
+    /// systemd's StopUnit(PREFIX@NAME.service, "replace"): `ok JOB`.
+    StopVmUnit { prefix: String, name: VmName },
 }
 
 fn main() -> ExitCode {
-    let r = match Call::parse() {
-        Call::Register { name, leader } => bus::register(name.as_str(), leader),
+    let call = Call::parse();
+    let r = match &call {
+        Call::Register { name, leader } => bus::register(name.as_str(), *leader),
         Call::Machine { name } => bus::machine(name.as_str()),
         Call::Unregister { name } => bus::unregister(name.as_str()),
-        Call::StartVmUnit { prefix, name } => match UnitNames::for_prefix(&prefix) {
-            Ok(names) => bus::start_unit(&names.instance(&name)),
-            Err(e) => {
-                println!("err {e}");
-                return ExitCode::SUCCESS;
+        Call::StartVmUnit { prefix, name } | Call::StopVmUnit { prefix, name } => {
+            let stop = matches!(call, Call::StopVmUnit { .. });
+            match UnitNames::for_prefix(prefix) {
+                Ok(names) if stop => bus::stop_unit(&names.instance(name)),
+                Ok(names) => bus::start_unit(&names.instance(name)),
+                Err(e) => {
+                    println!("err {e}");
+                    return ExitCode::SUCCESS;
+                }
             }
-        },
+        }
     };
     println!("{}", bus::line(r));
     ExitCode::SUCCESS

@@ -231,6 +231,10 @@ fn hibernate_all(roots: &Roots, timeout: f64) -> Result<ExitCode, Error> {
             Outcome::NotAllowed => {
                 format!("{name}: left to its unit (hibernate.allowed is not set)")
             }
+            Outcome::BootBound(kind) => format!(
+                "{name}: left to its unit ({} snapshots are bound to the host's boot and would be refused after the reboot)",
+                kind.as_str()
+            ),
             Outcome::Stopped { why, by } => format!(
                 "{name}: stopped ({}) after: {why}",
                 serde_json::to_value(by)

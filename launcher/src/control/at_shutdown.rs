@@ -18,13 +18,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
+use crate::config::spec::HypervisorKind;
 use crate::host::dirs::{self, DirError};
 use crate::host::machined;
 use crate::host::sys::SysError;
-use crate::instance::hibernated::{Manifest, ManifestError};
+use crate::instance::hibernated::{needs_boot_id, Manifest, ManifestError};
+use crate::instance::intent::Intent;
 use crate::instance::liveness::Probe;
 
-use super::hibernate::{hibernate, HibernateError};
+use super::hibernate::{hibernate_with, HibernateError};
 use super::{stop, ControlError, StoppedBy};
 
 /// The record's name in the state root (a dot name is no VM's).
@@ -67,6 +69,9 @@ pub enum Outcome {
     NotRunning,
     /// Its spec does not allow hibernation: left to its unit's stop.
     NotAllowed,
+    /// Its hypervisor's snapshot is bound to this boot of the host (it
+    /// would be refused after the reboot): left to its unit's stop.
+    BootBound(HypervisorKind),
     /// Hibernation failed or passed the deadline (`why`); stopped normally.
     Stopped { why: String, by: StoppedBy },
     /// Hibernation failed (`why`) and so did the normal stop (`stop`): its
@@ -144,8 +149,18 @@ pub fn hibernate_all(
             out.push((name.clone(), Outcome::NotRunning));
             continue;
         }
+        // A snapshot bound to this boot (cloud-hypervisor's, firecracker's)
+        // would only be refused after the reboot: such a VM stops normally.
+        let kind = dirs::open_dir(&roots.runtime_dir(name))
+            .ok()
+            .and_then(|d| Intent::read(&d).ok().flatten())
+            .and_then(|i| i.hypervisor);
+        if let Some(kind) = kind.filter(|k| needs_boot_id(*k)) {
+            out.push((name.clone(), Outcome::BootBound(kind)));
+            continue;
+        }
         let t0 = Instant::now();
-        let outcome = match hibernate(roots, name, deadline, false) {
+        let outcome = match hibernate_with(roots, name, deadline, false, false) {
             Ok(h) => {
                 if !record.vms.contains(name) {
                     record.vms.push(name.clone());

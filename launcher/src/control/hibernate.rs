@@ -32,12 +32,13 @@ use crate::control::control_socket;
 use crate::host::dirs::{self, Dir, DirError};
 use crate::host::ownership;
 use crate::host::sys::SysError;
+use crate::host::{cgroup, machined};
 use crate::hypervisor::hibernate::{for_kind, CaptureError, Hibernator};
 use crate::identity::principal::Principal;
 use crate::instance::hibernated::{self, Identities, Manifest, ManifestError};
 use crate::instance::intent::Intent;
 use crate::instance::launched;
-use crate::instance::liveness::Probe;
+use crate::instance::liveness::{self, Probe};
 use crate::launch::root::as_principal;
 
 /// Where `VMWARDEN_FAULT_AFTER=hibernate:WHERE` kills `vmwarden
@@ -205,6 +206,24 @@ pub fn hibernate(
     timeout: Duration,
     keep_after_restore: bool,
 ) -> Result<Hibernated, HibernateError> {
+    hibernate_with(roots, name, timeout, keep_after_restore, true)
+}
+
+/// [`hibernate`]; with `stop_unit`, a VM a systemd unit runs is ended
+/// through a stop job of that unit once the capture is recorded (its
+/// `ExecStop=`, `vmwarden stop`, sees the capture and ends the hypervisor
+/// at once): however the hypervisor then dies, a crash on its way out
+/// included, the unit's `Restart=` no longer applies, which would restore
+/// the snapshot at once. Without (`hibernate-all` at a shutdown, where the
+/// unit's stop job is already queued behind the caller's own), the
+/// hypervisor is told to end directly.
+pub fn hibernate_with(
+    roots: &Roots,
+    name: &VmName,
+    timeout: Duration,
+    keep_after_restore: bool,
+    stop_unit: bool,
+) -> Result<Hibernated, HibernateError> {
     let n = name.to_string();
     if Probe::single().probe(roots, name).is_dead() {
         return Err(HibernateError::NotRunning(n));
@@ -339,12 +358,30 @@ pub fn hibernate(
     };
     manifest.write(&root, name)?;
     fault("recorded");
-    h.quit(&control, Duration::from_secs(10))
-        .map_err(|e| HibernateError::Quit {
-            name: n.clone(),
-            path: final_path.clone(),
-            cause: e.to_string(),
-        })?;
+    let unit = if stop_unit {
+        liveness::recorded_cgroup(&intent)
+            .and_then(|cg| cgroup::managing_unit_elsewhere(cg, name.as_str()))
+    } else {
+        None
+    };
+    let stopping = unit.as_deref().and_then(|u| u.split_once('@')).is_some_and(|(prefix, _)| {
+        match machined::stop_vm_unit(prefix, name) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(vm = %name, error = %e, "the unit's stop job could not be queued; ending the hypervisor directly");
+                false
+            }
+        }
+    });
+    // The unit's ExecStop= ends it; the direct end is the fallback.
+    if !stopping || !wait_dead(roots, name, Duration::from_secs(30)) {
+        h.quit(&control, Duration::from_secs(10))
+            .map_err(|e| HibernateError::Quit {
+                name: n.clone(),
+                path: final_path.clone(),
+                cause: e.to_string(),
+            })?;
+    }
     let end = Instant::now() + Duration::from_secs(10);
     while !Probe::single().probe(roots, name).is_dead() {
         if Instant::now() >= end {
@@ -435,6 +472,42 @@ pub fn consume_if_restored(
             cause: Box::new(cause),
         })?;
     fault(RESTORE_KILL_POINT);
+    Ok(true)
+}
+
+/// Wait until the instance of `name` is dead, at most `d`.
+fn wait_dead(roots: &Roots, name: &VmName, d: Duration) -> bool {
+    let end = Instant::now() + d;
+    loop {
+        if Probe::single().probe(roots, name).is_dead() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// For `vmwarden stop`: whether this instance was hibernated (root's
+/// record of a capture made during its life is there): then the stop
+/// ends the hypervisor at once, without asking a paused guest to power
+/// off. `Ok(true)` once ended.
+pub fn end_hibernated(
+    roots: &Roots,
+    name: &VmName,
+    intent: &Intent,
+    timeout: Duration,
+) -> Result<bool, CaptureError> {
+    let Ok(Some(m)) = Manifest::read_at(&roots.state_root, name) else {
+        return Ok(false);
+    };
+    if m.created_unix < intent.created_unix || intent.snapshot().is_none() {
+        return Ok(false);
+    }
+    let kind = intent.hypervisor.unwrap_or(HypervisorKind::Qemu);
+    let h = for_kind(kind)?;
+    h.quit(&control_socket(roots, name, kind), timeout)?;
     Ok(true)
 }
 

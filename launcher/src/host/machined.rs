@@ -269,6 +269,16 @@ pub fn start_vm_unit(prefix: &str, name: &VmName) -> Result<String, MachinedErro
     )
 }
 
+/// Ask systemd to stop `PREFIX@NAME.service` (no wait for the job), built
+/// like [`start_vm_unit`]'s.
+pub fn stop_vm_unit(prefix: &str, name: &VmName) -> Result<String, MachinedError> {
+    call(
+        "stop the unit of",
+        name.as_str(),
+        &["stop-vm-unit", prefix, name.as_str()],
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -113,3 +113,19 @@ pub fn start_unit(unit: &str) -> Result<String, CallError> {
     let job: OwnedObjectPath = m.body().deserialize()?;
     Ok(job.as_str().to_string())
 }
+
+/// `StopUnit(unit, "replace")`: the stop job is queued and this returns
+/// with the job's path; the unit's `ExecStop=` and `ExecStopPost=` run,
+/// and its `Restart=` no longer applies to this end of the service.
+pub fn stop_unit(unit: &str) -> Result<String, CallError> {
+    let c = system_bus()?;
+    let m = c.call_method(
+        Some(SYSTEMD_DEST),
+        SYSTEMD_PATH,
+        Some(SYSTEMD_MANAGER),
+        "StopUnit",
+        &(unit, "replace"),
+    )?;
+    let job: OwnedObjectPath = m.body().deserialize()?;
+    Ok(job.as_str().to_string())
+}
