@@ -24,6 +24,7 @@ use serde_json::json;
 use vmwarden::config::spec::{HypervisorKind, Spec};
 use vmwarden::control::hibernate::KILL_POINTS;
 use vmwarden::hypervisor::hibernate::Hibernator;
+use vmwarden::hypervisor::hibernate_chfc::FcHibernator;
 use vmwarden::hypervisor::{api, snapshot_ch, snapshot_fc, Layout};
 
 const T: Duration = Duration::from_secs(20);
@@ -519,7 +520,7 @@ fn firecrackers_quit_signals_no_process_but_the_vms_own_when_the_listeners_pid_i
     // The listener is gone; its socket (held here) still names its pid,
     // which a root process now has.
     let mut victim = root_process_at(child).expect("no process got the listener's pid");
-    let e = vmwarden::hypervisor::hibernate_chfc::FcHibernator
+    let e = FcHibernator
         .quit(&sock, T)
         .expect_err("signalled the process that now has the listener's pid");
     std::thread::sleep(Duration::from_millis(300));
