@@ -587,3 +587,37 @@ fn firecrackers_load_cannot_open_a_snapshot_drive_outside_its_sandbox() {
     let (o, rep) = env.cleanup(name);
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
 }
+
+/// `hibernate-all` at a shutdown leaves a firecracker VM to its unit: its
+/// snapshot is bound to this boot of the host and would only be refused
+/// after the reboot. It runs on, nothing is written, nothing recorded.
+#[test]
+fn hibernate_all_leaves_a_vm_whose_snapshot_is_bound_to_this_boot_to_its_unit() {
+    let env = Env::new();
+    let Some(bin) = real_binary(&env, "VMWARDEN_TEST_FIRECRACKER", "firecracker") else {
+        return;
+    };
+    let name = "fcall";
+    let u = uid(606);
+    let _acl = KvmAcl::grant(u);
+    fc_hibernate_spec(&env, name, u, &bin);
+    let sock = env.run.join(name).join("control/api.sock");
+    let mut g = env.start(name);
+    wait_state(&sock, HypervisorKind::Firecracker, "Running", &mut g);
+    let out = env.vmwarden(&["hibernate-all", "--timeout", "60"]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains(&format!(
+            "{name}: left to its unit (firecracker snapshots are bound to the host's boot"
+        )),
+        "{t}"
+    );
+    wait_state(&sock, HypervisorKind::Firecracker, "Running", &mut g);
+    assert!(!env.state.join(name).join(".vmwarden-hibernate").exists());
+    assert!(!env.state.join(".hibernated-at-shutdown.json").exists());
+    let s = env.vmwarden(&["stop", name, "--timeout", "10"]);
+    assert!(s.status.success(), "{}", text(&s));
+    let _ = g.wait_exit(Duration::from_secs(15));
+    env.assert_clean(name);
+}
