@@ -294,8 +294,8 @@ fn man_pages_render_without_warnings() {
         );
         pages += 1;
     }
-    // Three binaries and vmwarden's thirteen subcommands.
-    assert_eq!(pages, 16);
+    // Three binaries and vmwarden's fifteen subcommands.
+    assert_eq!(pages, 18);
 }
 
 /// Ask bash's completion function of `bin` for the words completing `line`.
@@ -351,7 +351,7 @@ fn completions_load_in_bash_zsh_and_fish_and_complete() {
     let bash = c.join("bash/vmwarden.bash");
     assert_eq!(
         bash_complete(&bash, "vmwarden", &["vmwarden", "st"]),
-        ["status", "stop"]
+        ["status", "stop", "start-hibernated"]
     );
     assert_eq!(
         bash_complete(&bash, "vmwarden", &["vmwarden", "status", "--a"]),
@@ -378,5 +378,5 @@ fn completions_load_in_bash_zsh_and_fish_and_complete() {
         .lines()
         .map(|l| l.split('\t').next().unwrap_or("").to_string())
         .collect();
-    assert_eq!(got, ["status", "stop"], "{}", text(&o));
+    assert_eq!(got, ["start-hibernated", "status", "stop"], "{}", text(&o));
 }

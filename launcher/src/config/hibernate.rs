@@ -197,11 +197,15 @@ mod tests {
             refusal(json!({ "hibernate": on, "vsock": { "cid": 3, "backend": "vhost" } }))
                 .is_none()
         );
-        let e = refusal(
-            json!({ "hibernate": on, "hypervisor": { "kind": "firecracker", "binary": "/f" } }),
+        // firecracker hibernates, but not hugepage-backed memory.
+        assert!(refusal(
+            json!({ "hibernate": on, "hypervisor": { "kind": "firecracker", "binary": "/f" } })
         )
+        .is_none());
+        let e = refusal(json!({ "hibernate": on, "hugepage_mem": true,
+            "hypervisor": { "kind": "firecracker", "binary": "/f" } }))
         .unwrap();
-        assert!(e.contains("`hibernate.allowed`"), "{e}");
+        assert!(e.contains("`hugepage_mem`"), "{e}");
     }
 
     #[test]
