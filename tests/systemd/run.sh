@@ -755,8 +755,8 @@ timing image_build "$(since "$t")"
 # start_ab to target_stop) in one list.
 SHARD_LISTS=(
   "unit_verify start_ab stop_a kill_b restart_b target_stop broken_spec share_volume share_created vhost_vsock vsock_ssh virtiofs_vsock guest_reboot macvtap resources all_clean"
-  "user_net store_share owned_share vhost_net cloud_hypervisor firecracker hv_bench console balloon guest_bytes machined coexist metrics soak all_clean"
-  "pci_passthrough usb_passthrough hibernate_qemu host_shutdown_restore hibernate_cloud_hypervisor hibernate_firecracker all_clean"
+  "user_net store_share owned_share vhost_net cloud_hypervisor firecracker hibernate_cloud_hypervisor hibernate_firecracker hv_bench console balloon guest_bytes machined coexist metrics soak all_clean"
+  "pci_passthrough usb_passthrough hibernate_qemu host_shutdown_restore all_clean"
 )
 ALL_SCENARIOS=$(sed -n '/^  run_scenario unit_verify /,/^fi$/s/^  run_scenario \([a-z0-9_]*\) .*/\1/p' "$HERE/scenarios.sh")
 [ -n "$ALL_SCENARIOS" ] || die "no scenario list found in scenarios.sh"
