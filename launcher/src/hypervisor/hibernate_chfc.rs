@@ -86,6 +86,19 @@ fn net_ids_from_fd(fds: &[(String, i32)]) -> Vec<String> {
 /// root's processes included. The uid is read after the pidfd pins the
 /// process and confirmed alive through it after, so it is that
 /// process's.
+/// Send `sig` to the hypervisor listening on `control`: the socket's peer,
+/// pinned by a pidfd and signalled only while it runs as the peer's uid
+/// ([`own_process`]).
+fn signal_own_process(control: &Path, timeout: Duration, sig: i32) -> Result<(), CaptureError> {
+    let s = peer::connect(control, timeout).map_err(failed)?;
+    let cred = getsockopt(&s, PeerCredentials).map_err(failed)?;
+    drop(s);
+    let pid = u32::try_from(cred.pid()).map_err(failed)?;
+    let fd = own_process(pid, cred.uid())?;
+    cgroup::pidfd_signal(fd.as_raw_fd(), sig).map_err(failed)?;
+    Ok(())
+}
+
 pub fn own_process(pid: u32, owner: u32) -> Result<OwnedFd, CaptureError> {
     let fd = cgroup::pidfd_open(pid).ok_or_else(|| failed(format!("pidfd_open({pid}) failed")))?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -178,13 +191,7 @@ impl Hibernator for ChHibernator {
         // filter) in two systemd-suite runs of three: a failed unit, which
         // `Restart=on-failure` answered by restoring the snapshot at once.
         // A death by SIGHUP is a clean one for the unit.
-        let s = peer::connect(control, timeout).map_err(failed)?;
-        let cred = getsockopt(&s, PeerCredentials).map_err(failed)?;
-        drop(s);
-        let pid = u32::try_from(cred.pid()).map_err(failed)?;
-        let fd = own_process(pid, cred.uid())?;
-        cgroup::pidfd_signal(fd.as_raw_fd(), libc::SIGHUP).map_err(failed)?;
-        Ok(())
+        signal_own_process(control, timeout, libc::SIGHUP)
     }
 
     fn restore_argv(&self, argv: Vec<String>, dir: &Path, fds: &[(String, i32)]) -> Vec<String> {
@@ -267,13 +274,7 @@ impl Hibernator for FcHibernator {
         // by SIGTERM, its unit counts a clean exit and
         // `Restart=on-failure` does not restore the snapshot at once (a
         // SIGKILL would).
-        let s = peer::connect(control, timeout).map_err(failed)?;
-        let cred = getsockopt(&s, PeerCredentials).map_err(failed)?;
-        drop(s);
-        let pid = u32::try_from(cred.pid()).map_err(failed)?;
-        let fd = own_process(pid, cred.uid())?;
-        cgroup::pidfd_signal(fd.as_raw_fd(), libc::SIGTERM).map_err(failed)?;
-        Ok(())
+        signal_own_process(control, timeout, libc::SIGTERM)
     }
 
     fn restore_argv(&self, argv: Vec<String>, _dir: &Path, _fds: &[(String, i32)]) -> Vec<String> {
