@@ -9,67 +9,13 @@
 mod common;
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use common::hibernate::*;
 use common::*;
 use serde_json::{json, Value};
 use vmwarden::control::hibernate::RESTORE_KILL_POINT;
 use vmwarden::hypervisor::qmp::Qmp;
-
-const BOOT: Duration = Duration::from_secs(120);
-
-/// A guest that keeps a random marker in its memory and prints it with
-/// its uptime every half second (as in tests/hibernate.rs).
-const TICKER: &str = "cat /proc/sys/kernel/random/uuid >/marker\n\
-(while :; do read -r up _ </proc/uptime; echo \"VMWARDEN-TICK up=$up marker=$(cat /marker)\"; sleep 0.5; done) </dev/null &\n";
-
-fn spec(env: &Env, name: &str, n: u32) -> Value {
-    let mut s = env.shares_spec(name, uid(n), "hold", TICKER);
-    s["hibernate"] = json!({ "allowed": true });
-    env.write_spec(name, &s);
-    s
-}
-
-fn last_tick(log: &str, from: usize) -> Option<(f64, String)> {
-    log.get(from..)?.lines().rev().find_map(|l| {
-        let l = l.strip_prefix("VMWARDEN-TICK up=")?;
-        let (up, marker) = l.split_once(" marker=")?;
-        Some((up.parse().ok()?, marker.trim().to_string()))
-    })
-}
-
-fn tick_after(g: &mut Guest, from: usize, limit: Duration) -> (f64, String) {
-    let end = Instant::now() + limit;
-    loop {
-        if let Some(t) = last_tick(&g.log_text(), from) {
-            return t;
-        }
-        assert!(Instant::now() < end, "no tick; log:\n{}", g.log_text());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn snap(env: &Env, name: &str) -> PathBuf {
-    env.state.join(name).join(".vmwarden-hibernate")
-}
-
-fn partial(env: &Env, name: &str) -> PathBuf {
-    env.state.join(name).join(".vmwarden-hibernate.new")
-}
-
-fn record(env: &Env, name: &str) -> PathBuf {
-    env.state.join(format!(".hibernated-{name}.json"))
-}
-
-fn boot(env: &Env, name: &str, log: &str) -> (Guest, (f64, String)) {
-    let mut g = spawn_logged(env.launch_cmd(name), env.path(log));
-    g.wait_for("VMWARDEN-GUEST-READY", BOOT);
-    let r = env.vmwarden(&["wait-ready", name, "--timeout", "30"]);
-    assert!(r.status.success(), "{}", text(&r));
-    let t = tick_after(&mut g, 0, Duration::from_secs(30));
-    (g, t)
-}
 
 #[test]
 fn a_vm_whose_configured_spec_no_longer_allows_it_is_not_hibernated() {

@@ -7,6 +7,7 @@
 
 pub mod cgroup;
 pub mod golden;
+pub mod hibernate;
 
 use std::collections::BTreeSet;
 use std::io::Read;
