@@ -567,3 +567,64 @@ fn the_ranges_record_is_roots_an_old_records_directory_another_user_owns_is_refu
     let says = format!("is owned by uid {other}");
     assert!(text(&v).contains(&says), "lacks {says:?}:\n{}", text(&v));
 }
+
+/// Launches do not queue on the host-wide lock of the ranges directory:
+/// a VM whose range is recorded and already names its share launches
+/// while another holder (here the test) keeps that lock; a VM that needs
+/// a new range waits for it, and gets one once the lock is let go.
+#[test]
+fn a_relaunch_whose_range_is_recorded_takes_no_host_wide_lock() {
+    let env = Env::new();
+    let (u, v) = (uid(356), uid(357));
+    owned_vm(&env, "again", u);
+    owned_vm(&env, "fresh", v);
+    assert_launched(&launch_once(&env, "again", u));
+    let dir = std::fs::File::open(&env.ranges).unwrap();
+    let lock = nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .expect("the ranges directory's lock");
+    let spawn = |name: &str| {
+        let mut c = env.launch_cmd(name);
+        c.args(["--probe", "--", "/bin/true"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let mut fresh = spawn("fresh");
+    let again = spawn("again");
+    let out = wait_exit(again, Duration::from_secs(120))
+        .expect("the relaunch of a VM with its range recorded waited on the host-wide ranges lock");
+    assert_launched(&out);
+    // The lock still held, the VM that needs a new range is still waiting.
+    assert!(
+        fresh.try_wait().unwrap().is_none(),
+        "a VM without a range launched while the ranges lock was held"
+    );
+    drop(lock);
+    let out = wait_exit(fresh, Duration::from_secs(120))
+        .expect("the fresh VM's launch once the lock was let go");
+    assert_launched(&out);
+    assert!(
+        id_range_in(&env, "fresh").is_some(),
+        "no range recorded for the fresh VM"
+    );
+    for (name, w) in [("again", u), ("fresh", v)] {
+        wait_until("the helpers gone", Duration::from_secs(15), || {
+            others_of(w, 0).is_empty()
+        });
+        env.cleanup_clean(name);
+    }
+}
+
+/// The child's output once it exits, or `None` (the child killed) past `limit`.
+fn wait_exit(mut c: std::process::Child, limit: Duration) -> Option<std::process::Output> {
+    let end = std::time::Instant::now() + limit;
+    while c.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > end {
+            let _ = c.kill();
+            let _ = c.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(c.wait_with_output().unwrap())
+}

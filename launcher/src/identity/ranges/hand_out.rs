@@ -179,6 +179,30 @@ pub fn check_again(
     }
 }
 
+/// VM `name`'s active range, read without the lock, when nothing is left
+/// to write: its record is in the host-wide directory, already names every
+/// share of this launch, and no record of the state root waits to be
+/// moved there or fails to read (those take the locked path, which moves
+/// or refuses them by name). A record is replaced atomically, so a reader
+/// sees the old or the new one whole; only this VM's launch or purge
+/// writes this VM's record, and the launch's lease keeps its purge out.
+fn recorded(
+    roots: &Roots,
+    name: &VmName,
+    shares: &[PathBuf],
+) -> Result<Option<IdRange>, RangeError> {
+    let Some(dir) = open_host()? else {
+        return Ok(None);
+    };
+    let b = read_all(Some(&dir), Some(roots))?;
+    if !b.bad.is_empty() || b.good.iter().any(|(p, _)| !p.starts_with(&dir.path)) {
+        return Ok(None);
+    }
+    Ok(b.active_of(roots, name)
+        .filter(|rec| shares.iter().all(|s| rec.shares.contains(s)))
+        .map(RangeRecord::range))
+}
+
 /// The id range of VM `name`: its active one, or one handed out now and
 /// recorded before anything can carry its ids. `shares`: the sources of
 /// the shares the guest owns at this launch, recorded with the range.
@@ -190,6 +214,16 @@ pub fn allocate(
     p: &Principal,
     shares: &[PathBuf],
 ) -> Result<IdRange, RangeError> {
+    if let Some(r) = recorded(roots, name, shares)? {
+        return Ok(r);
+    }
+    // What holds host ids is read before the lock: it is the same read
+    // taken a moment earlier (an account or process may appear after it
+    // either way, which every later launch's `check_again` refuses), and
+    // with many VMs configured it reads every spec; the lock guards only
+    // the book, so launches do not queue behind each other's scans.
+    let ids = HostIds::gather(roots, name, p);
+    let snap = Snapshot::take();
     let (dir, _lock) = open_host_locked()?;
     let first = read_all(Some(&dir), Some(roots))?;
     move_legacy(&dir, roots, &first)?;
@@ -217,8 +251,6 @@ pub fn allocate(
         }
         return Ok(rec.range());
     }
-    let ids = HostIds::gather(roots, name, p);
-    let snap = Snapshot::take();
     let start = first_index(&roots.state_root, name);
     let mut skipped: Vec<String> = Vec::new();
     for recycle in [false, true] {

@@ -11,7 +11,9 @@
 //!   stays unusable (ambiguity keeps); every other range still works.
 //! * A range is recorded, under an exclusive lock of the directory, before
 //!   anything can carry its ids, together with every share source the VM
-//!   used it on.
+//!   used it on. The lock covers the book alone: what holds host ids is
+//!   read before it, and a launch whose record already names its shares
+//!   reads it without the lock ([`allocate`]), so launches do not queue.
 //! * At every launch that uses the range its ids are checked again against
 //!   the accounts (`/etc/passwd`, `/etc/group`, and what NSS enumerates),
 //!   `/etc/subuid` and `/etc/subgid`, the other VMs' principals and the
