@@ -955,7 +955,8 @@
             What a start does when the snapshot no longer matches what the
             VM would run (its spec, hypervisor, kernel, initrd or disks
             changed): `"refuse"` (exit 78, naming what differs; the
-            snapshot is kept) or `"cold-boot"` (boot, logged).
+            snapshot is kept) or `"cold-boot"` (boot, logged, and the snapshot
+            discarded: a guest that ran from its disks makes it stale).
           '';
         };
       };

@@ -141,6 +141,7 @@ fn a_changed_spec_refuses_the_restore_by_name_and_purge_takes_the_snapshot() {
 
     // The spec changed since the capture: refused, exit 78, by name, the
     // snapshot kept and nothing made.
+    let memory = s["memory_mib"].clone();
     s["memory_mib"] = json!(320);
     env.write_spec("chg", &s);
     let out = env.launch_cmd("chg").output().unwrap();
@@ -153,23 +154,45 @@ fn a_changed_spec_refuses_the_restore_by_name_and_purge_takes_the_snapshot() {
     assert!(snap(&env, "chg").is_dir() && record(&env, "chg").is_file());
     assert!(!env.run.join("chg/instance.json").exists());
 
-    // So is another kernel (the binary, initrd and disks likewise).
-    // on_mismatch = cold-boot: booted cold, logged, the snapshot kept.
-    s["hibernate"]["on_mismatch"] = json!("cold-boot");
-    env.write_spec("chg", &s);
-    let mut g2 = spawn_logged(env.launch_cmd("chg"), env.path("chg.2.log"));
-    g2.wait_for("VMWARDEN-GUEST-READY", BOOT);
-    assert!(g2.log_text().contains("booting cold"), "{}", g2.log_text());
-    g2.kill();
-    env.assert_clean("chg");
-    assert!(snap(&env, "chg").is_dir());
-
     // purge deletes it (state dir minus the keep set) and its record;
     // verify-clean is clean.
     let (ok, out) = purge_on_pty(&env, &["chg"], CONFIRM_PHRASE);
     assert!(ok, "purge: {out}");
     assert!(!snap(&env, "chg").exists(), "purge left the snapshot");
     assert!(!record(&env, "chg").exists(), "purge left the record");
+    let v = env.verify_clean(&["chg"]);
+    assert!(v.status.success(), "{}", text(&v));
+
+    // on_mismatch = cold-boot: booted cold, logged, and the snapshot
+    // discarded (record first, then the files): the guest now runs from
+    // its disks, so its RAM image is stale for good.
+    s["memory_mib"] = memory.clone();
+    s["hibernate"]["on_mismatch"] = json!("cold-boot");
+    env.write_spec("chg", &s);
+    let (mut g, _) = boot(&env, "chg", "chg.2.log");
+    let h = hibernate(&env, "chg");
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    g.wait_exit(Duration::from_secs(15));
+    env.assert_clean("chg");
+    s["memory_mib"] = json!(320);
+    env.write_spec("chg", &s);
+    let mut g2 = spawn_logged(env.launch_cmd("chg"), env.path("chg.3.log"));
+    g2.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    assert!(g2.log_text().contains("booting cold"), "{}", g2.log_text());
+    assert!(
+        !snap(&env, "chg").exists() && !record(&env, "chg").exists(),
+        "the cold boot kept the stale snapshot"
+    );
+    g2.kill();
+    env.assert_clean("chg");
+    // The difference put back, the next start boots: a kept snapshot
+    // would restore RAM over disks the cold-booted guest has changed.
+    s["memory_mib"] = memory.clone();
+    env.write_spec("chg", &s);
+    let mut g3 = spawn_logged(env.launch_cmd("chg"), env.path("chg.4.log"));
+    g3.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    g3.kill();
+    env.assert_clean("chg");
     let v = env.verify_clean(&["chg"]);
     assert!(v.status.success(), "{}", text(&v));
 }

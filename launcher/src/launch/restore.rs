@@ -7,15 +7,20 @@
 //! be the captured inodes, the principal's 0600) and handed to the
 //! hypervisor as fds ([`Restore`]). A difference: refused naming it (exit
 //! 78), the snapshot kept; or, with `hibernate.on_mismatch = "cold-boot"`,
-//! logged and booted cold.
+//! logged, the snapshot discarded ([`discard`]), and booted cold.
 
+use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
+use nix::errno::Errno;
+
 use crate::config::hibernate::{self, OnMismatch, SNAPSHOT_DIR, SNAPSHOT_NEW};
+use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::config::spec::Spec;
-use crate::host::dirs;
+use crate::host::dirs::{self, DirError};
+use crate::host::ownership;
 use crate::host::sys::SysError;
 use crate::hypervisor::hibernate::for_kind;
 use crate::identity::principal::Principal;
@@ -34,6 +39,8 @@ pub enum RestoreError {
     },
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    #[error(transparent)]
+    Dir(DirError),
     #[error("{0}")]
     Open(#[from] SysError),
 }
@@ -94,10 +101,11 @@ pub fn decide(
     if !differences.is_empty() {
         let on = spec.hibernate.map(|h| h.on_mismatch).unwrap_or_default();
         if on == OnMismatch::ColdBoot {
+            discard(roots, &spec.name)?;
             tracing::warn!(
                 snapshot = %snapshot.display(),
                 differences = %differences.join("; "),
-                "hibernate.on_mismatch = \"cold-boot\": booting cold; the snapshot is kept"
+                "hibernate.on_mismatch = \"cold-boot\": booting cold; the snapshot is discarded (a guest that has run from its disks makes it stale)"
             );
             return Ok(None);
         }
@@ -124,6 +132,43 @@ pub fn decide(
         "restoring from the hibernation snapshot"
     );
     Ok(Some(Restore { manifest, files }))
+}
+
+/// Discard the snapshot a cold boot makes stale: once the guest has run
+/// from its disks, the RAM the snapshot holds no longer matches them, and
+/// restoring it later (the difference gone, say a spec put back) would
+/// corrupt them; libvirt's `start --force-boot` drops its managed save
+/// for the same reason. Root's record goes first, so no start restores a
+/// half-deleted snapshot; then the snapshot, by the teardown's own
+/// deletion (`openat`, never following a link). Anything it cannot delete
+/// refuses the start, naming the path: a RAM image is never left behind
+/// silently.
+fn discard(roots: &Roots, name: &VmName) -> Result<(), RestoreError> {
+    let root = dirs::open_dir(&roots.state_root).map_err(RestoreError::Dir)?;
+    hibernated::remove(&root, name)?;
+    let Some(state_dir) =
+        dirs::open_dir_if_exists(&roots.state_dir(name)).map_err(RestoreError::Dir)?
+    else {
+        return Ok(());
+    };
+    if !ownership::exists_at(&state_dir, OsStr::new(SNAPSHOT_DIR)) {
+        return Ok(());
+    }
+    let out = ownership::delete_entries(&state_dir, &[OsString::from(SNAPSHOT_DIR)], None);
+    let left = out
+        .failed
+        .iter()
+        .map(|f| f.path.clone())
+        .chain(out.kept.iter().map(|k| k.path.clone()))
+        .next();
+    if let Some(path) = left {
+        return Err(RestoreError::Open(SysError {
+            op: "discard the stale hibernation snapshot",
+            path,
+            errno: Errno::EIO,
+        }));
+    }
+    Ok(())
 }
 
 /// The intent record's entry for the snapshot of a VM that may hibernate.
