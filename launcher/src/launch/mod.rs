@@ -234,7 +234,8 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     let devices = devices::preflight(&spec)?;
     steps.after("principal-resolved");
     // A hibernated VM restores when its snapshot still matches (launch::restore).
-    let restore = restore::decide(&spec, &spec_bytes, roots, &principal)?;
+    let decision = restore::decide(&spec, &spec_bytes, roots, &principal)?;
+    let restore = decision.restore;
     steps.after("restore-checked");
 
     // 4. Runtime root and this VM's runtime dir, then the lease.
@@ -294,6 +295,11 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // are checked free again, so of two launches racing for one device
     // the second is refused here, before its intent record names it.
     let device_claim = devices::claim::claim(devices::claim::lock_dir(), &devices)?;
+    // A cold boot over a snapshot that no longer matches: it goes stale
+    // now (restore::discard), under the lease, before anything is made.
+    if decision.stale && opts.probe.is_none() {
+        restore::discard(roots, &spec.name)?;
+    }
     steps.after("lease-taken");
 
     // 5. Intent record, before any resource exists.

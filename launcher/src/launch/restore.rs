@@ -7,7 +7,8 @@
 //! be the captured inodes, the principal's 0600) and handed to the
 //! hypervisor as fds ([`Restore`]). A difference: refused naming it (exit
 //! 78), the snapshot kept; or, with `hibernate.on_mismatch = "cold-boot"`,
-//! logged, the snapshot discarded ([`discard`]), and booted cold.
+//! logged, the snapshot discarded once the lease is held ([`discard`]),
+//! and booted cold.
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
@@ -69,15 +70,32 @@ impl Restore {
     }
 }
 
-/// Decide: `Ok(Some)` restore, `Ok(None)` boot.
+/// What a start does: restore, or boot (with a stale snapshot to discard
+/// under the lease, [`discard`]).
+#[derive(Debug)]
+pub struct Decision {
+    pub restore: Option<Restore>,
+    pub stale: bool,
+}
+
+impl Decision {
+    fn boot(stale: bool) -> Decision {
+        Decision {
+            restore: None,
+            stale,
+        }
+    }
+}
+
+/// Decide: restore, or boot.
 pub fn decide(
     spec: &Spec,
     spec_bytes: &[u8],
     roots: &Roots,
     principal: &Principal,
-) -> Result<Option<Restore>, RestoreError> {
+) -> Result<Decision, RestoreError> {
     let Some(manifest) = Manifest::read_at(&roots.state_root, &spec.name)? else {
-        return Ok(None);
+        return Ok(Decision::boot(false));
     };
     let state_dir = roots.state_dir(&spec.name);
     let snapshot = state_dir.join(SNAPSHOT_DIR);
@@ -101,13 +119,12 @@ pub fn decide(
     if !differences.is_empty() {
         let on = spec.hibernate.map(|h| h.on_mismatch).unwrap_or_default();
         if on == OnMismatch::ColdBoot {
-            discard(roots, &spec.name)?;
             tracing::warn!(
                 snapshot = %snapshot.display(),
                 differences = %differences.join("; "),
                 "hibernate.on_mismatch = \"cold-boot\": booting cold; the snapshot is discarded (a guest that has run from its disks makes it stale)"
             );
-            return Ok(None);
+            return Ok(Decision::boot(true));
         }
         return Err(RestoreError::Mismatch {
             name: spec.name.to_string(),
@@ -116,7 +133,7 @@ pub fn decide(
         });
     }
     let Some((_, dir)) = opened else {
-        return Ok(None);
+        return Ok(Decision::boot(false));
     };
     let mut files = Vec::new();
     for f in &manifest.snapshot.files {
@@ -131,7 +148,10 @@ pub fn decide(
         bytes = manifest.snapshot.size(),
         "restoring from the hibernation snapshot"
     );
-    Ok(Some(Restore { manifest, files }))
+    Ok(Decision {
+        restore: Some(Restore { manifest, files }),
+        stale: false,
+    })
 }
 
 /// Discard the snapshot a cold boot makes stale: once the guest has run
@@ -142,8 +162,10 @@ pub fn decide(
 /// half-deleted snapshot; then the snapshot, by the teardown's own
 /// deletion (`openat`, never following a link). Anything it cannot delete
 /// refuses the start, naming the path: a RAM image is never left behind
-/// silently.
-fn discard(roots: &Roots, name: &VmName) -> Result<(), RestoreError> {
+/// silently. Called under the VM's lease (a launch that loses the lease
+/// to a running instance discards nothing), never for a probe (it boots
+/// no guest, so nothing goes stale).
+pub fn discard(roots: &Roots, name: &VmName) -> Result<(), RestoreError> {
     let root = dirs::open_dir(&roots.state_root).map_err(RestoreError::Dir)?;
     hibernated::remove(&root, name)?;
     let Some(state_dir) =
