@@ -1400,7 +1400,7 @@ attrib_one() { # VM URI
   local vm=$1 uri=$2 d=/run/vmwarden-bench/$1 i v r pid argv F="" rc=0
   declare -A MS PM PL PH
   mkdir -p "$d"
-  for i in $(seq 1 "$BENCH_PAIRS"); do
+  for i in 1 2 3; do
     for v in $ATTRIB_VARIANTS; do
       attrib_variant "$vm" "$v"
       r=$(bench_launcher "$vm" "$uri" "$d/launch.out") || { rc=1; break 2; }
@@ -1430,7 +1430,7 @@ attrib_one() { # VM URI
     line="$line; $v $(printf '%s\n' ${MS[$v]} | median) ms (÷ floor $(ratio "$(printf '%s\n' ${MS[$v]} | median)" "$mf"); to main() $(printf '%s\n' ${PM[$v]} | median), launcher $(printf '%s\n' ${PL[$v]} | median), hypervisor $(printf '%s\n' ${PH[$v]} | median))"
   done
   log "attrib $vm floor ms:$F"
-  note "$vm attribution (medians of $BENCH_PAIRS rounds, start → Running): floor $mf ms$line"
+  note "$vm attribution (medians of 3 rounds, start → Running): floor $mf ms$line"
   check_clean "$vm"
 }
 s_hv_bench_attribution() {
