@@ -1405,7 +1405,7 @@ attrib_one() { # VM URI
       attrib_variant "$vm" "$v"
       r=$(bench_launcher "$vm" "$uri" "$d/launch.out") || { rc=1; break 2; }
       set -- $r
-      MS[$v]="${MS[$v]} $1"; PM[$v]="${PM[$v]} $3"; PL[$v]="${PL[$v]} $4"; PH[$v]="${PH[$v]} $5"; pid=$2
+      MS[$v]="${MS[$v]:-} $1"; PM[$v]="${PM[$v]:-} $3"; PL[$v]="${PL[$v]:-} $4"; PH[$v]="${PH[$v]:-} $5"; pid=$2
       if [ "$i" = 1 ] && [ "$v" = unit ]; then
         mapfile -d '' argv <"/proc/$pid/cmdline"
         case "$vm" in
@@ -1426,8 +1426,8 @@ attrib_one() { # VM URI
   local line="" mf
   mf=$(printf '%s\n' $F | median)
   for v in $ATTRIB_VARIANTS; do
-    log "attrib $vm $v ms:${MS[$v]} to main:${PM[$v]} launcher:${PL[$v]} hypervisor:${PH[$v]}"
-    line="$line; $v $(printf '%s\n' ${MS[$v]} | median) ms (÷ floor $(ratio "$(printf '%s\n' ${MS[$v]} | median)" "$mf"); to main() $(printf '%s\n' ${PM[$v]} | median), launcher $(printf '%s\n' ${PL[$v]} | median), hypervisor $(printf '%s\n' ${PH[$v]} | median))"
+    log "attrib $vm $v ms:${MS[$v]:-} to main:${PM[$v]:-} launcher:${PL[$v]:-} hypervisor:${PH[$v]:-}"
+    line="$line; $v $(printf '%s\n' ${MS[$v]:-} | median) ms (÷ floor $(ratio "$(printf '%s\n' ${MS[$v]:-} | median)" "$mf"); to main() $(printf '%s\n' ${PM[$v]:-} | median), launcher $(printf '%s\n' ${PL[$v]:-} | median), hypervisor $(printf '%s\n' ${PH[$v]:-} | median))"
   done
   log "attrib $vm floor ms:$F"
   note "$vm attribution (medians of 3 rounds, start → Running): floor $mf ms$line"
