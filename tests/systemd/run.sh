@@ -124,7 +124,7 @@ want_scenario() { [ -z "$ONLY" ] || printf ' %s ' "$ONLY" | grep -q " $1 "; }
 HV_SCENARIOS=0
 if [ "$MODE" = full ] && { want_scenario cloud_hypervisor || want_scenario firecracker || want_scenario hv_bench \
                             || want_scenario guest_reboot || want_scenario hibernate_cloud_hypervisor \
-                            || want_scenario hibernate_firecracker; }; then
+                            || want_scenario hibernate_firecracker || want_scenario hv_bench_attribution; }; then
   HV_SCENARIOS=1
   HV_BIN_DIR=${VMWARDEN_TEST_HYPERVISORS:-$REPO/../shared/hypervisors/bin}
   for b in cloud-hypervisor firecracker; do
@@ -594,9 +594,10 @@ rbf firecracker 10.77.0.5 11 console=ttyS0,quiet,reboot=k,panic=1,pci=off,i8042.
 HVEOF
   # chh, fch: hibernate_cloud_hypervisor, hibernate_firecracker: the same
   # guest keeping a random marker in its memory and printing it with its
-  # uptime every half second (its first tick is "ready", cold or restored)
+  # uptime every tenth of a second (its first tick is "ready", cold or
+  # restored: the tick's period bounds what a restore's figure holds of it)
   hib_run=$(printf '%s\n' 'cat /proc/sys/kernel/random/uuid >/marker' \
-    '(while :; do read -r up _ </proc/uptime; echo "VMWARDEN-TICK up=$up marker=$(cat /marker)"; sleep 0.5; done) </dev/null &' | base64 -w0)
+    '(while :; do read -r up _ </proc/uptime; echo "VMWARDEN-TICK up=$up marker=$(cat /marker)"; sleep 0.1; done) </dev/null &' | base64 -w0)
   for name in chh:cloud-hypervisor fch:firecracker; do
     case "${name#*:}" in
       firecracker) hib_cl="console=ttyS0 quiet panic=-1 reboot=k pci=off i8042.noaux i8042.nomux i8042.dumbkbd" ;;

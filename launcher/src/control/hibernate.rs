@@ -441,6 +441,7 @@ pub fn consume_if_restored(
             }
         }
     }
+    tracing::info!(vm = %name, step = %"restore-loaded", "the snapshot is loaded, the guest paused");
     let root = dirs::open_dir(&roots.state_root)?;
     let keep = Manifest::read(&root, name)?.is_some_and(|m| m.keep_after_restore);
     if !keep {
@@ -471,6 +472,7 @@ pub fn consume_if_restored(
             name: n.clone(),
             cause: Box::new(cause),
         })?;
+    tracing::info!(vm = %name, step = %"restore-resumed", "the restored guest runs");
     fault(RESTORE_KILL_POINT);
     Ok(true)
 }

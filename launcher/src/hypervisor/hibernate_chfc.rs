@@ -128,7 +128,10 @@ pub fn ch_restore_argv(argv: &[String], dir: &Path, net_ids: &[String]) -> Vec<S
     if let Some(s) = value_of(argv, "--api-socket") {
         a.extend(["--api-socket".into(), s.clone()]);
     }
-    let mut restore = format!("source_url={}", snapshot_ch::file_url(dir));
+    // prefault: the guest's memory is populated in one mmap before the
+    // copy, not one fault per page while it is read in (the copy mode
+    // stays: `ondemand` needs a userfaultfd the principal may not open).
+    let mut restore = format!("source_url={},prefault=on", snapshot_ch::file_url(dir));
     let nets: Vec<String> = net_fds_of(argv)
         .iter()
         .enumerate()
@@ -378,7 +381,7 @@ mod tests {
                 "--seccomp",
                 "true",
                 "--restore",
-                "source_url=file:///s/.vmwarden-hibernate,net_fds=[_net3@[7,8],_net1@[9]]",
+                "source_url=file:///s/.vmwarden-hibernate,prefault=on,net_fds=[_net3@[7,8],_net1@[9]]",
             ])
         );
     }

@@ -10,7 +10,7 @@
 //! snapshot's `config.json`. Its command line then holds no VM option at
 //! all (`--kernel`, `--disk`, `--serial`… belong to the group that
 //! `--restore` cannot join): only `--api-socket`, `--event-monitor`,
-//! `--seccomp` and `--restore source_url=file://DIR,net_fds=[…]`, the tap
+//! `--seccomp` and `--restore source_url=file://DIR,prefault=on,net_fds=[…]`, the tap
 //! fds root opened now handed over under the ids the snapshot gave its
 //! nets. Every device path comes from `config.json`, unchecked by
 //! cloud-hypervisor, so the launcher reads it first (root, from the
@@ -361,7 +361,7 @@ pub fn restore_argv(spec: &Spec, layout: &Layout, dir: &Path, checked: &Checked)
         "--api-socket".into(),
         format!("path={}", s(&layout.api_socket)),
     ];
-    let mut restore = format!("source_url={}", file_url(dir));
+    let mut restore = format!("source_url={},prefault=on", file_url(dir));
     let nets: Vec<String> = (0..layout.tap_fds.len())
         .map(|i| {
             let fds: Vec<String> = tap_fds_of(layout, i).iter().map(i32::to_string).collect();

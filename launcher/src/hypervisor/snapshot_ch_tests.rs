@@ -227,7 +227,7 @@ fn the_restore_argv_has_no_vm_option_and_hands_the_taps_under_the_snapshots_ids(
             "--seccomp",
             "true",
             "--restore",
-            "source_url=file:///state/web/.snap,net_fds=[_net2@[7,8]],resume=true",
+            "source_url=file:///state/web/.snap,prefault=on,net_fds=[_net2@[7,8]],resume=true",
         ]
     );
 }
