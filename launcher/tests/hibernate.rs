@@ -197,6 +197,69 @@ fn a_changed_spec_refuses_the_restore_by_name_and_purge_takes_the_snapshot() {
     assert!(v.status.success(), "{}", text(&v));
 }
 
+/// A start decides whether to restore before it holds the VM's lease: a
+/// start that stalls there (here: stopped) while another instance runs,
+/// hibernates and lets the lease go must go by the capture recorded
+/// meanwhile, and restore it. Booting cold beside it would leave a
+/// snapshot whose RAM no longer matches the disks the guest then ran from,
+/// for the next start to restore. (The other way round, a start that
+/// decided to restore a snapshot another instance has since restored,
+/// consumed and run past would restore stale RAM over those disks.)
+#[test]
+fn a_snapshot_recorded_while_a_start_waited_for_the_lease_is_restored_not_left_stale() {
+    require_root();
+    let env = Env::new();
+    spec(&env, "late", 36);
+    // A start, stopped right after its decision (no snapshot yet: boot).
+    let mut c = env.launch_cmd("late");
+    c.env("VMWARDEN_FAULT_AFTER", "stop:restore-checked");
+    let mut g2 = spawn_logged(c, env.path("late.2.log"));
+    let pid = g2.pid();
+    let stopped = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with('T')))
+            .unwrap_or(false)
+    };
+    let end = std::time::Instant::now() + BOOT;
+    while !stopped() {
+        assert!(
+            std::time::Instant::now() < end && g2.child.try_wait().unwrap().is_none(),
+            "the start did not stop after restore-checked:\n{}",
+            g2.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Meanwhile another start runs the VM, which hibernates.
+    let (mut g, (_, marker)) = boot(&env, "late", "late.1.log");
+    let h = hibernate(&env, "late");
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    g.wait_exit(Duration::from_secs(15));
+    env.assert_clean("late");
+    assert!(snap(&env, "late").is_dir() && record(&env, "late").is_file());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .unwrap();
+    let r = env.vmwarden(&["wait-ready", "late", "--timeout", "120"]);
+    assert!(r.status.success(), "{}\n{}", text(&r), g2.log_text());
+    let (_, marker2) = tick_after(&mut g2, 0, Duration::from_secs(30));
+    assert_eq!(
+        marker2,
+        marker,
+        "the start booted cold beside the snapshot recorded while it waited for the lease (snapshot there: {}, record there: {}):\n{}",
+        snap(&env, "late").exists(),
+        record(&env, "late").exists(),
+        g2.log_text()
+    );
+    assert!(!snap(&env, "late").exists() && !record(&env, "late").exists());
+    let s = env.vmwarden(&["stop", "late", "--timeout", "30"]);
+    assert!(s.status.success(), "{}", text(&s));
+    g2.wait_exit(Duration::from_secs(15));
+    env.assert_clean("late");
+}
+
 #[test]
 fn a_failed_capture_resumes_the_guest_and_keeps_nothing() {
     require_root();
