@@ -260,6 +260,69 @@ fn a_snapshot_recorded_while_a_start_waited_for_the_lease_is_restored_not_left_s
     env.assert_clean("late");
 }
 
+/// A cold boot that cannot discard the stale snapshot refuses the start,
+/// naming what is left and why (here a file system mounted inside it:
+/// deletion never descends into another file system); root's record is
+/// gone first, so no start restores what is left of it.
+#[test]
+fn a_cold_boot_that_cannot_discard_the_snapshot_refuses_naming_what_is_left_and_why() {
+    require_root();
+    let env = Env::new();
+    let mut s = spec(&env, "left", 47);
+    s["hibernate"]["on_mismatch"] = json!("cold-boot");
+    env.write_spec("left", &s);
+    let (mut g, _) = boot(&env, "left", "left.1.log");
+    let h = hibernate(&env, "left");
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    g.wait_exit(Duration::from_secs(15));
+    env.assert_clean("left");
+    let held = snap(&env, "left").join("held");
+    std::fs::create_dir(&held).unwrap();
+    std::os::unix::fs::chown(&held, Some(uid(47)), Some(uid(47))).unwrap();
+    nix::mount::mount(
+        Some("vmwarden-test-held"),
+        &held,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=1m"),
+    )
+    .unwrap();
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+    let u = Unmount(held.clone());
+    s["memory_mib"] = json!(320);
+    env.write_spec("left", &s);
+    let out = env.launch_cmd("left").output().unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    let e = stderr(&out);
+    assert!(
+        e.contains(&held.display().to_string()) && e.contains("mount point"),
+        "the refusal names neither what is left nor why:\n{e}"
+    );
+    assert!(
+        !record(&env, "left").exists(),
+        "the record outlived a partial discard"
+    );
+    assert!(!env.run.join("left/instance.json").exists());
+    drop(u);
+    // Nothing in the way: the next start boots cold, and its cleanup
+    // deletes what was left (no record: no start would restore it).
+    let mut g2 = spawn_logged(env.launch_cmd("left"), env.path("left.2.log"));
+    g2.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    g2.kill();
+    env.assert_clean("left");
+    assert!(
+        !snap(&env, "left").exists(),
+        "what was left of the snapshot is still there"
+    );
+    let v = env.verify_clean(&["left"]);
+    assert!(v.status.success(), "{}", text(&v));
+}
+
 #[test]
 fn a_failed_capture_resumes_the_guest_and_keeps_nothing() {
     require_root();

@@ -14,9 +14,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
-use std::path::Path;
-
-use nix::errno::Errno;
+use std::path::{Path, PathBuf};
 
 use crate::config::hibernate::{self, OnMismatch, SNAPSHOT_DIR, SNAPSHOT_NEW};
 use crate::config::names::VmName;
@@ -37,13 +35,16 @@ pub enum RestoreError {
     #[error("VM {name}: the hibernation snapshot {snapshot} does not match what would run: {}; field `hibernate.on_mismatch` is \"refuse\": the snapshot is kept (`vmwarden purge {name}` deletes it, or set it to \"cold-boot\")", .differences.join("; "))]
     Mismatch {
         name: String,
-        snapshot: std::path::PathBuf,
+        snapshot: PathBuf,
         differences: Vec<String>,
     },
     #[error(transparent)]
     Manifest(#[from] ManifestError),
     #[error(transparent)]
     Dir(DirError),
+    /// What a cold boot could not delete of the stale snapshot.
+    #[error("{path}: the stale hibernation snapshot could not be discarded: {reason}; root's record of it is removed, so no start restores what is left, and the cleanup after the next instance deletes it once nothing keeps it")]
+    Discard { path: PathBuf, reason: String },
     #[error("{0}")]
     Open(#[from] SysError),
 }
@@ -208,18 +209,14 @@ pub fn discard(roots: &Roots, name: &VmName) -> Result<(), RestoreError> {
     let out = ownership::delete_entries(&state_dir, &[OsString::from(SNAPSHOT_DIR)], None);
     let left = out
         .failed
-        .iter()
-        .map(|f| f.path.clone())
-        .chain(out.kept.iter().map(|k| k.path.clone()))
+        .into_iter()
+        .map(|f| (f.path, f.reason))
+        .chain(out.kept.into_iter().map(|k| (k.path, k.reason)))
         .next();
-    if let Some(path) = left {
-        return Err(RestoreError::Open(SysError {
-            op: "discard the stale hibernation snapshot",
-            path,
-            errno: Errno::EIO,
-        }));
+    match left {
+        Some((path, reason)) => Err(RestoreError::Discard { path, reason }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The intent record's entry for the snapshot of a VM that may hibernate.
