@@ -197,6 +197,132 @@ fn a_changed_spec_refuses_the_restore_by_name_and_purge_takes_the_snapshot() {
     assert!(v.status.success(), "{}", text(&v));
 }
 
+/// A start decides whether to restore before it holds the VM's lease: a
+/// start that stalls there (here: stopped) while another instance runs,
+/// hibernates and lets the lease go must go by the capture recorded
+/// meanwhile, and restore it. Booting cold beside it would leave a
+/// snapshot whose RAM no longer matches the disks the guest then ran from,
+/// for the next start to restore. (The other way round, a start that
+/// decided to restore a snapshot another instance has since restored,
+/// consumed and run past would restore stale RAM over those disks.)
+#[test]
+fn a_snapshot_recorded_while_a_start_waited_for_the_lease_is_restored_not_left_stale() {
+    require_root();
+    let env = Env::new();
+    spec(&env, "late", 36);
+    // A start, stopped right after its decision (no snapshot yet: boot).
+    let mut c = env.launch_cmd("late");
+    c.env("VMWARDEN_FAULT_AFTER", "stop:restore-checked");
+    let mut g2 = spawn_logged(c, env.path("late.2.log"));
+    let pid = g2.pid();
+    let stopped = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with('T')))
+            .unwrap_or(false)
+    };
+    let end = std::time::Instant::now() + BOOT;
+    while !stopped() {
+        assert!(
+            std::time::Instant::now() < end && g2.child.try_wait().unwrap().is_none(),
+            "the start did not stop after restore-checked:\n{}",
+            g2.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Meanwhile another start runs the VM, which hibernates.
+    let (mut g, (_, marker)) = boot(&env, "late", "late.1.log");
+    let h = hibernate(&env, "late");
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    g.wait_exit(Duration::from_secs(15));
+    env.assert_clean("late");
+    assert!(snap(&env, "late").is_dir() && record(&env, "late").is_file());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .unwrap();
+    let r = env.vmwarden(&["wait-ready", "late", "--timeout", "120"]);
+    assert!(r.status.success(), "{}\n{}", text(&r), g2.log_text());
+    let (_, marker2) = tick_after(&mut g2, 0, Duration::from_secs(30));
+    assert_eq!(
+        marker2,
+        marker,
+        "the start booted cold beside the snapshot recorded while it waited for the lease (snapshot there: {}, record there: {}):\n{}",
+        snap(&env, "late").exists(),
+        record(&env, "late").exists(),
+        g2.log_text()
+    );
+    assert!(!snap(&env, "late").exists() && !record(&env, "late").exists());
+    let s = env.vmwarden(&["stop", "late", "--timeout", "30"]);
+    assert!(s.status.success(), "{}", text(&s));
+    g2.wait_exit(Duration::from_secs(15));
+    env.assert_clean("late");
+}
+
+/// A cold boot that cannot discard the stale snapshot refuses the start,
+/// naming what is left and why (here a file system mounted inside it:
+/// deletion never descends into another file system); root's record is
+/// gone first, so no start restores what is left of it.
+#[test]
+fn a_cold_boot_that_cannot_discard_the_snapshot_refuses_naming_what_is_left_and_why() {
+    require_root();
+    let env = Env::new();
+    let mut s = spec(&env, "left", 47);
+    s["hibernate"]["on_mismatch"] = json!("cold-boot");
+    env.write_spec("left", &s);
+    let (mut g, _) = boot(&env, "left", "left.1.log");
+    let h = hibernate(&env, "left");
+    assert!(h.status.success(), "hibernate: {}", text(&h));
+    g.wait_exit(Duration::from_secs(15));
+    env.assert_clean("left");
+    let held = snap(&env, "left").join("held");
+    std::fs::create_dir(&held).unwrap();
+    std::os::unix::fs::chown(&held, Some(uid(47)), Some(uid(47))).unwrap();
+    nix::mount::mount(
+        Some("vmwarden-test-held"),
+        &held,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=1m"),
+    )
+    .unwrap();
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+    let u = Unmount(held.clone());
+    s["memory_mib"] = json!(320);
+    env.write_spec("left", &s);
+    let out = env.launch_cmd("left").output().unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    let e = stderr(&out);
+    assert!(
+        e.contains(&held.display().to_string()) && e.contains("mount point"),
+        "the refusal names neither what is left nor why:\n{e}"
+    );
+    assert!(
+        !record(&env, "left").exists(),
+        "the record outlived a partial discard"
+    );
+    assert!(!env.run.join("left/instance.json").exists());
+    drop(u);
+    // Nothing in the way: the next start boots cold, and its cleanup
+    // deletes what was left (no record: no start would restore it).
+    let mut g2 = spawn_logged(env.launch_cmd("left"), env.path("left.2.log"));
+    g2.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    g2.kill();
+    env.assert_clean("left");
+    assert!(
+        !snap(&env, "left").exists(),
+        "what was left of the snapshot is still there"
+    );
+    let v = env.verify_clean(&["left"]);
+    assert!(v.status.success(), "{}", text(&v));
+}
+
 #[test]
 fn a_failed_capture_resumes_the_guest_and_keeps_nothing() {
     require_root();

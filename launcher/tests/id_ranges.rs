@@ -615,6 +615,77 @@ fn a_relaunch_whose_range_is_recorded_takes_no_host_wide_lock() {
     }
 }
 
+/// The ids of a fresh range are read before the host-wide lock: what came
+/// to hold one of them while the launch waited on the lock is seen before
+/// the launch goes on with that range (read again once it is recorded),
+/// and the VM gets another. Here a process runs with a uid of the range
+/// the VM would get first, started while its launch waits on the lock.
+#[test]
+fn a_fresh_range_taken_while_the_launch_waited_on_the_lock_is_not_handed_out() {
+    let env = Env::new();
+    let u = uid(358);
+    owned_vm(&env, "late", u);
+    std::fs::create_dir_all(&env.ranges).unwrap();
+    let dir = std::fs::File::open(&env.ranges).unwrap();
+    let lock = nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .expect("the ranges directory's lock");
+    let mut c = env.launch_cmd("late");
+    c.args(["--probe", "--", "/bin/true"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let launch = c.spawn().unwrap();
+    let pid = launch.id();
+    // Waiting on the lock: its early scan of the host's ids is done.
+    wait_until(
+        "the launch waits on the ranges lock",
+        Duration::from_secs(60),
+        || {
+            std::fs::read_to_string("/proc/locks").is_ok_and(|l| {
+                l.lines()
+                    .any(|x| x.contains("->") && x.split_whitespace().any(|w| w == pid.to_string()))
+            })
+        },
+    );
+    let base = POOL_FIRST + first_index(&env.state, "late") * RANGE_SIZE;
+    let held = base + 100;
+    let mut holder = {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sleep")
+            .arg("600")
+            .uid(held)
+            .gid(held)
+            .spawn()
+            .unwrap()
+    };
+    wait_until(
+        "the holder runs as its uid",
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(format!("/proc/{}/status", holder.id())).is_ok_and(|s| {
+                s.lines()
+                    .any(|l| l.starts_with("Uid:") && l.contains(&held.to_string()))
+            })
+        },
+    );
+    drop(lock);
+    let out =
+        wait_exit(launch, Duration::from_secs(120)).expect("the launch once the lock was let go");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_launched(&out);
+    let (b, count) = id_range_in(&env, "late").expect("no range recorded for the VM");
+    assert!(
+        !(b..b + count).contains(&held),
+        "VM late was handed the range {b}..{} although a process ran with its uid {held} before the range was recorded:\n{}",
+        b + count,
+        text(&out)
+    );
+    wait_until("the helpers gone", Duration::from_secs(15), || {
+        others_of(u, 0).is_empty()
+    });
+    env.cleanup_clean("late");
+}
+
 /// The child's output once it exits, or `None` (the child killed) past `limit`.
 fn wait_exit(mut c: std::process::Child, limit: Duration) -> Option<std::process::Output> {
     let end = std::time::Instant::now() + limit;

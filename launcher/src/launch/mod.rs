@@ -235,7 +235,6 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     steps.after("principal-resolved");
     // A hibernated VM restores when its snapshot still matches (launch::restore).
     let decision = restore::decide(&spec, &spec_bytes, roots, &principal)?;
-    let restore = decision.restore;
     steps.after("restore-checked");
 
     // 4. Runtime root and this VM's runtime dir, then the lease.
@@ -295,11 +294,14 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // are checked free again, so of two launches racing for one device
     // the second is refused here, before its intent record names it.
     let device_claim = devices::claim::claim(devices::claim::lock_dir(), &devices)?;
+    // The decision again if another instance ran since (restore::again).
     // A cold boot over a snapshot that no longer matches: it goes stale
     // now (restore::discard), under the lease, before anything is made.
+    let decision = restore::again(decision, &spec, &spec_bytes, roots, &principal)?;
     if decision.stale && opts.probe.is_none() {
         restore::discard(roots, &spec.name)?;
     }
+    let restore = decision.restore;
     steps.after("lease-taken");
 
     // 5. Intent record, before any resource exists.

@@ -8,13 +8,13 @@
 //! hypervisor as fds ([`Restore`]). A difference: refused naming it (exit
 //! 78), the snapshot kept; or, with `hibernate.on_mismatch = "cold-boot"`,
 //! logged, the snapshot discarded once the lease is held ([`discard`]),
-//! and booted cold.
+//! and booted cold. Under the lease the decision is taken again when it
+//! chose a restore or root's record changed since ([`again`]): another
+//! instance may have run in between.
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
-use std::path::Path;
-
-use nix::errno::Errno;
+use std::path::{Path, PathBuf};
 
 use crate::config::hibernate::{self, OnMismatch, SNAPSHOT_DIR, SNAPSHOT_NEW};
 use crate::config::names::VmName;
@@ -35,13 +35,16 @@ pub enum RestoreError {
     #[error("VM {name}: the hibernation snapshot {snapshot} does not match what would run: {}; field `hibernate.on_mismatch` is \"refuse\": the snapshot is kept (`vmwarden purge {name}` deletes it, or set it to \"cold-boot\")", .differences.join("; "))]
     Mismatch {
         name: String,
-        snapshot: std::path::PathBuf,
+        snapshot: PathBuf,
         differences: Vec<String>,
     },
     #[error(transparent)]
     Manifest(#[from] ManifestError),
     #[error(transparent)]
     Dir(DirError),
+    /// What a cold boot could not delete of the stale snapshot.
+    #[error("{path}: the stale hibernation snapshot could not be discarded: {reason}; root's record of it is removed, so no start restores what is left, and the cleanup after the next instance deletes it once nothing keeps it")]
+    Discard { path: PathBuf, reason: String },
     #[error("{0}")]
     Open(#[from] SysError),
 }
@@ -76,13 +79,16 @@ impl Restore {
 pub struct Decision {
     pub restore: Option<Restore>,
     pub stale: bool,
+    /// Root's record as this decision read it ([`again`]).
+    seen: Option<Manifest>,
 }
 
 impl Decision {
-    fn boot(stale: bool) -> Decision {
+    fn boot(stale: bool, seen: Option<Manifest>) -> Decision {
         Decision {
             restore: None,
             stale,
+            seen,
         }
     }
 }
@@ -95,8 +101,9 @@ pub fn decide(
     principal: &Principal,
 ) -> Result<Decision, RestoreError> {
     let Some(manifest) = Manifest::read_at(&roots.state_root, &spec.name)? else {
-        return Ok(Decision::boot(false));
+        return Ok(Decision::boot(false, None));
     };
+    let seen = Some(manifest.clone());
     let state_dir = roots.state_dir(&spec.name);
     let snapshot = state_dir.join(SNAPSHOT_DIR);
     let opened = dirs::open_dir_if_exists(&state_dir)
@@ -124,7 +131,7 @@ pub fn decide(
                 differences = %differences.join("; "),
                 "hibernate.on_mismatch = \"cold-boot\": booting cold; the snapshot is discarded (a guest that has run from its disks makes it stale)"
             );
-            return Ok(Decision::boot(true));
+            return Ok(Decision::boot(true, seen));
         }
         return Err(RestoreError::Mismatch {
             name: spec.name.to_string(),
@@ -133,7 +140,7 @@ pub fn decide(
         });
     }
     let Some((_, dir)) = opened else {
-        return Ok(Decision::boot(false));
+        return Ok(Decision::boot(false, seen));
     };
     let mut files = Vec::new();
     for f in &manifest.snapshot.files {
@@ -151,7 +158,30 @@ pub fn decide(
     Ok(Decision {
         restore: Some(Restore { manifest, files }),
         stale: false,
+        seen,
     })
+}
+
+/// The decision `d`, taken before the VM's lease, checked under it: another
+/// instance may have run in between and hibernated (a record where there
+/// was none), restored and consumed the snapshot, or written to the disks
+/// a restore compares. A decision to restore, or one whose record has
+/// changed since, is taken again now that no instance can change either;
+/// otherwise `d` stands. Booting cold beside a snapshot recorded meanwhile
+/// would leave it stale, and restoring one another instance has run past
+/// would put old RAM over newer disks.
+pub fn again(
+    d: Decision,
+    spec: &Spec,
+    spec_bytes: &[u8],
+    roots: &Roots,
+    principal: &Principal,
+) -> Result<Decision, RestoreError> {
+    if d.restore.is_none() && Manifest::read_at(&roots.state_root, &spec.name)? == d.seen {
+        return Ok(d);
+    }
+    drop(d);
+    decide(spec, spec_bytes, roots, principal)
 }
 
 /// Discard the snapshot a cold boot makes stale: once the guest has run
@@ -179,18 +209,14 @@ pub fn discard(roots: &Roots, name: &VmName) -> Result<(), RestoreError> {
     let out = ownership::delete_entries(&state_dir, &[OsString::from(SNAPSHOT_DIR)], None);
     let left = out
         .failed
-        .iter()
-        .map(|f| f.path.clone())
-        .chain(out.kept.iter().map(|k| k.path.clone()))
+        .into_iter()
+        .map(|f| (f.path, f.reason))
+        .chain(out.kept.into_iter().map(|k| (k.path, k.reason)))
         .next();
-    if let Some(path) = left {
-        return Err(RestoreError::Open(SysError {
-            op: "discard the stale hibernation snapshot",
-            path,
-            errno: Errno::EIO,
-        }));
+    match left {
+        Some((path, reason)) => Err(RestoreError::Discard { path, reason }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The intent record's entry for the snapshot of a VM that may hibernate.

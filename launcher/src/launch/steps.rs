@@ -7,7 +7,8 @@ use crate::launch::StepError;
 use crate::profile;
 
 /// Step names, in order. `VMWARDEN_FAULT_AFTER=<step>` (builds with the
-/// `fault-injection` feature) SIGKILLs the launcher right after that step.
+/// `fault-injection` feature) SIGKILLs the launcher right after that step;
+/// `stop:<step>` SIGSTOPs it there.
 pub const STEPS: &[&str] = &[
     "sanitized",
     "spec-loaded",
@@ -128,6 +129,19 @@ impl Steps {
             tracing::warn!(step = %step, "fault injection: SIGKILL after step");
             let _ =
                 nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
+        }
+        // `stop:STEP`: SIGSTOP after it, for a test to act between two
+        // steps (it sends SIGCONT).
+        #[cfg(feature = "fault-injection")]
+        if self
+            .fault_after
+            .as_deref()
+            .and_then(|f| f.strip_prefix("stop:"))
+            == Some(step)
+        {
+            tracing::warn!(step = %step, "fault injection: SIGSTOP after step");
+            let _ =
+                nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGSTOP);
         }
         #[cfg(not(feature = "fault-injection"))]
         let _ = &self.fault_after;

@@ -203,6 +203,11 @@ fn recorded(
         .map(RangeRecord::range))
 }
 
+/// How many fresh ranges one launch records before it refuses: each one
+/// found taken once recorded (by what came to hold one of its ids while
+/// the launch waited on the lock) is withdrawn, and the next one tried.
+const ATTEMPTS: usize = 3;
+
 /// The id range of VM `name`: its active one, or one handed out now and
 /// recorded before anything can carry its ids. `shares`: the sources of
 /// the shares the guest owns at this launch, recorded with the range.
@@ -217,13 +222,78 @@ pub fn allocate(
     if let Some(r) = recorded(roots, name, shares)? {
         return Ok(r);
     }
-    // What holds host ids is read before the lock: it is the same read
-    // taken a moment earlier (an account or process may appear after it
-    // either way, which every later launch's `check_again` refuses), and
-    // with many VMs configured it reads every spec; the lock guards only
-    // the book, so launches do not queue behind each other's scans.
-    let ids = HostIds::gather(roots, name, p);
-    let snap = Snapshot::take();
+    // What holds host ids is read before the lock: with many VMs
+    // configured it reads every spec, and the lock guards only the book,
+    // so launches do not queue behind each other's scans. What came to
+    // hold an id meanwhile (while this launch waited on the lock, say) is
+    // seen by the same read taken again once a new range is recorded, as
+    // every later launch's `check_again` does: that range is withdrawn
+    // (nothing carries its ids yet) and another one tried.
+    let mut ids = HostIds::gather(roots, name, p);
+    let mut snap = Snapshot::take();
+    let mut attempt = 1;
+    loop {
+        let (r, fresh) = hand_out(roots, name, shares, &ids, &snap)?;
+        if !fresh {
+            return Ok(r);
+        }
+        ids = HostIds::gather(roots, name, p);
+        snap = Snapshot::take();
+        let Some(why) = ids.taken(r.base, r.end(), snap.scan()) else {
+            return Ok(r);
+        };
+        tracing::warn!(vm = %name, base = r.base, why = %why, "id range taken since the host's ids were read: withdrawn");
+        withdraw(roots, name, r)?;
+        if attempt == ATTEMPTS {
+            return Err(RangeError::Taken {
+                path: ranges_dir().join(range_name(r.base)),
+                vm: name.to_string(),
+                first: r.base + 1,
+                end: r.end(),
+                why,
+            });
+        }
+        attempt += 1;
+    }
+}
+
+/// Remove VM `name`'s fresh record of `r` (under the lock): found taken
+/// right after it was recorded, before anything carried its ids.
+fn withdraw(roots: &Roots, name: &VmName, r: IdRange) -> Result<(), RangeError> {
+    let (dir, _lock) = open_host_locked()?;
+    let book = read_all(Some(&dir), Some(roots))?;
+    let ours = book.good.iter().any(|(path, rec)| {
+        path.starts_with(&dir.path)
+            && rec.base == r.base
+            && rec.is_of(roots, name)
+            && rec.state == State::Active
+    });
+    if !ours {
+        return Ok(());
+    }
+    let file = range_name(r.base);
+    nix::unistd::unlinkat(
+        std::os::fd::AsFd::as_fd(&dir.fd),
+        file.as_str(),
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    )
+    .map_err(|e| IoError {
+        op: "unlink",
+        path: dir.path.join(&file),
+        source: e.into(),
+    })?;
+    Ok(())
+}
+
+/// Under the host-wide lock: VM `name`'s active range (its shares added to
+/// its record), or a new one free by `ids` and `snap` recorded (`true`).
+fn hand_out(
+    roots: &Roots,
+    name: &VmName,
+    shares: &[PathBuf],
+    ids: &HostIds,
+    snap: &Snapshot,
+) -> Result<(IdRange, bool), RangeError> {
     let (dir, _lock) = open_host_locked()?;
     let first = read_all(Some(&dir), Some(roots))?;
     move_legacy(&dir, roots, &first)?;
@@ -249,7 +319,7 @@ pub fn allocate(
         if rec.shares.len() != before {
             write(&dir, &rec)?;
         }
-        return Ok(rec.range());
+        return Ok((rec.range(), false));
     }
     let start = first_index(&roots.state_root, name);
     let mut skipped: Vec<String> = Vec::new();
@@ -289,7 +359,7 @@ pub fn allocate(
             };
             write(&dir, &rec)?;
             tracing::info!(vm = %name, base, count = RANGE_SIZE, recycled = recycle, "id range allocated");
-            return Ok(r);
+            return Ok((r, true));
         }
     }
     Err(RangeError::Exhausted {

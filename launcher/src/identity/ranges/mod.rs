@@ -12,8 +12,10 @@
 //! * A range is recorded, under an exclusive lock of the directory, before
 //!   anything can carry its ids, together with every share source the VM
 //!   used it on. The lock covers the book alone: what holds host ids is
-//!   read before it, and a launch whose record already names its shares
-//!   reads it without the lock ([`allocate`]), so launches do not queue.
+//!   read before it (and again once a new range is recorded: one taken
+//!   meanwhile is withdrawn, another tried), and a launch whose record
+//!   already names its shares reads it without the lock ([`allocate`]), so
+//!   launches do not queue.
 //! * At every launch that uses the range its ids are checked again against
 //!   the accounts (`/etc/passwd`, `/etc/group`, and what NSS enumerates),
 //!   `/etc/subuid` and `/etc/subgid`, the other VMs' principals and the
