@@ -359,6 +359,14 @@ fn visit(
     let mut big = Vec::new();
     let mut hits = Vec::new();
     for m in ids {
+        // Only a tmpfs can be a credential tmpfs: another file system's
+        // mount is passed on its superblock's magic, a call that makes the
+        // kernel format no string (and allocate no page for one).
+        match may_be_tmpfs(m, id) {
+            Ok(false) | Err(Errno::ENOENT) => continue,
+            Ok(true) => {}
+            Err(_) => return None,
+        }
         let src = match source_of(m, id, &mut small) {
             Err(Errno::EOVERFLOW) => {
                 big.resize((HEADER + 4096) / 8, 0u64);
@@ -400,6 +408,37 @@ fn visit(
         mounts,
     });
     Some(())
+}
+
+/// Is mount `mnt_id` of namespace `ns_id` on a superblock that can be a
+/// `tmpfs`? A tmpfs's superblock has `TMPFS_MAGIC` (shmem sets it
+/// always), or `RAMFS_MAGIC` on a kernel built without shmem, where
+/// "tmpfs" is ramfs; any other magic is another file system.
+fn may_be_tmpfs(mnt_id: u64, ns_id: u64) -> Result<bool, Errno> {
+    const STATMOUNT_SB_BASIC: u64 = 0x1;
+    const OFF_SB_MAGIC: usize = 24;
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    const RAMFS_MAGIC: u64 = 0x8584_58f6;
+    let mut buf = [0u64; HEADER / 8];
+    let req = MntIdReq::new(mnt_id, STATMOUNT_SB_BASIC, ns_id);
+    // SAFETY: `req` is a valid mnt_id_req of the size it states; the
+    // kernel writes at most `size_of_val(&buf)` bytes into `buf`.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_STATMOUNT,
+            &raw const req,
+            buf.as_mut_ptr(),
+            size_of_val(&buf),
+            0u32,
+        )
+    };
+    if rc != 0 {
+        return Err(Errno::last());
+    }
+    if buf[OFF_MASK / 8] & STATMOUNT_SB_BASIC == 0 {
+        return Err(Errno::ENOSYS);
+    }
+    Ok(matches!(buf[OFF_SB_MAGIC / 8], TMPFS_MAGIC | RAMFS_MAGIC))
 }
 
 /// Mount `mnt_id`'s mount point, file system type and source in
@@ -465,9 +504,10 @@ mod tests {
         assert_eq!(holds_source(me, "mnt:[1]", |_| true), None);
     }
 
-    /// Every mount namespace a process of this user namespace is in is
-    /// among those the kernel enumerates (as root: anyone else is told
-    /// `None`), and nothing is held where no source is wanted.
+    /// Every mount namespace a process of this user namespace is in that
+    /// holds a tmpfs is among those the kernel enumerates as holding one
+    /// (as root: anyone else is told `None`), and nothing is held where
+    /// no source is wanted.
     #[test]
     fn the_kernel_enumerates_every_namespace_the_proc_walk_finds() {
         let Some(all) = holding(|_| true) else {
@@ -485,7 +525,10 @@ mod tests {
         for (tid, ns) in crate::host::procs::mount_namespace_holders() {
             // One that came after the enumeration, with its process, is
             // not a miss: it must have been made since.
-            if !listed.contains(&ns.as_str())
+            let tmpfs = std::fs::read_to_string(format!("/proc/{tid}/mountinfo"))
+                .is_ok_and(|t| t.contains(" - tmpfs "));
+            if tmpfs
+                && !listed.contains(&ns.as_str())
                 && std::fs::read_link(format!("/proc/{tid}/ns/mnt")).is_ok()
                 && holding(|_| true).unwrap().iter().all(|h| h.ns != ns)
             {
