@@ -54,7 +54,9 @@
 #    Beside them, each round, the scan floor (tests/bench/scan-floor.c,
 #    built here with cc): the least kernel work the credential-mount proof
 #    needs (every mount namespace enumerated, its mounts listed, each
-#    one's source stated), timed inside one process, no exec, no /proc.
+#    one's file system and a tmpfs's source stated), timed inside one
+#    process (its CPU time: the work, not a loaded machine's waits), no
+#    exec, no /proc.
 #
 # Output: the table, then three lines, and the scan floor's line:
 #   scale: launch@N / launch@0 R, cleanup@N / cleanup@0 R, verify-clean@N / @0 R, status@N R ms, reap@N R ms

@@ -8,7 +8,9 @@
  * a tmpfs's source (STATMOUNT_SB_SOURCE): what
  * launcher/src/host/ns_mounts.rs asks of the kernel, nothing more.
  *
- *   scan-floor [ROUNDS]   prints the median microseconds of one scan,
+ *   scan-floor [ROUNDS]   prints the median microseconds of one scan
+ *                         (its CPU time: the work, not a loaded
+ *                         machine's waits),
  *                         then the namespaces and mounts it saw
  *
  * Run as root (CAP_SYS_ADMIN: every namespace). Exits 1 when the kernel
@@ -127,9 +129,9 @@ int main(int argc, char **argv) {
 	for (int r = 0; r < rounds; r++) {
 		struct timespec a, b;
 		nmounts = 0;
-		clock_gettime(CLOCK_MONOTONIC, &a);
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
 		namespaces = scan();
-		clock_gettime(CLOCK_MONOTONIC, &b);
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
 		if (namespaces < 0) {
 			perror("scan-floor: the kernel cannot enumerate the mount namespaces");
 			return 1;

@@ -402,7 +402,7 @@ fn credential_mounts_filtered(
     match scan.mount_namespaces() {
         Some(nss) => nss
             .iter()
-            .flat_map(|ns| credential_mounts_of(ns, runtime_root, names))
+            .flat_map(|ns| credential_mounts_of(ns, runtime_root, names, false))
             .collect(),
         None => {
             let scan = Scan::take(&Wants {
@@ -449,7 +449,7 @@ fn credential_mounts_held(
     let mut out = Vec::new();
     for h in held {
         match nss.iter().find(|n| n.ns == h.ns) {
-            Some(ns) => out.extend(credential_mounts_of(ns, runtime_root, names)),
+            Some(ns) => out.extend(credential_mounts_of(ns, runtime_root, names, true)),
             None => out.extend(
                 h.mounts
                     .into_iter()
@@ -496,14 +496,18 @@ fn wanted_source(src: &[u8], names: Option<&[VmName]>) -> bool {
 /// first of its tasks that can still be read (one task per namespace: the
 /// cost does not grow with the processes or threads sharing it). A
 /// namespace the kernel says holds no mount with one of the VMs' sources
-/// ([`ns_mounts::holds_source`]) is not read.
+/// ([`ns_mounts::holds_source`]) is not read, unless `held` (the kernel
+/// has just said it holds one).
 fn credential_mounts_of(
     ns: &MountNamespace,
     runtime_root: Option<&Path>,
     names: Option<&[VmName]>,
+    held: bool,
 ) -> Vec<(u32, String, Mount)> {
     for tid in &ns.tasks {
-        if ns_mounts::holds_source(*tid, &ns.ns, |src| wanted_source(src, names)) == Some(false) {
+        if !held
+            && ns_mounts::holds_source(*tid, &ns.ns, |src| wanted_source(src, names)) == Some(false)
+        {
             return Vec::new();
         }
         let Ok(data) = read_bytes(&format!("/proc/{tid}/mountinfo")) else {

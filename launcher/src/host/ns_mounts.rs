@@ -287,8 +287,9 @@ pub fn enumerates_all() -> bool {
 
 /// Every mount namespace of the host, enumerated by the kernel
 /// (`NS_MNT_GET_PREV`/`NS_MNT_GET_NEXT` from the caller's own, Linux
-/// 6.12), each asked with `listmount`/`statmount` for its mounts'
-/// sources: those holding a mount whose source `wanted` accepts and owned
+/// 6.12), each asked with `listmount`/`statmount` for its mounts' file
+/// systems and its tmpfs mounts' sources (a credential mount counts only
+/// as a tmpfs): those holding a tmpfs whose source `wanted` accepts, owned
 /// by the caller's user namespace (an unprivileged user's namespace is
 /// not vmwarden's and cannot hold a mount the launcher made). A namespace
 /// no process is in (kept alive by an nsfs bind mount or an fd) is listed
