@@ -22,6 +22,8 @@ use std::os::unix::fs::MetadataExt;
 
 use nix::errno::Errno;
 
+use crate::host::procs;
+
 /// `statmount(2)` and `listmount(2)`: the `libc` crate has neither's
 /// number on x86_64 nor their structures (the numbers are the same on
 /// every architecture but alpha and mips, which the launcher does not
@@ -271,20 +273,6 @@ pub struct Holding {
     pub mounts: Vec<(std::path::PathBuf, String, String)>,
 }
 
-/// Can the kernel enumerate every mount namespace of the host for this
-/// caller? Only for root with `CAP_SYS_ADMIN` in its user namespace (it
-/// then sees each namespace that user namespace and its children own);
-/// anyone else is shown only some, so the `/proc` walk stays.
-pub fn enumerates_all() -> bool {
-    nix::unistd::geteuid().is_root()
-        && caps::has_cap(
-            None,
-            caps::CapSet::Effective,
-            caps::Capability::CAP_SYS_ADMIN,
-        )
-        .unwrap_or(false)
-}
-
 /// Every mount namespace of the host, enumerated by the kernel
 /// (`NS_MNT_GET_PREV`/`NS_MNT_GET_NEXT` from the caller's own, Linux
 /// 6.12), each asked with `listmount`/`statmount` for its mounts' file
@@ -294,11 +282,11 @@ pub fn enumerates_all() -> bool {
 /// not vmwarden's and cannot hold a mount the launcher made). A namespace
 /// no process is in (kept alive by an nsfs bind mount or an fd) is listed
 /// as any other. No `/proc` read. `None`: the kernel could not tell (not
-/// [`enumerates_all`], an older kernel, a filter): the caller walks
+/// [`procs::sees_every_mount_namespace`], an older kernel, a filter): the caller walks
 /// `/proc` as before.
 pub fn holding(wanted: impl Fn(&[u8]) -> bool) -> Option<Vec<Holding>> {
     use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-    if !enumerates_all() {
+    if !procs::sees_every_mount_namespace() {
         return None;
     }
     let own = std::fs::File::open("/proc/thread-self/ns/mnt").ok()?;
@@ -512,7 +500,10 @@ mod tests {
     #[test]
     fn the_kernel_enumerates_every_namespace_the_proc_walk_finds() {
         let Some(all) = holding(|_| true) else {
-            assert!(!enumerates_all(), "root, and the kernel did not enumerate");
+            assert!(
+                !procs::sees_every_mount_namespace(),
+                "root, and the kernel did not enumerate"
+            );
             return;
         };
         assert_eq!(holding(|_| false), Some(Vec::new()));
@@ -523,7 +514,7 @@ mod tests {
             "{listed:?}"
         );
         let mut missing = Vec::new();
-        for (tid, ns) in crate::host::procs::mount_namespace_holders() {
+        for (tid, ns) in procs::mount_namespace_holders() {
             // One that came after the enumeration, with its process, is
             // not a miss: it must have been made since.
             let tmpfs = std::fs::read_to_string(format!("/proc/{tid}/mountinfo"))

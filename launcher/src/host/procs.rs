@@ -112,7 +112,7 @@ pub struct Wants {
 impl Wants {
     /// The processes of `uids` and the mount namespaces: what `cleanup` and
     /// `verify-clean` ask. The namespaces are not walked when the kernel
-    /// enumerates them itself (`ns_mounts::enumerates_all`): the search
+    /// enumerates them itself ([`sees_every_mount_namespace`]): the search
     /// for credential mounts then walks `/proc` only to name a process of
     /// a namespace that holds one.
     /// No uid at all (a VM whose uid cannot be known) reads no process's
@@ -125,9 +125,23 @@ impl Wants {
             } else {
                 UidFilter::Of(set)
             },
-            mount_namespaces: !crate::host::ns_mounts::enumerates_all(),
+            mount_namespaces: !sees_every_mount_namespace(),
         }
     }
+}
+
+/// Does the kernel enumerate every mount namespace of the host for this
+/// caller (`host::ns_mounts`)? Only for root with `CAP_SYS_ADMIN` in its user namespace (it
+/// then sees each namespace that user namespace and its children own);
+/// anyone else is shown only some, so the `/proc` walk stays.
+pub fn sees_every_mount_namespace() -> bool {
+    nix::unistd::geteuid().is_root()
+        && caps::has_cap(
+            None,
+            caps::CapSet::Effective,
+            caps::Capability::CAP_SYS_ADMIN,
+        )
+        .unwrap_or(false)
 }
 
 /// One mount namespace that tasks of the host are in, owned by the
