@@ -3,7 +3,10 @@
 //! now that a namespace the kernel says holds none of the VMs' sources is
 //! not read (`host::ns_mounts`): the tmpfs kept alive in a foreign
 //! namespace by a process of another uid, among namespaces that hold
-//! other VMs' credential tmpfs (which are skipped). Needs root.
+//! other VMs' credential tmpfs (which are skipped); and the tmpfs in a
+//! namespace no process is in, kept alive by an nsfs bind mount alone,
+//! which the kernel's enumeration of the namespaces finds and a walk of
+//! `/proc` never could. Needs root.
 
 mod common;
 
@@ -119,4 +122,116 @@ fn a_credential_tmpfs_in_a_foreign_namespace_is_found_among_other_vms_namespaces
     }
     env.cleanup_clean("web");
     env.cleanup_clean("other");
+}
+
+/// A mount namespace kept alive by an nsfs bind mount alone, on a private
+/// tmpfs of the test's (a bind mount of a namespace may not sit on a
+/// shared mount); unmounted at the end, whatever the test's outcome.
+struct Pinned {
+    dir: std::path::PathBuf,
+}
+
+impl Pinned {
+    fn file(&self) -> std::path::PathBuf {
+        self.dir.join("ns")
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.file()).status();
+        let _ = Command::new("umount").arg(&self.dir).status();
+    }
+}
+
+/// `source` mounted at `mount_point` in a new private mount namespace
+/// that no process stays in: `unshare --mount=FILE` pins it on FILE and
+/// its only process exits.
+fn pin(env: &Env, source: &str, mount_point: &std::path::Path) -> Pinned {
+    let dir = env.dir.path().join("pin");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(mount_point).unwrap();
+    let run = |args: &[&str]| {
+        let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+    };
+    let d = dir.to_str().unwrap().to_string();
+    let d = d.as_str();
+    run(&["mount", "-t", "tmpfs", "pin", d]);
+    let p = Pinned { dir };
+    run(&["mount", "--make-private", d]);
+    std::fs::write(p.file(), b"").unwrap();
+    run(&[
+        "unshare",
+        &format!("--mount={}", p.file().display()),
+        "--propagation",
+        "private",
+        "mount",
+        "-t",
+        "tmpfs",
+        source,
+        mount_point.to_str().unwrap(),
+    ]);
+    p
+}
+
+/// The mountinfo of the pinned namespace, read from a process entered
+/// into it for the reading.
+fn pinned_mountinfo(p: &Pinned) -> String {
+    let o = Command::new("nsenter")
+        .arg(format!("--mount={}", p.file().display()))
+        .args(["cat", "/proc/self/mountinfo"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "nsenter: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn a_credential_tmpfs_in_a_namespace_no_process_is_in_is_found() {
+    use std::os::unix::fs::MetadataExt;
+    let env = Env::new();
+    spec_with_cred(&env, "web", uid(82));
+    let o = env.probe("web", &["/bin/true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    env.cleanup_clean("web");
+    let pinned = pin(&env, "vmwarden-creds:web", &env.run.join("web/credentials"));
+    assert!(pinned_mountinfo(&pinned).contains("vmwarden-creds:web"));
+    // No process is in it: only the bind mount keeps it.
+    let ino = std::fs::metadata(pinned.file()).unwrap().ino();
+    let name = format!("mnt:[{ino}]");
+    let holders: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path().join("ns/mnt")).is_ok_and(|l| l.to_string_lossy() == name)
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(holders.is_empty(), "processes in {name}: {holders:?}");
+    // verify-clean names it, in that namespace, with no process.
+    let v = env.verify_clean(&["web"]);
+    assert!(!v.status.success(), "verify-clean web passed: {}", text(&v));
+    assert!(
+        text(&v).contains("no-credential-mount vm=web check=FAIL"),
+        "verify-clean web does not name the mount: {}",
+        text(&v)
+    );
+    assert!(text(&v).contains(&name), "{name} not named: {}", text(&v));
+    // And asked about every VM.
+    let v = env.verify_clean(&[]);
+    assert!(!v.status.success(), "verify-clean passed: {}", text(&v));
+    // cleanup finds it as it finds one in a namespace with a process:
+    // deleting web's runtime dir makes the kernel detach every mount on
+    // it in every namespace, this one too, and the check after finds none.
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success(), "{rep:#}");
+    assert!(
+        !pinned_mountinfo(&pinned).contains("vmwarden-creds:web"),
+        "cleanup of web left its tmpfs in the pinned namespace: {rep:#}"
+    );
+    let v = env.verify_clean(&["web"]);
+    assert!(v.status.success(), "{}", text(&v));
+    drop(pinned);
+    env.cleanup_clean("web");
 }

@@ -51,10 +51,18 @@
 #    kernel has no vhost_vsock, so that QEMU has no vsock device). The
 #    hypervisor is counted on both sides.
 #
-# Output: the table, then three lines:
+#    Beside them, each round, the scan floor (tests/bench/scan-floor.c,
+#    built here with cc): the least kernel work the credential-mount proof
+#    needs (every mount namespace enumerated, its mounts listed, each
+#    one's file system and a tmpfs's source stated), timed inside one
+#    process (its CPU time: the work, not a loaded machine's waits), no
+#    exec, no /proc.
+#
+# Output: the table, then three lines, and the scan floor's line:
 #   scale: launch@N / launch@0 R, cleanup@N / cleanup@0 R, verify-clean@N / @0 R, status@N R ms, reap@N R ms
 #   scale: AT_ONCE at once, all ready R s, / floor R
 #   scale: host memory per VM beyond the hypervisor R MiB (vmwarden) vs R MiB (microvm.nix's helpers for the same guest); total per VM ratio R
+#   scale: scan floor @0 R ms, @N R ms (NS namespaces, M mounts); cleanup@0 + the floor's growth, / cleanup@0 R; verify-clean likewise R
 # Exits non-zero when anything fails (a launch, a cleanup that is not
 # clean, a verify-clean finding); asserts no timing.
 set -uo pipefail
@@ -87,6 +95,8 @@ else
 fi
 for b in vmwarden-launch vmwarden-cleanup vmwarden; do [ -x "$BIN/$b" ] || die "no $BIN/$b"; done
 QEMU=$(command -v qemu-system-x86_64) || die "no qemu-system-x86_64"
+FLOOR_BIN=$(mktemp /var/tmp/vmwarden-scan-floor.XXXXXX)
+cc -O2 -o "$FLOOR_BIN" "$HERE/scan-floor.c" || die "cannot build tests/bench/scan-floor.c (cc)"
 CARGO_BIN=${VMWARDEN_TEST_CARGO_ROOT:-/var/cache/vmwarden-test/cargo}/bin
 VIRTIOFSD=$CARGO_BIN/virtiofsd
 VSOCKD=$CARGO_BIN/vhost-device-vsock
@@ -118,7 +128,7 @@ finish() {
   for vm in "${!PID[@]}"; do wait "${PID[$vm]}" 2>/dev/null; "$BIN/vmwarden-cleanup" "$vm" >/dev/null 2>&1; done
   "$BIN/vmwarden-cleanup" probe >/dev/null 2>&1
   if [ -n "${VMWARDEN_SCALE_KEEP:-}" ]; then echo "scale.sh: kept $DIR" >&2; else rm -rf "$DIR"; fi
-  rm -rf "$RUNROOT"
+  rm -rf "$RUNROOT" "$FLOOR_BIN"
 }
 trap finish EXIT
 
@@ -210,8 +220,12 @@ steps() { # LEVEL: ROUNDS rounds of the probe launch (paired with /bin/true), cl
     timed "verify@$lvl" "$BIN/vmwarden" verify-clean probe
     timed "status@$lvl" "$BIN/vmwarden" status
     timed "reap@$lvl" "$BIN/vmwarden" reap --json
+    read -r a FLOOR_NS FLOOR_MOUNTS < <("$FLOOR_BIN" 5) || die "scan-floor failed"
+    S[floor@$lvl]="${S[floor@$lvl]:-} $a"
+    FLOOR_AT[$lvl]="$FLOOR_NS namespaces, $FLOOR_MOUNTS mounts"
   done
 }
+declare -A FLOOR_AT=()
 med() { printf '%s\n' ${S[$1]:-} | median; }
 
 echo "scale.sh: $N VMs, $ROUNDS rounds; binaries $BIN; runtime root $RUNROOT" >&2
@@ -238,7 +252,7 @@ levels=(0); [ "$HALF" -gt 0 ] && [ "$HALF" != "$N" ] && levels+=("$HALF"); level
   echo
   echo "== steps as the host fills (medians of $ROUNDS rounds; @0 pools the rounds before the fill and after the drain), ms"
   printf '%-40s' "step"; for l in "${levels[@]}"; do printf '%12s' "@$l"; done; printf '%14s\n' "@$N / @0"
-  for row in "launch:launcher overhead (probe - /bin/true)" "launch-raw:probe launch, whole" "cleanup:vmwarden-cleanup NAME" "verify:vmwarden verify-clean NAME" "status:vmwarden status (every VM)" "reap:vmwarden reap (dry run)"; do
+  for row in "floor:scan floor (tests/bench/scan-floor.c)" "launch:launcher overhead (probe - /bin/true)" "launch-raw:probe launch, whole" "cleanup:vmwarden-cleanup NAME" "verify:vmwarden verify-clean NAME" "status:vmwarden status (every VM)" "reap:vmwarden reap (dry run)"; do
     k=${row%%:*}
     printf '%-40s' "${row#*:}"
     for l in "${levels[@]}"; do printf '%12s' "$(ms_of_us "$(med "$k@$l")")"; done
@@ -250,6 +264,11 @@ levels=(0); [ "$HALF" -gt 0 ] && [ "$HALF" != "$N" ] && levels+=("$HALF"); level
   echo "VM SIGKILL + cleanup, ms: with $((N - 1))..$((N - k)) others running $(q "${DRAIN[@]:0:k}"), with $((k - 1))..0 $(q "${DRAIN[@]: -k}") (median)"
 } | tee "$DIR/logs/table1"
 L1="launch@$N / launch@0 $(ratio "$(med "launch@$N")" "$(med "launch@0")"), cleanup@$N / cleanup@0 $(ratio "$(med "cleanup@$N")" "$(med "cleanup@0")"), verify-clean@$N / @0 $(ratio "$(med "verify@$N")" "$(med "verify@0")"), status@$N $(ms_of_us "$(med "status@$N")") ms, reap@$N $(ms_of_us "$(med "reap@$N")") ms"
+# What cleanup and verify-clean would cost at N were their only growth the
+# floor's: the least any implementation of the proof pays.
+grown() { awk -v s="$1" -v f0="$2" -v fn="$3" 'BEGIN { if (s == "-" || f0 == "-" || fn == "-" || s == 0) print "-"; else printf "%.2f", (s + fn - f0) / s }'; }
+F0=$(med "floor@0"); FN=$(med "floor@$N")
+LF="scan floor @0 $(ms_of_us "$F0") ms, @$N $(ms_of_us "$FN") ms (${FLOOR_AT[0]:-?} @0; ${FLOOR_AT[$N]:-?} @$N); cleanup@0 + the floor's growth, / cleanup@0 $(grown "$(med "cleanup@0")" "$F0" "$FN"); verify-clean likewise $(grown "$(med "verify@0")" "$F0" "$FN")"
 
 # --------------------------------------------------------- 2. many at once
 for i in $(seq 1 "$AT_ONCE"); do spec "$(printf 'a%03d' "$i")"; done
@@ -473,3 +492,4 @@ echo
 echo "scale: $L1"
 echo "scale: $L2"
 echo "scale: $L3"
+echo "scale: $LF"

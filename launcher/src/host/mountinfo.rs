@@ -363,11 +363,9 @@ pub fn credential_mounts_everywhere(
     runtime_root: Option<&Path>,
     name: Option<&VmName>,
 ) -> Vec<(u32, String, Mount)> {
-    let scan = Scan::take(&Wants {
-        uids: UidFilter::None,
-        mount_namespaces: true,
-    });
-    credential_mounts_in(&scan, runtime_root, name)
+    // No /proc walk up front: the kernel enumerates the namespaces, and
+    // the walk runs only to name a process of one that holds a mount.
+    credential_mounts_in(&Scan::default(), runtime_root, name)
 }
 
 /// [`credential_mounts_everywhere`] from the namespaces a scan found (one
@@ -398,10 +396,13 @@ fn credential_mounts_filtered(
     runtime_root: Option<&Path>,
     names: Option<&[VmName]>,
 ) -> Vec<(u32, String, Mount)> {
+    if let Some(held) = ns_mounts::holding(|src| wanted_source(src, names)) {
+        return credential_mounts_held(scan, held, runtime_root, names);
+    }
     match scan.mount_namespaces() {
         Some(nss) => nss
             .iter()
-            .flat_map(|ns| credential_mounts_of(ns, runtime_root, names))
+            .flat_map(|ns| credential_mounts_of(ns, runtime_root, names, false))
             .collect(),
         None => {
             let scan = Scan::take(&Wants {
@@ -410,6 +411,70 @@ fn credential_mounts_filtered(
             });
             credential_mounts_filtered(&scan, runtime_root, names)
         }
+    }
+}
+
+/// The credential mounts in the namespaces the kernel enumerated that
+/// hold a wanted source ([`ns_mounts::holding`]; none, the usual answer,
+/// costs no `/proc` read). Where a process is in one, it is named and
+/// its mountinfo read as the `/proc` walk would ([`credential_mounts_of`]);
+/// a namespace no process is in (kept by an nsfs bind mount or an fd) is
+/// judged from what the kernel stated of each mount, with pid 0.
+fn credential_mounts_held(
+    scan: &Scan,
+    held: Vec<ns_mounts::Holding>,
+    runtime_root: Option<&Path>,
+    names: Option<&[VmName]>,
+) -> Vec<(u32, String, Mount)> {
+    if held.is_empty() {
+        return Vec::new();
+    }
+    let walked;
+    let nss = match scan.mount_namespaces() {
+        Some(nss) => nss,
+        None => {
+            walked = Scan::take(&Wants {
+                uids: UidFilter::None,
+                mount_namespaces: true,
+            });
+            walked.mount_namespaces().unwrap_or_default()
+        }
+    };
+    let wanted = |m: &Mount| match names {
+        None => is_credential_mount(m, runtime_root, None),
+        Some(ns) => ns
+            .iter()
+            .any(|n| is_credential_mount(m, runtime_root, Some(n))),
+    };
+    let mut out = Vec::new();
+    for h in held {
+        match nss.iter().find(|n| n.ns == h.ns) {
+            Some(ns) => out.extend(credential_mounts_of(ns, runtime_root, names, true)),
+            None => out.extend(
+                h.mounts
+                    .into_iter()
+                    .map(|(mount_point, fstype, source)| Mount {
+                        mount_id: 0,
+                        mount_point,
+                        mount_options: String::new(),
+                        fstype,
+                        source,
+                        super_options: String::new(),
+                    })
+                    .filter(|m| wanted(m))
+                    .map(|m| (0, h.ns.clone(), m)),
+            ),
+        }
+    }
+    out
+}
+
+/// Who keeps a namespace of [`credential_mounts_in`]'s answer: `pid N`,
+/// or for pid 0 none (an nsfs bind mount or an fd holds it).
+pub fn holder(pid: u32) -> String {
+    match pid {
+        0 => "no process in it: held by an nsfs bind mount or an fd".into(),
+        p => format!("pid {p}"),
     }
 }
 
@@ -431,14 +496,18 @@ fn wanted_source(src: &[u8], names: Option<&[VmName]>) -> bool {
 /// first of its tasks that can still be read (one task per namespace: the
 /// cost does not grow with the processes or threads sharing it). A
 /// namespace the kernel says holds no mount with one of the VMs' sources
-/// ([`ns_mounts::holds_source`]) is not read.
+/// ([`ns_mounts::holds_source`]) is not read, unless `held` (the kernel
+/// has just said it holds one).
 fn credential_mounts_of(
     ns: &MountNamespace,
     runtime_root: Option<&Path>,
     names: Option<&[VmName]>,
+    held: bool,
 ) -> Vec<(u32, String, Mount)> {
     for tid in &ns.tasks {
-        if ns_mounts::holds_source(*tid, &ns.ns, |src| wanted_source(src, names)) == Some(false) {
+        if !held
+            && ns_mounts::holds_source(*tid, &ns.ns, |src| wanted_source(src, names)) == Some(false)
+        {
             return Vec::new();
         }
         let Ok(data) = read_bytes(&format!("/proc/{tid}/mountinfo")) else {

@@ -22,6 +22,8 @@ use std::os::unix::fs::MetadataExt;
 
 use nix::errno::Errno;
 
+use crate::host::procs;
+
 /// `statmount(2)` and `listmount(2)`: the `libc` crate has neither's
 /// number on x86_64 nor their structures (the numbers are the same on
 /// every architecture but alpha and mips, which the launcher does not
@@ -183,7 +185,9 @@ fn source_of(mnt_id: u64, ns_id: u64, buf: &mut [u64]) -> Result<Option<Vec<u8>>
             e => Err(e),
         };
     }
-    let b: Vec<u8> = buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    // SAFETY: the bytes of `buf` (u8 needs no alignment), borrowed no
+    // longer than `buf` is; no copy of the whole answer per mount.
+    let b: &[u8] = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), len) };
     let at = |off: usize| u64::from_ne_bytes(b[off..off + 8].try_into().unwrap_or_default());
     if at(OFF_MASK) & STATMOUNT_SB_SOURCE == 0 {
         // An older kernel without the source: it cannot answer.
@@ -236,6 +240,241 @@ pub fn holds_source(tid: u32, ns: &str, wanted: impl Fn(&[u8]) -> bool) -> Optio
     sources(tid, ns).map(|all| all.iter().any(|s| wanted(s)))
 }
 
+/// `_IOR(0xb7, 11, struct mnt_ns_info)` and `_IOR(0xb7, 12, …)`
+/// (include/uapi/linux/nsfs.h, Linux 6.12): from a mount namespace's
+/// nsfs fd, an fd of the next (previous) mount namespace of the host by
+/// id, among those the caller has `CAP_SYS_ADMIN` over, with its
+/// `struct mnt_ns_info`; `ENOENT` past the last (first).
+const NS_MNT_GET_NEXT: libc::c_ulong = 0x8010_b70b;
+const NS_MNT_GET_PREV: libc::c_ulong = 0x8010_b70c;
+/// `_IO(0xb7, 0x1)`: an fd of the user namespace owning a namespace.
+const NS_GET_USERNS: libc::c_ulong = 0xb701;
+const STATMOUNT_MNT_POINT: u64 = 0x10;
+const STATMOUNT_FS_TYPE: u64 = 0x20;
+const OFF_FS_TYPE: usize = 36;
+const OFF_MNT_POINT: usize = 108;
+
+/// `struct mnt_ns_info` (`MNT_NS_INFO_SIZE_VER0`).
+#[repr(C)]
+struct MntNsInfo {
+    size: u32,
+    nr_mounts: u32,
+    mnt_ns_id: u64,
+}
+
+/// A mount namespace the kernel listed that holds a mount whose source
+/// was wanted (see [`holding`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    /// `mnt:[INODE]`, as `/proc/PID/ns/mnt` names it.
+    pub ns: String,
+    /// Each such mount: its mount point (relative to the namespace's
+    /// root mount), file system type and source.
+    pub mounts: Vec<(std::path::PathBuf, String, String)>,
+}
+
+/// Every mount namespace of the host, enumerated by the kernel
+/// (`NS_MNT_GET_PREV`/`NS_MNT_GET_NEXT` from the caller's own, Linux
+/// 6.12), each asked with `listmount`/`statmount` for its mounts' file
+/// systems and its tmpfs mounts' sources (a credential mount counts only
+/// as a tmpfs): those holding a tmpfs whose source `wanted` accepts, owned
+/// by the caller's user namespace (an unprivileged user's namespace is
+/// not vmwarden's and cannot hold a mount the launcher made). A namespace
+/// no process is in (kept alive by an nsfs bind mount or an fd) is listed
+/// as any other. No `/proc` read. `None`: the kernel could not tell (not
+/// [`procs::sees_every_mount_namespace`], an older kernel, a filter): the caller walks
+/// `/proc` as before.
+pub fn holding(wanted: impl Fn(&[u8]) -> bool) -> Option<Vec<Holding>> {
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    if !procs::sees_every_mount_namespace() {
+        return None;
+    }
+    let own = std::fs::File::open("/proc/thread-self/ns/mnt").ok()?;
+    let my_userns = std::fs::metadata("/proc/thread-self/ns/user").ok()?;
+    let my_userns = (my_userns.dev(), my_userns.ino());
+    let mut out = Vec::new();
+    let mut id: u64 = 0;
+    // SAFETY: NS_GET_MNTNS_ID writes one u64 through the pointer, which
+    // points to `id`; the fd is open for the call's whole length.
+    if unsafe { libc::ioctl(own.as_raw_fd(), NS_GET_MNTNS_ID, &raw mut id) } != 0 {
+        return None;
+    }
+    visit(own.as_fd(), id, my_userns, &wanted, &mut out)?;
+    for step in [NS_MNT_GET_PREV, NS_MNT_GET_NEXT] {
+        let mut cur: OwnedFd = own.try_clone().ok()?.into();
+        loop {
+            let mut info = MntNsInfo {
+                size: size_of::<MntNsInfo>() as u32,
+                nr_mounts: 0,
+                mnt_ns_id: 0,
+            };
+            // SAFETY: the ioctl writes at most `info.size` bytes through
+            // the pointer, which points to `info`, and returns a new fd
+            // (or -1); `cur` is open for the call's whole length.
+            let fd = unsafe { libc::ioctl(cur.as_raw_fd(), step, &raw mut info) };
+            if fd < 0 {
+                match Errno::last() {
+                    Errno::ENOENT => break,
+                    _ => return None,
+                }
+            }
+            // SAFETY: a non-negative return is a new fd the kernel opened
+            // for this caller, owned by nothing else.
+            let next = unsafe { OwnedFd::from_raw_fd(fd) };
+            visit(next.as_fd(), info.mnt_ns_id, my_userns, &wanted, &mut out)?;
+            cur = next;
+        }
+    }
+    Some(out)
+}
+
+/// One namespace of [`holding`]: its mounts' sources, and when one is
+/// wanted, its owner and the wanted mounts' places. `None`: the kernel
+/// could not tell.
+fn visit(
+    fd: std::os::fd::BorrowedFd<'_>,
+    id: u64,
+    my_userns: (u64, u64),
+    wanted: &impl Fn(&[u8]) -> bool,
+    out: &mut Vec<Holding>,
+) -> Option<()> {
+    let ids = match mount_ids(id) {
+        Ok(ids) => ids,
+        // Emptied meanwhile (its last user left): no mount to hold.
+        Err(Errno::ENOENT) => return Some(()),
+        Err(_) => return None,
+    };
+    let mut small = vec![0u64; (HEADER + 256) / 8];
+    let mut big = Vec::new();
+    let mut hits = Vec::new();
+    for m in ids {
+        // Only a tmpfs can be a credential tmpfs: another file system's
+        // mount is passed on its superblock's magic, a call that makes the
+        // kernel format no string (and allocate no page for one).
+        match may_be_tmpfs(m, id) {
+            Ok(false) | Err(Errno::ENOENT) => continue,
+            Ok(true) => {}
+            Err(_) => return None,
+        }
+        let src = match source_of(m, id, &mut small) {
+            Err(Errno::EOVERFLOW) => {
+                big.resize((HEADER + 4096) / 8, 0u64);
+                source_of(m, id, &mut big)
+            }
+            r => r,
+        };
+        match src {
+            Ok(Some(src)) if wanted(&src) => hits.push(m),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+    if hits.is_empty() {
+        return Some(());
+    }
+    // Owned by the caller's user namespace?
+    // SAFETY: NS_GET_USERNS takes no argument and returns a new fd (or
+    // -1); `fd` is open for the call's whole length.
+    let user = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_USERNS) };
+    if user < 0 {
+        return None;
+    }
+    // SAFETY: a non-negative return is a new fd owned by nothing else.
+    let user = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(user) };
+    let st = nix::sys::stat::fstat(&user).ok()?;
+    if (st.st_dev, st.st_ino) != my_userns {
+        return Some(());
+    }
+    let ns = nix::sys::stat::fstat(fd).ok()?;
+    let mut mounts = Vec::new();
+    for m in hits {
+        if let Some(place) = place_of(m, id).ok()? {
+            mounts.push(place);
+        }
+    }
+    out.push(Holding {
+        ns: format!("mnt:[{}]", ns.st_ino),
+        mounts,
+    });
+    Some(())
+}
+
+/// Is mount `mnt_id` of namespace `ns_id` on a superblock that can be a
+/// `tmpfs`? A tmpfs's superblock has `TMPFS_MAGIC` (shmem sets it
+/// always), or `RAMFS_MAGIC` on a kernel built without shmem, where
+/// "tmpfs" is ramfs; any other magic is another file system.
+fn may_be_tmpfs(mnt_id: u64, ns_id: u64) -> Result<bool, Errno> {
+    const STATMOUNT_SB_BASIC: u64 = 0x1;
+    const OFF_SB_MAGIC: usize = 24;
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    const RAMFS_MAGIC: u64 = 0x8584_58f6;
+    let mut buf = [0u64; HEADER / 8];
+    let req = MntIdReq::new(mnt_id, STATMOUNT_SB_BASIC, ns_id);
+    // SAFETY: `req` is a valid mnt_id_req of the size it states; the
+    // kernel writes at most `size_of_val(&buf)` bytes into `buf`.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_STATMOUNT,
+            &raw const req,
+            buf.as_mut_ptr(),
+            size_of_val(&buf),
+            0u32,
+        )
+    };
+    if rc != 0 {
+        return Err(Errno::last());
+    }
+    if buf[OFF_MASK / 8] & STATMOUNT_SB_BASIC == 0 {
+        return Err(Errno::ENOSYS);
+    }
+    Ok(matches!(buf[OFF_SB_MAGIC / 8], TMPFS_MAGIC | RAMFS_MAGIC))
+}
+
+/// Mount `mnt_id`'s mount point, file system type and source in
+/// namespace `ns_id`; `None` when the mount is gone.
+fn place_of(
+    mnt_id: u64,
+    ns_id: u64,
+) -> Result<Option<(std::path::PathBuf, String, String)>, Errno> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut buf = vec![0u64; (HEADER + 4096) / 8];
+    let want = STATMOUNT_MNT_POINT | STATMOUNT_FS_TYPE | STATMOUNT_SB_SOURCE;
+    let req = MntIdReq::new(mnt_id, want, ns_id);
+    let len = size_of_val(buf.as_slice());
+    // SAFETY: `req` is a valid mnt_id_req of the size it states; the
+    // kernel writes at most `len` bytes into `buf`, which owns them.
+    let rc = unsafe { libc::syscall(SYS_STATMOUNT, &raw const req, buf.as_mut_ptr(), len, 0u32) };
+    if rc != 0 {
+        return match Errno::last() {
+            Errno::ENOENT => Ok(None),
+            e => Err(e),
+        };
+    }
+    let b: Vec<u8> = buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let u32_at = |off: usize| u32::from_ne_bytes(b[off..off + 4].try_into().unwrap_or_default());
+    // A string the kernel had nothing for (a mount point outside the
+    // namespace's root) is not flagged in the mask: empty.
+    let got = u64::from_ne_bytes(b[OFF_MASK..OFF_MASK + 8].try_into().unwrap_or_default());
+    let str_at = |off: usize, flag: u64| -> Result<Vec<u8>, Errno> {
+        if got & flag == 0 {
+            return Ok(Vec::new());
+        }
+        let start = HEADER + usize::try_from(u32_at(off)).map_err(|_| Errno::EOVERFLOW)?;
+        let rest = b.get(start..).ok_or(Errno::EOVERFLOW)?;
+        let end = rest.iter().position(|c| *c == 0).ok_or(Errno::EOVERFLOW)?;
+        Ok(rest[..end].to_vec())
+    };
+    let text = |v: Vec<u8>| String::from_utf8_lossy(&v).into_owned();
+    Ok(Some((
+        std::path::PathBuf::from(std::ffi::OsString::from_vec(str_at(
+            OFF_MNT_POINT,
+            STATMOUNT_MNT_POINT,
+        )?)),
+        text(str_at(OFF_FS_TYPE, STATMOUNT_FS_TYPE)?),
+        text(str_at(OFF_SB_SOURCE, STATMOUNT_SB_SOURCE)?),
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,5 +491,43 @@ mod tests {
         assert_eq!((any, none), (Some(true), Some(false)));
         // Another namespace's inode for this task: not answered.
         assert_eq!(holds_source(me, "mnt:[1]", |_| true), None);
+    }
+
+    /// Every mount namespace a process of this user namespace is in that
+    /// holds a tmpfs is among those the kernel enumerates as holding one
+    /// (as root: anyone else is told `None`), and nothing is held where
+    /// no source is wanted.
+    #[test]
+    fn the_kernel_enumerates_every_namespace_the_proc_walk_finds() {
+        let Some(all) = holding(|_| true) else {
+            assert!(
+                !procs::sees_every_mount_namespace(),
+                "root, and the kernel did not enumerate"
+            );
+            return;
+        };
+        assert_eq!(holding(|_| false), Some(Vec::new()));
+        let own = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+        let listed: Vec<&str> = all.iter().map(|h| h.ns.as_str()).collect();
+        assert!(
+            listed.contains(&own.to_string_lossy().as_ref()),
+            "{listed:?}"
+        );
+        let mut missing = Vec::new();
+        for (tid, ns) in procs::mount_namespace_holders() {
+            // One that came after the enumeration, with its process, is
+            // not a miss: it must have been made since.
+            let tmpfs = std::fs::read_to_string(format!("/proc/{tid}/mountinfo"))
+                .is_ok_and(|t| t.contains(" - tmpfs "));
+            if tmpfs
+                && !listed.contains(&ns.as_str())
+                && std::fs::read_link(format!("/proc/{tid}/ns/mnt")).is_ok()
+                && holding(|_| true).unwrap().iter().all(|h| h.ns != ns)
+            {
+                missing.push((tid, ns));
+            }
+        }
+        assert!(missing.is_empty(), "not enumerated: {missing:?}");
+        assert!(all.iter().all(|h| !h.mounts.is_empty()));
     }
 }

@@ -111,7 +111,10 @@ pub struct Wants {
 
 impl Wants {
     /// The processes of `uids` and the mount namespaces: what `cleanup` and
-    /// `verify-clean` ask.
+    /// `verify-clean` ask. The namespaces are not walked when the kernel
+    /// enumerates them itself ([`sees_every_mount_namespace`]): the search
+    /// for credential mounts then walks `/proc` only to name a process of
+    /// a namespace that holds one.
     /// No uid at all (a VM whose uid cannot be known) reads no process's
     /// credentials.
     pub fn uids_and_mounts(uids: impl IntoIterator<Item = u32>) -> Wants {
@@ -122,9 +125,23 @@ impl Wants {
             } else {
                 UidFilter::Of(set)
             },
-            mount_namespaces: true,
+            mount_namespaces: !sees_every_mount_namespace(),
         }
     }
+}
+
+/// Does the kernel enumerate every mount namespace of the host for this
+/// caller (`host::ns_mounts`)? Only for root with `CAP_SYS_ADMIN` in its user namespace (it
+/// then sees each namespace that user namespace and its children own);
+/// anyone else is shown only some, so the `/proc` walk stays.
+pub fn sees_every_mount_namespace() -> bool {
+    nix::unistd::geteuid().is_root()
+        && caps::has_cap(
+            None,
+            caps::CapSet::Effective,
+            caps::Capability::CAP_SYS_ADMIN,
+        )
+        .unwrap_or(false)
 }
 
 /// One mount namespace that tasks of the host are in, owned by the
@@ -666,7 +683,10 @@ mod tests {
     fn one_scan_answers_the_uid_and_the_mount_namespaces() {
         let me = std::process::id();
         let uid = nix::unistd::getuid().as_raw();
-        let scan = Scan::take(&Wants::uids_and_mounts([uid]));
+        let scan = Scan::take(&Wants {
+            mount_namespaces: true,
+            ..Wants::uids_and_mounts([uid])
+        });
         assert!(scan.of(uid).unwrap().pids.contains(&me));
         // Not asked about: no answer, rather than an empty one.
         assert!(scan.of(uid.wrapping_add(1)).is_none());

@@ -666,7 +666,10 @@ fn surviving_credential_mounts_in(probe: &Probe, roots: &Roots, name: &VmName) -
     .into_iter()
     .map(|(pid, ns, m)| Failed {
         path: m.mount_point,
-        reason: format!("credential tmpfs still mounted in mount namespace {ns} (pid {pid})"),
+        reason: format!(
+            "credential tmpfs still mounted in mount namespace {ns} ({})",
+            mountinfo::holder(pid)
+        ),
     })
     .collect()
 }

@@ -383,12 +383,20 @@ fn reap_credential_mounts(roots: &Roots, r: &mut Report) {
             kind: Kind::CredentialMount,
             path: m.mount_point.clone(),
             vm: Some(vm.clone()),
-            pid: Some(pid),
+            pid: (pid != 0).then_some(pid),
             reason: format!(
-                "credential tmpfs of {vm} in mount namespace {ns} with no live instance"
+                "credential tmpfs of {vm} in mount namespace {ns} with no live instance ({})",
+                mountinfo::holder(pid)
             ),
         });
-        if apply {
+        if apply && pid == 0 {
+            // No process to enter the namespace through: root unmounts it
+            // through what holds it (`nsenter --mount=FILE umount PATH`).
+            r.failed.push(ownership::Failed {
+                path: m.mount_point.clone(),
+                reason: format!("no process is in mount namespace {ns} to unmount it from"),
+            });
+        } else if apply {
             match unmount_in_namespace(pid, &m.mount_point) {
                 Ok(()) => r.deleted.push(m.mount_point.clone()),
                 Err(e) => r.failed.push(ownership::Failed {

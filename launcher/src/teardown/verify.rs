@@ -394,7 +394,11 @@ fn credential_mount_check(roots: &Roots, n: &VmName, all_mounts: &[(u32, String,
             "{:?}",
             mounts
                 .iter()
-                .map(|(p, ns, m)| format!("{} in {ns} (pid {p})", m.mount_point.display()))
+                .map(|(p, ns, m)| format!(
+                    "{} in {ns} ({})",
+                    m.mount_point.display(),
+                    mountinfo::holder(*p)
+                ))
                 .collect::<Vec<_>>()
         ),
     )
