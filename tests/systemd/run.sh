@@ -731,6 +731,7 @@ if [ -n "$ONLY" ]; then SOAK_DEFAULT=50; else SOAK_DEFAULT=5; fi
   printf 'CREDS_st=\nCREDS_own=\nSTORE_FILE=%q\n' "$STORE_FILE"
   printf 'CREDS_vnq=\nCREDS_mvt=\nCREDS_mtr=\nCREDS_res=\nCREDS_pci=\nCREDS_pc2=\nPCI_ADDR=%q\n' "$PCI_ADDR"
   printf 'CREDS_hbq=\n'
+  printf 'HV_ATTRIB=%q\n' "${VMWARDEN_HV_ATTRIB:-0}"
   printf 'CREDS_usb=\nCREDS_us2=\nCREDS_hub=\nUSB_IDS=%q\nUSB_BUS=%q\nUSB_ADDR=%q\n' "$USB_IDS" "$USB_BUS" "$USB_ADDR"
   printf 'HV_BRIDGE=%q\n%s' "$HV_BRIDGE" "$HV_ENV"; } | putc /opt/vmwarden-test/run.env 0644
 
