@@ -36,6 +36,9 @@
 #                                  SHARD_LISTS' guests side by side (see step 3)
 #   VMWARDEN_SYSTEMD_SOAK_CYCLES   cycles of the soak scenario (default 50 when
 #                                  VMWARDEN_SYSTEMD_ONLY is set, 5 in the default run)
+#   VMWARDEN_HV_ATTRIB             1 (or a number of rounds, at least 5): hv_bench also
+#                                  attributes start->running to what the unit has and
+#                                  the floor lacks (scenarios.sh, bench_attrib)
 #   VMWARDEN_SYSTEMD_L3_ACCEL      kvm (default) | tcg: accel of the nested guests
 #   VMWARDEN_SYSTEMD_MACHINE       L2 machine type: microvm (default) | q35 | pc
 #   VMWARDEN_SYSTEMD_MEM           L2 memory in MiB (default 3072)

@@ -1205,7 +1205,7 @@ bench_one() { # VM URI
     set -- $r
     A="$A $1"; AM="$AM $2"; AL="$AL $3"; AH="$AH $4"
   done
-  if [ "${HV_ATTRIB:-0}" = 1 ]; then bench_attrib "$vm" "$uri" || return 1; fi
+  if [ "${HV_ATTRIB:-0}" != 0 ]; then bench_attrib "$vm" "$uri" || return 1; fi
   rm -f "/run/systemd/system/vmwarden-bench-floor-$vm.service"; systemctl daemon-reload
   check_clean "$vm" || return 1
   ml=$(printf '%s\n' $L | median); ma=$(printf '%s\n' $A | median); mb=$(printf '%s\n' $B | median); mf=$(printf '%s\n' $F | median)
@@ -1241,8 +1241,8 @@ bench_floor() { # VM URI OUT -> MS
   systemctl reset-failed "$u" 2>/dev/null
   echo "$ms"
 }
-# Attribution (opt-in: VMWARDEN_HV_ATTRIB=1 on run.sh, HV_ATTRIB in
-# run.env; CI's default run skips it): what of the real unit the floor lacks,
+# Attribution (opt-in: VMWARDEN_HV_ATTRIB=1 on run.sh, or the number of
+# rounds, HV_ATTRIB in run.env; CI's default run skips it): what of the real unit the floor lacks,
 # one group at a time, interleaved round by round in the same run (median of
 # BENCH_PAIRS rounds each, at least 5):
 #   floor       the floor unit as above;
@@ -1265,7 +1265,7 @@ attrib_unit() { # VM KIND EXTRA_LINES -> installs vmwarden-bench-KIND-VM.service
 bench_attrib() { # VM URI
   local vm=$1 uri=$2 d=/run/vmwarden-bench/$1 i r v order n k ms dd=/run/systemd/system/microvm@$1.service.d
   local -A M=()
-  local rounds=$BENCH_PAIRS; [ "$rounds" -ge 5 ] || rounds=5
+  local rounds=$BENCH_PAIRS; [ "$HV_ATTRIB" -gt "$rounds" ] && rounds=$HV_ATTRIB; [ "$rounds" -ge 5 ] || rounds=5
   log "bench $vm attrib: the VM's drop-in: $(cat "/etc/systemd/system/microvm@$vm.service.d/"*.conf 2>/dev/null | grep -v '^#' | tr '\n' ' ' | head -c 600)"
   attrib_unit "$vm" dirs "$(grep -E '^(RuntimeDirectory|StateDirectory)' /etc/systemd/system/microvm@.service)"
   attrib_unit "$vm" post "$(sed -n 's/^ExecStartPost=+\(.*\)%i$/ExecStartPost=-+\1'"$vm"'/p' /etc/systemd/system/microvm@.service)"
