@@ -1294,12 +1294,13 @@ bench_attrib() { # VM URI
     done
   done
   rm -f "/run/systemd/system/vmwarden-bench-dirs-$vm.service" "/run/systemd/system/vmwarden-bench-post-$vm.service"; systemctl daemon-reload
+  log "bench $vm attrib rounds ms: $(for v in floor dirs post unit nopost; do printf '%s [%s ] ' "$v" "${M[$v]}"; done)"
   for v in floor dirs post unit nopost; do M[$v]=$(printf '%s\n' ${M[$v]} | median); done
   log "bench $vm attrib ms (median of $rounds): floor ${M[floor]} +dirs ${M[dirs]} +post ${M[post]} unit ${M[unit]} unit-post ${M[nopost]}"
-  n="$vm attribution (start->running, medians of $rounds, ms): floor ${M[floor]}; RuntimeDirectory/StateDirectory +$(awk -v a="${M[dirs]}" -v b="${M[floor]}" 'BEGIN{printf "%.0f", a-b}')"
-  n="$n; ExecStartPost wait-ready on the floor +$(awk -v a="${M[post]}" -v b="${M[floor]}" 'BEGIN{printf "%.0f", a-b}')"
-  n="$n, in the unit +$(awk -v a="${M[unit]}" -v b="${M[nopost]}" 'BEGIN{printf "%.0f", a-b}') (unit ${M[unit]}, without it ${M[nopost]})"
-  n="$n; the launcher (unit-post minus floor+dirs) +$(awk -v a="${M[nopost]}" -v b="${M[dirs]}" 'BEGIN{printf "%.0f", a-b}')"
+  n="$vm attribution (start->running, medians of $rounds, ms): unit ÷ floor $(ratio "${M[unit]}" "${M[floor]}"); floor ${M[floor]}; RuntimeDirectory/StateDirectory $(awk -v a="${M[dirs]}" -v b="${M[floor]}" 'BEGIN{printf "%+.0f", a-b}')"
+  n="$n; ExecStartPost wait-ready on the floor $(awk -v a="${M[post]}" -v b="${M[floor]}" 'BEGIN{printf "%+.0f", a-b}')"
+  n="$n, in the unit $(awk -v a="${M[unit]}" -v b="${M[nopost]}" 'BEGIN{printf "%+.0f", a-b}') (unit ${M[unit]}, without it ${M[nopost]})"
+  n="$n; the launcher (unit-post minus floor+dirs) $(awk -v a="${M[nopost]}" -v b="${M[dirs]}" 'BEGIN{printf "%+.0f", a-b}')"
   k=$(attrib_steps <"$d/attrib.profile")
   note "$n; launcher's slowest steps (median wall ms): ${k:-none (not a step-profile build)}"
 }
