@@ -36,6 +36,9 @@
 #                                  SHARD_LISTS' guests side by side (see step 3)
 #   VMWARDEN_SYSTEMD_SOAK_CYCLES   cycles of the soak scenario (default 50 when
 #                                  VMWARDEN_SYSTEMD_ONLY is set, 5 in the default run)
+#   VMWARDEN_HV_ATTRIB             1 (or a number of rounds, at least 5): hv_bench also
+#                                  attributes start->running to what the unit has and
+#                                  the floor lacks (scenarios.sh, bench_attrib)
 #   VMWARDEN_SYSTEMD_L3_ACCEL      kvm (default) | tcg: accel of the nested guests
 #   VMWARDEN_SYSTEMD_MACHINE       L2 machine type: microvm (default) | q35 | pc
 #   VMWARDEN_SYSTEMD_MEM           L2 memory in MiB (default 3072)
@@ -124,7 +127,7 @@ want_scenario() { [ -z "$ONLY" ] || printf ' %s ' "$ONLY" | grep -q " $1 "; }
 HV_SCENARIOS=0
 if [ "$MODE" = full ] && { want_scenario cloud_hypervisor || want_scenario firecracker || want_scenario hv_bench \
                             || want_scenario guest_reboot || want_scenario hibernate_cloud_hypervisor \
-                            || want_scenario hibernate_firecracker || want_scenario hv_bench_attribution; }; then
+                            || want_scenario hibernate_firecracker; }; then
   HV_SCENARIOS=1
   HV_BIN_DIR=${VMWARDEN_TEST_HYPERVISORS:-$REPO/../shared/hypervisors/bin}
   for b in cloud-hypervisor firecracker; do
@@ -732,6 +735,7 @@ if [ -n "$ONLY" ]; then SOAK_DEFAULT=50; else SOAK_DEFAULT=5; fi
   printf 'CREDS_st=\nCREDS_own=\nSTORE_FILE=%q\n' "$STORE_FILE"
   printf 'CREDS_vnq=\nCREDS_mvt=\nCREDS_mtr=\nCREDS_res=\nCREDS_pci=\nCREDS_pc2=\nPCI_ADDR=%q\n' "$PCI_ADDR"
   printf 'CREDS_hbq=\n'
+  printf 'HV_ATTRIB=%q\n' "${VMWARDEN_HV_ATTRIB:-0}"
   printf 'CREDS_usb=\nCREDS_us2=\nCREDS_hub=\nUSB_IDS=%q\nUSB_BUS=%q\nUSB_ADDR=%q\n' "$USB_IDS" "$USB_BUS" "$USB_ADDR"
   printf 'HV_BRIDGE=%q\n%s' "$HV_BRIDGE" "$HV_ENV"; } | putc /opt/vmwarden-test/run.env 0644
 

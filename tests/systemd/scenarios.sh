@@ -1205,6 +1205,7 @@ bench_one() { # VM URI
     set -- $r
     A="$A $1"; AM="$AM $2"; AL="$AL $3"; AH="$AH $4"
   done
+  if [ "${HV_ATTRIB:-0}" != 0 ]; then bench_attrib "$vm" "$uri" || return 1; fi
   rm -f "/run/systemd/system/vmwarden-bench-floor-$vm.service"; systemctl daemon-reload
   check_clean "$vm" || return 1
   ml=$(printf '%s\n' $L | median); ma=$(printf '%s\n' $A | median); mb=$(printf '%s\n' $B | median); mf=$(printf '%s\n' $F | median)
@@ -1234,6 +1235,90 @@ bench_floor() { # VM URI OUT -> MS
   systemctl reset-failed "$u" 2>/dev/null
   "$T/bin/api-running" "/run/vmwarden-bench/$vm/api.sock" "$2" 120 -- /usr/bin/systemctl start --no-block "$u" >"$out" 2>&1 \
     || { fail "$vm: the bare hypervisor under the hardened unit never said Running: $(tail -3 "$out" | tr '\n' ' ') $(journalctl -q -n 5 -u "$u" | tr '\n' ' ')"; systemctl kill -s KILL "$u" 2>/dev/null; return 1; }
+  ms=$(sed -n 's/^API-RUNNING ms=\([0-9.]*\).*/\1/p' "$out")
+  systemctl kill -s KILL "$u" 2>/dev/null
+  for _ in $(seq 1 100); do case "$(state "$u")" in active|deactivating|activating) sleep 0.05 ;; *) break ;; esac; done
+  systemctl reset-failed "$u" 2>/dev/null
+  echo "$ms"
+}
+# Attribution (opt-in: VMWARDEN_HV_ATTRIB=1 on run.sh, or the number of
+# rounds, HV_ATTRIB in run.env; CI's default run skips it): what of the real unit the floor lacks,
+# one group at a time, interleaved round by round in the same run (median of
+# BENCH_PAIRS rounds each, at least 5):
+#   floor       the floor unit as above;
+#   +dirs       floor + the template's RuntimeDirectory=/StateDirectory= lines
+#               (names, modes, Preserve: the very same directories);
+#   +post       floor + the template's ExecStartPost (`+vmwarden wait-ready`,
+#               root, beside the main process; "-": here it finds no lease
+#               and gives up after its grace, so this is its start-up and
+#               first poll, not its whole polling);
+#   unit        microvm@VM as installed;
+#   unit-post   microvm@VM with a drop-in clearing ExecStartPost= (what
+#               wait-ready costs the real start, measured from the unit side).
+# The VM's drop-in (credentials, writable paths) is logged: chb and fcb have
+# none. With a `step-profile` launcher the unit rounds' marks give the
+# launcher's slowest steps (median wall ms per step).
+attrib_unit() { # VM KIND EXTRA_LINES -> installs vmwarden-bench-KIND-VM.service
+  local f=/run/systemd/system/vmwarden-bench-floor-$1.service u=/run/systemd/system/vmwarden-bench-$2-$1.service
+  { cat "$f"; printf '%s\n' "$3"; } >"$u"
+}
+bench_attrib() { # VM URI
+  local vm=$1 uri=$2 d=/run/vmwarden-bench/$1 i r v order n k ms dd=/run/systemd/system/microvm@$1.service.d
+  local -A M=()
+  local rounds=$BENCH_PAIRS; [ "$HV_ATTRIB" -gt "$rounds" ] && rounds=$HV_ATTRIB; [ "$rounds" -ge 5 ] || rounds=5
+  log "bench $vm attrib: the VM's drop-in: $(cat "/etc/systemd/system/microvm@$vm.service.d/"*.conf 2>/dev/null | grep -v '^#' | tr '\n' ' ' | head -c 600)"
+  attrib_unit "$vm" dirs "$(grep -E '^(RuntimeDirectory|StateDirectory)' /etc/systemd/system/microvm@.service)"
+  attrib_unit "$vm" post "$(sed -n 's/^ExecStartPost=+\(.*\)%i$/ExecStartPost=-+\1'"$vm"'/p' /etc/systemd/system/microvm@.service)"
+  systemctl daemon-reload
+  log "bench $vm attrib +dirs: $(grep -E '^(Runtime|State)Directory' "/run/systemd/system/vmwarden-bench-dirs-$vm.service" | tr '\n' ' '); +post: $(grep '^ExecStartPost' "/run/systemd/system/vmwarden-bench-post-$vm.service")"
+  : >"$d/attrib.profile"
+  for i in $(seq 1 "$rounds"); do
+    order="floor dirs post unit nopost"
+    # rotate the order by round: no variant always follows the same one
+    for _ in $(seq 1 $(( (i - 1) % 5 ))); do order="${order#* } ${order%% *}"; done
+    for v in $order; do
+      case "$v" in
+        floor|dirs|post)
+          ms=$(bench_floor_as "vmwarden-bench-$v-$vm.service" "$vm" "$uri" "$d/attr-$v.out") || return 1 ;;
+        unit|nopost)
+          if [ "$v" = nopost ]; then
+            mkdir -p "$dd"; printf '[Service]\nExecStartPost=\n' >"$dd/zz-bench-nopost.conf"; systemctl daemon-reload
+          fi
+          r=$(bench_launcher "$vm" "$uri" "$d/attr-$v.out") || return 1
+          set -- $r; ms=$1
+          grep -o 'vmwarden-profile .*' "$d/attr-$v.out.journal" >>"$d/attrib.profile"
+          bench_kill_launched "$vm" "$2" || return 1
+          if [ "$v" = nopost ]; then rm -f "$dd/zz-bench-nopost.conf"; rmdir "$dd" 2>/dev/null; systemctl daemon-reload; fi ;;
+      esac
+      M[$v]="${M[$v]:-} $ms"
+    done
+  done
+  rm -f "/run/systemd/system/vmwarden-bench-dirs-$vm.service" "/run/systemd/system/vmwarden-bench-post-$vm.service"; systemctl daemon-reload
+  log "bench $vm attrib rounds ms: $(for v in floor dirs post unit nopost; do printf '%s [%s ] ' "$v" "${M[$v]}"; done)"
+  for v in floor dirs post unit nopost; do M[$v]=$(printf '%s\n' ${M[$v]} | median); done
+  log "bench $vm attrib ms (median of $rounds): floor ${M[floor]} +dirs ${M[dirs]} +post ${M[post]} unit ${M[unit]} unit-post ${M[nopost]}"
+  n="$vm attribution (start->running, medians of $rounds, ms): unit ÷ floor $(ratio "${M[unit]}" "${M[floor]}"); floor ${M[floor]}; RuntimeDirectory/StateDirectory $(awk -v a="${M[dirs]}" -v b="${M[floor]}" 'BEGIN{printf "%+.0f", a-b}')"
+  n="$n; ExecStartPost wait-ready on the floor $(awk -v a="${M[post]}" -v b="${M[floor]}" 'BEGIN{printf "%+.0f", a-b}')"
+  n="$n, in the unit $(awk -v a="${M[unit]}" -v b="${M[nopost]}" 'BEGIN{printf "%+.0f", a-b}') (unit ${M[unit]}, without it ${M[nopost]})"
+  n="$n; the launcher (unit-post minus floor+dirs) $(awk -v a="${M[nopost]}" -v b="${M[dirs]}" 'BEGIN{printf "%+.0f", a-b}')"
+  k=$(attrib_steps <"$d/attrib.profile")
+  note "$n; launcher's slowest steps (median wall ms): ${k:-none (not a step-profile build)}"
+}
+# vmwarden-profile lines (STEP CPU_NS WALL_NS AT_NS) -> the six slowest
+# steps by median wall time, "step ms cpu ms, ..."
+attrib_steps() {
+  awk '$1 == "vmwarden-profile" && $2 != "exec-to-main" { w[$2] = w[$2] " " $4; c[$2] = c[$2] " " $3 }
+    function med(s,  a, n, i, j, t) { n = split(s, a, " "); for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+      return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2 }
+    END { for (s in w) printf "%.1f %s %.1f\n", med(w[s]) / 1e6, s, med(c[s]) / 1e6 }' \
+    | sort -rn | head -6 | awk '{ printf "%s%s %s (cpu %s)", (NR > 1 ? ", " : ""), $2, $1, $3 }'
+}
+bench_floor_as() { # UNIT VM URI OUT -> MS (bench_floor for any floor-based unit)
+  local u=$1 vm=$2 out=$4 ms
+  rm -f "/run/vmwarden-bench/$vm/api.sock"
+  systemctl reset-failed "$u" 2>/dev/null
+  "$T/bin/api-running" "/run/vmwarden-bench/$vm/api.sock" "$3" 120 -- /usr/bin/systemctl start --no-block "$u" >"$out" 2>&1 \
+    || { fail "$vm: $u never said Running: $(tail -3 "$out" | tr '\n' ' ') $(journalctl -q -n 5 -u "$u" | tr '\n' ' ')"; systemctl kill -s KILL "$u" 2>/dev/null; return 1; }
   ms=$(sed -n 's/^API-RUNNING ms=\([0-9.]*\).*/\1/p' "$out")
   systemctl kill -s KILL "$u" 2>/dev/null
   for _ in $(seq 1 100); do case "$(state "$u")" in active|deactivating|activating) sleep 0.05 ;; *) break ;; esac; done
@@ -1374,69 +1459,6 @@ s_hibernate_firecracker() { s_hib_vmm fch; }
 s_hv_bench() {
   bench_one chb /api/v1/vm.info && bench_one fcb /
 }
-# hv_bench_attribution (run only when VMWARDEN_SYSTEMD_ONLY names it: not
-# in CI's run): which of the unit's properties that the floor unit lacks
-# cost its start. In one run, rounds alternating: the unit as rendered;
-# the unit without ExecStartPost= (wait-ready, which starts beside the
-# launcher on L2's one vCPU); the unit without RuntimeDirectory= and
-# StateDirectory= (the two directories then writable through
-# ReadWritePaths= instead, as ProtectSystem=strict needs); without both;
-# and the floor. Each variant is a runtime drop-in, removed after; each
-# start is measured as hv_bench's unit is (start → Running; to main(),
-# launcher, hypervisor). A measurement: it drops nothing from the unit.
-ATTRIB_VARIANTS="unit no-wait-ready no-dirs neither"
-attrib_variant() { # VM VARIANT
-  local d=/run/systemd/system/microvm@$1.service.d
-  mkdir -p "$d"
-  case "$2" in
-    unit) rm -f "$d/zz-attrib.conf" ;;
-    no-wait-ready) printf '[Service]\nExecStartPost=\n' >"$d/zz-attrib.conf" ;;
-    no-dirs) printf '[Service]\nRuntimeDirectory=\nStateDirectory=\nReadWritePaths=%s %s\n' "$RUNTIME_ROOT" "$STATE_ROOT" >"$d/zz-attrib.conf" ;;
-    neither) printf '[Service]\nExecStartPost=\nRuntimeDirectory=\nStateDirectory=\nReadWritePaths=%s %s\n' "$RUNTIME_ROOT" "$STATE_ROOT" >"$d/zz-attrib.conf" ;;
-  esac
-  systemctl daemon-reload
-}
-attrib_one() { # VM URI
-  local vm=$1 uri=$2 d=/run/vmwarden-bench/$1 i v r pid argv F="" rc=0
-  declare -A MS PM PL PH
-  mkdir -p "$d"
-  for i in 1 2 3; do
-    for v in $ATTRIB_VARIANTS; do
-      attrib_variant "$vm" "$v"
-      r=$(bench_launcher "$vm" "$uri" "$d/launch.out") || { rc=1; break 2; }
-      set -- $r
-      MS[$v]="${MS[$v]:-} $1"; PM[$v]="${PM[$v]:-} $3"; PL[$v]="${PL[$v]:-} $4"; PH[$v]="${PH[$v]:-} $5"; pid=$2
-      if [ "$i" = 1 ] && [ "$v" = unit ]; then
-        mapfile -d '' argv <"/proc/$pid/cmdline"
-        case "$vm" in
-          chb) argv=("${argv[@]//path=$RUNTIME_ROOT\/$vm\/control\/api.sock/path=$d/api.sock}") ;;
-          fcb) cp "$RUNTIME_ROOT/$vm/control/firecracker.json" "$d/firecracker.json" || { rc=1; break 2; }
-               argv=("${argv[0]}" --api-sock "$d/api.sock" --config-file "$d/firecracker.json") ;;
-        esac
-      fi
-      bench_kill_launched "$vm" "$pid" || { rc=1; break 2; }
-    done
-    [ "$i" = 1 ] && floor_unit "$vm" "${argv[@]}"
-    r=$(bench_floor "$vm" "$uri" "$d/floor.out") || { rc=1; break; }
-    F="$F $r"
-  done
-  rm -f "/run/systemd/system/microvm@$vm.service.d/zz-attrib.conf" "/run/systemd/system/vmwarden-bench-floor-$vm.service"
-  systemctl daemon-reload
-  [ "$rc" = 0 ] || { fail "$vm: an attribution round failed"; return 1; }
-  local line="" mf
-  mf=$(printf '%s\n' $F | median)
-  for v in $ATTRIB_VARIANTS; do
-    log "attrib $vm $v ms:${MS[$v]:-} to main:${PM[$v]:-} launcher:${PL[$v]:-} hypervisor:${PH[$v]:-}"
-    line="$line; $v $(printf '%s\n' ${MS[$v]:-} | median) ms (÷ floor $(ratio "$(printf '%s\n' ${MS[$v]:-} | median)" "$mf"); to main() $(printf '%s\n' ${PM[$v]:-} | median), launcher $(printf '%s\n' ${PL[$v]:-} | median), hypervisor $(printf '%s\n' ${PH[$v]:-} | median))"
-  done
-  log "attrib $vm floor ms:$F"
-  note "$vm attribution (medians of 3 rounds, start → Running): floor $mf ms$line"
-  check_clean "$vm"
-}
-s_hv_bench_attribution() {
-  attrib_one chb /api/v1/vm.info && attrib_one fcb /
-}
-
 # ---------------------------------------------------------------- vsock_ssh
 # `ssh vsock/<cid>` from L2 reaches the guest's sshd on vsock port 22 over
 # the kernel's vhost-vsock (vsk: vsock.backend = "vhost", cid 5; dropbear
@@ -2630,7 +2652,6 @@ else
   run_scenario host_shutdown_restore s_host_shutdown_restore
   run_scenario all_clean s_all_clean
   # a measurement only, when named (not in SHARD_LISTS: CI does not run it)
-  [ -z "$ONLY" ] || run_scenario hv_bench_attribution s_hv_bench_attribution
 fi
 say "SCENARIOS passed=$PASS failed=$FAIL"
 

@@ -188,6 +188,16 @@ pub fn uid_of(spec: &Spec) -> Result<u32> {
     }
 }
 
+/// [`uid_of`] against accounts the caller has already read (a scan of
+/// every configured spec reads /etc/passwd and /etc/group once, not once
+/// per spec).
+pub fn uid_of_with(spec: &Spec, acc: &Accounts) -> Result<u32> {
+    match (&spec.principal.user, spec.principal.uid) {
+        (None, Some(uid)) => Ok(uid),
+        _ => resolve_ids_with(spec, acc).map(|(u, _, _)| u),
+    }
+}
+
 /// Where the kernel's overflow ids are configured.
 const OVERFLOW_UID: &str = "/proc/sys/kernel/overflowuid";
 const OVERFLOW_GID: &str = "/proc/sys/kernel/overflowgid";
@@ -284,7 +294,7 @@ pub fn resolve(spec: &Spec, roots: &Roots) -> Result<Principal> {
         }
     }
     // Shared with another VM's principal?
-    if let Some((vm, spec)) = uid_owner_elsewhere(roots, &spec.name, uid) {
+    if let Some((vm, spec)) = uid_owner_elsewhere(roots, &spec.name, uid, &acc) {
         let vm = vm.to_string();
         return Err(perr(&who, Problem::Shared { uid, vm, spec }));
     }
@@ -311,11 +321,17 @@ pub fn kvm_device_group(dev: &Path) -> Option<u32> {
 
 /// Another VM in the config dir whose principal resolves to `uid`.
 /// Specs that cannot be read are skipped (they are not this VM's to judge).
-/// `name`'s own spec is not read again (the launch has read it).
-pub fn uid_owner_elsewhere(roots: &Roots, name: &VmName, uid: u32) -> Option<(VmName, PathBuf)> {
+/// `name`'s own spec is not read again (the launch has read it), nor are
+/// the accounts: `acc` resolves every other spec's user and group.
+pub fn uid_owner_elsewhere(
+    roots: &Roots,
+    name: &VmName,
+    uid: u32,
+    acc: &Accounts,
+) -> Option<(VmName, PathBuf)> {
     for (other, path, spec) in configured_specs_except(roots, Some(name)) {
         let Some(spec) = spec else { continue };
-        if let Ok(ouid) = uid_of(&spec) {
+        if let Ok(ouid) = uid_of_with(&spec, acc) {
             if ouid == uid {
                 return Some((other, path));
             }
@@ -361,4 +377,57 @@ pub fn configured_specs_except(
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn write_spec(dir: &Path, name: &str, principal: serde_json::Value) {
+        let v = json!({
+            "version": 1, "name": name, "principal": principal,
+            "hypervisor": { "kind": "qemu", "binary": "/usr/bin/hv" },
+            "vcpus": 1, "memory_mib": 256, "kernel": "/boot/vmlinuz"
+        });
+        std::fs::write(
+            dir.join(format!("{name}.json")),
+            serde_json::to_vec(&v).unwrap(),
+        )
+        .unwrap();
+    }
+
+    /// Another VM's principal named by user and group resolves through the
+    /// accounts the launch read once (these, not the host's files); the
+    /// VM's own spec is never compared with itself.
+    #[test]
+    fn another_vms_principal_by_name_is_found_in_the_accounts_given() {
+        let d = tempfile::tempdir().unwrap();
+        let roots = Roots {
+            config_dir: d.path().to_path_buf(),
+            runtime_root: d.path().join("run"),
+            state_root: d.path().join("state"),
+        };
+        write_spec(
+            d.path(),
+            "db",
+            json!({ "user": "vmw-test-db", "group": "vmw-test-db" }),
+        );
+        write_spec(d.path(), "web", json!({ "uid": 61001, "gid": 61001 }));
+        let acc = Accounts::from_text(
+            "vmw-test-db:x:61001:61001::/nonexistent:/usr/sbin/nologin\n",
+            "vmw-test-db:x:61001:\n",
+        );
+        let web = VmName::parse("web").unwrap();
+        let (vm, path) =
+            uid_owner_elsewhere(&roots, &web, 61001, &acc).expect("db's principal is uid 61001");
+        assert_eq!((vm.as_str(), path), ("db", d.path().join("db.json")));
+        assert!(uid_owner_elsewhere(&roots, &web, 61002, &acc).is_none());
+        // Without the account, db's user does not resolve: not counted.
+        let none = Accounts::from_text("", "");
+        assert!(uid_owner_elsewhere(&roots, &web, 61001, &none).is_none());
+        let db = VmName::parse("db").unwrap();
+        let (vm, _) = uid_owner_elsewhere(&roots, &db, 61001, &acc).expect("web's uid is 61001");
+        assert_eq!(vm.as_str(), "web");
+    }
 }
