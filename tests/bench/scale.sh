@@ -372,7 +372,14 @@ if [ -n "$STRACE" ]; then
   sp=$!
   "$BIN/vmwarden" wait-ready mem --timeout 120 >"$DIR/logs/mem.ready" 2>&1 \
     || die "mem under strace: not ready: $(tail -3 "$DIR/logs/mem.log" | tr '\n' ' ')"
-  for p in $(pgrep -U "$MEM_UID"); do kill -9 "$p" 2>/dev/null; done
+  # Killed until the lease is free: under load a helper forked after one
+  # pgrep still holds it (cleanup then rightly refuses a live VM).
+  for _ in $(seq 1 100); do
+    ps=$(pgrep -U "$MEM_UID")
+    [ -z "$ps" ] && flock -n "$RUNROOT/mem/instance.lock" true && break
+    for p in $ps; do kill -9 "$p" 2>/dev/null; done
+    sleep 0.1
+  done
   wait "$sp" 2>/dev/null
   "$BIN/vmwarden-cleanup" mem >"$DIR/logs/mem.cleanup" 2>&1 || die "mem: cleanup not clean: $(head -c 400 "$DIR/logs/mem.cleanup")"
 fi
