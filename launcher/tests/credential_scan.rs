@@ -235,3 +235,74 @@ fn a_credential_tmpfs_in_a_namespace_no_process_is_in_is_found() {
     drop(pinned);
     env.cleanup_clean("web");
 }
+
+/// A process that is stopped when dropped, whatever the test's outcome.
+struct Held(Option<Child>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            stop(c);
+        }
+    }
+}
+
+/// An unprivileged user's own user and mount namespace (uid 65534,
+/// `unshare -Urm`) holding a tmpfs whose source fills the 4 KiB that
+/// `statmount` is offered for it, and one with an empty source: the
+/// kernel states neither.
+fn unreadable_source_of_a_local_user() -> Held {
+    let long = "x".repeat(4095);
+    let mut c = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["unshare", "-Urm", "sh", "-c"])
+        .arg(format!(
+            "mount -t tmpfs {long} /tmp && mount -t tmpfs '' /mnt && echo MOUNTED && exec sleep 600"
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let held = Held(Some(c));
+    assert_eq!(
+        line.trim(),
+        "MOUNTED",
+        "uid 65534 could not mount its tmpfs"
+    );
+    held
+}
+
+/// A local user cannot blind the kernel's enumeration: a mount whose
+/// source `statmount` will not state, in the user's own namespace (which
+/// is not vmwarden's and is skipped unread), does not send the search
+/// back to the `/proc` walk, which never sees a namespace no process is
+/// in; web's tmpfs pinned in one is still found.
+#[test]
+fn a_local_users_unreadable_mount_does_not_hide_a_namespace_no_process_is_in() {
+    use std::os::unix::fs::MetadataExt;
+    let env = Env::new();
+    spec_with_cred(&env, "web", uid(83));
+    let o = env.probe("web", &["/bin/true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    env.cleanup_clean("web");
+    let blind = unreadable_source_of_a_local_user();
+    let pinned = pin(&env, "vmwarden-creds:web", &env.run.join("web/credentials"));
+    let name = format!("mnt:[{}]", std::fs::metadata(pinned.file()).unwrap().ino());
+    let v = env.verify_clean(&["web"]);
+    assert!(
+        text(&v).contains("no-credential-mount vm=web check=FAIL"),
+        "web's tmpfs pinned in {name} not found: {}",
+        text(&v)
+    );
+    assert!(text(&v).contains(&name), "{name} not named: {}", text(&v));
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success(), "{rep:#}");
+    assert!(!pinned_mountinfo(&pinned).contains("vmwarden-creds:web"));
+    drop(blind);
+    drop(pinned);
+    env.cleanup_clean("web");
+}
