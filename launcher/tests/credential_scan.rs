@@ -306,3 +306,65 @@ fn a_local_users_unreadable_mount_does_not_hide_a_namespace_no_process_is_in() {
     drop(pinned);
     env.cleanup_clean("web");
 }
+
+/// web's tmpfs in a mount namespace of the initial user namespace whose
+/// only process has since entered a user namespace of its own
+/// (`unshare -U`, as a helper that unshares its mount namespace as root
+/// and then its user namespace does): the namespace is vmwarden's, and
+/// the process in it is named, so `reap --apply` unmounts it there.
+#[test]
+fn a_namespace_whose_process_moved_to_a_user_namespace_of_its_own_names_it() {
+    let env = Env::new();
+    spec_with_cred(&env, "web", uid(85));
+    let o = env.probe("web", &["/bin/true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    env.cleanup_clean("web");
+    let mp = env.run.join("web/credentials");
+    std::fs::create_dir_all(&mp).unwrap();
+    let mut c = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mount -t tmpfs vmwarden-creds:web '{}' && exec unshare -U sh -c 'echo MOUNTED; exec sleep 600'",
+            mp.display()
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let held = Held(Some(c));
+    assert_eq!(
+        line.trim(),
+        "MOUNTED",
+        "the holder did not mount web's tmpfs"
+    );
+    let pid = held.0.as_ref().unwrap().id();
+    let shown = || std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+    assert!(shown().contains("vmwarden-creds:web"));
+    assert_ne!(
+        std::fs::read_link(format!("/proc/{pid}/ns/user")).unwrap(),
+        std::fs::read_link("/proc/self/ns/user").unwrap()
+    );
+    let v = env.verify_clean(&["web"]);
+    assert!(
+        text(&v).contains("no-credential-mount vm=web check=FAIL"),
+        "web's tmpfs not found: {}",
+        text(&v)
+    );
+    assert!(
+        text(&v).contains(&format!("(pid {pid})")),
+        "the process in the namespace, {pid}, is not named: {}",
+        text(&v)
+    );
+    let r = env.vmwarden(&["reap", "--apply"]);
+    assert!(
+        !shown().contains("vmwarden-creds:web"),
+        "reap --apply left web's tmpfs in pid {pid}'s namespace: {}",
+        text(&r)
+    );
+    drop(held);
+    env.cleanup_clean("web");
+}
