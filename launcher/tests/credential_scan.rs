@@ -235,3 +235,136 @@ fn a_credential_tmpfs_in_a_namespace_no_process_is_in_is_found() {
     drop(pinned);
     env.cleanup_clean("web");
 }
+
+/// A process that is stopped when dropped, whatever the test's outcome.
+struct Held(Option<Child>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            stop(c);
+        }
+    }
+}
+
+/// An unprivileged user's own user and mount namespace (uid 65534,
+/// `unshare -Urm`) holding a tmpfs whose source fills the 4 KiB that
+/// `statmount` is offered for it, and one with an empty source: the
+/// kernel states neither.
+fn unreadable_source_of_a_local_user() -> Held {
+    let long = "x".repeat(4095);
+    let mut c = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["unshare", "-Urm", "sh", "-c"])
+        .arg(format!(
+            "mount -t tmpfs {long} /tmp && mount -t tmpfs '' /mnt && echo MOUNTED && exec sleep 600"
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let held = Held(Some(c));
+    assert_eq!(
+        line.trim(),
+        "MOUNTED",
+        "uid 65534 could not mount its tmpfs"
+    );
+    held
+}
+
+/// A local user cannot blind the kernel's enumeration: a mount whose
+/// source `statmount` will not state, in the user's own namespace (which
+/// is not vmwarden's and is skipped unread), does not send the search
+/// back to the `/proc` walk, which never sees a namespace no process is
+/// in; web's tmpfs pinned in one is still found.
+#[test]
+fn a_local_users_unreadable_mount_does_not_hide_a_namespace_no_process_is_in() {
+    use std::os::unix::fs::MetadataExt;
+    let env = Env::new();
+    spec_with_cred(&env, "web", uid(83));
+    let o = env.probe("web", &["/bin/true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    env.cleanup_clean("web");
+    let blind = unreadable_source_of_a_local_user();
+    let pinned = pin(&env, "vmwarden-creds:web", &env.run.join("web/credentials"));
+    let name = format!("mnt:[{}]", std::fs::metadata(pinned.file()).unwrap().ino());
+    let v = env.verify_clean(&["web"]);
+    assert!(
+        text(&v).contains("no-credential-mount vm=web check=FAIL"),
+        "web's tmpfs pinned in {name} not found: {}",
+        text(&v)
+    );
+    assert!(text(&v).contains(&name), "{name} not named: {}", text(&v));
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success(), "{rep:#}");
+    assert!(!pinned_mountinfo(&pinned).contains("vmwarden-creds:web"));
+    drop(blind);
+    drop(pinned);
+    env.cleanup_clean("web");
+}
+
+/// web's tmpfs in a mount namespace of the initial user namespace whose
+/// only process has since entered a user namespace of its own
+/// (`unshare -U`, as a helper that unshares its mount namespace as root
+/// and then its user namespace does): the namespace is vmwarden's, and
+/// the process in it is named, so `reap --apply` unmounts it there.
+#[test]
+fn a_namespace_whose_process_moved_to_a_user_namespace_of_its_own_names_it() {
+    let env = Env::new();
+    spec_with_cred(&env, "web", uid(85));
+    let o = env.probe("web", &["/bin/true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    env.cleanup_clean("web");
+    let mp = env.run.join("web/credentials");
+    std::fs::create_dir_all(&mp).unwrap();
+    let mut c = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mount -t tmpfs vmwarden-creds:web '{}' && exec unshare -U sh -c 'echo MOUNTED; exec sleep 600'",
+            mp.display()
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let held = Held(Some(c));
+    assert_eq!(
+        line.trim(),
+        "MOUNTED",
+        "the holder did not mount web's tmpfs"
+    );
+    let pid = held.0.as_ref().unwrap().id();
+    let shown = || std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+    assert!(shown().contains("vmwarden-creds:web"));
+    assert_ne!(
+        std::fs::read_link(format!("/proc/{pid}/ns/user")).unwrap(),
+        std::fs::read_link("/proc/self/ns/user").unwrap()
+    );
+    let v = env.verify_clean(&["web"]);
+    assert!(
+        text(&v).contains("no-credential-mount vm=web check=FAIL"),
+        "web's tmpfs not found: {}",
+        text(&v)
+    );
+    assert!(
+        text(&v).contains(&format!("(pid {pid})")),
+        "the process in the namespace, {pid}, is not named: {}",
+        text(&v)
+    );
+    let r = env.vmwarden(&["reap", "--apply"]);
+    assert!(
+        !shown().contains("vmwarden-creds:web"),
+        "reap --apply left web's tmpfs in pid {pid}'s namespace: {}",
+        text(&r)
+    );
+    drop(held);
+    env.cleanup_clean("web");
+}

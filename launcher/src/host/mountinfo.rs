@@ -356,9 +356,9 @@ pub fn credential_mount_vm(m: &Mount, runtime_root: Option<&Path>) -> Option<VmN
 /// One entry per credential mount per mount namespace: a thread in that
 /// namespace, the namespace, and the mount of VM `name` (or of any VM when
 /// `name` is `None`) under `runtime_root` (or under any root when `None`).
-/// Only namespaces of this (the initial) user namespace count: an
-/// unprivileged user's namespace is not vmwarden's and cannot hold a mount
-/// the launcher made.
+/// Only namespaces this (the initial) user namespace owns count: one
+/// another user namespace owns is not vmwarden's (a copy of a VM's tmpfs
+/// there, made by root with `unshare -Urm`, is not looked for).
 pub fn credential_mounts_everywhere(
     runtime_root: Option<&Path>,
     name: Option<&VmName>,

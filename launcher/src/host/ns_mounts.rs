@@ -279,7 +279,7 @@ pub struct Holding {
 /// systems and its tmpfs mounts' sources (a credential mount counts only
 /// as a tmpfs): those holding a tmpfs whose source `wanted` accepts, owned
 /// by the caller's user namespace (an unprivileged user's namespace is
-/// not vmwarden's and cannot hold a mount the launcher made). A namespace
+/// not vmwarden's, and is passed unasked: see [`visit`]). A namespace
 /// no process is in (kept alive by an nsfs bind mount or an fd) is listed
 /// as any other. No `/proc` read. `None`: the kernel could not tell (not
 /// [`procs::sees_every_mount_namespace`], an older kernel, a filter): the caller walks
@@ -328,8 +328,9 @@ pub fn holding(wanted: impl Fn(&[u8]) -> bool) -> Option<Vec<Holding>> {
     Some(out)
 }
 
-/// One namespace of [`holding`]: its mounts' sources, and when one is
-/// wanted, its owner and the wanted mounts' places. `None`: the kernel
+/// One namespace of [`holding`]: its owner first (another user
+/// namespace's is passed, its mounts unasked), then its mounts' sources,
+/// and when one is wanted, the wanted mounts' places. `None`: the kernel
 /// could not tell.
 fn visit(
     fd: std::os::fd::BorrowedFd<'_>,
@@ -338,6 +339,24 @@ fn visit(
     wanted: &impl Fn(&[u8]) -> bool,
     out: &mut Vec<Holding>,
 ) -> Option<()> {
+    // Owned by the caller's user namespace? Any other is skipped before
+    // its mounts are asked, as the `/proc` walk skips it: a local user's
+    // own namespace may hold a mount whose source the kernel will not
+    // state (empty, or over 4 KiB), which would otherwise make the whole
+    // enumeration unknown and send every caller back to the walk, blind
+    // to a namespace no process is in.
+    // SAFETY: NS_GET_USERNS takes no argument and returns a new fd (or
+    // -1); `fd` is open for the call's whole length.
+    let user = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_USERNS) };
+    if user < 0 {
+        return None;
+    }
+    // SAFETY: a non-negative return is a new fd owned by nothing else.
+    let user = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(user) };
+    let st = nix::sys::stat::fstat(&user).ok()?;
+    if (st.st_dev, st.st_ino) != my_userns {
+        return Some(());
+    }
     let ids = match mount_ids(id) {
         Ok(ids) => ids,
         // Emptied meanwhile (its last user left): no mount to hold.
@@ -370,19 +389,6 @@ fn visit(
         }
     }
     if hits.is_empty() {
-        return Some(());
-    }
-    // Owned by the caller's user namespace?
-    // SAFETY: NS_GET_USERNS takes no argument and returns a new fd (or
-    // -1); `fd` is open for the call's whole length.
-    let user = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_USERNS) };
-    if user < 0 {
-        return None;
-    }
-    // SAFETY: a non-negative return is a new fd owned by nothing else.
-    let user = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(user) };
-    let st = nix::sys::stat::fstat(&user).ok()?;
-    if (st.st_dev, st.st_ino) != my_userns {
         return Some(());
     }
     let ns = nix::sys::stat::fstat(fd).ok()?;

@@ -145,8 +145,8 @@ pub fn sees_every_mount_namespace() -> bool {
 }
 
 /// One mount namespace that tasks of the host are in, owned by the
-/// caller's user namespace (an unprivileged user's namespace is not
-/// vmwarden's and cannot hold a mount the launcher made).
+/// caller's user namespace (whatever user namespace its tasks are in
+/// now; a namespace another user namespace owns is not vmwarden's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountNamespace {
     /// `mnt:[inode]`.
@@ -367,9 +367,12 @@ impl Scan {
                 Some(Some(i)) => list[*i].tasks.push(id),
                 Some(None) => {} // another user namespace's
                 None => {
-                    let mut user = [0u8; 64];
-                    let userns = p.link_into(rel("ns/user").c(), &mut user)?;
-                    if userns == my_userns.as_bytes() {
+                    // Owned by this user namespace: the namespace's owner,
+                    // not the user namespace its task is in now (a task
+                    // may unshare that alone, as a helper does after its
+                    // mount namespace, and stay in a namespace of ours).
+                    let owner = p.ns_owner(rel("ns/mnt").c())?;
+                    if my_userns.as_bytes() == format!("user:[{owner}]").as_bytes() {
                         index.insert(ns.to_vec(), Some(list.len()));
                         list.push(MountNamespace {
                             ns: String::from_utf8_lossy(ns).into_owned(),
@@ -587,8 +590,8 @@ fn parse_ppid(stat: &[u8]) -> Option<u32> {
 }
 
 /// One task for each mount namespace that a task of the host is in, among
-/// namespaces owned by the caller's user namespace (an unprivileged user's
-/// namespace is not vmwarden's and cannot hold a mount the launcher made):
+/// namespaces owned by the caller's user namespace (one another user
+/// namespace owns is not vmwarden's; see [`MountNamespace`]):
 /// `(task id, "mnt:[inode]")`. One link is read per process; the threads of
 /// a process are read only when its leader has exited (a zombie leader has
 /// no namespaces of its own while its threads keep theirs).
@@ -729,5 +732,42 @@ mod tests {
         let _ = child.wait();
         assert!(zombie, "the leader never exited");
         assert!(found && snap, "a live thread of a zombie leader was missed");
+    }
+
+    /// A mount namespace of this user namespace whose only process has
+    /// since unshared a user namespace of its own (`unshare -U`) is still
+    /// one of ours, and that process stands for it. Needs root.
+    #[test]
+    fn a_namespace_whose_process_unshared_its_user_namespace_is_ours() {
+        use std::io::BufRead;
+        let mut c = std::process::Command::new("unshare")
+            .args([
+                "-m",
+                "--propagation",
+                "private",
+                "unshare",
+                "-U",
+                "sh",
+                "-c",
+            ])
+            .arg("echo UP; exec sleep 60")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(c.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let pid = c.id();
+        let ns = std::fs::read_link(format!("/proc/{pid}/ns/mnt"));
+        let found = mount_namespace_holders();
+        let _ = c.kill();
+        let _ = c.wait();
+        assert_eq!(line.trim(), "UP", "unshare -m (needs root) failed");
+        let ns = ns.unwrap().to_string_lossy().into_owned();
+        assert!(
+            found.contains(&(pid, ns.clone())),
+            "{ns} of pid {pid} not found: {found:?}"
+        );
     }
 }

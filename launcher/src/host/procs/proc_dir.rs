@@ -304,6 +304,31 @@ impl Proc {
         }
     }
 
+    /// The inode of the user namespace that owns the namespace
+    /// `/proc/REL` (`ns/mnt`): `ioctl(NS_GET_USERNS)` on it, which answers
+    /// by the namespace, not by the user namespace its process is in now
+    /// (a process that unshared only its user namespace stays in a mount
+    /// namespace its old one owns).
+    pub(super) fn ns_owner(&self, rel: &CStr) -> Result<u64, Errno> {
+        /// `_IO(0xb7, 0x1)` (include/uapi/linux/nsfs.h).
+        const NS_GET_USERNS: libc::c_ulong = 0xb701;
+        let ns = openat(
+            self.fd.as_fd(),
+            rel,
+            OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        // SAFETY: NS_GET_USERNS takes no argument and returns a new fd (or
+        // -1); `ns` is open for the call's whole length.
+        let user = unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_USERNS) };
+        if user < 0 {
+            return Err(Errno::last());
+        }
+        // SAFETY: a non-negative return is a new fd owned by nothing else.
+        let user = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(user) };
+        Ok(nix::sys::stat::fstat(&user)?.st_ino)
+    }
+
     /// The target of the symlink `/proc/REL`.
     pub(super) fn link(&self, rel: &str) -> Result<String, Errno> {
         nix::fcntl::readlinkat(self.fd.as_fd(), rel).map(|t| t.to_string_lossy().into_owned())
