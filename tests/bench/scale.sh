@@ -374,13 +374,19 @@ if [ -n "$STRACE" ]; then
     || die "mem under strace: not ready: $(tail -3 "$DIR/logs/mem.log" | tr '\n' ' ')"
   # Killed until the lease is free: under load a helper forked after one
   # pgrep still holds it (cleanup then rightly refuses a live VM).
+  holders() { # pids with an fd on FILE
+    local f
+    for f in /proc/[0-9]*/fd/*; do [ "$(readlink "$f" 2>/dev/null)" = "$1" ] && { f=${f#/proc/}; echo "${f%%/*}"; }; done | sort -u
+  }
   for _ in $(seq 1 100); do
-    ps=$(pgrep -U "$MEM_UID")
-    [ -z "$ps" ] && flock -n "$RUNROOT/mem/instance.lock" true && break
+    ps="$(pgrep -U "$MEM_UID") $(holders "$RUNROOT/mem/instance.lock")"
+    [ -z "${ps// /}" ] && flock -n "$RUNROOT/mem/instance.lock" true && break
     for p in $ps; do kill -9 "$p" 2>/dev/null; done
     sleep 0.1
   done
   wait "$sp" 2>/dev/null
+  flock -n "$RUNROOT/mem/instance.lock" true \
+    || die "mem under strace: its lease still held 10 s after the kill, by: $(for p in $(holders "$RUNROOT/mem/instance.lock"); do printf '%s(%s uid %s) ' "$p" "$(cat /proc/$p/comm)" "$(awk '/^Uid/ {print $2}' /proc/$p/status)"; done)"
   "$BIN/vmwarden-cleanup" mem >"$DIR/logs/mem.cleanup" 2>&1 || die "mem: cleanup not clean: $(head -c 400 "$DIR/logs/mem.cleanup")"
 fi
 start_vm mem
