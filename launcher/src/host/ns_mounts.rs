@@ -114,26 +114,49 @@ fn list(ns_id: u64, parent: u64, last: u64, buf: &mut [u64]) -> Result<usize, Er
         .map_err(|_| Errno::last())
 }
 
+/// `statmount(2)` of mount `mnt_id` in namespace `ns_id`, asking `mask`,
+/// into `buf`: the mask the kernel answered, or `None` when the mount is
+/// gone (ENOENT).
+fn statmount(mnt_id: u64, ns_id: u64, mask: u64, buf: &mut [u64]) -> Result<Option<u64>, Errno> {
+    let req = MntIdReq::new(mnt_id, mask, ns_id);
+    let len = size_of_val(buf);
+    // SAFETY: `req` is a valid mnt_id_req of the size it states; the
+    // kernel writes at most `len` bytes into `buf`, which owns them.
+    let rc = unsafe { libc::syscall(SYS_STATMOUNT, &raw const req, buf.as_mut_ptr(), len, 0u32) };
+    if rc != 0 {
+        return match Errno::last() {
+            Errno::ENOENT => Ok(None),
+            e => Err(e),
+        };
+    }
+    Ok(Some(buf[OFF_MASK / 8]))
+}
+
+/// `buf`'s bytes, borrowed (no copy of the whole answer per mount).
+fn bytes(buf: &[u64]) -> &[u8] {
+    // SAFETY: the bytes of `buf` (u8 needs no alignment), borrowed no
+    // longer than `buf` is.
+    unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), size_of_val(buf)) }
+}
+
+/// The NUL-terminated string whose offset into statmount's string area
+/// is the `u32` at header offset `off` of `b`; an offset or string that
+/// does not fit in `b` is EOVERFLOW (the caller cannot answer, never an
+/// empty string).
+fn string_at(b: &[u8], off: usize) -> Result<Vec<u8>, Errno> {
+    let rel = u32::from_ne_bytes(b[off..off + 4].try_into().unwrap_or_default());
+    let start = HEADER + usize::try_from(rel).map_err(|_| Errno::EOVERFLOW)?;
+    let rest = b.get(start..).ok_or(Errno::EOVERFLOW)?;
+    let end = rest.iter().position(|c| *c == 0).ok_or(Errno::EOVERFLOW)?;
+    Ok(rest[..end].to_vec())
+}
+
 /// The parent of mount `mnt_id` in namespace `ns_id` (itself for the
 /// namespace's root mount).
 fn parent_of(mnt_id: u64, ns_id: u64) -> Result<u64, Errno> {
     let mut buf = [0u64; HEADER / 8];
-    let req = MntIdReq::new(mnt_id, STATMOUNT_MNT_BASIC, ns_id);
-    // SAFETY: `req` is a valid mnt_id_req of the size it states; the
-    // kernel writes at most `size_of_val(&buf)` bytes into `buf`.
-    let rc = unsafe {
-        libc::syscall(
-            SYS_STATMOUNT,
-            &raw const req,
-            buf.as_mut_ptr(),
-            size_of_val(&buf),
-            0u32,
-        )
-    };
-    if rc != 0 {
-        return Err(Errno::last());
-    }
-    if buf[OFF_MASK / 8] & STATMOUNT_MNT_BASIC == 0 {
+    let got = statmount(mnt_id, ns_id, STATMOUNT_MNT_BASIC, &mut buf)?.ok_or(Errno::ENOENT)?;
+    if got & STATMOUNT_MNT_BASIC == 0 {
         return Err(Errno::ENOSYS);
     }
     Ok(buf[OFF_MNT_PARENT_ID / 8])
@@ -174,34 +197,14 @@ fn mount_ids(ns_id: u64) -> Result<Vec<u64>, Errno> {
 /// The source of mount `mnt_id` in namespace `ns_id`, into `buf`; `None`
 /// when the mount is gone.
 fn source_of(mnt_id: u64, ns_id: u64, buf: &mut [u64]) -> Result<Option<Vec<u8>>, Errno> {
-    let req = MntIdReq::new(mnt_id, STATMOUNT_SB_SOURCE, ns_id);
-    let len = size_of_val(buf);
-    // SAFETY: `req` is a valid mnt_id_req of the size it states; the
-    // kernel writes at most `len` bytes into `buf`, which owns them.
-    let rc = unsafe { libc::syscall(SYS_STATMOUNT, &raw const req, buf.as_mut_ptr(), len, 0u32) };
-    if rc != 0 {
-        return match Errno::last() {
-            Errno::ENOENT => Ok(None),
-            e => Err(e),
-        };
-    }
-    // SAFETY: the bytes of `buf` (u8 needs no alignment), borrowed no
-    // longer than `buf` is; no copy of the whole answer per mount.
-    let b: &[u8] = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), len) };
-    let at = |off: usize| u64::from_ne_bytes(b[off..off + 8].try_into().unwrap_or_default());
-    if at(OFF_MASK) & STATMOUNT_SB_SOURCE == 0 {
+    let Some(got) = statmount(mnt_id, ns_id, STATMOUNT_SB_SOURCE, buf)? else {
+        return Ok(None);
+    };
+    if got & STATMOUNT_SB_SOURCE == 0 {
         // An older kernel without the source: it cannot answer.
         return Err(Errno::ENOSYS);
     }
-    let rel = u32::from_ne_bytes(
-        b[OFF_SB_SOURCE..OFF_SB_SOURCE + 4]
-            .try_into()
-            .unwrap_or_default(),
-    );
-    let start = HEADER + usize::try_from(rel).map_err(|_| Errno::EOVERFLOW)?;
-    let rest = b.get(start..).ok_or(Errno::EOVERFLOW)?;
-    let end = rest.iter().position(|c| *c == 0).ok_or(Errno::EOVERFLOW)?;
-    Ok(Some(rest[..end].to_vec()))
+    string_at(bytes(buf), OFF_SB_SOURCE).map(Some)
 }
 
 /// The source of every mount of the namespace `ns` (`mnt:[INODE]`) that
@@ -415,22 +418,8 @@ fn may_be_tmpfs(mnt_id: u64, ns_id: u64) -> Result<bool, Errno> {
     const TMPFS_MAGIC: u64 = 0x0102_1994;
     const RAMFS_MAGIC: u64 = 0x8584_58f6;
     let mut buf = [0u64; HEADER / 8];
-    let req = MntIdReq::new(mnt_id, STATMOUNT_SB_BASIC, ns_id);
-    // SAFETY: `req` is a valid mnt_id_req of the size it states; the
-    // kernel writes at most `size_of_val(&buf)` bytes into `buf`.
-    let rc = unsafe {
-        libc::syscall(
-            SYS_STATMOUNT,
-            &raw const req,
-            buf.as_mut_ptr(),
-            size_of_val(&buf),
-            0u32,
-        )
-    };
-    if rc != 0 {
-        return Err(Errno::last());
-    }
-    if buf[OFF_MASK / 8] & STATMOUNT_SB_BASIC == 0 {
+    let got = statmount(mnt_id, ns_id, STATMOUNT_SB_BASIC, &mut buf)?.ok_or(Errno::ENOENT)?;
+    if got & STATMOUNT_SB_BASIC == 0 {
         return Err(Errno::ENOSYS);
     }
     Ok(matches!(buf[OFF_SB_MAGIC / 8], TMPFS_MAGIC | RAMFS_MAGIC))
@@ -445,30 +434,17 @@ fn place_of(
     use std::os::unix::ffi::OsStringExt;
     let mut buf = vec![0u64; (HEADER + 4096) / 8];
     let want = STATMOUNT_MNT_POINT | STATMOUNT_FS_TYPE | STATMOUNT_SB_SOURCE;
-    let req = MntIdReq::new(mnt_id, want, ns_id);
-    let len = size_of_val(buf.as_slice());
-    // SAFETY: `req` is a valid mnt_id_req of the size it states; the
-    // kernel writes at most `len` bytes into `buf`, which owns them.
-    let rc = unsafe { libc::syscall(SYS_STATMOUNT, &raw const req, buf.as_mut_ptr(), len, 0u32) };
-    if rc != 0 {
-        return match Errno::last() {
-            Errno::ENOENT => Ok(None),
-            e => Err(e),
-        };
-    }
-    let b: Vec<u8> = buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
-    let u32_at = |off: usize| u32::from_ne_bytes(b[off..off + 4].try_into().unwrap_or_default());
+    let Some(got) = statmount(mnt_id, ns_id, want, &mut buf)? else {
+        return Ok(None);
+    };
+    let b = bytes(&buf);
     // A string the kernel had nothing for (a mount point outside the
     // namespace's root) is not flagged in the mask: empty.
-    let got = u64::from_ne_bytes(b[OFF_MASK..OFF_MASK + 8].try_into().unwrap_or_default());
     let str_at = |off: usize, flag: u64| -> Result<Vec<u8>, Errno> {
         if got & flag == 0 {
             return Ok(Vec::new());
         }
-        let start = HEADER + usize::try_from(u32_at(off)).map_err(|_| Errno::EOVERFLOW)?;
-        let rest = b.get(start..).ok_or(Errno::EOVERFLOW)?;
-        let end = rest.iter().position(|c| *c == 0).ok_or(Errno::EOVERFLOW)?;
-        Ok(rest[..end].to_vec())
+        string_at(b, off)
     };
     let text = |v: Vec<u8>| String::from_utf8_lossy(&v).into_owned();
     Ok(Some((
