@@ -26,11 +26,22 @@ fn spec_with_cred(env: &Env, name: &str, u: u32) {
 /// holding a tmpfs named `source` at `mount_point` (made as root before
 /// it dropped to `holder`).
 fn hold(source: &str, mount_point: &std::path::Path, holder: u32) -> Child {
+    hold_then(
+        source,
+        mount_point,
+        &format!("echo MOUNTED && exec setpriv --reuid={holder} --regid={holder} --clear-groups sleep 600"),
+    )
+}
+
+/// A process in a private mount namespace of its own that mounts a tmpfs
+/// named `source` at `mount_point`, then runs `then` (which prints
+/// `MOUNTED` and stays); returned once it has said so.
+fn hold_then(source: &str, mount_point: &std::path::Path, then: &str) -> Child {
     std::fs::create_dir_all(mount_point).unwrap();
     let mut c = Command::new("unshare")
         .args(["-m", "--propagation", "private", "sh", "-c"])
         .arg(format!(
-            "mount -t tmpfs {source} '{}' && echo MOUNTED && exec setpriv --reuid={holder} --regid={holder} --clear-groups sleep 600",
+            "mount -t tmpfs {source} '{}' && {then}",
             mount_point.display()
         ))
         .stdout(Stdio::piped())
@@ -41,11 +52,11 @@ fn hold(source: &str, mount_point: &std::path::Path, holder: u32) -> Child {
     std::io::BufReader::new(c.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    assert_eq!(
-        line.trim(),
-        "MOUNTED",
-        "the holder of {source} did not mount it"
-    );
+    if line.trim() != "MOUNTED" {
+        let _ = c.kill();
+        let _ = c.wait();
+        panic!("the holder of {source} did not mount it");
+    }
     c
 }
 
@@ -320,27 +331,11 @@ fn a_namespace_whose_process_moved_to_a_user_namespace_of_its_own_names_it() {
     assert!(o.status.success(), "{}", text(&o));
     env.cleanup_clean("web");
     let mp = env.run.join("web/credentials");
-    std::fs::create_dir_all(&mp).unwrap();
-    let mut c = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c"])
-        .arg(format!(
-            "mount -t tmpfs vmwarden-creds:web '{}' && exec unshare -U sh -c 'echo MOUNTED; exec sleep 600'",
-            mp.display()
-        ))
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    use std::io::BufRead;
-    std::io::BufReader::new(c.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let held = Held(Some(c));
-    assert_eq!(
-        line.trim(),
-        "MOUNTED",
-        "the holder did not mount web's tmpfs"
-    );
+    let held = Held(Some(hold_then(
+        "vmwarden-creds:web",
+        &mp,
+        "exec unshare -U sh -c 'echo MOUNTED; exec sleep 600'",
+    )));
     let pid = held.0.as_ref().unwrap().id();
     let shown = || std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
     assert!(shown().contains("vmwarden-creds:web"));
