@@ -1229,17 +1229,8 @@ floor_unit() { # VM ARGV... -> installs vmwarden-bench-floor-VM.service
   systemctl daemon-reload
   log "bench $vm floor unit: $(tr '\n' ' ' <"$u" | head -c 600)"
 }
-bench_floor() { # VM URI OUT -> MS
-  local vm=$1 out=$3 ms u=vmwarden-bench-floor-$1.service
-  rm -f "/run/vmwarden-bench/$vm/api.sock"
-  systemctl reset-failed "$u" 2>/dev/null
-  "$T/bin/api-running" "/run/vmwarden-bench/$vm/api.sock" "$2" 120 -- /usr/bin/systemctl start --no-block "$u" >"$out" 2>&1 \
-    || { fail "$vm: the bare hypervisor under the hardened unit never said Running: $(tail -3 "$out" | tr '\n' ' ') $(journalctl -q -n 5 -u "$u" | tr '\n' ' ')"; systemctl kill -s KILL "$u" 2>/dev/null; return 1; }
-  ms=$(sed -n 's/^API-RUNNING ms=\([0-9.]*\).*/\1/p' "$out")
-  systemctl kill -s KILL "$u" 2>/dev/null
-  for _ in $(seq 1 100); do case "$(state "$u")" in active|deactivating|activating) sleep 0.05 ;; *) break ;; esac; done
-  systemctl reset-failed "$u" 2>/dev/null
-  echo "$ms"
+bench_floor() { # VM URI OUT -> MS (the floor unit floor_unit wrote)
+  bench_floor_as "vmwarden-bench-floor-$1.service" "$@"
 }
 # Attribution (opt-in: VMWARDEN_HV_ATTRIB=1 on run.sh, or the number of
 # rounds, HV_ATTRIB in run.env; CI's default run skips it): what of the real unit the floor lacks,
@@ -1313,7 +1304,7 @@ attrib_steps() {
     END { for (s in w) printf "%.1f %s %.1f\n", med(w[s]) / 1e6, s, med(c[s]) / 1e6 }' \
     | sort -rn | head -6 | awk '{ printf "%s%s %s (cpu %s)", (NR > 1 ? ", " : ""), $2, $1, $3 }'
 }
-bench_floor_as() { # UNIT VM URI OUT -> MS (bench_floor for any floor-based unit)
+bench_floor_as() { # UNIT VM URI OUT -> MS: start UNIT, time it to the API's Running, kill it
   local u=$1 vm=$2 out=$4 ms
   rm -f "/run/vmwarden-bench/$vm/api.sock"
   systemctl reset-failed "$u" 2>/dev/null
