@@ -226,8 +226,8 @@ pub fn allocate(
     // configured it reads every spec, and the lock guards only the book,
     // so launches do not queue behind each other's scans. What came to
     // hold an id meanwhile (while this launch waited on the lock, say) is
-    // seen by the same read taken again once a new range is recorded, as
-    // every later launch's `check_again` does: that range is withdrawn
+    // seen by `check_again`, the read every later launch takes, run once
+    // a new range is recorded: that range is withdrawn
     // (nothing carries its ids yet) and another one tried.
     let mut ids = HostIds::gather(roots, name, p);
     let mut snap = Snapshot::take();
@@ -237,23 +237,17 @@ pub fn allocate(
         if !fresh {
             return Ok(r);
         }
-        ids = HostIds::gather(roots, name, p);
-        snap = Snapshot::take();
-        let Some(why) = ids.taken(r.base, r.end(), snap.scan()) else {
+        let Err(taken) = check_again(roots, name, p, r) else {
             return Ok(r);
         };
-        tracing::warn!(vm = %name, base = r.base, why = %why, "id range taken since the host's ids were read: withdrawn");
+        tracing::warn!(vm = %name, base = r.base, "{taken}: withdrawn");
         withdraw(roots, name, r)?;
         if attempt == ATTEMPTS {
-            return Err(RangeError::Taken {
-                path: ranges_dir().join(range_name(r.base)),
-                vm: name.to_string(),
-                first: r.base + 1,
-                end: r.end(),
-                why,
-            });
+            return Err(taken);
         }
         attempt += 1;
+        ids = HostIds::gather(roots, name, p);
+        snap = Snapshot::take();
     }
 }
 
