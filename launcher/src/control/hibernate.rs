@@ -317,15 +317,13 @@ pub fn hibernate_with(
     fault("captured");
     // A previous snapshot (kept after its restore) is replaced.
     let root = dirs::open_dir(&roots.state_root)?;
-    hibernated::remove(&root, name)?;
-    if ownership::exists_at(&state_dir, OsStr::new(SNAPSHOT_DIR)) {
-        if let Some(f) = delete(&state_dir, SNAPSHOT_DIR).failed.first() {
-            return Err(HibernateError::Sys(SysError {
-                op: "delete the previous snapshot",
-                path: f.path.clone(),
-                errno: Errno::EEXIST,
-            }));
-        }
+    let previous = hibernated::remove_with_snapshot(&root, name, &state_dir)?;
+    if let Some(f) = previous.and_then(|o| o.failed.into_iter().next()) {
+        return Err(HibernateError::Sys(SysError {
+            op: "delete the previous snapshot",
+            path: f.path,
+            errno: Errno::EEXIST,
+        }));
     }
     renameat2(
         state_dir.fd.as_fd(),
@@ -445,14 +443,10 @@ pub fn consume_if_restored(
     let root = dirs::open_dir(&roots.state_root)?;
     let keep = Manifest::read(&root, name)?.is_some_and(|m| m.keep_after_restore);
     if !keep {
-        hibernated::remove(&root, name)?;
         let state_dir = dirs::open_dir(&roots.state_dir(name))?;
         // Already consumed by an earlier wait-ready: nothing to delete.
-        let there = ownership::exists_at(&state_dir, OsStr::new(SNAPSHOT_DIR));
-        if let Some(f) = there
-            .then(|| delete(&state_dir, SNAPSHOT_DIR))
-            .and_then(|o| o.failed.into_iter().next())
-        {
+        let consumed = hibernated::remove_with_snapshot(&root, name, &state_dir)?;
+        if let Some(f) = consumed.and_then(|o| o.failed.into_iter().next()) {
             return Err(HibernateError::Sys(SysError {
                 op: "delete the restored snapshot",
                 path: f.path,

@@ -367,6 +367,27 @@ pub fn remove(state_root: &Dir, name: &VmName) -> Result<(), SysError> {
     }
 }
 
+/// Root's record of VM `name`'s snapshot removed (no start restores what
+/// is left), then the snapshot in `state_dir` deleted by the teardown's
+/// own deletion (`openat`, never following a link): what that deletion
+/// did, or `None` when there was no snapshot. A restore's consumption, a
+/// capture replacing a kept snapshot, and a cold boot's discard.
+pub fn remove_with_snapshot(
+    state_root: &Dir,
+    name: &VmName,
+    state_dir: &Dir,
+) -> Result<Option<ownership::Outcome>, SysError> {
+    remove(state_root, name)?;
+    if !ownership::exists_at(state_dir, OsStr::new(SNAPSHOT_DIR)) {
+        return Ok(None);
+    }
+    Ok(Some(ownership::delete_entries(
+        state_dir,
+        &[std::ffi::OsString::from(SNAPSHOT_DIR)],
+        None,
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,6 @@
 //! chose a restore or root's record changed since ([`again`]): another
 //! instance may have run in between.
 
-use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
@@ -21,7 +20,6 @@ use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::config::spec::Spec;
 use crate::host::dirs::{self, DirError};
-use crate::host::ownership;
 use crate::host::sys::SysError;
 use crate::hypervisor::hibernate::for_kind;
 use crate::identity::principal::Principal;
@@ -197,16 +195,14 @@ pub fn again(
 /// no guest, so nothing goes stale).
 pub fn discard(roots: &Roots, name: &VmName) -> Result<(), RestoreError> {
     let root = dirs::open_dir(&roots.state_root).map_err(RestoreError::Dir)?;
-    hibernated::remove(&root, name)?;
     let Some(state_dir) =
         dirs::open_dir_if_exists(&roots.state_dir(name)).map_err(RestoreError::Dir)?
     else {
+        return Ok(hibernated::remove(&root, name)?);
+    };
+    let Some(out) = hibernated::remove_with_snapshot(&root, name, &state_dir)? else {
         return Ok(());
     };
-    if !ownership::exists_at(&state_dir, OsStr::new(SNAPSHOT_DIR)) {
-        return Ok(());
-    }
-    let out = ownership::delete_entries(&state_dir, &[OsString::from(SNAPSHOT_DIR)], None);
     let left = out
         .failed
         .into_iter()
