@@ -28,6 +28,10 @@
 #                                  pci_passthrough kills it after every launch step
 #   VMWARDEN_SYSTEMD_OUT           artifacts dir (default <repo>/target/systemd-test)
 #   VMWARDEN_SYSTEMD_TIMEOUT       overall guest timeout in s (default 3300)
+#   VMWARDEN_SYSTEMD_WEDGE         s of console silence (no heartbeat) after
+#                                  which an L2 guest counts as wedged (600)
+#   VMWARDEN_SYSTEMD_SCENARIO_LIMIT  s after which a scenario counts as stuck
+#                                  and its commands are killed (900)
 #   VMWARDEN_SYSTEMD_EXTRA_ENV     "K=V K2=V2": Environment= drop-in for microvm@.service
 #                                  in the guest (e.g. VMWARDEN_TEST_SKIP_DELETE=control)
 #   VMWARDEN_SYSTEMD_ONLY          run only these scenarios (space separated names), in one
@@ -727,8 +731,9 @@ mkdir -p "$ROOT$UNITDIR/multi-user.target.wants"
 ln -sfn ../vmwarden-scenarios.service "$ROOT$UNITDIR/multi-user.target.wants/vmwarden-scenarios.service"
 # the soak: 50 cycles when named in VMWARDEN_SYSTEMD_ONLY, a short one in the default run
 if [ -n "$ONLY" ]; then SOAK_DEFAULT=50; else SOAK_DEFAULT=5; fi
-{ printf 'MODE=%q\nREADY_TIMEOUT=%q\nPOWEROFF=1\nONLY=%q\nL3_ACCEL=%q\nSOAK_CYCLES=%q\n' \
-    "$MODE" "${VMWARDEN_SYSTEMD_READY_TIMEOUT:-300}" "$ONLY" "$L3_ACCEL" "${VMWARDEN_SYSTEMD_SOAK_CYCLES:-$SOAK_DEFAULT}"
+{ printf 'MODE=%q\nREADY_TIMEOUT=%q\nPOWEROFF=1\nONLY=%q\nL3_ACCEL=%q\nSOAK_CYCLES=%q\nSCENARIO_LIMIT=%q\n' \
+    "$MODE" "${VMWARDEN_SYSTEMD_READY_TIMEOUT:-300}" "$ONLY" "$L3_ACCEL" "${VMWARDEN_SYSTEMD_SOAK_CYCLES:-$SOAK_DEFAULT}" \
+    "${VMWARDEN_SYSTEMD_SCENARIO_LIMIT:-900}"
   printf 'CREDS_a=%q\nCREDS_b=%q\nCREDS_cx=%q\nCREDS_vol=\nCREDS_vsk=\nCREDS_vfs=\nCREDS_ops=\n' "$CREDS_a" "$CREDS_b" "$CREDS_cx"
   printf 'CREDS_rbq=%q\n' "token:$CREDDIR/rbq/token"
   printf 'CREDS_un=\n'
@@ -802,17 +807,19 @@ L2_SMP=${VMWARDEN_SYSTEMD_SMP:-1}
 # OUTDIR/shard-i/ with several (OUTDIR's results.txt, scenarios.log and
 # journal.txt are then the shards' put together).
 shard_dir() { if [ "$NSHARDS" = 1 ]; then echo "$OUTDIR"; else echo "$OUTDIR/shard-$1"; fi; }
+# A guest is a shard's run in one L2 VM: G_DIR, G_LIST (its scenarios),
+# G_PID (QEMU), G_RES (its results disk), G_LABEL and G_OF (the shard it
+# runs; a rerun has the shard's number). Every guest boots a copy of
+# ROOT_IMG, which stays as mkfs made it: a rerun boots the same image.
+G_DIR=() G_LIST=() G_PID=() G_RES=() G_LABEL=() G_OF=() G_SUPERSEDED=()
 QPIDS=()
-T_BOOT=$(now)
 for i in $(seq 1 "$NSHARDS"); do
-  d=$(shard_dir "$i"); mkdir -p "$d"
-  rm -f "$d"/{serial.log,results.txt,scenarios.log,journal.txt,qemu.out}
-  img=$ROOT_IMG res=$RES_IMG
-  if [ "$i" -gt 1 ]; then
-    img=$WORK/root-$i.ext4 res=$WORK/results-$i.ext4
-    cp --sparse=always "$ROOT_IMG" "$img" && cp --sparse=always "$RES_IMG" "$res" || die "cannot copy the image for shard $i"
-  fi
-  only=${SHARD_LISTS[$((i - 1))]}
+  cp --sparse=always "$ROOT_IMG" "$WORK/root-$i.ext4" && cp --sparse=always "$RES_IMG" "$WORK/results-$i.ext4" \
+    || die "cannot copy the image for shard $i"
+done
+boot_guest() { # SHARD DIR IMAGE RESULTS_IMAGE LIST LABEL
+  local i=$1 d=$2 img=$3 res=$4 only=$5 label=$6 g
+  mkdir -p "$d"; rm -f "$d"/{serial.log,results.txt,scenarios.log,journal.txt,qemu.out}
   shard_append=$APPEND shard_machine=(-machine "$MACHINE") shard_blk=$BLK
   [ -n "$only" ] && shard_append="$shard_append vmwarden.only=$(printf '%s' "$only" | tr ' ' ',')"
   # pci_passthrough and usb_passthrough (either alone, or both): q35 with
@@ -839,68 +846,152 @@ for i in $(seq 1 "$NSHARDS"); do
         -drive "file=$res,format=raw,if=none,id=res" -device "$shard_blk,drive=res")
   echo "+ ${QEMU[*]}" >"$d/qemu.out"
   "${QEMU[@]}" >>"$d/qemu.out" 2>&1 &
+  g=${#G_PID[@]}
+  G_PID+=("$!") G_DIR+=("$d") G_LIST+=("$only") G_RES+=("$res") G_LABEL+=("$label") G_OF+=("$i") G_SUPERSEDED+=("")
+  G_SEEN[$g]=0 G_LAST[$g]=$(date +%s) G_T0[$g]=$(now)
   QPIDS+=("$!"); QPID="${QPIDS[*]}"
-  eval "RES_IMG_$i=\$res"
-  label=""; [ "$NSHARDS" = 1 ] || label="[$i] "
-  log "L2 guest ${label}booting (pid $!, timeout ${TIMEOUT}s, serial $d/serial.log${only:+, scenarios: $only})"
-  # progress lines as they come
+  log "L2 guest ${label:+[$label] }booting (pid $!, timeout ${TIMEOUT}s, serial $d/serial.log${only:+, scenarios: $only})"
+  # progress lines as they come (not the heartbeat)
   tail -n +1 -F --pid="$!" "$d/serial.log" 2>/dev/null \
-    | grep --line-buffered -aoE '(SCENARIO|SOAK|VMWARDEN-L2).*' | sed -u "s/\r\$//; s/^/systemd: guest: $label/" &
+    | grep --line-buffered -aoE '(SCENARIO|SOAK|VMWARDEN-L2-(INITRAMFS|UP|WARN|STUCK)).*' \
+    | sed -u "s/\r\$//; s/^/systemd: guest: ${label:+[$label] }/" &
+}
+# What a guest's console says, its kernel's own lines included, when it
+# stopped early: the cause is usually there (an oops, a hung task).
+serial_tail() { # GUEST
+  log "${G_LABEL[$1]:+[${G_LABEL[$1]}] }the last 40 lines of its console (${G_DIR[$1]}/serial.log):"
+  tr -d '\r' <"${G_DIR[$1]}/serial.log" | grep -av '^VMWARDEN-L2-ALIVE' | tail -40 | cut -c1-400 | sed 's/^/systemd:   | /' || true
+}
+# A guest's scenario lines: its results disk, and from its console what
+# the disk lacks (its last lines may not have reached the disk when a guest
+# stopped; a console line can have a kernel message inside it, so the disk's
+# copy of a scenario wins)
+guest_results() { # GUEST OUT
+  local d=${G_DIR[$1]} f
+  for f in results.txt scenarios.log journal.txt status-a.json status-b.json; do
+    debugfs -R "dump /$f $d/$f" "${G_RES[$1]}" >/dev/null 2>&1 || true
+    [ -s "$d/$f" ] || rm -f "$d/$f"
+  done
+  # a line's key: a scenario's name; the first word of the runner's first and
+  # last lines; any other line (SOAK) itself
+  tr -d '\r' <"$d/serial.log" | grep -aoE '(VMWARDEN-L2-UP|SCENARIO |SOAK |SCENARIOS ).*' \
+    | awk 'function key(l, w) { split(l, w, " ")
+                                if (w[1] == "SCENARIO") return w[2]
+                                if (w[1] == "SCENARIOS" || w[1] == "VMWARDEN-L2-UP") return w[1]
+                                return l }
+           FILENAME != "-" { print; seen[key($0)] = 1; next }
+           !(key($0) in seen) { print; seen[key($0)] = 1 }' $([ -e "$d/results.txt" ] && echo "$d/results.txt") - >"$2" || true
+}
+declare -A G_SEEN=() G_LAST=() G_T0=()
+T_BOOT=$(now)
+for i in $(seq 1 "$NSHARDS"); do
+  label=""; [ "$NSHARDS" = 1 ] || label=$i
+  boot_guest "$i" "$(shard_dir "$i")" "$WORK/root-$i.ext4" "$WORK/results-$i.ext4" "${SHARD_LISTS[$((i - 1))]}" "$label"
 done
+# A guest is wedged when its console has been silent for WEDGE_S: the
+# scenario runner prints a heartbeat every 60 s and, past a scenario's own
+# limit, a STUCK line, so silence means L2's kernel or userspace no longer
+# runs (the scenarios' own hangs fail them inside the guest). A wedged
+# guest, or one whose QEMU ended without the final line (an L2 kernel
+# panic, with -no-reboot), is stopped, its console printed, and the
+# scenarios it had not reported run once more in a fresh guest from the
+# same image, if the overall deadline leaves room for them. The results
+# count what the first guest reported and what the rerun did; a rerun that
+# stops early fails the run.
+WEDGE_S=${VMWARDEN_SYSTEMD_WEDGE:-600}
 DEADLINE=$(( $(date +%s) + TIMEOUT )); TIMED_OUT=0
-declare -A L2_UP=()
-alive() { local p; for p in "${QPIDS[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
-while alive; do
-  for i in $(seq 1 "$NSHARDS"); do
-    if [ -z "${L2_UP[$i]:-}" ] && grep -aq 'VMWARDEN-L2-UP' "$(shard_dir "$i")/serial.log"; then
-      L2_UP[$i]=$(since "$T_BOOT"); timing "l2_boot_to_scenarios${label:+_$i}" "${L2_UP[$i]}"
+declare -A L2_UP=() G_DONE=()
+# a guest is done once its QEMU ended (and was looked at) or it was stopped
+pending() { local g; for g in "${!G_PID[@]}"; do [ -n "${G_DONE[$g]:-}" ] || return 0; done; return 1; }
+rerun() { # GUEST WHY
+  local g=$1 why=$2 d=${G_DIR[$1]} i=${G_OF[$1]} r left n
+  # (a guest whose QEMU ended is already gone)
+  kill "${G_PID[$g]}" 2>/dev/null && { sleep 2; kill -9 "${G_PID[$g]}" 2>/dev/null || true; }
+  wait "${G_PID[$g]}" 2>/dev/null || true
+  log "L2 FAILURE: ${G_LABEL[$g]:+[${G_LABEL[$g]}] }the L2 guest $why"
+  serial_tail "$g"
+  # only a shard's first guest is run again, and only with time for it
+  [ "$d" = "$(shard_dir "$i")" ] || { log "FAIL: it was the shard's second guest: no third"; return 0; }
+  r=$d/results.early.txt; guest_results "$g" "$r"
+  left=""
+  for n in ${G_LIST[$g]}; do
+    grep -q "^SCENARIO name=$n " "$r" || left="$left $n"
+  done
+  left=${left# }
+  [ -n "$left" ] || return 0
+  if [ $(( DEADLINE - $(date +%s) )) -lt 900 ]; then
+    log "FAIL: ${G_LABEL[$g]:+[${G_LABEL[$g]}] }no time left to run again: $left"; return 0
+  fi
+  cp --sparse=always "$ROOT_IMG" "$WORK/root-$i-again.ext4" && cp --sparse=always "$RES_IMG" "$WORK/results-$i-again.ext4" \
+    || { log "cannot copy the image to run shard $i again"; return 0; }
+  G_SUPERSEDED[$g]=1
+  log "${G_LABEL[$g]:+[${G_LABEL[$g]}] }running what it had not reported in a fresh guest: $left"
+  boot_guest "$i" "$d/again" "$WORK/root-$i-again.ext4" "$WORK/results-$i-again.ext4" "$left" "${G_LABEL[$g]:+${G_LABEL[$g]} }again"
+}
+while pending; do
+  for g in "${!G_PID[@]}"; do
+    d=${G_DIR[$g]} label=${G_LABEL[$g]}
+    [ -n "${G_DONE[$g]:-}" ] && continue
+    if [ -z "${L2_UP[$g]:-}" ] && grep -aq 'VMWARDEN-L2-UP' "$d/serial.log"; then
+      L2_UP[$g]=$(since "${G_T0[$g]}"); timing "l2_boot_to_scenarios${label:+_$label}" "${L2_UP[$g]}"
+    fi
+    n=$(grep -acE '(VMWARDEN-L2|SCENARIO|SOAK)' "$d/serial.log" 2>/dev/null || true)
+    if [ "${n:-0}" != "${G_SEEN[$g]}" ]; then G_SEEN[$g]=$n; G_LAST[$g]=$(date +%s); fi
+    if ! kill -0 "${G_PID[$g]}" 2>/dev/null; then
+      G_DONE[$g]=1
+      grep -aq '^SCENARIOS ' <(tr -d '\r' <"$d/serial.log") \
+        || rerun "$g" "ended (its QEMU exited) before the final line"
+    elif [ $(( $(date +%s) - G_LAST[$g] )) -ge "$WEDGE_S" ]; then
+      G_DONE[$g]=1
+      rerun "$g" "printed nothing for ${WEDGE_S} s, not even its heartbeat (last: $(tr -d '\r' <"$d/serial.log" | grep -aoE '(VMWARDEN-L2-ALIVE|SCENARIO name=[^ ]*).*' | tail -1 | cut -c1-120)): wedged"
     fi
   done
   if [ "$(date +%s)" -ge "$DEADLINE" ]; then
     TIMED_OUT=1; log "TIMEOUT after ${TIMEOUT}s: stopping the L2 guests"
-    kill "${QPIDS[@]}" 2>/dev/null; sleep 3; kill -9 "${QPIDS[@]}" 2>/dev/null || true
+    kill "${G_PID[@]}" 2>/dev/null; sleep 3; kill -9 "${G_PID[@]}" 2>/dev/null || true
+    for g in "${!G_PID[@]}"; do [ -n "${G_DONE[$g]:-}" ] || { G_DONE[$g]=1; serial_tail "$g"; }; done
     break
   fi
   sleep 1
 done
-for p in "${QPIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+for p in "${G_PID[@]}"; do wait "$p" 2>/dev/null || true; done
 QPID=""
 timing l2_total "$(since "$T_BOOT")"
 
 # ---------------------------------------------------------------- 4. results
 RESULTS=$OUTDIR/results.txt
 rc=0 passed=0 failed=0
-[ "$NSHARDS" = 1 ] || : >"$RESULTS"
-for i in $(seq 1 "$NSHARDS"); do
-  d=$(shard_dir "$i"); res_img=RES_IMG_$i; label=""; [ "$NSHARDS" = 1 ] || label="shard $i: "
-  for f in results.txt scenarios.log journal.txt status-a.json status-b.json; do
-    debugfs -R "dump /$f $d/$f" "${!res_img}" >/dev/null 2>&1 || true
-    [ -s "$d/$f" ] || rm -f "$d/$f"
-  done
-  r=$d/results.txt
-  if ! grep -q '^SCENARIOS ' "$r" 2>/dev/null; then
-    log "${label}no final line on the results disk; using the serial console"
-    tr -d '\r' <"$d/serial.log" | grep -aoE '(VMWARDEN-L2-UP|SCENARIO |SOAK |SCENARIOS ).*' | awk '!seen[$0]++' >"$r" || true
-  fi
+rm -f "$RESULTS.merged" "$OUTDIR/scenarios.log.merged" "$OUTDIR/journal.txt.merged"
+for g in "${!G_PID[@]}"; do
+  d=${G_DIR[$g]} i=${G_OF[$g]} label=""; [ -z "${G_LABEL[$g]}" ] || label="shard ${G_LABEL[$g]}: "
+  r=$d/results.txt; guest_results "$g" "$r.all"; mv "$r.all" "$r"
+  # a guest run again: what it reported counts, the rerun reports the rest
+  [ -z "${G_SUPERSEDED[$g]}" ] || sed -i '/^SCENARIOS /d' "$r"
   p=$(grep -c '^SCENARIO name=.* result=pass' "$r" 2>/dev/null || true)
   f=$(grep -c '^SCENARIO name=.* result=fail' "$r" 2>/dev/null || true)
   final=$(grep '^SCENARIOS ' "$r" 2>/dev/null | tail -1 || true)
-  grep -aq 'VMWARDEN-L2-UP' "$d/serial.log" 2>/dev/null \
-    || { log "FAIL: ${label}the L2 guest never reached the scenario runner (see $d/serial.log)"; rc=1; }
-  if [ -z "$final" ]; then
+  if [ -n "${G_SUPERSEDED[$g]}" ]; then
+    log "${label}the first guest reported $p passed, $f failed before it stopped (L2 FAILURE above); the rest ran again"
+  elif ! grep -aq 'VMWARDEN-L2-UP' "$d/serial.log" 2>/dev/null; then
+    log "FAIL: ${label}the L2 guest never reached the scenario runner (see $d/serial.log)"; rc=1; [ "$f" -gt 0 ] || f=1
+  elif [ -z "$final" ]; then
     log "FAIL: ${label}no final 'SCENARIOS passed=N failed=M' line"; rc=1; [ "$f" -gt 0 ] || f=1
-  elif [ "$final" != "SCENARIOS passed=$p failed=$(grep -c '^SCENARIO name=.* result=fail' "$r")" ]; then
+  elif [ "$final" != "SCENARIOS passed=$p failed=$f" ]; then
     log "FAIL: ${label}final line '$final' does not match the scenario lines"; rc=1
   fi
   passed=$((passed + p)); failed=$((failed + f))
-  if [ "$NSHARDS" != 1 ]; then
-    grep -v '^SCENARIOS ' "$r" >>"$RESULTS" 2>/dev/null || true
+  if [ "$NSHARDS" != 1 ] || [ "${#G_PID[@]}" -gt 1 ]; then
+    grep -v '^SCENARIOS ' "$r" >>"$RESULTS.merged" 2>/dev/null || true
     for f in scenarios.log journal.txt; do
-      [ -s "$d/$f" ] && { echo "===== shard $i"; cat "$d/$f"; } >>"$OUTDIR/$f"
+      [ -s "$d/$f" ] && { echo "===== shard ${G_LABEL[$g]:-1}"; cat "$d/$f"; } >>"$OUTDIR/$f.merged"
     done
   fi
 done
-[ "$NSHARDS" = 1 ] || echo "SCENARIOS passed=$passed failed=$failed" >>"$RESULTS"
+if [ -e "$RESULTS.merged" ]; then
+  mv "$RESULTS.merged" "$RESULTS"
+  for f in scenarios.log journal.txt; do [ -e "$OUTDIR/$f.merged" ] && mv "$OUTDIR/$f.merged" "$OUTDIR/$f"; done
+  echo "SCENARIOS passed=$passed failed=$failed" >>"$RESULTS"
+fi
 echo "--- results ($RESULTS)"; cat "$RESULTS" 2>/dev/null || true; echo "---"
 while read -r name secs; do timing "scenario_$name" "$secs"; done < <(
   sed -n 's/^SCENARIO name=\([^ ]*\) result=[a-z]* time_s=\([0-9.]*\).*/\1 \2/p' "$RESULTS" 2>/dev/null)

@@ -7,6 +7,8 @@
 #   VMWARDEN-L2-UP uptime=<s> ...                                     once, first
 #   SCENARIO name=<x> result=pass|fail time_s=<s> detail=<text>       one per scenario
 #   SCENARIOS passed=<N> failed=<M>                                   last
+#   VMWARDEN-L2-ALIVE uptime=<s> scenario=<x>       every HEARTBEAT s, console only
+#   VMWARDEN-L2-STUCK scenario=<x> after=<s> ...    a scenario past SCENARIO_LIMIT
 # Everything else (commands run, journal excerpts) goes to scenarios.log and
 # journal.txt on the results disk.
 #
@@ -49,6 +51,54 @@ log() { echo "[$(cut -d' ' -f1 /proc/uptime)] $*" >>"$LOG"; }
 
 lsm=$(cat /sys/kernel/security/lsm 2>/dev/null)
 say "VMWARDEN-L2-UP uptime=$(cut -d' ' -f1 /proc/uptime) kernel=$(uname -r) systemd=$(systemctl --version | awk 'NR==1{print $2}') state=$(systemctl is-system-running) mode=$MODE lsm=$lsm"
+
+# ---------------------------------------------------------------- liveness
+# The heartbeat tells run.sh that L2's kernel and userspace still run: a
+# shard whose console has been silent for several beats is wedged below the
+# scenarios (run.sh then stops it, prints its console and runs what it had
+# left in a fresh guest). The scenario it names is the one running.
+HEARTBEAT=${HEARTBEAT:-60} SCENARIO_LIMIT=${SCENARIO_LIMIT:-900}
+CURRENT=/run/vmwarden-scenario-current STUCK=/run/vmwarden-scenario-stuck
+echo "(none yet)" >"$CURRENT"
+( while sleep "$HEARTBEAT"; do
+    echo "VMWARDEN-L2-ALIVE uptime=$(cut -d' ' -f1 /proc/uptime) scenario=$(cat "$CURRENT" 2>/dev/null)" >/dev/console 2>/dev/null
+  done ) &
+HEARTBEAT_PID=$!
+# A scenario still running after SCENARIO_LIMIT s (the slowest passing one
+# takes about a third of it in CI) is stuck: say so on the console first
+# (run.sh counts that as progress), then what every process waits on, then
+# kill what the scenario runs, every 5 s, until it returns; it fails.
+watchdog() { # NAME SCENARIO_SHELL_PID
+  local me p kids
+  sleep "$SCENARIO_LIMIT"
+  : >"$STUCK"
+  say "VMWARDEN-L2-STUCK scenario=$1 after=${SCENARIO_LIMIT}s: killing what it runs"
+  { echo "=== stuck: $1 after ${SCENARIO_LIMIT} s"
+    timeout 20 ps -eo pid,ppid,stat,wchan:32,etimes,args --forest
+    echo "=== systemctl list-jobs"; timeout 20 systemctl list-jobs --no-pager
+  } >>"$LOG" 2>&1
+  # blocked tasks' stacks into the kernel log (and so the console)
+  echo w >/proc/sysrq-trigger 2>/dev/null
+  me=$BASHPID n=0
+  while :; do
+    # still there 2 min later: what it waits on cannot be killed (a task
+    # blocked in the kernel); the guest is as good as wedged, so stop the
+    # heartbeat and let run.sh treat it as such
+    n=$((n + 1))
+    if [ $n = 25 ]; then
+      say "VMWARDEN-L2-STUCK scenario=$1: its commands outlive SIGKILL; stopping the heartbeat"
+      kill "$HEARTBEAT_PID" 2>/dev/null
+    fi
+    # everything below the scenario's shell but this watchdog and the heartbeat
+    kids=$(ps -e -o pid=,ppid= | awk -v root="$2" -v me="$me" -v hb="$HEARTBEAT_PID" '
+      { kids[$2] = kids[$2] " " $1 }
+      END { n = split(kids[root], q, " ")
+            while (n > 0) { p = q[n--]; if (p == me || p == hb) continue; print p
+                            m = split(kids[p], c, " "); for (i = 1; i <= m; i++) q[++n] = c[i] } }')
+    for p in $kids; do kill -KILL "$p" 2>/dev/null; done
+    sleep 5
+  done
+}
 
 # ---------------------------------------------------------------- helpers
 PASS=0 FAIL=0 DETAIL=""
@@ -214,12 +264,23 @@ check_graceful_stop() { # VM CURSOR [MARKER: the guest's line for the stop reque
 }
 
 run_scenario() { # NAME FUNCTION
-  local name=$1 fn=$2 t0 dt r
+  local name=$1 fn=$2 t0 dt r wd kids
   if [ -n "$ONLY" ] && ! printf ' %s ' "$ONLY" | grep -q " $name "; then return 0; fi
   DETAIL=""
   log "=== scenario $name"
+  echo "$name" >"$CURRENT"; rm -f "$STUCK"
+  watchdog "$name" "$$" >>"$LOG" 2>&1 &
+  wd=$!
   t0=$(date +%s.%N)
-  if "$fn" >>"$LOG" 2>&1; then r=pass; PASS=$((PASS + 1)); else r=fail; FAIL=$((FAIL + 1)); fi
+  if "$fn" >>"$LOG" 2>&1; then r=pass; else r=fail; fi
+  # the watchdog first (once its sleep is gone it would go on to mark the
+  # scenario stuck), then its sleep
+  kids=$(pgrep -P "$wd"); kill "$wd" 2>/dev/null; wait "$wd" 2>/dev/null
+  [ -z "$kids" ] || kill $kids 2>/dev/null
+  if [ -e "$STUCK" ]; then
+    r=fail; DETAIL="stuck: still running after ${SCENARIO_LIMIT} s, its commands killed (scenarios.log has every process's state; the console the blocked tasks); last: ${DETAIL:-none}"
+  fi
+  if [ $r = pass ]; then PASS=$((PASS + 1)); else FAIL=$((FAIL + 1)); fi
   dt=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}')
   say "SCENARIO name=$name result=$r time_s=$dt detail=${DETAIL:-none}"
 }
@@ -2648,6 +2709,7 @@ else
   run_scenario all_clean s_all_clean
   # a measurement only, when named (not in SHARD_LISTS: CI does not run it)
 fi
+echo "(done)" >"$CURRENT"; kill "$HEARTBEAT_PID" 2>/dev/null
 say "SCENARIOS passed=$PASS failed=$FAIL"
 
 journalctl -b --no-pager -o short-monotonic >"$RES/journal.txt" 2>&1
