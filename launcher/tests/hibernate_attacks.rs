@@ -5,7 +5,7 @@
 //! snapshot to be restored a second time, and a snapshot kept for more
 //! restores that is rewritten in place (same inode, same size) is refused.
 //! The at-shutdown record names a VM only while the snapshot the shutdown
-//! made is there: a restore and a cold boot's discard take it off.
+//! made is there: a restore, a cold boot's discard and `purge` take it off.
 //! Needs root.
 
 mod common;
@@ -18,6 +18,7 @@ use common::*;
 use serde_json::{json, Value};
 use vmwarden::control::hibernate::RESTORE_KILL_POINT;
 use vmwarden::hypervisor::qmp::Qmp;
+use vmwarden::teardown::purge::CONFIRM_PHRASE;
 
 #[test]
 fn a_vm_whose_configured_spec_no_longer_allows_it_is_not_hibernated() {
@@ -347,6 +348,59 @@ fn a_cold_boot_that_discards_the_snapshot_takes_the_vm_off_the_at_shutdown_recor
     g4.wait_for("VMWARDEN-GUEST-READY", BOOT);
     g4.kill();
     env.assert_clean("cold");
+}
+
+/// `purge` deletes the snapshot the host's shutdown made and takes the VM
+/// off the at-shutdown record (another VM's name stays). A record it
+/// cannot update fails the purge, naming the record, and retires
+/// nothing; the purge run again takes the name off.
+#[test]
+fn purge_of_the_snapshot_the_shutdown_made_takes_the_vm_off_the_at_shutdown_record() {
+    require_root();
+    let env = Env::new();
+    spec(&env, "gone", 49);
+    let at_shutdown = env.state.join(".hibernated-at-shutdown.json");
+    let (mut g, _) = boot(&env, "gone", "gone.1.log");
+    let all = env.vmwarden(&["hibernate-all", "--timeout", "120"]);
+    assert!(all.status.success(), "{}", text(&all));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("gone");
+    assert_eq!(at_shutdown_vms(&env), json!(["gone"]));
+    assert!(snap(&env, "gone").is_dir() && record(&env, "gone").is_file());
+    write_at_shutdown(&env, br#"{"vms": ["other", "gone"]}"#);
+    let (ok, out) = purge_on_pty(&env, &["gone", "--keep-identity"], CONFIRM_PHRASE);
+    assert!(ok, "purge: {out}");
+    assert!(!snap(&env, "gone").exists() && !record(&env, "gone").exists());
+    assert_eq!(
+        at_shutdown_vms(&env),
+        json!(["other"]),
+        "purge deleted the snapshot but the next boot would still start the VM"
+    );
+
+    // Put down again; a record that cannot be parsed fails the purge.
+    let (mut g, _) = boot(&env, "gone", "gone.2.log");
+    let all = env.vmwarden(&["hibernate-all", "--timeout", "120"]);
+    assert!(all.status.success(), "{}", text(&all));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("gone");
+    assert_eq!(at_shutdown_vms(&env), json!(["other", "gone"]));
+    write_at_shutdown(&env, b"not json\n");
+    let (ok, out) = purge_on_pty(&env, &["gone"], CONFIRM_PHRASE);
+    assert!(!ok, "purge succeeded with the record not updated: {out}");
+    assert!(
+        out.contains(&at_shutdown.display().to_string())
+            && out.contains("cannot be parsed")
+            && out.contains("NOT RETIRED"),
+        "the purge does not name the record and why, or retired the principal: {out}"
+    );
+    assert!(!snap(&env, "gone").exists() && !record(&env, "gone").exists());
+    // Run again with the record readable: the name goes, the rest too.
+    write_at_shutdown(&env, br#"{"vms": ["other", "gone"]}"#);
+    let (ok, out) = purge_on_pty(&env, &["gone"], CONFIRM_PHRASE);
+    assert!(ok, "purge: {out}");
+    assert_eq!(at_shutdown_vms(&env), json!(["other"]));
+    let v = env.verify_clean(&["gone"]);
+    assert!(v.status.success(), "{}", text(&v));
 }
 
 /// What the principal may make in its own state dir: `path` made by root,
