@@ -50,7 +50,7 @@ pub enum RestoreError {
     AtShutdown {
         name: String,
         #[source]
-        source: at_shutdown::RecordError,
+        source: Box<at_shutdown::RecordError>,
     },
     #[error("{0}")]
     Open(#[from] SysError),
@@ -235,7 +235,7 @@ pub fn discard(roots: &Roots, name: &VmName) -> Result<(), RestoreError> {
     }
     at_shutdown::forget(roots, name).map_err(|source| RestoreError::AtShutdown {
         name: name.to_string(),
-        source,
+        source: Box::new(source),
     })
 }
 
