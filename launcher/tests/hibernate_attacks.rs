@@ -4,6 +4,8 @@
 //! `wait-ready` killed once the restored guest runs never leaves its
 //! snapshot to be restored a second time, and a snapshot kept for more
 //! restores that is rewritten in place (same inode, same size) is refused.
+//! The at-shutdown record names a VM only while the snapshot the shutdown
+//! made is there: a restore, a cold boot's discard and `purge` take it off.
 //! Needs root.
 
 mod common;
@@ -16,6 +18,7 @@ use common::*;
 use serde_json::{json, Value};
 use vmwarden::control::hibernate::RESTORE_KILL_POINT;
 use vmwarden::hypervisor::qmp::Qmp;
+use vmwarden::teardown::purge::CONFIRM_PHRASE;
 
 #[test]
 fn a_vm_whose_configured_spec_no_longer_allows_it_is_not_hibernated() {
@@ -268,6 +271,136 @@ fn a_vm_restored_by_hand_then_hibernated_by_hand_is_not_started_at_the_next_boot
     );
     assert!(record(&env, "shut").exists());
     env.assert_clean("shut");
+}
+
+/// The VMs `vmwarden hibernate-all` put down, as root's record names them.
+fn at_shutdown_vms(env: &Env) -> Value {
+    let b = std::fs::read(env.state.join(".hibernated-at-shutdown.json")).unwrap();
+    serde_json::from_slice::<Value>(&b).unwrap()["vms"].clone()
+}
+
+fn write_at_shutdown(env: &Env, bytes: &[u8]) {
+    std::fs::write(env.state.join(".hibernated-at-shutdown.json"), bytes).unwrap();
+}
+
+/// The host's shutdown puts a VM down and its snapshot no longer matches
+/// (`on_mismatch = "cold-boot"`): the cold boot discards the snapshot and
+/// takes the VM off the at-shutdown record (another VM's name stays), or
+/// a later hibernation by hand would have the next boot start it. A
+/// record it cannot update refuses the start, naming the record.
+#[test]
+fn a_cold_boot_that_discards_the_snapshot_takes_the_vm_off_the_at_shutdown_record() {
+    require_root();
+    let env = Env::new();
+    let mut s = spec(&env, "cold", 48);
+    s["hibernate"]["on_mismatch"] = json!("cold-boot");
+    env.write_spec("cold", &s);
+    let memory = s["memory_mib"].clone();
+    let at_shutdown = env.state.join(".hibernated-at-shutdown.json");
+
+    // The host's shutdown puts it down; the record names another VM too.
+    let (mut g, _) = boot(&env, "cold", "cold.1.log");
+    let all = env.vmwarden(&["hibernate-all", "--timeout", "120"]);
+    assert!(all.status.success(), "{}", text(&all));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("cold");
+    assert_eq!(at_shutdown_vms(&env), json!(["cold"]));
+    write_at_shutdown(&env, br#"{"vms": ["cold", "other"]}"#);
+    // The spec changed since: a cold boot, the snapshot discarded.
+    s["memory_mib"] = json!(320);
+    env.write_spec("cold", &s);
+    let mut g2 = spawn_logged(env.launch_cmd("cold"), env.path("cold.2.log"));
+    g2.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    assert!(g2.log_text().contains("booting cold"), "{}", g2.log_text());
+    assert!(!snap(&env, "cold").exists() && !record(&env, "cold").exists());
+    assert_eq!(
+        at_shutdown_vms(&env),
+        json!(["other"]),
+        "the cold boot discarded the snapshot but the next boot would still start the VM"
+    );
+    g2.kill();
+    env.assert_clean("cold");
+
+    // A record that cannot be parsed: the stale snapshot goes, and the
+    // start is refused naming the record, which is left as it was.
+    let (mut g, _) = boot(&env, "cold", "cold.3.log");
+    let h = env.vmwarden(&["hibernate", "cold", "--timeout", "120"]);
+    assert!(h.status.success(), "{}", text(&h));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("cold");
+    write_at_shutdown(&env, b"not json\n");
+    s["memory_mib"] = memory;
+    env.write_spec("cold", &s);
+    // (Bounded: a start that is not refused boots and runs on.)
+    let out = bounded(&mut env.launch_cmd("cold"), BOOT)
+        .expect("the start was not refused: the guest booted and ran");
+    assert!(!out.status.success(), "{}", text(&out));
+    let e = stderr(&out);
+    assert!(
+        e.contains(&at_shutdown.display().to_string()) && e.contains("cannot be parsed"),
+        "the refusal does not name the record and why:\n{e}"
+    );
+    assert!(!snap(&env, "cold").exists() && !record(&env, "cold").exists());
+    assert!(!env.run.join("cold/instance.json").exists());
+    assert_eq!(std::fs::read(&at_shutdown).unwrap(), b"not json\n");
+    // As the refusal says: the next start, with nothing to discard, boots.
+    let mut g4 = spawn_logged(env.launch_cmd("cold"), env.path("cold.4.log"));
+    g4.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    g4.kill();
+    env.assert_clean("cold");
+}
+
+/// `purge` deletes the snapshot the host's shutdown made and takes the VM
+/// off the at-shutdown record (another VM's name stays). A record it
+/// cannot update fails the purge, naming the record, and retires
+/// nothing; the purge run again takes the name off.
+#[test]
+fn purge_of_the_snapshot_the_shutdown_made_takes_the_vm_off_the_at_shutdown_record() {
+    require_root();
+    let env = Env::new();
+    spec(&env, "gone", 49);
+    let at_shutdown = env.state.join(".hibernated-at-shutdown.json");
+    let (mut g, _) = boot(&env, "gone", "gone.1.log");
+    let all = env.vmwarden(&["hibernate-all", "--timeout", "120"]);
+    assert!(all.status.success(), "{}", text(&all));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("gone");
+    assert_eq!(at_shutdown_vms(&env), json!(["gone"]));
+    assert!(snap(&env, "gone").is_dir() && record(&env, "gone").is_file());
+    write_at_shutdown(&env, br#"{"vms": ["other", "gone"]}"#);
+    let (ok, out) = purge_on_pty(&env, &["gone", "--keep-identity"], CONFIRM_PHRASE);
+    assert!(ok, "purge: {out}");
+    assert!(!snap(&env, "gone").exists() && !record(&env, "gone").exists());
+    assert_eq!(
+        at_shutdown_vms(&env),
+        json!(["other"]),
+        "purge deleted the snapshot but the next boot would still start the VM"
+    );
+
+    // Put down again; a record that cannot be parsed fails the purge.
+    let (mut g, _) = boot(&env, "gone", "gone.2.log");
+    let all = env.vmwarden(&["hibernate-all", "--timeout", "120"]);
+    assert!(all.status.success(), "{}", text(&all));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("gone");
+    assert_eq!(at_shutdown_vms(&env), json!(["other", "gone"]));
+    write_at_shutdown(&env, b"not json\n");
+    let (ok, out) = purge_on_pty(&env, &["gone"], CONFIRM_PHRASE);
+    assert!(!ok, "purge succeeded with the record not updated: {out}");
+    assert!(
+        out.contains(&at_shutdown.display().to_string())
+            && out.contains("cannot be parsed")
+            && out.contains("NOT RETIRED"),
+        "the purge does not name the record and why, or retired the principal: {out}"
+    );
+    assert!(!snap(&env, "gone").exists() && !record(&env, "gone").exists());
+    // Run again with the record readable: the name goes, the rest too.
+    write_at_shutdown(&env, br#"{"vms": ["other", "gone"]}"#);
+    let (ok, out) = purge_on_pty(&env, &["gone"], CONFIRM_PHRASE);
+    assert!(ok, "purge: {out}");
+    assert_eq!(at_shutdown_vms(&env), json!(["other"]));
+    let v = env.verify_clean(&["gone"]);
+    assert!(v.status.success(), "{}", text(&v));
 }
 
 /// What the principal may make in its own state dir: `path` made by root,

@@ -1,27 +1,27 @@
 //! The host's shutdown and its next boot, as `libvirt-guests` does it with
-//! managed save: `vmwarden hibernate --all` (the `ExecStop=` of
+//! managed save: `vmwarden hibernate-all` (the `ExecStop=` of
 //! `vmwarden-hibernate-on-shutdown.service`) hibernates every running VM
 //! whose spec allows it, one after another, each within its deadline, and
 //! stops normally the one it could not hibernate; `vmwarden
 //! start-hibernated` (that unit's `ExecStart=`, at boot) starts the units
 //! of the VMs it put down, which restore them.
 //!
-//! The VMs put down are named in `STATE_ROOT/.hibernated-at-shutdown.json`
-//! (root 0600, written durably after each VM): a VM hibernated by hand
-//! stays down until it is started, as it would without the option. The
-//! boot reads the record once and removes it; a name whose snapshot is
-//! gone by then (purged, restored by hand) is skipped.
+//! The VMs put down are named in root's record
+//! `STATE_ROOT/.hibernated-at-shutdown.json` ([`crate::instance::at_shutdown`],
+//! written durably after each VM): a VM hibernated by hand stays down
+//! until it is started, as it would without the option. The boot reads the
+//! record once and removes it; a name whose snapshot is gone by then is
+//! skipped (whatever deletes the snapshot, a restore, a cold boot's
+//! discard or `purge`, also takes the VM off the record).
 
 use std::time::{Duration, Instant};
-
-use serde::{Deserialize, Serialize};
 
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::config::spec::HypervisorKind;
 use crate::host::dirs::{self, DirError};
 use crate::host::machined;
-use crate::host::sys::SysError;
+use crate::instance::at_shutdown::{AtShutdown, RecordError};
 use crate::instance::hibernated::{needs_boot_id, Manifest, ManifestError};
 use crate::instance::intent::Intent;
 use crate::instance::liveness::Probe;
@@ -29,33 +29,17 @@ use crate::instance::liveness::Probe;
 use super::hibernate::{hibernate_with, HibernateError};
 use super::{stop, ControlError, StoppedBy};
 
-/// The record's name in the state root (a dot name is no VM's).
-pub const RECORD: &str = ".hibernated-at-shutdown.json";
-
-/// The most bytes the record may have (a few thousand VM names).
-const MAX_RECORD_BYTES: u64 = 256 * 1024;
-
 /// How long the normal stop of a VM that could not be hibernated may take
 /// (the template's `vmwarden stop` default).
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The VMs `hibernate --all` put down, for the next boot.
-#[derive(Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct AtShutdown {
-    pub vms: Vec<VmName>,
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum AtShutdownError {
+    /// Root's record of the VMs put down.
+    #[error(transparent)]
+    Record(#[from] RecordError),
     #[error(transparent)]
     Dir(#[from] DirError),
-    #[error("{path}: cannot be parsed: {source}")]
-    Parse {
-        path: std::path::PathBuf,
-        #[source]
-        source: serde_json::Error,
-    },
     #[error(transparent)]
     Manifest(#[from] ManifestError),
 }
@@ -77,59 +61,6 @@ pub enum Outcome {
     /// Hibernation failed (`why`) and so did the normal stop (`stop`): its
     /// own unit's stop, which follows at a shutdown, is what is left.
     Failed { why: String, stop: String },
-}
-
-impl AtShutdown {
-    /// The record, or an empty one when there is none.
-    pub fn read(roots: &Roots) -> Result<AtShutdown, AtShutdownError> {
-        let Some(root) = dirs::open_dir_if_exists(&roots.state_root)? else {
-            return Ok(AtShutdown::default());
-        };
-        match dirs::read_small(&root, RECORD, MAX_RECORD_BYTES)? {
-            None => Ok(AtShutdown::default()),
-            Some(b) => serde_json::from_slice(&b).map_err(|source| AtShutdownError::Parse {
-                path: root.path.join(RECORD),
-                source,
-            }),
-        }
-    }
-
-    fn write(&self, roots: &Roots) -> Result<(), AtShutdownError> {
-        let root = dirs::open_dir(&roots.state_root)?;
-        let mut bytes = serde_json::to_vec_pretty(self).expect("a list of names encodes");
-        bytes.push(b'\n');
-        Ok(dirs::durable_write(&root, RECORD, &bytes, 0o600)?)
-    }
-
-    fn remove(roots: &Roots) -> Result<(), AtShutdownError> {
-        let Some(root) = dirs::open_dir_if_exists(&roots.state_root)? else {
-            return Ok(());
-        };
-        match nix::unistd::unlinkat(
-            std::os::fd::AsFd::as_fd(&root.fd),
-            RECORD,
-            nix::unistd::UnlinkatFlags::NoRemoveDir,
-        ) {
-            Ok(()) | Err(nix::errno::Errno::ENOENT) => Ok(()),
-            Err(errno) => Err(AtShutdownError::Dir(DirError::Sys(SysError {
-                op: "unlink",
-                path: root.path.join(RECORD),
-                errno,
-            }))),
-        }
-    }
-}
-
-/// Take `name` off the record: its snapshot was consumed by a restore,
-/// so a later hibernation of it (by hand) is not the shutdown's, and the
-/// next boot must not start it.
-pub fn forget(roots: &Roots, name: &VmName) -> Result<(), AtShutdownError> {
-    let mut record = AtShutdown::read(roots)?;
-    if !record.vms.contains(name) {
-        return Ok(());
-    }
-    record.vms.retain(|n| n != name);
-    record.write(roots)
 }
 
 /// Hibernate every VM of `names` that runs and whose spec allows it, one

@@ -35,6 +35,7 @@ use crate::host::sys::SysError;
 use crate::host::{cgroup, machined};
 use crate::hypervisor::hibernate::{for_kind, CaptureError, Hibernator};
 use crate::identity::principal::Principal;
+use crate::instance::at_shutdown;
 use crate::instance::hibernated::{self, Identities, Manifest, ManifestError};
 use crate::instance::intent::Intent;
 use crate::instance::launched;
@@ -454,8 +455,8 @@ pub fn consume_if_restored(
             }));
         }
         // Restored: no longer one the host's shutdown put down.
-        super::at_shutdown::forget(roots, name)
-            .map_err(|e| HibernateError::AtShutdown(Box::new(e)))?;
+        at_shutdown::forget(roots, name)
+            .map_err(|e| HibernateError::AtShutdown(Box::new(e.into())))?;
         tracing::info!(vm = %name, "restored; the snapshot is consumed");
     }
     // Only now does the guest run: a kill before this line leaves it

@@ -3,6 +3,7 @@
 //! liveness probe every tool believes, and the marks that tell a runtime
 //! dir vmwarden made from one it did not.
 
+pub mod at_shutdown;
 pub mod hibernated;
 pub mod intent;
 pub mod last_cleanup;

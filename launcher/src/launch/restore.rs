@@ -23,6 +23,7 @@ use crate::host::dirs::{self, DirError};
 use crate::host::sys::SysError;
 use crate::hypervisor::hibernate::for_kind;
 use crate::identity::principal::Principal;
+use crate::instance::at_shutdown;
 use crate::instance::hibernated::{self, Identities, Manifest, ManifestError};
 use crate::instance::intent::Resource;
 
@@ -43,6 +44,14 @@ pub enum RestoreError {
     /// What a cold boot could not delete of the stale snapshot.
     #[error("{path}: the stale hibernation snapshot could not be discarded: {reason}; root's record of it is removed, so no start restores what is left, and the cleanup after the next instance deletes it once nothing keeps it")]
     Discard { path: PathBuf, reason: String },
+    /// The stale snapshot is gone, but the VM could not be taken off the
+    /// record of the VMs the host's shutdown hibernated ([`discard`]).
+    #[error("VM {name}: the start is refused: its stale hibernation snapshot is discarded, but {source}, which may still name the VM (the next start boots cold; the next boot's `vmwarden start-hibernated` skips a VM without a snapshot)")]
+    AtShutdown {
+        name: String,
+        #[source]
+        source: Box<at_shutdown::RecordError>,
+    },
     #[error("{0}")]
     Open(#[from] SysError),
 }
@@ -193,26 +202,41 @@ pub fn again(
 /// silently. Called under the VM's lease (a launch that loses the lease
 /// to a running instance discards nothing), never for a probe (it boots
 /// no guest, so nothing goes stale).
+///
+/// Once the snapshot is gone, the VM is taken off the record of the VMs
+/// the host's shutdown hibernated ([`at_shutdown::forget`]): it no longer
+/// has the snapshot that record is about, and a later hibernation by hand
+/// must not have the next boot start it. A record that cannot be updated
+/// (unreadable, unparsable, unwritable) refuses the start too, naming its
+/// path, although the snapshot is already gone: the start is refused
+/// before anything is made, as a discard that left a file refuses it, and
+/// a refused start is what the unit's state shows, where a line in a
+/// running VM's journal is missed. The harm it reports is bounded (the
+/// next start, having nothing to discard, boots cold; the next boot skips
+/// a VM without a snapshot unless it was hibernated by hand meanwhile), so
+/// the refusal is to be seen, not to protect the guest.
 pub fn discard(roots: &Roots, name: &VmName) -> Result<(), RestoreError> {
     let root = dirs::open_dir(&roots.state_root).map_err(RestoreError::Dir)?;
-    let Some(state_dir) =
-        dirs::open_dir_if_exists(&roots.state_dir(name)).map_err(RestoreError::Dir)?
-    else {
-        return Ok(hibernated::remove(&root, name)?);
-    };
-    let Some(out) = hibernated::remove_with_snapshot(&root, name, &state_dir)? else {
-        return Ok(());
-    };
-    let left = out
-        .failed
-        .into_iter()
-        .map(|f| (f.path, f.reason))
-        .chain(out.kept.into_iter().map(|k| (k.path, k.reason)))
-        .next();
-    match left {
-        Some((path, reason)) => Err(RestoreError::Discard { path, reason }),
-        None => Ok(()),
+    match dirs::open_dir_if_exists(&roots.state_dir(name)).map_err(RestoreError::Dir)? {
+        None => hibernated::remove(&root, name)?,
+        Some(state_dir) => {
+            if let Some(out) = hibernated::remove_with_snapshot(&root, name, &state_dir)? {
+                let left = out
+                    .failed
+                    .into_iter()
+                    .map(|f| (f.path, f.reason))
+                    .chain(out.kept.into_iter().map(|k| (k.path, k.reason)))
+                    .next();
+                if let Some((path, reason)) = left {
+                    return Err(RestoreError::Discard { path, reason });
+                }
+            }
+        }
     }
+    at_shutdown::forget(roots, name).map_err(|source| RestoreError::AtShutdown {
+        name: name.to_string(),
+        source: Box::new(source),
+    })
 }
 
 /// The intent record's entry for the snapshot of a VM that may hibernate.

@@ -4,7 +4,9 @@
 //!   `STATE/.hibernated-NAME.json`): the user's data, like a volume.
 //!   Cleanup and reap keep it and say so; verify-clean reports it (a pass);
 //!   `purge` deletes it as part of the state dir minus the keep set, with
-//!   no list of its own, and removes the record ([`purge_record`]);
+//!   no list of its own, removes the record ([`purge_record`]), and
+//!   takes the VM off the record of the VMs the host's shutdown
+//!   hibernated once the snapshot is gone ([`purge_at_shutdown`]);
 //! * one being written (`.vmwarden-hibernate.new`): never a snapshot
 //!   anyone may restore. A capture killed half way leaves it; once the
 //!   instance whose intent record names it is dead, cleanup deletes it
@@ -21,6 +23,7 @@ use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::host::dirs;
 use crate::host::ownership::{self, Failed, Kept, Outcome};
+use crate::instance::at_shutdown;
 use crate::instance::hibernated::{self, Manifest};
 use crate::instance::intent::Intent;
 
@@ -101,6 +104,33 @@ pub fn purge_record(roots: &Roots, name: &VmName, kept: &[String]) -> Outcome {
             path,
             reason: e.to_string(),
         }),
+    }
+    out
+}
+
+/// `purge`, once the snapshot is gone: the VM taken off root's record of
+/// the VMs the host's shutdown hibernated ([`at_shutdown::forget`]), so
+/// that a later hibernation by hand does not have the next boot start
+/// it. A snapshot still there (kept by the keep set, or a deletion that
+/// failed, reported as such) keeps its name there. A record that cannot
+/// be updated is a failure naming its path: the purge is not ok and
+/// retires nothing, and a purge run again takes the name off.
+pub fn purge_at_shutdown(roots: &Roots, name: &VmName, kept: &[String]) -> Outcome {
+    let mut out = Outcome::default();
+    if kept.iter().any(|k| k == SNAPSHOT_DIR) {
+        return out;
+    }
+    let gone = match dirs::open_dir(&roots.state_dir(name)) {
+        Ok(d) => !ownership::exists_at(&d, std::ffi::OsStr::new(SNAPSHOT_DIR)),
+        Err(e) => e.is_not_found(),
+    };
+    if gone {
+        if let Err(e) = at_shutdown::forget(roots, name) {
+            out.failed.push(Failed {
+                path: at_shutdown::path(roots),
+                reason: e.to_string(),
+            });
+        }
     }
     out
 }

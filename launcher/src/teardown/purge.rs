@@ -330,6 +330,8 @@ pub fn execute(roots: &Roots, name: &VmName, plan: Plan) -> Result<Report> {
     outcome.merge(made_sources::execute(roots, name, &plan.share_sources));
     // Root's record of a hibernation snapshot goes with the snapshot.
     outcome.merge(hibernate::purge_record(roots, name, &plan.keep));
+    // And, once it is gone, the VM's name in the shutdown's record.
+    outcome.merge(hibernate::purge_at_shutdown(roots, name, &plan.keep));
     // Retirement fails closed, but what was deleted is still reported.
     let (retired, mut retire_error) = match (plan.retire_uid, outcome.failed.is_empty()) {
         (Some(uid), true) => match registry::retire(roots, name, uid) {

@@ -1,0 +1,180 @@
+//! Root's record of the VMs the host's shutdown hibernated:
+//! `STATE_ROOT/.hibernated-at-shutdown.json` (root 0600, written durably),
+//! `{"vms": [NAME…]}`. `vmwarden hibernate-all` adds each VM it put down
+//! (`control::at_shutdown`); `vmwarden start-hibernated` reads it once at
+//! the next boot, starts their units and removes it.
+//!
+//! A VM is named only while the snapshot the shutdown made is the one
+//! there: whatever deletes that snapshot takes the VM off ([`forget`]),
+//! once the deletion succeeded: a restore's consumption (`wait-ready`), a
+//! cold boot's discard of a stale snapshot (`launch::restore`) and
+//! `purge`. Otherwise a VM the operator then hibernated by hand would be
+//! started by the next boot, where it should stay down. The record is
+//! here, below launch and teardown, so that each of them reaches it.
+
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::names::VmName;
+use crate::config::paths::Roots;
+use crate::host::dirs::{self, DirError};
+use crate::host::sys::SysError;
+
+/// The record's name in the state root (a dot name is no VM's).
+pub const RECORD: &str = ".hibernated-at-shutdown.json";
+
+/// The most bytes the record may have (a few thousand VM names).
+pub const MAX_RECORD_BYTES: u64 = 256 * 1024;
+
+/// The record could not be read, parsed, written or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error(
+        "{path}: cannot {op} the record of the VMs hibernated at the host's shutdown: {source}"
+    )]
+    Dir {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: DirError,
+    },
+    #[error("{path}: cannot be parsed: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// The VMs `hibernate-all` put down, for the next boot.
+#[derive(Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AtShutdown {
+    pub vms: Vec<VmName>,
+}
+
+/// The record's path under `roots`.
+pub fn path(roots: &Roots) -> PathBuf {
+    roots.state_root.join(RECORD)
+}
+
+fn dir_error(roots: &Roots, op: &'static str) -> impl FnOnce(DirError) -> RecordError {
+    let path = path(roots);
+    move |source| RecordError::Dir { op, path, source }
+}
+
+impl AtShutdown {
+    /// The record, or an empty one when there is none.
+    pub fn read(roots: &Roots) -> Result<AtShutdown, RecordError> {
+        let Some(root) =
+            dirs::open_dir_if_exists(&roots.state_root).map_err(dir_error(roots, "read"))?
+        else {
+            return Ok(AtShutdown::default());
+        };
+        match dirs::read_small(&root, RECORD, MAX_RECORD_BYTES).map_err(dir_error(roots, "read"))? {
+            None => Ok(AtShutdown::default()),
+            Some(b) => serde_json::from_slice(&b).map_err(|source| RecordError::Parse {
+                path: path(roots),
+                source,
+            }),
+        }
+    }
+
+    /// Write the record durably (root 0600), replacing the old one whole.
+    pub fn write(&self, roots: &Roots) -> Result<(), RecordError> {
+        let root = dirs::open_dir(&roots.state_root).map_err(dir_error(roots, "write"))?;
+        let mut bytes = serde_json::to_vec_pretty(self).expect("a list of names encodes");
+        bytes.push(b'\n');
+        dirs::durable_write(&root, RECORD, &bytes, 0o600).map_err(dir_error(roots, "write"))
+    }
+
+    /// Remove the record (none is fine).
+    pub fn remove(roots: &Roots) -> Result<(), RecordError> {
+        let Some(root) =
+            dirs::open_dir_if_exists(&roots.state_root).map_err(dir_error(roots, "remove"))?
+        else {
+            return Ok(());
+        };
+        match nix::unistd::unlinkat(
+            root.fd.as_fd(),
+            RECORD,
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        ) {
+            Ok(()) | Err(nix::errno::Errno::ENOENT) => Ok(()),
+            Err(errno) => Err(dir_error(roots, "remove")(DirError::Sys(SysError {
+                op: "unlink",
+                path: path(roots),
+                errno,
+            }))),
+        }
+    }
+}
+
+/// Take `name` off the record (when it names it): the snapshot the
+/// shutdown made of it is gone (consumed by a restore, discarded by a cold
+/// boot, purged), so a later hibernation of it (by hand) is not the
+/// shutdown's, and the next boot must not start it. Called only once that
+/// snapshot's deletion succeeded; a record that names nothing of `name`,
+/// or none at all, is left as it is.
+pub fn forget(roots: &Roots, name: &VmName) -> Result<(), RecordError> {
+    let mut record = AtShutdown::read(roots)?;
+    if !record.vms.contains(name) {
+        return Ok(());
+    }
+    record.vms.retain(|n| n != name);
+    record.write(roots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roots(state: &std::path::Path) -> Roots {
+        Roots {
+            state_root: state.to_path_buf(),
+            ..Roots::default()
+        }
+    }
+
+    fn names(v: &[&str]) -> Vec<VmName> {
+        v.iter().map(|n| VmName::parse(n).unwrap()).collect()
+    }
+
+    #[test]
+    fn forget_takes_only_that_name_off_and_keeps_the_others() {
+        let t = tempfile::tempdir().unwrap();
+        let r = roots(t.path());
+        AtShutdown {
+            vms: names(&["web", "db"]),
+        }
+        .write(&r)
+        .unwrap();
+        forget(&r, &VmName::parse("web").unwrap()).unwrap();
+        assert_eq!(AtShutdown::read(&r).unwrap().vms, names(&["db"]));
+        // A name it does not hold, and no record at all: nothing written.
+        forget(&r, &VmName::parse("mail").unwrap()).unwrap();
+        assert_eq!(AtShutdown::read(&r).unwrap().vms, names(&["db"]));
+        AtShutdown::remove(&r).unwrap();
+        forget(&r, &VmName::parse("db").unwrap()).unwrap();
+        assert!(
+            !path(&r).exists(),
+            "forget made a record where there was none"
+        );
+    }
+
+    #[test]
+    fn a_record_that_cannot_be_parsed_is_an_error_naming_its_path() {
+        let t = tempfile::tempdir().unwrap();
+        let r = roots(t.path());
+        std::fs::write(path(&r), b"{\"vms\": [\"../x\"]}").unwrap();
+        let e = forget(&r, &VmName::parse("web").unwrap()).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            matches!(e, RecordError::Parse { .. })
+                && text.contains(&path(&r).display().to_string()),
+            "{text}"
+        );
+    }
+}
