@@ -21,7 +21,7 @@ use crate::config::paths::Roots;
 use crate::config::spec::HypervisorKind;
 use crate::host::dirs::{self, DirError};
 use crate::host::machined;
-use crate::instance::at_shutdown::{AtShutdown, RecordError};
+use crate::instance::at_shutdown::{self, AtShutdown, RecordError};
 use crate::instance::hibernated::{needs_boot_id, Manifest, ManifestError};
 use crate::instance::intent::Intent;
 use crate::instance::liveness::Probe;
@@ -72,7 +72,8 @@ pub fn hibernate_all(
     names: &[VmName],
     deadline: Duration,
 ) -> Result<Vec<(VmName, Outcome)>, AtShutdownError> {
-    let mut record = AtShutdown::read(roots)?;
+    // A record that cannot be read fails before any VM goes down.
+    AtShutdown::read(roots)?;
     let mut out = Vec::new();
     let probe = Probe::single();
     for name in names {
@@ -93,10 +94,7 @@ pub fn hibernate_all(
         let t0 = Instant::now();
         let outcome = match hibernate_with(roots, name, deadline, false, false) {
             Ok(h) => {
-                if !record.vms.contains(name) {
-                    record.vms.push(name.clone());
-                }
-                record.write(roots)?;
+                at_shutdown::add(roots, name)?;
                 tracing::info!(vm = %name, bytes = h.bytes, "hibernated for the host's shutdown");
                 Outcome::Hibernated {
                     bytes: h.bytes,
@@ -139,6 +137,9 @@ pub fn start_hibernated(
     roots: &Roots,
     prefix: &str,
 ) -> Result<Vec<(VmName, Option<Result<String, String>>)>, AtShutdownError> {
+    // Held to the removal: a unit started below that takes its VM off
+    // the record waits, then finds none (and writes none back).
+    let _held = at_shutdown::lock(roots)?;
     let record = AtShutdown::read(roots)?;
     let mut out = Vec::new();
     if record.vms.is_empty() {

@@ -11,10 +11,21 @@
 //! `purge`. Otherwise a VM the operator then hibernated by hand would be
 //! started by the next boot, where it should stay down. The record is
 //! here, below launch and teardown, so that each of them reaches it.
+//!
+//! Every change to the record holds the exclusive `flock` of
+//! `STATE_ROOT/.hibernated-at-shutdown.lock` ([`lock`]) from its read to
+//! its write, and the boot holds it from its read to the removal: the
+//! units the boot starts run at once, and each one's restore or cold
+//! boot takes its VM off the same record. Without it two of them write
+//! through the one temp name (one's rename fails, refusing its start),
+//! or one writes back a name another took off, or the record the boot
+//! removed.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
+use nix::fcntl::{openat, Flock, FlockArg, OFlag};
+use nix::sys::stat::Mode;
 use serde::{Deserialize, Serialize};
 
 use crate::config::names::VmName;
@@ -24,6 +35,9 @@ use crate::host::sys::SysError;
 
 /// The record's name in the state root (a dot name is no VM's).
 pub const RECORD: &str = ".hibernated-at-shutdown.json";
+
+/// The lock every change to the record holds ([`lock`]), beside it.
+pub const LOCK: &str = ".hibernated-at-shutdown.lock";
 
 /// The most bytes the record may have (a few thousand VM names).
 pub const MAX_RECORD_BYTES: u64 = 256 * 1024;
@@ -112,13 +126,70 @@ impl AtShutdown {
     }
 }
 
+/// Proof that the record's lock is held (released when dropped).
+#[derive(Debug)]
+pub struct Held {
+    _lock: Flock<OwnedFd>,
+}
+
+/// Open (make if missing, root's 0600) `STATE_ROOT/`[`LOCK`] without
+/// following a link and lock it exclusively, waiting for the holder.
+/// `None` when there is no state root (and so no record).
+pub fn lock(roots: &Roots) -> Result<Option<Held>, RecordError> {
+    let Some(root) =
+        dirs::open_dir_if_exists(&roots.state_root).map_err(dir_error(roots, "lock"))?
+    else {
+        return Ok(None);
+    };
+    let lock_path = roots.state_root.join(LOCK);
+    let sys = |op: &'static str, errno| {
+        dir_error(roots, "lock")(DirError::Sys(SysError {
+            op,
+            path: lock_path.clone(),
+            errno,
+        }))
+    };
+    let fd = openat(
+        root.fd.as_fd(),
+        LOCK,
+        OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|e| sys("open", e))?;
+    let st = nix::sys::stat::fstat(&fd).map_err(|e| sys("fstat", e))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(sys("is not a regular file", nix::errno::Errno::EPERM));
+    }
+    let lock = Flock::lock(fd, FlockArg::LockExclusive).map_err(|(_, e)| sys("flock", e))?;
+    Ok(Some(Held { _lock: lock }))
+}
+
+/// Add `name` to the record (`hibernate-all`, once it is hibernated),
+/// under the record's lock.
+pub fn add(roots: &Roots, name: &VmName) -> Result<(), RecordError> {
+    let _held = lock(roots)?;
+    let mut record = AtShutdown::read(roots)?;
+    if !record.vms.contains(name) {
+        record.vms.push(name.clone());
+    }
+    record.write(roots)
+}
+
 /// Take `name` off the record (when it names it): the snapshot the
 /// shutdown made of it is gone (consumed by a restore, discarded by a cold
 /// boot, purged), so a later hibernation of it (by hand) is not the
 /// shutdown's, and the next boot must not start it. Called only once that
 /// snapshot's deletion succeeded; a record that names nothing of `name`,
-/// or none at all, is left as it is.
+/// or none at all, is left as it is. Under the record's lock.
 pub fn forget(roots: &Roots, name: &VmName) -> Result<(), RecordError> {
+    // A record that does not name it (or none: the lock file is not made
+    // for every purge) stays so: only `hibernate-all` adds its name, and
+    // only once the VM is down with a new snapshot. Each version read is
+    // whole (a rename replaces it).
+    if !AtShutdown::read(roots)?.vms.contains(name) {
+        return Ok(());
+    }
+    let _held = lock(roots)?;
     let mut record = AtShutdown::read(roots)?;
     if !record.vms.contains(name) {
         return Ok(());
@@ -162,6 +233,10 @@ mod tests {
             !path(&r).exists(),
             "forget made a record where there was none"
         );
+        // Nor its lock, in a state root without one (every purge forgets).
+        let t = tempfile::tempdir().unwrap();
+        forget(&roots(t.path()), &VmName::parse("db").unwrap()).unwrap();
+        assert!(!t.path().join(LOCK).exists() && !t.path().join(RECORD).exists());
     }
 
     #[test]
@@ -176,5 +251,39 @@ mod tests {
                 && text.contains(&path(&r).display().to_string()),
             "{text}"
         );
+    }
+
+    #[test]
+    fn forgets_of_different_vms_at_once_lose_no_update() {
+        // The units `start-hibernated` starts run at once: each cold boot's
+        // discard (and each restore) takes its VM off the same record.
+        let t = tempfile::tempdir().unwrap();
+        let r = roots(t.path());
+        let all: Vec<String> = (0..12).map(|i| format!("vm{i}")).collect();
+        for round in 0..15 {
+            AtShutdown {
+                vms: all.iter().map(|n| VmName::parse(n).unwrap()).collect(),
+            }
+            .write(&r)
+            .unwrap();
+            let errors: Vec<String> = std::thread::scope(|s| {
+                let hs: Vec<_> = all
+                    .iter()
+                    .map(|n| {
+                        let r = &r;
+                        s.spawn(move || forget(r, &VmName::parse(n).unwrap()))
+                    })
+                    .collect();
+                hs.into_iter()
+                    .filter_map(|h| h.join().unwrap().err().map(|e| e.to_string()))
+                    .collect()
+            });
+            assert!(errors.is_empty(), "round {round}: {errors:?}");
+            assert_eq!(
+                AtShutdown::read(&r).unwrap().vms,
+                Vec::<VmName>::new(),
+                "round {round}: a VM whose snapshot is gone is still named"
+            );
+        }
     }
 }
