@@ -2695,18 +2695,24 @@ fifty_teardown() { # leaves nothing of the scenario's (best effort: every step r
   for v in $FIFTY_MADE; do userdel "vm-$v" 2>>"$LOG"; groupdel "vm-$v" 2>/dev/null; done
   systemctl daemon-reload
 }
-fifty_down() { # KIND(units|floors): stop every unit (queued first: a stop job forbids the restart a SIGKILL would bring), SIGKILL every hypervisor, wait (cleanup runs), reset-failed
+# one property of each unit, a line each in order (systemctl show separates units by an empty line)
+fifty_show() { # PROPERTY UNIT...
+  local p=$1; shift
+  systemctl show -p "$p" "$@" | sed -n "s/^$p=//p"
+}
+fifty_down() { # KIND(units|floors): SIGKILL every hypervisor, at once a stop job for every unit (it forbids the restart the SIGKILL would bring; a guest that never runs answers no power button), wait (cleanup runs), reset-failed
   local -a us; mapfile -t us < <("fifty_$1")
-  local end=$((SECONDS + 300)) up
-  systemctl stop --no-block "${us[@]}" 2>>"$LOG"
+  local t0=$SECONDS up
   systemctl kill -s KILL --kill-who=main "${us[@]}" 2>/dev/null
+  systemctl stop --no-block "${us[@]}" 2>/dev/null
   while :; do
-    up=$(systemctl show -p ActiveState --value "${us[@]}" | grep -cvE '^(inactive|failed)$')
+    up=$(fifty_show ActiveState "${us[@]}" | grep -cvE '^(inactive|failed)$')
     [ "$up" = 0 ] && break
-    [ $SECONDS -lt $end ] || { fail "fifty: $up of the $1 not stopped 300 s after the stop and SIGKILL"; return 1; }
-    sleep 1
+    [ $((SECONDS - t0)) -lt 900 ] || { fail "fifty: $up of the $1 not stopped 900 s after the SIGKILL and stop"; return 1; }
+    sleep 2
   done
   systemctl reset-failed "${us[@]}" 2>/dev/null
+  log "fifty: the $1 down in $((SECONDS - t0)) s"
 }
 ms_since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", (b - a) * 1000 }'; }
 fifty_time_units() { # -> FIFTY_MS: one `systemctl start` of every unit, to its return (all active)
@@ -2716,7 +2722,7 @@ fifty_time_units() { # -> FIFTY_MS: one `systemctl start` of every unit, to its 
   t0=$EPOCHREALTIME
   timeout 900 systemctl start "${us[@]}" 2>>"$LOG" || { fifty_crashed "$t0" "${us[@]}"; return; }
   FIFTY_MS=$(ms_since "$t0")
-  bad=$(systemctl show -p ActiveState --value "${us[@]}" | grep -cvx active)
+  bad=$(fifty_show ActiveState "${us[@]}" | grep -cvx active)
   [ "$bad" = 0 ] || { fail "fifty: $bad units not active after the start"; return 1; }
 }
 # a start that failed: 2 when every unit that failed did so because its
@@ -2742,7 +2748,7 @@ fifty_time_floors() { # -> FIFTY_MS: one `systemctl start` of every floor unit (
   systemctl reset-failed "${us[@]}" 2>/dev/null
   t0=$EPOCHREALTIME
   timeout 900 systemctl start "${us[@]}" 2>>"$LOG" || { fifty_crashed "$t0" "${us[@]}"; return; }
-  mapfile -t pids < <(systemctl show -p MainPID --value "${us[@]}")
+  mapfile -t pids < <(fifty_show MainPID "${us[@]}")
   local i; for i in "${!socks[@]}"; do socks[i]="${pids[i]}:${socks[i]}"; done
   perl "$FIFTY_DIR/qmp-ready.pl" 600 "${socks[@]}" >"$FIFTY_DIR/poll.out" 2>&1
   case $? in
