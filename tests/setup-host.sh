@@ -32,6 +32,8 @@
 #                    template interface (a bridge) of their own
 #   supervisor       supervisord: what microvm.nix's runner starts its virtiofsds
 #                    under; tests/bench/scale.sh counts its memory beside them
+#   strace           the lock tables of tests/bench/scale.sh and of the systemd
+#                    suite's fifty_units (run.sh puts it in L2 when named)
 #
 # Then the two vhost-user daemons of shares and vsock, which Debian 12 does not
 # package, built with `cargo install --locked` at pinned versions into
@@ -63,7 +65,7 @@ command -v dpkg-query >/dev/null 2>&1 || die "not a Debian-based system (no dpkg
 # package is repaired)
 PKGS=(qemu-system-x86 busybox-static acl e2fsprogs debootstrap kmod python3 zsh fish groff-base
       libseccomp-dev libcap-ng-dev pkg-config gcc libc6-dev xfsprogs dropbear-bin openssh-client passt iproute2
-      libnss-extrausers supervisor)
+      libnss-extrausers supervisor strace)
 declare -A CMD_OF=(
   [qemu-system-x86]=qemu-system-x86_64
   [busybox-static]=busybox
@@ -89,6 +91,7 @@ declare -A CMD_OF=(
   [libnss-extrausers]=true
   [qemu-utils]=qemu-img
   [supervisor]=supervisord
+  [strace]=strace
 )
 export PATH="$PATH:/usr/sbin:/sbin"
 [ "$MODE" = demo ] && PKGS=(qemu-system-x86 busybox-static kmod)

@@ -203,6 +203,10 @@ put "$SH_KERNEL" /opt/vmwarden-test/assets-shares/vmlinuz 0644
 put "$SH_INITRD" /opt/vmwarden-test/assets-shares/initramfs.img 0644
 # busybox for L2's bridge and ping (cloud_hypervisor, firecracker, vhost_net)
 put "$(command -v busybox)" /opt/vmwarden-test/bin/busybox 0755
+# fifty_units' lock table (strace of one launch, as tests/bench/scale.sh's)
+if [ -n "$ONLY" ] && want_scenario fifty_units; then
+  put "$(command -v strace)" /opt/vmwarden-test/bin/strace 0755 || die "fifty_units needs strace on the host (tests/setup-host.sh)"
+fi
 if [ "$HV_SCENARIOS" = 1 ]; then
   "$REPO/tests/assets/extract-vmlinux.sh" "$SH_KERNEL" "$WORK/vmlinux" || die "extract-vmlinux.sh $SH_KERNEL failed"
   put "$WORK/vmlinux" /opt/vmwarden-test/assets-shares/vmlinux 0644
@@ -768,7 +772,9 @@ SHARD_LISTS=(
   "user_net store_share owned_share vhost_net cloud_hypervisor firecracker hibernate_cloud_hypervisor hibernate_firecracker hv_bench console balloon guest_bytes machined coexist metrics soak all_clean"
   "pci_passthrough usb_passthrough hibernate_qemu host_shutdown_restore all_clean"
 )
-ALL_SCENARIOS=$(sed -n '/^  run_scenario unit_verify /,/^fi$/s/^  run_scenario \([a-z0-9_]*\) .*/\1/p' "$HERE/scenarios.sh")
+# The scenarios below scenarios.sh's "# a measurement only, when named"
+# comment run only when VMWARDEN_SYSTEMD_ONLY names them: they are in no list.
+ALL_SCENARIOS=$(sed -n '/^  run_scenario unit_verify /,/^  # a measurement only, when named/s/^  run_scenario \([a-z0-9_]*\) .*/\1/p' "$HERE/scenarios.sh")
 [ -n "$ALL_SCENARIOS" ] || die "no scenario list found in scenarios.sh"
 if [ "$MODE" = smoke ] || [ -n "$ONLY" ] || [ "${VMWARDEN_SYSTEMD_SHARDS:-2}" = 1 ]; then
   SHARD_LISTS=("$ONLY")
