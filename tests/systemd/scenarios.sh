@@ -68,12 +68,16 @@ HEARTBEAT_PID=$!
 # takes about a third of it in CI) is stuck: say so on the console first
 # (run.sh counts that as progress), then what every process waits on, then
 # kill what the scenario runs, every 5 s, until it returns; it fails.
+# A scenario with a limit of its own names it in LIMIT_<name>.
+LIMIT_fifty_units=5400
+limit_of() { local v="LIMIT_$1"; echo "${!v:-$SCENARIO_LIMIT}"; }
 watchdog() { # NAME SCENARIO_SHELL_PID
-  local me p kids
-  sleep "$SCENARIO_LIMIT"
+  local me p kids limit
+  limit=$(limit_of "$1")
+  sleep "$limit"
   : >"$STUCK"
-  say "VMWARDEN-L2-STUCK scenario=$1 after=${SCENARIO_LIMIT}s: killing what it runs"
-  { echo "=== stuck: $1 after ${SCENARIO_LIMIT} s"
+  say "VMWARDEN-L2-STUCK scenario=$1 after=${limit}s: killing what it runs"
+  { echo "=== stuck: $1 after ${limit} s"
     timeout 20 ps -eo pid,ppid,stat,wchan:32,etimes,args --forest
     echo "=== systemctl list-jobs"; timeout 20 systemctl list-jobs --no-pager
   } >>"$LOG" 2>&1
@@ -278,7 +282,7 @@ run_scenario() { # NAME FUNCTION
   kids=$(pgrep -P "$wd"); kill "$wd" 2>/dev/null; wait "$wd" 2>/dev/null
   [ -z "$kids" ] || kill $kids 2>/dev/null
   if [ -e "$STUCK" ]; then
-    r=fail; DETAIL="stuck: still running after ${SCENARIO_LIMIT} s, its commands killed (scenarios.log has every process's state; the console the blocked tasks); last: ${DETAIL:-none}"
+    r=fail; DETAIL="stuck: still running after $(limit_of "$name") s, its commands killed (scenarios.log has every process's state; the console the blocked tasks); last: ${DETAIL:-none}"
   fi
   if [ $r = pass ]; then PASS=$((PASS + 1)); else FAIL=$((FAIL + 1)); fi
   dt=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}')
