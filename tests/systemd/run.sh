@@ -206,6 +206,7 @@ put "$(command -v busybox)" /opt/vmwarden-test/bin/busybox 0755
 # fifty_units' lock table (strace of one launch, as tests/bench/scale.sh's)
 if [ -n "$ONLY" ] && want_scenario fifty_units; then
   put "$(command -v strace)" /opt/vmwarden-test/bin/strace 0755 || die "fifty_units needs strace on the host (tests/setup-host.sh)"
+  put "$REPO/tests/bench/lock-table.awk" /opt/vmwarden-test/lock-table.awk 0644
 fi
 if [ "$HV_SCENARIOS" = 1 ]; then
   "$REPO/tests/assets/extract-vmlinux.sh" "$SH_KERNEL" "$WORK/vmlinux" || die "extract-vmlinux.sh $SH_KERNEL failed"

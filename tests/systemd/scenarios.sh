@@ -2824,19 +2824,10 @@ fifty_time_floors() { # -> FIFTY_MS: one `systemctl start` of every floor unit (
   esac
   FIFTY_MS=$(ms_since "$t0")
 }
-# scale.sh's lock table: strace -f -ttt of one launch -> each flock, its file, held how long
+# scale.sh's lock table (tests/bench/lock-table.awk, put here by run.sh):
+# strace -f -ttt of one launch -> each flock, its file, held how long
 fifty_lock_table() { # STRACE_OUT
-  awk '
-    function fdkey(call, line,   x) { x = line; sub(".*" call "\\(", "", x); sub(/[,)].*/, "", x); return $1 " " x }
-    /openat\(/ && /= [0-9]+$/ { p = $0; sub(/^[^"]*"/, "", p); sub(/".*/, "", p); path[$1 " " $NF] = p }
-    /fcntl\(.*F_DUPFD/ && /= [0-9]+$/ { path[$1 " " $NF] = path[fdkey("fcntl", $0)] }
-    / flock\(/ {
-      k = fdkey("flock", $0); o = $0; sub(/.*flock\([0-9]+, */, "", o); sub(/\).*/, "", o)
-      if (o == "LOCK_UN") { if (k in t) { printf "%s %s held %.1f ms\n", what[k], op[k], ($2 - t[k]) * 1000; delete t[k] } }
-      else { t[k] = $2; what[k] = path[k]; op[k] = o }
-    }
-    / close\(/ { k = fdkey("close", $0); if (k in t) { printf "%s %s held %.1f ms\n", what[k], op[k], ($2 - t[k]) * 1000; delete t[k] } }
-    END { for (k in t) printf "%s %s held past the exec (the VM'"'"'s life)\n", what[k], op[k] }' "$1"
+  awk -f /opt/vmwarden-test/lock-table.awk "$1"
 }
 # round 0 (untimed): v01 under strace (root, no unit) while the others start
 # through their units; the QEMU argvs for the floor; memory with all up;
