@@ -933,7 +933,7 @@ rerun() { # GUEST WHY
     || { log "cannot copy the image to run shard $i again"; return 0; }
   G_SUPERSEDED[$g]=1
   log "${G_LABEL[$g]:+[${G_LABEL[$g]}] }running what it had not reported in a fresh guest: $left"
-  boot_guest "$i" "$d/again" "$WORK/root-$i-again.ext4" "$WORK/results-$i-again.ext4" "$left" "${G_LABEL[$g]:+${G_LABEL[$g]} }again"
+  boot_guest "$i" "$d/again" "$WORK/root-$i-again.ext4" "$WORK/results-$i-again.ext4" "$left" "${G_LABEL[$g]}again"
 }
 while pending; do
   for g in "${!G_PID[@]}"; do
