@@ -363,3 +363,74 @@ fn a_namespace_whose_process_moved_to_a_user_namespace_of_its_own_names_it() {
     drop(held);
     env.cleanup_clean("web");
 }
+
+/// The credential floor (`instance::creds_floor`) bounds the search from
+/// below, so it must stay under everything an instance may have left: a
+/// launch after an instance no cleanup proved gone keeps that instance's
+/// floor. Here web's tmpfs, at web's place, is mounted after web's first
+/// launch and before its second, with no cleanup between: a floor taken
+/// from the second launch would be above it, and verify-clean would pass.
+#[test]
+fn a_relaunch_before_any_cleanup_keeps_the_floor_under_what_the_last_instance_left() {
+    let env = Env::new();
+    spec_with_cred(&env, "web", uid(84));
+    let o = env.probe("web", &["/bin/true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let kept = Held(Some(hold(
+        "vmwarden-creds:web",
+        &env.run.join("web/credentials"),
+        65534,
+    )));
+    let o = env.probe("web", &["/bin/true"]);
+    assert!(o.status.success(), "second launch: {}", text(&o));
+    let v = env.verify_clean(&["web"]);
+    assert!(!v.status.success(), "verify-clean web passed: {}", text(&v));
+    assert!(
+        text(&v).contains("no-credential-mount vm=web check=FAIL"),
+        "verify-clean web does not name what the first instance left: {}",
+        text(&v)
+    );
+    // Cleanup finds it too (and detaches it with the runtime dir); the
+    // record is then proven and the next launch may start a floor of its
+    // own.
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success(), "{rep:#}");
+    let floor: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.run.join("web/creds-floor.json")).unwrap())
+            .unwrap();
+    assert_eq!(floor["proven"], true, "{floor}");
+    drop(kept);
+    env.cleanup_clean("web");
+    let v = env.verify_clean(&["web"]);
+    assert!(v.status.success(), "{}", text(&v));
+}
+
+/// A runtime dir that was there with no credential floor in it (an
+/// instance launched before floors were recorded, or the record lost):
+/// what that instance may have left has an unknown id, so the next
+/// launch's floor is every mount until a cleanup proves none left.
+#[test]
+fn a_runtime_dir_without_a_floor_has_every_mount_searched_after_the_next_launch() {
+    let env = Env::new();
+    spec_with_cred(&env, "web", uid(85));
+    let o = env.probe("web", &["/bin/true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let kept = Held(Some(hold(
+        "vmwarden-creds:web",
+        &env.run.join("web/credentials"),
+        65534,
+    )));
+    std::fs::remove_file(env.run.join("web/creds-floor.json")).unwrap();
+    let o = env.probe("web", &["/bin/true"]);
+    assert!(o.status.success(), "second launch: {}", text(&o));
+    let v = env.verify_clean(&["web"]);
+    assert!(
+        text(&v).contains("no-credential-mount vm=web check=FAIL"),
+        "verify-clean web does not name what the floorless instance left: {}",
+        text(&v)
+    );
+    let (o, rep) = env.cleanup("web");
+    assert!(o.status.success(), "{rep:#}");
+    drop(kept);
+    env.cleanup_clean("web");
+}

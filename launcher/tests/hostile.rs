@@ -643,7 +643,7 @@ print("PLANTED", flush=True)
     left.sort();
     assert_eq!(
         left,
-        ["instance.lock", "last-cleanup.json"],
+        ["creds-floor.json", "instance.lock", "last-cleanup.json"],
         "survivors: {left:?}"
     );
 
@@ -1511,8 +1511,13 @@ fn vmwarden_never_takes_over_a_directory_it_does_not_own() {
         .map(|e| e.unwrap().file_name())
         .collect();
     left.sort();
-    // The keep set: the lease file and the last cleanup's record.
-    assert_eq!(left, ["instance.lock", "last-cleanup.json"], "{r:#}");
+    // The keep set: the lease file, the last cleanup's record and the
+    // credential floor.
+    assert_eq!(
+        left,
+        ["creds-floor.json", "instance.lock", "last-cleanup.json"],
+        "{r:#}"
+    );
     for n in planted {
         let p = env.run.join(n);
         if p.is_dir() {

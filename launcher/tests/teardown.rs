@@ -130,8 +130,12 @@ fn unknown_entries_go_keep_set_stays_root_keeps_its_mode() {
         .map(|e| e.file_name())
         .collect();
     names.sort();
-    // The keep set: the lease file and the last cleanup's record.
-    assert_eq!(names, ["instance.lock", "last-cleanup.json"]);
+    // The keep set: the lease file, the last cleanup's record and the
+    // credential floor (proven by this cleanup).
+    assert_eq!(
+        names,
+        ["creds-floor.json", "instance.lock", "last-cleanup.json"]
+    );
     assert_eq!(std::fs::metadata(&rundir).unwrap().mode() & 0o7777, 0o755);
     // Idempotent.
     env.assert_clean("web");

@@ -211,8 +211,9 @@ independent_clean() { # VM
     fail "$vm: a credential tmpfs for $vm survives in some mount namespace"; return 1
   fi
   if [ -d "$RUNTIME_ROOT/$vm" ]; then
-    # the keep set: the lease file and the last cleanup's record
-    left=$(find "$RUNTIME_ROOT/$vm" -mindepth 1 -maxdepth 1 ! -name instance.lock ! -name last-cleanup.json -printf '%f ' 2>/dev/null)
+    # the keep set: the lease file, the last cleanup's record and the
+    # credential floor
+    left=$(find "$RUNTIME_ROOT/$vm" -mindepth 1 -maxdepth 1 ! -name instance.lock ! -name last-cleanup.json ! -name creds-floor.json -printf '%f ' 2>/dev/null)
     [ -z "$left" ] || { fail "$vm: left in $RUNTIME_ROOT/$vm: $left"; return 1; }
   fi
 }

@@ -21,6 +21,11 @@ pub const INTENT_FILE: &str = "instance.json";
 /// `vmwarden-cleanup` under the lease, read by `vmwarden metrics`). In the
 /// keep set with the lease file: it outlives the instances it counts.
 pub const LAST_CLEANUP_FILE: &str = "last-cleanup.json";
+/// The credential floor: a mount id below every mount of the VM's
+/// credential tmpfs this boot (root's, 0644; see
+/// `instance::creds_floor`). In the keep set: it bounds what an instance
+/// may have left after the instance is gone.
+pub const CREDS_FLOOR_FILE: &str = "creds-floor.json";
 /// The exact bytes of the spec the running instance was launched from
 /// (root 0600): `status` compares it with the configured spec, and the
 /// teardown tools read it while the intent record exists.

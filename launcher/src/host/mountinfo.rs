@@ -365,20 +365,24 @@ pub fn credential_mounts_everywhere(
 ) -> Vec<(u32, String, Mount)> {
     // No /proc walk up front: the kernel enumerates the namespaces, and
     // the walk runs only to name a process of one that holds a mount.
-    credential_mounts_in(&Scan::default(), runtime_root, name)
+    credential_mounts_in(&Scan::default(), runtime_root, name, 0)
 }
 
 /// [`credential_mounts_everywhere`] from the namespaces a scan found (one
 /// scan shared by a command's checks). A scan taken without namespaces
-/// takes its own.
+/// takes its own. `since`: the kernel is asked only for mounts with a
+/// unique id at or above it (a credential floor, `instance::creds_floor`;
+/// 0: every mount); the `/proc` walk, when the kernel cannot answer,
+/// reads every mount.
 pub fn credential_mounts_in(
     scan: &Scan,
     runtime_root: Option<&Path>,
     name: Option<&VmName>,
+    since: u64,
 ) -> Vec<(u32, String, Mount)> {
     match name {
-        Some(n) => credential_mounts_of_vms(scan, runtime_root, std::slice::from_ref(n)),
-        None => credential_mounts_filtered(scan, runtime_root, None),
+        Some(n) => credential_mounts_of_vms(scan, runtime_root, std::slice::from_ref(n), since),
+        None => credential_mounts_filtered(scan, runtime_root, None, since),
     }
 }
 
@@ -387,16 +391,18 @@ pub fn credential_mounts_of_vms(
     scan: &Scan,
     runtime_root: Option<&Path>,
     names: &[VmName],
+    since: u64,
 ) -> Vec<(u32, String, Mount)> {
-    credential_mounts_filtered(scan, runtime_root, Some(names))
+    credential_mounts_filtered(scan, runtime_root, Some(names), since)
 }
 
 fn credential_mounts_filtered(
     scan: &Scan,
     runtime_root: Option<&Path>,
     names: Option<&[VmName]>,
+    since: u64,
 ) -> Vec<(u32, String, Mount)> {
-    if let Some(held) = ns_mounts::holding(|src| wanted_source(src, names)) {
+    if let Some(held) = ns_mounts::holding(|src| wanted_source(src, names), since) {
         return credential_mounts_held(scan, held, runtime_root, names);
     }
     match scan.mount_namespaces() {
@@ -409,7 +415,7 @@ fn credential_mounts_filtered(
                 uids: UidFilter::None,
                 mount_namespaces: true,
             });
-            credential_mounts_filtered(&scan, runtime_root, names)
+            credential_mounts_filtered(&scan, runtime_root, names, since)
         }
     }
 }

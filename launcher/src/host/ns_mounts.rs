@@ -162,14 +162,17 @@ fn parent_of(mnt_id: u64, ns_id: u64) -> Result<u64, Errno> {
     Ok(buf[OFF_MNT_PARENT_ID / 8])
 }
 
-/// Every mount id of namespace `ns_id`. `LSMT_ROOT` alone lists only what
-/// lies under the namespace's first mount (a VM's namespace, whose tasks
-/// moved to another root, shows one mount that way): the namespace's
-/// topmost mount is found by climbing from that one through the parents,
-/// and everything under the topmost is listed, the topmost with it.
-fn mount_ids(ns_id: u64) -> Result<Vec<u64>, Errno> {
+/// Every mount id of namespace `ns_id` at or above `since` (0: every one).
+/// `LSMT_ROOT` alone lists only what lies under the namespace's first
+/// mount (a VM's namespace, whose tasks moved to another root, shows one
+/// mount that way): the namespace's topmost mount is found by climbing
+/// from that one through the parents, and everything under the topmost
+/// is listed, the topmost with it. `listmount` lists in id order from the
+/// id after the one it is given, so a `since` skips the older mounts in
+/// the kernel, unlisted.
+fn mount_ids(ns_id: u64, since: u64) -> Result<Vec<u64>, Errno> {
     let mut buf = vec![0u64; BATCH];
-    let mut top = match list(ns_id, LSMT_ROOT, 0, &mut buf)? {
+    let mut top = match list(ns_id, LSMT_ROOT, 0, &mut buf[..1])? {
         0 => return Err(Errno::ENOENT),
         _ => buf[0],
     };
@@ -178,8 +181,11 @@ fn mount_ids(ns_id: u64) -> Result<Vec<u64>, Errno> {
     for _ in 0..64 {
         let up = parent_of(top, ns_id)?;
         if up == top {
-            let mut all = vec![top];
-            let mut last = 0u64;
+            let mut all = Vec::new();
+            if top >= since {
+                all.push(top);
+            }
+            let mut last = since.saturating_sub(1);
             loop {
                 let n = list(ns_id, top, last, &mut buf)?;
                 all.extend_from_slice(&buf[..n]);
@@ -212,7 +218,7 @@ fn source_of(mnt_id: u64, ns_id: u64, buf: &mut [u64]) -> Result<Option<Vec<u8>>
 /// header).
 pub fn sources(tid: u32, ns: &str) -> Option<Vec<Vec<u8>>> {
     let id = ns_id(tid, ns).ok()?;
-    let ids = mount_ids(id).ok()?;
+    let ids = mount_ids(id, 0).ok()?;
     // The kernel allocates what the caller offers, for every call: 256
     // bytes of strings take any source a VM's mount has; a longer one is
     // asked again with 4 KiB (longer still: EOVERFLOW, the mountinfo is read).
@@ -287,7 +293,13 @@ pub struct Holding {
 /// as any other. No `/proc` read. `None`: the kernel could not tell (not
 /// [`procs::sees_every_mount_namespace`], an older kernel, a filter): the caller walks
 /// `/proc` as before.
-pub fn holding(wanted: impl Fn(&[u8]) -> bool) -> Option<Vec<Holding>> {
+///
+/// `since`: only mounts with a unique id at or above it are asked (0:
+/// every mount). A VM's credential floor (`instance::creds_floor`) is
+/// below every mount its credential tmpfs has or had, copies included
+/// (mount ids only grow, and each mount gets its own when it is made),
+/// so the older mounts of every namespace cannot be one.
+pub fn holding(wanted: impl Fn(&[u8]) -> bool, since: u64) -> Option<Vec<Holding>> {
     use std::os::fd::{AsFd, FromRawFd, OwnedFd};
     if !procs::sees_every_mount_namespace() {
         return None;
@@ -302,7 +314,7 @@ pub fn holding(wanted: impl Fn(&[u8]) -> bool) -> Option<Vec<Holding>> {
     if unsafe { libc::ioctl(own.as_raw_fd(), NS_GET_MNTNS_ID, &raw mut id) } != 0 {
         return None;
     }
-    visit(own.as_fd(), id, my_userns, &wanted, &mut out)?;
+    visit(own.as_fd(), id, since, my_userns, &wanted, &mut out)?;
     for step in [NS_MNT_GET_PREV, NS_MNT_GET_NEXT] {
         let mut cur: OwnedFd = own.try_clone().ok()?.into();
         loop {
@@ -324,7 +336,14 @@ pub fn holding(wanted: impl Fn(&[u8]) -> bool) -> Option<Vec<Holding>> {
             // SAFETY: a non-negative return is a new fd the kernel opened
             // for this caller, owned by nothing else.
             let next = unsafe { OwnedFd::from_raw_fd(fd) };
-            visit(next.as_fd(), info.mnt_ns_id, my_userns, &wanted, &mut out)?;
+            visit(
+                next.as_fd(),
+                info.mnt_ns_id,
+                since,
+                my_userns,
+                &wanted,
+                &mut out,
+            )?;
             cur = next;
         }
     }
@@ -338,6 +357,7 @@ pub fn holding(wanted: impl Fn(&[u8]) -> bool) -> Option<Vec<Holding>> {
 fn visit(
     fd: std::os::fd::BorrowedFd<'_>,
     id: u64,
+    since: u64,
     my_userns: (u64, u64),
     wanted: &impl Fn(&[u8]) -> bool,
     out: &mut Vec<Holding>,
@@ -360,7 +380,7 @@ fn visit(
     if (st.st_dev, st.st_ino) != my_userns {
         return Some(());
     }
-    let ids = match mount_ids(id) {
+    let ids = match mount_ids(id, since) {
         Ok(ids) => ids,
         // Emptied meanwhile (its last user left): no mount to hold.
         Err(Errno::ENOENT) => return Some(()),
@@ -481,14 +501,14 @@ mod tests {
     /// no source is wanted.
     #[test]
     fn the_kernel_enumerates_every_namespace_the_proc_walk_finds() {
-        let Some(all) = holding(|_| true) else {
+        let Some(all) = holding(|_| true, 0) else {
             assert!(
                 !procs::sees_every_mount_namespace(),
                 "root, and the kernel did not enumerate"
             );
             return;
         };
-        assert_eq!(holding(|_| false), Some(Vec::new()));
+        assert_eq!(holding(|_| false, 0), Some(Vec::new()));
         let own = std::fs::read_link("/proc/self/ns/mnt").unwrap();
         let listed: Vec<&str> = all.iter().map(|h| h.ns.as_str()).collect();
         assert!(
@@ -504,7 +524,7 @@ mod tests {
             if tmpfs
                 && !listed.contains(&ns.as_str())
                 && std::fs::read_link(format!("/proc/{tid}/ns/mnt")).is_ok()
-                && holding(|_| true).unwrap().iter().all(|h| h.ns != ns)
+                && holding(|_| true, 0).unwrap().iter().all(|h| h.ns != ns)
             {
                 missing.push((tid, ns));
             }

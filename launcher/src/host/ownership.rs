@@ -23,14 +23,16 @@ use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use serde::Serialize;
 
-use crate::config::paths::{INTENT_FILE, LAST_CLEANUP_FILE, LEASE_FILE};
+use crate::config::paths::{CREDS_FLOOR_FILE, INTENT_FILE, LAST_CLEANUP_FILE, LEASE_FILE};
 use crate::config::rawpath;
 use crate::host::dirs::Dir;
 
 /// Entries of a VM's runtime dir that teardown keeps: the lease file, so a
-/// concurrent launch always locks the same inode, and the last cleanup's
-/// record (`instance::last_cleanup`), which counts the instances torn down.
-pub const RUNTIME_KEEP: &[&str] = &[LEASE_FILE, LAST_CLEANUP_FILE];
+/// concurrent launch always locks the same inode, the last cleanup's
+/// record (`instance::last_cleanup`), which counts the instances torn down,
+/// and the credential floor (`instance::creds_floor`), which bounds what
+/// an instance may have left.
+pub const RUNTIME_KEEP: &[&str] = &[LEASE_FILE, LAST_CLEANUP_FILE, CREDS_FLOOR_FILE];
 
 /// The runtime dir entry deleted last: while it exists, a teardown killed
 /// mid-way can still be completed from it.

@@ -9,8 +9,9 @@
 //! others, and it is empty, or holds the lease file (and the record's
 //! temporary name while the record is written), or holds both the lease
 //! file and the record. Beside the lease file it may also hold the last
-//! cleanup's record (`instance::last_cleanup`, and its temporary name),
-//! which cleanup writes under the lease and keeps. A directory that is not so is not one vmwarden
+//! cleanup's record (`instance::last_cleanup`) and the credential floor
+//! (`instance::creds_floor`), each with its temporary name, which launch
+//! and cleanup write under the lease and keep. A directory that is not so is not one vmwarden
 //! left: reap keeps it and says why (ambiguity keeps).
 
 use std::ffi::OsStr;
@@ -20,10 +21,10 @@ use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::sys::stat::{fstatat, FileStat, SFlag};
 
-use crate::config::paths::{INTENT_FILE, LAST_CLEANUP_FILE, LEASE_FILE};
+use crate::config::paths::{CREDS_FLOOR_FILE, INTENT_FILE, LAST_CLEANUP_FILE, LEASE_FILE};
 use crate::host::dirs::{self, Dir, DirError};
 use crate::host::ownership;
-use crate::instance::last_cleanup;
+use crate::instance::{creds_floor, last_cleanup};
 
 /// The temporary name the intent record is written under before its
 /// rename (`dirs::durable_write`).
@@ -96,6 +97,8 @@ pub fn runtime_dir(root: &Dir, name: &OsStr) -> Result<Dir, Unmarked> {
         INTENT_TEMP,
         LAST_CLEANUP_FILE,
         last_cleanup::TEMP_NAME,
+        CREDS_FLOOR_FILE,
+        creds_floor::TEMP_NAME,
     ];
     let beyond_lease = entries
         .iter()

@@ -4,6 +4,7 @@
 //! dir vmwarden made from one it did not.
 
 pub mod at_shutdown;
+pub mod creds_floor;
 pub mod hibernated;
 pub mod intent;
 pub mod last_cleanup;

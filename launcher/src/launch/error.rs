@@ -18,6 +18,7 @@ use crate::host::net::NetError;
 use crate::host::sys::{IoError, SysError};
 use crate::identity::principal::PrincipalError;
 use crate::identity::registry::RegistryError;
+use crate::instance::creds_floor::FloorError;
 use crate::instance::intent::IntentError;
 use crate::instance::lease::LeaseError;
 use crate::instance::liveness::Verdict;
@@ -65,6 +66,8 @@ pub enum StepError {
     Lease(#[from] LeaseError),
     #[error(transparent)]
     Intent(#[from] IntentError),
+    #[error(transparent)]
+    CredsFloor(#[from] FloorError),
     #[error(transparent)]
     Credential(#[from] CredentialError),
     #[error(transparent)]
@@ -208,6 +211,7 @@ impl StepError {
             | StepError::HypervisorProbe { .. }
             | StepError::Sys(_)
             | StepError::Io(_)
+            | StepError::CredsFloor(_)
             | StepError::Exec { .. } => false,
         }
     }

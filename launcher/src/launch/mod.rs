@@ -67,6 +67,7 @@ use crate::host::trust::{self, Policy};
 use crate::hypervisor::{self, Layout};
 use crate::identity::principal::{self, Principal};
 use crate::identity::{ranges, registry};
+use crate::instance::creds_floor;
 use crate::instance::intent::{self, Intent, IntentPrincipal};
 use crate::instance::lease::{self, Lease, LeaseState};
 use crate::instance::liveness::{Probe, Via};
@@ -243,7 +244,7 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         runtime_root,
         &dirs::root_want("--runtime-root"),
     )?;
-    let (rundir, _) = dirs::ensure(
+    let (rundir, rundir_made) = dirs::ensure(
         &runtime_root,
         spec.name.as_str(),
         &root_want(0o755, Loose::Refuse),
@@ -258,6 +259,12 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             })
         }
     };
+    // A runtime dir that was there may hold what an instance recorded no
+    // credential floor for: under the lease, its floor is every mount
+    // until a cleanup proves none left (instance::creds_floor).
+    if !rundir_made {
+        creds_floor::note_unknown_past(&rundir)?;
+    }
     // Under the lease, the rest of the probe, by the uid: a principal is
     // dedicated to one VM, so any process running as it now — a previous
     // instance's (they all run as the uid), or anything else's — refuses
@@ -525,6 +532,16 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
         opts.stdout_journal,
     )?);
     sandbox::enter_private_namespaces(sys)?;
+    // The credential floor, before the tmpfs exists: the new namespace's
+    // root was made by the unshare, so its mount id is below the tmpfs's
+    // and every copy's (instance::creds_floor).
+    let floor = sys
+        .root_mount_id()
+        .map_err(|source| creds_floor::FloorError::MountId {
+            path: PathBuf::from("/"),
+            source,
+        })?;
+    creds_floor::note_launch(rundir, floor)?;
     steps.after("namespace");
     sandbox::mask_root_except(sys, &roots.runtime_root, rundir)?;
     sandbox::mask_root_except(sys, &roots.state_root, state_dir)?;

@@ -24,6 +24,7 @@ use seccompiler::BpfProgram;
 use crate::config::spec::LandlockMode;
 use crate::host::mountinfo::{self, Mount};
 use crate::identity::principal::Principal;
+use crate::instance::creds_floor;
 use crate::launch::drop_check;
 use crate::launch::landlock::{self, LandlockError, Outcome, Policy};
 use crate::launch::sandbox_error::SandboxError;
@@ -47,6 +48,10 @@ pub trait Syscall {
     /// kernel states it after a mount (`/proc/self/mountinfo`): how a mount
     /// option is confirmed.
     fn own_mount_at(&self, target: &Path) -> std::io::Result<Option<Mount>>;
+    /// The unique id of the mount `/` is on (`statx` `STATX_MNT_ID_UNIQUE`):
+    /// read right after the `unshare`, the credential floor
+    /// (`instance::creds_floor`).
+    fn root_mount_id(&self) -> Result<u64, Errno>;
     /// `pivot_root(2)` into `new_root` (a mount point): `chdir` there,
     /// `pivot_root(".", ".")`, the old root detached, `chdir("/")`.
     fn pivot_root(&self, new_root: &Path) -> Result<(), Errno>;
@@ -137,6 +142,10 @@ impl Syscall for LinuxSyscall {
 
     fn own_mount_at(&self, target: &Path) -> std::io::Result<Option<Mount>> {
         mountinfo::own_mount_at(target)
+    }
+
+    fn root_mount_id(&self) -> Result<u64, Errno> {
+        creds_floor::root_mount_id()
     }
 
     fn pivot_root(&self, new_root: &Path) -> Result<(), Errno> {
@@ -257,7 +266,7 @@ impl Syscall for LinuxSyscall {
 }
 
 #[cfg(test)]
-pub use recording::{Call, RecordingSyscall};
+pub use recording::{Call, RecordingSyscall, RECORDED_ROOT_MOUNT_ID};
 
 /// The test double: records each call (its name and key arguments) and
 /// answers as a kernel that grants everything would, or fails at one chosen
@@ -275,6 +284,9 @@ mod recording {
         pub name: &'static str,
         pub args: String,
     }
+
+    /// What [`RecordingSyscall::root_mount_id`] answers.
+    pub const RECORDED_ROOT_MOUNT_ID: u64 = 0x1_0000_4242;
 
     #[derive(Debug, Default)]
     pub struct RecordingSyscall {
@@ -372,6 +384,11 @@ mod recording {
 
         fn pivot_root(&self, new_root: &Path) -> Result<(), Errno> {
             self.answer("pivot_root", new_root.display().to_string())
+        }
+
+        fn root_mount_id(&self) -> Result<u64, Errno> {
+            self.answer("root_mount_id", String::new())
+                .map(|()| RECORDED_ROOT_MOUNT_ID)
         }
 
         fn setrlimit(&self, resource: Resource, soft: u64, hard: u64) -> Result<(), Errno> {

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::config::names::ArgNameError;
+use crate::config::paths::CREDS_FLOOR_FILE;
 use crate::devices::Plan;
 
 pub(crate) fn spec_of(v: serde_json::Value) -> Spec {
@@ -116,6 +117,19 @@ fn a_launch_error_names_the_step_it_failed_in() {
 /// temporary directory). The roots hold no VM dir, so the masks' mkdir
 /// finds room where the recorded tmpfs would be.
 fn run_tail(sys: &dyn Syscall) -> (std::result::Result<Infallible, StepError>, &'static str) {
+    let (got, step, _) = run_tail_floor(sys);
+    (got, step)
+}
+
+/// [`run_tail`], and the credential floor record it left in the runtime
+/// dir, if any.
+fn run_tail_floor(
+    sys: &dyn Syscall,
+) -> (
+    std::result::Result<Infallible, StepError>,
+    &'static str,
+    Option<String>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let mut opts = options(dir.path(), "web");
     for d in [&opts.roots.runtime_root, &opts.roots.state_root] {
@@ -163,7 +177,8 @@ fn run_tail(sys: &dyn Syscall) -> (std::result::Result<Infallible, StepError>, &
             restore: None,
         },
     );
-    (got, steps.current())
+    let floor = std::fs::read_to_string(vm_run.join(CREDS_FLOOR_FILE)).ok();
+    (got, steps.current(), floor)
 }
 
 /// The names of the calls, each run of one name (the mounts, one
@@ -186,7 +201,15 @@ fn phases(sys: &syscall::RecordingSyscall) -> Vec<&'static str> {
 /// Landlock < seccomp < execve: the privilege drop's own order
 /// (`sandbox::tests::DROP_ORDER`) between the namespace and the exec.
 fn tail_order() -> Vec<&'static str> {
-    let mut order = vec!["unshare", "mounts", "pivot_root", "mounts", "setrlimit"];
+    let mut order = vec![
+        "unshare",
+        "mounts",
+        "root_mount_id",
+        "mounts",
+        "pivot_root",
+        "mounts",
+        "setrlimit",
+    ];
     order.extend_from_slice(sandbox::tests::DROP_ORDER);
     order.extend_from_slice(&[
         "landlock_restrict",
@@ -201,7 +224,14 @@ fn tail_order() -> Vec<&'static str> {
 #[test]
 fn the_launch_tail_makes_its_privileged_calls_in_order() {
     let sys = syscall::RecordingSyscall::new();
-    let (got, step) = run_tail(&sys);
+    let (got, step, floor) = run_tail_floor(&sys);
+    let floor: serde_json::Value =
+        serde_json::from_str(&floor.expect("no credential floor recorded")).unwrap();
+    assert_eq!(
+        (floor["floor"].as_u64(), floor["proven"].as_bool()),
+        (Some(syscall::RECORDED_ROOT_MOUNT_ID), Some(false)),
+        "{floor}"
+    );
     // The recorder fails execve: the launch reports it at "exec".
     assert!(matches!(got, Err(StepError::Exec { .. })), "{got:?}");
     assert_eq!(step, EXEC_STEP);
@@ -222,6 +252,20 @@ fn the_launch_tail_makes_its_privileged_calls_in_order() {
         mounts.iter().any(|m| m.contains("noswap")),
         "the credential tmpfs: {mounts:?}"
     );
+    // The credential floor is read once, after the unshare made the root
+    // it reads and before the credential tmpfs exists, and recorded in
+    // the runtime dir (instance::creds_floor: intent before the resource).
+    let names = sys.names();
+    let floor_at = names.iter().position(|n| *n == "root_mount_id").unwrap();
+    let tmpfs_at = calls
+        .iter()
+        .position(|c| c.name == "mount" && c.args.contains("noswap"))
+        .unwrap();
+    assert!(
+        names.iter().position(|n| *n == "unshare").unwrap() < floor_at && floor_at < tmpfs_at,
+        "{names:?}"
+    );
+    assert_eq!(args("root_mount_id").len(), 1);
     assert_eq!(args("setrlimit"), ["RLIMIT_CORE 0 0"]);
     assert_eq!(
         args("seccomp_load").len(),
@@ -244,7 +288,7 @@ fn a_failed_privileged_call_ends_the_launch_tail_at_its_step() {
         "landlock_restrict" => "landlock",
         "seccomp_load" => "seccomp",
         "chdir" | "cloexec_range" | "execve" => EXEC_STEP,
-        "mount" => "namespace",
+        "mount" | "root_mount_id" => "namespace",
         _ => "privileges-dropped",
     };
     for name in tail_order()

@@ -19,7 +19,8 @@ use crate::host::leftovers::{self, SetId};
 use crate::host::mountinfo;
 use crate::host::net::{self, Rtnl, SYS_CLASS_NET};
 use crate::host::ownership::{self, Failed, Kept, Outcome, DELETE_LAST, RUNTIME_KEEP};
-use crate::host::procs::{Scanner, Wants};
+use crate::host::procs::{self, Scanner, Wants};
+use crate::instance::creds_floor;
 use crate::instance::intent::{Intent, Resource};
 use crate::instance::last_cleanup::LastCleanup;
 use crate::instance::launched::effective_spec;
@@ -150,7 +151,7 @@ fn cleanup_absent(roots: &Roots, name: &VmName, probe: &Probe, mut report: Repor
     report.liveness = Verdict::Dead.reason();
     report
         .failed
-        .extend(surviving_credential_mounts_in(probe, roots, name));
+        .extend(surviving_credential_mounts_in(probe, roots, name, None));
     report.failed.extend(surviving_taps(roots, name, None));
     report.failed.extend(setid_in_state_dir(roots, name));
     report.clean = report.failed.is_empty();
@@ -412,9 +413,12 @@ fn verify_deleted(
             reason: format!("cannot re-enumerate: {e}"),
         }),
     }
-    report
-        .failed
-        .extend(surviving_credential_mounts_in(probe, roots, name));
+    report.failed.extend(surviving_credential_mounts_in(
+        probe,
+        roots,
+        name,
+        Some(rundir),
+    ));
     report.failed.extend(taps_left);
 }
 
@@ -652,24 +656,41 @@ fn taps_failed(left: Vec<(TapName, String)>) -> Vec<Failed> {
 /// Only a mount at this set of roots' mount point counts (another set of
 /// roots may run a VM of the same name).
 pub fn surviving_credential_mounts(roots: &Roots, name: &VmName) -> Vec<Failed> {
-    surviving_credential_mounts_in(&Probe::single(), roots, name)
+    surviving_credential_mounts_in(&Probe::single(), roots, name, None)
 }
 
 /// [`surviving_credential_mounts`] from the mount namespaces of `probe`'s
-/// scan (one of its own when the probe shares none).
-fn surviving_credential_mounts_in(probe: &Probe, roots: &Roots, name: &VmName) -> Vec<Failed> {
+/// scan (one of its own when the probe shares none). With the VM's
+/// runtime dir (under its lease, its processes gone), the kernel is asked
+/// only from the VM's credential floor up (`instance::creds_floor`), and
+/// a search that finds none marks the floor proven.
+fn surviving_credential_mounts_in(
+    probe: &Probe,
+    roots: &Roots,
+    name: &VmName,
+    rundir: Option<&dirs::Dir>,
+) -> Vec<Failed> {
     let root = Some(roots.runtime_root.as_path());
-    match probe.scanner() {
-        Some(s) => mountinfo::credential_mounts_in(s.get(), root, Some(name)),
-        None => mountinfo::credential_mounts_everywhere(root, Some(name)),
+    let floor = rundir.and_then(creds_floor::read);
+    let since = floor.unwrap_or(0);
+    let found = match probe.scanner() {
+        Some(s) => mountinfo::credential_mounts_in(s.get(), root, Some(name), since),
+        None => mountinfo::credential_mounts_in(&procs::Scan::default(), root, Some(name), since),
+    };
+    if let (true, Some(d)) = (found.is_empty(), rundir) {
+        if let Err(e) = creds_floor::mark_proven(d, floor) {
+            // Safe to leave: the floor stays unproven and lower.
+            tracing::warn!("{e}");
+        }
     }
-    .into_iter()
-    .map(|(pid, ns, m)| Failed {
-        path: m.mount_point,
-        reason: format!(
-            "credential tmpfs still mounted in mount namespace {ns} ({})",
-            mountinfo::holder(pid)
-        ),
-    })
-    .collect()
+    found
+        .into_iter()
+        .map(|(pid, ns, m)| Failed {
+            path: m.mount_point,
+            reason: format!(
+                "credential tmpfs still mounted in mount namespace {ns} ({})",
+                mountinfo::holder(pid)
+            ),
+        })
+        .collect()
 }

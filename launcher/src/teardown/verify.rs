@@ -17,6 +17,7 @@ use crate::host::net::SYS_CLASS_NET;
 use crate::host::ownership::{self, RUNTIME_KEEP};
 use crate::host::procs;
 use crate::identity::registry;
+use crate::instance::creds_floor;
 use crate::instance::intent::Intent;
 use crate::instance::known_vms;
 use crate::instance::launched::effective_spec;
@@ -151,10 +152,18 @@ pub fn verify(
     ));
     // Asked about some VMs: only their mounts (a namespace holding none of
     // their sources is not read); about every VM: any VM's.
+    // About some VMs, the kernel is asked only from the lowest of their
+    // credential floors up (`instance::creds_floor`); a VM without one
+    // that is believed has every mount asked.
     let all_mounts = if every_vm {
-        mountinfo::credential_mounts_in(&scan, Some(&roots.runtime_root), None)
+        mountinfo::credential_mounts_in(&scan, Some(&roots.runtime_root), None, 0)
     } else {
-        mountinfo::credential_mounts_of_vms(&scan, Some(&roots.runtime_root), &names)
+        let since = vms
+            .iter()
+            .map(|(_, d, ..)| d.as_ref().ok().and_then(creds_floor::read))
+            .try_fold(u64::MAX, |low, f| f.map(|f| low.min(f)))
+            .unwrap_or(0);
+        mountinfo::credential_mounts_of_vms(&scan, Some(&roots.runtime_root), &names, since)
     };
     // The VMs' own id ranges (a share the guest owns), and one scan of
     // every uid when there is any: no process may run with one of them.
