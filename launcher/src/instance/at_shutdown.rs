@@ -7,7 +7,8 @@
 //! A VM is named only while the snapshot the shutdown made is the one
 //! there: whatever deletes that snapshot takes the VM off ([`forget`]),
 //! once the deletion succeeded: a restore's consumption (`wait-ready`), a
-//! cold boot's discard of a stale snapshot (`launch::restore`) and
+//! cold boot's discard of a stale snapshot (`launch::restore`), the
+//! cleanup that finishes what a discard left (`teardown::hibernate`) and
 //! `purge`. Otherwise a VM the operator then hibernated by hand would be
 //! started by the next boot, where it should stay down. The record is
 //! here, below launch and teardown, so that each of them reaches it.
