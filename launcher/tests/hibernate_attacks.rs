@@ -603,3 +603,58 @@ fn start_hibernated_with_the_record_lock_held_or_planted_fails_naming_it() {
     );
     assert_eq!(at_shutdown_vms(&env), json!(["x"]));
 }
+
+/// The at-shutdown record's lock held by another process for good:
+/// `hibernate-all` puts the VM down, then fails within a bound naming the
+/// lock and its holder (the VM not named, so the next boot does not start
+/// it: its own start restores it); a cold boot whose discard must take
+/// the VM off the record is refused likewise, the stale snapshot gone.
+#[test]
+fn hibernate_all_and_a_discard_with_the_record_lock_held_fail_naming_its_holder() {
+    use std::os::unix::fs::OpenOptionsExt;
+    require_root();
+    let env = Env::new();
+    let mut s = spec(&env, "held", 94);
+    s["hibernate"]["on_mismatch"] = json!("cold-boot");
+    env.write_spec("held", &s);
+    let lock = env.state.join(".hibernated-at-shutdown.lock");
+    let (mut g, _) = boot(&env, "held", "held.1.log");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock)
+        .unwrap();
+    let held = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).unwrap();
+    let holder = format!("pid {}", std::process::id());
+    let names_it = |e: &str| e.contains(&lock.display().to_string()) && e.contains(&holder);
+
+    let all = bounded(
+        env.vmwarden_cmd()
+            .args(["hibernate-all", "--timeout", "120"]),
+        Duration::from_secs(300),
+    )
+    .expect("hibernate-all waited for the held lock without bound");
+    assert!(!all.status.success(), "{}", text(&all));
+    assert!(names_it(&stderr(&all)), "{}", text(&all));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("held");
+    assert!(snap(&env, "held").is_dir() && record(&env, "held").exists());
+    assert!(!env.state.join(".hibernated-at-shutdown.json").exists());
+
+    // The record names it (as a shutdown would have); the spec changed:
+    // the discard deletes the snapshot, and the start is refused naming
+    // the lock's holder instead of hanging.
+    write_at_shutdown(&env, br#"{"vms": ["held"]}"#);
+    s["memory_mib"] = json!(320);
+    env.write_spec("held", &s);
+    let out = bounded(&mut env.launch_cmd("held"), BOOT)
+        .expect("the start waited for the held lock without bound, or booted");
+    drop(held);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(names_it(&stderr(&out)), "{}", text(&out));
+    assert!(!snap(&env, "held").exists() && !record(&env, "held").exists());
+    assert_eq!(at_shutdown_vms(&env), json!(["held"]));
+    env.assert_clean("held");
+}
