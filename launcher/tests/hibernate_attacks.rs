@@ -5,7 +5,10 @@
 //! snapshot to be restored a second time, and a snapshot kept for more
 //! restores that is rewritten in place (same inode, same size) is refused.
 //! The at-shutdown record names a VM only while the snapshot the shutdown
-//! made is there: a restore, a cold boot's discard and `purge` take it off.
+//! made is there: a restore, a cold boot's discard, the cleanup that
+//! finishes a discard left half done and `purge` take it off. Its lock,
+//! held by another process or planted, fails each user within a bound,
+//! naming it.
 //! Needs root.
 
 mod common;
