@@ -5,7 +5,10 @@
 //! snapshot to be restored a second time, and a snapshot kept for more
 //! restores that is rewritten in place (same inode, same size) is refused.
 //! The at-shutdown record names a VM only while the snapshot the shutdown
-//! made is there: a restore, a cold boot's discard and `purge` take it off.
+//! made is there: a restore, a cold boot's discard, the cleanup that
+//! finishes a discard left half done and `purge` take it off. Its lock,
+//! held by another process or planted, fails each user within a bound,
+//! naming it.
 //! Needs root.
 
 mod common;
@@ -458,4 +461,203 @@ fn links_the_principal_plants_for_the_snapshot_never_reach_beyond_its_state_dir(
     env.assert_clean("plant");
     intact();
     std::fs::symlink_metadata(partial(&env, "plant")).unwrap_err();
+}
+
+/// A cold boot's discard that cannot delete all of the stale snapshot
+/// refuses the start and keeps the VM on the at-shutdown record (root's
+/// record of the snapshot is gone first). The cleanup after a later
+/// instance deletes the rest: only once it is gone does it take the VM
+/// off (a deletion that fails keeps the name), or a later hibernation by
+/// hand would have the next boot start it.
+#[test]
+fn the_cleanup_that_finishes_a_half_done_discard_takes_the_vm_off_the_at_shutdown_record() {
+    require_root();
+    require_fault_injection();
+    let env = Env::new();
+    let mut s = spec(&env, "half", 93);
+    s["hibernate"]["on_mismatch"] = json!("cold-boot");
+    env.write_spec("half", &s);
+    let (mut g, _) = boot(&env, "half", "half.1.log");
+    let all = env.vmwarden(&["hibernate-all", "--timeout", "120"]);
+    assert!(all.status.success(), "{}", text(&all));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("half");
+    write_at_shutdown(&env, br#"{"vms": ["half", "other"]}"#);
+
+    // One file of the snapshot cannot be deleted (immutable): the cold
+    // boot's discard stops half way, and the start is refused.
+    let stuck = snap(&env, "half").join("memory");
+    let chattr = |flag: &str| {
+        std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&stuck)
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(
+        chattr("+i"),
+        "chattr +i (needs ext2/3/4 under the test base)"
+    );
+    s["memory_mib"] = json!(320);
+    env.write_spec("half", &s);
+    let out = bounded(&mut env.launch_cmd("half"), BOOT);
+    assert!(chattr("-i"));
+    let out = out.expect("the start was not refused: the guest booted and ran");
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("could not be discarded"),
+        "{}",
+        text(&out)
+    );
+    assert!(snap(&env, "half").is_dir() && !record(&env, "half").exists());
+    assert_eq!(at_shutdown_vms(&env), json!(["half", "other"]));
+
+    // The next start boots cold (nothing recorded to restore or discard);
+    // the cleanup after it deletes the rest. A deletion that fails
+    // (reported done, found still there) keeps the name: the name goes
+    // after the snapshot, never before.
+    let mut g2 = spawn_logged(env.launch_cmd("half"), env.path("half.2.log"));
+    g2.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    g2.kill();
+    let c = env
+        .cleanup_cmd()
+        .arg("half")
+        .env("VMWARDEN_TEST_SKIP_DELETE", ".vmwarden-hibernate")
+        .output()
+        .unwrap();
+    assert!(!c.status.success(), "{}", text(&c));
+    assert!(snap(&env, "half").is_dir());
+    assert_eq!(
+        at_shutdown_vms(&env),
+        json!(["half", "other"]),
+        "the VM was taken off the record though its snapshot is still there: {}",
+        text(&c)
+    );
+
+    // Once more, the deletion done: the name goes, the other VM's stays.
+    let mut g3 = spawn_logged(env.launch_cmd("half"), env.path("half.3.log"));
+    g3.wait_for("VMWARDEN-GUEST-READY", BOOT);
+    g3.kill();
+    env.assert_clean("half");
+    assert!(!snap(&env, "half").exists());
+    assert_eq!(
+        at_shutdown_vms(&env),
+        json!(["other"]),
+        "the cleanup finished deleting the snapshot but the next boot would still start the VM"
+    );
+}
+
+/// The at-shutdown record's lock (`STATE_ROOT/.hibernated-at-shutdown.lock`)
+/// held by another process: `start-hibernated` waits a bounded time, then
+/// fails naming the lock and its holder, the record left as it was. A
+/// link planted there is refused, its target untouched.
+#[test]
+fn start_hibernated_with_the_record_lock_held_or_planted_fails_naming_it() {
+    use std::os::unix::fs::OpenOptionsExt;
+    require_root();
+    let env = Env::new();
+    std::fs::create_dir_all(&env.state).unwrap();
+    write_at_shutdown(&env, br#"{"vms": ["x"]}"#);
+    let lock = env.state.join(".hibernated-at-shutdown.lock");
+    // As vmwarden makes it (root's 0600), held by this process.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .truncate(false)
+        .open(&lock)
+        .unwrap();
+    let held = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).unwrap();
+    let out = bounded(
+        env.vmwarden_cmd().arg("start-hibernated"),
+        Duration::from_secs(120),
+    )
+    .expect("start-hibernated waited for the held lock without bound");
+    drop(held);
+    assert!(!out.status.success(), "{}", text(&out));
+    let e = stderr(&out);
+    assert!(
+        e.contains(&lock.display().to_string())
+            && e.contains("still held")
+            && e.contains(&format!("pid {}", std::process::id())),
+        "the error does not name the lock and its holder:\n{e}"
+    );
+    assert_eq!(at_shutdown_vms(&env), json!(["x"]));
+
+    // A symlink planted as the lock: refused, its target not made.
+    std::fs::remove_file(&lock).unwrap();
+    let target = env.path("planted-target");
+    std::os::unix::fs::symlink(&target, &lock).unwrap();
+    let out = bounded(
+        env.vmwarden_cmd().arg("start-hibernated"),
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        stderr(&out).contains(&lock.display().to_string()),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !target.exists(),
+        "the lock was made through the planted link"
+    );
+    assert_eq!(at_shutdown_vms(&env), json!(["x"]));
+}
+
+/// The at-shutdown record's lock held by another process for good:
+/// `hibernate-all` puts the VM down, then fails within a bound naming the
+/// lock and its holder (the VM not named, so the next boot does not start
+/// it: its own start restores it); a cold boot whose discard must take
+/// the VM off the record is refused likewise, the stale snapshot gone.
+#[test]
+fn hibernate_all_and_a_discard_with_the_record_lock_held_fail_naming_its_holder() {
+    use std::os::unix::fs::OpenOptionsExt;
+    require_root();
+    let env = Env::new();
+    let mut s = spec(&env, "held", 94);
+    s["hibernate"]["on_mismatch"] = json!("cold-boot");
+    env.write_spec("held", &s);
+    let lock = env.state.join(".hibernated-at-shutdown.lock");
+    let (mut g, _) = boot(&env, "held", "held.1.log");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock)
+        .unwrap();
+    let held = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).unwrap();
+    let holder = format!("pid {}", std::process::id());
+    let names_it = |e: &str| e.contains(&lock.display().to_string()) && e.contains(&holder);
+
+    let all = bounded(
+        env.vmwarden_cmd()
+            .args(["hibernate-all", "--timeout", "120"]),
+        Duration::from_secs(300),
+    )
+    .expect("hibernate-all waited for the held lock without bound");
+    assert!(!all.status.success(), "{}", text(&all));
+    assert!(names_it(&stderr(&all)), "{}", text(&all));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("held");
+    assert!(snap(&env, "held").is_dir() && record(&env, "held").exists());
+    assert!(!env.state.join(".hibernated-at-shutdown.json").exists());
+
+    // The record names it (as a shutdown would have); the spec changed:
+    // the discard deletes the snapshot, and the start is refused naming
+    // the lock's holder instead of hanging.
+    write_at_shutdown(&env, br#"{"vms": ["held"]}"#);
+    s["memory_mib"] = json!(320);
+    env.write_spec("held", &s);
+    let out = bounded(&mut env.launch_cmd("held"), BOOT)
+        .expect("the start waited for the held lock without bound, or booted");
+    drop(held);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(names_it(&stderr(&out)), "{}", text(&out));
+    assert!(!snap(&env, "held").exists() && !record(&env, "held").exists());
+    assert_eq!(at_shutdown_vms(&env), json!(["held"]));
+    env.assert_clean("held");
 }

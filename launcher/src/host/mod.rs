@@ -6,6 +6,7 @@ pub mod cgroup;
 pub mod dirs;
 pub mod figures;
 pub mod leftovers;
+pub mod locks;
 pub mod machined;
 pub mod mountinfo;
 pub mod net;

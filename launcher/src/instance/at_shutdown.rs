@@ -7,7 +7,8 @@
 //! A VM is named only while the snapshot the shutdown made is the one
 //! there: whatever deletes that snapshot takes the VM off ([`forget`]),
 //! once the deletion succeeded: a restore's consumption (`wait-ready`), a
-//! cold boot's discard of a stale snapshot (`launch::restore`) and
+//! cold boot's discard of a stale snapshot (`launch::restore`), the
+//! cleanup that finishes what a discard left (`teardown::hibernate`) and
 //! `purge`. Otherwise a VM the operator then hibernated by hand would be
 //! started by the next boot, where it should stay down. The record is
 //! here, below launch and teardown, so that each of them reaches it.
@@ -23,6 +24,7 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use nix::fcntl::{openat, Flock, FlockArg, OFlag};
 use nix::sys::stat::Mode;
@@ -31,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::host::dirs::{self, DirError};
+use crate::host::locks;
 use crate::host::sys::SysError;
 
 /// The record's name in the state root (a dot name is no VM's).
@@ -38,6 +41,11 @@ pub const RECORD: &str = ".hibernated-at-shutdown.json";
 
 /// The lock every change to the record holds ([`lock`]), beside it.
 pub const LOCK: &str = ".hibernated-at-shutdown.lock";
+
+/// How long a change waits for the record's lock ([`lock`]): each holder
+/// keeps it for a read and a write, the boot's `start-hibernated` for a
+/// few unit starts. A holder that keeps it longer is named in the error.
+pub const LOCK_WAIT: Duration = Duration::from_secs(30);
 
 /// The most bytes the record may have (a few thousand VM names).
 pub const MAX_RECORD_BYTES: u64 = 256 * 1024;
@@ -59,6 +67,17 @@ pub enum RecordError {
         path: PathBuf,
         #[source]
         source: serde_json::Error,
+    },
+    /// The lock file is not the one vmwarden makes (root's regular `0600`
+    /// file with one link): refused, never waited on or locked.
+    #[error("{path}: refused: the lock of the record of the VMs hibernated at the host's shutdown is {why}, not root's regular 0600 file with one link; remove it (vmwarden makes it again)")]
+    BadLock { path: PathBuf, why: String },
+    /// Another process held the lock for the whole bounded wait.
+    #[error("{path}: the lock of the record of the VMs hibernated at the host's shutdown is still held after {} s, by {holders}; nothing changed", .waited.as_secs())]
+    LockBusy {
+        path: PathBuf,
+        waited: Duration,
+        holders: String,
     },
 }
 
@@ -133,9 +152,16 @@ pub struct Held {
 }
 
 /// Open (make if missing, root's 0600) `STATE_ROOT/`[`LOCK`] without
-/// following a link and lock it exclusively, waiting for the holder.
-/// `None` when there is no state root (and so no record).
+/// following a link (nor blocking on a FIFO) and lock it exclusively,
+/// waiting for the holder at most [`LOCK_WAIT`]. A lock file that is not
+/// root's regular `0600` file with one link is refused ([`RecordError::BadLock`]):
+/// one another user may open could be locked by them forever. `None`
+/// when there is no state root (and so no record).
 pub fn lock(roots: &Roots) -> Result<Option<Held>, RecordError> {
+    lock_within(roots, LOCK_WAIT)
+}
+
+fn lock_within(roots: &Roots, wait: Duration) -> Result<Option<Held>, RecordError> {
     let Some(root) =
         dirs::open_dir_if_exists(&roots.state_root).map_err(dir_error(roots, "lock"))?
     else {
@@ -152,16 +178,52 @@ pub fn lock(roots: &Roots) -> Result<Option<Held>, RecordError> {
     let fd = openat(
         root.fd.as_fd(),
         LOCK,
-        OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
         Mode::from_bits_truncate(0o600),
     )
     .map_err(|e| sys("open", e))?;
     let st = nix::sys::stat::fstat(&fd).map_err(|e| sys("fstat", e))?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(sys("is not a regular file", nix::errno::Errno::EPERM));
+    let why = if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        Some(match st.st_mode & libc::S_IFMT {
+            libc::S_IFIFO => "a FIFO".to_string(),
+            libc::S_IFSOCK => "a socket".to_string(),
+            libc::S_IFCHR | libc::S_IFBLK => "a device node".to_string(),
+            t => format!("not a regular file (type {t:o})"),
+        })
+    } else if st.st_uid != 0 {
+        Some(format!("owned by uid {}", st.st_uid))
+    } else if st.st_mode & 0o077 != 0 {
+        Some(format!("mode {:o}", st.st_mode & 0o7777))
+    } else if st.st_nlink != 1 {
+        Some(format!("a file with {} links", st.st_nlink))
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Err(RecordError::BadLock {
+            path: lock_path,
+            why,
+        });
     }
-    let lock = Flock::lock(fd, FlockArg::LockExclusive).map_err(|(_, e)| sys("flock", e))?;
-    Ok(Some(Held { _lock: lock }))
+    let end = Instant::now() + wait;
+    let mut fd = fd;
+    loop {
+        match Flock::lock(fd, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(Some(Held { _lock: lock })),
+            Err((f, nix::errno::Errno::EWOULDBLOCK)) if Instant::now() < end => {
+                fd = f;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                return Err(RecordError::LockBusy {
+                    path: lock_path,
+                    waited: wait,
+                    holders: locks::describe(&locks::flock_holders(st.st_dev, st.st_ino)),
+                })
+            }
+            Err((_, e)) => return Err(sys("flock", e)),
+        }
+    }
 }
 
 /// Add `name` to the record (`hibernate-all`, once it is hibernated),
@@ -285,5 +347,126 @@ mod tests {
                 "round {round}: a VM whose snapshot is gone is still named"
             );
         }
+    }
+
+    /// What a lock attack left: the error's text, which must name the
+    /// lock's path.
+    fn refused(r: &Roots) -> (RecordError, String) {
+        let e = lock_within(r, Duration::from_millis(300)).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains(&r.state_root.join(LOCK).display().to_string()),
+            "{text}"
+        );
+        (e, text)
+    }
+
+    #[test]
+    fn a_link_fifo_or_directory_planted_as_the_lock_is_refused_and_its_target_untouched() {
+        let t = tempfile::tempdir().unwrap();
+        let r = roots(&t.path().join("state"));
+        std::fs::create_dir(&r.state_root).unwrap();
+        let lock_path = r.state_root.join(LOCK);
+        // A symlink to a file elsewhere, and one to nowhere.
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, b"root's").unwrap();
+        std::os::unix::fs::symlink(&victim, &lock_path).unwrap();
+        let (_, text) = refused(&r);
+        assert!(text.contains("open"), "{text}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"root's");
+        std::fs::remove_file(&lock_path).unwrap();
+        let nowhere = t.path().join("nowhere");
+        std::os::unix::fs::symlink(&nowhere, &lock_path).unwrap();
+        refused(&r);
+        assert!(!nowhere.exists(), "the lock was made through a link");
+        std::fs::remove_file(&lock_path).unwrap();
+        // A FIFO: refused at once, never blocked on.
+        nix::unistd::mkfifo(&lock_path, Mode::from_bits_truncate(0o600)).unwrap();
+        let (e, text) = refused(&r);
+        assert!(
+            matches!(e, RecordError::BadLock { .. }) && text.contains("FIFO"),
+            "{text}"
+        );
+        std::fs::remove_file(&lock_path).unwrap();
+        // A directory.
+        std::fs::create_dir(&lock_path).unwrap();
+        refused(&r);
+        assert!(lock_path.is_dir());
+        // Nothing changed the record meanwhile, and forget says why.
+        AtShutdown {
+            vms: names(&["web"]),
+        }
+        .write(&r)
+        .unwrap();
+        let e = forget(&r, &VmName::parse("web").unwrap()).unwrap_err();
+        assert!(e.to_string().contains(LOCK), "{e}");
+        assert_eq!(AtShutdown::read(&r).unwrap().vms, names(&["web"]));
+    }
+
+    #[test]
+    fn a_lock_file_of_another_owner_or_mode_or_with_another_link_is_refused() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test needs root (it gives the lock file to another uid)"
+        );
+        let t = tempfile::tempdir().unwrap();
+        let r = roots(t.path());
+        let lock_path = r.state_root.join(LOCK);
+        let mk = |mode: u32| {
+            let _ = std::fs::remove_file(&lock_path);
+            std::fs::write(&lock_path, b"").unwrap();
+            std::fs::set_permissions(
+                &lock_path,
+                std::os::unix::fs::PermissionsExt::from_mode(mode),
+            )
+            .unwrap();
+        };
+        // Another user's: they could hold it forever.
+        mk(0o600);
+        std::os::unix::fs::lchown(&lock_path, Some(4_200_001), None).unwrap();
+        let (e, text) = refused(&r);
+        assert!(
+            matches!(e, RecordError::BadLock { .. }) && text.contains("owned by uid 4200001"),
+            "{text}"
+        );
+        // Root's, but anyone may open it (and lock it).
+        mk(0o644);
+        let (_, text) = refused(&r);
+        assert!(text.contains("mode 644"), "{text}");
+        // Root's 0600, but a hard link to another of root's files: the
+        // lock would be that file's.
+        mk(0o600);
+        let other = t.path().join("other");
+        std::fs::hard_link(&lock_path, &other).unwrap();
+        let (_, text) = refused(&r);
+        assert!(text.contains("2 links"), "{text}");
+        std::fs::remove_file(&other).unwrap();
+        // vmwarden's own: taken.
+        assert!(lock_within(&r, Duration::from_millis(300))
+            .unwrap()
+            .is_some());
+    }
+
+    #[test]
+    fn a_lock_held_by_someone_else_is_waited_on_for_a_bounded_time_naming_the_holder() {
+        let t = tempfile::tempdir().unwrap();
+        let r = roots(t.path());
+        drop(lock_within(&r, Duration::ZERO).unwrap());
+        // Another open file description: another holder, as another
+        // process's would be (this process's pid is the one named).
+        let f = std::fs::File::open(r.state_root.join(LOCK)).unwrap();
+        let held = Flock::lock(f, FlockArg::LockExclusive).unwrap();
+        let t0 = Instant::now();
+        let (e, text) = refused(&r);
+        assert!(t0.elapsed() >= Duration::from_millis(300));
+        assert!(
+            matches!(e, RecordError::LockBusy { .. })
+                && text.contains(&format!("pid {}", std::process::id())),
+            "{text}"
+        );
+        drop(held);
+        assert!(lock_within(&r, Duration::from_millis(300))
+            .unwrap()
+            .is_some());
     }
 }

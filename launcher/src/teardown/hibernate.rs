@@ -12,8 +12,10 @@
 //!   instance whose intent record names it is dead, cleanup deletes it
 //!   ([`cleanup`]), and verify-clean fails while one is there and no
 //!   instance runs ([`verify_check`]). So does a complete one root has no
-//!   record of (a hibernate killed between the rename and the record):
-//!   no start would restore it.
+//!   record of (a hibernate killed between the rename and the record, or
+//!   what a cold boot's discard could not delete): no start would restore
+//!   it. Cleanup deletes it, and once it is gone takes the VM off the
+//!   shutdown's record, as the discard would have.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -67,17 +69,40 @@ pub fn cleanup(roots: &Roots, name: &VmName, intent: Option<&Intent>) -> Outcome
         .unwrap_or(true);
     if ownership::exists_at(&dir, std::ffi::OsStr::new(SNAPSHOT_DIR)) && !recorded {
         // Renamed but never recorded (a hibernate killed in between), or
-        // its record removed by a restore killed before deleting it: no
+        // its record removed by a restore killed before deleting it, or
+        // by a cold boot's discard that could not delete all of it: no
         // start restores it, so it is not kept.
         out.merge(ownership::delete_entries(
             &dir,
             &[OsString::from(SNAPSHOT_DIR)],
             ownership::test_skip_delete().as_deref(),
         ));
+        out.merge(forget_once_gone(roots, name, &dir));
     } else if ownership::exists_at(&dir, std::ffi::OsStr::new(SNAPSHOT_DIR)) {
         out.kept.push(Kept {
             path: path.to_path_buf(),
             reason: "hibernation snapshot: complete and the user's; the next start restores it, only `vmwarden purge` deletes it".into(),
+        });
+    }
+    out
+}
+
+/// Cleanup, once it finished deleting a snapshot root has no record of:
+/// the VM taken off the record of the VMs the host's shutdown hibernated
+/// ([`at_shutdown::forget`]), as the discard that started the deletion
+/// would have, only when the snapshot is verified gone from `dir` (a
+/// deletion that failed keeps the name). A record that cannot be updated
+/// is a failure naming its path: the cleanup is not clean, and the next
+/// one does not retry (nothing is left to delete): `vmwarden purge` does.
+fn forget_once_gone(roots: &Roots, name: &VmName, dir: &dirs::Dir) -> Outcome {
+    let mut out = Outcome::default();
+    if ownership::exists_at(dir, std::ffi::OsStr::new(SNAPSHOT_DIR)) {
+        return out;
+    }
+    if let Err(e) = at_shutdown::forget(roots, name) {
+        out.failed.push(Failed {
+            path: at_shutdown::path(roots),
+            reason: e.to_string(),
         });
     }
     out
