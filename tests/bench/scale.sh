@@ -63,6 +63,10 @@
 #   scale: AT_ONCE at once, all ready R s, / floor R
 #   scale: host memory per VM beyond the hypervisor R MiB (vmwarden) vs R MiB (microvm.nix's helpers for the same guest); total per VM ratio R
 #   scale: scan floor @0 R ms, @N R ms (NS namespaces, M mounts); cleanup@0 + the floor's growth, / cleanup@0 R; verify-clean likewise R
+#   scale: scan floor from the VM's credential floor @0 R ms, @N R ms (M stated …); cleanup@0 + its growth, / cleanup@0 R; verify-clean likewise R
+# (the first: every mount stated, as reap and verify-clean of every VM
+# ask; the second: only mounts made since the probe's credential floor,
+# instance/creds_floor.rs, as cleanup and verify-clean of the probe ask)
 # Exits non-zero when anything fails (a launch, a cleanup that is not
 # clean, a verify-clean finding); asserts no timing.
 set -uo pipefail
@@ -212,9 +216,16 @@ steps() { # LEVEL: ROUNDS rounds of the probe launch (paired with /bin/true), cl
     read -r a FLOOR_NS FLOOR_MOUNTS < <("$FLOOR_BIN" 5) || die "scan-floor failed"
     S[floor@$lvl]="${S[floor@$lvl]:-} $a"
     FLOOR_AT[$lvl]="$FLOOR_NS namespaces, $FLOOR_MOUNTS mounts"
+    # The same from the probe's credential floor, as its cleanup and
+    # verify-clean ask (the record stays in its runtime dir, proven).
+    since=$(sed -n 's/.*"floor":\([0-9]*\).*/\1/p' "$RUNROOT/probe/creds-floor.json" 2>/dev/null)
+    [ -n "$since" ] || die "the probe has no credential floor: $(cat "$RUNROOT/probe/creds-floor.json" 2>&1)"
+    read -r a _ FLOOR_SINCE_MOUNTS < <("$FLOOR_BIN" 5 "$since") || die "scan-floor from $since failed"
+    S[floor-since@$lvl]="${S[floor-since@$lvl]:-} $a"
+    FLOOR_SINCE_AT[$lvl]="$FLOOR_SINCE_MOUNTS mounts"
   done
 }
-declare -A FLOOR_AT=()
+declare -A FLOOR_AT=() FLOOR_SINCE_AT=()
 med() { printf '%s\n' ${S[$1]:-} | median; }
 
 echo "scale.sh: $N VMs, $ROUNDS rounds; binaries $BIN; runtime root $RUNROOT" >&2
@@ -241,7 +252,7 @@ levels=(0); [ "$HALF" -gt 0 ] && [ "$HALF" != "$N" ] && levels+=("$HALF"); level
   echo
   echo "== steps as the host fills (medians of $ROUNDS rounds; @0 pools the rounds before the fill and after the drain), ms"
   printf '%-40s' "step"; for l in "${levels[@]}"; do printf '%12s' "@$l"; done; printf '%14s\n' "@$N / @0"
-  for row in "floor:scan floor (tests/bench/scan-floor.c)" "launch:launcher overhead (probe - /bin/true)" "launch-raw:probe launch, whole" "cleanup:vmwarden-cleanup NAME" "verify:vmwarden verify-clean NAME" "status:vmwarden status (every VM)" "reap:vmwarden reap (dry run)"; do
+  for row in "floor:scan floor (tests/bench/scan-floor.c)" "floor-since:scan floor from the credential floor" "launch:launcher overhead (probe - /bin/true)" "launch-raw:probe launch, whole" "cleanup:vmwarden-cleanup NAME" "verify:vmwarden verify-clean NAME" "status:vmwarden status (every VM)" "reap:vmwarden reap (dry run)"; do
     k=${row%%:*}
     printf '%-40s' "${row#*:}"
     for l in "${levels[@]}"; do printf '%12s' "$(ms_of_us "$(med "$k@$l")")"; done
@@ -258,6 +269,8 @@ L1="launch@$N / launch@0 $(ratio "$(med "launch@$N")" "$(med "launch@0")"), clea
 grown() { awk -v s="$1" -v f0="$2" -v fn="$3" 'BEGIN { if (s == "-" || f0 == "-" || fn == "-" || s == 0) print "-"; else printf "%.2f", (s + fn - f0) / s }'; }
 F0=$(med "floor@0"); FN=$(med "floor@$N")
 LF="scan floor @0 $(ms_of_us "$F0") ms, @$N $(ms_of_us "$FN") ms (${FLOOR_AT[0]:-?} @0; ${FLOOR_AT[$N]:-?} @$N); cleanup@0 + the floor's growth, / cleanup@0 $(grown "$(med "cleanup@0")" "$F0" "$FN"); verify-clean likewise $(grown "$(med "verify@0")" "$F0" "$FN")"
+S0=$(med "floor-since@0"); SN=$(med "floor-since@$N")
+LS="scan floor from the VM's credential floor @0 $(ms_of_us "$S0") ms, @$N $(ms_of_us "$SN") ms (${FLOOR_SINCE_AT[0]:-?} stated @0, ${FLOOR_SINCE_AT[$N]:-?} @$N); cleanup@0 + its growth, / cleanup@0 $(grown "$(med "cleanup@0")" "$S0" "$SN"); verify-clean likewise $(grown "$(med "verify@0")" "$S0" "$SN")"
 
 # --------------------------------------------------------- 2. many at once
 for i in $(seq 1 "$AT_ONCE"); do spec "$(printf 'a%03d' "$i")"; done
@@ -376,12 +389,21 @@ if [ -n "$STRACE" ]; then
   wait "$sp" 2>/dev/null
   flock -n "$RUNROOT/mem/instance.lock" true \
     || die "mem under strace: its lease still held 10 s after the kill, by: $(for p in $(holders "$RUNROOT/mem/instance.lock"); do printf '%s(%s uid %s) ' "$p" "$(cat /proc/$p/comm)" "$(awk '/^Uid/ {print $2}' /proc/$p/status)"; done)"
-  # Something took the lease for a moment after the kill (seen at load);
-  # cleanup is asked again for up to 10 s, and who held it is named.
+  # Something took the lease for a moment after the kill, or a helper
+  # forked by root before the kill dropped to the VM's uid after the last
+  # pgrep (both seen at load): cleanup is asked again for up to 10 s, who
+  # held the lease is named, and a process it names as the VM's is
+  # killed, as `vmwarden reap --kill` would.
   for _ in $(seq 1 100); do
     "$BIN/vmwarden-cleanup" mem >"$DIR/logs/mem.cleanup" 2>&1 && break
-    grep -q 'lease .* is held' "$DIR/logs/mem.cleanup" || break
-    echo "mem: lease held at cleanup by: $(grep -h "$(stat -c %i "$RUNROOT/mem/instance.lock")" /proc/locks | tr '\n' ' ')" >>"$DIR/logs/mem.cleanup-retries"
+    if grep -q 'lease .* is held' "$DIR/logs/mem.cleanup"; then
+      echo "mem: lease held at cleanup by: $(grep -h "$(stat -c %i "$RUNROOT/mem/instance.lock")" /proc/locks | tr '\n' ' ')" >>"$DIR/logs/mem.cleanup-retries"
+    elif late=$(grep -o 'ambiguous: processes \[[0-9, ]*\] run as the VM' "$DIR/logs/mem.cleanup" | head -1 | tr -dc '0-9 ,' | tr ',' ' ') && [ -n "${late// /}" ]; then
+      echo "mem: processes of its uid at cleanup, killed: $(for p in $late; do printf '%s(%s) ' "$p" "$(cat /proc/$p/comm 2>/dev/null)"; done)" >>"$DIR/logs/mem.cleanup-retries"
+      for p in $late; do kill -9 "$p" 2>/dev/null; done
+    else
+      break
+    fi
     sleep 0.1
   done
   [ -s "$DIR/logs/mem.cleanup-retries" ] && echo "scale.sh: mem: cleanup retried $(wc -l <"$DIR/logs/mem.cleanup-retries") times; first: $(head -1 "$DIR/logs/mem.cleanup-retries")" >&2
@@ -504,3 +526,4 @@ echo "scale: $L1"
 echo "scale: $L2"
 echo "scale: $L3"
 echo "scale: $LF"
+echo "scale: $LS"

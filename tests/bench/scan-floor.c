@@ -8,10 +8,16 @@
  * a tmpfs's source (STATMOUNT_SB_SOURCE): what
  * launcher/src/host/ns_mounts.rs asks of the kernel, nothing more.
  *
- *   scan-floor [ROUNDS]   prints the median microseconds of one scan
+ *   scan-floor [ROUNDS [SINCE]]
+ *                         prints the median microseconds of one scan
  *                         (its CPU time: the work, not a loaded
  *                         machine's waits),
- *                         then the namespaces and mounts it saw
+ *                         then the namespaces and mounts it saw.
+ *                         SINCE: list only mounts whose unique id is at
+ *                         or above it (listmount from SINCE - 1, the
+ *                         topmost mount stated only when it is), what
+ *                         cleanup and verify-clean of a VM ask from its
+ *                         credential floor (instance/creds_floor.rs)
  *
  * Run as root (CAP_SYS_ADMIN: every namespace). Exits 1 when the kernel
  * cannot answer. */
@@ -40,6 +46,7 @@ struct mnt_id_req { uint32_t size, spare; uint64_t mnt_id, param, mnt_ns_id; };
 #define BATCH 64
 
 static long nmounts;
+static uint64_t since;
 
 static long list(uint64_t ns, uint64_t parent, uint64_t last, uint64_t *ids) {
 	struct mnt_id_req r = { sizeof r, 0, parent, last, ns };
@@ -74,7 +81,9 @@ static int scan_ns(uint64_t ns) {
 			break;
 		top = buf[48 / 8];
 	}
-	if (check(ns, top, buf, sizeof buf))
+	if (since)
+		last = since - 1;
+	if (top >= since && check(ns, top, buf, sizeof buf))
 		return -1;
 	do {
 		n = list(ns, top, last, ids);
@@ -124,6 +133,7 @@ int main(int argc, char **argv) {
 	int rounds = argc > 1 ? atoi(argv[1]) : 5;
 	if (rounds < 1 || rounds > 1000)
 		rounds = 5;
+	since = argc > 2 ? strtoull(argv[2], NULL, 10) : 0;
 	double us[1000];
 	long namespaces = 0;
 	for (int r = 0; r < rounds; r++) {
