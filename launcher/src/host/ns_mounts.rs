@@ -350,10 +350,11 @@ pub fn holding(wanted: impl Fn(&[u8]) -> bool, since: u64) -> Option<Vec<Holding
     Some(out)
 }
 
-/// One namespace of [`holding`]: its owner first (another user
-/// namespace's is passed, its mounts unasked), then its mounts' sources,
-/// and when one is wanted, the wanted mounts' places. `None`: the kernel
-/// could not tell.
+/// One namespace of [`holding`]: its mount ids at or above `since`
+/// (none: done), then its owner (another user namespace's is passed, its
+/// mounts' sources unasked, as is one whose ids the kernel would not
+/// list), then those mounts' sources, and when one is wanted, the wanted
+/// mounts' places. `None`: the kernel could not tell.
 fn visit(
     fd: std::os::fd::BorrowedFd<'_>,
     id: u64,
@@ -362,30 +363,20 @@ fn visit(
     wanted: &impl Fn(&[u8]) -> bool,
     out: &mut Vec<Holding>,
 ) -> Option<()> {
-    // Owned by the caller's user namespace? Any other is skipped before
-    // its mounts are asked, as the `/proc` walk skips it: a local user's
-    // own namespace may hold a mount whose source the kernel will not
-    // state (empty, or over 4 KiB), which would otherwise make the whole
-    // enumeration unknown and send every caller back to the walk, blind
-    // to a namespace no process is in.
-    // SAFETY: NS_GET_USERNS takes no argument and returns a new fd (or
-    // -1); `fd` is open for the call's whole length.
-    let user = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_USERNS) };
-    if user < 0 {
-        return None;
-    }
-    // SAFETY: a non-negative return is a new fd owned by nothing else.
-    let user = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(user) };
-    let st = nix::sys::stat::fstat(&user).ok()?;
-    if (st.st_dev, st.st_ino) != my_userns {
-        return Some(());
-    }
+    // Its mounts' ids first (listmount, and statmount's MNT_BASIC for the
+    // parents: no string is formatted): a namespace with no mount at or
+    // above `since` holds nothing to ask, whoever owns it.
     let ids = match mount_ids(id, since) {
         Ok(ids) => ids,
         // Emptied meanwhile (its last user left): no mount to hold.
         Err(Errno::ENOENT) => return Some(()),
-        Err(_) => return None,
+        // Another user namespace's may not make the whole enumeration
+        // unknown (see [`ours`]): it is passed; ours cannot be told.
+        Err(_) => return if ours(fd, my_userns)? { None } else { Some(()) },
     };
+    if ids.is_empty() || !ours(fd, my_userns)? {
+        return Some(());
+    }
     let mut small = vec![0u64; (HEADER + 256) / 8];
     let mut big = Vec::new();
     let mut hits = Vec::new();
@@ -426,6 +417,26 @@ fn visit(
         mounts,
     });
     Some(())
+}
+
+/// Is the namespace `fd` owned by the caller's user namespace? Any other
+/// is skipped before its mounts' sources are asked, as the `/proc` walk
+/// skips it: a local user's own namespace may hold a mount whose source
+/// the kernel will not state (empty, or over 4 KiB), which would
+/// otherwise make the whole enumeration unknown and send every caller
+/// back to the walk, blind to a namespace no process is in. `None`: the
+/// kernel could not tell.
+fn ours(fd: std::os::fd::BorrowedFd<'_>, my_userns: (u64, u64)) -> Option<bool> {
+    // SAFETY: NS_GET_USERNS takes no argument and returns a new fd (or
+    // -1); `fd` is open for the call's whole length.
+    let user = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_USERNS) };
+    if user < 0 {
+        return None;
+    }
+    // SAFETY: a non-negative return is a new fd owned by nothing else.
+    let user = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(user) };
+    let st = nix::sys::stat::fstat(&user).ok()?;
+    Some((st.st_dev, st.st_ino) == my_userns)
 }
 
 /// Is mount `mnt_id` of namespace `ns_id` on a superblock that can be a
