@@ -102,3 +102,82 @@ fn cleanup_says_why_it_keeps_the_credential_floor() {
         "{kept:#}"
     );
 }
+
+/// A child killed and reaped when dropped, whatever the test's outcome.
+struct Held(std::process::Child);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// web's tmpfs, at web's place, in a private mount namespace of the
+/// initial user namespace whose only process, of uid 65534, has since
+/// chrooted itself (`unshare -Ur`, then `chroot`, which any user may do
+/// in a user namespace of its own) into a directory away from the
+/// tmpfs: its mountinfo, which is all the search read of a namespace a
+/// process is in, no longer shows the mount. The kernel still states it
+/// (`statmount`), and the search now judges from that: verify-clean
+/// passed, and cleanup proved a floor above what was left.
+#[test]
+fn a_namespace_whose_process_chrooted_away_from_the_tmpfs_is_still_found() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    assert!(nix::unistd::geteuid().is_root(), "this test needs root");
+    let env = Env::new();
+    spec_with_cred(&env, "web", uid(92));
+    let o = env.probe("web", &["/bin/true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    env.cleanup_clean("web");
+    // The jail: a static busybox, in a directory 65534 can reach.
+    let jail = tempfile::Builder::new()
+        .prefix("vmwarden-floor-jail")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::copy("/bin/busybox", jail.path().join("busybox")).unwrap();
+    for p in [jail.path(), &jail.path().join("busybox")] {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let mp = env.run.join("web/credentials");
+    std::fs::create_dir_all(&mp).unwrap();
+    let mut c = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mount -t tmpfs vmwarden-creds:web '{}' && exec setpriv --reuid=65534 --regid=65534 --clear-groups unshare -Ur chroot '{}' /busybox sh -c 'echo MOUNTED; exec /busybox sleep 600'",
+            mp.display(),
+            jail.path().display()
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = c.stdout.take().unwrap();
+    let held = Held(c);
+    let mut line = String::new();
+    std::io::BufReader::new(out).read_line(&mut line).unwrap();
+    assert_eq!(
+        line.trim(),
+        "MOUNTED",
+        "the holder did not mount and chroot"
+    );
+    let pid = held.0.id();
+    let shown = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    assert!(
+        !shown.contains("vmwarden-creds:web"),
+        "the chroot does not hide the mount from pid {pid}'s mountinfo: {shown}"
+    );
+    let v = env.verify_clean(&["web"]);
+    assert!(
+        text(&v).contains("no-credential-mount vm=web check=FAIL"),
+        "web's tmpfs in pid {pid}'s namespace not found: {}",
+        text(&v)
+    );
+    assert!(
+        text(&v).contains(&format!("(pid {pid})")),
+        "the process in the namespace, {pid}, is not named: {}",
+        text(&v)
+    );
+    drop(held);
+    env.cleanup_clean("web");
+}
