@@ -178,6 +178,22 @@ fn a_namespace_whose_process_chrooted_away_from_the_tmpfs_is_still_found() {
         "the process in the namespace, {pid}, is not named: {}",
         text(&v)
     );
+    // Named, it is where reap --apply unmounts it (entering the namespace
+    // puts the unmounter at the namespace's root, which sees it).
+    let in_ns = || {
+        let o = Command::new("nsenter")
+            .args(["-t", &pid.to_string(), "-m", "cat", "/proc/self/mountinfo"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).contains("vmwarden-creds:web")
+    };
+    assert!(in_ns());
+    let r = env.vmwarden(&["reap", "--apply"]);
+    assert!(
+        !in_ns(),
+        "reap --apply left web's tmpfs in pid {pid}'s namespace: {}",
+        text(&r)
+    );
     drop(held);
     env.cleanup_clean("web");
 }
