@@ -454,22 +454,34 @@ fn credential_mounts_held(
     };
     let mut out = Vec::new();
     for h in held {
-        match nss.iter().find(|n| n.ns == h.ns) {
-            Some(ns) => out.extend(credential_mounts_of(ns, runtime_root, names, true)),
-            None => out.extend(
-                h.mounts
-                    .into_iter()
-                    .map(|(mount_point, fstype, source)| Mount {
-                        mount_id: 0,
-                        mount_point,
-                        mount_options: String::new(),
-                        fstype,
-                        source,
-                        super_options: String::new(),
-                    })
-                    .filter(|m| wanted(m))
-                    .map(|m| (0, h.ns.clone(), m)),
-            ),
+        let ns = nss.iter().find(|n| n.ns == h.ns);
+        let read = ns.map(|ns| credential_mounts_of(ns, runtime_root, names, true));
+        match read {
+            Some(read) if !read.is_empty() => out.extend(read),
+            // No process in it, or its processes' mountinfo shows none of
+            // what the kernel stated (a process chrooted away from the
+            // mount, or gone since the scan): judged from the kernel's
+            // word, the first process named.
+            _ => {
+                let still_in = |t: &u32| mnt_ns(&t.to_string()).as_deref() == Some(h.ns.as_str());
+                let pid = ns
+                    .and_then(|ns| ns.tasks.iter().copied().find(still_in))
+                    .unwrap_or(0);
+                out.extend(
+                    h.mounts
+                        .into_iter()
+                        .map(|(mount_point, fstype, source)| Mount {
+                            mount_id: 0,
+                            mount_point,
+                            mount_options: String::new(),
+                            fstype,
+                            source,
+                            super_options: String::new(),
+                        })
+                        .filter(|m| wanted(m))
+                        .map(|m| (pid, h.ns.clone(), m)),
+                )
+            }
         }
     }
     out

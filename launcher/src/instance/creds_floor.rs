@@ -57,15 +57,16 @@ const MAX_BYTES: u64 = 1024;
 /// but not this flag.
 const STATX_MNT_ID_UNIQUE: u32 = 0x4000;
 
+/// What the launch logs when [`root_mount_id`] fails (a kernel before
+/// 6.8 has no unique mount ids): its floor is then 0, every mount, which
+/// is sound on any kernel, so the launch goes on.
+pub fn no_mount_id(e: nix::errno::Errno) -> String {
+    format!("/: cannot read the unique mount id of the VM's new mount namespace's root (Linux 6.8 and later): {e}; credential floor 0 (cleanup and verify-clean search every mount)")
+}
+
 /// The floor could not be recorded.
 #[derive(Debug, thiserror::Error)]
 pub enum FloorError {
-    #[error("{path}: cannot read the unique mount id of the VM's new mount namespace's root (Linux 6.8 and later): {source}")]
-    MountId {
-        path: PathBuf,
-        #[source]
-        source: nix::errno::Errno,
-    },
     #[error("{path}: cannot read this boot's id: {source}")]
     BootId {
         path: PathBuf,

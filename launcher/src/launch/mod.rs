@@ -534,13 +534,12 @@ fn confine_and_exec(sys: &dyn Syscall, steps: &mut Steps, c: Confine<'_>) -> Res
     sandbox::enter_private_namespaces(sys)?;
     // The credential floor, before the tmpfs exists: the new namespace's
     // root was made by the unshare, so its mount id is below the tmpfs's
-    // and every copy's (instance::creds_floor).
-    let floor = sys
-        .root_mount_id()
-        .map_err(|source| creds_floor::FloorError::MountId {
-            path: PathBuf::from("/"),
-            source,
-        })?;
+    // and every copy's (instance::creds_floor). A kernel that cannot
+    // state it (before 6.8) gets floor 0, every mount: never a refusal.
+    let floor = sys.root_mount_id().unwrap_or_else(|e| {
+        tracing::warn!("{}", creds_floor::no_mount_id(e));
+        0
+    });
     creds_floor::note_launch(rundir, floor)?;
     steps.after("namespace");
     sandbox::mask_root_except(sys, &roots.runtime_root, rundir)?;

@@ -288,11 +288,13 @@ fn a_failed_privileged_call_ends_the_launch_tail_at_its_step() {
         "landlock_restrict" => "landlock",
         "seccomp_load" => "seccomp",
         "chdir" | "cloexec_range" | "execve" => EXEC_STEP,
-        "mount" | "root_mount_id" => "namespace",
+        "mount" => "namespace",
         _ => "privileges-dropped",
     };
+    // A failed root_mount_id is no refusal (see the test below).
     for name in tail_order()
         .into_iter()
+        .filter(|n| *n != "root_mount_id")
         .map(|n| if n == "mounts" { "mount" } else { n })
     {
         let k = names.iter().position(|n| *n == name).unwrap();
@@ -302,4 +304,25 @@ fn a_failed_privileged_call_ends_the_launch_tail_at_its_step() {
         assert_eq!(sys.names(), names[..=k], "failing at {name}");
         assert_eq!(step, step_of(name), "failing at {name}");
     }
+}
+
+/// A kernel that cannot state the unique mount id (before 6.8: the
+/// project needs 6.4) does not stop the launch: its floor is 0, every
+/// mount, sound on any kernel (instance::creds_floor).
+#[test]
+fn a_root_mount_id_the_kernel_cannot_state_is_floor_0_and_the_launch_goes_on() {
+    let full = syscall::RecordingSyscall::new();
+    let _ = run_tail(&full);
+    let sys = syscall::RecordingSyscall::failing_at("root_mount_id");
+    let (got, step, floor) = run_tail_floor(&sys);
+    assert!(matches!(got, Err(StepError::Exec { .. })), "{got:?}");
+    assert_eq!(step, EXEC_STEP);
+    assert_eq!(sys.names(), full.names());
+    let floor: serde_json::Value =
+        serde_json::from_str(&floor.expect("no credential floor recorded")).unwrap();
+    assert_eq!(
+        (floor["floor"].as_u64(), floor["proven"].as_bool()),
+        (Some(0), Some(false)),
+        "{floor}"
+    );
 }

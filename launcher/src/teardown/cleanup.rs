@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::config::names::{TapName, VmName};
-use crate::config::paths::{Roots, LEASE_FILE};
+use crate::config::paths::{Roots, CREDS_FLOOR_FILE, LEASE_FILE};
 use crate::config::rawpath;
 use crate::config::spec::Spec;
 use crate::host::dirs;
@@ -356,10 +356,10 @@ fn delete_runtime_entries(
         if names.iter().any(|n| n.as_os_str() == OsStr::new(k)) {
             report.kept.push(Kept {
                 path: rundir.path.join(k),
-                reason: if *k == LEASE_FILE {
-                    "keep set: the lease file stays so every launch locks the same inode"
-                } else {
-                    "keep set: the last cleanup's record stays: it counts the instances torn down"
+                reason: match *k {
+                    LEASE_FILE => "keep set: the lease file stays so every launch locks the same inode",
+                    CREDS_FLOOR_FILE => "keep set: the credential floor stays: it bounds the search for what an instance left",
+                    _ => "keep set: the last cleanup's record stays: it counts the instances torn down",
                 }
                 .into(),
             });
