@@ -32,7 +32,10 @@
 #    ending in an exec of /bin/true) minus /bin/true run the same way (the
 #    launcher's overhead), `vmwarden-cleanup probe`, `vmwarden verify-clean
 #    probe`, `vmwarden status` (every VM) and `vmwarden reap --json` (dry
-#    run). Also each VM's launch-to-ready as the host fills.
+#    run). Also each VM's launch-to-ready as the host fills, and beside
+#    the launcher's overhead the kernel's part of it alone: `unshare -m -i
+#    --propagation slave /bin/true` minus /bin/true (the launch's mount
+#    and IPC namespaces made, entered and torn down, no launcher).
 # 2. AT_ONCE VMs launched at once, until every QMP answers; against the
 #    same QEMU argv (each launched VM's own, from /proc) started bare by
 #    root at once (this host has no systemd: the floor under a unit's
@@ -208,6 +211,10 @@ steps() { # LEVEL: ROUNDS rounds of the probe launch (paired with /bin/true), cl
     a=$LAST
     timed "launch-raw@$lvl" "$BIN/vmwarden-launch" probe --probe -- /bin/true
     S[launch@$lvl]="${S[launch@$lvl]:-} $((LAST - a))"
+    # The kernel's part alone: the launch's two namespaces made, entered
+    # and torn down around the same /bin/true (no launcher), minus it.
+    timed "ns-raw@$lvl" unshare -m -i --propagation slave /bin/true
+    S[ns@$lvl]="${S[ns@$lvl]:-} $((LAST - a))"
     timed "cleanup@$lvl" "$BIN/vmwarden-cleanup" probe
     grep -q '"clean":true' "$DIR/logs/step.out" || die "cleanup of the probe not clean: $(head -c 400 "$DIR/logs/step.out")"
     timed "verify@$lvl" "$BIN/vmwarden" verify-clean probe
@@ -252,7 +259,7 @@ levels=(0); [ "$HALF" -gt 0 ] && [ "$HALF" != "$N" ] && levels+=("$HALF"); level
   echo
   echo "== steps as the host fills (medians of $ROUNDS rounds; @0 pools the rounds before the fill and after the drain), ms"
   printf '%-40s' "step"; for l in "${levels[@]}"; do printf '%12s' "@$l"; done; printf '%14s\n' "@$N / @0"
-  for row in "floor:scan floor (tests/bench/scan-floor.c)" "floor-since:scan floor from the credential floor" "launch:launcher overhead (probe - /bin/true)" "launch-raw:probe launch, whole" "cleanup:vmwarden-cleanup NAME" "verify:vmwarden verify-clean NAME" "status:vmwarden status (every VM)" "reap:vmwarden reap (dry run)"; do
+  for row in "floor:scan floor (tests/bench/scan-floor.c)" "floor-since:scan floor from the credential floor" "launch:launcher overhead (probe - /bin/true)" "ns:unshare -m -i /bin/true - /bin/true" "launch-raw:probe launch, whole" "cleanup:vmwarden-cleanup NAME" "verify:vmwarden verify-clean NAME" "status:vmwarden status (every VM)" "reap:vmwarden reap (dry run)"; do
     k=${row%%:*}
     printf '%-40s' "${row#*:}"
     for l in "${levels[@]}"; do printf '%12s' "$(ms_of_us "$(med "$k@$l")")"; done
