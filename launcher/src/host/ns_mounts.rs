@@ -391,11 +391,12 @@ pub fn holding(wanted: impl Fn(&[u8]) -> bool, since: u64) -> Option<Vec<Holding
     Some(out)
 }
 
-/// One namespace of [`holding`]: its mount ids at or above `since`
-/// (none: done), then its owner (another user namespace's is passed, its
-/// mounts' sources unasked, as is one whose ids the kernel would not
-/// list), then those mounts' sources, and when one is wanted, the wanted
-/// mounts' places. `None`: the kernel could not tell.
+/// One namespace of [`holding`]: the first batch of its mount ids at or
+/// above `since` (none: done), then its owner (another user namespace's
+/// is passed, listed no further and its mounts' sources unasked, as is
+/// one whose ids the kernel would not list), then the rest of its ids,
+/// those mounts' sources, and when one is wanted, the wanted mounts'
+/// places. `None`: the kernel could not tell.
 fn visit(
     fd: std::os::fd::BorrowedFd<'_>,
     id: u64,
