@@ -576,7 +576,7 @@ mod tests {
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .args(["unshare", "-Urm", "sh", "-c"])
             .arg(format!(
-                "mount -t tmpfs stack /mnt || exit 1; i=0; while [ $i -lt {stack} ]; do mount --bind /mnt /mnt || exit 1; i=$((i+1)); done; echo STACKED; exec sleep 600"
+                "mount -t tmpfs stack /tmp || exit 1; i=0; while [ $i -lt {stack} ]; do mount --bind /tmp /tmp || exit 1; i=$((i+1)); done; echo STACKED; exec sleep 600"
             ))
             .stdout(Stdio::piped())
             .spawn()
