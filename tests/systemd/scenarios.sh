@@ -1284,14 +1284,16 @@ bench_one() { # VM URI
 # way (`systemctl start --no-block`): what systemd's own unit setup costs a
 # hypervisor. Written once per VM, after the first round gave the argv.
 floor_unit() { # VM ARGV... -> installs vmwarden-bench-floor-VM.service
+  floor_unit_file "$@" && systemctl daemon-reload
+}
+floor_unit_file() { # VM ARGV... -> writes it, no daemon-reload (a caller writing many reloads once)
   local vm=$1 u=/run/systemd/system/vmwarden-bench-floor-$1.service a q=""; shift
   for a in "$@"; do q="$q \"$a\""; done
   { echo "[Service]"; echo "Type=exec"; echo "ExecStart=$q"
     sed -n '/^\[Service\]/,/^\[/p' /etc/systemd/system/microvm@.service \
       | grep -E '^[A-Z][A-Za-z]+=' \
       | grep -Ev '^(Exec|Restart|RuntimeDirectory|StateDirectory|Type=|Timeout|SyslogIdentifier)'
-    echo "ReadWritePaths=/run/vmwarden-bench"; } >"$u"
-  systemctl daemon-reload
+    echo "ReadWritePaths=/run/vmwarden-bench"; } >"$u" || return 1
   log "bench $vm floor unit: $(tr '\n' ' ' <"$u" | head -c 600)"
 }
 bench_floor() { # VM URI OUT -> MS (the floor unit floor_unit wrote)
@@ -2882,8 +2884,8 @@ fifty_round0() {
   [ -s "$FIFTY_DIR/lock-table" ] || { fail "fifty: no flock in v01's strace: $(grep -c . "$FIFTY_DIR/locks.strace") lines"; return 1; }
   fifty_down units
 }
-fifty_floor_units() { # the floor units from round 0's argvs (hv_bench's floor_unit)
-  local v; local -a argv
+fifty_floor_units() { # the floor units from round 0's argvs (hv_bench's floor_unit), all written, then one daemon-reload
+  local v t0=$SECONDS; local -a argv
   for v in $(fifty_names); do
     mkdir -p "/run/vmwarden-bench/$v"
     mapfile -t argv < <(sed -e "s|id=vmwarden-qmp,fd=[0-9]*|id=vmwarden-qmp,path=/run/vmwarden-bench/$v/qmp.sock|" \
@@ -2891,8 +2893,10 @@ fifty_floor_units() { # the floor units from round 0's argvs (hv_bench's floor_u
     argv[0]=/usr/bin/qemu-system-x86_64
     grep -q "path=/run/vmwarden-bench/$v/qmp.sock" < <(printf '%s\n' "${argv[@]}") \
       || { fail "fifty: $v: no QMP chardev to rewrite in its argv: ${argv[*]}"; return 1; }
-    floor_unit "$v" "${argv[@]}" >/dev/null
+    floor_unit_file "$v" "${argv[@]}" >/dev/null || { fail "fifty: cannot write the floor unit of $v"; return 1; }
   done
+  systemctl daemon-reload
+  log "fifty: the $FIFTY_N floor units written, one daemon-reload, in $((SECONDS - t0)) s"
 }
 fifty_measure() { # units|floors -> FIFTY_MS; a round a hypervisor crashed in is done again (up to 3 times)
   local try rc
