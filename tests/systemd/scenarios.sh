@@ -69,7 +69,7 @@ HEARTBEAT_PID=$!
 # (run.sh counts that as progress), then what every process waits on, then
 # kill what the scenario runs, every 5 s, until it returns; it fails.
 # A scenario with a limit of its own names it in LIMIT_<name>.
-LIMIT_fifty_units=5400
+LIMIT_fifty_units=7200
 limit_of() { local v="LIMIT_$1"; echo "${!v:-$SCENARIO_LIMIT}"; }
 watchdog() { # NAME SCENARIO_SHELL_PID
   local me p kids limit
@@ -2684,7 +2684,7 @@ s_host_shutdown_restore() {
 # as hv_bench's floor units (floor_unit: the template's hardening, nothing
 # of vmwarden's), started with one `systemctl start` too, timed until every
 # QMP answers query-status (one poller for all, tests/bench/qmp-ready.py's
-# rule, in perl: L2 has no python). FIFTY_ROUNDS rounds (default 3),
+# rule, in perl: L2 has no python). FIFTY_ROUNDS rounds (default 5),
 # interleaved unit, floor; medians. Every VM is SIGKILLed and stopped
 # (ExecStopPost's cleanup) between rounds; verify-clean for each after the
 # last. The lock table, from scale.sh's source: round 0 (untimed) launches
@@ -2692,7 +2692,7 @@ s_host_shutdown_restore() {
 # v02..v50 start through their units, each flock with its file and how long
 # it was held; and /proc/locks once all are up, the flocks each launch holds.
 # The scenario makes the principals, specs and drop-ins and removes them.
-FIFTY_N=${FIFTY_N:-50} FIFTY_ROUNDS=${FIFTY_ROUNDS:-3}
+FIFTY_N=${FIFTY_N:-50} FIFTY_ROUNDS=${FIFTY_ROUNDS:-5}
 FIFTY_DIR=/run/vmwarden-fifty
 # qmp-ready (perl): every socket named answers query-status; exits 1 after LIMIT s
 fifty_poller() {
@@ -2908,7 +2908,7 @@ fifty_measure() { # units|floors -> FIFTY_MS; a round a hypervisor crashed in is
   fail "fifty: a hypervisor crashed in 3 tries of the $1' round"; return 1
 }
 s_fifty_units() {
-  local r U="" F="" mu mf v bad="" lt n_note=""
+  local r U="" F="" R="" mu mf v bad="" lt n_note=""
   [ "$FIFTY_N" = 50 ] || n_note=" (FIFTY_N=$FIFTY_N, not 50)"
   FIFTY_CRASHES=0
   fifty_setup || { fifty_teardown; return 1; }
@@ -2920,9 +2920,11 @@ s_fifty_units() {
     U="$U $FIFTY_MS"
     fifty_measure floors || { fifty_teardown; return 1; }
     F="$F $FIFTY_MS"
-    log "fifty round $r: units ${U##* } ms, floor ${F##* } ms"
+    R="$R $(ratio "${U##* }" "${F##* }")"
+    log "fifty round $r: units ${U##* } ms, floor ${F##* } ms, / floor ${R##* }"
+    echo "fifty_units round $r/$FIFTY_ROUNDS: units ${U##* } ms, floor ${F##* } ms, / floor ${R##* }" >/dev/console 2>/dev/null
   done
-  log "fifty rounds ms: units [$U ] floor [$F ]"
+  log "fifty rounds ms: units [$U ] floor [$F ] / floor [$R ]"
   for v in $(fifty_names); do check_clean "$v" >/dev/null || bad="$bad $v"; done
   DETAIL=""
   [ -z "$bad" ] || { fail "fifty: verify-clean not clean for:$bad"; fifty_teardown; return 1; }
@@ -2930,7 +2932,7 @@ s_fifty_units() {
   lt=$(awk '{ f = $1; sub(/^\/run\/vmwarden\/v01\//, "<v01 runtime>/", f); $1 = f; print }' "$FIFTY_DIR/lock-table" | tr '\n' ';' | sed 's/;$//')
   fifty_teardown
   local out; out=$("$VMW" verify-clean 2>&1) || { fail "fifty: vmwarden verify-clean (all) after the teardown: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
-  note "$FIFTY_N units at once$n_note, all active $(awk -v m="$mu" 'BEGIN { printf "%.2f", m / 1000 }') s, floor $(awk -v m="$mf" 'BEGIN { printf "%.2f", m / 1000 }') s, / floor $(ratio "$mu" "$mf") (medians of $FIFTY_ROUNDS rounds; units ms:$U; floor ms:$F; rounds done again after a hypervisor crashed: $FIFTY_CRASHES)"
+  note "$FIFTY_N units at once$n_note, all active $(awk -v m="$mu" 'BEGIN { printf "%.2f", m / 1000 }') s, floor $(awk -v m="$mf" 'BEGIN { printf "%.2f", m / 1000 }') s, / floor $(ratio "$mu" "$mf") (medians of $FIFTY_ROUNDS rounds; units ms:$U; floor ms:$F; per round / floor:$R, median $(printf '%s\n' $R | median); rounds done again after a hypervisor crashed: $FIFTY_CRASHES)"
   note "locks: v01's launch among the others (strace -f, scale.sh's table): $lt; with all $FIFTY_N up (/proc/locks) $FIFTY_LEASES of $FIFTY_N VMs' QEMUs each hold exactly their own lease (RUNTIME/NAME/instance.lock, exclusive, the VM's life); a VM's process holding any other flock: $FIFTY_OTHER"
   note "$FIFTY_MEM; verify-clean clean for all $FIFTY_N after the last round; principals, specs, drop-ins and floor units removed, verify-clean (all) clean"
 }
