@@ -2762,10 +2762,21 @@ fifty_teardown() { # leaves nothing of the scenario's (best effort: every step r
   for v in $FIFTY_MADE; do userdel "vm-$v" 2>>"$LOG"; groupdel "vm-$v" 2>/dev/null; done
   systemctl daemon-reload
 }
-# one property of each unit, a line each in order (systemctl show separates units by an empty line)
+# one property of each unit, a line each in order (systemctl show separates
+# units by an empty line). A query that fails (in L2 `systemctl show` of the
+# 50 timed out while systemd stopped them) is tried again; after 3 it prints
+# "?" for every unit and fails, so a caller counting stopped or active units
+# never reads a failed query as all of them (it had ended a wait for the
+# stops early)
 fifty_show() { # PROPERTY UNIT...
-  local p=$1; shift
-  systemctl show -p "$p" "$@" | sed -n "s/^$p=//p"
+  local p=$1 out try; shift
+  for try in 1 2 3; do
+    out=$(systemctl show -p "$p" "$@" 2>>"$LOG" | sed -n "s/^$p=//p")
+    [ "$(printf '%s' "$out" | grep -c '')" = $# ] && { printf '%s\n' "$out"; return 0; }
+    sleep 1
+  done
+  log "fifty: systemctl show -p $p of $# units failed 3 times"
+  printf '?\n%.0s' "$@"; return 1
 }
 fifty_down() { # KIND(units|floors): SIGKILL every hypervisor, at once a stop job for every unit (it forbids the restart the SIGKILL would bring; a guest that never runs answers no power button), wait (cleanup runs), reset-failed
   local -a us; mapfile -t us < <("fifty_$1")
@@ -2816,6 +2827,7 @@ fifty_time_floors() { # -> FIFTY_MS: one `systemctl start` of every floor unit (
   t0=$EPOCHREALTIME
   timeout 900 systemctl start "${us[@]}" 2>>"$LOG" || { fifty_crashed "$t0" "${us[@]}"; return; }
   mapfile -t pids < <(fifty_show MainPID "${us[@]}")
+  case " ${pids[*]} " in *" ? "*) fail "fifty: the floors' MainPIDs unreadable (systemctl show failed)"; return 1 ;; esac
   local i; for i in "${!socks[@]}"; do socks[i]="${pids[i]}:${socks[i]}"; done
   perl "$FIFTY_DIR/qmp-ready.pl" 600 "${socks[@]}" >"$FIFTY_DIR/poll.out" 2>&1
   case $? in
