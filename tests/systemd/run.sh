@@ -27,7 +27,8 @@
 #                                  `cargo test --features fault-injection` builds):
 #                                  pci_passthrough kills it after every launch step
 #   VMWARDEN_SYSTEMD_OUT           artifacts dir (default <repo>/target/systemd-test)
-#   VMWARDEN_SYSTEMD_TIMEOUT       overall guest timeout in s (default 3300)
+#   VMWARDEN_SYSTEMD_TIMEOUT       overall guest timeout in s (default 3300; 10500
+#                                  when VMWARDEN_SYSTEMD_ONLY names fifty_units)
 #   VMWARDEN_SYSTEMD_WEDGE         s of console silence (no heartbeat) after
 #                                  which an L2 guest counts as wedged (600)
 #   VMWARDEN_SYSTEMD_SCENARIO_LIMIT  s after which a scenario counts as stuck
@@ -75,9 +76,12 @@ BIN_DIR=${VMWARDEN_BIN_DIR:-$REPO/target/release}
 FAULT_LAUNCH=${VMWARDEN_FAULT_LAUNCH:-$REPO/target/debug/vmwarden-launch}
 HELPER_DIR=${VMWARDEN_TEST_CARGO_ROOT:-/var/cache/vmwarden-test/cargo}/bin
 OUTDIR=${VMWARDEN_SYSTEMD_OUT:-$REPO/target/systemd-test}
-TIMEOUT=${VMWARDEN_SYSTEMD_TIMEOUT:-3300}
 EXTRA_ENV=${VMWARDEN_SYSTEMD_EXTRA_ENV:-}
 ONLY=${VMWARDEN_SYSTEMD_ONLY:-}
+# fifty_units (run only when named) may take its own watchdog limit
+# (scenarios.sh's LIMIT_fifty_units, 7200 s) on top of what the rest needs
+case " $ONLY " in *" fifty_units "*) TIMEOUT_DEFAULT=$((3300 + 7200)) ;; *) TIMEOUT_DEFAULT=3300 ;; esac
+TIMEOUT=${VMWARDEN_SYSTEMD_TIMEOUT:-$TIMEOUT_DEFAULT}
 L3_ACCEL=${VMWARDEN_SYSTEMD_L3_ACCEL:-kvm}
 MACHINE=${VMWARDEN_SYSTEMD_MACHINE:-microvm}
 MEM=${VMWARDEN_SYSTEMD_MEM:-3072}

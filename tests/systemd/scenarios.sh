@@ -69,7 +69,7 @@ HEARTBEAT_PID=$!
 # (run.sh counts that as progress), then what every process waits on, then
 # kill what the scenario runs, every 5 s, until it returns; it fails.
 # A scenario with a limit of its own names it in LIMIT_<name>.
-LIMIT_fifty_units=5400
+LIMIT_fifty_units=7200
 limit_of() { local v="LIMIT_$1"; echo "${!v:-$SCENARIO_LIMIT}"; }
 watchdog() { # NAME SCENARIO_SHELL_PID
   local me p kids limit
@@ -1285,14 +1285,16 @@ bench_one() { # VM URI
 # way (`systemctl start --no-block`): what systemd's own unit setup costs a
 # hypervisor. Written once per VM, after the first round gave the argv.
 floor_unit() { # VM ARGV... -> installs vmwarden-bench-floor-VM.service
+  floor_unit_file "$@" && systemctl daemon-reload
+}
+floor_unit_file() { # VM ARGV... -> writes it, no daemon-reload (a caller writing many reloads once)
   local vm=$1 u=/run/systemd/system/vmwarden-bench-floor-$1.service a q=""; shift
   for a in "$@"; do q="$q \"$a\""; done
   { echo "[Service]"; echo "Type=exec"; echo "ExecStart=$q"
     sed -n '/^\[Service\]/,/^\[/p' /etc/systemd/system/microvm@.service \
       | grep -E '^[A-Z][A-Za-z]+=' \
       | grep -Ev '^(Exec|Restart|RuntimeDirectory|StateDirectory|Type=|Timeout|SyslogIdentifier)'
-    echo "ReadWritePaths=/run/vmwarden-bench"; } >"$u"
-  systemctl daemon-reload
+    echo "ReadWritePaths=/run/vmwarden-bench"; } >"$u" || return 1
   log "bench $vm floor unit: $(tr '\n' ' ' <"$u" | head -c 600)"
 }
 bench_floor() { # VM URI OUT -> MS (the floor unit floor_unit wrote)
@@ -2683,7 +2685,7 @@ s_host_shutdown_restore() {
 # as hv_bench's floor units (floor_unit: the template's hardening, nothing
 # of vmwarden's), started with one `systemctl start` too, timed until every
 # QMP answers query-status (one poller for all, tests/bench/qmp-ready.py's
-# rule, in perl: L2 has no python). FIFTY_ROUNDS rounds (default 3),
+# rule, in perl: L2 has no python). FIFTY_ROUNDS rounds (default 5),
 # interleaved unit, floor; medians. Every VM is SIGKILLed and stopped
 # (ExecStopPost's cleanup) between rounds; verify-clean for each after the
 # last. The lock table, from scale.sh's source: round 0 (untimed) launches
@@ -2691,7 +2693,7 @@ s_host_shutdown_restore() {
 # v02..v50 start through their units, each flock with its file and how long
 # it was held; and /proc/locks once all are up, the flocks each launch holds.
 # The scenario makes the principals, specs and drop-ins and removes them.
-FIFTY_N=${FIFTY_N:-50} FIFTY_ROUNDS=${FIFTY_ROUNDS:-3}
+FIFTY_N=${FIFTY_N:-50} FIFTY_ROUNDS=${FIFTY_ROUNDS:-5}
 FIFTY_DIR=/run/vmwarden-fifty
 # qmp-ready (perl): every socket named answers query-status; exits 1 after LIMIT s
 fifty_poller() {
@@ -2761,10 +2763,21 @@ fifty_teardown() { # leaves nothing of the scenario's (best effort: every step r
   for v in $FIFTY_MADE; do userdel "vm-$v" 2>>"$LOG"; groupdel "vm-$v" 2>/dev/null; done
   systemctl daemon-reload
 }
-# one property of each unit, a line each in order (systemctl show separates units by an empty line)
+# one property of each unit, a line each in order (systemctl show separates
+# units by an empty line). A query that fails (in L2 `systemctl show` of the
+# 50 timed out while systemd stopped them) is tried again; after 3 it prints
+# "?" for every unit and fails, so a caller counting stopped or active units
+# never reads a failed query as all of them (it had ended a wait for the
+# stops early)
 fifty_show() { # PROPERTY UNIT...
-  local p=$1; shift
-  systemctl show -p "$p" "$@" | sed -n "s/^$p=//p"
+  local p=$1 out try; shift
+  for try in 1 2 3; do
+    out=$(systemctl show -p "$p" "$@" 2>>"$LOG" | sed -n "s/^$p=//p")
+    [ "$(printf '%s' "$out" | grep -c '')" = $# ] && { printf '%s\n' "$out"; return 0; }
+    sleep 1
+  done
+  log "fifty: systemctl show -p $p of $# units failed 3 times"
+  printf '?\n%.0s' "$@"; return 1
 }
 fifty_down() { # KIND(units|floors): SIGKILL every hypervisor, at once a stop job for every unit (it forbids the restart the SIGKILL would bring; a guest that never runs answers no power button), wait (cleanup runs), reset-failed
   local -a us; mapfile -t us < <("fifty_$1")
@@ -2815,6 +2828,7 @@ fifty_time_floors() { # -> FIFTY_MS: one `systemctl start` of every floor unit (
   t0=$EPOCHREALTIME
   timeout 900 systemctl start "${us[@]}" 2>>"$LOG" || { fifty_crashed "$t0" "${us[@]}"; return; }
   mapfile -t pids < <(fifty_show MainPID "${us[@]}")
+  case " ${pids[*]} " in *" ? "*) fail "fifty: the floors' MainPIDs unreadable (systemctl show failed)"; return 1 ;; esac
   local i; for i in "${!socks[@]}"; do socks[i]="${pids[i]}:${socks[i]}"; done
   perl "$FIFTY_DIR/qmp-ready.pl" 600 "${socks[@]}" >"$FIFTY_DIR/poll.out" 2>&1
   case $? in
@@ -2883,8 +2897,8 @@ fifty_round0() {
   [ -s "$FIFTY_DIR/lock-table" ] || { fail "fifty: no flock in v01's strace: $(grep -c . "$FIFTY_DIR/locks.strace") lines"; return 1; }
   fifty_down units
 }
-fifty_floor_units() { # the floor units from round 0's argvs (hv_bench's floor_unit)
-  local v; local -a argv
+fifty_floor_units() { # the floor units from round 0's argvs (hv_bench's floor_unit), all written, then one daemon-reload
+  local v t0=$SECONDS; local -a argv
   for v in $(fifty_names); do
     mkdir -p "/run/vmwarden-bench/$v"
     mapfile -t argv < <(sed -e "s|id=vmwarden-qmp,fd=[0-9]*|id=vmwarden-qmp,path=/run/vmwarden-bench/$v/qmp.sock|" \
@@ -2892,8 +2906,10 @@ fifty_floor_units() { # the floor units from round 0's argvs (hv_bench's floor_u
     argv[0]=/usr/bin/qemu-system-x86_64
     grep -q "path=/run/vmwarden-bench/$v/qmp.sock" < <(printf '%s\n' "${argv[@]}") \
       || { fail "fifty: $v: no QMP chardev to rewrite in its argv: ${argv[*]}"; return 1; }
-    floor_unit "$v" "${argv[@]}" >/dev/null
+    floor_unit_file "$v" "${argv[@]}" >/dev/null || { fail "fifty: cannot write the floor unit of $v"; return 1; }
   done
+  systemctl daemon-reload
+  log "fifty: the $FIFTY_N floor units written, one daemon-reload, in $((SECONDS - t0)) s"
 }
 fifty_measure() { # units|floors -> FIFTY_MS; a round a hypervisor crashed in is done again (up to 3 times)
   local try rc
@@ -2905,7 +2921,7 @@ fifty_measure() { # units|floors -> FIFTY_MS; a round a hypervisor crashed in is
   fail "fifty: a hypervisor crashed in 3 tries of the $1' round"; return 1
 }
 s_fifty_units() {
-  local r U="" F="" mu mf v bad="" lt n_note=""
+  local r U="" F="" R="" mu mf v bad="" lt n_note=""
   [ "$FIFTY_N" = 50 ] || n_note=" (FIFTY_N=$FIFTY_N, not 50)"
   FIFTY_CRASHES=0
   fifty_setup || { fifty_teardown; return 1; }
@@ -2917,9 +2933,11 @@ s_fifty_units() {
     U="$U $FIFTY_MS"
     fifty_measure floors || { fifty_teardown; return 1; }
     F="$F $FIFTY_MS"
-    log "fifty round $r: units ${U##* } ms, floor ${F##* } ms"
+    R="$R $(ratio "${U##* }" "${F##* }")"
+    log "fifty round $r: units ${U##* } ms, floor ${F##* } ms, / floor ${R##* }"
+    echo "fifty_units round $r/$FIFTY_ROUNDS: units ${U##* } ms, floor ${F##* } ms, / floor ${R##* }" >/dev/console 2>/dev/null
   done
-  log "fifty rounds ms: units [$U ] floor [$F ]"
+  log "fifty rounds ms: units [$U ] floor [$F ] / floor [$R ]"
   for v in $(fifty_names); do check_clean "$v" >/dev/null || bad="$bad $v"; done
   DETAIL=""
   [ -z "$bad" ] || { fail "fifty: verify-clean not clean for:$bad"; fifty_teardown; return 1; }
@@ -2927,7 +2945,7 @@ s_fifty_units() {
   lt=$(awk '{ f = $1; sub(/^\/run\/vmwarden\/v01\//, "<v01 runtime>/", f); $1 = f; print }' "$FIFTY_DIR/lock-table" | tr '\n' ';' | sed 's/;$//')
   fifty_teardown
   local out; out=$("$VMW" verify-clean 2>&1) || { fail "fifty: vmwarden verify-clean (all) after the teardown: $(printf '%s\n' "$out" | grep FAIL | head -3 | tr '\n' ' ')"; return 1; }
-  note "$FIFTY_N units at once$n_note, all active $(awk -v m="$mu" 'BEGIN { printf "%.2f", m / 1000 }') s, floor $(awk -v m="$mf" 'BEGIN { printf "%.2f", m / 1000 }') s, / floor $(ratio "$mu" "$mf") (medians of $FIFTY_ROUNDS rounds; units ms:$U; floor ms:$F; rounds done again after a hypervisor crashed: $FIFTY_CRASHES)"
+  note "$FIFTY_N units at once$n_note, all active $(awk -v m="$mu" 'BEGIN { printf "%.2f", m / 1000 }') s, floor $(awk -v m="$mf" 'BEGIN { printf "%.2f", m / 1000 }') s, / floor $(ratio "$mu" "$mf") (medians of $FIFTY_ROUNDS rounds; units ms:$U; floor ms:$F; per round / floor:$R, median $(printf '%s\n' $R | median); rounds done again after a hypervisor crashed: $FIFTY_CRASHES)"
   note "locks: v01's launch among the others (strace -f, scale.sh's table): $lt; with all $FIFTY_N up (/proc/locks) $FIFTY_LEASES of $FIFTY_N VMs' QEMUs each hold exactly their own lease (RUNTIME/NAME/instance.lock, exclusive, the VM's life); a VM's process holding any other flock: $FIFTY_OTHER"
   note "$FIFTY_MEM; verify-clean clean for all $FIFTY_N after the last round; principals, specs, drop-ins and floor units removed, verify-clean (all) clean"
 }
