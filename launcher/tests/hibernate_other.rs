@@ -374,11 +374,13 @@ fn tick_after(g: &mut Guest, from: usize, limit: Duration) -> (f64, String) {
     let end = Instant::now() + limit;
     loop {
         let log = g.log_text();
-        let t = log.get(from..).unwrap_or("").lines().find_map(|l| {
-            let l = l.strip_prefix("VMWARDEN-TICK up=")?;
-            let (up, marker) = l.split_once(" marker=")?;
-            Some((up.parse().ok()?, marker.trim().to_string()))
-        });
+        let t = hibernate::whole_lines(log.get(from..).unwrap_or(""))
+            .lines()
+            .find_map(|l| {
+                let l = l.strip_prefix("VMWARDEN-TICK up=")?;
+                let (up, marker) = l.split_once(" marker=")?;
+                Some((up.parse().ok()?, marker.trim().to_string()))
+            });
         if let Some(t) = t {
             return t;
         }

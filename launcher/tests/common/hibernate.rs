@@ -23,13 +23,20 @@ pub fn spec(env: &Env, name: &str, n: u32) -> Value {
     s
 }
 
-/// The last tick in `log` after byte `from`: (uptime, marker).
+/// The last tick in `log` after byte `from`: (uptime, marker). Only
+/// whole lines count: the guest may be halfway through writing the last
+/// one (a marker cut short there failed a comparison once).
 pub fn last_tick(log: &str, from: usize) -> Option<(f64, String)> {
-    log.get(from..)?.lines().rev().find_map(|l| {
+    whole_lines(log.get(from..)?).lines().rev().find_map(|l| {
         let l = l.strip_prefix("VMWARDEN-TICK up=")?;
         let (up, marker) = l.split_once(" marker=")?;
         Some((up.parse().ok()?, marker.trim().to_string()))
     })
+}
+
+/// `text` up to its last newline: the lines a writer has finished.
+pub fn whole_lines(text: &str) -> &str {
+    &text[..text.rfind('\n').map_or(0, |i| i + 1)]
 }
 
 /// Wait for a tick past byte `from` of the guest's log.
