@@ -364,6 +364,25 @@ fn a_namespace_whose_process_moved_to_a_user_namespace_of_its_own_names_it() {
     env.cleanup_clean("web");
 }
 
+/// web launched (as `uid(n)`), then its tmpfs mounted at its place in a
+/// namespace of uid 65534 (what an instance may leave), then `between`,
+/// then web launched again with no cleanup: the holder, for the caller to
+/// drop.
+fn relaunch_over_a_tmpfs_left_between(env: &Env, n: u32, between: impl FnOnce()) -> Held {
+    spec_with_cred(env, "web", uid(n));
+    let o = env.probe("web", &["/bin/true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let kept = Held(Some(hold(
+        "vmwarden-creds:web",
+        &env.run.join("web/credentials"),
+        65534,
+    )));
+    between();
+    let o = env.probe("web", &["/bin/true"]);
+    assert!(o.status.success(), "second launch: {}", text(&o));
+    kept
+}
+
 /// The credential floor (`instance::creds_floor`) bounds the search from
 /// below, so it must stay under everything an instance may have left: a
 /// launch after an instance no cleanup proved gone keeps that instance's
@@ -373,16 +392,7 @@ fn a_namespace_whose_process_moved_to_a_user_namespace_of_its_own_names_it() {
 #[test]
 fn a_relaunch_before_any_cleanup_keeps_the_floor_under_what_the_last_instance_left() {
     let env = Env::new();
-    spec_with_cred(&env, "web", uid(84));
-    let o = env.probe("web", &["/bin/true"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let kept = Held(Some(hold(
-        "vmwarden-creds:web",
-        &env.run.join("web/credentials"),
-        65534,
-    )));
-    let o = env.probe("web", &["/bin/true"]);
-    assert!(o.status.success(), "second launch: {}", text(&o));
+    let kept = relaunch_over_a_tmpfs_left_between(&env, 84, || {});
     let v = env.verify_clean(&["web"]);
     assert!(!v.status.success(), "verify-clean web passed: {}", text(&v));
     assert!(
@@ -412,17 +422,9 @@ fn a_relaunch_before_any_cleanup_keeps_the_floor_under_what_the_last_instance_le
 #[test]
 fn a_runtime_dir_without_a_floor_has_every_mount_searched_after_the_next_launch() {
     let env = Env::new();
-    spec_with_cred(&env, "web", uid(85));
-    let o = env.probe("web", &["/bin/true"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let kept = Held(Some(hold(
-        "vmwarden-creds:web",
-        &env.run.join("web/credentials"),
-        65534,
-    )));
-    std::fs::remove_file(env.run.join("web/creds-floor.json")).unwrap();
-    let o = env.probe("web", &["/bin/true"]);
-    assert!(o.status.success(), "second launch: {}", text(&o));
+    let kept = relaunch_over_a_tmpfs_left_between(&env, 85, || {
+        std::fs::remove_file(env.run.join("web/creds-floor.json")).unwrap();
+    });
     let v = env.verify_clean(&["web"]);
     assert!(
         text(&v).contains("no-credential-mount vm=web check=FAIL"),
