@@ -61,15 +61,20 @@
 #    process (its CPU time: the work, not a loaded machine's waits), no
 #    exec, no /proc.
 #
-# Output: the table, then three lines, and the scan floor's line:
+# Output: the table, then three lines, and the scan floors' lines:
 #   scale: launch@N / launch@0 R, cleanup@N / cleanup@0 R, verify-clean@N / @0 R, status@N R ms, reap@N R ms
 #   scale: AT_ONCE at once, all ready R s, / floor R
 #   scale: host memory per VM beyond the hypervisor R MiB (vmwarden) vs R MiB (microvm.nix's helpers for the same guest); total per VM ratio R
 #   scale: scan floor @0 R ms, @N R ms (NS namespaces, M mounts); cleanup@0 + the floor's growth, / cleanup@0 R; verify-clean likewise R
 #   scale: scan floor from the VM's credential floor @0 R ms, @N R ms (M stated …); cleanup@0 + its growth, / cleanup@0 R; verify-clean likewise R
+#   scale: process walk floor @0 R ms, @N R ms (P processes …); cleanup@0 + its growth and the credential-floor scan's, / cleanup@0 R; verify-clean likewise R
 # (the first: every mount stated, as reap and verify-clean of every VM
 # ask; the second: only mounts made since the probe's credential floor,
-# instance/creds_floor.rs, as cleanup and verify-clean of the probe ask)
+# instance/creds_floor.rs, as cleanup and verify-clean of the probe ask;
+# the third: /proc read and each process's owner stated
+# (tests/bench/proc-floor.c), what the uid walk pays per process before
+# it can pass one, added to the second: the least both whole-host scans
+# of cleanup and verify-clean cost)
 # Exits non-zero when anything fails (a launch, a cleanup that is not
 # clean, a verify-clean finding); asserts no timing.
 set -uo pipefail
@@ -104,6 +109,8 @@ for b in vmwarden-launch vmwarden-cleanup vmwarden; do [ -x "$BIN/$b" ] || die "
 QEMU=$(command -v qemu-system-x86_64) || die "no qemu-system-x86_64"
 FLOOR_BIN=$(mktemp /var/tmp/vmwarden-scan-floor.XXXXXX)
 cc -O2 -o "$FLOOR_BIN" "$HERE/scan-floor.c" || die "cannot build tests/bench/scan-floor.c (cc)"
+PROC_FLOOR_BIN=$(mktemp /var/tmp/vmwarden-proc-floor.XXXXXX)
+cc -O2 -o "$PROC_FLOOR_BIN" "$HERE/proc-floor.c" || die "cannot build tests/bench/proc-floor.c (cc)"
 CARGO_BIN=${VMWARDEN_TEST_CARGO_ROOT:-/var/cache/vmwarden-test/cargo}/bin
 VIRTIOFSD=$CARGO_BIN/virtiofsd
 VSOCKD=$CARGO_BIN/vhost-device-vsock
@@ -135,7 +142,7 @@ finish() {
   for vm in "${!PID[@]}"; do wait "${PID[$vm]}" 2>/dev/null; "$BIN/vmwarden-cleanup" "$vm" >/dev/null 2>&1; done
   "$BIN/vmwarden-cleanup" probe >/dev/null 2>&1
   if [ -n "${VMWARDEN_SCALE_KEEP:-}" ]; then echo "scale.sh: kept $DIR" >&2; else rm -rf "$DIR"; fi
-  rm -rf "$RUNROOT" "$FLOOR_BIN"
+  rm -rf "$RUNROOT" "$FLOOR_BIN" "$PROC_FLOOR_BIN"
 }
 trap finish EXIT
 
@@ -230,9 +237,13 @@ steps() { # LEVEL: ROUNDS rounds of the probe launch (paired with /bin/true), cl
     read -r a _ FLOOR_SINCE_MOUNTS < <("$FLOOR_BIN" 5 "$since") || die "scan-floor from $since failed"
     S[floor-since@$lvl]="${S[floor-since@$lvl]:-} $a"
     FLOOR_SINCE_AT[$lvl]="$FLOOR_SINCE_MOUNTS mounts"
+    # The process walk's floor: /proc read and every entry's owner stated.
+    read -r a PROCS < <("$PROC_FLOOR_BIN" 5) || die "proc-floor failed"
+    S[proc-floor@$lvl]="${S[proc-floor@$lvl]:-} $a"
+    PROCS_AT[$lvl]=$PROCS
   done
 }
-declare -A FLOOR_AT=() FLOOR_SINCE_AT=()
+declare -A FLOOR_AT=() FLOOR_SINCE_AT=() PROCS_AT=()
 med() { printf '%s\n' ${S[$1]:-} | median; }
 
 echo "scale.sh: $N VMs, $ROUNDS rounds; binaries $BIN; runtime root $RUNROOT" >&2
@@ -259,7 +270,7 @@ levels=(0); [ "$HALF" -gt 0 ] && [ "$HALF" != "$N" ] && levels+=("$HALF"); level
   echo
   echo "== steps as the host fills (medians of $ROUNDS rounds; @0 pools the rounds before the fill and after the drain), ms"
   printf '%-40s' "step"; for l in "${levels[@]}"; do printf '%12s' "@$l"; done; printf '%14s\n' "@$N / @0"
-  for row in "floor:scan floor (tests/bench/scan-floor.c)" "floor-since:scan floor from the credential floor" "launch:launcher overhead (probe - /bin/true)" "ns:unshare -m -i /bin/true - /bin/true" "launch-raw:probe launch, whole" "cleanup:vmwarden-cleanup NAME" "verify:vmwarden verify-clean NAME" "status:vmwarden status (every VM)" "reap:vmwarden reap (dry run)"; do
+  for row in "floor:scan floor (tests/bench/scan-floor.c)" "floor-since:scan floor from the credential floor" "proc-floor:process walk floor (tests/bench/proc-floor.c)" "launch:launcher overhead (probe - /bin/true)" "ns:unshare -m -i /bin/true - /bin/true" "launch-raw:probe launch, whole" "cleanup:vmwarden-cleanup NAME" "verify:vmwarden verify-clean NAME" "status:vmwarden status (every VM)" "reap:vmwarden reap (dry run)"; do
     k=${row%%:*}
     printf '%-40s' "${row#*:}"
     for l in "${levels[@]}"; do printf '%12s' "$(ms_of_us "$(med "$k@$l")")"; done
@@ -277,6 +288,11 @@ grown() { awk -v s="$1" -v f0="$2" -v fn="$3" 'BEGIN { if (s == "-" || f0 == "-"
 F0=$(med "floor@0"); FN=$(med "floor@$N")
 LF="scan floor @0 $(ms_of_us "$F0") ms, @$N $(ms_of_us "$FN") ms (${FLOOR_AT[0]:-?} @0; ${FLOOR_AT[$N]:-?} @$N); cleanup@0 + the floor's growth, / cleanup@0 $(grown "$(med "cleanup@0")" "$F0" "$FN"); verify-clean likewise $(grown "$(med "verify@0")" "$F0" "$FN")"
 S0=$(med "floor-since@0"); SN=$(med "floor-since@$N")
+P0=$(med "proc-floor@0"); PN=$(med "proc-floor@$N")
+# Both whole-host scans at their floors: the credential floor's mount
+# search and the process walk, their growth added to the step at @0.
+both() { awk -v s="$1" -v a0="$2" -v an="$3" -v b0="$4" -v bn="$5" 'BEGIN { if (s == "-" || a0 == "-" || an == "-" || b0 == "-" || bn == "-" || s == 0) print "-"; else printf "%.2f", (s + an - a0 + bn - b0) / s }'; }
+LP="process walk floor @0 $(ms_of_us "$P0") ms, @$N $(ms_of_us "$PN") ms (${PROCS_AT[0]:-?} processes @0, ${PROCS_AT[$N]:-?} @$N); cleanup@0 + its growth and the credential-floor scan's, / cleanup@0 $(both "$(med "cleanup@0")" "$S0" "$SN" "$P0" "$PN"); verify-clean likewise $(both "$(med "verify@0")" "$S0" "$SN" "$P0" "$PN")"
 LS="scan floor from the VM's credential floor @0 $(ms_of_us "$S0") ms, @$N $(ms_of_us "$SN") ms (${FLOOR_SINCE_AT[0]:-?} stated @0, ${FLOOR_SINCE_AT[$N]:-?} @$N); cleanup@0 + its growth, / cleanup@0 $(grown "$(med "cleanup@0")" "$S0" "$SN"); verify-clean likewise $(grown "$(med "verify@0")" "$S0" "$SN")"
 
 # --------------------------------------------------------- 2. many at once
@@ -534,3 +550,4 @@ echo "scale: $L2"
 echo "scale: $L3"
 echo "scale: $LF"
 echo "scale: $LS"
+echo "scale: $LP"
