@@ -13,10 +13,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::sys::stat::fstatat;
-use nix::sys::wait::WaitStatus;
 
 use crate::config::files::Kind as FileKind;
 use crate::config::names::{TapName, VmName};
@@ -36,6 +34,8 @@ use crate::instance::marks;
 use crate::teardown::cleanup::{self, ServiceResult};
 use crate::teardown::taps;
 
+mod unmount;
+
 /// What reap could not do (an item's reason in the report).
 #[derive(Debug, thiserror::Error)]
 pub enum ReapError {
@@ -43,20 +43,9 @@ pub enum ReapError {
     Dir(#[from] DirError),
     #[error(transparent)]
     Lease(#[from] LeaseError),
-    #[error("open ns of pid {pid}: {source}")]
-    OpenNamespace {
-        pid: u32,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("fork: {0}")]
-    Fork(#[source] Errno),
-    /// The child that unmounts in the namespace did not exit 0.
-    #[error("unmount in namespace of pid {pid} failed: {status:?}")]
-    Unmount {
-        pid: u32,
-        status: Result<WaitStatus, Errno>,
-    },
+    /// A credential tmpfs in another namespace not unmounted.
+    #[error(transparent)]
+    NsUnmount(#[from] unmount::NsUnmountError),
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -148,34 +137,6 @@ fn lease_held(roots: &Roots, name: &VmName) -> bool {
         .ok()
         .and_then(|d| lease::state(&d).ok())
         == Some(LeaseState::Held)
-}
-
-/// Unmount a stray credential tmpfs inside the mount namespace of `pid`
-/// (in a child, so the caller's namespace never changes).
-fn unmount_in_namespace(pid: u32, target: &std::path::Path) -> Result<(), ReapError> {
-    use nix::sys::wait::waitpid;
-    use nix::unistd::{fork, ForkResult};
-    let ns = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
-        .map_err(|source| ReapError::OpenNamespace { pid, source })?;
-    // SAFETY: reap is single-threaded; the child only calls setns, umount2
-    // and _exit (async-signal-safe) before exiting.
-    match unsafe { fork() } {
-        Ok(ForkResult::Child) => {
-            let ok = nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNS).is_ok()
-                && nix::mount::umount2(
-                    target,
-                    nix::mount::MntFlags::MNT_DETACH | nix::mount::MntFlags::UMOUNT_NOFOLLOW,
-                )
-                .is_ok();
-            // SAFETY: _exit ends the child without running parent state's destructors.
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) }
-        }
-        Ok(ForkResult::Parent { child }) => match waitpid(child, None) {
-            Ok(WaitStatus::Exited(_, 0)) => Ok(()),
-            status => Err(ReapError::Unmount { pid, status }),
-        },
-        Err(e) => Err(ReapError::Fork(e)),
-    }
 }
 
 /// The lease of `vm` for the process pass: `Ok(None)` when it is held (the
@@ -397,7 +358,10 @@ fn reap_credential_mounts(roots: &Roots, r: &mut Report) {
                 reason: format!("no process is in mount namespace {ns} to unmount it from"),
             });
         } else if apply {
-            match unmount_in_namespace(pid, &m.mount_point) {
+            // Only in the namespace the scan reported, only the mount it
+            // reported ([`unmount::in_namespace`]): the pid may be another
+            // process's by now.
+            match unmount::in_namespace(pid, &ns, &m).map_err(ReapError::from) {
                 Ok(()) => r.deleted.push(m.mount_point.clone()),
                 Err(e) => r.failed.push(ownership::Failed {
                     path: m.mount_point.clone(),

@@ -1,0 +1,502 @@
+//! `reap --apply`'s unmount of a stray credential tmpfs in another mount
+//! namespace: only in the namespace the scan reported, and only the mount
+//! the scan reported.
+//!
+//! The scan names a namespace (`mnt:[INODE]`) and a process in it. By
+//! the time reap applies, that process may have left and its pid been
+//! reused by a process in another namespace (the host's own, or a live
+//! VM's), where the same path may hold another mount. So the namespace is
+//! opened through the pid, and the open file, not the pid, is checked: an
+//! nsfs file of the scan's inode, or nothing is entered. A forked child
+//! enters it (the caller's namespace never changes) and, before it
+//! unmounts, asks the kernel what is mounted at the path now
+//! (`statx(STATX_MNT_ID_UNIQUE)`, `statmount(2)`: Linux 6.8): a tmpfs with
+//! the credential source, mounted exactly there, with the scan's mount id
+//! when the scan read one. Anything else is kept and reported.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use nix::errno::Errno;
+use nix::sys::wait::WaitStatus;
+
+use crate::host::mountinfo::Mount;
+
+
+/// The child's exit codes (anything else: it died otherwise).
+const EXIT_UNMOUNTED: i32 = 0;
+const EXIT_SETNS: i32 = 1;
+const EXIT_UMOUNT: i32 = 2;
+const EXIT_NOT_THE_MOUNT: i32 = 3;
+const EXIT_CANNOT_STATE: i32 = 4;
+
+/// Why a credential tmpfs in another namespace was not unmounted.
+#[derive(Debug, thiserror::Error)]
+pub enum NsUnmountError {
+    #[error("{target}: the scan's mount namespace {ns:?} is not `mnt:[INODE]`; nothing unmounted")]
+    BadNamespace { target: PathBuf, ns: String },
+    #[error("open mount namespace of pid {pid} ({path}): {source}; nothing unmounted")]
+    OpenNamespace {
+        pid: u32,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    StatNamespace {
+        path: PathBuf,
+        #[source]
+        source: Errno,
+    },
+    /// The pid the scan named is now in another namespace: its holder
+    /// left (the pid may be reused). Ambiguity keeps.
+    #[error("{target}: pid {pid} is now in mount namespace {found}, not in {expected} where the scan found the tmpfs: the holder left (its pid may be reused); nothing unmounted")]
+    HolderLeft {
+        target: PathBuf,
+        pid: u32,
+        expected: String,
+        found: String,
+    },
+    #[error("fork: {0}")]
+    Fork(#[source] Errno),
+    #[error("{target}: cannot enter mount namespace {ns} of pid {pid}; nothing unmounted")]
+    Enter {
+        target: PathBuf,
+        pid: u32,
+        ns: String,
+    },
+    /// What is mounted at the path in the scan's namespace now is not the
+    /// credential tmpfs the scan reported.
+    #[error("{target} in mount namespace {ns} (pid {pid}) is no longer the mount the scan reported (a tmpfs with source {mount_source}{id}): not unmounted")]
+    NotTheMount {
+        target: PathBuf,
+        pid: u32,
+        ns: String,
+        mount_source: String,
+        id: String,
+    },
+    #[error("{target} in mount namespace {ns} (pid {pid}): the kernel cannot state what is mounted there (statx and statmount, Linux 6.8), so it cannot be told to be the credential tmpfs: not unmounted")]
+    CannotState {
+        target: PathBuf,
+        pid: u32,
+        ns: String,
+    },
+    #[error("unmount {target} in mount namespace {ns} of pid {pid} failed: {status:?}")]
+    Unmount {
+        target: PathBuf,
+        pid: u32,
+        ns: String,
+        status: Result<WaitStatus, Errno>,
+    },
+}
+
+/// Unmount `m`, the credential tmpfs the scan found in mount namespace
+/// `ns` (`mnt:[INODE]`) through process `pid`, inside that namespace (in a
+/// child, so the caller's namespace never changes); only when the
+/// namespace `pid` is in now is `ns`, and the mount at `m.mount_point`
+/// there is still `m`.
+///
+/// No pidfd: the check is on the namespace's open file, which pins the
+/// namespace whatever the pid names later, and it is that file the child
+/// enters. A pidfd would tell only that the process behind the pid did not
+/// change after it was opened, not that it is the scan's.
+pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmountError> {
+    use nix::sys::wait::waitpid;
+    use nix::unistd::{fork, ForkResult};
+    let target = m.mount_point.clone();
+    let expected_ino: u64 = ns
+        .strip_prefix("mnt:[")
+        .and_then(|s| s.strip_suffix(']'))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| NsUnmountError::BadNamespace {
+            target: target.clone(),
+            ns: ns.to_string(),
+        })?;
+    let path = PathBuf::from(format!("/proc/{pid}/ns/mnt"));
+    let file = std::fs::File::open(&path).map_err(|source| NsUnmountError::OpenNamespace {
+        pid,
+        path: path.clone(),
+        source,
+    })?;
+    let stat_err = |source| NsUnmountError::StatNamespace {
+        path: path.clone(),
+        source,
+    };
+    let st = nix::sys::stat::fstat(&file).map_err(stat_err)?;
+    let fs = nix::sys::statfs::fstatfs(&file).map_err(stat_err)?;
+    let is_nsfs = fs.filesystem_type() == nix::sys::statfs::NSFS_MAGIC;
+    if !is_nsfs || st.st_ino != expected_ino {
+        return Err(NsUnmountError::HolderLeft {
+            target,
+            pid,
+            expected: ns.to_string(),
+            found: if is_nsfs {
+                format!("mnt:[{}]", st.st_ino)
+            } else {
+                format!("(not a namespace: {} is no nsfs file)", path.display())
+            },
+        });
+    }
+    // Everything the child needs is made here: it only makes system calls.
+    let Ok(target_c) = CString::new(target.as_os_str().as_bytes()) else {
+        return Err(NsUnmountError::CannotState {
+            target,
+            pid,
+            ns: ns.to_string(),
+        });
+    };
+    let want = Want {
+        target: target_c,
+        source: m.source.as_bytes().to_vec(),
+        old_id: m.mount_id,
+    };
+    let mut buf = vec![0u64; (HEADER + 4096) / 8];
+    // SAFETY: reap is single-threaded (and the test harness's other threads
+    // hold no lock the child takes): the child only makes system calls
+    // (setns, statx, statmount, umount2) on memory allocated before the
+    // fork, compares bytes, and calls _exit.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            let code = match nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNS) {
+                Err(_) => EXIT_SETNS,
+                Ok(()) => match is_wanted_mount(&want, &mut buf) {
+                    Err(_) => EXIT_CANNOT_STATE,
+                    Ok(false) => EXIT_NOT_THE_MOUNT,
+                    Ok(true) => {
+                        // SAFETY: `want.target` is NUL-terminated and lives
+                        // for the call.
+                        let rc = unsafe {
+                            libc::umount2(
+                                want.target.as_ptr(),
+                                libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW,
+                            )
+                        };
+                        if rc == 0 {
+                            EXIT_UNMOUNTED
+                        } else {
+                            EXIT_UMOUNT
+                        }
+                    }
+                },
+            };
+            // SAFETY: _exit ends the child without running parent state's destructors.
+            unsafe { libc::_exit(code) }
+        }
+        Ok(ForkResult::Parent { child }) => {
+            let (pid, ns) = (pid, ns.to_string());
+            match waitpid(child, None) {
+                Ok(WaitStatus::Exited(_, EXIT_UNMOUNTED)) => Ok(()),
+                Ok(WaitStatus::Exited(_, EXIT_SETNS)) => {
+                    Err(NsUnmountError::Enter { target, pid, ns })
+                }
+                Ok(WaitStatus::Exited(_, EXIT_NOT_THE_MOUNT)) => Err(NsUnmountError::NotTheMount {
+                    target,
+                    pid,
+                    ns,
+                    mount_source: m.source.clone(),
+                    id: match m.mount_id {
+                        0 => String::new(),
+                        id => format!(", mount id {id}"),
+                    },
+                }),
+                Ok(WaitStatus::Exited(_, EXIT_CANNOT_STATE)) => {
+                    Err(NsUnmountError::CannotState { target, pid, ns })
+                }
+                status => Err(NsUnmountError::Unmount {
+                    target,
+                    pid,
+                    ns,
+                    status,
+                }),
+            }
+        }
+        Err(e) => Err(NsUnmountError::Fork(e)),
+    }
+}
+
+/// What the child looks for at its path, made before the fork.
+struct Want {
+    target: CString,
+    source: Vec<u8>,
+    /// mountinfo's id of the scan's mount (`statmount`'s `mnt_id_old`);
+    /// 0: the scan read none (the kernel stated the mount).
+    old_id: u64,
+}
+
+const SYS_STATMOUNT: libc::c_long = 457;
+/// `sizeof(struct statmount)`: its strings start here.
+const HEADER: usize = 512;
+const MNT_BASIC: u64 = 0x2;
+const MNT_POINT: u64 = 0x10;
+const FS_TYPE: u64 = 0x20;
+const SB_SOURCE: u64 = 0x200;
+const ASK: u64 = MNT_BASIC | MNT_POINT | FS_TYPE | SB_SOURCE;
+/// Byte offsets in `struct statmount` (include/uapi/linux/mount.h).
+const OFF_MASK: usize = 8;
+const OFF_FS_TYPE: usize = 36;
+const OFF_MNT_ID_OLD: usize = 56;
+const OFF_MNT_POINT: usize = 108;
+const OFF_SB_SOURCE: usize = 124;
+
+/// `struct mnt_id_req`, its first published size (`MNT_ID_REQ_SIZE_VER0`:
+/// the caller's own namespace, the one the child entered).
+#[repr(C)]
+struct MntIdReq {
+    size: u32,
+    spare: u32,
+    mnt_id: u64,
+    param: u64,
+}
+
+/// Is the topmost mount at `want.target`, in the caller's mount namespace,
+/// a tmpfs mounted exactly there with the source (and, when known, the
+/// mountinfo id) the scan reported? Allocates nothing: `buf` is the
+/// statmount buffer. An error: the kernel cannot state it.
+fn is_wanted_mount(want: &Want, buf: &mut [u64]) -> Result<bool, Errno> {
+    // SAFETY: an all-zero statx is a valid value for the kernel to fill.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `want.target` is NUL-terminated and `stx` is valid for writing.
+    let rc = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            want.target.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT,
+            libc::STATX_MNT_ID_UNIQUE,
+            &raw mut stx,
+        )
+    };
+    if rc != 0 {
+        return match Errno::last() {
+            // Nothing there any more: not the mount.
+            Errno::ENOENT | Errno::ENOTDIR => Ok(false),
+            e => Err(e),
+        };
+    }
+    if stx.stx_mask & libc::STATX_MNT_ID_UNIQUE == 0 {
+        return Err(Errno::ENOSYS);
+    }
+    let req = MntIdReq {
+        size: size_of::<MntIdReq>() as u32,
+        spare: 0,
+        mnt_id: stx.stx_mnt_id,
+        param: ASK,
+    };
+    let len = size_of_val(buf);
+    // SAFETY: `req` is a valid mnt_id_req of the size it states; the
+    // kernel writes at most `len` bytes into `buf`, which owns them.
+    let rc = unsafe { libc::syscall(SYS_STATMOUNT, &raw const req, buf.as_mut_ptr(), len, 0u32) };
+    if rc != 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: the bytes of `buf` (u8 needs no alignment), borrowed no
+    // longer than `buf` is.
+    let b = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), len) };
+    let u32_at = |off: usize| u32::from_ne_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]]);
+    let u64_at = |off: usize| u64::from(u32_at(off)) | (u64::from(u32_at(off + 4)) << 32);
+    if u64_at(OFF_MASK) & ASK != ASK {
+        return Err(Errno::ENOSYS);
+    }
+    let str_at = |off: usize| -> Result<&[u8], Errno> {
+        let start = HEADER + u32_at(off) as usize;
+        let rest = b.get(start..).ok_or(Errno::EOVERFLOW)?;
+        let end = rest.iter().position(|c| *c == 0).ok_or(Errno::EOVERFLOW)?;
+        Ok(&rest[..end])
+    };
+    Ok(str_at(OFF_MNT_POINT)? == want.target.as_bytes()
+        && str_at(OFF_FS_TYPE)? == b"tmpfs"
+        && str_at(OFF_SB_SOURCE)? == want.source.as_slice()
+        && (want.old_id == 0 || u64::from(u32_at(OFF_MNT_ID_OLD)) == want.old_id))
+}
+
+
+#[cfg(test)]
+mod tests {
+    use std::io::BufRead;
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Stdio};
+
+    use super::*;
+    use crate::host::mountinfo;
+
+    /// The credential tmpfs source these tests mount (a name no VM of
+    /// another test has).
+    const CREDS: &str = "vmwarden-creds:rprweb";
+
+    /// A process in a mount namespace of its own (`unshare -m`, private)
+    /// holding a tmpfs with `source` at `at`; killed and reaped on drop.
+    struct Holder(Child);
+
+    impl Holder {
+        fn new(source: &str, at: &Path) -> Holder {
+            let mut c = Command::new("unshare")
+                .args(["-m", "--propagation", "private", "sh", "-c"])
+                .arg(format!(
+                    "mount -t tmpfs -o size=4k {source} '{}' && echo MOUNTED && exec sleep 600",
+                    at.display()
+                ))
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("unshare");
+            let mut line = String::new();
+            std::io::BufReader::new(c.stdout.take().expect("stdout"))
+                .read_line(&mut line)
+                .expect("read the holder's word");
+            let h = Holder(c);
+            assert_eq!(line.trim(), "MOUNTED", "the holder did not mount {source}");
+            h
+        }
+
+        fn pid(&self) -> u32 {
+            self.0.id()
+        }
+
+        /// The namespace and the mount at `at`, as reap's scan reports them.
+        fn scan(&self, at: &Path) -> (String, Mount) {
+            let pid = self.pid().to_string();
+            let ns = mountinfo::mnt_ns(&pid).expect("ns/mnt");
+            let m = mountinfo::read_last_at(&pid, at)
+                .expect("mountinfo")
+                .expect("the mount");
+            (ns, m)
+        }
+
+        /// The sources mounted at `at` in its namespace, bottom first.
+        fn sources_at(&self, at: &Path) -> Vec<String> {
+            mountinfo::read(&self.pid().to_string())
+                .expect("mountinfo")
+                .into_iter()
+                .filter(|m| m.mount_point == at)
+                .map(|m| m.source)
+                .collect()
+        }
+
+        /// Run `args` in its mount namespace.
+        fn nsenter(&self, args: &[&str]) {
+            let o = Command::new("nsenter")
+                .args(["-t", &self.pid().to_string(), "-m"])
+                .args(args)
+                .output()
+                .expect("nsenter");
+            assert!(o.status.success(), "nsenter {args:?}: {o:?}");
+        }
+    }
+
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// A directory `DIR/rprweb/credentials` that is deleted on drop, and
+    /// the host-wide lock of tests that mount credential tmpfs.
+    struct Place {
+        dir: PathBuf,
+        at: PathBuf,
+        _lock: nix::fcntl::Flock<std::fs::File>,
+    }
+
+    impl Place {
+        fn new(tag: &str) -> Place {
+            assert!(nix::unistd::geteuid().is_root(), "this test needs root");
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open("/var/lock/vmwarden-roottests.lock")
+                .expect("the root tests' lock");
+            let lock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+                .map_err(|(_, e)| e)
+                .expect("flock");
+            let dir = std::env::temp_dir().join(format!("vmw-rpr-{tag}-{}", std::process::id()));
+            let at = dir.join("rprweb/credentials");
+            std::fs::create_dir_all(&at).expect("mkdir");
+            Place {
+                dir,
+                at,
+                _lock: lock,
+            }
+        }
+    }
+
+    impl Drop for Place {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// The scan found web's tmpfs in A's namespace through A's pid; before
+    /// apply, that pid is B's, a process in another namespace with a tmpfs
+    /// of the same source at the same path (a live VM's, say). Reap does
+    /// not enter B's namespace: the error names the pid and both
+    /// namespaces, and B's mount stays, whether the scan read the mount's
+    /// id (mountinfo) or not (the kernel stated it: id 0).
+    #[test]
+    fn a_pid_now_in_another_namespace_is_not_entered() {
+        let place = Place::new("ns");
+        let a = Holder::new(CREDS, &place.at);
+        let b = Holder::new(CREDS, &place.at);
+        let (ns_a, m_a) = a.scan(&place.at);
+        let (ns_b, _) = b.scan(&place.at);
+        assert_ne!(ns_a, ns_b);
+        let stated = Mount {
+            mount_id: 0,
+            ..m_a.clone()
+        };
+        for m in [&stated, &m_a] {
+            let e = in_namespace(b.pid(), &ns_a, m).expect_err("entered B's namespace");
+            let text = e.to_string();
+            assert!(
+                matches!(&e, NsUnmountError::HolderLeft { pid, expected, found, .. }
+                    if *pid == b.pid() && *expected == ns_a && *found == ns_b),
+                "not the holder-left error naming pid {} ({ns_b}) and {ns_a}: {e:?}",
+                b.pid()
+            );
+            for word in [&b.pid().to_string(), &ns_a, &ns_b, "the holder left"] {
+                assert!(text.contains(word), "{word:?} not in {text:?}");
+            }
+            assert_eq!(
+                b.sources_at(&place.at),
+                [CREDS],
+                "B's tmpfs was unmounted from the wrong namespace ({text})"
+            );
+            assert_eq!(a.sources_at(&place.at), [CREDS]);
+        }
+        // Through A's own pid, it is unmounted in A's namespace alone.
+        in_namespace(a.pid(), &ns_a, &m_a).expect("unmount in A's namespace");
+        assert!(a.sources_at(&place.at).is_empty());
+        assert_eq!(b.sources_at(&place.at), [CREDS]);
+    }
+
+    /// The scan found web's tmpfs in A's namespace; before apply, the path
+    /// there holds another mount on top of it: a tmpfs of another source,
+    /// then a new tmpfs of the credential source (another mount, another
+    /// id). Neither is unmounted, with a typed error; once the tmpfs the
+    /// scan found is on top again, it is.
+    #[test]
+    fn another_mount_at_the_path_in_the_scans_namespace_is_not_unmounted() {
+        let place = Place::new("mount");
+        let a = Holder::new(CREDS, &place.at);
+        let (ns, m) = a.scan(&place.at);
+        let at = place.at.to_str().expect("utf-8 path");
+        for (source, stack) in [("other", [CREDS, "other"]), (CREDS, [CREDS, CREDS])] {
+            a.nsenter(&["mount", "-t", "tmpfs", "-o", "size=4k", source, at]);
+            let e = in_namespace(a.pid(), &ns, &m).expect_err("unmounted another mount");
+            assert!(
+                matches!(&e, NsUnmountError::NotTheMount { pid, ns: n, .. }
+                    if *pid == a.pid() && *n == ns),
+                "not the not-the-mount error: {e:?}"
+            );
+            assert!(e.to_string().contains("no longer the mount the scan reported"));
+            assert_eq!(
+                a.sources_at(&place.at),
+                stack,
+                "the {source} tmpfs on top of the scan's was unmounted ({e})"
+            );
+            a.nsenter(&["umount", at]);
+        }
+        in_namespace(a.pid(), &ns, &m).expect("the scan's own mount");
+        assert!(a.sources_at(&place.at).is_empty());
+    }
+}
