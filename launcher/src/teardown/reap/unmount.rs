@@ -479,21 +479,37 @@ mod tests {
         let place = Place::new("mount");
         let a = Holder::new(CREDS, &place.at);
         let (ns, m) = a.scan(&place.at);
+        // As the kernel states a mount the scan did not read (no id).
+        let stated = Mount {
+            mount_id: 0,
+            ..m.clone()
+        };
         let at = place.at.to_str().expect("utf-8 path");
-        for (source, stack) in [("other", [CREDS, "other"]), (CREDS, [CREDS, CREDS])] {
+        // Another source is told by its source, whatever the scan read;
+        // the same source only by the id the scan read.
+        let cases = [
+            ("other", [CREDS, "other"], vec![&m, &stated]),
+            (CREDS, [CREDS, CREDS], vec![&m]),
+        ];
+        for (source, stack, scans) in cases {
             a.nsenter(&["mount", "-t", "tmpfs", "-o", "size=4k", source, at]);
-            let e = in_namespace(a.pid(), &ns, &m).expect_err("unmounted another mount");
-            assert!(
-                matches!(&e, NsUnmountError::NotTheMount { pid, ns: n, .. }
-                    if *pid == a.pid() && *n == ns),
-                "not the not-the-mount error: {e:?}"
-            );
-            assert!(e.to_string().contains("no longer the mount the scan reported"));
-            assert_eq!(
-                a.sources_at(&place.at),
-                stack,
-                "the {source} tmpfs on top of the scan's was unmounted ({e})"
-            );
+            for scanned in scans {
+                let e = in_namespace(a.pid(), &ns, scanned).expect_err(&format!(
+                    "unmounted the {source} tmpfs on top (scan's id {})",
+                    scanned.mount_id
+                ));
+                assert!(
+                    matches!(&e, NsUnmountError::NotTheMount { pid, ns: n, .. }
+                        if *pid == a.pid() && *n == ns),
+                    "not the not-the-mount error: {e:?}"
+                );
+                assert!(e.to_string().contains("no longer the mount the scan reported"));
+                assert_eq!(
+                    a.sources_at(&place.at),
+                    stack,
+                    "the {source} tmpfs on top of the scan's was unmounted ({e})"
+                );
+            }
             a.nsenter(&["umount", at]);
         }
         in_namespace(a.pid(), &ns, &m).expect("the scan's own mount");
