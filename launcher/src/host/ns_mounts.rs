@@ -318,9 +318,20 @@ struct MntNsInfo {
 pub struct Holding {
     /// `mnt:[INODE]`, as `/proc/PID/ns/mnt` names it.
     pub ns: String,
-    /// Each such mount: its mount point (relative to the namespace's
-    /// root mount), file system type and source.
-    pub mounts: Vec<(std::path::PathBuf, String, String)>,
+    /// Each such mount.
+    pub mounts: Vec<HeldMount>,
+}
+
+/// A mount of a [`Holding`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldMount {
+    /// Relative to the namespace's root mount.
+    pub mount_point: std::path::PathBuf,
+    pub fstype: String,
+    pub source: String,
+    /// Its unique id (never reused) and mountinfo's (`mnt_id_old`).
+    pub id: u64,
+    pub old_id: u64,
 }
 
 /// Every mount namespace of the host, enumerated by the kernel
@@ -505,15 +516,13 @@ fn may_be_tmpfs(mnt_id: u64, ns_id: u64) -> Result<bool, Errno> {
     Ok(matches!(buf[OFF_SB_MAGIC / 8], TMPFS_MAGIC | RAMFS_MAGIC))
 }
 
-/// Mount `mnt_id`'s mount point, file system type and source in
-/// namespace `ns_id`; `None` when the mount is gone.
-fn place_of(
-    mnt_id: u64,
-    ns_id: u64,
-) -> Result<Option<(std::path::PathBuf, String, String)>, Errno> {
+/// Mount `mnt_id`'s mount point, file system type, source and
+/// mountinfo id in namespace `ns_id`; `None` when the mount is gone.
+fn place_of(mnt_id: u64, ns_id: u64) -> Result<Option<HeldMount>, Errno> {
     use std::os::unix::ffi::OsStringExt;
+    const OFF_MNT_ID_OLD: usize = 56;
     let mut buf = vec![0u64; (HEADER + 4096) / 8];
-    let want = STATMOUNT_MNT_POINT | STATMOUNT_FS_TYPE | STATMOUNT_SB_SOURCE;
+    let want = STATMOUNT_MNT_BASIC | STATMOUNT_MNT_POINT | STATMOUNT_FS_TYPE | STATMOUNT_SB_SOURCE;
     let Some(got) = statmount(mnt_id, ns_id, want, &mut buf)? else {
         return Ok(None);
     };
@@ -527,14 +536,24 @@ fn place_of(
         string_at(b, off)
     };
     let text = |v: Vec<u8>| String::from_utf8_lossy(&v).into_owned();
-    Ok(Some((
-        std::path::PathBuf::from(std::ffi::OsString::from_vec(str_at(
+    let old_id = match got & STATMOUNT_MNT_BASIC {
+        0 => 0,
+        _ => u64::from(u32::from_ne_bytes(
+            b[OFF_MNT_ID_OLD..OFF_MNT_ID_OLD + 4]
+                .try_into()
+                .unwrap_or_default(),
+        )),
+    };
+    Ok(Some(HeldMount {
+        mount_point: std::path::PathBuf::from(std::ffi::OsString::from_vec(str_at(
             OFF_MNT_POINT,
             STATMOUNT_MNT_POINT,
         )?)),
-        text(str_at(OFF_FS_TYPE, STATMOUNT_FS_TYPE)?),
-        text(str_at(OFF_SB_SOURCE, STATMOUNT_SB_SOURCE)?),
-    )))
+        fstype: text(str_at(OFF_FS_TYPE, STATMOUNT_FS_TYPE)?),
+        source: text(str_at(OFF_SB_SOURCE, STATMOUNT_SB_SOURCE)?),
+        id: mnt_id,
+        old_id,
+    }))
 }
 
 #[cfg(test)]

@@ -11,8 +11,9 @@
 //! enters it (the caller's namespace never changes) and, before it
 //! unmounts, asks the kernel what is mounted at the path now
 //! (`statx(STATX_MNT_ID_UNIQUE)`, `statmount(2)`: Linux 6.8): a tmpfs with
-//! the credential source, mounted exactly there, with the scan's mount id
-//! when the scan read one. Anything else is kept and reported.
+//! the credential source, mounted exactly there, with the scan's unique
+//! mount id (which also proves the namespace: a mount is in one) and
+//! mountinfo id when the scan has them. Anything else is kept and reported.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -150,6 +151,7 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
         target: target_c,
         source: m.source.as_bytes().to_vec(),
         old_id: m.mount_id,
+        unique_id: m.unique_id,
     };
     let mut buf = vec![0u64; (HEADER + 4096) / 8];
     // SAFETY: reap is single-threaded (and the test harness's other threads
@@ -195,9 +197,10 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
                     pid,
                     ns,
                     mount_source: m.source.clone(),
-                    id: match m.mount_id {
-                        0 => String::new(),
-                        id => format!(", mount id {id}"),
+                    id: match (m.unique_id, m.mount_id) {
+                        (0, 0) => String::new(),
+                        (0, old) => format!(", mountinfo id {old}"),
+                        (id, old) => format!(", unique mount id {id}, mountinfo id {old}"),
                     },
                 }),
                 Ok(WaitStatus::Exited(_, EXIT_CANNOT_STATE)) => {
@@ -220,8 +223,13 @@ struct Want {
     target: CString,
     source: Vec<u8>,
     /// mountinfo's id of the scan's mount (`statmount`'s `mnt_id_old`);
-    /// 0: the scan read none (the kernel stated the mount).
+    /// 0: the scan read none.
     old_id: u64,
+    /// The kernel's unique id of the scan's mount (never reused, and a
+    /// mount is in one namespace only: it also proves the namespace);
+    /// 0: the kernel did not state it (before Linux 6.8, or no
+    /// enumeration of the namespaces: the `/proc` walk).
+    unique_id: u64,
 }
 
 const SYS_STATMOUNT: libc::c_long = 457;
@@ -251,7 +259,7 @@ struct MntIdReq {
 
 /// Is the topmost mount at `want.target`, in the caller's mount namespace,
 /// a tmpfs mounted exactly there with the source (and, when known, the
-/// mountinfo id) the scan reported? Allocates nothing: `buf` is the
+/// unique id and the mountinfo id) the scan reported? Allocates nothing: `buf` is the
 /// statmount buffer. An error: the kernel cannot state it.
 fn is_wanted_mount(want: &Want, buf: &mut [u64]) -> Result<bool, Errno> {
     // SAFETY: an all-zero statx is a valid value for the kernel to fill.
@@ -275,6 +283,9 @@ fn is_wanted_mount(want: &Want, buf: &mut [u64]) -> Result<bool, Errno> {
     }
     if stx.stx_mask & libc::STATX_MNT_ID_UNIQUE == 0 {
         return Err(Errno::ENOSYS);
+    }
+    if want.unique_id != 0 && stx.stx_mnt_id != want.unique_id {
+        return Ok(false);
     }
     let req = MntIdReq {
         size: size_of::<MntIdReq>() as u32,
@@ -351,13 +362,18 @@ mod tests {
             self.0.id()
         }
 
-        /// The namespace and the mount at `at`, as reap's scan reports them.
+        /// The namespace and the mount at `at`, as reap's scan reports them
+        /// (`at` is `ROOT/rprweb/credentials`).
         fn scan(&self, at: &Path) -> (String, Mount) {
-            let pid = self.pid().to_string();
-            let ns = mountinfo::mnt_ns(&pid).expect("ns/mnt");
-            let m = mountinfo::read_last_at(&pid, at)
-                .expect("mountinfo")
-                .expect("the mount");
+            let root = at.parent().and_then(Path::parent).expect("ROOT");
+            let ns = mountinfo::mnt_ns(&self.pid().to_string()).expect("ns/mnt");
+            let found = mountinfo::credential_mounts_everywhere(Some(root), None);
+            let (_, _, m) = found
+                .into_iter()
+                .find(|(_, n, _)| *n == ns)
+                .unwrap_or_else(|| panic!("the scan did not find the tmpfs in {ns}"));
+            assert_ne!(m.unique_id, 0, "the scan stated no unique mount id");
+            assert_ne!(m.mount_id, 0, "the scan read no mountinfo id");
             (ns, m)
         }
 
@@ -430,8 +446,9 @@ mod tests {
     /// apply, that pid is B's, a process in another namespace with a tmpfs
     /// of the same source at the same path (a live VM's, say). Reap does
     /// not enter B's namespace: the error names the pid and both
-    /// namespaces, and B's mount stays, whether the scan read the mount's
-    /// id (mountinfo) or not (the kernel stated it: id 0).
+    /// namespaces, and B's mount stays, whether the scan has the mount's
+    /// ids (unique and mountinfo's, as here) or none (where only the
+    /// namespace check stands between).
     #[test]
     fn a_pid_now_in_another_namespace_is_not_entered() {
         let place = Place::new("ns");
@@ -440,11 +457,14 @@ mod tests {
         let (ns_a, m_a) = a.scan(&place.at);
         let (ns_b, _) = b.scan(&place.at);
         assert_ne!(ns_a, ns_b);
-        let stated = Mount {
+        // A scan that has no id of the mount (the `/proc` walk of a
+        // kernel before 6.8 reads mountinfo's; this has neither).
+        let no_ids = Mount {
             mount_id: 0,
+            unique_id: 0,
             ..m_a.clone()
         };
-        for m in [&stated, &m_a] {
+        for m in [&no_ids, &m_a] {
             let e = in_namespace(b.pid(), &ns_a, m).expect_err("entered B's namespace");
             let text = e.to_string();
             assert!(
@@ -470,33 +490,43 @@ mod tests {
     }
 
     /// The scan found web's tmpfs in A's namespace; before apply, the path
-    /// there holds another mount on top of it: a tmpfs of another source,
-    /// then a new tmpfs of the credential source (another mount, another
-    /// id). Neither is unmounted, with a typed error; once the tmpfs the
-    /// scan found is on top again, it is.
+    /// there holds another mount on top of it: a tmpfs of another source
+    /// (told by its source, whatever ids the scan has), then a new tmpfs
+    /// of the credential source (told by either id the scan has: the
+    /// unique one, or mountinfo's). Neither is unmounted, with a typed
+    /// error; once the tmpfs the scan found is on top again, it is.
     #[test]
     fn another_mount_at_the_path_in_the_scans_namespace_is_not_unmounted() {
         let place = Place::new("mount");
         let a = Holder::new(CREDS, &place.at);
         let (ns, m) = a.scan(&place.at);
-        // As the kernel states a mount the scan did not read (no id).
-        let stated = Mount {
+        let no_ids = Mount {
+            mount_id: 0,
+            unique_id: 0,
+            ..m.clone()
+        };
+        // The `/proc` walk (a kernel before 6.12) reads mountinfo's id only.
+        let old_id = Mount {
+            unique_id: 0,
+            ..m.clone()
+        };
+        let unique_id = Mount {
             mount_id: 0,
             ..m.clone()
         };
         let at = place.at.to_str().expect("utf-8 path");
-        // Another source is told by its source, whatever the scan read;
-        // the same source only by the id the scan read.
+        // Another source is told by its source, whatever the scan has;
+        // the same source only by an id the scan has, either.
         let cases = [
-            ("other", [CREDS, "other"], vec![&m, &stated]),
-            (CREDS, [CREDS, CREDS], vec![&m]),
+            ("other", [CREDS, "other"], vec![&m, &no_ids]),
+            (CREDS, [CREDS, CREDS], vec![&m, &old_id, &unique_id]),
         ];
         for (source, stack, scans) in cases {
             a.nsenter(&["mount", "-t", "tmpfs", "-o", "size=4k", source, at]);
             for scanned in scans {
                 let e = in_namespace(a.pid(), &ns, scanned).expect_err(&format!(
-                    "unmounted the {source} tmpfs on top (scan's id {})",
-                    scanned.mount_id
+                    "unmounted the {source} tmpfs on top (scan's ids: unique {}, mountinfo {})",
+                    scanned.unique_id, scanned.mount_id
                 ));
                 assert!(
                     matches!(&e, NsUnmountError::NotTheMount { pid, ns: n, .. }
