@@ -24,7 +24,6 @@ use nix::sys::wait::WaitStatus;
 
 use crate::host::mountinfo::Mount;
 
-
 /// The child's exit codes (anything else: it died otherwise).
 const EXIT_UNMOUNTED: i32 = 0;
 const EXIT_SETNS: i32 = 1;
@@ -154,10 +153,11 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
         unique_id: m.unique_id,
     };
     let mut buf = vec![0u64; (HEADER + 4096) / 8];
-    // SAFETY: reap is single-threaded (and the test harness's other threads
-    // hold no lock the child takes): the child only makes system calls
-    // (setns, statx, statmount, umount2) on memory allocated before the
-    // fork, compares bytes, and calls _exit.
+    // SAFETY: the child allocates nothing and takes no lock (sound even
+    // beside other threads, as in the unit tests; reap itself is
+    // single-threaded): it only makes system calls (setns, statx,
+    // statmount, umount2) on memory made before the fork, compares bytes
+    // at offsets inside that memory (no panic), and calls _exit.
     match unsafe { fork() } {
         Ok(ForkResult::Child) => {
             let code = match nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNS) {
@@ -186,7 +186,7 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
             unsafe { libc::_exit(code) }
         }
         Ok(ForkResult::Parent { child }) => {
-            let (pid, ns) = (pid, ns.to_string());
+            let ns = ns.to_string();
             match waitpid(child, None) {
                 Ok(WaitStatus::Exited(_, EXIT_UNMOUNTED)) => Ok(()),
                 Ok(WaitStatus::Exited(_, EXIT_SETNS)) => {
@@ -319,7 +319,6 @@ fn is_wanted_mount(want: &Want, buf: &mut [u64]) -> Result<bool, Errno> {
         && str_at(OFF_SB_SOURCE)? == want.source.as_slice()
         && (want.old_id == 0 || u64::from(u32_at(OFF_MNT_ID_OLD)) == want.old_id))
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -533,7 +532,9 @@ mod tests {
                         if *pid == a.pid() && *n == ns),
                     "not the not-the-mount error: {e:?}"
                 );
-                assert!(e.to_string().contains("no longer the mount the scan reported"));
+                assert!(e
+                    .to_string()
+                    .contains("no longer the mount the scan reported"));
                 assert_eq!(
                     a.sources_at(&place.at),
                     stack,
