@@ -26,6 +26,9 @@ pub struct Mount {
     /// The kernel's unique id (`STATX_MNT_ID_UNIQUE`, never reused);
     /// 0: not known.
     pub unique_id: u64,
+    /// Its mount namespace's id (`NS_GET_MNTNS_ID`, never reused, unlike
+    /// the `mnt:[INODE]` number); 0: not known.
+    pub ns_id: u64,
     pub mount_point: PathBuf,
     pub mount_options: String,
     pub fstype: String,
@@ -90,6 +93,7 @@ fn parse_line(line: &[u8]) -> Option<Mount> {
             .and_then(|t| t.parse().ok())
             .unwrap_or(0),
         unique_id: 0,
+        ns_id: 0,
         mount_point: PathBuf::from(OsString::from_vec(unescape(l[4]))),
         mount_options: text(l[5]),
         fstype: text(r[0]),
@@ -313,6 +317,7 @@ mod statmount {
         Ok(Some(Mount {
             mount_id: u64::from(u32_at(b, OFF_MNT_ID_OLD)),
             unique_id: 0,
+            ns_id: 0,
             mount_point,
             mount_options: mount_options(u64_at(b, OFF_MNT_ATTR)),
             fstype: text(OFF_FS_TYPE)?,
@@ -463,11 +468,20 @@ fn credential_mounts_held(
         let ns = nss.iter().find(|n| n.ns == h.ns);
         let read = ns.map(|ns| credential_mounts_of(ns, runtime_root, names, true));
         match read {
-            // Each with the unique id the kernel stated for its mountinfo id.
+            // Each with the namespace's id and the unique id the kernel
+            // stated for its mountinfo id.
             Some(read) if !read.is_empty() => out.extend(read.into_iter().map(|(p, n, m)| {
                 let unique = |k: &ns_mounts::HeldMount| (k.old_id == m.mount_id).then_some(k.id);
                 let unique_id = h.mounts.iter().find_map(unique).unwrap_or(0);
-                (p, n, Mount { unique_id, ..m })
+                (
+                    p,
+                    n,
+                    Mount {
+                        unique_id,
+                        ns_id: h.ns_id,
+                        ..m
+                    },
+                )
             })),
             // No process in it, or its processes' mountinfo shows none of
             // what the kernel stated (a process chrooted away from the
@@ -484,6 +498,7 @@ fn credential_mounts_held(
                         .map(|k| Mount {
                             mount_id: k.old_id,
                             unique_id: k.id,
+                            ns_id: h.ns_id,
                             mount_point: k.mount_point,
                             mount_options: String::new(),
                             fstype: k.fstype,
@@ -575,6 +590,7 @@ mod tests {
         Mount {
             mount_id: 1,
             unique_id: 0,
+            ns_id: 0,
             mount_point: PathBuf::from(mp),
             mount_options: "ro".into(),
             fstype: fstype.into(),

@@ -83,6 +83,12 @@ fn ns_id(tid: u32, ns: &str) -> Result<u64, Errno> {
     if md.ino() != ino {
         return Err(Errno::ESTALE);
     }
+    id_of(&f)
+}
+
+/// The id (`NS_GET_MNTNS_ID`, Linux 6.11; never reused) of the mount
+/// namespace whose nsfs file `f` is.
+pub fn id_of(f: &impl AsRawFd) -> Result<u64, Errno> {
     let mut id: u64 = 0;
     // SAFETY: NS_GET_MNTNS_ID writes one u64 through the pointer, which
     // points to `id`; the fd is open for the call's whole length.
@@ -316,8 +322,11 @@ struct MntNsInfo {
 /// was wanted (see [`holding`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holding {
-    /// `mnt:[INODE]`, as `/proc/PID/ns/mnt` names it.
+    /// `mnt:[INODE]`, as `/proc/PID/ns/mnt` names it (the number is
+    /// handed out again once the namespace is freed).
     pub ns: String,
+    /// Its id (`NS_GET_MNTNS_ID`): never reused.
+    pub ns_id: u64,
     /// Each such mount.
     pub mounts: Vec<HeldMount>,
 }
@@ -474,6 +483,7 @@ fn visit(
     }
     out.push(Holding {
         ns: format!("mnt:[{}]", ns.st_ino),
+        ns_id: id,
         mounts,
     });
     Some(())

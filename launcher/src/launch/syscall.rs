@@ -361,6 +361,7 @@ mod recording {
                 self.mounts.borrow_mut().push(Mount {
                     mount_id: 0,
                     unique_id: 0,
+                    ns_id: 0,
                     mount_point: target.to_path_buf(),
                     mount_options: String::new(),
                     fstype: "tmpfs".into(),

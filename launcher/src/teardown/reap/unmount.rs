@@ -7,7 +7,9 @@
 //! reused by a process in another namespace (the host's own, or a live
 //! VM's), where the same path may hold another mount. So the namespace is
 //! opened through the pid, and the open file, not the pid, is checked: an
-//! nsfs file of the scan's inode, or nothing is entered. A forked child
+//! nsfs file of the scan's inode and, where the scan has it, its id (the
+//! kernel hands a freed namespace's inode number to the next one made;
+//! the id is never reused), or nothing is entered. A forked child
 //! enters it (the caller's namespace never changes) and, before it
 //! unmounts, asks the kernel what is mounted at the path now
 //! (`statx(STATX_MNT_ID_UNIQUE)`, `statmount(2)`: Linux 6.8): a tmpfs with
@@ -57,6 +59,17 @@ pub enum NsUnmountError {
         pid: u32,
         expected: String,
         found: String,
+    },
+    /// The pid the scan named is in a namespace with the scan's inode
+    /// number but another id: the scan's namespace was freed and a new one
+    /// (a relaunch's, say) was handed its number.
+    #[error("{target}: pid {pid} is in mount namespace {ns} with id {found_id}, not the scan's namespace {ns} with id {scan_id}: the holder left, its namespace was freed and its inode number handed out again; nothing unmounted")]
+    NamespaceReplaced {
+        target: PathBuf,
+        pid: u32,
+        ns: String,
+        scan_id: u64,
+        found_id: u64,
     },
     #[error("fork: {0}")]
     Fork(#[source] Errno),
@@ -137,6 +150,20 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
                 format!("(not a namespace: {} is no nsfs file)", path.display())
             },
         });
+    }
+    // The inode number is handed out again as soon as a namespace is
+    // freed: the id (never reused) tells the scan's, where the scan has it.
+    if m.ns_id != 0 {
+        let found_id = crate::host::ns_mounts::id_of(&file).map_err(stat_err)?;
+        if found_id != m.ns_id {
+            return Err(NsUnmountError::NamespaceReplaced {
+                target,
+                pid,
+                ns: ns.to_string(),
+                scan_id: m.ns_id,
+                found_id,
+            });
+        }
     }
     // Everything the child needs is made here: it only makes system calls.
     let Ok(target_c) = CString::new(target.as_os_str().as_bytes()) else {
@@ -373,6 +400,7 @@ mod tests {
                 .unwrap_or_else(|| panic!("the scan did not find the tmpfs in {ns}"));
             assert_ne!(m.unique_id, 0, "the scan stated no unique mount id");
             assert_ne!(m.mount_id, 0, "the scan read no mountinfo id");
+            assert_ne!(m.ns_id, 0, "the scan stated no namespace id");
             (ns, m)
         }
 
@@ -545,5 +573,74 @@ mod tests {
         }
         in_namespace(a.pid(), &ns, &m).expect("the scan's own mount");
         assert!(a.sources_at(&place.at).is_empty());
+    }
+
+    /// The scan found web's tmpfs in A's namespace through A's pid; before
+    /// apply, A exits, its namespace is freed, and a new one, B, gets the
+    /// freed inode number (the kernel hands it out again at once), with a
+    /// process at the scan's pid (pids are reused too: `pid_max` may be
+    /// 32768) and a tmpfs of the same source at the same path: a relaunch
+    /// of the same VM. B is not entered whatever ids of the mount the scan
+    /// has (none, or mountinfo's alone, also handed out again): its tmpfs
+    /// stays, and the error names the pid and both namespaces.
+    #[test]
+    fn a_namespace_that_took_the_scans_namespace_inode_is_not_entered() {
+        let place = Place::new("reuse");
+        let a = Holder::new(CREDS, &place.at);
+        let (ns_a, m_a) = a.scan(&place.at);
+        drop(a);
+        let mut tries = 0;
+        let b = loop {
+            let b = Holder::new(CREDS, &place.at);
+            if mountinfo::mnt_ns(&b.pid().to_string()).as_deref() == Some(ns_a.as_str()) {
+                break b;
+            }
+            drop(b);
+            tries += 1;
+            assert!(
+                tries < 200,
+                "no new namespace took {ns_a}'s inode in 200 tries (another namespace has it)"
+            );
+        };
+        let no_ids = Mount {
+            mount_id: 0,
+            unique_id: 0,
+            ..m_a.clone()
+        };
+        let old_id = Mount {
+            unique_id: 0,
+            ..m_a.clone()
+        };
+        for m in [&old_id, &no_ids, &m_a] {
+            let e = in_namespace(b.pid(), &ns_a, m).expect_err(&format!(
+                "entered B, which took {ns_a}'s inode (scan's ids: unique {}, mountinfo {})",
+                m.unique_id, m.mount_id
+            ));
+            assert_eq!(
+                b.sources_at(&place.at),
+                [CREDS],
+                "B's tmpfs was unmounted: B took the inode of the scan's namespace {ns_a} ({e})"
+            );
+            let found = crate::host::ns_mounts::id_of(
+                &std::fs::File::open(format!("/proc/{}/ns/mnt", b.pid())).expect("B's ns"),
+            )
+            .expect("B's namespace id");
+            assert!(
+                matches!(&e, NsUnmountError::NamespaceReplaced { pid, ns, scan_id, found_id, .. }
+                    if *pid == b.pid() && *ns == ns_a && *scan_id == m_a.ns_id && *found_id == found),
+                "not the namespace-replaced error naming pid {} and {ns_a} with ids {} and {found}: {e:?}",
+                b.pid(),
+                m_a.ns_id
+            );
+            let text = e.to_string();
+            for word in [
+                &b.pid().to_string(),
+                &ns_a,
+                &m_a.ns_id.to_string(),
+                &found.to_string(),
+            ] {
+                assert!(text.contains(word.as_str()), "{word:?} not in {text:?}");
+            }
+        }
     }
 }
