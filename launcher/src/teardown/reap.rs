@@ -246,7 +246,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
     //    (before the runtime dirs: their cleanup checks for these mounts).
     //    Only mounts at this set of roots' mount points: another set of roots
     //    may run a VM of the same name.
-    reap_credential_mounts(roots, &mut r);
+    reap_credential_mounts(roots, &configured, &mut r);
     // 2b. vmw-* taps of VMs with no live instance, and taps no VM claims
     //     (before the runtime dirs: their cleanup checks for these taps).
     reap_taps(roots, &probe, &mut r);
@@ -330,16 +330,31 @@ fn reap_processes(roots: &Roots, configured: &BTreeSet<VmName>, probe: &Probe, r
 }
 
 /// Pass 2: credential tmpfs mounts of VMs with no live instance, in any
-/// mount namespace (unmounted with `--apply`).
-fn reap_credential_mounts(roots: &Roots, r: &mut Report) {
+/// mount namespace (unmounted with `--apply`, under the VM's lease, taken
+/// as the process pass takes it: a launch of the VM, whose namespace
+/// would hold a tmpfs of the same source at the same path, cannot start
+/// between the check and the unmount).
+fn reap_credential_mounts(roots: &Roots, configured: &BTreeSet<VmName>, r: &mut Report) {
     let apply = r.apply;
     for (pid, ns, m) in mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), None) {
         let Some(vm) = mountinfo::credential_mount_vm(&m, Some(&roots.runtime_root)) else {
             continue;
         };
-        if lease_held(roots, &vm) {
-            continue;
-        }
+        let _lease = match apply {
+            false if lease_held(roots, &vm) => continue,
+            false => None,
+            true => match lease_for_kill(roots, &vm, configured.contains(&vm)) {
+                Ok(Some(lease)) => lease,
+                Ok(None) => continue,
+                Err(e) => {
+                    r.failed.push(ownership::Failed {
+                        path: m.mount_point.clone(),
+                        reason: format!("not unmounted: the lease of {vm}: {e}"),
+                    });
+                    continue;
+                }
+            },
+        };
         r.orphans.push(Item {
             kind: Kind::CredentialMount,
             path: m.mount_point.clone(),

@@ -117,6 +117,8 @@ pub enum NsUnmountError {
 pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmountError> {
     use nix::sys::wait::waitpid;
     use nix::unistd::{fork, ForkResult};
+    #[cfg(test)]
+    tests::MEANWHILE.with(|f| f.borrow().as_ref().map(|f| f(m)));
     let target = m.mount_point.clone();
     let expected_ino: u64 = ns
         .strip_prefix("mnt:[")
@@ -355,6 +357,12 @@ mod tests {
 
     use super::*;
     use crate::host::mountinfo;
+
+    thread_local! {
+        /// What happens at the start of each unmount (a test's race).
+        pub(super) static MEANWHILE: std::cell::RefCell<Option<Box<dyn Fn(&Mount)>>> =
+            const { std::cell::RefCell::new(None) };
+    }
 
     /// The credential tmpfs source these tests mount (a name no VM of
     /// another test has).
@@ -642,5 +650,47 @@ mod tests {
                 assert!(text.contains(word.as_str()), "{word:?} not in {text:?}");
             }
         }
+    }
+
+    /// `reap --apply` finds web's tmpfs in A's namespace, web's lease free:
+    /// until the unmount is done, web's lease stays reap's, so no launch
+    /// of web (whose namespace would hold a tmpfs of the same source at the
+    /// same path) starts between the check and the unmount.
+    #[test]
+    fn reap_apply_holds_the_vms_lease_while_it_unmounts() {
+        use crate::host::dirs;
+        use crate::instance::lease::Lease;
+        let place = Place::new("lease");
+        let a = Holder::new(CREDS, &place.at);
+        let roots = crate::config::paths::Roots {
+            config_dir: place.dir.join("config"),
+            runtime_root: place.dir.clone(),
+            state_root: place.dir.join("state"),
+        };
+        let rundir = place.at.parent().expect("rundir").to_path_buf();
+        let free = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let seen = free.clone();
+        MEANWHILE.with(|f| {
+            *f.borrow_mut() = Some(Box::new(move |m: &Mount| {
+                let d = dirs::open_dir(&rundir).expect("web's runtime dir");
+                let launch = Lease::acquire(&d).expect("a launch's lease");
+                seen.borrow_mut()
+                    .push((m.mount_point.clone(), launch.is_some()));
+            }));
+        });
+        let mut r = super::super::Report {
+            apply: true,
+            ..Default::default()
+        };
+        let web = crate::config::names::VmName::parse("rprweb").expect("name");
+        super::super::reap_credential_mounts(&roots, &[web].into(), &mut r);
+        MEANWHILE.with(|f| f.borrow_mut().take());
+        assert_eq!(
+            *free.borrow(),
+            [(place.at.clone(), false)],
+            "a launch of rprweb could take its lease while reap unmounted its tmpfs"
+        );
+        assert_eq!(r.deleted, [place.at.clone()], "{:?}", r.failed);
+        assert!(a.sources_at(&place.at).is_empty());
     }
 }
