@@ -693,4 +693,77 @@ mod tests {
         assert_eq!(r.deleted, [place.at.clone()], "{:?}", r.failed);
         assert!(a.sources_at(&place.at).is_empty());
     }
+
+    /// The scan found web's tmpfs in A's namespace; before apply, a
+    /// directory of its path there is renamed away (the tmpfs goes with
+    /// it) and a symlink to a directory holding another tmpfs of the
+    /// credential source takes its name. The path now resolves to that
+    /// mount, which the scan did not report: kept, whatever ids the scan
+    /// has (none: its mount point tells it), and the scan's too.
+    #[test]
+    fn a_symlink_in_the_path_to_another_mount_is_not_followed_to_unmount_it() {
+        let place = Place::new("link");
+        let a = Holder::new(CREDS, &place.at);
+        let (ns, m) = a.scan(&place.at);
+        let other = place.dir.join("other/credentials");
+        std::fs::create_dir_all(&other).expect("mkdir other");
+        let other_s = other.to_str().expect("utf-8 path");
+        a.nsenter(&["mount", "-t", "tmpfs", "-o", "size=4k", CREDS, other_s]);
+        let (web, old) = (place.dir.join("rprweb"), place.dir.join("rprweb.old"));
+        std::fs::rename(&web, &old).expect("rename rprweb");
+        std::os::unix::fs::symlink("other", &web).expect("symlink rprweb");
+        let no_ids = Mount {
+            mount_id: 0,
+            unique_id: 0,
+            ..m.clone()
+        };
+        for scanned in [&no_ids, &m] {
+            let e = in_namespace(a.pid(), &ns, scanned).expect_err(&format!(
+                "unmounted through the symlink (scan's ids: unique {}, mountinfo {})",
+                scanned.unique_id, scanned.mount_id
+            ));
+            assert!(
+                matches!(&e, NsUnmountError::NotTheMount { .. }),
+                "not the not-the-mount error: {e:?}"
+            );
+            assert_eq!(
+                a.sources_at(&other),
+                [CREDS],
+                "the tmpfs the symlink leads to was unmounted ({e})"
+            );
+            assert_eq!(a.sources_at(&old.join("credentials")), [CREDS]);
+        }
+    }
+
+    /// The scan found web's tmpfs in A's namespace; before apply, a mount
+    /// of another file system (ramfs) with the credential source goes on
+    /// top: kept, whatever ids the scan has (none: its type tells it).
+    #[test]
+    fn another_file_system_with_the_credential_source_is_not_unmounted() {
+        let place = Place::new("ramfs");
+        let a = Holder::new(CREDS, &place.at);
+        let (ns, m) = a.scan(&place.at);
+        let at = place.at.to_str().expect("utf-8 path");
+        a.nsenter(&["mount", "-t", "ramfs", CREDS, at]);
+        let no_ids = Mount {
+            mount_id: 0,
+            unique_id: 0,
+            ..m.clone()
+        };
+        for scanned in [&no_ids, &m] {
+            let e = in_namespace(a.pid(), &ns, scanned).expect_err(&format!(
+                "unmounted the ramfs on top (scan's ids: unique {}, mountinfo {})",
+                scanned.unique_id, scanned.mount_id
+            ));
+            assert!(
+                matches!(&e, NsUnmountError::NotTheMount { .. }),
+                "not the not-the-mount error: {e:?}"
+            );
+            assert_eq!(
+                a.sources_at(&place.at),
+                [CREDS, CREDS],
+                "the ramfs on top of the scan's tmpfs was unmounted ({e})"
+            );
+        }
+    }
 }
