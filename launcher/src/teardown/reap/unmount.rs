@@ -175,31 +175,64 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
             ns: ns.to_string(),
         });
     };
+    let split = (target.parent(), target.file_name());
+    let (Some(dir), Some(name)) = split else {
+        return Err(NsUnmountError::CannotState {
+            target,
+            pid,
+            ns: ns.to_string(),
+        });
+    };
+    let (Ok(dir), Ok(name)) = (
+        CString::new(dir.as_os_str().as_bytes()),
+        CString::new(name.as_bytes()),
+    ) else {
+        return Err(NsUnmountError::CannotState {
+            target,
+            pid,
+            ns: ns.to_string(),
+        });
+    };
     let want = Want {
         target: target_c,
+        dir,
+        name,
         source: m.source.as_bytes().to_vec(),
         old_id: m.mount_id,
         unique_id: m.unique_id,
     };
     let mut buf = vec![0u64; (HEADER + 4096) / 8];
+    #[cfg(test)]
+    let between = tests::Between::take();
     // SAFETY: the child allocates nothing and takes no lock (sound even
     // beside other threads, as in the unit tests; reap itself is
-    // single-threaded): it only makes system calls (setns, statx,
-    // statmount, umount2) on memory made before the fork, compares bytes
-    // at offsets inside that memory (no panic), and calls _exit.
+    // single-threaded): it only makes system calls (setns, openat2,
+    // fchdir, statx, statmount, umount2; read and write in tests) on
+    // memory made before the fork, compares bytes at offsets inside that
+    // memory (no panic), and calls _exit.
     match unsafe { fork() } {
         Ok(ForkResult::Child) => {
             let code = match nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNS) {
                 Err(_) => EXIT_SETNS,
-                Ok(()) => match is_wanted_mount(&want, &mut buf) {
+                Ok(()) => match enter_dir(&want).and_then(|()| is_wanted_mount(&want, &mut buf)) {
+                    // A symlink or nothing where the path's directories
+                    // were: not the mount.
+                    Err(Errno::ELOOP | Errno::ENOENT | Errno::ENOTDIR) => EXIT_NOT_THE_MOUNT,
                     Err(_) => EXIT_CANNOT_STATE,
                     Ok(false) => EXIT_NOT_THE_MOUNT,
                     Ok(true) => {
-                        // SAFETY: `want.target` is NUL-terminated and lives
+                        #[cfg(test)]
+                        if let Some(b) = &between {
+                            b.child_waits();
+                        }
+                        // The name in the directory the child is in, the
+                        // one checked: what the path's directories became
+                        // since (renamed, a symlink) is not looked up again.
+                        // SAFETY: `want.name` is NUL-terminated and lives
                         // for the call.
                         let rc = unsafe {
                             libc::umount2(
-                                want.target.as_ptr(),
+                                want.name.as_ptr(),
                                 libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW,
                             )
                         };
@@ -216,6 +249,10 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
         }
         Ok(ForkResult::Parent { child }) => {
             let ns = ns.to_string();
+            #[cfg(test)]
+            if let Some(b) = between {
+                b.parent_runs();
+            }
             match waitpid(child, None) {
                 Ok(WaitStatus::Exited(_, EXIT_UNMOUNTED)) => Ok(()),
                 Ok(WaitStatus::Exited(_, EXIT_SETNS)) => {
@@ -250,6 +287,9 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
 /// What the child looks for at its path, made before the fork.
 struct Want {
     target: CString,
+    /// `target`'s directory and its last component.
+    dir: CString,
+    name: CString,
     source: Vec<u8>,
     /// mountinfo's id of the scan's mount (`statmount`'s `mnt_id_old`);
     /// 0: the scan read none.
@@ -276,6 +316,14 @@ const OFF_MNT_ID_OLD: usize = 56;
 const OFF_MNT_POINT: usize = 108;
 const OFF_SB_SOURCE: usize = 124;
 
+/// `struct open_how` (include/uapi/linux/openat2.h).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
 /// `struct mnt_id_req`, its first published size (`MNT_ID_REQ_SIZE_VER0`:
 /// the caller's own namespace, the one the child entered).
 #[repr(C)]
@@ -286,6 +334,44 @@ struct MntIdReq {
     param: u64,
 }
 
+/// Make `want.dir`, resolved in the caller's mount namespace with no
+/// symlink followed, the working directory: `want.name` is then looked up
+/// in that directory alone, by the check and by the unmount. Allocates
+/// nothing.
+fn enter_dir(want: &Want) -> Result<(), Errno> {
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_NO_SYMLINKS,
+    };
+    // SAFETY: `want.dir` is NUL-terminated and `how` is a valid open_how
+    // of the size passed; both live for the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            want.dir.as_ptr(),
+            &raw const how,
+            size_of::<OpenHow>(),
+        )
+    };
+    let Ok(fd) = libc::c_int::try_from(fd) else {
+        return Err(Errno::EOVERFLOW);
+    };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: `fd` was just opened here and is closed here.
+    let rc = unsafe { libc::fchdir(fd) };
+    let e = Errno::last();
+    // SAFETY: as above; nothing else holds `fd`.
+    unsafe { libc::close(fd) };
+    if rc != 0 {
+        return Err(e);
+    }
+    Ok(())
+}
+
 /// Is the topmost mount at `want.target`, in the caller's mount namespace,
 /// a tmpfs mounted exactly there with the source (and, when known, the
 /// unique id and the mountinfo id) the scan reported? Allocates nothing: `buf` is the
@@ -293,11 +379,12 @@ struct MntIdReq {
 fn is_wanted_mount(want: &Want, buf: &mut [u64]) -> Result<bool, Errno> {
     // SAFETY: an all-zero statx is a valid value for the kernel to fill.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `want.target` is NUL-terminated and `stx` is valid for writing.
+    // `want.name` in the working directory ([`enter_dir`]).
+    // SAFETY: `want.name` is NUL-terminated and `stx` is valid for writing.
     let rc = unsafe {
         libc::statx(
             libc::AT_FDCWD,
-            want.target.as_ptr(),
+            want.name.as_ptr(),
             libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT,
             libc::STATX_MNT_ID_UNIQUE,
             &raw mut stx,

@@ -413,3 +413,84 @@ fn another_file_system_with_the_credential_source_is_not_unmounted() {
         );
     }
 }
+
+/// A test's pause in [`in_namespace`]: the child, its check passed, waits
+/// before it unmounts while the parent runs the hook.
+pub(super) struct Between {
+    hook: Box<dyn Fn()>,
+    ready: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
+    go: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
+}
+
+thread_local! {
+    static BETWEEN: std::cell::RefCell<Option<Box<dyn Fn()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+impl Between {
+    pub(super) fn take() -> Option<Between> {
+        let hook = BETWEEN.with(|b| b.borrow_mut().take())?;
+        let ready = nix::unistd::pipe().expect("pipe");
+        let go = nix::unistd::pipe().expect("pipe");
+        Some(Between { hook, ready, go })
+    }
+
+    /// In the child: only read and write.
+    pub(super) fn child_waits(&self) {
+        use std::os::fd::AsRawFd;
+        let mut byte = [0u8; 1];
+        // SAFETY: writes and reads one byte of `byte` through fds this
+        // struct owns; both calls are async-signal-safe.
+        unsafe {
+            libc::write(self.ready.1.as_raw_fd(), byte.as_ptr().cast(), 1);
+            libc::read(self.go.0.as_raw_fd(), byte.as_mut_ptr().cast(), 1);
+        }
+    }
+
+    /// In the parent: the hook once the child's check passed.
+    pub(super) fn parent_runs(self) {
+        let Between { hook, ready, go } = self;
+        drop(ready.1);
+        let mut byte = [0u8; 1];
+        if nix::unistd::read(&ready.0, &mut byte) == Ok(1) {
+            hook();
+        }
+        nix::unistd::write(&go.1, &byte).expect("let the child go");
+    }
+}
+
+/// The scan found web's tmpfs in A's namespace and the child's check
+/// passed; before it unmounts, a directory of the path is renamed away
+/// (the tmpfs goes with it) and a symlink to a directory holding another
+/// mount takes its name. The unmount does not look the path up again:
+/// the tmpfs checked is unmounted, the other mount stays.
+#[test]
+fn a_symlink_swapped_into_the_path_after_the_check_is_not_followed() {
+    let place = Place::new("swap");
+    let a = Holder::new(CREDS, &place.at);
+    let (ns, m) = a.scan(&place.at);
+    let other = place.dir.join("other/credentials");
+    std::fs::create_dir_all(&other).expect("mkdir other");
+    let other_s = other.to_str().expect("utf-8 path").to_string();
+    a.nsenter(&["mount", "-t", "tmpfs", "-o", "size=4k", "other", &other_s]);
+    let (web, old) = (place.dir.join("rprweb"), place.dir.join("rprweb.old"));
+    let swapped = std::rc::Rc::new(std::cell::Cell::new(false));
+    let (w, o, s) = (web.clone(), old.clone(), swapped.clone());
+    BETWEEN.with(|b| {
+        *b.borrow_mut() = Some(Box::new(move || {
+            std::fs::rename(&w, &o).expect("rename rprweb");
+            std::os::unix::fs::symlink("other", &w).expect("symlink rprweb");
+            s.set(true);
+        }));
+    });
+    let r = in_namespace(a.pid(), &ns, &m);
+    BETWEEN.with(|b| b.borrow_mut().take());
+    assert!(swapped.get(), "the check did not pass: {r:?}");
+    assert_eq!(
+        a.sources_at(&other),
+        ["other"],
+        "the mount the swapped-in symlink leads to was unmounted ({r:?})"
+    );
+    r.expect("the tmpfs checked");
+    assert!(a.sources_at(&old.join("credentials")).is_empty());
+}
