@@ -18,6 +18,7 @@
 //! mountinfo id when the scan has them. Anything else is kept and reported.
 
 use std::ffi::CString;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
@@ -71,31 +72,48 @@ pub enum NsUnmountError {
         scan_id: u64,
         found_id: u64,
     },
-    #[error("fork: {0}")]
+    #[error("fork (or the pipe for its errno): {0}")]
     Fork(#[source] Errno),
-    #[error("{target}: cannot enter mount namespace {ns} of pid {pid}; nothing unmounted")]
+    #[error(
+        "{target}: cannot enter mount namespace {ns} of pid {pid}: {errno}; nothing unmounted"
+    )]
     Enter {
         target: PathBuf,
         pid: u32,
         ns: String,
+        #[source]
+        errno: Errno,
     },
     /// What is mounted at the path in the scan's namespace now is not the
     /// credential tmpfs the scan reported.
-    #[error("{target} in mount namespace {ns} (pid {pid}) is no longer the mount the scan reported (a tmpfs with source {mount_source}{id}): not unmounted")]
+    #[error("{target} in mount namespace {ns} (pid {pid}) is no longer the mount the scan reported (a tmpfs with source {mount_source}{id}){found}: not unmounted")]
     NotTheMount {
         target: PathBuf,
         pid: u32,
         ns: String,
         mount_source: String,
         id: String,
+        /// What is there instead, when the child could tell.
+        found: String,
     },
-    #[error("{target} in mount namespace {ns} (pid {pid}): the kernel cannot state what is mounted there (statx and statmount, Linux 6.8), so it cannot be told to be the credential tmpfs: not unmounted")]
+    #[error("{target} in mount namespace {ns} (pid {pid}): the kernel cannot state what is mounted there (openat2, statx and statmount, Linux 6.8): {errno}, so it cannot be told to be the credential tmpfs: not unmounted")]
     CannotState {
         target: PathBuf,
         pid: u32,
         ns: String,
+        #[source]
+        errno: Errno,
     },
-    #[error("unmount {target} in mount namespace {ns} of pid {pid} failed: {status:?}")]
+    #[error("umount2 {target} in mount namespace {ns} (pid {pid}), the mount the scan reported: {errno}")]
+    UmountFailed {
+        target: PathBuf,
+        pid: u32,
+        ns: String,
+        #[source]
+        errno: Errno,
+    },
+    /// The child ended otherwise than with one of its exit codes.
+    #[error("the child unmounting {target} in mount namespace {ns} (pid {pid}) ended with {status:?}; it may or may not have unmounted it")]
     Unmount {
         target: PathBuf,
         pid: u32,
@@ -173,6 +191,7 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
             target,
             pid,
             ns: ns.to_string(),
+            errno: Errno::EINVAL,
         });
     };
     let split = (target.parent(), target.file_name());
@@ -181,6 +200,7 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
             target,
             pid,
             ns: ns.to_string(),
+            errno: Errno::EINVAL,
         });
     };
     let (Ok(dir), Ok(name)) = (
@@ -191,6 +211,7 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
             target,
             pid,
             ns: ns.to_string(),
+            errno: Errno::EINVAL,
         });
     };
     let want = Want {
@@ -202,6 +223,9 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
         unique_id: m.unique_id,
     };
     let mut buf = vec![0u64; (HEADER + 4096) / 8];
+    // The child's errno, for the error text.
+    let (err_r, err_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(NsUnmountError::Fork)?;
     #[cfg(test)]
     let between = tests::Between::take();
     // SAFETY: the child allocates nothing and takes no lock (sound even
@@ -212,14 +236,18 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
     // memory (no panic), and calls _exit.
     match unsafe { fork() } {
         Ok(ForkResult::Child) => {
-            let code = match nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNS) {
-                Err(_) => EXIT_SETNS,
+            let none = Errno::UnknownErrno;
+            let (code, errno) = match nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNS)
+            {
+                Err(e) => (EXIT_SETNS, e),
                 Ok(()) => match enter_dir(&want).and_then(|()| is_wanted_mount(&want, &mut buf)) {
                     // A symlink or nothing where the path's directories
                     // were: not the mount.
-                    Err(Errno::ELOOP | Errno::ENOENT | Errno::ENOTDIR) => EXIT_NOT_THE_MOUNT,
-                    Err(_) => EXIT_CANNOT_STATE,
-                    Ok(false) => EXIT_NOT_THE_MOUNT,
+                    Err(e @ (Errno::ELOOP | Errno::ENOENT | Errno::ENOTDIR)) => {
+                        (EXIT_NOT_THE_MOUNT, e)
+                    }
+                    Err(e) => (EXIT_CANNOT_STATE, e),
+                    Ok(false) => (EXIT_NOT_THE_MOUNT, none),
                     Ok(true) => {
                         #[cfg(test)]
                         if let Some(b) = &between {
@@ -237,13 +265,18 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
                             )
                         };
                         if rc == 0 {
-                            EXIT_UNMOUNTED
+                            (EXIT_UNMOUNTED, none)
                         } else {
-                            EXIT_UMOUNT
+                            (EXIT_UMOUNT, Errno::last())
                         }
                     }
                 },
             };
+            let word = (errno as i32).to_ne_bytes();
+            // SAFETY: writes the 4 bytes of `word` into the pipe made
+            // before the fork (async-signal-safe; a short write only loses
+            // the error text).
+            unsafe { libc::write(err_w.as_raw_fd(), word.as_ptr().cast(), word.len()) };
             // SAFETY: _exit ends the child without running parent state's destructors.
             unsafe { libc::_exit(code) }
         }
@@ -253,11 +286,21 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
             if let Some(b) = between {
                 b.parent_runs();
             }
-            match waitpid(child, None) {
+            drop(err_w);
+            let status = waitpid(child, None);
+            let mut word = [0u8; 4];
+            let errno = match nix::unistd::read(&err_r, &mut word) {
+                Ok(4) => Errno::from_raw(i32::from_ne_bytes(word)),
+                _ => Errno::UnknownErrno,
+            };
+            match status {
                 Ok(WaitStatus::Exited(_, EXIT_UNMOUNTED)) => Ok(()),
-                Ok(WaitStatus::Exited(_, EXIT_SETNS)) => {
-                    Err(NsUnmountError::Enter { target, pid, ns })
-                }
+                Ok(WaitStatus::Exited(_, EXIT_SETNS)) => Err(NsUnmountError::Enter {
+                    target,
+                    pid,
+                    ns,
+                    errno,
+                }),
                 Ok(WaitStatus::Exited(_, EXIT_NOT_THE_MOUNT)) => Err(NsUnmountError::NotTheMount {
                     target,
                     pid,
@@ -268,10 +311,24 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
                         (0, old) => format!(", mountinfo id {old}"),
                         (id, old) => format!(", unique mount id {id}, mountinfo id {old}"),
                     },
+                    found: match errno {
+                        Errno::ELOOP => ": a symlink is in the path now".into(),
+                        Errno::ENOENT | Errno::ENOTDIR => ": nothing is at the path now".into(),
+                        _ => ": another mount is at the path now".into(),
+                    },
                 }),
-                Ok(WaitStatus::Exited(_, EXIT_CANNOT_STATE)) => {
-                    Err(NsUnmountError::CannotState { target, pid, ns })
-                }
+                Ok(WaitStatus::Exited(_, EXIT_CANNOT_STATE)) => Err(NsUnmountError::CannotState {
+                    target,
+                    pid,
+                    ns,
+                    errno,
+                }),
+                Ok(WaitStatus::Exited(_, EXIT_UMOUNT)) => Err(NsUnmountError::UmountFailed {
+                    target,
+                    pid,
+                    ns,
+                    errno,
+                }),
                 status => Err(NsUnmountError::Unmount {
                     target,
                     pid,

@@ -378,6 +378,14 @@ fn a_symlink_in_the_path_to_another_mount_is_not_followed_to_unmount_it() {
             [CREDS],
             "the tmpfs the symlink leads to was unmounted ({e})"
         );
+        let text = e.to_string();
+        for word in [
+            place.at.to_str().unwrap_or_default(),
+            &ns,
+            "a symlink is in the path now",
+        ] {
+            assert!(text.contains(word), "{word:?} not in {text:?}");
+        }
         assert_eq!(a.sources_at(&old.join("credentials")), [CREDS]);
     }
 }
@@ -411,6 +419,10 @@ fn another_file_system_with_the_credential_source_is_not_unmounted() {
             [CREDS, CREDS],
             "the ramfs on top of the scan's tmpfs was unmounted ({e})"
         );
+        let text = e.to_string();
+        for word in [at, &ns, "another mount is at the path now"] {
+            assert!(text.contains(word), "{word:?} not in {text:?}");
+        }
     }
 }
 
