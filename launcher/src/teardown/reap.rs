@@ -43,9 +43,10 @@ pub enum ReapError {
     Dir(#[from] DirError),
     #[error(transparent)]
     Lease(#[from] LeaseError),
-    /// A credential tmpfs in another namespace not unmounted.
+    /// A credential tmpfs in another namespace not unmounted (boxed: the
+    /// largest of these, and rare).
     #[error(transparent)]
-    NsUnmount(#[from] unmount::NsUnmountError),
+    NsUnmount(#[from] Box<unmount::NsUnmountError>),
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -376,7 +377,7 @@ fn reap_credential_mounts(roots: &Roots, configured: &BTreeSet<VmName>, r: &mut 
             // Only in the namespace the scan reported, only the mount it
             // reported ([`unmount::in_namespace`]): the pid may be another
             // process's by now.
-            match unmount::in_namespace(pid, &ns, &m).map_err(ReapError::from) {
+            match unmount::in_namespace(pid, &ns, &m).map_err(|e| ReapError::from(Box::new(e))) {
                 Ok(()) => r.deleted.push(m.mount_point.clone()),
                 Err(e) => r.failed.push(ownership::Failed {
                     path: m.mount_point.clone(),

@@ -26,6 +26,7 @@ use nix::errno::Errno;
 use nix::sys::wait::WaitStatus;
 
 use crate::host::mountinfo::Mount;
+use crate::host::ns_mounts;
 
 /// The child's exit codes (anything else: it died otherwise).
 const EXIT_UNMOUNTED: i32 = 0;
@@ -174,7 +175,7 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
     // The inode number is handed out again as soon as a namespace is
     // freed: the id (never reused) tells the scan's, where the scan has it.
     if m.ns_id != 0 {
-        let found_id = crate::host::ns_mounts::id_of(&file).map_err(stat_err)?;
+        let found_id = ns_mounts::id_of(&file).map_err(stat_err)?;
         if found_id != m.ns_id {
             return Err(NsUnmountError::NamespaceReplaced {
                 target,

@@ -2,13 +2,24 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use std::cell::{Cell, RefCell};
+use std::os::fd::OwnedFd;
+use std::rc::Rc;
+
 use super::*;
+use crate::config::names::VmName;
+use crate::config::paths::Roots;
+use crate::host::dirs;
 use crate::host::mountinfo;
+use crate::instance::lease::Lease;
+
+/// A test's hooks.
+type MountHook = RefCell<Option<Box<dyn Fn(&Mount)>>>;
+type Hook = RefCell<Option<Box<dyn Fn()>>>;
 
 thread_local! {
     /// What happens at the start of each unmount (a test's race).
-    pub(super) static MEANWHILE: std::cell::RefCell<Option<Box<dyn Fn(&Mount)>>> =
-        const { std::cell::RefCell::new(None) };
+    pub(super) static MEANWHILE: MountHook = const { RefCell::new(None) };
 }
 
 /// The credential tmpfs source these tests mount (a name no VM of
@@ -276,7 +287,7 @@ fn a_namespace_that_took_the_scans_namespace_inode_is_not_entered() {
             [CREDS],
             "B's tmpfs was unmounted: B took the inode of the scan's namespace {ns_a} ({e})"
         );
-        let found = crate::host::ns_mounts::id_of(
+        let found = ns_mounts::id_of(
             &std::fs::File::open(format!("/proc/{}/ns/mnt", b.pid())).expect("B's ns"),
         )
         .expect("B's namespace id");
@@ -305,17 +316,15 @@ fn a_namespace_that_took_the_scans_namespace_inode_is_not_entered() {
 /// same path) starts between the check and the unmount.
 #[test]
 fn reap_apply_holds_the_vms_lease_while_it_unmounts() {
-    use crate::host::dirs;
-    use crate::instance::lease::Lease;
     let place = Place::new("lease");
     let a = Holder::new(CREDS, &place.at);
-    let roots = crate::config::paths::Roots {
+    let roots = Roots {
         config_dir: place.dir.join("config"),
         runtime_root: place.dir.clone(),
         state_root: place.dir.join("state"),
     };
     let rundir = place.at.parent().expect("rundir").to_path_buf();
-    let free = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let free = Rc::new(RefCell::new(Vec::new()));
     let seen = free.clone();
     MEANWHILE.with(|f| {
         *f.borrow_mut() = Some(Box::new(move |m: &Mount| {
@@ -329,7 +338,7 @@ fn reap_apply_holds_the_vms_lease_while_it_unmounts() {
         apply: true,
         ..Default::default()
     };
-    let web = crate::config::names::VmName::parse("rprweb").expect("name");
+    let web = VmName::parse("rprweb").expect("name");
     super::super::reap_credential_mounts(&roots, &[web].into(), &mut r);
     MEANWHILE.with(|f| f.borrow_mut().take());
     assert_eq!(
@@ -337,7 +346,7 @@ fn reap_apply_holds_the_vms_lease_while_it_unmounts() {
         [(place.at.clone(), false)],
         "a launch of rprweb could take its lease while reap unmounted its tmpfs"
     );
-    assert_eq!(r.deleted, [place.at.clone()], "{:?}", r.failed);
+    assert_eq!(r.deleted, std::slice::from_ref(&place.at), "{:?}", r.failed);
     assert!(a.sources_at(&place.at).is_empty());
 }
 
@@ -430,13 +439,12 @@ fn another_file_system_with_the_credential_source_is_not_unmounted() {
 /// before it unmounts while the parent runs the hook.
 pub(super) struct Between {
     hook: Box<dyn Fn()>,
-    ready: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
-    go: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
+    ready: (OwnedFd, OwnedFd),
+    go: (OwnedFd, OwnedFd),
 }
 
 thread_local! {
-    static BETWEEN: std::cell::RefCell<Option<Box<dyn Fn()>>> =
-        const { std::cell::RefCell::new(None) };
+    static BETWEEN: Hook = const { RefCell::new(None) };
 }
 
 impl Between {
@@ -451,12 +459,12 @@ impl Between {
     pub(super) fn child_waits(&self) {
         use std::os::fd::AsRawFd;
         let mut byte = [0u8; 1];
-        // SAFETY: writes and reads one byte of `byte` through fds this
-        // struct owns; both calls are async-signal-safe.
-        unsafe {
-            libc::write(self.ready.1.as_raw_fd(), byte.as_ptr().cast(), 1);
-            libc::read(self.go.0.as_raw_fd(), byte.as_mut_ptr().cast(), 1);
-        }
+        // SAFETY: writes one byte of `byte` through an fd this struct
+        // owns (async-signal-safe).
+        unsafe { libc::write(self.ready.1.as_raw_fd(), byte.as_ptr().cast(), 1) };
+        // SAFETY: reads one byte into `byte` through an fd this struct
+        // owns (async-signal-safe).
+        unsafe { libc::read(self.go.0.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
     }
 
     /// In the parent: the hook once the child's check passed.
@@ -486,7 +494,7 @@ fn a_symlink_swapped_into_the_path_after_the_check_is_not_followed() {
     let other_s = other.to_str().expect("utf-8 path").to_string();
     a.nsenter(&["mount", "-t", "tmpfs", "-o", "size=4k", "other", &other_s]);
     let (web, old) = (place.dir.join("rprweb"), place.dir.join("rprweb.old"));
-    let swapped = std::rc::Rc::new(std::cell::Cell::new(false));
+    let swapped = Rc::new(Cell::new(false));
     let (w, o, s) = (web.clone(), old.clone(), swapped.clone());
     BETWEEN.with(|b| {
         *b.borrow_mut() = Some(Box::new(move || {
