@@ -21,7 +21,14 @@ pub const MASK_SOURCE: &str = "vmwarden-mask";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
+    /// mountinfo's id (reused once the mount is gone); 0: not read.
     pub mount_id: u64,
+    /// The kernel's unique id (`STATX_MNT_ID_UNIQUE`, never reused);
+    /// 0: not known.
+    pub unique_id: u64,
+    /// Its mount namespace's id (`NS_GET_MNTNS_ID`, never reused, unlike
+    /// the `mnt:[INODE]` number); 0: not known.
+    pub ns_id: u64,
     pub mount_point: PathBuf,
     pub mount_options: String,
     pub fstype: String,
@@ -85,6 +92,8 @@ fn parse_line(line: &[u8]) -> Option<Mount> {
             .ok()
             .and_then(|t| t.parse().ok())
             .unwrap_or(0),
+        unique_id: 0,
+        ns_id: 0,
         mount_point: PathBuf::from(OsString::from_vec(unescape(l[4]))),
         mount_options: text(l[5]),
         fstype: text(r[0]),
@@ -191,7 +200,7 @@ mod statmount {
             return Err(Errno::last());
         }
         let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        decode(&bytes, target)
+        Ok(decode(&bytes, target)?.map(|m| Mount { unique_id: id, ..m }))
     }
 
     /// The unique id (`STATX_MNT_ID_UNIQUE`, Linux 6.8) of the mount `target`
@@ -307,6 +316,8 @@ mod statmount {
         }
         Ok(Some(Mount {
             mount_id: u64::from(u32_at(b, OFF_MNT_ID_OLD)),
+            unique_id: 0,
+            ns_id: 0,
             mount_point,
             mount_options: mount_options(u64_at(b, OFF_MNT_ATTR)),
             fstype: text(OFF_FS_TYPE)?,
@@ -457,7 +468,21 @@ fn credential_mounts_held(
         let ns = nss.iter().find(|n| n.ns == h.ns);
         let read = ns.map(|ns| credential_mounts_of(ns, runtime_root, names, true));
         match read {
-            Some(read) if !read.is_empty() => out.extend(read),
+            // Each with the namespace's id and the unique id the kernel
+            // stated for its mountinfo id.
+            Some(read) if !read.is_empty() => out.extend(read.into_iter().map(|(p, n, m)| {
+                let unique = |k: &ns_mounts::HeldMount| (k.old_id == m.mount_id).then_some(k.id);
+                let unique_id = h.mounts.iter().find_map(unique).unwrap_or(0);
+                (
+                    p,
+                    n,
+                    Mount {
+                        unique_id,
+                        ns_id: h.ns_id,
+                        ..m
+                    },
+                )
+            })),
             // No process in it, or its processes' mountinfo shows none of
             // what the kernel stated (a process chrooted away from the
             // mount, or gone since the scan): judged from the kernel's
@@ -470,12 +495,14 @@ fn credential_mounts_held(
                 out.extend(
                     h.mounts
                         .into_iter()
-                        .map(|(mount_point, fstype, source)| Mount {
-                            mount_id: 0,
-                            mount_point,
+                        .map(|k| Mount {
+                            mount_id: k.old_id,
+                            unique_id: k.id,
+                            ns_id: h.ns_id,
+                            mount_point: k.mount_point,
                             mount_options: String::new(),
-                            fstype,
-                            source,
+                            fstype: k.fstype,
+                            source: k.source,
                             super_options: String::new(),
                         })
                         .filter(|m| wanted(m))
@@ -562,6 +589,8 @@ mod tests {
     fn mount(fstype: &str, source: &str, mp: &str) -> Mount {
         Mount {
             mount_id: 1,
+            unique_id: 0,
+            ns_id: 0,
             mount_point: PathBuf::from(mp),
             mount_options: "ro".into(),
             fstype: fstype.into(),

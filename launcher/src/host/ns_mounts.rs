@@ -83,6 +83,12 @@ fn ns_id(tid: u32, ns: &str) -> Result<u64, Errno> {
     if md.ino() != ino {
         return Err(Errno::ESTALE);
     }
+    id_of(&f)
+}
+
+/// The id (`NS_GET_MNTNS_ID`, Linux 6.11; never reused) of the mount
+/// namespace whose nsfs file `f` is.
+pub fn id_of(f: &impl AsRawFd) -> Result<u64, Errno> {
     let mut id: u64 = 0;
     // SAFETY: NS_GET_MNTNS_ID writes one u64 through the pointer, which
     // points to `id`; the fd is open for the call's whole length.
@@ -316,11 +322,25 @@ struct MntNsInfo {
 /// was wanted (see [`holding`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holding {
-    /// `mnt:[INODE]`, as `/proc/PID/ns/mnt` names it.
+    /// `mnt:[INODE]`, as `/proc/PID/ns/mnt` names it (the number is
+    /// handed out again once the namespace is freed).
     pub ns: String,
-    /// Each such mount: its mount point (relative to the namespace's
-    /// root mount), file system type and source.
-    pub mounts: Vec<(std::path::PathBuf, String, String)>,
+    /// Its id (`NS_GET_MNTNS_ID`): never reused.
+    pub ns_id: u64,
+    /// Each such mount.
+    pub mounts: Vec<HeldMount>,
+}
+
+/// A mount of a [`Holding`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldMount {
+    /// Relative to the namespace's root mount.
+    pub mount_point: std::path::PathBuf,
+    pub fstype: String,
+    pub source: String,
+    /// Its unique id (never reused) and mountinfo's (`mnt_id_old`).
+    pub id: u64,
+    pub old_id: u64,
 }
 
 /// Every mount namespace of the host, enumerated by the kernel
@@ -463,6 +483,7 @@ fn visit(
     }
     out.push(Holding {
         ns: format!("mnt:[{}]", ns.st_ino),
+        ns_id: id,
         mounts,
     });
     Some(())
@@ -505,15 +526,13 @@ fn may_be_tmpfs(mnt_id: u64, ns_id: u64) -> Result<bool, Errno> {
     Ok(matches!(buf[OFF_SB_MAGIC / 8], TMPFS_MAGIC | RAMFS_MAGIC))
 }
 
-/// Mount `mnt_id`'s mount point, file system type and source in
-/// namespace `ns_id`; `None` when the mount is gone.
-fn place_of(
-    mnt_id: u64,
-    ns_id: u64,
-) -> Result<Option<(std::path::PathBuf, String, String)>, Errno> {
+/// Mount `mnt_id`'s mount point, file system type, source and
+/// mountinfo id in namespace `ns_id`; `None` when the mount is gone.
+fn place_of(mnt_id: u64, ns_id: u64) -> Result<Option<HeldMount>, Errno> {
     use std::os::unix::ffi::OsStringExt;
+    const OFF_MNT_ID_OLD: usize = 56;
     let mut buf = vec![0u64; (HEADER + 4096) / 8];
-    let want = STATMOUNT_MNT_POINT | STATMOUNT_FS_TYPE | STATMOUNT_SB_SOURCE;
+    let want = STATMOUNT_MNT_BASIC | STATMOUNT_MNT_POINT | STATMOUNT_FS_TYPE | STATMOUNT_SB_SOURCE;
     let Some(got) = statmount(mnt_id, ns_id, want, &mut buf)? else {
         return Ok(None);
     };
@@ -527,14 +546,24 @@ fn place_of(
         string_at(b, off)
     };
     let text = |v: Vec<u8>| String::from_utf8_lossy(&v).into_owned();
-    Ok(Some((
-        std::path::PathBuf::from(std::ffi::OsString::from_vec(str_at(
+    let old_id = match got & STATMOUNT_MNT_BASIC {
+        0 => 0,
+        _ => u64::from(u32::from_ne_bytes(
+            b[OFF_MNT_ID_OLD..OFF_MNT_ID_OLD + 4]
+                .try_into()
+                .unwrap_or_default(),
+        )),
+    };
+    Ok(Some(HeldMount {
+        mount_point: std::path::PathBuf::from(std::ffi::OsString::from_vec(str_at(
             OFF_MNT_POINT,
             STATMOUNT_MNT_POINT,
         )?)),
-        text(str_at(OFF_FS_TYPE, STATMOUNT_FS_TYPE)?),
-        text(str_at(OFF_SB_SOURCE, STATMOUNT_SB_SOURCE)?),
-    )))
+        fstype: text(str_at(OFF_FS_TYPE, STATMOUNT_FS_TYPE)?),
+        source: text(str_at(OFF_SB_SOURCE, STATMOUNT_SB_SOURCE)?),
+        id: mnt_id,
+        old_id,
+    }))
 }
 
 #[cfg(test)]

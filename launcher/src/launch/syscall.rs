@@ -360,6 +360,8 @@ mod recording {
             if let (Some(source), Some("tmpfs")) = (source, fstype) {
                 self.mounts.borrow_mut().push(Mount {
                     mount_id: 0,
+                    unique_id: 0,
+                    ns_id: 0,
                     mount_point: target.to_path_buf(),
                     mount_options: String::new(),
                     fstype: "tmpfs".into(),

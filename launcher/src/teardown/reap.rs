@@ -13,10 +13,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::sys::stat::fstatat;
-use nix::sys::wait::WaitStatus;
 
 use crate::config::files::Kind as FileKind;
 use crate::config::names::{TapName, VmName};
@@ -36,6 +34,8 @@ use crate::instance::marks;
 use crate::teardown::cleanup::{self, ServiceResult};
 use crate::teardown::taps;
 
+mod unmount;
+
 /// What reap could not do (an item's reason in the report).
 #[derive(Debug, thiserror::Error)]
 pub enum ReapError {
@@ -43,20 +43,10 @@ pub enum ReapError {
     Dir(#[from] DirError),
     #[error(transparent)]
     Lease(#[from] LeaseError),
-    #[error("open ns of pid {pid}: {source}")]
-    OpenNamespace {
-        pid: u32,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("fork: {0}")]
-    Fork(#[source] Errno),
-    /// The child that unmounts in the namespace did not exit 0.
-    #[error("unmount in namespace of pid {pid} failed: {status:?}")]
-    Unmount {
-        pid: u32,
-        status: Result<WaitStatus, Errno>,
-    },
+    /// A credential tmpfs in another namespace not unmounted (boxed: the
+    /// largest of these, and rare).
+    #[error(transparent)]
+    NsUnmount(#[from] Box<unmount::NsUnmountError>),
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -148,34 +138,6 @@ fn lease_held(roots: &Roots, name: &VmName) -> bool {
         .ok()
         .and_then(|d| lease::state(&d).ok())
         == Some(LeaseState::Held)
-}
-
-/// Unmount a stray credential tmpfs inside the mount namespace of `pid`
-/// (in a child, so the caller's namespace never changes).
-fn unmount_in_namespace(pid: u32, target: &std::path::Path) -> Result<(), ReapError> {
-    use nix::sys::wait::waitpid;
-    use nix::unistd::{fork, ForkResult};
-    let ns = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
-        .map_err(|source| ReapError::OpenNamespace { pid, source })?;
-    // SAFETY: reap is single-threaded; the child only calls setns, umount2
-    // and _exit (async-signal-safe) before exiting.
-    match unsafe { fork() } {
-        Ok(ForkResult::Child) => {
-            let ok = nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNS).is_ok()
-                && nix::mount::umount2(
-                    target,
-                    nix::mount::MntFlags::MNT_DETACH | nix::mount::MntFlags::UMOUNT_NOFOLLOW,
-                )
-                .is_ok();
-            // SAFETY: _exit ends the child without running parent state's destructors.
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) }
-        }
-        Ok(ForkResult::Parent { child }) => match waitpid(child, None) {
-            Ok(WaitStatus::Exited(_, 0)) => Ok(()),
-            status => Err(ReapError::Unmount { pid, status }),
-        },
-        Err(e) => Err(ReapError::Fork(e)),
-    }
 }
 
 /// The lease of `vm` for the process pass: `Ok(None)` when it is held (the
@@ -285,7 +247,7 @@ pub fn reap(roots: &Roots, apply: bool, kill: bool) -> Report {
     //    (before the runtime dirs: their cleanup checks for these mounts).
     //    Only mounts at this set of roots' mount points: another set of roots
     //    may run a VM of the same name.
-    reap_credential_mounts(roots, &mut r);
+    reap_credential_mounts(roots, &configured, &mut r);
     // 2b. vmw-* taps of VMs with no live instance, and taps no VM claims
     //     (before the runtime dirs: their cleanup checks for these taps).
     reap_taps(roots, &probe, &mut r);
@@ -369,16 +331,31 @@ fn reap_processes(roots: &Roots, configured: &BTreeSet<VmName>, probe: &Probe, r
 }
 
 /// Pass 2: credential tmpfs mounts of VMs with no live instance, in any
-/// mount namespace (unmounted with `--apply`).
-fn reap_credential_mounts(roots: &Roots, r: &mut Report) {
+/// mount namespace (unmounted with `--apply`, under the VM's lease, taken
+/// as the process pass takes it: a launch of the VM, whose namespace
+/// would hold a tmpfs of the same source at the same path, cannot start
+/// between the check and the unmount).
+fn reap_credential_mounts(roots: &Roots, configured: &BTreeSet<VmName>, r: &mut Report) {
     let apply = r.apply;
     for (pid, ns, m) in mountinfo::credential_mounts_everywhere(Some(&roots.runtime_root), None) {
         let Some(vm) = mountinfo::credential_mount_vm(&m, Some(&roots.runtime_root)) else {
             continue;
         };
-        if lease_held(roots, &vm) {
-            continue;
-        }
+        let _lease = match apply {
+            false if lease_held(roots, &vm) => continue,
+            false => None,
+            true => match lease_for_kill(roots, &vm, configured.contains(&vm)) {
+                Ok(Some(lease)) => lease,
+                Ok(None) => continue,
+                Err(e) => {
+                    r.failed.push(ownership::Failed {
+                        path: m.mount_point.clone(),
+                        reason: format!("not unmounted: the lease of {vm}: {e}"),
+                    });
+                    continue;
+                }
+            },
+        };
         r.orphans.push(Item {
             kind: Kind::CredentialMount,
             path: m.mount_point.clone(),
@@ -397,7 +374,10 @@ fn reap_credential_mounts(roots: &Roots, r: &mut Report) {
                 reason: format!("no process is in mount namespace {ns} to unmount it from"),
             });
         } else if apply {
-            match unmount_in_namespace(pid, &m.mount_point) {
+            // Only in the namespace the scan reported, only the mount it
+            // reported ([`unmount::in_namespace`]): the pid may be another
+            // process's by now.
+            match unmount::in_namespace(pid, &ns, &m).map_err(|e| ReapError::from(Box::new(e))) {
                 Ok(()) => r.deleted.push(m.mount_point.clone()),
                 Err(e) => r.failed.push(ownership::Failed {
                     path: m.mount_point.clone(),
