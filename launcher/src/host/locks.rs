@@ -1,9 +1,180 @@
+//! Root's host locks, taken one way ([`lock_file`], [`lock_dir`]): the
+//! file (or directory) is opened without following a link or blocking on
+//! a FIFO, refused unless it is root's, with no group or other bits (and a
+//! regular file with one link), and its exclusive `flock` is waited on for
+//! a bounded time, after which the error names the path and who holds it.
+//! A lock file another user could open is one they could hold forever;
+//! one a link planted names is another file's lock; and an unbounded wait
+//! on any of them turns a stuck holder into a launch or cleanup that
+//! hangs without saying why.
+//!
 //! Who holds a `flock` on a file: the kernel's `/proc/locks`, read to name
 //! the holder in the error of a lock waited on too long. Best effort: a
 //! line that cannot be parsed is skipped, and the pid the kernel shows is
 //! the process that took the lock (its fd may have been passed on since).
 
-use std::path::Path;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, Flock, FlockArg, OFlag};
+use nix::sys::stat::{fstat, FileStat, Mode};
+
+use crate::host::dirs::Dir;
+
+/// A host lock that was refused, could not be taken, or stayed held.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Opening, `fstat` or `flock` failed (a symlink at the name: `open`
+    /// fails with `ELOOP`; a directory where a file is wanted: `EISDIR`).
+    #[error("{path}: cannot {op} the lock: {errno}")]
+    Sys {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        errno: Errno,
+    },
+    /// Not the file (or directory) vmwarden makes: refused, never locked.
+    #[error("{path}: refused: the lock is {why}, not {want}")]
+    Bad {
+        path: PathBuf,
+        why: String,
+        want: &'static str,
+    },
+    /// Another process held the lock for the whole bounded wait.
+    #[error("{path}: the lock is still held after {} s, by {holders}", .waited.as_secs())]
+    Busy {
+        path: PathBuf,
+        waited: Duration,
+        holders: String,
+    },
+}
+
+/// What [`lock_file`] requires.
+pub const FILE_WANT: &str = "root's regular 0600 file with one link";
+/// What [`lock_dir`] requires.
+pub const DIR_WANT: &str = "root's directory with no group or other bits";
+
+/// Open (make if missing, root's `0600`) the lock file `name` in `dir` (a
+/// directory the caller opened and checked) and lock it exclusively,
+/// waiting for another holder at most `wait`. Refused
+/// ([`LockError::Bad`]) unless it is [`FILE_WANT`]; a symlink fails the
+/// open (`O_NOFOLLOW`), a FIFO is opened without blocking and refused.
+pub fn lock_file(dir: &Dir, name: &str, wait: Duration) -> Result<Flock<OwnedFd>, LockError> {
+    let path = dir.path.join(name);
+    let sys = |op, errno| LockError::Sys {
+        op,
+        path: path.clone(),
+        errno,
+    };
+    let fd = openat(
+        dir.fd.as_fd(),
+        name,
+        OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|e| sys("open", e))?;
+    let st = fstat(&fd).map_err(|e| sys("fstat", e))?;
+    if let Some(why) = refusal(&st, libc::S_IFREG) {
+        return Err(LockError::Bad {
+            path,
+            why,
+            want: FILE_WANT,
+        });
+    }
+    lock_within(fd, &path, &st, wait)
+}
+
+/// Lock the directory `dir` itself exclusively (its own fd, duplicated),
+/// waiting for another holder at most `wait`. Refused unless it is
+/// [`DIR_WANT`] (a directory has more than one link by nature; no hard
+/// link can be made to one).
+pub fn lock_dir(dir: &Dir, wait: Duration) -> Result<Flock<OwnedFd>, LockError> {
+    let sys = |op, errno| LockError::Sys {
+        op,
+        path: dir.path.clone(),
+        errno,
+    };
+    let fd = dir
+        .fd
+        .try_clone()
+        .map_err(|e| sys("dup", Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
+    let st = fstat(&fd).map_err(|e| sys("fstat", e))?;
+    if let Some(why) = refusal(&st, libc::S_IFDIR) {
+        return Err(LockError::Bad {
+            path: dir.path.clone(),
+            why,
+            want: DIR_WANT,
+        });
+    }
+    lock_within(fd, &dir.path, &st, wait)
+}
+
+/// Why `st` is not root's `kind` with no group or other bits (and, for a
+/// regular file, one link), or `None`.
+fn refusal(st: &FileStat, kind: libc::mode_t) -> Option<String> {
+    let t = st.st_mode & libc::S_IFMT;
+    if t != kind {
+        return Some(match t {
+            libc::S_IFIFO => "a FIFO".to_string(),
+            libc::S_IFSOCK => "a socket".to_string(),
+            libc::S_IFCHR | libc::S_IFBLK => "a device node".to_string(),
+            libc::S_IFDIR => "a directory".to_string(),
+            libc::S_IFREG => "a regular file".to_string(),
+            t => format!("of another type ({t:o})"),
+        });
+    }
+    if st.st_uid != 0 {
+        return Some(format!("owned by uid {}", st.st_uid));
+    }
+    if st.st_mode & 0o077 != 0 {
+        return Some(format!("mode {:o}", st.st_mode & 0o7777));
+    }
+    if kind == libc::S_IFREG && st.st_nlink != 1 {
+        return Some(format!("a file with {} links", st.st_nlink));
+    }
+    None
+}
+
+/// How often a busy lock is tried again.
+const RETRY: Duration = Duration::from_millis(20);
+
+/// The exclusive `flock` of `fd` (at `path`, `st` its `fstat`), tried
+/// without blocking until `wait` has passed, then [`LockError::Busy`]
+/// naming the holders the kernel shows.
+fn lock_within(
+    fd: OwnedFd,
+    path: &Path,
+    st: &FileStat,
+    wait: Duration,
+) -> Result<Flock<OwnedFd>, LockError> {
+    let end = Instant::now() + wait;
+    let mut fd = fd;
+    loop {
+        match Flock::lock(fd, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((f, Errno::EWOULDBLOCK)) if Instant::now() < end => {
+                fd = f;
+                std::thread::sleep(RETRY.min(end.saturating_duration_since(Instant::now())));
+            }
+            Err((_, Errno::EWOULDBLOCK)) => {
+                return Err(LockError::Busy {
+                    path: path.to_path_buf(),
+                    waited: wait,
+                    holders: describe(&flock_holders(st.st_dev, st.st_ino)),
+                })
+            }
+            Err((_, errno)) => {
+                return Err(LockError::Sys {
+                    op: "flock",
+                    path: path.to_path_buf(),
+                    errno,
+                })
+            }
+        }
+    }
+}
 
 /// The pids holding (not waiting for) a `FLOCK` on the inode `ino` of the
 /// file system `dev`, each with its `comm` when it can still be read.
@@ -82,7 +253,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let p = t.path().join("l");
         let f = std::fs::File::create(&p).unwrap();
-        let _l = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).unwrap();
+        let _l = Flock::lock(f, FlockArg::LockExclusive).unwrap();
         let md = std::fs::metadata(&p).unwrap();
         let h = flock_holders(md.dev(), md.ino());
         assert!(h.iter().any(|(pid, _)| *pid == std::process::id()), "{h:?}");
