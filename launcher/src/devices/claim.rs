@@ -112,3 +112,85 @@ pub fn claim_within(
     }
     Ok(Some(claim))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::locks::testing::HeldElsewhere;
+    use std::os::unix::fs::PermissionsExt;
+
+    const WAIT: Duration = Duration::from_millis(300);
+
+    /// The claim's lock in `dir` refused: the error's text, which must
+    /// name the lock file.
+    fn refused(dir: &Path) -> String {
+        let text = lock(dir, WAIT).unwrap_err().to_string();
+        assert!(
+            text.contains(&dir.join(LOCK_FILE).display().to_string()),
+            "{text}"
+        );
+        text
+    }
+
+    #[test]
+    fn a_planted_devices_lock_is_refused_naming_it() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test needs root (it gives the lock file to another uid)"
+        );
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("lockdir");
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join(LOCK_FILE);
+        // A symlink to another of root's files: not followed, not locked.
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, b"root's").unwrap();
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let text = refused(&dir);
+        assert!(text.contains("open"), "{text}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"root's");
+        std::fs::remove_file(&path).unwrap();
+        let mk = |mode: u32| {
+            let _ = std::fs::remove_file(&path);
+            std::fs::write(&path, b"").unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        // Another user's: they could hold every device claim forever.
+        mk(0o600);
+        std::os::unix::fs::lchown(&path, Some(4_610_002), None).unwrap();
+        let text = refused(&dir);
+        assert!(text.contains("owned by uid 4610002"), "{text}");
+        // Root's, but anyone may open (and lock) it.
+        mk(0o666);
+        let text = refused(&dir);
+        assert!(text.contains("mode 666"), "{text}");
+        // A second link: the lock would be another file's too.
+        mk(0o600);
+        let other = t.path().join("other");
+        std::fs::hard_link(&path, &other).unwrap();
+        let text = refused(&dir);
+        assert!(text.contains("2 links"), "{text}");
+        std::fs::remove_file(&other).unwrap();
+        // vmwarden's own: taken.
+        assert!(lock(&dir, WAIT).is_ok());
+    }
+
+    #[test]
+    fn a_devices_claim_held_elsewhere_fails_after_the_wait_naming_the_holder() {
+        let t = tempfile::tempdir().unwrap();
+        drop(lock(t.path(), Duration::ZERO).unwrap());
+        let other = HeldElsewhere::hold(&t.path().join(LOCK_FILE));
+        let t0 = std::time::Instant::now();
+        let e = lock(t.path(), WAIT).unwrap_err();
+        assert!(t0.elapsed() >= WAIT, "{:?}", t0.elapsed());
+        let text = refused(t.path());
+        assert!(
+            matches!(e, DeviceError::Lock(locks::LockError::Busy { .. }))
+                && text.contains(&format!("pid {}", other.pid()))
+                && text.contains("still held after"),
+            "{text}"
+        );
+        drop(other);
+        assert!(lock(t.path(), WAIT).is_ok());
+    }
+}

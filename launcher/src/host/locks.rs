@@ -232,6 +232,56 @@ fn holders_in(text: &str, dev: u64, ino: u64) -> Vec<u32> {
     out
 }
 
+/// For tests of the callers: a lock held by another process.
+#[cfg(test)]
+pub mod testing {
+    use std::os::unix::fs::MetadataExt;
+    use std::path::Path;
+    use std::process::{Child, Command};
+    use std::time::{Duration, Instant};
+
+    /// `flock --no-fork PATH sleep 60`: the process that holds the lock
+    /// is the child itself (its pid is the one the kernel names). Killed
+    /// and reaped when dropped.
+    #[derive(Debug)]
+    pub struct HeldElsewhere {
+        pub child: Child,
+    }
+
+    impl HeldElsewhere {
+        pub fn hold(path: &Path) -> HeldElsewhere {
+            let child = Command::new("flock")
+                .args(["--no-fork", "--exclusive"])
+                .arg(path)
+                .args(["sleep", "60"])
+                .spawn()
+                .expect("flock(1) from util-linux");
+            let held = HeldElsewhere { child };
+            let md = std::fs::metadata(path).unwrap();
+            let end = Instant::now() + Duration::from_secs(10);
+            while !super::flock_holders(md.dev(), md.ino())
+                .iter()
+                .any(|(pid, _)| *pid == held.child.id())
+            {
+                assert!(Instant::now() < end, "flock(1) never took {path:?}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            held
+        }
+
+        pub fn pid(&self) -> u32 {
+            self.child.id()
+        }
+    }
+
+    impl Drop for HeldElsewhere {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,5 +307,68 @@ mod tests {
         let md = std::fs::metadata(&p).unwrap();
         let h = flock_holders(md.dev(), md.ino());
         assert!(h.iter().any(|(pid, _)| *pid == std::process::id()), "{h:?}");
+    }
+
+    fn dir_at(p: &Path) -> Dir {
+        crate::host::dirs::open_dir(p).unwrap()
+    }
+
+    #[test]
+    fn a_locked_directory_must_be_roots_with_no_group_or_other_bits() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test needs root (it gives the directory to another uid)"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("d");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let text = lock_dir(&dir_at(&d), Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains(&d.display().to_string()) && text.contains("mode 755"),
+            "{text}"
+        );
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::lchown(&d, Some(4_610_001), None).unwrap();
+        let text = lock_dir(&dir_at(&d), Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("owned by uid 4610001"), "{text}");
+        std::os::unix::fs::lchown(&d, Some(0), None).unwrap();
+        assert!(lock_dir(&dir_at(&d), Duration::ZERO).is_ok());
+        // A regular file is not a directory lock, nor a directory a file lock.
+        std::fs::write(d.join("f"), b"").unwrap();
+        std::fs::set_permissions(d.join("f"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(lock_file(&dir_at(&d), "f", Duration::ZERO).is_ok());
+        std::fs::create_dir(d.join("sub")).unwrap();
+        let e = lock_file(&dir_at(&d), "sub", Duration::ZERO).unwrap_err();
+        assert!(matches!(e, LockError::Sys { op: "open", .. }), "{e}");
+    }
+
+    #[test]
+    fn a_lock_another_process_holds_fails_after_the_wait_naming_it() {
+        let t = tempfile::tempdir().unwrap();
+        let d = dir_at(t.path());
+        drop(lock_file(&d, "l", Duration::ZERO).unwrap());
+        let other = testing::HeldElsewhere::hold(&t.path().join("l"));
+        let t0 = Instant::now();
+        let e = lock_file(&d, "l", Duration::from_millis(200)).unwrap_err();
+        let waited = t0.elapsed();
+        let text = e.to_string();
+        assert!(
+            matches!(e, LockError::Busy { .. })
+                && text.contains(&format!("pid {} (sleep)", other.pid()))
+                && text.contains(&t.path().join("l").display().to_string()),
+            "{text}"
+        );
+        assert!(
+            waited >= Duration::from_millis(200) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        drop(other);
+        assert!(lock_file(&d, "l", Duration::from_millis(200)).is_ok());
     }
 }
