@@ -43,7 +43,7 @@ pub enum LockError {
         want: &'static str,
     },
     /// Another process held the lock for the whole bounded wait.
-    #[error("{path}: the lock is still held after {} s, by {holders}", .waited.as_secs())]
+    #[error("{path}: the lock is still held after {:.1} s, by {holders}", .waited.as_secs_f64())]
     Busy {
         path: PathBuf,
         waited: Duration,
