@@ -151,10 +151,21 @@ fn lock_within(
 ) -> Result<Flock<OwnedFd>, LockError> {
     let end = Instant::now() + wait;
     let mut fd = fd;
+    let mut said = false;
     loop {
         match Flock::lock(fd, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => return Ok(lock),
             Err((f, Errno::EWOULDBLOCK)) if Instant::now() < end => {
+                if !said {
+                    // Once: a launch or cleanup that waits says on what.
+                    said = true;
+                    tracing::info!(
+                        lock = %path.display(),
+                        holders = %describe(&flock_holders(st.st_dev, st.st_ino)),
+                        waiting_at_most_s = wait.as_secs(),
+                        "waiting for a lock another process holds"
+                    );
+                }
                 fd = f;
                 std::thread::sleep(RETRY.min(end.saturating_duration_since(Instant::now())));
             }
