@@ -43,10 +43,11 @@ fn open_host() -> Result<Option<Dir>, RangeError> {
 /// (twice when old ones are moved; a few KiB each, one per VM), and at
 /// most one record written durably and read back, or a purge's few
 /// tombstones; what holds host ids is read before it, and a launch whose
-/// record already names its shares does not take it. A few milliseconds
-/// each (an fsync's worth), so 50 launches of new VMs at once queue for
-/// well under a second; 30 s is the bound past which a holder is stuck,
-/// and named in the error.
+/// record already names its shares does not take it. Measured held 1.4
+/// to 9.4 ms per launch (`strace -f` of `id_ranges.rs`' launches, the
+/// bench's table says 49.8 ms under strace on a loaded host), so 50
+/// launches of new VMs at once queue for well under a few seconds; 30 s
+/// is the bound past which a holder is stuck, and named in the error.
 pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The host-wide directory, made if missing (root's 0700, in a root-owned
