@@ -172,7 +172,7 @@ mod tests {
         assert!(text.contains("2 links"), "{text}");
         std::fs::remove_file(&other).unwrap();
         // vmwarden's own: taken.
-        assert!(lock(&dir, WAIT).is_ok());
+        lock(&dir, WAIT).unwrap();
     }
 
     #[test]
@@ -195,6 +195,6 @@ mod tests {
             "{text}"
         );
         drop(other);
-        assert!(lock(t.path(), WAIT).is_ok());
+        lock(t.path(), WAIT).unwrap();
     }
 }

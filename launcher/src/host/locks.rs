@@ -296,6 +296,7 @@ pub mod testing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::dirs::open_dir;
 
     #[test]
     fn names_the_holders_of_that_inode_and_not_the_waiters_or_others() {
@@ -321,7 +322,7 @@ mod tests {
     }
 
     fn dir_at(p: &Path) -> Dir {
-        crate::host::dirs::open_dir(p).unwrap()
+        open_dir(p).unwrap()
     }
 
     #[test]
@@ -349,11 +350,11 @@ mod tests {
             .to_string();
         assert!(text.contains("owned by uid 4610001"), "{text}");
         std::os::unix::fs::lchown(&d, Some(0), None).unwrap();
-        assert!(lock_dir(&dir_at(&d), Duration::ZERO).is_ok());
+        lock_dir(&dir_at(&d), Duration::ZERO).unwrap();
         // A regular file is not a directory lock, nor a directory a file lock.
         std::fs::write(d.join("f"), b"").unwrap();
         std::fs::set_permissions(d.join("f"), std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert!(lock_file(&dir_at(&d), "f", Duration::ZERO).is_ok());
+        lock_file(&dir_at(&d), "f", Duration::ZERO).unwrap();
         std::fs::create_dir(d.join("sub")).unwrap();
         let e = lock_file(&dir_at(&d), "sub", Duration::ZERO).unwrap_err();
         assert!(matches!(e, LockError::Sys { op: "open", .. }), "{e}");
@@ -380,6 +381,6 @@ mod tests {
             "{waited:?}"
         );
         drop(other);
-        assert!(lock_file(&d, "l", Duration::from_millis(200)).is_ok());
+        lock_file(&d, "l", Duration::from_millis(200)).unwrap();
     }
 }

@@ -3,6 +3,7 @@
 
 use super::book::Read;
 use super::*;
+use crate::host::locks::testing::HeldElsewhere;
 use crate::host::procs::Scan;
 use crate::identity::host_ids::HostIds;
 
@@ -226,7 +227,7 @@ fn a_ranges_lock_held_elsewhere_fails_after_the_wait_naming_the_holder() {
     lock_at(&dir).unwrap();
     // A process that opened the directory while it was loose (or root's
     // own stuck one) and holds its lock.
-    let other = crate::host::locks::testing::HeldElsewhere::hold(&dir);
+    let other = HeldElsewhere::hold(&dir);
     let t0 = std::time::Instant::now();
     let e = lock_at(&dir).unwrap_err();
     let waited = t0.elapsed();
