@@ -84,20 +84,11 @@ fn lock(dir: &Path, wait: Duration) -> Result<Flock<OwnedFd>, DeviceError> {
 /// node of `plan` free again: root's, held by no process. The lock is
 /// held as long as the [`Claim`] lives.
 pub fn claim(lock_dir: &Path, plan: &Plan) -> Result<Option<Claim>, DeviceError> {
-    claim_within(lock_dir, plan, LOCK_WAIT)
-}
-
-/// [`claim`], waiting for the lock at most `wait` (tests wait less).
-pub fn claim_within(
-    lock_dir: &Path,
-    plan: &Plan,
-    wait: Duration,
-) -> Result<Option<Claim>, DeviceError> {
     if plan.is_empty() {
         return Ok(None);
     }
     let claim = Claim {
-        _lock: lock(lock_dir, wait)?,
+        _lock: lock(lock_dir, LOCK_WAIT)?,
     };
     for g in plan.groups() {
         if let Some(node) = sysfs::open_node(&pci::group_node(g))? {
