@@ -1,7 +1,8 @@
 //! Root's host locks, taken one way ([`lock_file`], [`lock_dir`]): the
 //! file (or directory) is opened without following a link or blocking on
 //! a FIFO, refused unless it is root's, with no group or other bits (and a
-//! regular file with one link), and its exclusive `flock` is waited on for
+//! regular file with one link, or more where any user may add one:
+//! `others_may_link`), and its exclusive `flock` is waited on for
 //! a bounded time, after which the error names the path and who holds it.
 //! A lock file another user could open is one they could hold forever;
 //! one a link planted names is another file's lock; and an unbounded wait
@@ -76,12 +77,21 @@ pub fn lock_file(dir: &Dir, name: &str, wait: Duration) -> Result<Flock<OwnedFd>
     )
     .map_err(|e| sys("open", e))?;
     let st = fstat(&fd).map_err(|e| sys("fstat", e))?;
-    if let Some(why) = refusal(&st, libc::S_IFREG) {
+    let links_anyones = st.st_nlink > 1 && others_may_link();
+    if let Some(why) = refusal(&st, libc::S_IFREG, links_anyones) {
         return Err(LockError::Bad {
             path,
             why,
             want: FILE_WANT,
         });
+    }
+    if links_anyones {
+        tracing::warn!(
+            lock = %path.display(),
+            links = st.st_nlink,
+            "a lock file with more than one link, locked all the same: \
+             fs.protected_hardlinks is 0, so any user may have linked it"
+        );
     }
     lock_within(fd, &path, &st, wait)
 }
@@ -101,7 +111,7 @@ pub fn lock_dir(dir: &Dir, wait: Duration) -> Result<Flock<OwnedFd>, LockError> 
         .try_clone()
         .map_err(|e| sys("dup", Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
     let st = fstat(&fd).map_err(|e| sys("fstat", e))?;
-    if let Some(why) = refusal(&st, libc::S_IFDIR) {
+    if let Some(why) = refusal(&st, libc::S_IFDIR, false) {
         return Err(LockError::Bad {
             path: dir.path.clone(),
             why,
@@ -111,9 +121,32 @@ pub fn lock_dir(dir: &Dir, wait: Duration) -> Result<Flock<OwnedFd>, LockError> 
     lock_within(fd, &dir.path, &st, wait)
 }
 
+/// Whether any user may make a hard link to a file they cannot open:
+/// `fs.protected_hardlinks` is 0 (the kernel's default; systemd sets 1).
+/// Then a user who can reach root's lock file (the state root and
+/// `/var/lib/vmwarden` are `0755`) may link it from a directory of theirs
+/// on the same file system (a VM's own state dir, beside it): a second
+/// link is no sign of a plant, and refusing it let them stop every launch
+/// with devices, `hibernate-all`, `start-hibernated` and cleanup of a
+/// hibernated VM. The lock is the inode's and only root may open it, so
+/// their link holds nothing. Unreadable: `false` (refused as before).
+fn others_may_link() -> bool {
+    others_may_link_in(
+        std::fs::read_to_string("/proc/sys/fs/protected_hardlinks")
+            .ok()
+            .as_deref(),
+    )
+}
+
+/// [`others_may_link`] from the sysctl's text.
+fn others_may_link_in(sysctl: Option<&str>) -> bool {
+    sysctl.map(str::trim) == Some("0")
+}
+
 /// Why `st` is not root's `kind` with no group or other bits (and, for a
-/// regular file, one link), or `None`.
-fn refusal(st: &FileStat, kind: libc::mode_t) -> Option<String> {
+/// regular file, one link; more when `links_anyones`: any user may have
+/// added them, [`others_may_link`]), or `None`.
+fn refusal(st: &FileStat, kind: libc::mode_t, links_anyones: bool) -> Option<String> {
     let t = st.st_mode & libc::S_IFMT;
     if t != kind {
         return Some(match t {
@@ -131,7 +164,7 @@ fn refusal(st: &FileStat, kind: libc::mode_t) -> Option<String> {
     if st.st_mode & 0o077 != 0 {
         return Some(format!("mode {:o}", st.st_mode & 0o7777));
     }
-    if kind == libc::S_IFREG && st.st_nlink != 1 {
+    if kind == libc::S_IFREG && st.st_nlink != 1 && !(links_anyones && st.st_nlink > 1) {
         return Some(format!("a file with {} links", st.st_nlink));
     }
     None
@@ -411,6 +444,46 @@ mod tests {
             assert!(p >= RETRY_MAX / 2 && p <= RETRY_MAX, "{n}: {p:?}");
         }
         assert_ne!(pause(9, 12345), pause(9, next_rand(12345)));
+    }
+
+    #[test]
+    fn a_second_link_is_refused_only_where_no_other_user_could_have_made_it() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test needs root (the lock file must be root's)"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("l");
+        std::fs::write(&p, b"").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let one = fstat(&std::fs::File::open(&p).unwrap()).unwrap();
+        assert_eq!(refusal(&one, libc::S_IFREG, false), None);
+        std::fs::hard_link(&p, t.path().join("users-link")).unwrap();
+        let two = fstat(&std::fs::File::open(&p).unwrap()).unwrap();
+        // fs.protected_hardlinks = 1: only root could have linked it.
+        assert_eq!(
+            refusal(&two, libc::S_IFREG, false).as_deref(),
+            Some("a file with 2 links")
+        );
+        // = 0: any user could have, from a directory of theirs.
+        assert_eq!(
+            refusal(&two, libc::S_IFREG, true),
+            None,
+            "a second link any user may add (fs.protected_hardlinks = 0) refused the lock: \
+             they could stop every launch that takes it"
+        );
+        assert!(others_may_link_in(Some("0\n")));
+        for text in [Some("1\n"), Some("2\n"), None] {
+            assert!(!others_may_link_in(text), "{text:?}");
+        }
+        // Another owner's or a loose mode is refused whatever the sysctl.
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let loose = fstat(&std::fs::File::open(&p).unwrap()).unwrap();
+        assert_eq!(
+            refusal(&loose, libc::S_IFREG, true).as_deref(),
+            Some("mode 644")
+        );
     }
 
     fn dir_at(p: &Path) -> Dir {

@@ -153,7 +153,8 @@ pub struct Held {
 /// Open (make if missing, root's 0600) `STATE_ROOT/`[`LOCK`] without
 /// following a link (nor blocking on a FIFO) and lock it exclusively,
 /// waiting for the holder at most [`LOCK_WAIT`]. A lock file that is not
-/// root's regular `0600` file with one link is refused ([`RecordError::BadLock`]):
+/// root's regular `0600` file with one link (more where any user may link
+/// it, `host::locks::lock_file`) is refused ([`RecordError::BadLock`]):
 /// one another user may open could be locked by them forever. `None`
 /// when there is no state root (and so no record).
 pub fn lock(roots: &Roots) -> Result<Option<Held>, RecordError> {
