@@ -16,9 +16,8 @@ fn main() {
     let a: Vec<String> = std::env::args().collect();
     let mode = a.get(1).cloned().unwrap_or_else(|| "lib".into());
     let n: usize = a.get(2).and_then(|s| s.parse().ok()).unwrap_or(50);
-    let hold = Duration::from_micros(
-        (a.get(3).and_then(|s| s.parse::<f64>().ok()).unwrap_or(2.0) * 1000.0) as u64,
-    );
+    let hold =
+        Duration::from_secs_f64(a.get(3).and_then(|s| s.parse::<f64>().ok()).unwrap_or(2.0) / 1e3);
     let rounds: usize = a.get(4).and_then(|s| s.parse().ok()).unwrap_or(5);
     let t = tempfile::Builder::new()
         .prefix("vmwarden-lock-contention")

@@ -440,7 +440,7 @@ mod tests {
         assert!(pause(0, 0) >= RETRY_FIRST / 2 && pause(0, u64::MAX) <= RETRY_FIRST);
         assert!(pause(3, 0) >= RETRY_FIRST * 4 && pause(3, u64::MAX) <= RETRY_FIRST * 8);
         for n in [5, 16, 40, u32::MAX] {
-            let p = pause(n, next_rand(n as u64 + 1));
+            let p = pause(n, next_rand(u64::from(n) + 1));
             assert!(p >= RETRY_MAX / 2 && p <= RETRY_MAX, "{n}: {p:?}");
         }
         assert_ne!(pause(9, 12345), pause(9, next_rand(12345)));
@@ -457,10 +457,10 @@ mod tests {
         let p = t.path().join("l");
         std::fs::write(&p, b"").unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let one = fstat(&std::fs::File::open(&p).unwrap()).unwrap();
+        let one = fstat(std::fs::File::open(&p).unwrap()).unwrap();
         assert_eq!(refusal(&one, libc::S_IFREG, false), None);
         std::fs::hard_link(&p, t.path().join("users-link")).unwrap();
-        let two = fstat(&std::fs::File::open(&p).unwrap()).unwrap();
+        let two = fstat(std::fs::File::open(&p).unwrap()).unwrap();
         // fs.protected_hardlinks = 1: only root could have linked it.
         assert_eq!(
             refusal(&two, libc::S_IFREG, false).as_deref(),
@@ -479,7 +479,7 @@ mod tests {
         }
         // Another owner's or a loose mode is refused whatever the sysctl.
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let loose = fstat(&std::fs::File::open(&p).unwrap()).unwrap();
+        let loose = fstat(std::fs::File::open(&p).unwrap()).unwrap();
         assert_eq!(
             refusal(&loose, libc::S_IFREG, true).as_deref(),
             Some("mode 644")
