@@ -629,20 +629,22 @@ fn a_fresh_range_taken_while_the_launch_waited_on_the_lock_is_not_handed_out() {
     let dir = std::fs::File::open(&env.ranges).unwrap();
     let lock = nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockExclusiveNonblock)
         .expect("the ranges directory's lock");
+    // Its log in a file, read while it runs.
+    let log = env.dir.path().join("late.log");
     let mut c = env.launch_cmd("late");
     c.args(["--probe", "--", "/bin/true"])
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+        .stderr(std::fs::File::create(&log).unwrap());
     let launch = c.spawn().unwrap();
-    let pid = launch.id();
-    // Waiting on the lock: its early scan of the host's ids is done.
+    // Waiting on the lock (it says so once, naming it): its early scan of
+    // the host's ids is done.
     wait_until(
         "the launch waits on the ranges lock",
         Duration::from_secs(60),
         || {
-            std::fs::read_to_string("/proc/locks").is_ok_and(|l| {
-                l.lines()
-                    .any(|x| x.contains("->") && x.split_whitespace().any(|w| w == pid.to_string()))
+            std::fs::read_to_string(&log).is_ok_and(|l| {
+                l.contains("waiting for a lock another process holds")
+                    && l.contains(&env.ranges.display().to_string())
             })
         },
     );
@@ -676,9 +678,10 @@ fn a_fresh_range_taken_while_the_launch_waited_on_the_lock_is_not_handed_out() {
     let (b, count) = id_range_in(&env, "late").expect("no range recorded for the VM");
     assert!(
         !(b..b + count).contains(&held),
-        "VM late was handed the range {b}..{} although a process ran with its uid {held} before the range was recorded:\n{}",
+        "VM late was handed the range {b}..{} although a process ran with its uid {held} before the range was recorded:\n{}\n{}",
         b + count,
-        text(&out)
+        text(&out),
+        std::fs::read_to_string(&log).unwrap_or_default()
     );
     wait_until("the helpers gone", Duration::from_secs(15), || {
         others_of(u, 0).is_empty()

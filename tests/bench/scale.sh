@@ -141,6 +141,14 @@ finish() {
   done
   for vm in "${!PID[@]}"; do wait "${PID[$vm]}" 2>/dev/null; "$BIN/vmwarden-cleanup" "$vm" >/dev/null 2>&1; done
   "$BIN/vmwarden-cleanup" probe >/dev/null 2>&1
+  # The mem VM's id range is in the host-wide record (/var/lib/vmwarden/.ranges,
+  # whatever the state root): only purge retires it, and each run left one
+  # more active range of 65536 ids naming a state root gone. Purge asks
+  # for its phrase on a terminal: script(1) gives it one.
+  if [ -e "$DIR/etc/mem.json" ] && ! printf 'DELETE-EVERYTHING\n' \
+    | script -qefc "$BIN/vmwarden purge mem" /dev/null >"$DIR/logs/mem.purge" 2>&1; then
+    echo "scale.sh: purge mem failed, its id range stays in /var/lib/vmwarden/.ranges: $(tail -c 400 "$DIR/logs/mem.purge")" >&2
+  fi
   if [ -n "${VMWARDEN_SCALE_KEEP:-}" ]; then echo "scale.sh: kept $DIR" >&2; else rm -rf "$DIR"; fi
   rm -rf "$RUNROOT" "$FLOOR_BIN" "$PROC_FLOOR_BIN"
 }

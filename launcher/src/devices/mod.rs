@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use crate::config::devices::{DeviceBus, PciAddress};
 use crate::config::spec::Spec;
 use crate::host::dirs::DirError;
+use crate::host::locks::LockError;
 use crate::host::sys::SysError;
 
 pub use pci::PciDevice;
@@ -72,6 +73,9 @@ pub enum DeviceError {
     Sys(#[from] SysError),
     #[error("devices: {0}")]
     Dir(#[from] DirError),
+    /// The host-wide claim's lock file refused, or held too long.
+    #[error("devices: the host-wide device claim: {0}")]
+    Lock(#[from] LockError),
 }
 
 impl DeviceError {
@@ -83,6 +87,7 @@ impl DeviceError {
                 | DeviceError::NoGroupNode { .. }
                 | DeviceError::Sys(_)
                 | DeviceError::Dir(_)
+                | DeviceError::Lock(_)
         )
     }
 }

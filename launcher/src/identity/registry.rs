@@ -52,12 +52,6 @@ pub enum RegistryError {
     /// The VM's own id range (`identity::ranges`).
     #[error(transparent)]
     Range(#[from] RangeError),
-    /// The registry's lock could not be taken.
-    #[error("{path}: flock: {errno}")]
-    Lock {
-        path: PathBuf,
-        errno: nix::errno::Errno,
-    },
 }
 
 impl RegistryError {
@@ -66,7 +60,6 @@ impl RegistryError {
         match self {
             RegistryError::Dir(e) => e.is_refusal(),
             RegistryError::Io(_) => false,
-            RegistryError::Lock { .. } => false,
             RegistryError::Parse { .. }
             | RegistryError::Serialise { .. }
             | RegistryError::TombstoneMismatch { .. }

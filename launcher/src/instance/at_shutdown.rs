@@ -24,16 +24,15 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nix::fcntl::{openat, Flock, FlockArg, OFlag};
-use nix::sys::stat::Mode;
+use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
 
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::host::dirs::{self, DirError};
-use crate::host::locks;
+use crate::host::locks::{self, LockError};
 use crate::host::sys::SysError;
 
 /// The record's name in the state root (a dot name is no VM's).
@@ -154,7 +153,8 @@ pub struct Held {
 /// Open (make if missing, root's 0600) `STATE_ROOT/`[`LOCK`] without
 /// following a link (nor blocking on a FIFO) and lock it exclusively,
 /// waiting for the holder at most [`LOCK_WAIT`]. A lock file that is not
-/// root's regular `0600` file with one link is refused ([`RecordError::BadLock`]):
+/// root's regular `0600` file with one link (more where any user may link
+/// it, `host::locks::lock_file`) is refused ([`RecordError::BadLock`]):
 /// one another user may open could be locked by them forever. `None`
 /// when there is no state root (and so no record).
 pub fn lock(roots: &Roots) -> Result<Option<Held>, RecordError> {
@@ -167,61 +167,24 @@ fn lock_within(roots: &Roots, wait: Duration) -> Result<Option<Held>, RecordErro
     else {
         return Ok(None);
     };
-    let lock_path = roots.state_root.join(LOCK);
-    let sys = |op: &'static str, errno| {
-        dir_error(roots, "lock")(DirError::Sys(SysError {
-            op,
-            path: lock_path.clone(),
-            errno,
-        }))
-    };
-    let fd = openat(
-        root.fd.as_fd(),
-        LOCK,
-        OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o600),
-    )
-    .map_err(|e| sys("open", e))?;
-    let st = nix::sys::stat::fstat(&fd).map_err(|e| sys("fstat", e))?;
-    let why = if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        Some(match st.st_mode & libc::S_IFMT {
-            libc::S_IFIFO => "a FIFO".to_string(),
-            libc::S_IFSOCK => "a socket".to_string(),
-            libc::S_IFCHR | libc::S_IFBLK => "a device node".to_string(),
-            t => format!("not a regular file (type {t:o})"),
-        })
-    } else if st.st_uid != 0 {
-        Some(format!("owned by uid {}", st.st_uid))
-    } else if st.st_mode & 0o077 != 0 {
-        Some(format!("mode {:o}", st.st_mode & 0o7777))
-    } else if st.st_nlink != 1 {
-        Some(format!("a file with {} links", st.st_nlink))
-    } else {
-        None
-    };
-    if let Some(why) = why {
-        return Err(RecordError::BadLock {
-            path: lock_path,
-            why,
-        });
-    }
-    let end = Instant::now() + wait;
-    let mut fd = fd;
-    loop {
-        match Flock::lock(fd, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => return Ok(Some(Held { _lock: lock })),
-            Err((f, nix::errno::Errno::EWOULDBLOCK)) if Instant::now() < end => {
-                fd = f;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                return Err(RecordError::LockBusy {
-                    path: lock_path,
-                    waited: wait,
-                    holders: locks::describe(&locks::flock_holders(st.st_dev, st.st_ino)),
-                })
-            }
-            Err((_, e)) => return Err(sys("flock", e)),
+    match locks::lock_file(&root, LOCK, wait) {
+        Ok(lock) => Ok(Some(Held { _lock: lock })),
+        Err(LockError::Bad { path, why, .. }) => Err(RecordError::BadLock { path, why }),
+        Err(LockError::Busy {
+            path,
+            waited,
+            holders,
+        }) => Err(RecordError::LockBusy {
+            path,
+            waited,
+            holders,
+        }),
+        Err(LockError::Sys { op, path, errno }) => {
+            Err(dir_error(roots, "lock")(DirError::Sys(SysError {
+                op,
+                path,
+                errno,
+            })))
         }
     }
 }
@@ -263,6 +226,9 @@ pub fn forget(roots: &Roots, name: &VmName) -> Result<(), RecordError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::fcntl::FlockArg;
+    use nix::sys::stat::Mode;
+    use std::time::Instant;
 
     fn roots(state: &std::path::Path) -> Roots {
         Roots {

@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::names::VmName;
 use crate::config::paths::Roots;
 use crate::host::dirs::DirError;
+use crate::host::locks::LockError;
 use crate::host::sys::IoError;
 
 mod book;
@@ -68,11 +69,10 @@ pub enum RangeError {
         #[source]
         source: serde_json::Error,
     },
-    #[error("{path}: flock: {errno}")]
-    Lock {
-        path: PathBuf,
-        errno: nix::errno::Errno,
-    },
+    /// The host-wide lock (the directory itself) refused, or held too
+    /// long by another launch or purge.
+    #[error("the host-wide id range record: {0}")]
+    Lock(#[from] LockError),
     /// No id range of the pool is free.
     #[error("{path}: refused: no id range is free for VM {vm:?} in {POOL_FIRST}..{POOL_END} ({RANGE_SIZE} ids each); what would free one: {what_frees}")]
     Exhausted {
@@ -105,7 +105,7 @@ impl RangeError {
     pub fn is_refusal(&self) -> bool {
         match self {
             RangeError::Dir(e) => e.is_refusal(),
-            RangeError::Io(_) | RangeError::Lock { .. } => false,
+            RangeError::Io(_) | RangeError::Lock(_) => false,
             RangeError::Serialise { .. }
             | RangeError::Exhausted { .. }
             | RangeError::BadRecord { .. }

@@ -3,6 +3,7 @@
 
 use super::book::Read;
 use super::*;
+use crate::host::locks::testing::HeldElsewhere;
 use crate::host::procs::Scan;
 use crate::identity::host_ids::HostIds;
 
@@ -185,4 +186,63 @@ fn an_account_or_subordinate_range_in_a_range_takes_it() {
     ids.subordinate.clear();
     ids.nss_incomplete = Some("more than 1 users".into());
     assert!(ids.taken(r.base, r.end(), &scan).unwrap().contains("NSS"));
+}
+
+/// The host-wide lock (the directory itself) in `t`, waited on briefly.
+fn lock_at(dir: &Path) -> Result<(), RangeError> {
+    hand_out::open_locked_at(dir, std::time::Duration::from_millis(300)).map(drop)
+}
+
+#[test]
+fn a_planted_ranges_directory_is_refused_naming_it() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test needs root (it gives the directory to another uid)"
+    );
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join(".ranges");
+    // A symlink to another of root's directories: not followed.
+    let victim = t.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::os::unix::fs::symlink(&victim, &dir).unwrap();
+    let text = lock_at(&dir).unwrap_err().to_string();
+    assert!(text.contains(&dir.display().to_string()), "{text}");
+    std::fs::remove_file(&dir).unwrap();
+    // Another user's: they could hold it, and write any record.
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::lchown(&dir, Some(4_610_003), None).unwrap();
+    let text = lock_at(&dir).unwrap_err().to_string();
+    assert!(
+        text.contains(&dir.display().to_string()) && text.contains("4610003"),
+        "{text}"
+    );
+    std::os::unix::fs::lchown(&dir, Some(0), None).unwrap();
+    lock_at(&dir).unwrap();
+}
+
+#[test]
+fn a_ranges_lock_held_elsewhere_fails_after_the_wait_naming_the_holder() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join(".ranges");
+    lock_at(&dir).unwrap();
+    // A process that opened the directory while it was loose (or root's
+    // own stuck one) and holds its lock.
+    let other = HeldElsewhere::hold(&dir);
+    let t0 = std::time::Instant::now();
+    let e = lock_at(&dir).unwrap_err();
+    let waited = t0.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_millis(300)
+            && waited < std::time::Duration::from_secs(10),
+        "{waited:?}"
+    );
+    let text = e.to_string();
+    assert!(
+        matches!(e, RangeError::Lock(LockError::Busy { .. }))
+            && text.contains(&dir.display().to_string())
+            && text.contains(&format!("pid {}", other.pid())),
+        "{text}"
+    );
+    drop(other);
+    lock_at(&dir).unwrap();
 }
