@@ -278,7 +278,7 @@ levels=(0); [ "$HALF" -gt 0 ] && [ "$HALF" != "$N" ] && levels+=("$HALF"); level
   echo
   echo "== steps as the host fills (medians of $ROUNDS rounds; @0 pools the rounds before the fill and after the drain), ms"
   printf '%-40s' "step"; for l in "${levels[@]}"; do printf '%12s' "@$l"; done; printf '%14s\n' "@$N / @0"
-  for row in "floor:scan floor (tests/bench/scan-floor.c)" "floor-since:scan floor from the credential floor" "proc-floor:process walk floor (tests/bench/proc-floor.c)" "launch:launcher overhead (probe - /bin/true)" "ns:unshare -m -i /bin/true - /bin/true" "launch-raw:probe launch, whole" "cleanup:vmwarden-cleanup NAME" "verify:vmwarden verify-clean NAME" "status:vmwarden status (every VM)" "reap:vmwarden reap (dry run)"; do
+  for row in "floor:scan floor (tests/bench/scan-floor.c)" "floor-since:scan floor from the credential floor" "proc-floor:process walk floor (proc-floor.c)" "launch:launcher overhead (probe - /bin/true)" "ns:unshare -m -i /bin/true - /bin/true" "launch-raw:probe launch, whole" "cleanup:vmwarden-cleanup NAME" "verify:vmwarden verify-clean NAME" "status:vmwarden status (every VM)" "reap:vmwarden reap (dry run)"; do
     k=${row%%:*}
     printf '%-40s' "${row#*:}"
     for l in "${levels[@]}"; do printf '%12s' "$(ms_of_us "$(med "$k@$l")")"; done
