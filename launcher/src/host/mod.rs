@@ -14,5 +14,6 @@ pub mod ns_mounts;
 pub mod ownership;
 pub mod peer;
 pub mod procs;
+pub mod statmount_abi;
 pub mod sys;
 pub mod trust;

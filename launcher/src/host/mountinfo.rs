@@ -151,46 +151,19 @@ mod statmount {
 
     use super::Mount;
 
-    const SYS_STATMOUNT: libc::c_long = 457;
-    /// `struct mnt_id_req`, its first published size (`MNT_ID_REQ_SIZE_VER0`).
-    #[repr(C)]
-    struct MntIdReq {
-        size: u32,
-        spare: u32,
-        mnt_id: u64,
-        param: u64,
-    }
-    const SB_BASIC: u64 = 0x1;
-    const MNT_BASIC: u64 = 0x2;
-    const MNT_POINT: u64 = 0x10;
-    const FS_TYPE: u64 = 0x20;
-    const MNT_OPTS: u64 = 0x80;
-    const SB_SOURCE: u64 = 0x200;
-    const WANT: u64 = SB_BASIC | MNT_BASIC | MNT_POINT | FS_TYPE | MNT_OPTS | SB_SOURCE;
-    /// `sizeof(struct statmount)`: its strings start here.
-    const HEADER: usize = 512;
+    use crate::host::statmount_abi::{
+        MntIdReq, FS_TYPE, HEADER, MNT_BASIC, MNT_OPTS, MNT_POINT, OFF_FS_TYPE, OFF_MASK,
+        OFF_MNT_ATTR, OFF_MNT_ID_OLD, OFF_MNT_OPTS, OFF_MNT_POINT, OFF_SB_FLAGS, OFF_SB_SOURCE,
+        SB_BASIC, SB_SOURCE, SYS_STATMOUNT,
+    };
 
-    /// Byte offsets of the fields read in `struct statmount`
-    /// (include/uapi/linux/mount.h).
-    const OFF_MNT_OPTS: usize = 4;
-    const OFF_MASK: usize = 8;
-    const OFF_SB_FLAGS: usize = 32;
-    const OFF_FS_TYPE: usize = 36;
-    const OFF_MNT_ID_OLD: usize = 56;
-    const OFF_MNT_ATTR: usize = 64;
-    const OFF_MNT_POINT: usize = 108;
-    const OFF_SB_SOURCE: usize = 124;
+    const WANT: u64 = SB_BASIC | MNT_BASIC | MNT_POINT | FS_TYPE | MNT_OPTS | SB_SOURCE;
 
     /// `ENOSYS` and friends: the caller falls back to mountinfo.
     pub fn at(target: &Path) -> Result<Option<Mount>, Errno> {
         let id = unique_mount_id(target)?;
         let mut buf = vec![0u64; 512];
-        let req = MntIdReq {
-            size: 24,
-            spare: 0,
-            mnt_id: id,
-            param: WANT,
-        };
+        let req = MntIdReq::own_ns(id, WANT);
         let len = buf.len() * 8;
         // SAFETY: `req` is a valid mnt_id_req of the size it states; the
         // kernel writes at most `len` bytes into `buf`, which owns them.

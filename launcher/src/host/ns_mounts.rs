@@ -24,47 +24,17 @@ use nix::errno::Errno;
 
 use crate::host::procs;
 
-/// `statmount(2)` and `listmount(2)`: the `libc` crate has neither's
-/// number on x86_64 nor their structures (the numbers are the same on
-/// every architecture but alpha and mips, which the launcher does not
-/// build for).
-const SYS_STATMOUNT: libc::c_long = 457;
-const SYS_LISTMOUNT: libc::c_long = 458;
+use crate::host::statmount_abi::{
+    MntIdReq, FS_TYPE as STATMOUNT_FS_TYPE, HEADER, LSMT_ROOT, MNT_BASIC as STATMOUNT_MNT_BASIC,
+    MNT_POINT as STATMOUNT_MNT_POINT, OFF_FS_TYPE, OFF_MASK, OFF_MNT_ID_OLD, OFF_MNT_PARENT_ID,
+    OFF_MNT_POINT, OFF_SB_MAGIC, OFF_SB_SOURCE, SB_BASIC as STATMOUNT_SB_BASIC,
+    SB_SOURCE as STATMOUNT_SB_SOURCE, SYS_LISTMOUNT, SYS_STATMOUNT,
+};
+
 /// `_IOR(0xb7, 5, __u64)`: a mount namespace's 64-bit id from its nsfs fd.
 const NS_GET_MNTNS_ID: libc::c_ulong = 0x8008_b705;
-/// `LSMT_ROOT`: list from the namespace's root mount.
-const LSMT_ROOT: u64 = u64::MAX;
-const STATMOUNT_MNT_BASIC: u64 = 0x2;
-const STATMOUNT_SB_SOURCE: u64 = 0x200;
-/// `sizeof(struct statmount)`: its strings start here.
-const HEADER: usize = 512;
-const OFF_MASK: usize = 8;
-const OFF_MNT_PARENT_ID: usize = 48;
-const OFF_SB_SOURCE: usize = 124;
 /// Mount ids asked of `listmount` per call.
 const BATCH: usize = 64;
-
-/// `struct mnt_id_req` with the namespace id (`MNT_ID_REQ_SIZE_VER1`).
-#[repr(C)]
-struct MntIdReq {
-    size: u32,
-    spare: u32,
-    mnt_id: u64,
-    param: u64,
-    mnt_ns_id: u64,
-}
-
-impl MntIdReq {
-    fn new(mnt_id: u64, param: u64, mnt_ns_id: u64) -> MntIdReq {
-        MntIdReq {
-            size: size_of::<MntIdReq>() as u32,
-            spare: 0,
-            mnt_id,
-            param,
-            mnt_ns_id,
-        }
-    }
-}
 
 /// The 64-bit id of the mount namespace task `tid` is in, when that is
 /// still the namespace `ns` (`mnt:[INODE]`, as the scan read it): a task
@@ -103,7 +73,7 @@ pub fn id_of(f: &impl AsRawFd) -> Result<u64, Errno> {
 /// (`LSMT_ROOT`: the namespace's first mount under its root), after
 /// `last` (0: from the first).
 fn list(ns_id: u64, parent: u64, last: u64, buf: &mut [u64]) -> Result<usize, Errno> {
-    let req = MntIdReq::new(parent, last, ns_id);
+    let req = MntIdReq::in_ns(parent, last, ns_id);
     // SAFETY: `req` is a valid mnt_id_req of the size it states; the
     // kernel writes at most `buf.len()` u64s into `buf`, which owns them.
     let rc = unsafe {
@@ -127,7 +97,7 @@ fn list(ns_id: u64, parent: u64, last: u64, buf: &mut [u64]) -> Result<usize, Er
 /// into `buf`: the mask the kernel answered, or `None` when the mount is
 /// gone (ENOENT).
 fn statmount(mnt_id: u64, ns_id: u64, mask: u64, buf: &mut [u64]) -> Result<Option<u64>, Errno> {
-    let req = MntIdReq::new(mnt_id, mask, ns_id);
+    let req = MntIdReq::in_ns(mnt_id, mask, ns_id);
     let len = size_of_val(buf);
     // SAFETY: `req` is a valid mnt_id_req of the size it states; the
     // kernel writes at most `len` bytes into `buf`, which owns them.
@@ -305,10 +275,6 @@ const NS_MNT_GET_NEXT: libc::c_ulong = 0x8010_b70b;
 const NS_MNT_GET_PREV: libc::c_ulong = 0x8010_b70c;
 /// `_IO(0xb7, 0x1)`: an fd of the user namespace owning a namespace.
 const NS_GET_USERNS: libc::c_ulong = 0xb701;
-const STATMOUNT_MNT_POINT: u64 = 0x10;
-const STATMOUNT_FS_TYPE: u64 = 0x20;
-const OFF_FS_TYPE: usize = 36;
-const OFF_MNT_POINT: usize = 108;
 
 /// `struct mnt_ns_info` (`MNT_NS_INFO_SIZE_VER0`).
 #[repr(C)]
@@ -514,8 +480,6 @@ fn ours(fd: std::os::fd::BorrowedFd<'_>, my_userns: (u64, u64)) -> Option<bool> 
 /// always), or `RAMFS_MAGIC` on a kernel built without shmem, where
 /// "tmpfs" is ramfs; any other magic is another file system.
 fn may_be_tmpfs(mnt_id: u64, ns_id: u64) -> Result<bool, Errno> {
-    const STATMOUNT_SB_BASIC: u64 = 0x1;
-    const OFF_SB_MAGIC: usize = 24;
     const TMPFS_MAGIC: u64 = 0x0102_1994;
     const RAMFS_MAGIC: u64 = 0x8584_58f6;
     let mut buf = [0u64; HEADER / 8];
@@ -530,7 +494,6 @@ fn may_be_tmpfs(mnt_id: u64, ns_id: u64) -> Result<bool, Errno> {
 /// mountinfo id in namespace `ns_id`; `None` when the mount is gone.
 fn place_of(mnt_id: u64, ns_id: u64) -> Result<Option<HeldMount>, Errno> {
     use std::os::unix::ffi::OsStringExt;
-    const OFF_MNT_ID_OLD: usize = 56;
     let mut buf = vec![0u64; (HEADER + 4096) / 8];
     let want = STATMOUNT_MNT_BASIC | STATMOUNT_MNT_POINT | STATMOUNT_FS_TYPE | STATMOUNT_SB_SOURCE;
     let Some(got) = statmount(mnt_id, ns_id, want, &mut buf)? else {

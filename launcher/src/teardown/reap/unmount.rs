@@ -359,20 +359,12 @@ struct Want {
     unique_id: u64,
 }
 
-const SYS_STATMOUNT: libc::c_long = 457;
-/// `sizeof(struct statmount)`: its strings start here.
-const HEADER: usize = 512;
-const MNT_BASIC: u64 = 0x2;
-const MNT_POINT: u64 = 0x10;
-const FS_TYPE: u64 = 0x20;
-const SB_SOURCE: u64 = 0x200;
+use crate::host::statmount_abi::{
+    MntIdReq, FS_TYPE, HEADER, MNT_BASIC, MNT_POINT, OFF_FS_TYPE, OFF_MASK, OFF_MNT_ID_OLD,
+    OFF_MNT_POINT, OFF_SB_SOURCE, SB_SOURCE, SYS_STATMOUNT,
+};
+
 const ASK: u64 = MNT_BASIC | MNT_POINT | FS_TYPE | SB_SOURCE;
-/// Byte offsets in `struct statmount` (include/uapi/linux/mount.h).
-const OFF_MASK: usize = 8;
-const OFF_FS_TYPE: usize = 36;
-const OFF_MNT_ID_OLD: usize = 56;
-const OFF_MNT_POINT: usize = 108;
-const OFF_SB_SOURCE: usize = 124;
 
 /// `struct open_how` (include/uapi/linux/openat2.h).
 #[repr(C)]
@@ -380,16 +372,6 @@ struct OpenHow {
     flags: u64,
     mode: u64,
     resolve: u64,
-}
-
-/// `struct mnt_id_req`, its first published size (`MNT_ID_REQ_SIZE_VER0`:
-/// the caller's own namespace, the one the child entered).
-#[repr(C)]
-struct MntIdReq {
-    size: u32,
-    spare: u32,
-    mnt_id: u64,
-    param: u64,
 }
 
 /// Make `want.dir`, resolved in the caller's mount namespace with no
@@ -461,12 +443,8 @@ fn is_wanted_mount(want: &Want, buf: &mut [u64]) -> Result<bool, Errno> {
     if want.unique_id != 0 && stx.stx_mnt_id != want.unique_id {
         return Ok(false);
     }
-    let req = MntIdReq {
-        size: size_of::<MntIdReq>() as u32,
-        spare: 0,
-        mnt_id: stx.stx_mnt_id,
-        param: ASK,
-    };
+    // The caller's own namespace: the one the child entered.
+    let req = MntIdReq::own_ns(stx.stx_mnt_id, ASK);
     let len = size_of_val(buf);
     // SAFETY: `req` is a valid mnt_id_req of the size it states; the
     // kernel writes at most `len` bytes into `buf`, which owns them.
