@@ -733,3 +733,68 @@ fn hibernate_all_goes_on_past_a_vm_it_cannot_record() {
     assert!(g2.wait_exit(Duration::from_secs(15)).is_some());
     env.assert_clean("nra");
 }
+
+/// The at-shutdown record's lock held for good by another process (a
+/// stuck holder, here the test): `hibernate-all` waits for it once, for
+/// its whole bound, at the first VM it puts down; the VMs after it try it
+/// once without waiting again. Both are still put down and reported not
+/// recorded, naming the holder. Each VM waiting its own 30 s held the
+/// host's shutdown N × 30 s (the unit's stop has no timeout) while the
+/// VMs not yet reached kept running. Counted by the wait's log line, not
+/// by the clock.
+#[test]
+fn hibernate_all_waits_for_a_held_record_lock_once_not_once_per_vm() {
+    use std::os::unix::fs::OpenOptionsExt;
+    require_root();
+    let env = Env::new();
+    spec(&env, "hwa", 97);
+    spec(&env, "hwb", 98);
+    let (mut ga, _) = boot(&env, "hwa", "hwa.1.log");
+    let (mut gb, _) = boot(&env, "hwb", "hwb.1.log");
+    let lock = env.state.join(".hibernated-at-shutdown.lock");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock)
+        .unwrap();
+    let held = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).unwrap();
+    let holder = format!("pid {}", std::process::id());
+
+    let all = bounded(
+        env.vmwarden_cmd()
+            .args(["hibernate-all", "--timeout", "120"]),
+        Duration::from_secs(300),
+    )
+    .expect("hibernate-all did not end");
+    drop(held);
+    assert!(!all.status.success(), "{}", text(&all));
+    let out = String::from_utf8_lossy(&all.stdout);
+    for vm in ["hwa", "hwb"] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&format!("{vm}: hibernated"))
+                    && l.contains("NOT recorded")
+                    && l.contains(&lock.display().to_string())
+                    && l.contains(&holder)),
+            "{vm} not reported hibernated and not recorded naming the holder: {}",
+            text(&all)
+        );
+        assert!(snap(&env, vm).is_dir() && record(&env, vm).exists());
+    }
+    let waits = stderr(&all)
+        .matches("waiting for a lock another process holds")
+        .count();
+    assert_eq!(
+        waits,
+        1,
+        "hibernate-all waited on the held record lock once per VM: {}",
+        text(&all)
+    );
+    assert!(ga.wait_exit(Duration::from_secs(15)).is_some());
+    assert!(gb.wait_exit(Duration::from_secs(15)).is_some());
+    env.assert_clean("hwa");
+    env.assert_clean("hwb");
+    assert!(!env.state.join(".hibernated-at-shutdown.json").exists());
+}

@@ -79,7 +79,9 @@ pub enum Outcome {
 /// after another, each within `deadline`; stop normally each that fails or
 /// passes it (logged). The VMs put down are added to the record durably,
 /// one by one, so a shutdown cut short keeps what was done; one that
-/// cannot be added is [`Outcome::NotRecorded`], and the rest go on.
+/// cannot be added is [`Outcome::NotRecorded`], and the rest go on (once
+/// the record's lock was held past its whole wait, the rest try it once,
+/// without waiting again).
 pub fn hibernate_all(
     roots: &Roots,
     names: &[VmName],
@@ -89,6 +91,13 @@ pub fn hibernate_all(
     AtShutdown::read(roots)?;
     let mut out = Vec::new();
     let probe = Probe::single();
+    // How long adding a VM to the record waits for the record's lock. Once
+    // a holder kept it for a whole wait (a stuck process), the VMs after
+    // that one try it once, without waiting: each waiting its own 30 s
+    // held the shutdown N × 30 s (the unit's stop has no timeout), the
+    // VMs still running meanwhile. They are still hibernated; each one not
+    // recorded is reported so, naming the holder.
+    let mut record_wait = at_shutdown::LOCK_WAIT;
     for name in names {
         if probe.probe(roots, name).is_dead() {
             out.push((name.clone(), Outcome::NotRunning));
@@ -108,7 +117,7 @@ pub fn hibernate_all(
         let outcome = match hibernate_with(roots, name, deadline, false, false) {
             Ok(h) => {
                 let ms = t0.elapsed().as_millis();
-                match at_shutdown::add(roots, name) {
+                match at_shutdown::add_within(roots, name, record_wait) {
                     Ok(()) => {
                         tracing::info!(vm = %name, bytes = h.bytes, "hibernated for the host's shutdown");
                         Outcome::Hibernated { bytes: h.bytes, ms }
@@ -116,6 +125,9 @@ pub fn hibernate_all(
                     // Down, its snapshot kept: recorded or not, it stays
                     // so, and the rest still go down.
                     Err(why) => {
+                        if matches!(why, RecordError::LockBusy { .. }) {
+                            record_wait = Duration::ZERO;
+                        }
                         tracing::warn!(vm = %name, bytes = h.bytes, error = %why, "hibernated for the host's shutdown, but not recorded: the next boot does not start it");
                         Outcome::NotRecorded {
                             bytes: h.bytes,
