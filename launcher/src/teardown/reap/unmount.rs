@@ -456,6 +456,8 @@ fn wait_bounded(child: Pid, wait: Duration) -> Waited {
             return Waited::Ended(status);
         }
     }
+    #[cfg(test)]
+    tests::AT_TIMEOUT.with(|h| h.borrow().as_ref().map(|f| f(child)));
     // SAFETY: pidfd_send_signal takes the pidfd, a signal, a null siginfo
     // and flags 0; no memory is passed.
     let rc = unsafe {
@@ -471,8 +473,20 @@ fn wait_bounded(child: Pid, wait: Duration) -> Waited {
         // Still a child of ours, not reaped: the pid is its own.
         let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
     }
-    let reaped = ended_within(&pidfd, KILL_GRACE) && reap().is_some();
-    Waited::Killed { reaped }
+    let status = if ended_within(&pidfd, KILL_GRACE) {
+        reap()
+    } else {
+        None
+    };
+    match status {
+        // It ended on its own between the bound and the kill (`SIGKILL`
+        // cannot be caught, so an exit is the child's own): what it did is
+        // what its status says (it may have unmounted the tmpfs).
+        Some(s @ Ok(WaitStatus::Exited(..))) => Waited::Ended(s),
+        s => Waited::Killed {
+            reaped: s.is_some(),
+        },
+    }
 }
 
 /// Did the process behind `pidfd` end within `wait` (the pidfd polls

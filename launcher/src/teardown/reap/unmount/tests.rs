@@ -22,6 +22,13 @@ thread_local! {
     pub(super) static MEANWHILE: MountHook = const { RefCell::new(None) };
     /// The bound on the wait for the child, in place of [`UNMOUNT_WAIT`].
     pub(super) static WAIT: Cell<Option<Duration>> = const { Cell::new(None) };
+    /// What happens once the wait has passed its bound, before the kill
+    /// (given the child's pid).
+    pub(super) static AT_TIMEOUT: RefCell<Option<Box<dyn Fn(Pid)>>> = const { RefCell::new(None) };
+    /// [`Between`] lets the child go only at [`AT_TIMEOUT`] (the write end
+    /// of its pipe kept here), not before the wait.
+    static LATE_GO: RefCell<Option<OwnedFd>> = const { RefCell::new(None) };
+    static LET_GO_LATE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The credential tmpfs source these tests mount (a name no VM of
@@ -511,6 +518,10 @@ impl Between {
         if nix::unistd::read(&ready.0, &mut byte) == Ok(1) {
             hook();
         }
+        if LET_GO_LATE.with(Cell::get) {
+            LATE_GO.with(|g| *g.borrow_mut() = Some(go.1));
+            return;
+        }
         nix::unistd::write(&go.1, &byte).expect("let the child go");
     }
 }
@@ -662,4 +673,49 @@ fn reap_apply_reports_a_hung_unmount_and_goes_on_with_the_rest() {
         .and_then(|(n, _)| n.parse().ok())
         .unwrap_or_else(|| panic!("no child pid in {:?}", r.failed[0].reason));
     assert!(gone(child), "reap's child {child} is left");
+}
+
+/// The child, its check passed, ends on its own (it unmounted the tmpfs)
+/// after the wait passed its bound and before the parent's `SIGKILL`
+/// reaches it (the kill then finds a zombie): its own exit status is
+/// what happened, so the tmpfs is reported unmounted, not timed out (the
+/// status was thrown away: `did not end within`, "not unmounted", for a
+/// mount that was gone). Here the child is held before its `umount2`
+/// (real pipes) and let go, then waited for (`waitid` with `WNOWAIT`: not
+/// reaped), at the bound.
+#[test]
+fn a_child_that_ends_on_its_own_at_the_bound_is_reported_by_its_status() {
+    let place = Place::new("late");
+    let a = Holder::new(CREDS, &place.at);
+    let (ns, m) = a.scan(&place.at);
+    let at_bound = Rc::new(Cell::new(false));
+    let seen = at_bound.clone();
+    BETWEEN.with(|b| *b.borrow_mut() = Some(Box::new(|| {})));
+    LET_GO_LATE.with(|l| l.set(true));
+    AT_TIMEOUT.with(|h| {
+        *h.borrow_mut() = Some(Box::new(move |child: Pid| {
+            let go = LATE_GO
+                .with(|g| g.borrow_mut().take())
+                .expect("the child held before its umount2");
+            nix::unistd::write(&go, &[0u8]).expect("let the child go");
+            nix::sys::wait::waitid(
+                nix::sys::wait::Id::Pid(child),
+                nix::sys::wait::WaitPidFlag::WEXITED | nix::sys::wait::WaitPidFlag::WNOWAIT,
+            )
+            .expect("wait for the child to end, not reaping it");
+            seen.set(true);
+        }));
+    });
+    WAIT.with(|w| w.set(Some(Duration::ZERO)));
+    let r = in_namespace(a.pid(), &ns, &m);
+    WAIT.with(|w| w.set(None));
+    AT_TIMEOUT.with(|h| h.borrow_mut().take());
+    LET_GO_LATE.with(|l| l.set(false));
+    BETWEEN.with(|b| b.borrow_mut().take());
+    assert!(at_bound.get(), "the wait did not reach its bound: {r:?}");
+    assert!(
+        a.sources_at(&place.at).is_empty(),
+        "the child did not unmount it: {r:?}"
+    );
+    r.unwrap_or_else(|e| panic!("the child unmounted it, but it was reported: {e}"));
 }
