@@ -8,7 +8,9 @@
 //! or launch holding that), and a second launch waiting on the claim
 //! would time out only because of that other wait. In this order no
 //! launch waits on the ranges lock while it holds the claim, so the
-//! claim's holders are only ever busy with their own steps.
+//! claim's holders are only ever busy with their own steps. Nor on the
+//! at-shutdown record's lock: a cold boot's discard of a stale snapshot,
+//! which takes it, comes before both (`launch::run`).
 //!
 //! The range may come first: it is no resource of the instance (the
 //! intent record names none; it is host-wide identity, like the

@@ -297,6 +297,16 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             verdict,
         });
     }
+    // The decision again if another instance ran since (restore::again).
+    // A cold boot over a snapshot that no longer matches: it goes stale
+    // now (restore::discard), under the lease, before anything is made.
+    // Before the host-wide locks: the discard takes the at-shutdown
+    // record's lock (waited on up to 30 s), never under the device claim,
+    // and a refusal here leaves no id range behind.
+    let decision = restore::again(decision, &spec, &spec_bytes, roots, &principal)?;
+    if decision.stale && opts.probe.is_none() {
+        restore::discard(roots, &spec.name)?;
+    }
     // A share the guest owns: the VM's own id range, recorded under the
     // host-wide ranges lock. Then the host-wide device claim
     // (devices::claim), held until the `devices` step has made them the
@@ -305,13 +315,6 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
     // its intent record names it. In this order, never the ranges lock
     // waited on under the claim (launch::lock_order).
     let (ids, device_claim) = lock_order::take(roots, &spec, &principal, &devices)?;
-    // The decision again if another instance ran since (restore::again).
-    // A cold boot over a snapshot that no longer matches: it goes stale
-    // now (restore::discard), under the lease, before anything is made.
-    let decision = restore::again(decision, &spec, &spec_bytes, roots, &principal)?;
-    if decision.stale && opts.probe.is_none() {
-        restore::discard(roots, &spec.name)?;
-    }
     let restore = decision.restore;
     steps.after("lease-taken");
 
