@@ -16,6 +16,7 @@ use crate::instance::lease::Lease;
 /// A test's hooks.
 type MountHook = RefCell<Option<Box<dyn Fn(&Mount)>>>;
 type Hook = RefCell<Option<Box<dyn Fn()>>>;
+type PidHook = RefCell<Option<Box<dyn Fn(Pid)>>>;
 
 thread_local! {
     /// What happens at the start of each unmount (a test's race).
@@ -24,7 +25,7 @@ thread_local! {
     pub(super) static WAIT: Cell<Option<Duration>> = const { Cell::new(None) };
     /// What happens once the wait has passed its bound, before the kill
     /// (given the child's pid).
-    pub(super) static AT_TIMEOUT: RefCell<Option<Box<dyn Fn(Pid)>>> = const { RefCell::new(None) };
+    pub(super) static AT_TIMEOUT: PidHook = const { RefCell::new(None) };
     /// [`Between`] lets the child go only at [`AT_TIMEOUT`] (the write end
     /// of its pipe kept here), not before the wait.
     static LATE_GO: RefCell<Option<OwnedFd>> = const { RefCell::new(None) };
