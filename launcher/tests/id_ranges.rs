@@ -702,3 +702,57 @@ fn wait_exit(mut c: std::process::Child, limit: Duration) -> Option<std::process
     }
     Some(c.wait_with_output().unwrap())
 }
+
+/// A first launch killed right after `lease-taken` (the fault-injection
+/// build's `VMWARDEN_FAULT_AFTER`, a `SIGKILL`): its id range is taken
+/// there, before the intent record and before the VM's state dir exists
+/// (`launch::lock_order`). What it leaves is accounted for: the cleanup
+/// after it is clean, and `purge` of the VM, which has no state dir,
+/// retires the range instead of refusing for the missing directory (the
+/// range would stay active, its 65536 ids lost, for a VM that never ran).
+#[test]
+fn a_range_taken_by_a_launch_killed_before_its_state_dir_is_retired_by_purge() {
+    let env = Env::new();
+    let u = uid(362);
+    let share = env.path("ks-src");
+    let mut spec = env.spec("ks", u);
+    spec["shares"] = json!([{ "tag": "data", "source": share, "proto": "virtiofs" }]);
+    spec["virtiofsd"] = json!({ "binary": daemon("virtiofsd") });
+    env.write_spec("ks", &spec);
+    std::fs::create_dir_all(&share).unwrap();
+    std::os::unix::fs::chown(&share, Some(u), Some(u)).unwrap();
+    std::fs::set_permissions(&share, PermissionsExt::from_mode(0o700)).unwrap();
+    let mut c = env.launch_cmd("ks");
+    c.env("VMWARDEN_FAULT_AFTER", "lease-taken")
+        .args(["--probe", "--", "/bin/true"]);
+    let out = c.output().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(9),
+        "not killed after lease-taken: {}",
+        text(&out)
+    );
+    env.cleanup_clean("ks");
+    assert!(
+        !env.state.join("ks").exists(),
+        "the killed launch made the state dir"
+    );
+    if let Some((base, _)) = id_range_in(&env, "ks") {
+        let (ok, said) = purge_on_pty(&env, &["ks"], "DELETE-EVERYTHING");
+        assert!(
+            ok,
+            "purge of the VM whose killed launch left range {base} refused: {said}"
+        );
+        assert_eq!(
+            id_range_in(&env, "ks"),
+            None,
+            "purge left range {base} active: {said}"
+        );
+        let tomb: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(env.ranges.join(format!("range-{base}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(tomb["state"], "retired", "{tomb}");
+    }
+    env.cleanup_clean("ks");
+}

@@ -215,7 +215,7 @@ fn stop(roots: &Roots, name: &VmName, timeout: f64) -> Result<ExitCode, Error> {
 }
 
 /// `hibernate-all [--timeout S]`: one line per VM; non-zero when a VM
-/// was neither hibernated nor stopped.
+/// was neither hibernated nor stopped, or hibernated but not recorded.
 fn hibernate_all(roots: &Roots, timeout: f64) -> Result<ExitCode, Error> {
     use control::at_shutdown::Outcome;
     let names = default_names(roots);
@@ -226,6 +226,10 @@ fn hibernate_all(roots: &Roots, timeout: f64) -> Result<ExitCode, Error> {
         let line = match o {
             Outcome::Hibernated { bytes, ms } => {
                 format!("{name}: hibernated ({bytes} bytes, {ms} ms)")
+            }
+            Outcome::NotRecorded { bytes, ms, why } => {
+                failed = true;
+                format!("{name}: hibernated ({bytes} bytes, {ms} ms) but NOT recorded for the next boot ({why}): start-hibernated will not start it; a start of its unit restores it from its snapshot")
             }
             Outcome::NotRunning => continue,
             Outcome::NotAllowed => {

@@ -49,6 +49,18 @@ pub enum AtShutdownError {
 pub enum Outcome {
     /// Put down to disk; named in the record.
     Hibernated { bytes: u64, ms: u128 },
+    /// Put down to disk, its snapshot kept, but not named in the record
+    /// (`why`: the record's lock or file refused, say). The next boot's
+    /// `start-hibernated` does not start it; a start of its unit restores
+    /// it from the snapshot as from any (`restore-checked` reads the
+    /// VM's own snapshot record, not this one), so a unit the boot starts
+    /// anyway (enabled) restores it, and one that is not stays down until
+    /// started. The other VMs go on.
+    NotRecorded {
+        bytes: u64,
+        ms: u128,
+        why: RecordError,
+    },
     /// Not running: nothing to do.
     NotRunning,
     /// Its spec does not allow hibernation: left to its unit's stop.
@@ -66,7 +78,10 @@ pub enum Outcome {
 /// Hibernate every VM of `names` that runs and whose spec allows it, one
 /// after another, each within `deadline`; stop normally each that fails or
 /// passes it (logged). The VMs put down are added to the record durably,
-/// one by one, so a shutdown cut short keeps what was done.
+/// one by one, so a shutdown cut short keeps what was done; one that
+/// cannot be added is [`Outcome::NotRecorded`], and the rest go on (once
+/// the record's lock was held past its whole wait, the rest try it once,
+/// without waiting again).
 pub fn hibernate_all(
     roots: &Roots,
     names: &[VmName],
@@ -76,6 +91,13 @@ pub fn hibernate_all(
     AtShutdown::read(roots)?;
     let mut out = Vec::new();
     let probe = Probe::single();
+    // How long adding a VM to the record waits for the record's lock. Once
+    // a holder kept it for a whole wait (a stuck process), the VMs after
+    // that one try it once, without waiting: each waiting its own 30 s
+    // held the shutdown N × 30 s (the unit's stop has no timeout), the
+    // VMs still running meanwhile. They are still hibernated; each one not
+    // recorded is reported so, naming the holder.
+    let mut record_wait = at_shutdown::LOCK_WAIT;
     for name in names {
         if probe.probe(roots, name).is_dead() {
             out.push((name.clone(), Outcome::NotRunning));
@@ -94,11 +116,25 @@ pub fn hibernate_all(
         let t0 = Instant::now();
         let outcome = match hibernate_with(roots, name, deadline, false, false) {
             Ok(h) => {
-                at_shutdown::add(roots, name)?;
-                tracing::info!(vm = %name, bytes = h.bytes, "hibernated for the host's shutdown");
-                Outcome::Hibernated {
-                    bytes: h.bytes,
-                    ms: t0.elapsed().as_millis(),
+                let ms = t0.elapsed().as_millis();
+                match at_shutdown::add_within(roots, name, record_wait) {
+                    Ok(()) => {
+                        tracing::info!(vm = %name, bytes = h.bytes, "hibernated for the host's shutdown");
+                        Outcome::Hibernated { bytes: h.bytes, ms }
+                    }
+                    // Down, its snapshot kept: recorded or not, it stays
+                    // so, and the rest still go down.
+                    Err(why) => {
+                        if matches!(why, RecordError::LockBusy { .. }) {
+                            record_wait = Duration::ZERO;
+                        }
+                        tracing::warn!(vm = %name, bytes = h.bytes, error = %why, "hibernated for the host's shutdown, but not recorded: the next boot does not start it");
+                        Outcome::NotRecorded {
+                            bytes: h.bytes,
+                            ms,
+                            why,
+                        }
+                    }
                 }
             }
             Err(HibernateError::NotAllowed { .. } | HibernateError::ConfiguredForbids { .. }) => {

@@ -192,7 +192,12 @@ fn lock_within(roots: &Roots, wait: Duration) -> Result<Option<Held>, RecordErro
 /// Add `name` to the record (`hibernate-all`, once it is hibernated),
 /// under the record's lock.
 pub fn add(roots: &Roots, name: &VmName) -> Result<(), RecordError> {
-    let _held = lock(roots)?;
+    add_within(roots, name, LOCK_WAIT)
+}
+
+/// [`add`], waiting for the lock's holder at most `wait` (zero: one try).
+pub fn add_within(roots: &Roots, name: &VmName, wait: Duration) -> Result<(), RecordError> {
+    let _held = lock_within(roots, wait)?;
     let mut record = AtShutdown::read(roots)?;
     if !record.vms.contains(name) {
         record.vms.push(name.clone());

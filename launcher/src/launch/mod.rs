@@ -22,6 +22,7 @@ pub mod guest_output;
 pub mod helpers;
 pub mod interfaces;
 pub mod landlock;
+mod lock_order;
 pub mod machine;
 pub mod macvtap;
 pub mod netns;
@@ -57,7 +58,7 @@ use crate::config::paths::{
     Roots, API_SOCKET, CH_API_LOCK, CONTROL_DIR, CREDENTIALS_DIR, FIRECRACKER_CONFIG,
     LAUNCHED_SPEC_FILE, LEASE_FILE, QMP_SOCKET,
 };
-use crate::config::spec::{HypervisorKind, ShareSpec, Spec};
+use crate::config::spec::{HypervisorKind, Spec};
 use crate::devices;
 use crate::host::cgroup;
 use crate::host::dirs::{self, Dir, Loose, Want};
@@ -66,7 +67,7 @@ use crate::host::sys::SysContext;
 use crate::host::trust::{self, Policy};
 use crate::hypervisor::{self, Layout};
 use crate::identity::principal::{self, Principal};
-use crate::identity::{ranges, registry};
+use crate::identity::registry;
 use crate::instance::creds_floor;
 use crate::instance::intent::{self, Intent, IntentPrincipal};
 use crate::instance::lease::{self, Lease, LeaseState};
@@ -296,18 +297,24 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
             verdict,
         });
     }
-    // The host-wide device claim (devices::claim), held until the
-    // `devices` step has made them the principal's: under it the devices
-    // are checked free again, so of two launches racing for one device
-    // the second is refused here, before its intent record names it.
-    let device_claim = devices::claim::claim(devices::claim::lock_dir(), &devices)?;
     // The decision again if another instance ran since (restore::again).
     // A cold boot over a snapshot that no longer matches: it goes stale
     // now (restore::discard), under the lease, before anything is made.
+    // Before the host-wide locks: the discard takes the at-shutdown
+    // record's lock (waited on up to 30 s), never under the device claim,
+    // and a refusal here leaves no id range behind.
     let decision = restore::again(decision, &spec, &spec_bytes, roots, &principal)?;
     if decision.stale && opts.probe.is_none() {
         restore::discard(roots, &spec.name)?;
     }
+    // A share the guest owns: the VM's own id range, recorded under the
+    // host-wide ranges lock. Then the host-wide device claim
+    // (devices::claim), held until the `devices` step has made them the
+    // principal's: under it the devices are checked free again, so of two
+    // launches racing for one device the second is refused here, before
+    // its intent record names it. In this order, never the ranges lock
+    // waited on under the claim (launch::lock_order).
+    let (ids, device_claim) = lock_order::take(roots, &spec, &principal, &devices)?;
     let restore = decision.restore;
     steps.after("lease-taken");
 
@@ -361,22 +368,6 @@ fn run(opts: &Options, steps: &mut Steps) -> Result<Infallible> {
         &dirs::root_want("--state-root"),
     )?;
     registry::register(&state_root, &spec.name, &principal)?;
-    // A share the guest owns: the VM's own id range, recorded before
-    // anything can carry its ids (its virtiofsd maps the guest's ids to it).
-    let ids = if spec.shares.iter().any(ShareSpec::guest_owned) {
-        let owned: Vec<_> = spec
-            .shares
-            .iter()
-            .filter(|sh| sh.guest_owned())
-            .map(|sh| sh.source.clone())
-            .collect();
-        Some(
-            ranges::allocate(roots, &spec.name, &principal, &owned)
-                .map_err(registry::RegistryError::from)?,
-        )
-    } else {
-        None
-    };
     let (state_dir, _) = dirs::ensure(&state_root, spec.name.as_str(), &vm_want(0o700))?;
     steps.after("state-dir");
     let made = share_sources::make(&to_make, &principal, &state_dir)?;

@@ -182,7 +182,14 @@ pub fn plan(roots: &Roots, name: &VmName, keep_identity: bool) -> Result<Plan> {
             verdict,
         });
     }
-    let state_dir = dirs::open_dir(&roots.state_dir(name))?;
+    let state_dir = match dirs::open_dir(&roots.state_dir(name)) {
+        Ok(d) => d,
+        Err(e) if e.is_not_found() => match registry::range_of(roots, name)? {
+            Some(range) => return Ok(plan_without_state_dir(roots, name, keep_identity, range)),
+            None => return Err(e.into()),
+        },
+        Err(e) => return Err(e.into()),
+    };
     let (kop, spec_uid) = spec_keep_and_uid(roots, name);
     let keep = keep_set(keep_identity, &kop);
     let delete = plan_entries(&state_dir, &keep)?;
@@ -227,6 +234,50 @@ pub fn plan(roots: &Roots, name: &VmName, keep_identity: bool) -> Result<Plan> {
         range_problem,
         share_sources,
     })
+}
+
+/// The plan for VM `name` with no state dir (nor, maybe, a state root)
+/// but an active id range `range`: a launch killed, or refused, after it
+/// took the range at `lease-taken` (before the intent record,
+/// `launch::lock_order`) and before it made the state dir. Nothing to
+/// delete; the range is retired as any (`ranges::retire`: recyclable when
+/// its shares lay in the state dir), and a registration with it if the
+/// launch got that far.
+fn plan_without_state_dir(
+    roots: &Roots,
+    name: &VmName,
+    keep_identity: bool,
+    range: IdRange,
+) -> Plan {
+    let registered = registry::all(roots).ok().and_then(|b| {
+        b.records
+            .into_iter()
+            .find(|r| &r.vm == name && r.state == registry::State::Active)
+            .map(|r| r.uid)
+    });
+    let spec = effective_spec_of(roots, name).map(|(s, _)| s);
+    let spec_uid = spec.as_ref().and_then(|s| principal::uid_of(s).ok());
+    let outside = spec
+        .map(|s| {
+            s.shares
+                .iter()
+                .filter(|sh| sh.guest_owned())
+                .map(|sh| sh.source.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    Plan {
+        state_dir: roots.state_dir(name),
+        keep: keep_set(keep_identity, &[]),
+        delete: Vec::new(),
+        // Re-checked for liveness under the lease all the same.
+        principal_uid: spec_uid.or(registered),
+        retire_uid: registered.filter(|_| !keep_identity),
+        retire_range: (!keep_identity).then_some(range),
+        outside,
+        range_problem: None,
+        share_sources: Vec::new(),
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -307,9 +358,10 @@ pub fn execute(roots: &Roots, name: &VmName, plan: Plan) -> Result<Report> {
     // Verify: enumerate again. Whatever is still there and not kept is a
     // failure, whatever the deletions reported; the principal is retired
     // only when nothing is left.
-    let left = dirs::open_dir(&plan.state_dir)
+    // No state dir (`plan_without_state_dir`, or none left): nothing left.
+    let left = dirs::open_dir_if_exists(&plan.state_dir)
         .map_err(PurgeError::from)
-        .and_then(|d| plan_entries(&d, &plan.keep));
+        .and_then(|d| d.map_or(Ok(Vec::new()), |d| plan_entries(&d, &plan.keep)));
     match left {
         Ok(left) => {
             for p in left {

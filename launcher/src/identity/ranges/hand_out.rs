@@ -61,7 +61,7 @@ fn open_host_locked() -> Result<(Dir, nix::fcntl::Flock<std::os::fd::OwnedFd>), 
 
 /// [`open_host_locked`] of the directory `path`, waiting at most `wait`
 /// (tests: another directory, a shorter wait).
-pub(super) fn open_locked_at(
+pub(crate) fn open_locked_at(
     path: &Path,
     wait: std::time::Duration,
 ) -> Result<(Dir, nix::fcntl::Flock<std::os::fd::OwnedFd>), RangeError> {

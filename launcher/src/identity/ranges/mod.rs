@@ -46,6 +46,8 @@ mod hand_out;
 mod tests;
 
 pub use book::{BadRecord, Book};
+#[cfg(test)]
+pub(crate) use hand_out::open_locked_at;
 pub use hand_out::{allocate, book, check_again, first_index, range_of, retire};
 
 /// Whether a record (a principal's, a range's) is in use or a tombstone.

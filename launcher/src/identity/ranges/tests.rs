@@ -190,7 +190,7 @@ fn an_account_or_subordinate_range_in_a_range_takes_it() {
 
 /// The host-wide lock (the directory itself) in `t`, waited on briefly.
 fn lock_at(dir: &Path) -> Result<(), RangeError> {
-    hand_out::open_locked_at(dir, std::time::Duration::from_millis(300)).map(drop)
+    open_locked_at(dir, std::time::Duration::from_millis(300)).map(drop)
 }
 
 #[test]

@@ -18,12 +18,14 @@
 //! mountinfo id when the scan has them. Anything else is kept and reported.
 
 use std::ffi::CString;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::wait::WaitStatus;
+use nix::unistd::Pid;
 
 use crate::host::mountinfo::Mount;
 use crate::host::ns_mounts;
@@ -34,6 +36,19 @@ const EXIT_SETNS: i32 = 1;
 const EXIT_UMOUNT: i32 = 2;
 const EXIT_NOT_THE_MOUNT: i32 = 3;
 const EXIT_CANNOT_STATE: i32 = 4;
+
+/// How long reap waits for the child that checks and unmounts one mount.
+/// Its system calls look the path up in another namespace, where a file
+/// system that never answers (a hung FUSE daemon, an unreachable network
+/// file system) would hold it forever; past this it is killed and the
+/// mount reported (the other mounts go on). Ten seconds: a lookup on a
+/// healthy host takes microseconds, a slow one under load milliseconds.
+pub(crate) const UNMOUNT_WAIT: Duration = Duration::from_secs(10);
+
+/// How long reap waits, after `SIGKILL`, for the child to end: a child in
+/// an uninterruptible sleep (`D`, not `TASK_KILLABLE`) cannot end until
+/// the sleep does, so it is left (see [`NsUnmountError::TimedOut`]).
+const KILL_GRACE: Duration = Duration::from_secs(1);
 
 /// Why a credential tmpfs in another namespace was not unmounted.
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +128,34 @@ pub enum NsUnmountError {
         #[source]
         errno: Errno,
     },
+    /// The child did not end within `wait` ([`UNMOUNT_WAIT`]): a lookup
+    /// in the path never answered. It was sent `SIGKILL`; a process with
+    /// `SIGKILL` pending makes no further system call, so, unless it was
+    /// inside `umount2` itself, nothing was unmounted. `reaped` false: it
+    /// had not ended [`KILL_GRACE`] later (an uninterruptible sleep); it is
+    /// left to end when the sleep does, and init (or the service
+    /// manager, a subreaper) reaps it once reap has exited.
+    #[error("{target} in mount namespace {ns} (pid {pid}): the child checking and unmounting it did not end within {wait:?} (a lookup in the path that never answers: a hung FUSE or network file system?); sent SIGKILL to it (pid {child}), {}; not unmounted unless it hung in umount2 itself (run reap again to see)", if *reaped { "and it ended" } else { "but it has not ended (an uninterruptible sleep): it is left to end when the sleep does, making no further system call" })]
+    TimedOut {
+        target: PathBuf,
+        pid: u32,
+        ns: String,
+        /// The child's pid.
+        child: i32,
+        wait: Duration,
+        reaped: bool,
+    },
+    /// The wait for the child could not be bounded (no pidfd): it was
+    /// killed rather than waited for without bound.
+    #[error("{target} in mount namespace {ns} (pid {pid}): cannot bound the wait for the child unmounting it (pidfd_open of pid {child}: {errno}); sent SIGKILL to it: it may or may not have unmounted it (run reap again to see)")]
+    Unbounded {
+        target: PathBuf,
+        pid: u32,
+        ns: String,
+        child: i32,
+        #[source]
+        errno: Errno,
+    },
     /// The child ended otherwise than with one of its exit codes.
     #[error("the child unmounting {target} in mount namespace {ns} (pid {pid}) ended with {status:?}; it may or may not have unmounted it")]
     Unmount {
@@ -129,12 +172,14 @@ pub enum NsUnmountError {
 /// namespace `pid` is in now is `ns`, and the mount at `m.mount_point`
 /// there is still `m`.
 ///
-/// No pidfd: the check is on the namespace's open file, which pins the
+/// The wait for the child is bounded ([`UNMOUNT_WAIT`]; past it,
+/// [`NsUnmountError::TimedOut`]).
+///
+/// No pidfd of `pid`: the check is on the namespace's open file, which pins the
 /// namespace whatever the pid names later, and it is that file the child
 /// enters. A pidfd would tell only that the process behind the pid did not
 /// change after it was opened, not that it is the scan's.
 pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmountError> {
-    use nix::sys::wait::waitpid;
     use nix::unistd::{fork, ForkResult};
     #[cfg(test)]
     tests::MEANWHILE.with(|f| f.borrow().as_ref().map(|f| f(m)));
@@ -288,7 +333,34 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
                 b.parent_runs();
             }
             drop(err_w);
-            let status = waitpid(child, None);
+            #[cfg(test)]
+            let wait = tests::WAIT
+                .with(std::cell::Cell::get)
+                .unwrap_or(UNMOUNT_WAIT);
+            #[cfg(not(test))]
+            let wait = UNMOUNT_WAIT;
+            let status = match wait_bounded(child, wait) {
+                Waited::Ended(status) => status,
+                Waited::Killed { reaped } => {
+                    return Err(NsUnmountError::TimedOut {
+                        target,
+                        pid,
+                        ns,
+                        child: child.as_raw(),
+                        wait,
+                        reaped,
+                    })
+                }
+                Waited::NoPidfd(errno) => {
+                    return Err(NsUnmountError::Unbounded {
+                        target,
+                        pid,
+                        ns,
+                        child: child.as_raw(),
+                        errno,
+                    })
+                }
+            };
             let mut word = [0u8; 4];
             let errno = match nix::unistd::read(&err_r, &mut word) {
                 Ok(4) => Errno::from_raw(i32::from_ne_bytes(word)),
@@ -339,6 +411,102 @@ pub(crate) fn in_namespace(pid: u32, ns: &str, m: &Mount) -> Result<(), NsUnmoun
             }
         }
         Err(e) => Err(NsUnmountError::Fork(e)),
+    }
+}
+
+/// How [`wait_bounded`] ended.
+enum Waited {
+    /// The child ended (reaped): its status.
+    Ended(Result<WaitStatus, Errno>),
+    /// It did not end in time and was sent `SIGKILL`; `reaped`: it ended
+    /// within [`KILL_GRACE`] and was reaped.
+    Killed { reaped: bool },
+    /// No pidfd to bound the wait with: sent `SIGKILL`, not waited for.
+    NoPidfd(Errno),
+}
+
+/// Wait for `child` (a child of this process, not reaped yet, so its pid
+/// names it alone) to end, at most `wait`: poll on its pidfd (readable
+/// once it has ended), then reap it; past `wait`, `SIGKILL` and at most
+/// [`KILL_GRACE`] more. Never waits without bound.
+fn wait_bounded(child: Pid, wait: Duration) -> Waited {
+    use nix::sys::wait::{waitpid, WaitPidFlag};
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1;
+    // no memory is passed.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, child.as_raw(), 0) };
+    let Ok(fd) = std::os::fd::RawFd::try_from(rc) else {
+        return Waited::NoPidfd(Errno::EOVERFLOW);
+    };
+    if fd < 0 {
+        let e = Errno::last();
+        // Killed rather than waited for without bound; its zombie is
+        // reaped by init once reap has exited.
+        let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
+        return Waited::NoPidfd(e);
+    }
+    // SAFETY: `fd` was just returned by pidfd_open and nothing else owns it.
+    let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let reap = || match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+        // Not ended after all (cannot be: the pidfd was readable).
+        Ok(WaitStatus::StillAlive) => None,
+        status => Some(status),
+    };
+    if ended_within(&pidfd, wait) {
+        if let Some(status) = reap() {
+            return Waited::Ended(status);
+        }
+    }
+    #[cfg(test)]
+    tests::AT_TIMEOUT.with(|h| h.borrow().as_ref().map(|f| f(child)));
+    // SAFETY: pidfd_send_signal takes the pidfd, a signal, a null siginfo
+    // and flags 0; no memory is passed.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if rc != 0 {
+        // Still a child of ours, not reaped: the pid is its own.
+        let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
+    }
+    let status = if ended_within(&pidfd, KILL_GRACE) {
+        reap()
+    } else {
+        None
+    };
+    match status {
+        // It ended on its own between the bound and the kill (`SIGKILL`
+        // cannot be caught, so an exit is the child's own): what it did is
+        // what its status says (it may have unmounted the tmpfs).
+        Some(s @ Ok(WaitStatus::Exited(..))) => Waited::Ended(s),
+        s => Waited::Killed {
+            reaped: s.is_some(),
+        },
+    }
+}
+
+/// Did the process behind `pidfd` end within `wait` (the pidfd polls
+/// readable)? An interrupted poll goes on with the time left.
+fn ended_within(pidfd: &std::os::fd::OwnedFd, wait: Duration) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let end = Instant::now() + wait;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let ms = u16::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(n) if n > 0 => return true,
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => return false,
+        }
+        if Instant::now() >= end {
+            return false;
+        }
     }
 }
 

@@ -16,10 +16,20 @@ use crate::instance::lease::Lease;
 /// A test's hooks.
 type MountHook = RefCell<Option<Box<dyn Fn(&Mount)>>>;
 type Hook = RefCell<Option<Box<dyn Fn()>>>;
+type PidHook = RefCell<Option<Box<dyn Fn(Pid)>>>;
 
 thread_local! {
     /// What happens at the start of each unmount (a test's race).
     pub(super) static MEANWHILE: MountHook = const { RefCell::new(None) };
+    /// The bound on the wait for the child, in place of [`UNMOUNT_WAIT`].
+    pub(super) static WAIT: Cell<Option<Duration>> = const { Cell::new(None) };
+    /// What happens once the wait has passed its bound, before the kill
+    /// (given the child's pid).
+    pub(super) static AT_TIMEOUT: PidHook = const { RefCell::new(None) };
+    /// [`Between`] lets the child go only at [`AT_TIMEOUT`] (the write end
+    /// of its pipe kept here), not before the wait.
+    static LATE_GO: RefCell<Option<OwnedFd>> = const { RefCell::new(None) };
+    static LET_GO_LATE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The credential tmpfs source these tests mount (a name no VM of
@@ -88,6 +98,40 @@ impl Holder {
             .output()
             .expect("nsenter");
         assert!(o.status.success(), "nsenter {args:?}: {o:?}");
+    }
+}
+
+impl Holder {
+    /// A holder with a tmpfs of `source` at `hang` (`DIR/VM/credentials`),
+    /// then, in its namespace, a FUSE file system over `DIR/VM` whose
+    /// `/dev/fuse` fd it holds and never reads: every lookup in it waits
+    /// (killable) for an answer that never comes (no daemon at all). And,
+    /// with `also`, a tmpfs of that source at that path, with no FUSE.
+    fn with_hung_fuse(source: &str, hang: &Path, also: Option<(&str, &Path)>) -> Holder {
+        let dir = hang.parent().expect("DIR/VM");
+        let also = also.map_or(String::new(), |(source, at)| {
+            format!("mount -t tmpfs -o size=4k {source} '{}' && ", at.display())
+        });
+        let mut c = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                "mount -t tmpfs -o size=4k {source} '{hang}' && {also}\
+                 exec 3<>/dev/fuse \
+                 && mount -i -t fuse -o fd=3,rootmode=40000,user_id=0,group_id=0 vmw-hang '{dir}' \
+                 && echo MOUNTED && exec sleep 600",
+                hang = hang.display(),
+                dir = dir.display(),
+            ))
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("unshare");
+        let mut line = String::new();
+        std::io::BufReader::new(c.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read the holder's word");
+        let h = Holder(c);
+        assert_eq!(line.trim(), "MOUNTED", "the holder did not mount the FUSE");
+        h
     }
 }
 
@@ -475,6 +519,10 @@ impl Between {
         if nix::unistd::read(&ready.0, &mut byte) == Ok(1) {
             hook();
         }
+        if LET_GO_LATE.with(Cell::get) {
+            LATE_GO.with(|g| *g.borrow_mut() = Some(go.1));
+            return;
+        }
         nix::unistd::write(&go.1, &byte).expect("let the child go");
     }
 }
@@ -513,4 +561,162 @@ fn a_symlink_swapped_into_the_path_after_the_check_is_not_followed() {
     );
     r.expect("the tmpfs checked");
     assert!(a.sources_at(&old.join("credentials")).is_empty());
+}
+
+/// Has the process `pid` gone (no `/proc/PID`: not even a zombie)?
+fn gone(pid: i32) -> bool {
+    !Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The scan found web's tmpfs in A's namespace; there, a FUSE file
+/// system with no daemon (its fd held, never read) lies over the path's
+/// directory, so the child's lookup never answers. The wait is bounded:
+/// the typed timeout names the path, the pid, the namespace and the wait,
+/// the child is killed and reaped (no process of reap's is left), and the
+/// tmpfs is kept.
+#[test]
+fn a_lookup_that_never_answers_times_out_and_the_child_is_killed() {
+    let place = Place::new("hang");
+    let a = Holder::with_hung_fuse(CREDS, &place.at, None);
+    let (ns, m) = a.scan(&place.at);
+    let wait = Duration::from_millis(300);
+    WAIT.with(|w| w.set(Some(wait)));
+    let r = in_namespace(a.pid(), &ns, &m);
+    WAIT.with(|w| w.set(None));
+    let e = r.expect_err("the child's lookup in the hung FUSE answered?");
+    let NsUnmountError::TimedOut {
+        target,
+        pid,
+        ns: n,
+        child,
+        wait: waited,
+        reaped,
+    } = &e
+    else {
+        panic!("not the timed-out error: {e:?}");
+    };
+    assert_eq!(
+        (target, *pid, n, *waited),
+        (&place.at, a.pid(), &ns, wait),
+        "{e}"
+    );
+    assert!(*reaped, "the killed child did not end (killable wait): {e}");
+    assert!(gone(*child), "the child {child} is left: {e}");
+    let text = e.to_string();
+    for word in [
+        place.at.to_str().unwrap_or_default(),
+        &a.pid().to_string(),
+        &ns,
+        "300ms",
+        "did not end within",
+    ] {
+        assert!(text.contains(word), "{word:?} not in {text:?}");
+    }
+    assert_eq!(
+        a.sources_at(&place.at),
+        [CREDS],
+        "the tmpfs under the hung FUSE was unmounted"
+    );
+}
+
+/// `reap --apply` with two stray tmpfs in one namespace, the first's path
+/// under a FUSE that never answers: it reports the first failed (timed
+/// out) and unmounts the second; no child of reap's is left.
+#[test]
+fn reap_apply_reports_a_hung_unmount_and_goes_on_with_the_rest() {
+    let place = Place::new("hangreap");
+    let web = place.dir.join("rprweb/credentials");
+    std::fs::create_dir_all(&web).expect("mkdir web");
+    // `place.at` is under rprweb: the hung one is rprhang's.
+    let hang = place.dir.join("rprhang/credentials");
+    std::fs::create_dir_all(&hang).expect("mkdir hang");
+    let a = Holder::with_hung_fuse("vmwarden-creds:rprhang", &hang, Some((CREDS, &web)));
+    let roots = Roots {
+        config_dir: place.dir.join("config"),
+        runtime_root: place.dir.clone(),
+        state_root: place.dir.join("state"),
+    };
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let s = seen.clone();
+    MEANWHILE.with(|f| {
+        *f.borrow_mut() = Some(Box::new(move |m: &Mount| {
+            s.borrow_mut().push(m.mount_point.clone());
+        }));
+    });
+    WAIT.with(|w| w.set(Some(Duration::from_millis(300))));
+    let mut r = super::super::Report {
+        apply: true,
+        ..Default::default()
+    };
+    let names = ["rprweb", "rprhang"].map(|n| VmName::parse(n).expect("name"));
+    super::super::reap_credential_mounts(&roots, &names.into(), &mut r);
+    WAIT.with(|w| w.set(None));
+    MEANWHILE.with(|f| f.borrow_mut().take());
+    assert_eq!(
+        *seen.borrow(),
+        [hang.clone(), web.clone()],
+        "not both mounts, the hung one first"
+    );
+    assert_eq!(r.deleted, std::slice::from_ref(&web), "{:?}", r.failed);
+    assert_eq!(r.failed.len(), 1, "{:?}", r.failed);
+    assert_eq!(r.failed[0].path, hang);
+    assert!(
+        r.failed[0].reason.contains("did not end within 300ms"),
+        "{}",
+        r.failed[0].reason
+    );
+    assert!(a.sources_at(&web).is_empty());
+    assert_eq!(a.sources_at(&hang), ["vmwarden-creds:rprhang"]);
+    let child: i32 = r.failed[0]
+        .reason
+        .split_once("SIGKILL to it (pid ")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no child pid in {:?}", r.failed[0].reason));
+    assert!(gone(child), "reap's child {child} is left");
+}
+
+/// The child, its check passed, ends on its own (it unmounted the tmpfs)
+/// after the wait passed its bound and before the parent's `SIGKILL`
+/// reaches it (the kill then finds a zombie): its own exit status is
+/// what happened, so the tmpfs is reported unmounted, not timed out (the
+/// status was thrown away: `did not end within`, "not unmounted", for a
+/// mount that was gone). Here the child is held before its `umount2`
+/// (real pipes) and let go, then waited for (`waitid` with `WNOWAIT`: not
+/// reaped), at the bound.
+#[test]
+fn a_child_that_ends_on_its_own_at_the_bound_is_reported_by_its_status() {
+    let place = Place::new("late");
+    let a = Holder::new(CREDS, &place.at);
+    let (ns, m) = a.scan(&place.at);
+    let at_bound = Rc::new(Cell::new(false));
+    let seen = at_bound.clone();
+    BETWEEN.with(|b| *b.borrow_mut() = Some(Box::new(|| {})));
+    LET_GO_LATE.with(|l| l.set(true));
+    AT_TIMEOUT.with(|h| {
+        *h.borrow_mut() = Some(Box::new(move |child: Pid| {
+            let go = LATE_GO
+                .with(|g| g.borrow_mut().take())
+                .expect("the child held before its umount2");
+            nix::unistd::write(&go, &[0u8]).expect("let the child go");
+            nix::sys::wait::waitid(
+                nix::sys::wait::Id::Pid(child),
+                nix::sys::wait::WaitPidFlag::WEXITED | nix::sys::wait::WaitPidFlag::WNOWAIT,
+            )
+            .expect("wait for the child to end, not reaping it");
+            seen.set(true);
+        }));
+    });
+    WAIT.with(|w| w.set(Some(Duration::ZERO)));
+    let r = in_namespace(a.pid(), &ns, &m);
+    WAIT.with(|w| w.set(None));
+    AT_TIMEOUT.with(|h| h.borrow_mut().take());
+    LET_GO_LATE.with(|l| l.set(false));
+    BETWEEN.with(|b| b.borrow_mut().take());
+    assert!(at_bound.get(), "the wait did not reach its bound: {r:?}");
+    assert!(
+        a.sources_at(&place.at).is_empty(),
+        "the child did not unmount it: {r:?}"
+    );
+    r.unwrap_or_else(|e| panic!("the child unmounted it, but it was reported: {e}"));
 }
