@@ -380,3 +380,60 @@ fn completions_load_in_bash_zsh_and_fish_and_complete() {
         .collect();
     assert_eq!(got, ["start-hibernated", "status", "stop"], "{}", text(&o));
 }
+
+/// A start by hand may pass SIGCHLD ignored and signals blocked: both
+/// survive `execve`. With SIGCHLD ignored the kernel reaps the launch's
+/// children itself, so its wait for the probe read no status; a blocked
+/// SIGTERM would reach the hypervisor. The binaries reset both first
+/// (`host::signals`): the probe, standing where the hypervisor would,
+/// inherits neither, and its launch ends with its status.
+#[test]
+fn an_inherited_ignored_sigchld_and_blocked_signals_are_reset() {
+    use nix::sys::signal::{signal, sigprocmask, SigHandler, SigSet, SigmaskHow, Signal};
+    use std::os::unix::process::CommandExt;
+    let env = Env::new();
+    env.write_spec("sig", &env.spec("sig", uid(131)));
+    let mut c = env.launch_cmd("sig");
+    c.args([
+        "--probe",
+        "--",
+        "/bin/grep",
+        "-E",
+        "^Sig(Blk|Ign):",
+        "/proc/self/status",
+    ]);
+    let hand_start = || {
+        // SAFETY: SIG_IGN installs no handler.
+        unsafe { signal(Signal::SIGCHLD, SigHandler::SigIgn) }?;
+        let mut set = SigSet::empty();
+        set.add(Signal::SIGTERM);
+        set.add(Signal::SIGINT);
+        sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), None)?;
+        Ok(())
+    };
+    // SAFETY: between fork and exec the child calls only sigaction and
+    // sigprocmask (`hand_start`), which are async-signal-safe.
+    unsafe { c.pre_exec(hand_start) };
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "the probe's launch: {}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let field = |k: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or_else(|| panic!("no {k} in the probe's status: {}", text(&o)))
+    };
+    assert_eq!(
+        field("SigBlk:"),
+        0,
+        "the probe inherited blocked signals: {out}"
+    );
+    let chld = 1u64 << (Signal::SIGCHLD as u32 - 1);
+    assert_eq!(
+        field("SigIgn:") & chld,
+        0,
+        "the probe inherited SIGCHLD ignored: {out}"
+    );
+    let (c, v) = env.cleanup("sig");
+    assert!(c.status.success() && v["clean"] == true, "{}", text(&c));
+}

@@ -14,6 +14,12 @@ mod cli;
 mod common;
 
 fn main() -> ExitCode {
+    // SIGCHLD not ignored, nothing blocked, whatever started it
+    // (host::signals): its waits for its own children read their status.
+    if let Err(e) = vmwarden::host::signals::inherited_to_default() {
+        vmwarden::report_error("vmwarden-cleanup", &e);
+        return ExitCode::FAILURE;
+    }
     let args: cli::CleanupArgs = match common::parse_args() {
         Ok(a) => a,
         Err(e) => {

@@ -28,6 +28,11 @@ fn main() -> ExitCode {
     if let Err(e) = launch::sandbox::close_inherited_fds() {
         return fail(LaunchError::at(STEPS[0], e));
     }
+    // Then the signal state it inherited: SIGCHLD not ignored, nothing
+    // blocked (what the hypervisor inherits at its execve).
+    if let Err(e) = vmwarden::host::signals::inherited_to_default() {
+        return fail(LaunchError::at(STEPS[0], e));
+    }
     profile::mark("fds-closed");
     let credentials_directory = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
     let fault_after = std::env::var("VMWARDEN_FAULT_AFTER").ok();

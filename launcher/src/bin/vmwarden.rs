@@ -536,6 +536,12 @@ fn generate(out: &Path) -> Result<ExitCode, Error> {
 }
 
 fn main() -> ExitCode {
+    // SIGCHLD not ignored, nothing blocked, whatever started it
+    // (host::signals): its waits for its own children read their status.
+    if let Err(e) = vmwarden::host::signals::inherited_to_default() {
+        vmwarden::report_error("vmwarden", &e);
+        return ExitCode::FAILURE;
+    }
     let cli: Cli = match cli::common::parse_args() {
         Ok(c) => c,
         Err(e) => {

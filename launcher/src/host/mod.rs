@@ -14,6 +14,7 @@ pub mod ns_mounts;
 pub mod ownership;
 pub mod peer;
 pub mod procs;
+pub mod signals;
 pub mod statmount_abi;
 pub mod sys;
 pub mod trust;

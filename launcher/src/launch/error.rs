@@ -15,6 +15,7 @@ use crate::devices::DeviceError;
 use crate::host::dirs::DirError;
 use crate::host::machined::MachinedError;
 use crate::host::net::NetError;
+use crate::host::signals::SignalsError;
 use crate::host::sys::{IoError, SysError};
 use crate::identity::principal::PrincipalError;
 use crate::identity::registry::RegistryError;
@@ -101,6 +102,10 @@ pub enum StepError {
     },
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    /// The signal state the launcher inherited could not be reset
+    /// (`host::signals`).
+    #[error(transparent)]
+    Signals(#[from] SignalsError),
     #[error(transparent)]
     Landlock(#[from] LandlockError),
     #[error(transparent)]
@@ -206,6 +211,7 @@ impl StepError {
             | StepError::NoLongerABridge { .. }
             | StepError::Landlock(_)
             | StepError::Seccomp(_)
+            | StepError::Signals(_)
             | StepError::Helper(_)
             | StepError::ShareSource(_)
             | StepError::HypervisorProbe { .. }
