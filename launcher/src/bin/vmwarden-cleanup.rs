@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use vmwarden::config::rawpath::show;
 use vmwarden::config::text::{self, escape};
 use vmwarden::host::dirs;
+use vmwarden::host::signals;
 use vmwarden::teardown::cleanup::{cleanup, ServiceResult};
 
 #[path = "cli/cleanup.rs"]
@@ -16,7 +17,7 @@ mod common;
 fn main() -> ExitCode {
     // SIGCHLD not ignored, nothing blocked, whatever started it
     // (host::signals): its waits for its own children read their status.
-    if let Err(e) = vmwarden::host::signals::inherited_to_default() {
+    if let Err(e) = signals::inherited_to_default() {
         vmwarden::report_error("vmwarden-cleanup", &e);
         return ExitCode::FAILURE;
     }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use vmwarden::devices::claim;
 use vmwarden::host::cgroup::Invocation;
+use vmwarden::host::signals;
 use vmwarden::identity::ranges;
 use vmwarden::launch::{self, LaunchError, Options, StepError, STEPS};
 use vmwarden::profile;
@@ -30,7 +31,7 @@ fn main() -> ExitCode {
     }
     // Then the signal state it inherited: SIGCHLD not ignored, nothing
     // blocked (what the hypervisor inherits at its execve).
-    if let Err(e) = vmwarden::host::signals::inherited_to_default() {
+    if let Err(e) = signals::inherited_to_default() {
         return fail(LaunchError::at(STEPS[0], e));
     }
     profile::mark("fds-closed");

@@ -9,6 +9,7 @@ use std::time::Duration;
 use vmwarden::config::rawpath::show;
 use vmwarden::config::text::{self, escape};
 use vmwarden::host::dirs;
+use vmwarden::host::signals;
 use vmwarden::teardown::{adopt, purge, reap, verify};
 use vmwarden::unit;
 use vmwarden::{control, Error};
@@ -538,7 +539,7 @@ fn generate(out: &Path) -> Result<ExitCode, Error> {
 fn main() -> ExitCode {
     // SIGCHLD not ignored, nothing blocked, whatever started it
     // (host::signals): its waits for its own children read their status.
-    if let Err(e) = vmwarden::host::signals::inherited_to_default() {
+    if let Err(e) = signals::inherited_to_default() {
         vmwarden::report_error("vmwarden", &e);
         return ExitCode::FAILURE;
     }
