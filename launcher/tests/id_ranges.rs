@@ -737,22 +737,30 @@ fn a_range_taken_by_a_launch_killed_before_its_state_dir_is_retired_by_purge() {
         !env.state.join("ks").exists(),
         "the killed launch made the state dir"
     );
-    if let Some((base, _)) = id_range_in(&env, "ks") {
-        let (ok, said) = purge_on_pty(&env, &["ks"], "DELETE-EVERYTHING");
-        assert!(
-            ok,
-            "purge of the VM whose killed launch left range {base} refused: {said}"
-        );
-        assert_eq!(
-            id_range_in(&env, "ks"),
-            None,
-            "purge left range {base} active: {said}"
-        );
-        let tomb: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(env.ranges.join(format!("range-{base}.json"))).unwrap(),
-        )
-        .unwrap();
-        assert_eq!(tomb["state"], "retired", "{tomb}");
-    }
+    // The range is taken at lease-taken (launch::lock_order), so the
+    // killed launch left one.
+    let (base, _) = id_range_in(&env, "ks").expect("no range after lease-taken");
+    // status says what purge would do: retire it, not refuse.
+    let st = env.vmwarden(&["status", "--all", "--json", "ks"]);
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout)
+        .unwrap_or_else(|e| panic!("status printed no JSON ({e}): {}", text(&st)));
+    let purge = &v[0]["leftovers"]["purge"];
+    assert_eq!(purge["refused"], serde_json::Value::Null, "{v}");
+    assert_eq!(purge["retire_range"]["base"], json!(base), "{v}");
+    let (ok, said) = purge_on_pty(&env, &["ks"], "DELETE-EVERYTHING");
+    assert!(
+        ok,
+        "purge of the VM whose killed launch left range {base} refused: {said}"
+    );
+    assert_eq!(
+        id_range_in(&env, "ks"),
+        None,
+        "purge left range {base} active: {said}"
+    );
+    let tomb: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(env.ranges.join(format!("range-{base}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(tomb["state"], "retired", "{tomb}");
     env.cleanup_clean("ks");
 }

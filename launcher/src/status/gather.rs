@@ -289,21 +289,15 @@ fn leftovers(roots: &Roots, name: &VmName, reaped: &reap::Report) -> Leftovers {
             path: d.path.clone(),
         });
     let command = format!("vmwarden purge {name}");
+    // A VM with no state dir may still hold an id range (a launch refused
+    // or killed between `lease-taken` and `state-dir`): purge's own plan
+    // says what it would retire; only without one is there nothing to do.
     let purge = match (&state_dir, purge::plan(roots, name, false)) {
-        (None, _) => PurgeInfo {
-            command,
-            delete: Vec::new(),
-            retire_uid: None,
-            refused: Some(format!(
-                "there is no state dir {}",
-                show(&roots.state_dir(name))
-            )),
-            share_sources: Vec::new(),
-        },
-        (Some(_), Ok(plan)) => PurgeInfo {
+        (_, Ok(plan)) => PurgeInfo {
             command,
             delete: plan.delete,
             retire_uid: plan.retire_uid,
+            retire_range: plan.retire_range,
             refused: None,
             share_sources: plan
                 .share_sources
@@ -315,10 +309,22 @@ fn leftovers(roots: &Roots, name: &VmName, reaped: &reap::Report) -> Leftovers {
                 })
                 .collect(),
         },
+        (None, Err(_)) => PurgeInfo {
+            command,
+            delete: Vec::new(),
+            retire_uid: None,
+            retire_range: None,
+            refused: Some(format!(
+                "there is no state dir {}",
+                show(&roots.state_dir(name))
+            )),
+            share_sources: Vec::new(),
+        },
         (Some(_), Err(e)) => PurgeInfo {
             command,
             delete: Vec::new(),
             retire_uid: None,
+            retire_range: None,
             refused: Some(e.to_string()),
             share_sources: Vec::new(),
         },

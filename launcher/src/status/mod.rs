@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::rawpath;
 use crate::config::spec::HypervisorKind;
+use crate::identity::ranges::IdRange;
 
 /// The STATE column: the instance's liveness, and `retired` for a VM
 /// with no instance whose principal `purge` retired.
@@ -140,6 +141,10 @@ pub struct PurgeInfo {
     pub delete: Vec<PathBuf>,
     /// The uid it would retire (tombstone), when one is known.
     pub retire_uid: Option<u32>,
+    /// The VM's own id range it would retire (`identity::ranges`), when it
+    /// holds one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retire_range: Option<IdRange>,
     /// Why purge would refuse (the VM might be running, no state dir).
     pub refused: Option<String>,
     /// Share sources outside the state dir and what purge does with each:

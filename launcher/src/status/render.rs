@@ -224,6 +224,13 @@ fn notes_raw(records: &[VmStatus]) -> String {
                     (Some(uid), false) => line.push_str(&format!(" and retire uid {uid}")),
                     (None, _) => {}
                 }
+                if let Some(r) = p.retire_range {
+                    line.push_str(&format!(
+                        "; retire its id range {}..{}",
+                        r.base,
+                        u64::from(r.base) + u64::from(r.count)
+                    ));
+                }
                 out.push_str(&line);
                 out.push('\n');
             }
@@ -379,6 +386,7 @@ cache  running    99     vm-cache   5s      current     running  -
                     "/var/lib/vmwarden/old/identity".into(),
                 ],
                 retire_uid: Some(61005),
+                retire_range: None,
                 refused: None,
                 share_sources: Vec::new(),
             },
@@ -397,6 +405,7 @@ cache  running    99     vm-cache   5s      current     running  -
                 command: "vmwarden purge gone".into(),
                 delete: vec![],
                 retire_uid: None,
+                retire_range: None,
                 refused: Some("/var/lib/vmwarden/gone: open: ENOENT".into()),
                 share_sources: Vec::new(),
             },
@@ -475,6 +484,7 @@ old: not configured; state dir /var/lib/vmwarden/old holds 2 entries; principal 
                 command: "vmwarden purge old".into(),
                 delete: vec![odd],
                 retire_uid: None,
+                retire_range: None,
                 refused: None,
                 share_sources: Vec::new(),
             },
