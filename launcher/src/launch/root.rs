@@ -28,7 +28,7 @@
 //! detached.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -49,8 +49,11 @@ type Result<T, E = SandboxError> = std::result::Result<T, E>;
 /// journald's native socket, which the launcher's log lines go to.
 pub const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 
-/// Symlinks followed while one path is resolved before `ELOOP`.
-const MAX_LINKS: usize = 40;
+mod resolve;
+mod tree;
+
+use resolve::{resolve, HostPaths};
+use tree::Tree;
 
 /// One path the VM's root holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +97,20 @@ pub fn rules(spec: &Spec, helpers: &[Helper], vm_trees: &[PathBuf; 2], creds: &P
 /// built-in one is optional; a spec path is refused by Landlock, naming
 /// its field).
 pub fn plan(rules: &[Rule], own: &[PathBuf], mount_points: &[PathBuf]) -> Plan {
+    let mut host = HostPaths::default();
+    plan_with(rules, own, mount_points, |path, links| {
+        resolve(path, &mut host, links)
+    })
+}
+
+/// [`plan`], each rule's path resolved by `resolve` (the tests compare
+/// [`resolve`] with a reference).
+fn plan_with(
+    rules: &[Rule],
+    own: &[PathBuf],
+    mount_points: &[PathBuf],
+    mut resolve: impl FnMut(&Path, &mut Vec<(PathBuf, PathBuf)>) -> Option<PathBuf>,
+) -> Plan {
     let mut wanted: Vec<Need> = Vec::new();
     let mut links: Vec<(PathBuf, PathBuf)> = Vec::new();
     for r in rules {
@@ -133,53 +150,6 @@ pub fn plan(rules: &[Rule], own: &[PathBuf], mount_points: &[PathBuf]) -> Plan {
         links,
         mount_points: mount_points.to_vec(),
     }
-}
-
-/// Resolve `path` on the host component by component, as the kernel would,
-/// recording every symlink met (its location, with no symlink before it,
-/// and its target); the real path, or `None` when the host lacks it.
-fn resolve(path: &Path, links: &mut Vec<(PathBuf, PathBuf)>) -> Option<PathBuf> {
-    let mut cur = PathBuf::from("/");
-    let mut hops = 0;
-    // Pending components, last first; a symlink's target's go on top.
-    let mut pending: Vec<std::ffi::OsString> = path
-        .components()
-        .rev()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(n.to_os_string()),
-            Component::ParentDir => Some("..".into()),
-            _ => None,
-        })
-        .collect();
-    while let Some(name) = pending.pop() {
-        if name == ".." {
-            cur.pop();
-            continue;
-        }
-        let next = cur.join(&name);
-        let md = std::fs::symlink_metadata(&next).ok()?;
-        if md.file_type().is_symlink() {
-            hops += 1;
-            if hops > MAX_LINKS {
-                return None;
-            }
-            let target = std::fs::read_link(&next).ok()?;
-            links.push((next, target.clone()));
-            if target.is_absolute() {
-                cur = PathBuf::from("/");
-            }
-            for c in target.components().rev() {
-                match c {
-                    Component::Normal(n) => pending.push(n.to_os_string()),
-                    Component::ParentDir => pending.push("..".into()),
-                    _ => {}
-                }
-            }
-        } else {
-            cur = next;
-        }
-    }
-    Some(cur)
 }
 
 /// An `O_PATH` descriptor of journald's socket (close-on-exec), when the
@@ -297,31 +267,19 @@ pub fn enter(
     // principal reached nothing below a made directory (`/nix`, `/usr`).
     let _umask = UmaskGuard::set(Mode::from_bits_truncate(0o022));
     let inside = |p: &Path| at.join(p.strip_prefix("/").unwrap_or(p));
-    let io = |e: std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
+    let mut tree = Tree::open(at)?;
     // `/proc` for the VM's procfs; `/tmp`, empty and read-only, where
     // passt mounts the empty root of its own sandbox.
     let made = ["/proc", "/dev", "/tmp"].map(PathBuf::from);
     for d in made.iter().chain(&plan.mount_points) {
-        std::fs::create_dir_all(inside(d))
-            .map_err(io)
-            .sys("mkdir in the VM's root", inside(d))?;
+        tree.dir(d)?;
     }
     for (n, (fd, kind)) in plan.binds.iter().zip(sources) {
         let target = inside(&n.path);
-        let parent = target.parent().unwrap_or(at);
-        std::fs::create_dir_all(parent)
-            .map_err(io)
-            .sys("mkdir in the VM's root", parent)?;
-        if kind == SFlag::S_IFDIR {
-            std::fs::create_dir(&target).or_else(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => Ok(()),
-                _ => Err(e),
-            })
-        } else {
-            std::fs::File::create(&target).map(drop)
+        if let Some(parent) = n.path.parent() {
+            tree.dir(parent)?;
         }
-        .map_err(io)
-        .sys("make a mount point in the VM's root", &target)?;
+        tree.mount_point(&n.path, kind == SFlag::S_IFDIR)?;
         let source = format!("/proc/self/fd/{}", fd.as_raw_fd());
         sys.mount(
             Some(source.as_str()),
@@ -342,17 +300,10 @@ pub fn enter(
         ));
     }
     for (location, target) in &links {
-        let here = inside(location);
-        if let Some(parent) = here.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(io)
-                .sys("mkdir in the VM's root", parent)?;
+        if let Some(parent) = location.parent() {
+            tree.dir(parent)?;
         }
-        match std::os::unix::fs::symlink(target, &here) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io(e)).sys("symlink in the VM's root", &here)?,
-        }
+        tree.symlink(location, target)?;
     }
     sandbox::remount_read_only(sys, at)?;
     sys.pivot_root(at)
@@ -400,69 +351,4 @@ fn remount(sys: &dyn Syscall, target: &Path, ro: bool, device: bool) -> Result<(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rule(path: &str, grant: Grant) -> Rule {
-        Rule {
-            path: PathBuf::from(path),
-            grant,
-            field: None,
-        }
-    }
-
-    #[test]
-    fn the_plan_binds_each_real_path_once_and_keeps_the_symlinks_on_the_way() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        std::fs::create_dir_all(d.join("usr/bin")).unwrap();
-        std::fs::write(d.join("usr/bin/hv"), "").unwrap();
-        std::os::unix::fs::symlink("usr/bin", d.join("bin")).unwrap();
-        std::fs::create_dir_all(d.join("state/web")).unwrap();
-        // Planted by the VM: never followed.
-        std::os::unix::fs::symlink("/etc", d.join("state/web/disk")).unwrap();
-        let p = |s: &str| d.join(s).to_string_lossy().into_owned();
-        let got = plan(
-            &[
-                rule(&p("bin/hv"), Grant::Exec),
-                rule(&p("usr"), Grant::Exec),
-                rule(&p("state/web"), Grant::Write),
-                rule(&p("state/web/disk"), Grant::Write),
-                rule(&p("nowhere"), Grant::Read),
-                rule("/proc", Grant::Exec),
-            ],
-            &[d.join("state/web")],
-            &[],
-        );
-        assert_eq!(
-            got.binds,
-            [
-                Need {
-                    path: d.join("state/web"),
-                    write: true
-                },
-                Need {
-                    path: d.join("usr"),
-                    write: false
-                },
-            ]
-        );
-        assert_eq!(got.links, [(d.join("bin"), PathBuf::from("usr/bin"))]);
-    }
-
-    #[test]
-    fn a_path_that_needs_writing_inside_a_read_only_one_is_bound_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        std::fs::create_dir_all(d.join("a/b")).unwrap();
-        let p = |s: &str| d.join(s).to_string_lossy().into_owned();
-        let got = plan(
-            &[rule(&p("a/b"), Grant::Write), rule(&p("a"), Grant::Read)],
-            &[],
-            &[],
-        );
-        let paths: Vec<(PathBuf, bool)> =
-            got.binds.into_iter().map(|n| (n.path, n.write)).collect();
-        assert_eq!(paths, [(d.join("a"), false), (d.join("a/b"), true)]);
-    }
-}
+mod tests;
