@@ -3,6 +3,7 @@
 use std::path::Component;
 
 use super::resolve::MAX_LINKS;
+use crate::launch::syscall::{Call, RecordingSyscall};
 
 use super::*;
 
@@ -220,7 +221,7 @@ fn a_host_path_shared_by_rules_is_looked_up_once_per_plan() {
 
 /// `enter` with a recorder for the mounts (none is made: the tree is
 /// built in a plain directory) and real sources of each kind.
-fn enter_into(at: &Path, plan: &Plan) -> (Result<()>, Vec<crate::launch::syscall::Call>) {
+fn enter_into(at: &Path, plan: &Plan) -> (Result<()>, Vec<Call>) {
     let host = tempfile::tempdir().unwrap();
     std::fs::write(host.path().join("file"), "").unwrap();
     let sources = plan
@@ -240,7 +241,7 @@ fn enter_into(at: &Path, plan: &Plan) -> (Result<()>, Vec<crate::launch::syscall
         .collect();
     let journal =
         nix::fcntl::open(host.path(), OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).unwrap();
-    let sys = crate::launch::syscall::RecordingSyscall::new();
+    let sys = RecordingSyscall::new();
     let got = enter(&sys, at, plan, sources, Some(&journal));
     (got, sys.calls())
 }
