@@ -435,3 +435,58 @@ fn the_vms_root_is_the_same_whatever_umask_the_launcher_inherits() {
         text(&out)
     );
 }
+
+/// Every mount of the VM's root is `nosuid`, `nodev` but a device node's
+/// (which is not `nodev`), and read-only but the VM's own trees (state,
+/// control, credentials), device nodes and the VM's procfs: the flags
+/// `rooted` gives each bind (`launch/root.rs` `remount`), read from the
+/// probe's own mountinfo.
+#[test]
+fn every_mount_of_the_vms_root_is_nosuid_nodev_and_read_only_but_its_own() {
+    use std::os::unix::fs::FileTypeExt;
+    let env = Env::new();
+    env.write_spec("web", &env.spec("web", uid(95)));
+    let out = env.probe("web", &["/bin/cat", "/proc/self/mountinfo"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    let mut seen = 0;
+    let mut wrong = Vec::new();
+    for line in said.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        // id parent dev root mount-point per-mount-options … - fstype …
+        let dash = f.iter().position(|x| *x == "-");
+        let (Some(dash), true) = (dash, f[0].bytes().all(|b| b.is_ascii_digit())) else {
+            continue;
+        };
+        if dash < 6 || dash + 1 >= f.len() {
+            continue;
+        }
+        let (at, opts) = (f[4], f[5].split(',').collect::<Vec<_>>());
+        let fstype = f[dash + 1];
+        seen += 1;
+        let device = std::fs::metadata(at)
+            .is_ok_and(|m| m.file_type().is_char_device() || m.file_type().is_block_device());
+        let own = Path::new(at).starts_with(env.dir.path());
+        let procfs = fstype == "proc";
+        let mut want = vec!["nosuid"];
+        if !device {
+            want.push("nodev");
+        }
+        if !device && !own && !procfs {
+            want.push("ro");
+        }
+        if let Some(missing) = want.iter().find(|w| !opts.contains(w)) {
+            wrong.push(format!("{at} ({fstype}) lacks {missing}: {}", f[5]));
+        }
+        // A device node's mount is usable: not `nodev`.
+        if device && opts.contains(&"nodev") {
+            wrong.push(format!(
+                "{at} ({fstype}) is a device node mounted nodev: {}",
+                f[5]
+            ));
+        }
+    }
+    assert!(seen >= 5, "too few mounts to judge: {said}");
+    assert!(wrong.is_empty(), "{wrong:#?}\n{said}");
+    env.assert_clean("web");
+}
