@@ -490,3 +490,78 @@ fn every_mount_of_the_vms_root_is_nosuid_nodev_and_read_only_but_its_own() {
     assert!(wrong.is_empty(), "{wrong:#?}\n{said}");
     env.assert_clean("web");
 }
+
+/// A tmpfs of the test's own mounted at `at` (rw), unmounted on drop.
+struct OwnMount(PathBuf);
+
+impl OwnMount {
+    fn tmpfs(at: &Path) -> OwnMount {
+        std::fs::create_dir_all(at).unwrap();
+        nix::mount::mount(
+            Some("vmwt-rooted"),
+            at,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("mode=0755,size=1m"),
+        )
+        .unwrap();
+        OwnMount(at.to_path_buf())
+    }
+}
+
+impl Drop for OwnMount {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// A writable disk inside a directory the spec grants reading only
+/// (`landlock.read`): the plan binds the directory read-only and the disk
+/// again, read-write, over it. The disk's mount point was made as
+/// `File::create` makes a file (`O_WRONLY|O_CREAT|O_TRUNC`, as root) on the
+/// disk itself, seen through the read-only bind: the launch failed with
+/// `EROFS`, and where the disk lies on a mount of its own under that
+/// directory (the read-only remount is the bind's top mount's alone), root
+/// truncated the VM's disk to nothing on the host. A mount point that
+/// exists is now left as it is: the launch starts, the disk keeps every
+/// byte.
+#[test]
+fn a_writable_disk_inside_a_read_only_tree_is_bound_and_never_truncated() {
+    const DATA: &str = "VMWT-DISK-KEEPS-ITS-BYTES";
+    let env = Env::new();
+    let u = uid(96);
+    let tree = env.path("ro");
+    // Case one: the disk on the tree's own file system; case two: on a
+    // mount of its own below it.
+    let flat = tree.join("flat");
+    std::fs::create_dir_all(&flat).unwrap();
+    let mounted = tree.join("mounted");
+    let _m = OwnMount::tmpfs(&mounted);
+    for dir in [&mounted, &flat] {
+        let disk = dir.join("disk.img");
+        std::fs::write(&disk, DATA).unwrap();
+        std::os::unix::fs::chown(&disk, Some(u), Some(u)).unwrap();
+        std::fs::set_permissions(&disk, PermissionsExt::from_mode(0o600)).unwrap();
+        let mut s = env.spec("web", u);
+        s["disks"] = json!([{ "path": disk, "serial": "d" }]);
+        s["landlock"]["read"] = json!([tree]);
+        env.write_spec("web", &s);
+        let disk_s = disk.to_string_lossy().into_owned();
+        let out = env.probe("web", &["/bin/cat", &disk_s]);
+        let kept = std::fs::read_to_string(&disk).unwrap();
+        assert_eq!(
+            kept,
+            DATA,
+            "the launch truncated the VM's disk {}: {}",
+            disk.display(),
+            text(&out)
+        );
+        assert!(
+            out.status.success() && text(&out).contains(DATA),
+            "a writable disk in a read-only tree ({}): {}",
+            disk.display(),
+            text(&out)
+        );
+        env.assert_clean("web");
+    }
+}

@@ -77,27 +77,29 @@ impl<'a> Tree<'a> {
         Ok(())
     }
 
-    /// What a bind is mounted on: a directory (there already will do, as
-    /// `create_dir` with `AlreadyExists` let through did), or a file made
-    /// as `File::create` makes one.
+    /// What a bind is mounted on: a directory, or an empty regular file
+    /// (`mknodat`). One there already will do when it is of the kind
+    /// (`lstat`ed, a symlink never is): the path may be inside a tree bound
+    /// before it, a writable disk in a read-only tree, where it is the
+    /// host's file itself. Never opened, so never truncated (the read-only
+    /// bind refused that with `EROFS`; a mount of the disk's own below it
+    /// let root empty the disk).
     pub(super) fn mount_point(&mut self, path: &Path, directory: bool) -> Result<()> {
         let rel = Self::relative(path);
         let fd = self.root.as_fd();
         let made = if directory {
-            match nix::sys::stat::mkdirat(fd, rel, Mode::from_bits_truncate(0o777)) {
-                Ok(()) | Err(Errno::EEXIST) => Ok(()),
-                Err(e) => Err(e),
-            }
+            nix::sys::stat::mkdirat(fd, rel, Mode::from_bits_truncate(0o777))
         } else {
-            nix::fcntl::openat(
-                fd,
-                rel,
-                OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_CLOEXEC,
-                Mode::from_bits_truncate(0o666),
-            )
-            .map(drop)
+            nix::sys::stat::mknodat(fd, rel, SFlag::S_IFREG, Mode::from_bits_truncate(0o666), 0)
         };
-        made.sys("make a mount point in the VM's root", self.shown(rel))?;
+        match made {
+            Ok(()) => {}
+            Err(Errno::EEXIST)
+                if kind_of(fd, rel)
+                    .is_some_and(|k| (k == SFlag::S_IFDIR) == directory && k != SFlag::S_IFLNK) => {
+            }
+            Err(e) => return Err(e).sys("make a mount point in the VM's root", self.shown(rel))?,
+        }
         if directory {
             self.made.insert(rel.to_path_buf());
         }
@@ -119,4 +121,11 @@ impl<'a> Tree<'a> {
 fn is_dir(dir: BorrowedFd<'_>, path: &Path) -> bool {
     nix::sys::stat::fstatat(dir, path, nix::fcntl::AtFlags::empty())
         .is_ok_and(|st| st.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFDIR.bits())
+}
+
+/// The file type of `path`, relative to `dir`, itself (not followed).
+fn kind_of(dir: BorrowedFd<'_>, path: &Path) -> Option<SFlag> {
+    nix::sys::stat::fstatat(dir, path, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+        .ok()
+        .map(|st| SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()))
 }
