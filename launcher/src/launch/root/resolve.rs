@@ -2,7 +2,9 @@
 //! path met looked up once per plan ([`HostPaths`]).
 
 use std::collections::HashMap;
-use std::path::{Component, Path, PathBuf};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 /// Symlinks followed while one path is resolved before `ELOOP`.
 pub(super) const MAX_LINKS: usize = 40;
@@ -15,7 +17,10 @@ pub(super) enum Node {
     Absent,
     /// A symlink, and its target.
     Link(PathBuf),
-    /// Anything else.
+    /// A directory.
+    Dir,
+    /// Anything else: nothing may follow it, not even `.`, `..` or a
+    /// trailing `/` (the kernel's `ENOTDIR`).
     Other,
 }
 
@@ -40,6 +45,7 @@ impl HostPaths {
                     Ok(target) => Node::Link(target),
                     Err(_) => Node::Absent,
                 },
+                Ok(md) if md.is_dir() => Node::Dir,
                 Ok(_) => Node::Other,
                 Err(_) => Node::Absent,
             };
@@ -49,9 +55,40 @@ impl HostPaths {
     }
 }
 
+/// One step of a path: what the kernel walks, `.` and a trailing `/`
+/// kept (each needs a directory before it, as [`Path::components`] does
+/// not say).
+enum Step<'a> {
+    Name(&'a OsStr),
+    /// `.`, or the empty name after a trailing `/`.
+    Here,
+    Up,
+}
+
+/// The steps of `path`, last first (a stack); a leading `/` is the walk's
+/// start, `//` one `/`.
+fn steps(path: &Path) -> Vec<Step<'_>> {
+    let bytes = path.as_os_str().as_bytes();
+    let parts: Vec<&[u8]> = bytes.split(|b| *b == b'/').collect();
+    let last = parts.len().saturating_sub(1);
+    let mut out: Vec<Step<'_>> = Vec::new();
+    for (i, part) in parts.iter().enumerate() {
+        match *part {
+            b"" if i == last && i > 0 => out.push(Step::Here),
+            b"" => {}
+            b"." => out.push(Step::Here),
+            b".." => out.push(Step::Up),
+            name => out.push(Step::Name(OsStr::from_bytes(name))),
+        }
+    }
+    out.reverse();
+    out
+}
+
 /// Resolve `path` on the host component by component, as the kernel would,
 /// recording every symlink met (its location, with no symlink before it,
-/// and its target); the real path, or `None` when the host lacks it.
+/// and its target); the real path, or `None` when the host lacks it (or
+/// the kernel's walk would fail: a step after a non-directory, `ELOOP`).
 /// `host`: what the plan's earlier paths found on the way.
 pub(super) fn resolve(
     path: &Path,
@@ -59,44 +96,60 @@ pub(super) fn resolve(
     links: &mut Vec<(PathBuf, PathBuf)>,
 ) -> Option<PathBuf> {
     let mut cur = PathBuf::from("/");
+    // Whether `cur` is a directory (`/` is).
+    let mut dir = true;
     let mut hops = 0;
-    // Pending components, last first; a symlink's target's go on top.
-    let mut pending: Vec<std::ffi::OsString> = path
-        .components()
-        .rev()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(n.to_os_string()),
-            Component::ParentDir => Some("..".into()),
-            _ => None,
-        })
-        .collect();
-    while let Some(name) = pending.pop() {
-        if name == ".." {
-            cur.pop();
-            continue;
+    // Pending steps, last first; a symlink's target's go on top (owned:
+    // the memo is borrowed again before they are all taken).
+    let owned = |s: Step<'_>| match s {
+        Step::Name(n) => Owned::Name(n.to_os_string()),
+        Step::Here => Owned::Here,
+        Step::Up => Owned::Up,
+    };
+    let mut stack: Vec<Owned> = steps(path).into_iter().map(owned).collect();
+    while let Some(step) = stack.pop() {
+        if !dir {
+            return None;
         }
+        let name = match step {
+            Owned::Here => continue,
+            Owned::Up => {
+                cur.pop();
+                continue;
+            }
+            Owned::Name(n) => n,
+        };
         let next = cur.join(&name);
         match host.node(&next) {
             Node::Absent => return None,
-            Node::Other => cur = next,
+            Node::Dir => cur = next,
+            Node::Other => {
+                cur = next;
+                dir = false;
+            }
             Node::Link(target) => {
                 hops += 1;
                 if hops > MAX_LINKS {
                     return None;
                 }
+                let target = target.clone();
+                if target.as_os_str().is_empty() {
+                    return None;
+                }
                 if target.is_absolute() {
                     cur = PathBuf::from("/");
                 }
-                for c in target.components().rev() {
-                    match c {
-                        Component::Normal(n) => pending.push(n.to_os_string()),
-                        Component::ParentDir => pending.push("..".into()),
-                        _ => {}
-                    }
-                }
-                links.push((next, target.clone()));
+                stack.extend(steps(&target).into_iter().map(owned));
+                links.push((next, target));
             }
         }
     }
     Some(cur)
+}
+
+/// A [`Step`] that owns its name.
+enum Owned {
+    Name(std::ffi::OsString),
+    Here,
+    Up,
 }

@@ -376,3 +376,112 @@ fn a_file_where_the_root_needs_a_directory_is_an_error_naming_it() {
     }
     assert!(!calls.iter().any(|c| c.name == "pivot_root"), "{calls:?}");
 }
+
+/// A small deterministic generator (no dependency for one test).
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) as usize) % n
+    }
+}
+
+/// The plan's real path of a rule is the kernel's (`realpath(3)`,
+/// `std::fs::canonicalize`) for random trees of directories, files and
+/// symlinks (relative, absolute, with `..` and `.`, chains, loops,
+/// dangling; paths with `.`, `..` and a trailing `/`: after a file, the
+/// kernel's `ENOTDIR`),
+/// one memo shared by every path of a tree, as one plan shares it: where
+/// the kernel finds no path, neither does the plan.
+#[test]
+fn the_plan_resolves_each_path_as_the_kernel_does() {
+    const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
+    let mut rng = Lcg(0x5eed);
+    let mut compared = (0, 0);
+    for _tree in 0..150 {
+        let dir = tempfile::tempdir().unwrap();
+        let top = dir.path();
+        let mut dirs = vec![top.to_path_buf()];
+        for _ in 0..12 {
+            let parent = dirs[rng.below(dirs.len())].clone();
+            let at = parent.join(NAMES[rng.below(NAMES.len())]);
+            if std::fs::symlink_metadata(&at).is_ok() {
+                continue;
+            }
+            match rng.below(4) {
+                0 | 1 => {
+                    std::fs::create_dir(&at).unwrap();
+                    dirs.push(at);
+                }
+                2 => std::fs::write(&at, "").unwrap(),
+                _ => {
+                    let mut target = PathBuf::new();
+                    if rng.below(3) == 0 {
+                        target.push(dirs[rng.below(dirs.len())].clone());
+                    }
+                    for _ in 0..1 + rng.below(3) {
+                        target.push(match rng.below(7) {
+                            0 | 1 => "..",
+                            2 => ".",
+                            n => NAMES[n % NAMES.len()],
+                        });
+                    }
+                    std::os::unix::fs::symlink(&target, &at).unwrap();
+                }
+            }
+        }
+        let mut host = HostPaths::default();
+        for _ in 0..30 {
+            let mut path = top.to_path_buf();
+            for _ in 0..1 + rng.below(4) {
+                path.push(match rng.below(7) {
+                    0 => "..",
+                    1 => ".",
+                    n => NAMES[n % NAMES.len()],
+                });
+            }
+            if rng.below(5) == 0 {
+                path.as_mut_os_string().push("/");
+            }
+            let got = resolve(&path, &mut host, &mut Vec::new());
+            let kernel = std::fs::canonicalize(&path).ok();
+            assert_eq!(got, kernel, "{} in {:?}", path.display(), tree_of(top));
+            compared.0 += 1;
+            compared.1 += usize::from(kernel.is_some());
+        }
+    }
+    // Both outcomes were compared often.
+    assert!(
+        compared.1 > 500 && compared.0 - compared.1 > 500,
+        "{compared:?}"
+    );
+}
+
+/// Every entry under `top`, and a symlink's target, for a failure's message.
+fn tree_of(top: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![top.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(top).unwrap().display().to_string();
+            if md.is_symlink() {
+                out.push(format!(
+                    "{rel} -> {}",
+                    std::fs::read_link(&p).unwrap().display()
+                ));
+            } else if md.is_dir() {
+                out.push(format!("{rel}/"));
+                todo.push(p);
+            } else {
+                out.push(rel);
+            }
+        }
+    }
+    out
+}
