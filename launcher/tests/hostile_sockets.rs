@@ -565,3 +565,49 @@ fn a_writable_disk_inside_a_read_only_tree_is_bound_and_never_truncated() {
         env.assert_clean("web");
     }
 }
+
+/// A path of the spec inside a tree the VM may write (`landlock.write`)
+/// is the VM's to choose: a compromised hypervisor replaces it with a
+/// symlink to a host socket (or a directory of them), and the next launch
+/// resolved it as the principal (who may connect to a world-connectable
+/// socket) and bound that socket into the VM's root at its own path, where
+/// `connect(2)` reached it. A symlink inside a tree the VM may write is
+/// now never followed: the tree's bind holds it, and it leads nowhere in
+/// the VM's root (Landlock refuses the path, naming its field).
+#[test]
+fn a_symlink_the_vm_planted_in_a_tree_it_may_write_binds_no_host_socket() {
+    let sockets = OwnHostSockets::new();
+    let env = Env::new();
+    let u = uid(97);
+    let shared = env.path("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::os::unix::fs::chown(&shared, Some(u), Some(u)).unwrap();
+    std::fs::set_permissions(&shared, PermissionsExt::from_mode(0o700)).unwrap();
+    let target = &sockets.paths[0];
+    for (name, to) in [("sock", target.clone()), ("dir", PathBuf::from("/run"))] {
+        let planted = shared.join(name);
+        std::os::unix::fs::symlink(&to, &planted).unwrap();
+        std::os::unix::fs::lchown(&planted, Some(u), Some(u)).unwrap();
+        let mut s = env.spec("web", u);
+        s["landlock"]["write"] = json!([shared]);
+        s["landlock"]["read"] = json!([planted]);
+        env.write_spec("web", &s);
+        let script = format!(
+            "import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({:?})\n    print('VMWT-REACHED')\nexcept OSError as e:\n    print('VMWT-REFUSED', e)\n",
+            target.to_string_lossy()
+        );
+        let out = env.probe("web", &["/usr/bin/python3", "-c", &script]);
+        let said = text(&out);
+        assert!(
+            !said.contains("VMWT-REACHED"),
+            "the VM reached the host's socket through its planted {name}: {said}"
+        );
+        // Refused, naming the field; or the probe ran and found no socket.
+        assert!(
+            said.contains("`landlock.read[0]`") || said.contains("VMWT-REFUSED"),
+            "{said}"
+        );
+        env.assert_clean("web");
+        std::fs::remove_file(&planted).unwrap();
+    }
+}

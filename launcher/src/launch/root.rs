@@ -93,7 +93,9 @@ pub fn rules(spec: &Spec, helpers: &[Helper], vm_trees: &[PathBuf; 2], creds: &P
 /// there instead of a bind. `/proc` is not bound (a private procfs is mounted there at
 /// `proc`); a rule path inside one of `own` (the VM's own trees, which the
 /// principal can write and so plant symlinks in) is never resolved: the
-/// tree's own rule binds it whole. A path the host lacks is left out (a
+/// tree's own rule binds it whole; nor is a symlink inside a tree a rule
+/// grants writing to (the VM's to plant): a rule that followed one is left
+/// out. A path the host lacks is left out (a
 /// built-in one is optional; a spec path is refused by Landlock, naming
 /// its field).
 pub fn plan(rules: &[Rule], own: &[PathBuf], mount_points: &[PathBuf]) -> Plan {
@@ -111,24 +113,49 @@ fn plan_with(
     mount_points: &[PathBuf],
     mut resolve: impl FnMut(&Path, &mut Vec<(PathBuf, PathBuf)>) -> Option<PathBuf>,
 ) -> Plan {
-    let mut wanted: Vec<Need> = Vec::new();
     let mut links: Vec<(PathBuf, PathBuf)> = Vec::new();
+    // Each rule's real path, whether it needs writing, and where the
+    // symlinks its resolution followed lie.
+    let mut resolved: Vec<(PathBuf, bool, Vec<PathBuf>)> = Vec::new();
     for r in rules {
         if r.path == Path::new("/proc") || mount_points.contains(&r.path) {
             continue;
         }
         let write = matches!(r.grant, Grant::Write | Grant::Socket | Grant::Lock);
         let inside_own = own.iter().any(|t| r.path.starts_with(t) && r.path != *t);
+        let before = links.len();
         let real = if inside_own || own.contains(&r.path) {
             Some(r.path.clone())
         } else {
             resolve(&r.path, &mut links)
         };
         if let Some(path) = real {
-            match wanted.iter_mut().find(|n| n.path == path) {
-                Some(n) => n.write |= write,
-                None => wanted.push(Need { path, write }),
-            }
+            let met = links[before..].iter().map(|(at, _)| at.clone()).collect();
+            resolved.push((path, write, met));
+        }
+    }
+    // A symlink inside a tree the VM may write (a rule granting writing,
+    // or one of its own trees) is the VM's to have planted: a rule that
+    // followed one is left out (the tree's bind holds the link itself),
+    // else its target, a host socket or a directory of them, would be
+    // bound for the VM to connect to.
+    let writable: Vec<PathBuf> = resolved
+        .iter()
+        .filter(|(_, write, _)| *write)
+        .map(|(path, _, _)| path.clone())
+        .chain(own.iter().cloned())
+        .collect();
+    let mut wanted: Vec<Need> = Vec::new();
+    for (path, write, met) in resolved {
+        let planted = met
+            .iter()
+            .any(|at| writable.iter().any(|w| at.starts_with(w) && at != w));
+        if planted {
+            continue;
+        }
+        match wanted.iter_mut().find(|n| n.path == path) {
+            Some(n) => n.write |= write,
+            None => wanted.push(Need { path, write }),
         }
     }
     // Parents first: a path's components sort before its children's.
