@@ -439,17 +439,28 @@ fn the_vms_root_is_the_same_whatever_umask_the_launcher_inherits() {
 /// Every mount of the VM's root is `nosuid`, `nodev` but a device node's
 /// (which is not `nodev`), and read-only but the VM's own trees (state,
 /// control, credentials), device nodes and the VM's procfs: the flags
-/// `rooted` gives each bind (`launch/root.rs` `remount`), read from the
-/// probe's own mountinfo.
+/// `rooted` gives each bind (`launch/root.rs` `remount`), and each mount a
+/// bind carried (`remount_carried`: a file system mounted inside a tree
+/// granted reading kept the host's `rw`, set-uid and devices), read from
+/// the probe's own mountinfo. Needs root.
 #[test]
 fn every_mount_of_the_vms_root_is_nosuid_nodev_and_read_only_but_its_own() {
     use std::os::unix::fs::FileTypeExt;
     let env = Env::new();
-    env.write_spec("web", &env.spec("web", uid(95)));
+    // A tree granted reading with a file system mounted inside it: the
+    // bind carries that mount (`MS_REC`), which must get the bind's flags
+    // too (a remount is the top mount's alone).
+    let tree = env.path("ro");
+    let carried = tree.join("sub");
+    let _m = OwnMount::tmpfs(&carried);
+    let mut s = env.spec("web", uid(95));
+    s["landlock"]["read"] = json!([tree]);
+    env.write_spec("web", &s);
     let out = env.probe("web", &["/bin/cat", "/proc/self/mountinfo"]);
     assert!(out.status.success(), "{}", text(&out));
     let said = String::from_utf8_lossy(&out.stdout);
     let mut seen = 0;
+    let mut seen_carried = false;
     let mut wrong = Vec::new();
     for line in said.lines() {
         let f: Vec<&str> = line.split(' ').collect();
@@ -466,7 +477,8 @@ fn every_mount_of_the_vms_root_is_nosuid_nodev_and_read_only_but_its_own() {
         seen += 1;
         let device = std::fs::metadata(at)
             .is_ok_and(|m| m.file_type().is_char_device() || m.file_type().is_block_device());
-        let own = Path::new(at).starts_with(env.dir.path());
+        let own = Path::new(at).starts_with(&env.run) || Path::new(at).starts_with(&env.state);
+        seen_carried |= Path::new(at) == carried;
         let procfs = fstype == "proc";
         let mut want = vec!["nosuid"];
         if !device {
@@ -487,6 +499,7 @@ fn every_mount_of_the_vms_root_is_nosuid_nodev_and_read_only_but_its_own() {
         }
     }
     assert!(seen >= 5, "too few mounts to judge: {said}");
+    assert!(seen_carried, "the carried mount is not in the root: {said}");
     assert!(wrong.is_empty(), "{wrong:#?}\n{said}");
     env.assert_clean("web");
 }

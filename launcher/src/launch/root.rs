@@ -319,6 +319,7 @@ pub fn enter(
         let device = kind == SFlag::S_IFCHR || kind == SFlag::S_IFBLK;
         remount(sys, &target, !n.write, device)?;
     }
+    remount_carried(sys, at, plan)?;
     let mut links: Vec<(PathBuf, PathBuf)> = plan.links.clone();
     if let Some(fd) = journal {
         links.push((
@@ -335,6 +336,46 @@ pub fn enter(
     sandbox::remount_read_only(sys, at)?;
     sys.pivot_root(at)
         .sys("pivot_root into the VM's root", at)?;
+    Ok(())
+}
+
+/// The mounts a bind carried (`MS_REC`: the mounts below its source, a
+/// file system mounted inside a bound tree) get the flags of the bind
+/// that carried them, the nearest one above: a remount is the top mount's
+/// alone, so they kept the host's (`rw`, set-uid, devices) in a tree
+/// bound read-only. One read of this process's mount table.
+fn remount_carried(sys: &dyn Syscall, at: &Path, plan: &Plan) -> Result<()> {
+    let table = Path::new("/proc/self/mountinfo");
+    let mounts = mountinfo::read("self")
+        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+        .sys("read the mount table", table)?;
+    let bound: Vec<(PathBuf, bool)> = plan
+        .binds
+        .iter()
+        .map(|n| {
+            (
+                at.join(n.path.strip_prefix("/").unwrap_or(&n.path)),
+                n.write,
+            )
+        })
+        .collect();
+    for m in &mounts {
+        let p = &m.mount_point;
+        if !p.starts_with(at) || bound.iter().any(|(b, _)| b == p) {
+            continue;
+        }
+        let carrier = bound
+            .iter()
+            .filter(|(b, _)| p.starts_with(b))
+            .max_by_key(|(b, _)| b.as_os_str().len());
+        if let Some((_, write)) = carrier {
+            let device = std::fs::symlink_metadata(p).is_ok_and(|md| {
+                use std::os::unix::fs::FileTypeExt;
+                md.file_type().is_char_device() || md.file_type().is_block_device()
+            });
+            remount(sys, p, !write, device)?;
+        }
+    }
     Ok(())
 }
 
