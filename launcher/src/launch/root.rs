@@ -359,7 +359,14 @@ fn remount_carried(sys: &dyn Syscall, at: &Path, plan: &Plan) -> Result<()> {
             )
         })
         .collect();
-    for m in &mounts {
+    // Only the mounts made since the root's tmpfs (the table lists them in
+    // the order they were made): those under `at` before it are the masks'
+    // and whatever they hide, out of reach.
+    let since = mounts
+        .iter()
+        .rposition(|m| m.mount_point == at)
+        .map_or(mounts.len(), |i| i + 1);
+    for m in &mounts[since..] {
         let p = &m.mount_point;
         if !p.starts_with(at) || bound.iter().any(|(b, _)| b == p) {
             continue;
