@@ -139,11 +139,18 @@ fn plan_with(
     // followed one is left out (the tree's bind holds the link itself),
     // else its target, a host socket or a directory of them, would be
     // bound for the VM to connect to.
+    // The VM's own trees as named and as the host resolves them (a rule
+    // may reach one by another name).
+    let own_real: Vec<PathBuf> = own
+        .iter()
+        .filter_map(|t| resolve(t, &mut Vec::new()))
+        .collect();
     let writable: Vec<PathBuf> = resolved
         .iter()
         .filter(|(_, write, _)| *write)
         .map(|(path, _, _)| path.clone())
         .chain(own.iter().cloned())
+        .chain(own_real)
         .collect();
     let mut wanted: Vec<Need> = Vec::new();
     for (path, write, met) in resolved {

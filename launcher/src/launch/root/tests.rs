@@ -485,3 +485,34 @@ fn tree_of(top: &Path) -> Vec<String> {
     }
     out
 }
+
+/// A symlink inside a tree the VM may write (a rule granting writing, or
+/// one of its own trees, by any name) is the VM's to have planted: a rule
+/// that followed one binds nothing (before: its target, a host socket or
+/// `/run`, was bound). A rule through a host symlink elsewhere still is.
+#[test]
+fn a_rule_through_a_symlink_the_vm_may_have_planted_binds_nothing() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for sub in ["shared", "own/web", "host/dir", "real"] {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+    }
+    symlink(d.join("host"), d.join("shared/evil")).unwrap();
+    symlink(d.join("host/dir"), d.join("own/web/evil")).unwrap();
+    symlink("own", d.join("alias")).unwrap();
+    symlink("real", d.join("bin")).unwrap();
+    let p = |s: &str| d.join(s).to_string_lossy().into_owned();
+    let got = plan(
+        &[
+            rule(&p("shared"), Grant::Write),
+            rule(&p("shared/evil/dir"), Grant::Read),
+            rule(&p("alias/web/evil"), Grant::Read),
+            rule(&p("bin"), Grant::Exec),
+        ],
+        &[d.join("own/web")],
+        &[],
+    );
+    let bound: Vec<&Path> = got.binds.iter().map(|n| n.path.as_path()).collect();
+    assert_eq!(bound, [d.join("real"), d.join("shared")], "{got:?}");
+}
