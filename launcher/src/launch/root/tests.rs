@@ -516,3 +516,33 @@ fn a_rule_through_a_symlink_the_vm_may_have_planted_binds_nothing() {
     let bound: Vec<&Path> = got.binds.iter().map(|n| n.path.as_path()).collect();
     assert_eq!(bound, [d.join("real"), d.join("shared")], "{got:?}");
 }
+
+/// A mount point's path that is a symlink already (inside a tree bound
+/// before it, one the host changed since the plan) is never followed nor
+/// the file it leads to opened: the mount point was made as
+/// `File::create` makes one, `O_CREAT|O_TRUNC` through the link, and root
+/// emptied whatever file it named.
+#[test]
+fn a_symlink_where_a_mount_point_goes_is_refused_and_its_target_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = dir.path();
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, "VMWT-KEEP").unwrap();
+    std::fs::create_dir(at.join("etc")).unwrap();
+    std::os::unix::fs::symlink(&victim, at.join("etc/hosts.conf")).unwrap();
+    let (got, calls) = enter_into(at, &a_plan());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "VMWT-KEEP");
+    match got {
+        Err(SandboxError::Sys(e)) => assert_eq!(
+            (e.op, e.path.as_path(), e.errno),
+            (
+                "make a mount point in the VM's root",
+                at.join("etc/hosts.conf").as_path(),
+                Errno::EEXIST
+            )
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(!calls.iter().any(|c| c.name == "pivot_root"), "{calls:?}");
+}
