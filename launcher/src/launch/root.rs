@@ -23,7 +23,7 @@
 //!
 //! The mounts: one tmpfs (stacked over the masked runtime root, its mount
 //! point), one bind per path of the list that no other path of it already
-//! holds, one remount each (read-only, `nosuid`, and `nodev` but for a
+//! holds, one `mount_setattr` each, over the mounts it carried too (read-only, `nosuid`, and `nodev` but for a
 //! device node), the tmpfs remounted read-only, `pivot_root`, the old root
 //! detached.
 
@@ -326,7 +326,6 @@ pub fn enter(
         let device = kind == SFlag::S_IFCHR || kind == SFlag::S_IFBLK;
         remount(sys, &target, !n.write, device)?;
     }
-    remount_carried(sys, at, plan)?;
     let mut links: Vec<(PathBuf, PathBuf)> = plan.links.clone();
     if let Some(fd) = journal {
         links.push((
@@ -346,88 +345,29 @@ pub fn enter(
     Ok(())
 }
 
-/// The mounts a bind carried (`MS_REC`: the mounts below its source, a
-/// file system mounted inside a bound tree) get the flags of the bind
-/// that carried them, the nearest one above: a remount is the top mount's
-/// alone, so they kept the host's (`rw`, set-uid, devices) in a tree
-/// bound read-only. One read of this process's mount table.
-fn remount_carried(sys: &dyn Syscall, at: &Path, plan: &Plan) -> Result<()> {
-    let table = Path::new("/proc/self/mountinfo");
-    let mounts = mountinfo::read("self")
-        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
-        .sys("read the mount table", table)?;
-    let bound: Vec<(PathBuf, bool)> = plan
-        .binds
-        .iter()
-        .map(|n| {
-            (
-                at.join(n.path.strip_prefix("/").unwrap_or(&n.path)),
-                n.write,
-            )
-        })
-        .collect();
-    // Only the mounts made since the root's tmpfs (the table lists them in
-    // the order they were made): those under `at` before it are the masks'
-    // and whatever they hide, out of reach.
-    let since = mounts
-        .iter()
-        .rposition(|m| m.mount_point == at)
-        .map_or(mounts.len(), |i| i + 1);
-    for m in &mounts[since..] {
-        let p = &m.mount_point;
-        if !p.starts_with(at) || bound.iter().any(|(b, _)| b == p) {
-            continue;
-        }
-        let carrier = bound
-            .iter()
-            .filter(|(b, _)| p.starts_with(b))
-            .max_by_key(|(b, _)| b.as_os_str().len());
-        if let Some((_, write)) = carrier {
-            let device = std::fs::symlink_metadata(p).is_ok_and(|md| {
-                use std::os::unix::fs::FileTypeExt;
-                md.file_type().is_char_device() || md.file_type().is_block_device()
-            });
-            remount(sys, p, !write, device)?;
-        }
-    }
-    Ok(())
-}
+/// `MOUNT_ATTR_RDONLY`, `MOUNT_ATTR_NOSUID`, `MOUNT_ATTR_NODEV`
+/// (linux/mount.h).
+const ATTR_RDONLY: u64 = 0x1;
+const ATTR_NOSUID: u64 = 0x2;
+const ATTR_NODEV: u64 = 0x4;
 
 /// Read-only (`ro`) or not, `nosuid`, and `nodev` unless the mount is a
-/// device node's, keeping the per-mount flags the kernel states; no call
-/// when the bind has them already (it keeps its source mount's: the VM's
-/// own directories come from the masks' `nosuid,nodev` binds, devices
-/// from a `nosuid` `/dev`). A device node's mount is never made
-/// read-only: that changes nothing of what reads and writes it.
+/// device node's: the bind at `target` and every mount it carried
+/// (`MS_REC`: a file system mounted inside a bound tree), one
+/// `mount_setattr` with `AT_RECURSIVE` (a remount is the top mount's
+/// alone: a mount inside a tree granted reading kept the host's `rw`,
+/// set-uid and devices). Each keeps its other flags. A device node's
+/// mount is never made read-only: that changes nothing of what reads and
+/// writes it.
 fn remount(sys: &dyn Syscall, target: &Path, ro: bool, device: bool) -> Result<()> {
-    use nix::sys::statvfs::{statvfs, FsFlags};
-    let have = statvfs(target).sys("statvfs", target)?.flags();
-    let ro = ro && !device;
-    if have.contains(FsFlags::ST_NOSUID)
-        && (!ro || have.contains(FsFlags::ST_RDONLY))
-        && (device || have.contains(FsFlags::ST_NODEV))
-    {
-        return Ok(());
-    }
-    let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID;
-    if ro || have.contains(FsFlags::ST_RDONLY) {
-        flags |= MsFlags::MS_RDONLY;
+    let mut set = ATTR_NOSUID;
+    if ro && !device {
+        set |= ATTR_RDONLY;
     }
     if !device {
-        flags |= MsFlags::MS_NODEV;
+        set |= ATTR_NODEV;
     }
-    for (st, ms) in [
-        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
-        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
-        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
-        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
-        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
-    ] {
-        if have.contains(st) {
-            flags |= ms;
-        }
-    }
-    sys.mount(None, target, None, flags, None)
+    sys.mount_setattr_recursive(target, set)
         .sys("remount in the VM's root", target)?;
     Ok(())
 }
