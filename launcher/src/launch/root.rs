@@ -23,9 +23,9 @@
 //!
 //! The mounts: one tmpfs (stacked over the masked runtime root, its mount
 //! point), one bind per path of the list that no other path of it already
-//! holds, one `mount_setattr` each, over the mounts it carried too (read-only, `nosuid`, and `nodev` but for a
-//! device node), the tmpfs remounted read-only, `pivot_root`, the old root
-//! detached.
+//! holds, one recursive `mount_setattr` each, over the mounts it carried
+//! too (read-only, `nosuid`, and `nodev` but for a device node), the
+//! tmpfs remounted read-only, `pivot_root`, the old root detached.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
