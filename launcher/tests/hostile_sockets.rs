@@ -435,3 +435,192 @@ fn the_vms_root_is_the_same_whatever_umask_the_launcher_inherits() {
         text(&out)
     );
 }
+
+/// Every mount of the VM's root is `nosuid`, `nodev` but a device node's
+/// (which is not `nodev`), and read-only but the VM's own trees (state,
+/// control, credentials), device nodes and the VM's procfs: the flags
+/// `rooted` gives each bind (`launch/root.rs` `remount`), and each mount a
+/// bind carried (`remount_carried`: a file system mounted inside a tree
+/// granted reading kept the host's `rw`, set-uid and devices), read from
+/// the probe's own mountinfo. Needs root.
+#[test]
+fn every_mount_of_the_vms_root_is_nosuid_nodev_and_read_only_but_its_own() {
+    use std::os::unix::fs::FileTypeExt;
+    let env = Env::new();
+    // A tree granted reading with a file system mounted inside it: the
+    // bind carries that mount (`MS_REC`), which must get the bind's flags
+    // too (a remount is the top mount's alone).
+    let tree = env.path("ro");
+    let carried = tree.join("sub");
+    let _m = OwnMount::tmpfs(&carried);
+    let mut s = env.spec("web", uid(95));
+    s["landlock"]["read"] = json!([tree]);
+    env.write_spec("web", &s);
+    let out = env.probe("web", &["/bin/cat", "/proc/self/mountinfo"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    let mut seen = 0;
+    let mut seen_carried = false;
+    let mut wrong = Vec::new();
+    for line in said.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        // id parent dev root mount-point per-mount-options … - fstype …
+        let dash = f.iter().position(|x| *x == "-");
+        let (Some(dash), true) = (dash, f[0].bytes().all(|b| b.is_ascii_digit())) else {
+            continue;
+        };
+        if dash < 6 || dash + 1 >= f.len() {
+            continue;
+        }
+        let (at, opts) = (f[4], f[5].split(',').collect::<Vec<_>>());
+        let fstype = f[dash + 1];
+        seen += 1;
+        let device = std::fs::metadata(at)
+            .is_ok_and(|m| m.file_type().is_char_device() || m.file_type().is_block_device());
+        let own = Path::new(at).starts_with(&env.run) || Path::new(at).starts_with(&env.state);
+        seen_carried |= Path::new(at) == carried;
+        let procfs = fstype == "proc";
+        let mut want = vec!["nosuid"];
+        if !device {
+            want.push("nodev");
+        }
+        if !device && !own && !procfs {
+            want.push("ro");
+        }
+        if let Some(missing) = want.iter().find(|w| !opts.contains(w)) {
+            wrong.push(format!("{at} ({fstype}) lacks {missing}: {}", f[5]));
+        }
+        // A device node's mount is usable: not `nodev`.
+        if device && opts.contains(&"nodev") {
+            wrong.push(format!(
+                "{at} ({fstype}) is a device node mounted nodev: {}",
+                f[5]
+            ));
+        }
+    }
+    assert!(seen >= 5, "too few mounts to judge: {said}");
+    assert!(seen_carried, "the carried mount is not in the root: {said}");
+    assert!(wrong.is_empty(), "{wrong:#?}\n{said}");
+    env.assert_clean("web");
+}
+
+/// A tmpfs of the test's own mounted at `at` (rw), unmounted on drop.
+struct OwnMount(PathBuf);
+
+impl OwnMount {
+    fn tmpfs(at: &Path) -> OwnMount {
+        std::fs::create_dir_all(at).unwrap();
+        nix::mount::mount(
+            Some("vmwt-rooted"),
+            at,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("mode=0755,size=1m"),
+        )
+        .unwrap();
+        OwnMount(at.to_path_buf())
+    }
+}
+
+impl Drop for OwnMount {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// A writable disk inside a directory the spec grants reading only
+/// (`landlock.read`): the plan binds the directory read-only and the disk
+/// again, read-write, over it. The disk's mount point was made as
+/// `File::create` makes a file (`O_WRONLY|O_CREAT|O_TRUNC`, as root) on the
+/// disk itself, seen through the read-only bind: the launch failed with
+/// `EROFS`, and where the disk lies on a mount of its own under that
+/// directory (the read-only remount is the bind's top mount's alone), root
+/// truncated the VM's disk to nothing on the host. A mount point that
+/// exists is now left as it is: the launch starts, the disk keeps every
+/// byte.
+#[test]
+fn a_writable_disk_inside_a_read_only_tree_is_bound_and_never_truncated() {
+    const DATA: &str = "VMWT-DISK-KEEPS-ITS-BYTES";
+    let env = Env::new();
+    let u = uid(96);
+    let tree = env.path("ro");
+    // Case one: the disk on the tree's own file system; case two: on a
+    // mount of its own below it.
+    let flat = tree.join("flat");
+    std::fs::create_dir_all(&flat).unwrap();
+    let mounted = tree.join("mounted");
+    let _m = OwnMount::tmpfs(&mounted);
+    for dir in [&mounted, &flat] {
+        let disk = dir.join("disk.img");
+        std::fs::write(&disk, DATA).unwrap();
+        std::os::unix::fs::chown(&disk, Some(u), Some(u)).unwrap();
+        std::fs::set_permissions(&disk, PermissionsExt::from_mode(0o600)).unwrap();
+        let mut s = env.spec("web", u);
+        s["disks"] = json!([{ "path": disk, "serial": "d" }]);
+        s["landlock"]["read"] = json!([tree]);
+        env.write_spec("web", &s);
+        let disk_s = disk.to_string_lossy().into_owned();
+        let out = env.probe("web", &["/bin/cat", &disk_s]);
+        let kept = std::fs::read_to_string(&disk).unwrap();
+        assert_eq!(
+            kept,
+            DATA,
+            "the launch truncated the VM's disk {}: {}",
+            disk.display(),
+            text(&out)
+        );
+        assert!(
+            out.status.success() && text(&out).contains(DATA),
+            "a writable disk in a read-only tree ({}): {}",
+            disk.display(),
+            text(&out)
+        );
+        env.assert_clean("web");
+    }
+}
+
+/// A path of the spec inside a tree the VM may write (`landlock.write`)
+/// is the VM's to choose: a compromised hypervisor replaces it with a
+/// symlink to a host socket (or a directory of them), and the next launch
+/// resolved it as the principal (who may connect to a world-connectable
+/// socket) and bound that socket into the VM's root at its own path, where
+/// `connect(2)` reached it. A symlink inside a tree the VM may write is
+/// now never followed: the tree's bind holds it, and it leads nowhere in
+/// the VM's root (Landlock refuses the path, naming its field).
+#[test]
+fn a_symlink_the_vm_planted_in_a_tree_it_may_write_binds_no_host_socket() {
+    let sockets = OwnHostSockets::new();
+    let env = Env::new();
+    let u = uid(97);
+    let shared = env.path("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::os::unix::fs::chown(&shared, Some(u), Some(u)).unwrap();
+    std::fs::set_permissions(&shared, PermissionsExt::from_mode(0o700)).unwrap();
+    let target = &sockets.paths[0];
+    for (name, to) in [("sock", target.clone()), ("dir", PathBuf::from("/run"))] {
+        let planted = shared.join(name);
+        std::os::unix::fs::symlink(&to, &planted).unwrap();
+        std::os::unix::fs::lchown(&planted, Some(u), Some(u)).unwrap();
+        let mut s = env.spec("web", u);
+        s["landlock"]["write"] = json!([shared]);
+        s["landlock"]["read"] = json!([planted]);
+        env.write_spec("web", &s);
+        let script = format!(
+            "import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({:?})\n    print('VMWT-REACHED')\nexcept OSError as e:\n    print('VMWT-REFUSED', e)\n",
+            target.to_string_lossy()
+        );
+        let out = env.probe("web", &["/usr/bin/python3", "-c", &script]);
+        let said = text(&out);
+        assert!(
+            !said.contains("VMWT-REACHED"),
+            "the VM reached the host's socket through its planted {name}: {said}"
+        );
+        // Refused, naming the field; or the probe ran and found no socket.
+        assert!(
+            said.contains("`landlock.read[0]`") || said.contains("VMWT-REFUSED"),
+            "{said}"
+        );
+        env.assert_clean("web");
+        std::fs::remove_file(&planted).unwrap();
+    }
+}

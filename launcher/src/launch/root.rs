@@ -23,12 +23,12 @@
 //!
 //! The mounts: one tmpfs (stacked over the masked runtime root, its mount
 //! point), one bind per path of the list that no other path of it already
-//! holds, one remount each (read-only, `nosuid`, and `nodev` but for a
-//! device node), the tmpfs remounted read-only, `pivot_root`, the old root
-//! detached.
+//! holds, one recursive `mount_setattr` each, over the mounts it carried
+//! too (read-only, `nosuid`, and `nodev` but for a device node), the
+//! tmpfs remounted read-only, `pivot_root`, the old root detached.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -49,8 +49,11 @@ type Result<T, E = SandboxError> = std::result::Result<T, E>;
 /// journald's native socket, which the launcher's log lines go to.
 pub const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 
-/// Symlinks followed while one path is resolved before `ELOOP`.
-const MAX_LINKS: usize = 40;
+mod resolve;
+mod tree;
+
+use resolve::{resolve, HostPaths};
+use tree::Tree;
 
 /// One path the VM's root holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,28 +93,76 @@ pub fn rules(spec: &Spec, helpers: &[Helper], vm_trees: &[PathBuf; 2], creds: &P
 /// there instead of a bind. `/proc` is not bound (a private procfs is mounted there at
 /// `proc`); a rule path inside one of `own` (the VM's own trees, which the
 /// principal can write and so plant symlinks in) is never resolved: the
-/// tree's own rule binds it whole. A path the host lacks is left out (a
+/// tree's own rule binds it whole; nor is a symlink inside a tree a rule
+/// grants writing to (the VM's to plant): a rule that followed one is left
+/// out. A path the host lacks is left out (a
 /// built-in one is optional; a spec path is refused by Landlock, naming
 /// its field).
 pub fn plan(rules: &[Rule], own: &[PathBuf], mount_points: &[PathBuf]) -> Plan {
-    let mut wanted: Vec<Need> = Vec::new();
+    let mut host = HostPaths::default();
+    plan_with(rules, own, mount_points, |path, links| {
+        resolve(path, &mut host, links)
+    })
+}
+
+/// [`plan`], each rule's path resolved by `resolve` (the tests compare
+/// [`resolve`] with a reference).
+fn plan_with(
+    rules: &[Rule],
+    own: &[PathBuf],
+    mount_points: &[PathBuf],
+    mut resolve: impl FnMut(&Path, &mut Vec<(PathBuf, PathBuf)>) -> Option<PathBuf>,
+) -> Plan {
     let mut links: Vec<(PathBuf, PathBuf)> = Vec::new();
+    // Each rule's real path, whether it needs writing, and where the
+    // symlinks its resolution followed lie.
+    let mut resolved: Vec<(PathBuf, bool, Vec<PathBuf>)> = Vec::new();
     for r in rules {
         if r.path == Path::new("/proc") || mount_points.contains(&r.path) {
             continue;
         }
         let write = matches!(r.grant, Grant::Write | Grant::Socket | Grant::Lock);
         let inside_own = own.iter().any(|t| r.path.starts_with(t) && r.path != *t);
+        let before = links.len();
         let real = if inside_own || own.contains(&r.path) {
             Some(r.path.clone())
         } else {
             resolve(&r.path, &mut links)
         };
         if let Some(path) = real {
-            match wanted.iter_mut().find(|n| n.path == path) {
-                Some(n) => n.write |= write,
-                None => wanted.push(Need { path, write }),
-            }
+            let met = links[before..].iter().map(|(at, _)| at.clone()).collect();
+            resolved.push((path, write, met));
+        }
+    }
+    // A symlink inside a tree the VM may write (a rule granting writing,
+    // or one of its own trees) is the VM's to have planted: a rule that
+    // followed one is left out (the tree's bind holds the link itself),
+    // else its target, a host socket or a directory of them, would be
+    // bound for the VM to connect to.
+    // The VM's own trees as named and as the host resolves them (a rule
+    // may reach one by another name).
+    let own_real: Vec<PathBuf> = own
+        .iter()
+        .filter_map(|t| resolve(t, &mut Vec::new()))
+        .collect();
+    let writable: Vec<PathBuf> = resolved
+        .iter()
+        .filter(|(_, write, _)| *write)
+        .map(|(path, _, _)| path.clone())
+        .chain(own.iter().cloned())
+        .chain(own_real)
+        .collect();
+    let mut wanted: Vec<Need> = Vec::new();
+    for (path, write, met) in resolved {
+        let planted = met
+            .iter()
+            .any(|at| writable.iter().any(|w| at.starts_with(w) && at != w));
+        if planted {
+            continue;
+        }
+        match wanted.iter_mut().find(|n| n.path == path) {
+            Some(n) => n.write |= write,
+            None => wanted.push(Need { path, write }),
         }
     }
     // Parents first: a path's components sort before its children's.
@@ -133,53 +184,6 @@ pub fn plan(rules: &[Rule], own: &[PathBuf], mount_points: &[PathBuf]) -> Plan {
         links,
         mount_points: mount_points.to_vec(),
     }
-}
-
-/// Resolve `path` on the host component by component, as the kernel would,
-/// recording every symlink met (its location, with no symlink before it,
-/// and its target); the real path, or `None` when the host lacks it.
-fn resolve(path: &Path, links: &mut Vec<(PathBuf, PathBuf)>) -> Option<PathBuf> {
-    let mut cur = PathBuf::from("/");
-    let mut hops = 0;
-    // Pending components, last first; a symlink's target's go on top.
-    let mut pending: Vec<std::ffi::OsString> = path
-        .components()
-        .rev()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(n.to_os_string()),
-            Component::ParentDir => Some("..".into()),
-            _ => None,
-        })
-        .collect();
-    while let Some(name) = pending.pop() {
-        if name == ".." {
-            cur.pop();
-            continue;
-        }
-        let next = cur.join(&name);
-        let md = std::fs::symlink_metadata(&next).ok()?;
-        if md.file_type().is_symlink() {
-            hops += 1;
-            if hops > MAX_LINKS {
-                return None;
-            }
-            let target = std::fs::read_link(&next).ok()?;
-            links.push((next, target.clone()));
-            if target.is_absolute() {
-                cur = PathBuf::from("/");
-            }
-            for c in target.components().rev() {
-                match c {
-                    Component::Normal(n) => pending.push(n.to_os_string()),
-                    Component::ParentDir => pending.push("..".into()),
-                    _ => {}
-                }
-            }
-        } else {
-            cur = next;
-        }
-    }
-    Some(cur)
 }
 
 /// An `O_PATH` descriptor of journald's socket (close-on-exec), when the
@@ -297,31 +301,19 @@ pub fn enter(
     // principal reached nothing below a made directory (`/nix`, `/usr`).
     let _umask = UmaskGuard::set(Mode::from_bits_truncate(0o022));
     let inside = |p: &Path| at.join(p.strip_prefix("/").unwrap_or(p));
-    let io = |e: std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
+    let mut tree = Tree::open(at)?;
     // `/proc` for the VM's procfs; `/tmp`, empty and read-only, where
     // passt mounts the empty root of its own sandbox.
     let made = ["/proc", "/dev", "/tmp"].map(PathBuf::from);
     for d in made.iter().chain(&plan.mount_points) {
-        std::fs::create_dir_all(inside(d))
-            .map_err(io)
-            .sys("mkdir in the VM's root", inside(d))?;
+        tree.dir(d)?;
     }
     for (n, (fd, kind)) in plan.binds.iter().zip(sources) {
         let target = inside(&n.path);
-        let parent = target.parent().unwrap_or(at);
-        std::fs::create_dir_all(parent)
-            .map_err(io)
-            .sys("mkdir in the VM's root", parent)?;
-        if kind == SFlag::S_IFDIR {
-            std::fs::create_dir(&target).or_else(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => Ok(()),
-                _ => Err(e),
-            })
-        } else {
-            std::fs::File::create(&target).map(drop)
+        if let Some(parent) = n.path.parent() {
+            tree.dir(parent)?;
         }
-        .map_err(io)
-        .sys("make a mount point in the VM's root", &target)?;
+        tree.mount_point(&n.path, kind == SFlag::S_IFDIR)?;
         let source = format!("/proc/self/fd/{}", fd.as_raw_fd());
         sys.mount(
             Some(source.as_str()),
@@ -342,17 +334,10 @@ pub fn enter(
         ));
     }
     for (location, target) in &links {
-        let here = inside(location);
-        if let Some(parent) = here.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(io)
-                .sys("mkdir in the VM's root", parent)?;
+        if let Some(parent) = location.parent() {
+            tree.dir(parent)?;
         }
-        match std::os::unix::fs::symlink(target, &here) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io(e)).sys("symlink in the VM's root", &here)?,
-        }
+        tree.symlink(location, target)?;
     }
     sandbox::remount_read_only(sys, at)?;
     sys.pivot_root(at)
@@ -360,109 +345,32 @@ pub fn enter(
     Ok(())
 }
 
+/// `MOUNT_ATTR_RDONLY`, `MOUNT_ATTR_NOSUID`, `MOUNT_ATTR_NODEV`
+/// (linux/mount.h).
+const ATTR_RDONLY: u64 = 0x1;
+const ATTR_NOSUID: u64 = 0x2;
+const ATTR_NODEV: u64 = 0x4;
+
 /// Read-only (`ro`) or not, `nosuid`, and `nodev` unless the mount is a
-/// device node's, keeping the per-mount flags the kernel states; no call
-/// when the bind has them already (it keeps its source mount's: the VM's
-/// own directories come from the masks' `nosuid,nodev` binds, devices
-/// from a `nosuid` `/dev`). A device node's mount is never made
-/// read-only: that changes nothing of what reads and writes it.
+/// device node's: the bind at `target` and every mount it carried
+/// (`MS_REC`: a file system mounted inside a bound tree), one
+/// `mount_setattr` with `AT_RECURSIVE` (a remount is the top mount's
+/// alone: a mount inside a tree granted reading kept the host's `rw`,
+/// set-uid and devices). Each keeps its other flags. A device node's
+/// mount is never made read-only: that changes nothing of what reads and
+/// writes it.
 fn remount(sys: &dyn Syscall, target: &Path, ro: bool, device: bool) -> Result<()> {
-    use nix::sys::statvfs::{statvfs, FsFlags};
-    let have = statvfs(target).sys("statvfs", target)?.flags();
-    let ro = ro && !device;
-    if have.contains(FsFlags::ST_NOSUID)
-        && (!ro || have.contains(FsFlags::ST_RDONLY))
-        && (device || have.contains(FsFlags::ST_NODEV))
-    {
-        return Ok(());
-    }
-    let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID;
-    if ro || have.contains(FsFlags::ST_RDONLY) {
-        flags |= MsFlags::MS_RDONLY;
+    let mut set = ATTR_NOSUID;
+    if ro && !device {
+        set |= ATTR_RDONLY;
     }
     if !device {
-        flags |= MsFlags::MS_NODEV;
+        set |= ATTR_NODEV;
     }
-    for (st, ms) in [
-        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
-        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
-        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
-        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
-        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
-    ] {
-        if have.contains(st) {
-            flags |= ms;
-        }
-    }
-    sys.mount(None, target, None, flags, None)
+    sys.mount_setattr_recursive(target, set)
         .sys("remount in the VM's root", target)?;
     Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rule(path: &str, grant: Grant) -> Rule {
-        Rule {
-            path: PathBuf::from(path),
-            grant,
-            field: None,
-        }
-    }
-
-    #[test]
-    fn the_plan_binds_each_real_path_once_and_keeps_the_symlinks_on_the_way() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        std::fs::create_dir_all(d.join("usr/bin")).unwrap();
-        std::fs::write(d.join("usr/bin/hv"), "").unwrap();
-        std::os::unix::fs::symlink("usr/bin", d.join("bin")).unwrap();
-        std::fs::create_dir_all(d.join("state/web")).unwrap();
-        // Planted by the VM: never followed.
-        std::os::unix::fs::symlink("/etc", d.join("state/web/disk")).unwrap();
-        let p = |s: &str| d.join(s).to_string_lossy().into_owned();
-        let got = plan(
-            &[
-                rule(&p("bin/hv"), Grant::Exec),
-                rule(&p("usr"), Grant::Exec),
-                rule(&p("state/web"), Grant::Write),
-                rule(&p("state/web/disk"), Grant::Write),
-                rule(&p("nowhere"), Grant::Read),
-                rule("/proc", Grant::Exec),
-            ],
-            &[d.join("state/web")],
-            &[],
-        );
-        assert_eq!(
-            got.binds,
-            [
-                Need {
-                    path: d.join("state/web"),
-                    write: true
-                },
-                Need {
-                    path: d.join("usr"),
-                    write: false
-                },
-            ]
-        );
-        assert_eq!(got.links, [(d.join("bin"), PathBuf::from("usr/bin"))]);
-    }
-
-    #[test]
-    fn a_path_that_needs_writing_inside_a_read_only_one_is_bound_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        std::fs::create_dir_all(d.join("a/b")).unwrap();
-        let p = |s: &str| d.join(s).to_string_lossy().into_owned();
-        let got = plan(
-            &[rule(&p("a/b"), Grant::Write), rule(&p("a"), Grant::Read)],
-            &[],
-            &[],
-        );
-        let paths: Vec<(PathBuf, bool)> =
-            got.binds.into_iter().map(|n| (n.path, n.write)).collect();
-        assert_eq!(paths, [(d.join("a"), false), (d.join("a/b"), true)]);
-    }
-}
+mod tests;

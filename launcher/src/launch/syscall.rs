@@ -44,6 +44,10 @@ pub trait Syscall {
         flags: MsFlags,
         data: Option<&str>,
     ) -> Result<(), Errno>;
+    /// `mount_setattr(2)` with `AT_RECURSIVE`: the `MOUNT_ATTR_*` bits of
+    /// `set` added to the mount at `target` and to every mount below it
+    /// (none cleared; the other flags each keeps).
+    fn mount_setattr_recursive(&self, target: &Path, set: u64) -> Result<(), Errno>;
     /// The last mount at `target` in this process's mount table, as the
     /// kernel states it after a mount (`/proc/self/mountinfo`): how a mount
     /// option is confirmed.
@@ -138,6 +142,39 @@ impl Syscall for LinuxSyscall {
         data: Option<&str>,
     ) -> Result<(), Errno> {
         mount(source, target, fstype, flags, data)
+    }
+
+    fn mount_setattr_recursive(&self, target: &Path, set: u64) -> Result<(), Errno> {
+        use std::os::unix::ffi::OsStrExt;
+        /// `struct mount_attr` (linux/mount.h, `MOUNT_ATTR_SIZE_VER0`).
+        #[repr(C)]
+        struct MountAttr {
+            attr_set: u64,
+            attr_clr: u64,
+            propagation: u64,
+            userns_fd: u64,
+        }
+        let path = CString::new(target.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+        let attr = MountAttr {
+            attr_set: set,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        // SAFETY: `path` is a NUL-terminated string and `attr` a
+        // `struct mount_attr` of the size passed, both alive for the call;
+        // the kernel only reads them.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_mount_setattr,
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                libc::AT_RECURSIVE,
+                std::ptr::from_ref(&attr),
+                size_of::<MountAttr>(),
+            )
+        };
+        Errno::result(r).map(drop)
     }
 
     fn own_mount_at(&self, target: &Path) -> std::io::Result<Option<Mount>> {
@@ -370,6 +407,13 @@ mod recording {
                 });
             }
             Ok(())
+        }
+
+        fn mount_setattr_recursive(&self, target: &Path, set: u64) -> Result<(), Errno> {
+            self.answer(
+                "mount_setattr",
+                format!("{} AT_RECURSIVE {set:#x}", target.display()),
+            )
         }
 
         /// The last tmpfs mounted at `target` so far, with the options it

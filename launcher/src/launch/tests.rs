@@ -190,7 +190,11 @@ fn phases(sys: &syscall::RecordingSyscall) -> Vec<&'static str> {
     let mut out: Vec<&'static str> = sys
         .names()
         .into_iter()
-        .map(|n| if n == "mount" { "mounts" } else { n })
+        .map(|n| match n {
+            // A bind's flags (`root::remount`) are part of the mounts.
+            "mount" | "mount_setattr" => "mounts",
+            n => n,
+        })
         .collect();
     out.dedup();
     out
