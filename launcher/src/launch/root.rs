@@ -27,7 +27,7 @@
 //! too (read-only, `nosuid`, and `nodev` but for a device node), the
 //! tmpfs remounted read-only, `pivot_root`, the old root detached.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -324,7 +324,7 @@ pub fn enter(
         )
         .sys("bind into the VM's root", &n.path)?;
         let device = kind == SFlag::S_IFCHR || kind == SFlag::S_IFBLK;
-        remount(sys, &target, !n.write, device)?;
+        remount(sys, &tree, &n.path, &fd, !n.write, device)?;
     }
     let mut links: Vec<(PathBuf, PathBuf)> = plan.links.clone();
     if let Some(fd) = journal {
@@ -358,8 +358,19 @@ const ATTR_NODEV: u64 = 0x4;
 /// alone: a mount inside a tree granted reading kept the host's `rw`,
 /// set-uid and devices). Each keeps its other flags. A device node's
 /// mount is never made read-only: that changes nothing of what reads and
-/// writes it.
-fn remount(sys: &dyn Syscall, target: &Path, ro: bool, device: bool) -> Result<()> {
+/// writes it. The bind is named by a descriptor ([`Tree::open_mounted`])
+/// that must be of `source`'s own file, so a symlink or a rename in a host
+/// tree on the way since the bind fails the launch, never setting the
+/// flags on another mount while this one keeps the host's.
+fn remount(
+    sys: &dyn Syscall,
+    tree: &Tree<'_>,
+    path: &Path,
+    source: &OwnedFd,
+    ro: bool,
+    device: bool,
+) -> Result<()> {
+    let target = tree.shown(path);
     let mut set = ATTR_NOSUID;
     if ro && !device {
         set |= ATTR_RDONLY;
@@ -367,8 +378,9 @@ fn remount(sys: &dyn Syscall, target: &Path, ro: bool, device: bool) -> Result<(
     if !device {
         set |= ATTR_NODEV;
     }
-    sys.mount_setattr_recursive(target, set)
-        .sys("remount in the VM's root", target)?;
+    let bound = tree.open_mounted(path)?;
+    sys.mount_setattr_recursive(bound.as_fd(), source.as_fd(), &target, set)
+        .sys("remount in the VM's root", &target)?;
     Ok(())
 }
 
