@@ -154,9 +154,9 @@ fn plan_with(
         .collect();
     let mut wanted: Vec<Need> = Vec::new();
     for (path, write, met) in resolved {
-        let planted = met
-            .iter()
-            .any(|at| writable.iter().any(|w| at.starts_with(w) && at != w));
+        let planted = met.iter().any(|at| {
+            writable.iter().any(|w| at.starts_with(w) && at != w) || others_may_have_made(at)
+        });
         if planted {
             continue;
         }
@@ -184,6 +184,22 @@ fn plan_with(
         links,
         mount_points: mount_points.to_vec(),
     }
+}
+
+/// Whether the symlink at `at` is one anyone but root could have made or
+/// swapped: not root's, or in a directory that is not root's or that
+/// group or others may write (sticky aside: there only the link's owner
+/// may replace it). The VM's own trees and the trees its rules grant
+/// writing are not the only places a principal writes: another VM's
+/// writable share (a socket there granted to this VM) and this VM's own
+/// tree by a host bind mount's other name are too; a rule that followed
+/// such a link is left out like one through a link in its own tree.
+fn others_may_have_made(at: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let roots = |p: &Path| std::fs::symlink_metadata(p).ok().filter(|m| m.uid() == 0);
+    let dir = at.parent().and_then(roots);
+    let closed = dir.is_some_and(|m| m.mode() & 0o022 == 0 || m.mode() & 0o1000 != 0);
+    roots(at).is_none() || !closed
 }
 
 /// An `O_PATH` descriptor of journald's socket (close-on-exec), when the

@@ -654,3 +654,46 @@ fn a_binds_flags_go_to_that_bind_whatever_was_put_at_its_path_since() {
         }
     }
 }
+
+/// A symlink anyone but root could have made or swapped (not root's, or
+/// in a directory that is not root's or that group or others may write,
+/// sticky aside) is never followed, whether or not this VM's rules grant
+/// writing there: another VM's writable share holding a socket this VM is
+/// granted, or the VM's own tree named by a host bind mount's other name
+/// (no symlink on the way, so not seen as its tree), is a place a
+/// compromised principal plants a link to a host socket; the rule that
+/// followed it bound that socket into this VM's root. Root's links in
+/// root's directories are followed as before (`bin` below).
+#[test]
+fn a_rule_through_a_symlink_only_root_could_not_have_made_binds_nothing() {
+    use std::os::unix::fs::{lchown, symlink, PermissionsExt};
+    let other = 5_400_001;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for sub in ["share", "loose", "real"] {
+        std::fs::create_dir(d.join(sub)).unwrap();
+    }
+    let _host = std::os::unix::net::UnixListener::bind(d.join("host.sock")).unwrap();
+    // Another principal's share, a link of theirs; root's link in their
+    // directory; root's link in a directory others may write.
+    std::os::unix::fs::chown(d.join("share"), Some(other), Some(other)).unwrap();
+    symlink(d.join("host.sock"), d.join("share/theirs")).unwrap();
+    lchown(d.join("share/theirs"), Some(other), Some(other)).unwrap();
+    symlink(d.join("host.sock"), d.join("share/roots")).unwrap();
+    std::fs::set_permissions(d.join("loose"), PermissionsExt::from_mode(0o777)).unwrap();
+    symlink(d.join("host.sock"), d.join("loose/roots")).unwrap();
+    symlink("real", d.join("bin")).unwrap();
+    let p = |s: &str| d.join(s).to_string_lossy().into_owned();
+    for planted in ["share/theirs", "share/roots", "loose/roots"] {
+        let got = plan(
+            &[
+                rule(&p(planted), Grant::Socket),
+                rule(&p("bin"), Grant::Exec),
+            ],
+            &[],
+            &[],
+        );
+        let bound: Vec<&Path> = got.binds.iter().map(|n| n.path.as_path()).collect();
+        assert_eq!(bound, [d.join("real")], "{planted}: {got:?}");
+    }
+}
