@@ -27,7 +27,7 @@
 //! too (read-only, `nosuid`, and `nodev` but for a device node), the
 //! tmpfs remounted read-only, `pivot_root`, the old root detached.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -154,9 +154,9 @@ fn plan_with(
         .collect();
     let mut wanted: Vec<Need> = Vec::new();
     for (path, write, met) in resolved {
-        let planted = met
-            .iter()
-            .any(|at| writable.iter().any(|w| at.starts_with(w) && at != w));
+        let planted = met.iter().any(|at| {
+            writable.iter().any(|w| at.starts_with(w) && at != w) || others_may_have_made(at)
+        });
         if planted {
             continue;
         }
@@ -184,6 +184,22 @@ fn plan_with(
         links,
         mount_points: mount_points.to_vec(),
     }
+}
+
+/// Whether the symlink at `at` is one anyone but root could have made or
+/// swapped: not root's, or in a directory that is not root's or that
+/// group or others may write (sticky aside: there only the link's owner
+/// may replace it). The VM's own trees and the trees its rules grant
+/// writing are not the only places a principal writes: another VM's
+/// writable share (a socket there granted to this VM) and this VM's own
+/// tree by a host bind mount's other name are too; a rule that followed
+/// such a link is left out like one through a link in its own tree.
+fn others_may_have_made(at: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let roots = |p: &Path| std::fs::symlink_metadata(p).ok().filter(|m| m.uid() == 0);
+    let dir = at.parent().and_then(roots);
+    let closed = dir.is_some_and(|m| m.mode() & 0o022 == 0 || m.mode() & 0o1000 != 0);
+    roots(at).is_none() || !closed
 }
 
 /// An `O_PATH` descriptor of journald's socket (close-on-exec), when the
@@ -324,7 +340,7 @@ pub fn enter(
         )
         .sys("bind into the VM's root", &n.path)?;
         let device = kind == SFlag::S_IFCHR || kind == SFlag::S_IFBLK;
-        remount(sys, &target, !n.write, device)?;
+        remount(sys, &tree, &n.path, &fd, !n.write, device)?;
     }
     let mut links: Vec<(PathBuf, PathBuf)> = plan.links.clone();
     if let Some(fd) = journal {
@@ -358,8 +374,19 @@ const ATTR_NODEV: u64 = 0x4;
 /// alone: a mount inside a tree granted reading kept the host's `rw`,
 /// set-uid and devices). Each keeps its other flags. A device node's
 /// mount is never made read-only: that changes nothing of what reads and
-/// writes it.
-fn remount(sys: &dyn Syscall, target: &Path, ro: bool, device: bool) -> Result<()> {
+/// writes it. The bind is named by a descriptor ([`Tree::open_mounted`])
+/// that must be of `source`'s own file, so a symlink or a rename in a host
+/// tree on the way since the bind fails the launch, never setting the
+/// flags on another mount while this one keeps the host's.
+fn remount(
+    sys: &dyn Syscall,
+    tree: &Tree<'_>,
+    path: &Path,
+    source: &OwnedFd,
+    ro: bool,
+    device: bool,
+) -> Result<()> {
+    let target = tree.shown(path);
     let mut set = ATTR_NOSUID;
     if ro && !device {
         set |= ATTR_RDONLY;
@@ -367,8 +394,9 @@ fn remount(sys: &dyn Syscall, target: &Path, ro: bool, device: bool) -> Result<(
     if !device {
         set |= ATTR_NODEV;
     }
-    sys.mount_setattr_recursive(target, set)
-        .sys("remount in the VM's root", target)?;
+    let bound = tree.open_mounted(path)?;
+    sys.mount_setattr_recursive(bound.as_fd(), source.as_fd(), &target, set)
+        .sys("remount in the VM's root", &target)?;
     Ok(())
 }
 

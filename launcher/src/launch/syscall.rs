@@ -12,6 +12,7 @@
 //! nothing more than the direct calls did.
 
 use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::Path;
 
 use nix::errno::Errno;
@@ -44,10 +45,20 @@ pub trait Syscall {
         flags: MsFlags,
         data: Option<&str>,
     ) -> Result<(), Errno>;
-    /// `mount_setattr(2)` with `AT_RECURSIVE`: the `MOUNT_ATTR_*` bits of
-    /// `set` added to the mount at `target` and to every mount below it
-    /// (none cleared; the other flags each keeps).
-    fn mount_setattr_recursive(&self, target: &Path, set: u64) -> Result<(), Errno>;
+    /// `mount_setattr(2)` with `AT_RECURSIVE | AT_EMPTY_PATH`: the
+    /// `MOUNT_ATTR_*` bits of `set` added to the mount whose root `target`
+    /// (an `O_PATH` descriptor) is and to every mount below it (none
+    /// cleared; the other flags each keeps). Named by descriptor, never by
+    /// a path a symlink or a rename could send elsewhere; and `EXDEV` when
+    /// `target` is not the file `source` is (the bind of `source` is not
+    /// what `target` found). `shown`: its path, for the record.
+    fn mount_setattr_recursive(
+        &self,
+        target: BorrowedFd<'_>,
+        source: BorrowedFd<'_>,
+        shown: &Path,
+        set: u64,
+    ) -> Result<(), Errno>;
     /// The last mount at `target` in this process's mount table, as the
     /// kernel states it after a mount (`/proc/self/mountinfo`): how a mount
     /// option is confirmed.
@@ -144,8 +155,13 @@ impl Syscall for LinuxSyscall {
         mount(source, target, fstype, flags, data)
     }
 
-    fn mount_setattr_recursive(&self, target: &Path, set: u64) -> Result<(), Errno> {
-        use std::os::unix::ffi::OsStrExt;
+    fn mount_setattr_recursive(
+        &self,
+        target: BorrowedFd<'_>,
+        source: BorrowedFd<'_>,
+        _shown: &Path,
+        set: u64,
+    ) -> Result<(), Errno> {
         /// `struct mount_attr` (linux/mount.h, `MOUNT_ATTR_SIZE_VER0`).
         #[repr(C)]
         struct MountAttr {
@@ -154,22 +170,28 @@ impl Syscall for LinuxSyscall {
             propagation: u64,
             userns_fd: u64,
         }
-        let path = CString::new(target.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+        let (t, s) = (
+            nix::sys::stat::fstat(target)?,
+            nix::sys::stat::fstat(source)?,
+        );
+        if (t.st_dev, t.st_ino) != (s.st_dev, s.st_ino) {
+            return Err(Errno::EXDEV);
+        }
         let attr = MountAttr {
             attr_set: set,
             attr_clr: 0,
             propagation: 0,
             userns_fd: 0,
         };
-        // SAFETY: `path` is a NUL-terminated string and `attr` a
-        // `struct mount_attr` of the size passed, both alive for the call;
-        // the kernel only reads them.
+        // SAFETY: `target` is an open descriptor, the path an empty
+        // NUL-terminated string and `attr` a `struct mount_attr` of the
+        // size passed, all alive for the call; the kernel only reads them.
         let r = unsafe {
             libc::syscall(
                 libc::SYS_mount_setattr,
-                libc::AT_FDCWD,
-                path.as_ptr(),
-                libc::AT_RECURSIVE,
+                target.as_raw_fd(),
+                c"".as_ptr(),
+                libc::AT_RECURSIVE | libc::AT_EMPTY_PATH,
                 std::ptr::from_ref(&attr),
                 size_of::<MountAttr>(),
             )
@@ -409,10 +431,16 @@ mod recording {
             Ok(())
         }
 
-        fn mount_setattr_recursive(&self, target: &Path, set: u64) -> Result<(), Errno> {
+        fn mount_setattr_recursive(
+            &self,
+            _target: BorrowedFd<'_>,
+            _source: BorrowedFd<'_>,
+            shown: &Path,
+            set: u64,
+        ) -> Result<(), Errno> {
             self.answer(
                 "mount_setattr",
-                format!("{} AT_RECURSIVE {set:#x}", target.display()),
+                format!("{} AT_RECURSIVE {set:#x}", shown.display()),
             )
         }
 

@@ -3,7 +3,7 @@
 use std::path::Component;
 
 use super::resolve::MAX_LINKS;
-use crate::launch::syscall::{Call, RecordingSyscall};
+use crate::launch::syscall::{Call, LinuxSyscall, RecordingSyscall};
 
 use super::*;
 
@@ -545,4 +545,155 @@ fn a_symlink_where_a_mount_point_goes_is_refused_and_its_target_untouched() {
         other => panic!("{other:?}"),
     }
     assert!(!calls.iter().any(|c| c.name == "pivot_root"), "{calls:?}");
+}
+
+/// How the host may have changed a bound tree between a bind and its
+/// flags: what was at the bind's path moved away and, in its place, a
+/// symlink to another bind's directory, or that directory itself.
+#[derive(Debug, Clone, Copy)]
+enum Swap {
+    Symlink,
+    Rename,
+}
+
+/// In a private mount namespace (this forked child's), two binds on the
+/// root's tmpfs, `s`'s at `/a/b` and `t`'s at `/c/b`; then `swap`; then
+/// `s`'s bind's flags set (read-only) as [`enter`] sets them. 0: the
+/// flags went to `s`'s bind, or none was set and the launch failed;
+/// 1: they went to `t`'s; 2: neither got them and no error; 3: setting
+/// up failed.
+fn flags_after_a_swap(at: &Path, s: &Path, t: &Path, swap: Swap) -> i32 {
+    use nix::mount::mount;
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    let setup = || -> std::result::Result<Tree<'_>, Box<dyn std::error::Error>> {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)?;
+        let private = MsFlags::MS_REC | MsFlags::MS_PRIVATE;
+        mount(None::<&str>, "/", None::<&str>, private, None::<&str>)?;
+        mount(
+            Some("vmwt-rvs"),
+            at,
+            Some("tmpfs"),
+            MsFlags::empty(),
+            None::<&str>,
+        )?;
+        let mut tree = Tree::open(at)?;
+        for (src, dir) in [(s, "/a"), (t, "/c")] {
+            tree.dir(Path::new(dir))?;
+            let b = Path::new(dir).join("b");
+            tree.mount_point(&b, true)?;
+            let bind = MsFlags::MS_BIND | MsFlags::MS_REC;
+            mount(Some(src), &tree.shown(&b), None::<&str>, bind, None::<&str>)?;
+        }
+        std::fs::rename(at.join("a"), at.join("a2"))?;
+        match swap {
+            Swap::Symlink => std::os::unix::fs::symlink("c", at.join("a"))?,
+            Swap::Rename => std::fs::rename(at.join("c"), at.join("a"))?,
+        }
+        Ok(tree)
+    };
+    let Ok(tree) = setup() else { return 3 };
+    let Ok(src) = nix::fcntl::open(s, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()) else {
+        return 3;
+    };
+    let got = remount(&LinuxSyscall, &tree, Path::new("/a/b"), &src, true, false);
+    let ro = |p: &Path| statvfs(p).is_ok_and(|v| v.flags().contains(FsFlags::ST_RDONLY));
+    let t_at = at.join(match swap {
+        Swap::Symlink => "c/b",
+        Swap::Rename => "a/b",
+    });
+    match (ro(&at.join("a2/b")), ro(&t_at), got.is_ok()) {
+        (_, true, _) => 1,
+        (true, false, _) | (false, false, false) => 0,
+        (false, false, true) => 2,
+    }
+}
+
+/// A bind's flags are set through a descriptor of that bind: a symlink,
+/// or another bind's directory, put at its path since it was bound (the
+/// bind's path may go through a host tree bound before it, one another
+/// process may change) fails the launch. Named again by path from the
+/// host's `/`, the walk followed the change: the other mount was made
+/// read-only, `nosuid`, `nodev`, and the bind kept the host's `rw`,
+/// set-uid and devices. Needs root (mounts, in a forked child's own
+/// mount namespace, gone with it).
+#[test]
+fn a_binds_flags_go_to_that_bind_whatever_was_put_at_its_path_since() {
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::{fork, ForkResult};
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "needs root: mounts in a mount namespace of its own"
+    );
+    for swap in [Swap::Symlink, Swap::Rename] {
+        let dir = tempfile::tempdir().unwrap();
+        let (at, s, t) = (
+            dir.path().join("root"),
+            dir.path().join("s"),
+            dir.path().join("t"),
+        );
+        for d in [&at, &s, &t] {
+            std::fs::create_dir(d).unwrap();
+        }
+        // SAFETY: the child makes system calls and `_exit`s, never
+        // returning into the test harness.
+        match unsafe { fork() }.unwrap() {
+            ForkResult::Child => {
+                let code = std::panic::catch_unwind(|| flags_after_a_swap(&at, &s, &t, swap));
+                // SAFETY: ends the child without running the harness's
+                // exit handlers.
+                unsafe { libc::_exit(code.unwrap_or(4)) }
+            }
+            ForkResult::Parent { child } => match waitpid(child, None).unwrap() {
+                WaitStatus::Exited(_, 0) => {}
+                WaitStatus::Exited(_, 1) => panic!(
+                    "{swap:?}: the bind's flags went to the mount the changed path led to, \
+                     the bind kept the host's"
+                ),
+                other => panic!("{swap:?}: {other:?} (2: no flags and no error; 3: setup)"),
+            },
+        }
+    }
+}
+
+/// A symlink anyone but root could have made or swapped (not root's, or
+/// in a directory that is not root's or that group or others may write,
+/// sticky aside) is never followed, whether or not this VM's rules grant
+/// writing there: another VM's writable share holding a socket this VM is
+/// granted, or the VM's own tree named by a host bind mount's other name
+/// (no symlink on the way, so not seen as its tree), is a place a
+/// compromised principal plants a link to a host socket; the rule that
+/// followed it bound that socket into this VM's root. Root's links in
+/// root's directories are followed as before (`bin` below).
+#[test]
+fn a_rule_through_a_symlink_only_root_could_not_have_made_binds_nothing() {
+    use std::os::unix::fs::{lchown, symlink, PermissionsExt};
+    let other = 5_400_001;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for sub in ["share", "loose", "real"] {
+        std::fs::create_dir(d.join(sub)).unwrap();
+    }
+    let _host = std::os::unix::net::UnixListener::bind(d.join("host.sock")).unwrap();
+    // Another principal's share, a link of theirs; root's link in their
+    // directory; root's link in a directory others may write.
+    std::os::unix::fs::chown(d.join("share"), Some(other), Some(other)).unwrap();
+    symlink(d.join("host.sock"), d.join("share/theirs")).unwrap();
+    lchown(d.join("share/theirs"), Some(other), Some(other)).unwrap();
+    symlink(d.join("host.sock"), d.join("share/roots")).unwrap();
+    std::fs::set_permissions(d.join("loose"), PermissionsExt::from_mode(0o777)).unwrap();
+    symlink(d.join("host.sock"), d.join("loose/roots")).unwrap();
+    symlink("real", d.join("bin")).unwrap();
+    let p = |s: &str| d.join(s).to_string_lossy().into_owned();
+    for planted in ["share/theirs", "share/roots", "loose/roots"] {
+        let got = plan(
+            &[
+                rule(&p(planted), Grant::Socket),
+                rule(&p("bin"), Grant::Exec),
+            ],
+            &[],
+            &[],
+        );
+        let bound: Vec<&Path> = got.binds.iter().map(|n| n.path.as_path()).collect();
+        assert_eq!(bound, [d.join("real")], "{planted}: {got:?}");
+    }
 }

@@ -50,7 +50,7 @@ impl<'a> Tree<'a> {
     }
 
     /// The host path of `path` in the VM's root, for errors.
-    fn shown(&self, path: &Path) -> PathBuf {
+    pub(super) fn shown(&self, path: &Path) -> PathBuf {
         self.at.join(path.strip_prefix("/").unwrap_or(path))
     }
 
@@ -104,6 +104,23 @@ impl<'a> Tree<'a> {
             self.made.insert(rel.to_path_buf());
         }
         Ok(())
+    }
+
+    /// What is at `path` now (the root of the bind just mounted there),
+    /// opened `O_PATH` relative to the root's descriptor with no symlink
+    /// followed on the way and nothing outside the root reached (`openat2`,
+    /// `RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH`): what the bind's flags are
+    /// set through. A second walk by path from the host's `/` followed a
+    /// symlink put in the way since the bind (a host tree the bind lies
+    /// in), and set the flags on whatever mount it led to.
+    pub(super) fn open_mounted(&self, path: &Path) -> Result<OwnedFd> {
+        use nix::fcntl::{OpenHow, ResolveFlag};
+        let rel = Self::relative(path);
+        let how = OpenHow::new()
+            .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+            .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
+        Ok(nix::fcntl::openat2(self.root.as_fd(), rel, how)
+            .sys("open a bind in the VM's root", self.shown(rel))?)
     }
 
     /// A symlink at `location` to `target`; one there already will do.
