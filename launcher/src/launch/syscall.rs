@@ -196,7 +196,16 @@ impl Syscall for LinuxSyscall {
                 size_of::<MountAttr>(),
             )
         };
-        Errno::result(r).map(drop)
+        match Errno::result(r) {
+            Ok(_) => Ok(()),
+            // No mount_setattr (a kernel before 5.12, or a filter that
+            // answers ENOSYS or EPERM for it: the systemd suite's unit
+            // does): the bind's own remount through its descriptor, its
+            // other flags kept; the mounts it carried keep theirs, as
+            // before Linux 5.12.
+            Err(Errno::ENOSYS | Errno::EPERM) => remount_bind(target, set),
+            Err(e) => Err(e),
+        }
     }
 
     fn own_mount_at(&self, target: &Path) -> std::io::Result<Option<Mount>> {
@@ -322,6 +331,41 @@ impl Syscall for LinuxSyscall {
             Err(e) => e,
         }
     }
+}
+
+/// `MS_REMOUNT|MS_BIND` of the mount `target` is the root of, through
+/// `/proc/self/fd/N`, with `set` (`MOUNT_ATTR_RDONLY`, `_NOSUID`,
+/// `_NODEV`) added to the flags the kernel states for it (`fstatvfs`): a
+/// bind remount replaces every per-mount flag, so each one it has is
+/// named again.
+fn remount_bind(target: BorrowedFd<'_>, set: u64) -> Result<(), Errno> {
+    use nix::sys::statvfs::{fstatvfs, FsFlags};
+    let have = fstatvfs(target)?.flags();
+    let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND;
+    for (st, ms) in [
+        (FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if have.contains(st) {
+            flags |= ms;
+        }
+    }
+    for (bit, ms) in [
+        (0x1, MsFlags::MS_RDONLY),
+        (0x2, MsFlags::MS_NOSUID),
+        (0x4, MsFlags::MS_NODEV),
+    ] {
+        if set & bit != 0 {
+            flags |= ms;
+        }
+    }
+    let at = format!("/proc/self/fd/{}", target.as_raw_fd());
+    mount(None::<&str>, at.as_str(), None::<&str>, flags, None::<&str>)
 }
 
 #[cfg(test)]

@@ -119,8 +119,44 @@ impl<'a> Tree<'a> {
         let how = OpenHow::new()
             .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
             .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
-        Ok(nix::fcntl::openat2(self.root.as_fd(), rel, how)
-            .sys("open a bind in the VM's root", self.shown(rel))?)
+        match nix::fcntl::openat2(self.root.as_fd(), rel, how) {
+            Ok(fd) => Ok(fd),
+            // No openat2 (a kernel before 5.6, or a filter that answers
+            // ENOSYS or EPERM for it: the systemd suite's unit does): the
+            // same walk, one component at a time, none followed.
+            Err(Errno::ENOSYS | Errno::EPERM) => self.walk_unfollowed(rel),
+            Err(e) => Err(e).sys("open a bind in the VM's root", self.shown(rel))?,
+        }
+    }
+
+    /// `rel` opened `O_PATH` from the tmpfs's root one component at a
+    /// time, each `O_NOFOLLOW` (a symlink on the way is not a directory;
+    /// one at the end is opened itself, and so is not the bind's file).
+    /// Only plain names: `..` or a root would leave the tree.
+    pub(super) fn walk_unfollowed(&self, rel: &Path) -> Result<OwnedFd> {
+        use std::path::Component;
+        let names: Vec<&std::ffi::OsStr> = rel
+            .components()
+            .filter(|c| *c != Component::CurDir)
+            .map(|c| match c {
+                Component::Normal(n) => Ok(n),
+                _ => Err(Errno::EXDEV),
+            })
+            .collect::<std::result::Result<_, _>>()
+            .sys("open a bind in the VM's root", self.shown(rel))?;
+        let flags = OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW;
+        let mut cur = nix::fcntl::openat(self.root.as_fd(), ".", flags, Mode::empty())
+            .sys("open a bind in the VM's root", self.shown(rel))?;
+        for (i, name) in names.iter().enumerate() {
+            let more = if i + 1 < names.len() {
+                OFlag::O_DIRECTORY
+            } else {
+                OFlag::empty()
+            };
+            cur = nix::fcntl::openat(cur.as_fd(), *name, flags | more, Mode::empty())
+                .sys("open a bind in the VM's root", self.shown(rel))?;
+        }
+        Ok(cur)
     }
 
     /// A symlink at `location` to `target`; one there already will do.
