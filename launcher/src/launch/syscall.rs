@@ -596,3 +596,81 @@ mod recording {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::Mode;
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::{fork, ForkResult};
+
+    use super::*;
+
+    /// In a child's own mount namespace: a `noexec` tmpfs at `src`, bound
+    /// at `dst`, the bind's flags set by [`remount_bind`] through an
+    /// `O_PATH` descriptor. 0: the bind is read-only, `nosuid`, `nodev`
+    /// and still `noexec`, the tmpfs itself still writable; 1: not; 3:
+    /// setting up failed.
+    fn remounted(src: &Path, dst: &Path) -> i32 {
+        let run = || -> Result<i32, Box<dyn std::error::Error>> {
+            unshare(CloneFlags::CLONE_NEWNS)?;
+            let private = MsFlags::MS_REC | MsFlags::MS_PRIVATE;
+            mount(None::<&str>, "/", None::<&str>, private, None::<&str>)?;
+            mount(
+                Some("vmwt-remount"),
+                src,
+                Some("tmpfs"),
+                MsFlags::MS_NOEXEC,
+                None::<&str>,
+            )?;
+            mount(Some(src), dst, None::<&str>, MsFlags::MS_BIND, None::<&str>)?;
+            let fd = nix::fcntl::open(dst, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())?;
+            remount_bind(fd.as_fd(), 0x1 | 0x2 | 0x4)?;
+            let want = FsFlags::ST_RDONLY | FsFlags::ST_NOSUID | FsFlags::ST_NODEV;
+            let bound = statvfs(dst)?.flags();
+            let under = statvfs(src)?.flags();
+            let ok =
+                bound.contains(want | FsFlags::ST_NOEXEC) && !under.contains(FsFlags::ST_RDONLY);
+            Ok(i32::from(!ok))
+        };
+        run().unwrap_or(3)
+    }
+
+    /// Where `mount_setattr` answers ENOSYS or EPERM (the systemd suite's
+    /// unit), a bind's flags are set by a bind remount through its
+    /// descriptor: the three asked for added, the ones it had kept, the
+    /// mount it was bound from untouched. Needs root (mounts, in a forked
+    /// child's own mount namespace, gone with it).
+    #[test]
+    fn the_remount_without_mount_setattr_adds_the_flags_and_keeps_the_others() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "needs root: mounts in a mount namespace of its own"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
+        for d in [&src, &dst] {
+            std::fs::create_dir(d).expect("mkdir");
+        }
+        // SAFETY: the child makes system calls and `_exit`s, never
+        // returning into the test harness.
+        match unsafe { fork() }.expect("fork") {
+            ForkResult::Child => {
+                let code = std::panic::catch_unwind(|| remounted(&src, &dst));
+                // SAFETY: ends the child without running the harness's
+                // exit handlers.
+                unsafe { libc::_exit(code.unwrap_or(4)) }
+            }
+            ForkResult::Parent { child } => match waitpid(child, None).expect("waitpid") {
+                WaitStatus::Exited(_, 0) => {}
+                WaitStatus::Exited(_, 1) => {
+                    panic!("the bind did not get read-only, nosuid, nodev with its noexec kept")
+                }
+                other => panic!("{other:?} (3: setup failed)"),
+            },
+        }
+    }
+}

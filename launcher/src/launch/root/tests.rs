@@ -697,3 +697,46 @@ fn a_rule_through_a_symlink_only_root_could_not_have_made_binds_nothing() {
         assert_eq!(bound, [d.join("real")], "{planted}: {got:?}");
     }
 }
+
+/// Where openat2 answers ENOSYS or EPERM (the systemd suite's unit), a
+/// bind is opened by a walk that follows nothing: the same file as
+/// openat2's, and a symlink on the way or at the end, or a name that
+/// climbs out, is never what it opens.
+#[test]
+fn the_walk_without_openat2_opens_what_openat2_does_and_follows_nothing() {
+    use std::os::unix::fs::MetadataExt;
+    let d = tempfile::tempdir().expect("tempdir");
+    let at = d.path();
+    std::fs::create_dir_all(at.join("usr/lib")).expect("mkdir");
+    std::fs::write(at.join("usr/lib/file"), b"x").expect("write");
+    std::os::unix::fs::symlink("usr", at.join("lnk")).expect("symlink");
+    std::os::unix::fs::symlink("file", at.join("usr/lib/last")).expect("symlink");
+    let tree = Tree::open(at).expect("open the tree");
+    let ino = |fd: &OwnedFd| nix::sys::stat::fstat(fd).map(|s| (s.st_dev, s.st_ino));
+    let walked = tree
+        .walk_unfollowed(Path::new("usr/lib/file"))
+        .expect("walk to usr/lib/file");
+    let opened = tree
+        .open_mounted(Path::new("/usr/lib/file"))
+        .expect("openat2 to usr/lib/file");
+    assert_eq!(ino(&walked), ino(&opened));
+    let md = std::fs::metadata(at.join("usr/lib/file")).expect("stat");
+    assert_eq!(ino(&walked), Ok((md.dev(), md.ino())));
+    assert!(
+        tree.walk_unfollowed(Path::new("lnk/lib/file")).is_err(),
+        "the walk went through the symlink lnk"
+    );
+    let last = tree
+        .walk_unfollowed(Path::new("usr/lib/last"))
+        .expect("a symlink at the end is opened itself");
+    assert_ne!(
+        ino(&last),
+        ino(&walked),
+        "the walk followed the symlink at the end"
+    );
+    assert!(
+        tree.walk_unfollowed(Path::new("usr/../usr/lib/file"))
+            .is_err(),
+        "the walk took a .. component"
+    );
+}
