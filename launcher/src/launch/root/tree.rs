@@ -122,8 +122,9 @@ impl<'a> Tree<'a> {
         match nix::fcntl::openat2(self.root.as_fd(), rel, how) {
             Ok(fd) => Ok(fd),
             // No openat2 (a kernel before 5.6, or a filter that answers
-            // ENOSYS or EPERM for it: the systemd suite's unit does): the
-            // same walk, one component at a time, none followed.
+            // ENOSYS or EPERM for it: systemd does under the unit's
+            // RestrictSUIDSGID=, its filter cannot read openat2's mode):
+            // the same walk, one component at a time, none followed.
             Err(Errno::ENOSYS | Errno::EPERM) => self.walk_unfollowed(rel),
             Err(e) => Err(e).sys("open a bind in the VM's root", self.shown(rel))?,
         }
