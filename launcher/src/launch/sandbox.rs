@@ -22,7 +22,7 @@ use crate::host::sys::SysContext;
 use crate::identity::principal::Principal;
 pub use crate::launch::drop_check::{assert_single_threaded, verify_dropped};
 pub use crate::launch::sandbox_error::{DropFailure, SandboxError};
-use crate::launch::syscall::{LinuxSyscall, Syscall};
+use crate::launch::syscall::{self, LinuxSyscall, Syscall};
 
 type Result<T, E = SandboxError> = std::result::Result<T, E>;
 
@@ -209,21 +209,15 @@ pub fn mask_root_except(sys: &dyn Syscall, root: &Path, keep: &Dir) -> Result<()
 /// is given has any effect inside its namespaces. (A set-id mode cannot
 /// be set there at all: see `launch::seccomp`.)
 pub fn remount_nosuid(sys: &dyn Syscall, target: &Path, extra: MsFlags) -> Result<()> {
-    use nix::sys::statvfs::{statvfs, FsFlags};
-    let have = statvfs(target).sys("statvfs", target)?.flags();
-    let mut flags =
-        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | extra;
-    for (st, ms) in [
-        (FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
-        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
-        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
-        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
-        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
-    ] {
-        if have.contains(st) {
-            flags |= ms;
-        }
-    }
+    let have = nix::sys::statvfs::statvfs(target)
+        .sys("statvfs", target)?
+        .flags();
+    let flags = MsFlags::MS_REMOUNT
+        | MsFlags::MS_BIND
+        | MsFlags::MS_NOSUID
+        | MsFlags::MS_NODEV
+        | extra
+        | syscall::stated_flags(have);
     sys.mount(NONE, target, NONE, flags, NONE)
         .sys("remount nosuid,nodev", target)?;
     Ok(())

@@ -333,16 +333,12 @@ impl Syscall for LinuxSyscall {
     }
 }
 
-/// `MS_REMOUNT|MS_BIND` of the mount `target` is the root of, through
-/// `/proc/self/fd/N`, with `set` (`MOUNT_ATTR_RDONLY`, `_NOSUID`,
-/// `_NODEV`) added to the flags the kernel states for it (`fstatvfs`): a
-/// bind remount replaces every per-mount flag, so each one it has is
-/// named again.
-fn remount_bind(target: BorrowedFd<'_>, set: u64) -> Result<(), Errno> {
-    use nix::sys::statvfs::{fstatvfs, FsFlags};
-    let have = fstatvfs(target)?.flags();
-    let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND;
-    for (st, ms) in [
+/// The per-mount flags the kernel states for a mount (`statvfs`), as
+/// `mount(2)` names them: a bind remount replaces every one, so each one
+/// it keeps is named again.
+pub fn stated_flags(have: nix::sys::statvfs::FsFlags) -> MsFlags {
+    use nix::sys::statvfs::FsFlags;
+    [
         (FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
         (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
         (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
@@ -350,11 +346,21 @@ fn remount_bind(target: BorrowedFd<'_>, set: u64) -> Result<(), Errno> {
         (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
         (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
         (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
-    ] {
-        if have.contains(st) {
-            flags |= ms;
-        }
-    }
+    ]
+    .into_iter()
+    .filter(|(st, _)| have.contains(*st))
+    .fold(MsFlags::empty(), |acc, (_, ms)| acc | ms)
+}
+
+/// `MS_REMOUNT|MS_BIND` of the mount `target` is the root of, through
+/// `/proc/self/fd/N`, with `set` (`MOUNT_ATTR_RDONLY`, `_NOSUID`,
+/// `_NODEV`) added to the flags the kernel states for it (`fstatvfs`): a
+/// bind remount replaces every per-mount flag, so each one it has is
+/// named again.
+fn remount_bind(target: BorrowedFd<'_>, set: u64) -> Result<(), Errno> {
+    use nix::sys::statvfs::fstatvfs;
+    let have = fstatvfs(target)?.flags();
+    let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | stated_flags(have);
     for (bit, ms) in [
         (0x1, MsFlags::MS_RDONLY),
         (0x2, MsFlags::MS_NOSUID),
