@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use common::hibernate::*;
 use common::*;
 use serde_json::{json, Value};
-use vmwarden::control::hibernate::RESTORE_KILL_POINT;
+use vmwarden::control::hibernate::{RESTORE_KILL_POINT, UNWRITABLE};
 use vmwarden::hypervisor::qmp::Qmp;
 use vmwarden::teardown::purge::CONFIRM_PHRASE;
 
@@ -219,10 +219,25 @@ fn a_failed_capture_of_a_restored_guest_never_resumes_it_with_its_snapshot_still
         assert!(Instant::now() < end, "never loaded: {}", g2.log_text());
         std::thread::sleep(Duration::from_millis(200));
     }
-    // A capture that cannot finish in time: it fails, and the guest is
-    // resumed (it ran before the hibernate, as far as the operator knows).
-    let h = env.vmwarden(&["hibernate", "again", "--timeout", "0.005"]);
+    // A capture that fails (QEMU's migration, on its first write to a
+    // file handed over read-only: a short --timeout is no failure where
+    // the paused guest's memory is written before the first poll), and
+    // the guest is resumed (it ran before the hibernate, as far as the
+    // operator knows).
+    let h = env
+        .vmwarden_cmd()
+        .args(["hibernate", "again", "--timeout", "120"])
+        .env("VMWARDEN_FAULT_AFTER", format!("hibernate:{UNWRITABLE}"))
+        .output()
+        .unwrap();
     assert!(!h.status.success(), "{}", text(&h));
+    let said = text(&h);
+    assert!(
+        said.contains("the capture failed (the capture failed: ")
+            && said.contains("the VM was resumed and the partial snapshot"),
+        "not QEMU's own failure, resumed: {said}"
+    );
+    println!("{said}");
     let (_, marker2) = tick_after(&mut g2, 0, Duration::from_secs(30));
     assert_eq!(marker2, marker);
     // The guest runs: the snapshot it was restored from must be gone.

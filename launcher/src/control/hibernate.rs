@@ -12,7 +12,8 @@
 //! failed capture resumes the VM and deletes the partial snapshot.
 //!
 //! Kill points (builds with `fault-injection`):
-//! `VMWARDEN_FAULT_AFTER=hibernate:WHERE`, WHERE one of [`KILL_POINTS`].
+//! `VMWARDEN_FAULT_AFTER=hibernate:WHERE`, WHERE one of [`KILL_POINTS`];
+//! and [`UNWRITABLE`], which makes QEMU's capture fail for real.
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
@@ -102,6 +103,26 @@ pub enum HibernateError {
     },
 }
 
+/// `VMWARDEN_FAULT_AFTER=hibernate:unwritable` (builds with
+/// `fault-injection`): the file QEMU's capture writes is handed over
+/// read-only, so that QEMU's own migration fails on its first write
+/// whatever the host's speed (a short `--timeout` does not: a paused
+/// guest's memory can be written before the first poll).
+pub const UNWRITABLE: &str = "unwritable";
+
+/// How the files handed to the hypervisor are opened: for writing, unless
+/// the [`UNWRITABLE`] fault is asked for.
+fn precreated_access() -> OFlag {
+    #[cfg(feature = "fault-injection")]
+    if std::env::var("VMWARDEN_FAULT_AFTER").ok().as_deref()
+        == Some(&format!("hibernate:{UNWRITABLE}"))
+    {
+        tracing::warn!("fault injection: the snapshot's files are handed over read-only");
+        return OFlag::O_RDONLY;
+    }
+    OFlag::O_WRONLY
+}
+
 /// What `vmwarden hibernate` prints.
 #[derive(Debug, Clone, Serialize)]
 pub struct Hibernated {
@@ -153,7 +174,7 @@ fn make_new(
                 nix::fcntl::openat(
                     dir.as_fd(),
                     *f,
-                    OFlag::O_WRONLY
+                    precreated_access()
                         | OFlag::O_CREAT
                         | OFlag::O_EXCL
                         | OFlag::O_NOFOLLOW
