@@ -60,6 +60,10 @@
 #    one's file system and a tmpfs's source stated), timed inside one
 #    process (its CPU time: the work, not a loaded machine's waits), no
 #    exec, no /proc.
+#    At 0 and N, untimed, cleanup and verify-clean of one more probe
+#    launch under `strace -f -c -w`: their six costliest system calls
+#    (wall ms, strace's own cost included), and every round's cleanup and
+#    verify-clean figure, so that a median's cause can be read.
 #
 # Output: the table, then three lines, and the scan floors' lines:
 #   scale: launch@N / launch@0 R, cleanup@N / cleanup@0 R, verify-clean@N / @0 R, status@N R ms, reap@N R ms
@@ -253,10 +257,31 @@ steps() { # LEVEL: ROUNDS rounds of the probe launch (paired with /bin/true), cl
 }
 declare -A FLOOR_AT=() FLOOR_SINCE_AT=() PROCS_AT=()
 med() { printf '%s\n' ${S[$1]:-} | median; }
+# Where cleanup's and verify-clean's time goes at LEVEL: one more probe
+# launch, then each under `strace -f -c -w` (wall time per system call,
+# strace's own cost included: compare levels, not absolutes), the six
+# costliest calls kept for the report. Untimed: no figure above uses it.
+PROFILES=()
+profile_steps() { # LEVEL
+  [ -n "${STRACE_BIN:-}" ] || return 0
+  local lvl=$1 what
+  "$BIN/vmwarden-launch" probe --probe -- /bin/true >"$DIR/logs/step.out" 2>&1 || die "probe launch for the profile failed: $(head -c 400 "$DIR/logs/step.out")"
+  for what in cleanup verify; do
+    case $what in
+      cleanup) set -- "$BIN/vmwarden-cleanup" probe ;;
+      verify) set -- "$BIN/vmwarden" verify-clean probe ;;
+    esac
+    "$STRACE_BIN" -f -c -w -S time -o "$DIR/logs/profile-$what@$lvl" "$@" >"$DIR/logs/step.out" 2>&1 \
+      || die "$what under strace at @$lvl failed: $(head -c 400 "$DIR/logs/step.out")"
+    PROFILES+=("$what@$lvl: $(awk 'NR > 2 && $1 ~ /^[0-9.]+$/ && n < 6 { printf "%s%s %d× %.2f ms", (n++ ? ", " : ""), $NF, $4, $2 * 1000 }' "$DIR/logs/profile-$what@$lvl")")
+  done
+}
+STRACE_BIN=$(command -v strace || true)
 
 echo "scale.sh: $N VMs, $ROUNDS rounds; binaries $BIN; runtime root $RUNROOT" >&2
 for i in $(seq 1 "$N"); do spec "$(printf 's%03d' "$i")"; done
 steps 0
+profile_steps 0
 HALF=$((N / 2))
 FILL=()
 for i in $(seq 1 "$N"); do
@@ -265,6 +290,7 @@ for i in $(seq 1 "$N"); do
   [ "$i" = "$HALF" ] && [ "$HALF" -gt 0 ] && steps "$HALF"
 done
 steps "$N"
+profile_steps "$N"
 DRAIN=()
 for i in $(seq "$N" -1 1); do
   vm=$(printf 's%03d' "$i")
@@ -288,6 +314,9 @@ levels=(0); [ "$HALF" -gt 0 ] && [ "$HALF" != "$N" ] && levels+=("$HALF"); level
   k=$(( N < 10 ? N : 10 ))
   echo "VM launch -> ready (wait-ready), ms: first $k $(q "${FILL[@]:0:k}"), last $k $(q "${FILL[@]: -k}") (median)"
   echo "VM SIGKILL + cleanup, ms: with $((N - 1))..$((N - k)) others running $(q "${DRAIN[@]:0:k}"), with $((k - 1))..0 $(q "${DRAIN[@]: -k}") (median)"
+  rounds() { local v; for v in ${S[$1]:-}; do printf '%s ' "$(ms_of_us "$v")"; done; }
+  echo "every round, ms: cleanup@0 $(rounds "cleanup@0")| cleanup@$N $(rounds "cleanup@$N")| verify@0 $(rounds "verify@0")| verify@$N $(rounds "verify@$N")"
+  [ ${#PROFILES[@]} = 0 ] || { echo "the costliest system calls (strace -f -c -w, one run each; call, count, wall ms):"; printf '  %s\n' "${PROFILES[@]}"; }
 } | tee "$DIR/logs/table1"
 L1="launch@$N / launch@0 $(ratio "$(med "launch@$N")" "$(med "launch@0")"), cleanup@$N / cleanup@0 $(ratio "$(med "cleanup@$N")" "$(med "cleanup@0")"), verify-clean@$N / @0 $(ratio "$(med "verify@$N")" "$(med "verify@0")"), status@$N $(ms_of_us "$(med "status@$N")") ms, reap@$N $(ms_of_us "$(med "reap@$N")") ms"
 # What cleanup and verify-clean would cost at N were their only growth the
