@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::json;
 use vmwarden::config::spec::{HypervisorKind, Spec};
-use vmwarden::control::hibernate::KILL_POINTS;
+use vmwarden::control::hibernate::{KILL_POINTS, UNWRITABLE};
 use vmwarden::hypervisor::hibernate::Hibernator;
 use vmwarden::hypervisor::hibernate_chfc::FcHibernator;
 use vmwarden::hypervisor::{api, snapshot_ch, snapshot_fc, Layout};
@@ -361,6 +361,47 @@ fn a_kill_at_every_firecracker_capture_kill_point_then_cleanup_is_clean() {
             "{at}: snapshot and record disagree"
         );
     }
+}
+
+#[test]
+fn a_firecracker_capture_that_fails_resumes_the_vm_and_leaves_nothing_written() {
+    require_fault_injection();
+    let env = Env::new();
+    let Some(bin) = real_binary(&env, "VMWARDEN_TEST_FIRECRACKER", "firecracker") else {
+        return;
+    };
+    let name = "fcfail";
+    let u = uid(607);
+    let _acl = KvmAcl::grant(u);
+    fc_hibernate_spec(&env, name, u, &bin);
+    let sock = env.run.join(name).join("control/api.sock");
+    let fc = HypervisorKind::Firecracker;
+    let mut g = env.start(name);
+    wait_state(&sock, fc, "Running", &mut g);
+    // Firecracker writes its snapshot's files itself, into a directory the
+    // fault makes read-only to the principal: its own capture fails.
+    let h = env
+        .vmwarden_cmd()
+        .args(["hibernate", name, "--timeout", "60"])
+        .env("VMWARDEN_FAULT_AFTER", format!("hibernate:{UNWRITABLE}"))
+        .output()
+        .unwrap();
+    let said = text(&h);
+    assert!(!h.status.success(), "{said}");
+    assert!(
+        said.contains("the capture failed (")
+            && said.contains("the VM was resumed and the partial snapshot"),
+        "not firecracker's own failure, resumed: {said}"
+    );
+    println!("{said}");
+    wait_state(&sock, fc, "Running", &mut g);
+    let state = env.state.join(name);
+    assert!(!state.join(".vmwarden-hibernate.new").exists());
+    assert!(!state.join(".vmwarden-hibernate").exists());
+    assert!(!env.state.join(format!(".hibernated-{name}.json")).exists());
+    g.kill();
+    let (o, rep) = env.cleanup(name);
+    assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));
 }
 
 /// A guest that, before READY, keeps a random marker in its memory (the

@@ -104,23 +104,27 @@ pub enum HibernateError {
 }
 
 /// `VMWARDEN_FAULT_AFTER=hibernate:unwritable` (builds with
-/// `fault-injection`): the file QEMU's capture writes is handed over
-/// read-only, so that QEMU's own migration fails on its first write
-/// whatever the host's speed (a short `--timeout` does not: a paused
-/// guest's memory can be written before the first poll).
+/// `fault-injection`): the files root makes for the capture are handed
+/// over read-only (QEMU's) and the directory the hypervisor writes in is
+/// made read-only to the principal (cloud-hypervisor's, firecracker's), so
+/// that the hypervisor's own capture fails on its first write whatever the
+/// host's speed (a short `--timeout` does not: a paused guest's memory can
+/// be written before the first poll).
 pub const UNWRITABLE: &str = "unwritable";
 
-/// How the files handed to the hypervisor are opened: for writing, unless
-/// the [`UNWRITABLE`] fault is asked for.
-fn precreated_access() -> OFlag {
+/// Whether the [`UNWRITABLE`] fault is asked for (never without
+/// `fault-injection`).
+fn unwritable_fault() -> bool {
     #[cfg(feature = "fault-injection")]
     if std::env::var("VMWARDEN_FAULT_AFTER").ok().as_deref()
         == Some(&format!("hibernate:{UNWRITABLE}"))
     {
-        tracing::warn!("fault injection: the snapshot's files are handed over read-only");
-        return OFlag::O_RDONLY;
+        tracing::warn!(
+            "fault injection: the snapshot's directory and files are handed over read-only"
+        );
+        return true;
     }
-    OFlag::O_WRONLY
+    false
 }
 
 /// What `vmwarden hibernate` prints.
@@ -168,21 +172,27 @@ fn make_new(
             Mode::empty(),
         )
         .map_err(sys("open", new_path.clone()))?;
+        let unwritable = unwritable_fault();
+        let access = if unwritable {
+            OFlag::O_RDONLY
+        } else {
+            OFlag::O_WRONLY
+        };
         let mut fds = Vec::new();
         for f in h.precreated() {
             fds.push(
                 nix::fcntl::openat(
                     dir.as_fd(),
                     *f,
-                    precreated_access()
-                        | OFlag::O_CREAT
-                        | OFlag::O_EXCL
-                        | OFlag::O_NOFOLLOW
-                        | OFlag::O_CLOEXEC,
+                    access | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
                     Mode::from_bits_truncate(0o600),
                 )
                 .map_err(sys("create", new_path.join(f)))?,
             );
+        }
+        if unwritable {
+            nix::sys::stat::fchmod(dir.as_fd(), Mode::from_bits_truncate(0o500))
+                .map_err(sys("chmod", new_path.clone()))?;
         }
         Ok(fds)
     })
