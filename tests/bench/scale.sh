@@ -36,6 +36,11 @@
 #    the launcher's overhead the kernel's part of it alone: `unshare -m -i
 #    --propagation slave /bin/true` minus /bin/true (the launch's mount
 #    and IPC namespaces made, entered and torn down, no launcher).
+#    At 0 and N, untimed, cleanup and verify-clean of one more probe
+#    launch under `strace -f -c -w`: their six costliest system calls
+#    (wall ms, strace's own cost included), and every round's cleanup and
+#    verify-clean figure (@0: the rounds before the fill, then after the
+#    drain), so that a median's cause can be read.
 # 2. AT_ONCE VMs launched at once, until every QMP answers; against the
 #    same QEMU argv (each launched VM's own, from /proc) started bare by
 #    root at once (this host has no systemd: the floor under a unit's
@@ -60,10 +65,6 @@
 #    one's file system and a tmpfs's source stated), timed inside one
 #    process (its CPU time: the work, not a loaded machine's waits), no
 #    exec, no /proc.
-#    At 0 and N, untimed, cleanup and verify-clean of one more probe
-#    launch under `strace -f -c -w`: their six costliest system calls
-#    (wall ms, strace's own cost included), and every round's cleanup and
-#    verify-clean figure, so that a median's cause can be read.
 #
 # Output: the table, then three lines, and the scan floors' lines:
 #   scale: launch@N / launch@0 R, cleanup@N / cleanup@0 R, verify-clean@N / @0 R, status@N R ms, reap@N R ms
@@ -263,7 +264,7 @@ med() { printf '%s\n' ${S[$1]:-} | median; }
 # costliest calls kept for the report. Untimed: no figure above uses it.
 PROFILES=()
 profile_steps() { # LEVEL
-  [ -n "${STRACE_BIN:-}" ] || return 0
+  [ -n "$STRACE" ] || return 0
   local lvl=$1 what
   "$BIN/vmwarden-launch" probe --probe -- /bin/true >"$DIR/logs/step.out" 2>&1 || die "probe launch for the profile failed: $(head -c 400 "$DIR/logs/step.out")"
   for what in cleanup verify; do
@@ -271,12 +272,12 @@ profile_steps() { # LEVEL
       cleanup) set -- "$BIN/vmwarden-cleanup" probe ;;
       verify) set -- "$BIN/vmwarden" verify-clean probe ;;
     esac
-    "$STRACE_BIN" -f -c -w -S time -o "$DIR/logs/profile-$what@$lvl" "$@" >"$DIR/logs/step.out" 2>&1 \
+    "$STRACE" -f -c -w -S time -o "$DIR/logs/profile-$what@$lvl" "$@" >"$DIR/logs/step.out" 2>&1 \
       || die "$what under strace at @$lvl failed: $(head -c 400 "$DIR/logs/step.out")"
-    PROFILES+=("$what@$lvl: $(awk 'NR > 2 && $1 ~ /^[0-9.]+$/ && n < 6 { printf "%s%s %d× %.2f ms", (n++ ? ", " : ""), $NF, $4, $2 * 1000 }' "$DIR/logs/profile-$what@$lvl")")
+    PROFILES+=("$what@$lvl: $(awk 'NR > 2 && $1 ~ /^[0-9.]+$/ && $NF != "total" && n < 6 { printf "%s%s %d× %.2f ms", (n++ ? ", " : ""), $NF, $4, $2 * 1000 }' "$DIR/logs/profile-$what@$lvl")")
   done
 }
-STRACE_BIN=$(command -v strace || true)
+STRACE=$(command -v strace || true)
 
 echo "scale.sh: $N VMs, $ROUNDS rounds; binaries $BIN; runtime root $RUNROOT" >&2
 for i in $(seq 1 "$N"); do spec "$(printf 's%03d' "$i")"; done
@@ -315,7 +316,7 @@ levels=(0); [ "$HALF" -gt 0 ] && [ "$HALF" != "$N" ] && levels+=("$HALF"); level
   echo "VM launch -> ready (wait-ready), ms: first $k $(q "${FILL[@]:0:k}"), last $k $(q "${FILL[@]: -k}") (median)"
   echo "VM SIGKILL + cleanup, ms: with $((N - 1))..$((N - k)) others running $(q "${DRAIN[@]:0:k}"), with $((k - 1))..0 $(q "${DRAIN[@]: -k}") (median)"
   rounds() { local v; for v in ${S[$1]:-}; do printf '%s ' "$(ms_of_us "$v")"; done; }
-  echo "every round, ms: cleanup@0 $(rounds "cleanup@0")| cleanup@$N $(rounds "cleanup@$N")| verify@0 $(rounds "verify@0")| verify@$N $(rounds "verify@$N")"
+  echo "every round, ms (@0: before the fill, then after the drain): cleanup@0 $(rounds "cleanup@0")| cleanup@$N $(rounds "cleanup@$N")| verify@0 $(rounds "verify@0")| verify@$N $(rounds "verify@$N")"
   [ ${#PROFILES[@]} = 0 ] || { echo "the costliest system calls (strace -f -c -w, one run each; call, count, wall ms):"; printf '  %s\n' "${PROFILES[@]}"; }
 } | tee "$DIR/logs/table1"
 L1="launch@$N / launch@0 $(ratio "$(med "launch@$N")" "$(med "launch@0")"), cleanup@$N / cleanup@0 $(ratio "$(med "cleanup@$N")" "$(med "cleanup@0")"), verify-clean@$N / @0 $(ratio "$(med "verify@$N")" "$(med "verify@0")"), status@$N $(ms_of_us "$(med "status@$N")") ms, reap@$N $(ms_of_us "$(med "reap@$N")") ms"
@@ -341,7 +342,6 @@ ONCE_V=(); ONCE_F=()
 # (which locks it takes, and when); each QEMU's argv kept for the floor
 # (the same binary and options, started bare by root, its sockets in a
 # directory of the bench's).
-STRACE=$(command -v strace || true)
 socks=(); for vm in "${ONCE_NAMES[@]}"; do socks+=("$(qmp_of "$vm")"); done
 SPIDS=()
 for vm in "${ONCE_NAMES[@]}"; do
