@@ -17,6 +17,7 @@ use common::*;
 use serde_json::{json, Value};
 use vmwarden::control::hibernate::KILL_POINTS;
 use vmwarden::host::mountinfo;
+use vmwarden::hypervisor::hibernate::SLOW;
 use vmwarden::hypervisor::qmp::Qmp;
 use vmwarden::teardown::purge::CONFIRM_PHRASE;
 
@@ -374,6 +375,62 @@ fn a_failed_capture_resumes_the_guest_and_keeps_nothing() {
     assert!(s.status.success(), "{}", text(&s));
     g.wait_exit(Duration::from_secs(15));
     env.assert_clean("fail");
+}
+
+#[test]
+fn a_capture_past_its_timeout_is_cancelled_and_the_guest_resumed() {
+    require_root();
+    require_fault_injection();
+    let env = Env::new();
+    spec(&env, "slow", 99);
+    let (mut g, (up1, marker)) = boot(&env, "slow", "slow.log");
+    // QEMU's migration capped at 64 KiB/s: 2 s cannot hold the capture of
+    // this guest, on any host.
+    let h = env
+        .vmwarden_cmd()
+        .args(["hibernate", "slow", "--timeout", "2"])
+        .env("VMWARDEN_FAULT_AFTER", format!("hibernate:{SLOW}"))
+        .output()
+        .unwrap();
+    let said = text(&h);
+    assert!(!h.status.success(), "{said}");
+    assert!(
+        said.contains("the capture did not complete within 2s")
+            && said.contains("the VM was resumed and the partial snapshot"),
+        "not the timeout's path: {said}"
+    );
+    println!("{said}");
+    // QEMU cancelled its migration and runs the same guest on.
+    let len = g.log_text().len();
+    let (up2, marker2) = tick_after(&mut g, len, Duration::from_secs(30));
+    assert_eq!(marker2, marker);
+    assert!(up2 > up1);
+    let sock = env.run.join("slow/control/qmp.sock");
+    let mut q = Qmp::connect(&sock, Duration::from_secs(5)).unwrap();
+    assert_eq!(q.status().unwrap(), "running");
+    let m = q.execute("query-migrate", None).unwrap();
+    assert_eq!(m["status"], "cancelled", "{m}");
+    drop(q);
+    assert!(!partial(&env, "slow").exists());
+    assert!(!snap(&env, "slow").exists());
+    assert!(!record(&env, "slow").exists());
+    // A cancelled migration leaves QEMU able to capture again, whole: the
+    // next start restores the same guest from it.
+    let h = hibernate(&env, "slow");
+    assert!(h.status.success(), "{}", text(&h));
+    assert!(g.wait_exit(Duration::from_secs(15)).is_some());
+    assert!(snap(&env, "slow").is_dir() && record(&env, "slow").exists());
+    env.assert_clean("slow");
+    let mut g2 = spawn_logged(env.launch_cmd("slow"), env.path("slow.2.log"));
+    let r = env.vmwarden(&["wait-ready", "slow", "--timeout", "120"]);
+    assert!(r.status.success(), "{}\n{}", text(&r), g2.log_text());
+    let (_, marker3) = tick_after(&mut g2, 0, Duration::from_secs(30));
+    assert_eq!(marker3, marker);
+    assert!(!snap(&env, "slow").exists() && !record(&env, "slow").exists());
+    let st = env.vmwarden(&["stop", "slow", "--timeout", "30"]);
+    assert!(st.status.success(), "{}", text(&st));
+    g2.wait_exit(Duration::from_secs(15));
+    env.assert_clean("slow");
 }
 
 #[test]

@@ -125,6 +125,30 @@ pub fn for_kind(kind: HypervisorKind) -> Result<&'static dyn Hibernator, Capture
 #[derive(Debug)]
 pub struct QemuHibernator;
 
+/// `VMWARDEN_FAULT_AFTER=hibernate:slow` (builds with `fault-injection`):
+/// QEMU's migration is capped at 64 KiB/s, so that the
+/// capture of any guest outlasts a short `--timeout` and takes the
+/// timeout's path for real (QEMU's migration cancelled, the guest resumed)
+/// whatever the host's speed.
+pub const SLOW: &str = "slow";
+/// 64 KiB/s: a guest's zero pages alone (a few bytes each) take seconds.
+#[cfg(feature = "fault-injection")]
+const SLOW_BYTES_PER_S: i64 = 64 * 1024;
+
+/// The migration's cap: none worth the name on a local file (a stopped VM
+/// needs one pass), unless the [`SLOW`] fault is asked for.
+fn max_bandwidth() -> i64 {
+    #[cfg(feature = "fault-injection")]
+    if std::env::var("VMWARDEN_FAULT_AFTER").ok().as_deref() == Some(&format!("hibernate:{SLOW}")) {
+        tracing::warn!(
+            bytes_per_s = SLOW_BYTES_PER_S,
+            "fault injection: QEMU's capture slowed"
+        );
+        return SLOW_BYTES_PER_S;
+    }
+    i64::MAX / 2
+}
+
 /// The name QEMU keeps the snapshot's fd under (`getfd`).
 const QEMU_FDNAME: &str = "vmwarden-hibernate";
 const POLL: Duration = Duration::from_millis(50);
@@ -150,10 +174,9 @@ impl Hibernator for QemuHibernator {
         };
         let mut q = Qmp::connect(control, timeout)?;
         q.execute("stop", None)?;
-        // A stopped VM needs one pass; no bandwidth cap on a local file.
         q.execute(
             "migrate-set-parameters",
-            Some(json!({ "max-bandwidth": i64::MAX / 2 })),
+            Some(json!({ "max-bandwidth": max_bandwidth() })),
         )?;
         q.getfd(QEMU_FDNAME, file.as_fd())?;
         q.execute(
