@@ -228,28 +228,20 @@ fn a_failed_capture_of_a_restored_guest_never_resumes_it_with_its_snapshot_still
     // The capture's own resume is what must show: only ticks logged after
     // the hibernate returned count (the consume before it ran the guest
     // for a moment too).
-    let h = env
-        .vmwarden_cmd()
-        .args(["hibernate", "again", "--timeout", "120"])
-        .env("VMWARDEN_FAULT_AFTER", format!("hibernate:{UNWRITABLE}"))
-        .output()
-        .unwrap();
-    assert!(!h.status.success(), "{}", text(&h));
-    let said = text(&h);
-    assert!(
-        said.contains("the capture failed (the capture failed: ")
-            && said.contains("the VM was resumed and the partial snapshot"),
-        "not QEMU's own failure, resumed: {said}"
+    let said = failed_capture(
+        &env,
+        "again",
+        "120",
+        UNWRITABLE,
+        "the capture failed (the capture failed: ",
     );
-    println!("{said}");
     let failed_at = g2.log_text().len();
     let (_, marker2) = tick_after(&mut g2, failed_at, Duration::from_secs(30));
     assert_eq!(marker2, marker);
     // The guest runs: the snapshot it was restored from must be gone.
     assert!(
         !record(&env, "again").exists(),
-        "a resumed guest's snapshot is still recorded: {}",
-        text(&h)
+        "a resumed guest's snapshot is still recorded: {said}"
     );
     assert!(!snap(&env, "again").exists() && !partial(&env, "again").exists());
 

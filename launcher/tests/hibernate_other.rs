@@ -380,25 +380,11 @@ fn a_firecracker_capture_that_fails_resumes_the_vm_and_leaves_nothing_written() 
     wait_state(&sock, fc, "Running", &mut g);
     // Firecracker writes its snapshot's files itself, into a directory the
     // fault makes read-only to the principal: its own capture fails.
-    let h = env
-        .vmwarden_cmd()
-        .args(["hibernate", name, "--timeout", "60"])
-        .env("VMWARDEN_FAULT_AFTER", format!("hibernate:{UNWRITABLE}"))
-        .output()
-        .unwrap();
-    let said = text(&h);
-    assert!(!h.status.success(), "{said}");
-    assert!(
-        said.contains("the capture failed (")
-            && said.contains("the VM was resumed and the partial snapshot"),
-        "not firecracker's own failure, resumed: {said}"
-    );
-    println!("{said}");
+    hibernate::failed_capture(&env, name, "60", UNWRITABLE, "the capture failed (");
     wait_state(&sock, fc, "Running", &mut g);
-    let state = env.state.join(name);
-    assert!(!state.join(".vmwarden-hibernate.new").exists());
-    assert!(!state.join(".vmwarden-hibernate").exists());
-    assert!(!env.state.join(format!(".hibernated-{name}.json")).exists());
+    assert!(!hibernate::partial(&env, name).exists());
+    assert!(!hibernate::snap(&env, name).exists());
+    assert!(!hibernate::record(&env, name).exists());
     g.kill();
     let (o, rep) = env.cleanup(name);
     assert!(o.status.success() && rep["clean"] == true, "{}", text(&o));

@@ -1,5 +1,6 @@
-//! Helpers of the hibernation tests (hibernate.rs, hibernate_attacks.rs):
-//! a QEMU guest that ticks with an in-memory marker, the snapshot's paths.
+//! Helpers of the hibernation tests (hibernate.rs, hibernate_attacks.rs,
+//! hibernate_other.rs): a QEMU guest that ticks with an in-memory marker,
+//! the snapshot's paths, a capture made to fail.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -71,4 +72,25 @@ pub fn boot(env: &Env, name: &str, log: &str) -> (Guest, (f64, String)) {
     assert!(r.status.success(), "{}", text(&r));
     let t = tick_after(&mut g, 0, Duration::from_secs(30));
     (g, t)
+}
+
+/// `vmwarden hibernate NAME --timeout TIMEOUT` under the fault
+/// `hibernate:FAULT` (a fault-injection build), which must fail in the
+/// capture (its error names `cause`) with the VM resumed and the partial
+/// snapshot deleted. Returns what it said (printed too).
+pub fn failed_capture(env: &Env, name: &str, timeout: &str, fault: &str, cause: &str) -> String {
+    let h = env
+        .vmwarden_cmd()
+        .args(["hibernate", name, "--timeout", timeout])
+        .env("VMWARDEN_FAULT_AFTER", format!("hibernate:{fault}"))
+        .output()
+        .unwrap();
+    let said = text(&h);
+    assert!(!h.status.success(), "{said}");
+    assert!(
+        said.contains(cause) && said.contains("the VM was resumed and the partial snapshot"),
+        "not the capture's own failure ({cause}), resumed: {said}"
+    );
+    println!("{said}");
+    said
 }
