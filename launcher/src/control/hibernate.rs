@@ -34,7 +34,7 @@ use crate::host::dirs::{self, Dir, DirError};
 use crate::host::ownership;
 use crate::host::sys::SysError;
 use crate::host::{cgroup, machined};
-use crate::hypervisor::hibernate::{for_kind, CaptureError, Hibernator};
+use crate::hypervisor::hibernate::{fault_asked, for_kind, CaptureError, Hibernator};
 use crate::identity::principal::Principal;
 use crate::instance::at_shutdown;
 use crate::instance::hibernated::{self, Identities, Manifest, ManifestError};
@@ -115,16 +115,13 @@ pub const UNWRITABLE: &str = "unwritable";
 /// Whether the [`UNWRITABLE`] fault is asked for (never without
 /// `fault-injection`).
 fn unwritable_fault() -> bool {
-    #[cfg(feature = "fault-injection")]
-    if std::env::var("VMWARDEN_FAULT_AFTER").ok().as_deref()
-        == Some(&format!("hibernate:{UNWRITABLE}"))
-    {
+    let asked = fault_asked(UNWRITABLE);
+    if asked {
         tracing::warn!(
             "fault injection: the snapshot's directory and files are handed over read-only"
         );
-        return true;
     }
-    false
+    asked
 }
 
 /// What `vmwarden hibernate` prints.
@@ -137,13 +134,10 @@ pub struct Hibernated {
 }
 
 fn fault(at: &str) {
-    #[cfg(feature = "fault-injection")]
-    if std::env::var("VMWARDEN_FAULT_AFTER").ok().as_deref() == Some(&format!("hibernate:{at}")) {
+    if fault_asked(at) {
         tracing::warn!(at = %at, "fault injection: SIGKILL inside hibernate");
         let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
     }
-    #[cfg(not(feature = "fault-injection"))]
-    let _ = at;
 }
 
 fn sys(op: &'static str, path: PathBuf) -> impl FnOnce(Errno) -> SysError {

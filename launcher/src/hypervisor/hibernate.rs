@@ -135,11 +135,25 @@ pub const SLOW: &str = "slow";
 #[cfg(feature = "fault-injection")]
 const SLOW_BYTES_PER_S: i64 = 64 * 1024;
 
+/// Whether `VMWARDEN_FAULT_AFTER` is `hibernate:AT`: hibernation's kill
+/// points and faults, read in one place. Always false in a build without
+/// `fault-injection`.
+pub fn fault_asked(at: &str) -> bool {
+    #[cfg(feature = "fault-injection")]
+    return std::env::var("VMWARDEN_FAULT_AFTER").ok().as_deref()
+        == Some(&format!("hibernate:{at}"));
+    #[cfg(not(feature = "fault-injection"))]
+    {
+        let _ = at;
+        false
+    }
+}
+
 /// The migration's cap: none worth the name on a local file (a stopped VM
 /// needs one pass), unless the [`SLOW`] fault is asked for.
 fn max_bandwidth() -> i64 {
     #[cfg(feature = "fault-injection")]
-    if std::env::var("VMWARDEN_FAULT_AFTER").ok().as_deref() == Some(&format!("hibernate:{SLOW}")) {
+    if fault_asked(SLOW) {
         tracing::warn!(
             bytes_per_s = SLOW_BYTES_PER_S,
             "fault injection: QEMU's capture slowed"
