@@ -698,8 +698,9 @@ pci_kill_every_step() { # DRIVER GROUP
   local fl=/usr/local/libexec/vmwarden-launch-faults step rc n=0 keep
   [ -x $fl ] || { fail "pci: no fault-injection launcher in L2 (build it: cargo test --features fault-injection --no-run, or set VMWARDEN_FAULT_LAUNCH)"; return 1; }
   for step in $($fl --list-steps); do
-    rc=0; VMWARDEN_FAULT_AFTER=$step $fl pci </dev/null >>"$LOG" 2>&1 || rc=$?
-    [ $rc = 137 ] || { fail "pci: the launch to be killed after $step ended with $rc"; /usr/local/bin/vmwarden-cleanup pci >>"$LOG" 2>&1; return 1; }
+    rc=0; VMWARDEN_FAULT_AFTER=$step $fl pci </dev/null >/run/pci-launch.out 2>&1 || rc=$?
+    cat /run/pci-launch.out >>"$LOG"
+    [ $rc = 137 ] || { fail "pci: the launch to be killed after $step ended with $rc: $(grep -v 'fault injection' /run/pci-launch.out | tail -3 | tr '\n' ' ')"; /usr/local/bin/vmwarden-cleanup pci >>"$LOG" 2>&1; return 1; }
     /usr/local/bin/vmwarden-cleanup pci >>"$LOG" 2>&1 || { fail "pci: cleanup after a kill at $step failed"; return 1; }
     keep=$DETAIL; pci_given_back "$1" "$2" "a kill after $step" || return 1; DETAIL=$keep
     /usr/local/bin/vmwarden verify-clean pci >>"$LOG" 2>&1 || { fail "pci: verify-clean after a kill at $step is not clean"; return 1; }
