@@ -30,7 +30,7 @@
 #   VMWARDEN_SYSTEMD_TIMEOUT       overall guest timeout in s (default 3300; 10500
 #                                  when VMWARDEN_SYSTEMD_ONLY names fifty_units)
 #   VMWARDEN_SYSTEMD_WEDGE         s of console silence (no heartbeat) after
-#                                  which an L2 guest counts as wedged (600)
+#                                  which an L2 guest counts as wedged (300)
 #   VMWARDEN_SYSTEMD_SCENARIO_LIMIT  s after which a scenario counts as stuck
 #                                  and its commands are killed (900)
 #   VMWARDEN_SYSTEMD_EXTRA_ENV     "K=V K2=V2": Environment= drop-in for microvm@.service
@@ -794,7 +794,8 @@ else
   done; done
 fi
 NSHARDS=${#SHARD_LISTS[@]}
-APPEND="console=ttyS0 panic=-1 quiet mitigations=off"
+# nokaslr: a wedged guest's RIP is then read against its System.map (vcpu_state)
+APPEND="console=ttyS0 panic=-1 quiet mitigations=off nokaslr"
 case "$MACHINE" in
   microvm) BLK=virtio-blk-device
            # microvm + TCG hangs in TSC calibration without it (ENVIRONMENT.md)
@@ -820,30 +821,33 @@ L2_SMP=${VMWARDEN_SYSTEMD_SMP:-1}
 shard_dir() { if [ "$NSHARDS" = 1 ]; then echo "$OUTDIR"; else echo "$OUTDIR/shard-$1"; fi; }
 # A guest is a shard's run in one L2 VM: G_DIR, G_LIST (its scenarios),
 # G_PID (QEMU), G_RES (its results disk), G_LABEL and G_OF (the shard it
-# runs; a rerun has the shard's number). Every guest boots a copy of
+# runs; a rerun has the shard's number), G_TRY (0 for the shard's first
+# guest, then 1, 2 for its reruns), G_MAP (its kernel's System.map). Every
+# guest boots a copy of
 # ROOT_IMG, which stays as mkfs made it: a rerun boots the same image.
-G_DIR=() G_LIST=() G_PID=() G_RES=() G_LABEL=() G_OF=() G_SUPERSEDED=()
+G_DIR=() G_LIST=() G_PID=() G_RES=() G_LABEL=() G_OF=() G_SUPERSEDED=() G_TRY=() G_MAP=()
 QPIDS=()
 for i in $(seq 1 "$NSHARDS"); do
   cp --sparse=always "$ROOT_IMG" "$WORK/root-$i.ext4" && cp --sparse=always "$RES_IMG" "$WORK/results-$i.ext4" \
     || die "cannot copy the image for shard $i"
 done
 boot_guest() { # SHARD DIR IMAGE RESULTS_IMAGE LIST LABEL
-  local i=$1 d=$2 img=$3 res=$4 only=$5 label=$6 g
-  mkdir -p "$d"; rm -f "$d"/{serial.log,results.txt,scenarios.log,journal.txt,qemu.out}
+  local i=$1 d=$2 img=$3 res=$4 only=$5 label=$6 try=${7:-0} g
+  mkdir -p "$d"; rm -f "$d"/{serial.log,results.txt,scenarios.log,journal.txt,qemu.out} "$WORK/qmp-$i-$try.sock"
   shard_append=$APPEND shard_machine=(-machine "$MACHINE") shard_blk=$BLK
   [ -n "$only" ] && shard_append="$shard_append vmwarden.only=$(printf '%s' "$only" | tr ' ' ',')"
   # pci_passthrough and usb_passthrough (either alone, or both): q35 with
   # QEMU's emulated IOMMU (interrupt remapping needs the split irqchip), a
   # PCI device of L2's own, at $PCI_ADDR, whose DMA goes through that IOMMU
   # (iommu_platform), and an xHCI with a USB keyboard ($USB_IDS)
-  shard_kernel=$CACHE/vmlinuz shard_initrd=$CACHE/initrd.img
+  shard_kernel=$CACHE/vmlinuz shard_initrd=$CACHE/initrd.img shard_map=$CACHE/tree/boot/System.map-$KVER
   if printf ' %s ' "$only" | grep -qE ' (pci|usb)_passthrough '; then
     shard_machine=(-machine q35,kernel-irqchip=split -device intel-iommu,caching-mode=on,intremap=on
                    -device virtio-rng-pci,disable-legacy=on,iommu_platform=on,addr=0x9
                    -device qemu-xhci,id=l2xhci -device usb-kbd,bus=l2xhci.0)
     # usb_passthrough: Debian's generic kernel (the cloud one has no USB)
     shard_kernel=$CACHE/vmlinuz-generic shard_initrd=$CACHE/initrd-generic.img
+    shard_map=$CACHE/tree/boot/System.map-$KVER_GENERIC
     # no_timer_check: under TCG on a loaded host the kernel's check of the
     # timer through the remapped IO-APIC can time out and panic ("timer
     # doesn't work through Interrupt-remapped IO-APIC", seen once in two boots)
@@ -851,14 +855,14 @@ boot_guest() { # SHARD DIR IMAGE RESULTS_IMAGE LIST LABEL
   fi
   : >"$d/serial.log"
   QEMU=(qemu-system-x86_64 -accel "$L2_TCG" -cpu "$L2_CPU" "${shard_machine[@]}" -smp "$L2_SMP" -m "$MEM"
-        -display none -monitor none -serial "file:$d/serial.log" -no-reboot
+        -display none -monitor none -qmp "unix:$WORK/qmp-$i-$try.sock,server=on,wait=off" -serial "file:$d/serial.log" -no-reboot
         -kernel "$shard_kernel" -initrd "$shard_initrd" -append "$shard_append"
         -drive "file=$img,format=raw,if=none,id=root,cache=unsafe" -device "$shard_blk,drive=root"
         -drive "file=$res,format=raw,if=none,id=res" -device "$shard_blk,drive=res")
   echo "+ ${QEMU[*]}" >"$d/qemu.out"
   "${QEMU[@]}" >>"$d/qemu.out" 2>&1 &
   g=${#G_PID[@]}
-  G_PID+=("$!") G_DIR+=("$d") G_LIST+=("$only") G_RES+=("$res") G_LABEL+=("$label") G_OF+=("$i") G_SUPERSEDED+=("")
+  G_PID+=("$!") G_DIR+=("$d") G_LIST+=("$only") G_RES+=("$res") G_LABEL+=("$label") G_OF+=("$i") G_SUPERSEDED+=("") G_TRY+=("$try") G_MAP+=("$shard_map")
   G_SEEN[$g]=0 G_LAST[$g]=$(date +%s) G_T0[$g]=$(now)
   QPIDS+=("$!"); QPID="${QPIDS[*]}"
   log "L2 guest ${label:+[$label] }booting (pid $!, timeout ${TIMEOUT}s, serial $d/serial.log${only:+, scenarios: $only})"
@@ -872,6 +876,49 @@ boot_guest() { # SHARD DIR IMAGE RESULTS_IMAGE LIST LABEL
 serial_tail() { # GUEST
   log "${G_LABEL[$1]:+[${G_LABEL[$1]}] }the last 40 lines of its console (${G_DIR[$1]}/serial.log):"
   tr -d '\r' <"${G_DIR[$1]}/serial.log" | grep -av '^VMWARDEN-L2-ALIVE' | tail -40 | cut -c1-400 | sed 's/^/systemd:   | /' || true
+}
+# Where a silent guest's one vCPU is, asked of its QEMU (QMP) three times,
+# 2 s apart, before it is stopped: halted (HLT=1: L2's kernel idles, waiting
+# for an interrupt that does not come) or running, and where (RIP, and the
+# kernel function it is in, from the System.map: the guest boots nokaslr).
+# What the wedges are, for the record; nothing is decided by it.
+vcpu_state() { # GUEST
+  timeout 20 python3 - "$WORK/qmp-${G_OF[$1]}-${G_TRY[$1]}.sock" "${G_MAP[$1]}" <<'PY' 2>&1 | sed "s/^/systemd:   ${G_LABEL[$1]:+[${G_LABEL[$1]}] }vCPU: /" || true
+import bisect, json, re, socket, sys, time
+syms = []
+try:
+    with open(sys.argv[2]) as m:
+        for line in m:
+            a, t, n = line.split()[:3]
+            if t in "tTwW":
+                syms.append((int(a, 16), n))
+except OSError:
+    pass
+syms.sort()
+def sym(rip):
+    i = bisect.bisect_right(syms, (rip, "\uffff")) - 1
+    return "%s+0x%x" % (syms[i][1], rip - syms[i][0]) if i >= 0 else "?"
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile("rw")
+f.readline()
+def ask(cmd, **args):
+    f.write(json.dumps({"execute": cmd, "arguments": args}) + "\n"); f.flush()
+    while True:
+        r = json.loads(f.readline())
+        if "return" in r or "error" in r:
+            return r.get("return", r.get("error"))
+ask("qmp_capabilities")
+print("status", ask("query-status").get("status"))
+for _ in range(3):
+    regs = ask("human-monitor-command", **{"command-line": "info registers"})
+    m = {k: re.search(k + r"=(\S+)", regs) for k in ("RIP", "HLT", "CPL")}
+    rip = int(m["RIP"].group(1), 16) if m["RIP"] else None
+    kernel = m["CPL"] is not None and m["CPL"].group(1) == "0"
+    print(" ".join(k + "=" + (v.group(1) if v else "?") for k, v in m.items()),
+          sym(rip) if kernel and rip is not None else "(user space)")
+    time.sleep(2)
+PY
 }
 # A guest's scenario lines: its results disk, and from its console what
 # the disk lacks (its last lines may not have reached the disk when a guest
@@ -904,25 +951,31 @@ done
 # limit, a STUCK line, so silence means L2's kernel or userspace no longer
 # runs (the scenarios' own hangs fail them inside the guest). A wedged
 # guest, or one whose QEMU ended without the final line (an L2 kernel
-# panic, with -no-reboot), is stopped, its console printed, and the
-# scenarios it had not reported run once more in a fresh guest from the
-# same image, if the overall deadline leaves room for them. The results
-# count what the first guest reported and what the rerun did; a rerun that
-# stops early fails the run.
-WEDGE_S=${VMWARDEN_SYSTEMD_WEDGE:-600}
+# panic, with -no-reboot), is stopped (where its vCPU was printed first:
+# vcpu_state), its console printed, and the scenarios it had not reported
+# run in a fresh guest from the same image, if the overall deadline leaves
+# room for them; a rerun that stops early likewise, up to MAX_RERUNS times
+# a shard. The results count what each guest reported; a shard whose last
+# rerun stops early fails the run. Every wedge seen so far came in a
+# scenario that starts nested KVM guests under TCG (three in about thirty
+# shard runs, two of them in one shard of one run, the second in its
+# rerun); 300 s is five missed heartbeats.
+WEDGE_S=${VMWARDEN_SYSTEMD_WEDGE:-300}
+MAX_RERUNS=2
 DEADLINE=$(( $(date +%s) + TIMEOUT )); TIMED_OUT=0
 declare -A L2_UP=() G_DONE=()
 # a guest is done once its QEMU ended (and was looked at) or it was stopped
 pending() { local g; for g in "${!G_PID[@]}"; do [ -n "${G_DONE[$g]:-}" ] || return 0; done; return 1; }
 rerun() { # GUEST WHY
-  local g=$1 why=$2 d=${G_DIR[$1]} i=${G_OF[$1]} r left n
+  local g=$1 why=$2 d=${G_DIR[$1]} i=${G_OF[$1]} try=$((G_TRY[$1] + 1)) r left n again label
+  log "L2 FAILURE: ${G_LABEL[$g]:+[${G_LABEL[$g]}] }the L2 guest $why"
   # (a guest whose QEMU ended is already gone)
+  kill -0 "${G_PID[$g]}" 2>/dev/null && vcpu_state "$g"
   kill "${G_PID[$g]}" 2>/dev/null && { sleep 2; kill -9 "${G_PID[$g]}" 2>/dev/null || true; }
   wait "${G_PID[$g]}" 2>/dev/null || true
-  log "L2 FAILURE: ${G_LABEL[$g]:+[${G_LABEL[$g]}] }the L2 guest $why"
   serial_tail "$g"
-  # only a shard's first guest is run again, and only with time for it
-  [ "$d" = "$(shard_dir "$i")" ] || { log "FAIL: it was the shard's second guest: no third"; return 0; }
+  # a shard runs again at most MAX_RERUNS times, and only with time for it
+  [ "$try" -le "$MAX_RERUNS" ] || { log "FAIL: it was the shard's rerun $((try - 1)) of at most $MAX_RERUNS: no more"; return 0; }
   r=$d/results.early.txt; guest_results "$g" "$r"
   left=""
   for n in ${G_LIST[$g]}; do
@@ -933,11 +986,13 @@ rerun() { # GUEST WHY
   if [ $(( DEADLINE - $(date +%s) )) -lt 900 ]; then
     log "FAIL: ${G_LABEL[$g]:+[${G_LABEL[$g]}] }no time left to run again: $left"; return 0
   fi
-  cp --sparse=always "$ROOT_IMG" "$WORK/root-$i-again.ext4" && cp --sparse=always "$RES_IMG" "$WORK/results-$i-again.ext4" \
+  again=again$([ "$try" = 1 ] || echo "$try")
+  cp --sparse=always "$ROOT_IMG" "$WORK/root-$i-$again.ext4" && cp --sparse=always "$RES_IMG" "$WORK/results-$i-$again.ext4" \
     || { log "cannot copy the image to run shard $i again"; return 0; }
   G_SUPERSEDED[$g]=1
   log "${G_LABEL[$g]:+[${G_LABEL[$g]}] }running what it had not reported in a fresh guest: $left"
-  boot_guest "$i" "$d/again" "$WORK/root-$i-again.ext4" "$WORK/results-$i-again.ext4" "$left" "${G_LABEL[$g]}again"
+  label=""; [ "$NSHARDS" = 1 ] || label=$i
+  boot_guest "$i" "$(shard_dir "$i")/$again" "$WORK/root-$i-$again.ext4" "$WORK/results-$i-$again.ext4" "$left" "$label$again" "$try"
 }
 while pending; do
   for g in "${!G_PID[@]}"; do
@@ -974,7 +1029,7 @@ RESULTS=$OUTDIR/results.txt
 rc=0 passed=0 failed=0
 rm -f "$RESULTS.merged" "$OUTDIR/scenarios.log.merged" "$OUTDIR/journal.txt.merged"
 for g in "${!G_PID[@]}"; do
-  d=${G_DIR[$g]} i=${G_OF[$g]} label=""; [ -z "${G_LABEL[$g]}" ] || label="shard ${G_LABEL[$g]}: "
+  d=${G_DIR[$g]} i=${G_OF[$g]} label=""; [ -z "${G_LABEL[$g]}" ] || label="[${G_LABEL[$g]}] "
   r=$d/results.txt; guest_results "$g" "$r.all"; mv "$r.all" "$r"
   # a guest run again: what it reported counts, the rerun reports the rest
   [ -z "${G_SUPERSEDED[$g]}" ] || sed -i '/^SCENARIOS /d' "$r"
@@ -982,7 +1037,7 @@ for g in "${!G_PID[@]}"; do
   f=$(grep -c '^SCENARIO name=.* result=fail' "$r" 2>/dev/null || true)
   final=$(grep '^SCENARIOS ' "$r" 2>/dev/null | tail -1 || true)
   if [ -n "${G_SUPERSEDED[$g]}" ]; then
-    log "${label}the first guest reported $p passed, $f failed before it stopped (L2 FAILURE above); the rest ran again"
+    log "${label}the guest reported $p passed, $f failed before it stopped (L2 FAILURE above); the rest ran again"
   elif ! grep -aq 'VMWARDEN-L2-UP' "$d/serial.log" 2>/dev/null; then
     log "FAIL: ${label}the L2 guest never reached the scenario runner (see $d/serial.log)"; rc=1; [ "$f" -gt 0 ] || f=1
   elif [ -z "$final" ]; then
