@@ -183,7 +183,8 @@ impl Node {
 /// opens the file and takes a FUSE or NFS file's attributes from the
 /// kernel's cache without asking its server, so a hung one cannot stall
 /// the scan. An `O_PATH` fd reaches no device and holds nothing
-/// ([`path_only`]). `/proc/PID/fd` is the thread-group leader's fd table
+/// ([`path_only`]), nor does an fd closed while it is looked at
+/// ([`holds`]). `/proc/PID/fd` is the thread-group leader's fd table
 /// only: a thread with a table of its own (`unshare(CLONE_FILES)`, a
 /// `clone` without `CLONE_FILES`, or live threads under an exited leader)
 /// is looked at through `/proc/PID/task/TID/fd` ([`own_tables`]).
@@ -228,11 +229,29 @@ pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {
 
 /// Whether the fd table of `task` (`/proc/PID` or `/proc/PID/task/TID`)
 /// has a non-`O_PATH` fd on a character device numbered `rdev`.
+///
+/// An fd is looked at three times: its link, its flags, its link again.
+/// udev opens a node `O_PATH` for the length of a few calls whenever it
+/// handles the node's event (as at a bind to `vfio-pci`): an fd closed
+/// between the looks is one nobody holds any more, not a holder (its
+/// fdinfo gone, or its number reused by another file), where one look at
+/// the link and a failed read of the flags had counted it as one (a
+/// launch refused, "held by process N", in the systemd suite).
 fn holds(task: &Path, rdev: libc::dev_t) -> std::io::Result<bool> {
     for fd in std::fs::read_dir(task.join("fd"))?.filter_map(|e| e.ok()) {
-        if char_device_of(&fd.path()) == Some(rdev)
-            && !path_only(&task.join("fdinfo").join(fd.file_name()))
-        {
+        let link = fd.path();
+        if char_device_of(&link) != Some(rdev) {
+            continue;
+        }
+        match path_only(&task.join("fdinfo").join(fd.file_name())) {
+            // Closed since (or the task gone): it holds nothing now.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Ok(true) => continue,
+            // Flags unreadable otherwise: not known to be O_PATH.
+            Ok(false) | Err(_) => {}
+        }
+        // Still the device once the flags were read: they were its own.
+        if char_device_of(&link) == Some(rdev) {
             return Ok(true);
         }
     }
@@ -282,15 +301,14 @@ fn same_files(a: u32, b: u32) -> bool {
 /// `O_PATH` one (its `flags:`): it names the node but reaches no device
 /// (no read, write or ioctl), as a launcher's own look at the node does;
 /// another launch checking the device meanwhile must not take it for a
-/// holder.
-fn path_only(info: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string(info) else {
-        return false;
-    };
-    info.lines()
+/// holder. Flags that cannot be parsed are not `O_PATH`; an fdinfo that
+/// cannot be read is the caller's to judge ([`holds`]).
+fn path_only(info: &Path) -> std::io::Result<bool> {
+    Ok(std::fs::read_to_string(info)?
+        .lines()
         .find_map(|l| l.strip_prefix("flags:"))
         .and_then(|f| u64::from_str_radix(f.trim(), 8).ok())
-        .is_some_and(|f| f & O_PATH_FLAG != 0)
+        .is_some_and(|f| f & O_PATH_FLAG != 0))
 }
 
 /// `O_PATH` as fdinfo's `flags:` shows it (x86_64, aarch64: 010000000).
