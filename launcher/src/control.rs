@@ -183,7 +183,7 @@ pub fn run_state(
 /// starting" (the launcher checks the spec, the principal and every file it
 /// trusts before it takes the lease, which takes a while on a slow host);
 /// once it is gone, a free lease means the launch failed. Without it, a free
-/// lease gets [`START_GRACE`], then fails.
+/// lease gets `START_GRACE`, then fails.
 pub fn wait_ready(
     roots: &Roots,
     name: &VmName,

@@ -235,7 +235,7 @@ pub fn hibernate(
     hibernate_with(roots, name, timeout, keep_after_restore, true)
 }
 
-/// [`hibernate`]; with `stop_unit`, a VM a systemd unit runs is ended
+/// [`hibernate()`]; with `stop_unit`, a VM a systemd unit runs is ended
 /// through a stop job of that unit once the capture is recorded (its
 /// `ExecStop=`, `vmwarden stop`, sees the capture and ends the hypervisor
 /// at once): however the hypervisor then dies, a crash on its way out

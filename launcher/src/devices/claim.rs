@@ -61,7 +61,7 @@ pub struct Claim {
     _lock: Flock<OwnedFd>,
 }
 
-/// How long a launch waits for another's claim ([`lock`]). A claim is
+/// How long a launch waits for another's claim (`lock`). A claim is
 /// held from the lease's step to the `devices` step of one launch (the
 /// devices checked free, the intent record, the state dir, the shares and
 /// taps made, the nodes bound and chowned): well under a second each,

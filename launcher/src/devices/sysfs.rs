@@ -183,11 +183,11 @@ impl Node {
 /// opens the file and takes a FUSE or NFS file's attributes from the
 /// kernel's cache without asking its server, so a hung one cannot stall
 /// the scan. An `O_PATH` fd reaches no device and holds nothing
-/// ([`path_only`]), nor does an fd closed while it is looked at
-/// ([`holds`]). `/proc/PID/fd` is the thread-group leader's fd table
+/// (`path_only`), nor does an fd closed while it is looked at
+/// (`holds`). `/proc/PID/fd` is the thread-group leader's fd table
 /// only: a thread with a table of its own (`unshare(CLONE_FILES)`, a
 /// `clone` without `CLONE_FILES`, or live threads under an exited leader)
-/// is looked at through `/proc/PID/task/TID/fd` ([`own_tables`]).
+/// is looked at through `/proc/PID/task/TID/fd` (`own_tables`).
 /// Processes whose fds cannot be read are counted as holders (`None` in
 /// the list), so an unreadable one never passes for none.
 pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {

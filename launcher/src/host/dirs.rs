@@ -277,7 +277,7 @@ fn check(dir: &Dir, want: &Want) -> Result<FileStat> {
     Ok(st)
 }
 
-/// [`check`], for a directory the caller opened: refuses what `want` does,
+/// `check`, for a directory the caller opened: refuses what `want` does,
 /// changes nothing.
 pub fn check_dir(dir: &Dir, want: &Want) -> Result<()> {
     check(dir, want).map(drop)

@@ -315,7 +315,7 @@ pub struct HeldMount {
 /// systems and its tmpfs mounts' sources (a credential mount counts only
 /// as a tmpfs): those holding a tmpfs whose source `wanted` accepts, owned
 /// by the caller's user namespace (an unprivileged user's namespace is
-/// not vmwarden's, and is passed unasked: see [`visit`]). A namespace
+/// not vmwarden's, and is passed unasked: see `visit`). A namespace
 /// no process is in (kept alive by an nsfs bind mount or an fd) is listed
 /// as any other. No `/proc` read. `None`: the kernel could not tell (not
 /// [`procs::sees_every_mount_namespace`], an older kernel, a filter): the caller walks

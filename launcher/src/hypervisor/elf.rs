@@ -92,7 +92,7 @@ fn segments(f: &File) -> Option<Vec<Segment>> {
 /// that is not writable (where a program's string constants are)? `None`
 /// when it is not a 64-bit little-endian ELF file or cannot be read. Reads
 /// the segments in file order, a chunk at a time, and stops at the first
-/// match (at most [`MAX_SCAN`] bytes).
+/// match (at most `MAX_SCAN` bytes).
 pub fn contains(path: &Path, needle: &[u8]) -> Option<bool> {
     if needle.is_empty() || needle.len() > SCAN_CHUNK {
         return None;

@@ -156,7 +156,7 @@ fn qemu_netdev(layout: &Layout, i: usize) -> String {
     nd
 }
 
-/// The QEMU argv (argv[0] is the binary). `seccomp` says whether to add
+/// The QEMU argv (`argv[0]` is the binary). `seccomp` says whether to add
 /// `-sandbox` (the binary was built with seccomp support).
 pub fn qemu_argv(spec: &Spec, layout: &Layout, seccomp: bool) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();

@@ -176,7 +176,7 @@ pub enum StepError {
 }
 
 impl StepError {
-    /// See [`LaunchError::is_refusal`].
+    /// See [`LaunchError::is_refusal`](crate::launch::LaunchError::is_refusal).
     pub fn is_refusal(&self) -> bool {
         match self {
             StepError::Spec(_)

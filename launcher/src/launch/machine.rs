@@ -8,7 +8,7 @@
 //! the session's scope: machined would take the session for the machine,
 //! and `machinectl terminate` would end the session with everything in it.
 //! So the launch registers only when its cgroup stands for the VM
-//! ([`cgroup::own_dedicated`](crate::host::cgroup::own_dedicated), the
+//! ([`crate::host::cgroup::own_dedicated`], the
 //! same judgement the intent record's cgroup is), and otherwise goes on
 //! unregistered with a warning that says how to get the registration.
 

@@ -38,9 +38,9 @@ fn bad(spec_path: &Path, field: String, reason: String) -> SpecError {
 }
 
 /// Step 2, once the spec is loaded: its paths inside this VM's own
-/// directories only ([`check_spec_paths_scoped`]), then its shares,
+/// directories only (`check_spec_paths_scoped`), then its shares,
 /// created images, vsock and `extra_args` against the roots
-/// ([`check_roots`]).
+/// (`check_roots`).
 pub fn check_against_roots(spec: &Spec, spec_path: &Path, roots: &Roots) -> Result<()> {
     check_spec_paths_scoped(spec, spec_path, roots)?;
     check_roots(spec, spec_path, roots)?;
@@ -48,14 +48,14 @@ pub fn check_against_roots(spec: &Spec, spec_path: &Path, roots: &Roots) -> Resu
 }
 
 /// Step 3, once the principal is known and the directories that exist are
-/// vetted, in order: the interfaces ([`preflight_interfaces`]) and the
-/// user network ([`preflight_user_network`]); what root
+/// vetted, in order: the interfaces (`preflight_interfaces`) and the
+/// user network (`preflight_user_network`); what root
 /// hands to the hypervisor (binary, kernel, initrd, helpers) root's alone
-/// ([`check_trusted_files`], the last walk of `walker`); the host's
-/// hugepage pool and KSM ([`preflight_memory`]); the binary asked
-/// about its sandbox ([`qemu_sandbox`]) and, with credentials, its fw_cfg
-/// ([`cloud_hypervisor_credentials`]); the shares and images the principal
-/// must own ([`check_principal`]); the room for created volumes
+/// (`check_trusted_files`, the last walk of `walker`); the host's
+/// hugepage pool and KSM (`preflight_memory`); the binary asked
+/// about its sandbox (`qemu_sandbox`) and, with credentials, its fw_cfg
+/// (`cloud_hypervisor_credentials`); the shares and images the principal
+/// must own (`check_principal`); the room for created volumes
 /// (`volumes::preflight`). Returns whether QEMU gets `-sandbox`.
 pub fn check_with_principal(
     spec: &Spec,

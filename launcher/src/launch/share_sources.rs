@@ -239,7 +239,7 @@ pub enum MakeError {
     #[error(transparent)]
     Record(#[from] made_sources::MadeError),
     /// A directory on the way inside the state directory changed since
-    /// the pre-flight to one someone else may change ([`kept`]).
+    /// the pre-flight to one someone else may change (`kept`).
     #[error("{0}")]
     NotKept(String),
 }

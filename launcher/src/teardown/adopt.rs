@@ -22,21 +22,21 @@
 //! others) and DIR is root's (in another's DIR, a root-only inode may be
 //! anyone's, renamed onto the item's name by DIR's owner); any other
 //! item gets new inodes that only root has held — a reflink where the
-//! file system has one, else a copy that keeps holes ([`copy`]) — and its
+//! file system has one, else a copy that keeps holes (`copy`) — and its
 //! old inodes are removed from DIR. The copies need
 //! room: the plan counts it, and an adoption it does not fit in is refused
 //! before anything changes.
 //!
 //! DIR's names are its owner's to change at any time, so what root reads
 //! from DIR to copy, and the old inodes it removes, it reads and removes
-//! with DIR's owner's file-system ids ([`old_owner`]): root never gives the
+//! with DIR's owner's file-system ids (`old_owner`): root never gives the
 //! VM, nor deletes, what that owner could not read or delete itself. The
 //! plan refuses an item its old owner could not read or remove.
 //!
 //! `--apply` holds the VM's lease (no launch starts meanwhile), records
 //! what it is about to do in `STATE_ROOT/.adopt-NAME.json` (durably, like
 //! the launch's intent record) and then, item by item, moves and re-owns,
-//! or copies and removes ([`apply`]). A launch between a kill and the
+//! or copies and removes (`apply`). A launch between a kill and the
 //! re-run is refused by the launcher's own checks while an image or share
 //! source is missing or not yet the principal's (a moved share's own
 //! directory is re-owned last; a copy appears under its name only when
