@@ -647,6 +647,13 @@ mvt_checks() { # CURSOR
 # refused. After the stop, and after a SIGKILL of the hypervisor, cleanup
 # gives it back: the driver it had, the node root's 0600, no holder.
 pci_dev() { echo "/sys/bus/pci/devices/$PCI_ADDR"; }
+# Whether the fd /proc/PID/fd/N reaches what it names: still open and not
+# O_PATH (udev opens a node O_PATH for a few calls at each event for it;
+# such an fd holds nothing, as the launcher's own holder scan judges).
+holding_fd() { # FD-LINK
+  local fl; fl=$(sed -n 's/^flags:[[:space:]]*//p' "${1/\/fd\//\/fdinfo\/}" 2>/dev/null)
+  [ -n "$fl" ] && [ $(( 8#$fl & 8#10000000 )) = 0 ]
+}
 pci_driver() { local l; l=$(readlink "$(pci_dev)/driver" 2>/dev/null) && basename "$l" || echo none; }
 pci_given_back() { # DRIVER GROUP WHEN
   local d st
@@ -656,7 +663,7 @@ pci_given_back() { # DRIVER GROUP WHEN
     st=$(stat -c '%u:%g %a' "/dev/vfio/$2")
     [ "$st" = "0:0 600" ] || { fail "pci: after $3 /dev/vfio/$2 is $st, not 0:0 600"; return 1; }
   fi
-  [ -z "$(find /proc/[0-9]*/fd -lname '*vfio/'"$2" 2>/dev/null)" ] \
+  [ -z "$(find /proc/[0-9]*/fd -lname '*vfio/'"$2" 2>/dev/null | while read -r f; do holding_fd "$f" && echo "$f"; done)" ] \
     || { fail "pci: after $3 a process still holds /dev/vfio/$2"; return 1; }
   note "after $3: on $d, /dev/vfio/$2 $(stat -c '%u:%g %a' "/dev/vfio/$2" 2>/dev/null || echo gone), no holder"
 }
@@ -746,7 +753,7 @@ done; return 1; }
 usb_holders() { # NODE -> pids whose fds are that character device (by its numbers)
   local want f; want=$(stat -c '%t:%T' "$1" 2>/dev/null) || return 0
   for f in /proc/[0-9]*/fd/*; do
-    [ "$(stat -L -c '%F %t:%T' "$f" 2>/dev/null)" = "character special file $want" ] && echo "${f%%/fd/*}"
+    [ "$(stat -L -c '%F %t:%T' "$f" 2>/dev/null)" = "character special file $want" ] && holding_fd "$f" && echo "${f%%/fd/*}"
   done | sort -u | tr '\n' ' '
 }
 usb_refused() { # VM WHAT REGEX CURSOR -> the unit failed with a launcher error matching REGEX
