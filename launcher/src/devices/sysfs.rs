@@ -183,18 +183,86 @@ impl Node {
 /// opens the file and takes a FUSE or NFS file's attributes from the
 /// kernel's cache without asking its server, so a hung one cannot stall
 /// the scan. An `O_PATH` fd reaches no device and holds nothing
-/// (`path_only`), nor does an fd closed while it is looked at
-/// (`holds`). `/proc/PID/fd` is the thread-group leader's fd table
+/// (`path_only`). `/proc/PID/fd` is the thread-group leader's fd table
 /// only: a thread with a table of its own (`unshare(CLONE_FILES)`, a
 /// `clone` without `CLONE_FILES`, or live threads under an exited leader)
 /// is looked at through `/proc/PID/task/TID/fd` (`own_tables`).
 /// Processes whose fds cannot be read are counted as holders (`None` in
 /// the list), so an unreadable one never passes for none.
+///
+/// A scan that saw something move under it is done again, up to
+/// [`RESCANS`] times [`RESCAN_PAUSE`] apart: an fd on the device that was
+/// gone, or named another file, by the time its flags were read (udev's
+/// short `O_PATH` look at a node at each of its events; or a holder that
+/// passed the fd on to a child and exited, or moved it to another
+/// number), or a process that ended while it was looked at (it may have
+/// handed its fds to a child the listing did not have). A holder any of
+/// the scans found is one, and so is a process whose fds on the device
+/// moved in every one of them. What the scans cannot see is named in the
+/// threat model: an fd in flight in a unix socket, a file only a mapping
+/// or an io_uring holds, and a holder that hands its fd on faster than a
+/// scan walks `/proc` may pass every look.
 pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {
-    let rdev = node.stat.st_rdev;
+    let mut scan = scan_holders(node.stat.st_rdev);
     let mut out = Vec::new();
+    // The processes whose fds on the device moved in every look so far.
+    let mut always_moving = scan.moving.clone();
+    for _ in 0..RESCANS {
+        if scan.moving.is_empty() && !scan.ended {
+            break;
+        }
+        // What one look found holding it counts, gone since or not (a
+        // holder that hands its fd to a child and exits is found by some
+        // looks, not by all).
+        add_holders(&mut out, std::mem::take(&mut scan.held));
+        std::thread::sleep(RESCAN_PAUSE);
+        scan = scan_holders(node.stat.st_rdev);
+        always_moving.retain(|pid| scan.moving.contains(pid));
+    }
+    add_holders(&mut out, scan.held);
+    let moving = always_moving.into_iter().map(|pid| {
+        (
+            pid,
+            Some("its fds on the device kept changing while they were looked at".to_string()),
+        )
+    });
+    add_holders(&mut out, moving.collect());
+    out
+}
+
+/// Add `more` to `out`, each process once.
+fn add_holders(out: &mut Vec<(u32, Option<String>)>, more: Vec<(u32, Option<String>)>) {
+    for h in more {
+        if !out.iter().any(|(pid, _)| *pid == h.0) {
+            out.push(h);
+        }
+    }
+}
+
+/// How many times [`holders`] looks again at a scan that saw something move.
+pub const RESCANS: usize = 5;
+/// The pause before each look again.
+pub const RESCAN_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// One pass over `/proc`.
+struct Scan {
+    /// Holders, and processes whose fds could not be read.
+    held: Vec<(u32, Option<String>)>,
+    /// Processes with an fd on the device that moved while looked at.
+    moving: Vec<u32>,
+    /// Whether a process ended while it was looked at.
+    ended: bool,
+}
+
+fn scan_holders(rdev: libc::dev_t) -> Scan {
+    let mut scan = Scan {
+        held: Vec::new(),
+        moving: Vec::new(),
+        ended: false,
+    };
     let Ok(procs) = std::fs::read_dir("/proc") else {
-        return vec![(0, Some("cannot read /proc".into()))];
+        scan.held.push((0, Some("cannot read /proc".into())));
+        return scan;
     };
     for p in procs.filter_map(|e| e.ok()) {
         let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
@@ -207,55 +275,70 @@ pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {
         let mut tables = vec![leader.clone()];
         match own_tables(pid, &leader) {
             Ok(more) => tables.extend(more),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                scan.ended = true;
+                continue;
+            }
             Err(e) => {
-                out.push((pid, Some(format!("threads unreadable: {e}"))));
+                scan.held
+                    .push((pid, Some(format!("threads unreadable: {e}"))));
                 continue;
             }
         }
         for task in &tables {
             match holds(task, rdev) {
-                Ok(false) => continue,
-                Ok(true) => out.push((pid, None)),
+                Ok(Look::Free) => continue,
+                Ok(Look::Holds) => scan.held.push((pid, None)),
+                Ok(Look::Moving) => scan.moving.push(pid),
                 // Gone meanwhile (the process, or one of its threads).
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
-                Err(e) => out.push((pid, Some(format!("fds unreadable: {e}")))),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => scan.ended = true,
+                Err(e) => scan.held.push((pid, Some(format!("fds unreadable: {e}")))),
             }
             break;
         }
     }
-    out
+    scan
 }
 
-/// Whether the fd table of `task` (`/proc/PID` or `/proc/PID/task/TID`)
-/// has a non-`O_PATH` fd on a character device numbered `rdev`.
-///
-/// An fd is looked at three times: its link, its flags, its link again.
-/// udev opens a node `O_PATH` for the length of a few calls whenever it
-/// handles the node's event (as at a bind to `vfio-pci`): an fd closed
-/// between the looks is one nobody holds any more, not a holder (its
-/// fdinfo gone, or its number reused by another file), where one look at
-/// the link and a failed read of the flags had counted it as one (a
-/// launch refused, "held by process N", in the systemd suite).
-fn holds(task: &Path, rdev: libc::dev_t) -> std::io::Result<bool> {
+/// What one look at an fd table found.
+enum Look {
+    /// A non-`O_PATH` fd on the device, the same file before and after
+    /// its flags were read.
+    Holds,
+    /// No fd on the device.
+    Free,
+    /// An fd on the device, gone or another file by the time its flags
+    /// were read, and none that holds it.
+    Moving,
+}
+
+/// What the fd table of `task` (`/proc/PID` or `/proc/PID/task/TID`) has
+/// on the character device numbered `rdev`. An fd is looked at three
+/// times: its link, its flags, its link again; only an fd that is the
+/// device at both looks at its link, and not `O_PATH`, holds it.
+fn holds(task: &Path, rdev: libc::dev_t) -> std::io::Result<Look> {
+    let mut look = Look::Free;
     for fd in std::fs::read_dir(task.join("fd"))?.filter_map(|e| e.ok()) {
         let link = fd.path();
         if char_device_of(&link) != Some(rdev) {
             continue;
         }
         match path_only(&task.join("fdinfo").join(fd.file_name())) {
-            // Closed since (or the task gone): it holds nothing now.
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
             Ok(true) => continue,
+            // Closed since, or the task gone.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                look = Look::Moving;
+                continue;
+            }
             // Flags unreadable otherwise: not known to be O_PATH.
             Ok(false) | Err(_) => {}
         }
-        // Still the device once the flags were read: they were its own.
         if char_device_of(&link) == Some(rdev) {
-            return Ok(true);
+            return Ok(Look::Holds);
         }
+        look = Look::Moving;
     }
-    Ok(false)
+    Ok(look)
 }
 
 /// The threads of process `pid` (`leader`: `/proc/PID`) whose fd table is
