@@ -47,7 +47,7 @@ lint() {
   # a lockfile that needs more.
   python3 tests/lint/layers.py && python3 tests/lint/doc_links.py \
     && python3 tests/lint/rust_version.py && python3 tests/lint/test_rust_version.py && cargo fmt --all -- --check && cargo clippy --all-targets --features fault-injection --quiet -- -D warnings \
-    && RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet \
+    && RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features fault-injection --quiet \
     && cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check \
     && cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --locked --quiet -- -D warnings \
     && fuzz_short

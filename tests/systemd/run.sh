@@ -163,6 +163,8 @@ fi
 # ---------------------------------------------------------------- 2. per-run image
 QPID=""
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/vmwarden-systemd.XXXXXX")
+# each guest's QMP socket is WORK/qmp-I-T.sock: a unix socket's path has 107 bytes
+[ ${#WORK} -le 90 ] || die "work dir $WORK is too long for a QMP socket path in it (set TMPDIR shorter)"
 finish() {
   if [ -n "$QPID" ]; then
     # shellcheck disable=SC2086
@@ -794,7 +796,7 @@ else
   done; done
 fi
 NSHARDS=${#SHARD_LISTS[@]}
-# nokaslr: a wedged guest's RIP is then read against its System.map (vcpu_state)
+# nokaslr: a wedged guest's RIP can be compared across runs (vcpu_state)
 APPEND="console=ttyS0 panic=-1 quiet mitigations=off nokaslr"
 case "$MACHINE" in
   microvm) BLK=virtio-blk-device
@@ -822,10 +824,9 @@ shard_dir() { if [ "$NSHARDS" = 1 ]; then echo "$OUTDIR"; else echo "$OUTDIR/sha
 # A guest is a shard's run in one L2 VM: G_DIR, G_LIST (its scenarios),
 # G_PID (QEMU), G_RES (its results disk), G_LABEL and G_OF (the shard it
 # runs; a rerun has the shard's number), G_TRY (0 for the shard's first
-# guest, then 1, 2 for its reruns), G_MAP (its kernel's System.map). Every
-# guest boots a copy of
-# ROOT_IMG, which stays as mkfs made it: a rerun boots the same image.
-G_DIR=() G_LIST=() G_PID=() G_RES=() G_LABEL=() G_OF=() G_SUPERSEDED=() G_TRY=() G_MAP=()
+# guest, then 1, 2 for its reruns). Every guest boots a copy of ROOT_IMG,
+# which stays as mkfs made it: a rerun boots the same image.
+G_DIR=() G_LIST=() G_PID=() G_RES=() G_LABEL=() G_OF=() G_SUPERSEDED=() G_TRY=()
 QPIDS=()
 for i in $(seq 1 "$NSHARDS"); do
   cp --sparse=always "$ROOT_IMG" "$WORK/root-$i.ext4" && cp --sparse=always "$RES_IMG" "$WORK/results-$i.ext4" \
@@ -840,14 +841,13 @@ boot_guest() { # SHARD DIR IMAGE RESULTS_IMAGE LIST LABEL
   # QEMU's emulated IOMMU (interrupt remapping needs the split irqchip), a
   # PCI device of L2's own, at $PCI_ADDR, whose DMA goes through that IOMMU
   # (iommu_platform), and an xHCI with a USB keyboard ($USB_IDS)
-  shard_kernel=$CACHE/vmlinuz shard_initrd=$CACHE/initrd.img shard_map=$CACHE/tree/boot/System.map-$KVER
+  shard_kernel=$CACHE/vmlinuz shard_initrd=$CACHE/initrd.img
   if printf ' %s ' "$only" | grep -qE ' (pci|usb)_passthrough '; then
     shard_machine=(-machine q35,kernel-irqchip=split -device intel-iommu,caching-mode=on,intremap=on
                    -device virtio-rng-pci,disable-legacy=on,iommu_platform=on,addr=0x9
                    -device qemu-xhci,id=l2xhci -device usb-kbd,bus=l2xhci.0)
     # usb_passthrough: Debian's generic kernel (the cloud one has no USB)
     shard_kernel=$CACHE/vmlinuz-generic shard_initrd=$CACHE/initrd-generic.img
-    shard_map=$CACHE/tree/boot/System.map-$KVER_GENERIC
     # no_timer_check: under TCG on a loaded host the kernel's check of the
     # timer through the remapped IO-APIC can time out and panic ("timer
     # doesn't work through Interrupt-remapped IO-APIC", seen once in two boots)
@@ -862,7 +862,7 @@ boot_guest() { # SHARD DIR IMAGE RESULTS_IMAGE LIST LABEL
   echo "+ ${QEMU[*]}" >"$d/qemu.out"
   "${QEMU[@]}" >>"$d/qemu.out" 2>&1 &
   g=${#G_PID[@]}
-  G_PID+=("$!") G_DIR+=("$d") G_LIST+=("$only") G_RES+=("$res") G_LABEL+=("$label") G_OF+=("$i") G_SUPERSEDED+=("") G_TRY+=("$try") G_MAP+=("$shard_map")
+  G_PID+=("$!") G_DIR+=("$d") G_LIST+=("$only") G_RES+=("$res") G_LABEL+=("$label") G_OF+=("$i") G_SUPERSEDED+=("") G_TRY+=("$try")
   G_SEEN[$g]=0 G_LAST[$g]=$(date +%s) G_T0[$g]=$(now)
   QPIDS+=("$!"); QPID="${QPIDS[*]}"
   log "L2 guest ${label:+[$label] }booting (pid $!, timeout ${TIMEOUT}s, serial $d/serial.log${only:+, scenarios: $only})"
@@ -878,26 +878,15 @@ serial_tail() { # GUEST
   tr -d '\r' <"${G_DIR[$1]}/serial.log" | grep -av '^VMWARDEN-L2-ALIVE' | tail -40 | cut -c1-400 | sed 's/^/systemd:   | /' || true
 }
 # Where a silent guest's one vCPU is, asked of its QEMU (QMP) three times,
-# 2 s apart, before it is stopped: halted (HLT=1: L2's kernel idles, waiting
-# for an interrupt that does not come) or running, and where (RIP, and the
-# kernel function it is in, from the System.map: the guest boots nokaslr).
-# What the wedges are, for the record; nothing is decided by it.
+# 2 s apart, before it is stopped: running or paused, halted (HLT=1: L2's
+# kernel idles, waiting for an interrupt that does not come) or not, in the
+# kernel (CPL=0) or user space, and RIP: the guest boots nokaslr, so one
+# wedge's RIP can be compared with another's, and read against the
+# kernel's symbols (Debian's System.map is a stub: linux-image-*-dbg has
+# them). What the wedges are, for the record; nothing is decided by it.
 vcpu_state() { # GUEST
-  timeout 20 python3 - "$WORK/qmp-${G_OF[$1]}-${G_TRY[$1]}.sock" "${G_MAP[$1]}" <<'PY' 2>&1 | sed "s/^/systemd:   ${G_LABEL[$1]:+[${G_LABEL[$1]}] }vCPU: /" || true
-import bisect, json, re, socket, sys, time
-syms = []
-try:
-    with open(sys.argv[2]) as m:
-        for line in m:
-            a, t, n = line.split()[:3]
-            if t in "tTwW":
-                syms.append((int(a, 16), n))
-except OSError:
-    pass
-syms.sort()
-def sym(rip):
-    i = bisect.bisect_right(syms, (rip, "\uffff")) - 1
-    return "%s+0x%x" % (syms[i][1], rip - syms[i][0]) if i >= 0 else "?"
+  timeout 20 python3 - "$WORK/qmp-${G_OF[$1]}-${G_TRY[$1]}.sock" <<'PY' 2>&1 | sed "s/^/systemd:   ${G_LABEL[$1]:+[${G_LABEL[$1]}] }vCPU: /" || true
+import json, re, socket, sys, time
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
 f = s.makefile("rw")
@@ -912,11 +901,8 @@ ask("qmp_capabilities")
 print("status", ask("query-status").get("status"))
 for _ in range(3):
     regs = ask("human-monitor-command", **{"command-line": "info registers"})
-    m = {k: re.search(k + r"=(\S+)", regs) for k in ("RIP", "HLT", "CPL")}
-    rip = int(m["RIP"].group(1), 16) if m["RIP"] else None
-    kernel = m["CPL"] is not None and m["CPL"].group(1) == "0"
-    print(" ".join(k + "=" + (v.group(1) if v else "?") for k, v in m.items()),
-          sym(rip) if kernel and rip is not None else "(user space)")
+    print(" ".join(k + "=" + (m.group(1) if m else "?")
+                   for k in ("RIP", "HLT", "CPL") for m in [re.search(k + r"=(\S+)", regs)]))
     time.sleep(2)
 PY
 }
@@ -961,6 +947,9 @@ done
 # shard runs, two of them in one shard of one run, the second in its
 # rerun); 300 s is five missed heartbeats.
 WEDGE_S=${VMWARDEN_SYSTEMD_WEDGE:-300}
+# before the runner's first line (L2's boot, which prints none of it): the
+# slowest boot seen took 176 s (q35, the emulated IOMMU, the generic kernel)
+BOOT_WEDGE_S=$(( WEDGE_S > 600 ? WEDGE_S : 600 ))
 MAX_RERUNS=2
 DEADLINE=$(( $(date +%s) + TIMEOUT )); TIMED_OUT=0
 declare -A L2_UP=() G_DONE=()
@@ -1007,9 +996,9 @@ while pending; do
       G_DONE[$g]=1
       grep -aq '^SCENARIOS ' <(tr -d '\r' <"$d/serial.log") \
         || rerun "$g" "ended (its QEMU exited) before the final line"
-    elif [ $(( $(date +%s) - G_LAST[$g] )) -ge "$WEDGE_S" ]; then
+    elif limit=$WEDGE_S; [ -n "${L2_UP[$g]:-}" ] || limit=$BOOT_WEDGE_S; [ $(( $(date +%s) - G_LAST[$g] )) -ge "$limit" ]; then
       G_DONE[$g]=1
-      rerun "$g" "printed nothing for ${WEDGE_S} s, not even its heartbeat (last: $(tr -d '\r' <"$d/serial.log" | grep -aoE '(VMWARDEN-L2-ALIVE|SCENARIO name=[^ ]*).*' | tail -1 | cut -c1-120)): wedged"
+      rerun "$g" "printed nothing for ${limit} s, not even its heartbeat (last: $(tr -d '\r' <"$d/serial.log" | grep -aoE '(VMWARDEN-L2-ALIVE|SCENARIO name=[^ ]*).*' | tail -1 | cut -c1-120)): wedged"
     fi
   done
   if [ "$(date +%s)" -ge "$DEADLINE" ]; then
