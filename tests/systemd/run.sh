@@ -163,8 +163,6 @@ fi
 # ---------------------------------------------------------------- 2. per-run image
 QPID=""
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/vmwarden-systemd.XXXXXX")
-# each guest's QMP socket is WORK/qmp-I-T.sock: a unix socket's path has 107 bytes
-[ ${#WORK} -le 90 ] || die "work dir $WORK is too long for a QMP socket path in it (set TMPDIR shorter)"
 finish() {
   if [ -n "$QPID" ]; then
     # shellcheck disable=SC2086
@@ -173,6 +171,8 @@ finish() {
   if [ "$KEEP" = 1 ]; then log "kept work dir $WORK"; else rm -rf --one-file-system "$WORK"; fi
 }
 trap finish EXIT
+# each guest's QMP socket is WORK/qmp-I-T.sock: a unix socket's path has 107 bytes
+[ "$(printf %s "$WORK" | wc -c)" -le 90 ] || die "work dir $WORK is too long for a QMP socket path in it (set TMPDIR shorter)"
 t=$(now)
 ROOT=$WORK/root
 # Hard links: fast, and the cache stays untouched as long as no existing file is
@@ -991,12 +991,13 @@ while pending; do
       L2_UP[$g]=$(since "${G_T0[$g]}"); timing "l2_boot_to_scenarios${label:+_$label}" "${L2_UP[$g]}"
     fi
     n=$(grep -acE '(VMWARDEN-L2|SCENARIO|SOAK)' "$d/serial.log" 2>/dev/null || true)
+    limit=$WEDGE_S; [ -n "${L2_UP[$g]:-}" ] || limit=$BOOT_WEDGE_S
     if [ "${n:-0}" != "${G_SEEN[$g]}" ]; then G_SEEN[$g]=$n; G_LAST[$g]=$(date +%s); fi
     if ! kill -0 "${G_PID[$g]}" 2>/dev/null; then
       G_DONE[$g]=1
       grep -aq '^SCENARIOS ' <(tr -d '\r' <"$d/serial.log") \
         || rerun "$g" "ended (its QEMU exited) before the final line"
-    elif limit=$WEDGE_S; [ -n "${L2_UP[$g]:-}" ] || limit=$BOOT_WEDGE_S; [ $(( $(date +%s) - G_LAST[$g] )) -ge "$limit" ]; then
+    elif [ $(( $(date +%s) - G_LAST[$g] )) -ge "$limit" ]; then
       G_DONE[$g]=1
       rerun "$g" "printed nothing for ${limit} s, not even its heartbeat (last: $(tr -d '\r' <"$d/serial.log" | grep -aoE '(VMWARDEN-L2-ALIVE|SCENARIO name=[^ ]*).*' | tail -1 | cut -c1-120)): wedged"
     fi

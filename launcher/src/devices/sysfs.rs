@@ -187,8 +187,8 @@ impl Node {
 /// only: a thread with a table of its own (`unshare(CLONE_FILES)`, a
 /// `clone` without `CLONE_FILES`, or live threads under an exited leader)
 /// is looked at through `/proc/PID/task/TID/fd` (`own_tables`).
-/// Processes whose fds cannot be read are counted as holders (`None` in
-/// the list), so an unreadable one never passes for none.
+/// Processes whose fds cannot be read are counted as holders (with the
+/// reason), so an unreadable one never passes for none.
 ///
 /// A scan that saw something move under it is done again, up to
 /// [`RESCANS`] times [`RESCAN_PAUSE`] apart: an fd on the device that was
@@ -196,51 +196,53 @@ impl Node {
 /// short `O_PATH` look at a node at each of its events; or a holder that
 /// passed the fd on to a child and exited, or moved it to another
 /// number), or a process that ended while it was looked at (it may have
-/// handed its fds to a child the listing did not have). A holder any of
-/// the scans found is one, and so is a process whose fds on the device
-/// moved in every one of them. What the scans cannot see is named in the
+/// handed its fds to a child the listing did not have; looked at again
+/// once, [`ENDED_RESCANS`], since on a busy host nearly every look sees
+/// one). The first look that finds a holder is the answer, and a process
+/// whose fds on the device moved in every look is a holder. What the
+/// scans cannot see is named in the
 /// threat model: an fd in flight in a unix socket, a file only a mapping
 /// or an io_uring holds, and a holder that hands its fd on faster than a
 /// scan walks `/proc` may pass every look.
 pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {
     let mut scan = scan_holders(node.stat.st_rdev);
-    let mut out = Vec::new();
     // The processes whose fds on the device moved in every look so far.
     let mut always_moving = scan.moving.clone();
+    let mut ended_looks = 0;
     for _ in 0..RESCANS {
-        if scan.moving.is_empty() && !scan.ended {
-            break;
+        // A look that found a holder is the answer (a holder that hands
+        // its fd to a child and exits is found by some looks, not all).
+        if !scan.held.is_empty() {
+            return scan.held;
         }
-        // What one look found holding it counts, gone since or not (a
-        // holder that hands its fd to a child and exits is found by some
-        // looks, not by all).
-        add_holders(&mut out, std::mem::take(&mut scan.held));
+        if scan.moving.is_empty() {
+            // Only processes that ended: the host's churn, nearly every
+            // look on a busy host; looked at again once.
+            if !scan.ended || ended_looks == ENDED_RESCANS {
+                break;
+            }
+            ended_looks += 1;
+        }
         std::thread::sleep(RESCAN_PAUSE);
         scan = scan_holders(node.stat.st_rdev);
         always_moving.retain(|pid| scan.moving.contains(pid));
     }
-    add_holders(&mut out, scan.held);
-    let moving = always_moving.into_iter().map(|pid| {
-        (
-            pid,
-            Some("its fds on the device kept changing while they were looked at".to_string()),
-        )
-    });
-    add_holders(&mut out, moving.collect());
-    out
-}
-
-/// Add `more` to `out`, each process once.
-fn add_holders(out: &mut Vec<(u32, Option<String>)>, more: Vec<(u32, Option<String>)>) {
-    for h in more {
-        if !out.iter().any(|(pid, _)| *pid == h.0) {
-            out.push(h);
-        }
+    if !scan.moving.is_empty() {
+        scan.held.extend(always_moving.into_iter().map(|pid| {
+            (
+                pid,
+                Some("its fds on the device kept changing while they were looked at".to_string()),
+            )
+        }));
     }
+    scan.held
 }
 
-/// How many times [`holders`] looks again at a scan that saw something move.
+/// How many times [`holders`] looks again at a scan that saw an fd on the
+/// device move.
 pub const RESCANS: usize = 5;
+/// How many of those a scan that saw only processes end gets.
+pub const ENDED_RESCANS: usize = 1;
 /// The pause before each look again.
 pub const RESCAN_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
 
@@ -285,13 +287,23 @@ fn scan_holders(rdev: libc::dev_t) -> Scan {
                 continue;
             }
         }
+        // Every table is looked at until one holds the device or cannot
+        // be read; one that moved or ended leaves the others to look at.
         for task in &tables {
             match holds(task, rdev) {
                 Ok(Look::Free) => continue,
-                Ok(Look::Holds) => scan.held.push((pid, None)),
-                Ok(Look::Moving) => scan.moving.push(pid),
+                Ok(Look::Moving) => {
+                    if !scan.moving.contains(&pid) {
+                        scan.moving.push(pid);
+                    }
+                    continue;
+                }
                 // Gone meanwhile (the process, or one of its threads).
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => scan.ended = true,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    scan.ended = true;
+                    continue;
+                }
+                Ok(Look::Holds) => scan.held.push((pid, None)),
                 Err(e) => scan.held.push((pid, Some(format!("fds unreadable: {e}")))),
             }
             break;
