@@ -139,6 +139,25 @@ fn hold(path: &Path) -> Child {
 }
 
 struct Kill(Vec<Child>, PathBuf);
+
+/// `python3 -c SCRIPT ARGS…` (stdout piped), kept by `guard`, and the
+/// first line it prints.
+fn python_line(guard: &mut Kill, script: &str, args: &[&Path]) -> String {
+    use std::io::BufRead;
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    guard.0.push(child);
+    let mut line = String::new();
+    std::io::BufReader::new(out).read_line(&mut line).unwrap();
+    line
+}
 impl Drop for Kill {
     fn drop(&mut self) {
         for c in &mut self.0 {
@@ -235,7 +254,6 @@ fn a_device_is_held_by_what_its_fds_reach_not_by_their_path() {
 /// the VM was given.
 #[test]
 fn a_device_held_by_a_thread_with_an_fd_table_of_its_own_is_held() {
-    use std::io::BufRead;
     require_root();
     let base = PathBuf::from(format!("/dev/shm/vmw-thread-holder-{}", std::process::id()));
     let node = base.join("bus/usb/001/003");
@@ -243,30 +261,20 @@ fn a_device_held_by_a_thread_with_an_fd_table_of_its_own_is_held() {
     let full = std::fs::metadata("/dev/full").unwrap().rdev();
     mknod(&node, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), full).unwrap();
     let mut guard = Kill(Vec::new(), base.clone());
-    guard.0.push(
-        Command::new("python3")
-            .args([
-                "-c",
-                "import ctypes, os, sys, threading, time\n\
-                 libc = ctypes.CDLL(None, use_errno=True)\n\
-                 def hold():\n\
-                 \x20   if libc.unshare(0x400) != 0: os._exit(3)\n\
-                 \x20   fd = os.open('/dev/full', os.O_RDONLY)\n\
-                 \x20   print(threading.get_native_id(), fd, flush=True)\n\
-                 \x20   time.sleep(60)\n\
-                 threading.Thread(target=hold, daemon=True).start()\n\
-                 time.sleep(60)\n",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
+    let line = python_line(
+        &mut guard,
+        "import ctypes, os, sys, threading, time\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         def hold():\n\
+         \x20   if libc.unshare(0x400) != 0: os._exit(3)\n\
+         \x20   fd = os.open('/dev/full', os.O_RDONLY)\n\
+         \x20   print(threading.get_native_id(), fd, flush=True)\n\
+         \x20   time.sleep(60)\n\
+         threading.Thread(target=hold, daemon=True).start()\n\
+         time.sleep(60)\n",
+        &[],
     );
     let pid = guard.0[0].id();
-    let mut line = String::new();
-    std::io::BufReader::new(guard.0[0].stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
     let (tid, fd) = line
         .trim()
         .split_once(' ')
@@ -314,7 +322,6 @@ fn free_major() -> u64 {
 /// refused ("the launch to be killed after masked ended with 78").
 #[test]
 fn an_o_path_fd_opened_and_closed_while_the_scan_runs_is_never_a_holder() {
-    use std::io::BufRead;
     require_root();
     let base = PathBuf::from(format!("/dev/shm/vmw-churn-{}", std::process::id()));
     let node = base.join("vfio/6");
@@ -327,29 +334,18 @@ fn an_o_path_fd_opened_and_closed_while_the_scan_runs_is_never_a_holder() {
     )
     .unwrap();
     let mut guard = Kill(Vec::new(), base.clone());
-    guard.0.push(
-        Command::new("python3")
-            .args([
-                "-c",
-                "import os, sys, time\n\
-                 print('ready', flush=True)\n\
-                 while True:\n\
-                 \x20   fd = os.open(sys.argv[1], os.O_PATH)\n\
-                 \x20   os.fstat(fd)\n\
-                 \x20   time.sleep(0.0002)\n\
-                 \x20   os.close(fd)\n",
-            ])
-            .arg(&node)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
+    let line = python_line(
+        &mut guard,
+        "import os, sys, time\n\
+         print('ready', flush=True)\n\
+         while True:\n\
+         \x20   fd = os.open(sys.argv[1], os.O_PATH)\n\
+         \x20   os.fstat(fd)\n\
+         \x20   time.sleep(0.0002)\n\
+         \x20   os.close(fd)\n",
+        &[&node],
     );
     let pid = guard.0[0].id();
-    let mut line = String::new();
-    std::io::BufReader::new(guard.0[0].stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
     assert_eq!(line.trim(), "ready", "the opener said {line:?}");
     let n = sysfs::open_node(&node).unwrap().expect("the node");
     let scans = 600;
