@@ -200,10 +200,10 @@ impl Node {
 /// once, [`ENDED_RESCANS`], since on a busy host nearly every look sees
 /// one). The first look that finds a holder is the answer, and a process
 /// whose fds on the device moved in every look is a holder. What the
-/// scans cannot see is named in the
-/// threat model: an fd in flight in a unix socket, a file only a mapping
-/// or an io_uring holds, and a holder that hands its fd on faster than a
-/// scan walks `/proc` may pass every look.
+/// scans cannot see is named in the threat model: an fd in flight in a
+/// unix socket, a file only a mapping or an io_uring holds, and a holder
+/// that hands its fd on faster than a scan walks `/proc` may pass every
+/// look.
 pub fn holders(node: &Node) -> Vec<(u32, Option<String>)> {
     let mut scan = scan_holders(node.stat.st_rdev);
     // The processes whose fds on the device moved in every look so far.
