@@ -457,7 +457,11 @@ if [ -n "$STRACE" ]; then
   for _ in $(seq 1 100); do
     "$BIN/vmwarden-cleanup" mem >"$DIR/logs/mem.cleanup" 2>&1 && break
     if grep -q 'lease .* is held' "$DIR/logs/mem.cleanup"; then
-      echo "mem: lease held at cleanup by: $(grep -h "$(stat -c %i "$RUNROOT/mem/instance.lock")" /proc/locks | tr '\n' ' ')" >>"$DIR/logs/mem.cleanup-retries"
+      # Only this VM's processes can hold an fd on the bench's own lease
+      # file: each is named and killed, as the first loop does.
+      late=$(holders "$RUNROOT/mem/instance.lock")
+      echo "mem: lease held at cleanup by: $(grep -h "$(stat -c %i "$RUNROOT/mem/instance.lock")" /proc/locks | tr '\n' ' '); fd holders: $(for p in $late; do printf '%s(%s uid %s state %s) ' "$p" "$(cat /proc/$p/comm 2>/dev/null)" "$(awk '/^Uid/ {print $2}' /proc/$p/status 2>/dev/null)" "$(awk '/^State/ {print $2}' /proc/$p/status 2>/dev/null)"; done)" >>"$DIR/logs/mem.cleanup-retries"
+      for p in $late; do kill -9 "$p" 2>/dev/null; done
     elif late=$(grep -o 'ambiguous: processes \[[0-9, ]*\] run as the VM' "$DIR/logs/mem.cleanup" | head -1 | tr -dc '0-9 ,' | tr ',' ' ') && [ -n "${late// /}" ]; then
       echo "mem: processes of its uid at cleanup, killed: $(for p in $late; do printf '%s(%s) ' "$p" "$(cat /proc/$p/comm 2>/dev/null)"; done)" >>"$DIR/logs/mem.cleanup-retries"
       for p in $late; do kill -9 "$p" 2>/dev/null; done
@@ -467,7 +471,7 @@ if [ -n "$STRACE" ]; then
     sleep 0.1
   done
   [ -s "$DIR/logs/mem.cleanup-retries" ] && echo "scale.sh: mem: cleanup retried $(wc -l <"$DIR/logs/mem.cleanup-retries") times; first: $(head -1 "$DIR/logs/mem.cleanup-retries")" >&2
-  grep -q '"clean":true' "$DIR/logs/mem.cleanup" || die "mem: cleanup not clean: $(head -c 400 "$DIR/logs/mem.cleanup")"
+  grep -q '"clean":true' "$DIR/logs/mem.cleanup" || die "mem: cleanup not clean: $(head -c 400 "$DIR/logs/mem.cleanup"); its retries, first and last: $(head -1 "$DIR/logs/mem.cleanup-retries" 2>/dev/null) / $(tail -1 "$DIR/logs/mem.cleanup-retries" 2>/dev/null)"
 fi
 start_vm mem
 sleep 2
