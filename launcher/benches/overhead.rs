@@ -1199,11 +1199,15 @@ fn vmwarden_processes(pids: &[u32]) -> (usize, u64) {
 /// `step-profile` feature (`cargo bench --bench overhead --features
 /// step-profile -- --steps`): `n` probe launches from the bench's cgroup,
 /// each printing its marks (see `vmwarden::profile`), interleaved with
-/// `/bin/true` and the floor program; the median CPU time of each step.
+/// `/bin/true`, the floor program and Firecracker's jailer (with its bare
+/// exec file), so that the steps stand beside both yardsticks from the
+/// same rounds; the median CPU time of each step.
 fn steps_main(n: usize) {
     let r = Roots::new();
     r.spec("bench", 61900);
     let floor = build_floor(r.dir.path());
+    let jail = Jailer::find(r.run.join("jail"));
+    let (mut fc_bare, mut jailed) = (Samples::default(), Samples::default());
     let floor_dir = r.run.join("floor");
     std::fs::create_dir_all(&floor_dir).unwrap();
     let launch = bin("vmwarden-launch");
@@ -1229,12 +1233,17 @@ fn steps_main(n: usize) {
             String::from_utf8_lossy(&out.stderr)
         );
         run(r.args(Command::new(&cleanup).arg("bench")));
+        let j = jail.as_ref().map(|j| (j.bare(), j.jailed()));
         if i < 3 {
             continue;
         }
         base.push(t);
         if let Some(f) = f {
             fl.push(f);
+        }
+        if let Some((b, j)) = j {
+            fc_bare.push(b);
+            jailed.push(j);
         }
         let text = String::from_utf8_lossy(&out.stderr);
         let mut sum = 0.0;
@@ -1293,6 +1302,13 @@ fn steps_main(n: usize) {
             median_diff_ms(&fl.cpu, &base.cpu) * 1e3
         }
     );
+    if !jailed.is_empty() {
+        println!(
+            "  firecracker --version {:.0} µs CPU; the jailer's overhead over it {:.0} µs CPU (same rounds)",
+            ms(pct(&fc_bare.cpu, 0.5)) * 1e3,
+            median_diff_ms(&jailed.cpu, &fc_bare.cpu) * 1e3
+        );
+    }
 }
 
 /// `--compare DIR`: this build's binaries (B) against those in `DIR` (A,

@@ -45,7 +45,10 @@
 #    same QEMU argv (each launched VM's own, from /proc) started bare by
 #    root at once (this host has no systemd: the floor under a unit's
 #    hardening is the systemd suite's `hv_bench`). The locks a launch
-#    takes, with how long, from strace of one launch among them.
+#    takes, with how long, from strace of one launch among them. Each
+#    round's CPU time of the whole host (/proc/stat) from the first start
+#    until every QMP answered, both ways: what the launches add in CPU,
+#    and what that is on this host's cores beside the wall difference.
 # 3. One VM with a read-only and an owned virtiofs share, user networking
 #    (passt), the user vsock backend (vhost-device-vsock) and the console
 #    relay: the PSS (/proc/PID/smaps_rollup) of every process it runs,
@@ -183,6 +186,11 @@ us() { echo "${EPOCHREALTIME/./}"; }
 median() { sort -n | awk '{ v[++n] = $1 } END { if (n == 0) print "-"; else if (n % 2) print v[(n+1)/2]; else print (v[n/2]+v[n/2+1])/2 }'; }
 ms_of_us() { awk -v u="$1" 'BEGIN { if (u == "-") print "-"; else printf "%.2f", u / 1000 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
+# The CPU time the whole host has spent busy (user, nice, system, irq,
+# softirq, steal; /proc/stat), in ms: taken before and after a timed span,
+# what every process together used in it.
+CLK_TCK=$(getconf CLK_TCK)
+busy_ms() { awk -v hz="$CLK_TCK" '$1 == "cpu" { printf "%d", ($2 + $3 + $4 + $7 + $8 + $9) * 1000 / hz; exit }' /proc/stat; }
 
 # A VM runs: launched in the background, ready once wait-ready answers.
 # Sets READY_US: the microseconds from launch to ready.
@@ -337,7 +345,7 @@ LS="scan floor from the VM's credential floor @0 $(ms_of_us "$S0") ms, @$N $(ms_
 for i in $(seq 1 "$AT_ONCE"); do spec "$(printf 'a%03d' "$i")"; done
 ONCE_NAMES=(); for i in $(seq 1 "$AT_ONCE"); do ONCE_NAMES+=("$(printf 'a%03d' "$i")"); done
 qmp_of() { echo "$RUNROOT/$1/control/qmp.sock"; }
-ONCE_V=(); ONCE_F=()
+ONCE_V=(); ONCE_F=(); ONCE_VC=(); ONCE_FC=()
 # Round 0, not timed: every launcher at once, one of them under strace
 # (which locks it takes, and when); each QEMU's argv kept for the floor
 # (the same binary and options, started bare by root, its sockets in a
@@ -366,12 +374,13 @@ for p in "${SPIDS[@]}"; do wait "$p" 2>/dev/null; done
 for vm in "${ONCE_NAMES[@]}"; do stop_vm "$vm"; done
 for r in $(seq 1 "$ROUNDS"); do
   # vmwarden: every launcher at once, one poller for every QMP socket.
-  t0=$EPOCHREALTIME
+  c0=$(busy_ms); t0=$EPOCHREALTIME
   for vm in "${ONCE_NAMES[@]}"; do
     "$BIN/vmwarden-launch" "$vm" >"$DIR/logs/$vm.log" 2>&1 &
     PID[$vm]=$!
   done
   out=$(python3 "$HERE/qmp-ready.py" "$t0" 180 "${socks[@]}") || die "$AT_ONCE at once: $out"
+  ONCE_VC+=($(($(busy_ms) - c0)))
   ONCE_V+=("$(sed -n 's/^READY ms=\([0-9]*\).*/\1/p' <<<"$out")")
   for vm in "${ONCE_NAMES[@]}"; do stop_vm "$vm"; done
   # The floor: the same argvs, bare, at once.
@@ -385,7 +394,7 @@ for r in $(seq 1 "$ROUNDS"); do
     cp "$DIR/secrets/key" "$d/token"
     fsocks+=("$d/qmp.sock")
   done
-  t0=$EPOCHREALTIME
+  c0=$(busy_ms); t0=$EPOCHREALTIME
   FP=()
   for vm in "${ONCE_NAMES[@]}"; do
     d=$DIR/floor/$vm
@@ -396,6 +405,7 @@ for r in $(seq 1 "$ROUNDS"); do
   MVN_PIDS+=("${FP[@]}")
   out=$(python3 "$HERE/qmp-ready.py" "$t0" 180 "${fsocks[@]}") \
     || die "$AT_ONCE bare QEMUs at once: $out: $(head -c 300 "$DIR/floor/${ONCE_NAMES[0]}/out")"
+  ONCE_FC+=($(($(busy_ms) - c0)))
   ONCE_F+=("$(sed -n 's/^READY ms=\([0-9]*\).*/\1/p' <<<"$out")")
   kill -9 "${FP[@]}" 2>/dev/null; wait "${FP[@]}" 2>/dev/null
   MVN_PIDS=()
@@ -406,6 +416,14 @@ mv=$(printf '%s\n' "${ONCE_V[@]}" | median); mf=$(printf '%s\n' "${ONCE_F[@]}" |
   echo "== $AT_ONCE VMs launched at once, until every QMP answers, ms (round by round)"
   echo "vmwarden-launch:   ${ONCE_V[*]} (median $mv)"
   echo "bare QEMU (root):  ${ONCE_F[*]} (median $mf)"
+  # Where the difference goes: the CPU every process on the host used
+  # from the first start until every QMP answered. What the launches add
+  # is spread over the host's cores; were the difference all CPU, it would
+  # be that added time divided by the cores.
+  vc=$(printf '%s\n' "${ONCE_VC[@]}" | median); fc=$(printf '%s\n' "${ONCE_FC[@]}" | median)
+  echo "CPU the whole host used until every QMP answered (/proc/stat), ms: vmwarden ${ONCE_VC[*]} (median $vc), bare ${ONCE_FC[*]} (median $fc)"
+  awk -v vc="$vc" -v fc="$fc" -v mv="$mv" -v mf="$mf" -v n="$AT_ONCE" -v cores="$(nproc)" 'BEGIN {
+    printf "  added by the launches: %.0f ms CPU, %.2f ms a launch; over %d cores %.0f ms of the %.0f ms wall difference\n", vc - fc, (vc - fc) / n, cores, (vc - fc) / cores, mv - mf }'
   if [ -s "$DIR/logs/locks.strace" ]; then
     echo "locks one launch among them took (strace -f: each flock, its file, held until its fd closed):"
     lock_table "$DIR/logs/locks.strace"
