@@ -190,7 +190,13 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) p
 # softirq, steal; /proc/stat), in ms: taken before and after a timed span,
 # what every process together used in it.
 CLK_TCK=$(getconf CLK_TCK)
-busy_ms() { awk -v hz="$CLK_TCK" '$1 == "cpu" { printf "%d", ($2 + $3 + $4 + $7 + $8 + $9) * 1000 / hz; exit }' /proc/stat; }
+# Bash arithmetic (64-bit): mawk's printf "%d" stops at 2^31-1, which a
+# host's ticks since boot pass after ~600 CPU-hours.
+busy_ms() {
+  local _c us ni sy _id _io irq sirq st _rest
+  read -r _c us ni sy _id _io irq sirq st _rest </proc/stat
+  echo $(((us + ni + sy + irq + sirq + st) * 1000 / CLK_TCK))
+}
 
 # A VM runs: launched in the background, ready once wait-ready answers.
 # Sets READY_US: the microseconds from launch to ready.
@@ -422,7 +428,7 @@ mv=$(printf '%s\n' "${ONCE_V[@]}" | median); mf=$(printf '%s\n' "${ONCE_F[@]}" |
   # be that added time divided by the cores.
   vc=$(printf '%s\n' "${ONCE_VC[@]}" | median); fc=$(printf '%s\n' "${ONCE_FC[@]}" | median)
   echo "CPU the whole host used until every QMP answered (/proc/stat), ms: vmwarden ${ONCE_VC[*]} (median $vc), bare ${ONCE_FC[*]} (median $fc)"
-  awk -v vc="$vc" -v fc="$fc" -v mv="$mv" -v mf="$mf" -v n="$AT_ONCE" -v cores="$(nproc)" 'BEGIN {
+  awk -v vc="$vc" -v fc="$fc" -v mv="$mv" -v mf="$mf" -v n="$AT_ONCE" -v cores="$(getconf _NPROCESSORS_ONLN)" 'BEGIN {
     printf "  added by the launches: %.0f ms CPU, %.2f ms a launch; over %d cores %.0f ms of the %.0f ms wall difference\n", vc - fc, (vc - fc) / n, cores, (vc - fc) / cores, mv - mf }'
   if [ -s "$DIR/logs/locks.strace" ]; then
     echo "locks one launch among them took (strace -f: each flock, its file, held until its fd closed):"
@@ -476,10 +482,14 @@ if [ -n "$STRACE" ]; then
     "$BIN/vmwarden-cleanup" mem >"$DIR/logs/mem.cleanup" 2>&1 && break
     if grep -q 'lease .* is held' "$DIR/logs/mem.cleanup"; then
       # Only this VM's processes can hold an fd on the bench's own lease
-      # file: each is named and killed, as the first loop does.
+      # file: each is named (on the output too: the first loop had seen
+      # the lease free, so something took it again) and killed if its fd
+      # is still on the lease when looked at again.
       late=$(holders "$RUNROOT/mem/instance.lock")
       echo "mem: lease held at cleanup by: $(grep -h "$(stat -c %i "$RUNROOT/mem/instance.lock")" /proc/locks | tr '\n' ' '); fd holders: $(for p in $late; do printf '%s(%s uid %s state %s) ' "$p" "$(cat /proc/$p/comm 2>/dev/null)" "$(awk '/^Uid/ {print $2}' /proc/$p/status 2>/dev/null)" "$(awk '/^State/ {print $2}' /proc/$p/status 2>/dev/null)"; done)" >>"$DIR/logs/mem.cleanup-retries"
-      for p in $late; do kill -9 "$p" 2>/dev/null; done
+      for p in $late; do
+        case " $(holders "$RUNROOT/mem/instance.lock" | tr '\n' ' ') " in *" $p "*) kill -9 "$p" 2>/dev/null ;; esac
+      done
     elif late=$(grep -o 'ambiguous: processes \[[0-9, ]*\] run as the VM' "$DIR/logs/mem.cleanup" | head -1 | tr -dc '0-9 ,' | tr ',' ' ') && [ -n "${late// /}" ]; then
       echo "mem: processes of its uid at cleanup, killed: $(for p in $late; do printf '%s(%s) ' "$p" "$(cat /proc/$p/comm 2>/dev/null)"; done)" >>"$DIR/logs/mem.cleanup-retries"
       for p in $late; do kill -9 "$p" 2>/dev/null; done
@@ -489,7 +499,7 @@ if [ -n "$STRACE" ]; then
     sleep 0.1
   done
   [ -s "$DIR/logs/mem.cleanup-retries" ] && echo "scale.sh: mem: cleanup retried $(wc -l <"$DIR/logs/mem.cleanup-retries") times; first: $(head -1 "$DIR/logs/mem.cleanup-retries")" >&2
-  grep -q '"clean":true' "$DIR/logs/mem.cleanup" || die "mem: cleanup not clean: $(head -c 400 "$DIR/logs/mem.cleanup"); its retries, first and last: $(head -1 "$DIR/logs/mem.cleanup-retries" 2>/dev/null) / $(tail -1 "$DIR/logs/mem.cleanup-retries" 2>/dev/null)"
+  grep -q '"clean":true' "$DIR/logs/mem.cleanup" || die "mem: cleanup not clean: $(head -c 400 "$DIR/logs/mem.cleanup"); its retries, first and last: $(if [ -s "$DIR/logs/mem.cleanup-retries" ]; then echo "$(head -1 "$DIR/logs/mem.cleanup-retries") / $(tail -1 "$DIR/logs/mem.cleanup-retries")"; else echo none; fi)"
 fi
 start_vm mem
 sleep 2
