@@ -430,6 +430,15 @@ mv=$(printf '%s\n' "${ONCE_V[@]}" | median); mf=$(printf '%s\n' "${ONCE_F[@]}" |
   echo "CPU the whole host used until every QMP answered (/proc/stat), ms: vmwarden ${ONCE_VC[*]} (median $vc), bare ${ONCE_FC[*]} (median $fc)"
   awk -v vc="$vc" -v fc="$fc" -v mv="$mv" -v mf="$mf" -v n="$AT_ONCE" -v cores="$(getconf _NPROCESSORS_ONLN)" 'BEGIN {
     printf "  added by the launches: %.0f ms CPU, %.2f ms a launch; over %d cores %.0f ms of the %.0f ms wall difference\n", vc - fc, (vc - fc) / n, cores, (vc - fc) / cores, mv - mf }'
+  # The same paired by round, and how busy the host was: where it was
+  # busy throughout, CPU added is wall time added.
+  awk -v vc="${ONCE_VC[*]}" -v fc="${ONCE_FC[*]}" -v vw="${ONCE_V[*]}" -v fw="${ONCE_F[*]}" -v cores="$(getconf _NPROCESSORS_ONLN)" '
+    function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    BEGIN {
+      n = split(vc, c1); split(fc, c2); split(vw, w1); split(fw, w2)
+      for (i = 1; i <= n; i++) { dc[i] = (c1[i] - c2[i]) / cores; dw[i] = w1[i] - w2[i]; b1[i] = c1[i] / (cores * w1[i]); b2[i] = c2[i] / (cores * w2[i]) }
+      printf "  paired by round: added CPU over the cores, median %.0f ms; wall difference, median %.0f ms; the host busy %.0f%% (launches) and %.0f%% (bare), medians\n", med(dc, n), med(dw, n), 100 * med(b1, n), 100 * med(b2, n)
+    }'
   if [ -s "$DIR/logs/locks.strace" ]; then
     echo "locks one launch among them took (strace -f: each flock, its file, held until its fd closed):"
     lock_table "$DIR/logs/locks.strace"
