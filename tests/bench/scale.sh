@@ -426,17 +426,16 @@ mv=$(printf '%s\n' "${ONCE_V[@]}" | median); mf=$(printf '%s\n' "${ONCE_F[@]}" |
   # from the first start until every QMP answered. What the launches add
   # is spread over the host's cores; were the difference all CPU, it would
   # be that added time divided by the cores.
-  vc=$(printf '%s\n' "${ONCE_VC[@]}" | median); fc=$(printf '%s\n' "${ONCE_FC[@]}" | median)
-  echo "CPU the whole host used until every QMP answered (/proc/stat), ms: vmwarden ${ONCE_VC[*]} (median $vc), bare ${ONCE_FC[*]} (median $fc)"
-  awk -v vc="$vc" -v fc="$fc" -v mv="$mv" -v mf="$mf" -v n="$AT_ONCE" -v cores="$(getconf _NPROCESSORS_ONLN)" 'BEGIN {
-    printf "  added by the launches: %.0f ms CPU, %.2f ms a launch; over %d cores %.0f ms of the %.0f ms wall difference\n", vc - fc, (vc - fc) / n, cores, (vc - fc) / cores, mv - mf }'
-  # The same paired by round, and how busy the host was: where it was
-  # busy throughout, CPU added is wall time added.
-  awk -v vc="${ONCE_VC[*]}" -v fc="${ONCE_FC[*]}" -v vw="${ONCE_V[*]}" -v fw="${ONCE_F[*]}" -v cores="$(getconf _NPROCESSORS_ONLN)" '
+  echo "CPU the whole host used until every QMP answered (/proc/stat), ms: vmwarden ${ONCE_VC[*]}, bare ${ONCE_FC[*]}"
+  # Then the same paired by round, and how busy the host was: where it
+  # was busy throughout, CPU added is wall time added.
+  awk -v vc="${ONCE_VC[*]}" -v fc="${ONCE_FC[*]}" -v vw="${ONCE_V[*]}" -v fw="${ONCE_F[*]}" -v launches="$AT_ONCE" -v cores="$(getconf _NPROCESSORS_ONLN)" '
     function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
     BEGIN {
       n = split(vc, c1); split(fc, c2); split(vw, w1); split(fw, w2)
-      for (i = 1; i <= n; i++) { dc[i] = (c1[i] - c2[i]) / cores; dw[i] = w1[i] - w2[i]; b1[i] = c1[i] / (cores * w1[i]); b2[i] = c2[i] / (cores * w2[i]) }
+      for (i = 1; i <= n; i++) { mc1[i] = c1[i]; mc2[i] = c2[i]; dc[i] = (c1[i] - c2[i]) / cores; dw[i] = w1[i] - w2[i]; b1[i] = c1[i] / (cores * w1[i]); b2[i] = c2[i] / (cores * w2[i]) }
+      add = med(mc1, n) - med(mc2, n); wall = med(w1, n) - med(w2, n)
+      printf "  medians: added by the launches %.0f ms CPU, %.2f ms a launch; over %d cores %.0f ms of the %.0f ms wall difference\n", add, add / launches, cores, add / cores, wall
       printf "  paired by round: added CPU over the cores, median %.0f ms; wall difference, median %.0f ms; the host busy %.0f%% (launches) and %.0f%% (bare), medians\n", med(dc, n), med(dw, n), 100 * med(b1, n), 100 * med(b2, n)
     }'
   if [ -s "$DIR/logs/locks.strace" ]; then
@@ -473,6 +472,15 @@ if [ -n "$STRACE" ]; then
     local f
     for f in /proc/[0-9]*/fd/*; do [ "$(readlink "$f" 2>/dev/null)" = "$1" ] && { f=${f#/proc/}; echo "${f%%/*}"; }; done | sort -u
   }
+  holds() { # PID FILE: PID has an fd on FILE now
+    local f
+    for f in /proc/"$1"/fd/*; do [ "$(readlink "$f" 2>/dev/null)" = "$2" ] && return 0; done
+    return 1
+  }
+  describe() { # PID...: each with its command, uid and state
+    local p
+    for p in "$@"; do printf '%s(%s uid %s state %s) ' "$p" "$(cat "/proc/$p/comm" 2>/dev/null)" "$(awk '/^Uid/ {print $2}' "/proc/$p/status" 2>/dev/null)" "$(awk '/^State/ {print $2}' "/proc/$p/status" 2>/dev/null)"; done
+  }
   for _ in $(seq 1 100); do
     ps="$(pgrep -U "$MEM_UID") $(holders "$RUNROOT/mem/instance.lock")"
     [ -z "${ps// /}" ] && flock -n "$RUNROOT/mem/instance.lock" true && break
@@ -481,7 +489,7 @@ if [ -n "$STRACE" ]; then
   done
   wait "$sp" 2>/dev/null
   flock -n "$RUNROOT/mem/instance.lock" true \
-    || die "mem under strace: its lease still held 10 s after the kill, by: $(for p in $(holders "$RUNROOT/mem/instance.lock"); do printf '%s(%s uid %s) ' "$p" "$(cat /proc/$p/comm)" "$(awk '/^Uid/ {print $2}' /proc/$p/status)"; done)"
+    || die "mem under strace: its lease still held 10 s after the kill, by: $(describe $(holders "$RUNROOT/mem/instance.lock"))"
   # Something took the lease for a moment after the kill, or a helper
   # forked by root before the kill dropped to the VM's uid after the last
   # pgrep (both seen at load): cleanup is asked again for up to 10 s, who
@@ -495,10 +503,8 @@ if [ -n "$STRACE" ]; then
       # the lease free, so something took it again) and killed if its fd
       # is still on the lease when looked at again.
       late=$(holders "$RUNROOT/mem/instance.lock")
-      echo "mem: lease held at cleanup by: $(grep -h "$(stat -c %i "$RUNROOT/mem/instance.lock")" /proc/locks | tr '\n' ' '); fd holders: $(for p in $late; do printf '%s(%s uid %s state %s) ' "$p" "$(cat /proc/$p/comm 2>/dev/null)" "$(awk '/^Uid/ {print $2}' /proc/$p/status 2>/dev/null)" "$(awk '/^State/ {print $2}' /proc/$p/status 2>/dev/null)"; done)" >>"$DIR/logs/mem.cleanup-retries"
-      for p in $late; do
-        case " $(holders "$RUNROOT/mem/instance.lock" | tr '\n' ' ') " in *" $p "*) kill -9 "$p" 2>/dev/null ;; esac
-      done
+      echo "mem: lease held at cleanup by: $(grep -h "$(stat -c %i "$RUNROOT/mem/instance.lock")" /proc/locks | tr '\n' ' '); fd holders: $(describe $late)" >>"$DIR/logs/mem.cleanup-retries"
+      for p in $late; do holds "$p" "$RUNROOT/mem/instance.lock" && kill -9 "$p" 2>/dev/null; done
     elif late=$(grep -o 'ambiguous: processes \[[0-9, ]*\] run as the VM' "$DIR/logs/mem.cleanup" | head -1 | tr -dc '0-9 ,' | tr ',' ' ') && [ -n "${late// /}" ]; then
       echo "mem: processes of its uid at cleanup, killed: $(for p in $late; do printf '%s(%s) ' "$p" "$(cat /proc/$p/comm 2>/dev/null)"; done)" >>"$DIR/logs/mem.cleanup-retries"
       for p in $late; do kill -9 "$p" 2>/dev/null; done
