@@ -433,8 +433,9 @@ mv=$(printf '%s\n' "${ONCE_V[@]}" | median); mf=$(printf '%s\n' "${ONCE_F[@]}" |
     function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
     BEGIN {
       n = split(vc, c1); split(fc, c2); split(vw, w1); split(fw, w2)
-      for (i = 1; i <= n; i++) { mc1[i] = c1[i]; mc2[i] = c2[i]; dc[i] = (c1[i] - c2[i]) / cores; dw[i] = w1[i] - w2[i]; b1[i] = c1[i] / (cores * w1[i]); b2[i] = c2[i] / (cores * w2[i]) }
-      add = med(mc1, n) - med(mc2, n); wall = med(w1, n) - med(w2, n)
+      for (i = 1; i <= n; i++) { dc[i] = (c1[i] - c2[i]) / cores; dw[i] = w1[i] - w2[i]; b1[i] = c1[i] / (cores * w1[i]); b2[i] = c2[i] / (cores * w2[i]) }
+      # med() sorts in place: only after the pairs are taken.
+      add = med(c1, n) - med(c2, n); wall = med(w1, n) - med(w2, n)
       printf "  medians: added by the launches %.0f ms CPU, %.2f ms a launch; over %d cores %.0f ms of the %.0f ms wall difference\n", add, add / launches, cores, add / cores, wall
       printf "  paired by round: added CPU over the cores, median %.0f ms; wall difference, median %.0f ms; the host busy %.0f%% (launches) and %.0f%% (bare), medians\n", med(dc, n), med(dw, n), 100 * med(b1, n), 100 * med(b2, n)
     }'
